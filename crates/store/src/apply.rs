@@ -1,0 +1,493 @@
+//! Applying a transaction.
+//!
+//! 1. Validate every operation against the named limits (nothing is touched on failure).
+//! 2. Lock the objects it names (striped write locks, taken in slot order: no deadlock).
+//! 3. Load each object's record and the extents in the range its operations touch.
+//! 4. Execute the operations in order on that working copy. New data always goes to newly
+//!    allocated blocks (copy on write): it is sealed in place in its aligned buffer, on this
+//!    thread, and written with direct IO. Nothing committed is overwritten, so a crash at any
+//!    moment leaves the old state whole. Partial blocks are read, opened, merged and resealed.
+//! 5. Hand the metadata changes to group commit (commit.rs) and wait until durable.
+//! 6. Return the blocks the transaction freed to the allocator (only now: until the commit,
+//!    the old extents were still the committed truth), and unlock.
+//!
+//! On an error before step 5 the blocks allocated in step 4 go back to the allocator and
+//! nothing is visible: the metadata was never written.
+
+use crate::allocator::Run;
+use crate::device::{AlignedBuf, BLOCK_SIZE_BYTES};
+use crate::error::{ApplyError, ReadError};
+use crate::metadata::{extent_key, object_key, omap_key, prefix_end, MetaOp, ObjectId, Table, EXTENTS, OBJECTS, OMAP};
+use crate::object::{
+    pieces, punch, Extent, ExtentMap, ObjectRecord, EXTENT_BLOCKS_MAX, OBJECT_BLOCKS_MAX,
+    OBJECT_SIZE_BYTES_MAX,
+};
+use crate::seal::{ChunkRecord, ExtentSeal};
+use crate::store::{Store, LOCK_SLOTS};
+use crate::transaction::{Op, Transaction};
+use map::ObjectRef;
+use redb::ReadableDatabase;
+use std::collections::HashMap;
+
+/// Largest single write (or sealed write), in bytes.
+pub const WRITE_BYTES_MAX: u64 = 64 << 20;
+/// Most operations in one transaction.
+pub const TRANSACTION_OPS_MAX: usize = 4096;
+pub const ATTR_NAME_BYTES_MAX: usize = 256;
+/// Bound on all attribute names and values of one object together (they live in its record).
+pub const ATTRS_BYTES_MAX: usize = 256 << 10;
+pub const OMAP_KEY_BYTES_MAX: usize = 4096;
+pub const OMAP_VALUE_BYTES_MAX: usize = 1 << 20;
+
+const BLOCK: u64 = BLOCK_SIZE_BYTES;
+
+/// One object's working state inside a transaction.
+struct Work {
+    object: ObjectRef,
+    id: ObjectId,
+    first_block: u64,
+    end_block: u64,
+    original: Option<ObjectRecord>,
+    record: Option<ObjectRecord>,
+    loaded: ExtentMap,
+    extents: ExtentMap,
+    omap_ops: Vec<MetaOp>,
+    touched: bool,
+}
+
+impl Work {
+    fn record_mut(&mut self) -> &mut ObjectRecord {
+        let name = self.object.name.as_str();
+        self.record.get_or_insert_with(|| ObjectRecord {
+            name: name.to_string(),
+            size_bytes: 0,
+            version: 0,
+            mtime_ns: 0,
+            attrs: Default::default(),
+        })
+    }
+
+    fn size_bytes(&self) -> u64 {
+        self.record.as_ref().map_or(0, |r| r.size_bytes)
+    }
+
+    fn grow_to(&mut self, end_bytes: u64) {
+        let record = self.record_mut();
+        record.size_bytes = record.size_bytes.max(end_bytes);
+    }
+}
+
+/// Blocks taken and given up by one transaction.
+#[derive(Default)]
+struct Space {
+    allocated: Vec<Run>,
+    freed: Vec<Run>,
+}
+
+/// Where sealing happens for a run of blocks.
+enum Sealing<'a> {
+    /// By this store's mode (none, xts, or gcm).
+    Store,
+    /// Already sealed by a client: stored as is, with these records.
+    Edge(&'a [ChunkRecord]),
+}
+
+fn invalid(reason: impl Into<String>) -> ApplyError {
+    ApplyError::Invalid { reason: reason.into() }
+}
+
+/// The blocks `[first, end)` an operation may touch, for loading extents.
+fn block_range(op: &Op) -> Option<(u64, u64)> {
+    match op {
+        Op::Write { offset_bytes, len_bytes, .. } | Op::Zero { offset_bytes, len_bytes, .. } => {
+            Some((offset_bytes / BLOCK, (offset_bytes + len_bytes).div_ceil(BLOCK)))
+        }
+        Op::WriteSealed { first_chunk, chunks, .. } => Some((*first_chunk, first_chunk + chunks.len() as u64)),
+        Op::Truncate { size_bytes, .. } => Some((size_bytes / BLOCK, OBJECT_BLOCKS_MAX)),
+        Op::Remove { .. } => Some((0, OBJECT_BLOCKS_MAX)),
+        _ => None,
+    }
+}
+
+fn validate(op: &Op) -> Result<(), ApplyError> {
+    let within = |end: Option<u64>| match end {
+        Some(end) if end <= OBJECT_SIZE_BYTES_MAX => Ok(()),
+        _ => Err(invalid(format!("range ends past the object size limit of {OBJECT_SIZE_BYTES_MAX} bytes"))),
+    };
+    match op {
+        Op::Write { offset_bytes, len_bytes, .. } => {
+            if *len_bytes > WRITE_BYTES_MAX {
+                return Err(invalid(format!("write of {len_bytes} bytes; the limit is {WRITE_BYTES_MAX}")));
+            }
+            within(offset_bytes.checked_add(*len_bytes))
+        }
+        Op::WriteSealed { first_chunk, data, chunks, .. } => {
+            if data.blocks() != chunks.len() || chunks.is_empty() {
+                return Err(invalid(format!("sealed write of {} chunks with {} records", data.blocks(), chunks.len())));
+            }
+            if data.len() as u64 > WRITE_BYTES_MAX {
+                return Err(invalid(format!("sealed write of {} bytes; the limit is {WRITE_BYTES_MAX}", data.len())));
+            }
+            within(first_chunk.checked_add(chunks.len() as u64).and_then(|c| c.checked_mul(BLOCK)))
+        }
+        Op::Zero { offset_bytes, len_bytes, .. } => within(offset_bytes.checked_add(*len_bytes)),
+        Op::Truncate { size_bytes, .. } => within(Some(*size_bytes)),
+        Op::SetAttr { name, .. } | Op::RemoveAttr { name, .. } if name.is_empty() || name.len() > ATTR_NAME_BYTES_MAX => {
+            Err(invalid(format!("attribute names must be 1 to {ATTR_NAME_BYTES_MAX} bytes")))
+        }
+        Op::OmapSet { key, value, .. } if key.len() > OMAP_KEY_BYTES_MAX || value.len() > OMAP_VALUE_BYTES_MAX => Err(invalid(
+            format!("omap keys are limited to {OMAP_KEY_BYTES_MAX} bytes and values to {OMAP_VALUE_BYTES_MAX}"),
+        )),
+        Op::OmapRemove { key, .. } if key.len() > OMAP_KEY_BYTES_MAX => {
+            Err(invalid(format!("omap keys are limited to {OMAP_KEY_BYTES_MAX} bytes")))
+        }
+        _ => Ok(()),
+    }
+}
+
+fn now_ns() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+}
+
+impl Store {
+    /// Applies `txn` atomically. When this returns `Ok`, the transaction is durable: the
+    /// caller may acknowledge it. On `Err`, nothing of it is visible.
+    pub fn apply(&self, txn: Transaction) -> Result<(), ApplyError> {
+        if let Some(cause) = self.committer.poisoned() {
+            return Err(ApplyError::Poisoned { cause });
+        }
+        if txn.ops.len() > TRANSACTION_OPS_MAX {
+            return Err(invalid(format!("{} operations; the limit is {TRANSACTION_OPS_MAX}", txn.ops.len())));
+        }
+        txn.ops.iter().try_for_each(validate)?;
+
+        let mut works: Vec<Work> = Vec::new();
+        let mut index: HashMap<ObjectId, usize> = HashMap::new();
+        let mut op_work = Vec::with_capacity(txn.ops.len());
+        for op in &txn.ops {
+            let object = op.object();
+            let id = self.meta.object_id(object.pool, object.name.as_str());
+            let i = *index.entry(id).or_insert_with(|| {
+                works.push(Work {
+                    object: object.clone(),
+                    id,
+                    first_block: u64::MAX,
+                    end_block: 0,
+                    original: None,
+                    record: None,
+                    loaded: ExtentMap::new(),
+                    extents: ExtentMap::new(),
+                    omap_ops: Vec::new(),
+                    touched: false,
+                });
+                works.len() - 1
+            });
+            if let Some((first, end)) = block_range(op) {
+                works[i].first_block = works[i].first_block.min(first);
+                works[i].end_block = works[i].end_block.max(end);
+            }
+            op_work.push(i);
+        }
+
+        let mut slots: Vec<usize> = works.iter().map(|w| slot_of(&w.id)).collect();
+        slots.sort_unstable();
+        slots.dedup();
+        let _locks: Vec<_> = slots.iter().map(|s| self.slots[*s].write().expect("object lock poisoned")).collect();
+
+        self.load_works(&mut works)?;
+        let mut space = Space::default();
+        let prepared = txn
+            .ops
+            .into_iter()
+            .zip(op_work)
+            .try_for_each(|(op, i)| self.execute(&mut works[i], op, &mut space))
+            .and_then(|()| self.metadata_batch(&mut works));
+        let batch = match prepared {
+            Ok(batch) => batch,
+            Err(e) => {
+                self.release(&space.allocated);
+                return Err(e);
+            }
+        };
+        // After a failed commit the store is poisoned and its allocator is no longer
+        // consulted for writes, so neither list needs to go back.
+        self.committer.commit(batch, |group| self.flush(group))?;
+        self.release(&space.freed);
+        Ok(())
+    }
+
+    fn release(&self, runs: &[Run]) {
+        let mut alloc = self.allocator.lock().expect("allocator lock poisoned");
+        runs.iter().filter(|r| r.len > 0).for_each(|r| alloc.release(*r));
+    }
+
+    fn load_works(&self, works: &mut [Work]) -> Result<(), ApplyError> {
+        let txn = self.db.begin_read()?;
+        let objects = txn.open_table(OBJECTS)?;
+        let extents = txn.open_table(EXTENTS)?;
+        for w in works.iter_mut() {
+            w.original = self.load_record(&objects, &w.object, &w.id)?;
+            w.record = w.original.clone();
+            if w.first_block < w.end_block {
+                w.loaded = self.load_extent_map(&extents, &w.object, &w.id, w.first_block, w.end_block)?;
+                w.extents = w.loaded.clone();
+            }
+        }
+        Ok(())
+    }
+
+    fn execute(&self, w: &mut Work, op: Op, space: &mut Space) -> Result<(), ApplyError> {
+        w.touched = true;
+        match op {
+            Op::Touch { .. } => {
+                w.record_mut();
+            }
+            Op::Write { offset_bytes, len_bytes, mut data, .. } => {
+                let first_block = offset_bytes / BLOCK;
+                let head = (offset_bytes % BLOCK) as usize;
+                let tail = ((offset_bytes + len_bytes) % BLOCK) as usize;
+                let last = data.blocks().saturating_sub(1);
+                if head != 0 {
+                    let old = self.read_block(w, first_block)?;
+                    data[..head].copy_from_slice(&old[..head]);
+                }
+                if tail != 0 {
+                    let old = self.read_block(w, first_block + last as u64)?;
+                    let at = last * BLOCK as usize;
+                    data[at + tail..].copy_from_slice(&old[tail..]);
+                }
+                if data.blocks() > 0 {
+                    self.write_blocks(w, first_block, &mut data, Sealing::Store, space)?;
+                }
+                w.grow_to(offset_bytes + len_bytes);
+            }
+            Op::WriteSealed { first_chunk, mut data, chunks, .. } => {
+                self.write_blocks(w, first_chunk, &mut data, Sealing::Edge(&chunks), space)?;
+                w.grow_to((first_chunk + chunks.len() as u64) * BLOCK);
+            }
+            Op::Zero { offset_bytes, len_bytes, .. } => {
+                let end_bytes = offset_bytes + len_bytes;
+                let (full_first, full_end) = (offset_bytes.div_ceil(BLOCK), end_bytes / BLOCK);
+                if full_first < full_end {
+                    space.freed.extend(punch(&mut w.extents, full_first, full_end));
+                }
+                let mut partial: Vec<u64> = Vec::new();
+                if offset_bytes % BLOCK != 0 {
+                    partial.push(offset_bytes / BLOCK);
+                }
+                if end_bytes % BLOCK != 0 && partial.last() != Some(&(end_bytes / BLOCK)) {
+                    partial.push(end_bytes / BLOCK);
+                }
+                for block in partial.into_iter().filter(|_| len_bytes > 0) {
+                    let from = offset_bytes.max(block * BLOCK) - block * BLOCK;
+                    let to = end_bytes.min((block + 1) * BLOCK) - block * BLOCK;
+                    self.zero_within_block(w, block, from as usize, to as usize, space)?;
+                }
+                w.grow_to(end_bytes);
+            }
+            Op::Truncate { size_bytes, .. } => {
+                if size_bytes < w.size_bytes() {
+                    space.freed.extend(punch(&mut w.extents, size_bytes.div_ceil(BLOCK), OBJECT_BLOCKS_MAX));
+                    if size_bytes % BLOCK != 0 {
+                        self.zero_within_block(w, size_bytes / BLOCK, (size_bytes % BLOCK) as usize, BLOCK as usize, space)?;
+                    }
+                }
+                w.record_mut().size_bytes = size_bytes;
+            }
+            Op::Remove { .. } => {
+                space.freed.extend(punch(&mut w.extents, 0, OBJECT_BLOCKS_MAX));
+                if w.record.take().is_some() || w.original.is_some() {
+                    w.omap_ops.push(MetaOp::RemovePrefix { table: Table::Omap, prefix: w.id.to_vec() });
+                }
+            }
+            Op::SetAttr { name, value, .. } => {
+                let record = w.record_mut();
+                record.attrs.insert(name, value);
+                let bytes: usize = record.attrs.iter().map(|(k, v)| k.len() + v.len()).sum();
+                if bytes > ATTRS_BYTES_MAX {
+                    return Err(invalid(format!("attributes of one object are limited to {ATTRS_BYTES_MAX} bytes")));
+                }
+            }
+            Op::RemoveAttr { name, .. } => {
+                if let Some(record) = w.record.as_mut() {
+                    record.attrs.remove(&name);
+                }
+            }
+            Op::OmapSet { key, value, .. } => {
+                w.record_mut();
+                let row = omap_key(&w.id, &key);
+                let value = self.seal_meta(Table::Omap, &row, value)?;
+                w.omap_ops.push(MetaOp::Put { table: Table::Omap, key: row, value });
+            }
+            Op::OmapRemove { key, .. } => {
+                if w.record.is_some() {
+                    w.omap_ops.push(MetaOp::Remove { table: Table::Omap, key: omap_key(&w.id, &key) });
+                }
+            }
+            Op::OmapClear { .. } => {
+                if w.record.is_some() {
+                    w.omap_ops.push(MetaOp::RemovePrefix { table: Table::Omap, prefix: w.id.to_vec() });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The plaintext of one logical block as the transaction currently sees it.
+    fn read_block(&self, w: &Work, block: u64) -> Result<AlignedBuf, ApplyError> {
+        let mut buffer = AlignedBuf::zeroed(1);
+        self.read_pieces(&w.object, &w.id, &pieces(&w.extents, block, block + 1), block, &mut buffer)
+            .map_err(|e| match e {
+                ReadError::EdgeSealed { object, offset_bytes } => ApplyError::EdgeSealed { object, offset_bytes },
+                e => ApplyError::Read(e),
+            })?;
+        Ok(buffer)
+    }
+
+    /// Zeroes bytes `[from, to)` of a block by rewriting it; a hole or a client-sealed chunk
+    /// (whose tail the reader clips by size) stays as it is.
+    fn zero_within_block(&self, w: &mut Work, block: u64, from: usize, to: usize, space: &mut Space) -> Result<(), ApplyError> {
+        match pieces(&w.extents, block, block + 1).first() {
+            None => Ok(()),
+            Some((_, Extent { seal: ExtentSeal::Edge { .. }, .. })) => Ok(()),
+            Some(_) => {
+                let mut buffer = self.read_block(w, block)?;
+                buffer[from..to].fill(0);
+                self.write_blocks(w, block, &mut buffer, Sealing::Store, space)
+            }
+        }
+    }
+
+    /// Writes whole blocks to new device space as logical blocks `first_block..`, sealing
+    /// them in place, and points the working extent map at them.
+    fn write_blocks(
+        &self,
+        w: &mut Work,
+        first_block: u64,
+        buffer: &mut [u8],
+        sealing: Sealing<'_>,
+        space: &mut Space,
+    ) -> Result<(), ApplyError> {
+        let blocks = buffer.len() as u64 / BLOCK;
+        let runs = {
+            let mut alloc = self.allocator.lock().expect("allocator lock poisoned");
+            let free_bytes = alloc.free_blocks() * BLOCK;
+            alloc.allocate(blocks).ok_or(ApplyError::NoSpace { needed_bytes: blocks * BLOCK, free_bytes })?
+        };
+        space.allocated.extend_from_slice(&runs);
+        let nonce_base = match sealing {
+            Sealing::Store => self.take_nonces(self.data.nonces_needed(blocks))?,
+            Sealing::Edge(_) => 0,
+        };
+        let mut done = 0u64;
+        let mut written = Vec::new();
+        for run in runs {
+            let mut offset = 0;
+            while offset < run.len {
+                let len = (run.len - offset).min(EXTENT_BLOCKS_MAX);
+                let physical_block = run.start + offset;
+                let bytes = &mut buffer[(done * BLOCK) as usize..((done + len) * BLOCK) as usize];
+                let seal = match sealing {
+                    Sealing::Store => self.data.seal(bytes, &w.id, first_block + done, physical_block, nonce_base + done),
+                    Sealing::Edge(chunks) => {
+                        ExtentSeal::Edge { chunks: chunks[done as usize..(done + len) as usize].to_vec() }
+                    }
+                };
+                self.device.write_at(physical_block * BLOCK, bytes)?;
+                written.push((first_block + done, Extent { physical_block, len_blocks: len, seal }));
+                done += len;
+                offset += len;
+            }
+        }
+        space.freed.extend(punch(&mut w.extents, first_block, first_block + blocks));
+        w.extents.extend(written);
+        Ok(())
+    }
+
+    fn take_nonces(&self, count: u64) -> Result<u64, ApplyError> {
+        if count == 0 {
+            return Ok(0);
+        }
+        self.nonces.take(count, |mark| self.persist_nonce_reservation(mark)).map_err(ApplyError::Metadata)
+    }
+
+    fn seal_meta(&self, table: Table, key: &[u8], plain: Vec<u8>) -> Result<Vec<u8>, ApplyError> {
+        let nonce = self.take_nonces(self.meta.nonces_per_value())?;
+        Ok(self.meta.seal(table, key, plain, nonce))
+    }
+
+    /// The metadata changes of all touched objects: records, extent diffs, omap in order.
+    fn metadata_batch(&self, works: &mut [Work]) -> Result<Vec<MetaOp>, ApplyError> {
+        let mut batch = Vec::new();
+        let now = now_ns();
+        for w in works.iter_mut().filter(|w| w.touched) {
+            let key = object_key(w.object.pool, w.object.name.hash(), &w.id).to_vec();
+            match w.record.as_mut() {
+                Some(record) => {
+                    record.version = w.original.as_ref().map_or(0, |o| o.version) + 1;
+                    record.mtime_ns = now;
+                    let plain = postcard::to_allocvec(record).expect("serialising a record to memory cannot fail");
+                    let value = self.seal_meta(Table::Objects, &key, plain)?;
+                    batch.push(MetaOp::Put { table: Table::Objects, key, value });
+                }
+                None if w.original.is_some() => batch.push(MetaOp::Remove { table: Table::Objects, key }),
+                None => {}
+            }
+            for block in w.loaded.keys().filter(|block| !w.extents.contains_key(block)) {
+                batch.push(MetaOp::Remove { table: Table::Extents, key: extent_key(&w.id, *block).to_vec() });
+            }
+            for (block, extent) in &w.extents {
+                if w.loaded.get(block) != Some(extent) {
+                    let key = extent_key(&w.id, *block).to_vec();
+                    let plain = postcard::to_allocvec(extent).expect("serialising an extent to memory cannot fail");
+                    let value = self.seal_meta(Table::Extents, &key, plain)?;
+                    batch.push(MetaOp::Put { table: Table::Extents, key, value });
+                }
+            }
+            batch.append(&mut w.omap_ops);
+        }
+        Ok(batch)
+    }
+
+    /// Commits one group (see commit.rs): data sync, then every batch in one metadata commit.
+    fn flush(&self, group: Vec<Vec<MetaOp>>) -> Result<(), ApplyError> {
+        self.device.sync()?;
+        let txn = self.db.begin_write()?;
+        {
+            let mut objects = txn.open_table(OBJECTS)?;
+            let mut extents = txn.open_table(EXTENTS)?;
+            let mut omap = txn.open_table(OMAP)?;
+            for op in group.into_iter().flatten() {
+                let table = match &op {
+                    MetaOp::Put { table, .. } | MetaOp::Remove { table, .. } | MetaOp::RemovePrefix { table, .. } => *table,
+                };
+                let t = match table {
+                    Table::Objects => &mut objects,
+                    Table::Extents => &mut extents,
+                    Table::Omap => &mut omap,
+                    Table::Superblock => unreachable!("transactions never write the superblock"),
+                };
+                match op {
+                    MetaOp::Put { key, value, .. } => {
+                        t.insert(&key[..], &value[..])?;
+                    }
+                    MetaOp::Remove { key, .. } => {
+                        t.remove(&key[..])?;
+                    }
+                    MetaOp::RemovePrefix { prefix, .. } => match prefix_end(&prefix) {
+                        Some(end) => t.retain_in::<&[u8], _>(&prefix[..]..&end[..], |_, _| false)?,
+                        None => t.retain_in::<&[u8], _>(&prefix[..].., |_, _| false)?,
+                    },
+                }
+            }
+        }
+        txn.commit()?;
+        Ok(())
+    }
+}
+
+pub(crate) fn slot_of(id: &ObjectId) -> usize {
+    let mut prefix = [0u8; 8];
+    prefix.copy_from_slice(&id[..8]);
+    (u64::from_le_bytes(prefix) % LOCK_SLOTS as u64) as usize
+}

@@ -1,0 +1,174 @@
+//! The device seam: where the store's data blocks live.
+//!
+//! `Device` is the narrow interface (positional read, positional write, sync, length) that
+//! tests wrap to inject IO failures and that a simulator can replace. `FileDevice` is the real
+//! one: a preallocated file or a raw block device opened with O_DIRECT, so data bypasses the
+//! page cache and every buffer handed to it is `BLOCK_SIZE_BYTES`-aligned in memory, offset
+//! and length. `AlignedBuf` is that buffer; sealing happens inside it, in place.
+
+use std::alloc::{self, Layout};
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::ops::{Deref, DerefMut};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::Path;
+
+/// The unit of allocation, of direct IO, and of `gcm` sealing (one chunk = one block).
+pub const BLOCK_SIZE_BYTES: u64 = 4096;
+
+pub trait Device: Send + Sync {
+    fn read_at(&self, offset_bytes: u64, buffer: &mut [u8]) -> io::Result<()>;
+    fn write_at(&self, offset_bytes: u64, buffer: &[u8]) -> io::Result<()>;
+    /// Makes every completed write durable (fdatasync).
+    fn sync(&self) -> io::Result<()>;
+    fn len_bytes(&self) -> u64;
+}
+
+/// A file or block device opened for direct IO. Falls back to buffered IO (with `sync`
+/// still making writes durable) only where the file system refuses O_DIRECT, such as tmpfs.
+pub struct FileDevice {
+    file: File,
+    len_bytes: u64,
+    direct_io: bool,
+}
+
+impl FileDevice {
+    /// Creates a regular file of `len_bytes`, with its blocks allocated now (so a full disk
+    /// is found at mkfs, not at the first write).
+    pub fn create(path: &Path, len_bytes: u64) -> io::Result<()> {
+        let file = OpenOptions::new().read(true).write(true).create_new(true).open(path)?;
+        let rc = unsafe { libc::posix_fallocate(std::os::fd::AsRawFd::as_raw_fd(&file), 0, len_bytes as libc::off_t) };
+        if rc != 0 {
+            let _ = std::fs::remove_file(path);
+            return Err(io::Error::from_raw_os_error(rc));
+        }
+        file.sync_all()
+    }
+
+    pub fn open(path: &Path) -> io::Result<FileDevice> {
+        let direct = OpenOptions::new().read(true).write(true).custom_flags(libc::O_DIRECT).open(path);
+        let (file, direct_io) = match direct {
+            Ok(file) => (file, true),
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                (OpenOptions::new().read(true).write(true).open(path)?, false)
+            }
+            Err(e) => return Err(e),
+        };
+        let len_bytes = device_len_bytes(&file)?;
+        Ok(FileDevice { file, len_bytes, direct_io })
+    }
+
+    pub fn direct_io(&self) -> bool {
+        self.direct_io
+    }
+}
+
+fn device_len_bytes(file: &File) -> io::Result<u64> {
+    let meta = file.metadata()?;
+    if std::os::unix::fs::FileTypeExt::is_block_device(&meta.file_type()) {
+        let mut size: u64 = 0;
+        // BLKGETSIZE64 = _IOR(0x12, 114, size_t)
+        const BLKGETSIZE64: libc::c_ulong = 0x8008_1272;
+        let rc = unsafe { libc::ioctl(std::os::fd::AsRawFd::as_raw_fd(file), BLKGETSIZE64, &mut size) };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(size)
+    } else {
+        Ok(meta.len())
+    }
+}
+
+fn assert_aligned(offset_bytes: u64, buffer: &[u8]) {
+    assert!(
+        offset_bytes % BLOCK_SIZE_BYTES == 0
+            && buffer.len() as u64 % BLOCK_SIZE_BYTES == 0
+            && buffer.as_ptr() as usize % BLOCK_SIZE_BYTES as usize == 0,
+        "unaligned device IO: offset {offset_bytes}, len {}, address {:p}",
+        buffer.len(),
+        buffer.as_ptr()
+    );
+}
+
+impl Device for FileDevice {
+    fn read_at(&self, offset_bytes: u64, buffer: &mut [u8]) -> io::Result<()> {
+        assert_aligned(offset_bytes, buffer);
+        self.file.read_exact_at(buffer, offset_bytes)
+    }
+
+    fn write_at(&self, offset_bytes: u64, buffer: &[u8]) -> io::Result<()> {
+        assert_aligned(offset_bytes, buffer);
+        self.file.write_all_at(buffer, offset_bytes)
+    }
+
+    fn sync(&self) -> io::Result<()> {
+        self.file.sync_data()
+    }
+
+    fn len_bytes(&self) -> u64 {
+        self.len_bytes
+    }
+}
+
+/// A heap buffer aligned to `BLOCK_SIZE_BYTES`, a whole number of blocks long.
+pub struct AlignedBuf {
+    ptr: std::ptr::NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: AlignedBuf owns its allocation exclusively, like a Vec<u8>.
+unsafe impl Send for AlignedBuf {}
+unsafe impl Sync for AlignedBuf {}
+
+impl AlignedBuf {
+    /// A zero-filled buffer of `blocks` blocks.
+    pub fn zeroed(blocks: usize) -> AlignedBuf {
+        let len = blocks * BLOCK_SIZE_BYTES as usize;
+        if len == 0 {
+            return AlignedBuf { ptr: std::ptr::NonNull::dangling(), len: 0 };
+        }
+        let layout = Self::layout(len);
+        // SAFETY: layout has a non-zero size.
+        let ptr = unsafe { alloc::alloc_zeroed(layout) };
+        let ptr = std::ptr::NonNull::new(ptr).unwrap_or_else(|| alloc::handle_alloc_error(layout));
+        AlignedBuf { ptr, len }
+    }
+
+    fn layout(len: usize) -> Layout {
+        Layout::from_size_align(len, BLOCK_SIZE_BYTES as usize).expect("block-multiple sizes form a valid layout")
+    }
+
+    pub fn blocks(&self) -> usize {
+        self.len / BLOCK_SIZE_BYTES as usize
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        if self.len > 0 {
+            // SAFETY: allocated in `zeroed` with this layout.
+            unsafe { alloc::dealloc(self.ptr.as_ptr(), Self::layout(self.len)) }
+        }
+    }
+}
+
+impl Deref for AlignedBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: ptr is valid for len bytes (or dangling with len 0).
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl DerefMut for AlignedBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as above, and we hold &mut self.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl std::fmt::Debug for AlignedBuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "AlignedBuf({} blocks)", self.blocks())
+    }
+}

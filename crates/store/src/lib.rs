@@ -1,0 +1,46 @@
+//! `store`: the local object store of one storage daemon, encrypted at rest inside it.
+//!
+//! What it guarantees:
+//! - A transaction (`Transaction`, `Store::apply`) is atomic and durable: when `apply`
+//!   returns `Ok`, every operation in it survives a crash; a crash at any moment before
+//!   leaves none of it visible. New data never overwrites committed data (copy on write).
+//! - With `gcm` (the default), every 4 KiB chunk is AES-256-GCM sealed with a nonce that is
+//!   never reused under the store's key (seal/nonce.rs), and bound to its object and offset;
+//!   a flipped bit on disk makes the read fail with `ReadError::Integrity` naming the object
+//!   and offset. In every mode but `none`, metadata values and object names are sealed too.
+//! - The store's secret exists on disk only wrapped by the caller's key-encryption key.
+//! - Crypto runs on the calling thread, in place in the aligned IO buffer.
+//! - Chunks sealed by a client (`Transaction::write_sealed`) are kept and returned as they
+//!   came (`Store::read_sealed`), without the store holding their key.
+//!
+//! The on-disk format is drawn in docs/design/store-format.md; the crypto argument is in
+//! docs/design/at-rest-crypto.md.
+//!
+//! Depends on `map` (ids) and `keys`. It must never depend on `messenger`, `osd`, tokio
+//! networking, or any front end.
+
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
+
+mod allocator;
+mod apply;
+mod commit;
+mod device;
+mod error;
+mod list;
+mod metadata;
+mod object;
+mod read;
+mod seal;
+mod store;
+mod transaction;
+
+pub use apply::{ATTRS_BYTES_MAX, ATTR_NAME_BYTES_MAX, OMAP_KEY_BYTES_MAX, OMAP_VALUE_BYTES_MAX, TRANSACTION_OPS_MAX, WRITE_BYTES_MAX};
+pub use device::{AlignedBuf, Device, FileDevice, BLOCK_SIZE_BYTES};
+pub use error::{ApplyError, MkfsError, OpenError, ReadError};
+pub use list::{ListCursor, ListEntry, ListPage, LIST_PAGE_ENTRIES_MAX};
+pub use object::{EXTENT_BLOCKS_MAX, OBJECT_SIZE_BYTES_MAX};
+pub use read::{ObjectStat, ReadBuf, SealedRead, OMAP_PAGE_ENTRIES_MAX, READ_BYTES_MAX};
+pub use seal::nonce::NONCE_RESERVE_STEP;
+pub use seal::{ChunkRecord, Mode, UnknownMode, NONCE_BYTES, TAG_BYTES};
+pub use store::{MkfsOptions, Statfs, Store, FORMAT_VERSION, STORE_SIZE_BYTES_MIN};
+pub use transaction::Transaction;

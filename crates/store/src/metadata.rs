@@ -1,0 +1,172 @@
+//! The metadata database (redb) and its key layout, and the sealing of its values.
+//!
+//! Tables (all keys and values are byte strings; integers big-endian so order is numeric):
+//!
+//! | table        | key                                              | value                      |
+//! |--------------|--------------------------------------------------|----------------------------|
+//! | `superblock` | field name                                       | see `store.rs`             |
+//! | `objects`    | pool (8) · name hash (4) · object id (16)        | sealed `ObjectRecord`      |
+//! | `extents`    | object id (16) · logical block (8)               | sealed `Extent`            |
+//! | `omap`       | object id (16) · omap key                        | sealed omap value          |
+//!
+//! The object id is 16 bytes of HMAC-SHA256(metadata key, pool · name) in encrypting modes,
+//! so names appear nowhere in clear, and of SHA-256 in `none`. In encrypting modes every
+//! value is AES-256-GCM sealed under the metadata key: nonce (12) · ciphertext · tag (16),
+//! with the table's tag byte and the row's key as additional data, so a value altered, or
+//! moved to another row or table, fails to open. Omap keys stay in clear to keep their order
+//! (see docs/design/at-rest-crypto.md, "What is not hidden").
+
+use crate::seal::nonce::{nonce_bytes, DOMAIN_METADATA};
+use crate::seal::{NONCE_BYTES, TAG_BYTES};
+use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM};
+use aws_lc_rs::{digest, hmac};
+use map::{ObjectHash, PoolId};
+use redb::TableDefinition;
+
+pub(crate) const SUPERBLOCK: TableDefinition<&str, &[u8]> = TableDefinition::new("superblock");
+pub(crate) const OBJECTS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("objects");
+pub(crate) const EXTENTS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("extents");
+pub(crate) const OMAP: TableDefinition<&[u8], &[u8]> = TableDefinition::new("omap");
+
+pub(crate) type ObjectId = [u8; 16];
+
+/// Which table a sealed value belongs to; part of its additional data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Table {
+    Objects = 1,
+    Extents = 2,
+    Omap = 3,
+    Superblock = 4,
+}
+
+pub(crate) fn object_key(pool: PoolId, hash: ObjectHash, id: &ObjectId) -> [u8; 28] {
+    let mut key = [0u8; 28];
+    key[..8].copy_from_slice(&pool.0.to_be_bytes());
+    key[8..12].copy_from_slice(&hash.0.to_be_bytes());
+    key[12..].copy_from_slice(id);
+    key
+}
+
+pub(crate) fn extent_key(id: &ObjectId, logical_block: u64) -> [u8; 24] {
+    let mut key = [0u8; 24];
+    key[..16].copy_from_slice(id);
+    key[16..].copy_from_slice(&logical_block.to_be_bytes());
+    key
+}
+
+pub(crate) fn extent_key_block(key: &[u8]) -> u64 {
+    let mut block = [0u8; 8];
+    block.copy_from_slice(&key[16..24]);
+    u64::from_be_bytes(block)
+}
+
+pub(crate) fn omap_key(id: &ObjectId, key: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(16 + key.len());
+    out.extend_from_slice(id);
+    out.extend_from_slice(key);
+    out
+}
+
+/// A metadata value failed to open: altered, moved, or sealed under another key.
+#[derive(Debug)]
+pub(crate) struct MetaIntegrityError;
+
+pub(crate) struct MetaSealer {
+    aead: Option<LessSafeKey>,
+    id_key: Option<hmac::Key>,
+}
+
+impl MetaSealer {
+    pub(crate) fn plain() -> MetaSealer {
+        MetaSealer { aead: None, id_key: None }
+    }
+
+    pub(crate) fn sealed(meta_key: &[u8; 32]) -> MetaSealer {
+        let unbound = UnboundKey::new(&AES_256_GCM, meta_key).expect("a 32-byte key is valid for AES-256-GCM");
+        MetaSealer { aead: Some(LessSafeKey::new(unbound)), id_key: Some(hmac::Key::new(hmac::HMAC_SHA256, meta_key)) }
+    }
+
+    pub(crate) fn object_id(&self, pool: PoolId, name: &str) -> ObjectId {
+        let mut id = [0u8; 16];
+        match &self.id_key {
+            Some(key) => {
+                let mut ctx = hmac::Context::with_key(key);
+                ctx.update(&pool.0.to_be_bytes());
+                ctx.update(name.as_bytes());
+                id.copy_from_slice(&ctx.sign().as_ref()[..16]);
+            }
+            None => {
+                let mut ctx = digest::Context::new(&digest::SHA256);
+                ctx.update(&pool.0.to_be_bytes());
+                ctx.update(name.as_bytes());
+                id.copy_from_slice(&ctx.finish().as_ref()[..16]);
+            }
+        }
+        id
+    }
+
+    /// How many nonce counter values one `seal` takes (0 in `none`).
+    pub(crate) fn nonces_per_value(&self) -> u64 {
+        self.aead.is_some() as u64
+    }
+
+    /// Seals a value with metadata nonce counter value `nonce_counter`.
+    pub(crate) fn seal(&self, table: Table, key: &[u8], plain: Vec<u8>, nonce_counter: u64) -> Vec<u8> {
+        self.seal_with_nonce(table, key, plain, nonce_bytes(DOMAIN_METADATA, nonce_counter))
+    }
+
+    pub(crate) fn seal_with_nonce(&self, table: Table, key: &[u8], mut plain: Vec<u8>, nonce: [u8; NONCE_BYTES]) -> Vec<u8> {
+        let Some(aead) = &self.aead else { return plain };
+        let tag = aead
+            .seal_in_place_separate_tag(Nonce::assume_unique_for_key(nonce), Aad::from(aad(table, key)), &mut plain)
+            .expect("sealing a metadata value cannot fail");
+        let mut out = Vec::with_capacity(NONCE_BYTES + plain.len() + TAG_BYTES);
+        out.extend_from_slice(&nonce);
+        out.extend_from_slice(&plain);
+        out.extend_from_slice(tag.as_ref());
+        out
+    }
+
+    pub(crate) fn open(&self, table: Table, key: &[u8], stored: &[u8]) -> Result<Vec<u8>, MetaIntegrityError> {
+        let Some(aead) = &self.aead else { return Ok(stored.to_vec()) };
+        if stored.len() < NONCE_BYTES + TAG_BYTES {
+            return Err(MetaIntegrityError);
+        }
+        let mut nonce = [0u8; NONCE_BYTES];
+        nonce.copy_from_slice(&stored[..NONCE_BYTES]);
+        let (body, tag) = stored[NONCE_BYTES..].split_at(stored.len() - NONCE_BYTES - TAG_BYTES);
+        let mut plain = body.to_vec();
+        aead.open_in_place_separate_tag(Nonce::assume_unique_for_key(nonce), Aad::from(aad(table, key)), tag, &mut plain)
+            .map_err(|_| MetaIntegrityError)?;
+        Ok(plain)
+    }
+}
+
+fn aad(table: Table, key: &[u8]) -> Vec<u8> {
+    let mut aad = Vec::with_capacity(1 + key.len());
+    aad.push(table as u8);
+    aad.extend_from_slice(key);
+    aad
+}
+
+/// One change to the metadata database, computed while preparing a transaction and applied
+/// in order inside the group commit.
+#[derive(Debug)]
+pub(crate) enum MetaOp {
+    Put { table: Table, key: Vec<u8>, value: Vec<u8> },
+    Remove { table: Table, key: Vec<u8> },
+    /// Removes every row whose key starts with `prefix` (an object's omap on removal).
+    RemovePrefix { table: Table, prefix: Vec<u8> },
+}
+
+/// The upper bound of keys starting with `prefix`, or None when there is none (all 0xff).
+pub(crate) fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last != 0xff {
+            end.push(last + 1);
+            return Some(end);
+        }
+    }
+    None
+}

@@ -1,0 +1,256 @@
+//! Reading: object data (opened in place in the IO buffer), client-sealed chunks as they
+//! are, stat, attributes and omap. A read holds its object's lock shared, so no transaction
+//! can free (and another reuse) the blocks it is reading.
+
+use crate::device::{AlignedBuf, BLOCK_SIZE_BYTES};
+use crate::error::ReadError;
+use crate::metadata::{object_key, omap_key, ObjectId, Table, EXTENTS, OBJECTS, OMAP};
+use crate::object::{load_extents, pieces, Extent, ExtentMap, LoadError, ObjectRecord};
+use crate::seal::{ChunkRecord, ExtentSeal};
+use crate::store::Store;
+use crate::apply::{slot_of, WRITE_BYTES_MAX};
+use map::{ObjectHash, ObjectRef};
+use redb::{ReadableDatabase, ReadableTable};
+use std::collections::BTreeMap;
+use std::ops::Deref;
+
+const BLOCK: u64 = BLOCK_SIZE_BYTES;
+/// Largest single read, in bytes.
+pub const READ_BYTES_MAX: u64 = WRITE_BYTES_MAX;
+/// Most omap entries returned by one `omap_list` call.
+pub const OMAP_PAGE_ENTRIES_MAX: usize = 1000;
+
+/// Data returned by `read`: a window into the aligned buffer the device read into, so the
+/// plaintext is never copied after it was opened.
+pub struct ReadBuf {
+    buffer: AlignedBuf,
+    start: usize,
+    len: usize,
+}
+
+impl Deref for ReadBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.buffer[self.start..self.start + self.len]
+    }
+}
+
+impl std::fmt::Debug for ReadBuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ReadBuf({} bytes)", self.len)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectStat {
+    pub size_bytes: u64,
+    /// Grows by one with every transaction that changes the object.
+    pub version: u64,
+    pub mtime_ns: u64,
+    pub hash: ObjectHash,
+}
+
+/// Chunks read by `read_sealed`: `data` holds every requested chunk (zeros for holes);
+/// `chunks[i]` is chunk i's seal record, or None for a hole.
+#[derive(Debug)]
+pub struct SealedRead {
+    pub data: AlignedBuf,
+    pub chunks: Vec<Option<ChunkRecord>>,
+}
+
+impl Store {
+    pub(crate) fn load_record(
+        &self,
+        objects: &impl ReadableTable<&'static [u8], &'static [u8]>,
+        object: &ObjectRef,
+        id: &ObjectId,
+    ) -> Result<Option<ObjectRecord>, ReadError> {
+        let key = object_key(object.pool, object.name.hash(), id);
+        let Some(stored) = objects.get(&key[..])? else { return Ok(None) };
+        let record: Option<ObjectRecord> = self
+            .meta
+            .open(Table::Objects, &key, stored.value())
+            .ok()
+            .and_then(|plain| postcard::from_bytes(&plain).ok());
+        match record {
+            Some(record) if record.name == object.name.as_str() => Ok(Some(record)),
+            _ => Err(ReadError::MetadataIntegrity { what: format!("object {object}") }),
+        }
+    }
+
+    pub(crate) fn load_extent_map(
+        &self,
+        extents: &impl ReadableTable<&'static [u8], &'static [u8]>,
+        object: &ObjectRef,
+        id: &ObjectId,
+        first: u64,
+        end: u64,
+    ) -> Result<ExtentMap, ReadError> {
+        load_extents(extents, &self.meta, id, first, end).map_err(|e| match e {
+            LoadError::Storage(e) => ReadError::from(e),
+            LoadError::Integrity { logical_block } => ReadError::MetadataIntegrity {
+                what: format!("object {object}, extent at offset {}", logical_block * BLOCK),
+            },
+        })
+    }
+
+    /// Reads each piece into `buffer` (which starts at logical block `first_block`) and opens
+    /// it in place. Holes are left as they are (zeros).
+    pub(crate) fn read_pieces(
+        &self,
+        object: &ObjectRef,
+        id: &ObjectId,
+        pieces: &[(u64, Extent)],
+        first_block: u64,
+        buffer: &mut [u8],
+    ) -> Result<(), ReadError> {
+        for (block, extent) in pieces {
+            if let ExtentSeal::Edge { .. } = extent.seal {
+                return Err(ReadError::EdgeSealed { object: object.to_string(), offset_bytes: block * BLOCK });
+            }
+            let at = ((block - first_block) * BLOCK) as usize;
+            let bytes = &mut buffer[at..at + (extent.len_blocks * BLOCK) as usize];
+            self.device.read_at(extent.physical_block * BLOCK, bytes)?;
+            self.data.open(bytes, id, *block, extent.physical_block, &extent.seal).map_err(|e| ReadError::Integrity {
+                object: object.to_string(),
+                offset_bytes: (block + e.chunk as u64) * BLOCK,
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Reads up to `len_bytes` from `offset_bytes`; shorter at the end of the object.
+    pub fn read(&self, object: &ObjectRef, offset_bytes: u64, len_bytes: u64) -> Result<ReadBuf, ReadError> {
+        if len_bytes > READ_BYTES_MAX {
+            return Err(ReadError::Invalid { reason: format!("read of {len_bytes} bytes; the limit is {READ_BYTES_MAX}") });
+        }
+        let id = self.meta.object_id(object.pool, object.name.as_str());
+        let _lock = self.slots[slot_of(&id)].read().expect("object lock poisoned");
+        let txn = self.db.begin_read()?;
+        let record = self
+            .load_record(&txn.open_table(OBJECTS)?, object, &id)?
+            .ok_or_else(|| ReadError::NotFound { object: object.to_string() })?;
+        let end_bytes = offset_bytes.saturating_add(len_bytes).min(record.size_bytes);
+        if offset_bytes >= end_bytes {
+            return Ok(ReadBuf { buffer: AlignedBuf::zeroed(0), start: 0, len: 0 });
+        }
+        let (first, end) = (offset_bytes / BLOCK, end_bytes.div_ceil(BLOCK));
+        let extents = self.load_extent_map(&txn.open_table(EXTENTS)?, object, &id, first, end)?;
+        drop(txn);
+        let mut buffer = AlignedBuf::zeroed((end - first) as usize);
+        self.read_pieces(object, &id, &pieces(&extents, first, end), first, &mut buffer)?;
+        Ok(ReadBuf { buffer, start: (offset_bytes - first * BLOCK) as usize, len: (end_bytes - offset_bytes) as usize })
+    }
+
+    /// Returns chunks `[first_chunk, first_chunk + count)` exactly as a client sealed them.
+    /// A chunk the store sealed itself is refused: its plaintext is only for `read`.
+    pub fn read_sealed(&self, object: &ObjectRef, first_chunk: u64, count: u64) -> Result<SealedRead, ReadError> {
+        if count * BLOCK > READ_BYTES_MAX {
+            return Err(ReadError::Invalid { reason: format!("read of {count} chunks; the limit is {}", READ_BYTES_MAX / BLOCK) });
+        }
+        let id = self.meta.object_id(object.pool, object.name.as_str());
+        let _lock = self.slots[slot_of(&id)].read().expect("object lock poisoned");
+        let txn = self.db.begin_read()?;
+        self.load_record(&txn.open_table(OBJECTS)?, object, &id)?
+            .ok_or_else(|| ReadError::NotFound { object: object.to_string() })?;
+        let end = first_chunk.saturating_add(count).min(crate::object::OBJECT_BLOCKS_MAX);
+        let extents = self.load_extent_map(&txn.open_table(EXTENTS)?, object, &id, first_chunk.min(end), end)?;
+        drop(txn);
+        let mut data = AlignedBuf::zeroed(count as usize);
+        let mut chunks = vec![None; count as usize];
+        for (block, extent) in pieces(&extents, first_chunk, end) {
+            let ExtentSeal::Edge { chunks: records } = &extent.seal else {
+                return Err(ReadError::Invalid {
+                    reason: format!("object {object} chunk {block} was sealed by the store, not by a client"),
+                });
+            };
+            let at = ((block - first_chunk) * BLOCK) as usize;
+            self.device.read_at(extent.physical_block * BLOCK, &mut data[at..at + (extent.len_blocks * BLOCK) as usize])?;
+            for (i, record) in records.iter().enumerate() {
+                chunks[(block - first_chunk) as usize + i] = Some(*record);
+            }
+        }
+        Ok(SealedRead { data, chunks })
+    }
+
+    pub fn stat(&self, object: &ObjectRef) -> Result<ObjectStat, ReadError> {
+        let record = self.record(object)?;
+        Ok(ObjectStat {
+            size_bytes: record.size_bytes,
+            version: record.version,
+            mtime_ns: record.mtime_ns,
+            hash: object.name.hash(),
+        })
+    }
+
+    pub fn attrs(&self, object: &ObjectRef) -> Result<BTreeMap<String, Vec<u8>>, ReadError> {
+        Ok(self.record(object)?.attrs)
+    }
+
+    fn record(&self, object: &ObjectRef) -> Result<ObjectRecord, ReadError> {
+        let id = self.meta.object_id(object.pool, object.name.as_str());
+        let txn = self.db.begin_read()?;
+        self.load_record(&txn.open_table(OBJECTS)?, object, &id)?
+            .ok_or_else(|| ReadError::NotFound { object: object.to_string() })
+    }
+
+    pub fn exists(&self, object: &ObjectRef) -> Result<bool, ReadError> {
+        match self.record(object) {
+            Ok(_) => Ok(true),
+            Err(ReadError::NotFound { .. }) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub fn omap_get(&self, object: &ObjectRef, key: &[u8]) -> Result<Option<Vec<u8>>, ReadError> {
+        let id = self.meta.object_id(object.pool, object.name.as_str());
+        let txn = self.db.begin_read()?;
+        self.load_record(&txn.open_table(OBJECTS)?, object, &id)?
+            .ok_or_else(|| ReadError::NotFound { object: object.to_string() })?;
+        let row = omap_key(&id, key);
+        let omap = txn.open_table(OMAP)?;
+        let Some(stored) = omap.get(&row[..])? else { return Ok(None) };
+        self.meta
+            .open(Table::Omap, &row, stored.value())
+            .map(Some)
+            .map_err(|_| ReadError::MetadataIntegrity { what: format!("object {object}, an omap value") })
+    }
+
+    /// Omap entries in key order, starting after `after`, at most `limit`
+    /// (`OMAP_PAGE_ENTRIES_MAX` at the most).
+    pub fn omap_list(
+        &self,
+        object: &ObjectRef,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, ReadError> {
+        let id = self.meta.object_id(object.pool, object.name.as_str());
+        let txn = self.db.begin_read()?;
+        self.load_record(&txn.open_table(OBJECTS)?, object, &id)?
+            .ok_or_else(|| ReadError::NotFound { object: object.to_string() })?;
+        let omap = txn.open_table(OMAP)?;
+        let start = omap_key(&id, after.unwrap_or(&[]));
+        let end = crate::metadata::prefix_end(&id);
+        let range = match &end {
+            Some(end) => omap.range::<&[u8]>(&start[..]..&end[..])?,
+            None => omap.range::<&[u8]>(&start[..]..)?,
+        };
+        let mut out = Vec::new();
+        for row in range {
+            let (key, value) = row?;
+            let omap_key_bytes = &key.value()[16..];
+            if after.is_some_and(|a| a == omap_key_bytes) {
+                continue;
+            }
+            if out.len() >= limit.min(OMAP_PAGE_ENTRIES_MAX) {
+                break;
+            }
+            let plain = self
+                .meta
+                .open(Table::Omap, key.value(), value.value())
+                .map_err(|_| ReadError::MetadataIntegrity { what: format!("object {object}, an omap value") })?;
+            out.push((omap_key_bytes.to_vec(), plain));
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,324 @@
+//! `Store`: mkfs, open and statfs. Applying transactions is in apply.rs and commit.rs,
+//! reading in read.rs, listing in list.rs.
+//!
+//! A store is a directory holding `meta.redb` (the metadata database) and, unless mkfs was
+//! given a block device, `data` (the preallocated data file). The superblock table holds:
+//!
+//! | field            | bytes                                                          |
+//! |------------------|----------------------------------------------------------------|
+//! | `format`         | u32 BE, `FORMAT_VERSION`                                       |
+//! | `store_id`       | 16 random bytes                                                |
+//! | `mode`           | the at-rest mode's name                                        |
+//! | `data_blocks`    | u64 BE, blocks of the data device in use                       |
+//! | `data_path`      | the data device's path (relative to the directory if no `/`)  |
+//! | `wrapped_key`    | the 96-byte store secret wrapped by the caller's KEK, bound to |
+//! |                  | store_id, mode and data_blocks (so none of them can be altered)|
+//! | `nonce_reserved` | u64 BE nonce high-water mark, sealed under the metadata key    |
+//!
+//! The store secret is 64 bytes of data key (XTS uses all, GCM the first 32) and 32 bytes of
+//! metadata key. It exists unwrapped only in this process's memory.
+
+use crate::allocator::Allocator;
+use crate::commit::Committer;
+use crate::device::{Device, FileDevice, BLOCK_SIZE_BYTES};
+use crate::error::{MkfsError, OpenError};
+use crate::metadata::{MetaSealer, Table, EXTENTS, OBJECTS, OMAP, SUPERBLOCK};
+use crate::object::decode_extent;
+use crate::seal::nonce::{nonce_bytes, NonceCounter, DOMAIN_RESERVATION};
+use crate::seal::{DataSealer, Mode};
+use keys::{KeyEncryptionKey, SecretKey, WrappedKey};
+use redb::{Database, ReadableDatabase, ReadableTable, ReadOnlyDatabase};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, RwLock};
+
+pub const FORMAT_VERSION: u32 = 1;
+/// Smallest data device mkfs accepts: 64 blocks.
+pub const STORE_SIZE_BYTES_MIN: u64 = 64 * BLOCK_SIZE_BYTES;
+/// Objects are locked through this many striped slots (by object id).
+pub(crate) const LOCK_SLOTS: usize = 1024;
+
+const META_FILE: &str = "meta.redb";
+const DATA_FILE: &str = "data";
+
+#[derive(Clone, Debug)]
+pub struct MkfsOptions {
+    pub mode: Mode,
+    /// Size of the data file to create; ignored with `device`, whose whole size is used.
+    pub size_bytes: u64,
+    /// A raw block device (or an existing file) to use instead of creating `data`.
+    pub device: Option<PathBuf>,
+}
+
+/// Space figures, as `statfs` reports them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Statfs {
+    pub total_bytes: u64,
+    pub allocated_bytes: u64,
+    pub free_bytes: u64,
+}
+
+pub struct Store {
+    pub(crate) dir: PathBuf,
+    pub(crate) db: Database,
+    pub(crate) device: Box<dyn Device>,
+    pub(crate) mode: Mode,
+    pub(crate) data: DataSealer,
+    pub(crate) meta: MetaSealer,
+    pub(crate) nonces: NonceCounter,
+    pub(crate) allocator: Mutex<Allocator>,
+    pub(crate) committer: Committer,
+    pub(crate) slots: Box<[RwLock<()>]>,
+    direct_io: bool,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Store({}, {})", self.dir.display(), self.mode)
+    }
+}
+
+fn wrap_context(store_id: &[u8], mode: Mode, data_blocks: u64) -> Vec<u8> {
+    let mut ctx = b"coffer-store-key-v1".to_vec();
+    ctx.extend_from_slice(store_id);
+    ctx.extend_from_slice(mode.as_str().as_bytes());
+    ctx.extend_from_slice(&data_blocks.to_be_bytes());
+    ctx
+}
+
+fn meta_key(secret: &SecretKey<96>) -> [u8; 32] {
+    let mut key = [0u8; 32];
+    key.copy_from_slice(&secret.expose()[64..]);
+    key
+}
+
+fn data_key(secret: &SecretKey<96>) -> [u8; 64] {
+    let mut key = [0u8; 64];
+    key.copy_from_slice(&secret.expose()[..64]);
+    key
+}
+
+fn meta_sealer(mode: Mode, secret: &SecretKey<96>) -> MetaSealer {
+    if mode.encrypts() {
+        let mut key = meta_key(secret);
+        let sealer = MetaSealer::sealed(&key);
+        zeroize::Zeroize::zeroize(&mut key);
+        sealer
+    } else {
+        MetaSealer::plain()
+    }
+}
+
+fn reservation_value(meta: &MetaSealer, mark: u64) -> Vec<u8> {
+    meta.seal_with_nonce(Table::Superblock, b"nonce_reserved", mark.to_be_bytes().to_vec(), nonce_bytes(DOMAIN_RESERVATION, mark))
+}
+
+impl Store {
+    /// Creates a store in `dir` (new or empty): the data device, the metadata database, a
+    /// fresh store secret wrapped under `kek`.
+    pub fn mkfs(dir: &Path, options: &MkfsOptions, kek: &KeyEncryptionKey) -> Result<(), MkfsError> {
+        let io = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| MkfsError::Io { path, source }
+        };
+        std::fs::create_dir_all(dir).map_err(io(dir))?;
+        if std::fs::read_dir(dir).map_err(io(dir))?.next().is_some() {
+            return Err(MkfsError::NotEmpty { path: dir.to_path_buf() });
+        }
+        let (data_path, stored_path) = match &options.device {
+            Some(device) => (device.clone(), device.display().to_string()),
+            None => {
+                let path = dir.join(DATA_FILE);
+                if options.size_bytes < STORE_SIZE_BYTES_MIN {
+                    return Err(MkfsError::TooSmall { size_bytes: options.size_bytes, min_bytes: STORE_SIZE_BYTES_MIN });
+                }
+                FileDevice::create(&path, options.size_bytes / BLOCK_SIZE_BYTES * BLOCK_SIZE_BYTES).map_err(io(&path))?;
+                (path, DATA_FILE.to_string())
+            }
+        };
+        let device = FileDevice::open(&data_path).map_err(io(&data_path))?;
+        let data_blocks = device.len_bytes() / BLOCK_SIZE_BYTES;
+        if data_blocks * BLOCK_SIZE_BYTES < STORE_SIZE_BYTES_MIN {
+            return Err(MkfsError::TooSmall { size_bytes: device.len_bytes(), min_bytes: STORE_SIZE_BYTES_MIN });
+        }
+        let mut store_id = [0u8; 16];
+        aws_lc_rs::rand::fill(&mut store_id).expect("the system random source never fails on Linux");
+        let secret = SecretKey::<96>::generate();
+        let wrapped = keys::wrap(kek, &secret, &wrap_context(&store_id, options.mode, data_blocks));
+        let meta = meta_sealer(options.mode, &secret);
+        let meta_path = dir.join(META_FILE);
+        let db = Database::create(&meta_path)?;
+        let txn = db.begin_write()?;
+        {
+            let mut sb = txn.open_table(SUPERBLOCK)?;
+            sb.insert("format", &FORMAT_VERSION.to_be_bytes()[..])?;
+            sb.insert("store_id", &store_id[..])?;
+            sb.insert("mode", options.mode.as_str().as_bytes())?;
+            sb.insert("data_blocks", &data_blocks.to_be_bytes()[..])?;
+            sb.insert("data_path", stored_path.as_bytes())?;
+            sb.insert("wrapped_key", wrapped.as_bytes())?;
+            sb.insert("nonce_reserved", &reservation_value(&meta, 0)[..])?;
+            txn.open_table(OBJECTS)?;
+            txn.open_table(EXTENTS)?;
+            txn.open_table(OMAP)?;
+        }
+        txn.commit()?;
+        Ok(())
+    }
+
+    /// Opens the store in `dir` with its key-encryption key.
+    pub fn open(dir: &Path, kek: &KeyEncryptionKey) -> Result<Store, OpenError> {
+        Store::open_inner(dir, kek, None)
+    }
+
+    /// Opens the store on a caller-supplied device (tests wrap the real one to inject faults).
+    pub fn open_with_device(dir: &Path, kek: &KeyEncryptionKey, device: Box<dyn Device>) -> Result<Store, OpenError> {
+        Store::open_inner(dir, kek, Some(device))
+    }
+
+    fn open_inner(dir: &Path, kek: &KeyEncryptionKey, device: Option<Box<dyn Device>>) -> Result<Store, OpenError> {
+        let meta_path = dir.join(META_FILE);
+        if !meta_path.is_file() {
+            return Err(OpenError::NotAStore { path: dir.to_path_buf() });
+        }
+        let in_use = |e: redb::DatabaseError| match e {
+            redb::DatabaseError::DatabaseAlreadyOpen => OpenError::InUse { path: dir.to_path_buf() },
+            e => OpenError::from(e),
+        };
+        // Check the key on a read-only view first: a wrong key must change nothing, and a
+        // writable open may already write to the file.
+        let superblock = match ReadOnlyDatabase::open(&meta_path) {
+            Ok(db) => Some(Superblock::read(&db.begin_read()?)?),
+            Err(redb::DatabaseError::DatabaseAlreadyOpen) => return Err(OpenError::InUse { path: dir.to_path_buf() }),
+            // Needs crash repair, which only a writable open does; the key is checked after.
+            Err(_) => None,
+        };
+        if let Some(sb) = &superblock {
+            sb.unwrap_secret(kek)?;
+        }
+        let db = Database::open(&meta_path).map_err(in_use)?;
+        let sb = Superblock::read(&db.begin_read()?)?;
+        let secret = sb.unwrap_secret(kek)?;
+        let meta = meta_sealer(sb.mode, &secret);
+        let reserved_stored = &sb.nonce_reserved;
+        let reserved = meta
+            .open(Table::Superblock, b"nonce_reserved", reserved_stored)
+            .ok()
+            .and_then(|v| <[u8; 8]>::try_from(v.as_slice()).ok())
+            .map(u64::from_be_bytes)
+            .ok_or_else(|| OpenError::Corrupt { what: "the nonce reservation record".into() })?;
+        let mut dkey = data_key(&secret);
+        let data = DataSealer::new(sb.mode, &dkey).map_err(|_| OpenError::Corrupt { what: "the data key (rejected by XTS)".into() });
+        zeroize::Zeroize::zeroize(&mut dkey);
+        let data = data?;
+        let (device, direct_io): (Box<dyn Device>, bool) = match device {
+            Some(device) => (device, false),
+            None => {
+                let path = if sb.data_path.starts_with('/') { PathBuf::from(&sb.data_path) } else { dir.join(&sb.data_path) };
+                let dev = FileDevice::open(&path).map_err(|source| OpenError::Io { path: path.clone(), source })?;
+                let direct = dev.direct_io();
+                (Box::new(dev), direct)
+            }
+        };
+        if device.len_bytes() < sb.data_blocks * BLOCK_SIZE_BYTES {
+            return Err(OpenError::Corrupt {
+                what: format!("data device is {} bytes, the store needs {}", device.len_bytes(), sb.data_blocks * BLOCK_SIZE_BYTES),
+            });
+        }
+        let allocator = rebuild_allocator(&db, &meta, sb.data_blocks)?;
+        let slots = (0..LOCK_SLOTS).map(|_| RwLock::new(())).collect();
+        Ok(Store {
+            dir: dir.to_path_buf(),
+            db,
+            device,
+            mode: sb.mode,
+            data,
+            meta,
+            nonces: NonceCounter::resume(reserved),
+            allocator: Mutex::new(allocator),
+            committer: Committer::new(),
+            slots,
+            direct_io,
+        })
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// Whether data IO bypasses the page cache (false on file systems without O_DIRECT).
+    pub fn direct_io(&self) -> bool {
+        self.direct_io
+    }
+
+    pub fn statfs(&self) -> Statfs {
+        let alloc = self.allocator.lock().expect("allocator lock poisoned");
+        let total = alloc.total_blocks() * BLOCK_SIZE_BYTES;
+        let free = alloc.free_blocks() * BLOCK_SIZE_BYTES;
+        Statfs { total_bytes: total, allocated_bytes: total - free, free_bytes: free }
+    }
+
+    /// Durably raises the nonce reservation to `mark` (see seal/nonce.rs).
+    pub(crate) fn persist_nonce_reservation(&self, mark: u64) -> Result<(), redb::Error> {
+        let txn = self.db.begin_write()?;
+        {
+            let mut sb = txn.open_table(SUPERBLOCK)?;
+            sb.insert("nonce_reserved", &reservation_value(&self.meta, mark)[..])?;
+        }
+        txn.commit()?;
+        Ok(())
+    }
+}
+
+struct Superblock {
+    store_id: Vec<u8>,
+    mode: Mode,
+    data_blocks: u64,
+    data_path: String,
+    wrapped_key: WrappedKey,
+    nonce_reserved: Vec<u8>,
+}
+
+impl Superblock {
+    fn read(txn: &redb::ReadTransaction) -> Result<Superblock, OpenError> {
+        let sb = txn.open_table(SUPERBLOCK)?;
+        let field = |name: &str| -> Result<Vec<u8>, OpenError> {
+            sb.get(name)?
+                .map(|v| v.value().to_vec())
+                .ok_or_else(|| OpenError::Corrupt { what: format!("superblock field {name} is missing") })
+        };
+        let corrupt = |name: &str| OpenError::Corrupt { what: format!("superblock field {name}") };
+        let format = u32::from_be_bytes(field("format")?.try_into().map_err(|_| corrupt("format"))?);
+        if format != FORMAT_VERSION {
+            return Err(OpenError::UnsupportedFormat { found: format, supported: FORMAT_VERSION });
+        }
+        let mode = String::from_utf8(field("mode")?).ok().and_then(|m| m.parse().ok()).ok_or_else(|| corrupt("mode"))?;
+        Ok(Superblock {
+            store_id: field("store_id")?,
+            mode,
+            data_blocks: u64::from_be_bytes(field("data_blocks")?.try_into().map_err(|_| corrupt("data_blocks"))?),
+            data_path: String::from_utf8(field("data_path")?).map_err(|_| corrupt("data_path"))?,
+            wrapped_key: WrappedKey::from_bytes(field("wrapped_key")?),
+            nonce_reserved: field("nonce_reserved")?,
+        })
+    }
+
+    fn unwrap_secret(&self, kek: &KeyEncryptionKey) -> Result<SecretKey<96>, OpenError> {
+        keys::unwrap(kek, &self.wrapped_key, &wrap_context(&self.store_id, self.mode, self.data_blocks))
+            .map_err(|_| OpenError::WrongKey)
+    }
+}
+
+/// Every block that no committed extent references is free.
+fn rebuild_allocator(db: &Database, meta: &MetaSealer, data_blocks: u64) -> Result<Allocator, OpenError> {
+    let txn = db.begin_read()?;
+    let table = txn.open_table(EXTENTS)?;
+    let mut used = Vec::new();
+    for row in table.iter()? {
+        let (key, value) = row?;
+        let extent = decode_extent(meta, key.value(), value.value())
+            .ok_or_else(|| OpenError::Corrupt { what: "an extent record failed its integrity check".into() })?;
+        used.push(extent.run());
+    }
+    Allocator::from_used(data_blocks, used)
+        .map_err(|o| OpenError::Corrupt { what: format!("two extents claim device block {}", o.block) })
+}
