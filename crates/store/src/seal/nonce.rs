@@ -60,3 +60,65 @@ impl NonceCounter {
         Ok(first)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn concurrent_takes_never_overlap_and_stay_below_the_persisted_mark() {
+        let persisted = Mutex::new(vec![0u64]);
+        let counter = NonceCounter::resume(0);
+        let taken = Mutex::new(Vec::new());
+        std::thread::scope(|scope| {
+            for t in 0..4u64 {
+                let (counter, persisted, taken) = (&counter, &persisted, &taken);
+                scope.spawn(move || {
+                    for i in 0..2000u64 {
+                        let count = 1 + (t * 31 + i * 17) % (NONCE_RESERVE_STEP / 256);
+                        let first = counter
+                            .take(count, |mark| -> Result<(), ()> {
+                                persisted.lock().expect("lock").push(mark);
+                                Ok(())
+                            })
+                            .expect("persist never fails here");
+                        let mark = *persisted.lock().expect("lock").iter().max().expect("a mark");
+                        assert!(first + count <= mark, "handed out {first}+{count} above the persisted mark {mark}");
+                        taken.lock().expect("lock").push((first, count));
+                    }
+                });
+            }
+        });
+        let mut ranges = taken.into_inner().expect("lock");
+        ranges.sort();
+        assert!(ranges.windows(2).all(|w| w[0].0 + w[0].1 <= w[1].0), "two takes overlap");
+    }
+
+    #[test]
+    fn resuming_from_a_mark_never_reuses_a_value_below_it() {
+        let counter = NonceCounter::resume(0);
+        let marks = Mutex::new(Vec::new());
+        let before: HashSet<u64> = (0..100)
+            .map(|_| {
+                counter
+                    .take(1, |m| -> Result<(), ()> {
+                        marks.lock().expect("lock").push(m);
+                        Ok(())
+                    })
+                    .expect("ok")
+            })
+            .collect();
+        // A crash: a new process resumes from the last persisted mark.
+        let resumed = NonceCounter::resume(*marks.lock().expect("lock").last().expect("a reservation was made"));
+        let after = resumed.take(1, |_| -> Result<(), ()> { Ok(()) }).expect("ok");
+        assert!(before.iter().all(|b| *b < after), "a value used before the crash came back");
+    }
+
+    #[test]
+    fn a_failed_reservation_hands_out_nothing() {
+        let counter = NonceCounter::resume(0);
+        assert!(counter.take(1, |_| Err("disk full")).is_err());
+        assert_eq!(counter.reserved.load(Ordering::Acquire), 0);
+    }
+}

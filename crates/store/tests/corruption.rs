@@ -1,0 +1,213 @@
+//! What was corrupted must be detected: flipped, swapped or moved bytes in the data file
+//! and altered or moved metadata rows fail with errors that name what broke, never with
+//! altered data. And the contrast: in `none` the same flip goes unnoticed, which proves the
+//! test really reaches the bytes it corrupts.
+
+mod common;
+
+use coffer_store::{Mode, OpenError, ReadError, Store, Transaction};
+use common::{kek, mkfs, obj, pattern};
+use rand::{Rng, SeedableRng};
+use redb::{ReadableTable, TableDefinition};
+use std::path::Path;
+
+const TABLES: [&str; 3] = ["objects", "extents", "omap"];
+
+/// The indexes of data-file blocks that hold anything (unused space stays zero).
+fn used_blocks(dir: &Path) -> Vec<usize> {
+    let data = std::fs::read(dir.join("data")).expect("read data file");
+    data.chunks(4096).enumerate().filter(|(_, b)| b.iter().any(|x| *x != 0)).map(|(i, _)| i).collect()
+}
+
+fn edit_data(dir: &Path, edit: impl FnOnce(&mut Vec<u8>)) {
+    let path = dir.join("data");
+    let mut data = std::fs::read(&path).expect("read data file");
+    edit(&mut data);
+    std::fs::write(&path, data).expect("write data file");
+}
+
+/// One object of three blocks (and nothing else) in a fresh store.
+fn one_object_store(dir: &Path, mode: Mode) -> Vec<u8> {
+    let store = mkfs(dir, mode, 1 << 20);
+    let bytes = pattern(1, 3 * 4096);
+    let mut txn = Transaction::new();
+    txn.write(&obj(1, "victim"), 0, &bytes).omap_set(&obj(1, "victim"), b"k", b"v").set_attr(&obj(1, "victim"), "a", b"1");
+    store.apply(txn).expect("write");
+    bytes
+}
+
+#[test]
+fn gcm_flipped_data_byte_fails_the_read_naming_object_and_offset() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bytes = one_object_store(dir.path(), Mode::Gcm);
+    let blocks = used_blocks(dir.path());
+    assert_eq!(blocks.len(), 3, "the object's three sealed blocks");
+    edit_data(dir.path(), |d| d[blocks[1] * 4096 + 100] ^= 0x01);
+    let store = Store::open(dir.path(), &kek(7)).expect("open");
+    match store.read(&obj(1, "victim"), 0, 3 * 4096) {
+        Err(ReadError::Integrity { object, offset_bytes }) => {
+            assert_eq!(object, "1/victim");
+            assert_eq!(offset_bytes, 4096, "the second chunk was flipped");
+        }
+        other => panic!("expected an integrity error, got {other:?}"),
+    }
+    let first = store.read(&obj(1, "victim"), 0, 4096).expect("an untouched chunk still reads");
+    assert_eq!(&first[..], &bytes[..4096]);
+}
+
+#[test]
+fn gcm_chunks_swapped_on_disk_are_detected() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    one_object_store(dir.path(), Mode::Gcm);
+    let blocks = used_blocks(dir.path());
+    edit_data(dir.path(), |d| {
+        let (a, b) = (blocks[0] * 4096, blocks[2] * 4096);
+        let first: Vec<u8> = d[a..a + 4096].to_vec();
+        d.copy_within(b..b + 4096, a);
+        d[b..b + 4096].copy_from_slice(&first);
+    });
+    let store = Store::open(dir.path(), &kek(7)).expect("open");
+    assert!(matches!(store.read(&obj(1, "victim"), 0, 4096), Err(ReadError::Integrity { offset_bytes: 0, .. })));
+    assert!(matches!(store.read(&obj(1, "victim"), 8192, 4096), Err(ReadError::Integrity { offset_bytes: 8192, .. })));
+}
+
+#[test]
+fn without_integrity_modes_a_flip_goes_unnoticed_which_shows_the_test_reaches_the_disk() {
+    for mode in [Mode::None, Mode::Xts4096] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let bytes = one_object_store(dir.path(), mode);
+        let blocks = used_blocks(dir.path());
+        edit_data(dir.path(), |d| d[blocks[0] * 4096 + 5] ^= 0x01);
+        let store = Store::open(dir.path(), &kek(7)).expect("open");
+        let read = store.read(&obj(1, "victim"), 0, 4096).expect("no integrity check in this mode");
+        assert_ne!(&read[..], &bytes[..4096], "{mode}: the flip changed what was read");
+    }
+}
+
+fn edit_row(dir: &Path, table: &str, edit: impl FnOnce(&mut Vec<u8>)) {
+    let db = redb::Database::open(dir.join("meta.redb")).expect("open metadata");
+    let def: TableDefinition<&[u8], &[u8]> = TableDefinition::new(table);
+    let txn = db.begin_write().expect("write txn");
+    {
+        let mut t = txn.open_table(def).expect("table");
+        let (key, mut value) = {
+            let (k, v) = t.first().expect("read").expect("a row");
+            (k.value().to_vec(), v.value().to_vec())
+        };
+        edit(&mut value);
+        t.insert(&key[..], &value[..]).expect("write row");
+    }
+    txn.commit().expect("commit");
+}
+
+#[test]
+fn altered_metadata_values_are_detected_in_every_encrypting_mode() {
+    for mode in [Mode::Gcm, Mode::Xts512, Mode::Xts4096] {
+        for table in TABLES {
+            let dir = tempfile::tempdir().expect("tempdir");
+            one_object_store(dir.path(), mode);
+            edit_row(dir.path(), table, |v| {
+                let at = v.len() / 2;
+                v[at] ^= 0x80;
+            });
+            let victim = obj(1, "victim");
+            let outcome = Store::open(dir.path(), &kek(7)).map(|store| {
+                (store.read(&victim, 0, 4096).map(|_| ()), store.omap_get(&victim, b"k").map(|_| ()))
+            });
+            let detected = match outcome {
+                Err(OpenError::Corrupt { .. }) => true,
+                Ok((Err(ReadError::MetadataIntegrity { .. }), _)) | Ok((_, Err(ReadError::MetadataIntegrity { .. }))) => true,
+                _ => false,
+            };
+            assert!(detected, "{mode}: an altered {table} value was not detected: {outcome:?}");
+        }
+    }
+}
+
+#[test]
+fn metadata_rows_swapped_between_objects_are_detected() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = mkfs(dir.path(), Mode::Gcm, 1 << 20);
+    let mut txn = Transaction::new();
+    txn.write(&obj(1, "a"), 0, b"first object").write(&obj(1, "b"), 0, b"second object");
+    store.apply(txn).expect("write");
+    drop(store);
+    let db = redb::Database::open(dir.path().join("meta.redb")).expect("open metadata");
+    let def: TableDefinition<&[u8], &[u8]> = TableDefinition::new("objects");
+    let txn = db.begin_write().expect("write txn");
+    {
+        let mut t = txn.open_table(def).expect("table");
+        let rows: Vec<(Vec<u8>, Vec<u8>)> = t
+            .iter()
+            .expect("iter")
+            .map(|r| r.map(|(k, v)| (k.value().to_vec(), v.value().to_vec())).expect("row"))
+            .collect();
+        assert_eq!(rows.len(), 2);
+        t.insert(&rows[0].0[..], &rows[1].1[..]).expect("swap");
+        t.insert(&rows[1].0[..], &rows[0].1[..]).expect("swap");
+    }
+    txn.commit().expect("commit");
+    drop(db);
+    let store = Store::open(dir.path(), &kek(7)).expect("open");
+    for name in ["a", "b"] {
+        assert!(matches!(store.stat(&obj(1, name)), Err(ReadError::MetadataIntegrity { .. })), "{name}");
+    }
+}
+
+#[test]
+fn random_flips_in_the_metadata_file_never_yield_altered_data() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bytes = one_object_store(dir.path(), Mode::Gcm);
+    let meta = std::fs::read(dir.path().join("meta.redb")).expect("read metadata");
+    let data = std::fs::read(dir.path().join("data")).expect("read data");
+    let seed: u64 = rand::random();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    for _ in 0..150 {
+        let copy = tempfile::tempdir().expect("tempdir");
+        let mut flipped = meta.clone();
+        let at = rng.random_range(0..flipped.len());
+        flipped[at] ^= 1 << rng.random_range(0..8);
+        std::fs::write(copy.path().join("meta.redb"), &flipped).expect("write copy");
+        std::fs::write(copy.path().join("data"), &data).expect("write copy");
+        let outcome = std::panic::catch_unwind(|| match Store::open(copy.path(), &kek(7)) {
+            Err(_) => None,
+            Ok(store) => Some(store.read(&obj(1, "victim"), 0, 3 * 4096).map(|b| b.to_vec())),
+        });
+        match outcome {
+            Ok(Some(Ok(read))) => {
+                assert_eq!(read, bytes, "seed {seed}: a flip at byte {at} of the metadata file altered the data read");
+            }
+            Ok(Some(Err(_))) | Ok(None) => {}
+            Err(_) => panic!("seed {seed}: a flip at byte {at} of the metadata file crashed the store"),
+        }
+    }
+}
+
+#[test]
+fn a_wrong_key_is_refused_and_changes_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    one_object_store(dir.path(), Mode::Gcm);
+    let before = (std::fs::read(dir.path().join("meta.redb")).expect("meta"), std::fs::read(dir.path().join("data")).expect("data"));
+    let err = Store::open(dir.path(), &kek(8)).expect_err("the wrong key must not open the store");
+    assert!(matches!(err, OpenError::WrongKey), "{err:?}");
+    let message = err.to_string();
+    assert!(message.contains("key-encryption key") && !message.contains("0808"), "{message}");
+    let after = (std::fs::read(dir.path().join("meta.redb")).expect("meta"), std::fs::read(dir.path().join("data")).expect("data"));
+    assert!(before == after, "a refused open changed the store's files");
+    Store::open(dir.path(), &kek(7)).expect("the right key still opens it");
+}
+
+#[test]
+fn the_superblock_mode_cannot_be_changed_behind_the_key() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    one_object_store(dir.path(), Mode::Gcm);
+    let db = redb::Database::open(dir.path().join("meta.redb")).expect("open metadata");
+    let txn = db.begin_write().expect("write txn");
+    {
+        let def: TableDefinition<&str, &[u8]> = TableDefinition::new("superblock");
+        txn.open_table(def).expect("superblock").insert("mode", &b"none"[..]).expect("write");
+    }
+    txn.commit().expect("commit");
+    drop(db);
+    assert!(matches!(Store::open(dir.path(), &kek(7)), Err(OpenError::WrongKey)), "a downgraded mode must not open");
+}

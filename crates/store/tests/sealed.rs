@@ -1,0 +1,110 @@
+//! Chunks sealed upstream by a client that holds the key (MISSION.md, "Encrypt once") are
+//! stored and returned byte for byte, in every mode, without the store decrypting or
+//! re-encrypting them; operations that would need their plaintext are refused clearly.
+
+mod common;
+
+use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM};
+use coffer_store::{ApplyError, ChunkRecord, Mode, ReadError, Transaction, BLOCK_SIZE_BYTES};
+use common::{find, mkfs, obj, pattern};
+
+const CHUNK: usize = BLOCK_SIZE_BYTES as usize;
+const KEY_ID: u64 = 0xfeed;
+
+/// A client's sealing, as the edge will do it: AES-256-GCM per chunk, AAD = object || index.
+struct Client {
+    key: LessSafeKey,
+}
+
+impl Client {
+    fn new() -> Client {
+        Client { key: LessSafeKey::new(UnboundKey::new(&AES_256_GCM, &[42u8; 32]).expect("key")) }
+    }
+
+    fn seal(&self, name: &str, first_chunk: u64, plain: &[u8]) -> (Vec<u8>, Vec<ChunkRecord>) {
+        let mut data = plain.to_vec();
+        let records = data
+            .chunks_exact_mut(CHUNK)
+            .enumerate()
+            .map(|(i, chunk)| {
+                let index = first_chunk + i as u64;
+                let mut nonce = [0u8; 12];
+                nonce[4..].copy_from_slice(&index.to_be_bytes());
+                let aad = [name.as_bytes(), &index.to_be_bytes()].concat();
+                let tag = self
+                    .key
+                    .seal_in_place_separate_tag(Nonce::assume_unique_for_key(nonce), Aad::from(aad), chunk)
+                    .expect("seal");
+                ChunkRecord { key_id: KEY_ID, nonce, tag: tag.as_ref().try_into().expect("16-byte tag") }
+            })
+            .collect();
+        (data, records)
+    }
+
+    fn open(&self, name: &str, first_chunk: u64, data: &mut [u8], records: &[Option<ChunkRecord>]) {
+        for (i, (chunk, record)) in data.chunks_exact_mut(CHUNK).zip(records).enumerate() {
+            let record = record.expect("a stored chunk");
+            let index = first_chunk + i as u64;
+            let aad = [name.as_bytes(), &index.to_be_bytes()].concat();
+            self.key
+                .open_in_place_separate_tag(Nonce::assume_unique_for_key(record.nonce), Aad::from(aad), &record.tag, chunk)
+                .expect("the client opens what the store returned");
+        }
+    }
+}
+
+#[test]
+fn client_sealed_chunks_are_stored_and_returned_as_they_came_in_every_mode() {
+    for mode in Mode::ALL {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = mkfs(dir.path(), mode, 1 << 20);
+        let client = Client::new();
+        let o = obj(1, "image.0");
+        let plain = pattern(5, 4 * CHUNK);
+        let (sealed, records) = client.seal("image.0", 2, &plain);
+        let mut txn = Transaction::new();
+        txn.write_sealed(&o, 2, &sealed, records.clone());
+        store.apply(txn).expect("sealed write");
+        assert_eq!(store.stat(&o).expect("stat").size_bytes, 6 * CHUNK as u64);
+
+        let read = store.read_sealed(&o, 1, 5).expect("read sealed");
+        assert_eq!(read.chunks[0], None, "{mode}: chunk 1 is a hole");
+        assert_eq!(&read.chunks[1..], &records.iter().copied().map(Some).collect::<Vec<_>>()[..]);
+        assert!(read.data[CHUNK..] == sealed[..], "{mode}: bytes differ from what the client sent");
+        let mut data = read.data[CHUNK..].to_vec();
+        client.open("image.0", 2, &mut data, &read.chunks[1..]);
+        assert!(data == plain);
+
+        drop(store);
+        let disk = std::fs::read(dir.path().join("data")).expect("data file");
+        assert!(find(&disk, &sealed[..CHUNK]).is_some(), "{mode}: the sealed chunk lies on disk exactly as sent");
+        assert!(find(&disk, &plain[..64]).is_none(), "{mode}: no plaintext on disk");
+    }
+}
+
+#[test]
+fn plaintext_access_to_client_sealed_chunks_is_refused_clearly() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = mkfs(dir.path(), Mode::Gcm, 1 << 20);
+    let client = Client::new();
+    let o = obj(1, "image.1");
+    let (sealed, records) = client.seal("image.1", 0, &pattern(6, 2 * CHUNK));
+    let mut txn = Transaction::new();
+    txn.write_sealed(&o, 0, &sealed, records);
+    store.apply(txn).expect("sealed write");
+
+    assert!(matches!(store.read(&o, 0, 10), Err(ReadError::EdgeSealed { offset_bytes: 0, .. })));
+    let mut txn = Transaction::new();
+    txn.write(&o, 100, b"partial plaintext write inside a sealed chunk");
+    let err = store.apply(txn).expect_err("needs the chunk's plaintext");
+    assert!(matches!(err, ApplyError::EdgeSealed { offset_bytes: 0, .. }), "{err:?}");
+
+    // Whole-chunk replacement needs no plaintext, and store-sealed chunks are not returned
+    // by read_sealed.
+    let (again, records) = client.seal("image.1", 1, &pattern(7, CHUNK));
+    let mut txn = Transaction::new();
+    txn.write_sealed(&o, 1, &again, records).write(&obj(1, "plain"), 0, b"store sealed");
+    store.apply(txn).expect("replace one chunk");
+    assert!(store.read_sealed(&o, 1, 1).expect("read").data[..] == again[..]);
+    assert!(matches!(store.read_sealed(&obj(1, "plain"), 0, 1), Err(ReadError::Invalid { .. })));
+}
