@@ -20,7 +20,7 @@ use crate::error::{ApplyError, ReadError};
 use crate::metadata::{extent_key, object_key, omap_key, prefix_end, MetaOp, ObjectId, Table, EXTENTS, OBJECTS, OMAP};
 use crate::object::{
     pieces, punch, Extent, ExtentMap, ObjectRecord, EXTENT_BLOCKS_MAX, OBJECT_BLOCKS_MAX,
-    OBJECT_SIZE_BYTES_MAX,
+    OBJECT_SIZE_BYTES_MAX, SEALED_EXTENT_BLOCKS_MAX,
 };
 use crate::seal::{ChunkRecord, ExtentSeal};
 use crate::store::{Store, LOCK_SLOTS};
@@ -335,7 +335,7 @@ impl Store {
 
     /// The plaintext of one logical block as the transaction currently sees it.
     fn read_block(&self, w: &Work, block: u64) -> Result<AlignedBuf, ApplyError> {
-        let mut buffer = AlignedBuf::zeroed(1);
+        let mut buffer = AlignedBuf::for_overwrite(1);
         self.read_pieces(&w.object, &w.id, &pieces(&w.extents, block, block + 1), block, &mut buffer)
             .map_err(|e| match e {
                 ReadError::EdgeSealed { object, offset_bytes } => ApplyError::EdgeSealed { object, offset_bytes },
@@ -379,12 +379,16 @@ impl Store {
             Sealing::Store => self.take_nonces(self.data.nonces_needed(blocks))?,
             Sealing::Edge(_) => 0,
         };
+        let extent_blocks_max = match sealing {
+            Sealing::Store if !self.data.keeps_chunk_records() => EXTENT_BLOCKS_MAX,
+            Sealing::Store | Sealing::Edge(_) => SEALED_EXTENT_BLOCKS_MAX,
+        };
         let mut done = 0u64;
         let mut written = Vec::new();
         for run in runs {
             let mut offset = 0;
             while offset < run.len {
-                let len = (run.len - offset).min(EXTENT_BLOCKS_MAX);
+                let len = (run.len - offset).min(extent_blocks_max);
                 let physical_block = run.start + offset;
                 let bytes = &mut buffer[(done * BLOCK) as usize..((done + len) * BLOCK) as usize];
                 let seal = match sealing {

@@ -110,10 +110,34 @@ impl Device for FileDevice {
     }
 }
 
+/// Largest buffer the pool keeps (one 4 MiB object); larger ones are freed on drop.
+pub const POOL_BUFFER_BLOCKS_MAX: usize = 1024;
+/// Most memory the pool holds while no one uses it.
+pub const POOL_BYTES_MAX: usize = 256 << 20;
+
+/// Recycled aligned allocations by power-of-two capacity (1 to `POOL_BUFFER_BLOCKS_MAX`
+/// blocks), so the IO path neither faults in fresh pages nor zeroes memory the device is
+/// about to overwrite. Every allocation is zeroed once when first made, so its bytes are
+/// always initialised.
+struct Pool {
+    free: Vec<Vec<std::ptr::NonNull<u8>>>,
+    bytes: usize,
+}
+
+// SAFETY: the pool owns the allocations it holds; they are not aliased.
+unsafe impl Send for Pool {}
+
+static POOL: std::sync::Mutex<Pool> = std::sync::Mutex::new(Pool { free: Vec::new(), bytes: 0 });
+
+fn class_of(capacity_blocks: usize) -> usize {
+    capacity_blocks.trailing_zeros() as usize
+}
+
 /// A heap buffer aligned to `BLOCK_SIZE_BYTES`, a whole number of blocks long.
 pub struct AlignedBuf {
     ptr: std::ptr::NonNull<u8>,
     len: usize,
+    capacity_blocks: usize,
 }
 
 // SAFETY: AlignedBuf owns its allocation exclusively, like a Vec<u8>.
@@ -123,19 +147,37 @@ unsafe impl Sync for AlignedBuf {}
 impl AlignedBuf {
     /// A zero-filled buffer of `blocks` blocks.
     pub fn zeroed(blocks: usize) -> AlignedBuf {
+        let mut buffer = AlignedBuf::for_overwrite(blocks);
+        buffer.fill(0);
+        buffer
+    }
+
+    /// A buffer of `blocks` blocks whose bytes are unspecified (left from an earlier use in
+    /// this process). The caller must write every byte it later reads or writes out.
+    pub fn for_overwrite(blocks: usize) -> AlignedBuf {
         let len = blocks * BLOCK_SIZE_BYTES as usize;
-        if len == 0 {
-            return AlignedBuf { ptr: std::ptr::NonNull::dangling(), len: 0 };
+        if blocks == 0 {
+            return AlignedBuf { ptr: std::ptr::NonNull::dangling(), len: 0, capacity_blocks: 0 };
         }
-        let layout = Self::layout(len);
+        let capacity_blocks = if blocks <= POOL_BUFFER_BLOCKS_MAX { blocks.next_power_of_two() } else { blocks };
+        if capacity_blocks <= POOL_BUFFER_BLOCKS_MAX {
+            let mut pool = POOL.lock().expect("buffer pool lock poisoned");
+            let class = class_of(capacity_blocks);
+            if let Some(ptr) = pool.free.get_mut(class).and_then(Vec::pop) {
+                pool.bytes -= capacity_blocks * BLOCK_SIZE_BYTES as usize;
+                return AlignedBuf { ptr, len, capacity_blocks };
+            }
+        }
+        let layout = Self::layout(capacity_blocks);
         // SAFETY: layout has a non-zero size.
         let ptr = unsafe { alloc::alloc_zeroed(layout) };
         let ptr = std::ptr::NonNull::new(ptr).unwrap_or_else(|| alloc::handle_alloc_error(layout));
-        AlignedBuf { ptr, len }
+        AlignedBuf { ptr, len, capacity_blocks }
     }
 
-    fn layout(len: usize) -> Layout {
-        Layout::from_size_align(len, BLOCK_SIZE_BYTES as usize).expect("block-multiple sizes form a valid layout")
+    fn layout(capacity_blocks: usize) -> Layout {
+        Layout::from_size_align(capacity_blocks * BLOCK_SIZE_BYTES as usize, BLOCK_SIZE_BYTES as usize)
+            .expect("block-multiple sizes form a valid layout")
     }
 
     pub fn blocks(&self) -> usize {
@@ -145,10 +187,24 @@ impl AlignedBuf {
 
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
-        if self.len > 0 {
-            // SAFETY: allocated in `zeroed` with this layout.
-            unsafe { alloc::dealloc(self.ptr.as_ptr(), Self::layout(self.len)) }
+        if self.capacity_blocks == 0 {
+            return;
         }
+        let bytes = self.capacity_blocks * BLOCK_SIZE_BYTES as usize;
+        if self.capacity_blocks <= POOL_BUFFER_BLOCKS_MAX {
+            let mut pool = POOL.lock().expect("buffer pool lock poisoned");
+            if pool.bytes + bytes <= POOL_BYTES_MAX {
+                let class = class_of(self.capacity_blocks);
+                if pool.free.len() <= class {
+                    pool.free.resize_with(class + 1, Vec::new);
+                }
+                pool.free[class].push(self.ptr);
+                pool.bytes += bytes;
+                return;
+            }
+        }
+        // SAFETY: allocated in `for_overwrite` with this layout, and not pooled.
+        unsafe { alloc::dealloc(self.ptr.as_ptr(), Self::layout(self.capacity_blocks)) }
     }
 }
 

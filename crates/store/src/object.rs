@@ -13,9 +13,12 @@ use redb::ReadableTable;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// Longest extent, in blocks (4 MiB): bounds the size of one extent record (at most 16 KiB
-/// of tags in `gcm`) and the work of splitting one.
+/// Longest extent, in blocks (4 MiB): bounds the work of splitting one.
 pub const EXTENT_BLOCKS_MAX: u64 = 1024;
+/// Longest extent whose record carries a seal record per chunk (`gcm`, client-sealed):
+/// 64 blocks, so one record holds at most 1 KiB of tags and a 4 KiB overwrite that splits
+/// an extent rewrites at most about that much metadata, not 16 KiB.
+pub const SEALED_EXTENT_BLOCKS_MAX: u64 = 64;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct ObjectRecord {

@@ -95,7 +95,7 @@ impl Store {
     }
 
     /// Reads each piece into `buffer` (which starts at logical block `first_block`) and opens
-    /// it in place. Holes are left as they are (zeros).
+    /// it in place. The blocks between pieces (holes) are zeroed.
     pub(crate) fn read_pieces(
         &self,
         object: &ObjectRef,
@@ -104,11 +104,14 @@ impl Store {
         first_block: u64,
         buffer: &mut [u8],
     ) -> Result<(), ReadError> {
+        let mut filled = 0;
         for (block, extent) in pieces {
             if let ExtentSeal::Edge { .. } = extent.seal {
                 return Err(ReadError::EdgeSealed { object: object.to_string(), offset_bytes: block * BLOCK });
             }
             let at = ((block - first_block) * BLOCK) as usize;
+            buffer[filled..at].fill(0);
+            filled = at + (extent.len_blocks * BLOCK) as usize;
             let bytes = &mut buffer[at..at + (extent.len_blocks * BLOCK) as usize];
             self.device.read_at(extent.physical_block * BLOCK, bytes)?;
             self.data.open(bytes, id, *block, extent.physical_block, &extent.seal).map_err(|e| ReadError::Integrity {
@@ -116,6 +119,7 @@ impl Store {
                 offset_bytes: (block + e.chunk as u64) * BLOCK,
             })?;
         }
+        buffer[filled..].fill(0);
         Ok(())
     }
 
@@ -137,7 +141,7 @@ impl Store {
         let (first, end) = (offset_bytes / BLOCK, end_bytes.div_ceil(BLOCK));
         let extents = self.load_extent_map(&txn.open_table(EXTENTS)?, object, &id, first, end)?;
         drop(txn);
-        let mut buffer = AlignedBuf::zeroed((end - first) as usize);
+        let mut buffer = AlignedBuf::for_overwrite((end - first) as usize);
         self.read_pieces(object, &id, &pieces(&extents, first, end), first, &mut buffer)?;
         Ok(ReadBuf { buffer, start: (offset_bytes - first * BLOCK) as usize, len: (end_bytes - offset_bytes) as usize })
     }

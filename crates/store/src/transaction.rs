@@ -66,8 +66,10 @@ impl Transaction {
     pub fn write(&mut self, object: &ObjectRef, offset_bytes: u64, data: &[u8]) -> &mut Self {
         let head = (offset_bytes % BLOCK_SIZE_BYTES) as usize;
         let blocks = (head + data.len()).div_ceil(BLOCK_SIZE_BYTES as usize);
-        let mut buffer = AlignedBuf::zeroed(blocks);
+        let mut buffer = AlignedBuf::for_overwrite(blocks);
+        buffer[..head].fill(0);
         buffer[head..head + data.len()].copy_from_slice(data);
+        buffer[head + data.len()..].fill(0);
         self.ops.push(Op::Write { object: object.clone(), offset_bytes, len_bytes: data.len() as u64, data: buffer });
         self
     }
@@ -78,8 +80,9 @@ impl Transaction {
     /// the end of the last chunk; `truncate` may set it lower.
     pub fn write_sealed(&mut self, object: &ObjectRef, first_chunk: u64, data: &[u8], chunks: Vec<ChunkRecord>) -> &mut Self {
         let blocks = data.len().div_ceil(BLOCK_SIZE_BYTES as usize);
-        let mut buffer = AlignedBuf::zeroed(blocks);
+        let mut buffer = AlignedBuf::for_overwrite(blocks);
         buffer[..data.len()].copy_from_slice(data);
+        buffer[data.len()..].fill(0);
         self.ops.push(Op::WriteSealed { object: object.clone(), first_chunk, data: buffer, chunks });
         self
     }

@@ -144,6 +144,11 @@ impl DataSealer {
         })
     }
 
+    /// Whether sealing keeps a record (nonce, tag) per chunk in the extent metadata.
+    pub(crate) fn keeps_chunk_records(&self) -> bool {
+        matches!(self, DataSealer::Gcm(_))
+    }
+
     /// How many nonce counter values sealing `blocks` blocks takes.
     pub(crate) fn nonces_needed(&self, blocks: u64) -> u64 {
         match self {

@@ -1,0 +1,20 @@
+//! `coffer bench`: measurements of Coffer itself. Each bench prints the command it ran, the
+//! configuration and the machine, then its figures; `--json` writes the same cells.
+
+mod report;
+mod store;
+
+use clap::Subcommand;
+
+#[derive(Subcommand)]
+pub enum BenchCommand {
+    /// The local object store in every at-rest mode: 4 KiB and 4 MiB random reads and
+    /// writes at queue depth 1 and high, each cell as a percent of `none` in the same run.
+    Store(store::StoreArgs),
+}
+
+pub fn run(command: BenchCommand) -> Result<(), String> {
+    match command {
+        BenchCommand::Store(args) => store::run(args),
+    }
+}

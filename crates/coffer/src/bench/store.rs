@@ -1,0 +1,338 @@
+//! `coffer bench store`: the local store in each at-rest mode, 4 KiB and 4 MiB random
+//! writes and reads at queue depth 1 and high.
+//!
+//! One store per mode is made and prefilled (half its size in 4 MiB objects), and all stay
+//! open; then each cell runs for every mode back to back, so that the percent of `none` is
+//! a ratio measured minutes, not hours, apart on this noisy machine. Queue depth N is N
+//! threads each with one operation in flight (the store's API is synchronous). A 4 KiB op
+//! picks a random object and a random aligned 4 KiB inside it; a 4 MiB op a whole object.
+//! CPU is this process's user + system time during the cell, per GiB moved.
+
+use super::report::{cpu_seconds, histogram, print_header, LatencyUs};
+use store::{MkfsOptions, Mode, Store, Transaction};
+use keys::KeyEncryptionKey;
+use map::{ObjectName, ObjectRef, PoolId};
+use rand::{rngs::SmallRng, Rng, SeedableRng};
+use serde::Serialize;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+const OBJECT_SIZE_BYTES: u64 = 4 << 20;
+
+#[derive(clap::Args)]
+pub struct StoreArgs {
+    /// A reduced run (1 GiB stores, 1 s cells) that finishes in about a minute.
+    #[arg(long)]
+    quick: bool,
+    /// Also write every cell to this file as JSON.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Where the stores are made; they are removed afterwards. Needs size x modes free.
+    #[arg(long, default_value = "/var/tmp/coffer-bench")]
+    dir: PathBuf,
+    /// Size of each store's data file in GiB [default: 4, or 1 with --quick].
+    #[arg(long)]
+    size_gib: Option<f64>,
+    /// Seconds per cell [default: 5, or 1 with --quick].
+    #[arg(long)]
+    seconds: Option<f64>,
+    /// The high queue depth: operations in flight at once.
+    #[arg(long, default_value_t = 32)]
+    qd: usize,
+    /// IO sizes to measure, comma-separated (4k, 4m).
+    #[arg(long, value_delimiter = ',', default_value = "4k,4m", value_parser = parse_io_size)]
+    io_sizes: Vec<u64>,
+    /// Operations to measure, comma-separated (write, read).
+    #[arg(long, value_delimiter = ',', default_value = "write,read")]
+    ops: Vec<Op>,
+    /// At-rest modes to measure, comma-separated; `none` is always measured as the baseline.
+    #[arg(long, value_delimiter = ',', default_value = "none,gcm,xts-4096,xts-512")]
+    modes: Vec<Mode>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+enum Op {
+    Write,
+    Read,
+}
+
+#[derive(Debug, Serialize)]
+struct Cell {
+    mode: String,
+    io_size: u64,
+    op: Op,
+    qd: usize,
+    ops: u64,
+    seconds: f64,
+    iops: f64,
+    mib_s: f64,
+    lat_us: LatencyUs,
+    cpu_s: f64,
+    cpu_s_per_gib: f64,
+    pct_of_none: f64,
+}
+
+/// Removes the bench's stores however the run ends.
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn parse_io_size(text: &str) -> Result<u64, String> {
+    match text.to_ascii_lowercase().as_str() {
+        "4k" => Ok(4 << 10),
+        "4m" => Ok(OBJECT_SIZE_BYTES),
+        other => Err(format!("unknown IO size {other:?}; expected 4k or 4m")),
+    }
+}
+
+fn object(i: usize) -> ObjectRef {
+    ObjectRef::new(PoolId(1), ObjectName::new(format!("bench-{i}")).expect("a short ascii name is valid"))
+}
+
+fn random_buffer(seed: u64) -> Vec<u8> {
+    let mut rng = SmallRng::seed_from_u64(seed);
+    (0..OBJECT_SIZE_BYTES).map(|_| rng.random()).collect()
+}
+
+pub fn run(args: StoreArgs) -> Result<(), String> {
+    let size_gib = args.size_gib.unwrap_or(if args.quick { 1.0 } else { 4.0 });
+    let seconds = args.seconds.unwrap_or(if args.quick { 1.0 } else { 5.0 });
+    let mut modes = vec![Mode::None];
+    modes.extend(args.modes.iter().copied().filter(|m| *m != Mode::None));
+    let size_bytes = (size_gib * (1u64 << 30) as f64) as u64;
+    let objects = ((size_bytes / 2) / OBJECT_SIZE_BYTES).max(4) as usize;
+    let mut queue_depths = vec![1, args.qd.max(1)];
+    queue_depths.dedup();
+
+    let scratch = Scratch(args.dir.join(format!("store-{}", std::process::id())));
+    let kek = KeyEncryptionKey::generate();
+    let mut stores = Vec::new();
+    for mode in &modes {
+        let dir = scratch.0.join(mode.as_str());
+        Store::mkfs(&dir, &MkfsOptions { mode: *mode, size_bytes, device: None }, &kek)
+            .map_err(|e| format!("mkfs {}: {e}", dir.display()))?;
+        stores.push((*mode, Store::open(&dir, &kek).map_err(|e| format!("open {}: {e}", dir.display()))?));
+    }
+    let direct_io = stores.iter().all(|(_, s)| s.direct_io());
+    print_header(
+        "coffer bench store",
+        &[
+            ("modes", modes.iter().map(|m| m.as_str()).collect::<Vec<_>>().join(", ")),
+            ("store", format!("{size_gib} GiB data file per mode under {}, direct IO: {direct_io}", args.dir.display())),
+            ("objects", format!("{objects} x 4 MiB, prefilled")),
+            ("cells", format!("IO sizes {:?} x {:?} x QD {queue_depths:?}; {seconds} s each", args.io_sizes, args.ops)),
+        ],
+    );
+
+    for (mode, store) in &stores {
+        let started = Instant::now();
+        prefill(store, objects, args.qd.max(1))?;
+        eprintln!("prefilled {mode}: {objects} objects in {:.1} s", started.elapsed().as_secs_f64());
+    }
+
+    let mut cells: Vec<Cell> = Vec::new();
+    let total = args.io_sizes.len() * args.ops.len() * queue_depths.len() * stores.len();
+    let data = random_buffer(1);
+    for io_size in args.io_sizes.iter().copied() {
+        for op in args.ops.iter().copied() {
+            for qd in queue_depths.iter().copied() {
+                for (mode, store) in &stores {
+                    let cell = measure(store, *mode, op, io_size, qd, objects, &data, Duration::from_secs_f64(seconds))?;
+                    eprintln!(
+                        "[{}/{total}] {:>8} {:>5} {:<5} qd {:>3}: {:>9.0} IOPS {:>8.1} MiB/s",
+                        cells.len() + 1,
+                        mode.as_str(),
+                        size_label(io_size),
+                        format!("{:?}", op).to_lowercase(),
+                        qd,
+                        cell.iops,
+                        cell.mib_s
+                    );
+                    cells.push(cell);
+                }
+            }
+        }
+    }
+    let baseline: Vec<(u64, Op, usize, f64)> =
+        cells.iter().filter(|c| c.mode == "none").map(|c| (c.io_size, c.op, c.qd, c.iops)).collect();
+    for cell in &mut cells {
+        let none = baseline.iter().find(|b| (b.0, b.1, b.2) == (cell.io_size, cell.op, cell.qd)).map_or(0.0, |b| b.3);
+        cell.pct_of_none = if none > 0.0 { 100.0 * cell.iops / none } else { 0.0 };
+    }
+    print_table(&cells);
+    print_xts_comparison(&cells);
+    if let Some(path) = &args.json {
+        let doc = serde_json::json!({
+            "bench": "store",
+            "command": std::env::args().collect::<Vec<_>>().join(" "),
+            "machine": super::report::machine(),
+            "config": { "size_gib": size_gib, "seconds_per_cell": seconds, "objects": objects, "direct_io": direct_io },
+            "cells": cells,
+        });
+        let text = serde_json::to_string_pretty(&doc).map_err(|e| format!("encoding JSON: {e}"))?;
+        std::fs::write(path, text).map_err(|e| format!("writing {}: {e}", path.display()))?;
+        println!("cells written to {}", path.display());
+    }
+    Ok(())
+}
+
+fn prefill(store: &Store, objects: usize, threads: usize) -> Result<(), String> {
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads.min(objects))
+            .map(|t| {
+                scope.spawn(move || -> Result<(), String> {
+                    let data = random_buffer(t as u64);
+                    for i in (t..objects).step_by(threads) {
+                        let mut txn = Transaction::new();
+                        txn.write(&object(i), 0, &data);
+                        store.apply(txn).map_err(|e| format!("prefill: {e}"))?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        workers.into_iter().try_for_each(|w| w.join().map_err(|_| "a prefill thread panicked".to_string())?)
+    })
+}
+
+/// Runs one cell. `data` is the bytes writers write (made before the clock starts).
+#[allow(clippy::too_many_arguments)]
+fn measure(
+    store: &Store,
+    mode: Mode,
+    op: Op,
+    io_size: u64,
+    qd: usize,
+    objects: usize,
+    data: &[u8],
+    duration: Duration,
+) -> Result<Cell, String> {
+    let targets: Vec<ObjectRef> = (0..objects).map(object).collect();
+    let cpu_before = cpu_seconds();
+    let started = Instant::now();
+    let deadline = started + duration;
+    let results: Vec<Result<(u64, hdrhistogram::Histogram<u64>), String>> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..qd)
+            .map(|t| {
+                let targets = &targets;
+                scope.spawn(move || {
+                    let mut rng = SmallRng::seed_from_u64(0x5eed ^ t as u64);
+                    let mut latencies = histogram();
+                    let mut ops = 0u64;
+                    while Instant::now() < deadline {
+                        let target = &targets[rng.random_range(0..targets.len())];
+                        let offset = if io_size == OBJECT_SIZE_BYTES {
+                            0
+                        } else {
+                            rng.random_range(0..OBJECT_SIZE_BYTES / io_size) * io_size
+                        };
+                        let op_started = Instant::now();
+                        match op {
+                            Op::Write => {
+                                let mut txn = Transaction::new();
+                                txn.write(target, offset, &data[..io_size as usize]);
+                                store.apply(txn).map_err(|e| format!("{mode} write: {e}"))?;
+                            }
+                            Op::Read => {
+                                let read = store.read(target, offset, io_size).map_err(|e| format!("{mode} read: {e}"))?;
+                                if read.len() as u64 != io_size {
+                                    return Err(format!("{mode} read returned {} bytes, not {io_size}", read.len()));
+                                }
+                            }
+                        }
+                        latencies.saturating_record(op_started.elapsed().as_nanos() as u64);
+                        ops += 1;
+                    }
+                    Ok((ops, latencies))
+                })
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().unwrap_or_else(|_| Err("a load thread panicked".into()))).collect()
+    });
+    let elapsed = started.elapsed().as_secs_f64();
+    let cpu_s = cpu_seconds() - cpu_before;
+    let mut latencies = histogram();
+    let mut ops = 0;
+    for result in results {
+        let (n, h) = result?;
+        ops += n;
+        latencies.add(&h).map_err(|e| format!("merging latencies: {e}"))?;
+    }
+    let bytes = ops * io_size;
+    let gib = bytes as f64 / (1u64 << 30) as f64;
+    Ok(Cell {
+        mode: mode.as_str().to_string(),
+        io_size,
+        op,
+        qd,
+        ops,
+        seconds: elapsed,
+        iops: ops as f64 / elapsed,
+        mib_s: bytes as f64 / elapsed / (1 << 20) as f64,
+        lat_us: LatencyUs::of(&latencies),
+        cpu_s,
+        cpu_s_per_gib: if gib > 0.0 { cpu_s / gib } else { 0.0 },
+        pct_of_none: 0.0,
+    })
+}
+
+fn size_label(io_size: u64) -> String {
+    if io_size >= 1 << 20 {
+        format!("{}M", io_size >> 20)
+    } else {
+        format!("{}K", io_size >> 10)
+    }
+}
+
+fn print_table(cells: &[Cell]) {
+    println!();
+    println!(
+        "{:<9} {:>4} {:<5} {:>3} {:>10} {:>9} {:>10} {:>10} {:>10} {:>9}",
+        "mode", "io", "op", "qd", "IOPS", "MiB/s", "mean us", "p99 us", "CPU s/GiB", "% none"
+    );
+    for c in cells {
+        println!(
+            "{:<9} {:>4} {:<5} {:>3} {:>10.0} {:>9.1} {:>10.1} {:>10.1} {:>10.2} {:>8.1}%",
+            c.mode,
+            size_label(c.io_size),
+            format!("{:?}", c.op).to_lowercase(),
+            c.qd,
+            c.iops,
+            c.mib_s,
+            c.lat_us.mean,
+            c.lat_us.p99,
+            c.cpu_s_per_gib,
+            c.pct_of_none
+        );
+    }
+}
+
+/// The LUKS lesson on the same code path: 512-byte XTS sectors against 4096-byte ones.
+fn print_xts_comparison(cells: &[Cell]) {
+    let find = |mode: &str, c: &Cell| cells.iter().find(|x| x.mode == mode && (x.io_size, x.op, x.qd) == (c.io_size, c.op, c.qd));
+    let pairs: Vec<(&Cell, &Cell)> = cells
+        .iter()
+        .filter(|c| c.mode == "xts-4096")
+        .filter_map(|c| find("xts-512", c).map(|small| (c, small)))
+        .collect();
+    if pairs.is_empty() {
+        return;
+    }
+    println!("\nxts-512 as a percent of xts-4096 (same code path, smaller crypto unit):");
+    for (large, small) in pairs {
+        println!(
+            "  {:>4} {:<5} qd {:>3}: {:>6.1}%   (CPU s/GiB {:.2} vs {:.2})",
+            size_label(large.io_size),
+            format!("{:?}", large.op).to_lowercase(),
+            large.qd,
+            100.0 * small.iops / large.iops.max(f64::MIN_POSITIVE),
+            small.cpu_s_per_gib,
+            large.cpu_s_per_gib
+        );
+    }
+}
