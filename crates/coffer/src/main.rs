@@ -9,7 +9,11 @@ use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "coffer", version, about = "Coffer: encrypted distributed storage")]
+#[command(
+    name = "coffer",
+    version,
+    about = "Coffer: encrypted distributed storage"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

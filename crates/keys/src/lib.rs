@@ -30,7 +30,8 @@ impl<const N: usize> SecretKey<N> {
     /// A fresh key from the operating system's CSPRNG (through aws-lc-rs).
     pub fn generate() -> SecretKey<N> {
         let mut key = SecretKey(Box::new([0u8; N]));
-        aws_lc_rs::rand::fill(&mut key.0[..]).expect("the system random source never fails on Linux");
+        aws_lc_rs::rand::fill(&mut key.0[..])
+            .expect("the system random source never fails on Linux");
         key
     }
 
@@ -110,19 +111,28 @@ impl fmt::Display for UnwrapError {
 impl std::error::Error for UnwrapError {}
 
 fn aead_key(kek: &KeyEncryptionKey) -> LessSafeKey {
-    let unbound = UnboundKey::new(&AES_256_GCM, kek.expose()).expect("a 32-byte key is valid for AES-256-GCM");
+    let unbound = UnboundKey::new(&AES_256_GCM, kek.expose())
+        .expect("a 32-byte key is valid for AES-256-GCM");
     LessSafeKey::new(unbound)
 }
 
 /// Seals `secret` under `kek`, bound to `context` (authenticated, not encrypted).
-pub fn wrap<const N: usize>(kek: &KeyEncryptionKey, secret: &SecretKey<N>, context: &[u8]) -> WrappedKey {
+pub fn wrap<const N: usize>(
+    kek: &KeyEncryptionKey,
+    secret: &SecretKey<N>,
+    context: &[u8],
+) -> WrappedKey {
     let mut nonce = [0u8; NONCE_LEN];
     aws_lc_rs::rand::fill(&mut nonce).expect("the system random source never fails on Linux");
     let mut out = Vec::with_capacity(NONCE_LEN + N + TAG_LEN);
     out.extend_from_slice(&nonce);
     out.extend_from_slice(secret.expose());
     let tag = aead_key(kek)
-        .seal_in_place_separate_tag(Nonce::assume_unique_for_key(nonce), Aad::from(context), &mut out[NONCE_LEN..])
+        .seal_in_place_separate_tag(
+            Nonce::assume_unique_for_key(nonce),
+            Aad::from(context),
+            &mut out[NONCE_LEN..],
+        )
         .expect("sealing a short buffer cannot fail");
     out.extend_from_slice(tag.as_ref());
     WrappedKey(out)
@@ -176,16 +186,25 @@ mod tests {
         for i in 0..wrapped.as_bytes().len() {
             let mut bytes = wrapped.as_bytes().to_vec();
             bytes[i] ^= 1;
-            assert!(unwrap::<32>(&kek, &WrappedKey::from_bytes(bytes), b"ctx").is_err(), "flip at {i}");
+            assert!(
+                unwrap::<32>(&kek, &WrappedKey::from_bytes(bytes), b"ctx").is_err(),
+                "flip at {i}"
+            );
         }
-        assert!(unwrap::<64>(&kek, &wrapped, b"ctx").is_err(), "length mismatch");
+        assert!(
+            unwrap::<64>(&kek, &wrapped, b"ctx").is_err(),
+            "length mismatch"
+        );
     }
 
     #[test]
     fn debug_never_prints_key_bytes() {
         let secret = SecretKey::<32>::from_bytes([0xab; 32]);
         let printed = format!("{secret:?}");
-        assert!(!printed.contains("ab, ab") && !printed.contains("abab"), "{printed}");
+        assert!(
+            !printed.contains("ab, ab") && !printed.contains("abab"),
+            "{printed}"
+        );
         assert!(printed.contains(&secret.id().to_string()));
     }
 }

@@ -51,7 +51,9 @@ impl ObjectName {
             return Err(ObjectNameError::Empty);
         }
         if name.len() > OBJECT_NAME_BYTES_MAX {
-            return Err(ObjectNameError::TooLong { len_bytes: name.len() });
+            return Err(ObjectNameError::TooLong {
+                len_bytes: name.len(),
+            });
         }
         Ok(ObjectName(name))
     }
@@ -106,7 +108,12 @@ mod tests {
     fn hash_is_stable_across_builds() {
         // A changed hash would move every stored object to another placement group.
         let name = ObjectName::new("rbd_data.1.0000000000000000").expect("valid name");
-        assert_eq!(name.hash(), ObjectName::new("rbd_data.1.0000000000000000").expect("valid").hash());
+        assert_eq!(
+            name.hash(),
+            ObjectName::new("rbd_data.1.0000000000000000")
+                .expect("valid")
+                .hash()
+        );
         assert_eq!(ObjectName::new("a").expect("valid").hash().0, {
             let h = xxhash_rust::xxh3::xxh3_64(b"a");
             (h >> 32) as u32 ^ h as u32
@@ -119,7 +126,9 @@ mod tests {
         assert!(ObjectName::new("x".repeat(OBJECT_NAME_BYTES_MAX)).is_ok());
         assert_eq!(
             ObjectName::new("x".repeat(OBJECT_NAME_BYTES_MAX + 1)),
-            Err(ObjectNameError::TooLong { len_bytes: OBJECT_NAME_BYTES_MAX + 1 })
+            Err(ObjectNameError::TooLong {
+                len_bytes: OBJECT_NAME_BYTES_MAX + 1
+            })
         );
     }
 }

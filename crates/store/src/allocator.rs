@@ -36,11 +36,18 @@ impl Allocator {
     /// Builds the free map of a device of `total_blocks`, given the runs in use.
     pub(crate) fn from_used(total_blocks: u64, mut used: Vec<Run>) -> Result<Allocator, Overlap> {
         used.sort_by_key(|r| r.start);
-        let mut alloc = Allocator { by_start: BTreeMap::new(), by_len: BTreeSet::new(), free_blocks: 0, total_blocks };
+        let mut alloc = Allocator {
+            by_start: BTreeMap::new(),
+            by_len: BTreeSet::new(),
+            free_blocks: 0,
+            total_blocks,
+        };
         let mut cursor = 0;
         for run in used {
             if run.start < cursor || run.start + run.len > total_blocks {
-                return Err(Overlap { block: run.start.max(cursor.min(total_blocks)) });
+                return Err(Overlap {
+                    block: run.start.max(cursor.min(total_blocks)),
+                });
             }
             if run.start > cursor {
                 alloc.insert(cursor, run.start - cursor);
@@ -85,7 +92,11 @@ impl Allocator {
             let fit = self.by_len.range((wanted, 0)..).next().copied();
             let (len, start) = match fit {
                 Some(fit) => fit,
-                None => *self.by_len.iter().next_back().expect("free_blocks > 0 means a free run exists"),
+                None => *self
+                    .by_len
+                    .iter()
+                    .next_back()
+                    .expect("free_blocks > 0 means a free run exists"),
             };
             let used = len.min(wanted);
             self.take(start, len);
@@ -100,11 +111,17 @@ impl Allocator {
 
     /// Returns a run to the free map, merging it with free neighbours.
     pub(crate) fn release(&mut self, run: Run) {
-        assert!(run.len > 0 && run.start + run.len <= self.total_blocks, "release of {run:?} outside the device");
+        assert!(
+            run.len > 0 && run.start + run.len <= self.total_blocks,
+            "release of {run:?} outside the device"
+        );
         let mut start = run.start;
         let mut len = run.len;
         if let Some((&prev_start, &prev_len)) = self.by_start.range(..start).next_back() {
-            assert!(prev_start + prev_len <= start, "double free: {run:?} overlaps free run at {prev_start}");
+            assert!(
+                prev_start + prev_len <= start,
+                "double free: {run:?} overlaps free run at {prev_start}"
+            );
             if prev_start + prev_len == start {
                 self.take(prev_start, prev_len);
                 start = prev_start;
@@ -112,7 +129,10 @@ impl Allocator {
             }
         }
         if let Some((&next_start, &next_len)) = self.by_start.range(run.start..).next() {
-            assert!(next_start >= run.start + run.len, "double free: {run:?} overlaps free run at {next_start}");
+            assert!(
+                next_start >= run.start + run.len,
+                "double free: {run:?} overlaps free run at {next_start}"
+            );
             if next_start == run.start + run.len {
                 self.take(next_start, next_len);
                 len += next_len;
@@ -141,7 +161,12 @@ mod tests {
 
     #[test]
     fn fragmented_space_is_still_usable_and_full_is_refused() {
-        let used: Vec<Run> = (0..50).map(|i| Run { start: i * 2, len: 1 }).collect();
+        let used: Vec<Run> = (0..50)
+            .map(|i| Run {
+                start: i * 2,
+                len: 1,
+            })
+            .collect();
         let mut a = Allocator::from_used(100, used).expect("no overlap");
         assert_eq!(a.free_blocks(), 50);
         let runs = a.allocate(5).expect("fragments suffice");

@@ -15,9 +15,11 @@
 //! nothing is visible: the metadata was never written.
 
 use crate::allocator::Run;
-use crate::device::{AlignedBuf, BLOCK_SIZE_BYTES};
+use crate::device::{AlignedBuf, IoPiece, BLOCK_SIZE_BYTES, IO_PIECE_BLOCKS_MAX};
 use crate::error::{ApplyError, ReadError};
-use crate::metadata::{extent_key, object_key, omap_key, prefix_end, MetaOp, ObjectId, Table, EXTENTS, OBJECTS, OMAP};
+use crate::metadata::{
+    extent_key, object_key, omap_key, prefix_end, MetaOp, ObjectId, Table, EXTENTS, OBJECTS, OMAP,
+};
 use crate::object::{
     pieces, punch, Extent, ExtentMap, ObjectRecord, EXTENT_BLOCKS_MAX, OBJECT_BLOCKS_MAX,
     OBJECT_SIZE_BYTES_MAX, SEALED_EXTENT_BLOCKS_MAX,
@@ -93,16 +95,32 @@ enum Sealing<'a> {
 }
 
 fn invalid(reason: impl Into<String>) -> ApplyError {
-    ApplyError::Invalid { reason: reason.into() }
+    ApplyError::Invalid {
+        reason: reason.into(),
+    }
 }
 
 /// The blocks `[first, end)` an operation may touch, for loading extents.
 fn block_range(op: &Op) -> Option<(u64, u64)> {
     match op {
-        Op::Write { offset_bytes, len_bytes, .. } | Op::Zero { offset_bytes, len_bytes, .. } => {
-            Some((offset_bytes / BLOCK, (offset_bytes + len_bytes).div_ceil(BLOCK)))
+        Op::Write {
+            offset_bytes,
+            len_bytes,
+            ..
         }
-        Op::WriteSealed { first_chunk, chunks, .. } => Some((*first_chunk, first_chunk + chunks.len() as u64)),
+        | Op::Zero {
+            offset_bytes,
+            len_bytes,
+            ..
+        } => Some((
+            offset_bytes / BLOCK,
+            (offset_bytes + len_bytes).div_ceil(BLOCK),
+        )),
+        Op::WriteSealed {
+            first_chunk,
+            chunks,
+            ..
+        } => Some((*first_chunk, first_chunk + chunks.len() as u64)),
         Op::Truncate { size_bytes, .. } => Some((size_bytes / BLOCK, OBJECT_BLOCKS_MAX)),
         Op::Remove { .. } => Some((0, OBJECT_BLOCKS_MAX)),
         _ => None,
@@ -112,7 +130,9 @@ fn block_range(op: &Op) -> Option<(u64, u64)> {
 fn validate(op: &Op) -> Result<(), ApplyError> {
     let within = |end: Option<u64>| match end {
         Some(end) if end <= OBJECT_SIZE_BYTES_MAX => Ok(()),
-        _ => Err(invalid(format!("range ends past the object size limit of {OBJECT_SIZE_BYTES_MAX} bytes"))),
+        _ => Err(invalid(format!(
+            "range ends past the object size limit of {OBJECT_SIZE_BYTES_MAX} bytes"
+        ))),
     };
     match op {
         Op::Write { offset_bytes, len_bytes, .. } => {
@@ -121,7 +141,10 @@ fn validate(op: &Op) -> Result<(), ApplyError> {
             }
             within(offset_bytes.checked_add(*len_bytes))
         }
-        Op::WriteSealed { first_chunk, data, chunks, .. } => {
+        Op::WriteSealed { first_chunk, len_bytes, data, chunks, .. } => {
+            if len_bytes % BLOCK != 0 {
+                return Err(invalid(format!("sealed write of {len_bytes} bytes is not whole {BLOCK}-byte chunks")));
+            }
             if data.blocks() != chunks.len() || chunks.is_empty() {
                 return Err(invalid(format!("sealed write of {} chunks with {} records", data.blocks(), chunks.len())));
             }
@@ -146,18 +169,26 @@ fn validate(op: &Op) -> Result<(), ApplyError> {
 }
 
 fn now_ns() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
 }
 
 impl Store {
     /// Applies `txn` atomically. When this returns `Ok`, the transaction is durable: the
-    /// caller may acknowledge it. On `Err`, nothing of it is visible.
+    /// caller may acknowledge it. On `Err`, nothing of it is visible, with one exception:
+    /// when the metadata commit itself fails (`Io` or `Metadata` from the commit, after
+    /// which the store is poisoned), the commit may or may not have reached the disk, and
+    /// reopening the store tells which, as after a crash.
     pub fn apply(&self, txn: Transaction) -> Result<(), ApplyError> {
         if let Some(cause) = self.committer.poisoned() {
             return Err(ApplyError::Poisoned { cause });
         }
         if txn.ops.len() > TRANSACTION_OPS_MAX {
-            return Err(invalid(format!("{} operations; the limit is {TRANSACTION_OPS_MAX}", txn.ops.len())));
+            return Err(invalid(format!(
+                "{} operations; the limit is {TRANSACTION_OPS_MAX}",
+                txn.ops.len()
+            )));
         }
         txn.ops.iter().try_for_each(validate)?;
 
@@ -192,7 +223,10 @@ impl Store {
         let mut slots: Vec<usize> = works.iter().map(|w| slot_of(&w.id)).collect();
         slots.sort_unstable();
         slots.dedup();
-        let _locks: Vec<_> = slots.iter().map(|s| self.slots[*s].write().expect("object lock poisoned")).collect();
+        let _locks: Vec<_> = slots
+            .iter()
+            .map(|s| self.slots[*s].write().expect("object lock poisoned"))
+            .collect();
 
         self.load_works(&mut works)?;
         let mut space = Space::default();
@@ -218,7 +252,9 @@ impl Store {
 
     fn release(&self, runs: &[Run]) {
         let mut alloc = self.allocator.lock().expect("allocator lock poisoned");
-        runs.iter().filter(|r| r.len > 0).for_each(|r| alloc.release(*r));
+        runs.iter()
+            .filter(|r| r.len > 0)
+            .for_each(|r| alloc.release(*r));
     }
 
     fn load_works(&self, works: &mut [Work]) -> Result<(), ApplyError> {
@@ -229,7 +265,8 @@ impl Store {
             w.original = self.load_record(&objects, &w.object, &w.id)?;
             w.record = w.original.clone();
             if w.first_block < w.end_block {
-                w.loaded = self.load_extent_map(&extents, &w.object, &w.id, w.first_block, w.end_block)?;
+                w.loaded =
+                    self.load_extent_map(&extents, &w.object, &w.id, w.first_block, w.end_block)?;
                 w.extents = w.loaded.clone();
             }
         }
@@ -242,7 +279,12 @@ impl Store {
             Op::Touch { .. } => {
                 w.record_mut();
             }
-            Op::Write { offset_bytes, len_bytes, mut data, .. } => {
+            Op::Write {
+                offset_bytes,
+                len_bytes,
+                mut data,
+                ..
+            } => {
                 let first_block = offset_bytes / BLOCK;
                 let head = (offset_bytes % BLOCK) as usize;
                 let tail = ((offset_bytes + len_bytes) % BLOCK) as usize;
@@ -261,15 +303,26 @@ impl Store {
                 }
                 w.grow_to(offset_bytes + len_bytes);
             }
-            Op::WriteSealed { first_chunk, mut data, chunks, .. } => {
+            Op::WriteSealed {
+                first_chunk,
+                mut data,
+                chunks,
+                ..
+            } => {
                 self.write_blocks(w, first_chunk, &mut data, Sealing::Edge(&chunks), space)?;
                 w.grow_to((first_chunk + chunks.len() as u64) * BLOCK);
             }
-            Op::Zero { offset_bytes, len_bytes, .. } => {
+            Op::Zero {
+                offset_bytes,
+                len_bytes,
+                ..
+            } => {
                 let end_bytes = offset_bytes + len_bytes;
                 let (full_first, full_end) = (offset_bytes.div_ceil(BLOCK), end_bytes / BLOCK);
                 if full_first < full_end {
-                    space.freed.extend(punch(&mut w.extents, full_first, full_end));
+                    space
+                        .freed
+                        .extend(punch(&mut w.extents, full_first, full_end));
                 }
                 let mut partial: Vec<u64> = Vec::new();
                 if offset_bytes % BLOCK != 0 {
@@ -281,23 +334,39 @@ impl Store {
                 for block in partial.into_iter().filter(|_| len_bytes > 0) {
                     let from = offset_bytes.max(block * BLOCK) - block * BLOCK;
                     let to = end_bytes.min((block + 1) * BLOCK) - block * BLOCK;
-                    self.zero_within_block(w, block, from as usize, to as usize, space)?;
+                    self.zero_within_block(w, block, from as usize, to as usize, false, space)?;
                 }
                 w.grow_to(end_bytes);
             }
             Op::Truncate { size_bytes, .. } => {
                 if size_bytes < w.size_bytes() {
-                    space.freed.extend(punch(&mut w.extents, size_bytes.div_ceil(BLOCK), OBJECT_BLOCKS_MAX));
+                    space.freed.extend(punch(
+                        &mut w.extents,
+                        size_bytes.div_ceil(BLOCK),
+                        OBJECT_BLOCKS_MAX,
+                    ));
                     if size_bytes % BLOCK != 0 {
-                        self.zero_within_block(w, size_bytes / BLOCK, (size_bytes % BLOCK) as usize, BLOCK as usize, space)?;
+                        self.zero_within_block(
+                            w,
+                            size_bytes / BLOCK,
+                            (size_bytes % BLOCK) as usize,
+                            BLOCK as usize,
+                            true,
+                            space,
+                        )?;
                     }
                 }
                 w.record_mut().size_bytes = size_bytes;
             }
             Op::Remove { .. } => {
-                space.freed.extend(punch(&mut w.extents, 0, OBJECT_BLOCKS_MAX));
+                space
+                    .freed
+                    .extend(punch(&mut w.extents, 0, OBJECT_BLOCKS_MAX));
                 if w.record.take().is_some() || w.original.is_some() {
-                    w.omap_ops.push(MetaOp::RemovePrefix { table: Table::Omap, prefix: w.id.to_vec() });
+                    w.omap_ops.push(MetaOp::RemovePrefix {
+                        table: Table::Omap,
+                        prefix: w.id.to_vec(),
+                    });
                 }
             }
             Op::SetAttr { name, value, .. } => {
@@ -305,7 +374,9 @@ impl Store {
                 record.attrs.insert(name, value);
                 let bytes: usize = record.attrs.iter().map(|(k, v)| k.len() + v.len()).sum();
                 if bytes > ATTRS_BYTES_MAX {
-                    return Err(invalid(format!("attributes of one object are limited to {ATTRS_BYTES_MAX} bytes")));
+                    return Err(invalid(format!(
+                        "attributes of one object are limited to {ATTRS_BYTES_MAX} bytes"
+                    )));
                 }
             }
             Op::RemoveAttr { name, .. } => {
@@ -317,16 +388,26 @@ impl Store {
                 w.record_mut();
                 let row = omap_key(&w.id, &key);
                 let value = self.seal_meta(Table::Omap, &row, value)?;
-                w.omap_ops.push(MetaOp::Put { table: Table::Omap, key: row, value });
+                w.omap_ops.push(MetaOp::Put {
+                    table: Table::Omap,
+                    key: row,
+                    value,
+                });
             }
             Op::OmapRemove { key, .. } => {
                 if w.record.is_some() {
-                    w.omap_ops.push(MetaOp::Remove { table: Table::Omap, key: omap_key(&w.id, &key) });
+                    w.omap_ops.push(MetaOp::Remove {
+                        table: Table::Omap,
+                        key: omap_key(&w.id, &key),
+                    });
                 }
             }
             Op::OmapClear { .. } => {
                 if w.record.is_some() {
-                    w.omap_ops.push(MetaOp::RemovePrefix { table: Table::Omap, prefix: w.id.to_vec() });
+                    w.omap_ops.push(MetaOp::RemovePrefix {
+                        table: Table::Omap,
+                        prefix: w.id.to_vec(),
+                    });
                 }
             }
         }
@@ -336,20 +417,57 @@ impl Store {
     /// The plaintext of one logical block as the transaction currently sees it.
     fn read_block(&self, w: &Work, block: u64) -> Result<AlignedBuf, ApplyError> {
         let mut buffer = AlignedBuf::for_overwrite(1);
-        self.read_pieces(&w.object, &w.id, &pieces(&w.extents, block, block + 1), block, &mut buffer)
-            .map_err(|e| match e {
-                ReadError::EdgeSealed { object, offset_bytes } => ApplyError::EdgeSealed { object, offset_bytes },
-                e => ApplyError::Read(e),
-            })?;
+        self.read_pieces(
+            &w.object,
+            &w.id,
+            &pieces(&w.extents, block, block + 1),
+            block,
+            &mut buffer,
+        )
+        .map_err(|e| match e {
+            ReadError::EdgeSealed {
+                object,
+                offset_bytes,
+            } => ApplyError::EdgeSealed {
+                object,
+                offset_bytes,
+            },
+            e => ApplyError::Read(e),
+        })?;
         Ok(buffer)
     }
 
-    /// Zeroes bytes `[from, to)` of a block by rewriting it; a hole or a client-sealed chunk
-    /// (whose tail the reader clips by size) stays as it is.
-    fn zero_within_block(&self, w: &mut Work, block: u64, from: usize, to: usize, space: &mut Space) -> Result<(), ApplyError> {
+    /// Zeroes bytes `[from, to)` of a block by rewriting it; a hole stays a hole. A chunk
+    /// sealed by a client cannot be opened here: zeroing part of it is refused, except past
+    /// the new size on a truncate (`past_end`), where readers clip by size anyway.
+    fn zero_within_block(
+        &self,
+        w: &mut Work,
+        block: u64,
+        from: usize,
+        to: usize,
+        past_end: bool,
+        space: &mut Space,
+    ) -> Result<(), ApplyError> {
         match pieces(&w.extents, block, block + 1).first() {
             None => Ok(()),
-            Some((_, Extent { seal: ExtentSeal::Edge { .. }, .. })) => Ok(()),
+            Some((
+                _,
+                Extent {
+                    seal: ExtentSeal::Edge { .. },
+                    ..
+                },
+            )) if past_end => Ok(()),
+            Some((
+                _,
+                Extent {
+                    seal: ExtentSeal::Edge { .. },
+                    ..
+                },
+            )) => Err(ApplyError::EdgeSealed {
+                object: w.object.to_string(),
+                offset_bytes: block * BLOCK,
+            }),
             Some(_) => {
                 let mut buffer = self.read_block(w, block)?;
                 buffer[from..to].fill(0);
@@ -372,7 +490,10 @@ impl Store {
         let runs = {
             let mut alloc = self.allocator.lock().expect("allocator lock poisoned");
             let free_bytes = alloc.free_blocks() * BLOCK;
-            alloc.allocate(blocks).ok_or(ApplyError::NoSpace { needed_bytes: blocks * BLOCK, free_bytes })?
+            alloc.allocate(blocks).ok_or(ApplyError::NoSpace {
+                needed_bytes: blocks * BLOCK,
+                free_bytes,
+            })?
         };
         space.allocated.extend_from_slice(&runs);
         let nonce_base = match sealing {
@@ -383,27 +504,75 @@ impl Store {
             Sealing::Store if !self.data.keeps_chunk_records() => EXTENT_BLOCKS_MAX,
             Sealing::Store | Sealing::Edge(_) => SEALED_EXTENT_BLOCKS_MAX,
         };
-        let mut done = 0u64;
-        let mut written = Vec::new();
+        // IO parts of at most IO_PIECE_BLOCKS_MAX blocks: (logical block, physical block, len).
+        let mut parts: Vec<(u64, u64, u64)> = Vec::new();
+        let mut logical = first_block;
         for run in runs {
             let mut offset = 0;
             while offset < run.len {
-                let len = (run.len - offset).min(extent_blocks_max);
-                let physical_block = run.start + offset;
-                let bytes = &mut buffer[(done * BLOCK) as usize..((done + len) * BLOCK) as usize];
-                let seal = match sealing {
-                    Sealing::Store => self.data.seal(bytes, &w.id, first_block + done, physical_block, nonce_base + done),
-                    Sealing::Edge(chunks) => {
-                        ExtentSeal::Edge { chunks: chunks[done as usize..(done + len) as usize].to_vec() }
-                    }
-                };
-                self.device.write_at(physical_block * BLOCK, bytes)?;
-                written.push((first_block + done, Extent { physical_block, len_blocks: len, seal }));
-                done += len;
+                let len = (run.len - offset).min(IO_PIECE_BLOCKS_MAX);
+                parts.push((logical, run.start + offset, len));
+                logical += len;
                 offset += len;
             }
         }
-        space.freed.extend(punch(&mut w.extents, first_block, first_block + blocks));
+        let mut io = Vec::with_capacity(parts.len());
+        let mut rest: &mut [u8] = buffer;
+        for (_, physical, len) in &parts {
+            let (mine, tail) = std::mem::take(&mut rest).split_at_mut((len * BLOCK) as usize);
+            io.push(IoPiece {
+                offset_bytes: physical * BLOCK,
+                buffer: mine,
+            });
+            rest = tail;
+        }
+        let id = w.id;
+        let incarnation = self.nonces.incarnation();
+        let mut seals: Vec<Option<ExtentSeal>> = vec![None; parts.len()];
+        self.device.write_each(&mut io, &mut |index, bytes| {
+            let (logical, physical, len) = parts[index];
+            let done = logical - first_block;
+            seals[index] = Some(match sealing {
+                Sealing::Store => self.data.seal(
+                    bytes,
+                    &id,
+                    logical,
+                    physical,
+                    incarnation,
+                    nonce_base + done,
+                ),
+                Sealing::Edge(chunks) => ExtentSeal::Edge {
+                    chunks: chunks[done as usize..(done + len) as usize].to_vec(),
+                },
+            });
+        })?;
+        // Extents: plain parts that are contiguous on the device join up to the mode's limit.
+        let mut written: Vec<(u64, Extent)> = Vec::with_capacity(parts.len());
+        for ((logical, physical, len), seal) in parts.into_iter().zip(seals) {
+            let seal = seal.expect("every part is sealed before it is written");
+            if let Some((start, last)) = written.last_mut() {
+                let joins = seal == ExtentSeal::Bare
+                    && last.seal == ExtentSeal::Bare
+                    && last.physical_block + last.len_blocks == physical
+                    && *start + last.len_blocks == logical
+                    && last.len_blocks + len <= extent_blocks_max;
+                if joins {
+                    last.len_blocks += len;
+                    continue;
+                }
+            }
+            written.push((
+                logical,
+                Extent {
+                    physical_block: physical,
+                    len_blocks: len,
+                    seal,
+                },
+            ));
+        }
+        space
+            .freed
+            .extend(punch(&mut w.extents, first_block, first_block + blocks));
         w.extents.extend(written);
         Ok(())
     }
@@ -412,12 +581,16 @@ impl Store {
         if count == 0 {
             return Ok(0);
         }
-        self.nonces.take(count, |mark| self.persist_nonce_reservation(mark)).map_err(ApplyError::Metadata)
+        self.nonces
+            .take(count, |mark| self.persist_nonce_reservation(mark))
+            .map_err(ApplyError::Metadata)
     }
 
     fn seal_meta(&self, table: Table, key: &[u8], plain: Vec<u8>) -> Result<Vec<u8>, ApplyError> {
         let nonce = self.take_nonces(self.meta.nonces_per_value())?;
-        Ok(self.meta.seal(table, key, plain, nonce))
+        Ok(self
+            .meta
+            .seal(table, key, plain, self.nonces.incarnation(), nonce))
     }
 
     /// The metadata changes of all touched objects: records, extent diffs, omap in order.
@@ -430,22 +603,42 @@ impl Store {
                 Some(record) => {
                     record.version = w.original.as_ref().map_or(0, |o| o.version) + 1;
                     record.mtime_ns = now;
-                    let plain = postcard::to_allocvec(record).expect("serialising a record to memory cannot fail");
+                    let plain = postcard::to_allocvec(record)
+                        .expect("serialising a record to memory cannot fail");
                     let value = self.seal_meta(Table::Objects, &key, plain)?;
-                    batch.push(MetaOp::Put { table: Table::Objects, key, value });
+                    batch.push(MetaOp::Put {
+                        table: Table::Objects,
+                        key,
+                        value,
+                    });
                 }
-                None if w.original.is_some() => batch.push(MetaOp::Remove { table: Table::Objects, key }),
+                None if w.original.is_some() => batch.push(MetaOp::Remove {
+                    table: Table::Objects,
+                    key,
+                }),
                 None => {}
             }
-            for block in w.loaded.keys().filter(|block| !w.extents.contains_key(block)) {
-                batch.push(MetaOp::Remove { table: Table::Extents, key: extent_key(&w.id, *block).to_vec() });
+            for block in w
+                .loaded
+                .keys()
+                .filter(|block| !w.extents.contains_key(block))
+            {
+                batch.push(MetaOp::Remove {
+                    table: Table::Extents,
+                    key: extent_key(&w.id, *block).to_vec(),
+                });
             }
             for (block, extent) in &w.extents {
                 if w.loaded.get(block) != Some(extent) {
                     let key = extent_key(&w.id, *block).to_vec();
-                    let plain = postcard::to_allocvec(extent).expect("serialising an extent to memory cannot fail");
+                    let plain = postcard::to_allocvec(extent)
+                        .expect("serialising an extent to memory cannot fail");
                     let value = self.seal_meta(Table::Extents, &key, plain)?;
-                    batch.push(MetaOp::Put { table: Table::Extents, key, value });
+                    batch.push(MetaOp::Put {
+                        table: Table::Extents,
+                        key,
+                        value,
+                    });
                 }
             }
             batch.append(&mut w.omap_ops);
@@ -463,7 +656,9 @@ impl Store {
             let mut omap = txn.open_table(OMAP)?;
             for op in group.into_iter().flatten() {
                 let table = match &op {
-                    MetaOp::Put { table, .. } | MetaOp::Remove { table, .. } | MetaOp::RemovePrefix { table, .. } => *table,
+                    MetaOp::Put { table, .. }
+                    | MetaOp::Remove { table, .. }
+                    | MetaOp::RemovePrefix { table, .. } => *table,
                 };
                 let t = match table {
                     Table::Objects => &mut objects,
@@ -479,7 +674,9 @@ impl Store {
                         t.remove(&key[..])?;
                     }
                     MetaOp::RemovePrefix { prefix, .. } => match prefix_end(&prefix) {
-                        Some(end) => t.retain_in::<&[u8], _>(&prefix[..]..&end[..], |_, _| false)?,
+                        Some(end) => {
+                            t.retain_in::<&[u8], _>(&prefix[..]..&end[..], |_, _| false)?
+                        }
                         None => t.retain_in::<&[u8], _>(&prefix[..].., |_, _| false)?,
                     },
                 }

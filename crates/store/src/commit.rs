@@ -35,7 +35,13 @@ struct State {
 impl Committer {
     pub(crate) fn new() -> Committer {
         Committer {
-            state: Mutex::new(State { queue: Vec::new(), next_ticket: 1, durable_through: 0, leader: false, poisoned: None }),
+            state: Mutex::new(State {
+                queue: Vec::new(),
+                next_ticket: 1,
+                durable_through: 0,
+                leader: false,
+                poisoned: None,
+            }),
             wake: Condvar::new(),
         }
     }
@@ -48,7 +54,9 @@ impl Committer {
     ) -> Result<(), ApplyError> {
         let mut state = self.state.lock().expect("commit lock poisoned");
         if let Some(cause) = &state.poisoned {
-            return Err(ApplyError::Poisoned { cause: cause.clone() });
+            return Err(ApplyError::Poisoned {
+                cause: cause.clone(),
+            });
         }
         let ticket = state.next_ticket;
         state.next_ticket += 1;
@@ -58,7 +66,9 @@ impl Committer {
                 return Ok(());
             }
             if let Some(cause) = &state.poisoned {
-                return Err(ApplyError::Poisoned { cause: cause.clone() });
+                return Err(ApplyError::Poisoned {
+                    cause: cause.clone(),
+                });
             }
             if state.leader {
                 state = self.wake.wait(state).expect("commit lock poisoned");
@@ -89,6 +99,10 @@ impl Committer {
     }
 
     pub(crate) fn poisoned(&self) -> Option<String> {
-        self.state.lock().expect("commit lock poisoned").poisoned.clone()
+        self.state
+            .lock()
+            .expect("commit lock poisoned")
+            .poisoned
+            .clone()
     }
 }

@@ -1,7 +1,9 @@
 //! The device seam: where the store's data blocks live.
 //!
-//! `Device` is the narrow interface (positional read, positional write, sync, length) that
-//! tests wrap to inject IO failures and that a simulator can replace. `FileDevice` is the real
+//! `Device` is the narrow interface (positional read, positional write, sync, length, and
+//! two batched forms) that tests wrap to inject IO failures and that a simulator can
+//! replace. The batched forms let the caller open or seal one piece on its own thread while
+//! the device works on the others; their default runs one piece at a time. `FileDevice` is the real
 //! one: a preallocated file or a raw block device opened with O_DIRECT, so data bypasses the
 //! page cache and every buffer handed to it is `BLOCK_SIZE_BYTES`-aligned in memory, offset
 //! and length. `AlignedBuf` is that buffer; sealing happens inside it, in place.
@@ -15,6 +17,15 @@ use std::path::Path;
 
 /// The unit of allocation, of direct IO, and of `gcm` sealing (one chunk = one block).
 pub const BLOCK_SIZE_BYTES: u64 = 4096;
+/// Largest piece of a batched IO (256 KiB): small enough that opening or sealing one piece
+/// overlaps the device's work on the others, large enough to keep per-IO costs low.
+pub const IO_PIECE_BLOCKS_MAX: u64 = 64;
+
+/// One piece of a batched IO: where on the device, and the buffer it fills or comes from.
+pub struct IoPiece<'a> {
+    pub offset_bytes: u64,
+    pub buffer: &'a mut [u8],
+}
 
 pub trait Device: Send + Sync {
     fn read_at(&self, offset_bytes: u64, buffer: &mut [u8]) -> io::Result<()>;
@@ -22,6 +33,55 @@ pub trait Device: Send + Sync {
     /// Makes every completed write durable (fdatasync).
     fn sync(&self) -> io::Result<()>;
     fn len_bytes(&self) -> u64;
+
+    /// Reads every piece. As each read completes, calls `opened(index, buffer)` on this
+    /// thread (in any order, while others may still be in flight) and stops calling it after
+    /// it returns false. Returns only once no read is in flight.
+    fn read_each(
+        &self,
+        pieces: &mut [IoPiece<'_>],
+        opened: &mut dyn FnMut(usize, &mut [u8]) -> bool,
+    ) -> io::Result<()> {
+        read_one_by_one(self, pieces, opened)
+    }
+
+    /// For each piece in order, calls `seal(index, buffer)` and then starts writing it, so
+    /// sealing the next piece overlaps writing this one. Returns once every write completed.
+    fn write_each(
+        &self,
+        pieces: &mut [IoPiece<'_>],
+        seal: &mut dyn FnMut(usize, &mut [u8]),
+    ) -> io::Result<()> {
+        write_one_by_one(self, pieces, seal)
+    }
+}
+
+/// `Device::read_each` without overlap: one read, then its callback, then the next.
+fn read_one_by_one<D: Device + ?Sized>(
+    device: &D,
+    pieces: &mut [IoPiece<'_>],
+    opened: &mut dyn FnMut(usize, &mut [u8]) -> bool,
+) -> io::Result<()> {
+    for (index, piece) in pieces.iter_mut().enumerate() {
+        device.read_at(piece.offset_bytes, piece.buffer)?;
+        if !opened(index, piece.buffer) {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// `Device::write_each` without overlap: seal one piece, write it, then the next.
+fn write_one_by_one<D: Device + ?Sized>(
+    device: &D,
+    pieces: &mut [IoPiece<'_>],
+    seal: &mut dyn FnMut(usize, &mut [u8]),
+) -> io::Result<()> {
+    for (index, piece) in pieces.iter_mut().enumerate() {
+        seal(index, piece.buffer);
+        device.write_at(piece.offset_bytes, piece.buffer)?;
+    }
+    Ok(())
 }
 
 /// A file or block device opened for direct IO. Falls back to buffered IO (with `sync`
@@ -36,8 +96,18 @@ impl FileDevice {
     /// Creates a regular file of `len_bytes`, with its blocks allocated now (so a full disk
     /// is found at mkfs, not at the first write).
     pub fn create(path: &Path, len_bytes: u64) -> io::Result<()> {
-        let file = OpenOptions::new().read(true).write(true).create_new(true).open(path)?;
-        let rc = unsafe { libc::posix_fallocate(std::os::fd::AsRawFd::as_raw_fd(&file), 0, len_bytes as libc::off_t) };
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(path)?;
+        let rc = unsafe {
+            libc::posix_fallocate(
+                std::os::fd::AsRawFd::as_raw_fd(&file),
+                0,
+                len_bytes as libc::off_t,
+            )
+        };
         if rc != 0 {
             let _ = std::fs::remove_file(path);
             return Err(io::Error::from_raw_os_error(rc));
@@ -46,7 +116,11 @@ impl FileDevice {
     }
 
     pub fn open(path: &Path) -> io::Result<FileDevice> {
-        let direct = OpenOptions::new().read(true).write(true).custom_flags(libc::O_DIRECT).open(path);
+        let direct = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(path);
         let (file, direct_io) = match direct {
             Ok(file) => (file, true),
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
@@ -55,7 +129,11 @@ impl FileDevice {
             Err(e) => return Err(e),
         };
         let len_bytes = device_len_bytes(&file)?;
-        Ok(FileDevice { file, len_bytes, direct_io })
+        Ok(FileDevice {
+            file,
+            len_bytes,
+            direct_io,
+        })
     }
 
     pub fn direct_io(&self) -> bool {
@@ -69,7 +147,13 @@ fn device_len_bytes(file: &File) -> io::Result<u64> {
         let mut size: u64 = 0;
         // BLKGETSIZE64 = _IOR(0x12, 114, size_t)
         const BLKGETSIZE64: libc::c_ulong = 0x8008_1272;
-        let rc = unsafe { libc::ioctl(std::os::fd::AsRawFd::as_raw_fd(file), BLKGETSIZE64, &mut size) };
+        let rc = unsafe {
+            libc::ioctl(
+                std::os::fd::AsRawFd::as_raw_fd(file),
+                BLKGETSIZE64,
+                &mut size,
+            )
+        };
         if rc != 0 {
             return Err(io::Error::last_os_error());
         }
@@ -81,9 +165,9 @@ fn device_len_bytes(file: &File) -> io::Result<u64> {
 
 fn assert_aligned(offset_bytes: u64, buffer: &[u8]) {
     assert!(
-        offset_bytes % BLOCK_SIZE_BYTES == 0
-            && buffer.len() as u64 % BLOCK_SIZE_BYTES == 0
-            && buffer.as_ptr() as usize % BLOCK_SIZE_BYTES as usize == 0,
+        offset_bytes.is_multiple_of(BLOCK_SIZE_BYTES)
+            && (buffer.len() as u64).is_multiple_of(BLOCK_SIZE_BYTES)
+            && (buffer.as_ptr() as usize).is_multiple_of(BLOCK_SIZE_BYTES as usize),
         "unaligned device IO: offset {offset_bytes}, len {}, address {:p}",
         buffer.len(),
         buffer.as_ptr()
@@ -108,6 +192,36 @@ impl Device for FileDevice {
     fn len_bytes(&self) -> u64 {
         self.len_bytes
     }
+
+    fn read_each(
+        &self,
+        pieces: &mut [IoPiece<'_>],
+        opened: &mut dyn FnMut(usize, &mut [u8]) -> bool,
+    ) -> io::Result<()> {
+        pieces
+            .iter()
+            .for_each(|p| assert_aligned(p.offset_bytes, p.buffer));
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&self.file);
+        match crate::uring::read_each(fd, pieces, opened) {
+            Some(result) => result,
+            None => read_one_by_one(self, pieces, opened),
+        }
+    }
+
+    fn write_each(
+        &self,
+        pieces: &mut [IoPiece<'_>],
+        seal: &mut dyn FnMut(usize, &mut [u8]),
+    ) -> io::Result<()> {
+        pieces
+            .iter()
+            .for_each(|p| assert_aligned(p.offset_bytes, p.buffer));
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&self.file);
+        match crate::uring::write_each(fd, pieces, seal) {
+            Some(result) => result,
+            None => write_one_by_one(self, pieces, seal),
+        }
+    }
 }
 
 /// Largest buffer the pool keeps (one 4 MiB object); larger ones are freed on drop.
@@ -127,7 +241,10 @@ struct Pool {
 // SAFETY: the pool owns the allocations it holds; they are not aliased.
 unsafe impl Send for Pool {}
 
-static POOL: std::sync::Mutex<Pool> = std::sync::Mutex::new(Pool { free: Vec::new(), bytes: 0 });
+static POOL: std::sync::Mutex<Pool> = std::sync::Mutex::new(Pool {
+    free: Vec::new(),
+    bytes: 0,
+});
 
 fn class_of(capacity_blocks: usize) -> usize {
     capacity_blocks.trailing_zeros() as usize
@@ -157,27 +274,46 @@ impl AlignedBuf {
     pub fn for_overwrite(blocks: usize) -> AlignedBuf {
         let len = blocks * BLOCK_SIZE_BYTES as usize;
         if blocks == 0 {
-            return AlignedBuf { ptr: std::ptr::NonNull::dangling(), len: 0, capacity_blocks: 0 };
+            return AlignedBuf {
+                ptr: std::ptr::NonNull::dangling(),
+                len: 0,
+                capacity_blocks: 0,
+            };
         }
-        let capacity_blocks = if blocks <= POOL_BUFFER_BLOCKS_MAX { blocks.next_power_of_two() } else { blocks };
+        let capacity_blocks = if blocks <= POOL_BUFFER_BLOCKS_MAX {
+            blocks.next_power_of_two()
+        } else {
+            blocks
+        };
         if capacity_blocks <= POOL_BUFFER_BLOCKS_MAX {
             let mut pool = POOL.lock().expect("buffer pool lock poisoned");
             let class = class_of(capacity_blocks);
             if let Some(ptr) = pool.free.get_mut(class).and_then(Vec::pop) {
                 pool.bytes -= capacity_blocks * BLOCK_SIZE_BYTES as usize;
-                return AlignedBuf { ptr, len, capacity_blocks };
+                return AlignedBuf {
+                    ptr,
+                    len,
+                    capacity_blocks,
+                };
             }
         }
         let layout = Self::layout(capacity_blocks);
         // SAFETY: layout has a non-zero size.
         let ptr = unsafe { alloc::alloc_zeroed(layout) };
         let ptr = std::ptr::NonNull::new(ptr).unwrap_or_else(|| alloc::handle_alloc_error(layout));
-        AlignedBuf { ptr, len, capacity_blocks }
+        AlignedBuf {
+            ptr,
+            len,
+            capacity_blocks,
+        }
     }
 
     fn layout(capacity_blocks: usize) -> Layout {
-        Layout::from_size_align(capacity_blocks * BLOCK_SIZE_BYTES as usize, BLOCK_SIZE_BYTES as usize)
-            .expect("block-multiple sizes form a valid layout")
+        Layout::from_size_align(
+            capacity_blocks * BLOCK_SIZE_BYTES as usize,
+            BLOCK_SIZE_BYTES as usize,
+        )
+        .expect("block-multiple sizes form a valid layout")
     }
 
     pub fn blocks(&self) -> usize {

@@ -41,7 +41,9 @@ pub enum ReadError {
     Integrity { object: String, offset_bytes: u64 },
     #[error("integrity check failed in the metadata of {what}")]
     MetadataIntegrity { what: String },
-    #[error("object {object} at offset {offset_bytes} was sealed by a client; read it with read_sealed")]
+    #[error(
+        "object {object} at offset {offset_bytes} was sealed by a client; read it with read_sealed"
+    )]
     EdgeSealed { object: String, offset_bytes: u64 },
     #[error("invalid read: {reason}")]
     Invalid { reason: String },
@@ -78,4 +80,10 @@ macro_rules! redb_into {
     )*};
 }
 
-redb_into!(redb::StorageError, redb::TableError, redb::TransactionError, redb::CommitError, redb::DatabaseError);
+redb_into!(
+    redb::StorageError,
+    redb::TableError,
+    redb::TransactionError,
+    redb::CommitError,
+    redb::DatabaseError
+);

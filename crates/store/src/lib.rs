@@ -33,13 +33,17 @@ mod read;
 mod seal;
 mod store;
 mod transaction;
+mod uring;
 
-pub use apply::{ATTRS_BYTES_MAX, ATTR_NAME_BYTES_MAX, OMAP_KEY_BYTES_MAX, OMAP_VALUE_BYTES_MAX, TRANSACTION_OPS_MAX, WRITE_BYTES_MAX};
+pub use apply::{
+    ATTRS_BYTES_MAX, ATTR_NAME_BYTES_MAX, OMAP_KEY_BYTES_MAX, OMAP_VALUE_BYTES_MAX,
+    TRANSACTION_OPS_MAX, WRITE_BYTES_MAX,
+};
 pub use device::{AlignedBuf, Device, FileDevice, BLOCK_SIZE_BYTES};
 pub use error::{ApplyError, MkfsError, OpenError, ReadError};
 pub use list::{ListCursor, ListEntry, ListPage, LIST_PAGE_ENTRIES_MAX};
 pub use object::{EXTENT_BLOCKS_MAX, OBJECT_SIZE_BYTES_MAX, SEALED_EXTENT_BLOCKS_MAX};
-pub use read::{ObjectStat, ReadBuf, SealedRead, OMAP_PAGE_ENTRIES_MAX, READ_BYTES_MAX};
+pub use read::{ObjectStat, OmapEntry, ReadBuf, SealedRead, OMAP_PAGE_ENTRIES_MAX, READ_BYTES_MAX};
 pub use seal::nonce::NONCE_RESERVE_STEP;
 pub use seal::{ChunkRecord, Mode, UnknownMode, NONCE_BYTES, TAG_BYTES};
 pub use store::{MkfsOptions, Statfs, Store, FORMAT_VERSION, STORE_SIZE_BYTES_MIN};

@@ -56,21 +56,33 @@ impl Store {
                 continue;
             }
             if entries.len() == limit {
-                return Ok(ListPage { entries, next: last_key.map(ListCursor) });
+                return Ok(ListPage {
+                    entries,
+                    next: last_key.map(ListCursor),
+                });
             }
             let record: ObjectRecord = self
                 .meta
                 .open(Table::Objects, key.value(), value.value())
                 .ok()
                 .and_then(|plain| postcard::from_bytes(&plain).ok())
-                .ok_or_else(|| ReadError::MetadataIntegrity { what: "an object record in a listing".into() })?;
-            let name = ObjectName::new(record.name)
-                .map_err(|_| ReadError::MetadataIntegrity { what: "an object name in a listing".into() })?;
+                .ok_or_else(|| ReadError::MetadataIntegrity {
+                    what: "an object record in a listing".into(),
+                })?;
+            let name = ObjectName::new(record.name).map_err(|_| ReadError::MetadataIntegrity {
+                what: "an object name in a listing".into(),
+            })?;
             let mut hash = [0u8; 4];
             hash.copy_from_slice(&key.value()[8..12]);
-            entries.push(ListEntry { name, hash: ObjectHash(u32::from_be_bytes(hash)) });
+            entries.push(ListEntry {
+                name,
+                hash: ObjectHash(u32::from_be_bytes(hash)),
+            });
             last_key = Some(key.value().to_vec());
         }
-        Ok(ListPage { entries, next: None })
+        Ok(ListPage {
+            entries,
+            next: None,
+        })
     }
 }

@@ -9,9 +9,9 @@
 //! | `extents`    | object id (16) · logical block (8)               | sealed `Extent`            |
 //! | `omap`       | object id (16) · omap key                        | sealed omap value          |
 //!
-//! The object id is 16 bytes of HMAC-SHA256(metadata key, pool · name) in encrypting modes,
+//! The object id is 16 bytes of HMAC-SHA256(id subkey, pool · name) in encrypting modes,
 //! so names appear nowhere in clear, and of SHA-256 in `none`. In encrypting modes every
-//! value is AES-256-GCM sealed under the metadata key: nonce (12) · ciphertext · tag (16),
+//! value is AES-256-GCM sealed under the value subkey: nonce (12) · ciphertext · tag (16),
 //! with the table's tag byte and the row's key as additional data, so a value altered, or
 //! moved to another row or table, fails to open. Omap keys stay in clear to keep their order
 //! (see docs/design/at-rest-crypto.md, "What is not hidden").
@@ -78,12 +78,25 @@ pub(crate) struct MetaSealer {
 
 impl MetaSealer {
     pub(crate) fn plain() -> MetaSealer {
-        MetaSealer { aead: None, id_key: None }
+        MetaSealer {
+            aead: None,
+            id_key: None,
+        }
     }
 
+    /// Two subkeys are derived from the metadata key, one per algorithm:
+    /// HMAC-SHA256(metadata key, label) for the value AEAD and for object ids.
     pub(crate) fn sealed(meta_key: &[u8; 32]) -> MetaSealer {
-        let unbound = UnboundKey::new(&AES_256_GCM, meta_key).expect("a 32-byte key is valid for AES-256-GCM");
-        MetaSealer { aead: Some(LessSafeKey::new(unbound)), id_key: Some(hmac::Key::new(hmac::HMAC_SHA256, meta_key)) }
+        let parent = hmac::Key::new(hmac::HMAC_SHA256, meta_key);
+        let derive = |label: &[u8]| hmac::sign(&parent, label);
+        let aead_key = derive(b"coffer metadata values v1");
+        let id_key = derive(b"coffer object ids v1");
+        let unbound = UnboundKey::new(&AES_256_GCM, aead_key.as_ref())
+            .expect("a 32-byte key is valid for AES-256-GCM");
+        MetaSealer {
+            aead: Some(LessSafeKey::new(unbound)),
+            id_key: Some(hmac::Key::new(hmac::HMAC_SHA256, id_key.as_ref())),
+        }
     }
 
     pub(crate) fn object_id(&self, pool: PoolId, name: &str) -> ObjectId {
@@ -110,15 +123,37 @@ impl MetaSealer {
         self.aead.is_some() as u64
     }
 
-    /// Seals a value with metadata nonce counter value `nonce_counter`.
-    pub(crate) fn seal(&self, table: Table, key: &[u8], plain: Vec<u8>, nonce_counter: u64) -> Vec<u8> {
-        self.seal_with_nonce(table, key, plain, nonce_bytes(DOMAIN_METADATA, nonce_counter))
+    /// Seals a value with the metadata nonce (incarnation, counter).
+    pub(crate) fn seal(
+        &self,
+        table: Table,
+        key: &[u8],
+        plain: Vec<u8>,
+        incarnation: u32,
+        nonce_counter: u64,
+    ) -> Vec<u8> {
+        self.seal_with_nonce(
+            table,
+            key,
+            plain,
+            nonce_bytes(DOMAIN_METADATA, incarnation, nonce_counter),
+        )
     }
 
-    pub(crate) fn seal_with_nonce(&self, table: Table, key: &[u8], mut plain: Vec<u8>, nonce: [u8; NONCE_BYTES]) -> Vec<u8> {
+    pub(crate) fn seal_with_nonce(
+        &self,
+        table: Table,
+        key: &[u8],
+        mut plain: Vec<u8>,
+        nonce: [u8; NONCE_BYTES],
+    ) -> Vec<u8> {
         let Some(aead) = &self.aead else { return plain };
         let tag = aead
-            .seal_in_place_separate_tag(Nonce::assume_unique_for_key(nonce), Aad::from(aad(table, key)), &mut plain)
+            .seal_in_place_separate_tag(
+                Nonce::assume_unique_for_key(nonce),
+                Aad::from(aad(table, key)),
+                &mut plain,
+            )
             .expect("sealing a metadata value cannot fail");
         let mut out = Vec::with_capacity(NONCE_BYTES + plain.len() + TAG_BYTES);
         out.extend_from_slice(&nonce);
@@ -127,8 +162,15 @@ impl MetaSealer {
         out
     }
 
-    pub(crate) fn open(&self, table: Table, key: &[u8], stored: &[u8]) -> Result<Vec<u8>, MetaIntegrityError> {
-        let Some(aead) = &self.aead else { return Ok(stored.to_vec()) };
+    pub(crate) fn open(
+        &self,
+        table: Table,
+        key: &[u8],
+        stored: &[u8],
+    ) -> Result<Vec<u8>, MetaIntegrityError> {
+        let Some(aead) = &self.aead else {
+            return Ok(stored.to_vec());
+        };
         if stored.len() < NONCE_BYTES + TAG_BYTES {
             return Err(MetaIntegrityError);
         }
@@ -136,8 +178,13 @@ impl MetaSealer {
         nonce.copy_from_slice(&stored[..NONCE_BYTES]);
         let (body, tag) = stored[NONCE_BYTES..].split_at(stored.len() - NONCE_BYTES - TAG_BYTES);
         let mut plain = body.to_vec();
-        aead.open_in_place_separate_tag(Nonce::assume_unique_for_key(nonce), Aad::from(aad(table, key)), tag, &mut plain)
-            .map_err(|_| MetaIntegrityError)?;
+        aead.open_in_place_separate_tag(
+            Nonce::assume_unique_for_key(nonce),
+            Aad::from(aad(table, key)),
+            tag,
+            &mut plain,
+        )
+        .map_err(|_| MetaIntegrityError)?;
         Ok(plain)
     }
 }
@@ -153,10 +200,20 @@ fn aad(table: Table, key: &[u8]) -> Vec<u8> {
 /// in order inside the group commit.
 #[derive(Debug)]
 pub(crate) enum MetaOp {
-    Put { table: Table, key: Vec<u8>, value: Vec<u8> },
-    Remove { table: Table, key: Vec<u8> },
+    Put {
+        table: Table,
+        key: Vec<u8>,
+        value: Vec<u8>,
+    },
+    Remove {
+        table: Table,
+        key: Vec<u8>,
+    },
     /// Removes every row whose key starts with `prefix` (an object's omap on removal).
-    RemovePrefix { table: Table, prefix: Vec<u8> },
+    RemovePrefix {
+        table: Table,
+        prefix: Vec<u8>,
+    },
 }
 
 /// The upper bound of keys starting with `prefix`, or None when there is none (all 0xff).

@@ -38,12 +38,22 @@ pub(crate) struct Extent {
 
 impl Extent {
     pub(crate) fn slice(&self, skip: u64, len: u64) -> Extent {
-        assert!(skip + len <= self.len_blocks, "slice [{skip}, +{len}) of {self:?}");
-        Extent { physical_block: self.physical_block + skip, len_blocks: len, seal: self.seal.slice(skip as usize, len as usize) }
+        assert!(
+            skip + len <= self.len_blocks,
+            "slice [{skip}, +{len}) of {self:?}"
+        );
+        Extent {
+            physical_block: self.physical_block + skip,
+            len_blocks: len,
+            seal: self.seal.slice(skip as usize, len as usize),
+        }
     }
 
     pub(crate) fn run(&self) -> Run {
-        Run { start: self.physical_block, len: self.len_blocks }
+        Run {
+            start: self.physical_block,
+            len: self.len_blocks,
+        }
     }
 }
 
@@ -52,7 +62,12 @@ pub(crate) type ExtentMap = BTreeMap<u64, Extent>;
 /// Removes logical blocks `[first, end)` from `map`, trimming extents that straddle the
 /// bounds. Returns the device runs no longer referenced.
 pub(crate) fn punch(map: &mut ExtentMap, first: u64, end: u64) -> Vec<Run> {
-    let hit: Vec<u64> = map.range(..end).rev().take_while(|(start, e)| *start + e.len_blocks > first).map(|(s, _)| *s).collect();
+    let hit: Vec<u64> = map
+        .range(..end)
+        .rev()
+        .take_while(|(start, e)| *start + e.len_blocks > first)
+        .map(|(s, _)| *s)
+        .collect();
     let mut freed = Vec::with_capacity(hit.len());
     for start in hit {
         let extent = map.remove(&start).expect("key was just listed");
@@ -65,7 +80,10 @@ pub(crate) fn punch(map: &mut ExtentMap, first: u64, end: u64) -> Vec<Run> {
         }
         let cut_first = start.max(first);
         let cut_end = extent_end.min(end);
-        freed.push(Run { start: extent.physical_block + (cut_first - start), len: cut_end - cut_first });
+        freed.push(Run {
+            start: extent.physical_block + (cut_first - start),
+            len: cut_end - cut_first,
+        });
     }
     freed
 }
@@ -94,7 +112,9 @@ pub(crate) const OBJECT_BLOCKS_MAX: u64 = OBJECT_SIZE_BYTES_MAX / crate::device:
 pub(crate) enum LoadError {
     Storage(redb::StorageError),
     /// The extent record at this logical block failed to open or decode.
-    Integrity { logical_block: u64 },
+    Integrity {
+        logical_block: u64,
+    },
 }
 
 impl From<redb::StorageError> for LoadError {
@@ -113,18 +133,25 @@ pub(crate) fn load_extents(
     first: u64,
     end: u64,
 ) -> Result<ExtentMap, LoadError> {
-    assert!(first <= end && end <= OBJECT_BLOCKS_MAX, "extent range [{first}, {end})");
+    assert!(
+        first <= end && end <= OBJECT_BLOCKS_MAX,
+        "extent range [{first}, {end})"
+    );
     let mut map = ExtentMap::new();
     let low = extent_key(id, 0);
     let at_first = extent_key(id, first);
-    let before = table.range::<&[u8]>(&low[..]..=&at_first[..])?.next_back().transpose()?;
+    let before = table
+        .range::<&[u8]>(&low[..]..=&at_first[..])?
+        .next_back()
+        .transpose()?;
     let from = extent_key(id, first + 1);
     let to = extent_key(id, end.max(first + 1));
     let after = table.range::<&[u8]>(&from[..]..&to[..])?;
     for row in before.into_iter().map(Ok).chain(after) {
         let (key, value) = row?;
         let logical_block = extent_key_block(key.value());
-        let extent = decode_extent(sealer, key.value(), value.value()).ok_or(LoadError::Integrity { logical_block })?;
+        let extent = decode_extent(sealer, key.value(), value.value())
+            .ok_or(LoadError::Integrity { logical_block })?;
         if logical_block + extent.len_blocks > first && logical_block < end {
             map.insert(logical_block, extent);
         }
@@ -135,7 +162,13 @@ pub(crate) fn load_extents(
 pub(crate) fn decode_extent(sealer: &MetaSealer, key: &[u8], stored: &[u8]) -> Option<Extent> {
     let plain = sealer.open(Table::Extents, key, stored).ok()?;
     let extent: Extent = postcard::from_bytes(&plain).ok()?;
-    (extent.len_blocks > 0 && extent.len_blocks <= EXTENT_BLOCKS_MAX).then_some(extent)
+    let records_fit = match &extent.seal {
+        ExtentSeal::Bare => true,
+        ExtentSeal::Store { tags, .. } => tags.len() as u64 == extent.len_blocks,
+        ExtentSeal::Edge { chunks } => chunks.len() as u64 == extent.len_blocks,
+    };
+    (extent.len_blocks > 0 && extent.len_blocks <= EXTENT_BLOCKS_MAX && records_fit)
+        .then_some(extent)
 }
 
 #[cfg(test)]
@@ -143,7 +176,11 @@ mod tests {
     use super::*;
 
     fn bare(physical_block: u64, len_blocks: u64) -> Extent {
-        Extent { physical_block, len_blocks, seal: ExtentSeal::Bare }
+        Extent {
+            physical_block,
+            len_blocks,
+            seal: ExtentSeal::Bare,
+        }
     }
 
     #[test]

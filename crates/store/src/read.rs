@@ -2,13 +2,13 @@
 //! are, stat, attributes and omap. A read holds its object's lock shared, so no transaction
 //! can free (and another reuse) the blocks it is reading.
 
-use crate::device::{AlignedBuf, BLOCK_SIZE_BYTES};
+use crate::apply::{slot_of, WRITE_BYTES_MAX};
+use crate::device::{AlignedBuf, IoPiece, BLOCK_SIZE_BYTES, IO_PIECE_BLOCKS_MAX};
 use crate::error::ReadError;
 use crate::metadata::{object_key, omap_key, ObjectId, Table, EXTENTS, OBJECTS, OMAP};
 use crate::object::{load_extents, pieces, Extent, ExtentMap, LoadError, ObjectRecord};
 use crate::seal::{ChunkRecord, ExtentSeal};
 use crate::store::Store;
-use crate::apply::{slot_of, WRITE_BYTES_MAX};
 use map::{ObjectHash, ObjectRef};
 use redb::{ReadableDatabase, ReadableTable};
 use std::collections::BTreeMap;
@@ -17,6 +17,9 @@ use std::ops::Deref;
 const BLOCK: u64 = BLOCK_SIZE_BYTES;
 /// Largest single read, in bytes.
 pub const READ_BYTES_MAX: u64 = WRITE_BYTES_MAX;
+/// One omap entry: key and value.
+pub type OmapEntry = (Vec<u8>, Vec<u8>);
+
 /// Most omap entries returned by one `omap_list` call.
 pub const OMAP_PAGE_ENTRIES_MAX: usize = 1000;
 
@@ -66,7 +69,9 @@ impl Store {
         id: &ObjectId,
     ) -> Result<Option<ObjectRecord>, ReadError> {
         let key = object_key(object.pool, object.name.hash(), id);
-        let Some(stored) = objects.get(&key[..])? else { return Ok(None) };
+        let Some(stored) = objects.get(&key[..])? else {
+            return Ok(None);
+        };
         let record: Option<ObjectRecord> = self
             .meta
             .open(Table::Objects, &key, stored.value())
@@ -74,7 +79,9 @@ impl Store {
             .and_then(|plain| postcard::from_bytes(&plain).ok());
         match record {
             Some(record) if record.name == object.name.as_str() => Ok(Some(record)),
-            _ => Err(ReadError::MetadataIntegrity { what: format!("object {object}") }),
+            _ => Err(ReadError::MetadataIntegrity {
+                what: format!("object {object}"),
+            }),
         }
     }
 
@@ -89,13 +96,18 @@ impl Store {
         load_extents(extents, &self.meta, id, first, end).map_err(|e| match e {
             LoadError::Storage(e) => ReadError::from(e),
             LoadError::Integrity { logical_block } => ReadError::MetadataIntegrity {
-                what: format!("object {object}, extent at offset {}", logical_block * BLOCK),
+                what: format!(
+                    "object {object}, extent at offset {}",
+                    logical_block * BLOCK
+                ),
             },
         })
     }
 
-    /// Reads each piece into `buffer` (which starts at logical block `first_block`) and opens
-    /// it in place. The blocks between pieces (holes) are zeroed.
+    /// Reads each extent piece into `buffer` (which starts at logical block `first_block`)
+    /// and opens it in place; the blocks between pieces (holes) are zeroed. Extents are read
+    /// in parts of at most `IO_PIECE_BLOCKS_MAX` blocks, all submitted at once, and each
+    /// part is opened on this thread as soon as it arrives, while the others are in flight.
     pub(crate) fn read_pieces(
         &self,
         object: &ObjectRef,
@@ -104,72 +116,159 @@ impl Store {
         first_block: u64,
         buffer: &mut [u8],
     ) -> Result<(), ReadError> {
-        let mut filled = 0;
+        let mut parts: Vec<(u64, Extent)> = Vec::with_capacity(pieces.len());
         for (block, extent) in pieces {
             if let ExtentSeal::Edge { .. } = extent.seal {
-                return Err(ReadError::EdgeSealed { object: object.to_string(), offset_bytes: block * BLOCK });
+                return Err(ReadError::EdgeSealed {
+                    object: object.to_string(),
+                    offset_bytes: block * BLOCK,
+                });
             }
-            let at = ((block - first_block) * BLOCK) as usize;
-            buffer[filled..at].fill(0);
-            filled = at + (extent.len_blocks * BLOCK) as usize;
-            let bytes = &mut buffer[at..at + (extent.len_blocks * BLOCK) as usize];
-            self.device.read_at(extent.physical_block * BLOCK, bytes)?;
-            self.data.open(bytes, id, *block, extent.physical_block, &extent.seal).map_err(|e| ReadError::Integrity {
-                object: object.to_string(),
-                offset_bytes: (block + e.chunk as u64) * BLOCK,
-            })?;
+            let mut skip = 0;
+            while skip < extent.len_blocks {
+                let len = (extent.len_blocks - skip).min(IO_PIECE_BLOCKS_MAX);
+                parts.push((block + skip, extent.slice(skip, len)));
+                skip += len;
+            }
         }
-        buffer[filled..].fill(0);
-        Ok(())
+        let mut io = Vec::with_capacity(parts.len());
+        let mut rest: &mut [u8] = buffer;
+        let mut at_block = first_block;
+        for (block, extent) in &parts {
+            let (hole, tail) =
+                std::mem::take(&mut rest).split_at_mut(((block - at_block) * BLOCK) as usize);
+            hole.fill(0);
+            let (mine, tail) = tail.split_at_mut((extent.len_blocks * BLOCK) as usize);
+            io.push(IoPiece {
+                offset_bytes: extent.physical_block * BLOCK,
+                buffer: mine,
+            });
+            rest = tail;
+            at_block = block + extent.len_blocks;
+        }
+        rest.fill(0);
+        let mut failure = None;
+        self.device.read_each(&mut io, &mut |index, bytes| {
+            let (block, extent) = &parts[index];
+            match self
+                .data
+                .open(bytes, id, *block, extent.physical_block, &extent.seal)
+            {
+                Ok(()) => true,
+                Err(e) => {
+                    let offset_bytes = (block + e.chunk as u64) * BLOCK;
+                    failure = Some(ReadError::Integrity {
+                        object: object.to_string(),
+                        offset_bytes,
+                    });
+                    false
+                }
+            }
+        })?;
+        failure.map_or(Ok(()), Err)
     }
 
     /// Reads up to `len_bytes` from `offset_bytes`; shorter at the end of the object.
-    pub fn read(&self, object: &ObjectRef, offset_bytes: u64, len_bytes: u64) -> Result<ReadBuf, ReadError> {
+    pub fn read(
+        &self,
+        object: &ObjectRef,
+        offset_bytes: u64,
+        len_bytes: u64,
+    ) -> Result<ReadBuf, ReadError> {
         if len_bytes > READ_BYTES_MAX {
-            return Err(ReadError::Invalid { reason: format!("read of {len_bytes} bytes; the limit is {READ_BYTES_MAX}") });
+            return Err(ReadError::Invalid {
+                reason: format!("read of {len_bytes} bytes; the limit is {READ_BYTES_MAX}"),
+            });
         }
         let id = self.meta.object_id(object.pool, object.name.as_str());
-        let _lock = self.slots[slot_of(&id)].read().expect("object lock poisoned");
+        let _lock = self.slots[slot_of(&id)]
+            .read()
+            .expect("object lock poisoned");
         let txn = self.db.begin_read()?;
         let record = self
             .load_record(&txn.open_table(OBJECTS)?, object, &id)?
-            .ok_or_else(|| ReadError::NotFound { object: object.to_string() })?;
-        let end_bytes = offset_bytes.saturating_add(len_bytes).min(record.size_bytes);
+            .ok_or_else(|| ReadError::NotFound {
+                object: object.to_string(),
+            })?;
+        let end_bytes = offset_bytes
+            .saturating_add(len_bytes)
+            .min(record.size_bytes);
         if offset_bytes >= end_bytes {
-            return Ok(ReadBuf { buffer: AlignedBuf::zeroed(0), start: 0, len: 0 });
+            return Ok(ReadBuf {
+                buffer: AlignedBuf::zeroed(0),
+                start: 0,
+                len: 0,
+            });
         }
         let (first, end) = (offset_bytes / BLOCK, end_bytes.div_ceil(BLOCK));
         let extents = self.load_extent_map(&txn.open_table(EXTENTS)?, object, &id, first, end)?;
         drop(txn);
         let mut buffer = AlignedBuf::for_overwrite((end - first) as usize);
-        self.read_pieces(object, &id, &pieces(&extents, first, end), first, &mut buffer)?;
-        Ok(ReadBuf { buffer, start: (offset_bytes - first * BLOCK) as usize, len: (end_bytes - offset_bytes) as usize })
+        self.read_pieces(
+            object,
+            &id,
+            &pieces(&extents, first, end),
+            first,
+            &mut buffer,
+        )?;
+        Ok(ReadBuf {
+            buffer,
+            start: (offset_bytes - first * BLOCK) as usize,
+            len: (end_bytes - offset_bytes) as usize,
+        })
     }
 
     /// Returns chunks `[first_chunk, first_chunk + count)` exactly as a client sealed them.
     /// A chunk the store sealed itself is refused: its plaintext is only for `read`.
-    pub fn read_sealed(&self, object: &ObjectRef, first_chunk: u64, count: u64) -> Result<SealedRead, ReadError> {
+    pub fn read_sealed(
+        &self,
+        object: &ObjectRef,
+        first_chunk: u64,
+        count: u64,
+    ) -> Result<SealedRead, ReadError> {
         if count * BLOCK > READ_BYTES_MAX {
-            return Err(ReadError::Invalid { reason: format!("read of {count} chunks; the limit is {}", READ_BYTES_MAX / BLOCK) });
+            return Err(ReadError::Invalid {
+                reason: format!(
+                    "read of {count} chunks; the limit is {}",
+                    READ_BYTES_MAX / BLOCK
+                ),
+            });
         }
         let id = self.meta.object_id(object.pool, object.name.as_str());
-        let _lock = self.slots[slot_of(&id)].read().expect("object lock poisoned");
+        let _lock = self.slots[slot_of(&id)]
+            .read()
+            .expect("object lock poisoned");
         let txn = self.db.begin_read()?;
         self.load_record(&txn.open_table(OBJECTS)?, object, &id)?
-            .ok_or_else(|| ReadError::NotFound { object: object.to_string() })?;
-        let end = first_chunk.saturating_add(count).min(crate::object::OBJECT_BLOCKS_MAX);
-        let extents = self.load_extent_map(&txn.open_table(EXTENTS)?, object, &id, first_chunk.min(end), end)?;
+            .ok_or_else(|| ReadError::NotFound {
+                object: object.to_string(),
+            })?;
+        let end = first_chunk
+            .saturating_add(count)
+            .min(crate::object::OBJECT_BLOCKS_MAX);
+        let extents = self.load_extent_map(
+            &txn.open_table(EXTENTS)?,
+            object,
+            &id,
+            first_chunk.min(end),
+            end,
+        )?;
         drop(txn);
         let mut data = AlignedBuf::zeroed(count as usize);
         let mut chunks = vec![None; count as usize];
         for (block, extent) in pieces(&extents, first_chunk, end) {
             let ExtentSeal::Edge { chunks: records } = &extent.seal else {
                 return Err(ReadError::Invalid {
-                    reason: format!("object {object} chunk {block} was sealed by the store, not by a client"),
+                    reason: format!(
+                        "object {object} chunk {block} was sealed by the store, not by a client"
+                    ),
                 });
             };
             let at = ((block - first_chunk) * BLOCK) as usize;
-            self.device.read_at(extent.physical_block * BLOCK, &mut data[at..at + (extent.len_blocks * BLOCK) as usize])?;
+            self.device.read_at(
+                extent.physical_block * BLOCK,
+                &mut data[at..at + (extent.len_blocks * BLOCK) as usize],
+            )?;
             for (i, record) in records.iter().enumerate() {
                 chunks[(block - first_chunk) as usize + i] = Some(*record);
             }
@@ -195,7 +294,9 @@ impl Store {
         let id = self.meta.object_id(object.pool, object.name.as_str());
         let txn = self.db.begin_read()?;
         self.load_record(&txn.open_table(OBJECTS)?, object, &id)?
-            .ok_or_else(|| ReadError::NotFound { object: object.to_string() })
+            .ok_or_else(|| ReadError::NotFound {
+                object: object.to_string(),
+            })
     }
 
     pub fn exists(&self, object: &ObjectRef) -> Result<bool, ReadError> {
@@ -210,14 +311,20 @@ impl Store {
         let id = self.meta.object_id(object.pool, object.name.as_str());
         let txn = self.db.begin_read()?;
         self.load_record(&txn.open_table(OBJECTS)?, object, &id)?
-            .ok_or_else(|| ReadError::NotFound { object: object.to_string() })?;
+            .ok_or_else(|| ReadError::NotFound {
+                object: object.to_string(),
+            })?;
         let row = omap_key(&id, key);
         let omap = txn.open_table(OMAP)?;
-        let Some(stored) = omap.get(&row[..])? else { return Ok(None) };
+        let Some(stored) = omap.get(&row[..])? else {
+            return Ok(None);
+        };
         self.meta
             .open(Table::Omap, &row, stored.value())
             .map(Some)
-            .map_err(|_| ReadError::MetadataIntegrity { what: format!("object {object}, an omap value") })
+            .map_err(|_| ReadError::MetadataIntegrity {
+                what: format!("object {object}, an omap value"),
+            })
     }
 
     /// Omap entries in key order, starting after `after`, at most `limit`
@@ -227,11 +334,13 @@ impl Store {
         object: &ObjectRef,
         after: Option<&[u8]>,
         limit: usize,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, ReadError> {
+    ) -> Result<Vec<OmapEntry>, ReadError> {
         let id = self.meta.object_id(object.pool, object.name.as_str());
         let txn = self.db.begin_read()?;
         self.load_record(&txn.open_table(OBJECTS)?, object, &id)?
-            .ok_or_else(|| ReadError::NotFound { object: object.to_string() })?;
+            .ok_or_else(|| ReadError::NotFound {
+                object: object.to_string(),
+            })?;
         let omap = txn.open_table(OMAP)?;
         let start = omap_key(&id, after.unwrap_or(&[]));
         let end = crate::metadata::prefix_end(&id);
@@ -252,7 +361,9 @@ impl Store {
             let plain = self
                 .meta
                 .open(Table::Omap, key.value(), value.value())
-                .map_err(|_| ReadError::MetadataIntegrity { what: format!("object {object}, an omap value") })?;
+                .map_err(|_| ReadError::MetadataIntegrity {
+                    what: format!("object {object}, an omap value"),
+                })?;
             out.push((omap_key_bytes.to_vec(), plain));
         }
         Ok(out)

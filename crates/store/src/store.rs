@@ -24,10 +24,10 @@ use crate::device::{Device, FileDevice, BLOCK_SIZE_BYTES};
 use crate::error::{MkfsError, OpenError};
 use crate::metadata::{MetaSealer, Table, EXTENTS, OBJECTS, OMAP, SUPERBLOCK};
 use crate::object::decode_extent;
-use crate::seal::nonce::{nonce_bytes, NonceCounter, DOMAIN_RESERVATION};
+use crate::seal::nonce::{nonce_bytes, random_incarnation, NonceCounter, DOMAIN_RESERVATION};
 use crate::seal::{DataSealer, Mode};
 use keys::{KeyEncryptionKey, SecretKey, WrappedKey};
-use redb::{Database, ReadableDatabase, ReadableTable, ReadOnlyDatabase};
+use redb::{Database, ReadOnlyDatabase, ReadableDatabase, ReadableTable};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, RwLock};
 
@@ -108,42 +108,72 @@ fn meta_sealer(mode: Mode, secret: &SecretKey<96>) -> MetaSealer {
     }
 }
 
-fn reservation_value(meta: &MetaSealer, mark: u64) -> Vec<u8> {
-    meta.seal_with_nonce(Table::Superblock, b"nonce_reserved", mark.to_be_bytes().to_vec(), nonce_bytes(DOMAIN_RESERVATION, mark))
+fn reservation_value(meta: &MetaSealer, incarnation: u32, mark: u64) -> Vec<u8> {
+    meta.seal_with_nonce(
+        Table::Superblock,
+        b"nonce_reserved",
+        mark.to_be_bytes().to_vec(),
+        nonce_bytes(DOMAIN_RESERVATION, incarnation, mark),
+    )
 }
 
 impl Store {
     /// Creates a store in `dir` (new or empty): the data device, the metadata database, a
     /// fresh store secret wrapped under `kek`.
-    pub fn mkfs(dir: &Path, options: &MkfsOptions, kek: &KeyEncryptionKey) -> Result<(), MkfsError> {
+    pub fn mkfs(
+        dir: &Path,
+        options: &MkfsOptions,
+        kek: &KeyEncryptionKey,
+    ) -> Result<(), MkfsError> {
         let io = |path: &Path| {
             let path = path.to_path_buf();
             move |source| MkfsError::Io { path, source }
         };
         std::fs::create_dir_all(dir).map_err(io(dir))?;
         if std::fs::read_dir(dir).map_err(io(dir))?.next().is_some() {
-            return Err(MkfsError::NotEmpty { path: dir.to_path_buf() });
+            return Err(MkfsError::NotEmpty {
+                path: dir.to_path_buf(),
+            });
         }
         let (data_path, stored_path) = match &options.device {
-            Some(device) => (device.clone(), device.display().to_string()),
+            Some(device) => {
+                let device = std::fs::canonicalize(device).map_err(io(device))?;
+                let stored = device.display().to_string();
+                (device, stored)
+            }
             None => {
                 let path = dir.join(DATA_FILE);
                 if options.size_bytes < STORE_SIZE_BYTES_MIN {
-                    return Err(MkfsError::TooSmall { size_bytes: options.size_bytes, min_bytes: STORE_SIZE_BYTES_MIN });
+                    return Err(MkfsError::TooSmall {
+                        size_bytes: options.size_bytes,
+                        min_bytes: STORE_SIZE_BYTES_MIN,
+                    });
                 }
-                FileDevice::create(&path, options.size_bytes / BLOCK_SIZE_BYTES * BLOCK_SIZE_BYTES).map_err(io(&path))?;
+                FileDevice::create(
+                    &path,
+                    options.size_bytes / BLOCK_SIZE_BYTES * BLOCK_SIZE_BYTES,
+                )
+                .map_err(io(&path))?;
                 (path, DATA_FILE.to_string())
             }
         };
         let device = FileDevice::open(&data_path).map_err(io(&data_path))?;
         let data_blocks = device.len_bytes() / BLOCK_SIZE_BYTES;
         if data_blocks * BLOCK_SIZE_BYTES < STORE_SIZE_BYTES_MIN {
-            return Err(MkfsError::TooSmall { size_bytes: device.len_bytes(), min_bytes: STORE_SIZE_BYTES_MIN });
+            return Err(MkfsError::TooSmall {
+                size_bytes: device.len_bytes(),
+                min_bytes: STORE_SIZE_BYTES_MIN,
+            });
         }
         let mut store_id = [0u8; 16];
-        aws_lc_rs::rand::fill(&mut store_id).expect("the system random source never fails on Linux");
+        aws_lc_rs::rand::fill(&mut store_id)
+            .expect("the system random source never fails on Linux");
         let secret = SecretKey::<96>::generate();
-        let wrapped = keys::wrap(kek, &secret, &wrap_context(&store_id, options.mode, data_blocks));
+        let wrapped = keys::wrap(
+            kek,
+            &secret,
+            &wrap_context(&store_id, options.mode, data_blocks),
+        );
         let meta = meta_sealer(options.mode, &secret);
         let meta_path = dir.join(META_FILE);
         let db = Database::create(&meta_path)?;
@@ -156,7 +186,10 @@ impl Store {
             sb.insert("data_blocks", &data_blocks.to_be_bytes()[..])?;
             sb.insert("data_path", stored_path.as_bytes())?;
             sb.insert("wrapped_key", wrapped.as_bytes())?;
-            sb.insert("nonce_reserved", &reservation_value(&meta, 0)[..])?;
+            sb.insert(
+                "nonce_reserved",
+                &reservation_value(&meta, random_incarnation(), 0)[..],
+            )?;
             txn.open_table(OBJECTS)?;
             txn.open_table(EXTENTS)?;
             txn.open_table(OMAP)?;
@@ -171,24 +204,40 @@ impl Store {
     }
 
     /// Opens the store on a caller-supplied device (tests wrap the real one to inject faults).
-    pub fn open_with_device(dir: &Path, kek: &KeyEncryptionKey, device: Box<dyn Device>) -> Result<Store, OpenError> {
+    pub fn open_with_device(
+        dir: &Path,
+        kek: &KeyEncryptionKey,
+        device: Box<dyn Device>,
+    ) -> Result<Store, OpenError> {
         Store::open_inner(dir, kek, Some(device))
     }
 
-    fn open_inner(dir: &Path, kek: &KeyEncryptionKey, device: Option<Box<dyn Device>>) -> Result<Store, OpenError> {
+    fn open_inner(
+        dir: &Path,
+        kek: &KeyEncryptionKey,
+        device: Option<Box<dyn Device>>,
+    ) -> Result<Store, OpenError> {
         let meta_path = dir.join(META_FILE);
         if !meta_path.is_file() {
-            return Err(OpenError::NotAStore { path: dir.to_path_buf() });
+            return Err(OpenError::NotAStore {
+                path: dir.to_path_buf(),
+            });
         }
         let in_use = |e: redb::DatabaseError| match e {
-            redb::DatabaseError::DatabaseAlreadyOpen => OpenError::InUse { path: dir.to_path_buf() },
+            redb::DatabaseError::DatabaseAlreadyOpen => OpenError::InUse {
+                path: dir.to_path_buf(),
+            },
             e => OpenError::from(e),
         };
         // Check the key on a read-only view first: a wrong key must change nothing, and a
         // writable open may already write to the file.
         let superblock = match ReadOnlyDatabase::open(&meta_path) {
             Ok(db) => Some(Superblock::read(&db.begin_read()?)?),
-            Err(redb::DatabaseError::DatabaseAlreadyOpen) => return Err(OpenError::InUse { path: dir.to_path_buf() }),
+            Err(redb::DatabaseError::DatabaseAlreadyOpen) => {
+                return Err(OpenError::InUse {
+                    path: dir.to_path_buf(),
+                })
+            }
             // Needs crash repair, which only a writable open does; the key is checked after.
             Err(_) => None,
         };
@@ -205,23 +254,38 @@ impl Store {
             .ok()
             .and_then(|v| <[u8; 8]>::try_from(v.as_slice()).ok())
             .map(u64::from_be_bytes)
-            .ok_or_else(|| OpenError::Corrupt { what: "the nonce reservation record".into() })?;
+            .ok_or_else(|| OpenError::Corrupt {
+                what: "the nonce reservation record".into(),
+            })?;
         let mut dkey = data_key(&secret);
-        let data = DataSealer::new(sb.mode, &dkey).map_err(|_| OpenError::Corrupt { what: "the data key (rejected by XTS)".into() });
+        let data = DataSealer::new(sb.mode, &dkey).map_err(|_| OpenError::Corrupt {
+            what: "the data key (rejected by XTS)".into(),
+        });
         zeroize::Zeroize::zeroize(&mut dkey);
         let data = data?;
         let (device, direct_io): (Box<dyn Device>, bool) = match device {
             Some(device) => (device, false),
             None => {
-                let path = if sb.data_path.starts_with('/') { PathBuf::from(&sb.data_path) } else { dir.join(&sb.data_path) };
-                let dev = FileDevice::open(&path).map_err(|source| OpenError::Io { path: path.clone(), source })?;
+                let path = if sb.data_path.starts_with('/') {
+                    PathBuf::from(&sb.data_path)
+                } else {
+                    dir.join(&sb.data_path)
+                };
+                let dev = FileDevice::open(&path).map_err(|source| OpenError::Io {
+                    path: path.clone(),
+                    source,
+                })?;
                 let direct = dev.direct_io();
                 (Box::new(dev), direct)
             }
         };
         if device.len_bytes() < sb.data_blocks * BLOCK_SIZE_BYTES {
             return Err(OpenError::Corrupt {
-                what: format!("data device is {} bytes, the store needs {}", device.len_bytes(), sb.data_blocks * BLOCK_SIZE_BYTES),
+                what: format!(
+                    "data device is {} bytes, the store needs {}",
+                    device.len_bytes(),
+                    sb.data_blocks * BLOCK_SIZE_BYTES
+                ),
             });
         }
         let allocator = rebuild_allocator(&db, &meta, sb.data_blocks)?;
@@ -254,7 +318,11 @@ impl Store {
         let alloc = self.allocator.lock().expect("allocator lock poisoned");
         let total = alloc.total_blocks() * BLOCK_SIZE_BYTES;
         let free = alloc.free_blocks() * BLOCK_SIZE_BYTES;
-        Statfs { total_bytes: total, allocated_bytes: total - free, free_bytes: free }
+        Statfs {
+            total_bytes: total,
+            allocated_bytes: total - free,
+            free_bytes: free,
+        }
     }
 
     /// Durably raises the nonce reservation to `mark` (see seal/nonce.rs).
@@ -262,7 +330,10 @@ impl Store {
         let txn = self.db.begin_write()?;
         {
             let mut sb = txn.open_table(SUPERBLOCK)?;
-            sb.insert("nonce_reserved", &reservation_value(&self.meta, mark)[..])?;
+            sb.insert(
+                "nonce_reserved",
+                &reservation_value(&self.meta, self.nonces.incarnation(), mark)[..],
+            )?;
         }
         txn.commit()?;
         Ok(())
@@ -284,18 +355,33 @@ impl Superblock {
         let field = |name: &str| -> Result<Vec<u8>, OpenError> {
             sb.get(name)?
                 .map(|v| v.value().to_vec())
-                .ok_or_else(|| OpenError::Corrupt { what: format!("superblock field {name} is missing") })
+                .ok_or_else(|| OpenError::Corrupt {
+                    what: format!("superblock field {name} is missing"),
+                })
         };
-        let corrupt = |name: &str| OpenError::Corrupt { what: format!("superblock field {name}") };
-        let format = u32::from_be_bytes(field("format")?.try_into().map_err(|_| corrupt("format"))?);
+        let corrupt = |name: &str| OpenError::Corrupt {
+            what: format!("superblock field {name}"),
+        };
+        let format =
+            u32::from_be_bytes(field("format")?.try_into().map_err(|_| corrupt("format"))?);
         if format != FORMAT_VERSION {
-            return Err(OpenError::UnsupportedFormat { found: format, supported: FORMAT_VERSION });
+            return Err(OpenError::UnsupportedFormat {
+                found: format,
+                supported: FORMAT_VERSION,
+            });
         }
-        let mode = String::from_utf8(field("mode")?).ok().and_then(|m| m.parse().ok()).ok_or_else(|| corrupt("mode"))?;
+        let mode = String::from_utf8(field("mode")?)
+            .ok()
+            .and_then(|m| m.parse().ok())
+            .ok_or_else(|| corrupt("mode"))?;
         Ok(Superblock {
             store_id: field("store_id")?,
             mode,
-            data_blocks: u64::from_be_bytes(field("data_blocks")?.try_into().map_err(|_| corrupt("data_blocks"))?),
+            data_blocks: u64::from_be_bytes(
+                field("data_blocks")?
+                    .try_into()
+                    .map_err(|_| corrupt("data_blocks"))?,
+            ),
             data_path: String::from_utf8(field("data_path")?).map_err(|_| corrupt("data_path"))?,
             wrapped_key: WrappedKey::from_bytes(field("wrapped_key")?),
             nonce_reserved: field("nonce_reserved")?,
@@ -303,22 +389,33 @@ impl Superblock {
     }
 
     fn unwrap_secret(&self, kek: &KeyEncryptionKey) -> Result<SecretKey<96>, OpenError> {
-        keys::unwrap(kek, &self.wrapped_key, &wrap_context(&self.store_id, self.mode, self.data_blocks))
-            .map_err(|_| OpenError::WrongKey)
+        keys::unwrap(
+            kek,
+            &self.wrapped_key,
+            &wrap_context(&self.store_id, self.mode, self.data_blocks),
+        )
+        .map_err(|_| OpenError::WrongKey)
     }
 }
 
 /// Every block that no committed extent references is free.
-fn rebuild_allocator(db: &Database, meta: &MetaSealer, data_blocks: u64) -> Result<Allocator, OpenError> {
+fn rebuild_allocator(
+    db: &Database,
+    meta: &MetaSealer,
+    data_blocks: u64,
+) -> Result<Allocator, OpenError> {
     let txn = db.begin_read()?;
     let table = txn.open_table(EXTENTS)?;
     let mut used = Vec::new();
     for row in table.iter()? {
         let (key, value) = row?;
-        let extent = decode_extent(meta, key.value(), value.value())
-            .ok_or_else(|| OpenError::Corrupt { what: "an extent record failed its integrity check".into() })?;
+        let extent =
+            decode_extent(meta, key.value(), value.value()).ok_or_else(|| OpenError::Corrupt {
+                what: "an extent record failed its integrity check".into(),
+            })?;
         used.push(extent.run());
     }
-    Allocator::from_used(data_blocks, used)
-        .map_err(|o| OpenError::Corrupt { what: format!("two extents claim device block {}", o.block) })
+    Allocator::from_used(data_blocks, used).map_err(|o| OpenError::Corrupt {
+        what: format!("two extents claim device block {}", o.block),
+    })
 }

@@ -9,18 +9,57 @@ use map::ObjectRef;
 
 #[derive(Debug)]
 pub(crate) enum Op {
-    Touch { object: ObjectRef },
+    Touch {
+        object: ObjectRef,
+    },
     /// `data` holds the write at byte `offset_bytes % BLOCK_SIZE_BYTES` of its first block.
-    Write { object: ObjectRef, offset_bytes: u64, len_bytes: u64, data: AlignedBuf },
-    WriteSealed { object: ObjectRef, first_chunk: u64, data: AlignedBuf, chunks: Vec<ChunkRecord> },
-    Zero { object: ObjectRef, offset_bytes: u64, len_bytes: u64 },
-    Truncate { object: ObjectRef, size_bytes: u64 },
-    Remove { object: ObjectRef },
-    SetAttr { object: ObjectRef, name: String, value: Vec<u8> },
-    RemoveAttr { object: ObjectRef, name: String },
-    OmapSet { object: ObjectRef, key: Vec<u8>, value: Vec<u8> },
-    OmapRemove { object: ObjectRef, key: Vec<u8> },
-    OmapClear { object: ObjectRef },
+    Write {
+        object: ObjectRef,
+        offset_bytes: u64,
+        len_bytes: u64,
+        data: AlignedBuf,
+    },
+    /// `len_bytes` is what the caller gave; it must be whole chunks.
+    WriteSealed {
+        object: ObjectRef,
+        first_chunk: u64,
+        len_bytes: u64,
+        data: AlignedBuf,
+        chunks: Vec<ChunkRecord>,
+    },
+    Zero {
+        object: ObjectRef,
+        offset_bytes: u64,
+        len_bytes: u64,
+    },
+    Truncate {
+        object: ObjectRef,
+        size_bytes: u64,
+    },
+    Remove {
+        object: ObjectRef,
+    },
+    SetAttr {
+        object: ObjectRef,
+        name: String,
+        value: Vec<u8>,
+    },
+    RemoveAttr {
+        object: ObjectRef,
+        name: String,
+    },
+    OmapSet {
+        object: ObjectRef,
+        key: Vec<u8>,
+        value: Vec<u8>,
+    },
+    OmapRemove {
+        object: ObjectRef,
+        key: Vec<u8>,
+    },
+    OmapClear {
+        object: ObjectRef,
+    },
 }
 
 impl Op {
@@ -57,7 +96,9 @@ impl Transaction {
 
     /// Creates the object if it does not exist.
     pub fn touch(&mut self, object: &ObjectRef) -> &mut Self {
-        self.ops.push(Op::Touch { object: object.clone() });
+        self.ops.push(Op::Touch {
+            object: object.clone(),
+        });
         self
     }
 
@@ -70,7 +111,12 @@ impl Transaction {
         buffer[..head].fill(0);
         buffer[head..head + data.len()].copy_from_slice(data);
         buffer[head + data.len()..].fill(0);
-        self.ops.push(Op::Write { object: object.clone(), offset_bytes, len_bytes: data.len() as u64, data: buffer });
+        self.ops.push(Op::Write {
+            object: object.clone(),
+            offset_bytes,
+            len_bytes: data.len() as u64,
+            data: buffer,
+        });
         self
     }
 
@@ -78,56 +124,93 @@ impl Transaction {
     /// `data` holds `chunks.len()` chunks of `BLOCK_SIZE_BYTES`, starting at chunk index
     /// `first_chunk`; `chunks[i]` is the seal record of chunk i. The object's size grows to
     /// the end of the last chunk; `truncate` may set it lower.
-    pub fn write_sealed(&mut self, object: &ObjectRef, first_chunk: u64, data: &[u8], chunks: Vec<ChunkRecord>) -> &mut Self {
+    pub fn write_sealed(
+        &mut self,
+        object: &ObjectRef,
+        first_chunk: u64,
+        data: &[u8],
+        chunks: Vec<ChunkRecord>,
+    ) -> &mut Self {
         let blocks = data.len().div_ceil(BLOCK_SIZE_BYTES as usize);
         let mut buffer = AlignedBuf::for_overwrite(blocks);
         buffer[..data.len()].copy_from_slice(data);
         buffer[data.len()..].fill(0);
-        self.ops.push(Op::WriteSealed { object: object.clone(), first_chunk, data: buffer, chunks });
+        self.ops.push(Op::WriteSealed {
+            object: object.clone(),
+            first_chunk,
+            len_bytes: data.len() as u64,
+            data: buffer,
+            chunks,
+        });
         self
     }
 
     /// Makes `[offset, offset + len)` read as zeros, freeing the whole blocks inside it.
     /// Extends the object like a write of zeros would.
     pub fn zero(&mut self, object: &ObjectRef, offset_bytes: u64, len_bytes: u64) -> &mut Self {
-        self.ops.push(Op::Zero { object: object.clone(), offset_bytes, len_bytes });
+        self.ops.push(Op::Zero {
+            object: object.clone(),
+            offset_bytes,
+            len_bytes,
+        });
         self
     }
 
     /// Sets the size: shrinking frees the blocks past it; growing adds a hole.
     pub fn truncate(&mut self, object: &ObjectRef, size_bytes: u64) -> &mut Self {
-        self.ops.push(Op::Truncate { object: object.clone(), size_bytes });
+        self.ops.push(Op::Truncate {
+            object: object.clone(),
+            size_bytes,
+        });
         self
     }
 
     /// Removes the object with its data, attributes and omap.
     pub fn remove(&mut self, object: &ObjectRef) -> &mut Self {
-        self.ops.push(Op::Remove { object: object.clone() });
+        self.ops.push(Op::Remove {
+            object: object.clone(),
+        });
         self
     }
 
     pub fn set_attr(&mut self, object: &ObjectRef, name: &str, value: &[u8]) -> &mut Self {
-        self.ops.push(Op::SetAttr { object: object.clone(), name: name.to_string(), value: value.to_vec() });
+        self.ops.push(Op::SetAttr {
+            object: object.clone(),
+            name: name.to_string(),
+            value: value.to_vec(),
+        });
         self
     }
 
     pub fn remove_attr(&mut self, object: &ObjectRef, name: &str) -> &mut Self {
-        self.ops.push(Op::RemoveAttr { object: object.clone(), name: name.to_string() });
+        self.ops.push(Op::RemoveAttr {
+            object: object.clone(),
+            name: name.to_string(),
+        });
         self
     }
 
     pub fn omap_set(&mut self, object: &ObjectRef, key: &[u8], value: &[u8]) -> &mut Self {
-        self.ops.push(Op::OmapSet { object: object.clone(), key: key.to_vec(), value: value.to_vec() });
+        self.ops.push(Op::OmapSet {
+            object: object.clone(),
+            key: key.to_vec(),
+            value: value.to_vec(),
+        });
         self
     }
 
     pub fn omap_remove(&mut self, object: &ObjectRef, key: &[u8]) -> &mut Self {
-        self.ops.push(Op::OmapRemove { object: object.clone(), key: key.to_vec() });
+        self.ops.push(Op::OmapRemove {
+            object: object.clone(),
+            key: key.to_vec(),
+        });
         self
     }
 
     pub fn omap_clear(&mut self, object: &ObjectRef) -> &mut Self {
-        self.ops.push(Op::OmapClear { object: object.clone() });
+        self.ops.push(Op::OmapClear {
+            object: object.clone(),
+        });
         self
     }
 }

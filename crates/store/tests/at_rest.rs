@@ -30,15 +30,27 @@ fn no_plaintext_data_names_or_values_on_disk_in_encrypting_modes() {
         store.apply(txn).expect("write");
         drop(store);
         let disk = store_files(dir.path());
-        let found: Vec<&str> = [&MARKER[..], name.as_bytes(), b"attr-value-COFFER-1", b"omap-value-COFFER-2"]
-            .iter()
-            .filter(|needle| find(&disk, needle).is_some())
-            .map(|n| std::str::from_utf8(n).expect("ascii"))
-            .collect();
+        let found: Vec<&str> = [
+            MARKER,
+            name.as_bytes(),
+            b"attr-value-COFFER-1",
+            b"omap-value-COFFER-2",
+        ]
+        .iter()
+        .filter(|needle| find(&disk, needle).is_some())
+        .map(|n| std::str::from_utf8(n).expect("ascii"))
+        .collect();
         if mode.encrypts() {
-            assert!(found.is_empty(), "{mode}: found in clear on disk: {found:?}");
+            assert!(
+                found.is_empty(),
+                "{mode}: found in clear on disk: {found:?}"
+            );
         } else {
-            assert_eq!(found.len(), 4, "{mode}: the scan must see every plaintext in `none`: {found:?}");
+            assert_eq!(
+                found.len(),
+                4,
+                "{mode}: the scan must see every plaintext in `none`: {found:?}"
+            );
         }
     }
 }
@@ -55,7 +67,71 @@ fn gcm_never_writes_the_same_ciphertext_twice() {
     }
     drop(store);
     let data = std::fs::read(dir.path().join("data")).expect("data");
-    let used: Vec<&[u8]> = data.chunks(4096).filter(|b| b.iter().any(|x| *x != 0)).collect();
-    assert_eq!(used.len(), 2, "copy on write keeps the old block until it is reused");
-    assert_ne!(used[0], used[1], "the same plaintext sealed twice must differ");
+    let used: Vec<&[u8]> = data
+        .chunks(4096)
+        .filter(|b| b.iter().any(|x| *x != 0))
+        .collect();
+    assert_eq!(
+        used.len(),
+        2,
+        "copy on write keeps the old block until it is reused"
+    );
+    assert_ne!(
+        used[0], used[1],
+        "the same plaintext sealed twice must differ"
+    );
+}
+
+/// The story: a store's metadata file is put back to an older copy (a restored VM snapshot,
+/// a cloned disk, or an attacker), so the nonce counter resumes at an old mark. Without a
+/// fresh per-open incarnation in every nonce, the next write would reuse the nonce of a
+/// write made after the snapshot, and the two ciphertexts would XOR to the two plaintexts.
+#[test]
+fn gcm_does_not_reuse_nonces_after_the_store_is_rolled_back() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = mkfs(dir.path(), Mode::Gcm, 1 << 20);
+    let mut txn = Transaction::new();
+    txn.touch(&obj(1, "victim"));
+    store.apply(txn).expect("touch");
+    drop(store);
+    let snapshot: Vec<(std::path::PathBuf, Vec<u8>)> = ["meta.redb", "data"]
+        .iter()
+        .map(|f| {
+            (
+                dir.path().join(f),
+                std::fs::read(dir.path().join(f)).expect("read"),
+            )
+        })
+        .collect();
+
+    let write_and_capture = |plain: &[u8]| -> Vec<u8> {
+        let store = coffer_store::Store::open(dir.path(), &common::kek(7)).expect("open");
+        let mut txn = Transaction::new();
+        txn.write(&obj(1, "victim"), 0, plain);
+        store.apply(txn).expect("write");
+        drop(store);
+        let data = std::fs::read(dir.path().join("data")).expect("data");
+        let blocks: Vec<&[u8]> = data
+            .chunks(4096)
+            .filter(|b| b.iter().any(|x| *x != 0))
+            .collect();
+        assert_eq!(blocks.len(), 1, "one sealed block on disk");
+        blocks[0].to_vec()
+    };
+    let x = vec![0x11u8; 4096];
+    let y = vec![0x22u8; 4096];
+    let first = write_and_capture(&x);
+    for (path, bytes) in &snapshot {
+        std::fs::write(path, bytes).expect("roll back");
+    }
+    let second = write_and_capture(&y);
+    let keystream_reused = first
+        .iter()
+        .zip(&second)
+        .zip(x.iter().zip(&y))
+        .all(|((c1, c2), (p1, p2))| c1 ^ c2 == p1 ^ p2);
+    assert!(
+        !keystream_reused,
+        "the rolled-back store sealed new data under a nonce it had used before"
+    );
 }

@@ -27,21 +27,41 @@ fn concurrent_writers_on_shared_objects_lose_nothing() {
                         let mut txn = Transaction::new();
                         txn.write(shared, (t * 4096) as u64, &block)
                             .omap_set(shared, format!("t{t}-{i:03}").as_bytes(), &[i as u8])
-                            .write(&obj(1, &format!("own-{t}")), (i * 100) as u64, &[i as u8; 100]);
+                            .write(
+                                &obj(1, &format!("own-{t}")),
+                                (i * 100) as u64,
+                                &[i as u8; 100],
+                            );
                         store.apply(txn).expect("apply");
-                        let seen = store.read(shared, (t * 4096) as u64, 4096).expect("concurrent read");
-                        assert!(seen.iter().all(|b| *b == block[0]), "{mode}: thread {t} read a torn block");
+                        let seen = store
+                            .read(shared, (t * 4096) as u64, 4096)
+                            .expect("concurrent read");
+                        assert!(
+                            seen.iter().all(|b| *b == block[0]),
+                            "{mode}: thread {t} read a torn block"
+                        );
                     }
                 });
             }
         });
-        let data = store.read(&shared, 0, (THREADS * 4096) as u64).expect("read");
+        let data = store
+            .read(&shared, 0, (THREADS * 4096) as u64)
+            .expect("read");
         for t in 0..THREADS {
             let last = (t * WRITES_PER_THREAD + WRITES_PER_THREAD - 1) as u8;
-            assert!(data[t * 4096..(t + 1) * 4096].iter().all(|b| *b == last), "{mode}: thread {t}'s last write");
-            let own = store.read(&obj(1, &format!("own-{t}")), 0, 1 << 20).expect("own");
+            assert!(
+                data[t * 4096..(t + 1) * 4096].iter().all(|b| *b == last),
+                "{mode}: thread {t}'s last write"
+            );
+            let own = store
+                .read(&obj(1, &format!("own-{t}")), 0, 1 << 20)
+                .expect("own");
             assert_eq!(own.len(), (WRITES_PER_THREAD - 1) * 100 + 100);
         }
-        assert_eq!(store.omap_list(&shared, None, 1000).expect("omap").len(), THREADS * WRITES_PER_THREAD, "{mode}");
+        assert_eq!(
+            store.omap_list(&shared, None, 1000).expect("omap").len(),
+            THREADS * WRITES_PER_THREAD,
+            "{mode}"
+        );
     }
 }

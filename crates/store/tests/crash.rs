@@ -14,7 +14,6 @@
 //!
 //! `COFFER_CRASH_SEED` replays a run; `COFFER_CRASH_ROUNDS` sets rounds per mode.
 
-#[allow(dead_code)]
 mod common;
 
 use coffer_store::{Mode, Store, Transaction};
@@ -30,22 +29,33 @@ const OBJECTS_PER_THREAD: usize = 3;
 const CHILD_ENV: &str = "COFFER_CRASH_CHILD";
 
 fn names(thread: usize) -> Vec<String> {
-    (0..OBJECTS_PER_THREAD).map(|o| format!("t{thread}-o{o}")).collect()
+    (0..OBJECTS_PER_THREAD)
+        .map(|o| format!("t{thread}-o{o}"))
+        .collect()
 }
 
 /// Transaction `index` of `thread`: a deterministic function of the seed.
 fn transaction(seed: u64, thread: usize, index: u64) -> Vec<ModelOp> {
-    let mut rng = StdRng::seed_from_u64(seed ^ ((thread as u64) << 48) ^ index.wrapping_mul(0x9e37_79b9));
+    let mut rng =
+        StdRng::seed_from_u64(seed ^ ((thread as u64) << 48) ^ index.wrapping_mul(0x9e37_79b9));
     let ops = rng.random_range(1..=4);
     (0..ops)
         .map(|_| {
             let o = rng.random_range(0..OBJECTS_PER_THREAD);
             match rng.random_range(0..100) {
                 0..=44 => {
-                    let len = if rng.random_ratio(1, 20) { 1 << 20 } else { rng.random_range(0..20_000u64) };
+                    let len = if rng.random_ratio(1, 20) {
+                        1 << 20
+                    } else {
+                        rng.random_range(0..20_000u64)
+                    };
                     ModelOp::Write(o, rng.random_range(0..(64 << 10)), len as u32, rng.random())
                 }
-                45..=52 => ModelOp::Zero(o, rng.random_range(0..(64 << 10)), rng.random_range(0..(16 << 10))),
+                45..=52 => ModelOp::Zero(
+                    o,
+                    rng.random_range(0..(64 << 10)),
+                    rng.random_range(0..(16 << 10)),
+                ),
                 53..=60 => ModelOp::Truncate(o, rng.random_range(0..(80 << 10))),
                 61..=65 => ModelOp::Remove(o),
                 66..=75 => ModelOp::SetAttr(o, rng.random_range(0..4), rng.random()),
@@ -58,7 +68,10 @@ fn transaction(seed: u64, thread: usize, index: u64) -> Vec<ModelOp> {
 }
 
 fn child(dir: &str, mode: Mode) {
-    let seed: u64 = std::env::var("COFFER_CRASH_SEED").ok().and_then(|s| s.parse().ok()).expect("seed");
+    let seed: u64 = std::env::var("COFFER_CRASH_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .expect("seed");
     let starts: Vec<u64> = std::env::var("COFFER_CRASH_START")
         .expect("start indices")
         .split(',')
@@ -73,7 +86,9 @@ fn child(dir: &str, mode: Mode) {
                 let names = names(thread);
                 for index in start.. {
                     let mut txn = Transaction::new();
-                    transaction(seed, thread, index).iter().for_each(|op| add_to(&mut txn, op, &names));
+                    transaction(seed, thread, index)
+                        .iter()
+                        .for_each(|op| add_to(&mut txn, op, &names));
                     store.apply(txn).expect("child apply");
                     let mut out = std::io::stdout().lock();
                     writeln!(out, "{thread} {index}").expect("report");
@@ -93,7 +108,9 @@ struct Tracked {
 impl Tracked {
     fn advance(&mut self, seed: u64, thread: usize, to: u64) {
         while self.committed < to {
-            transaction(seed, thread, self.committed).iter().for_each(|op| apply_model(&mut self.model, op));
+            transaction(seed, thread, self.committed)
+                .iter()
+                .for_each(|op| apply_model(&mut self.model, op));
             self.committed += 1;
         }
     }
@@ -105,7 +122,10 @@ impl Tracked {
 fn matches(store: &Store, model: &Model, mode: Mode, names: &[String]) -> bool {
     let hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(|_| {}));
-    let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check(store, model, mode, names, false))).is_ok();
+    let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        check(store, model, mode, names, false)
+    }))
+    .is_ok();
     std::panic::set_hook(hook);
     ok
 }
@@ -113,7 +133,12 @@ fn matches(store: &Store, model: &Model, mode: Mode, names: &[String]) -> bool {
 fn run_mode(mode: Mode, seed: u64, rounds: usize, rng: &mut StdRng) -> u64 {
     let dir = tempfile::tempdir().expect("tempdir");
     drop(mkfs(dir.path(), mode, 64 << 20));
-    let mut tracked: Vec<Tracked> = (0..THREADS).map(|_| Tracked { committed: 0, model: Model::new() }).collect();
+    let mut tracked: Vec<Tracked> = (0..THREADS)
+        .map(|_| Tracked {
+            committed: 0,
+            model: Model::new(),
+        })
+        .collect();
     for round in 0..rounds {
         let starts: Vec<String> = tracked.iter().map(|t| t.committed.to_string()).collect();
         let mut child = Command::new(std::env::current_exe().expect("own path"))
@@ -130,7 +155,10 @@ fn run_mode(mode: Mode, seed: u64, rounds: usize, rng: &mut StdRng) -> u64 {
             for line in BufReader::new(stdout).lines() {
                 let line = line.expect("child output");
                 let mut parts = line.split(' ').map(|p| p.parse::<u64>().expect("number"));
-                let (thread, index) = (parts.next().expect("thread") as usize, parts.next().expect("index"));
+                let (thread, index) = (
+                    parts.next().expect("thread") as usize,
+                    parts.next().expect("index"),
+                );
                 last[thread] = Some(index);
             }
             last
@@ -139,9 +167,13 @@ fn run_mode(mode: Mode, seed: u64, rounds: usize, rng: &mut StdRng) -> u64 {
         child.kill().expect("SIGKILL the child");
         let status = child.wait().expect("reap child");
         let last = reader.join().expect("reader thread");
-        assert!(status.code().is_none(), "seed {seed}: child exited by itself ({status}) instead of being killed");
+        assert!(
+            status.code().is_none(),
+            "seed {seed}: child exited by itself ({status}) instead of being killed"
+        );
 
-        let store = Store::open(dir.path(), &kek(7)).unwrap_or_else(|e| panic!("seed {seed} {mode} round {round}: reopen: {e}"));
+        let store = Store::open(dir.path(), &kek(7))
+            .unwrap_or_else(|e| panic!("seed {seed} {mode} round {round}: reopen: {e}"));
         for (thread, t) in tracked.iter_mut().enumerate() {
             let reported = last[thread].map_or(t.committed, |i| i + 1);
             assert!(reported >= t.committed, "reports go forward");
@@ -165,27 +197,48 @@ fn run_mode(mode: Mode, seed: u64, rounds: usize, rng: &mut StdRng) -> u64 {
         }
     }
     store.apply(txn).expect("remove all");
-    assert_eq!(store.statfs().allocated_bytes, 0, "seed {seed} {mode}: crashes leaked blocks");
+    assert_eq!(
+        store.statfs().allocated_bytes,
+        0,
+        "seed {seed} {mode}: crashes leaked blocks"
+    );
     tracked.iter().map(|t| t.committed).sum()
 }
 
 fn main() {
     if let Ok(dir) = std::env::var(CHILD_ENV) {
-        let mode: Mode = std::env::var("COFFER_CRASH_MODE").expect("mode").parse().expect("known mode");
+        let mode: Mode = std::env::var("COFFER_CRASH_MODE")
+            .expect("mode")
+            .parse()
+            .expect("known mode");
         child(&dir, mode);
         return;
     }
-    let seed: u64 = std::env::var("COFFER_CRASH_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(rand::random);
-    let rounds: usize = std::env::var("COFFER_CRASH_ROUNDS").ok().and_then(|s| s.parse().ok()).unwrap_or(8);
-    println!("crash test: seed {seed} (replay with COFFER_CRASH_SEED={seed}), {rounds} rounds per mode");
+    let seed: u64 = std::env::var("COFFER_CRASH_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    let rounds: usize = std::env::var("COFFER_CRASH_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(8);
+    println!(
+        "crash test: seed {seed} (replay with COFFER_CRASH_SEED={seed}), {rounds} rounds per mode"
+    );
     let started = Instant::now();
     let mut rng = StdRng::seed_from_u64(seed);
     let mut passed = 0;
     for mode in Mode::ALL {
         let commits = run_mode(mode, seed, rounds, &mut rng);
-        println!("test crash_{} ... ok ({commits} commits survived {rounds} SIGKILLs)", mode.as_str().replace('-', "_"));
+        println!(
+            "test crash_{} ... ok ({commits} commits survived {rounds} SIGKILLs)",
+            mode.as_str().replace('-', "_")
+        );
         passed += 1;
     }
-    println!("crash test finished in {:.1} s", started.elapsed().as_secs_f64());
+    println!(
+        "crash test finished in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
     println!("{passed} passed, 0 failed");
 }

@@ -3,7 +3,9 @@
 
 mod common;
 
-use coffer_store::{ApplyError, Device, FileDevice, Mode, ReadError, Store, Transaction, WRITE_BYTES_MAX};
+use coffer_store::{
+    ApplyError, Device, FileDevice, Mode, ReadError, Store, Transaction, WRITE_BYTES_MAX,
+};
 use common::{kek, mkfs, obj, pattern};
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,22 +28,36 @@ fn a_full_store_refuses_writes_whole_and_keeps_everything_committed() {
         };
         assert!(matches!(err, ApplyError::NoSpace { .. }), "{mode}: {err:?}");
         assert!(err.to_string().contains("store is full"), "{err}");
-        assert!(!store.exists(&obj(1, &format!("o{}", written.len()))).expect("exists"), "{mode}: the refused write is invisible");
+        assert!(
+            !store
+                .exists(&obj(1, &format!("o{}", written.len())))
+                .expect("exists"),
+            "{mode}: the refused write is invisible"
+        );
         // A transaction whose first op fits but whose second does not applies neither.
         let mut txn = Transaction::new();
-        txn.set_attr(&obj(1, "o0"), "marker", b"x").write(&obj(1, "big"), 0, &vec![1u8; 1 << 20]);
+        txn.set_attr(&obj(1, "o0"), "marker", b"x")
+            .write(&obj(1, "big"), 0, &vec![1u8; 1 << 20]);
         assert!(matches!(store.apply(txn), Err(ApplyError::NoSpace { .. })));
-        assert!(store.attrs(&obj(1, "o0")).expect("attrs").is_empty(), "{mode}: half a transaction applied");
+        assert!(
+            store.attrs(&obj(1, "o0")).expect("attrs").is_empty(),
+            "{mode}: half a transaction applied"
+        );
         for (i, name) in written.iter().enumerate() {
             let read = store.read(&obj(1, name), 0, 16 << 10).expect("read");
-            assert!(read[..] == pattern(i as u64, 16 << 10)[..], "{mode}: {name} changed");
+            assert!(
+                read[..] == pattern(i as u64, 16 << 10)[..],
+                "{mode}: {name} changed"
+            );
         }
         let mut txn = Transaction::new();
         txn.remove(&obj(1, &written[0]));
         store.apply(txn).expect("remove");
         let mut txn = Transaction::new();
         txn.write(&obj(1, "after"), 0, &pattern(99, 16 << 10));
-        store.apply(txn).expect("space freed by a remove is usable again");
+        store
+            .apply(txn)
+            .expect("space freed by a remove is usable again");
     }
 }
 
@@ -91,16 +107,25 @@ fn device_write_errors_fail_the_transaction_and_change_nothing() {
         let free_before = store.statfs().free_bytes;
         fail_writes.store(true, Ordering::SeqCst);
         let mut txn = Transaction::new();
-        txn.write(&obj(1, "kept"), 0, &pattern(2, 10_000)).omap_set(&obj(1, "kept"), b"k", b"v");
+        txn.write(&obj(1, "kept"), 0, &pattern(2, 10_000))
+            .omap_set(&obj(1, "kept"), b"k", b"v");
         let err = store.apply(txn).expect_err("the device refuses writes");
         assert!(matches!(err, ApplyError::Io(_)), "{mode}: {err:?}");
         fail_writes.store(false, Ordering::SeqCst);
-        assert_eq!(store.statfs().free_bytes, free_before, "{mode}: blocks of the failed write were returned");
-        assert!(store.read(&obj(1, "kept"), 0, 10_000).expect("read")[..] == pattern(1, 10_000)[..]);
+        assert_eq!(
+            store.statfs().free_bytes,
+            free_before,
+            "{mode}: blocks of the failed write were returned"
+        );
+        assert!(
+            store.read(&obj(1, "kept"), 0, 10_000).expect("read")[..] == pattern(1, 10_000)[..]
+        );
         assert_eq!(store.omap_get(&obj(1, "kept"), b"k").expect("omap"), None);
         let mut txn = Transaction::new();
         txn.write(&obj(1, "kept"), 0, &pattern(3, 10_000));
-        store.apply(txn).expect("the store works again once the device does");
+        store
+            .apply(txn)
+            .expect("the store works again once the device does");
     }
 }
 
@@ -125,8 +150,13 @@ fn a_failed_sync_poisons_the_store_and_reopening_recovers_the_committed_state() 
     fail_sync.store(false, Ordering::SeqCst);
     let mut txn = Transaction::new();
     txn.write(&obj(1, "later"), 0, b"after the failure");
-    let err = store.apply(txn).expect_err("a poisoned store refuses writes");
-    assert!(matches!(err, ApplyError::Poisoned { .. }) && err.to_string().contains("reopen"), "{err}");
+    let err = store
+        .apply(txn)
+        .expect_err("a poisoned store refuses writes");
+    assert!(
+        matches!(err, ApplyError::Poisoned { .. }) && err.to_string().contains("reopen"),
+        "{err}"
+    );
     drop(store);
     let store = Store::open(dir.path(), &kek(7)).expect("reopen");
     assert!(store.read(&obj(1, "kept"), 0, 5000).expect("read")[..] == pattern(1, 5000)[..]);
@@ -138,12 +168,38 @@ fn invalid_operations_are_refused_whole_with_a_reason() {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = mkfs(dir.path(), Mode::Gcm, 1 << 20);
     let o = obj(1, "o");
-    let cases: Vec<(&str, Box<dyn Fn(&mut Transaction)>)> = vec![
-        ("empty attribute name", Box::new(|t: &mut Transaction| { t.set_attr(&obj(1, "o"), "", b"v"); })),
-        ("huge omap value", Box::new(|t: &mut Transaction| { t.omap_set(&obj(1, "o"), b"k", &vec![0u8; (1 << 20) + 1]); })),
-        ("write past the size limit", Box::new(|t: &mut Transaction| { t.write(&obj(1, "o"), (1 << 40) - 1, b"xy"); })),
-        ("write over the write limit", Box::new(|t: &mut Transaction| { t.write(&obj(1, "o"), 0, &vec![0u8; WRITE_BYTES_MAX as usize + 1]); })),
-        ("sealed write without records", Box::new(|t: &mut Transaction| { t.write_sealed(&obj(1, "o"), 0, &[0u8; 4096], vec![]); })),
+    type Build = Box<dyn Fn(&mut Transaction)>;
+    let cases: Vec<(&str, Build)> = vec![
+        (
+            "empty attribute name",
+            Box::new(|t: &mut Transaction| {
+                t.set_attr(&obj(1, "o"), "", b"v");
+            }),
+        ),
+        (
+            "huge omap value",
+            Box::new(|t: &mut Transaction| {
+                t.omap_set(&obj(1, "o"), b"k", &vec![0u8; (1 << 20) + 1]);
+            }),
+        ),
+        (
+            "write past the size limit",
+            Box::new(|t: &mut Transaction| {
+                t.write(&obj(1, "o"), (1 << 40) - 1, b"xy");
+            }),
+        ),
+        (
+            "write over the write limit",
+            Box::new(|t: &mut Transaction| {
+                t.write(&obj(1, "o"), 0, &vec![0u8; WRITE_BYTES_MAX as usize + 1]);
+            }),
+        ),
+        (
+            "sealed write without records",
+            Box::new(|t: &mut Transaction| {
+                t.write_sealed(&obj(1, "o"), 0, &[0u8; 4096], vec![]);
+            }),
+        ),
     ];
     for (what, build) in cases {
         let mut txn = Transaction::new();
@@ -151,31 +207,62 @@ fn invalid_operations_are_refused_whole_with_a_reason() {
         build(&mut txn);
         let err = store.apply(txn).expect_err(what);
         assert!(matches!(err, ApplyError::Invalid { .. }), "{what}: {err:?}");
-        assert!(err.to_string().contains("nothing was applied"), "{what}: {err}");
-        assert!(!store.exists(&o).expect("exists"), "{what}: part of the transaction applied");
+        assert!(
+            err.to_string().contains("nothing was applied"),
+            "{what}: {err}"
+        );
+        assert!(
+            !store.exists(&o).expect("exists"),
+            "{what}: part of the transaction applied"
+        );
     }
-    assert!(matches!(store.read(&o, 0, 1), Err(ReadError::NotFound { .. })));
+    assert!(matches!(
+        store.read(&o, 0, 1),
+        Err(ReadError::NotFound { .. })
+    ));
     let mut txn = Transaction::new();
     txn.touch(&o);
     store.apply(txn).expect("touch");
-    assert!(matches!(store.read(&o, 0, WRITE_BYTES_MAX + 1), Err(ReadError::Invalid { .. })));
+    assert!(matches!(
+        store.read(&o, 0, WRITE_BYTES_MAX + 1),
+        Err(ReadError::Invalid { .. })
+    ));
 }
 
 #[test]
 fn mkfs_refuses_a_used_directory_and_a_tiny_size_and_open_refuses_a_non_store() {
     let dir = tempfile::tempdir().expect("tempdir");
     std::fs::write(dir.path().join("something"), b"x").expect("write");
-    let options = coffer_store::MkfsOptions { mode: Mode::Gcm, size_bytes: 1 << 20, device: None };
-    assert!(matches!(Store::mkfs(dir.path(), &options, &kek(1)), Err(coffer_store::MkfsError::NotEmpty { .. })));
+    let options = coffer_store::MkfsOptions {
+        mode: Mode::Gcm,
+        size_bytes: 1 << 20,
+        device: None,
+    };
+    assert!(matches!(
+        Store::mkfs(dir.path(), &options, &kek(1)),
+        Err(coffer_store::MkfsError::NotEmpty { .. })
+    ));
     let empty = tempfile::tempdir().expect("tempdir");
-    let tiny = coffer_store::MkfsOptions { size_bytes: 4096, ..options };
-    assert!(matches!(Store::mkfs(empty.path(), &tiny, &kek(1)), Err(coffer_store::MkfsError::TooSmall { .. })));
-    assert!(matches!(Store::open(empty.path(), &kek(1)), Err(coffer_store::OpenError::NotAStore { .. })));
+    let tiny = coffer_store::MkfsOptions {
+        size_bytes: 4096,
+        ..options
+    };
+    assert!(matches!(
+        Store::mkfs(empty.path(), &tiny, &kek(1)),
+        Err(coffer_store::MkfsError::TooSmall { .. })
+    ));
+    assert!(matches!(
+        Store::open(empty.path(), &kek(1)),
+        Err(coffer_store::OpenError::NotAStore { .. })
+    ));
 }
 
 #[test]
 fn a_second_open_of_the_same_store_is_refused() {
     let dir = tempfile::tempdir().expect("tempdir");
     let _store = mkfs(dir.path(), Mode::Gcm, 1 << 20);
-    assert!(matches!(Store::open(dir.path(), &kek(7)), Err(coffer_store::OpenError::InUse { .. })));
+    assert!(matches!(
+        Store::open(dir.path(), &kek(7)),
+        Err(coffer_store::OpenError::InUse { .. })
+    ));
 }

@@ -83,7 +83,9 @@ fn objects_in_other_pools_and_hash_ranges_are_listed_apart_and_paged() {
     let mut seen = Vec::new();
     let mut cursor = None;
     loop {
-        let page = store.list(PoolId(3), 0..=u32::MAX, cursor.as_ref(), 100).expect("list");
+        let page = store
+            .list(PoolId(3), 0..=u32::MAX, cursor.as_ref(), 100)
+            .expect("list");
         assert!(page.entries.len() <= 100);
         seen.extend(page.entries);
         match page.next {
@@ -92,12 +94,21 @@ fn objects_in_other_pools_and_hash_ranges_are_listed_apart_and_paged() {
         }
     }
     assert_eq!(seen.len(), 250, "every object once, none from pool 4");
-    assert!(seen.windows(2).all(|w| w[0].hash <= w[1].hash), "hash order");
+    assert!(
+        seen.windows(2).all(|w| w[0].hash <= w[1].hash),
+        "hash order"
+    );
     let low_half: Vec<ObjectRef> = names
         .iter()
         .map(|n| obj(3, n))
         .filter(|r| r.name.hash().0 <= u32::MAX / 2)
         .collect();
-    let listed = store.list(PoolId(3), 0..=u32::MAX / 2, None, 1000).expect("list half");
-    assert_eq!(listed.entries.len(), low_half.len(), "a hash range lists exactly its objects");
+    let listed = store
+        .list(PoolId(3), 0..=u32::MAX / 2, None, 1000)
+        .expect("list half");
+    assert_eq!(
+        listed.entries.len(),
+        low_half.len(),
+        "a hash range lists exactly its objects"
+    );
 }

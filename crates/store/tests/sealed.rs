@@ -18,7 +18,9 @@ struct Client {
 
 impl Client {
     fn new() -> Client {
-        Client { key: LessSafeKey::new(UnboundKey::new(&AES_256_GCM, &[42u8; 32]).expect("key")) }
+        Client {
+            key: LessSafeKey::new(UnboundKey::new(&AES_256_GCM, &[42u8; 32]).expect("key")),
+        }
     }
 
     fn seal(&self, name: &str, first_chunk: u64, plain: &[u8]) -> (Vec<u8>, Vec<ChunkRecord>) {
@@ -33,9 +35,17 @@ impl Client {
                 let aad = [name.as_bytes(), &index.to_be_bytes()].concat();
                 let tag = self
                     .key
-                    .seal_in_place_separate_tag(Nonce::assume_unique_for_key(nonce), Aad::from(aad), chunk)
+                    .seal_in_place_separate_tag(
+                        Nonce::assume_unique_for_key(nonce),
+                        Aad::from(aad),
+                        chunk,
+                    )
                     .expect("seal");
-                ChunkRecord { key_id: KEY_ID, nonce, tag: tag.as_ref().try_into().expect("16-byte tag") }
+                ChunkRecord {
+                    key_id: KEY_ID,
+                    nonce,
+                    tag: tag.as_ref().try_into().expect("16-byte tag"),
+                }
             })
             .collect();
         (data, records)
@@ -47,7 +57,12 @@ impl Client {
             let index = first_chunk + i as u64;
             let aad = [name.as_bytes(), &index.to_be_bytes()].concat();
             self.key
-                .open_in_place_separate_tag(Nonce::assume_unique_for_key(record.nonce), Aad::from(aad), &record.tag, chunk)
+                .open_in_place_separate_tag(
+                    Nonce::assume_unique_for_key(record.nonce),
+                    Aad::from(aad),
+                    &record.tag,
+                    chunk,
+                )
                 .expect("the client opens what the store returned");
         }
     }
@@ -69,16 +84,28 @@ fn client_sealed_chunks_are_stored_and_returned_as_they_came_in_every_mode() {
 
         let read = store.read_sealed(&o, 1, 5).expect("read sealed");
         assert_eq!(read.chunks[0], None, "{mode}: chunk 1 is a hole");
-        assert_eq!(&read.chunks[1..], &records.iter().copied().map(Some).collect::<Vec<_>>()[..]);
-        assert!(read.data[CHUNK..] == sealed[..], "{mode}: bytes differ from what the client sent");
+        assert_eq!(
+            &read.chunks[1..],
+            &records.iter().copied().map(Some).collect::<Vec<_>>()[..]
+        );
+        assert!(
+            read.data[CHUNK..] == sealed[..],
+            "{mode}: bytes differ from what the client sent"
+        );
         let mut data = read.data[CHUNK..].to_vec();
         client.open("image.0", 2, &mut data, &read.chunks[1..]);
         assert!(data == plain);
 
         drop(store);
         let disk = std::fs::read(dir.path().join("data")).expect("data file");
-        assert!(find(&disk, &sealed[..CHUNK]).is_some(), "{mode}: the sealed chunk lies on disk exactly as sent");
-        assert!(find(&disk, &plain[..64]).is_none(), "{mode}: no plaintext on disk");
+        assert!(
+            find(&disk, &sealed[..CHUNK]).is_some(),
+            "{mode}: the sealed chunk lies on disk exactly as sent"
+        );
+        assert!(
+            find(&disk, &plain[..64]).is_none(),
+            "{mode}: no plaintext on disk"
+        );
     }
 }
 
@@ -93,18 +120,65 @@ fn plaintext_access_to_client_sealed_chunks_is_refused_clearly() {
     txn.write_sealed(&o, 0, &sealed, records);
     store.apply(txn).expect("sealed write");
 
-    assert!(matches!(store.read(&o, 0, 10), Err(ReadError::EdgeSealed { offset_bytes: 0, .. })));
+    assert!(matches!(
+        store.read(&o, 0, 10),
+        Err(ReadError::EdgeSealed {
+            offset_bytes: 0,
+            ..
+        })
+    ));
     let mut txn = Transaction::new();
     txn.write(&o, 100, b"partial plaintext write inside a sealed chunk");
     let err = store.apply(txn).expect_err("needs the chunk's plaintext");
-    assert!(matches!(err, ApplyError::EdgeSealed { offset_bytes: 0, .. }), "{err:?}");
+    assert!(
+        matches!(
+            err,
+            ApplyError::EdgeSealed {
+                offset_bytes: 0,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+
+    let mut txn = Transaction::new();
+    txn.zero(&o, 10, 100);
+    assert!(
+        matches!(
+            store.apply(txn),
+            Err(ApplyError::EdgeSealed {
+                offset_bytes: 0,
+                ..
+            })
+        ),
+        "zeroing part of a sealed chunk"
+    );
+    let mut txn = Transaction::new();
+    txn.write_sealed(
+        &o,
+        0,
+        &sealed[..100],
+        vec![ChunkRecord {
+            key_id: KEY_ID,
+            nonce: [0; 12],
+            tag: [0; 16],
+        }],
+    );
+    assert!(
+        matches!(store.apply(txn), Err(ApplyError::Invalid { .. })),
+        "a partial sealed chunk"
+    );
 
     // Whole-chunk replacement needs no plaintext, and store-sealed chunks are not returned
     // by read_sealed.
     let (again, records) = client.seal("image.1", 1, &pattern(7, CHUNK));
     let mut txn = Transaction::new();
-    txn.write_sealed(&o, 1, &again, records).write(&obj(1, "plain"), 0, b"store sealed");
+    txn.write_sealed(&o, 1, &again, records)
+        .write(&obj(1, "plain"), 0, b"store sealed");
     store.apply(txn).expect("replace one chunk");
     assert!(store.read_sealed(&o, 1, 1).expect("read").data[..] == again[..]);
-    assert!(matches!(store.read_sealed(&obj(1, "plain"), 0, 1), Err(ReadError::Invalid { .. })));
+    assert!(matches!(
+        store.read_sealed(&obj(1, "plain"), 0, 1),
+        Err(ReadError::Invalid { .. })
+    ));
 }

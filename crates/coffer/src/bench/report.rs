@@ -90,7 +90,10 @@ pub fn machine() -> Machine {
 pub fn print_header(title: &str, config: &[(&str, String)]) {
     let m = machine();
     println!("== {title}");
-    println!("command: {}", std::env::args().collect::<Vec<_>>().join(" "));
+    println!(
+        "command: {}",
+        std::env::args().collect::<Vec<_>>().join(" ")
+    );
     println!(
         "machine: {} cores, {:.1} GiB, {}; commit {}; {} UTC",
         m.cores, m.memory_gib, m.cpu, m.commit, m.date_utc

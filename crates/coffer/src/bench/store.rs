@@ -9,13 +9,13 @@
 //! CPU is this process's user + system time during the cell, per GiB moved.
 
 use super::report::{cpu_seconds, histogram, print_header, LatencyUs};
-use store::{MkfsOptions, Mode, Store, Transaction};
 use keys::KeyEncryptionKey;
 use map::{ObjectName, ObjectRef, PoolId};
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 use serde::Serialize;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
+use store::{MkfsOptions, Mode, Store, Transaction};
 
 const OBJECT_SIZE_BYTES: u64 = 4 << 20;
 
@@ -46,7 +46,11 @@ pub struct StoreArgs {
     #[arg(long, value_delimiter = ',', default_value = "write,read")]
     ops: Vec<Op>,
     /// At-rest modes to measure, comma-separated; `none` is always measured as the baseline.
-    #[arg(long, value_delimiter = ',', default_value = "none,gcm,xts-4096,xts-512")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "none,gcm,xts-4096,xts-512"
+    )]
     modes: Vec<Mode>,
 }
 
@@ -91,7 +95,10 @@ fn parse_io_size(text: &str) -> Result<u64, String> {
 }
 
 fn object(i: usize) -> ObjectRef {
-    ObjectRef::new(PoolId(1), ObjectName::new(format!("bench-{i}")).expect("a short ascii name is valid"))
+    ObjectRef::new(
+        PoolId(1),
+        ObjectName::new(format!("bench-{i}")).expect("a short ascii name is valid"),
+    )
 }
 
 fn random_buffer(seed: u64) -> Vec<u8> {
@@ -114,25 +121,58 @@ pub fn run(args: StoreArgs) -> Result<(), String> {
     let mut stores = Vec::new();
     for mode in &modes {
         let dir = scratch.0.join(mode.as_str());
-        Store::mkfs(&dir, &MkfsOptions { mode: *mode, size_bytes, device: None }, &kek)
-            .map_err(|e| format!("mkfs {}: {e}", dir.display()))?;
-        stores.push((*mode, Store::open(&dir, &kek).map_err(|e| format!("open {}: {e}", dir.display()))?));
+        Store::mkfs(
+            &dir,
+            &MkfsOptions {
+                mode: *mode,
+                size_bytes,
+                device: None,
+            },
+            &kek,
+        )
+        .map_err(|e| format!("mkfs {}: {e}", dir.display()))?;
+        stores.push((
+            *mode,
+            Store::open(&dir, &kek).map_err(|e| format!("open {}: {e}", dir.display()))?,
+        ));
     }
     let direct_io = stores.iter().all(|(_, s)| s.direct_io());
     print_header(
         "coffer bench store",
         &[
-            ("modes", modes.iter().map(|m| m.as_str()).collect::<Vec<_>>().join(", ")),
-            ("store", format!("{size_gib} GiB data file per mode under {}, direct IO: {direct_io}", args.dir.display())),
+            (
+                "modes",
+                modes
+                    .iter()
+                    .map(|m| m.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            ),
+            (
+                "store",
+                format!(
+                    "{size_gib} GiB data file per mode under {}, direct IO: {direct_io}",
+                    args.dir.display()
+                ),
+            ),
             ("objects", format!("{objects} x 4 MiB, prefilled")),
-            ("cells", format!("IO sizes {:?} x {:?} x QD {queue_depths:?}; {seconds} s each", args.io_sizes, args.ops)),
+            (
+                "cells",
+                format!(
+                    "IO sizes {:?} x {:?} x QD {queue_depths:?}; {seconds} s each",
+                    args.io_sizes, args.ops
+                ),
+            ),
         ],
     );
 
     for (mode, store) in &stores {
         let started = Instant::now();
         prefill(store, objects, args.qd.max(1))?;
-        eprintln!("prefilled {mode}: {objects} objects in {:.1} s", started.elapsed().as_secs_f64());
+        eprintln!(
+            "prefilled {mode}: {objects} objects in {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
     }
 
     let mut cells: Vec<Cell> = Vec::new();
@@ -142,7 +182,16 @@ pub fn run(args: StoreArgs) -> Result<(), String> {
         for op in args.ops.iter().copied() {
             for qd in queue_depths.iter().copied() {
                 for (mode, store) in &stores {
-                    let cell = measure(store, *mode, op, io_size, qd, objects, &data, Duration::from_secs_f64(seconds))?;
+                    let cell = measure(
+                        store,
+                        *mode,
+                        op,
+                        io_size,
+                        qd,
+                        objects,
+                        &data,
+                        Duration::from_secs_f64(seconds),
+                    )?;
                     eprintln!(
                         "[{}/{total}] {:>8} {:>5} {:<5} qd {:>3}: {:>9.0} IOPS {:>8.1} MiB/s",
                         cells.len() + 1,
@@ -158,11 +207,21 @@ pub fn run(args: StoreArgs) -> Result<(), String> {
             }
         }
     }
-    let baseline: Vec<(u64, Op, usize, f64)> =
-        cells.iter().filter(|c| c.mode == "none").map(|c| (c.io_size, c.op, c.qd, c.iops)).collect();
+    let baseline: Vec<(u64, Op, usize, f64)> = cells
+        .iter()
+        .filter(|c| c.mode == "none")
+        .map(|c| (c.io_size, c.op, c.qd, c.iops))
+        .collect();
     for cell in &mut cells {
-        let none = baseline.iter().find(|b| (b.0, b.1, b.2) == (cell.io_size, cell.op, cell.qd)).map_or(0.0, |b| b.3);
-        cell.pct_of_none = if none > 0.0 { 100.0 * cell.iops / none } else { 0.0 };
+        let none = baseline
+            .iter()
+            .find(|b| (b.0, b.1, b.2) == (cell.io_size, cell.op, cell.qd))
+            .map_or(0.0, |b| b.3);
+        cell.pct_of_none = if none > 0.0 {
+            100.0 * cell.iops / none
+        } else {
+            0.0
+        };
     }
     print_table(&cells);
     print_xts_comparison(&cells);
@@ -196,7 +255,10 @@ fn prefill(store: &Store, objects: usize, threads: usize) -> Result<(), String> 
                 })
             })
             .collect();
-        workers.into_iter().try_for_each(|w| w.join().map_err(|_| "a prefill thread panicked".to_string())?)
+        workers.into_iter().try_for_each(|w| {
+            w.join()
+                .map_err(|_| "a prefill thread panicked".to_string())?
+        })
     })
 }
 
@@ -216,44 +278,56 @@ fn measure(
     let cpu_before = cpu_seconds();
     let started = Instant::now();
     let deadline = started + duration;
-    let results: Vec<Result<(u64, hdrhistogram::Histogram<u64>), String>> = std::thread::scope(|scope| {
-        let workers: Vec<_> = (0..qd)
-            .map(|t| {
-                let targets = &targets;
-                scope.spawn(move || {
-                    let mut rng = SmallRng::seed_from_u64(0x5eed ^ t as u64);
-                    let mut latencies = histogram();
-                    let mut ops = 0u64;
-                    while Instant::now() < deadline {
-                        let target = &targets[rng.random_range(0..targets.len())];
-                        let offset = if io_size == OBJECT_SIZE_BYTES {
-                            0
-                        } else {
-                            rng.random_range(0..OBJECT_SIZE_BYTES / io_size) * io_size
-                        };
-                        let op_started = Instant::now();
-                        match op {
-                            Op::Write => {
-                                let mut txn = Transaction::new();
-                                txn.write(target, offset, &data[..io_size as usize]);
-                                store.apply(txn).map_err(|e| format!("{mode} write: {e}"))?;
-                            }
-                            Op::Read => {
-                                let read = store.read(target, offset, io_size).map_err(|e| format!("{mode} read: {e}"))?;
-                                if read.len() as u64 != io_size {
-                                    return Err(format!("{mode} read returned {} bytes, not {io_size}", read.len()));
+    let results: Vec<Result<(u64, hdrhistogram::Histogram<u64>), String>> =
+        std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..qd)
+                .map(|t| {
+                    let targets = &targets;
+                    scope.spawn(move || {
+                        let mut rng = SmallRng::seed_from_u64(0x5eed ^ t as u64);
+                        let mut latencies = histogram();
+                        let mut ops = 0u64;
+                        while Instant::now() < deadline {
+                            let target = &targets[rng.random_range(0..targets.len())];
+                            let offset = if io_size == OBJECT_SIZE_BYTES {
+                                0
+                            } else {
+                                rng.random_range(0..OBJECT_SIZE_BYTES / io_size) * io_size
+                            };
+                            let op_started = Instant::now();
+                            match op {
+                                Op::Write => {
+                                    let mut txn = Transaction::new();
+                                    txn.write(target, offset, &data[..io_size as usize]);
+                                    store.apply(txn).map_err(|e| format!("{mode} write: {e}"))?;
+                                }
+                                Op::Read => {
+                                    let read = store
+                                        .read(target, offset, io_size)
+                                        .map_err(|e| format!("{mode} read: {e}"))?;
+                                    if read.len() as u64 != io_size {
+                                        return Err(format!(
+                                            "{mode} read returned {} bytes, not {io_size}",
+                                            read.len()
+                                        ));
+                                    }
                                 }
                             }
+                            latencies.saturating_record(op_started.elapsed().as_nanos() as u64);
+                            ops += 1;
                         }
-                        latencies.saturating_record(op_started.elapsed().as_nanos() as u64);
-                        ops += 1;
-                    }
-                    Ok((ops, latencies))
+                        Ok((ops, latencies))
+                    })
                 })
-            })
-            .collect();
-        workers.into_iter().map(|w| w.join().unwrap_or_else(|_| Err("a load thread panicked".into()))).collect()
-    });
+                .collect();
+            workers
+                .into_iter()
+                .map(|w| {
+                    w.join()
+                        .unwrap_or_else(|_| Err("a load thread panicked".into()))
+                })
+                .collect()
+        });
     let elapsed = started.elapsed().as_secs_f64();
     let cpu_s = cpu_seconds() - cpu_before;
     let mut latencies = histogram();
@@ -261,7 +335,9 @@ fn measure(
     for result in results {
         let (n, h) = result?;
         ops += n;
-        latencies.add(&h).map_err(|e| format!("merging latencies: {e}"))?;
+        latencies
+            .add(&h)
+            .map_err(|e| format!("merging latencies: {e}"))?;
     }
     let bytes = ops * io_size;
     let gib = bytes as f64 / (1u64 << 30) as f64;
@@ -314,7 +390,11 @@ fn print_table(cells: &[Cell]) {
 
 /// The LUKS lesson on the same code path: 512-byte XTS sectors against 4096-byte ones.
 fn print_xts_comparison(cells: &[Cell]) {
-    let find = |mode: &str, c: &Cell| cells.iter().find(|x| x.mode == mode && (x.io_size, x.op, x.qd) == (c.io_size, c.op, c.qd));
+    let find = |mode: &str, c: &Cell| {
+        cells
+            .iter()
+            .find(|x| x.mode == mode && (x.io_size, x.op, x.qd) == (c.io_size, c.op, c.qd))
+    };
     let pairs: Vec<(&Cell, &Cell)> = cells
         .iter()
         .filter(|c| c.mode == "xts-4096")

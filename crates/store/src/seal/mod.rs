@@ -23,11 +23,12 @@ pub(crate) use gcm::Gcm;
 pub(crate) use xts::Xts;
 
 /// The at-rest encryption mode of a store, fixed at mkfs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 pub enum Mode {
     None,
     Xts512,
     Xts4096,
+    #[default]
     Gcm,
 }
 
@@ -49,12 +50,6 @@ impl Mode {
     }
 }
 
-impl Default for Mode {
-    fn default() -> Mode {
-        Mode::Gcm
-    }
-}
-
 impl fmt::Display for Mode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
@@ -66,7 +61,11 @@ pub struct UnknownMode(pub String);
 
 impl fmt::Display for UnknownMode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "unknown at-rest mode {:?}; expected one of none, xts-512, xts-4096, gcm", self.0)
+        write!(
+            f,
+            "unknown at-rest mode {:?}; expected one of none, xts-512, xts-4096, gcm",
+            self.0
+        )
     }
 }
 
@@ -75,7 +74,10 @@ impl std::error::Error for UnknownMode {}
 impl FromStr for Mode {
     type Err = UnknownMode;
     fn from_str(s: &str) -> Result<Mode, UnknownMode> {
-        Mode::ALL.into_iter().find(|m| m.as_str() == s).ok_or_else(|| UnknownMode(s.to_string()))
+        Mode::ALL
+            .into_iter()
+            .find(|m| m.as_str() == s)
+            .ok_or_else(|| UnknownMode(s.to_string()))
     }
 }
 
@@ -96,8 +98,12 @@ pub struct ChunkRecord {
 pub(crate) enum ExtentSeal {
     /// `none` and `xts-*`: nothing to keep per chunk.
     Bare,
-    /// `gcm`, sealed by this store: chunk i used nonce counter `nonce_base + i`.
-    Store { nonce_base: u64, tags: Vec<[u8; TAG_BYTES]> },
+    /// `gcm`, sealed by this store: chunk i used nonce (data, `incarnation`, `nonce_base + i`).
+    Store {
+        incarnation: u32,
+        nonce_base: u64,
+        tags: Vec<[u8; TAG_BYTES]>,
+    },
     /// Sealed upstream; stored as received.
     Edge { chunks: Vec<ChunkRecord> },
 }
@@ -107,10 +113,18 @@ impl ExtentSeal {
     pub(crate) fn slice(&self, skip: usize, len: usize) -> ExtentSeal {
         match self {
             ExtentSeal::Bare => ExtentSeal::Bare,
-            ExtentSeal::Store { nonce_base, tags } => {
-                ExtentSeal::Store { nonce_base: nonce_base + skip as u64, tags: tags[skip..skip + len].to_vec() }
-            }
-            ExtentSeal::Edge { chunks } => ExtentSeal::Edge { chunks: chunks[skip..skip + len].to_vec() },
+            ExtentSeal::Store {
+                incarnation,
+                nonce_base,
+                tags,
+            } => ExtentSeal::Store {
+                incarnation: *incarnation,
+                nonce_base: nonce_base + skip as u64,
+                tags: tags[skip..skip + len].to_vec(),
+            },
+            ExtentSeal::Edge { chunks } => ExtentSeal::Edge {
+                chunks: chunks[skip..skip + len].to_vec(),
+            },
         }
     }
 }
@@ -159,24 +173,31 @@ impl DataSealer {
 
     /// Seals whole blocks in place, bound for device block `physical_block`, holding logical
     /// chunks `logical_block..` of object `object_id`. `nonce_base` is the first of
-    /// `nonces_needed` counter values reserved for this run.
+    /// `nonces_needed` counter values reserved for this run under `incarnation`.
     pub(crate) fn seal(
         &self,
         buffer: &mut [u8],
         object_id: &[u8; 16],
         logical_block: u64,
         physical_block: u64,
+        incarnation: u32,
         nonce_base: u64,
     ) -> ExtentSeal {
         match self {
             DataSealer::None => ExtentSeal::Bare,
             DataSealer::Xts(xts) => {
-                xts.apply(buffer, physical_block * crate::device::BLOCK_SIZE_BYTES, true);
+                xts.apply(
+                    buffer,
+                    physical_block * crate::device::BLOCK_SIZE_BYTES,
+                    true,
+                );
                 ExtentSeal::Bare
             }
-            DataSealer::Gcm(gcm) => {
-                ExtentSeal::Store { nonce_base, tags: gcm.seal(buffer, object_id, logical_block, nonce_base) }
-            }
+            DataSealer::Gcm(gcm) => ExtentSeal::Store {
+                incarnation,
+                nonce_base,
+                tags: gcm.seal(buffer, object_id, logical_block, incarnation, nonce_base),
+            },
         }
     }
 
@@ -192,12 +213,28 @@ impl DataSealer {
         match (self, seal) {
             (DataSealer::None, ExtentSeal::Bare) => Ok(()),
             (DataSealer::Xts(xts), ExtentSeal::Bare) => {
-                xts.apply(buffer, physical_block * crate::device::BLOCK_SIZE_BYTES, false);
+                xts.apply(
+                    buffer,
+                    physical_block * crate::device::BLOCK_SIZE_BYTES,
+                    false,
+                );
                 Ok(())
             }
-            (DataSealer::Gcm(gcm), ExtentSeal::Store { nonce_base, tags }) => {
-                gcm.open(buffer, object_id, logical_block, *nonce_base, tags)
-            }
+            (
+                DataSealer::Gcm(gcm),
+                ExtentSeal::Store {
+                    incarnation,
+                    nonce_base,
+                    tags,
+                },
+            ) => gcm.open(
+                buffer,
+                object_id,
+                logical_block,
+                *incarnation,
+                *nonce_base,
+                tags,
+            ),
             // A record that does not fit the store's mode was altered (metadata is
             // authenticated in every encrypting mode) or the store is `none` and tampered.
             _ => Err(ChunkIntegrityError { chunk: 0 }),

@@ -37,7 +37,10 @@ pub(crate) struct XtsKeyRejected;
 impl Xts {
     /// Fails when AWS-LC rejects the key (its two halves are equal).
     pub(crate) fn new(key: &[u8; 64], sector_bytes: usize) -> Result<Xts, XtsKeyRejected> {
-        assert!(sector_bytes == 512 || sector_bytes == 4096, "XTS sector size {sector_bytes}");
+        assert!(
+            sector_bytes == 512 || sector_bytes == 4096,
+            "XTS sector size {sector_bytes}"
+        );
         let xts = Xts {
             key: Zeroizing::new(*key),
             sector_bytes,
@@ -45,7 +48,10 @@ impl Xts {
             decrypters: Mutex::new(Vec::new()),
         };
         let ctx = xts.new_ctx(true)?;
-        xts.encrypters.lock().expect("xts pool lock poisoned").push(ctx);
+        xts.encrypters
+            .lock()
+            .expect("xts pool lock poisoned")
+            .push(ctx);
         Ok(xts)
     }
 
@@ -72,12 +78,21 @@ impl Xts {
 
     /// Encrypts (or decrypts) `buffer` in place; `buffer` starts at device byte `offset_bytes`.
     pub(crate) fn apply(&self, buffer: &mut [u8], offset_bytes: u64, encrypt: bool) {
-        assert!(offset_bytes % BLOCK_SIZE_BYTES == 0 && buffer.len() % BLOCK_SIZE_BYTES as usize == 0);
-        let pool = if encrypt { &self.encrypters } else { &self.decrypters };
+        assert!(
+            offset_bytes.is_multiple_of(BLOCK_SIZE_BYTES)
+                && buffer.len().is_multiple_of(BLOCK_SIZE_BYTES as usize)
+        );
+        let pool = if encrypt {
+            &self.encrypters
+        } else {
+            &self.decrypters
+        };
         let popped = pool.lock().expect("xts pool lock poisoned").pop();
         let ctx = match popped {
             Some(ctx) => ctx,
-            None => self.new_ctx(encrypt).expect("the key was accepted when the store opened"),
+            None => self
+                .new_ctx(encrypt)
+                .expect("the key was accepted when the store opened"),
         };
         let first_sector = offset_bytes / self.sector_bytes as u64;
         for (i, sector) in buffer.chunks_exact_mut(self.sector_bytes).enumerate() {
@@ -86,10 +101,26 @@ impl Xts {
             let mut out_len: i32 = 0;
             // SAFETY: ctx is keyed; in and out are the same valid sector (XTS allows in place).
             unsafe {
-                let rc = sys::EVP_CipherInit_ex(ctx.0, std::ptr::null(), std::ptr::null_mut(), std::ptr::null(), iv.as_ptr(), -1);
+                let rc = sys::EVP_CipherInit_ex(
+                    ctx.0,
+                    std::ptr::null(),
+                    std::ptr::null_mut(),
+                    std::ptr::null(),
+                    iv.as_ptr(),
+                    -1,
+                );
                 assert_eq!(rc, 1, "EVP_CipherInit_ex(iv) failed");
-                let rc = sys::EVP_CipherUpdate(ctx.0, sector.as_mut_ptr(), &mut out_len, sector.as_ptr(), sector.len() as i32);
-                assert!(rc == 1 && out_len as usize == sector.len(), "EVP_CipherUpdate failed on an XTS sector");
+                let rc = sys::EVP_CipherUpdate(
+                    ctx.0,
+                    sector.as_mut_ptr(),
+                    &mut out_len,
+                    sector.as_ptr(),
+                    sector.len() as i32,
+                );
+                assert!(
+                    rc == 1 && out_len as usize == sector.len(),
+                    "EVP_CipherUpdate failed on an XTS sector"
+                );
             }
         }
         pool.lock().expect("xts pool lock poisoned").push(ctx);
@@ -107,7 +138,12 @@ mod tests {
             aes::Aes256::new_from_slice(&key[..32]).expect("key"),
             aes::Aes256::new_from_slice(&key[32..]).expect("key"),
         );
-        xts.encrypt_area(data, sector_bytes, first_sector, xts_mode::get_tweak_default);
+        xts.encrypt_area(
+            data,
+            sector_bytes,
+            first_sector,
+            xts_mode::get_tweak_default,
+        );
     }
 
     #[test]
@@ -121,7 +157,12 @@ mod tests {
             let mut ours = plain.clone();
             xts.apply(&mut ours, offset_bytes, true);
             let mut theirs = plain.clone();
-            oracle(&key, sector_bytes, (offset_bytes / sector_bytes as u64) as u128, &mut theirs);
+            oracle(
+                &key,
+                sector_bytes,
+                (offset_bytes / sector_bytes as u64) as u128,
+                &mut theirs,
+            );
             assert!(ours == theirs, "xts-{sector_bytes} differs from the oracle");
             xts.apply(&mut ours, offset_bytes, false);
             assert!(ours == plain, "xts-{sector_bytes} does not round-trip");

@@ -13,7 +13,16 @@ pub fn kek(seed: u8) -> KeyEncryptionKey {
 }
 
 pub fn mkfs(dir: &Path, mode: Mode, size_bytes: u64) -> Store {
-    Store::mkfs(dir, &MkfsOptions { mode, size_bytes, device: None }, &kek(7)).expect("mkfs");
+    Store::mkfs(
+        dir,
+        &MkfsOptions {
+            mode,
+            size_bytes,
+            device: None,
+        },
+        &kek(7),
+    )
+    .expect("mkfs");
     Store::open(dir, &kek(7)).expect("open")
 }
 

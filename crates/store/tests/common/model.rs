@@ -57,7 +57,11 @@ pub fn apply_model(model: &mut Model, op: &ModelOp) {
             model.remove(&o);
         }
         ModelOp::SetAttr(o, k, v) => {
-            model.entry(o).or_default().attrs.insert(format!("a{k}"), vec![v; k as usize + 1]);
+            model
+                .entry(o)
+                .or_default()
+                .attrs
+                .insert(format!("a{k}"), vec![v; k as usize + 1]);
         }
         ModelOp::RemoveAttr(o, k) => {
             if let Some(m) = model.get_mut(&o) {
@@ -65,7 +69,11 @@ pub fn apply_model(model: &mut Model, op: &ModelOp) {
             }
         }
         ModelOp::OmapSet(o, k, v) => {
-            model.entry(o).or_default().omap.insert(vec![b'k', k], vec![v; 3]);
+            model
+                .entry(o)
+                .or_default()
+                .omap
+                .insert(vec![b'k', k], vec![v; 3]);
         }
         ModelOp::OmapRemove(o, k) => {
             if let Some(m) = model.get_mut(&o) {
@@ -88,7 +96,9 @@ pub fn add_to(txn: &mut Transaction, op: &ModelOp, names: &[String]) {
         ModelOp::Zero(o, off, len) => txn.zero(&r(o), off, len),
         ModelOp::Truncate(o, size) => txn.truncate(&r(o), size),
         ModelOp::Remove(o) => txn.remove(&r(o)),
-        ModelOp::SetAttr(o, k, v) => txn.set_attr(&r(o), &format!("a{k}"), &vec![v; k as usize + 1]),
+        ModelOp::SetAttr(o, k, v) => {
+            txn.set_attr(&r(o), &format!("a{k}"), &vec![v; k as usize + 1])
+        }
         ModelOp::RemoveAttr(o, k) => txn.remove_attr(&r(o), &format!("a{k}")),
         ModelOp::OmapSet(o, k, v) => txn.omap_set(&r(o), &[b'k', k], &[v; 3]),
         ModelOp::OmapRemove(o, k) => txn.omap_remove(&r(o), &[b'k', k]),
@@ -101,18 +111,33 @@ pub fn check(store: &Store, model: &Model, mode: Mode, names: &[String], whole_p
     for (o, name) in names.iter().enumerate() {
         let r = obj(1, name);
         match model.get(&o) {
-            None => assert!(!store.exists(&r).expect("exists"), "{mode}: {name} should not exist"),
+            None => assert!(
+                !store.exists(&r).expect("exists"),
+                "{mode}: {name} should not exist"
+            ),
             Some(m) => {
                 let stat = store.stat(&r).expect("stat");
-                assert_eq!(stat.size_bytes, m.data.len() as u64, "{mode}: size of {name}");
+                assert_eq!(
+                    stat.size_bytes,
+                    m.data.len() as u64,
+                    "{mode}: size of {name}"
+                );
                 let data = store.read(&r, 0, stat.size_bytes).expect("read");
                 assert!(data[..] == m.data[..], "{mode}: bytes of {name} differ");
                 let mid = m.data.len() as u64 / 3;
                 let part = store.read(&r, mid, 5000).expect("read part");
                 let want = &m.data[mid as usize..(mid as usize + 5000).min(m.data.len())];
                 assert!(part[..] == *want, "{mode}: bytes of {name} from {mid}");
-                assert_eq!(store.attrs(&r).expect("attrs"), m.attrs, "{mode}: attrs of {name}");
-                let omap: BTreeMap<_, _> = store.omap_list(&r, None, 1000).expect("omap").into_iter().collect();
+                assert_eq!(
+                    store.attrs(&r).expect("attrs"),
+                    m.attrs,
+                    "{mode}: attrs of {name}"
+                );
+                let omap: BTreeMap<_, _> = store
+                    .omap_list(&r, None, 1000)
+                    .expect("omap")
+                    .into_iter()
+                    .collect();
                 assert_eq!(omap, m.omap, "{mode}: omap of {name}");
             }
         }
@@ -130,4 +155,3 @@ pub fn check(store: &Store, model: &Model, mode: Mode, names: &[String], whole_p
     let expected: BTreeSet<String> = model.keys().map(|o| names[*o].clone()).collect();
     assert_eq!(listed, expected, "{mode}: listing");
 }
-

@@ -1,0 +1,207 @@
+//! Batched direct IO through io_uring, on the calling thread.
+//!
+//! One ring per thread (created on first use, `RING_ENTRIES` deep). A batch submits as many
+//! pieces as the ring holds and, as reads complete, hands each piece to the caller's
+//! callback while the rest are still in flight; writes are submitted one by one right after
+//! the caller seals each piece, so sealing piece i+1 overlaps writing piece i. No other
+//! thread touches the data: this is the store's rule that crypto runs on the IO thread.
+//!
+//! Safety argument: the kernel writes into (or reads from) a piece's buffer from submission
+//! until its completion. A batch never returns, and never unwinds, while a piece is in
+//! flight: `Batch` drains every outstanding completion in its `Drop`, so even a panicking
+//! callback cannot free a buffer the kernel still targets.
+//!
+//! Where io_uring is unavailable (an old kernel, or disabled by sysctl), or the thread's
+//! ring is already in use further up the stack, these return None and the device falls
+//! back to one synchronous call per piece.
+
+use crate::device::IoPiece;
+use io_uring::{opcode, types, IoUring};
+use std::cell::RefCell;
+use std::io;
+use std::os::fd::RawFd;
+
+/// Pieces in flight at once per thread.
+pub const RING_ENTRIES: u32 = 64;
+
+thread_local! {
+    static RING: RefCell<Option<IoUring>> = RefCell::new(IoUring::new(RING_ENTRIES).ok());
+}
+
+/// A batch's view of the ring, and how many of its pieces the kernel still holds.
+struct Batch<'r> {
+    ring: &'r mut IoUring,
+    in_flight: usize,
+}
+
+impl Batch<'_> {
+    /// Submits what is queued and waits for at least `wait` completions; returns them as
+    /// (piece index, result).
+    fn submit_and_reap(&mut self, wait: usize) -> Vec<(usize, i32)> {
+        loop {
+            match self.ring.submit_and_wait(wait) {
+                Ok(_) => break,
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::EINTR) | Some(libc::EBUSY) | Some(libc::EAGAIN)
+                    ) =>
+                {
+                    continue
+                }
+                // Buffers are in the kernel's hands; returning would let them be freed.
+                Err(e) => panic!("io_uring submit failed with IO in flight: {e}"),
+            }
+        }
+        let done: Vec<(usize, i32)> = self
+            .ring
+            .completion()
+            .map(|c| (c.user_data() as usize, c.result()))
+            .collect();
+        self.in_flight -= done.len();
+        done
+    }
+
+    fn push(&mut self, entry: io_uring::squeue::Entry) {
+        // SAFETY: the entry's buffer stays valid until its completion is reaped (see the
+        // module's safety argument); the queue has room because in_flight < RING_ENTRIES.
+        unsafe {
+            self.ring
+                .submission()
+                .push(&entry)
+                .expect("the submission queue has room")
+        };
+        self.in_flight += 1;
+    }
+}
+
+impl Drop for Batch<'_> {
+    fn drop(&mut self) {
+        while self.in_flight > 0 {
+            self.submit_and_reap(1);
+        }
+    }
+}
+
+fn check(result: i32, piece: &IoPiece<'_>, what: &str) -> io::Result<()> {
+    if result < 0 {
+        Err(io::Error::from_raw_os_error(-result))
+    } else if result as usize != piece.buffer.len() {
+        Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            format!(
+                "short {what} at device offset {}: {result} of {} bytes",
+                piece.offset_bytes,
+                piece.buffer.len()
+            ),
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+fn with_ring<T>(f: impl FnOnce(&mut IoUring) -> T) -> Option<T> {
+    RING.with(|cell| {
+        let mut guard = cell.try_borrow_mut().ok()?;
+        let ring = guard.as_mut()?;
+        Some(f(ring))
+    })
+}
+
+pub(crate) fn read_each(
+    fd: RawFd,
+    pieces: &mut [IoPiece<'_>],
+    opened: &mut dyn FnMut(usize, &mut [u8]) -> bool,
+) -> Option<io::Result<()>> {
+    with_ring(|ring| {
+        let mut batch = Batch { ring, in_flight: 0 };
+        let mut next = 0;
+        let mut failed: Option<io::Error> = None;
+        let mut stopped = false;
+        loop {
+            while next < pieces.len()
+                && batch.in_flight < RING_ENTRIES as usize
+                && failed.is_none()
+                && !stopped
+            {
+                let piece = &mut pieces[next];
+                let entry = opcode::Read::new(
+                    types::Fd(fd),
+                    piece.buffer.as_mut_ptr(),
+                    piece.buffer.len() as u32,
+                )
+                .offset(piece.offset_bytes)
+                .build()
+                .user_data(next as u64);
+                batch.push(entry);
+                next += 1;
+            }
+            if batch.in_flight == 0 {
+                break;
+            }
+            for (index, result) in batch.submit_and_reap(1) {
+                if failed.is_some() || stopped {
+                    continue;
+                }
+                match check(result, &pieces[index], "read") {
+                    Ok(()) => stopped = !opened(index, pieces[index].buffer),
+                    Err(e) => failed = Some(e),
+                }
+            }
+        }
+        failed.map_or(Ok(()), Err)
+    })
+}
+
+pub(crate) fn write_each(
+    fd: RawFd,
+    pieces: &mut [IoPiece<'_>],
+    seal: &mut dyn FnMut(usize, &mut [u8]),
+) -> Option<io::Result<()>> {
+    with_ring(|ring| {
+        let mut batch = Batch { ring, in_flight: 0 };
+        let mut failed: Option<io::Error> = None;
+        let record = |done: Vec<(usize, i32)>,
+                      pieces: &[IoPiece<'_>],
+                      failed: &mut Option<io::Error>| {
+            for (index, result) in done {
+                if let (Err(e), None) = (check(result, &pieces[index], "write"), failed.as_ref()) {
+                    *failed = Some(e);
+                }
+            }
+        };
+        for index in 0..pieces.len() {
+            if batch.in_flight == RING_ENTRIES as usize {
+                let done = batch.submit_and_reap(1);
+                record(done, pieces, &mut failed);
+            }
+            if failed.is_some() {
+                break;
+            }
+            let piece = &mut pieces[index];
+            seal(index, piece.buffer);
+            let entry = opcode::Write::new(
+                types::Fd(fd),
+                piece.buffer.as_ptr(),
+                piece.buffer.len() as u32,
+            )
+            .offset(piece.offset_bytes)
+            .build()
+            .user_data(index as u64);
+            batch.push(entry);
+            if let Err(e) = batch.ring.submit() {
+                if !matches!(
+                    e.raw_os_error(),
+                    Some(libc::EINTR) | Some(libc::EBUSY) | Some(libc::EAGAIN)
+                ) {
+                    failed = Some(e);
+                }
+            }
+        }
+        while batch.in_flight > 0 {
+            let done = batch.submit_and_reap(1);
+            record(done, pieces, &mut failed);
+        }
+        failed.map_or(Ok(()), Err)
+    })
+}
