@@ -546,7 +546,8 @@ impl Store {
                 },
             });
         })?;
-        // Extents: plain parts that are contiguous on the device join up to the mode's limit.
+        // Extents: plain parts that are contiguous on the device join up to the mode's limit;
+        // sealed parts are cut to it.
         let mut written: Vec<(u64, Extent)> = Vec::with_capacity(parts.len());
         for ((logical, physical, len), seal) in parts.into_iter().zip(seals) {
             let seal = seal.expect("every part is sealed before it is written");
@@ -561,14 +562,17 @@ impl Store {
                     continue;
                 }
             }
-            written.push((
-                logical,
-                Extent {
-                    physical_block: physical,
-                    len_blocks: len,
-                    seal,
-                },
-            ));
+            let part = Extent {
+                physical_block: physical,
+                len_blocks: len,
+                seal,
+            };
+            let mut skip = 0;
+            while skip < len {
+                let cut = (len - skip).min(extent_blocks_max);
+                written.push((logical + skip, part.slice(skip, cut)));
+                skip += cut;
+            }
         }
         space
             .freed

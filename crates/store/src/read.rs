@@ -10,7 +10,7 @@ use crate::object::{load_extents, pieces, Extent, ExtentMap, LoadError, ObjectRe
 use crate::seal::{ChunkRecord, ExtentSeal};
 use crate::store::Store;
 use map::{ObjectHash, ObjectRef};
-use redb::{ReadableDatabase, ReadableTable};
+use redb::{ReadTransaction, ReadableDatabase, ReadableTable};
 use std::collections::BTreeMap;
 use std::ops::Deref;
 
@@ -184,12 +184,7 @@ impl Store {
         let _lock = self.slots[slot_of(&id)]
             .read()
             .expect("object lock poisoned");
-        let txn = self.db.begin_read()?;
-        let record = self
-            .load_record(&txn.open_table(OBJECTS)?, object, &id)?
-            .ok_or_else(|| ReadError::NotFound {
-                object: object.to_string(),
-            })?;
+        let (txn, record) = self.snapshot(object, &id)?;
         let end_bytes = offset_bytes
             .saturating_add(len_bytes)
             .min(record.size_bytes);
@@ -238,11 +233,7 @@ impl Store {
         let _lock = self.slots[slot_of(&id)]
             .read()
             .expect("object lock poisoned");
-        let txn = self.db.begin_read()?;
-        self.load_record(&txn.open_table(OBJECTS)?, object, &id)?
-            .ok_or_else(|| ReadError::NotFound {
-                object: object.to_string(),
-            })?;
+        let (txn, _) = self.snapshot(object, &id)?;
         let end = first_chunk
             .saturating_add(count)
             .min(crate::object::OBJECT_BLOCKS_MAX);
@@ -290,13 +281,24 @@ impl Store {
         Ok(self.record(object)?.attrs)
     }
 
-    fn record(&self, object: &ObjectRef) -> Result<ObjectRecord, ReadError> {
-        let id = self.meta.object_id(object.pool, object.name.as_str());
+    /// A read snapshot and the object's record (NotFound if the object does not exist).
+    fn snapshot(
+        &self,
+        object: &ObjectRef,
+        id: &ObjectId,
+    ) -> Result<(ReadTransaction, ObjectRecord), ReadError> {
         let txn = self.db.begin_read()?;
-        self.load_record(&txn.open_table(OBJECTS)?, object, &id)?
+        let record = self
+            .load_record(&txn.open_table(OBJECTS)?, object, id)?
             .ok_or_else(|| ReadError::NotFound {
                 object: object.to_string(),
-            })
+            })?;
+        Ok((txn, record))
+    }
+
+    fn record(&self, object: &ObjectRef) -> Result<ObjectRecord, ReadError> {
+        let id = self.meta.object_id(object.pool, object.name.as_str());
+        Ok(self.snapshot(object, &id)?.1)
     }
 
     pub fn exists(&self, object: &ObjectRef) -> Result<bool, ReadError> {
@@ -309,11 +311,7 @@ impl Store {
 
     pub fn omap_get(&self, object: &ObjectRef, key: &[u8]) -> Result<Option<Vec<u8>>, ReadError> {
         let id = self.meta.object_id(object.pool, object.name.as_str());
-        let txn = self.db.begin_read()?;
-        self.load_record(&txn.open_table(OBJECTS)?, object, &id)?
-            .ok_or_else(|| ReadError::NotFound {
-                object: object.to_string(),
-            })?;
+        let (txn, _) = self.snapshot(object, &id)?;
         let row = omap_key(&id, key);
         let omap = txn.open_table(OMAP)?;
         let Some(stored) = omap.get(&row[..])? else {
@@ -336,11 +334,7 @@ impl Store {
         limit: usize,
     ) -> Result<Vec<OmapEntry>, ReadError> {
         let id = self.meta.object_id(object.pool, object.name.as_str());
-        let txn = self.db.begin_read()?;
-        self.load_record(&txn.open_table(OBJECTS)?, object, &id)?
-            .ok_or_else(|| ReadError::NotFound {
-                object: object.to_string(),
-            })?;
+        let (txn, _) = self.snapshot(object, &id)?;
         let omap = txn.open_table(OMAP)?;
         let start = omap_key(&id, after.unwrap_or(&[]));
         let end = crate::metadata::prefix_end(&id);
