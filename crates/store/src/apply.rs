@@ -265,6 +265,10 @@ impl Store {
             w.original = self.load_record(&objects, &w.object, &w.id)?;
             w.record = w.original.clone();
             if w.first_block < w.end_block {
+                // A partial last block must be in view: growing past it is checked against it.
+                if let Some(record) = w.original.as_ref().filter(|r| r.size_bytes % BLOCK != 0) {
+                    w.first_block = w.first_block.min(record.size_bytes / BLOCK);
+                }
                 w.loaded =
                     self.load_extent_map(&extents, &w.object, &w.id, w.first_block, w.end_block)?;
                 w.extents = w.loaded.clone();
@@ -285,6 +289,13 @@ impl Store {
                 mut data,
                 ..
             } => {
+                let end_bytes = offset_bytes + len_bytes;
+                let whole = (offset_bytes.div_ceil(BLOCK), end_bytes / BLOCK);
+                self.refuse_growth_over_sealed_tail(w, end_bytes, whole)?;
+                if len_bytes == 0 {
+                    w.grow_to(offset_bytes);
+                    return Ok(());
+                }
                 let first_block = offset_bytes / BLOCK;
                 let head = (offset_bytes % BLOCK) as usize;
                 let tail = ((offset_bytes + len_bytes) % BLOCK) as usize;
@@ -309,6 +320,12 @@ impl Store {
                 chunks,
                 ..
             } => {
+                let end_chunk = first_chunk + chunks.len() as u64;
+                self.refuse_growth_over_sealed_tail(
+                    w,
+                    end_chunk * BLOCK,
+                    (first_chunk, end_chunk),
+                )?;
                 self.write_blocks(w, first_chunk, &mut data, Sealing::Edge(&chunks), space)?;
                 w.grow_to((first_chunk + chunks.len() as u64) * BLOCK);
             }
@@ -319,6 +336,7 @@ impl Store {
             } => {
                 let end_bytes = offset_bytes + len_bytes;
                 let (full_first, full_end) = (offset_bytes.div_ceil(BLOCK), end_bytes / BLOCK);
+                self.refuse_growth_over_sealed_tail(w, end_bytes, (full_first, full_end))?;
                 if full_first < full_end {
                     space
                         .freed
@@ -339,6 +357,7 @@ impl Store {
                 w.grow_to(end_bytes);
             }
             Op::Truncate { size_bytes, .. } => {
+                self.refuse_growth_over_sealed_tail(w, size_bytes, (0, 0))?;
                 if size_bytes < w.size_bytes() {
                     space.freed.extend(punch(
                         &mut w.extents,
@@ -412,6 +431,39 @@ impl Store {
             }
         }
         Ok(())
+    }
+
+    /// Growing an object past a partial last block that a client sealed would expose that
+    /// chunk's old bytes beyond the old size, which the store cannot zero (it has no key).
+    /// Such growth is refused unless the operation replaces that chunk whole (it lies in
+    /// `replaced`, a block range). The client rewrites its last chunk first.
+    fn refuse_growth_over_sealed_tail(
+        &self,
+        w: &Work,
+        new_size_bytes: u64,
+        replaced: (u64, u64),
+    ) -> Result<(), ApplyError> {
+        let size_bytes = w.size_bytes();
+        if new_size_bytes <= size_bytes || size_bytes.is_multiple_of(BLOCK) {
+            return Ok(());
+        }
+        let tail = size_bytes / BLOCK;
+        if replaced.0 <= tail && tail < replaced.1 {
+            return Ok(());
+        }
+        match pieces(&w.extents, tail, tail + 1).first() {
+            Some((
+                _,
+                Extent {
+                    seal: ExtentSeal::Edge { .. },
+                    ..
+                },
+            )) => Err(ApplyError::EdgeSealed {
+                object: w.object.to_string(),
+                offset_bytes: tail * BLOCK,
+            }),
+            _ => Ok(()),
+        }
     }
 
     /// The plaintext of one logical block as the transaction currently sees it.

@@ -32,6 +32,28 @@ struct State {
     poisoned: Option<String>,
 }
 
+/// Armed while a leader runs `flush` without the lock. If `flush` panics (and something up
+/// the stack catches it), this poisons the store and wakes the followers, who would
+/// otherwise wait for a leader that never returns.
+struct LeaderUnwind<'a> {
+    committer: &'a Committer,
+}
+
+impl Drop for LeaderUnwind<'_> {
+    fn drop(&mut self) {
+        let mut state = self
+            .committer
+            .state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        state.leader = false;
+        state
+            .poisoned
+            .get_or_insert_with(|| "a metadata commit panicked".to_string());
+        self.committer.wake.notify_all();
+    }
+}
+
 impl Committer {
     pub(crate) fn new() -> Committer {
         Committer {
@@ -78,7 +100,9 @@ impl Committer {
             let group = std::mem::take(&mut state.queue);
             let last_ticket = state.next_ticket - 1;
             drop(state);
+            let unwinding = LeaderUnwind { committer: self };
             let result = flush(group);
+            std::mem::forget(unwinding);
             state = self.state.lock().expect("commit lock poisoned");
             state.leader = false;
             let outcome = match result {
@@ -104,5 +128,54 @@ impl Committer {
             .expect("commit lock poisoned")
             .poisoned
             .clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[test]
+    fn concurrent_batches_share_commits_and_each_commits_once() {
+        let committer = Committer::new();
+        let committed = AtomicUsize::new(0);
+        std::thread::scope(|scope| {
+            for _ in 0..8 {
+                scope.spawn(|| {
+                    for _ in 0..50 {
+                        committer
+                            .commit(Vec::new(), |group| {
+                                committed.fetch_add(group.len(), Ordering::SeqCst);
+                                Ok(())
+                            })
+                            .expect("commit");
+                    }
+                });
+            }
+        });
+        assert_eq!(
+            committed.load(Ordering::SeqCst),
+            400,
+            "every batch exactly once"
+        );
+    }
+
+    /// The story: a leader's flush panicked, something caught the panic, and every later
+    /// commit waited forever for a leader that would never come back.
+    #[test]
+    fn a_panicking_leader_poisons_instead_of_hanging_the_followers() {
+        let committer = Committer::new();
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            committer.commit(Vec::new(), |_| {
+                panic!("flush failed inside the metadata database")
+            })
+        }));
+        assert!(caught.is_err());
+        let after = committer.commit(Vec::new(), |_| Ok(()));
+        assert!(
+            matches!(after, Err(ApplyError::Poisoned { .. })),
+            "{after:?}"
+        );
     }
 }

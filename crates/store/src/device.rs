@@ -272,7 +272,9 @@ impl AlignedBuf {
     /// A buffer of `blocks` blocks whose bytes are unspecified (left from an earlier use in
     /// this process). The caller must write every byte it later reads or writes out.
     pub fn for_overwrite(blocks: usize) -> AlignedBuf {
-        let len = blocks * BLOCK_SIZE_BYTES as usize;
+        let len = blocks
+            .checked_mul(BLOCK_SIZE_BYTES as usize)
+            .expect("an aligned buffer fits in memory");
         if blocks == 0 {
             return AlignedBuf {
                 ptr: std::ptr::NonNull::dangling(),
@@ -309,11 +311,11 @@ impl AlignedBuf {
     }
 
     fn layout(capacity_blocks: usize) -> Layout {
-        Layout::from_size_align(
-            capacity_blocks * BLOCK_SIZE_BYTES as usize,
-            BLOCK_SIZE_BYTES as usize,
-        )
-        .expect("block-multiple sizes form a valid layout")
+        let size = capacity_blocks
+            .checked_mul(BLOCK_SIZE_BYTES as usize)
+            .expect("an aligned buffer fits in memory");
+        Layout::from_size_align(size, BLOCK_SIZE_BYTES as usize)
+            .expect("block-multiple sizes form a valid layout")
     }
 
     pub fn blocks(&self) -> usize {

@@ -221,7 +221,10 @@ impl Store {
         first_chunk: u64,
         count: u64,
     ) -> Result<SealedRead, ReadError> {
-        if count * BLOCK > READ_BYTES_MAX {
+        if count
+            .checked_mul(BLOCK)
+            .is_none_or(|bytes| bytes > READ_BYTES_MAX)
+        {
             return Err(ReadError::Invalid {
                 reason: format!(
                     "read of {count} chunks; the limit is {}",

@@ -25,7 +25,17 @@ use std::os::fd::RawFd;
 pub const RING_ENTRIES: u32 = 64;
 
 thread_local! {
-    static RING: RefCell<Option<IoUring>> = RefCell::new(IoUring::new(RING_ENTRIES).ok());
+    static RING: RefCell<Option<IoUring>> = RefCell::new(new_ring());
+}
+
+/// A ring, if this kernel has io_uring with the READ and WRITE opcodes (Linux 5.6+; on
+/// 5.1 to 5.5 a ring can be made but every READ/WRITE would fail with EINVAL).
+fn new_ring() -> Option<IoUring> {
+    let ring = IoUring::new(RING_ENTRIES).ok()?;
+    let mut probe = io_uring::Probe::new();
+    ring.submitter().register_probe(&mut probe).ok()?;
+    (probe.is_supported(opcode::Read::CODE) && probe.is_supported(opcode::Write::CODE))
+        .then_some(ring)
 }
 
 /// A batch's view of the ring, and how many of its pieces the kernel still holds.
@@ -47,7 +57,8 @@ impl Batch<'_> {
                         Some(libc::EINTR) | Some(libc::EBUSY) | Some(libc::EAGAIN)
                     ) =>
                 {
-                    continue
+                    std::thread::yield_now();
+                    continue;
                 }
                 // Buffers are in the kernel's hands; returning would let them be freed.
                 Err(e) => panic!("io_uring submit failed with IO in flight: {e}"),

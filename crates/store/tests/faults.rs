@@ -227,6 +227,11 @@ fn invalid_operations_are_refused_whole_with_a_reason() {
         store.read(&o, 0, WRITE_BYTES_MAX + 1),
         Err(ReadError::Invalid { .. })
     ));
+    // A chunk count whose byte size overflows must be refused, not wrap to a tiny read.
+    assert!(matches!(
+        store.read_sealed(&o, 0, 1 << 52),
+        Err(ReadError::Invalid { .. })
+    ));
 }
 
 #[test]

@@ -182,3 +182,78 @@ fn plaintext_access_to_client_sealed_chunks_is_refused_clearly() {
         Err(ReadError::Invalid { .. })
     ));
 }
+
+/// The story: a client-sealed last chunk was truncated to 100 bytes (the store kept the
+/// chunk, since it cannot zero bytes it cannot open), then the object grew again, and the
+/// chunk's old bytes past 100 reappeared where zeros belong.
+#[test]
+fn growing_past_a_truncated_client_sealed_chunk_is_refused_until_it_is_rewritten() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = mkfs(dir.path(), Mode::Gcm, 1 << 20);
+    let client = Client::new();
+    let o = obj(1, "file");
+    let (sealed, records) = client.seal("file", 0, &pattern(8, CHUNK));
+    let mut txn = Transaction::new();
+    txn.write_sealed(&o, 0, &sealed, records).truncate(&o, 100);
+    store
+        .apply(txn)
+        .expect("sealed write, then truncate into the chunk");
+    assert_eq!(store.stat(&o).expect("stat").size_bytes, 100);
+
+    type Build = Box<dyn Fn(&mut Transaction)>;
+    let grow: Vec<(&str, Build)> = vec![
+        (
+            "truncate up",
+            Box::new(|t: &mut Transaction| {
+                t.truncate(&obj(1, "file"), 4096);
+            }),
+        ),
+        (
+            "write further on",
+            Box::new(|t: &mut Transaction| {
+                t.write(&obj(1, "file"), 1 << 16, b"later");
+            }),
+        ),
+        (
+            "zero further on",
+            Box::new(|t: &mut Transaction| {
+                t.zero(&obj(1, "file"), 8192, 10);
+            }),
+        ),
+    ];
+    for (what, build) in grow {
+        let mut txn = Transaction::new();
+        build(&mut txn);
+        let err = store.apply(txn).expect_err(what);
+        assert!(
+            matches!(
+                err,
+                ApplyError::EdgeSealed {
+                    offset_bytes: 0,
+                    ..
+                }
+            ),
+            "{what}: {err:?}"
+        );
+        assert_eq!(
+            store.stat(&o).expect("stat").size_bytes,
+            100,
+            "{what}: nothing applied"
+        );
+    }
+
+    // Rewriting the chunk (with zeros past byte 100) in the same transaction makes it fine.
+    let mut plain = pattern(8, CHUNK);
+    plain[100..].fill(0);
+    let (again, records) = client.seal("file", 0, &plain);
+    let (next, next_records) = client.seal("file", 1, &pattern(9, CHUNK));
+    let mut txn = Transaction::new();
+    txn.write_sealed(
+        &o,
+        0,
+        &[again, next].concat(),
+        [records, next_records].concat(),
+    );
+    store.apply(txn).expect("the client rewrote its last chunk");
+    assert_eq!(store.stat(&o).expect("stat").size_bytes, 2 * CHUNK as u64);
+}
