@@ -271,3 +271,34 @@ fn a_second_open_of_the_same_store_is_refused() {
         Err(coffer_store::OpenError::InUse { .. })
     ));
 }
+
+#[test]
+fn mkfs_on_an_existing_device_uses_all_of_it_and_open_finds_it_again() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let device = dir.path().join("disk.img");
+    std::fs::File::create(&device)
+        .expect("create")
+        .set_len(2 << 20)
+        .expect("size the device");
+    let store_dir = dir.path().join("store");
+    let options = coffer_store::MkfsOptions {
+        mode: Mode::Gcm,
+        size_bytes: 0,
+        device: Some(device.clone()),
+    };
+    Store::mkfs(&store_dir, &options, &kek(7)).expect("mkfs on a device");
+    assert!(!store_dir.join("data").exists(), "no data file of its own");
+    let store = Store::open(&store_dir, &kek(7)).expect("open");
+    assert_eq!(store.statfs().total_bytes, 2 << 20, "the whole device");
+    let mut txn = Transaction::new();
+    txn.write(&obj(1, "o"), 0, &pattern(4, 10_000));
+    store.apply(txn).expect("write");
+    drop(store);
+    let store = Store::open(&store_dir, &kek(7)).expect("reopen finds the device");
+    assert!(store.read(&obj(1, "o"), 0, 10_000).expect("read")[..] == pattern(4, 10_000)[..]);
+    let on_device = std::fs::read(&device).expect("read device");
+    assert!(
+        common::find(&on_device, &pattern(4, 10_000)[..64]).is_none(),
+        "sealed on the device"
+    );
+}
