@@ -45,6 +45,10 @@ pub struct StoreArgs {
     /// Operations to measure, comma-separated (write, read).
     #[arg(long, value_delimiter = ',', default_value = "write,read")]
     ops: Vec<Op>,
+    /// Runs every cell this many times (each repetition measures all modes back to back) and
+    /// reports the mean and the standard deviation across repetitions.
+    #[arg(long, default_value_t = 1)]
+    repeat: usize,
     /// At-rest modes to measure, comma-separated; `none` is always measured as the baseline.
     #[arg(
         long,
@@ -75,6 +79,10 @@ struct Cell {
     cpu_s: f64,
     cpu_s_per_gib: f64,
     pct_of_none: f64,
+    /// Repetitions merged into this cell (means above; spreads below).
+    repeats: usize,
+    iops_stddev: f64,
+    pct_of_none_stddev: f64,
 }
 
 /// Removes the bench's stores however the run ends.
@@ -159,8 +167,10 @@ pub fn run(args: StoreArgs) -> Result<(), String> {
             (
                 "cells",
                 format!(
-                    "IO sizes {:?} x {:?} x QD {queue_depths:?}; {seconds} s each",
-                    args.io_sizes, args.ops
+                    "IO sizes {:?} x {:?} x QD {queue_depths:?}; {seconds} s each, repeated {} time(s)",
+                    args.io_sizes,
+                    args.ops,
+                    args.repeat.max(1)
                 ),
             ),
         ],
@@ -175,54 +185,39 @@ pub fn run(args: StoreArgs) -> Result<(), String> {
         );
     }
 
-    let mut cells: Vec<Cell> = Vec::new();
-    let total = args.io_sizes.len() * args.ops.len() * queue_depths.len() * stores.len();
+    let repeats = args.repeat.max(1);
+    let total = repeats * args.io_sizes.len() * args.ops.len() * queue_depths.len() * stores.len();
     let data = random_buffer(1);
-    for io_size in args.io_sizes.iter().copied() {
-        for op in args.ops.iter().copied() {
-            for qd in queue_depths.iter().copied() {
-                for (mode, store) in &stores {
-                    let cell = measure(
-                        store,
-                        *mode,
-                        op,
-                        io_size,
-                        qd,
-                        objects,
-                        &data,
-                        Duration::from_secs_f64(seconds),
-                    )?;
-                    eprintln!(
-                        "[{}/{total}] {:>8} {:>5} {:<5} qd {:>3}: {:>9.0} IOPS {:>8.1} MiB/s",
-                        cells.len() + 1,
-                        mode.as_str(),
-                        size_label(io_size),
-                        format!("{:?}", op).to_lowercase(),
-                        qd,
-                        cell.iops,
-                        cell.mib_s
-                    );
-                    cells.push(cell);
+    let mut runs: Vec<Vec<Cell>> = Vec::with_capacity(repeats);
+    let mut done = 0;
+    for _ in 0..repeats {
+        let mut cells: Vec<Cell> = Vec::new();
+        for io_size in args.io_sizes.iter().copied() {
+            for op in args.ops.iter().copied() {
+                for qd in queue_depths.iter().copied() {
+                    for (mode, store) in &stores {
+                        let duration = Duration::from_secs_f64(seconds);
+                        let cell =
+                            measure(store, *mode, op, io_size, qd, objects, &data, duration)?;
+                        done += 1;
+                        eprintln!(
+                            "[{done}/{total}] {:>8} {:>5} {:<5} qd {:>3}: {:>9.0} IOPS {:>8.1} MiB/s",
+                            mode.as_str(),
+                            size_label(io_size),
+                            format!("{:?}", op).to_lowercase(),
+                            qd,
+                            cell.iops,
+                            cell.mib_s
+                        );
+                        cells.push(cell);
+                    }
                 }
             }
         }
+        set_pct_of_none(&mut cells);
+        runs.push(cells);
     }
-    let baseline: Vec<(u64, Op, usize, f64)> = cells
-        .iter()
-        .filter(|c| c.mode == "none")
-        .map(|c| (c.io_size, c.op, c.qd, c.iops))
-        .collect();
-    for cell in &mut cells {
-        let none = baseline
-            .iter()
-            .find(|b| (b.0, b.1, b.2) == (cell.io_size, cell.op, cell.qd))
-            .map_or(0.0, |b| b.3);
-        cell.pct_of_none = if none > 0.0 {
-            100.0 * cell.iops / none
-        } else {
-            0.0
-        };
-    }
+    let cells = merge_repeats(runs);
     print_table(&cells);
     print_xts_comparison(&cells);
     if let Some(path) = &args.json {
@@ -230,7 +225,13 @@ pub fn run(args: StoreArgs) -> Result<(), String> {
             "bench": "store",
             "command": std::env::args().collect::<Vec<_>>().join(" "),
             "machine": super::report::machine(),
-            "config": { "size_gib": size_gib, "seconds_per_cell": seconds, "objects": objects, "direct_io": direct_io },
+            "config": {
+                "size_gib": size_gib,
+                "seconds_per_cell": seconds,
+                "repeat": repeats,
+                "objects": objects,
+                "direct_io": direct_io,
+            },
             "cells": cells,
         });
         let text = serde_json::to_string_pretty(&doc).map_err(|e| format!("encoding JSON: {e}"))?;
@@ -354,7 +355,87 @@ fn measure(
         cpu_s,
         cpu_s_per_gib: if gib > 0.0 { cpu_s / gib } else { 0.0 },
         pct_of_none: 0.0,
+        repeats: 1,
+        iops_stddev: 0.0,
+        pct_of_none_stddev: 0.0,
     })
+}
+
+/// Each cell as a percent of `none` for the same IO size, op and queue depth, within one
+/// repetition (so the ratio compares runs made seconds apart).
+fn set_pct_of_none(cells: &mut [Cell]) {
+    let baseline: Vec<(u64, Op, usize, f64)> = cells
+        .iter()
+        .filter(|c| c.mode == "none")
+        .map(|c| (c.io_size, c.op, c.qd, c.iops))
+        .collect();
+    for cell in cells.iter_mut() {
+        let none = baseline
+            .iter()
+            .find(|b| (b.0, b.1, b.2) == (cell.io_size, cell.op, cell.qd))
+            .map_or(0.0, |b| b.3);
+        cell.pct_of_none = if none > 0.0 {
+            100.0 * cell.iops / none
+        } else {
+            0.0
+        };
+    }
+}
+
+fn mean_and_stddev(values: &[f64]) -> (f64, f64) {
+    let n = values.len() as f64;
+    let mean = values.iter().sum::<f64>() / n;
+    let variance = if values.len() > 1 {
+        values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0)
+    } else {
+        0.0
+    };
+    (mean, variance.sqrt())
+}
+
+/// One cell per (mode, IO size, op, queue depth): means over the repetitions, with the
+/// spread of IOPS and of the percent of `none`. Every repetition has the same cells in the
+/// same order.
+fn merge_repeats(runs: Vec<Vec<Cell>>) -> Vec<Cell> {
+    let mut runs = runs.into_iter();
+    let first = runs.next().expect("at least one repetition");
+    let rest: Vec<Vec<Cell>> = runs.collect();
+    first
+        .into_iter()
+        .enumerate()
+        .map(|(i, cell)| {
+            let all: Vec<&Cell> = std::iter::once(&cell)
+                .chain(rest.iter().map(|run| &run[i]))
+                .collect();
+            let field = |f: &dyn Fn(&Cell) -> f64| all.iter().map(|c| f(c)).collect::<Vec<f64>>();
+            let mean = |f: &dyn Fn(&Cell) -> f64| mean_and_stddev(&field(f)).0;
+            let (iops, iops_stddev) = mean_and_stddev(&field(&|c| c.iops));
+            let (pct, pct_stddev) = mean_and_stddev(&field(&|c| c.pct_of_none));
+            Cell {
+                mode: cell.mode.clone(),
+                io_size: cell.io_size,
+                op: cell.op,
+                qd: cell.qd,
+                ops: all.iter().map(|c| c.ops).sum(),
+                seconds: all.iter().map(|c| c.seconds).sum(),
+                iops,
+                mib_s: mean(&|c| c.mib_s),
+                lat_us: LatencyUs {
+                    mean: mean(&|c| c.lat_us.mean),
+                    p50: mean(&|c| c.lat_us.p50),
+                    p99: mean(&|c| c.lat_us.p99),
+                    p999: mean(&|c| c.lat_us.p999),
+                    max: field(&|c| c.lat_us.max).into_iter().fold(0.0, f64::max),
+                },
+                cpu_s: mean(&|c| c.cpu_s),
+                cpu_s_per_gib: mean(&|c| c.cpu_s_per_gib),
+                pct_of_none: pct,
+                repeats: all.len(),
+                iops_stddev,
+                pct_of_none_stddev: pct_stddev,
+            }
+        })
+        .collect()
 }
 
 fn size_label(io_size: u64) -> String {
@@ -366,24 +447,39 @@ fn size_label(io_size: u64) -> String {
 }
 
 fn print_table(cells: &[Cell]) {
+    let repeated = cells.iter().any(|c| c.repeats > 1);
     println!();
+    if repeated {
+        println!(
+            "means of {} repetitions; ± is one standard deviation across them",
+            cells[0].repeats
+        );
+    }
     println!(
-        "{:<9} {:>4} {:<5} {:>3} {:>10} {:>9} {:>10} {:>10} {:>10} {:>9}",
+        "{:<9} {:>4} {:<5} {:>3} {:>16} {:>9} {:>10} {:>10} {:>10} {:>15}",
         "mode", "io", "op", "qd", "IOPS", "MiB/s", "mean us", "p99 us", "CPU s/GiB", "% none"
     );
     for c in cells {
+        let (iops, pct) = if repeated {
+            (
+                format!("{:.0} ± {:.0}", c.iops, c.iops_stddev),
+                format!("{:.1} ± {:.1}%", c.pct_of_none, c.pct_of_none_stddev),
+            )
+        } else {
+            (format!("{:.0}", c.iops), format!("{:.1}%", c.pct_of_none))
+        };
         println!(
-            "{:<9} {:>4} {:<5} {:>3} {:>10.0} {:>9.1} {:>10.1} {:>10.1} {:>10.2} {:>8.1}%",
+            "{:<9} {:>4} {:<5} {:>3} {:>16} {:>9.1} {:>10.1} {:>10.1} {:>10.2} {:>15}",
             c.mode,
             size_label(c.io_size),
             format!("{:?}", c.op).to_lowercase(),
             c.qd,
-            c.iops,
+            iops,
             c.mib_s,
             c.lat_us.mean,
             c.lat_us.p99,
             c.cpu_s_per_gib,
-            c.pct_of_none
+            pct
         );
     }
 }
