@@ -2,7 +2,10 @@
 //! an object.
 //!
 //! Pure and synchronous: no IO, no clock, no randomness. It must never depend on tokio, on
-//! any IO crate, or on `keys`. The cluster map and placement (issue #3) grow here.
+//! any IO crate, or on `keys`. `placement` maps objects to placement groups and placement
+//! groups to OSDs; the cluster map (issue #3) grows here.
+
+pub mod placement;
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
