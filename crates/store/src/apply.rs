@@ -451,19 +451,10 @@ impl Store {
         if replaced.0 <= tail && tail < replaced.1 {
             return Ok(());
         }
-        match pieces(&w.extents, tail, tail + 1).first() {
-            Some((
-                _,
-                Extent {
-                    seal: ExtentSeal::Edge { .. },
-                    ..
-                },
-            )) => Err(ApplyError::EdgeSealed {
-                object: w.object.to_string(),
-                offset_bytes: tail * BLOCK,
-            }),
-            _ => Ok(()),
+        if is_client_sealed(w, tail) {
+            return Err(edge_sealed(w, tail));
         }
+        Ok(())
     }
 
     /// The plaintext of one logical block as the transaction currently sees it.
@@ -503,23 +494,13 @@ impl Store {
     ) -> Result<(), ApplyError> {
         match pieces(&w.extents, block, block + 1).first() {
             None => Ok(()),
-            Some((
-                _,
-                Extent {
-                    seal: ExtentSeal::Edge { .. },
-                    ..
-                },
-            )) if past_end => Ok(()),
-            Some((
-                _,
-                Extent {
-                    seal: ExtentSeal::Edge { .. },
-                    ..
-                },
-            )) => Err(ApplyError::EdgeSealed {
-                object: w.object.to_string(),
-                offset_bytes: block * BLOCK,
-            }),
+            Some(_) if is_client_sealed(w, block) => {
+                if past_end {
+                    Ok(())
+                } else {
+                    Err(edge_sealed(w, block))
+                }
+            }
             Some(_) => {
                 let mut buffer = self.read_block(w, block)?;
                 buffer[from..to].fill(0);
@@ -740,6 +721,27 @@ impl Store {
         }
         txn.commit()?;
         Ok(())
+    }
+}
+
+/// Whether logical `block` of the working object holds a chunk sealed by a client.
+fn is_client_sealed(w: &Work, block: u64) -> bool {
+    matches!(
+        pieces(&w.extents, block, block + 1).first(),
+        Some((
+            _,
+            Extent {
+                seal: ExtentSeal::Edge { .. },
+                ..
+            }
+        ))
+    )
+}
+
+fn edge_sealed(w: &Work, block: u64) -> ApplyError {
+    ApplyError::EdgeSealed {
+        object: w.object.to_string(),
+        offset_bytes: block * BLOCK,
     }
 }
 

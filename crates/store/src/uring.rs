@@ -216,3 +216,107 @@ pub(crate) fn write_each(
         failed.map_or(Ok(()), Err)
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::BLOCK_SIZE_BYTES;
+    use std::os::fd::AsRawFd;
+
+    const PIECE: usize = BLOCK_SIZE_BYTES as usize;
+
+    /// A file of `blocks` blocks, block i filled with byte i, and 8 aligned read buffers.
+    fn setup(blocks: usize) -> (tempfile::NamedTempFile, crate::device::AlignedBuf) {
+        let mut file = tempfile::NamedTempFile::new().expect("temp file");
+        let bytes: Vec<u8> = (0..blocks).flat_map(|i| vec![i as u8; PIECE]).collect();
+        std::io::Write::write_all(&mut file, &bytes).expect("fill");
+        (file, crate::device::AlignedBuf::zeroed(8))
+    }
+
+    fn pieces<'b>(buffer: &'b mut [u8], offsets: &[u64]) -> Vec<IoPiece<'b>> {
+        buffer
+            .chunks_exact_mut(PIECE)
+            .zip(offsets)
+            .map(|(buffer, offset)| IoPiece {
+                offset_bytes: *offset,
+                buffer,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_piece_arrives_once_with_its_own_bytes() {
+        let (file, mut buffer) = setup(8);
+        let mut io = pieces(&mut buffer, &[7, 0, 3, 5].map(|b| b * PIECE as u64));
+        let mut seen = Vec::new();
+        read_each(file.as_file().as_raw_fd(), &mut io, &mut |i, bytes| {
+            seen.push((i, bytes[0]));
+            true
+        })
+        .expect("io_uring available")
+        .expect("reads succeed");
+        seen.sort();
+        assert_eq!(seen, vec![(0, 7), (1, 0), (2, 3), (3, 5)]);
+    }
+
+    #[test]
+    fn a_short_read_is_an_error_and_the_ring_stays_usable() {
+        let (file, mut buffer) = setup(2);
+        let fd = file.as_file().as_raw_fd();
+        let mut io = pieces(&mut buffer, &[0, 5 * PIECE as u64]);
+        let result = read_each(fd, &mut io, &mut |_, _| true).expect("io_uring available");
+        assert_eq!(
+            result.expect_err("past the end").kind(),
+            io::ErrorKind::UnexpectedEof
+        );
+        let mut io = pieces(&mut buffer, &[PIECE as u64]);
+        read_each(fd, &mut io, &mut |_, bytes| bytes[0] == 1)
+            .expect("ring")
+            .expect("next batch works");
+    }
+
+    #[test]
+    fn a_panicking_callback_drains_the_batch_before_unwinding() {
+        let (file, mut buffer) = setup(8);
+        let fd = file.as_file().as_raw_fd();
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut io = pieces(
+                &mut buffer,
+                &[0, 1, 2, 3, 4, 5, 6, 7].map(|b| b * PIECE as u64),
+            );
+            read_each(fd, &mut io, &mut |_, _| panic!("opening failed"))
+        }));
+        assert!(caught.is_err());
+        // Nothing of the panicked batch is left in flight: the next batch sees only its own.
+        let mut io = pieces(&mut buffer, &[2 * PIECE as u64]);
+        let mut calls = 0;
+        read_each(fd, &mut io, &mut |i, bytes| {
+            calls += 1;
+            i == 0 && bytes[0] == 2
+        })
+        .expect("ring")
+        .expect("read");
+        assert_eq!(calls, 1);
+    }
+
+    #[test]
+    fn writes_are_sealed_in_order_and_all_land() {
+        let (file, mut buffer) = setup(8);
+        let fd = file.as_file().as_raw_fd();
+        let mut io = pieces(&mut buffer, &[4, 6, 1].map(|b| b * PIECE as u64));
+        let mut order = Vec::new();
+        write_each(fd, &mut io, &mut |i, bytes| {
+            order.push(i);
+            bytes.fill(0xa0 + i as u8);
+        })
+        .expect("ring")
+        .expect("writes");
+        assert_eq!(order, vec![0, 1, 2]);
+        let on_disk = std::fs::read(file.path()).expect("read back");
+        for (i, block) in [4usize, 6, 1].iter().enumerate() {
+            assert!(on_disk[block * PIECE..(block + 1) * PIECE]
+                .iter()
+                .all(|b| *b == 0xa0 + i as u8));
+        }
+    }
+}
