@@ -1,0 +1,222 @@
+//! The client side of a link: many requests in flight, replies matched by tag in whatever
+//! order they come.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use bytes::Bytes;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::task::JoinHandle;
+
+use crate::endpoint::Limits;
+use crate::entity::{EntityName, Mode};
+use crate::error::CallError;
+use crate::frame::{Header, Kind, DATA_BYTES_MAX, META_BYTES_MAX};
+use crate::link::{self, Link, Outgoing};
+
+/// A reply: the metadata segment (decode it with [`Incoming::decode`]) and the data segment.
+#[derive(Debug)]
+pub struct Incoming {
+    pub meta: Bytes,
+    pub data: Bytes,
+}
+
+impl Incoming {
+    pub fn decode<T: DeserializeOwned>(&self) -> Result<T, postcard::Error> {
+        postcard::from_bytes(&self.meta)
+    }
+}
+
+type Waiter = oneshot::Sender<Result<Incoming, CallError>>;
+
+#[derive(Default)]
+struct Pending {
+    waiters: HashMap<u64, Waiter>,
+    /// Set once, when the link fails; every waiter then and later gets this reason.
+    closed: Option<String>,
+}
+
+#[derive(Default)]
+struct Shared {
+    pending: Mutex<Pending>,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Pending> {
+        // A panic while holding this lock leaves the map consistent: take it anyway.
+        self.pending
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn close(&self, reason: String) {
+        let mut pending = self.lock();
+        if pending.closed.is_none() {
+            tracing::debug!(%reason, "link closed");
+            pending.closed = Some(reason.clone());
+        }
+        for (_, waiter) in pending.waiters.drain() {
+            // The caller may have given up; nobody to tell then.
+            let _ = waiter.send(Err(CallError::Closed(reason.clone())));
+        }
+    }
+}
+
+/// Cheap to clone; the link closes when the last clone is dropped.
+#[derive(Clone)]
+pub struct Connection {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    peer: EntityName,
+    mode: Mode,
+    queue: mpsc::UnboundedSender<Outgoing>,
+    shared: Arc<Shared>,
+    next_tag: AtomicU64,
+    slots: Semaphore,
+    reader: JoinHandle<()>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.reader.abort();
+    }
+}
+
+impl Connection {
+    pub(crate) fn start(link: Link, peer: EntityName, limits: Limits) -> Self {
+        let Link {
+            mut reader,
+            writer,
+            mode,
+        } = link;
+        let shared = Arc::new(Shared::default());
+        let (queue, outgoing) = mpsc::unbounded_channel();
+        let writer_shared = shared.clone();
+        tokio::spawn(async move {
+            if let Err(e) = link::write_frames(writer, outgoing).await {
+                writer_shared.close(format!("writing: {e}"));
+            }
+        });
+        let reader_shared = shared.clone();
+        let reader = tokio::spawn(async move {
+            let reason = loop {
+                match link::read_frame(&mut reader, mode, limits.frame_timeout).await {
+                    Ok(Some((header, meta, data))) => {
+                        if let Err(reason) = deliver(&reader_shared, header, meta, data) {
+                            break reason;
+                        }
+                    }
+                    Ok(None) => break "closed by the peer".to_owned(),
+                    Err(e) => break format!("reading: {e}"),
+                }
+            };
+            reader_shared.close(reason);
+        });
+        Connection {
+            inner: Arc::new(Inner {
+                peer,
+                mode,
+                queue,
+                shared,
+                next_tag: AtomicU64::new(1),
+                slots: Semaphore::new(limits.in_flight_max),
+                reader,
+            }),
+        }
+    }
+
+    pub fn peer(&self) -> &EntityName {
+        &self.inner.peer
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.inner.mode
+    }
+
+    /// Whether the link has failed; a closed connection never recovers; open a new one.
+    pub fn is_closed(&self) -> bool {
+        self.inner.shared.lock().closed.is_some()
+    }
+
+    /// Sends a request and waits for its reply. Other calls may be in flight at the same time
+    /// on the same connection; their replies may come in any order.
+    pub async fn call(&self, meta: Bytes, data: Bytes) -> Result<Incoming, CallError> {
+        check_len(&meta, META_BYTES_MAX)?;
+        check_len(&data, DATA_BYTES_MAX)?;
+        let _slot = self
+            .inner
+            .slots
+            .acquire()
+            .await
+            .map_err(|_| CallError::Closed("connection dropped".into()))?;
+        let tag = self.inner.next_tag.fetch_add(1, Ordering::Relaxed);
+        let (waiter, reply) = oneshot::channel();
+        {
+            let mut pending = self.inner.shared.lock();
+            if let Some(reason) = &pending.closed {
+                return Err(CallError::Closed(reason.clone()));
+            }
+            pending.waiters.insert(tag, waiter);
+        }
+        let header = Header::for_body(Kind::Request, tag, &meta, &data, self.inner.mode);
+        let frame = Outgoing {
+            header: header.encode(),
+            meta,
+            data,
+        };
+        if self.inner.queue.send(frame).is_err() {
+            self.inner.shared.close("the writer stopped".into());
+        }
+        reply
+            .await
+            .map_err(|_| CallError::Closed("connection dropped".into()))?
+    }
+
+    /// [`Connection::call`] with a typed request and reply.
+    pub async fn request<Q, R>(&self, request: &Q, data: Bytes) -> Result<(R, Bytes), CallError>
+    where
+        Q: Serialize,
+        R: DeserializeOwned,
+    {
+        let meta = Bytes::from(postcard::to_allocvec(request)?);
+        let reply = self.call(meta, data).await?;
+        Ok((reply.decode()?, reply.data))
+    }
+}
+
+fn check_len(segment: &Bytes, limit: u32) -> Result<(), CallError> {
+    if segment.len() > limit as usize {
+        return Err(CallError::TooLarge {
+            bytes: segment.len(),
+            limit,
+        });
+    }
+    Ok(())
+}
+
+/// Hands a reply to its waiter. A frame that is not a reply to a request in flight is a
+/// protocol violation and ends the link.
+fn deliver(shared: &Shared, header: Header, meta: Bytes, data: Bytes) -> Result<(), String> {
+    if header.kind == Kind::Request {
+        return Err("the server sent a request".into());
+    }
+    let waiter = shared.lock().waiters.remove(&header.tag);
+    let Some(waiter) = waiter else {
+        return Err(format!("reply to unknown request {}", header.tag));
+    };
+    let outcome = match header.kind {
+        Kind::Reply => Ok(Incoming { meta, data }),
+        Kind::Refused => Err(CallError::Refused(
+            String::from_utf8_lossy(&meta).into_owned(),
+        )),
+        Kind::Request => unreachable!("requests were refused above"),
+    };
+    // The caller may have given up waiting.
+    let _ = waiter.send(outcome);
+    Ok(())
+}

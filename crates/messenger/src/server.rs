@@ -1,0 +1,253 @@
+//! The server side of links: accept, authenticate, then serve each request on its own task
+//! and send the replies as they finish.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use rustls::pki_types::CertificateDer;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::task::{JoinHandle, JoinSet};
+
+use crate::endpoint::Endpoint;
+use crate::entity::{EntityName, Mode};
+use crate::error::ConnectError;
+use crate::frame::{Header, Kind, DATA_BYTES_MAX, META_BYTES_MAX};
+use crate::link::{self, Outgoing};
+
+/// An authenticated peer, as the handler sees it.
+pub struct Peer<G> {
+    pub entity: EntityName,
+    pub addr: SocketAddr,
+    pub mode: Mode,
+    /// What [`Handler::authorize`] granted this peer (its capabilities).
+    pub grant: G,
+}
+
+pub struct Request {
+    pub meta: Bytes,
+    pub data: Bytes,
+}
+
+impl Request {
+    pub fn decode<T: DeserializeOwned>(&self) -> Result<T, postcard::Error> {
+        postcard::from_bytes(&self.meta)
+    }
+}
+
+pub struct Reply {
+    pub meta: Bytes,
+    pub data: Bytes,
+}
+
+impl Reply {
+    pub fn new<T: Serialize>(message: &T, data: Bytes) -> Self {
+        let meta = postcard::to_allocvec(message)
+            .unwrap_or_else(|e| panic!("encoding a reply cannot fail for serde types: {e}"));
+        Reply {
+            meta: Bytes::from(meta),
+            data,
+        }
+    }
+}
+
+/// What a server does with authenticated peers and their requests.
+pub trait Handler: Send + Sync + 'static {
+    /// What an accepted peer is allowed; kept with the peer for every request.
+    type Grant: Send + Sync + 'static;
+
+    /// Decides whether `entity`, proven by `cert` (checked to chain to the cluster authority
+    /// and to name `entity`), may use this server. The reason for a refusal goes back to the
+    /// peer.
+    fn authorize(
+        &self,
+        entity: &EntityName,
+        cert: &CertificateDer<'_>,
+    ) -> Result<Self::Grant, String>;
+
+    fn handle(
+        &self,
+        peer: Arc<Peer<Self::Grant>>,
+        request: Request,
+    ) -> impl std::future::Future<Output = Reply> + Send;
+}
+
+/// A running server; dropping it stops accepting and closes every link it accepted.
+pub struct Server {
+    addr: SocketAddr,
+    task: JoinHandle<()>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Server {
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+impl Endpoint {
+    /// Serves `handler` on `listener`, accepting the modes in `modes` (in order of this
+    /// server's preference).
+    pub fn serve<H: Handler>(
+        &self,
+        listener: TcpListener,
+        modes: Vec<Mode>,
+        handler: Arc<H>,
+    ) -> std::io::Result<Server> {
+        let addr = listener.local_addr()?;
+        let endpoint = self.clone();
+        let modes: Arc<[Mode]> = modes.into();
+        let task = tokio::spawn(async move {
+            let mut links = JoinSet::new();
+            loop {
+                tokio::select! {
+                    accepted = listener.accept() => match accepted {
+                        Ok((tcp, peer_addr)) => {
+                            links.spawn(serve_link(endpoint.clone(), tcp, peer_addr, modes.clone(), handler.clone()));
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "accept failed");
+                            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                        }
+                    },
+                    Some(_) = links.join_next() => {}
+                }
+            }
+        });
+        Ok(Server { addr, task })
+    }
+}
+
+async fn serve_link<H: Handler>(
+    endpoint: Endpoint,
+    tcp: TcpStream,
+    addr: SocketAddr,
+    modes: Arc<[Mode]>,
+    handler: Arc<H>,
+) {
+    let limits = endpoint.limits();
+    let mut grant = None;
+    let handshake = link::accept(&endpoint, tcp, &modes, |entity, cert| {
+        grant = Some(handler.authorize(entity, cert)?);
+        Ok(())
+    });
+    let accepted = match tokio::time::timeout(limits.handshake_timeout, handshake).await {
+        Ok(Ok(accepted)) => accepted,
+        Ok(Err(e)) => {
+            tracing::info!(%addr, error = %e, "link refused");
+            return;
+        }
+        Err(_) => {
+            let e = ConnectError::Timeout(limits.handshake_timeout);
+            tracing::info!(%addr, error = %e, "link refused");
+            return;
+        }
+    };
+    let Some(grant) = grant else {
+        unreachable!("an accepted link was authorized");
+    };
+    let link::Accepted { entity, link, .. } = accepted;
+    let mode = link.mode;
+    tracing::debug!(%addr, peer = %entity, %mode, "link up");
+    let peer = Arc::new(Peer {
+        entity,
+        addr,
+        mode,
+        grant,
+    });
+    let (queue, outgoing) = mpsc::unbounded_channel();
+    let writer = link::write_frames(link.writer, outgoing);
+    let mut reader = link.reader;
+    let slots = Arc::new(Semaphore::new(limits.in_flight_max));
+    let read_requests = async move {
+        loop {
+            let Ok(slot) = slots.clone().acquire_owned().await else {
+                unreachable!("the semaphore is never closed");
+            };
+            match link::read_frame(&mut reader, mode, limits.frame_timeout).await {
+                Ok(Some((header, meta, data))) if header.kind == Kind::Request => {
+                    let responder = Responder {
+                        queue: Some(queue.clone()),
+                        tag: header.tag,
+                        mode,
+                        _slot: slot,
+                    };
+                    let handler = handler.clone();
+                    let peer = peer.clone();
+                    tokio::spawn(async move {
+                        let reply = handler.handle(peer, Request { meta, data }).await;
+                        responder.send(reply);
+                    });
+                }
+                Ok(Some((header, ..))) => {
+                    tracing::warn!(peer = %peer.entity, kind = ?header.kind, "peer sent a frame that is not a request; closing");
+                    return;
+                }
+                Ok(None) => return,
+                Err(e) => {
+                    tracing::warn!(peer = %peer.entity, error = %e, "closing link");
+                    return;
+                }
+            }
+        }
+    };
+    let (_, written) = tokio::join!(read_requests, writer);
+    if let Err(e) = written {
+        tracing::debug!(%addr, error = %e, "link write side ended");
+    }
+}
+
+/// Sends exactly one answer per request: the reply, or `Refused` if the handler never
+/// produced one (it panicked, or its reply broke the frame limits).
+struct Responder {
+    queue: Option<mpsc::UnboundedSender<Outgoing>>,
+    tag: u64,
+    mode: Mode,
+    _slot: OwnedSemaphorePermit,
+}
+
+impl Responder {
+    fn send(mut self, reply: Reply) {
+        let fits = reply.meta.len() <= META_BYTES_MAX as usize
+            && reply.data.len() <= DATA_BYTES_MAX as usize;
+        if fits {
+            self.push(Kind::Reply, reply.meta, reply.data);
+        } else {
+            self.push(
+                Kind::Refused,
+                Bytes::from_static(b"reply exceeds the frame limits"),
+                Bytes::new(),
+            );
+        }
+    }
+
+    fn push(&mut self, kind: Kind, meta: Bytes, data: Bytes) {
+        if let Some(queue) = self.queue.take() {
+            let header = Header::for_body(kind, self.tag, &meta, &data, self.mode);
+            // The link may have closed meanwhile; then there is nobody to answer.
+            let _ = queue.send(Outgoing {
+                header: header.encode(),
+                meta,
+                data,
+            });
+        }
+    }
+}
+
+impl Drop for Responder {
+    fn drop(&mut self) {
+        self.push(
+            Kind::Refused,
+            Bytes::from_static(b"the request handler failed"),
+            Bytes::new(),
+        );
+    }
+}

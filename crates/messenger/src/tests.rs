@@ -1,0 +1,521 @@
+//! Links end to end on loopback: both modes, out-of-order replies, large payloads, what a
+//! capture of the wire shows, authentication failures, malformed and slow peers.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::frame::{Header, Kind, DATA_BYTES_MAX, META_BYTES_MAX};
+use crate::link;
+use crate::*;
+
+const SERVER: &str = "osd.1";
+const MARKER: &[u8] = b"COFFER-MARKER-7f3a9c1e-in-transit";
+
+#[derive(Serialize, Deserialize)]
+enum Ask {
+    Echo { delay_ms: u64 },
+    Panic,
+    OversizedReply,
+}
+
+#[derive(Serialize, Deserialize, Debug, PartialEq)]
+struct Answer {
+    peer: String,
+    len: usize,
+}
+
+/// Accepts the entities registered with the certificate they were issued; the registry is
+/// what a monitor's auth table will be.
+#[derive(Default)]
+struct Echo {
+    registry: Mutex<HashMap<EntityName, Vec<u8>>>,
+}
+
+impl Handler for Echo {
+    type Grant = ();
+
+    fn authorize(&self, entity: &EntityName, cert: &CertificateDer<'_>) -> Result<(), String> {
+        let registry = self.registry.lock().unwrap_or_else(|p| p.into_inner());
+        match registry.get(entity) {
+            None => Err(format!("{entity} is not a known entity")),
+            Some(registered) if registered[..] != cert[..] => {
+                Err(format!("{entity} presented a key that was revoked"))
+            }
+            Some(_) => Ok(()),
+        }
+    }
+
+    async fn handle(&self, peer: Arc<Peer<()>>, request: Request) -> Reply {
+        match request.decode::<Ask>() {
+            Ok(Ask::Echo { delay_ms }) => {
+                tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+                let answer = Answer {
+                    peer: peer.entity.to_string(),
+                    len: request.data.len(),
+                };
+                Reply::new(&answer, request.data)
+            }
+            Ok(Ask::Panic) => panic!("a handler bug"),
+            Ok(Ask::OversizedReply) => Reply {
+                meta: Bytes::from(vec![0u8; META_BYTES_MAX as usize + 1]),
+                data: Bytes::new(),
+            },
+            Err(e) => panic!("undecodable request: {e}"),
+        }
+    }
+}
+
+struct Fixture {
+    ca: ClusterCa,
+    echo: Arc<Echo>,
+    server: Server,
+    limits: Limits,
+}
+
+fn test_limits() -> Limits {
+    Limits {
+        handshake_timeout: Duration::from_secs(2),
+        frame_timeout: Duration::from_secs(1),
+        in_flight_max: 64,
+    }
+}
+
+fn name(text: &str) -> EntityName {
+    text.parse().expect("valid entity name")
+}
+
+async fn fixture(modes: Vec<Mode>) -> Fixture {
+    let ca = ClusterCa::generate("test-cluster").expect("authority");
+    let echo = Arc::new(Echo::default());
+    let limits = test_limits();
+    let identity = ca.issue(&name(SERVER)).expect("issue");
+    let endpoint = Endpoint::new(&identity, limits).expect("endpoint");
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let server = endpoint
+        .serve(listener, modes, echo.clone())
+        .expect("serve");
+    Fixture {
+        ca,
+        echo,
+        server,
+        limits,
+    }
+}
+
+impl Fixture {
+    fn addr(&self) -> SocketAddr {
+        self.server.local_addr()
+    }
+
+    /// A client identity, registered with the server unless `register` is false.
+    fn client(&self, entity: &str, register: bool) -> Endpoint {
+        let identity = self.ca.issue(&name(entity)).expect("issue");
+        if register {
+            self.register(&identity);
+        }
+        Endpoint::new(&identity, self.limits).expect("endpoint")
+    }
+
+    fn register(&self, identity: &Identity) {
+        let mut registry = self.echo.registry.lock().unwrap_or_else(|p| p.into_inner());
+        registry.insert(identity.entity().clone(), identity.cert().to_vec());
+    }
+
+    async fn connect(&self, client: &Endpoint, mode: Mode) -> Connection {
+        client
+            .connect(self.addr(), &name(SERVER), &[mode])
+            .await
+            .expect("connect")
+    }
+}
+
+async fn echo(conn: &Connection, data: Bytes, delay_ms: u64) -> Result<(Answer, Bytes), CallError> {
+    conn.request(&Ask::Echo { delay_ms }, data).await
+}
+
+fn pattern(len: usize, seed: u8) -> Bytes {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect::<Vec<u8>>()
+        .into()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_round_trip_in_both_modes_up_to_the_data_limit() {
+    let fx = fixture(vec![Mode::Secure, Mode::Crc]).await;
+    let client = fx.client("client.admin", true);
+    for mode in [Mode::Secure, Mode::Crc] {
+        let conn = fx.connect(&client, mode).await;
+        assert_eq!(conn.mode(), mode);
+        assert_eq!(conn.peer(), &name(SERVER));
+        for len in [0, 1, 4096, 4 << 20, DATA_BYTES_MAX as usize] {
+            let data = pattern(len, len as u8);
+            let (answer, back) = echo(&conn, data.clone(), 0).await.expect("echo");
+            assert_eq!(
+                answer,
+                Answer {
+                    peer: "client.admin".into(),
+                    len
+                }
+            );
+            assert!(back == data, "{mode}: {len} bytes came back altered");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replies_complete_out_of_order_on_one_link() {
+    let fx = fixture(vec![Mode::Secure]).await;
+    let conn = fx
+        .connect(&fx.client("client.admin", true), Mode::Secure)
+        .await;
+    let finished = Arc::new(Mutex::new(Vec::new()));
+    let mut calls = tokio::task::JoinSet::new();
+    for i in 0..32u64 {
+        let conn = conn.clone();
+        let finished = finished.clone();
+        calls.spawn(async move {
+            let data = pattern(1000 + i as usize, i as u8);
+            // The first request sent is the slowest to answer.
+            let (answer, back) = echo(&conn, data.clone(), 20 * (32 - i))
+                .await
+                .expect("echo");
+            assert_eq!(answer.len, data.len());
+            assert!(back == data, "request {i} got another request's data");
+            finished.lock().unwrap_or_else(|p| p.into_inner()).push(i);
+        });
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    while let Some(joined) = calls.join_next().await {
+        joined.expect("call task");
+    }
+    let order = finished.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    assert_eq!(order.len(), 32);
+    assert!(
+        order.first() > order.last(),
+        "replies came in request order: {order:?}"
+    );
+}
+
+/// A TCP relay that records every byte in both directions, as a capture of the link would.
+async fn recording_proxy(target: SocketAddr) -> (SocketAddr, Arc<Mutex<Vec<u8>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let record = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((inbound, _)) = listener.accept().await {
+            let Ok(outbound) = TcpStream::connect(target).await else {
+                return;
+            };
+            let (in_read, in_write) = inbound.into_split();
+            let (out_read, out_write) = outbound.into_split();
+            tokio::spawn(relay(in_read, out_write, record.clone()));
+            tokio::spawn(relay(out_read, in_write, record.clone()));
+        }
+    });
+    (addr, seen)
+}
+
+async fn relay(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    seen: Arc<Mutex<Vec<u8>>>,
+) {
+    let mut buf = vec![0u8; 64 << 10];
+    while let Ok(n) = from.read(&mut buf).await {
+        if n == 0 || to.write_all(&buf[..n]).await.is_err() {
+            break;
+        }
+        seen.lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend_from_slice(&buf[..n]);
+    }
+    // The other side may be gone already.
+    let _ = to.shutdown().await;
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_capture_shows_the_marker_in_crc_mode_and_never_in_secure_mode() {
+    let fx = fixture(vec![Mode::Secure, Mode::Crc]).await;
+    let client = fx.client("client.admin", true);
+    for mode in [Mode::Crc, Mode::Secure] {
+        let (proxy, seen) = recording_proxy(fx.addr()).await;
+        let conn = client
+            .connect(proxy, &name(SERVER), &[mode])
+            .await
+            .expect("connect");
+        let mut data = pattern(256 << 10, 9).to_vec();
+        data[100_000..100_000 + MARKER.len()].copy_from_slice(MARKER);
+        let (_, back) = echo(&conn, Bytes::from(data), 0).await.expect("echo");
+        assert!(contains(&back, MARKER));
+        drop(conn);
+        let captured = seen.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        assert!(
+            captured.len() > 2 * (256 << 10),
+            "{mode}: capture too short"
+        );
+        let visible = contains(&captured, MARKER);
+        match mode {
+            Mode::Crc => assert!(visible, "crc mode: the capture should show the marker"),
+            Mode::Secure => assert!(
+                !visible,
+                "secure mode: the marker crossed the wire in clear"
+            ),
+        }
+        if mode == Mode::Secure {
+            // TLS 1.3 encrypts the certificates too, so not even the names cross in clear.
+            assert!(
+                !contains(&captured, b"client.admin"),
+                "secure mode: the client's name leaked"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn peers_without_a_valid_current_key_are_refused_and_the_server_carries_on() {
+    let fx = fixture(vec![Mode::Secure, Mode::Crc]).await;
+    let server = name(SERVER);
+
+    let stranger_ca = ClusterCa::generate("another-cluster").expect("authority");
+    let stranger = Endpoint::new(
+        &stranger_ca.issue(&name("client.admin")).expect("issue"),
+        fx.limits,
+    )
+    .expect("endpoint");
+    let err = stranger
+        .connect(fx.addr(), &server, &[Mode::Secure])
+        .await
+        .err();
+    assert!(
+        matches!(err, Some(ConnectError::Tls(_))),
+        "foreign authority: {err:?}"
+    );
+
+    let unknown = fx.client("client.unknown", false);
+    let err = unknown
+        .connect(fx.addr(), &server, &[Mode::Secure])
+        .await
+        .err();
+    assert!(
+        matches!(&err, Some(ConnectError::Refused(r)) if r.contains("not a known entity")),
+        "unregistered: {err:?}"
+    );
+
+    let old = fx.client("client.bob", true);
+    let _new = fx.client("client.bob", true);
+    let err = old.connect(fx.addr(), &server, &[Mode::Crc]).await.err();
+    assert!(
+        matches!(&err, Some(ConnectError::Refused(r)) if r.contains("revoked")),
+        "replaced key: {err:?}"
+    );
+
+    let wrong_server = fx.client("client.admin", true);
+    let err = wrong_server
+        .connect(fx.addr(), &name("osd.2"), &[Mode::Secure])
+        .await
+        .err();
+    assert!(
+        matches!(err, Some(ConnectError::Tls(_))),
+        "server is not osd.2: {err:?}"
+    );
+
+    let good = fx
+        .connect(&fx.client("client.admin", true), Mode::Secure)
+        .await;
+    echo(&good, pattern(10, 1), 0)
+        .await
+        .expect("the server still serves");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_picks_the_mode_by_its_policy() {
+    let fx = fixture(vec![Mode::Secure]).await;
+    let client = fx.client("client.admin", true);
+    let err = client
+        .connect(fx.addr(), &name(SERVER), &[Mode::Crc])
+        .await
+        .err();
+    assert!(
+        matches!(&err, Some(ConnectError::Refused(r)) if r.contains("no common link mode")),
+        "{err:?}"
+    );
+    let conn = client
+        .connect(fx.addr(), &name(SERVER), &[Mode::Crc, Mode::Secure])
+        .await
+        .expect("connect");
+    assert_eq!(conn.mode(), Mode::Secure);
+}
+
+#[test]
+fn a_keyring_whose_certificate_names_someone_else_is_refused() {
+    let ca = ClusterCa::generate("test-cluster").expect("authority");
+    let pem = ca.issue(&name("client.alice")).expect("issue").to_pem();
+    let loaded = Identity::from_pem(name("client.alice"), &pem).expect("own keyring");
+    assert_eq!(loaded.entity(), &name("client.alice"));
+    let err = Identity::from_pem(name("client.admin"), &pem).err();
+    assert!(matches!(&err, Some(CertError::Keyring(m)) if m.contains("not for client.admin")));
+    let err = Identity::from_pem(name("client.alice"), &pem[..pem.len() / 2]).err();
+    assert!(err.is_some(), "a truncated keyring loaded");
+
+    let restored =
+        ClusterCa::from_pem("test-cluster", &ca.key_pem(), &ca.cert_pem()).expect("restore");
+    let later = restored
+        .issue(&name("osd.4"))
+        .expect("issue from restored authority");
+    assert!(Identity::from_pem(name("osd.4"), &later.to_pem()).is_ok());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handler_failures_and_oversized_messages_get_errors_not_hangs() {
+    let fx = fixture(vec![Mode::Crc]).await;
+    let conn = fx
+        .connect(&fx.client("client.admin", true), Mode::Crc)
+        .await;
+    let err = conn
+        .request::<_, Answer>(&Ask::Panic, Bytes::new())
+        .await
+        .err();
+    assert!(
+        matches!(&err, Some(CallError::Refused(r)) if r.contains("handler failed")),
+        "{err:?}"
+    );
+    let err = conn
+        .request::<_, Answer>(&Ask::OversizedReply, Bytes::new())
+        .await
+        .err();
+    assert!(
+        matches!(&err, Some(CallError::Refused(r)) if r.contains("frame limits")),
+        "{err:?}"
+    );
+    let too_big = Bytes::from(vec![0u8; DATA_BYTES_MAX as usize + 1]);
+    let err = echo(&conn, too_big, 0).await.err();
+    assert!(matches!(err, Some(CallError::TooLarge { .. })), "{err:?}");
+    echo(&conn, pattern(100, 3), 0)
+        .await
+        .expect("the link still works");
+
+    drop(fx.server);
+    let err = tokio::time::timeout(Duration::from_secs(5), echo(&conn, pattern(1, 1), 0))
+        .await
+        .expect("a call on a dead link must not hang")
+        .err();
+    assert!(matches!(err, Some(CallError::Closed(_))), "{err:?}");
+    assert!(conn.is_closed());
+}
+
+/// Raw frame bytes, as a broken or hostile peer might send them.
+fn frame_bytes(kind: Kind, meta: &[u8], data: &[u8], mode: Mode) -> Vec<u8> {
+    let (meta, data) = (Bytes::copy_from_slice(meta), Bytes::copy_from_slice(data));
+    let header = Header::for_body(kind, 1, &meta, &data, mode);
+    [&header.encode()[..], &meta, &data].concat()
+}
+
+/// Waits for the server to close the link: end of file or a reset.
+async fn closed_by_server(link: &mut link::Link, within: Duration) -> bool {
+    let mut buf = [0u8; 256];
+    let wait = async {
+        loop {
+            match link.reader.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    };
+    tokio::time::timeout(within, wait).await.is_ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_truncated_and_stalled_frames_close_only_that_link() {
+    let fx = fixture(vec![Mode::Secure, Mode::Crc]).await;
+    let client = fx.client("client.admin", true);
+    let ask = postcard::to_allocvec(&Ask::Echo { delay_ms: 0 }).expect("encode");
+    for mode in [Mode::Secure, Mode::Crc] {
+        let good = frame_bytes(Kind::Request, &ask, b"payload", mode);
+        let mut bad_magic = good.clone();
+        bad_magic[0] ^= 0xff;
+        let mut bad_header_crc = good.clone();
+        bad_header_crc[30] ^= 1;
+        let mut oversized = Header::for_body(Kind::Request, 1, &Bytes::new(), &Bytes::new(), mode);
+        oversized.data_len = DATA_BYTES_MAX + 1;
+        let mut bad_body = good.clone();
+        let last = bad_body.len() - 1;
+        bad_body[last] ^= 1;
+        let mut cases: Vec<(&str, Vec<u8>, bool)> = vec![
+            ("bad magic", bad_magic, false),
+            ("bad header checksum", bad_header_crc, false),
+            ("oversized data segment", oversized.encode().to_vec(), false),
+            (
+                "a reply sent to a server",
+                frame_bytes(Kind::Reply, &ask, b"", mode),
+                false,
+            ),
+            (
+                "truncated, then closed",
+                good[..good.len() - 3].to_vec(),
+                false,
+            ),
+            (
+                "truncated, then stalled",
+                good[..good.len() - 3].to_vec(),
+                true,
+            ),
+        ];
+        if mode == Mode::Crc {
+            cases.push(("bad body checksum", bad_body, false));
+        }
+        for (case, bytes, keep_open) in cases {
+            let mut raw = link::connect(&client, fx.addr(), &name(SERVER), &[mode])
+                .await
+                .expect("connect");
+            raw.writer.write_all(&bytes).await.expect("write");
+            raw.writer.flush().await.expect("flush");
+            if !keep_open {
+                raw.writer.shutdown().await.expect("shutdown");
+            }
+            // The frame timeout is 1 s; a stalled frame must be cut within a few seconds.
+            assert!(
+                closed_by_server(&mut raw, Duration::from_secs(5)).await,
+                "{mode}, {case}: the server kept the link open"
+            );
+        }
+        let conn = fx.connect(&client, mode).await;
+        echo(&conn, pattern(64, 2), 0)
+            .await
+            .expect("the server still serves");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_too_slow_to_handshake_is_cut_off_on_both_sides() {
+    let fx = fixture(vec![Mode::Secure]).await;
+    let mut silent = TcpStream::connect(fx.addr()).await.expect("connect");
+    let mut buf = [0u8; 16];
+    let outcome = tokio::time::timeout(Duration::from_secs(6), silent.read(&mut buf)).await;
+    assert!(
+        matches!(outcome, Ok(Ok(0)) | Ok(Err(_))),
+        "server kept a silent peer: {outcome:?}"
+    );
+
+    let mute_server = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let mute_addr = mute_server.local_addr().expect("addr");
+    let _held = tokio::spawn(async move { mute_server.accept().await.map(|(s, _)| s) });
+    let client = fx.client("client.admin", true);
+    let err = client
+        .connect(mute_addr, &name(SERVER), &[Mode::Secure])
+        .await
+        .err();
+    assert!(matches!(err, Some(ConnectError::Timeout(_))), "{err:?}");
+}
