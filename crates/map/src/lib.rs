@@ -3,8 +3,11 @@
 //!
 //! Pure and synchronous: no IO, no clock, no randomness. It must never depend on tokio, on
 //! any IO crate, or on `keys`. `placement` maps objects to placement groups and placement
-//! groups to OSDs; the cluster map (issue #3) grows here.
+//! groups to OSDs; `cluster` is the cluster map and its changes; `auth` the capabilities of
+//! entities.
 
+pub mod auth;
+pub mod cluster;
 pub mod placement;
 
 use serde::{Deserialize, Serialize};

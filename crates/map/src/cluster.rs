@@ -1,0 +1,335 @@
+//! The cluster map: which OSDs exist, where they listen, whether they are up and in, and the
+//! pools. Every change goes through [`ClusterMap::apply`], which validates it and bumps the
+//! epoch, so the monitors (which agree on the order of changes) and every follower of the
+//! map compute the same map at the same epoch.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::placement::{self, Candidate, FailureDomain, OsdId, PgId};
+use crate::{ObjectName, PoolId};
+
+/// A version of the cluster map; every applied change makes a new one.
+pub type Epoch = u64;
+
+/// Largest replica count a pool may ask for.
+pub const POOL_SIZE_MAX: u8 = 10;
+/// Largest number of placement groups in one pool.
+pub const PG_NUM_MAX: u32 = 1 << 16;
+/// Longest pool name, in bytes.
+pub const POOL_NAME_BYTES_MAX: usize = 128;
+/// An OSD's weight when added without one: 1.0 in 16.16 fixed point.
+pub const WEIGHT_ONE: u32 = 1 << 16;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OsdInfo {
+    pub id: OsdId,
+    pub host: String,
+    /// Relative capacity, 16.16 fixed point.
+    pub weight: u32,
+    /// Where it serves clients and peers, as it reported at its last boot.
+    pub addr: Option<String>,
+    pub up: bool,
+    pub is_in: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolInfo {
+    pub id: PoolId,
+    pub name: String,
+    pub size: u8,
+    pub min_size: u8,
+    pub pg_num: u32,
+    pub domain: FailureDomain,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterMap {
+    pub epoch: Epoch,
+    pub osds: BTreeMap<OsdId, OsdInfo>,
+    pub pools: BTreeMap<PoolId, PoolInfo>,
+    next_pool: u64,
+}
+
+/// One change to the map. The monitors put these in their replicated log.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Change {
+    AddOsd {
+        id: OsdId,
+        host: String,
+        weight: u32,
+    },
+    /// The OSD started and serves at `addr`; it is up (and in, unless marked out by hand).
+    OsdBoot {
+        id: OsdId,
+        addr: String,
+    },
+    OsdDown {
+        id: OsdId,
+    },
+    OsdOut {
+        id: OsdId,
+    },
+    OsdIn {
+        id: OsdId,
+    },
+    RemoveOsd {
+        id: OsdId,
+    },
+    CreatePool {
+        name: String,
+        size: u8,
+        min_size: u8,
+        pg_num: u32,
+        domain: FailureDomain,
+    },
+    RemovePool {
+        name: String,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ChangeError {
+    OsdExists(OsdId),
+    NoSuchOsd(OsdId),
+    OsdStillUp(OsdId),
+    PoolExists(String),
+    NoSuchPool(String),
+    InvalidPool(String),
+}
+
+impl fmt::Display for ChangeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ChangeError::OsdExists(id) => write!(f, "osd.{} already exists", id.0),
+            ChangeError::NoSuchOsd(id) => write!(f, "osd.{} does not exist", id.0),
+            ChangeError::OsdStillUp(id) => write!(f, "osd.{} is up; stop it first", id.0),
+            ChangeError::PoolExists(name) => write!(f, "pool {name:?} already exists"),
+            ChangeError::NoSuchPool(name) => write!(f, "pool {name:?} does not exist"),
+            ChangeError::InvalidPool(why) => write!(f, "invalid pool: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for ChangeError {}
+
+impl ClusterMap {
+    /// Applies `change` and moves to the next epoch, or changes nothing and says why.
+    pub fn apply(&mut self, change: &Change) -> Result<(), ChangeError> {
+        match change {
+            Change::AddOsd { id, host, weight } => {
+                if self.osds.contains_key(id) {
+                    return Err(ChangeError::OsdExists(*id));
+                }
+                let info = OsdInfo {
+                    id: *id,
+                    host: host.clone(),
+                    weight: *weight,
+                    addr: None,
+                    up: false,
+                    is_in: true,
+                };
+                self.osds.insert(*id, info);
+            }
+            Change::OsdBoot { id, addr } => {
+                let osd = self.osd_mut(*id)?;
+                osd.addr = Some(addr.clone());
+                osd.up = true;
+            }
+            Change::OsdDown { id } => self.osd_mut(*id)?.up = false,
+            Change::OsdOut { id } => self.osd_mut(*id)?.is_in = false,
+            Change::OsdIn { id } => self.osd_mut(*id)?.is_in = true,
+            Change::RemoveOsd { id } => {
+                if self.osd_mut(*id)?.up {
+                    return Err(ChangeError::OsdStillUp(*id));
+                }
+                self.osds.remove(id);
+            }
+            Change::CreatePool {
+                name,
+                size,
+                min_size,
+                pg_num,
+                domain,
+            } => {
+                check_pool(name, *size, *min_size, *pg_num)?;
+                if self.pool_by_name(name).is_some() {
+                    return Err(ChangeError::PoolExists(name.clone()));
+                }
+                self.next_pool += 1;
+                let id = PoolId(self.next_pool);
+                let pool = PoolInfo {
+                    id,
+                    name: name.clone(),
+                    size: *size,
+                    min_size: *min_size,
+                    pg_num: *pg_num,
+                    domain: *domain,
+                };
+                self.pools.insert(id, pool);
+            }
+            Change::RemovePool { name } => {
+                let id = self
+                    .pool_by_name(name)
+                    .ok_or_else(|| ChangeError::NoSuchPool(name.clone()))?
+                    .id;
+                self.pools.remove(&id);
+            }
+        }
+        self.epoch += 1;
+        Ok(())
+    }
+
+    fn osd_mut(&mut self, id: OsdId) -> Result<&mut OsdInfo, ChangeError> {
+        self.osds.get_mut(&id).ok_or(ChangeError::NoSuchOsd(id))
+    }
+
+    pub fn pool_by_name(&self, name: &str) -> Option<&PoolInfo> {
+        self.pools.values().find(|pool| pool.name == name)
+    }
+
+    /// The placement group an object belongs to.
+    pub fn pg_of(&self, pool: &PoolInfo, name: &ObjectName) -> PgId {
+        PgId {
+            pool: pool.id,
+            number: placement::pg_of(name.hash().0, pool.pg_num),
+        }
+    }
+
+    /// The OSDs a PG maps to, in order (the first is the primary when up), whether or not
+    /// they are up: the "up set" before liveness.
+    pub fn pg_osds(&self, pool: &PoolInfo, pg: PgId) -> Vec<OsdId> {
+        let candidates: Vec<Candidate> = self
+            .osds
+            .values()
+            .map(|osd| Candidate {
+                osd: osd.id,
+                host: osd.host.clone(),
+                weight: osd.weight,
+                is_in: osd.is_in,
+            })
+            .collect();
+        placement::place(pg, &candidates, usize::from(pool.size), pool.domain)
+    }
+
+    /// The OSDs of a PG that are up, in placement order: the first is the primary.
+    pub fn acting(&self, pool: &PoolInfo, pg: PgId) -> Vec<OsdId> {
+        self.pg_osds(pool, pg)
+            .into_iter()
+            .filter(|id| self.osds.get(id).is_some_and(|osd| osd.up))
+            .collect()
+    }
+
+    /// The next OSD id no OSD has.
+    pub fn next_osd_id(&self) -> OsdId {
+        OsdId(self.osds.keys().next_back().map_or(0, |id| id.0 + 1))
+    }
+}
+
+fn check_pool(name: &str, size: u8, min_size: u8, pg_num: u32) -> Result<(), ChangeError> {
+    let invalid = |why: String| Err(ChangeError::InvalidPool(why));
+    if name.is_empty() || name.len() > POOL_NAME_BYTES_MAX {
+        return invalid(format!("a name must be 1 to {POOL_NAME_BYTES_MAX} bytes"));
+    }
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+    {
+        return invalid(format!("{name:?}: use letters, digits, '-', '_' and '.'"));
+    }
+    if size == 0 || size > POOL_SIZE_MAX {
+        return invalid(format!("size {size} is not within 1..={POOL_SIZE_MAX}"));
+    }
+    if min_size == 0 || min_size > size {
+        return invalid(format!(
+            "min_size {min_size} is not within 1..=size ({size})"
+        ));
+    }
+    if pg_num == 0 || pg_num > PG_NUM_MAX {
+        return invalid(format!("pg_num {pg_num} is not within 1..={PG_NUM_MAX}"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pool(name: &str) -> Change {
+        Change::CreatePool {
+            name: name.into(),
+            size: 3,
+            min_size: 2,
+            pg_num: 32,
+            domain: FailureDomain::Osd,
+        }
+    }
+
+    #[test]
+    fn changes_bump_the_epoch_and_refusals_change_nothing() {
+        let mut map = ClusterMap::default();
+        for i in 0..3 {
+            let add = Change::AddOsd {
+                id: map.next_osd_id(),
+                host: "h".into(),
+                weight: WEIGHT_ONE,
+            };
+            map.apply(&add).expect("add osd");
+            map.apply(&Change::OsdBoot {
+                id: OsdId(i),
+                addr: format!("127.0.0.1:{}", 7000 + i),
+            })
+            .expect("boot");
+        }
+        map.apply(&pool("rbd")).expect("pool");
+        assert_eq!(map.epoch, 7);
+        let before = map.clone();
+        assert_eq!(
+            map.apply(&pool("rbd")),
+            Err(ChangeError::PoolExists("rbd".into()))
+        );
+        assert_eq!(
+            map.apply(&Change::RemoveOsd { id: OsdId(1) }),
+            Err(ChangeError::OsdStillUp(OsdId(1)))
+        );
+        assert!(matches!(
+            map.apply(&Change::CreatePool {
+                name: "bad name".into(),
+                size: 3,
+                min_size: 2,
+                pg_num: 8,
+                domain: FailureDomain::Osd
+            }),
+            Err(ChangeError::InvalidPool(_))
+        ));
+        assert_eq!(map, before);
+    }
+
+    #[test]
+    fn acting_sets_skip_down_osds_and_keep_order() {
+        let mut map = ClusterMap::default();
+        for i in 0..4 {
+            let add = Change::AddOsd {
+                id: OsdId(i),
+                host: format!("h{i}"),
+                weight: WEIGHT_ONE,
+            };
+            map.apply(&add).expect("add");
+            map.apply(&Change::OsdBoot {
+                id: OsdId(i),
+                addr: String::new(),
+            })
+            .expect("boot");
+        }
+        map.apply(&pool("p")).expect("pool");
+        let p = map.pool_by_name("p").expect("pool").clone();
+        let pg = map.pg_of(&p, &ObjectName::new("obj").expect("name"));
+        let up = map.pg_osds(&p, pg);
+        assert_eq!(up.len(), 3);
+        map.apply(&Change::OsdDown { id: up[0] }).expect("down");
+        assert_eq!(map.acting(&p, pg), up[1..].to_vec());
+        assert_eq!(map.pg_osds(&p, pg), up, "down alone does not re-place");
+    }
+}
