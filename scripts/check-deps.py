@@ -15,6 +15,7 @@ NEVER = {
     "coffer-keys": ["tokio", "coffer-map", "coffer-store", "redb"],
     "coffer-store": ["tokio", "coffer-messenger", "coffer-osd", "coffer-mon", "coffer-client"],
     "coffer-messenger": ["coffer-store", "coffer-osd", "coffer-mon"],
+    "coffer-mon": ["coffer-store", "coffer-osd", "coffer-client"],
     "coffer-client": ["coffer-osd", "coffer-store"],
     "coffer-block": ["coffer-messenger", "coffer-osd", "coffer-store"],
     "coffer-gateway": ["coffer-messenger", "coffer-osd", "coffer-store"],

@@ -16,6 +16,8 @@ mod error;
 mod frame;
 mod identity;
 mod link;
+pub mod message;
+mod monc;
 mod server;
 #[cfg(test)]
 mod tests;
@@ -26,5 +28,6 @@ pub use entity::{EntityKind, EntityName, EntityNameError, Mode, ENTITY_ID_BYTES_
 pub use error::{CallError, ConnectError};
 pub use frame::{DATA_BYTES_MAX, HEADER_BYTES, META_BYTES_MAX};
 pub use identity::{CertError, ClusterCa, Identity};
+pub use monc::{MonAddr, MonClient, MonError, MON_RETRY_TIMEOUT};
 pub use rustls::pki_types::CertificateDer;
 pub use server::{Handler, Peer, Reply, Request, Server};

@@ -91,6 +91,14 @@ impl Server {
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
     }
+
+    /// Stops accepting and closes every link, and returns once the listening socket is closed
+    /// (so that the address can be bound again).
+    pub async fn shutdown(mut self) {
+        self.task.abort();
+        // The task ends cancelled; that is the point.
+        let _ = (&mut self.task).await;
+    }
 }
 
 impl Endpoint {

@@ -1,0 +1,242 @@
+//! Coffer's monitor: the cluster map, the entities and their capabilities, and the OSDs'
+//! store keys, agreed on by the monitors through raft (openraft), and served to daemons and
+//! clients over the messenger. Design: docs/design/monitors.md.
+//!
+//! Must never depend on: `store` (the raft log lives in its own redb database), `osd`
+//! (checked by scripts/check-deps.py).
+
+mod network;
+mod raft;
+mod service;
+mod state;
+
+use std::collections::BTreeMap;
+use std::io::Cursor;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use messenger::message::{AuthEntry, MonMember};
+use messenger::{Endpoint, Identity, Limits, Mode, Server};
+use openraft::Raft;
+use serde::{Deserialize, Serialize};
+use tokio::net::TcpListener;
+
+pub use service::COMMIT_TIMEOUT;
+pub use state::{osd_caps, MonState, Outcome, Proposal};
+
+/// A monitor as raft knows it: its entity name and address.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MonNode {
+    pub name: String,
+    pub addr: String,
+}
+
+openraft::declare_raft_types!(
+    pub TypeConfig:
+        D = Proposal,
+        R = Outcome,
+        NodeId = u64,
+        Node = MonNode,
+        SnapshotData = Cursor<Vec<u8>>,
+);
+
+/// Raft heartbeats; elections start after 4 to 8 missed ones.
+const HEARTBEAT_MS: u64 = 250;
+/// Committed entries kept in the log after a snapshot, for monitors that lag a little.
+const LOG_KEPT_AFTER_SNAPSHOT: u64 = 500;
+
+pub struct MonConfig {
+    /// This monitor's index in `monitors` (its raft node id).
+    pub rank: u64,
+    pub data_dir: PathBuf,
+    /// Every monitor of the cluster, in rank order.
+    pub monitors: Vec<MonMember>,
+    /// Link modes accepted from peers, in order of preference, and offered to other monitors.
+    pub modes: Vec<Mode>,
+}
+
+/// The cluster's initial state, proposed once by the monitor that bootstraps the cluster.
+pub struct Seed {
+    pub fsid: String,
+    pub ca_key_pem: String,
+    pub ca_cert_pem: String,
+    pub entities: Vec<(String, AuthEntry)>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum MonError {
+    #[error("monitor database: {0}")]
+    Database(String),
+    #[error("raft: {0}")]
+    Raft(String),
+    #[error("messenger: {0}")]
+    Messenger(String),
+    #[error("bootstrap: {0}")]
+    Bootstrap(String),
+}
+
+pub struct Monitor {
+    raft: Raft<TypeConfig>,
+    server: Server,
+    shared: Arc<raft::Shared>,
+    config: MonConfig,
+    db_path: PathBuf,
+}
+
+/// How long `shutdown` waits for openraft's tasks to release the database.
+const SHUTDOWN_WAIT: Duration = Duration::from_secs(10);
+
+impl Monitor {
+    /// Opens (or creates) the monitor's database in `config.data_dir`, joins raft, and serves
+    /// on `listener`.
+    pub async fn start(
+        identity: &Identity,
+        config: MonConfig,
+        listener: TcpListener,
+    ) -> Result<Self, MonError> {
+        let rank = usize::try_from(config.rank).unwrap_or(usize::MAX);
+        let Some(me) = config.monitors.get(rank) else {
+            return Err(MonError::Bootstrap(format!(
+                "rank {} is not among the monitors",
+                config.rank
+            )));
+        };
+        if me.name != identity.entity().as_str() {
+            return Err(MonError::Bootstrap(format!(
+                "rank {} is {}, but the keyring is for {}",
+                config.rank,
+                me.name,
+                identity.entity()
+            )));
+        }
+        std::fs::create_dir_all(&config.data_dir).map_err(|e| MonError::Database(e.to_string()))?;
+        let db_path = config.data_dir.join("mon.redb");
+        let db = redb::Database::create(&db_path).map_err(|e| MonError::Database(e.to_string()))?;
+        let db = Arc::new(db);
+        let log = raft::LogStore::new(db.clone());
+        let machine =
+            raft::StateMachine::open(db).map_err(|e| MonError::Database(e.to_string()))?;
+        let shared = machine.shared.clone();
+        let endpoint = Endpoint::new(identity, Limits::default())
+            .map_err(|e| MonError::Messenger(e.to_string()))?;
+        let raft_config = openraft::Config {
+            cluster_name: "coffer-mon".into(),
+            heartbeat_interval: HEARTBEAT_MS,
+            election_timeout_min: 4 * HEARTBEAT_MS,
+            election_timeout_max: 8 * HEARTBEAT_MS,
+            max_in_snapshot_log_to_keep: LOG_KEPT_AFTER_SNAPSHOT,
+            ..Default::default()
+        }
+        .validate()
+        .map_err(|e| MonError::Raft(e.to_string()))?;
+        let network = network::Network {
+            endpoint: endpoint.clone(),
+            modes: config.modes.clone(),
+        };
+        let raft = Raft::new(config.rank, Arc::new(raft_config), network, log, machine)
+            .await
+            .map_err(|e| MonError::Raft(e.to_string()))?;
+        let service = service::MonService {
+            name: identity.entity().clone(),
+            raft: raft.clone(),
+            shared: shared.clone(),
+            members: config.monitors.clone(),
+        };
+        let server = endpoint
+            .serve(listener, config.modes.clone(), Arc::new(service))
+            .map_err(|e| MonError::Messenger(e.to_string()))?;
+        Ok(Monitor {
+            raft,
+            server,
+            shared,
+            config,
+            db_path,
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.server.local_addr()
+    }
+
+    /// The map as this monitor has applied it.
+    pub fn epoch(&self) -> map::cluster::Epoch {
+        self.shared.map.borrow().epoch
+    }
+
+    /// Creates the cluster: the raft membership of all monitors, then the seed. Call it on one
+    /// monitor of a new cluster; on a bootstrapped one it changes nothing.
+    pub async fn bootstrap(&self, seed: Seed) -> Result<(), MonError> {
+        if self.shared.read(|s| !s.fsid.is_empty()) {
+            return Ok(());
+        }
+        let initialized = self
+            .raft
+            .is_initialized()
+            .await
+            .map_err(|e| MonError::Raft(e.to_string()))?;
+        if !initialized {
+            let members: BTreeMap<u64, MonNode> = self
+                .config
+                .monitors
+                .iter()
+                .enumerate()
+                .map(|(rank, m)| (rank as u64, service::node_of(m)))
+                .collect();
+            self.raft
+                .initialize(members)
+                .await
+                .map_err(|e| MonError::Raft(e.to_string()))?;
+        }
+        self.raft
+            .wait(Some(Duration::from_secs(30)))
+            .metrics(|m| m.current_leader.is_some(), "a leader")
+            .await
+            .map_err(|e| MonError::Bootstrap(e.to_string()))?;
+        if self.raft.current_leader().await != Some(self.config.rank) {
+            return Err(MonError::Bootstrap(
+                "another monitor became leader first; bootstrap there".into(),
+            ));
+        }
+        let proposal = Proposal::Bootstrap {
+            fsid: seed.fsid,
+            ca_key_pem: seed.ca_key_pem,
+            ca_cert_pem: seed.ca_cert_pem,
+            entities: seed.entities,
+        };
+        match self.raft.client_write(proposal).await {
+            Ok(written) => match written.data {
+                Outcome::Applied { .. } => Ok(()),
+                Outcome::Refused(why) => Err(MonError::Bootstrap(why)),
+            },
+            Err(e) => Err(MonError::Bootstrap(e.to_string())),
+        }
+    }
+
+    /// Stops raft and closes every link; returns once the database is closed, so the same
+    /// data directory can be opened again.
+    pub async fn shutdown(self) {
+        if let Err(e) = self.raft.shutdown().await {
+            tracing::warn!(error = %e, "raft did not stop cleanly");
+        }
+        self.server.shutdown().await;
+        // openraft's tasks release the database as they wind down, a little after shutdown
+        // returns; wait until it can be opened again.
+        let deadline = tokio::time::Instant::now() + SHUTDOWN_WAIT;
+        loop {
+            match redb::Database::create(&self.db_path) {
+                Err(redb::DatabaseError::DatabaseAlreadyOpen)
+                    if tokio::time::Instant::now() < deadline =>
+                {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "the monitor database did not close cleanly");
+                    return;
+                }
+                Ok(_) => return,
+            }
+        }
+    }
+}

@@ -1,0 +1,330 @@
+//! What a monitor serves: maps and auth tables by epoch (held until they change), commands
+//! (committed through raft on the leader), store keys to their OSDs, and raft traffic.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use map::auth::Caps;
+use map::cluster::Change;
+use map::placement::OsdId;
+use messenger::message::{
+    AuthEntry, AuthListing, Command, MonMember, MonReply, MonRequest, MonStatus, RaftRpc,
+    MAP_WAIT_MS_MAX,
+};
+use messenger::{
+    CertificateDer, ClusterCa, EntityKind, EntityName, Handler, Mode, Peer, Reply, Request,
+};
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::Raft;
+
+use crate::raft::Shared;
+use crate::state::{Outcome, Proposal};
+use crate::{MonNode, TypeConfig};
+
+/// How long a command waits to be committed. Without a quorum it is not, and the caller is
+/// told so (the change may still apply if the quorum comes back before the leader changes).
+pub const COMMIT_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub struct MonService {
+    pub name: EntityName,
+    pub raft: Raft<TypeConfig>,
+    pub shared: Arc<Shared>,
+    pub members: Vec<MonMember>,
+}
+
+fn reply(message: MonReply) -> Reply {
+    Reply::new(&message, Bytes::new())
+}
+
+impl Handler for MonService {
+    type Grant = Caps;
+
+    fn authorize(&self, entity: &EntityName, cert: &CertificateDer<'_>) -> Result<Caps, String> {
+        if entity.kind() == EntityKind::Mon {
+            // Monitors are fixed by configuration, and mon certificates are issued only at
+            // bootstrap; the certificate chain (checked by TLS) is the proof.
+            return Ok(Caps::admin());
+        }
+        self.shared
+            .read(|state| match state.auth.entities.get(entity.as_str()) {
+                None => Err(format!("{entity} is not a known entity (or was removed)")),
+                Some(entry) if entry.cert_der[..] != cert[..] => Err(format!(
+                    "{entity} presented a key that has been replaced or revoked"
+                )),
+                Some(entry) => Ok(entry.caps.clone()),
+            })
+    }
+
+    async fn handle(&self, peer: Arc<Peer<Caps>>, request: Request) -> Reply {
+        let message = match request.decode::<MonRequest>() {
+            Ok(message) => message,
+            Err(e) => return reply(MonReply::Failed(format!("undecodable request: {e}"))),
+        };
+        match message {
+            MonRequest::GetMap { newer_than } => {
+                if !peer.grant.mon_allows(false) {
+                    return reply(MonReply::Denied("reading the map needs mon=r".into()));
+                }
+                if let Some(newer_than) = newer_than {
+                    let mut watch = self.shared.map.subscribe();
+                    let wait = watch.wait_for(|map| map.epoch > newer_than);
+                    // A timeout answers with the current map; the caller asks again.
+                    let _ =
+                        tokio::time::timeout(Duration::from_millis(MAP_WAIT_MS_MAX), wait).await;
+                }
+                let map = self.shared.map.borrow().as_ref().clone();
+                reply(MonReply::Map(Box::new(map)))
+            }
+            MonRequest::GetAuth { newer_than } => {
+                if !matches!(peer.entity.kind(), EntityKind::Osd | EntityKind::Mon) {
+                    return reply(MonReply::Denied("only daemons read the auth table".into()));
+                }
+                if let Some(newer_than) = newer_than {
+                    let mut watch = self.shared.auth.subscribe();
+                    let wait = watch.wait_for(|auth| auth.version > newer_than);
+                    let _ =
+                        tokio::time::timeout(Duration::from_millis(MAP_WAIT_MS_MAX), wait).await;
+                }
+                let auth = self.shared.auth.borrow().as_ref().clone();
+                reply(MonReply::Auth(auth))
+            }
+            MonRequest::GetStoreKek => reply(self.store_kek(&peer)),
+            MonRequest::Status => {
+                if !peer.grant.mon_allows(false) {
+                    return reply(MonReply::Denied("status needs mon=r".into()));
+                }
+                reply(MonReply::Status(self.status().await))
+            }
+            MonRequest::Command(command) => reply(self.command(&peer, command).await),
+            MonRequest::Raft(kind) => {
+                if peer.entity.kind() != EntityKind::Mon {
+                    return reply(MonReply::Denied("raft traffic is for monitors only".into()));
+                }
+                self.raft_rpc(kind, &request.data).await
+            }
+        }
+    }
+}
+
+impl MonService {
+    fn store_kek(&self, peer: &Peer<Caps>) -> MonReply {
+        if peer.entity.kind() != EntityKind::Osd {
+            return MonReply::Denied("store keys are released only to their OSD".into());
+        }
+        if peer.mode != Mode::Secure {
+            return MonReply::Denied("store keys are released only over a secure link".into());
+        }
+        let Ok(id) = peer.entity.id().parse::<u32>() else {
+            return MonReply::Failed(format!("{} has no OSD number", peer.entity));
+        };
+        match self.shared.read(|s| s.store_keks.get(&OsdId(id)).cloned()) {
+            Some(kek) => MonReply::StoreKek(kek),
+            None => MonReply::Failed(format!("{} has no store key", peer.entity)),
+        }
+    }
+
+    async fn status(&self) -> MonStatus {
+        let leader = self.raft.current_leader().await;
+        MonStatus {
+            name: self.name.to_string(),
+            leader: leader
+                .and_then(|id| self.members.get(id as usize))
+                .map(|m| m.name.clone()),
+            monitors: self.members.clone(),
+            epoch: self.shared.map.borrow().epoch,
+        }
+    }
+
+    async fn command(&self, peer: &Peer<Caps>, command: Command) -> MonReply {
+        let is_boot = matches!(command, Command::OsdBoot { .. });
+        if is_boot && peer.entity.kind() != EntityKind::Osd {
+            return MonReply::Denied("only an OSD reports its own boot".into());
+        }
+        if !is_boot && !peer.grant.mon_allows(true) {
+            return MonReply::Denied(format!(
+                "{} needs mon=rw to change the cluster",
+                peer.entity
+            ));
+        }
+        if let Command::AuthList = command {
+            let listing = self.shared.read(|s| {
+                s.auth
+                    .entities
+                    .iter()
+                    .map(|(entity, entry)| AuthListing {
+                        entity: entity.clone(),
+                        caps: entry.caps.clone(),
+                    })
+                    .collect()
+            });
+            return MonReply::AuthList(listing);
+        }
+        if let Some(redirect) = self.not_leader().await {
+            return redirect;
+        }
+        let (proposal, on_success) = match self.proposal(peer, command) {
+            Ok(prepared) => prepared,
+            Err(refusal) => return refusal,
+        };
+        match tokio::time::timeout(COMMIT_TIMEOUT, self.raft.client_write(proposal)).await {
+            Err(_) => MonReply::Failed(format!(
+                "not committed within {COMMIT_TIMEOUT:?}: no quorum of monitors (it may still \
+                 apply if they return)"
+            )),
+            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward)))) => {
+                MonReply::NotLeader {
+                    leader: forward.leader_node.map(|n| n.addr),
+                }
+            }
+            Ok(Err(e)) => MonReply::Failed(format!("not committed: {e}")),
+            Ok(Ok(written)) => match written.data {
+                Outcome::Refused(why) => MonReply::Failed(why),
+                Outcome::Applied { epoch } => on_success.unwrap_or(MonReply::Done { epoch }),
+            },
+        }
+    }
+
+    async fn not_leader(&self) -> Option<MonReply> {
+        let leader = self.raft.current_leader().await;
+        let me = self
+            .members
+            .iter()
+            .position(|m| m.name == self.name.as_str())
+            .map(|i| i as u64);
+        if leader.is_some() && leader == me {
+            return None;
+        }
+        let addr = leader
+            .and_then(|id| self.members.get(id as usize))
+            .map(|m| m.addr.clone());
+        Some(MonReply::NotLeader { leader: addr })
+    }
+
+    /// The log entry for a command, and the reply to give once it is committed (when it is
+    /// not just `Done`). Keys and certificates are made here, on the leader, so that applying
+    /// the entry is deterministic on every monitor.
+    fn proposal(
+        &self,
+        peer: &Peer<Caps>,
+        command: Command,
+    ) -> Result<(Proposal, Option<MonReply>), MonReply> {
+        let failed = |why: String| Err(MonReply::Failed(why));
+        match command {
+            Command::Change(change) => {
+                if matches!(change, Change::AddOsd { .. }) {
+                    return failed("add OSDs with osd create, which also makes their keys".into());
+                }
+                Ok((Proposal::Change(change), None))
+            }
+            Command::OsdBoot { addr } => {
+                let Ok(id) = peer.entity.id().parse::<u32>() else {
+                    return failed(format!("{} has no OSD number", peer.entity));
+                };
+                Ok((
+                    Proposal::Change(Change::OsdBoot {
+                        id: OsdId(id),
+                        addr,
+                    }),
+                    None,
+                ))
+            }
+            Command::AuthAdd { entity, caps } => {
+                let name: EntityName = entity
+                    .parse()
+                    .map_err(|e| MonReply::Failed(format!("{e}")))?;
+                if name.kind() != EntityKind::Client {
+                    return failed(
+                        "auth add creates client.* entities; OSDs come from osd create".into(),
+                    );
+                }
+                if self.shared.read(|s| s.auth.entities.contains_key(&entity)) {
+                    return failed(format!(
+                        "{entity} already exists; remove it first to replace its key"
+                    ));
+                }
+                let identity = self
+                    .authority()?
+                    .issue(&name)
+                    .map_err(|e| MonReply::Failed(e.to_string()))?;
+                let entry = AuthEntry {
+                    cert_der: identity.cert().to_vec(),
+                    caps,
+                };
+                let keyring = MonReply::Keyring {
+                    entity: entity.clone(),
+                    pem: identity.to_pem(),
+                };
+                Ok((Proposal::AuthPut { entity, entry }, Some(keyring)))
+            }
+            Command::AuthRemove { entity } => {
+                if entity == peer.entity.as_str() {
+                    return failed("an entity cannot remove itself".into());
+                }
+                Ok((Proposal::AuthRemove { entity }, None))
+            }
+            Command::OsdCreate { host, weight } => {
+                let id = self.shared.read(|s| s.map.next_osd_id());
+                let identity = self
+                    .authority()?
+                    .issue(&EntityName::osd(id.0))
+                    .map_err(|e| MonReply::Failed(e.to_string()))?;
+                let kek = keys::KeyEncryptionKey::generate().expose().to_vec();
+                let created = MonReply::OsdCreated {
+                    id,
+                    pem: identity.to_pem(),
+                };
+                let proposal = Proposal::OsdCreate {
+                    id,
+                    host,
+                    weight,
+                    cert_der: identity.cert().to_vec(),
+                    kek,
+                };
+                Ok((proposal, Some(created)))
+            }
+            Command::AuthList => unreachable!("served without a proposal"),
+        }
+    }
+
+    fn authority(&self) -> Result<ClusterCa, MonReply> {
+        let (fsid, key, cert) = self
+            .shared
+            .read(|s| (s.fsid.clone(), s.ca_key_pem.clone(), s.ca_cert_pem.clone()));
+        if fsid.is_empty() {
+            return Err(MonReply::Failed(
+                "the cluster is not bootstrapped yet".into(),
+            ));
+        }
+        ClusterCa::from_pem(&fsid, &key, &cert).map_err(|e| MonReply::Failed(e.to_string()))
+    }
+
+    async fn raft_rpc(&self, kind: RaftRpc, body: &[u8]) -> Reply {
+        let answer = match kind {
+            RaftRpc::AppendEntries => match serde_json::from_slice(body) {
+                Ok(rpc) => serde_json::to_vec(&self.raft.append_entries(rpc).await),
+                Err(e) => return reply(MonReply::Failed(format!("bad raft body: {e}"))),
+            },
+            RaftRpc::Vote => match serde_json::from_slice(body) {
+                Ok(rpc) => serde_json::to_vec(&self.raft.vote(rpc).await),
+                Err(e) => return reply(MonReply::Failed(format!("bad raft body: {e}"))),
+            },
+            RaftRpc::InstallSnapshot => match serde_json::from_slice(body) {
+                Ok(rpc) => serde_json::to_vec(&self.raft.install_snapshot(rpc).await),
+                Err(e) => return reply(MonReply::Failed(format!("bad raft body: {e}"))),
+            },
+        };
+        match answer {
+            Ok(bytes) => Reply::new(&MonReply::Raft, Bytes::from(bytes)),
+            Err(e) => reply(MonReply::Failed(format!("encoding a raft reply: {e}"))),
+        }
+    }
+}
+
+/// The monitor node openraft knows, from its member entry.
+pub fn node_of(member: &MonMember) -> MonNode {
+    MonNode {
+        name: member.name.clone(),
+        addr: member.addr.clone(),
+    }
+}

@@ -1,0 +1,127 @@
+//! What the monitors agree on, and how each committed proposal changes it. Pure: the same
+//! proposals in the same order give the same state on every monitor.
+
+use std::collections::BTreeMap;
+
+use map::auth::Caps;
+use map::cluster::{Change, ClusterMap, Epoch};
+use map::placement::OsdId;
+use messenger::message::{AuthEntry, AuthTable};
+use serde::{Deserialize, Serialize};
+
+/// The replicated state. It holds the cluster authority's key and every OSD's store
+/// key-encryption key, so a monitor's data directory is the cluster's root of trust
+/// (docs/design/monitors.md).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct MonState {
+    pub fsid: String,
+    pub ca_key_pem: String,
+    pub ca_cert_pem: String,
+    pub map: ClusterMap,
+    pub auth: AuthTable,
+    pub store_keks: BTreeMap<OsdId, Vec<u8>>,
+}
+
+/// One entry of the replicated log.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum Proposal {
+    Bootstrap {
+        fsid: String,
+        ca_key_pem: String,
+        ca_cert_pem: String,
+        entities: Vec<(String, AuthEntry)>,
+    },
+    Change(Change),
+    AuthPut {
+        entity: String,
+        entry: AuthEntry,
+    },
+    AuthRemove {
+        entity: String,
+    },
+    OsdCreate {
+        id: OsdId,
+        host: String,
+        weight: u32,
+        cert_der: Vec<u8>,
+        kek: Vec<u8>,
+    },
+}
+
+/// What applying a proposal did.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Outcome {
+    Applied { epoch: Epoch },
+    Refused(String),
+}
+
+/// The capabilities every OSD gets: read the map, read and write objects.
+pub fn osd_caps() -> Caps {
+    Caps::parse("mon=r osd=rw").unwrap_or_else(|e| unreachable!("constant caps parse: {e}"))
+}
+
+impl MonState {
+    pub fn apply(&mut self, proposal: &Proposal) -> Outcome {
+        let refused = |why: String| Outcome::Refused(why);
+        match proposal {
+            Proposal::Bootstrap {
+                fsid,
+                ca_key_pem,
+                ca_cert_pem,
+                entities,
+            } => {
+                if !self.fsid.is_empty() {
+                    return refused(format!("the cluster {} is already bootstrapped", self.fsid));
+                }
+                self.fsid = fsid.clone();
+                self.ca_key_pem = ca_key_pem.clone();
+                self.ca_cert_pem = ca_cert_pem.clone();
+                for (entity, entry) in entities {
+                    self.auth.entities.insert(entity.clone(), entry.clone());
+                }
+                self.auth.version += 1;
+            }
+            Proposal::Change(change) => {
+                if let Err(e) = self.map.apply(change) {
+                    return refused(e.to_string());
+                }
+            }
+            Proposal::AuthPut { entity, entry } => {
+                self.auth.entities.insert(entity.clone(), entry.clone());
+                self.auth.version += 1;
+            }
+            Proposal::AuthRemove { entity } => {
+                if self.auth.entities.remove(entity).is_none() {
+                    return refused(format!("{entity} does not exist"));
+                }
+                self.auth.version += 1;
+            }
+            Proposal::OsdCreate {
+                id,
+                host,
+                weight,
+                cert_der,
+                kek,
+            } => {
+                let add = Change::AddOsd {
+                    id: *id,
+                    host: host.clone(),
+                    weight: *weight,
+                };
+                if let Err(e) = self.map.apply(&add) {
+                    return refused(e.to_string());
+                }
+                let entry = AuthEntry {
+                    cert_der: cert_der.clone(),
+                    caps: osd_caps(),
+                };
+                self.auth.entities.insert(format!("osd.{}", id.0), entry);
+                self.auth.version += 1;
+                self.store_keks.insert(*id, kek.clone());
+            }
+        }
+        Outcome::Applied {
+            epoch: self.map.epoch,
+        }
+    }
+}
