@@ -59,7 +59,7 @@ pub struct Statfs {
 
 pub struct Store {
     pub(crate) dir: PathBuf,
-    pub(crate) db: Database,
+    pub(crate) db: MetaDb,
     pub(crate) device: Box<dyn Device>,
     pub(crate) mode: Mode,
     pub(crate) data: DataSealer,
@@ -200,7 +200,7 @@ impl Store {
 
     /// Opens the store in `dir` with its key-encryption key.
     pub fn open(dir: &Path, kek: &KeyEncryptionKey) -> Result<Store, OpenError> {
-        Store::open_inner(dir, kek, None)
+        refuse_on_panic(|| Store::open_inner(dir, kek, None))
     }
 
     /// Opens the store on a caller-supplied device (tests wrap the real one to inject faults).
@@ -209,7 +209,7 @@ impl Store {
         kek: &KeyEncryptionKey,
         device: Box<dyn Device>,
     ) -> Result<Store, OpenError> {
-        Store::open_inner(dir, kek, Some(device))
+        refuse_on_panic(|| Store::open_inner(dir, kek, Some(device)))
     }
 
     fn open_inner(
@@ -292,7 +292,7 @@ impl Store {
         let slots = (0..LOCK_SLOTS).map(|_| RwLock::new(())).collect();
         Ok(Store {
             dir: dir.to_path_buf(),
-            db,
+            db: MetaDb(Some(db)),
             device,
             mode: sb.mode,
             data,
@@ -395,6 +395,50 @@ impl Superblock {
             &wrap_context(&self.store_id, self.mode, self.data_blocks),
         )
         .map_err(|_| OpenError::WrongKey)
+    }
+}
+
+/// The metadata database, closed without letting a panic escape. redb panics instead of
+/// returning an error on some corrupt files, while opening or while closing
+/// (tests/corruption.rs found both); a store whose metadata is corrupt must be refused, not
+/// crash the daemon that owns it.
+pub(crate) struct MetaDb(Option<Database>);
+
+impl std::ops::Deref for MetaDb {
+    type Target = Database;
+
+    fn deref(&self) -> &Database {
+        self.0
+            .as_ref()
+            .expect("the database is present until the store is dropped")
+    }
+}
+
+impl Drop for MetaDb {
+    fn drop(&mut self) {
+        if let Some(db) = self.0.take() {
+            let closed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(db)));
+            if closed.is_err() {
+                eprintln!("coffer store: closing a corrupt metadata database failed; its last commit stands");
+            }
+        }
+    }
+}
+
+/// Runs an open, turning a panic inside redb into `OpenError::Corrupt`.
+fn refuse_on_panic(open: impl FnOnce() -> Result<Store, OpenError>) -> Result<Store, OpenError> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(open)) {
+        Ok(opened) => opened,
+        Err(panic) => {
+            let detail = panic
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| panic.downcast_ref::<&str>().copied())
+                .unwrap_or("a panic in the metadata database");
+            Err(OpenError::Corrupt {
+                what: format!("the metadata database could not be read ({detail})"),
+            })
+        }
     }
 }
 
