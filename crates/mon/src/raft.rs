@@ -33,50 +33,64 @@ const APPLIED: &str = "applied";
 
 type StoreResult<T> = Result<T, StorageError<u64>>;
 
-fn io_err(e: impl std::fmt::Display) -> AnyError {
-    AnyError::error(e.to_string())
+/// openraft's error for a failed storage step of `kind` (read, write, read_logs, ...).
+fn failed(
+    kind: fn(AnyError) -> StorageIOError<u64>,
+) -> impl Fn(&dyn std::fmt::Display) -> StorageError<u64> {
+    move |e| StorageError::from(kind(AnyError::error(e.to_string())))
 }
 
-fn storage_err(kind: fn(AnyError) -> StorageIOError<u64>, e: AnyError) -> StorageError<u64> {
-    StorageError::from(kind(e))
+type LogTable<'t> = redb::Table<'t, u64, &'static [u8]>;
+
+/// Reads with `read` over `table`, or gives `absent` if the table was never written.
+fn read_table<K: redb::Key + 'static, T>(
+    db: &Database,
+    table: TableDefinition<K, &[u8]>,
+    absent: T,
+    read: impl FnOnce(redb::ReadOnlyTable<K, &'static [u8]>) -> Result<T, String>,
+) -> StoreResult<T> {
+    let err = failed(StorageIOError::read);
+    let txn = db.begin_read().map_err(|e| err(&e))?;
+    match txn.open_table(table) {
+        Ok(table) => read(table).map_err(|e| err(&e)),
+        Err(redb::TableError::TableDoesNotExist(_)) => Ok(absent),
+        Err(e) => Err(err(&e)),
+    }
+}
+
+/// Runs `write` on the log table in one durable write transaction.
+fn write_log(
+    db: &Database,
+    write: impl FnOnce(&mut LogTable<'_>) -> Result<(), String>,
+) -> Result<(), String> {
+    let txn = db.begin_write().map_err(|e| e.to_string())?;
+    {
+        let mut table = txn.open_table(LOG).map_err(|e| e.to_string())?;
+        write(&mut table)?;
+    }
+    txn.commit().map_err(|e| e.to_string())
 }
 
 fn read_meta<T: for<'de> Deserialize<'de>>(db: &Database, key: &str) -> StoreResult<Option<T>> {
-    let txn = db
-        .begin_read()
-        .map_err(|e| storage_err(StorageIOError::read, io_err(e)))?;
-    let table = match txn.open_table(META) {
-        Ok(table) => table,
-        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
-        Err(e) => return Err(storage_err(StorageIOError::read, io_err(e))),
-    };
-    let Some(value) = table
-        .get(key)
-        .map_err(|e| storage_err(StorageIOError::read, io_err(e)))?
-    else {
-        return Ok(None);
-    };
-    serde_json::from_slice(value.value())
-        .map(Some)
-        .map_err(|e| storage_err(StorageIOError::read, io_err(e)))
+    read_table(db, META, None, |table| {
+        let Some(value) = table.get(key).map_err(|e| e.to_string())? else {
+            return Ok(None);
+        };
+        serde_json::from_slice(value.value())
+            .map(Some)
+            .map_err(|e| e.to_string())
+    })
 }
 
 fn write_meta<T: Serialize>(db: &Database, key: &str, value: &T) -> StoreResult<()> {
-    let bytes =
-        serde_json::to_vec(value).map_err(|e| storage_err(StorageIOError::write, io_err(e)))?;
-    let txn = db
-        .begin_write()
-        .map_err(|e| storage_err(StorageIOError::write, io_err(e)))?;
+    let err = failed(StorageIOError::write);
+    let bytes = serde_json::to_vec(value).map_err(|e| err(&e))?;
+    let txn = db.begin_write().map_err(|e| err(&e))?;
     {
-        let mut table = txn
-            .open_table(META)
-            .map_err(|e| storage_err(StorageIOError::write, io_err(e)))?;
-        table
-            .insert(key, bytes.as_slice())
-            .map_err(|e| storage_err(StorageIOError::write, io_err(e)))?;
+        let mut table = txn.open_table(META).map_err(|e| err(&e))?;
+        table.insert(key, bytes.as_slice()).map_err(|e| err(&e))?;
     }
-    txn.commit()
-        .map_err(|e| storage_err(StorageIOError::write, io_err(e)))
+    txn.commit().map_err(|e| err(&e))
 }
 
 /// The replicated log.
@@ -90,39 +104,36 @@ impl LogStore {
         LogStore { db }
     }
 
-    fn last_entry(&self) -> StoreResult<Option<Entry<TypeConfig>>> {
-        let txn = self
-            .db
-            .begin_read()
-            .map_err(|e| storage_err(StorageIOError::read_logs, io_err(e)))?;
-        let table = match txn.open_table(LOG) {
-            Ok(table) => table,
-            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
-            Err(e) => return Err(storage_err(StorageIOError::read_logs, io_err(e))),
-        };
-        let last = table
-            .last()
-            .map_err(|e| storage_err(StorageIOError::read_logs, io_err(e)))?;
-        last.map(|(_, value)| serde_json::from_slice(value.value()))
-            .transpose()
-            .map_err(|e| storage_err(StorageIOError::read_logs, io_err(e)))
+    fn entries(
+        &self,
+        range: impl RangeBounds<u64>,
+        last_only: bool,
+    ) -> StoreResult<Vec<Entry<TypeConfig>>> {
+        read_table(&self.db, LOG, Vec::new(), |table| {
+            let decode = |value: &[u8]| serde_json::from_slice(value).map_err(|e| e.to_string());
+            if last_only {
+                let last = table.last().map_err(|e| e.to_string())?;
+                return last
+                    .map(|(_, value)| decode(value.value()))
+                    .into_iter()
+                    .collect();
+            }
+            let mut entries = Vec::new();
+            for row in table.range(range).map_err(|e| e.to_string())? {
+                let (_, value) = row.map_err(|e| e.to_string())?;
+                entries.push(decode(value.value())?);
+            }
+            Ok(entries)
+        })
     }
 
     fn remove_range(&self, range: impl RangeBounds<u64>) -> StoreResult<()> {
-        let txn = self
-            .db
-            .begin_write()
-            .map_err(|e| storage_err(StorageIOError::write_logs, io_err(e)))?;
-        {
-            let mut table = txn
-                .open_table(LOG)
-                .map_err(|e| storage_err(StorageIOError::write_logs, io_err(e)))?;
+        write_log(&self.db, |table| {
             table
                 .retain_in(range, |_, _| false)
-                .map_err(|e| storage_err(StorageIOError::write_logs, io_err(e)))?;
-        }
-        txn.commit()
-            .map_err(|e| storage_err(StorageIOError::write_logs, io_err(e)))
+                .map_err(|e| e.to_string())
+        })
+        .map_err(|e| failed(StorageIOError::write_logs)(&e))
     }
 }
 
@@ -131,26 +142,7 @@ impl RaftLogReader<TypeConfig> for LogStore {
         &mut self,
         range: RB,
     ) -> StoreResult<Vec<Entry<TypeConfig>>> {
-        let txn = self
-            .db
-            .begin_read()
-            .map_err(|e| storage_err(StorageIOError::read_logs, io_err(e)))?;
-        let table = match txn.open_table(LOG) {
-            Ok(table) => table,
-            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
-            Err(e) => return Err(storage_err(StorageIOError::read_logs, io_err(e))),
-        };
-        let mut entries = Vec::new();
-        for row in table
-            .range(range)
-            .map_err(|e| storage_err(StorageIOError::read_logs, io_err(e)))?
-        {
-            let (_, value) = row.map_err(|e| storage_err(StorageIOError::read_logs, io_err(e)))?;
-            let entry = serde_json::from_slice(value.value())
-                .map_err(|e| storage_err(StorageIOError::read_logs, io_err(e)))?;
-            entries.push(entry);
-        }
-        Ok(entries)
+        self.entries(range, false)
     }
 }
 
@@ -159,7 +151,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn get_log_state(&mut self) -> StoreResult<LogState<TypeConfig>> {
         let last_purged_log_id: Option<LogId<u64>> = read_meta(&self.db, PURGED)?;
-        let last_log_id = self.last_entry()?.map(|e| e.log_id).or(last_purged_log_id);
+        let last = self.entries(.., true)?.pop();
+        let last_log_id = last.map(|e| e.log_id).or(last_purged_log_id);
         Ok(LogState {
             last_purged_log_id,
             last_log_id,
@@ -191,31 +184,21 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let txn = self
-            .db
-            .begin_write()
-            .map_err(|e| storage_err(StorageIOError::write_logs, io_err(e)))?;
-        {
-            let mut table = txn
-                .open_table(LOG)
-                .map_err(|e| storage_err(StorageIOError::write_logs, io_err(e)))?;
+        let written = write_log(&self.db, |table| {
             for entry in entries {
-                let bytes = serde_json::to_vec(&entry)
-                    .map_err(|e| storage_err(StorageIOError::write_logs, io_err(e)))?;
+                let bytes = serde_json::to_vec(&entry).map_err(|e| e.to_string())?;
                 table
                     .insert(entry.log_id.index, bytes.as_slice())
-                    .map_err(|e| storage_err(StorageIOError::write_logs, io_err(e)))?;
+                    .map_err(|e| e.to_string())?;
             }
-        }
-        let committed = txn
-            .commit()
-            .map_err(|e| std::io::Error::other(e.to_string()));
-        let failed = committed
+            Ok(())
+        });
+        let outcome = written
             .as_ref()
-            .err()
-            .map(|e| storage_err(StorageIOError::write_logs, io_err(e)));
-        callback.log_io_completed(committed);
-        failed.map_or(Ok(()), Err)
+            .map(|_| ())
+            .map_err(|e| failed(StorageIOError::write_logs)(e));
+        callback.log_io_completed(written.map_err(std::io::Error::other));
+        outcome
     }
 
     async fn truncate(&mut self, log_id: LogId<u64>) -> StoreResult<()> {
@@ -304,7 +287,7 @@ impl StateMachine {
             .unwrap_or_else(|p| p.into_inner())
             .clone();
         let bytes = serde_json::to_vec(&applied)
-            .map_err(|e| storage_err(StorageIOError::read_state_machine, io_err(e)))?;
+            .map_err(|e| failed(StorageIOError::read_state_machine)(&e))?;
         let snapshot_id = applied.last_applied.map_or_else(
             || "empty".to_owned(),
             |id| format!("{}-{}", id.leader_id, id.index),
@@ -389,10 +372,10 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> StoreResult<()> {
         let applied: Applied = serde_json::from_slice(snapshot.get_ref())
-            .map_err(|e| storage_err(StorageIOError::read_state_machine, io_err(e)))?;
+            .map_err(|e| failed(StorageIOError::read_state_machine)(&e))?;
         if applied.last_applied != meta.last_log_id {
             let why = "a snapshot whose body and metadata disagree";
-            return Err(storage_err(StorageIOError::read_state_machine, io_err(why)));
+            return Err(failed(StorageIOError::read_state_machine)(&why));
         }
         *self
             .shared

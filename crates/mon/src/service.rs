@@ -6,17 +6,18 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use map::auth::Caps;
-use map::cluster::Change;
+use map::cluster::{Change, ClusterMap};
 use map::placement::OsdId;
 use messenger::message::{
-    AuthEntry, AuthListing, Command, MonMember, MonReply, MonRequest, MonStatus, RaftRpc,
-    MAP_WAIT_MS_MAX,
+    AuthEntry, AuthListing, AuthTable, Command, MonMember, MonReply, MonRequest, MonStatus,
+    RaftRpc, MAP_WAIT_MS_MAX,
 };
 use messenger::{
     CertificateDer, ClusterCa, EntityKind, EntityName, Handler, Mode, Peer, Reply, Request,
 };
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::Raft;
+use tokio::sync::watch;
 
 use crate::raft::Shared;
 use crate::state::{Outcome, Proposal};
@@ -31,6 +32,21 @@ pub struct MonService {
     pub raft: Raft<TypeConfig>,
     pub shared: Arc<Shared>,
     pub members: Vec<MonMember>,
+}
+
+/// The watched value once `is_newer` holds for it, or the current value at once when there is
+/// no condition or after [`MAP_WAIT_MS_MAX`] (the caller then asks again).
+async fn held<T: Clone>(
+    sender: &watch::Sender<Arc<T>>,
+    is_newer: Option<impl Fn(&T) -> bool>,
+) -> T {
+    if let Some(is_newer) = is_newer {
+        let mut watch = sender.subscribe();
+        let wait = watch.wait_for(|value| is_newer(value));
+        // A timeout is an answer too: the current value.
+        let _ = tokio::time::timeout(Duration::from_millis(MAP_WAIT_MS_MAX), wait).await;
+    }
+    sender.borrow().as_ref().clone()
 }
 
 fn reply(message: MonReply) -> Reply {
@@ -66,27 +82,16 @@ impl Handler for MonService {
                 if !peer.grant.mon_allows(false) {
                     return reply(MonReply::Denied("reading the map needs mon=r".into()));
                 }
-                if let Some(newer_than) = newer_than {
-                    let mut watch = self.shared.map.subscribe();
-                    let wait = watch.wait_for(|map| map.epoch > newer_than);
-                    // A timeout answers with the current map; the caller asks again.
-                    let _ =
-                        tokio::time::timeout(Duration::from_millis(MAP_WAIT_MS_MAX), wait).await;
-                }
-                let map = self.shared.map.borrow().as_ref().clone();
+                let is_newer = newer_than.map(|e| move |map: &ClusterMap| map.epoch > e);
+                let map = held(&self.shared.map, is_newer).await;
                 reply(MonReply::Map(Box::new(map)))
             }
             MonRequest::GetAuth { newer_than } => {
                 if !matches!(peer.entity.kind(), EntityKind::Osd | EntityKind::Mon) {
                     return reply(MonReply::Denied("only daemons read the auth table".into()));
                 }
-                if let Some(newer_than) = newer_than {
-                    let mut watch = self.shared.auth.subscribe();
-                    let wait = watch.wait_for(|auth| auth.version > newer_than);
-                    let _ =
-                        tokio::time::timeout(Duration::from_millis(MAP_WAIT_MS_MAX), wait).await;
-                }
-                let auth = self.shared.auth.borrow().as_ref().clone();
+                let is_newer = newer_than.map(|v| move |auth: &AuthTable| auth.version > v);
+                let auth = held(&self.shared.auth, is_newer).await;
                 reply(MonReply::Auth(auth))
             }
             MonRequest::GetStoreKek => reply(self.store_kek(&peer)),

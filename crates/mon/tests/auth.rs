@@ -7,20 +7,9 @@ mod common;
 use std::time::Duration;
 
 use map::auth::Caps;
-use map::cluster::Change;
-use map::placement::{FailureDomain, OsdId};
+use map::placement::OsdId;
 use messenger::message::{Command, MonReply, MonRequest};
 use messenger::{Mode, MonError};
-
-fn pool(name: &str) -> Command {
-    Command::Change(Change::CreatePool {
-        name: name.into(),
-        size: 1,
-        min_size: 1,
-        pg_num: 8,
-        domain: FailureDomain::Osd,
-    })
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn capabilities_are_enforced_and_store_keys_reach_only_their_osd() {
@@ -41,7 +30,7 @@ async fn capabilities_are_enforced_and_store_keys_reach_only_their_osd() {
         .map()
         .await
         .expect("a read-only client reads the map");
-    let denied = readonly.command(pool("nope")).await;
+    let denied = readonly.command(common::pool("nope")).await;
     assert!(matches!(denied, Err(MonError::Denied(_))), "{denied:?}");
     let again = admin
         .command(Command::AuthAdd {
@@ -109,7 +98,10 @@ async fn capabilities_are_enforced_and_store_keys_reach_only_their_osd() {
     let epoch = admin.map().await.expect("map").epoch;
     let subscriber = tokio::spawn(async move { readonly.map_after(epoch).await });
     tokio::time::sleep(Duration::from_millis(200)).await;
-    admin.command(pool("watched")).await.expect("create pool");
+    admin
+        .command(common::pool("watched"))
+        .await
+        .expect("create pool");
     let seen = tokio::time::timeout(Duration::from_secs(5), subscriber)
         .await
         .expect("the subscriber is answered when the map changes, not at its timeout")

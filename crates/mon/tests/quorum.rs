@@ -3,20 +3,9 @@
 
 mod common;
 
-use map::cluster::{Change, ClusterMap};
-use map::placement::FailureDomain;
-use messenger::message::{Command, MonReply, MonRequest};
+use map::cluster::ClusterMap;
+use messenger::message::{MonReply, MonRequest};
 use messenger::{MonClient, MonError};
-
-fn pool(name: &str) -> Command {
-    Command::Change(Change::CreatePool {
-        name: name.into(),
-        size: 3,
-        min_size: 2,
-        pg_num: 16,
-        domain: FailureDomain::Osd,
-    })
-}
 
 async fn leader_rank(admin: &MonClient, harness: &common::Harness) -> usize {
     let Ok(MonReply::Status(status)) = admin.call(&MonRequest::Status).await else {
@@ -39,13 +28,13 @@ async fn changes_commit_with_a_majority_and_stop_without_one() {
     let mut harness = common::Harness::start(3).await;
     let admin = harness.admin();
     assert!(matches!(
-        admin.command(pool("one")).await,
+        admin.command(common::pool("one")).await,
         Ok(MonReply::Done { .. })
     ));
 
     let leader = leader_rank(&admin, &harness).await;
     harness.stop(leader).await;
-    let after_one_down = admin.command(pool("two")).await;
+    let after_one_down = admin.command(common::pool("two")).await;
     assert!(
         matches!(after_one_down, Ok(MonReply::Done { .. })),
         "{after_one_down:?}"
@@ -61,7 +50,7 @@ async fn changes_commit_with_a_majority_and_stop_without_one() {
         .find(|r| harness.mons[*r].is_some())
         .expect("the last monitor");
     let epoch_before = harness.mons[survivor].as_ref().expect("live").epoch();
-    let without_quorum = admin.command(pool("three")).await;
+    let without_quorum = admin.command(common::pool("three")).await;
     assert!(
         matches!(
             without_quorum,
@@ -81,10 +70,10 @@ async fn changes_commit_with_a_majority_and_stop_without_one() {
     assert!(!has_pool(&map, "three"));
 
     harness.restart(leader).await;
-    let resumed = admin.command(pool("four")).await;
+    let resumed = admin.command(common::pool("four")).await;
     assert!(matches!(resumed, Ok(MonReply::Done { .. })), "{resumed:?}");
     harness.restart(second).await;
-    let last = admin.command(pool("five")).await;
+    let last = admin.command(common::pool("five")).await;
     let Ok(MonReply::Done { epoch }) = last else {
         panic!("{last:?}");
     };

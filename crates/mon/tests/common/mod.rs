@@ -4,7 +4,9 @@ use std::net::SocketAddr;
 
 use coffer_mon::{MonConfig, Monitor, Seed};
 use map::auth::Caps;
-use messenger::message::{AuthEntry, MonMember};
+use map::cluster::Change;
+use map::placement::FailureDomain;
+use messenger::message::{AuthEntry, Command, MonMember};
 use messenger::{ClusterCa, Endpoint, EntityName, Identity, Limits, Mode, MonAddr, MonClient};
 use tokio::net::TcpListener;
 
@@ -17,6 +19,17 @@ pub struct Harness {
     keyrings: Vec<String>,
     pub mons: Vec<Option<Monitor>>,
     pub admin_pem: String,
+}
+
+/// The command that creates pool `name` (size 1, so it needs no OSDs to be meaningful).
+pub fn pool(name: &str) -> Command {
+    Command::Change(Change::CreatePool {
+        name: name.into(),
+        size: 1,
+        min_size: 1,
+        pg_num: 8,
+        domain: FailureDomain::Osd,
+    })
 }
 
 pub fn name(text: &str) -> EntityName {
