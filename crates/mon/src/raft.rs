@@ -8,7 +8,7 @@
 use std::fmt::Debug;
 use std::io::Cursor;
 use std::ops::RangeBounds;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use map::cluster::ClusterMap;
 use messenger::message::AuthTable;
@@ -83,12 +83,16 @@ fn read_meta<T: for<'de> Deserialize<'de>>(db: &Database, key: &str) -> StoreRes
 }
 
 fn write_meta<T: Serialize>(db: &Database, key: &str, value: &T) -> StoreResult<()> {
+    let bytes = serde_json::to_vec(value).map_err(|e| failed(StorageIOError::write)(&e))?;
+    write_meta_bytes(db, key, &bytes)
+}
+
+fn write_meta_bytes(db: &Database, key: &str, bytes: &[u8]) -> StoreResult<()> {
     let err = failed(StorageIOError::write);
-    let bytes = serde_json::to_vec(value).map_err(|e| err(&e))?;
     let txn = db.begin_write().map_err(|e| err(&e))?;
     {
         let mut table = txn.open_table(META).map_err(|e| err(&e))?;
-        table.insert(key, bytes.as_slice()).map_err(|e| err(&e))?;
+        table.insert(key, bytes).map_err(|e| err(&e))?;
     }
     txn.commit().map_err(|e| err(&e))
 }
@@ -229,23 +233,33 @@ pub struct Shared {
 
 impl Shared {
     pub fn read<T>(&self, f: impl FnOnce(&MonState) -> T) -> T {
-        let applied = self.applied.read().unwrap_or_else(|p| p.into_inner());
-        f(&applied.state)
+        f(&self.applied().state)
     }
 
+    // A panic while holding the lock leaves a whole `Applied` behind: take it anyway.
+    fn applied(&self) -> RwLockReadGuard<'_, Applied> {
+        self.applied.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn applied_mut(&self) -> RwLockWriteGuard<'_, Applied> {
+        self.applied.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Wakes the subscribers of whatever moved on; copies only what did.
     fn publish(&self) {
-        let (map, auth) = self.read(|s| (s.map.clone(), s.auth.clone()));
+        let applied = self.applied();
+        let state = &applied.state;
         self.map.send_if_modified(|current| {
-            let newer = map.epoch > current.epoch;
+            let newer = state.map.epoch > current.epoch;
             if newer {
-                *current = Arc::new(map);
+                *current = Arc::new(state.map.clone());
             }
             newer
         });
         self.auth.send_if_modified(|current| {
-            let newer = auth.version > current.version;
+            let newer = state.auth.version > current.version;
             if newer {
-                *current = Arc::new(auth);
+                *current = Arc::new(state.auth.clone());
             }
             newer
         });
@@ -269,24 +283,11 @@ impl StateMachine {
         Ok(StateMachine { db, shared })
     }
 
-    fn persist(&self) -> StoreResult<()> {
-        let applied = self
-            .shared
-            .applied
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        write_meta(&self.db, APPLIED, &applied)
-    }
-
+    /// The applied state as a snapshot: encoded under the lock, which is released before the
+    /// caller writes or sends it.
     fn snapshot(&self) -> StoreResult<Snapshot<TypeConfig>> {
-        let applied = self
-            .shared
-            .applied
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        let bytes = serde_json::to_vec(&applied)
+        let applied = self.shared.applied();
+        let bytes = serde_json::to_vec(&*applied)
             .map_err(|e| failed(StorageIOError::read_state_machine)(&e))?;
         let snapshot_id = applied.last_applied.map_or_else(
             || "empty".to_owned(),
@@ -295,11 +296,16 @@ impl StateMachine {
         Ok(Snapshot {
             meta: SnapshotMeta {
                 last_log_id: applied.last_applied,
-                last_membership: applied.membership,
+                last_membership: applied.membership.clone(),
                 snapshot_id,
             },
             snapshot: Box::new(Cursor::new(bytes)),
         })
+    }
+
+    fn persist(&self) -> StoreResult<()> {
+        let snapshot = self.snapshot()?;
+        write_meta_bytes(&self.db, APPLIED, snapshot.snapshot.get_ref())
     }
 }
 
@@ -315,11 +321,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     async fn applied_state(
         &mut self,
     ) -> StoreResult<(Option<LogId<u64>>, StoredMembership<u64, MonNode>)> {
-        let applied = self
-            .shared
-            .applied
-            .read()
-            .unwrap_or_else(|p| p.into_inner());
+        let applied = self.shared.applied();
         Ok((applied.last_applied, applied.membership.clone()))
     }
 
@@ -330,11 +332,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     {
         let mut outcomes = Vec::new();
         {
-            let mut applied = self
-                .shared
-                .applied
-                .write()
-                .unwrap_or_else(|p| p.into_inner());
+            let mut applied = self.shared.applied_mut();
             for entry in entries {
                 applied.last_applied = Some(entry.log_id);
                 let outcome = match &entry.payload {
@@ -377,24 +375,14 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             let why = "a snapshot whose body and metadata disagree";
             return Err(failed(StorageIOError::read_state_machine)(&why));
         }
-        *self
-            .shared
-            .applied
-            .write()
-            .unwrap_or_else(|p| p.into_inner()) = applied;
+        *self.shared.applied_mut() = applied;
         self.persist()?;
         self.shared.publish();
         Ok(())
     }
 
     async fn get_current_snapshot(&mut self) -> StoreResult<Option<Snapshot<TypeConfig>>> {
-        let empty = self
-            .shared
-            .applied
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .last_applied
-            .is_none();
+        let empty = self.shared.applied().last_applied.is_none();
         if empty {
             return Ok(None);
         }
