@@ -1,9 +1,14 @@
-//! `coffer`: the one binary. Today it carries the benchmark harness; the daemons (`coffer
-//! mon`, `coffer osd`), `coffer up` and the front ends join it as they are built.
+//! `coffer`: the one binary: the daemons (`coffer mon`, `coffer osd`), a whole local cluster
+//! (`coffer up`), the operator's commands and the benchmarks.
 
 #![deny(clippy::unwrap_used)]
 
+mod admin;
 mod bench;
+mod daemon;
+mod up;
+
+use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -15,21 +20,109 @@ use std::process::ExitCode;
     about = "Coffer: encrypted distributed storage"
 )]
 struct Cli {
+    /// The cluster's configuration file (default: $COFFER_CONF, else
+    /// /var/tmp/coffer/coffer.toml).
+    #[arg(long, global = true)]
+    conf: Option<PathBuf>,
+    /// Who the command runs as.
+    #[arg(long, global = true, default_value = "client.admin")]
+    name: String,
+    /// The keyring of --name (default: beside the configuration file).
+    #[arg(long, global = true)]
+    keyring: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
 
 #[derive(Subcommand)]
 enum Command {
+    /// Runs a whole cluster on this machine (one monitor, N OSDs) in the foreground; creates
+    /// it the first time, resumes it after.
+    Up(up::UpArgs),
+    /// Health, monitors, OSDs, placement groups by state, usage.
+    Status {
+        #[arg(long)]
+        json: bool,
+    },
+    /// `coffer osd --id N` runs OSD N (coffer up starts these); `coffer osd ls|in|out`
+    /// manage them.
+    #[command(args_conflicts_with_subcommands = true)]
+    Osd(OsdArgs),
+    #[command(subcommand)]
+    Pool(admin::PoolCommand),
+    /// Objects: put, get, rm, ls, stat.
+    #[command(subcommand)]
+    Obj(admin::ObjCommand),
+    /// Entities, their keys and capabilities.
+    #[command(subcommand)]
+    Auth(admin::AuthCommand),
+    /// Runs a monitor daemon (coffer up starts these).
+    Mon(daemon::MonArgs),
     /// Measure Coffer itself; every figure is printed with the command and configuration.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
 }
 
+#[derive(clap::Args)]
+struct OsdArgs {
+    #[command(flatten)]
+    daemon: Option<daemon::OsdArgs>,
+    #[command(subcommand)]
+    command: Option<admin::OsdCommand>,
+}
+
+/// Logs go to standard error; COFFER_LOG sets the level (error, warn, info, debug, trace).
+fn init_logging(default: tracing::Level) {
+    let level = std::env::var("COFFER_LOG")
+        .ok()
+        .and_then(|text| text.parse().ok())
+        .unwrap_or(default);
+    tracing_subscriber::fmt()
+        .with_max_level(level)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .init();
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let who = admin::Who {
+        conf: cli.conf.clone(),
+        name: cli.name.clone(),
+        keyring: cli.keyring.clone(),
+    };
+    let daemon_conf = || client::Conf::locate(cli.conf.as_deref());
     let result = match cli.command {
-        Command::Bench(command) => bench::run(command),
+        Command::Mon(args) => {
+            init_logging(tracing::Level::INFO);
+            daemon::run_mon(&daemon_conf(), args)
+        }
+        Command::Osd(OsdArgs {
+            daemon: Some(args),
+            command: None,
+        }) => {
+            init_logging(tracing::Level::INFO);
+            daemon::run_osd(&daemon_conf(), args)
+        }
+        command => {
+            init_logging(tracing::Level::WARN);
+            match command {
+                Command::Up(args) => up::run(args),
+                Command::Status { json } => admin::status(&who, json),
+                Command::Osd(OsdArgs {
+                    command: Some(command),
+                    ..
+                }) => admin::osd(&who, command),
+                Command::Osd(_) => Err("coffer osd: give --id N to run an OSD, or a command \
+                     (ls, in, out); see coffer osd --help"
+                    .into()),
+                Command::Pool(command) => admin::pool(&who, command),
+                Command::Obj(command) => admin::obj(&who, command),
+                Command::Auth(command) => admin::auth(&who, command),
+                Command::Bench(command) => bench::run(command),
+                Command::Mon(_) => unreachable!("matched above"),
+            }
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -33,6 +33,10 @@ pub struct OsdInfo {
     pub addr: Option<String>,
     pub up: bool,
     pub is_in: bool,
+    /// Marked out by the monitors after it stayed down too long (not by an operator): it is
+    /// marked in again when it boots.
+    #[serde(default)]
+    pub auto_out: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -61,7 +65,8 @@ pub enum Change {
         host: String,
         weight: u32,
     },
-    /// The OSD started and serves at `addr`; it is up (and in, unless marked out by hand).
+    /// The OSD started and serves at `addr`: it is up, and in again if the monitors had
+    /// marked it out (an operator's `out` stays).
     OsdBoot {
         id: OsdId,
         addr: String,
@@ -69,7 +74,12 @@ pub enum Change {
     OsdDown {
         id: OsdId,
     },
+    /// An operator marks the OSD out: it holds no data until marked in.
     OsdOut {
+        id: OsdId,
+    },
+    /// The monitors mark a down OSD out after it stayed down too long.
+    OsdAutoOut {
         id: OsdId,
     },
     OsdIn {
@@ -95,6 +105,7 @@ pub enum ChangeError {
     OsdExists(OsdId),
     NoSuchOsd(OsdId),
     OsdStillUp(OsdId),
+    NotAutoOut(OsdId),
     PoolExists(String),
     NoSuchPool(String),
     InvalidPool(String),
@@ -106,6 +117,9 @@ impl fmt::Display for ChangeError {
             ChangeError::OsdExists(id) => write!(f, "osd.{} already exists", id.0),
             ChangeError::NoSuchOsd(id) => write!(f, "osd.{} does not exist", id.0),
             ChangeError::OsdStillUp(id) => write!(f, "osd.{} is up; stop it first", id.0),
+            ChangeError::NotAutoOut(id) => {
+                write!(f, "osd.{} is up or already out; it is not marked out", id.0)
+            }
             ChangeError::PoolExists(name) => write!(f, "pool {name:?} already exists"),
             ChangeError::NoSuchPool(name) => write!(f, "pool {name:?} does not exist"),
             ChangeError::InvalidPool(why) => write!(f, "invalid pool: {why}"),
@@ -130,6 +144,7 @@ impl ClusterMap {
                     addr: None,
                     up: false,
                     is_in: true,
+                    auto_out: false,
                 };
                 self.osds.insert(*id, info);
             }
@@ -137,10 +152,30 @@ impl ClusterMap {
                 let osd = self.osd_mut(*id)?;
                 osd.addr = Some(addr.clone());
                 osd.up = true;
+                if osd.auto_out {
+                    osd.is_in = true;
+                    osd.auto_out = false;
+                }
             }
             Change::OsdDown { id } => self.osd_mut(*id)?.up = false,
-            Change::OsdOut { id } => self.osd_mut(*id)?.is_in = false,
-            Change::OsdIn { id } => self.osd_mut(*id)?.is_in = true,
+            Change::OsdOut { id } => {
+                let osd = self.osd_mut(*id)?;
+                osd.is_in = false;
+                osd.auto_out = false;
+            }
+            Change::OsdAutoOut { id } => {
+                let osd = self.osd_mut(*id)?;
+                if osd.up || !osd.is_in {
+                    return Err(ChangeError::NotAutoOut(*id));
+                }
+                osd.is_in = false;
+                osd.auto_out = true;
+            }
+            Change::OsdIn { id } => {
+                let osd = self.osd_mut(*id)?;
+                osd.is_in = true;
+                osd.auto_out = false;
+            }
             Change::RemoveOsd { id } => {
                 if self.osd_mut(*id)?.up {
                     return Err(ChangeError::OsdStillUp(*id));

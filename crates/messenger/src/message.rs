@@ -3,8 +3,10 @@
 
 use map::auth::Caps;
 use map::cluster::{Change, ClusterMap, Epoch};
-use map::placement::OsdId;
+use map::placement::{OsdId, PgId};
+use map::ObjectName;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 /// A request to a monitor.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -12,9 +14,7 @@ pub enum MonRequest {
     /// The cluster map: at once with `newer_than: None`; otherwise once its epoch is above
     /// `newer_than`, the monitor holding the request until then or until [`MAP_WAIT_MS_MAX`]
     /// passes (then it answers with what it has).
-    GetMap {
-        newer_than: Option<Epoch>,
-    },
+    GetMap { newer_than: Option<Epoch> },
     /// A change to the cluster; served by the raft leader.
     Command(Command),
     /// Raft traffic between monitors; the body (JSON) is in the data segment.
@@ -22,10 +22,53 @@ pub enum MonRequest {
     /// An OSD asks for the key that unwraps its store's key (secure links only).
     GetStoreKek,
     /// The auth table for an OSD, held like `GetMap`.
-    GetAuth {
-        newer_than: Option<u64>,
-    },
+    GetAuth { newer_than: Option<u64> },
+    /// The cluster's state: monitors, map, placement groups and usage (served by the leader,
+    /// which gathers the OSDs' beacons).
     Status,
+    /// An OSD says it is alive, with the state of the PGs it leads and its usage (to the
+    /// leader, every [`BEACON_INTERVAL_MS`]).
+    Beacon(OsdBeacon),
+}
+
+/// How often an OSD sends its beacon to the monitors.
+pub const BEACON_INTERVAL_MS: u64 = 1000;
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct OsdBeacon {
+    /// The map epoch the report is from.
+    pub epoch: Epoch,
+    /// Each PG this OSD is primary of, with its state.
+    pub pgs: Vec<(PgId, PgState)>,
+    pub used_bytes: u64,
+    pub total_bytes: u64,
+}
+
+/// A placement group's state, as its primary reports it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PgState {
+    /// Serving, and every OSD of its acting set holds all of it.
+    Clean,
+    /// Serving, with fewer copies than the pool's size (some OSDs down or out).
+    Undersized,
+    /// Serving while copying objects to the OSDs that lack them.
+    Recovering,
+    /// The primary gathers the replicas' states before serving.
+    Peering,
+    /// Not serving: fewer up OSDs hold it than the pool's min_size, or it cannot be peered.
+    Inactive(String),
+}
+
+impl PgState {
+    pub fn name(&self) -> &'static str {
+        match self {
+            PgState::Clean => "active+clean",
+            PgState::Undersized => "active+undersized",
+            PgState::Recovering => "active+recovering",
+            PgState::Peering => "peering",
+            PgState::Inactive(_) => "inactive",
+        }
+    }
 }
 
 /// How long a monitor holds a map or auth request before answering with what it has.
@@ -79,7 +122,7 @@ pub enum MonReply {
     AuthList(Vec<AuthListing>),
     Auth(AuthTable),
     StoreKek(Vec<u8>),
-    Status(MonStatus),
+    Status(Box<MonStatus>),
     /// Raft RPC reply; the body (JSON) is in the data segment.
     Raft,
     /// This monitor is not the leader; try `leader` (an address) if known.
@@ -117,10 +160,248 @@ pub struct MonStatus {
     pub leader: Option<String>,
     pub monitors: Vec<MonMember>,
     pub epoch: Epoch,
+    pub map: ClusterMap,
+    /// Placement groups by state name; `unknown` for those whose primary has not reported.
+    pub pgs: BTreeMap<String, u64>,
+    /// Why PGs are inactive, as their primaries say (one line per PG, a few at most).
+    pub inactive: Vec<String>,
+    pub used_bytes: u64,
+    pub total_bytes: u64,
+    pub health: Health,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Health {
+    Ok,
+    Warn(Vec<String>),
+    Err(Vec<String>),
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct MonMember {
     pub name: String,
     pub addr: String,
+}
+
+/// Where a write stands in its placement group's history: the map epoch in which its primary
+/// ordered it, then its sequence number in the PG. Later writes have greater versions.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+pub struct Version {
+    pub epoch: Epoch,
+    pub seq: u64,
+}
+
+/// A client's request id: its instance (random per connection to the cluster) and a counter.
+/// A write retried with the same id takes effect once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ReqId {
+    pub client: u64,
+    pub seq: u64,
+}
+
+/// One operation on an object. The bytes of writes travel in the data segment, in order.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ObjectOp {
+    /// Creates the object if absent; with `exclusive`, fails if it exists.
+    Create {
+        exclusive: bool,
+    },
+    /// Replaces the whole content with `len` bytes.
+    WriteFull {
+        len: u64,
+    },
+    Write {
+        offset: u64,
+        len: u64,
+    },
+    Zero {
+        offset: u64,
+        len: u64,
+    },
+    Truncate {
+        size: u64,
+    },
+    Remove,
+    SetAttr {
+        name: String,
+        value: Vec<u8>,
+    },
+    RemoveAttr {
+        name: String,
+    },
+    OmapSet {
+        entries: Vec<(Vec<u8>, Vec<u8>)>,
+    },
+    OmapRemove {
+        keys: Vec<Vec<u8>>,
+    },
+    OmapClear,
+    /// Reads (not mixed with writes in one request); read bytes come back in the data
+    /// segment, in order.
+    Read {
+        offset: u64,
+        len: u64,
+    },
+    Stat,
+    GetAttrs,
+    OmapGet {
+        keys: Vec<Vec<u8>>,
+    },
+    OmapList {
+        after: Option<Vec<u8>>,
+        limit: u32,
+    },
+}
+
+impl ObjectOp {
+    pub fn is_write(&self) -> bool {
+        !matches!(
+            self,
+            ObjectOp::Read { .. }
+                | ObjectOp::Stat
+                | ObjectOp::GetAttrs
+                | ObjectOp::OmapGet { .. }
+                | ObjectOp::OmapList { .. }
+        )
+    }
+
+    /// Bytes this op takes from the request's data segment.
+    pub fn data_len(&self) -> u64 {
+        match self {
+            ObjectOp::WriteFull { len } | ObjectOp::Write { len, .. } => *len,
+            _ => 0,
+        }
+    }
+}
+
+/// The result of one read op; `Read` bytes are in the reply's data segment.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OpResult {
+    Read {
+        len: u64,
+    },
+    Stat {
+        size: u64,
+        mtime_ns: u64,
+        version: Version,
+    },
+    Attrs(BTreeMap<String, Vec<u8>>),
+    Omap(Vec<(Vec<u8>, Option<Vec<u8>>)>),
+    OmapList(Vec<(Vec<u8>, Vec<u8>)>),
+}
+
+/// A request to an OSD.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum OsdRequest {
+    /// A client's operations on one object, to the primary of its PG. `epoch` is the map the
+    /// client used.
+    Op {
+        pg: PgId,
+        epoch: Epoch,
+        object: ObjectName,
+        reqid: ReqId,
+        ops: Vec<ObjectOp>,
+    },
+    /// A page of a PG's object names, in name order, to its primary.
+    List {
+        pg: PgId,
+        epoch: Epoch,
+        after: Option<ObjectName>,
+        limit: u32,
+    },
+    /// From a PG's primary to the other OSDs of its acting set.
+    Peer { pg: PgId, epoch: Epoch, op: PeerOp },
+}
+
+/// Most names in one page of a listing.
+pub const LIST_PAGE_MAX: u32 = 1000;
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum PeerOp {
+    /// What do you hold of this PG? Answered with `Info`.
+    Query,
+    /// Apply this write, which the primary ordered as `entry`.
+    Replicate { entry: LogEntry, ops: Vec<ObjectOp> },
+    /// A page of (name, version) of the PG's objects, in name order.
+    List {
+        after: Option<ObjectName>,
+        limit: u32,
+    },
+    /// Your copy of `object`, `len` bytes of data from `offset`.
+    Pull {
+        object: ObjectName,
+        offset: u64,
+        len: u64,
+    },
+    /// Take this copy of `object` (`None`: remove it). A copy comes in pieces from offset 0;
+    /// the first replaces the object, the `last` sets its version.
+    Push {
+        object: ObjectName,
+        copy: Option<ObjectCopy>,
+        offset: u64,
+        last: bool,
+    },
+    /// You now hold all of the PG: take this log and join the acting set's writes.
+    Activate { info: PgInfo, log: Vec<LogEntry> },
+}
+
+/// An object's state as recovery copies it; data travels in the data segment.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectCopy {
+    pub version: Version,
+    pub size: u64,
+    pub attrs: BTreeMap<String, Vec<u8>>,
+    pub omap: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+/// One write in a PG's log.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogEntry {
+    pub version: Version,
+    pub object: ObjectName,
+    pub reqid: ReqId,
+}
+
+/// What an OSD holds of a PG: every write up to `last`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgInfo {
+    pub last: Version,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum OsdReply {
+    /// A write took effect (or had already, for a retried request id).
+    Written {
+        version: Version,
+    },
+    /// Read results, one per op; read bytes in the data segment.
+    Results(Vec<OpResult>),
+    Listing {
+        names: Vec<ObjectName>,
+        more: bool,
+    },
+    Info {
+        info: PgInfo,
+        log: Vec<LogEntry>,
+    },
+    PeerListing {
+        entries: Vec<(ObjectName, Version)>,
+        more: bool,
+    },
+    Copy(Option<ObjectCopy>),
+    Done,
+    /// The OSD's map says another OSD leads this PG (or the client's map is older than
+    /// `epoch`): get a map at least this new and send again.
+    Retry {
+        epoch: Epoch,
+        why: String,
+    },
+    /// The PG cannot serve now (see the reason); the client waits and sends again.
+    Busy(String),
+    NotFound,
+    Exists,
+    Denied(String),
+    Failed(String),
 }

@@ -5,6 +5,7 @@
 //! Must never depend on: `store` (the raft log lives in its own redb database), `osd`
 //! (checked by scripts/check-deps.py).
 
+mod health;
 mod network;
 mod raft;
 mod service;
@@ -23,6 +24,7 @@ use openraft::Raft;
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 
+pub use health::Timeouts;
 pub use service::COMMIT_TIMEOUT;
 pub use state::{osd_caps, MonState, Outcome, Proposal};
 
@@ -55,6 +57,8 @@ pub struct MonConfig {
     pub monitors: Vec<MonMember>,
     /// Link modes accepted from peers, in order of preference, and offered to other monitors.
     pub modes: Vec<Mode>,
+    /// When silent OSDs are marked down, and down ones out.
+    pub timeouts: Timeouts,
 }
 
 /// The cluster's initial state, proposed once by the monitor that bootstraps the cluster.
@@ -80,6 +84,7 @@ pub enum MonError {
 pub struct Monitor {
     raft: Raft<TypeConfig>,
     server: Server,
+    detector: tokio::task::JoinHandle<()>,
     shared: Arc<raft::Shared>,
     config: MonConfig,
     db_path: PathBuf,
@@ -138,18 +143,28 @@ impl Monitor {
         let raft = Raft::new(config.rank, Arc::new(raft_config), network, log, machine)
             .await
             .map_err(|e| MonError::Raft(e.to_string()))?;
+        let liveness = Arc::new(health::Liveness::default());
         let service = service::MonService {
             name: identity.entity().clone(),
             raft: raft.clone(),
             shared: shared.clone(),
             members: config.monitors.clone(),
+            liveness: liveness.clone(),
         };
+        let detector = tokio::spawn(detect_failures(
+            raft.clone(),
+            shared.clone(),
+            liveness,
+            config.rank,
+            config.timeouts,
+        ));
         let server = endpoint
             .serve(listener, config.modes.clone(), Arc::new(service))
             .map_err(|e| MonError::Messenger(e.to_string()))?;
         Ok(Monitor {
             raft,
             server,
+            detector,
             shared,
             config,
             db_path,
@@ -217,6 +232,7 @@ impl Monitor {
     /// Stops raft and closes every link; returns once the database is closed, so the same
     /// data directory can be opened again.
     pub async fn shutdown(self) {
+        self.detector.abort();
         if let Err(e) = self.raft.shutdown().await {
             tracing::warn!(error = %e, "raft did not stop cleanly");
         }
@@ -236,6 +252,34 @@ impl Monitor {
                     return;
                 }
                 Ok(_) => return,
+            }
+        }
+    }
+}
+
+/// On the leader: marks OSDs down that stopped sending beacons, and out those down too long.
+async fn detect_failures(
+    raft: Raft<TypeConfig>,
+    shared: Arc<raft::Shared>,
+    liveness: Arc<health::Liveness>,
+    rank: u64,
+    timeouts: Timeouts,
+) {
+    let mut tick = tokio::time::interval(health::CHECK_INTERVAL);
+    loop {
+        tick.tick().await;
+        if raft.current_leader().await != Some(rank) {
+            liveness.follow();
+            continue;
+        }
+        let map = shared.map.borrow().clone();
+        for change in liveness.due(&map, timeouts, std::time::Instant::now()) {
+            tracing::info!(?change, "failure detector");
+            let proposal = Proposal::Change(change);
+            match tokio::time::timeout(COMMIT_TIMEOUT, raft.client_write(proposal)).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => tracing::warn!(error = %e, "failure detector change not committed"),
+                Err(_) => tracing::warn!("failure detector change: no quorum"),
             }
         }
     }

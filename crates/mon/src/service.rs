@@ -19,6 +19,7 @@ use openraft::error::{ClientWriteError, RaftError};
 use openraft::Raft;
 use tokio::sync::watch;
 
+use crate::health::Liveness;
 use crate::raft::Shared;
 use crate::state::{Outcome, Proposal};
 use crate::{MonNode, TypeConfig};
@@ -32,6 +33,7 @@ pub struct MonService {
     pub raft: Raft<TypeConfig>,
     pub shared: Arc<Shared>,
     pub members: Vec<MonMember>,
+    pub liveness: Arc<Liveness>,
 }
 
 /// The watched value once `is_newer` holds for it, or the current value at once when there is
@@ -99,7 +101,26 @@ impl Handler for MonService {
                 if !peer.grant.mon_allows(false) {
                     return reply(MonReply::Denied("status needs mon=r".into()));
                 }
-                reply(MonReply::Status(self.status().await))
+                if let Some(redirect) = self.not_leader().await {
+                    return reply(redirect);
+                }
+                reply(MonReply::Status(Box::new(self.status().await)))
+            }
+            MonRequest::Beacon(beacon) => {
+                let id = match peer.entity.kind() {
+                    EntityKind::Osd => peer.entity.id().parse::<u32>().ok(),
+                    _ => None,
+                };
+                let Some(id) = id else {
+                    return reply(MonReply::Denied("only OSDs send beacons".into()));
+                };
+                if let Some(redirect) = self.not_leader().await {
+                    return reply(redirect);
+                }
+                self.liveness.beacon(OsdId(id), beacon);
+                reply(MonReply::Done {
+                    epoch: self.shared.map.borrow().epoch,
+                })
             }
             MonRequest::Command(command) => reply(self.command(&peer, command).await),
             MonRequest::Raft(kind) => {
@@ -131,13 +152,21 @@ impl MonService {
 
     async fn status(&self) -> MonStatus {
         let leader = self.raft.current_leader().await;
+        let map = self.shared.map.borrow().as_ref().clone();
+        let summary = self.liveness.summary(&map);
         MonStatus {
             name: self.name.to_string(),
             leader: leader
                 .and_then(|id| self.members.get(id as usize))
                 .map(|m| m.name.clone()),
             monitors: self.members.clone(),
-            epoch: self.shared.map.borrow().epoch,
+            epoch: map.epoch,
+            map,
+            pgs: summary.pgs,
+            inactive: summary.inactive,
+            used_bytes: summary.used_bytes,
+            total_bytes: summary.total_bytes,
+            health: summary.health,
         }
     }
 

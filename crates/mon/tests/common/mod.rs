@@ -95,6 +95,7 @@ impl Harness {
             data_dir: self.dir.path().join(&self.members[rank].name),
             monitors: self.members.clone(),
             modes: vec![Mode::Secure, Mode::Crc],
+            timeouts: Default::default(),
         };
         Monitor::start(&identity, config, listener)
             .await

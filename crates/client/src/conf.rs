@@ -1,0 +1,207 @@
+//! The cluster's configuration file (`coffer.toml`), which every command and daemon reads to
+//! find the monitors, the link modes and the keyrings.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use messenger::{EntityName, Mode, MonAddr};
+use serde::{Deserialize, Serialize};
+
+use crate::Error;
+
+/// The data directory when neither `--conf` nor `COFFER_CONF` says otherwise.
+pub const DEFAULT_DATA_DIR: &str = "/var/tmp/coffer";
+/// The configuration file's name in a data directory.
+pub const CONF_FILE: &str = "coffer.toml";
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Conf {
+    pub fsid: String,
+    #[serde(rename = "mon")]
+    pub mons: Vec<MonEntry>,
+    #[serde(default)]
+    pub transit: Transit,
+    #[serde(default)]
+    pub osd: OsdSection,
+    /// Where this file was read from; keyrings and daemon directories are beside it.
+    #[serde(skip)]
+    pub dir: PathBuf,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MonEntry {
+    pub name: String,
+    pub addr: String,
+}
+
+/// Link modes, as Ceph's ms_mon_client_mode / ms_client_mode / ms_cluster_mode: `secure`
+/// (every byte encrypted and authenticated) or `crc` (authenticated peers, checksummed but
+/// readable frames).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Transit {
+    /// Links to the monitors.
+    #[serde(default = "secure")]
+    pub mon: String,
+    /// Links from clients to OSDs.
+    #[serde(default = "secure")]
+    pub client: String,
+    /// Links between OSDs.
+    #[serde(default = "secure")]
+    pub cluster: String,
+}
+
+fn secure() -> String {
+    "secure".into()
+}
+
+impl Default for Transit {
+    fn default() -> Self {
+        Transit {
+            mon: secure(),
+            client: secure(),
+            cluster: secure(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OsdSection {
+    /// At-rest mode of new OSD stores: gcm, xts-4096, xts-512 or none.
+    #[serde(default = "gcm")]
+    pub at_rest: String,
+    /// Size of a new OSD's data file, in GiB (sparse: space is used as data arrives).
+    #[serde(default = "store_gib")]
+    pub store_gib: u64,
+    /// An OSD silent for this long is marked down.
+    #[serde(default = "down_after")]
+    pub down_after_secs: u64,
+    /// A down OSD is marked out (its data moves elsewhere) after this long.
+    #[serde(default = "out_after")]
+    pub out_after_secs: u64,
+}
+
+fn gcm() -> String {
+    "gcm".into()
+}
+fn store_gib() -> u64 {
+    8
+}
+fn down_after() -> u64 {
+    6
+}
+fn out_after() -> u64 {
+    600
+}
+
+impl Default for OsdSection {
+    fn default() -> Self {
+        OsdSection {
+            at_rest: gcm(),
+            store_gib: store_gib(),
+            down_after_secs: down_after(),
+            out_after_secs: out_after(),
+        }
+    }
+}
+
+fn parse_mode(what: &str, text: &str) -> Result<Mode, Error> {
+    text.parse()
+        .map_err(|_| Error::Conf(format!("transit.{what} = {text:?}: use secure or crc")))
+}
+
+impl Conf {
+    /// The configuration file named by `explicit`, else `COFFER_CONF`, else the default data
+    /// directory's.
+    pub fn locate(explicit: Option<&Path>) -> PathBuf {
+        if let Some(path) = explicit {
+            return path.to_path_buf();
+        }
+        match std::env::var_os("COFFER_CONF") {
+            Some(path) if !path.is_empty() => PathBuf::from(path),
+            _ => Path::new(DEFAULT_DATA_DIR).join(CONF_FILE),
+        }
+    }
+
+    pub fn load(path: &Path) -> Result<Conf, Error> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            Error::Conf(format!(
+                "{}: {e} (start a cluster with `coffer up`, or point --conf or COFFER_CONF \
+                 at its coffer.toml)",
+                path.display()
+            ))
+        })?;
+        let mut conf: Conf =
+            toml::from_str(&text).map_err(|e| Error::Conf(format!("{}: {e}", path.display())))?;
+        conf.dir = path
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| PathBuf::from("."));
+        conf.check()?;
+        Ok(conf)
+    }
+
+    pub fn save(&self, path: &Path) -> Result<(), Error> {
+        let text = toml::to_string(self).map_err(|e| Error::Conf(e.to_string()))?;
+        std::fs::write(path, text).map_err(|e| Error::Conf(format!("{}: {e}", path.display())))
+    }
+
+    fn check(&self) -> Result<(), Error> {
+        if self.mons.is_empty() {
+            return Err(Error::Conf("no [[mon]] entries".into()));
+        }
+        self.mon_addrs()?;
+        self.mon_modes()?;
+        self.client_modes()?;
+        self.cluster_modes()?;
+        Ok(())
+    }
+
+    pub fn mon_addrs(&self) -> Result<Vec<MonAddr>, Error> {
+        self.mons
+            .iter()
+            .map(|mon| {
+                let entity: EntityName = mon
+                    .name
+                    .parse()
+                    .map_err(|e| Error::Conf(format!("mon {:?}: {e}", mon.name)))?;
+                let addr = mon.addr.parse().map_err(|e| {
+                    Error::Conf(format!("mon {} addr {:?}: {e}", mon.name, mon.addr))
+                })?;
+                Ok(MonAddr { entity, addr })
+            })
+            .collect()
+    }
+
+    pub fn mon_modes(&self) -> Result<Vec<Mode>, Error> {
+        Ok(vec![parse_mode("mon", &self.transit.mon)?])
+    }
+
+    pub fn client_modes(&self) -> Result<Vec<Mode>, Error> {
+        Ok(vec![parse_mode("client", &self.transit.client)?])
+    }
+
+    pub fn cluster_modes(&self) -> Result<Vec<Mode>, Error> {
+        Ok(vec![parse_mode("cluster", &self.transit.cluster)?])
+    }
+
+    /// The keyring of `entity`: `<dir>/<entity>.keyring` for clients, the daemon's own
+    /// directory for monitors and OSDs.
+    pub fn keyring_path(&self, entity: &EntityName) -> PathBuf {
+        match entity.kind() {
+            messenger::EntityKind::Client => self.dir.join(format!("{entity}.keyring")),
+            _ => self.dir.join(entity.as_str()).join("keyring"),
+        }
+    }
+
+    pub fn down_after(&self) -> Duration {
+        Duration::from_secs(self.osd.down_after_secs)
+    }
+
+    pub fn out_after(&self) -> Duration {
+        Duration::from_secs(self.osd.out_after_secs)
+    }
+}

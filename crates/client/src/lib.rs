@@ -1,0 +1,585 @@
+//! Coffer's client library, used by every front end: connect with a keyring, follow the
+//! cluster map, and read and write objects in pools. Requests go to each object's primary
+//! OSD; on a map change, a lost link or a busy PG they are sent again with the same request
+//! id, so a write takes effect once however often it is retried.
+//!
+//! Must never depend on: `osd`, `store` (checked by scripts/check-deps.py).
+
+pub mod conf;
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use map::cluster::{ClusterMap, Epoch};
+use map::placement::{OsdId, PgId};
+use map::{ObjectName, PoolId};
+use messenger::message::{
+    Command, MonReply, MonRequest, MonStatus, ObjectOp, OpResult, OsdReply, OsdRequest, ReqId,
+    Version, LIST_PAGE_MAX,
+};
+use messenger::{Connection, Endpoint, EntityName, Identity, Limits, Mode, MonClient};
+use tokio::sync::{watch, Mutex};
+use tokio::task::JoinHandle;
+
+pub use conf::Conf;
+
+/// How long an operation keeps trying (map changes, recovering PGs, OSDs restarting) before
+/// it fails with the last reason it was given.
+pub const OP_TIMEOUT: Duration = Duration::from_secs(120);
+/// Bytes per request when an object is read or written in pieces.
+pub const PIECE_BYTES: u64 = 16 << 20;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("configuration: {0}")]
+    Conf(String),
+    #[error("keyring: {0}")]
+    Keyring(String),
+    #[error("monitors: {0}")]
+    Mon(#[from] messenger::MonError),
+    #[error("pool {0:?} does not exist")]
+    NoSuchPool(String),
+    #[error("no such object")]
+    NotFound,
+    #[error("the object exists")]
+    Exists,
+    #[error("permission denied: {0}")]
+    Denied(String),
+    #[error("{0}")]
+    Failed(String),
+    #[error("gave up after {after:?}: {why}")]
+    Timeout { after: Duration, why: String },
+    #[error("invalid: {0}")]
+    Invalid(String),
+}
+
+struct Inner {
+    endpoint: Endpoint,
+    monc: MonClient,
+    map: watch::Sender<Arc<ClusterMap>>,
+    conns: Mutex<HashMap<OsdId, (String, Connection)>>,
+    modes: Vec<Mode>,
+    instance: u64,
+    next_seq: AtomicU64,
+    op_timeout: Duration,
+    follower: std::sync::Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(task) = self
+            .follower
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            task.abort();
+        }
+    }
+}
+
+/// A connection to a cluster. Cheap to clone.
+#[derive(Clone)]
+pub struct Cluster {
+    inner: Arc<Inner>,
+}
+
+/// Reads the keyring file of `entity` (its key, certificate and the cluster's authority).
+pub fn load_identity(path: &std::path::Path, entity: &EntityName) -> Result<Identity, Error> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Error::Keyring(format!("{}: {e}", path.display())))?;
+    Identity::from_pem(entity.clone(), &text)
+        .map_err(|e| Error::Keyring(format!("{}: {e}", path.display())))
+}
+
+impl Cluster {
+    /// Connects as `identity` to the cluster that `conf` describes and fetches its map.
+    pub async fn connect(conf: &Conf, identity: &Identity) -> Result<Cluster, Error> {
+        Cluster::connect_with(conf, identity, OP_TIMEOUT).await
+    }
+
+    pub async fn connect_with(
+        conf: &Conf,
+        identity: &Identity,
+        op_timeout: Duration,
+    ) -> Result<Cluster, Error> {
+        let endpoint = Endpoint::new(identity, Limits::default())
+            .map_err(|e| Error::Keyring(e.to_string()))?;
+        let monc = MonClient::new(endpoint.clone(), conf.mon_addrs()?, conf.mon_modes()?);
+        let map = monc.map().await?;
+        let inner = Arc::new(Inner {
+            endpoint,
+            monc,
+            map: watch::Sender::new(Arc::new(map)),
+            conns: Mutex::new(HashMap::new()),
+            modes: conf.client_modes()?,
+            instance: rand::random(),
+            next_seq: AtomicU64::new(1),
+            op_timeout,
+            follower: std::sync::Mutex::new(None),
+        });
+        let follower = tokio::spawn(follow_map(Arc::downgrade(&inner)));
+        *inner.follower.lock().unwrap_or_else(|p| p.into_inner()) = Some(follower);
+        Ok(Cluster { inner })
+    }
+
+    /// The newest map this client has.
+    pub fn map(&self) -> Arc<ClusterMap> {
+        self.inner.map.borrow().clone()
+    }
+
+    /// Waits until the client's map is at least `epoch` (fetching it if need be).
+    pub async fn wait_for_epoch(&self, epoch: Epoch) -> Result<Arc<ClusterMap>, Error> {
+        if self.map().epoch < epoch {
+            self.inner.refresh().await?;
+        }
+        Ok(self.map())
+    }
+
+    /// A command to the monitors (pools, OSDs, entities).
+    pub async fn command(&self, command: Command) -> Result<MonReply, Error> {
+        let reply = self.inner.monc.command(command).await?;
+        match reply {
+            MonReply::Denied(why) => Err(Error::Denied(why)),
+            MonReply::Failed(why) => Err(Error::Failed(why)),
+            MonReply::Done { epoch } => {
+                self.wait_for_epoch(epoch).await?;
+                Ok(MonReply::Done { epoch })
+            }
+            other => Ok(other),
+        }
+    }
+
+    pub async fn status(&self) -> Result<MonStatus, Error> {
+        match self.inner.monc.call(&MonRequest::Status).await? {
+            MonReply::Status(status) => Ok(*status),
+            MonReply::Denied(why) => Err(Error::Denied(why)),
+            other => Err(Error::Failed(format!("unexpected reply {other:?}"))),
+        }
+    }
+
+    /// The pool called `name`.
+    pub async fn pool(&self, name: &str) -> Result<Pool, Error> {
+        let mut found = self.map().pool_by_name(name).map(|p| p.id);
+        if found.is_none() {
+            self.inner.refresh().await?;
+            found = self.map().pool_by_name(name).map(|p| p.id);
+        }
+        let id = found.ok_or_else(|| Error::NoSuchPool(name.into()))?;
+        Ok(Pool {
+            cluster: self.clone(),
+            id,
+            name: name.into(),
+        })
+    }
+}
+
+impl Inner {
+    async fn refresh(&self) -> Result<(), Error> {
+        let map = self.monc.map().await?;
+        self.map.send_if_modified(|current| {
+            if map.epoch > current.epoch {
+                *current = Arc::new(map);
+                true
+            } else {
+                false
+            }
+        });
+        Ok(())
+    }
+
+    async fn connection(&self, osd: OsdId, addr: &str) -> Result<Connection, String> {
+        let mut conns = self.conns.lock().await;
+        if let Some((known, conn)) = conns.get(&osd) {
+            if known == addr && !conn.is_closed() {
+                return Ok(conn.clone());
+            }
+        }
+        let socket: SocketAddr = addr
+            .parse()
+            .map_err(|e| format!("osd.{} address {addr:?}: {e}", osd.0))?;
+        let conn = self
+            .endpoint
+            .connect(socket, &EntityName::osd(osd.0), &self.modes)
+            .await
+            .map_err(|e| format!("connecting to osd.{}: {e}", osd.0))?;
+        conns.insert(osd, (addr.to_string(), conn.clone()));
+        Ok(conn)
+    }
+
+    /// Sends the request `make` builds (for the PG and epoch of the current map) to the PG's
+    /// primary until it is answered, following map changes and waiting out busy PGs.
+    async fn submit(
+        &self,
+        pool: PoolId,
+        locate: &Locate<'_>,
+        make: impl Fn(PgId, Epoch) -> OsdRequest,
+        data: Bytes,
+    ) -> Result<(OsdReply, Bytes), Error> {
+        let deadline = tokio::time::Instant::now() + self.op_timeout;
+        let mut pause = Duration::from_millis(50);
+        let mut told = false;
+        loop {
+            let map = self.map.borrow().clone();
+            let pool_info = map
+                .pools
+                .get(&pool)
+                .ok_or_else(|| Error::NoSuchPool(pool.to_string()))?;
+            let pg = match locate {
+                Locate::Object(name) => map.pg_of(pool_info, name),
+                Locate::Pg(number) => PgId {
+                    pool,
+                    number: *number,
+                },
+            };
+            let primary = map
+                .acting(pool_info, pg)
+                .first()
+                .and_then(|osd| map.osds.get(osd))
+                .and_then(|osd| osd.addr.clone().map(|addr| (osd.id, addr)));
+            let why = match primary {
+                None => format!("no OSD of pg {}.{} is up", pg.pool, pg.number),
+                Some((osd, addr)) => {
+                    let request = make(pg, map.epoch);
+                    let sent = match self.connection(osd, &addr).await {
+                        Ok(conn) => conn
+                            .request::<_, OsdReply>(&request, data.clone())
+                            .await
+                            .map_err(|e| format!("osd.{}: {e}", osd.0)),
+                        Err(e) => Err(e),
+                    };
+                    match sent {
+                        Ok((OsdReply::Retry { why, .. }, _)) => why,
+                        Ok((OsdReply::Busy(why), _)) => why,
+                        Ok((OsdReply::Denied(why), _)) => return Err(Error::Denied(why)),
+                        Ok((OsdReply::Failed(why), _)) => return Err(Error::Failed(why)),
+                        Ok((OsdReply::NotFound, _)) => return Err(Error::NotFound),
+                        Ok((OsdReply::Exists, _)) => return Err(Error::Exists),
+                        Ok(answer) => return Ok(answer),
+                        Err(why) => why,
+                    }
+                }
+            };
+            if tokio::time::Instant::now() >= deadline {
+                return Err(Error::Timeout {
+                    after: self.op_timeout,
+                    why,
+                });
+            }
+            if !told && pause >= Duration::from_secs(1) {
+                tracing::warn!("waiting: {why}");
+                told = true;
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_secs(1));
+            if let Err(e) = self.refresh().await {
+                tracing::warn!(error = %e, "refreshing the map");
+            }
+        }
+    }
+}
+
+enum Locate<'a> {
+    Object(&'a ObjectName),
+    Pg(u32),
+}
+
+async fn follow_map(inner: std::sync::Weak<Inner>) {
+    loop {
+        let Some(strong) = inner.upgrade() else {
+            return;
+        };
+        let epoch = strong.map.borrow().epoch;
+        let monc_result = strong.monc.map_after(epoch).await;
+        match monc_result {
+            Ok(map) => {
+                strong.map.send_if_modified(|current| {
+                    if map.epoch > current.epoch {
+                        *current = Arc::new(map);
+                        true
+                    } else {
+                        false
+                    }
+                });
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "map subscription");
+                drop(strong);
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    }
+}
+
+/// An object's size, modification time and version.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stat {
+    pub size: u64,
+    pub mtime_ns: u64,
+    pub version: Version,
+}
+
+/// Objects of one pool.
+#[derive(Clone)]
+pub struct Pool {
+    cluster: Cluster,
+    id: PoolId,
+    name: String,
+}
+
+fn object_name(name: &str) -> Result<ObjectName, Error> {
+    ObjectName::new(name).map_err(|e| Error::Invalid(e.to_string()))
+}
+
+impl Pool {
+    pub fn id(&self) -> PoolId {
+        self.id
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Runs `ops` on object `name` as one request: all writes (applied atomically, once) or
+    /// all reads. Returns the read results and the bytes read.
+    pub async fn operate(
+        &self,
+        name: &str,
+        ops: Vec<ObjectOp>,
+        data: Bytes,
+    ) -> Result<(Vec<OpResult>, Bytes), Error> {
+        let object = object_name(name)?;
+        let inner = &self.cluster.inner;
+        let reqid = ReqId {
+            client: inner.instance,
+            seq: inner.next_seq.fetch_add(1, Ordering::Relaxed),
+        };
+        let make = |pg, epoch| OsdRequest::Op {
+            pg,
+            epoch,
+            object: object.clone(),
+            reqid,
+            ops: ops.clone(),
+        };
+        match inner
+            .submit(self.id, &Locate::Object(&object), make, data)
+            .await?
+        {
+            (OsdReply::Written { .. }, _) => Ok((Vec::new(), Bytes::new())),
+            (OsdReply::Results(results), bytes) => Ok((results, bytes)),
+            (other, _) => Err(Error::Failed(format!("unexpected reply {other:?}"))),
+        }
+    }
+
+    async fn write_ops(&self, name: &str, ops: Vec<ObjectOp>, data: Bytes) -> Result<(), Error> {
+        self.operate(name, ops, data).await.map(|_| ())
+    }
+
+    /// Replaces object `name` with `data` (in one atomic write up to [`PIECE_BYTES`], in
+    /// pieces beyond).
+    pub async fn put(&self, name: &str, data: Bytes) -> Result<(), Error> {
+        let first = data.slice(..data.len().min(PIECE_BYTES as usize));
+        let len = first.len() as u64;
+        self.write_ops(name, vec![ObjectOp::WriteFull { len }], first)
+            .await?;
+        let mut offset = len;
+        while offset < data.len() as u64 {
+            let end = (offset + PIECE_BYTES).min(data.len() as u64);
+            self.write(name, offset, data.slice(offset as usize..end as usize))
+                .await?;
+            offset = end;
+        }
+        Ok(())
+    }
+
+    /// Writes `data` at `offset`, creating the object if need be.
+    pub async fn write(&self, name: &str, offset: u64, data: Bytes) -> Result<(), Error> {
+        let len = data.len() as u64;
+        self.write_ops(name, vec![ObjectOp::Write { offset, len }], data)
+            .await
+    }
+
+    /// Creates an empty object; with `exclusive`, fails with `Exists` if there is one.
+    pub async fn create(&self, name: &str, exclusive: bool) -> Result<(), Error> {
+        self.write_ops(name, vec![ObjectOp::Create { exclusive }], Bytes::new())
+            .await
+    }
+
+    pub async fn truncate(&self, name: &str, size: u64) -> Result<(), Error> {
+        self.write_ops(name, vec![ObjectOp::Truncate { size }], Bytes::new())
+            .await
+    }
+
+    pub async fn remove(&self, name: &str) -> Result<(), Error> {
+        self.write_ops(name, vec![ObjectOp::Remove], Bytes::new())
+            .await
+    }
+
+    pub async fn stat(&self, name: &str) -> Result<Stat, Error> {
+        let (results, _) = self
+            .operate(name, vec![ObjectOp::Stat], Bytes::new())
+            .await?;
+        match results.as_slice() {
+            [OpResult::Stat {
+                size,
+                mtime_ns,
+                version,
+            }] => Ok(Stat {
+                size: *size,
+                mtime_ns: *mtime_ns,
+                version: *version,
+            }),
+            other => Err(Error::Failed(format!("unexpected results {other:?}"))),
+        }
+    }
+
+    /// Up to `len` bytes from `offset` (shorter at the end of the object).
+    pub async fn read(&self, name: &str, offset: u64, len: u64) -> Result<Bytes, Error> {
+        let mut out = Vec::new();
+        let mut at = offset;
+        let end = offset.saturating_add(len);
+        while at < end {
+            let piece = (end - at).min(PIECE_BYTES);
+            let ops = vec![ObjectOp::Read {
+                offset: at,
+                len: piece,
+            }];
+            let (_, bytes) = self.operate(name, ops, Bytes::new()).await?;
+            if piece == len {
+                return Ok(bytes);
+            }
+            let got = bytes.len() as u64;
+            out.extend_from_slice(&bytes);
+            if got < piece {
+                break;
+            }
+            at += got;
+        }
+        Ok(Bytes::from(out))
+    }
+
+    /// The whole object.
+    pub async fn get(&self, name: &str) -> Result<Bytes, Error> {
+        let size = self.stat(name).await?.size;
+        self.read(name, 0, size).await
+    }
+
+    pub async fn set_attr(&self, name: &str, attr: &str, value: &[u8]) -> Result<(), Error> {
+        let op = ObjectOp::SetAttr {
+            name: attr.into(),
+            value: value.to_vec(),
+        };
+        self.write_ops(name, vec![op], Bytes::new()).await
+    }
+
+    pub async fn remove_attr(&self, name: &str, attr: &str) -> Result<(), Error> {
+        let op = ObjectOp::RemoveAttr { name: attr.into() };
+        self.write_ops(name, vec![op], Bytes::new()).await
+    }
+
+    pub async fn attrs(&self, name: &str) -> Result<BTreeMap<String, Vec<u8>>, Error> {
+        match self
+            .operate(name, vec![ObjectOp::GetAttrs], Bytes::new())
+            .await?
+            .0
+            .pop()
+        {
+            Some(OpResult::Attrs(attrs)) => Ok(attrs),
+            other => Err(Error::Failed(format!("unexpected result {other:?}"))),
+        }
+    }
+
+    pub async fn omap_set(
+        &self,
+        name: &str,
+        entries: Vec<(Vec<u8>, Vec<u8>)>,
+    ) -> Result<(), Error> {
+        self.write_ops(name, vec![ObjectOp::OmapSet { entries }], Bytes::new())
+            .await
+    }
+
+    pub async fn omap_remove(&self, name: &str, keys: Vec<Vec<u8>>) -> Result<(), Error> {
+        self.write_ops(name, vec![ObjectOp::OmapRemove { keys }], Bytes::new())
+            .await
+    }
+
+    pub async fn omap_get(
+        &self,
+        name: &str,
+        keys: Vec<Vec<u8>>,
+    ) -> Result<Vec<(Vec<u8>, Option<Vec<u8>>)>, Error> {
+        match self
+            .operate(name, vec![ObjectOp::OmapGet { keys }], Bytes::new())
+            .await?
+            .0
+            .pop()
+        {
+            Some(OpResult::Omap(found)) => Ok(found),
+            other => Err(Error::Failed(format!("unexpected result {other:?}"))),
+        }
+    }
+
+    /// Omap entries in key order after `after`, at most `limit`.
+    pub async fn omap_list(
+        &self,
+        name: &str,
+        after: Option<Vec<u8>>,
+        limit: u32,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, Error> {
+        match self
+            .operate(
+                name,
+                vec![ObjectOp::OmapList { after, limit }],
+                Bytes::new(),
+            )
+            .await?
+            .0
+            .pop()
+        {
+            Some(OpResult::OmapList(entries)) => Ok(entries),
+            other => Err(Error::Failed(format!("unexpected result {other:?}"))),
+        }
+    }
+
+    /// Every object's name, PG by PG (names are sorted within a PG, not across PGs).
+    pub async fn list(&self) -> Result<Vec<ObjectName>, Error> {
+        let pg_num = self
+            .cluster
+            .map()
+            .pools
+            .get(&self.id)
+            .map(|p| p.pg_num)
+            .ok_or_else(|| Error::NoSuchPool(self.name.clone()))?;
+        let mut names = Vec::new();
+        for number in 0..pg_num {
+            let mut after: Option<ObjectName> = None;
+            loop {
+                let make = |pg, epoch| OsdRequest::List {
+                    pg,
+                    epoch,
+                    after: after.clone(),
+                    limit: LIST_PAGE_MAX,
+                };
+                let inner = &self.cluster.inner;
+                match inner
+                    .submit(self.id, &Locate::Pg(number), make, Bytes::new())
+                    .await?
+                {
+                    (OsdReply::Listing { names: page, more }, _) => {
+                        after = page.last().cloned();
+                        names.extend(page);
+                        if !more || after.is_none() {
+                            break;
+                        }
+                    }
+                    (other, _) => return Err(Error::Failed(format!("unexpected reply {other:?}"))),
+                }
+            }
+        }
+        Ok(names)
+    }
+}

@@ -1,0 +1,463 @@
+//! The operator's commands: `status`, `osd`, `pool`, `obj` and `auth`, each a client of the
+//! cluster named by `--conf` (or `COFFER_CONF`, or the default data directory).
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+use client::conf::Conf;
+use client::{load_identity, Cluster};
+use map::auth::Caps;
+use map::cluster::Change;
+use map::placement::FailureDomain;
+use messenger::message::{Command as MonCommand, Health, MonReply, MonStatus};
+use messenger::EntityName;
+
+#[derive(clap::Subcommand)]
+pub enum OsdCommand {
+    /// Every OSD: up or down, in or out, address.
+    Ls {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Marks an OSD out (its data moves to others) or back in.
+    Out {
+        id: u32,
+    },
+    In {
+        id: u32,
+    },
+}
+
+#[derive(clap::Subcommand)]
+pub enum PoolCommand {
+    /// Creates a replicated pool.
+    Create {
+        name: String,
+        /// Copies of each object.
+        #[arg(long, default_value_t = 3)]
+        size: u8,
+        /// Copies that must be written before a write is acknowledged (default: a majority
+        /// of size).
+        #[arg(long)]
+        min_size: Option<u8>,
+        /// Placement groups.
+        #[arg(long, default_value_t = 32)]
+        pg_num: u32,
+        /// Failure domain: osd (replicas on different OSDs) or host.
+        #[arg(long, default_value = "osd")]
+        domain: String,
+    },
+    Ls {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Removes a pool and every object in it.
+    Rm {
+        name: String,
+        /// Required: removing a pool loses its objects.
+        #[arg(long)]
+        yes_i_really_mean_it: bool,
+    },
+}
+
+#[derive(clap::Subcommand)]
+pub enum ObjCommand {
+    /// Stores FILE (or standard input) as object NAME.
+    Put {
+        pool: String,
+        object: String,
+        file: Option<PathBuf>,
+    },
+    /// Writes object NAME to FILE (or standard output).
+    Get {
+        pool: String,
+        object: String,
+        file: Option<PathBuf>,
+    },
+    Rm {
+        pool: String,
+        object: String,
+    },
+    /// Lists the pool's object names, one per line.
+    Ls {
+        pool: String,
+    },
+    /// Size, modification time and version.
+    Stat {
+        pool: String,
+        object: String,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(clap::Subcommand)]
+pub enum AuthCommand {
+    /// Creates client.NAME with a new key and writes its keyring.
+    Add {
+        entity: String,
+        /// For example "mon=r osd=rw pool=data".
+        #[arg(long)]
+        caps: String,
+        /// Where to write the keyring (default: beside the configuration file).
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+    },
+    Ls,
+    /// Removes an entity: its key stops working on every daemon.
+    Rm {
+        entity: String,
+    },
+}
+
+/// Who runs a command and how to reach the cluster.
+pub struct Who {
+    pub conf: Option<PathBuf>,
+    pub name: String,
+    pub keyring: Option<PathBuf>,
+}
+
+fn connect(who: &Who) -> Result<(Conf, tokio::runtime::Runtime, Cluster), String> {
+    let conf = Conf::load(&Conf::locate(who.conf.as_deref())).map_err(|e| e.to_string())?;
+    let entity: EntityName = who.name.parse().map_err(|e| format!("--name: {e}"))?;
+    let keyring = who
+        .keyring
+        .clone()
+        .unwrap_or_else(|| conf.keyring_path(&entity));
+    let identity = load_identity(&keyring, &entity).map_err(|e| e.to_string())?;
+    let runtime = crate::daemon::runtime()?;
+    let cluster = runtime
+        .block_on(Cluster::connect(&conf, &identity))
+        .map_err(|e| e.to_string())?;
+    Ok((conf, runtime, cluster))
+}
+
+fn json<T: serde::Serialize>(value: &T) -> Result<(), String> {
+    let text = serde_json::to_string_pretty(value).map_err(|e| e.to_string())?;
+    println!("{text}");
+    Ok(())
+}
+
+fn bytes_text(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
+}
+
+pub fn status(who: &Who, as_json: bool) -> Result<(), String> {
+    let (_, runtime, cluster) = connect(who)?;
+    let status = runtime
+        .block_on(cluster.status())
+        .map_err(|e| e.to_string())?;
+    if as_json {
+        return json(&status_json(&status));
+    }
+    let (health, reasons) = match &status.health {
+        Health::Ok => ("HEALTH_OK", Vec::new()),
+        Health::Warn(reasons) => ("HEALTH_WARN", reasons.clone()),
+        Health::Err(reasons) => ("HEALTH_ERR", reasons.clone()),
+    };
+    let map = &status.map;
+    println!("cluster:");
+    println!("  health:   {health}");
+    for reason in reasons {
+        println!("            {reason}");
+    }
+    for line in &status.inactive {
+        println!("            {line}");
+    }
+    println!("services:");
+    println!(
+        "  mon:      {} monitors, leader {}",
+        status.monitors.len(),
+        status.leader.as_deref().unwrap_or("none")
+    );
+    let up = map.osds.values().filter(|o| o.up).count();
+    let is_in = map.osds.values().filter(|o| o.is_in).count();
+    println!("  osd:      {} OSDs: {up} up, {is_in} in", map.osds.len());
+    println!("data:");
+    let pg_total: u64 = status.pgs.values().sum();
+    println!("  map:      epoch {}", map.epoch);
+    println!("  pools:    {} pools, {pg_total} pgs", map.pools.len());
+    println!(
+        "  usage:    {} used of {}",
+        bytes_text(status.used_bytes),
+        bytes_text(status.total_bytes)
+    );
+    for (state, count) in &status.pgs {
+        println!("  pgs:      {count} {state}");
+    }
+    Ok(())
+}
+
+fn status_json(status: &MonStatus) -> serde_json::Value {
+    let (health, reasons) = match &status.health {
+        Health::Ok => ("HEALTH_OK", Vec::new()),
+        Health::Warn(reasons) => ("HEALTH_WARN", reasons.clone()),
+        Health::Err(reasons) => ("HEALTH_ERR", reasons.clone()),
+    };
+    let map = &status.map;
+    serde_json::json!({
+        "health": { "status": health, "checks": reasons, "inactive": status.inactive },
+        "monitors": status.monitors.iter().map(|m| serde_json::json!({"name": m.name, "addr": m.addr})).collect::<Vec<_>>(),
+        "leader": status.leader,
+        "epoch": map.epoch,
+        "osds": {
+            "total": map.osds.len(),
+            "up": map.osds.values().filter(|o| o.up).count(),
+            "in": map.osds.values().filter(|o| o.is_in).count(),
+        },
+        "pools": map.pools.len(),
+        "pgs": status.pgs,
+        "usage": { "used_bytes": status.used_bytes, "total_bytes": status.total_bytes },
+    })
+}
+
+pub fn osd(who: &Who, command: OsdCommand) -> Result<(), String> {
+    let (_, runtime, cluster) = connect(who)?;
+    match command {
+        OsdCommand::Ls { json: as_json } => {
+            let map = cluster.map();
+            if as_json {
+                return json(&map.osds.values().collect::<Vec<_>>());
+            }
+            println!(
+                "{:<8} {:<6} {:<5} {:<12} ADDRESS",
+                "OSD", "STATE", "IN", "HOST"
+            );
+            for osd in map.osds.values() {
+                println!(
+                    "{:<8} {:<6} {:<5} {:<12} {}",
+                    format!("osd.{}", osd.id.0),
+                    if osd.up { "up" } else { "down" },
+                    if osd.is_in { "in" } else { "out" },
+                    osd.host,
+                    osd.addr.as_deref().unwrap_or("-")
+                );
+            }
+            Ok(())
+        }
+        OsdCommand::Out { id } | OsdCommand::In { id } => {
+            let id = map::placement::OsdId(id);
+            let change = match command {
+                OsdCommand::Out { .. } => Change::OsdOut { id },
+                _ => Change::OsdIn { id },
+            };
+            runtime
+                .block_on(cluster.command(MonCommand::Change(change)))
+                .map_err(|e| e.to_string())?;
+            Ok(())
+        }
+    }
+}
+
+pub fn pool(who: &Who, command: PoolCommand) -> Result<(), String> {
+    let (_, runtime, cluster) = connect(who)?;
+    match command {
+        PoolCommand::Create {
+            name,
+            size,
+            min_size,
+            pg_num,
+            domain,
+        } => {
+            let domain = match domain.as_str() {
+                "osd" => FailureDomain::Osd,
+                "host" => FailureDomain::Host,
+                other => return Err(format!("--domain {other}: use osd or host")),
+            };
+            let change = Change::CreatePool {
+                name: name.clone(),
+                size,
+                min_size: min_size.unwrap_or(size - size / 2),
+                pg_num,
+                domain,
+            };
+            runtime
+                .block_on(cluster.command(MonCommand::Change(change)))
+                .map_err(|e| e.to_string())?;
+            println!("pool {name} created");
+            Ok(())
+        }
+        PoolCommand::Ls { json: as_json } => {
+            let map = cluster.map();
+            if as_json {
+                return json(&map.pools.values().collect::<Vec<_>>());
+            }
+            for pool in map.pools.values() {
+                println!(
+                    "{} (id {}): size {}, min_size {}, {} pgs, domain {:?}",
+                    pool.name, pool.id, pool.size, pool.min_size, pool.pg_num, pool.domain
+                );
+            }
+            Ok(())
+        }
+        PoolCommand::Rm {
+            name,
+            yes_i_really_mean_it,
+        } => {
+            if !yes_i_really_mean_it {
+                return Err(format!(
+                    "removing pool {name} loses every object in it; add --yes-i-really-mean-it"
+                ));
+            }
+            let change = Change::RemovePool { name: name.clone() };
+            runtime
+                .block_on(cluster.command(MonCommand::Change(change)))
+                .map_err(|e| e.to_string())?;
+            println!("pool {name} removed");
+            Ok(())
+        }
+    }
+}
+
+fn read_input(file: Option<&Path>) -> Result<Vec<u8>, String> {
+    match file {
+        Some(path) => std::fs::read(path).map_err(|e| format!("{}: {e}", path.display())),
+        None => {
+            let mut data = Vec::new();
+            std::io::stdin()
+                .read_to_end(&mut data)
+                .map_err(|e| format!("standard input: {e}"))?;
+            Ok(data)
+        }
+    }
+}
+
+pub fn obj(who: &Who, command: ObjCommand) -> Result<(), String> {
+    let (_, runtime, cluster) = connect(who)?;
+    let open = |name: &str| {
+        runtime
+            .block_on(cluster.pool(name))
+            .map_err(|e| e.to_string())
+    };
+    match command {
+        ObjCommand::Put {
+            pool,
+            object: name,
+            file,
+        } => {
+            let data = read_input(file.as_deref())?;
+            let pool = open(&pool)?;
+            runtime
+                .block_on(pool.put(&name, Bytes::from(data)))
+                .map_err(|e| format!("{name}: {e}"))
+        }
+        ObjCommand::Get {
+            pool,
+            object: name,
+            file,
+        } => {
+            let pool = open(&pool)?;
+            let data = runtime
+                .block_on(pool.get(&name))
+                .map_err(|e| format!("{name}: {e}"))?;
+            match file {
+                Some(path) => {
+                    std::fs::write(&path, &data).map_err(|e| format!("{}: {e}", path.display()))
+                }
+                None => std::io::stdout()
+                    .write_all(&data)
+                    .map_err(|e| format!("standard output: {e}")),
+            }
+        }
+        ObjCommand::Rm { pool, object: name } => {
+            let pool = open(&pool)?;
+            runtime
+                .block_on(pool.remove(&name))
+                .map_err(|e| format!("{name}: {e}"))
+        }
+        ObjCommand::Ls { pool } => {
+            let pool = open(&pool)?;
+            let mut names = runtime.block_on(pool.list()).map_err(|e| e.to_string())?;
+            names.sort();
+            let mut out = std::io::stdout().lock();
+            for name in names {
+                writeln!(out, "{name}").map_err(|e| e.to_string())?;
+            }
+            Ok(())
+        }
+        ObjCommand::Stat {
+            pool,
+            object: name,
+            json: as_json,
+        } => {
+            let pool = open(&pool)?;
+            let stat = runtime
+                .block_on(pool.stat(&name))
+                .map_err(|e| format!("{name}: {e}"))?;
+            if as_json {
+                return json(&serde_json::json!({
+                    "name": name,
+                    "size": stat.size,
+                    "mtime_ns": stat.mtime_ns,
+                    "version": format!("{}.{}", stat.version.epoch, stat.version.seq),
+                }));
+            }
+            println!(
+                "{name}: size {}, mtime {} ns, version {}.{}",
+                stat.size, stat.mtime_ns, stat.version.epoch, stat.version.seq
+            );
+            Ok(())
+        }
+    }
+}
+
+pub fn auth(who: &Who, command: AuthCommand) -> Result<(), String> {
+    let (conf, runtime, cluster) = connect(who)?;
+    match command {
+        AuthCommand::Add {
+            entity,
+            caps,
+            output,
+        } => {
+            let caps = Caps::parse(&caps).map_err(|e| format!("--caps: {e}"))?;
+            let parsed: EntityName = entity.parse().map_err(|e| format!("{e}"))?;
+            let command = MonCommand::AuthAdd {
+                entity: entity.clone(),
+                caps,
+            };
+            match runtime
+                .block_on(cluster.command(command))
+                .map_err(|e| e.to_string())?
+            {
+                MonReply::Keyring { pem, .. } => {
+                    let path = output.unwrap_or_else(|| conf.keyring_path(&parsed));
+                    crate::up::write_private(&path, &pem)?;
+                    println!("{entity}: keyring written to {}", path.display());
+                    Ok(())
+                }
+                other => Err(format!("unexpected reply {other:?}")),
+            }
+        }
+        AuthCommand::Ls => {
+            match runtime
+                .block_on(cluster.command(MonCommand::AuthList))
+                .map_err(|e| e.to_string())?
+            {
+                MonReply::AuthList(entries) => {
+                    for entry in entries {
+                        println!("{}\t{}", entry.entity, entry.caps);
+                    }
+                    Ok(())
+                }
+                other => Err(format!("unexpected reply {other:?}")),
+            }
+        }
+        AuthCommand::Rm { entity } => {
+            runtime
+                .block_on(cluster.command(MonCommand::AuthRemove {
+                    entity: entity.clone(),
+                }))
+                .map_err(|e| e.to_string())?;
+            println!("{entity} removed");
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,204 @@
+//! `coffer mon` and `coffer osd`: the daemons, each in the foreground until SIGINT or
+//! SIGTERM, reading the cluster's configuration file and their keyring beside it.
+
+use std::path::{Path, PathBuf};
+
+use client::conf::Conf;
+use client::load_identity;
+use messenger::message::{AuthEntry, MonMember};
+use messenger::EntityName;
+use serde::{Deserialize, Serialize};
+use tokio::net::TcpListener;
+
+/// The seed a new cluster's first monitor bootstraps from; written by `coffer up`, removed
+/// by the monitor once the cluster holds it (it contains the authority's key).
+pub const SEED_FILE: &str = "seed.json";
+
+#[derive(Serialize, Deserialize)]
+pub struct SeedFile {
+    pub fsid: String,
+    pub ca_key_pem: String,
+    pub ca_cert_pem: String,
+    pub entities: Vec<(String, AuthEntry)>,
+}
+
+#[derive(clap::Args)]
+pub struct MonArgs {
+    /// This monitor's name in the configuration file, for example mon.a.
+    #[arg(long)]
+    pub name: String,
+}
+
+#[derive(clap::Args)]
+pub struct OsdArgs {
+    /// The OSD's number; its keyring and store are in DIR/osd.ID.
+    #[arg(long, required = false)]
+    pub id: u32,
+}
+
+pub fn runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("starting the runtime: {e}"))
+}
+
+/// Waits for SIGINT or SIGTERM.
+pub async fn stop_signal() -> Result<(), String> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
+    let mut int = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    Ok(())
+}
+
+fn write_pid(dir: &Path) -> Result<(), String> {
+    let path = dir.join("pid");
+    std::fs::write(&path, format!("{}\n", std::process::id()))
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
+pub fn run_mon(conf_path: &Path, args: MonArgs) -> Result<(), String> {
+    let conf = Conf::load(conf_path).map_err(|e| e.to_string())?;
+    let entity: EntityName = args.name.parse().map_err(|e| format!("--name: {e}"))?;
+    let rank = conf
+        .mons
+        .iter()
+        .position(|m| m.name == args.name)
+        .ok_or_else(|| format!("{} is not a monitor in {}", args.name, conf_path.display()))?;
+    let identity =
+        load_identity(&conf.keyring_path(&entity), &entity).map_err(|e| e.to_string())?;
+    let data_dir = conf.dir.join(entity.as_str());
+    let members: Vec<MonMember> = conf
+        .mons
+        .iter()
+        .map(|m| MonMember {
+            name: m.name.clone(),
+            addr: m.addr.clone(),
+        })
+        .collect();
+    let config = mon::MonConfig {
+        rank: rank as u64,
+        data_dir: data_dir.clone(),
+        monitors: members,
+        modes: conf.mon_modes().map_err(|e| e.to_string())?,
+        timeouts: mon::Timeouts {
+            down_after: conf.down_after(),
+            out_after: conf.out_after(),
+        },
+    };
+    let addr = conf.mons[rank].addr.clone();
+    runtime()?.block_on(async move {
+        let listener = TcpListener::bind(&addr)
+            .await
+            .map_err(|e| format!("{entity} cannot listen on {addr}: {e}"))?;
+        let monitor = mon::Monitor::start(&identity, config, listener)
+            .await
+            .map_err(|e| e.to_string())?;
+        write_pid(&data_dir)?;
+        let seed_path = data_dir.join(SEED_FILE);
+        if seed_path.exists() {
+            bootstrap(&monitor, &seed_path).await?;
+        }
+        tracing::info!(%entity, %addr, "serving");
+        stop_signal().await?;
+        tracing::info!(%entity, "stopping");
+        monitor.shutdown().await;
+        Ok(())
+    })
+}
+
+async fn bootstrap(monitor: &mon::Monitor, seed_path: &Path) -> Result<(), String> {
+    let text =
+        std::fs::read_to_string(seed_path).map_err(|e| format!("{}: {e}", seed_path.display()))?;
+    let seed: SeedFile =
+        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", seed_path.display()))?;
+    monitor
+        .bootstrap(mon::Seed {
+            fsid: seed.fsid,
+            ca_key_pem: seed.ca_key_pem,
+            ca_cert_pem: seed.ca_cert_pem,
+            entities: seed.entities,
+        })
+        .await
+        .map_err(|e| format!("bootstrap: {e}"))?;
+    std::fs::remove_file(seed_path).map_err(|e| format!("{}: {e}", seed_path.display()))?;
+    tracing::info!("cluster bootstrapped; the seed file is removed");
+    Ok(())
+}
+
+/// The store directory of OSD `id`.
+pub fn osd_dir(conf: &Conf, id: u32) -> PathBuf {
+    conf.dir.join(format!("osd.{id}"))
+}
+
+pub fn run_osd(conf_path: &Path, args: OsdArgs) -> Result<(), String> {
+    let conf = Conf::load(conf_path).map_err(|e| e.to_string())?;
+    let entity = EntityName::osd(args.id);
+    let identity =
+        load_identity(&conf.keyring_path(&entity), &entity).map_err(|e| e.to_string())?;
+    let dir = osd_dir(&conf, args.id);
+    let store_dir = dir.join("store");
+    let config = osd::OsdConfig {
+        id: map::placement::OsdId(args.id),
+        data_dir: store_dir.clone(),
+        mons: conf.mon_addrs().map_err(|e| e.to_string())?,
+        mon_modes: conf.mon_modes().map_err(|e| e.to_string())?,
+        serve_modes: dedup(
+            [conf.client_modes(), conf.cluster_modes()]
+                .into_iter()
+                .map(|m| m.map_err(|e| e.to_string()))
+                .collect::<Result<Vec<_>, _>>()?
+                .concat(),
+        ),
+        cluster_modes: conf.cluster_modes().map_err(|e| e.to_string())?,
+    };
+    runtime()?.block_on(async move {
+        if !store_dir.join("meta.redb").exists() {
+            let mode: store::Mode = conf
+                .osd
+                .at_rest
+                .parse()
+                .map_err(|e| format!("osd.at_rest: {e}"))?;
+            let options = store::MkfsOptions {
+                mode,
+                size_bytes: conf.osd.store_gib << 30,
+                device: None,
+            };
+            osd::Osd::mkfs(
+                &identity,
+                config.mons.clone(),
+                config.mon_modes.clone(),
+                store_dir.clone(),
+                options,
+            )
+            .await
+            .map_err(|e| format!("creating the store in {}: {e}", store_dir.display()))?;
+            tracing::info!(store = %store_dir.display(), at_rest = %conf.osd.at_rest, "store created");
+        }
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .map_err(|e| format!("{entity} cannot listen: {e}"))?;
+        let daemon = osd::Osd::start(&identity, config, listener)
+            .await
+            .map_err(|e| e.to_string())?;
+        write_pid(&dir)?;
+        stop_signal().await?;
+        tracing::info!(%entity, "stopping");
+        daemon.shutdown().await;
+        Ok(())
+    })
+}
+
+fn dedup(modes: Vec<messenger::Mode>) -> Vec<messenger::Mode> {
+    let mut out = Vec::new();
+    for mode in modes {
+        if !out.contains(&mode) {
+            out.push(mode);
+        }
+    }
+    out
+}

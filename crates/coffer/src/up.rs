@@ -1,0 +1,377 @@
+//! `coffer up`: a whole cluster on this machine, from nothing or from where it stopped. It
+//! creates the cluster's identity and keys, one monitor and N OSDs (each its own process),
+//! and a default pool, then stays in the foreground until Ctrl-C stops everything.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use client::conf::{Conf, MonEntry, OsdSection, Transit, CONF_FILE, DEFAULT_DATA_DIR};
+use client::{load_identity, Cluster};
+use map::auth::Caps;
+use map::cluster::{Change, WEIGHT_ONE};
+use map::placement::FailureDomain;
+use messenger::message::{AuthEntry, Command as MonCommand, MonReply};
+use messenger::{ClusterCa, EntityName};
+
+use crate::daemon::{self, SeedFile, SEED_FILE};
+
+/// The pool `coffer up` creates in a new cluster.
+pub const DEFAULT_POOL: &str = "data";
+/// PGs of the default pool.
+const DEFAULT_PG_NUM: u32 = 32;
+/// How long a daemon has to stop after SIGTERM before it is killed.
+const STOP_WAIT: Duration = Duration::from_secs(15);
+/// The monitors' host name for OSDs made by `coffer up` (one machine).
+const LOCAL_HOST: &str = "localhost";
+
+#[derive(clap::Args)]
+pub struct UpArgs {
+    /// Where the cluster lives: configuration, keyrings, monitor and OSD data.
+    #[arg(long, default_value = DEFAULT_DATA_DIR)]
+    pub data: PathBuf,
+    /// OSDs to run (a new cluster gets this many; an existing one gains any missing).
+    #[arg(long, default_value_t = 3)]
+    pub osds: u32,
+    /// At-rest encryption of new OSD stores: gcm, xts-4096, xts-512 or none.
+    #[arg(long, default_value = "gcm")]
+    pub at_rest: String,
+    /// Link mode for every link of a new cluster: secure or crc.
+    #[arg(long, default_value = "secure")]
+    pub in_transit: String,
+    /// Size of each new OSD's data file, in GiB (sparse).
+    #[arg(long, default_value_t = 8)]
+    pub store_gib: u64,
+}
+
+/// The daemons `up` started, stopped in reverse order.
+struct Daemons {
+    children: Vec<(String, Child)>,
+}
+
+impl Daemons {
+    fn spawn(
+        &mut self,
+        exe: &Path,
+        conf: &Path,
+        name: &str,
+        args: &[String],
+        log: &Path,
+    ) -> Result<(), String> {
+        let log_file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .map_err(|e| format!("{}: {e}", log.display()))?;
+        let child = Command::new(exe)
+            .arg("--conf")
+            .arg(conf)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log_file)
+            .spawn()
+            .map_err(|e| format!("starting {name}: {e}"))?;
+        self.children.push((name.to_string(), child));
+        Ok(())
+    }
+
+    /// Names and exit statuses of daemons that have exited, once each.
+    fn exited(&mut self) -> Vec<String> {
+        let mut gone = Vec::new();
+        self.children
+            .retain_mut(|(name, child)| match child.try_wait() {
+                Ok(Some(status)) => {
+                    gone.push(format!("{name} exited ({status})"));
+                    false
+                }
+                _ => true,
+            });
+        gone
+    }
+
+    fn stop(&mut self) {
+        for (_, child) in self.children.iter().rev() {
+            // SAFETY: kill(2) on a child's pid that has not been reaped; it cannot name
+            // another process.
+            unsafe {
+                libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
+            }
+        }
+        let deadline = std::time::Instant::now() + STOP_WAIT;
+        for (name, child) in self.children.iter_mut().rev() {
+            loop {
+                match child.try_wait() {
+                    Ok(Some(_)) => break,
+                    Ok(None) if std::time::Instant::now() < deadline => {
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                    _ => {
+                        eprintln!("coffer up: {name} did not stop in {STOP_WAIT:?}; killing it");
+                        let _ = child.kill();
+                        let _ = child.wait();
+                        break;
+                    }
+                }
+            }
+        }
+        self.children.clear();
+    }
+}
+
+impl Drop for Daemons {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+pub fn write_private(path: &Path, text: &str) -> Result<(), String> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    file.write_all(text.as_bytes())
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn free_loopback_port() -> Result<u16, String> {
+    let socket = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    Ok(socket.local_addr().map_err(|e| e.to_string())?.port())
+}
+
+fn random_fsid() -> String {
+    let bytes: [u8; 16] = rand::random();
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Writes the configuration, the monitor's and the admin's keyrings and the seed of a new
+/// cluster in `dir`.
+fn create(dir: &Path, args: &UpArgs) -> Result<Conf, String> {
+    let mode_ok = |m: &str| matches!(m, "secure" | "crc");
+    if !mode_ok(&args.in_transit) {
+        return Err(format!(
+            "--in-transit {}: use secure or crc",
+            args.in_transit
+        ));
+    }
+    args.at_rest
+        .parse::<store::Mode>()
+        .map_err(|e| format!("--at-rest: {e}"))?;
+    let fsid = random_fsid();
+    let ca = ClusterCa::generate(&fsid).map_err(|e| e.to_string())?;
+    let mon_name: EntityName = "mon.a".parse().map_err(|e| format!("{e}"))?;
+    let admin_name: EntityName = "client.admin".parse().map_err(|e| format!("{e}"))?;
+    let conf = Conf {
+        fsid: fsid.clone(),
+        mons: vec![MonEntry {
+            name: mon_name.to_string(),
+            addr: format!("127.0.0.1:{}", free_loopback_port()?),
+        }],
+        transit: Transit {
+            mon: args.in_transit.clone(),
+            client: args.in_transit.clone(),
+            cluster: args.in_transit.clone(),
+        },
+        osd: OsdSection {
+            at_rest: args.at_rest.clone(),
+            store_gib: args.store_gib,
+            ..OsdSection::default()
+        },
+        dir: dir.to_path_buf(),
+    };
+    let mon_dir = dir.join(mon_name.as_str());
+    std::fs::create_dir_all(&mon_dir).map_err(|e| format!("{}: {e}", mon_dir.display()))?;
+    let mon = ca.issue(&mon_name).map_err(|e| e.to_string())?;
+    write_private(&conf.keyring_path(&mon_name), &mon.to_pem())?;
+    let admin = ca.issue(&admin_name).map_err(|e| e.to_string())?;
+    write_private(&conf.keyring_path(&admin_name), &admin.to_pem())?;
+    let seed = SeedFile {
+        fsid,
+        ca_key_pem: ca.key_pem(),
+        ca_cert_pem: ca.cert_pem(),
+        entities: vec![(
+            admin_name.to_string(),
+            AuthEntry {
+                cert_der: admin.cert().to_vec(),
+                caps: Caps::admin(),
+            },
+        )],
+    };
+    let seed_text = serde_json::to_string(&seed).map_err(|e| e.to_string())?;
+    write_private(&mon_dir.join(SEED_FILE), &seed_text)?;
+    conf.save(&dir.join(CONF_FILE)).map_err(|e| e.to_string())?;
+    Ok(conf)
+}
+
+/// Holds an exclusive lock on the data directory while `up` runs.
+fn lock(dir: &Path) -> Result<std::fs::File, String> {
+    use std::os::fd::AsRawFd;
+    let path = dir.join("up.lock");
+    let file = std::fs::File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    // SAFETY: flock on a descriptor this function owns.
+    let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if locked != 0 {
+        return Err(format!(
+            "another `coffer up` is running on {} (it holds {})",
+            dir.display(),
+            path.display()
+        ));
+    }
+    Ok(file)
+}
+
+/// OSD numbers that already have a directory (and keyring) in `dir`.
+fn existing_osds(conf: &Conf) -> Vec<u32> {
+    let mut ids: Vec<u32> = std::fs::read_dir(&conf.dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let name = entry.file_name().into_string().ok()?;
+            let id = name.strip_prefix("osd.")?.parse().ok()?;
+            entry.path().join("keyring").exists().then_some(id)
+        })
+        .collect();
+    ids.sort_unstable();
+    ids
+}
+
+pub fn run(args: UpArgs) -> Result<(), String> {
+    std::fs::create_dir_all(&args.data).map_err(|e| format!("{}: {e}", args.data.display()))?;
+    let dir =
+        std::fs::canonicalize(&args.data).map_err(|e| format!("{}: {e}", args.data.display()))?;
+    let _lock = lock(&dir)?;
+    let conf_path = dir.join(CONF_FILE);
+    let fresh = !conf_path.exists();
+    let conf = if fresh {
+        create(&dir, &args)?
+    } else {
+        Conf::load(&conf_path).map_err(|e| e.to_string())?
+    };
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut daemons = Daemons {
+        children: Vec::new(),
+    };
+    for mon in &conf.mons {
+        let log = dir.join(&mon.name).join("log");
+        daemons.spawn(
+            &exe,
+            &conf_path,
+            &mon.name,
+            &["mon".into(), "--name".into(), mon.name.clone()],
+            &log,
+        )?;
+    }
+    let admin_name: EntityName = "client.admin".parse().map_err(|e| format!("{e}"))?;
+    let admin =
+        load_identity(&conf.keyring_path(&admin_name), &admin_name).map_err(|e| e.to_string())?;
+    let runtime = daemon::runtime()?;
+    let pool_line = runtime.block_on(async {
+        let cluster = Cluster::connect(&conf, &admin)
+            .await
+            .map_err(|e| format!("reaching the monitor: {e}"))?;
+        let mut ids = existing_osds(&conf);
+        while (ids.len() as u32) < args.osds {
+            ids.push(create_osd(&cluster, &conf).await?);
+        }
+        for id in &ids {
+            let name = format!("osd.{id}");
+            let log = daemon::osd_dir(&conf, *id).join("log");
+            daemons.spawn(
+                &exe,
+                &conf_path,
+                &name,
+                &["osd".into(), "--id".into(), id.to_string()],
+                &log,
+            )?;
+        }
+        let map = cluster.map();
+        if map.pools.is_empty() {
+            let size = (ids.len() as u8).clamp(1, 3);
+            let change = Change::CreatePool {
+                name: DEFAULT_POOL.into(),
+                size,
+                min_size: size - size / 2,
+                pg_num: DEFAULT_PG_NUM,
+                domain: FailureDomain::Osd,
+            };
+            cluster
+                .command(MonCommand::Change(change))
+                .await
+                .map_err(|e| format!("creating pool {DEFAULT_POOL}: {e}"))?;
+        }
+        let pools: Vec<String> = cluster
+            .map()
+            .pools
+            .values()
+            .map(|p| p.name.clone())
+            .collect();
+        Ok::<_, String>(format!("{} OSDs, pools: {}", ids.len(), pools.join(", ")))
+    })?;
+    let verb = if fresh { "created" } else { "resumed" };
+    println!("coffer: cluster {} {verb} ({pool_line})", conf.fsid);
+    println!("  data:     {}", dir.display());
+    println!(
+        "  config:   {}   (export COFFER_CONF={})",
+        conf_path.display(),
+        conf_path.display()
+    );
+    println!("  monitor:  {} at {}", conf.mons[0].name, conf.mons[0].addr);
+    println!("  admin:    {}", conf.keyring_path(&admin_name).display());
+    println!("  try:      coffer status; coffer obj put {DEFAULT_POOL} hello /etc/hostname");
+    println!("Ctrl-C stops the cluster; `coffer up` again resumes it with its data.");
+    runtime.block_on(async {
+        let stop = daemon::stop_signal();
+        tokio::pin!(stop);
+        let mut tick = tokio::time::interval(Duration::from_millis(500));
+        loop {
+            tokio::select! {
+                result = &mut stop => return result,
+                _ = tick.tick() => {
+                    for gone in daemons.exited() {
+                        eprintln!("coffer up: {gone}; start it again with `coffer --conf {} {}`",
+                            conf_path.display(), restart_hint(&gone));
+                    }
+                }
+            }
+        }
+    })?;
+    println!("coffer: stopping");
+    daemons.stop();
+    println!("coffer: stopped");
+    Ok(())
+}
+
+fn restart_hint(gone: &str) -> String {
+    let name = gone.split_whitespace().next().unwrap_or_default();
+    match name.strip_prefix("osd.") {
+        Some(id) => format!("osd --id {id}"),
+        None => format!("mon --name {name}"),
+    }
+}
+
+/// Registers a new OSD with the monitors and writes its keyring; returns its number.
+async fn create_osd(cluster: &Cluster, conf: &Conf) -> Result<u32, String> {
+    let command = MonCommand::OsdCreate {
+        host: LOCAL_HOST.into(),
+        weight: WEIGHT_ONE,
+    };
+    match cluster
+        .command(command)
+        .await
+        .map_err(|e| format!("creating an OSD: {e}"))?
+    {
+        MonReply::OsdCreated { id, pem } => {
+            let dir = daemon::osd_dir(conf, id.0);
+            std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            write_private(&dir.join("keyring"), &pem)?;
+            Ok(id.0)
+        }
+        other => Err(format!("creating an OSD: unexpected reply {other:?}")),
+    }
+}

@@ -1,0 +1,289 @@
+//! OSD liveness and cluster health, kept by the leader: OSDs send beacons; one that stays
+//! silent for `down_after` is marked down, and one down for `out_after` is marked out, so its
+//! placement groups move to other OSDs. Beacons also carry the PG states and usage that
+//! `coffer status` shows.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use map::cluster::{Change, ClusterMap};
+use map::placement::{OsdId, PgId};
+use messenger::message::{Health, OsdBeacon, PgState};
+
+/// How often the leader looks for silent OSDs.
+pub const CHECK_INTERVAL: Duration = Duration::from_millis(500);
+/// Most reasons for inactive PGs that status lists.
+const INACTIVE_LISTED_MAX: usize = 8;
+
+#[derive(Clone, Copy, Debug)]
+pub struct Timeouts {
+    /// An up OSD with no beacon for this long is marked down.
+    pub down_after: Duration,
+    /// A down OSD is marked out after this long.
+    pub out_after: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            down_after: Duration::from_secs(6),
+            out_after: Duration::from_secs(600),
+        }
+    }
+}
+
+#[derive(Default)]
+pub struct Liveness {
+    inner: Mutex<Seen>,
+}
+
+#[derive(Default)]
+struct Seen {
+    /// Last beacon of each OSD, as this monitor received it.
+    beacons: HashMap<OsdId, (Instant, OsdBeacon)>,
+    /// When this monitor first saw each OSD down (or became leader, whichever is later).
+    down_since: HashMap<OsdId, Instant>,
+    /// When this monitor last became leader: every OSD gets a full grace from then.
+    leading_since: Option<Instant>,
+}
+
+impl Liveness {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Seen> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn beacon(&self, osd: OsdId, beacon: OsdBeacon) {
+        self.lock().beacons.insert(osd, (Instant::now(), beacon));
+    }
+
+    /// Forgets leadership (a follower keeps no clocks: a new leader starts them afresh).
+    pub fn follow(&self) {
+        let mut seen = self.lock();
+        seen.leading_since = None;
+        seen.down_since.clear();
+    }
+
+    /// The changes due at `now` for `map`, as the leader sees them.
+    pub fn due(&self, map: &ClusterMap, timeouts: Timeouts, now: Instant) -> Vec<Change> {
+        let mut seen = self.lock();
+        let since = *seen.leading_since.get_or_insert(now);
+        let mut changes = Vec::new();
+        for osd in map.osds.values() {
+            if osd.up {
+                seen.down_since.remove(&osd.id);
+                let last = seen
+                    .beacons
+                    .get(&osd.id)
+                    .map_or(since, |(at, _)| (*at).max(since));
+                if now.duration_since(last) >= timeouts.down_after {
+                    changes.push(Change::OsdDown { id: osd.id });
+                }
+            } else {
+                let down = *seen.down_since.entry(osd.id).or_insert(now);
+                if osd.is_in && now.duration_since(down) >= timeouts.out_after {
+                    changes.push(Change::OsdAutoOut { id: osd.id });
+                }
+            }
+        }
+        changes
+    }
+
+    /// PG states, usage and health for status, from the beacons of OSDs that are up.
+    pub fn summary(&self, map: &ClusterMap) -> Summary {
+        let seen = self.lock();
+        let mut reported: HashMap<PgId, &PgState> = HashMap::new();
+        let (mut used_bytes, mut total_bytes) = (0, 0);
+        for (osd, (_, beacon)) in &seen.beacons {
+            if !map.osds.get(osd).is_some_and(|o| o.up) {
+                continue;
+            }
+            used_bytes += beacon.used_bytes;
+            total_bytes += beacon.total_bytes;
+            for (pg, state) in &beacon.pgs {
+                let Some(pool) = map.pools.get(&pg.pool) else {
+                    continue;
+                };
+                // Only the current primary's word counts.
+                if map.acting(pool, *pg).first() == Some(osd) {
+                    reported.insert(*pg, state);
+                }
+            }
+        }
+        let mut pgs: BTreeMap<String, u64> = BTreeMap::new();
+        let mut inactive = Vec::new();
+        for pool in map.pools.values() {
+            for number in 0..pool.pg_num {
+                let pg = PgId {
+                    pool: pool.id,
+                    number,
+                };
+                let name = match reported.get(&pg) {
+                    Some(state) => {
+                        if let PgState::Inactive(why) = state {
+                            if inactive.len() < INACTIVE_LISTED_MAX {
+                                inactive.push(format!("pg {}.{number}: {why}", pool.id));
+                            }
+                        }
+                        state.name()
+                    }
+                    None if map.acting(pool, pg).is_empty() => "down",
+                    None => "unknown",
+                };
+                *pgs.entry(name.to_string()).or_default() += 1;
+            }
+        }
+        let health = health(map, &pgs);
+        Summary {
+            pgs,
+            inactive,
+            used_bytes,
+            total_bytes,
+            health,
+        }
+    }
+}
+
+pub struct Summary {
+    pub pgs: BTreeMap<String, u64>,
+    pub inactive: Vec<String>,
+    pub used_bytes: u64,
+    pub total_bytes: u64,
+    pub health: Health,
+}
+
+fn health(map: &ClusterMap, pgs: &BTreeMap<String, u64>) -> Health {
+    let mut errors = Vec::new();
+    let mut warnings = Vec::new();
+    for (state, count) in pgs {
+        match state.as_str() {
+            "active+clean" => {}
+            "inactive" | "down" => errors.push(format!("{count} PGs {state}: I/O to them waits")),
+            _ => warnings.push(format!("{count} PGs {state}")),
+        }
+    }
+    let down = map.osds.values().filter(|o| !o.up).count();
+    if down > 0 {
+        warnings.push(format!("{down} of {} OSDs down", map.osds.len()));
+    }
+    if map.osds.is_empty() {
+        warnings.push("no OSDs".into());
+    }
+    if !errors.is_empty() {
+        errors.extend(warnings);
+        Health::Err(errors)
+    } else if !warnings.is_empty() {
+        Health::Warn(warnings)
+    } else {
+        Health::Ok
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use map::placement::FailureDomain;
+
+    fn map_with(osds: u32) -> ClusterMap {
+        let mut map = ClusterMap::default();
+        for id in 0..osds {
+            let id = OsdId(id);
+            map.apply(&Change::AddOsd {
+                id,
+                host: "h".into(),
+                weight: map::cluster::WEIGHT_ONE,
+            })
+            .expect("add");
+            map.apply(&Change::OsdBoot {
+                id,
+                addr: "127.0.0.1:1".into(),
+            })
+            .expect("boot");
+        }
+        map
+    }
+
+    #[test]
+    fn silent_osds_go_down_after_grace_then_out() {
+        let timeouts = Timeouts {
+            down_after: Duration::from_secs(5),
+            out_after: Duration::from_secs(60),
+        };
+        let live = Liveness::default();
+        let mut map = map_with(2);
+        let t0 = Instant::now();
+        assert!(
+            live.due(&map, timeouts, t0).is_empty(),
+            "grace starts at leadership"
+        );
+        live.beacon(OsdId(0), OsdBeacon::default());
+        let later = t0 + Duration::from_secs(6);
+        let due = live.due(&map, timeouts, later);
+        assert_eq!(due, vec![Change::OsdDown { id: OsdId(1) }]);
+        map.apply(&due[0]).expect("down");
+        assert!(live
+            .due(&map, timeouts, later)
+            .iter()
+            .all(|c| matches!(c, Change::OsdDown { id } if *id == OsdId(0))));
+        let much_later = later + Duration::from_secs(61);
+        assert!(live
+            .due(&map, timeouts, much_later)
+            .contains(&Change::OsdAutoOut { id: OsdId(1) }));
+    }
+
+    #[test]
+    fn a_new_leader_gives_every_osd_a_full_grace() {
+        let timeouts = Timeouts::default();
+        let live = Liveness::default();
+        let map = map_with(1);
+        let t0 = Instant::now();
+        live.due(&map, timeouts, t0);
+        live.follow();
+        let t1 = t0 + timeouts.down_after * 2;
+        assert!(live.due(&map, timeouts, t1).is_empty());
+        assert_eq!(
+            live.due(&map, timeouts, t1 + timeouts.down_after),
+            vec![Change::OsdDown { id: OsdId(0) }]
+        );
+    }
+
+    #[test]
+    fn status_counts_pgs_by_the_primarys_report() {
+        let mut map = map_with(3);
+        map.apply(&Change::CreatePool {
+            name: "p".into(),
+            size: 3,
+            min_size: 2,
+            pg_num: 4,
+            domain: FailureDomain::Osd,
+        })
+        .expect("pool");
+        let live = Liveness::default();
+        let pool = map.pool_by_name("p").expect("pool").clone();
+        for number in 0..4 {
+            let pg = PgId {
+                pool: pool.id,
+                number,
+            };
+            let primary = map.acting(&pool, pg)[0];
+            let state = if number == 0 {
+                PgState::Inactive("1 of min_size 2".into())
+            } else {
+                PgState::Clean
+            };
+            let mut beacon = live
+                .lock()
+                .beacons
+                .get(&primary)
+                .map(|(_, b)| b.clone())
+                .unwrap_or_default();
+            beacon.pgs.push((pg, state));
+            live.beacon(primary, beacon);
+        }
+        let summary = live.summary(&map);
+        assert_eq!(summary.pgs.get("active+clean"), Some(&3));
+        assert_eq!(summary.pgs.get("inactive"), Some(&1));
+        assert!(matches!(summary.health, Health::Err(_)));
+        assert_eq!(summary.inactive.len(), 1);
+    }
+}

@@ -1,0 +1,388 @@
+//! Coffer's storage daemon (OSD): it keeps placement groups in its local store, serves
+//! clients' object operations as primary, replicates writes to the other OSDs of each PG's
+//! acting set, and recovers PGs when the map changes. Design: docs/design/replication.md.
+//!
+//! Replication is primary-copy with a per-PG log (Ceph's way): the primary orders every
+//! write of a PG, applies it with its log entry in one store transaction, sends it to every
+//! clean replica, and acknowledges once all of them (and at least min_size copies) have it.
+//!
+//! Must never depend on: `client`, `mon` (checked by scripts/check-deps.py).
+
+mod objects;
+mod pg;
+mod recovery;
+mod service;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use map::cluster::{ClusterMap, Epoch};
+use map::placement::{OsdId, PgId};
+use messenger::message::{
+    AuthTable, Command, MonReply, MonRequest, OsdBeacon, OsdReply, OsdRequest, BEACON_INTERVAL_MS,
+};
+use messenger::{Connection, Endpoint, EntityName, Identity, Limits, Mode, MonAddr, MonClient};
+use store::{MkfsOptions, Store};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+pub use objects::LOG_ENTRIES_MAX;
+pub use pg::SERVE_WAIT;
+
+/// How long a request to another OSD may take before it counts as failed.
+pub const PEER_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long an OSD waits for a map as new as the one a request was made with.
+const MAP_CATCH_UP_WAIT: Duration = Duration::from_secs(5);
+
+pub struct OsdConfig {
+    pub id: OsdId,
+    /// The store's directory.
+    pub data_dir: PathBuf,
+    pub mons: Vec<MonAddr>,
+    /// Modes offered to the monitors.
+    pub mon_modes: Vec<Mode>,
+    /// Modes accepted from clients and other OSDs.
+    pub serve_modes: Vec<Mode>,
+    /// Modes offered to other OSDs.
+    pub cluster_modes: Vec<Mode>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum OsdError {
+    #[error("monitors: {0}")]
+    Mon(#[from] messenger::MonError),
+    #[error("messenger: {0}")]
+    Messenger(String),
+    #[error("store: {0}")]
+    Store(String),
+    #[error("{0}")]
+    Refused(String),
+}
+
+pub(crate) struct Inner {
+    pub id: OsdId,
+    pub store: Arc<Store>,
+    pub endpoint: Endpoint,
+    pub monc: MonClient,
+    pub map: watch::Sender<Arc<ClusterMap>>,
+    pub auth: watch::Sender<Arc<AuthTable>>,
+    pgs: std::sync::Mutex<HashMap<PgId, Arc<pg::Pg>>>,
+    peers: tokio::sync::Mutex<HashMap<OsdId, (String, Connection)>>,
+    cluster_modes: Vec<Mode>,
+    /// Each PG's acting set as last seen in a map, to peer only PGs whose set changed.
+    acting_seen: std::sync::Mutex<HashMap<PgId, Vec<OsdId>>>,
+    addr: String,
+}
+
+pub struct Osd {
+    inner: Arc<Inner>,
+    server: messenger::Server,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+async fn mon_client(
+    identity: &Identity,
+    mons: Vec<MonAddr>,
+    modes: Vec<Mode>,
+) -> Result<MonClient, OsdError> {
+    let endpoint = Endpoint::new(identity, Limits::default())
+        .map_err(|e| OsdError::Messenger(e.to_string()))?;
+    Ok(MonClient::new(endpoint, mons, modes))
+}
+
+async fn store_kek(monc: &MonClient) -> Result<keys::KeyEncryptionKey, OsdError> {
+    match monc.call(&MonRequest::GetStoreKek).await? {
+        MonReply::StoreKek(bytes) => {
+            let bytes: [u8; 32] = bytes
+                .try_into()
+                .map_err(|_| OsdError::Refused("the store key is not 32 bytes".into()))?;
+            Ok(keys::KeyEncryptionKey::from_bytes(bytes))
+        }
+        MonReply::Denied(why) | MonReply::Failed(why) => Err(OsdError::Refused(why)),
+        other => Err(OsdError::Refused(format!("unexpected reply {other:?}"))),
+    }
+}
+
+impl Osd {
+    /// Creates this OSD's store in `dir`, wrapped under the key the monitors keep for it.
+    pub async fn mkfs(
+        identity: &Identity,
+        mons: Vec<MonAddr>,
+        mon_modes: Vec<Mode>,
+        dir: PathBuf,
+        options: MkfsOptions,
+    ) -> Result<(), OsdError> {
+        let monc = mon_client(identity, mons, mon_modes).await?;
+        let kek = store_kek(&monc).await?;
+        tokio::task::spawn_blocking(move || Store::mkfs(&dir, &options, &kek))
+            .await
+            .map_err(|e| OsdError::Store(e.to_string()))?
+            .map_err(|e| OsdError::Store(e.to_string()))
+    }
+
+    /// Fetches the store key from the monitors, opens the store, serves on `listener`, and
+    /// reports to the monitors that this OSD is up.
+    pub async fn start(
+        identity: &Identity,
+        config: OsdConfig,
+        listener: TcpListener,
+    ) -> Result<Osd, OsdError> {
+        if identity.entity() != &EntityName::osd(config.id.0) {
+            return Err(OsdError::Refused(format!(
+                "the keyring is for {}, not osd.{}",
+                identity.entity(),
+                config.id.0
+            )));
+        }
+        let monc = mon_client(identity, config.mons.clone(), config.mon_modes.clone()).await?;
+        let kek = store_kek(&monc).await?;
+        let dir = config.data_dir.clone();
+        let store = tokio::task::spawn_blocking(move || Store::open(&dir, &kek))
+            .await
+            .map_err(|e| OsdError::Store(e.to_string()))?
+            .map_err(|e| OsdError::Store(format!("{}: {e}", config.data_dir.display())))?;
+        let map = monc.map().await?;
+        let auth = match monc.call(&MonRequest::GetAuth { newer_than: None }).await? {
+            MonReply::Auth(table) => table,
+            other => return Err(OsdError::Refused(format!("auth table: {other:?}"))),
+        };
+        let endpoint = Endpoint::new(identity, Limits::default())
+            .map_err(|e| OsdError::Messenger(e.to_string()))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| OsdError::Messenger(e.to_string()))?
+            .to_string();
+        let inner = Arc::new(Inner {
+            id: config.id,
+            store: Arc::new(store),
+            endpoint: endpoint.clone(),
+            monc,
+            map: watch::Sender::new(Arc::new(map)),
+            auth: watch::Sender::new(Arc::new(auth)),
+            pgs: Default::default(),
+            peers: Default::default(),
+            cluster_modes: config.cluster_modes,
+            acting_seen: Default::default(),
+            addr,
+        });
+        let service = service::OsdService {
+            inner: inner.clone(),
+        };
+        let server = endpoint
+            .serve(listener, config.serve_modes, Arc::new(service))
+            .map_err(|e| OsdError::Messenger(e.to_string()))?;
+        inner.boot().await?;
+        let tasks = vec![
+            tokio::spawn(follow_map(inner.clone())),
+            tokio::spawn(follow_auth(inner.clone())),
+            tokio::spawn(send_beacons(inner.clone())),
+        ];
+        tracing::info!(osd = inner.id.0, addr = %inner.addr, "up");
+        Ok(Osd {
+            inner,
+            server,
+            tasks,
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.server.local_addr()
+    }
+
+    pub fn epoch(&self) -> Epoch {
+        self.inner.map.borrow().epoch
+    }
+
+    /// Stops serving and every background task; writes in progress finish or fail first.
+    pub async fn shutdown(self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+        self.server.shutdown().await;
+    }
+}
+
+impl Inner {
+    pub fn pg(&self, id: PgId) -> Arc<pg::Pg> {
+        let mut pgs = self.pgs.lock().unwrap_or_else(|p| p.into_inner());
+        pgs.entry(id)
+            .or_insert_with(|| Arc::new(pg::Pg::new(id)))
+            .clone()
+    }
+
+    async fn boot(&self) -> Result<(), OsdError> {
+        match self
+            .monc
+            .command(Command::OsdBoot {
+                addr: self.addr.clone(),
+            })
+            .await?
+        {
+            MonReply::Done { .. } => Ok(()),
+            MonReply::Denied(why) | MonReply::Failed(why) => Err(OsdError::Refused(why)),
+            other => Err(OsdError::Refused(format!("boot: unexpected {other:?}"))),
+        }
+    }
+
+    /// Waits until this OSD's map is at least `epoch` (bounded); the map it has then.
+    pub async fn map_at_least(&self, epoch: Epoch) -> Arc<ClusterMap> {
+        let mut watch = self.map.subscribe();
+        let _ = tokio::time::timeout(MAP_CATCH_UP_WAIT, watch.wait_for(|m| m.epoch >= epoch)).await;
+        let map = watch.borrow().clone();
+        map
+    }
+
+    async fn connection(&self, osd: OsdId) -> Result<Connection, String> {
+        let addr = self
+            .map
+            .borrow()
+            .osds
+            .get(&osd)
+            .and_then(|o| o.addr.clone())
+            .ok_or_else(|| format!("osd.{} has no address in the map", osd.0))?;
+        let mut peers = self.peers.lock().await;
+        if let Some((known, conn)) = peers.get(&osd) {
+            if *known == addr && !conn.is_closed() {
+                return Ok(conn.clone());
+            }
+        }
+        let socket: SocketAddr = addr
+            .parse()
+            .map_err(|e| format!("osd.{} address {addr:?}: {e}", osd.0))?;
+        let conn = self
+            .endpoint
+            .connect(socket, &EntityName::osd(osd.0), &self.cluster_modes)
+            .await
+            .map_err(|e| format!("connecting to osd.{}: {e}", osd.0))?;
+        peers.insert(osd, (addr, conn.clone()));
+        Ok(conn)
+    }
+
+    /// Sends `request` to another OSD and returns its reply.
+    pub async fn call_peer(
+        &self,
+        osd: OsdId,
+        request: &OsdRequest,
+        data: Bytes,
+    ) -> Result<(OsdReply, Bytes), String> {
+        let conn = self.connection(osd).await?;
+        match tokio::time::timeout(PEER_TIMEOUT, conn.request(request, data)).await {
+            Ok(Ok(reply)) => Ok(reply),
+            Ok(Err(e)) => Err(format!("osd.{}: {e}", osd.0)),
+            Err(_) => Err(format!(
+                "osd.{} did not answer within {PEER_TIMEOUT:?}",
+                osd.0
+            )),
+        }
+    }
+
+    /// Peers every PG whose acting set changed in `map` (and drops the others' primacy).
+    fn on_map(self: &Arc<Self>, map: &ClusterMap) {
+        let mut seen = self.acting_seen.lock().unwrap_or_else(|p| p.into_inner());
+        let mut live = std::collections::HashSet::new();
+        for pool in map.pools.values() {
+            for number in 0..pool.pg_num {
+                let id = PgId {
+                    pool: pool.id,
+                    number,
+                };
+                let acting = map.acting(pool, id);
+                live.insert(id);
+                let involved = acting.contains(&self.id) || seen.contains_key(&id);
+                if !involved || seen.get(&id) == Some(&acting) {
+                    continue;
+                }
+                seen.insert(id, acting);
+                tokio::spawn(recovery::peer(self.clone(), id));
+            }
+        }
+        seen.retain(|id, _| {
+            if live.contains(id) {
+                return true;
+            }
+            self.pg(*id).serving.send_replace(pg::Serving::NotPrimary);
+            false
+        });
+    }
+}
+
+/// Follows the map by epoch, peering PGs as their acting sets change, and boots again if
+/// the monitors marked this OSD down while it was alive.
+async fn follow_map(inner: Arc<Inner>) {
+    let first = inner.map.borrow().clone();
+    inner.on_map(&first);
+    loop {
+        let epoch = inner.map.borrow().epoch;
+        match inner.monc.map_after(epoch).await {
+            Ok(map) if map.epoch > epoch => {
+                let map = Arc::new(map);
+                inner.map.send_replace(map.clone());
+                inner.on_map(&map);
+                let marked_down = map.osds.get(&inner.id).is_some_and(|o| !o.up);
+                if marked_down {
+                    tracing::warn!("the monitors marked this OSD down; booting again");
+                    if let Err(e) = inner.boot().await {
+                        tracing::warn!(error = %e, "boot");
+                    }
+                }
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "map subscription");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    }
+}
+
+/// Keeps the auth table current, to authorise clients and peers as the monitors do.
+async fn follow_auth(inner: Arc<Inner>) {
+    loop {
+        let version = inner.auth.borrow().version;
+        let request = MonRequest::GetAuth {
+            newer_than: Some(version),
+        };
+        match inner.monc.call(&request).await {
+            Ok(MonReply::Auth(table)) if table.version > version => {
+                inner.auth.send_replace(Arc::new(table));
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "auth subscription");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    }
+}
+
+/// Tells the monitors this OSD is alive, with the state of the PGs it leads.
+async fn send_beacons(inner: Arc<Inner>) {
+    let mut tick = tokio::time::interval(Duration::from_millis(BEACON_INTERVAL_MS));
+    loop {
+        tick.tick().await;
+        let pgs: Vec<_> = {
+            let pgs = inner.pgs.lock().unwrap_or_else(|p| p.into_inner());
+            pgs.values()
+                .filter_map(|pg| match &*pg.serving.borrow() {
+                    pg::Serving::Primary { state, .. } => Some((pg.id, state.clone())),
+                    pg::Serving::NotPrimary => None,
+                })
+                .collect()
+        };
+        let statfs = inner.store.statfs();
+        let beacon = OsdBeacon {
+            epoch: inner.map.borrow().epoch,
+            pgs,
+            used_bytes: statfs.allocated_bytes,
+            total_bytes: statfs.total_bytes,
+        };
+        if let Err(e) = inner.monc.call(&MonRequest::Beacon(beacon)).await {
+            tracing::warn!(error = %e, "beacon");
+        }
+    }
+}

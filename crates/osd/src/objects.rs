@@ -1,0 +1,376 @@
+//! How placement groups live in the local store: client objects keep their name in their
+//! pool, with their PG version in an internal attribute; each PG has a metadata object (in a
+//! shadow pool no client can name) holding its info and its log. A write changes the object
+//! and the PG's log in one store transaction, so they never disagree after a crash.
+//!
+//! Everything here is synchronous store work: callers run it on tokio's blocking threads.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use map::placement::{pg_of, PgId};
+use map::{ObjectName, ObjectRef, PoolId};
+use messenger::message::{LogEntry, ObjectCopy, ObjectOp, OpResult, PgInfo, Version};
+use store::{ReadError, Store, Transaction, OMAP_PAGE_ENTRIES_MAX};
+
+/// The attribute holding an object's version. Names starting with `.` are Coffer's own.
+pub const VERSION_ATTR: &str = ".v";
+/// The PG info attribute of a PG's metadata object.
+const INFO_ATTR: &str = ".info";
+/// Pool numbers with this bit set hold PG metadata objects; the monitors' pool numbers never
+/// reach it.
+const META_POOL_BIT: u64 = 1 << 63;
+/// Log entries kept per PG: retried requests are recognised within this window.
+pub const LOG_ENTRIES_MAX: usize = 2000;
+/// Entries trimmed at once when the log passes its limit.
+const LOG_TRIM_BATCH: usize = 100;
+
+pub fn is_internal_attr(name: &str) -> bool {
+    name.starts_with('.')
+}
+
+pub fn object_ref(pg: PgId, name: &ObjectName) -> ObjectRef {
+    ObjectRef::new(pg.pool, name.clone())
+}
+
+fn meta_ref(pg: PgId) -> ObjectRef {
+    let name = ObjectName::new(format!("pg.{}", pg.number))
+        .unwrap_or_else(|e| unreachable!("a PG metadata name is valid: {e}"));
+    ObjectRef::new(PoolId(pg.pool.0 | META_POOL_BIT), name)
+}
+
+fn log_key(version: Version) -> [u8; 16] {
+    let mut key = [0u8; 16];
+    key[..8].copy_from_slice(&version.epoch.to_be_bytes());
+    key[8..].copy_from_slice(&version.seq.to_be_bytes());
+    key
+}
+
+fn encode<T: serde::Serialize>(value: &T) -> Vec<u8> {
+    postcard::to_stdvec(value).unwrap_or_else(|e| unreachable!("encoding to memory: {e}"))
+}
+
+/// A PG's info and log as stored (empty for a PG this OSD never held).
+pub fn load_pg(store: &Store, pg: PgId) -> Result<(PgInfo, VecDeque<LogEntry>), ReadError> {
+    let meta = meta_ref(pg);
+    let info = match store.attrs(&meta) {
+        Ok(attrs) => match attrs.get(INFO_ATTR) {
+            Some(bytes) => postcard::from_bytes(bytes).map_err(|e| corrupt("PG info", e))?,
+            None => PgInfo::default(),
+        },
+        Err(ReadError::NotFound { .. }) => return Ok((PgInfo::default(), VecDeque::new())),
+        Err(e) => return Err(e),
+    };
+    let mut log = VecDeque::new();
+    let mut after: Option<Vec<u8>> = None;
+    loop {
+        let page = store.omap_list(&meta, after.as_deref(), OMAP_PAGE_ENTRIES_MAX)?;
+        let Some(last) = page.last() else { break };
+        after = Some(last.0.clone());
+        for entry in &page {
+            log.push_back(postcard::from_bytes(&entry.1).map_err(|e| corrupt("PG log", e))?);
+        }
+    }
+    Ok((info, log))
+}
+
+fn corrupt(what: &str, e: postcard::Error) -> ReadError {
+    ReadError::MetadataIntegrity {
+        what: format!("{what} does not decode: {e}"),
+    }
+}
+
+/// Adds to `txn` the new log entry and the PG's new info, and trims the oldest entries once
+/// the log is past its limit. Returns how many entries the caller drops from the front of
+/// `log` once the transaction is applied.
+pub fn log_append(
+    txn: &mut Transaction,
+    pg: PgId,
+    entry: &LogEntry,
+    log: &VecDeque<LogEntry>,
+) -> usize {
+    let meta = meta_ref(pg);
+    txn.omap_set(&meta, &log_key(entry.version), &encode(entry));
+    txn.set_attr(
+        &meta,
+        INFO_ATTR,
+        &encode(&PgInfo {
+            last: entry.version,
+        }),
+    );
+    if log.len() + 1 > LOG_ENTRIES_MAX + LOG_TRIM_BATCH {
+        for old in log.iter().take(LOG_TRIM_BATCH) {
+            txn.omap_remove(&meta, &log_key(old.version));
+        }
+        LOG_TRIM_BATCH
+    } else {
+        0
+    }
+}
+
+/// Replaces a PG's info and log (a replica taking its primary's after recovery).
+pub fn replace_log(txn: &mut Transaction, pg: PgId, info: PgInfo, log: &VecDeque<LogEntry>) {
+    let meta = meta_ref(pg);
+    txn.remove(&meta).touch(&meta);
+    txn.set_attr(&meta, INFO_ATTR, &encode(&info));
+    for entry in log {
+        txn.omap_set(&meta, &log_key(entry.version), &encode(entry));
+    }
+}
+
+/// Adds a client's write ops on `object` to `txn`, taking write bytes from `data` in order,
+/// and stamps the object with `version` (unless it is removed).
+pub fn build_write(
+    txn: &mut Transaction,
+    object: &ObjectRef,
+    ops: &[ObjectOp],
+    data: &[u8],
+    version: Version,
+) -> Result<(), String> {
+    let mut at = 0usize;
+    let mut take = |len: u64| -> Result<&[u8], String> {
+        let len = usize::try_from(len).map_err(|_| "write length overflows".to_string())?;
+        let end = at
+            .checked_add(len)
+            .filter(|end| *end <= data.len())
+            .ok_or_else(|| format!("ops need more than the {} data bytes sent", data.len()))?;
+        let piece = &data[at..end];
+        at = end;
+        Ok(piece)
+    };
+    let mut exists_after = true;
+    for op in ops {
+        exists_after = true;
+        match op {
+            ObjectOp::Create { .. } => {
+                txn.touch(object);
+            }
+            ObjectOp::WriteFull { len } => {
+                let bytes = take(*len)?;
+                txn.touch(object)
+                    .truncate(object, 0)
+                    .write(object, 0, bytes);
+            }
+            ObjectOp::Write { offset, len } => {
+                let bytes = take(*len)?;
+                txn.write(object, *offset, bytes);
+            }
+            ObjectOp::Zero { offset, len } => {
+                txn.touch(object).zero(object, *offset, *len);
+            }
+            ObjectOp::Truncate { size } => {
+                txn.touch(object).truncate(object, *size);
+            }
+            ObjectOp::Remove => {
+                txn.remove(object);
+                exists_after = false;
+            }
+            ObjectOp::SetAttr { name, value } => {
+                check_attr_name(name)?;
+                txn.set_attr(object, name, value);
+            }
+            ObjectOp::RemoveAttr { name } => {
+                check_attr_name(name)?;
+                txn.remove_attr(object, name);
+            }
+            ObjectOp::OmapSet { entries } => {
+                for (key, value) in entries {
+                    txn.omap_set(object, key, value);
+                }
+            }
+            ObjectOp::OmapRemove { keys } => {
+                for key in keys {
+                    txn.omap_remove(object, key);
+                }
+            }
+            ObjectOp::OmapClear => {
+                txn.omap_clear(object);
+            }
+            ObjectOp::Read { .. }
+            | ObjectOp::Stat
+            | ObjectOp::GetAttrs
+            | ObjectOp::OmapGet { .. }
+            | ObjectOp::OmapList { .. } => {
+                return Err("reads and writes cannot share one request".into());
+            }
+        }
+    }
+    if at != data.len() {
+        return Err(format!("{} data bytes sent, the ops use {at}", data.len()));
+    }
+    if exists_after {
+        txn.set_attr(object, VERSION_ATTR, &encode(&version));
+    }
+    Ok(())
+}
+
+fn check_attr_name(name: &str) -> Result<(), String> {
+    if is_internal_attr(name) {
+        return Err(format!(
+            "attribute {name:?}: names starting with '.' are reserved"
+        ));
+    }
+    Ok(())
+}
+
+pub fn version_of(attrs: &BTreeMap<String, Vec<u8>>) -> Version {
+    attrs
+        .get(VERSION_ATTR)
+        .and_then(|bytes| postcard::from_bytes(bytes).ok())
+        .unwrap_or_default()
+}
+
+/// Runs read ops; read bytes are appended to `out` in order.
+pub fn read_ops(
+    store: &Store,
+    object: &ObjectRef,
+    ops: &[ObjectOp],
+    out: &mut Vec<u8>,
+) -> Result<Vec<OpResult>, ReadError> {
+    let mut results = Vec::with_capacity(ops.len());
+    for op in ops {
+        let result = match op {
+            ObjectOp::Read { offset, len } => {
+                let buf = store.read(object, *offset, *len)?;
+                out.extend_from_slice(&buf);
+                OpResult::Read {
+                    len: buf.len() as u64,
+                }
+            }
+            ObjectOp::Stat => {
+                let stat = store.stat(object)?;
+                OpResult::Stat {
+                    size: stat.size_bytes,
+                    mtime_ns: stat.mtime_ns,
+                    version: version_of(&store.attrs(object)?),
+                }
+            }
+            ObjectOp::GetAttrs => {
+                let mut attrs = store.attrs(object)?;
+                attrs.retain(|name, _| !is_internal_attr(name));
+                OpResult::Attrs(attrs)
+            }
+            ObjectOp::OmapGet { keys } => {
+                let mut found = Vec::with_capacity(keys.len());
+                for key in keys {
+                    found.push((key.clone(), store.omap_get(object, key)?));
+                }
+                OpResult::Omap(found)
+            }
+            ObjectOp::OmapList { after, limit } => {
+                let page = store.omap_list(object, after.as_deref(), *limit as usize)?;
+                OpResult::OmapList(page)
+            }
+            write => {
+                return Err(ReadError::Invalid {
+                    reason: format!(
+                        "{write:?} is a write; reads and writes cannot share a request"
+                    ),
+                })
+            }
+        };
+        results.push(result);
+    }
+    Ok(results)
+}
+
+/// Every object of `pg` this store holds, with its version, in name order.
+pub fn list_pg(
+    store: &Store,
+    pg: PgId,
+    pg_num: u32,
+) -> Result<BTreeMap<ObjectName, Version>, ReadError> {
+    let mut objects = BTreeMap::new();
+    let mut cursor = None;
+    loop {
+        let page = store.list(
+            pg.pool,
+            0..=u32::MAX,
+            cursor.as_ref(),
+            store::LIST_PAGE_ENTRIES_MAX,
+        )?;
+        for entry in page.entries {
+            if pg_of(entry.hash.0, pg_num) != pg.number {
+                continue;
+            }
+            let attrs = match store.attrs(&object_ref(pg, &entry.name)) {
+                Ok(attrs) => attrs,
+                // Removed since the page was read.
+                Err(ReadError::NotFound { .. }) => continue,
+                Err(e) => return Err(e),
+            };
+            objects.insert(entry.name, version_of(&attrs));
+        }
+        match page.next {
+            Some(next) => cursor = Some(next),
+            None => return Ok(objects),
+        }
+    }
+}
+
+/// `len` bytes from `offset` of an object, with its version, attributes and omap (`None`
+/// if it does not exist).
+pub fn read_copy(
+    store: &Store,
+    object: &ObjectRef,
+    offset: u64,
+    len: u64,
+) -> Result<Option<(ObjectCopy, Vec<u8>)>, ReadError> {
+    let stat = match store.stat(object) {
+        Ok(stat) => stat,
+        Err(ReadError::NotFound { .. }) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let attrs = store.attrs(object)?;
+    let mut omap = Vec::new();
+    if offset == 0 {
+        let mut after: Option<Vec<u8>> = None;
+        loop {
+            let page = store.omap_list(object, after.as_deref(), OMAP_PAGE_ENTRIES_MAX)?;
+            let Some(last) = page.last() else { break };
+            after = Some(last.0.clone());
+            omap.extend(page);
+        }
+    }
+    let data = store.read(object, offset, len)?.to_vec();
+    let copy = ObjectCopy {
+        version: version_of(&attrs),
+        size: stat.size_bytes,
+        attrs,
+        omap,
+    };
+    Ok(Some((copy, data)))
+}
+
+/// Adds to `txn` one piece of a recovered object: the first piece (offset 0) replaces the
+/// object with its size, attributes (but the version) and omap; the last sets its version,
+/// so an interrupted copy never looks current.
+pub fn write_copy(
+    txn: &mut Transaction,
+    object: &ObjectRef,
+    copy: Option<&ObjectCopy>,
+    offset: u64,
+    data: &[u8],
+    last: bool,
+) {
+    let Some(copy) = copy else {
+        txn.remove(object);
+        return;
+    };
+    if offset == 0 {
+        txn.remove(object).touch(object).truncate(object, copy.size);
+        for (name, value) in &copy.attrs {
+            if name != VERSION_ATTR {
+                txn.set_attr(object, name, value);
+            }
+        }
+        for (key, value) in &copy.omap {
+            txn.omap_set(object, key, value);
+        }
+    }
+    if !data.is_empty() {
+        txn.write(object, offset, data);
+    }
+    if last {
+        txn.set_attr(object, VERSION_ATTR, &encode(&copy.version));
+    }
+}

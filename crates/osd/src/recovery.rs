@@ -1,0 +1,453 @@
+//! Peering and recovery, run by a PG's primary whenever its acting set changes.
+//!
+//! Peering: the primary asks every other OSD of the acting set what it holds of the PG (its
+//! last version and log). If one holds newer writes than the primary, the primary first
+//! makes itself a copy of that OSD's objects and takes its log. Replicas with the same last
+//! version are clean and get every write from then on; the others are recovered in the
+//! background: every object whose version differs is copied to them, objects they hold
+//! that the primary does not are removed, then the objects written meanwhile, and they join.
+//! The PG serves as soon as it has min_size clean copies.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use map::placement::{OsdId, PgId};
+use map::ObjectName;
+use messenger::message::{
+    LogEntry, ObjectCopy, OsdReply, OsdRequest, PeerOp, PgInfo, PgState, Version,
+};
+use store::Transaction;
+
+use crate::objects;
+use crate::pg::{Core, Interval, Serving};
+use crate::Inner;
+
+/// Pause before a failed peering or recovery tries again.
+const RETRY_PAUSE: Duration = Duration::from_secs(1);
+/// Bytes of object data per recovery message.
+const COPY_PIECE_BYTES: u64 = 8 << 20;
+/// Names per page when listing a peer's PG.
+const LIST_PAGE: u32 = 1000;
+/// A recovering replica joins once at most this many objects written during its recovery
+/// remain; they are copied while writes to the PG wait.
+const JOIN_DIRTY_MAX: usize = 64;
+
+/// Where recovery reads or writes objects: this OSD's store, or another OSD.
+#[derive(Clone, Copy)]
+enum Side {
+    Local,
+    Remote(OsdId),
+}
+
+/// One piece of an object being copied (`copy: None` removes it).
+struct Piece {
+    copy: Option<ObjectCopy>,
+    offset: u64,
+    data: Bytes,
+    last: bool,
+}
+
+impl Piece {
+    fn removal() -> Piece {
+        Piece {
+            copy: None,
+            offset: 0,
+            data: Bytes::new(),
+            last: true,
+        }
+    }
+}
+
+impl Inner {
+    async fn peer_op(
+        &self,
+        osd: OsdId,
+        pg: PgId,
+        op: PeerOp,
+        data: Bytes,
+    ) -> Result<(OsdReply, Bytes), String> {
+        let epoch = self.map.borrow().epoch;
+        let request = OsdRequest::Peer { pg, epoch, op };
+        match self.call_peer(osd, &request, data).await? {
+            (OsdReply::Failed(why) | OsdReply::Denied(why) | OsdReply::Busy(why), _) => {
+                Err(format!("osd.{}: {why}", osd.0))
+            }
+            reply => Ok(reply),
+        }
+    }
+
+    pub async fn blocking<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&store::Store) -> T + Send + 'static,
+    ) -> Result<T, String> {
+        let store = self.store.clone();
+        tokio::task::spawn_blocking(move || work(&store))
+            .await
+            .map_err(|e| format!("store task: {e}"))
+    }
+
+    pub async fn apply(&self, txn: Transaction) -> Result<(), String> {
+        self.blocking(move |store| store.apply(txn))
+            .await?
+            .map_err(|e| e.to_string())
+    }
+
+    /// Loads a PG's info and log from the store the first time it is needed.
+    pub async fn load(&self, core: &mut Core, pg: PgId) -> Result<(), String> {
+        if core.loaded {
+            return Ok(());
+        }
+        let (info, log) = self
+            .blocking(move |store| objects::load_pg(store, pg))
+            .await?
+            .map_err(|e| e.to_string())?;
+        core.set_log(info, log);
+        core.loaded = true;
+        Ok(())
+    }
+
+    async fn list(&self, side: Side, pg: PgId) -> Result<BTreeMap<ObjectName, Version>, String> {
+        match side {
+            Side::Local => {
+                let pg_num = self.pg_num(pg)?;
+                self.blocking(move |store| objects::list_pg(store, pg, pg_num))
+                    .await?
+                    .map_err(|e| e.to_string())
+            }
+            Side::Remote(osd) => {
+                let mut all = BTreeMap::new();
+                let mut after = None;
+                loop {
+                    let op = PeerOp::List {
+                        after: after.clone(),
+                        limit: LIST_PAGE,
+                    };
+                    match self.peer_op(osd, pg, op, Bytes::new()).await? {
+                        (OsdReply::PeerListing { entries, more }, _) => {
+                            after = entries.last().map(|(name, _)| name.clone());
+                            all.extend(entries);
+                            if !more || after.is_none() {
+                                return Ok(all);
+                            }
+                        }
+                        (other, _) => return Err(format!("listing: unexpected {other:?}")),
+                    }
+                }
+            }
+        }
+    }
+
+    pub fn pg_num(&self, pg: PgId) -> Result<u32, String> {
+        self.map
+            .borrow()
+            .pools
+            .get(&pg.pool)
+            .map(|pool| pool.pg_num)
+            .ok_or_else(|| format!("pool {} no longer exists", pg.pool))
+    }
+
+    async fn read_piece(
+        &self,
+        side: Side,
+        pg: PgId,
+        name: &ObjectName,
+        offset: u64,
+    ) -> Result<Option<(ObjectCopy, Bytes)>, String> {
+        match side {
+            Side::Local => {
+                let object = objects::object_ref(pg, name);
+                let piece = self
+                    .blocking(move |store| {
+                        objects::read_copy(store, &object, offset, COPY_PIECE_BYTES)
+                    })
+                    .await?
+                    .map_err(|e| e.to_string())?;
+                Ok(piece.map(|(copy, data)| (copy, Bytes::from(data))))
+            }
+            Side::Remote(osd) => {
+                let op = PeerOp::Pull {
+                    object: name.clone(),
+                    offset,
+                    len: COPY_PIECE_BYTES,
+                };
+                match self.peer_op(osd, pg, op, Bytes::new()).await? {
+                    (OsdReply::Copy(copy), data) => Ok(copy.map(|c| (c, data))),
+                    (other, _) => Err(format!("pull: unexpected {other:?}")),
+                }
+            }
+        }
+    }
+
+    async fn write_piece(
+        &self,
+        side: Side,
+        pg: PgId,
+        name: &ObjectName,
+        piece: Piece,
+    ) -> Result<(), String> {
+        match side {
+            Side::Local => {
+                let mut txn = Transaction::new();
+                let object = objects::object_ref(pg, name);
+                objects::write_copy(
+                    &mut txn,
+                    &object,
+                    piece.copy.as_ref(),
+                    piece.offset,
+                    &piece.data,
+                    piece.last,
+                );
+                self.apply(txn).await
+            }
+            Side::Remote(osd) => {
+                let op = PeerOp::Push {
+                    object: name.clone(),
+                    copy: piece.copy,
+                    offset: piece.offset,
+                    last: piece.last,
+                };
+                self.peer_op(osd, pg, op, piece.data).await.map(|_| ())
+            }
+        }
+    }
+
+    /// Makes `to`'s copy of `name` equal to `from`'s (removed if `from` has none).
+    async fn copy_object(
+        &self,
+        pg: PgId,
+        name: &ObjectName,
+        from: Side,
+        to: Side,
+    ) -> Result<(), String> {
+        let mut offset = 0;
+        loop {
+            let Some((copy, data)) = self.read_piece(from, pg, name, offset).await? else {
+                return self.write_piece(to, pg, name, Piece::removal()).await;
+            };
+            let end = offset + data.len() as u64;
+            let last = end >= copy.size || data.is_empty();
+            let piece = Piece {
+                copy: Some(copy),
+                offset,
+                data,
+                last,
+            };
+            self.write_piece(to, pg, name, piece).await?;
+            if last {
+                return Ok(());
+            }
+            offset = end;
+        }
+    }
+
+    /// Makes `to` hold exactly `from`'s objects of the PG.
+    async fn sync(&self, pg: PgId, from: Side, to: Side) -> Result<usize, String> {
+        let source = self.list(from, pg).await?;
+        let target = self.list(to, pg).await?;
+        let mut copied = 0;
+        for (name, version) in &source {
+            if target.get(name) != Some(version) {
+                self.copy_object(pg, name, from, to).await?;
+                copied += 1;
+            }
+        }
+        for name in target.keys().filter(|name| !source.contains_key(*name)) {
+            self.write_piece(to, pg, name, Piece::removal()).await?;
+            copied += 1;
+        }
+        Ok(copied)
+    }
+
+    async fn query(&self, osd: OsdId, pg: PgId) -> Result<(PgInfo, Vec<LogEntry>), String> {
+        match self.peer_op(osd, pg, PeerOp::Query, Bytes::new()).await? {
+            (OsdReply::Info { info, log }, _) => Ok((info, log)),
+            (other, _) => Err(format!("query: unexpected {other:?}")),
+        }
+    }
+}
+
+/// Peers `id` against the current map: takes primacy (or gives it up), gathers the other
+/// OSDs' states, catches this OSD up if it is behind, and starts recovering the others.
+pub async fn peer(inner: Arc<Inner>, id: PgId) {
+    let pg = inner.pg(id);
+    let mut core = pg.core.lock().await;
+    let map = inner.map.borrow().clone();
+    let Some(pool) = map.pools.get(&id.pool).cloned() else {
+        core.interval = Interval::default();
+        pg.serving.send_replace(Serving::NotPrimary);
+        return;
+    };
+    let acting = map.acting(&pool, id);
+    if acting.first() != Some(&inner.id) {
+        core.interval = Interval::default();
+        pg.serving.send_replace(Serving::NotPrimary);
+        return;
+    }
+    if core.interval.epoch != 0 && core.interval.acting == acting && pg.serving.borrow().is_active()
+    {
+        return;
+    }
+    core.interval = Interval {
+        epoch: map.epoch,
+        acting: acting.clone(),
+        size: usize::from(pool.size),
+        min_size: usize::from(pool.min_size),
+        clean: Vec::new(),
+        recovering: HashMap::new(),
+    };
+    pg.serving.send_replace(Serving::Primary {
+        epoch: map.epoch,
+        state: PgState::Peering,
+    });
+    let failed = |why: String| {
+        tracing::warn!(pg = %format!("{}.{}", id.pool, id.number), %why, "peering");
+        PgState::Inactive(why)
+    };
+    if let Err(e) = inner.load(&mut core, id).await {
+        let state = failed(format!("reading its log: {e}"));
+        pg.serving.send_replace(Serving::Primary {
+            epoch: map.epoch,
+            state,
+        });
+        return;
+    }
+    if acting.len() < usize::from(pool.min_size) {
+        pg.publish(&core);
+        return;
+    }
+    let mut answers = Vec::new();
+    for osd in &acting[1..] {
+        answers.push((*osd, inner.query(*osd, id).await));
+    }
+    let best = answers
+        .iter()
+        .filter_map(|(osd, answer)| answer.as_ref().ok().map(|(info, log)| (*osd, *info, log)))
+        .max_by_key(|(_, info, _)| info.last);
+    if let Some((from, info, log)) = best.filter(|(_, info, _)| info.last > core.info.last) {
+        tracing::info!(pg = %format!("{}.{}", id.pool, id.number), from = from.0, "catching up");
+        let caught_up = match inner.sync(id, Side::Remote(from), Side::Local).await {
+            Ok(_) => adopt_log(&inner, &mut core, id, info, log.iter().cloned().collect()).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = caught_up {
+            let state = failed(format!("copying from osd.{}: {e}", from.0));
+            pg.serving.send_replace(Serving::Primary {
+                epoch: map.epoch,
+                state,
+            });
+            drop(core);
+            retry_later(inner, id);
+            return;
+        }
+    }
+    for (osd, answer) in answers {
+        match answer {
+            Ok((info, _)) if info.last == core.info.last => core.interval.clean.push(osd),
+            _ => {
+                core.interval.recovering.insert(osd, Default::default());
+                tokio::spawn(recover(inner.clone(), id, osd, map.epoch));
+            }
+        }
+    }
+    pg.publish(&core);
+}
+
+async fn adopt_log(
+    inner: &Inner,
+    core: &mut Core,
+    pg: PgId,
+    info: PgInfo,
+    log: VecDeque<LogEntry>,
+) -> Result<(), String> {
+    let mut txn = Transaction::new();
+    objects::replace_log(&mut txn, pg, info, &log);
+    inner.apply(txn).await?;
+    core.set_log(info, log);
+    Ok(())
+}
+
+fn retry_later(inner: Arc<Inner>, id: PgId) {
+    tokio::spawn(async move {
+        tokio::time::sleep(RETRY_PAUSE).await;
+        peer(inner, id).await;
+    });
+}
+
+/// Whether `target` is still being recovered in the interval that began at `epoch`.
+fn still_recovering(core: &Core, epoch: u64, target: OsdId) -> bool {
+    core.interval.epoch == epoch && core.interval.recovering.contains_key(&target)
+}
+
+/// Recovers `target` for the interval that began at `epoch`, until it joins the clean
+/// replicas or the interval ends.
+pub async fn recover(inner: Arc<Inner>, id: PgId, target: OsdId, epoch: u64) {
+    let pg = inner.pg(id);
+    loop {
+        if !still_recovering(&*pg.core.lock().await, epoch, target) {
+            return;
+        }
+        match recover_once(&inner, id, target, epoch).await {
+            Ok(true) => {
+                tracing::info!(pg = %format!("{}.{}", id.pool, id.number), osd = target.0, "recovered");
+                return;
+            }
+            Ok(false) => return,
+            Err(e) => {
+                tracing::warn!(pg = %format!("{}.{}", id.pool, id.number), osd = target.0, error = %e, "recovery");
+                tokio::time::sleep(RETRY_PAUSE).await;
+            }
+        }
+    }
+}
+
+/// One recovery pass; `Ok(true)` once the target joined, `Ok(false)` if the interval ended.
+async fn recover_once(
+    inner: &Arc<Inner>,
+    id: PgId,
+    target: OsdId,
+    epoch: u64,
+) -> Result<bool, String> {
+    let pg = inner.pg(id);
+    if let Some(dirty) = pg.core.lock().await.interval.recovering.get_mut(&target) {
+        dirty.clear();
+    }
+    inner.sync(id, Side::Local, Side::Remote(target)).await?;
+    loop {
+        let mut core = pg.core.lock().await;
+        if !still_recovering(&core, epoch, target) {
+            return Ok(false);
+        }
+        let dirty: Vec<ObjectName> = core
+            .interval
+            .recovering
+            .get_mut(&target)
+            .map(|set| set.drain().collect())
+            .unwrap_or_default();
+        if dirty.len() > JOIN_DIRTY_MAX {
+            drop(core);
+            for name in &dirty {
+                inner
+                    .copy_object(id, name, Side::Local, Side::Remote(target))
+                    .await?;
+            }
+            continue;
+        }
+        // Writes wait while the last objects are copied and the target joins.
+        for name in &dirty {
+            inner
+                .copy_object(id, name, Side::Local, Side::Remote(target))
+                .await?;
+        }
+        let activate = PeerOp::Activate {
+            info: core.info,
+            log: core.log.iter().cloned().collect(),
+        };
+        inner.peer_op(target, id, activate, Bytes::new()).await?;
+        core.interval.recovering.remove(&target);
+        core.interval.clean.push(target);
+        pg.publish(&core);
+        return Ok(true);
+    }
+}

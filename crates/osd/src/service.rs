@@ -1,0 +1,440 @@
+//! What an OSD serves: clients' object operations (as a PG's primary) and its peers'
+//! replication and recovery requests.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use map::auth::Caps;
+use map::cluster::{ClusterMap, Epoch};
+use map::placement::{OsdId, PgId};
+use map::ObjectName;
+use messenger::message::{
+    LogEntry, ObjectOp, OsdReply, OsdRequest, PeerOp, ReqId, Version, LIST_PAGE_MAX,
+};
+use messenger::{CertificateDer, EntityKind, EntityName, Handler, Peer, Reply, Request};
+use store::{ReadError, Transaction};
+use tokio::task::JoinSet;
+
+use crate::objects;
+use crate::Inner;
+
+pub struct OsdService {
+    pub inner: Arc<Inner>,
+}
+
+fn reply(message: OsdReply) -> Reply {
+    Reply::new(&message, Bytes::new())
+}
+
+fn read_failure(e: ReadError) -> OsdReply {
+    match e {
+        ReadError::NotFound { .. } => OsdReply::NotFound,
+        other => OsdReply::Failed(other.to_string()),
+    }
+}
+
+impl Handler for OsdService {
+    type Grant = Caps;
+
+    fn authorize(&self, entity: &EntityName, cert: &CertificateDer<'_>) -> Result<Caps, String> {
+        let auth = self.inner.auth.borrow().clone();
+        match auth.entities.get(entity.as_str()) {
+            None => Err(format!("{entity} is not a known entity (or was removed)")),
+            Some(entry) if entry.cert_der[..] != cert[..] => Err(format!(
+                "{entity} presented a key that has been replaced or revoked"
+            )),
+            Some(entry) => Ok(entry.caps.clone()),
+        }
+    }
+
+    async fn handle(&self, peer: Arc<Peer<Caps>>, request: Request) -> Reply {
+        let message = match request.decode::<OsdRequest>() {
+            Ok(message) => message,
+            Err(e) => return reply(OsdReply::Failed(format!("undecodable request: {e}"))),
+        };
+        match message {
+            OsdRequest::Op {
+                pg,
+                epoch,
+                object,
+                reqid,
+                ops,
+            } => {
+                let op = ClientOp {
+                    pg,
+                    object,
+                    reqid,
+                    ops,
+                };
+                match self.client_op(&peer, epoch, op, request.data).await {
+                    Ok(answer) => answer,
+                    Err(refusal) => reply(refusal),
+                }
+            }
+            OsdRequest::List {
+                pg,
+                epoch,
+                after,
+                limit,
+            } => reply(self.client_list(&peer, pg, epoch, after, limit).await),
+            OsdRequest::Peer { pg, epoch, op } => {
+                let Some(from) = osd_of(&peer.entity) else {
+                    return reply(OsdReply::Denied("only OSDs send peer requests".into()));
+                };
+                match self.peer_op(from, pg, epoch, op, request.data).await {
+                    Ok(answer) => answer,
+                    Err(why) => reply(OsdReply::Failed(why)),
+                }
+            }
+        }
+    }
+}
+
+fn osd_of(entity: &EntityName) -> Option<OsdId> {
+    match entity.kind() {
+        EntityKind::Osd => entity.id().parse().ok().map(OsdId),
+        _ => None,
+    }
+}
+
+struct ClientOp {
+    pg: PgId,
+    object: ObjectName,
+    reqid: ReqId,
+    ops: Vec<ObjectOp>,
+}
+
+impl OsdService {
+    /// Checks that this OSD leads `pg` in a map at least as new as the client's, and that the
+    /// client may touch its pool; the map on success.
+    async fn check_primary(
+        &self,
+        peer: &Peer<Caps>,
+        pg: PgId,
+        epoch: Epoch,
+        write: bool,
+    ) -> Result<Arc<ClusterMap>, OsdReply> {
+        let map = self.inner.map_at_least(epoch).await;
+        let Some(pool) = map.pools.get(&pg.pool) else {
+            return Err(OsdReply::Retry {
+                epoch: map.epoch,
+                why: format!("pool {} does not exist", pg.pool),
+            });
+        };
+        if !peer.grant.osd_allows(&pool.name, write) {
+            let access = if write { "write" } else { "read" };
+            return Err(OsdReply::Denied(format!(
+                "{} may not {access} pool {}",
+                peer.entity, pool.name
+            )));
+        }
+        if pg.number >= pool.pg_num {
+            return Err(OsdReply::Retry {
+                epoch: map.epoch,
+                why: format!("pool {} has {} PGs", pool.name, pool.pg_num),
+            });
+        }
+        let primary = map.acting(pool, pg).first().copied();
+        if primary != Some(self.inner.id) {
+            return Err(OsdReply::Retry {
+                epoch: map.epoch,
+                why: format!(
+                    "osd.{} is not the primary of pg {}.{} at epoch {}",
+                    self.inner.id.0, pg.pool, pg.number, map.epoch
+                ),
+            });
+        }
+        Ok(map)
+    }
+
+    async fn client_op(
+        &self,
+        peer: &Peer<Caps>,
+        epoch: Epoch,
+        op: ClientOp,
+        data: Bytes,
+    ) -> Result<Reply, OsdReply> {
+        if op.ops.is_empty() {
+            return Err(OsdReply::Failed("a request needs at least one op".into()));
+        }
+        let write = op.ops.iter().any(ObjectOp::is_write);
+        if write && op.ops.iter().any(|o| !o.is_write()) {
+            return Err(OsdReply::Failed(
+                "reads and writes cannot share one request".into(),
+            ));
+        }
+        let map = self.check_primary(peer, op.pg, epoch, write).await?;
+        let pool = map
+            .pools
+            .get(&op.pg.pool)
+            .ok_or_else(|| OsdReply::Failed("pool vanished".into()))?;
+        if map.pg_of(pool, &op.object) != op.pg {
+            return Err(OsdReply::Failed(format!(
+                "object {} is not in pg {}.{}",
+                op.object, op.pg.pool, op.pg.number
+            )));
+        }
+        let pg = self.inner.pg(op.pg);
+        pg.wait_active().await.map_err(OsdReply::Busy)?;
+        if write {
+            return self.write(op, data).await.map(reply);
+        }
+        let object = objects::object_ref(op.pg, &op.object);
+        let ops = op.ops;
+        let (results, bytes) = self
+            .inner
+            .blocking(move |store| {
+                let mut out = Vec::new();
+                objects::read_ops(store, &object, &ops, &mut out).map(|r| (r, out))
+            })
+            .await
+            .map_err(OsdReply::Failed)?
+            .map_err(read_failure)?;
+        Ok(Reply::new(&OsdReply::Results(results), Bytes::from(bytes)))
+    }
+
+    /// Orders a write in its PG, applies it here and on every clean replica, and answers once
+    /// all of them (and at least min_size copies) have it.
+    async fn write(&self, op: ClientOp, data: Bytes) -> Result<OsdReply, OsdReply> {
+        let inner = &self.inner;
+        let pg = inner.pg(op.pg);
+        let mut core = pg.core.lock().await;
+        if !pg.serving.borrow().is_active() {
+            return Err(OsdReply::Busy(format!(
+                "pg {}.{} stopped serving; ask again",
+                op.pg.pool, op.pg.number
+            )));
+        }
+        if let Some(version) = core.reqids.get(&op.reqid) {
+            return Ok(OsdReply::Written { version: *version });
+        }
+        let object = objects::object_ref(op.pg, &op.object);
+        let needs_check = op
+            .ops
+            .iter()
+            .any(|o| matches!(o, ObjectOp::Remove | ObjectOp::Create { exclusive: true }));
+        if needs_check {
+            let probe = object.clone();
+            let exists = inner
+                .blocking(move |store| store.exists(&probe))
+                .await
+                .map_err(OsdReply::Failed)?
+                .map_err(read_failure)?;
+            match op.ops.first() {
+                Some(ObjectOp::Create { exclusive: true }) if exists => {
+                    return Err(OsdReply::Exists)
+                }
+                Some(ObjectOp::Remove) if !exists => return Err(OsdReply::NotFound),
+                _ => {}
+            }
+        }
+        let entry = LogEntry {
+            version: Version {
+                epoch: core.interval.epoch,
+                seq: core.info.last.seq + 1,
+            },
+            object: op.object.clone(),
+            reqid: op.reqid,
+        };
+        let mut txn = Transaction::new();
+        objects::build_write(&mut txn, &object, &op.ops, &data, entry.version)
+            .map_err(OsdReply::Failed)?;
+        let trim = objects::log_append(&mut txn, op.pg, &entry, &core.log);
+        let epoch = inner.map.borrow().epoch;
+        let mut replicas = JoinSet::new();
+        for osd in core.interval.clean.clone() {
+            let request = OsdRequest::Peer {
+                pg: op.pg,
+                epoch,
+                op: PeerOp::Replicate {
+                    entry: entry.clone(),
+                    ops: op.ops.clone(),
+                },
+            };
+            let inner = inner.clone();
+            let data = data.clone();
+            replicas.spawn(async move {
+                let answer = match inner.call_peer(osd, &request, data).await {
+                    Ok((OsdReply::Done, _)) => Ok(()),
+                    Ok((other, _)) => Err(format!("{other:?}")),
+                    Err(e) => Err(e),
+                };
+                (osd, answer)
+            });
+        }
+        let local = inner.apply(txn).await;
+        let mut failed = Vec::new();
+        while let Some(joined) = replicas.join_next().await {
+            if let Ok((osd, Err(why))) = joined {
+                tracing::warn!(osd = osd.0, %why, "replica missed a write; recovering it");
+                failed.push(osd);
+            }
+        }
+        if let Err(why) = local {
+            drop(core);
+            tokio::spawn(crate::recovery::peer(inner.clone(), op.pg));
+            return Err(OsdReply::Failed(format!("applying the write: {why}")));
+        }
+        core.note_logged(entry.clone(), trim);
+        for set in core.interval.recovering.values_mut() {
+            set.insert(op.object.clone());
+        }
+        for osd in failed {
+            core.interval.clean.retain(|o| *o != osd);
+            core.interval.recovering.insert(osd, Default::default());
+            tokio::spawn(crate::recovery::recover(
+                inner.clone(),
+                op.pg,
+                osd,
+                core.interval.epoch,
+            ));
+        }
+        pg.publish(&core);
+        if !pg.serving.borrow().is_active() {
+            // Applied here, but on fewer than min_size OSDs: not acknowledged. The client
+            // asks again with the same id once recovery brings the copies back.
+            return Err(OsdReply::Busy(format!(
+                "pg {}.{} lost replicas during a write; recovering",
+                op.pg.pool, op.pg.number
+            )));
+        }
+        Ok(OsdReply::Written {
+            version: entry.version,
+        })
+    }
+
+    async fn client_list(
+        &self,
+        peer: &Peer<Caps>,
+        pg: PgId,
+        epoch: Epoch,
+        after: Option<ObjectName>,
+        limit: u32,
+    ) -> OsdReply {
+        if let Err(refusal) = self.check_primary(peer, pg, epoch, false).await {
+            return refusal;
+        }
+        if let Err(why) = self.inner.pg(pg).wait_active().await {
+            return OsdReply::Busy(why);
+        }
+        match self.page(pg, after, limit).await {
+            Ok((entries, more)) => OsdReply::Listing {
+                names: entries.into_iter().map(|(name, _)| name).collect(),
+                more,
+            },
+            Err(why) => OsdReply::Failed(why),
+        }
+    }
+
+    async fn page(
+        &self,
+        pg: PgId,
+        after: Option<ObjectName>,
+        limit: u32,
+    ) -> Result<(Vec<(ObjectName, Version)>, bool), String> {
+        let pg_num = self.inner.pg_num(pg)?;
+        let all = self
+            .inner
+            .blocking(move |store| objects::list_pg(store, pg, pg_num))
+            .await?
+            .map_err(|e| e.to_string())?;
+        let limit = limit.clamp(1, LIST_PAGE_MAX) as usize;
+        let mut rest = all
+            .into_iter()
+            .filter(|(name, _)| after.as_ref().is_none_or(|a| name > a));
+        let page: Vec<_> = rest.by_ref().take(limit).collect();
+        Ok((page, rest.next().is_some()))
+    }
+
+    /// Requests from the primary of `pg`; `epoch` is the primary's map.
+    async fn peer_op(
+        &self,
+        from: OsdId,
+        id: PgId,
+        epoch: Epoch,
+        op: PeerOp,
+        data: Bytes,
+    ) -> Result<Reply, String> {
+        let inner = &self.inner;
+        let map = inner.map_at_least(epoch).await;
+        let primary = map
+            .pools
+            .get(&id.pool)
+            .and_then(|pool| map.acting(pool, id).first().copied());
+        if primary != Some(from) {
+            return Err(format!(
+                "osd.{} is not the primary of pg {}.{} at epoch {} (this OSD's map)",
+                from.0, id.pool, id.number, map.epoch
+            ));
+        }
+        let pg = inner.pg(id);
+        match op {
+            PeerOp::Query => {
+                let mut core = pg.core.lock().await;
+                inner.load(&mut core, id).await?;
+                Ok(reply(OsdReply::Info {
+                    info: core.info,
+                    log: core.log.iter().cloned().collect(),
+                }))
+            }
+            PeerOp::Replicate { entry, ops } => {
+                let mut core = pg.core.lock().await;
+                inner.load(&mut core, id).await?;
+                if entry.version <= core.info.last {
+                    return Ok(reply(OsdReply::Done));
+                }
+                let object = objects::object_ref(id, &entry.object);
+                let mut txn = Transaction::new();
+                objects::build_write(&mut txn, &object, &ops, &data, entry.version)?;
+                let trim = objects::log_append(&mut txn, id, &entry, &core.log);
+                inner.apply(txn).await?;
+                core.note_logged(entry, trim);
+                Ok(reply(OsdReply::Done))
+            }
+            PeerOp::List { after, limit } => {
+                let (entries, more) = self.page(id, after, limit).await?;
+                Ok(reply(OsdReply::PeerListing { entries, more }))
+            }
+            PeerOp::Pull {
+                object,
+                offset,
+                len,
+            } => {
+                let object = objects::object_ref(id, &object);
+                let len = len.min(store::READ_BYTES_MAX);
+                let piece = inner
+                    .blocking(move |store| objects::read_copy(store, &object, offset, len))
+                    .await?
+                    .map_err(|e| e.to_string())?;
+                Ok(match piece {
+                    Some((copy, data)) => {
+                        Reply::new(&OsdReply::Copy(Some(copy)), Bytes::from(data))
+                    }
+                    None => reply(OsdReply::Copy(None)),
+                })
+            }
+            PeerOp::Push {
+                object,
+                copy,
+                offset,
+                last,
+            } => {
+                let object = objects::object_ref(id, &object);
+                let mut txn = Transaction::new();
+                objects::write_copy(&mut txn, &object, copy.as_ref(), offset, &data, last);
+                inner.apply(txn).await?;
+                Ok(reply(OsdReply::Done))
+            }
+            PeerOp::Activate { info, log } => {
+                let mut core = pg.core.lock().await;
+                let log = log.into_iter().collect();
+                let mut txn = Transaction::new();
+                objects::replace_log(&mut txn, id, info, &log);
+                inner.apply(txn).await?;
+                core.set_log(info, log);
+                core.loaded = true;
+                Ok(reply(OsdReply::Done))
+            }
+        }
+    }
+}
