@@ -20,3 +20,13 @@ ensure_build_tools() {
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq build-essential >/dev/null
     fi
 }
+
+# What the tests need beyond the build: tcpdump, to capture loopback traffic and check that
+# secure links carry no plaintext.
+ensure_test_tools() {
+    if ! command -v tcpdump >/dev/null 2>&1; then
+        echo "coffer: installing tcpdump for the traffic-capture tests" >&2
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tcpdump >/dev/null
+    fi
+}

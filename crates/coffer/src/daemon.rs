@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use client::conf::Conf;
 use client::load_identity;
 use messenger::message::{AuthEntry, MonMember};
-use messenger::EntityName;
+use messenger::{EntityName, Mode};
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 
@@ -84,7 +84,14 @@ pub fn run_mon(conf_path: &Path, args: MonArgs) -> Result<(), String> {
         rank: rank as u64,
         data_dir: data_dir.clone(),
         monitors: members,
-        modes: conf.mon_modes().map_err(|e| e.to_string())?,
+        // Secure links are always accepted: OSDs fetch their store keys over nothing else.
+        modes: dedup(
+            [
+                conf.mon_modes().map_err(|e| e.to_string())?,
+                vec![Mode::Secure],
+            ]
+            .concat(),
+        ),
         timeouts: mon::Timeouts {
             down_after: conf.down_after(),
             out_after: conf.out_after(),
@@ -171,7 +178,6 @@ pub fn run_osd(conf_path: &Path, args: OsdArgs) -> Result<(), String> {
             osd::Osd::mkfs(
                 &identity,
                 config.mons.clone(),
-                config.mon_modes.clone(),
                 store_dir.clone(),
                 options,
             )
@@ -193,7 +199,7 @@ pub fn run_osd(conf_path: &Path, args: OsdArgs) -> Result<(), String> {
     })
 }
 
-fn dedup(modes: Vec<messenger::Mode>) -> Vec<messenger::Mode> {
+fn dedup(modes: Vec<Mode>) -> Vec<Mode> {
     let mut out = Vec::new();
     for mode in modes {
         if !out.contains(&mode) {

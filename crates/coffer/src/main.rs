@@ -12,6 +12,8 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
 
 #[derive(Parser)]
 #[command(
@@ -25,7 +27,12 @@ struct Cli {
     #[arg(long, global = true)]
     conf: Option<PathBuf>,
     /// Who the command runs as.
-    #[arg(long, global = true, default_value = "client.admin")]
+    #[arg(
+        id = "run_as",
+        long = "name",
+        global = true,
+        default_value = "client.admin"
+    )]
     name: String,
     /// The keyring of --name (default: beside the configuration file).
     #[arg(long, global = true)]
@@ -77,10 +84,17 @@ fn init_logging(default: tracing::Level) {
         .ok()
         .and_then(|text| text.parse().ok())
         .unwrap_or(default);
-    tracing_subscriber::fmt()
-        .with_max_level(level)
-        .with_writer(std::io::stderr)
-        .with_ansi(false)
+    // openraft narrates every election at info; its warnings are what an operator needs.
+    let filter = tracing_subscriber::filter::Targets::new()
+        .with_default(level)
+        .with_target("openraft", level.min(tracing::Level::WARN));
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_ansi(false),
+        )
         .init();
 }
 

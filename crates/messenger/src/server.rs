@@ -200,6 +200,14 @@ async fn serve_link<H: Handler>(
                     return;
                 }
                 Ok(None) => return,
+                // A peer that exits without a TLS close_notify (any killed or finished
+                // process) is an ordinary end of link.
+                Err(crate::error::ReadError::Io(e))
+                    if e.kind() == std::io::ErrorKind::UnexpectedEof =>
+                {
+                    tracing::debug!(peer = %peer.entity, error = %e, "peer went away");
+                    return;
+                }
                 Err(e) => {
                     tracing::warn!(peer = %peer.entity, error = %e, "closing link");
                     return;

@@ -53,8 +53,8 @@ impl Liveness {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub fn beacon(&self, osd: OsdId, beacon: OsdBeacon) {
-        self.lock().beacons.insert(osd, (Instant::now(), beacon));
+    pub fn beacon(&self, osd: OsdId, beacon: OsdBeacon, at: Instant) {
+        self.lock().beacons.insert(osd, (at, beacon));
     }
 
     /// Forgets leadership (a follower keeps no clocks: a new leader starts them afresh).
@@ -216,8 +216,12 @@ mod tests {
             live.due(&map, timeouts, t0).is_empty(),
             "grace starts at leadership"
         );
-        live.beacon(OsdId(0), OsdBeacon::default());
         let later = t0 + Duration::from_secs(6);
+        live.beacon(
+            OsdId(0),
+            OsdBeacon::default(),
+            later - Duration::from_secs(1),
+        );
         let due = live.due(&map, timeouts, later);
         assert_eq!(due, vec![Change::OsdDown { id: OsdId(1) }]);
         map.apply(&due[0]).expect("down");
@@ -278,7 +282,7 @@ mod tests {
                 .map(|(_, b)| b.clone())
                 .unwrap_or_default();
             beacon.pgs.push((pg, state));
-            live.beacon(primary, beacon);
+            live.beacon(primary, beacon, Instant::now());
         }
         let summary = live.summary(&map);
         assert_eq!(summary.pgs.get("active+clean"), Some(&3));

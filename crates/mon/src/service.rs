@@ -117,7 +117,8 @@ impl Handler for MonService {
                 if let Some(redirect) = self.not_leader().await {
                     return reply(redirect);
                 }
-                self.liveness.beacon(OsdId(id), beacon);
+                self.liveness
+                    .beacon(OsdId(id), beacon, std::time::Instant::now());
                 reply(MonReply::Done {
                     epoch: self.shared.map.borrow().epoch,
                 })

@@ -95,7 +95,13 @@ async fn mon_client(
     Ok(MonClient::new(endpoint, mons, modes))
 }
 
-async fn store_kek(monc: &MonClient) -> Result<keys::KeyEncryptionKey, OsdError> {
+/// The key that unwraps this OSD's store, from the monitors over a secure link whatever the
+/// configured mode (they release it on no other).
+async fn store_kek(
+    identity: &Identity,
+    mons: Vec<MonAddr>,
+) -> Result<keys::KeyEncryptionKey, OsdError> {
+    let monc = mon_client(identity, mons, vec![Mode::Secure]).await?;
     match monc.call(&MonRequest::GetStoreKek).await? {
         MonReply::StoreKek(bytes) => {
             let bytes: [u8; 32] = bytes
@@ -113,12 +119,10 @@ impl Osd {
     pub async fn mkfs(
         identity: &Identity,
         mons: Vec<MonAddr>,
-        mon_modes: Vec<Mode>,
         dir: PathBuf,
         options: MkfsOptions,
     ) -> Result<(), OsdError> {
-        let monc = mon_client(identity, mons, mon_modes).await?;
-        let kek = store_kek(&monc).await?;
+        let kek = store_kek(identity, mons).await?;
         tokio::task::spawn_blocking(move || Store::mkfs(&dir, &options, &kek))
             .await
             .map_err(|e| OsdError::Store(e.to_string()))?
@@ -140,7 +144,7 @@ impl Osd {
             )));
         }
         let monc = mon_client(identity, config.mons.clone(), config.mon_modes.clone()).await?;
-        let kek = store_kek(&monc).await?;
+        let kek = store_kek(identity, config.mons.clone()).await?;
         let dir = config.data_dir.clone();
         let store = tokio::task::spawn_blocking(move || Store::open(&dir, &kek))
             .await

@@ -1,0 +1,157 @@
+//! The cluster through the CLI, as an operator uses it: `coffer up`, objects of many sizes
+//! in two pools, listing and removal, capabilities, clear errors, and a restart that keeps
+//! everything.
+
+mod common;
+
+use common::{serial, LocalCluster};
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+#[test]
+fn objects_pools_and_capabilities_through_the_cli() {
+    let _serial = serial();
+    let mut cluster = LocalCluster::start(3, &[]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    cluster.ok(&["pool", "create", "second", "--size", "2", "--pg-num", "8"]);
+    let pools = cluster.ok(&["pool", "ls"]);
+    assert!(
+        pools.contains("data") && pools.contains("second"),
+        "{pools}"
+    );
+
+    let sizes = [
+        0usize,
+        1,
+        4095,
+        4096,
+        4097,
+        65_536,
+        1 << 20,
+        (5 << 20) + 3,
+        20 << 20,
+    ];
+    for (i, size) in sizes.iter().enumerate() {
+        let input = dir.path().join(format!("in-{i}"));
+        std::fs::write(&input, pattern(*size, i as u8)).expect("write input");
+        let path = input.to_str().expect("utf-8 path");
+        cluster.ok(&["obj", "put", "data", &format!("obj-{i}"), path]);
+        cluster.ok(&["obj", "put", "second", &format!("obj-{i}"), path]);
+    }
+    for (i, size) in sizes.iter().enumerate() {
+        for pool in ["data", "second"] {
+            let output = dir.path().join(format!("out-{pool}-{i}"));
+            let path = output.to_str().expect("utf-8 path");
+            cluster.ok(&["obj", "get", pool, &format!("obj-{i}"), path]);
+            let got = std::fs::read(&output).expect("read output");
+            assert!(got == pattern(*size, i as u8), "{pool}/obj-{i} differs");
+        }
+        let stat = cluster.ok(&["obj", "stat", "data", &format!("obj-{i}"), "--json"]);
+        let stat: serde_json::Value = serde_json::from_str(&stat).expect("stat json");
+        assert_eq!(stat["size"].as_u64(), Some(*size as u64));
+    }
+    let listed = cluster.ok(&["obj", "ls", "data"]);
+    assert_eq!(listed.lines().count(), sizes.len(), "{listed}");
+
+    cluster.ok(&["obj", "rm", "data", "obj-0"]);
+    let missing = cluster.cli(&["obj", "get", "data", "obj-0"]);
+    assert!(!missing.status.success());
+    let error = String::from_utf8_lossy(&missing.stderr);
+    assert!(error.contains("no such object"), "{error}");
+    assert_eq!(
+        cluster.ok(&["obj", "ls", "data"]).lines().count(),
+        sizes.len() - 1
+    );
+    assert_eq!(
+        cluster.ok(&["obj", "ls", "second"]).lines().count(),
+        sizes.len()
+    );
+
+    // Bad input gets a clear error and changes nothing.
+    let bad_pool = cluster.cli(&["obj", "put", "nosuch", "x", "/etc/hostname"]);
+    assert!(String::from_utf8_lossy(&bad_pool.stderr).contains("does not exist"));
+    let bad_size = cluster.cli(&["pool", "create", "big", "--size", "11"]);
+    assert!(!bad_size.status.success());
+    let refused = cluster.cli(&["pool", "rm", "second"]);
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--yes-i-really-mean-it"));
+
+    // Capabilities: read-only, and limited to one pool.
+    let reader = dir.path().join("reader.keyring");
+    cluster.ok(&[
+        "auth",
+        "add",
+        "client.reader",
+        "--caps",
+        "mon=r osd=r",
+        "-o",
+        reader.to_str().expect("path"),
+    ]);
+    let limited = dir.path().join("limited.keyring");
+    cluster.ok(&[
+        "auth",
+        "add",
+        "client.limited",
+        "--caps",
+        "mon=r osd=rw pool=second",
+        "-o",
+        limited.to_str().expect("path"),
+    ]);
+    let as_user = |name: &str, keyring: &std::path::Path, args: &[&str]| {
+        let mut full = vec!["--name", name, "--keyring", keyring.to_str().expect("path")];
+        full.extend_from_slice(args);
+        cluster.cli(&full)
+    };
+    let read = as_user("client.reader", &reader, &["obj", "get", "data", "obj-1"]);
+    assert!(
+        read.status.success(),
+        "{}",
+        String::from_utf8_lossy(&read.stderr)
+    );
+    let write = as_user(
+        "client.reader",
+        &reader,
+        &["obj", "put", "data", "r", "/etc/hostname"],
+    );
+    assert!(!write.status.success());
+    assert!(String::from_utf8_lossy(&write.stderr).contains("permission denied"));
+    let other_pool = as_user("client.limited", &limited, &["obj", "get", "data", "obj-1"]);
+    assert!(String::from_utf8_lossy(&other_pool.stderr).contains("permission denied"));
+    let own_pool = as_user(
+        "client.limited",
+        &limited,
+        &["obj", "put", "second", "mine", "/etc/hostname"],
+    );
+    assert!(
+        own_pool.status.success(),
+        "{}",
+        String::from_utf8_lossy(&own_pool.stderr)
+    );
+    let listing = cluster.ok(&["auth", "ls"]);
+    assert!(
+        listing.contains("client.reader") && listing.contains("osd.0"),
+        "{listing}"
+    );
+    cluster.ok(&["auth", "rm", "client.reader"]);
+    let revoked = as_user("client.reader", &reader, &["obj", "get", "data", "obj-1"]);
+    assert!(!revoked.status.success(), "a removed key must stop working");
+
+    // Ctrl-C, then `coffer up` again: the same cluster with its data.
+    cluster.stop();
+    cluster.resume(3);
+    let output = dir.path().join("after-restart");
+    cluster.ok(&[
+        "obj",
+        "get",
+        "data",
+        "obj-8",
+        output.to_str().expect("path"),
+    ]);
+    assert!(std::fs::read(&output).expect("read") == pattern(sizes[8], 8));
+    let status = cluster.status();
+    assert_eq!(status["osds"]["up"].as_u64(), Some(3), "{status:#}");
+    assert_eq!(status["health"]["status"], "HEALTH_OK", "{status:#}");
+}

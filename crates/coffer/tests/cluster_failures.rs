@@ -1,0 +1,159 @@
+//! OSD failures under load, on a real cluster of processes: kill -9 one OSD of three
+//! (size 3, min_size 2) during writes, then two; nothing acknowledged may be lost, writes
+//! pause only while fewer than min_size copies can be made, and after the OSDs return every
+//! replica holds the same objects.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::{all_clean, serial, LocalCluster};
+
+fn content(n: u64) -> Bytes {
+    let len = 1 + (n * 7919 % 65_536) as usize;
+    Bytes::from((0..len).map(|i| (i as u64 ^ n) as u8).collect::<Vec<u8>>())
+}
+
+/// Writers putting objects until `stop`; returns the names whose put was acknowledged.
+fn start_writers(
+    runtime: &tokio::runtime::Runtime,
+    pool: client::Pool,
+    writers: u64,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    acked: Arc<Mutex<BTreeMap<String, (u64, Instant)>>>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    (0..writers)
+        .map(|w| {
+            let pool = pool.clone();
+            let stop = stop.clone();
+            let acked = acked.clone();
+            runtime.spawn(async move {
+                let mut n = w;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let name = format!("obj-{n}");
+                    pool.put(&name, content(n)).await.expect("put must succeed");
+                    acked
+                        .lock()
+                        .expect("acked")
+                        .insert(name, (n, Instant::now()));
+                    n += writers;
+                }
+            })
+        })
+        .collect()
+}
+
+async fn check_all(pool: &client::Pool, acked: &BTreeMap<String, (u64, Instant)>) {
+    for (name, (n, _)) in acked {
+        let got = pool.get(name).await.expect("acknowledged object readable");
+        assert!(
+            got == content(*n),
+            "{name} differs from what was acknowledged"
+        );
+    }
+}
+
+#[test]
+fn kill_one_osd_during_writes_then_it_catches_up() {
+    let _serial = serial();
+    let mut cluster = LocalCluster::start(3, &[]);
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let admin = runtime.block_on(cluster.admin());
+    let pool = runtime.block_on(admin.pool("data")).expect("pool");
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let acked = Arc::new(Mutex::new(BTreeMap::new()));
+    let writers = start_writers(&runtime, pool.clone(), 4, stop.clone(), acked.clone());
+
+    std::thread::sleep(Duration::from_secs(2));
+    let killed_at = Instant::now();
+    cluster.kill(1, libc::SIGKILL);
+    cluster.wait_for("osd.1 marked down", Duration::from_secs(30), |s| {
+        s["osds"]["up"].as_u64() == Some(2)
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for writer in writers {
+        runtime.block_on(writer).expect("writer");
+    }
+    let acked = acked.lock().expect("acked").clone();
+    let after_kill = acked.values().filter(|(_, at)| *at > killed_at).count();
+    assert!(after_kill > 0, "writes must go on while an OSD is down");
+    runtime.block_on(check_all(&pool, &acked));
+
+    cluster.restart_osd(1);
+    cluster.wait_for("every PG clean again", Duration::from_secs(90), all_clean);
+    runtime.block_on(check_all(&pool, &acked));
+
+    // Stop the OSDs (the monitor stays, to release their store keys) and compare stores.
+    drop(admin);
+    for osd in 0..3 {
+        cluster.kill(osd, libc::SIGTERM);
+    }
+    let pool = pool.id();
+    let stores: Vec<_> = (0..3)
+        .map(|osd| runtime.block_on(cluster.osd_contents(osd, pool)))
+        .collect();
+    for name in acked.keys() {
+        assert!(stores[0].contains_key(name), "{name} missing on osd.0");
+    }
+    for osd in 1..3 {
+        assert!(
+            stores[osd] == stores[0],
+            "osd.{osd} differs from osd.0: {} against {} objects",
+            stores[osd].len(),
+            stores[0].len()
+        );
+    }
+}
+
+#[test]
+fn two_osds_down_pauses_writes_until_one_returns() {
+    let _serial = serial();
+    let mut cluster = LocalCluster::start(3, &[]);
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let admin = runtime.block_on(cluster.admin());
+    let pool = runtime.block_on(admin.pool("data")).expect("pool");
+    let mut acked = BTreeMap::new();
+    for n in 0..50u64 {
+        runtime
+            .block_on(pool.put(&format!("obj-{n}"), content(n)))
+            .expect("put");
+        acked.insert(format!("obj-{n}"), (n, Instant::now()));
+    }
+    cluster.kill(1, libc::SIGKILL);
+    cluster.kill(2, libc::SIGKILL);
+    cluster.wait_for("inactive PGs reported", Duration::from_secs(40), |s| {
+        s["osds"]["up"].as_u64() == Some(1) && s["pgs"]["inactive"].as_u64() == Some(32)
+    });
+    let status = cluster.ok(&["status"]);
+    assert!(status.contains("HEALTH_ERR"), "{status}");
+    assert!(
+        status.contains("min_size 2"),
+        "the status says why: {status}"
+    );
+
+    // A write now waits (it is not refused, and not acknowledged) ...
+    let paused = {
+        let pool = pool.clone();
+        runtime.spawn(async move { pool.put("during-outage", content(999)).await })
+    };
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(
+        !paused.is_finished(),
+        "a write must not be acknowledged with one copy"
+    );
+    // ... until a second OSD returns.
+    cluster.restart_osd(1);
+    runtime
+        .block_on(paused)
+        .expect("join")
+        .expect("the paused write completes");
+    acked.insert("during-outage".into(), (999, Instant::now()));
+    runtime.block_on(check_all(&pool, &acked));
+    cluster.restart_osd(2);
+    cluster.wait_for("every PG clean again", Duration::from_secs(90), all_clean);
+    runtime.block_on(check_all(&pool, &acked));
+}

@@ -1,0 +1,314 @@
+//! A whole cluster for a test: `coffer up` in a temporary directory, as separate processes,
+//! with helpers to run the CLI against it, kill and restart OSDs, wait for a state, and
+//! compare what every OSD holds.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use client::{Cluster, Conf};
+use messenger::message::{MonReply, MonRequest};
+use messenger::{Endpoint, EntityName, Limits, MonClient};
+
+pub const COFFER: &str = env!("CARGO_BIN_EXE_coffer");
+
+pub struct LocalCluster {
+    pub dir: tempfile::TempDir,
+    pub conf: PathBuf,
+    up: Child,
+    /// OSDs started by the test (after a kill), stopped when the cluster is dropped.
+    restarted: Vec<Child>,
+}
+
+impl LocalCluster {
+    /// `coffer up` with `osds` OSDs and extra arguments, once it says the cluster is up.
+    pub fn start(osds: u32, extra: &[&str]) -> LocalCluster {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let conf = dir.path().join("coffer.toml");
+        let up = spawn_up(dir.path(), osds, extra);
+        let mut cluster = LocalCluster {
+            dir,
+            conf,
+            up,
+            restarted: Vec::new(),
+        };
+        cluster.wait_up();
+        cluster
+    }
+
+    fn wait_up(&mut self) {
+        let stdout = self.up.stdout.take().expect("up's stdout");
+        let (send, receive) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { return };
+                let _ = send.send(line);
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match receive.recv_timeout(left) {
+                Ok(line) if line.starts_with("coffer: cluster") => break,
+                Ok(_) => {}
+                Err(_) => panic!("coffer up did not come up:\n{}", self.logs()),
+            }
+        }
+        self.wait_for("every PG active+clean", Duration::from_secs(60), |s| {
+            all_clean(s)
+        });
+    }
+
+    /// Every daemon's log, for failure messages.
+    pub fn logs(&self) -> String {
+        let mut out = String::new();
+        for entry in std::fs::read_dir(self.dir.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let log = entry.path().join("log");
+            if let Ok(text) = std::fs::read_to_string(&log) {
+                let tail: Vec<&str> = text.lines().rev().take(40).collect();
+                out.push_str(&format!("== {}\n", log.display()));
+                for line in tail.into_iter().rev() {
+                    out.push_str(line);
+                    out.push('\n');
+                }
+            }
+        }
+        out
+    }
+
+    pub fn cli(&self, args: &[&str]) -> Output {
+        Command::new(COFFER)
+            .arg("--conf")
+            .arg(&self.conf)
+            .args(args)
+            .output()
+            .expect("run coffer")
+    }
+
+    /// Runs the CLI and returns its standard output; panics with its error if it fails.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let output = self.cli(args);
+        assert!(
+            output.status.success(),
+            "coffer {args:?} failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    pub fn status(&self) -> serde_json::Value {
+        serde_json::from_str(&self.ok(&["status", "--json"])).expect("status json")
+    }
+
+    /// Polls `coffer status --json` until `done` holds.
+    pub fn wait_for(
+        &self,
+        what: &str,
+        timeout: Duration,
+        done: impl Fn(&serde_json::Value) -> bool,
+    ) {
+        let deadline = Instant::now() + timeout;
+        let mut last = serde_json::Value::Null;
+        while Instant::now() < deadline {
+            let output = self.cli(&["status", "--json"]);
+            if output.status.success() {
+                if let Ok(status) = serde_json::from_slice::<serde_json::Value>(&output.stdout) {
+                    if done(&status) {
+                        return;
+                    }
+                    last = status;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        panic!(
+            "timed out waiting for {what}; last status {last:#}\n{}",
+            self.logs()
+        );
+    }
+
+    pub fn pid(&self, osd: u32) -> i32 {
+        let path = self.dir.path().join(format!("osd.{osd}/pid"));
+        std::fs::read_to_string(&path)
+            .expect("pid file")
+            .trim()
+            .parse()
+            .expect("pid")
+    }
+
+    pub fn kill(&self, osd: u32, signal: i32) {
+        let pid = self.pid(osd);
+        // SAFETY: kill(2) on the pid an OSD of this test's cluster wrote.
+        let killed = unsafe { libc::kill(pid, signal) };
+        assert_eq!(killed, 0, "kill osd.{osd} (pid {pid})");
+        // Wait until the process is gone (it is `coffer up`'s child or ours).
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Path::new(&format!("/proc/{pid}/stat")).exists()
+            && !is_zombie(pid)
+            && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Starts OSD `osd` again, as its own process.
+    pub fn restart_osd(&mut self, osd: u32) {
+        let log = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(self.dir.path().join(format!("osd.{osd}/log")))
+            .expect("osd log");
+        let child = Command::new(COFFER)
+            .arg("--conf")
+            .arg(&self.conf)
+            .args(["osd", "--id", &osd.to_string()])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start osd");
+        self.restarted.push(child);
+    }
+
+    pub fn conf(&self) -> Conf {
+        Conf::load(&self.conf).expect("conf")
+    }
+
+    /// A client library connection as client.admin.
+    pub async fn admin(&self) -> Cluster {
+        let conf = self.conf();
+        let name: EntityName = "client.admin".parse().expect("name");
+        let identity = client::load_identity(&conf.keyring_path(&name), &name).expect("keyring");
+        Cluster::connect(&conf, &identity).await.expect("connect")
+    }
+
+    /// Every object of pool `pool` in OSD `osd`'s store, with its data and version attribute:
+    /// the OSD must be stopped (the store is opened directly, with the key the monitors
+    /// release to that OSD).
+    pub async fn osd_contents(
+        &self,
+        osd: u32,
+        pool: map::PoolId,
+    ) -> BTreeMap<String, (Vec<u8>, Vec<u8>)> {
+        let conf = self.conf();
+        let entity = EntityName::osd(osd);
+        let identity =
+            client::load_identity(&conf.keyring_path(&entity), &entity).expect("keyring");
+        let endpoint = Endpoint::new(&identity, Limits::default()).expect("endpoint");
+        let monc = MonClient::new(
+            endpoint,
+            conf.mon_addrs().expect("mons"),
+            conf.mon_modes().expect("modes"),
+        );
+        let Ok(MonReply::StoreKek(kek)) = monc.call(&MonRequest::GetStoreKek).await else {
+            panic!("no store key for osd.{osd}");
+        };
+        let kek = keys::KeyEncryptionKey::from_bytes(kek.try_into().expect("32 bytes"));
+        let dir = self.dir.path().join(format!("osd.{osd}/store"));
+        let store = store::Store::open(&dir, &kek).expect("open store");
+        let mut out = BTreeMap::new();
+        let mut cursor = None;
+        loop {
+            let page = store
+                .list(pool, 0..=u32::MAX, cursor.as_ref(), 1000)
+                .expect("list");
+            for entry in page.entries {
+                let object = map::ObjectRef::new(pool, entry.name.clone());
+                let size = store.stat(&object).expect("stat").size_bytes;
+                let data = store.read(&object, 0, size).expect("read").to_vec();
+                let version = store
+                    .attrs(&object)
+                    .expect("attrs")
+                    .get(".v")
+                    .cloned()
+                    .unwrap_or_default();
+                out.insert(entry.name.as_str().to_string(), (data, version));
+            }
+            match page.next {
+                Some(next) => cursor = Some(next),
+                None => return out,
+            }
+        }
+    }
+
+    /// Stops `coffer up` (as Ctrl-C does) and waits for it.
+    pub fn stop(&mut self) {
+        for child in &mut self.restarted {
+            // SAFETY: kill(2) on our own child.
+            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+            let _ = child.wait();
+        }
+        self.restarted.clear();
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(self.up.id() as i32, libc::SIGINT) };
+        let _ = self.up.wait();
+    }
+
+    /// `coffer up` again on the same directory.
+    pub fn resume(&mut self, osds: u32) {
+        self.up = spawn_up(self.dir.path(), osds, &[]);
+        self.wait_up();
+    }
+}
+
+fn is_zombie(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|stat| {
+            stat.split(") ")
+                .nth(1)
+                .is_some_and(|rest| rest.starts_with('Z'))
+        })
+        .unwrap_or(true)
+}
+
+fn spawn_up(dir: &Path, osds: u32, extra: &[&str]) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(dir.join("up.log"))
+        .expect("up log");
+    Command::new(COFFER)
+        .args([
+            "up",
+            "--store-gib",
+            "1",
+            "--osds",
+            &osds.to_string(),
+            "--data",
+        ])
+        .arg(dir)
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(log)
+        .spawn()
+        .expect("start coffer up")
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+pub fn all_clean(status: &serde_json::Value) -> bool {
+    let pgs = &status["pgs"];
+    let total: u64 = pgs
+        .as_object()
+        .map(|m| m.values().filter_map(|v| v.as_u64()).sum())
+        .unwrap_or(0);
+    total > 0 && pgs["active+clean"].as_u64() == Some(total)
+}
+
+/// Cluster tests in one binary run one at a time: each is a handful of processes, and two
+/// cores running several clusters at once would miss beacons and mark OSDs down.
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|p| p.into_inner())
+}
