@@ -1,0 +1,189 @@
+//! The client library against a real cluster: range reads and writes, truncate, attributes,
+//! omap, exclusive create; and at the protocol level, a retried write takes effect once and
+//! malformed or misdirected requests get clear errors without harming the OSD.
+
+mod common;
+
+use bytes::Bytes;
+use client::Error;
+use common::{serial, LocalCluster};
+use messenger::message::{ObjectOp, OsdReply, OsdRequest, ReqId};
+use messenger::{Endpoint, EntityName, Limits};
+
+#[test]
+fn object_operations_through_the_library() {
+    let _serial = serial();
+    let cluster = LocalCluster::start(3, &[]);
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let admin = cluster.admin().await;
+        let pool = admin.pool("data").await.expect("pool");
+        pool.write("r", 0, Bytes::from_static(b"hello world"))
+            .await
+            .expect("write");
+        pool.write("r", 6, Bytes::from_static(b"WORLD"))
+            .await
+            .expect("write");
+        assert_eq!(
+            &pool.read("r", 0, 100).await.expect("read")[..],
+            b"hello WORLD"
+        );
+        assert_eq!(&pool.read("r", 3, 4).await.expect("read")[..], b"lo W");
+        pool.truncate("r", 5).await.expect("truncate");
+        assert_eq!(&pool.get("r").await.expect("get")[..], b"hello");
+        assert_eq!(pool.stat("r").await.expect("stat").size, 5);
+
+        pool.set_attr("r", "color", b"blue")
+            .await
+            .expect("set attr");
+        let attrs = pool.attrs("r").await.expect("attrs");
+        assert_eq!(attrs.len(), 1, "internal attributes stay hidden: {attrs:?}");
+        assert_eq!(attrs.get("color").map(Vec::as_slice), Some(&b"blue"[..]));
+        let reserved = pool.set_attr("r", ".v", b"x").await;
+        assert!(
+            matches!(reserved, Err(Error::Failed(ref why)) if why.contains("reserved")),
+            "{reserved:?}"
+        );
+        pool.remove_attr("r", "color").await.expect("remove attr");
+        assert!(pool.attrs("r").await.expect("attrs").is_empty());
+
+        let entries = vec![
+            (b"k1".to_vec(), b"v1".to_vec()),
+            (b"k2".to_vec(), b"v2".to_vec()),
+        ];
+        pool.omap_set("r", entries.clone()).await.expect("omap set");
+        let found = pool
+            .omap_get("r", vec![b"k1".to_vec(), b"k3".to_vec()])
+            .await
+            .expect("omap get");
+        assert_eq!(
+            found,
+            vec![
+                (b"k1".to_vec(), Some(b"v1".to_vec())),
+                (b"k3".to_vec(), None)
+            ]
+        );
+        assert_eq!(
+            pool.omap_list("r", None, 10).await.expect("omap list"),
+            entries
+        );
+        pool.omap_remove("r", vec![b"k1".to_vec()])
+            .await
+            .expect("omap remove");
+        assert_eq!(
+            pool.omap_list("r", None, 10).await.expect("omap list"),
+            entries[1..].to_vec()
+        );
+
+        assert!(matches!(pool.create("r", true).await, Err(Error::Exists)));
+        pool.remove("r").await.expect("remove");
+        assert!(matches!(pool.stat("r").await, Err(Error::NotFound)));
+        assert!(matches!(pool.remove("r").await, Err(Error::NotFound)));
+        assert!(matches!(
+            admin.pool("nosuch").await,
+            Err(Error::NoSuchPool(_))
+        ));
+    });
+}
+
+#[test]
+fn a_retried_write_takes_effect_once_and_bad_requests_are_refused() {
+    let _serial = serial();
+    let cluster = LocalCluster::start(3, &[]);
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let admin = cluster.admin().await;
+        let map = admin.map();
+        let pool = map.pool_by_name("data").expect("pool").clone();
+        let object = map::ObjectName::new("once").expect("name");
+        let pg = map.pg_of(&pool, &object);
+        let primary = map.acting(&pool, pg)[0];
+        let addr = map.osds[&primary].addr.clone().expect("addr");
+        let conf = cluster.conf();
+        let name: EntityName = "client.admin".parse().expect("name");
+        let identity = client::load_identity(&conf.keyring_path(&name), &name).expect("keyring");
+        let endpoint = Endpoint::new(&identity, Limits::default()).expect("endpoint");
+        let conn = endpoint
+            .connect(
+                addr.parse().expect("addr"),
+                &EntityName::osd(primary.0),
+                &conf.client_modes().expect("modes"),
+            )
+            .await
+            .expect("connect");
+        let create = |reqid: ReqId| OsdRequest::Op {
+            pg,
+            epoch: map.epoch,
+            object: object.clone(),
+            reqid,
+            ops: vec![ObjectOp::Create { exclusive: true }],
+        };
+        let first = ReqId { client: 7, seq: 1 };
+        let send = |request: OsdRequest| {
+            let conn = conn.clone();
+            async move {
+                conn.request::<_, OsdReply>(&request, Bytes::new())
+                    .await
+                    .expect("reply")
+                    .0
+            }
+        };
+        let once = send(create(first)).await;
+        assert!(matches!(once, OsdReply::Written { .. }), "{once:?}");
+        // The same request again (a client retrying after a lost reply): the same answer.
+        let again = send(create(first)).await;
+        assert!(matches!(again, OsdReply::Written { .. }), "{again:?}");
+        // A new request to create it exclusively: it exists.
+        let other = send(create(ReqId { client: 7, seq: 2 })).await;
+        assert!(matches!(other, OsdReply::Exists), "{other:?}");
+
+        // An undecodable request, and an object sent to the wrong PG.
+        let garbage = conn
+            .call(Bytes::from_static(b"\xff\xfe not a request"), Bytes::new())
+            .await
+            .expect("reply");
+        let garbage: OsdReply = garbage.decode().expect("decodable reply");
+        assert!(
+            matches!(garbage, OsdReply::Failed(ref why) if why.contains("undecodable")),
+            "{garbage:?}"
+        );
+        let misplaced = OsdRequest::Op {
+            pg: map::placement::PgId {
+                pool: pool.id,
+                number: (pg.number + 1) % pool.pg_num,
+            },
+            epoch: map.epoch,
+            object: object.clone(),
+            reqid: ReqId { client: 7, seq: 3 },
+            ops: vec![ObjectOp::Stat],
+        };
+        let misplaced = send(misplaced).await;
+        assert!(
+            matches!(misplaced, OsdReply::Failed(_) | OsdReply::Retry { .. }),
+            "{misplaced:?}"
+        );
+        // Write bytes that do not match the ops.
+        let short = OsdRequest::Op {
+            pg,
+            epoch: map.epoch,
+            object: object.clone(),
+            reqid: ReqId { client: 7, seq: 4 },
+            ops: vec![ObjectOp::Write {
+                offset: 0,
+                len: 100,
+            }],
+        };
+        let short = conn
+            .request::<_, OsdReply>(&short, Bytes::from_static(b"ten bytes!"))
+            .await
+            .expect("reply")
+            .0;
+        assert!(
+            matches!(short, OsdReply::Failed(ref why) if why.contains("data bytes")),
+            "{short:?}"
+        );
+        // The OSD still serves, and the object is as the first request left it.
+        let pool_handle = admin.pool("data").await.expect("pool");
+        assert_eq!(pool_handle.stat("once").await.expect("stat").size, 0);
+    });
+}
