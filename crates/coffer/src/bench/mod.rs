@@ -1,6 +1,7 @@
 //! `coffer bench`: measurements of Coffer itself. Each bench prints the command it ran, the
 //! configuration and the machine, then its figures; `--json` writes the same cells.
 
+mod cluster;
 mod report;
 mod store;
 
@@ -11,10 +12,15 @@ pub enum BenchCommand {
     /// The local object store in every at-rest mode: 4 KiB and 4 MiB random reads and
     /// writes at queue depth 1 and high, each cell as a percent of `none` in the same run.
     Store(store::StoreArgs),
+    /// A whole cluster (`coffer up`) per corner of at-rest none|gcm x in-transit crc|secure:
+    /// clients putting and getting 4 KiB and 4 MiB objects, each cell as a percent of
+    /// none/crc in the same run, with the cluster's CPU seconds per GiB.
+    Cluster(cluster::ClusterArgs),
 }
 
 pub fn run(command: BenchCommand) -> Result<(), String> {
     match command {
         BenchCommand::Store(args) => store::run(args),
+        BenchCommand::Cluster(args) => cluster::run(args),
     }
 }

@@ -1,0 +1,59 @@
+//! `coffer bench cluster` runs end to end on tiny cells and reports every corner it promises:
+//! numbers present and positive, the baseline at 100 %. No timing is asserted.
+
+use std::process::Command;
+
+#[test]
+fn bench_cluster_reports_every_corner() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let json = dir.path().join("cells.json");
+    let output = Command::new(env!("CARGO_BIN_EXE_coffer"))
+        .args([
+            "bench",
+            "cluster",
+            "--seconds",
+            "0.3",
+            "--io-sizes",
+            "4k",
+            "--clients",
+            "2",
+        ])
+        .arg("--json")
+        .arg(&json)
+        .arg("--dir")
+        .arg(dir.path())
+        .output()
+        .expect("run coffer bench cluster");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "bench failed: {}\n{stdout}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("command: "), "the bench prints its command");
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("json written")).expect("json");
+    let cells = doc["cells"].as_array().expect("cells");
+    assert_eq!(cells.len(), 8, "4 corners x put/get");
+    for cell in cells {
+        assert!(cell["ops"].as_u64().unwrap_or(0) > 0, "{cell}");
+        assert!(
+            cell["cluster_cpu_s_per_gib"].as_f64().unwrap_or(0.0) > 0.0,
+            "{cell}"
+        );
+        let pct = cell["pct_of_baseline"].as_f64().unwrap_or(0.0);
+        assert!(pct.is_finite() && pct > 0.0, "{cell}");
+        if cell["at_rest"] == "none" && cell["in_transit"] == "crc" {
+            assert!((pct - 100.0).abs() < 1e-9, "{cell}");
+        }
+    }
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+        .expect("dir")
+        .flatten()
+        .filter(|e| e.file_name() != "cells.json")
+        .collect();
+    assert!(
+        leftovers.is_empty(),
+        "the bench removes its clusters: {leftovers:?}"
+    );
+}
