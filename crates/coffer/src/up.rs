@@ -20,6 +20,10 @@ use crate::daemon::{self, SeedFile, SEED_FILE};
 pub const DEFAULT_POOL: &str = "data";
 /// PGs of the default pool.
 const DEFAULT_PG_NUM: u32 = 32;
+/// How long the first monitor may take to bootstrap a new cluster.
+const BOOTSTRAP_WAIT: Duration = Duration::from_secs(60);
+/// Most monitors `coffer up` creates.
+const MONS_MAX: u8 = 7;
 /// How long a daemon has to stop after SIGTERM before it is killed.
 const STOP_WAIT: Duration = Duration::from_secs(15);
 /// The monitors' host name for OSDs made by `coffer up` (one machine).
@@ -33,6 +37,9 @@ pub struct UpArgs {
     /// OSDs to run (a new cluster gets this many; an existing one gains any missing).
     #[arg(long, default_value_t = 3)]
     pub osds: u32,
+    /// Monitors of a new cluster (1 to 7; an odd number survives the most failures).
+    #[arg(long, default_value_t = 1)]
+    pub mons: u8,
     /// At-rest encryption of new OSD stores: gcm, xts-4096, xts-512 or none.
     #[arg(long, default_value = "gcm")]
     pub at_rest: String,
@@ -162,16 +169,22 @@ fn create(dir: &Path, args: &UpArgs) -> Result<Conf, String> {
     args.at_rest
         .parse::<store::Mode>()
         .map_err(|e| format!("--at-rest: {e}"))?;
+    if !(1..=MONS_MAX).contains(&args.mons) {
+        return Err(format!("--mons {}: use 1 to {MONS_MAX}", args.mons));
+    }
     let fsid = random_fsid();
     let ca = ClusterCa::generate(&fsid).map_err(|e| e.to_string())?;
-    let mon_name: EntityName = "mon.a".parse().map_err(|e| format!("{e}"))?;
+    let mut mons = Vec::new();
+    for i in 0..args.mons {
+        mons.push(MonEntry {
+            name: format!("mon.{}", char::from(b'a' + i)),
+            addr: format!("127.0.0.1:{}", free_loopback_port()?),
+        });
+    }
     let admin_name: EntityName = "client.admin".parse().map_err(|e| format!("{e}"))?;
     let conf = Conf {
         fsid: fsid.clone(),
-        mons: vec![MonEntry {
-            name: mon_name.to_string(),
-            addr: format!("127.0.0.1:{}", free_loopback_port()?),
-        }],
+        mons,
         transit: Transit {
             mon: args.in_transit.clone(),
             client: args.in_transit.clone(),
@@ -184,10 +197,13 @@ fn create(dir: &Path, args: &UpArgs) -> Result<Conf, String> {
         },
         dir: dir.to_path_buf(),
     };
-    let mon_dir = dir.join(mon_name.as_str());
-    std::fs::create_dir_all(&mon_dir).map_err(|e| format!("{}: {e}", mon_dir.display()))?;
-    let mon = ca.issue(&mon_name).map_err(|e| e.to_string())?;
-    write_private(&conf.keyring_path(&mon_name), &mon.to_pem())?;
+    for mon in &conf.mons {
+        let name: EntityName = mon.name.parse().map_err(|e| format!("{e}"))?;
+        let mon_dir = dir.join(name.as_str());
+        std::fs::create_dir_all(&mon_dir).map_err(|e| format!("{}: {e}", mon_dir.display()))?;
+        let identity = ca.issue(&name).map_err(|e| e.to_string())?;
+        write_private(&conf.keyring_path(&name), &identity.to_pem())?;
+    }
     let admin = ca.issue(&admin_name).map_err(|e| e.to_string())?;
     write_private(&conf.keyring_path(&admin_name), &admin.to_pem())?;
     let seed = SeedFile {
@@ -203,7 +219,8 @@ fn create(dir: &Path, args: &UpArgs) -> Result<Conf, String> {
         )],
     };
     let seed_text = serde_json::to_string(&seed).map_err(|e| e.to_string())?;
-    write_private(&mon_dir.join(SEED_FILE), &seed_text)?;
+    // The first monitor bootstraps the cluster (raft membership of all, then the seed).
+    write_private(&dir.join(&conf.mons[0].name).join(SEED_FILE), &seed_text)?;
     conf.save(&dir.join(CONF_FILE)).map_err(|e| e.to_string())?;
     Ok(conf)
 }
@@ -267,6 +284,7 @@ pub fn run(args: UpArgs) -> Result<(), String> {
             &log,
         )?;
     }
+    wait_bootstrap(&dir.join(&conf.mons[0].name).join(SEED_FILE), &mut daemons)?;
     let admin_name: EntityName = "client.admin".parse().map_err(|e| format!("{e}"))?;
     let admin =
         load_identity(&conf.keyring_path(&admin_name), &admin_name).map_err(|e| e.to_string())?;
@@ -321,7 +339,9 @@ pub fn run(args: UpArgs) -> Result<(), String> {
         conf_path.display(),
         conf_path.display()
     );
-    println!("  monitor:  {} at {}", conf.mons[0].name, conf.mons[0].addr);
+    for mon in &conf.mons {
+        println!("  monitor:  {} at {}", mon.name, mon.addr);
+    }
     println!("  admin:    {}", conf.keyring_path(&admin_name).display());
     println!("  try:      coffer status; coffer obj put {DEFAULT_POOL} hello /etc/hostname");
     println!("Ctrl-C stops the cluster; `coffer up` again resumes it with its data.");
@@ -344,6 +364,24 @@ pub fn run(args: UpArgs) -> Result<(), String> {
     println!("coffer: stopping");
     daemons.stop();
     println!("coffer: stopped");
+    Ok(())
+}
+
+/// Waits until the first monitor has bootstrapped a new cluster (it removes the seed file
+/// then); before that, the admin's key is not known to the monitors.
+fn wait_bootstrap(seed: &Path, daemons: &mut Daemons) -> Result<(), String> {
+    let deadline = std::time::Instant::now() + BOOTSTRAP_WAIT;
+    while seed.exists() {
+        if let Some(gone) = daemons.exited().into_iter().next() {
+            return Err(format!("{gone} while bootstrapping; see its log"));
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(format!(
+                "the monitors did not bootstrap within {BOOTSTRAP_WAIT:?}"
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
     Ok(())
 }
 

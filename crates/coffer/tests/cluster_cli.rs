@@ -155,3 +155,28 @@ fn objects_pools_and_capabilities_through_the_cli() {
     assert_eq!(status["osds"]["up"].as_u64(), Some(3), "{status:#}");
     assert_eq!(status["health"]["status"], "HEALTH_OK", "{status:#}");
 }
+
+#[test]
+fn three_monitors_keep_the_cluster_working_when_one_dies() {
+    let _serial = serial();
+    let cluster = LocalCluster::start(2, &["--mons", "3"]);
+    let status = cluster.status();
+    assert_eq!(
+        status["monitors"].as_array().map(Vec::len),
+        Some(3),
+        "{status:#}"
+    );
+    cluster.ok(&["obj", "put", "data", "before", "/etc/hostname"]);
+    let leader = status["leader"].as_str().expect("a leader").to_string();
+    cluster.kill_daemon(&leader, libc::SIGKILL);
+    // Map changes still commit, through the two that remain.
+    cluster.ok(&["pool", "create", "after", "--size", "2", "--pg-num", "4"]);
+    cluster.ok(&["obj", "put", "after", "x", "/etc/hostname"]);
+    let status = cluster.status();
+    let new_leader = status["leader"].as_str().expect("a leader");
+    assert_ne!(new_leader, leader, "{status:#}");
+    assert_eq!(
+        cluster.ok(&["obj", "get", "data", "before"]),
+        std::fs::read_to_string("/etc/hostname").expect("hostname")
+    );
+}

@@ -136,7 +136,12 @@ impl LocalCluster {
     }
 
     pub fn pid(&self, osd: u32) -> i32 {
-        let path = self.dir.path().join(format!("osd.{osd}/pid"));
+        self.pid_of(&format!("osd.{osd}"))
+    }
+
+    /// The pid a daemon (`mon.a`, `osd.0`) wrote in its directory.
+    pub fn pid_of(&self, daemon: &str) -> i32 {
+        let path = self.dir.path().join(daemon).join("pid");
         std::fs::read_to_string(&path)
             .expect("pid file")
             .trim()
@@ -145,10 +150,15 @@ impl LocalCluster {
     }
 
     pub fn kill(&self, osd: u32, signal: i32) {
-        let pid = self.pid(osd);
-        // SAFETY: kill(2) on the pid an OSD of this test's cluster wrote.
+        self.kill_daemon(&format!("osd.{osd}"), signal);
+    }
+
+    /// Sends `signal` to a daemon and waits until its process is gone.
+    pub fn kill_daemon(&self, daemon: &str, signal: i32) {
+        let pid = self.pid_of(daemon);
+        // SAFETY: kill(2) on the pid a daemon of this test's cluster wrote.
         let killed = unsafe { libc::kill(pid, signal) };
-        assert_eq!(killed, 0, "kill osd.{osd} (pid {pid})");
+        assert_eq!(killed, 0, "kill {daemon} (pid {pid})");
         // Wait until the process is gone (it is `coffer up`'s child or ours).
         let deadline = Instant::now() + Duration::from_secs(20);
         while Path::new(&format!("/proc/{pid}/stat")).exists()
