@@ -157,3 +157,52 @@ fn two_osds_down_pauses_writes_until_one_returns() {
     cluster.wait_for("every PG clean again", Duration::from_secs(90), all_clean);
     runtime.block_on(check_all(&pool, &acked));
 }
+
+#[test]
+fn marking_an_osd_out_moves_its_copies_to_the_others() {
+    let _serial = serial();
+    let mut cluster = LocalCluster::start(4, &[]);
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let admin = runtime.block_on(cluster.admin());
+    let pool = runtime.block_on(admin.pool("data")).expect("pool");
+    let mut acked = BTreeMap::new();
+    for n in 0..100u64 {
+        runtime
+            .block_on(pool.put(&format!("obj-{n}"), content(n)))
+            .expect("put");
+        acked.insert(format!("obj-{n}"), (n, Instant::now()));
+    }
+    cluster.ok(&["osd", "out", "1"]);
+    let listing = cluster.ok(&["osd", "ls"]);
+    assert!(
+        listing
+            .lines()
+            .any(|l| l.starts_with("osd.1") && l.contains(" out ")),
+        "{listing}"
+    );
+    cluster.wait_for(
+        "every PG clean without osd.1",
+        Duration::from_secs(90),
+        all_clean,
+    );
+    runtime.block_on(check_all(&pool, &acked));
+
+    // Every object now has its three copies on the three OSDs that are in.
+    drop(admin);
+    for osd in [0, 2, 3] {
+        cluster.kill(osd, libc::SIGTERM);
+    }
+    let stores: Vec<_> = [0, 2, 3]
+        .iter()
+        .map(|osd| runtime.block_on(cluster.osd_contents(*osd, pool.id())))
+        .collect();
+    for (name, (n, _)) in &acked {
+        for (i, store) in stores.iter().enumerate() {
+            let (data, _) = store
+                .get(name)
+                .unwrap_or_else(|| panic!("{name} has no copy on the {i}th OSD that is in"));
+            assert!(data[..] == content(*n)[..], "{name} differs");
+        }
+    }
+    cluster.stop();
+}

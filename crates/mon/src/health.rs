@@ -100,6 +100,10 @@ impl Liveness {
             }
             used_bytes += beacon.used_bytes;
             total_bytes += beacon.total_bytes;
+            // PG states from an older map may predate the change: unknown until it reports.
+            if beacon.epoch < map.epoch {
+                continue;
+            }
             for (pg, state) in &beacon.pgs {
                 let Some(pool) = map.pools.get(&pg.pool) else {
                     continue;
@@ -281,6 +285,7 @@ mod tests {
                 .get(&primary)
                 .map(|(_, b)| b.clone())
                 .unwrap_or_default();
+            beacon.epoch = map.epoch;
             beacon.pgs.push((pg, state));
             live.beacon(primary, beacon, Instant::now());
         }
@@ -289,5 +294,23 @@ mod tests {
         assert_eq!(summary.pgs.get("inactive"), Some(&1));
         assert!(matches!(summary.health, Health::Err(_)));
         assert_eq!(summary.inactive.len(), 1);
+
+        // Reports from before the latest map change do not count.
+        let primary = map.acting(
+            &pool,
+            PgId {
+                pool: pool.id,
+                number: 1,
+            },
+        )[0];
+        let mut stale = live.lock().beacons[&primary].1.clone();
+        stale.epoch = map.epoch - 1;
+        live.beacon(primary, stale, Instant::now());
+        let summary = live.summary(&map);
+        assert!(
+            summary.pgs.get("unknown").is_some_and(|n| *n >= 1),
+            "{:?}",
+            summary.pgs
+        );
     }
 }

@@ -8,6 +8,7 @@
 //!
 //! Must never depend on: `client`, `mon` (checked by scripts/check-deps.py).
 
+mod net;
 mod objects;
 mod pg;
 mod recovery;
@@ -25,12 +26,13 @@ use map::placement::{OsdId, PgId};
 use messenger::message::{
     AuthTable, Command, MonReply, MonRequest, OsdBeacon, OsdReply, OsdRequest, BEACON_INTERVAL_MS,
 };
-use messenger::{Connection, Endpoint, EntityName, Identity, Limits, Mode, MonAddr, MonClient};
+use messenger::{Endpoint, EntityName, Identity, Limits, Mode, MonAddr, MonClient};
 use store::{MkfsOptions, Store};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+pub use net::PeerNet;
 pub use objects::LOG_ENTRIES_MAX;
 pub use pg::SERVE_WAIT;
 
@@ -67,13 +69,11 @@ pub enum OsdError {
 pub(crate) struct Inner {
     pub id: OsdId,
     pub store: Arc<Store>,
-    pub endpoint: Endpoint,
     pub monc: MonClient,
     pub map: watch::Sender<Arc<ClusterMap>>,
     pub auth: watch::Sender<Arc<AuthTable>>,
     pgs: std::sync::Mutex<HashMap<PgId, Arc<pg::Pg>>>,
-    peers: tokio::sync::Mutex<HashMap<OsdId, (String, Connection)>>,
-    cluster_modes: Vec<Mode>,
+    net: Arc<dyn net::PeerNet>,
     /// Each PG's acting set as last seen in a map, to peer only PGs whose set changed.
     acting_seen: std::sync::Mutex<HashMap<PgId, Vec<OsdId>>>,
     addr: String,
@@ -161,16 +161,21 @@ impl Osd {
             .local_addr()
             .map_err(|e| OsdError::Messenger(e.to_string()))?
             .to_string();
+        let map = watch::Sender::new(Arc::new(map));
+        let net = Arc::new(net::MessengerNet {
+            endpoint: endpoint.clone(),
+            modes: config.cluster_modes,
+            map: map.subscribe(),
+            links: Default::default(),
+        });
         let inner = Arc::new(Inner {
             id: config.id,
             store: Arc::new(store),
-            endpoint: endpoint.clone(),
             monc,
-            map: watch::Sender::new(Arc::new(map)),
+            map,
             auth: watch::Sender::new(Arc::new(auth)),
             pgs: Default::default(),
-            peers: Default::default(),
-            cluster_modes: config.cluster_modes,
+            net,
             acting_seen: Default::default(),
             addr,
         });
@@ -241,32 +246,6 @@ impl Inner {
         map
     }
 
-    async fn connection(&self, osd: OsdId) -> Result<Connection, String> {
-        let addr = self
-            .map
-            .borrow()
-            .osds
-            .get(&osd)
-            .and_then(|o| o.addr.clone())
-            .ok_or_else(|| format!("osd.{} has no address in the map", osd.0))?;
-        let mut peers = self.peers.lock().await;
-        if let Some((known, conn)) = peers.get(&osd) {
-            if *known == addr && !conn.is_closed() {
-                return Ok(conn.clone());
-            }
-        }
-        let socket: SocketAddr = addr
-            .parse()
-            .map_err(|e| format!("osd.{} address {addr:?}: {e}", osd.0))?;
-        let conn = self
-            .endpoint
-            .connect(socket, &EntityName::osd(osd.0), &self.cluster_modes)
-            .await
-            .map_err(|e| format!("connecting to osd.{}: {e}", osd.0))?;
-        peers.insert(osd, (addr, conn.clone()));
-        Ok(conn)
-    }
-
     /// Sends `request` to another OSD and returns its reply.
     pub async fn call_peer(
         &self,
@@ -274,15 +253,7 @@ impl Inner {
         request: &OsdRequest,
         data: Bytes,
     ) -> Result<(OsdReply, Bytes), String> {
-        let conn = self.connection(osd).await?;
-        match tokio::time::timeout(PEER_TIMEOUT, conn.request(request, data)).await {
-            Ok(Ok(reply)) => Ok(reply),
-            Ok(Err(e)) => Err(format!("osd.{}: {e}", osd.0)),
-            Err(_) => Err(format!(
-                "osd.{} did not answer within {PEER_TIMEOUT:?}",
-                osd.0
-            )),
-        }
+        self.net.call(osd, request, data).await
     }
 
     /// Peers every PG whose acting set changed in `map` (and drops the others' primacy).
@@ -301,6 +272,16 @@ impl Inner {
                 if !involved || seen.get(&id) == Some(&acting) {
                     continue;
                 }
+                // Until peering finishes, ops wait and the beacon says so.
+                let serving = if acting.first() == Some(&self.id) {
+                    pg::Serving::Primary {
+                        epoch: map.epoch,
+                        state: messenger::message::PgState::Peering,
+                    }
+                } else {
+                    pg::Serving::NotPrimary
+                };
+                self.pg(id).serving.send_replace(serving);
                 seen.insert(id, acting);
                 tokio::spawn(recovery::peer(self.clone(), id));
             }

@@ -1,0 +1,79 @@
+//! How an OSD reaches the other OSDs. Every OSD-to-OSD request of replication, peering and
+//! recovery goes through [`PeerNet::call`]: the messenger in a daemon, and a simulated network
+//! (with injected loss, delay and partitions) when the same logic runs under a simulator.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use map::cluster::ClusterMap;
+use map::placement::OsdId;
+use messenger::message::{OsdReply, OsdRequest};
+use messenger::{Connection, Endpoint, EntityName, Mode};
+use tokio::sync::{watch, Mutex};
+
+use crate::PEER_TIMEOUT;
+
+pub type Call<'a> = Pin<Box<dyn Future<Output = Result<(OsdReply, Bytes), String>> + Send + 'a>>;
+
+pub trait PeerNet: Send + Sync + 'static {
+    /// Sends `request` (with `data` in its data segment) to OSD `osd` and returns its reply,
+    /// or why there is none (unreachable, link lost, no answer within [`PEER_TIMEOUT`]).
+    fn call<'a>(&'a self, osd: OsdId, request: &'a OsdRequest, data: Bytes) -> Call<'a>;
+}
+
+/// Peers over the messenger: one link per OSD, at the address the map gives, reopened when
+/// it closes or the OSD moves.
+pub struct MessengerNet {
+    pub endpoint: Endpoint,
+    pub modes: Vec<Mode>,
+    pub map: watch::Receiver<Arc<ClusterMap>>,
+    pub links: Mutex<HashMap<OsdId, (String, Connection)>>,
+}
+
+impl MessengerNet {
+    async fn connection(&self, osd: OsdId) -> Result<Connection, String> {
+        let addr = self
+            .map
+            .borrow()
+            .osds
+            .get(&osd)
+            .and_then(|o| o.addr.clone())
+            .ok_or_else(|| format!("osd.{} has no address in the map", osd.0))?;
+        let mut links = self.links.lock().await;
+        if let Some((known, conn)) = links.get(&osd) {
+            if *known == addr && !conn.is_closed() {
+                return Ok(conn.clone());
+            }
+        }
+        let socket: SocketAddr = addr
+            .parse()
+            .map_err(|e| format!("osd.{} address {addr:?}: {e}", osd.0))?;
+        let conn = self
+            .endpoint
+            .connect(socket, &EntityName::osd(osd.0), &self.modes)
+            .await
+            .map_err(|e| format!("connecting to osd.{}: {e}", osd.0))?;
+        links.insert(osd, (addr, conn.clone()));
+        Ok(conn)
+    }
+}
+
+impl PeerNet for MessengerNet {
+    fn call<'a>(&'a self, osd: OsdId, request: &'a OsdRequest, data: Bytes) -> Call<'a> {
+        Box::pin(async move {
+            let conn = self.connection(osd).await?;
+            match tokio::time::timeout(PEER_TIMEOUT, conn.request(request, data)).await {
+                Ok(Ok(reply)) => Ok(reply),
+                Ok(Err(e)) => Err(format!("osd.{}: {e}", osd.0)),
+                Err(_) => Err(format!(
+                    "osd.{} did not answer within {PEER_TIMEOUT:?}",
+                    osd.0
+                )),
+            }
+        })
+    }
+}
