@@ -193,12 +193,12 @@ impl Inner {
     }
 
     async fn connection(&self, osd: OsdId, addr: &str) -> Result<Connection, String> {
-        let mut conns = self.conns.lock().await;
-        if let Some((known, conn)) = conns.get(&osd) {
+        if let Some((known, conn)) = self.conns.lock().await.get(&osd) {
             if known == addr && !conn.is_closed() {
                 return Ok(conn.clone());
             }
         }
+        // Connect without holding the table: one unreachable OSD must not stall the others.
         let socket: SocketAddr = addr
             .parse()
             .map_err(|e| format!("osd.{} address {addr:?}: {e}", osd.0))?;
@@ -207,7 +207,10 @@ impl Inner {
             .connect(socket, &EntityName::osd(osd.0), &self.modes)
             .await
             .map_err(|e| format!("connecting to osd.{}: {e}", osd.0))?;
-        conns.insert(osd, (addr.to_string(), conn.clone()));
+        self.conns
+            .lock()
+            .await
+            .insert(osd, (addr.to_string(), conn.clone()));
         Ok(conn)
     }
 

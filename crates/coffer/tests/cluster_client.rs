@@ -182,6 +182,25 @@ fn a_retried_write_takes_effect_once_and_bad_requests_are_refused() {
             matches!(short, OsdReply::Failed(ref why) if why.contains("data bytes")),
             "{short:?}"
         );
+        // Reads asking for more than one reply can carry are refused before any is done.
+        let greedy = OsdRequest::Op {
+            pg,
+            epoch: map.epoch,
+            object: object.clone(),
+            reqid: ReqId { client: 7, seq: 5 },
+            ops: vec![
+                ObjectOp::Read {
+                    offset: 0,
+                    len: 48 << 20
+                };
+                2
+            ],
+        };
+        let greedy = send(greedy).await;
+        assert!(
+            matches!(greedy, OsdReply::Failed(ref why) if why.contains("at most")),
+            "{greedy:?}"
+        );
         // The OSD still serves, and the object is as the first request left it.
         let pool_handle = admin.pool("data").await.expect("pool");
         assert_eq!(pool_handle.stat("once").await.expect("stat").size, 0);

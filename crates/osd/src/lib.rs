@@ -74,8 +74,10 @@ pub(crate) struct Inner {
     pub auth: watch::Sender<Arc<AuthTable>>,
     pgs: std::sync::Mutex<HashMap<PgId, Arc<pg::Pg>>>,
     net: Arc<dyn net::PeerNet>,
-    /// Each PG's acting set as last seen in a map, to peer only PGs whose set changed.
-    acting_seen: std::sync::Mutex<HashMap<PgId, Vec<OsdId>>>,
+    /// The epoch and each PG's acting set as last seen, to peer the PGs whose set changed.
+    acting_seen: std::sync::Mutex<(Epoch, HashMap<PgId, Vec<OsdId>>)>,
+    /// Tokens of recovery tasks (pg::Recovery).
+    tokens: std::sync::atomic::AtomicU64,
     addr: String,
 }
 
@@ -177,6 +179,7 @@ impl Osd {
             pgs: Default::default(),
             net,
             acting_seen: Default::default(),
+            tokens: Default::default(),
             addr,
         });
         let service = service::OsdService {
@@ -246,6 +249,11 @@ impl Inner {
         map
     }
 
+    pub fn next_token(&self) -> u64 {
+        self.tokens
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Sends `request` to another OSD and returns its reply.
     pub async fn call_peer(
         &self,
@@ -258,7 +266,11 @@ impl Inner {
 
     /// Peers every PG whose acting set changed in `map` (and drops the others' primacy).
     fn on_map(self: &Arc<Self>, map: &ClusterMap) {
-        let mut seen = self.acting_seen.lock().unwrap_or_else(|p| p.into_inner());
+        let mut guard = self.acting_seen.lock().unwrap_or_else(|p| p.into_inner());
+        let (last_epoch, seen) = &mut *guard;
+        // A map that skips epochs may hide an interval with another primary: peer everything.
+        let skipped = map.epoch > *last_epoch + 1;
+        *last_epoch = map.epoch;
         let mut live = std::collections::HashSet::new();
         for pool in map.pools.values() {
             for number in 0..pool.pg_num {
@@ -269,7 +281,7 @@ impl Inner {
                 let acting = map.acting(pool, id);
                 live.insert(id);
                 let involved = acting.contains(&self.id) || seen.contains_key(&id);
-                if !involved || seen.get(&id) == Some(&acting) {
+                if !involved || (!skipped && seen.get(&id) == Some(&acting)) {
                     continue;
                 }
                 // Until peering finishes, ops wait and the beacon says so.
@@ -290,7 +302,9 @@ impl Inner {
             if live.contains(id) {
                 return true;
             }
+            // The pool is gone: peering gives up primacy and ends its recoveries.
             self.pg(*id).serving.send_replace(pg::Serving::NotPrimary);
+            tokio::spawn(recovery::peer(self.clone(), *id));
             false
         });
     }

@@ -43,12 +43,12 @@ impl MessengerNet {
             .get(&osd)
             .and_then(|o| o.addr.clone())
             .ok_or_else(|| format!("osd.{} has no address in the map", osd.0))?;
-        let mut links = self.links.lock().await;
-        if let Some((known, conn)) = links.get(&osd) {
+        if let Some((known, conn)) = self.links.lock().await.get(&osd) {
             if *known == addr && !conn.is_closed() {
                 return Ok(conn.clone());
             }
         }
+        // Connect without holding the table: one unreachable OSD must not stall the others.
         let socket: SocketAddr = addr
             .parse()
             .map_err(|e| format!("osd.{} address {addr:?}: {e}", osd.0))?;
@@ -57,7 +57,7 @@ impl MessengerNet {
             .connect(socket, &EntityName::osd(osd.0), &self.modes)
             .await
             .map_err(|e| format!("connecting to osd.{}: {e}", osd.0))?;
-        links.insert(osd, (addr, conn.clone()));
+        self.links.lock().await.insert(osd, (addr, conn.clone()));
         Ok(conn)
     }
 }

@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, VecDeque};
 use map::placement::{pg_of, PgId};
 use map::{ObjectName, ObjectRef, PoolId};
 use messenger::message::{LogEntry, ObjectCopy, ObjectOp, OpResult, PgInfo, Version};
+use messenger::DATA_BYTES_MAX;
 use store::{ReadError, Store, Transaction, OMAP_PAGE_ENTRIES_MAX};
 
 /// The attribute holding an object's version. Names starting with `.` are Coffer's own.
@@ -226,6 +227,18 @@ pub fn read_ops(
     ops: &[ObjectOp],
     out: &mut Vec<u8>,
 ) -> Result<Vec<OpResult>, ReadError> {
+    let requested = ops.iter().fold(0u64, |sum, op| match op {
+        ObjectOp::Read { len, .. } => sum.saturating_add(*len),
+        _ => sum,
+    });
+    if requested > DATA_BYTES_MAX as u64 {
+        return Err(ReadError::Invalid {
+            reason: format!(
+                "the reads of one request ask for {requested} bytes; a reply carries at most \
+                 {DATA_BYTES_MAX}"
+            ),
+        });
+    }
     let mut results = Vec::with_capacity(ops.len());
     for op in ops {
         let result = match op {

@@ -61,8 +61,16 @@ pub struct Interval {
     pub min_size: usize,
     /// Replicas that hold everything and get every write.
     pub clean: Vec<OsdId>,
-    /// Replicas being recovered, with the objects written since their recovery began.
-    pub recovering: HashMap<OsdId, HashSet<ObjectName>>,
+    /// Replicas being recovered, each by one task.
+    pub recovering: HashMap<OsdId, Recovery>,
+}
+
+/// One recovery task's claim on a target: a task whose token is no longer here stops.
+#[derive(Clone, Debug, Default)]
+pub struct Recovery {
+    pub token: u64,
+    /// Objects written since the recovery began, to copy again before the target joins.
+    pub dirty: HashSet<ObjectName>,
 }
 
 impl Core {

@@ -21,7 +21,7 @@ use messenger::message::{
 use store::Transaction;
 
 use crate::objects;
-use crate::pg::{Core, Interval, Serving};
+use crate::pg::{Core, Interval, Recovery, Serving};
 use crate::Inner;
 
 /// Pause before a failed peering or recovery tries again.
@@ -242,22 +242,43 @@ impl Inner {
         }
     }
 
-    /// Makes `to` hold exactly `from`'s objects of the PG.
-    async fn sync(&self, pg: PgId, from: Side, to: Side) -> Result<usize, String> {
+    /// Makes `to` hold exactly `from`'s objects of the PG. With a `claim` (a recovery task's
+    /// target and token), stops as soon as the task no longer owns that recovery.
+    async fn sync(
+        &self,
+        pg: PgId,
+        from: Side,
+        to: Side,
+        claim: Option<(OsdId, u64)>,
+    ) -> Result<usize, String> {
         let source = self.list(from, pg).await?;
         let target = self.list(to, pg).await?;
         let mut copied = 0;
         for (name, version) in &source {
             if target.get(name) != Some(version) {
+                self.check_claim(pg, claim).await?;
                 self.copy_object(pg, name, from, to).await?;
                 copied += 1;
             }
         }
         for name in target.keys().filter(|name| !source.contains_key(*name)) {
+            self.check_claim(pg, claim).await?;
             self.write_piece(to, pg, name, Piece::removal()).await?;
             copied += 1;
         }
         Ok(copied)
+    }
+
+    /// Fails once a recovery task's claim is superseded, so it stops writing to its target.
+    async fn check_claim(&self, pg: PgId, claim: Option<(OsdId, u64)>) -> Result<(), String> {
+        let Some((target, token)) = claim else {
+            return Ok(());
+        };
+        if still_recovering(&*self.pg(pg).core.lock().await, target, token) {
+            Ok(())
+        } else {
+            Err(format!("recovery of osd.{} was superseded", target.0))
+        }
     }
 
     async fn query(&self, osd: OsdId, pg: PgId) -> Result<(PgInfo, Vec<LogEntry>), String> {
@@ -283,10 +304,6 @@ pub async fn peer(inner: Arc<Inner>, id: PgId) {
     if acting.first() != Some(&inner.id) {
         core.interval = Interval::default();
         pg.serving.send_replace(Serving::NotPrimary);
-        return;
-    }
-    if core.interval.epoch != 0 && core.interval.acting == acting && pg.serving.borrow().is_active()
-    {
         return;
     }
     core.interval = Interval {
@@ -317,17 +334,31 @@ pub async fn peer(inner: Arc<Inner>, id: PgId) {
         pg.publish(&core);
         return;
     }
+    // Every member must answer: one that does not may hold the newest writes. Until the
+    // monitors mark it down (and the acting set changes), the PG waits.
     let mut answers = Vec::new();
     for osd in &acting[1..] {
-        answers.push((*osd, inner.query(*osd, id).await));
+        match inner.query(*osd, id).await {
+            Ok((info, log)) => answers.push((*osd, info, log)),
+            Err(e) => {
+                let state = failed(format!("waiting for osd.{} to answer: {e}", osd.0));
+                pg.serving.send_replace(Serving::Primary {
+                    epoch: map.epoch,
+                    state,
+                });
+                drop(core);
+                retry_later(inner, id);
+                return;
+            }
+        }
     }
     let best = answers
         .iter()
-        .filter_map(|(osd, answer)| answer.as_ref().ok().map(|(info, log)| (*osd, *info, log)))
+        .map(|(osd, info, log)| (*osd, *info, log))
         .max_by_key(|(_, info, _)| info.last);
     if let Some((from, info, log)) = best.filter(|(_, info, _)| info.last > core.info.last) {
         tracing::info!(pg = %format!("{}.{}", id.pool, id.number), from = from.0, "catching up");
-        let caught_up = match inner.sync(id, Side::Remote(from), Side::Local).await {
+        let caught_up = match inner.sync(id, Side::Remote(from), Side::Local, None).await {
             Ok(_) => adopt_log(&inner, &mut core, id, info, log.iter().cloned().collect()).await,
             Err(e) => Err(e),
         };
@@ -342,16 +373,28 @@ pub async fn peer(inner: Arc<Inner>, id: PgId) {
             return;
         }
     }
-    for (osd, answer) in answers {
-        match answer {
-            Ok((info, _)) if info.last == core.info.last => core.interval.clean.push(osd),
-            _ => {
-                core.interval.recovering.insert(osd, Default::default());
-                tokio::spawn(recover(inner.clone(), id, osd, map.epoch));
-            }
+    for (osd, info, _) in answers {
+        if info.last == core.info.last {
+            core.interval.clean.push(osd);
+        } else {
+            start_recovery(&inner, &mut core, id, osd);
         }
     }
     pg.publish(&core);
+}
+
+/// Starts recovering `target` (replacing any task already on it) for the current interval.
+pub fn start_recovery(inner: &Arc<Inner>, core: &mut Core, id: PgId, target: OsdId) {
+    let token = inner.next_token();
+    core.interval.clean.retain(|osd| *osd != target);
+    core.interval.recovering.insert(
+        target,
+        Recovery {
+            token,
+            dirty: Default::default(),
+        },
+    );
+    tokio::spawn(recover(inner.clone(), id, target, token));
 }
 
 async fn adopt_log(
@@ -375,59 +418,82 @@ fn retry_later(inner: Arc<Inner>, id: PgId) {
     });
 }
 
-/// Whether `target` is still being recovered in the interval that began at `epoch`.
-fn still_recovering(core: &Core, epoch: u64, target: OsdId) -> bool {
-    core.interval.epoch == epoch && core.interval.recovering.contains_key(&target)
+/// Whether the recovery task holding `token` still owns `target`'s recovery.
+fn still_recovering(core: &Core, target: OsdId, token: u64) -> bool {
+    core.interval
+        .recovering
+        .get(&target)
+        .is_some_and(|r| r.token == token)
 }
 
-/// Recovers `target` for the interval that began at `epoch`, until it joins the clean
-/// replicas or the interval ends.
-pub async fn recover(inner: Arc<Inner>, id: PgId, target: OsdId, epoch: u64) {
+/// Recovers `target` until it joins the clean replicas, or until another task or a new
+/// interval takes over its recovery (`token` no longer current).
+pub async fn recover(inner: Arc<Inner>, id: PgId, target: OsdId, token: u64) {
     let pg = inner.pg(id);
+    let label = format!("{}.{}", id.pool, id.number);
     loop {
-        if !still_recovering(&*pg.core.lock().await, epoch, target) {
+        if !still_recovering(&*pg.core.lock().await, target, token) {
             return;
         }
-        match recover_once(&inner, id, target, epoch).await {
+        match recover_once(&inner, id, target, token).await {
             Ok(true) => {
-                tracing::info!(pg = %format!("{}.{}", id.pool, id.number), osd = target.0, "recovered");
+                tracing::info!(pg = %label, osd = target.0, "recovered");
                 return;
             }
             Ok(false) => return,
             Err(e) => {
-                tracing::warn!(pg = %format!("{}.{}", id.pool, id.number), osd = target.0, error = %e, "recovery");
+                tracing::warn!(pg = %label, osd = target.0, error = %e, "recovery");
                 tokio::time::sleep(RETRY_PAUSE).await;
             }
         }
     }
 }
 
-/// One recovery pass; `Ok(true)` once the target joined, `Ok(false)` if the interval ended.
+/// One recovery pass; `Ok(true)` once the target joined, `Ok(false)` if the task lost its
+/// claim (or found the target newer than this OSD, and re-peering took over).
 async fn recover_once(
     inner: &Arc<Inner>,
     id: PgId,
     target: OsdId,
-    epoch: u64,
+    token: u64,
 ) -> Result<bool, String> {
     let pg = inner.pg(id);
-    if let Some(dirty) = pg.core.lock().await.interval.recovering.get_mut(&target) {
-        dirty.clear();
+    let (target_info, _) = inner.query(target, id).await?;
+    {
+        let mut core = pg.core.lock().await;
+        if !still_recovering(&core, target, token) {
+            return Ok(false);
+        }
+        if target_info.last > core.info.last {
+            // The target holds writes this primary lacks: peering must take them first.
+            core.interval.recovering.remove(&target);
+            drop(core);
+            tokio::spawn(peer(inner.clone(), id));
+            return Ok(false);
+        }
+        if let Some(recovery) = core.interval.recovering.get_mut(&target) {
+            recovery.dirty.clear();
+        }
     }
-    inner.sync(id, Side::Local, Side::Remote(target)).await?;
+    let guard = Some((target, token));
+    inner
+        .sync(id, Side::Local, Side::Remote(target), guard)
+        .await?;
     loop {
         let mut core = pg.core.lock().await;
-        if !still_recovering(&core, epoch, target) {
+        if !still_recovering(&core, target, token) {
             return Ok(false);
         }
         let dirty: Vec<ObjectName> = core
             .interval
             .recovering
             .get_mut(&target)
-            .map(|set| set.drain().collect())
+            .map(|r| r.dirty.drain().collect())
             .unwrap_or_default();
         if dirty.len() > JOIN_DIRTY_MAX {
             drop(core);
             for name in &dirty {
+                inner.check_claim(id, guard).await?;
                 inner
                     .copy_object(id, name, Side::Local, Side::Remote(target))
                     .await?;

@@ -9,13 +9,14 @@ use map::cluster::{ClusterMap, Epoch};
 use map::placement::{OsdId, PgId};
 use map::ObjectName;
 use messenger::message::{
-    LogEntry, ObjectOp, OsdReply, OsdRequest, PeerOp, ReqId, Version, LIST_PAGE_MAX,
+    LogEntry, ObjectOp, OsdReply, OsdRequest, PeerOp, PgState, ReqId, Version, LIST_PAGE_MAX,
 };
 use messenger::{CertificateDer, EntityKind, EntityName, Handler, Peer, Reply, Request};
 use store::{ReadError, Transaction};
 use tokio::task::JoinSet;
 
 use crate::objects;
+use crate::pg::Serving;
 use crate::Inner;
 
 pub struct OsdService {
@@ -229,8 +230,9 @@ impl OsdService {
             }
         }
         let entry = LogEntry {
+            // Never below the last version, even if this OSD's map lags the log it took.
             version: Version {
-                epoch: core.interval.epoch,
+                epoch: core.interval.epoch.max(core.info.last.epoch),
                 seq: core.info.last.seq + 1,
             },
             object: op.object.clone(),
@@ -271,23 +273,25 @@ impl OsdService {
             }
         }
         if let Err(why) = local {
+            // The replicas may hold this write and this OSD does not: stop serving, and let
+            // peering take it from them. The client's retry is then answered from the log.
+            pg.serving.send_replace(Serving::Primary {
+                epoch: core.interval.epoch,
+                state: PgState::Peering,
+            });
             drop(core);
             tokio::spawn(crate::recovery::peer(inner.clone(), op.pg));
-            return Err(OsdReply::Failed(format!("applying the write: {why}")));
+            return Err(OsdReply::Busy(format!(
+                "pg {}.{}: applying the write on osd.{} failed ({why}); peering again",
+                op.pg.pool, op.pg.number, inner.id.0
+            )));
         }
         core.note_logged(entry.clone(), trim);
-        for set in core.interval.recovering.values_mut() {
-            set.insert(op.object.clone());
+        for recovery in core.interval.recovering.values_mut() {
+            recovery.dirty.insert(op.object.clone());
         }
         for osd in failed {
-            core.interval.clean.retain(|o| *o != osd);
-            core.interval.recovering.insert(osd, Default::default());
-            tokio::spawn(crate::recovery::recover(
-                inner.clone(),
-                op.pg,
-                osd,
-                core.interval.epoch,
-            ));
+            crate::recovery::start_recovery(inner, &mut core, op.pg, osd);
         }
         pg.publish(&core);
         if !pg.serving.borrow().is_active() {
@@ -381,7 +385,19 @@ impl OsdService {
                 let mut core = pg.core.lock().await;
                 inner.load(&mut core, id).await?;
                 if entry.version <= core.info.last {
-                    return Ok(reply(OsdReply::Done));
+                    // A resent write this replica already has, or a version reused for a
+                    // different write: the second must not pass for the first.
+                    let known = core
+                        .log
+                        .iter()
+                        .any(|e| e.version == entry.version && e.reqid == entry.reqid);
+                    if known {
+                        return Ok(reply(OsdReply::Done));
+                    }
+                    return Err(format!(
+                        "version {}.{} of pg {}.{} is already used by another write here",
+                        entry.version.epoch, entry.version.seq, id.pool, id.number
+                    ));
                 }
                 let object = objects::object_ref(id, &entry.object);
                 let mut txn = Transaction::new();
