@@ -206,3 +206,74 @@ fn a_retried_write_takes_effect_once_and_bad_requests_are_refused() {
         assert_eq!(pool_handle.stat("once").await.expect("stat").size, 0);
     });
 }
+
+#[test]
+fn hostile_peers_get_clear_errors_and_hurt_no_daemon() {
+    let _serial = serial();
+    let cluster = LocalCluster::start(3, &[]);
+    cluster.ok(&["obj", "put", "data", "kept", "/etc/hostname"]);
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let conf = cluster.conf();
+        let admin = cluster.admin().await;
+        let map = admin.map();
+        let osd_addr: std::net::SocketAddr = map
+            .osds
+            .values()
+            .next()
+            .and_then(|o| o.addr.clone())
+            .expect("osd addr")
+            .parse()
+            .expect("addr");
+        let mon_addr = conf.mon_addrs().expect("mons")[0].addr;
+
+        // A key from another cluster's authority, under a known entity's name.
+        let stranger = messenger::ClusterCa::generate("another-cluster").expect("authority");
+        let name: EntityName = "client.admin".parse().expect("name");
+        let forged = stranger.issue(&name).expect("issue");
+        let refused =
+            client::Cluster::connect_with(&conf, &forged, std::time::Duration::from_secs(5)).await;
+        let error = refused.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(
+            error.contains("permission denied"),
+            "a foreign key must not connect: {error}"
+        );
+
+        // Garbage, a truncated handshake, and idle (too slow) connections, to OSD and monitor.
+        use tokio::io::AsyncWriteExt;
+        let mut idle = Vec::new();
+        for addr in [osd_addr, mon_addr] {
+            let mut garbage = tokio::net::TcpStream::connect(addr).await.expect("connect");
+            garbage.write_all(&[0xff; 4096]).await.expect("write");
+            drop(garbage);
+            let mut truncated = tokio::net::TcpStream::connect(addr).await.expect("connect");
+            truncated
+                .write_all(&[0x16, 0x03, 0x01, 0x02, 0x00, 0x01])
+                .await
+                .expect("write");
+            drop(truncated);
+            for _ in 0..8 {
+                idle.push(tokio::net::TcpStream::connect(addr).await.expect("connect"));
+            }
+        }
+        // Meanwhile everyone else is served.
+        let pool = admin.pool("data").await.expect("pool");
+        pool.put("during", Bytes::from_static(b"served"))
+            .await
+            .expect("put");
+        assert_eq!(
+            &pool.get("kept").await.expect("get")[..],
+            std::fs::read("/etc/hostname").expect("hostname")
+        );
+        drop(idle);
+    });
+    for daemon in ["mon.a", "osd.0", "osd.1", "osd.2"] {
+        let pid = cluster.pid_of(daemon);
+        assert!(
+            std::path::Path::new(&format!("/proc/{pid}")).exists(),
+            "{daemon} died"
+        );
+    }
+    let status = cluster.status();
+    assert_eq!(status["health"]["status"], "HEALTH_OK", "{status:#}");
+}

@@ -37,6 +37,29 @@ pub enum MonError {
     Unexpected(String),
 }
 
+/// Whether a TLS handshake failed over a certificate (ours rejected, or theirs), which
+/// retrying cannot fix, rather than over a lost connection.
+fn is_certificate_rejection(e: &std::io::Error) -> bool {
+    use rustls::AlertDescription as Alert;
+    match e
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+    {
+        Some(rustls::Error::InvalidCertificate(_)) => true,
+        Some(rustls::Error::AlertReceived(alert)) => matches!(
+            alert,
+            Alert::BadCertificate
+                | Alert::UnknownCA
+                | Alert::CertificateUnknown
+                | Alert::CertificateRevoked
+                | Alert::CertificateExpired
+                | Alert::CertificateRequired
+                | Alert::AccessDenied
+        ),
+        _ => false,
+    }
+}
+
 /// Why one attempt failed: a monitor refused this entity (every monitor refusing ends the
 /// call; one alone may just lag behind an `auth add`), or anything else (retried).
 enum Failure {
@@ -80,6 +103,9 @@ impl MonClient {
         {
             Ok(conn) => conn,
             Err(ConnectError::Refused(why)) => return Err(Failure::Refused(why)),
+            Err(ConnectError::Tls(e)) if is_certificate_rejection(&e) => {
+                return Err(Failure::Refused(format!("{}: {e}", mon.entity)))
+            }
             Err(e) => return Err(Failure::Other(format!("{}: {e}", mon.entity))),
         };
         *link = Some((index, conn.clone()));
