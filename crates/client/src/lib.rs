@@ -6,6 +6,7 @@
 //! Must never depend on: `osd`, `store` (checked by scripts/check-deps.py).
 
 pub mod conf;
+pub mod stripe;
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -14,18 +15,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use map::cluster::{ClusterMap, Epoch};
+use map::cluster::{Change, ClusterMap, Epoch};
 use map::placement::{OsdId, PgId};
 use map::{ObjectName, PoolId};
 use messenger::message::{
-    Command, MonReply, MonRequest, MonStatus, ObjectOp, OpResult, OsdReply, OsdRequest, ReqId,
-    Version, LIST_PAGE_MAX,
+    Command, MonReply, MonRequest, MonStatus, OsdReply, OsdRequest, ReqId, Version, LIST_PAGE_MAX,
 };
 use messenger::{Connection, Endpoint, EntityName, Identity, Limits, Mode, MonClient};
 use tokio::sync::{watch, Mutex};
 use tokio::task::JoinHandle;
 
 pub use conf::Conf;
+/// The operations of [`Pool::operate`], and their results.
+pub use messenger::message::{ObjectOp, OpResult};
 
 /// How long an operation keeps trying (map changes, recovering PGs, OSDs restarting) before
 /// it fails with the last reason it was given.
@@ -47,6 +49,9 @@ pub enum Error {
     NotFound,
     #[error("the object exists")]
     Exists,
+    /// A condition of a write (`ObjectOp::AssertAttr`) did not hold; nothing was applied.
+    #[error("condition failed: {0}")]
+    Mismatch(String),
     #[error("permission denied: {0}")]
     Denied(String),
     #[error("{0}")]
@@ -127,6 +132,17 @@ impl Cluster {
         Ok(Cluster { inner })
     }
 
+    /// Who this connection authenticated as (`client.admin`).
+    pub fn entity(&self) -> String {
+        self.inner.endpoint.entity().to_string()
+    }
+
+    /// This connection's instance: the `client` half of its request ids, which the OSDs
+    /// refuse once it is blocklisted.
+    pub fn instance(&self) -> u64 {
+        self.inner.instance
+    }
+
     /// The newest map this client has.
     pub fn map(&self) -> Arc<ClusterMap> {
         self.inner.map.borrow().clone()
@@ -152,6 +168,15 @@ impl Cluster {
             }
             other => Ok(other),
         }
+    }
+
+    /// Makes every OSD refuse writes from client instance `instance` (see
+    /// [`Cluster::instance`]): fencing for a writer whose lock was broken. Returns once this
+    /// client's map includes it, so this client's later requests reach OSDs that refuse the
+    /// fenced writer's.
+    pub async fn blocklist(&self, instance: u64) -> Result<(), Error> {
+        let change = Change::Blocklist { client: instance };
+        self.command(Command::Change(change)).await.map(|_| ())
     }
 
     pub async fn status(&self) -> Result<MonStatus, Error> {
@@ -262,6 +287,7 @@ impl Inner {
                         Ok((OsdReply::Failed(why), _)) => return Err(Error::Failed(why)),
                         Ok((OsdReply::NotFound, _)) => return Err(Error::NotFound),
                         Ok((OsdReply::Exists, _)) => return Err(Error::Exists),
+                        Ok((OsdReply::Mismatch(why), _)) => return Err(Error::Mismatch(why)),
                         Ok(answer) => return Ok(answer),
                         Err(why) => why,
                     }
@@ -341,6 +367,11 @@ fn object_name(name: &str) -> Result<ObjectName, Error> {
 impl Pool {
     pub fn id(&self) -> PoolId {
         self.id
+    }
+
+    /// The cluster connection this pool handle uses.
+    pub fn cluster(&self) -> &Cluster {
+        &self.cluster
     }
 
     pub fn name(&self) -> &str {

@@ -87,6 +87,92 @@ fn object_operations_through_the_library() {
 }
 
 #[test]
+fn conditional_writes_apply_only_when_their_conditions_hold() {
+    let _serial = serial();
+    let cluster = LocalCluster::start(3, &["--nbd", "none"]);
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let admin = cluster.admin().await;
+        let pool = admin.pool("data").await.expect("pool");
+        let set = |value: &[u8]| ObjectOp::SetAttr {
+            name: "owner".into(),
+            value: value.to_vec(),
+        };
+        let expect = |value: Option<&[u8]>| ObjectOp::AssertAttr {
+            name: "owner".into(),
+            value: value.map(<[u8]>::to_vec),
+        };
+        // A condition on a missing object: nothing is created.
+        let missing = pool
+            .operate("c", vec![ObjectOp::AssertExists, set(b"a")], Bytes::new())
+            .await;
+        assert!(matches!(missing, Err(Error::NotFound)), "{missing:?}");
+        assert!(matches!(pool.stat("c").await, Err(Error::NotFound)));
+
+        // Compare and swap: the first taker wins, the second is told, nothing changes.
+        pool.create("c", false).await.expect("create");
+        pool.operate("c", vec![expect(None), set(b"a")], Bytes::new())
+            .await
+            .expect("take when absent");
+        let lost = pool
+            .operate("c", vec![expect(None), set(b"b")], Bytes::new())
+            .await;
+        assert!(matches!(lost, Err(Error::Mismatch(_))), "{lost:?}");
+        let attrs = pool.attrs("c").await.expect("attrs");
+        assert_eq!(attrs.get("owner").map(Vec::as_slice), Some(&b"a"[..]));
+        pool.operate("c", vec![expect(Some(b"a")), set(b"b")], Bytes::new())
+            .await
+            .expect("swap when it matches");
+
+        // Conditions alone, or on Coffer's own attributes, are refused.
+        let alone = pool
+            .operate("c", vec![expect(Some(b"b"))], Bytes::new())
+            .await;
+        assert!(matches!(alone, Err(Error::Failed(_))), "{alone:?}");
+        let reserved = pool
+            .operate(
+                "c",
+                vec![
+                    ObjectOp::AssertAttr {
+                        name: ".v".into(),
+                        value: None,
+                    },
+                    set(b"c"),
+                ],
+                Bytes::new(),
+            )
+            .await;
+        assert!(matches!(reserved, Err(Error::Failed(_))), "{reserved:?}");
+
+        // A blocklisted client may read but not write, until it is removed from the list.
+        let fenced = cluster.admin().await;
+        let fenced_pool = fenced.pool("data").await.expect("pool");
+        admin.blocklist(fenced.instance()).await.expect("blocklist");
+        let refused = fenced_pool.write("c", 0, Bytes::from_static(b"late")).await;
+        assert!(
+            matches!(refused, Err(Error::Denied(ref why)) if why.contains("blocklisted")),
+            "{refused:?}"
+        );
+        assert_eq!(fenced_pool.stat("c").await.expect("stat").size, 0);
+        pool.write("c", 0, Bytes::from_static(b"mine"))
+            .await
+            .expect("others still write");
+        let listed = cluster.ok(&["blocklist", "ls"]);
+        assert_eq!(listed.trim(), format!("{:016x}", fenced.instance()));
+        cluster.ok(&["blocklist", "rm", listed.trim()]);
+        fenced
+            .wait_for_epoch(admin.map().epoch + 1)
+            .await
+            .expect("map");
+        fenced_pool
+            .write("c", 4, Bytes::from_static(b"back"))
+            .await
+            .expect("writes again once removed");
+        assert_eq!(&pool.get("c").await.expect("get")[..], b"mineback");
+    });
+}
+
+#[test]
 fn a_retried_write_takes_effect_once_and_bad_requests_are_refused() {
     let _serial = serial();
     let cluster = LocalCluster::start(3, &[]);

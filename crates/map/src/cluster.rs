@@ -3,7 +3,7 @@
 //! epoch, so the monitors (which agree on the order of changes) and every follower of the
 //! map compute the same map at the same epoch.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
@@ -22,6 +22,9 @@ pub const PG_NUM_MAX: u32 = 1 << 16;
 pub const POOL_NAME_BYTES_MAX: usize = 128;
 /// An OSD's weight when added without one: 1.0 in 16.16 fixed point.
 pub const WEIGHT_ONE: u32 = 1 << 16;
+/// Most client instances the blocklist holds; past it, blocklisting is refused until an
+/// operator removes entries.
+pub const BLOCKLIST_ENTRIES_MAX: usize = 4096;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OsdInfo {
@@ -54,6 +57,10 @@ pub struct ClusterMap {
     pub epoch: Epoch,
     pub osds: BTreeMap<OsdId, OsdInfo>,
     pub pools: BTreeMap<PoolId, PoolInfo>,
+    /// Client instances (the `client` half of their request ids) whose writes every OSD
+    /// refuses: writers fenced off when their image lock was broken. Entries stay until an
+    /// operator removes them.
+    pub blocklist: BTreeSet<u64>,
     next_pool: u64,
 }
 
@@ -98,6 +105,13 @@ pub enum Change {
     RemovePool {
         name: String,
     },
+    /// Every OSD refuses writes from this client instance from this epoch on.
+    Blocklist {
+        client: u64,
+    },
+    Unblocklist {
+        client: u64,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -109,6 +123,8 @@ pub enum ChangeError {
     PoolExists(String),
     NoSuchPool(String),
     InvalidPool(String),
+    BlocklistFull,
+    NotBlocklisted(u64),
 }
 
 impl fmt::Display for ChangeError {
@@ -123,6 +139,13 @@ impl fmt::Display for ChangeError {
             ChangeError::PoolExists(name) => write!(f, "pool {name:?} already exists"),
             ChangeError::NoSuchPool(name) => write!(f, "pool {name:?} does not exist"),
             ChangeError::InvalidPool(why) => write!(f, "invalid pool: {why}"),
+            ChangeError::BlocklistFull => write!(
+                f,
+                "the blocklist holds {BLOCKLIST_ENTRIES_MAX} clients; remove some first"
+            ),
+            ChangeError::NotBlocklisted(client) => {
+                write!(f, "client instance {client:016x} is not blocklisted")
+            }
         }
     }
 }
@@ -211,6 +234,18 @@ impl ClusterMap {
                     .ok_or_else(|| ChangeError::NoSuchPool(name.clone()))?
                     .id;
                 self.pools.remove(&id);
+            }
+            Change::Blocklist { client } => {
+                if self.blocklist.len() >= BLOCKLIST_ENTRIES_MAX && !self.blocklist.contains(client)
+                {
+                    return Err(ChangeError::BlocklistFull);
+                }
+                self.blocklist.insert(*client);
+            }
+            Change::Unblocklist { client } => {
+                if !self.blocklist.remove(client) {
+                    return Err(ChangeError::NotBlocklisted(*client));
+                }
             }
         }
         self.epoch += 1;
@@ -366,5 +401,31 @@ mod tests {
         map.apply(&Change::OsdDown { id: up[0] }).expect("down");
         assert_eq!(map.acting(&p, pg), up[1..].to_vec());
         assert_eq!(map.pg_osds(&p, pg), up, "down alone does not re-place");
+    }
+
+    #[test]
+    fn blocklist_holds_clients_until_removed_and_is_bounded() {
+        let mut map = ClusterMap::default();
+        map.apply(&Change::Blocklist { client: 7 })
+            .expect("blocklist");
+        map.apply(&Change::Blocklist { client: 7 })
+            .expect("blocklisting twice is harmless");
+        assert!(map.blocklist.contains(&7));
+        map.apply(&Change::Unblocklist { client: 7 })
+            .expect("unblocklist");
+        assert_eq!(
+            map.apply(&Change::Unblocklist { client: 7 }),
+            Err(ChangeError::NotBlocklisted(7))
+        );
+        for client in 0..BLOCKLIST_ENTRIES_MAX as u64 {
+            map.apply(&Change::Blocklist { client })
+                .expect("within the bound");
+        }
+        let full = map.clone();
+        assert_eq!(
+            map.apply(&Change::Blocklist { client: u64::MAX }),
+            Err(ChangeError::BlocklistFull)
+        );
+        assert_eq!(map, full, "a refused change leaves the map as it was");
     }
 }

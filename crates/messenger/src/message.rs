@@ -202,8 +202,19 @@ pub struct ReqId {
 }
 
 /// One operation on an object. The bytes of writes travel in the data segment, in order.
+///
+/// A write request may carry conditions (`Assert*`), checked under the PG's lock before any
+/// of its ops: if one does not hold, nothing is applied and the reply says which failed.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ObjectOp {
+    /// Condition: the object exists (else the reply is `NotFound`).
+    AssertExists,
+    /// Condition: attribute `name` holds `value`, or is absent for `None` (else the reply
+    /// is `Mismatch`).
+    AssertAttr {
+        name: String,
+        value: Option<Vec<u8>>,
+    },
     /// Creates the object if absent; with `exclusive`, fails if it exists.
     Create {
         exclusive: bool,
@@ -256,6 +267,7 @@ pub enum ObjectOp {
 }
 
 impl ObjectOp {
+    /// Writes, and the conditions that go with them.
     pub fn is_write(&self) -> bool {
         !matches!(
             self,
@@ -265,6 +277,10 @@ impl ObjectOp {
                 | ObjectOp::OmapGet { .. }
                 | ObjectOp::OmapList { .. }
         )
+    }
+
+    pub fn is_condition(&self) -> bool {
+        matches!(self, ObjectOp::AssertExists | ObjectOp::AssertAttr { .. })
     }
 
     /// Bytes this op takes from the request's data segment.
@@ -402,6 +418,8 @@ pub enum OsdReply {
     Busy(String),
     NotFound,
     Exists,
+    /// A condition of the request (`AssertAttr`) did not hold; nothing was applied.
+    Mismatch(String),
     Denied(String),
     Failed(String),
 }

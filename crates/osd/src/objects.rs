@@ -140,8 +140,13 @@ pub fn build_write(
     };
     let mut exists_after = true;
     for op in ops {
+        if op.is_condition() {
+            // Checked by the primary, under the PG's lock, before it ordered this write.
+            continue;
+        }
         exists_after = true;
         match op {
+            ObjectOp::AssertExists | ObjectOp::AssertAttr { .. } => {}
             ObjectOp::Create { .. } => {
                 txn.touch(object);
             }
@@ -204,7 +209,7 @@ pub fn build_write(
     Ok(())
 }
 
-fn check_attr_name(name: &str) -> Result<(), String> {
+pub fn check_attr_name(name: &str) -> Result<(), String> {
     if is_internal_attr(name) {
         return Err(format!(
             "attribute {name:?}: names starting with '.' are reserved"

@@ -7,7 +7,7 @@ use bytes::Bytes;
 use map::auth::Caps;
 use map::cluster::{ClusterMap, Epoch};
 use map::placement::{OsdId, PgId};
-use map::ObjectName;
+use map::{ObjectName, ObjectRef};
 use messenger::message::{
     LogEntry, ObjectOp, OsdReply, OsdRequest, PeerOp, PgState, ReqId, Version, LIST_PAGE_MAX,
 };
@@ -164,6 +164,11 @@ impl OsdService {
                 "reads and writes cannot share one request".into(),
             ));
         }
+        if op.ops.iter().all(ObjectOp::is_condition) {
+            return Err(OsdReply::Failed(
+                "a request of conditions alone changes nothing".into(),
+            ));
+        }
         let map = self.check_primary(peer, op.pg, epoch, write).await?;
         let pool = map
             .pools
@@ -209,26 +214,15 @@ impl OsdService {
         if let Some(version) = core.reqids.get(&op.reqid) {
             return Ok(OsdReply::Written { version: *version });
         }
-        let object = objects::object_ref(op.pg, &op.object);
-        let needs_check = op
-            .ops
-            .iter()
-            .any(|o| matches!(o, ObjectOp::Remove | ObjectOp::Create { exclusive: true }));
-        if needs_check {
-            let probe = object.clone();
-            let exists = inner
-                .blocking(move |store| store.exists(&probe))
-                .await
-                .map_err(OsdReply::Failed)?
-                .map_err(read_failure)?;
-            match op.ops.first() {
-                Some(ObjectOp::Create { exclusive: true }) if exists => {
-                    return Err(OsdReply::Exists)
-                }
-                Some(ObjectOp::Remove) if !exists => return Err(OsdReply::NotFound),
-                _ => {}
-            }
+        if inner.map.borrow().blocklist.contains(&op.reqid.client) {
+            return Err(OsdReply::Denied(format!(
+                "client instance {:016x} is blocklisted (its image lock was broken); \
+                 reconnect to write again",
+                op.reqid.client
+            )));
         }
+        let object = objects::object_ref(op.pg, &op.object);
+        self.check_conditions(&object, &op.ops).await?;
         let entry = LogEntry {
             // Never below the last version, even if this OSD's map lags the log it took.
             version: Version {
@@ -305,6 +299,53 @@ impl OsdService {
         Ok(OsdReply::Written {
             version: entry.version,
         })
+    }
+
+    /// Refuses a write whose conditions do not hold in the store, an exclusive create of an
+    /// object that exists and a removal of one that does not. Runs under the PG's lock, so
+    /// nothing changes the object between the check and the write.
+    async fn check_conditions(&self, object: &ObjectRef, ops: &[ObjectOp]) -> Result<(), OsdReply> {
+        let first = ops.iter().find(|o| !o.is_condition());
+        let needs_state = ops.iter().any(ObjectOp::is_condition)
+            || matches!(
+                first,
+                Some(ObjectOp::Remove | ObjectOp::Create { exclusive: true })
+            );
+        if !needs_state {
+            return Ok(());
+        }
+        let probe = object.clone();
+        let attrs = self
+            .inner
+            .blocking(move |store| match store.attrs(&probe) {
+                Ok(attrs) => Ok(Some(attrs)),
+                Err(ReadError::NotFound { .. }) => Ok(None),
+                Err(e) => Err(e),
+            })
+            .await
+            .map_err(OsdReply::Failed)?
+            .map_err(read_failure)?;
+        for op in ops {
+            match op {
+                ObjectOp::AssertExists if attrs.is_none() => return Err(OsdReply::NotFound),
+                ObjectOp::AssertAttr { name, value } => {
+                    objects::check_attr_name(name).map_err(OsdReply::Failed)?;
+                    let found = attrs.as_ref().and_then(|attrs| attrs.get(name));
+                    if found != value.as_ref() {
+                        return Err(OsdReply::Mismatch(format!(
+                            "attribute {name:?} of {} is not as the request expects",
+                            object.name
+                        )));
+                    }
+                }
+                _ => {}
+            }
+        }
+        match first {
+            Some(ObjectOp::Create { exclusive: true }) if attrs.is_some() => Err(OsdReply::Exists),
+            Some(ObjectOp::Remove) if attrs.is_none() => Err(OsdReply::NotFound),
+            _ => Ok(()),
+        }
     }
 
     async fn client_list(
