@@ -22,11 +22,17 @@ ensure_build_tools() {
 }
 
 # What the tests need beyond the build: tcpdump, to capture loopback traffic and check that
-# secure links carry no plaintext.
+# secure links carry no plaintext; fio (built with libnbd), nbdinfo and nbdcopy (libnbd-bin)
+# and qemu-img and qemu-io (qemu-utils), the independent NBD clients the block tests use.
 ensure_test_tools() {
-    if ! command -v tcpdump >/dev/null 2>&1; then
-        echo "coffer: installing tcpdump for the traffic-capture tests" >&2
+    local missing=()
+    command -v tcpdump >/dev/null 2>&1 || missing+=(tcpdump)
+    command -v fio >/dev/null 2>&1 || missing+=(fio)
+    command -v nbdinfo >/dev/null 2>&1 || missing+=(libnbd-bin)
+    command -v qemu-img >/dev/null 2>&1 || missing+=(qemu-utils)
+    if [ ${#missing[@]} -gt 0 ]; then
+        echo "coffer: installing ${missing[*]} for the tests" >&2
         apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tcpdump >/dev/null
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
     fi
 }

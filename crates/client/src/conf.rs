@@ -24,6 +24,9 @@ pub struct Conf {
     pub transit: Transit,
     #[serde(default)]
     pub osd: OsdSection,
+    /// The NBD export `coffer up` runs (none without this section).
+    #[serde(default)]
+    pub nbd: Option<NbdSection>,
     /// Where this file was read from; keyrings and daemon directories are beside it.
     #[serde(skip)]
     pub dir: PathBuf,
@@ -82,6 +85,15 @@ pub struct OsdSection {
     /// A down OSD is marked out (its data moves elsewhere) after this long.
     #[serde(default = "out_after")]
     pub out_after_secs: u64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NbdSection {
+    /// The image it serves, as POOL/NAME.
+    pub image: String,
+    /// The address it listens on.
+    pub listen: String,
 }
 
 fn gcm() -> String {

@@ -111,6 +111,17 @@ pub enum AuthCommand {
     },
 }
 
+#[derive(clap::Subcommand)]
+pub enum BlocklistCommand {
+    /// The fenced client instances.
+    Ls,
+    /// Lets a client instance write again.
+    Rm {
+        /// The instance, in hex, as `ls` and `image lock break` print it.
+        instance: String,
+    },
+}
+
 /// Who runs a command and how to reach the cluster.
 pub struct Who {
     pub conf: Option<PathBuf>,
@@ -118,7 +129,7 @@ pub struct Who {
     pub keyring: Option<PathBuf>,
 }
 
-fn connect(who: &Who) -> Result<(Conf, tokio::runtime::Runtime, Cluster), String> {
+pub fn connect(who: &Who) -> Result<(Conf, tokio::runtime::Runtime, Cluster), String> {
     let conf = Conf::load(&Conf::locate(who.conf.as_deref())).map_err(|e| e.to_string())?;
     let entity: EntityName = who.name.parse().map_err(|e| format!("--name: {e}"))?;
     let keyring = who
@@ -133,7 +144,7 @@ fn connect(who: &Who) -> Result<(Conf, tokio::runtime::Runtime, Cluster), String
     Ok((conf, runtime, cluster))
 }
 
-fn json<T: serde::Serialize>(value: &T) -> Result<(), String> {
+pub fn json<T: serde::Serialize>(value: &T) -> Result<(), String> {
     let text = serde_json::to_string_pretty(value).map_err(|e| e.to_string())?;
     println!("{text}");
     Ok(())
@@ -457,6 +468,28 @@ pub fn auth(who: &Who, command: AuthCommand) -> Result<(), String> {
                 }))
                 .map_err(|e| e.to_string())?;
             println!("{entity} removed");
+            Ok(())
+        }
+    }
+}
+
+pub fn blocklist(who: &Who, command: BlocklistCommand) -> Result<(), String> {
+    let (_, runtime, cluster) = connect(who)?;
+    match command {
+        BlocklistCommand::Ls => {
+            for instance in &cluster.map().blocklist {
+                println!("{instance:016x}");
+            }
+            Ok(())
+        }
+        BlocklistCommand::Rm { instance } => {
+            let client = u64::from_str_radix(&instance, 16)
+                .map_err(|e| format!("{instance:?} is not a hex instance: {e}"))?;
+            let change = Change::Unblocklist { client };
+            runtime
+                .block_on(cluster.command(MonCommand::Change(change)))
+                .map_err(|e| e.to_string())?;
+            println!("{instance} may write again");
             Ok(())
         }
     }

@@ -6,6 +6,7 @@
 mod admin;
 mod bench;
 mod daemon;
+mod image;
 mod up;
 
 use std::path::PathBuf;
@@ -63,6 +64,15 @@ enum Command {
     /// Entities, their keys and capabilities.
     #[command(subcommand)]
     Auth(admin::AuthCommand),
+    /// Block images: create, ls, info, du, resize, rm, lock break.
+    #[command(subcommand)]
+    Image(image::ImageCommand),
+    /// Exports an image over NBD.
+    #[command(subcommand)]
+    Nbd(image::NbdCommand),
+    /// Client instances whose writes the OSDs refuse (fenced writers).
+    #[command(subcommand)]
+    Blocklist(admin::BlocklistCommand),
     /// Runs a monitor daemon (coffer up starts these).
     Mon(daemon::MonArgs),
     /// Measure Coffer itself; every figure is printed with the command and configuration.
@@ -118,6 +128,10 @@ fn main() -> ExitCode {
             init_logging(tracing::Level::INFO);
             daemon::run_osd(&daemon_conf(), args)
         }
+        Command::Nbd(command) => {
+            init_logging(tracing::Level::INFO);
+            image::nbd(&who, command)
+        }
         command => {
             init_logging(tracing::Level::WARN);
             match command {
@@ -133,8 +147,10 @@ fn main() -> ExitCode {
                 Command::Pool(command) => admin::pool(&who, command),
                 Command::Obj(command) => admin::obj(&who, command),
                 Command::Auth(command) => admin::auth(&who, command),
+                Command::Image(command) => image::image(&who, command),
+                Command::Blocklist(command) => admin::blocklist(&who, command),
                 Command::Bench(command) => bench::run(command),
-                Command::Mon(_) => unreachable!("matched above"),
+                Command::Mon(_) | Command::Nbd(_) => unreachable!("matched above"),
             }
         }
     };

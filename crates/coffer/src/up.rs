@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use client::conf::{Conf, MonEntry, OsdSection, Transit, CONF_FILE, DEFAULT_DATA_DIR};
+use client::conf::{Conf, MonEntry, NbdSection, OsdSection, Transit, CONF_FILE, DEFAULT_DATA_DIR};
 use client::{load_identity, Cluster};
 use map::auth::Caps;
 use map::cluster::{Change, WEIGHT_ONE};
@@ -18,6 +18,8 @@ use crate::daemon::{self, SeedFile, SEED_FILE};
 
 /// The pool `coffer up` creates in a new cluster.
 pub const DEFAULT_POOL: &str = "data";
+/// The image `coffer up` creates in the default pool and exports over NBD.
+pub const DEFAULT_IMAGE: &str = "disk";
 /// PGs of the default pool.
 const DEFAULT_PG_NUM: u32 = 32;
 /// How long the first monitor may take to bootstrap a new cluster.
@@ -49,6 +51,12 @@ pub struct UpArgs {
     /// Size of each new OSD's data file, in GiB (sparse).
     #[arg(long, default_value_t = 8)]
     pub store_gib: u64,
+    /// Where a new cluster's NBD export of the default image listens, or `none`.
+    #[arg(long, default_value = "127.0.0.1:10809")]
+    pub nbd: String,
+    /// Size of the default image (data/disk), made when it does not exist.
+    #[arg(long, default_value = "4G", value_parser = crate::image::parse_size)]
+    pub image_size: u64,
 }
 
 /// The daemons `up` started, stopped in reverse order.
@@ -97,32 +105,44 @@ impl Daemons {
         gone
     }
 
+    /// Stops every daemon: the front ends (the NBD server) first, while the cluster can
+    /// still take their last writes and lock release, then the OSDs and monitors together.
     fn stop(&mut self) {
-        for (_, child) in self.children.iter().rev() {
-            // SAFETY: kill(2) on a child's pid that has not been reaped; it cannot name
-            // another process.
-            unsafe {
-                libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
-            }
+        let front: Vec<(String, Child)> = self
+            .children
+            .extract_if(.., |(name, _)| name == "nbd")
+            .collect();
+        stop_children(front);
+        stop_children(std::mem::take(&mut self.children));
+    }
+}
+
+/// Sends SIGTERM to every child, then waits for each (killing any still running after
+/// [`STOP_WAIT`]).
+fn stop_children(mut children: Vec<(String, Child)>) {
+    for (_, child) in children.iter().rev() {
+        // SAFETY: kill(2) on a child's pid that has not been reaped; it cannot name
+        // another process.
+        unsafe {
+            libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
         }
-        let deadline = std::time::Instant::now() + STOP_WAIT;
-        for (name, child) in self.children.iter_mut().rev() {
-            loop {
-                match child.try_wait() {
-                    Ok(Some(_)) => break,
-                    Ok(None) if std::time::Instant::now() < deadline => {
-                        std::thread::sleep(Duration::from_millis(50));
-                    }
-                    _ => {
-                        eprintln!("coffer up: {name} did not stop in {STOP_WAIT:?}; killing it");
-                        let _ = child.kill();
-                        let _ = child.wait();
-                        break;
-                    }
+    }
+    let deadline = std::time::Instant::now() + STOP_WAIT;
+    for (name, child) in children.iter_mut().rev() {
+        loop {
+            match child.try_wait() {
+                Ok(Some(_)) => break,
+                Ok(None) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                _ => {
+                    eprintln!("coffer up: {name} did not stop in {STOP_WAIT:?}; killing it");
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    break;
                 }
             }
         }
-        self.children.clear();
     }
 }
 
@@ -159,6 +179,11 @@ fn random_fsid() -> String {
 /// Writes the configuration, the monitor's and the admin's keyrings and the seed of a new
 /// cluster in `dir`.
 fn create(dir: &Path, args: &UpArgs) -> Result<Conf, String> {
+    if args.nbd != "none" {
+        args.nbd
+            .parse::<std::net::SocketAddr>()
+            .map_err(|e| format!("--nbd {}: {e} (give an address, or none)", args.nbd))?;
+    }
     let mode_ok = |m: &str| matches!(m, "secure" | "crc");
     if !mode_ok(&args.in_transit) {
         return Err(format!(
@@ -195,6 +220,10 @@ fn create(dir: &Path, args: &UpArgs) -> Result<Conf, String> {
             store_gib: args.store_gib,
             ..OsdSection::default()
         },
+        nbd: (args.nbd != "none").then(|| NbdSection {
+            image: format!("{DEFAULT_POOL}/{DEFAULT_IMAGE}"),
+            listen: args.nbd.clone(),
+        }),
         dir: dir.to_path_buf(),
     };
     for mon in &conf.mons {
@@ -323,6 +352,18 @@ pub fn run(args: UpArgs) -> Result<(), String> {
                 .await
                 .map_err(|e| format!("creating pool {DEFAULT_POOL}: {e}"))?;
         }
+        if let Some(nbd) = &conf.nbd {
+            ensure_image(&cluster, &nbd.image, args.image_size).await?;
+            let dir = conf.dir.join("nbd");
+            std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            daemons.spawn(
+                &exe,
+                &conf_path,
+                "nbd",
+                &nbd_args(nbd, &dir),
+                &dir.join("log"),
+            )?;
+        }
         let pools: Vec<String> = cluster
             .map()
             .pools
@@ -343,6 +384,13 @@ pub fn run(args: UpArgs) -> Result<(), String> {
         println!("  monitor:  {} at {}", mon.name, mon.addr);
     }
     println!("  admin:    {}", conf.keyring_path(&admin_name).display());
+    if let Some(nbd) = &conf.nbd {
+        let name = nbd.image.split_once('/').map_or("", |(_, name)| name);
+        println!(
+            "  nbd:      nbd://{}/{name} (image {}; try: nbdinfo nbd://{}/{name})",
+            nbd.listen, nbd.image, nbd.listen
+        );
+    }
     println!("  try:      coffer status; coffer obj put {DEFAULT_POOL} hello /etc/hostname");
     println!("Ctrl-C stops the cluster; `coffer up` again resumes it with its data.");
     runtime.block_on(async {
@@ -355,7 +403,7 @@ pub fn run(args: UpArgs) -> Result<(), String> {
                 _ = tick.tick() => {
                     for gone in daemons.exited() {
                         eprintln!("coffer up: {gone}; start it again with `coffer --conf {} {}`",
-                            conf_path.display(), restart_hint(&gone));
+                            conf_path.display(), restart_hint(&conf, &gone));
                     }
                 }
             }
@@ -385,11 +433,43 @@ fn wait_bootstrap(seed: &Path, daemons: &mut Daemons) -> Result<(), String> {
     Ok(())
 }
 
-fn restart_hint(gone: &str) -> String {
+fn restart_hint(conf: &Conf, gone: &str) -> String {
     let name = gone.split_whitespace().next().unwrap_or_default();
-    match name.strip_prefix("osd.") {
-        Some(id) => format!("osd --id {id}"),
-        None => format!("mon --name {name}"),
+    match (name.strip_prefix("osd."), &conf.nbd) {
+        (Some(id), _) => format!("osd --id {id}"),
+        (None, Some(nbd)) if name == "nbd" => nbd_args(nbd, &conf.dir.join("nbd")).join(" "),
+        _ => format!("mon --name {name}"),
+    }
+}
+
+/// The arguments of the NBD server `coffer up` runs: it waits out the lock of a server that
+/// crashed (its own earlier run) instead of failing.
+fn nbd_args(nbd: &NbdSection, dir: &Path) -> Vec<String> {
+    vec![
+        "nbd".into(),
+        "serve".into(),
+        nbd.image.clone(),
+        "--listen".into(),
+        nbd.listen.clone(),
+        "--wait-lock".into(),
+        "--pid-file".into(),
+        dir.join("pid").display().to_string(),
+    ]
+}
+
+/// Creates image `spec` (POOL/NAME) of `size` bytes unless it exists.
+async fn ensure_image(cluster: &Cluster, spec: &str, size: u64) -> Result<(), String> {
+    let (pool, name) = crate::image::split_spec(spec)?;
+    let pool = cluster.pool(pool).await.map_err(|e| e.to_string())?;
+    match block::image::info(&pool, name).await {
+        Ok(_) => Ok(()),
+        Err(block::Error::NoSuchImage { .. }) => {
+            block::image::create(&pool, name, size, block::image::OBJECT_SIZE_DEFAULT)
+                .await
+                .map(|_| ())
+                .map_err(|e| format!("creating image {spec}: {e}"))
+        }
+        Err(e) => Err(e.to_string()),
     }
 }
 

@@ -15,7 +15,8 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
 #[test]
 fn objects_pools_and_capabilities_through_the_cli() {
     let _serial = serial();
-    let mut cluster = LocalCluster::start(3, &[]);
+    // No NBD export, so no default image: the pool listings hold only this test's objects.
+    let mut cluster = LocalCluster::start(3, &["--nbd", "none"]);
     let dir = tempfile::tempdir().expect("tempdir");
     cluster.ok(&["pool", "create", "second", "--size", "2", "--pg-num", "8"]);
     let pools = cluster.ok(&["pool", "ls"]);

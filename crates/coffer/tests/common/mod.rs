@@ -1,6 +1,6 @@
 //! A whole cluster for a test: `coffer up` in a temporary directory, as separate processes,
-//! with helpers to run the CLI against it, kill and restart OSDs, wait for a state, and
-//! compare what every OSD holds.
+//! with helpers to run the CLI against it, kill and restart OSDs, wait for a state, compare
+//! what every OSD holds, and reach its NBD export.
 
 #![allow(dead_code)]
 
@@ -20,7 +20,8 @@ pub struct LocalCluster {
     pub dir: tempfile::TempDir,
     pub conf: PathBuf,
     up: Child,
-    /// OSDs started by the test (after a kill), stopped when the cluster is dropped.
+    /// Daemons started by the test (OSDs after a kill, extra NBD servers), stopped when the
+    /// cluster is dropped.
     restarted: Vec<Child>,
 }
 
@@ -169,6 +170,56 @@ impl LocalCluster {
         }
     }
 
+    /// The NBD export `coffer up` runs (of data/disk), as a URI for libnbd clients.
+    pub fn nbd_uri(&self) -> String {
+        let conf = self.conf();
+        let nbd = conf.nbd.expect("the cluster has an NBD export");
+        let name = nbd.image.split_once('/').expect("POOL/NAME").1.to_string();
+        format!("nbd://{}/{name}", nbd.listen)
+    }
+
+    /// Waits until something accepts connections at `addr`.
+    pub fn wait_listening(&self, addr: &str) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while std::net::TcpStream::connect(addr).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "nothing listens on {addr}\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Waits until `coffer up`'s NBD export accepts connections.
+    pub fn wait_nbd(&self) {
+        let listen = self.conf().nbd.expect("an NBD export").listen;
+        self.wait_listening(&listen);
+    }
+
+    /// Runs `coffer nbd serve IMAGE` with `extra` arguments on a free loopback port as a
+    /// process of its own (stopped with the cluster); returns its pid and its address.
+    pub fn serve_nbd(&mut self, image: &str, extra: &[&str]) -> (i32, String) {
+        let addr = format!("127.0.0.1:{}", free_port());
+        let log = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(self.dir.path().join("nbd-extra.log"))
+            .expect("nbd log");
+        let child = Command::new(COFFER)
+            .arg("--conf")
+            .arg(&self.conf)
+            .args(["nbd", "serve", image, "--listen", &addr])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start coffer nbd serve");
+        let pid = child.id() as i32;
+        self.restarted.push(child);
+        (pid, addr)
+    }
+
     /// Starts OSD `osd` again, as its own process.
     pub fn restart_osd(&mut self, osd: u32) {
         let log = std::fs::OpenOptions::new()
@@ -278,6 +329,14 @@ fn is_zombie(pid: i32) -> bool {
         .unwrap_or(true)
 }
 
+/// A loopback port nothing listens on now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|socket| socket.local_addr())
+        .expect("a free port")
+        .port()
+}
+
 fn spawn_up(dir: &Path, osds: u32, extra: &[&str]) -> Child {
     let log = std::fs::OpenOptions::new()
         .append(true)
@@ -295,10 +354,19 @@ fn spawn_up(dir: &Path, osds: u32, extra: &[&str]) -> Child {
         ])
         .arg(dir)
         .args(extra)
+        .args(nbd_default(extra))
         .stdout(Stdio::piped())
         .stderr(log)
         .spawn()
         .expect("start coffer up")
+}
+
+/// Each test cluster's NBD export listens on a port of its own, not the default 10809.
+fn nbd_default(extra: &[&str]) -> Vec<String> {
+    if extra.contains(&"--nbd") {
+        return Vec::new();
+    }
+    vec!["--nbd".into(), format!("127.0.0.1:{}", free_port())]
 }
 
 impl Drop for LocalCluster {

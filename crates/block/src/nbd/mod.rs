@@ -1,0 +1,147 @@
+//! The NBD export of one image, over TCP or a Unix socket: fixed newstyle negotiation
+//! ([`negotiate`]), then transmission with many requests in flight per connection
+//! ([`transmit`]). Any client of the NBD protocol works: fio's nbd engine, qemu-img and
+//! qemu, nbdcopy and nbdinfo, the kernel's nbd-client.
+//!
+//! Every write is durable on every copy when it is acknowledged, so `FLUSH` and `FUA` cost
+//! nothing, and several connections may share the image (`CAN_MULTI_CONN`): a flush on any
+//! of them covers the writes completed on all of them.
+
+mod negotiate;
+mod transmit;
+pub mod wire;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, UnixListener};
+use tokio::sync::{OwnedRwLockReadGuard, OwnedRwLockWriteGuard, RwLock, Semaphore};
+
+use crate::error::Error;
+use crate::image::Image;
+
+pub use negotiate::{NEGOTIATION_TIMEOUT, PAYLOAD_BYTES_MAX};
+pub use transmit::REQUESTS_IN_FLIGHT_MAX;
+
+/// Connections one export serves at once; more are closed as they arrive.
+pub const CONNECTIONS_MAX: usize = 64;
+
+/// The NBD error number for a failed image operation.
+pub fn errno(e: &Error) -> u32 {
+    match e {
+        Error::OutOfRange { .. } | Error::Invalid(_) => wire::EINVAL,
+        Error::ReadOnly { .. } | Error::LockLost { .. } => wire::EPERM,
+        Error::Cluster {
+            source: client::Error::Denied(_),
+            ..
+        } => wire::EPERM,
+        Error::NoSuchImage { .. }
+        | Error::Exists { .. }
+        | Error::Locked { .. }
+        | Error::Header { .. }
+        | Error::Cluster { .. } => wire::EIO,
+    }
+}
+
+/// One image, exported under its name.
+pub struct Export {
+    pub image: Arc<Image>,
+    /// The export's name; clients may also ask for the default export (the empty name).
+    pub name: String,
+    /// Held shared by every request in flight; [`Export::drain`] takes it exclusively.
+    gate: Arc<RwLock<()>>,
+    connections: Arc<Semaphore>,
+}
+
+impl Export {
+    pub fn new(image: Arc<Image>, name: &str) -> Arc<Export> {
+        Arc::new(Export {
+            image,
+            name: name.into(),
+            gate: Arc::new(RwLock::new(())),
+            connections: Arc::new(Semaphore::new(CONNECTIONS_MAX)),
+        })
+    }
+
+    fn answers_to(&self, name: &str) -> bool {
+        name.is_empty() || name == self.name
+    }
+
+    /// A share of the gate for one request; `None` once the export is draining.
+    async fn enter(&self) -> Option<OwnedRwLockReadGuard<()>> {
+        if self.connections.is_closed() {
+            return None;
+        }
+        Some(self.gate.clone().read_owned().await)
+    }
+
+    /// Stops new connections and requests, and waits for every request in flight to finish.
+    /// While the returned guard lives, no request of this export can start: hold it until
+    /// the image's lock is released.
+    pub async fn drain(&self) -> OwnedRwLockWriteGuard<()> {
+        self.connections.close();
+        self.gate.clone().write_owned().await
+    }
+}
+
+/// Serves `export` to every client that connects to `listener`, until the listener fails.
+pub async fn serve_tcp(listener: TcpListener, export: Arc<Export>) -> std::io::Result<()> {
+    loop {
+        let (stream, peer) = listener.accept().await?;
+        let _ = stream.set_nodelay(true);
+        let export = export.clone();
+        tokio::spawn(async move {
+            let (reader, writer) = stream.into_split();
+            connection(reader, writer, export, peer.to_string()).await;
+        });
+    }
+}
+
+/// Serves `export` on a Unix socket.
+pub async fn serve_unix(listener: UnixListener, export: Arc<Export>) -> std::io::Result<()> {
+    loop {
+        let (stream, _) = listener.accept().await?;
+        let export = export.clone();
+        tokio::spawn(async move {
+            let (reader, writer) = stream.into_split();
+            connection(reader, writer, export, "unix socket".into()).await;
+        });
+    }
+}
+
+async fn connection<R, W>(reader: R, writer: W, export: Arc<Export>, peer: String)
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let Ok(_slot) = export.connections.clone().try_acquire_owned() else {
+        tracing::warn!(%peer, "refusing a connection: {CONNECTIONS_MAX} already open or draining");
+        return;
+    };
+    let mut stream = tokio::io::join(reader, writer);
+    let session = match negotiate::negotiate(&mut stream, &export).await {
+        Ok(Some(session)) => session,
+        Ok(None) => return,
+        Err(e) => {
+            tracing::info!(%peer, "negotiation ended: {e}");
+            return;
+        }
+    };
+    tracing::info!(
+        %peer,
+        image = export.image.spec(),
+        structured_replies = session.structured_replies,
+        "client connected"
+    );
+    let (reader, writer) = stream.into_inner();
+    let stats = Arc::new(transmit::Stats::default());
+    let started = Instant::now();
+    transmit::transmit(reader, writer, export.clone(), session, stats.clone()).await;
+    tracing::info!(%peer, "client disconnected");
+    tracing::debug!(
+        %peer,
+        "connection throughput: {}",
+        stats.summary(started.elapsed().as_secs_f64())
+    );
+}

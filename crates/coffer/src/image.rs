@@ -1,0 +1,370 @@
+//! `coffer image` (create, ls, info, du, resize, rm, lock break) and `coffer nbd serve`: block
+//! images over the cluster and their NBD export.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use block::image::{self, Access};
+use block::nbd::{self, Export};
+use client::Pool;
+
+use crate::admin::{connect, json, Who};
+
+/// How long a stopping NBD server tries to give up its lock.
+const RELEASE_WAIT: Duration = Duration::from_secs(10);
+
+#[derive(clap::Subcommand)]
+pub enum ImageCommand {
+    /// Creates an image of --size bytes (10G, 512M, ...); its data uses no space until written.
+    Create {
+        /// POOL/NAME
+        image: String,
+        #[arg(long, value_parser = parse_size)]
+        size: u64,
+        /// Bytes per data object: a power of two from 4K to 32M.
+        #[arg(long, value_parser = parse_size, default_value = "4M")]
+        object_size: u64,
+    },
+    /// The pool's images.
+    Ls {
+        pool: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Size, object size, features, creation time and who holds the lock.
+    Info {
+        /// POOL/NAME
+        image: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// How many of the image's bytes are stored (the rest reads as zeros and uses no space).
+    Du {
+        /// POOL/NAME
+        image: String,
+    },
+    /// Grows (also while served) or shrinks (discarding the bytes past the new size; refused
+    /// while a writer has the image) an image.
+    Resize {
+        /// POOL/NAME
+        image: String,
+        #[arg(long, value_parser = parse_size)]
+        size: u64,
+    },
+    /// Removes an image and its data; refused while a writer has it.
+    Rm {
+        /// POOL/NAME
+        image: String,
+    },
+    /// The image's exclusive lock.
+    #[command(subcommand)]
+    Lock(LockCommand),
+}
+
+#[derive(clap::Subcommand)]
+pub enum LockCommand {
+    /// Fences the lock's holder (the OSDs refuse its writes from now on) and frees the image:
+    /// for a writer that crashed or cannot be reached.
+    Break {
+        /// POOL/NAME
+        image: String,
+    },
+}
+
+#[derive(clap::Subcommand)]
+pub enum NbdCommand {
+    /// Exports an image over NBD until SIGINT or SIGTERM.
+    Serve(ServeArgs),
+}
+
+#[derive(clap::Args)]
+pub struct ServeArgs {
+    /// POOL/NAME
+    image: String,
+    /// TCP address to listen on.
+    #[arg(long, default_value = "127.0.0.1:10809", conflicts_with = "socket")]
+    listen: String,
+    /// Listen on this Unix socket instead.
+    #[arg(long)]
+    socket: Option<PathBuf>,
+    /// Serve reads only; takes no lock, so it may run beside the writer.
+    #[arg(long)]
+    read_only: bool,
+    /// If another writer holds the image, wait until it stops renewing its lock (a crashed
+    /// writer), then fence it off and take over, instead of failing at once.
+    #[arg(long)]
+    wait_lock: bool,
+    /// Write this process's id here once it serves.
+    #[arg(long)]
+    pid_file: Option<PathBuf>,
+}
+
+/// A size with an optional binary unit: 4096, 64K, 4M, 10G, 1T.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let trimmed = text.trim();
+    let (digits, unit) = match trimmed.find(|c: char| !c.is_ascii_digit()) {
+        Some(at) => trimmed.split_at(at),
+        None => (trimmed, ""),
+    };
+    let shift = match unit
+        .to_ascii_uppercase()
+        .trim_end_matches("IB")
+        .trim_end_matches('B')
+    {
+        "" => 0,
+        "K" => 10,
+        "M" => 20,
+        "G" => 30,
+        "T" => 40,
+        "P" => 50,
+        _ => return Err(format!("{text:?}: a size is a number with K, M, G, T or P")),
+    };
+    let value: u64 = digits
+        .parse()
+        .map_err(|_| format!("{text:?}: a size is a number with K, M, G, T or P"))?;
+    value
+        .checked_mul(1u64 << shift)
+        .ok_or_else(|| format!("{text:?} is too large"))
+}
+
+fn size_text(bytes: u64) -> String {
+    for (shift, unit) in [(40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")] {
+        if bytes >= 1 << shift && bytes.is_multiple_of(1 << shift) {
+            return format!("{} {unit}", bytes >> shift);
+        }
+    }
+    format!("{bytes} bytes")
+}
+
+/// POOL/NAME, split.
+pub fn split_spec(spec: &str) -> Result<(&str, &str), String> {
+    match spec.split_once('/') {
+        Some((pool, name)) if !pool.is_empty() && !name.is_empty() => Ok((pool, name)),
+        _ => Err(format!("{spec:?}: name an image as POOL/NAME")),
+    }
+}
+
+pub fn image(who: &Who, command: ImageCommand) -> Result<(), String> {
+    let (_, runtime, cluster) = connect(who)?;
+    let open = |spec: &str| -> Result<(Pool, String), String> {
+        let (pool, name) = split_spec(spec)?;
+        let pool = runtime
+            .block_on(cluster.pool(pool))
+            .map_err(|e| e.to_string())?;
+        Ok((pool, name.to_string()))
+    };
+    let fail = |e: block::Error| e.to_string();
+    match command {
+        ImageCommand::Create {
+            image: spec,
+            size,
+            object_size,
+        } => {
+            let (pool, name) = open(&spec)?;
+            runtime
+                .block_on(image::create(&pool, &name, size, object_size))
+                .map_err(fail)?;
+            println!(
+                "image {spec} created: {}, {} objects",
+                size_text(size),
+                size_text(object_size)
+            );
+            Ok(())
+        }
+        ImageCommand::Ls {
+            pool,
+            json: as_json,
+        } => {
+            let pool = runtime
+                .block_on(cluster.pool(&pool))
+                .map_err(|e| e.to_string())?;
+            let names = runtime.block_on(image::list(&pool)).map_err(fail)?;
+            if as_json {
+                return json(&names);
+            }
+            for name in names {
+                println!("{name}");
+            }
+            Ok(())
+        }
+        ImageCommand::Info {
+            image: spec,
+            json: as_json,
+        } => {
+            let (pool, name) = open(&spec)?;
+            let info = runtime.block_on(image::info(&pool, &name)).map_err(fail)?;
+            let header = &info.header;
+            if as_json {
+                return json(&serde_json::json!({
+                    "image": spec,
+                    "id": format!("{:016x}", header.id),
+                    "size": header.size,
+                    "object_size": header.object_size,
+                    "features": header.features,
+                    "created_unix_secs": header.created_unix_secs,
+                    "trimming_from": header.trimming_from,
+                    "lock": info.lock,
+                }));
+            }
+            println!("image {spec}");
+            println!(
+                "  size:         {} ({} bytes)",
+                size_text(header.size),
+                header.size
+            );
+            println!("  object size:  {}", size_text(header.object_size));
+            println!("  objects:      coffer.data.{:016x}.*", header.id);
+            println!("  features:     {:#x}", header.features);
+            println!(
+                "  created:      {} (unix seconds)",
+                header.created_unix_secs
+            );
+            if let Some(from) = header.trimming_from {
+                println!("  shrinking:    from {from} bytes (finished by the next writer)");
+            }
+            match &info.lock {
+                Some(owner) => println!("  locked by:    {owner}"),
+                None => println!("  locked by:    nobody"),
+            }
+            Ok(())
+        }
+        ImageCommand::Du { image: spec } => {
+            let (pool, name) = open(&spec)?;
+            let opened = runtime
+                .block_on(block::Image::open(&pool, &name, Access::ReadOnly))
+                .map_err(fail)?;
+            let runs = runtime
+                .block_on(opened.allocation(0, opened.size()))
+                .map_err(fail)?;
+            let stored: u64 = runs.iter().filter(|r| r.1).map(|r| r.0).sum();
+            println!(
+                "{spec}: {stored} of {} bytes stored ({:.1} %)",
+                opened.size(),
+                100.0 * stored as f64 / opened.size().max(1) as f64
+            );
+            Ok(())
+        }
+        ImageCommand::Resize { image: spec, size } => {
+            let (pool, name) = open(&spec)?;
+            runtime
+                .block_on(image::resize(&pool, &name, size))
+                .map_err(fail)?;
+            println!("image {spec} is now {}", size_text(size));
+            Ok(())
+        }
+        ImageCommand::Rm { image: spec } => {
+            let (pool, name) = open(&spec)?;
+            runtime
+                .block_on(image::remove(&pool, &name))
+                .map_err(fail)?;
+            println!("image {spec} removed");
+            Ok(())
+        }
+        ImageCommand::Lock(LockCommand::Break { image: spec }) => {
+            let (pool, name) = open(&spec)?;
+            match runtime
+                .block_on(image::break_lock(&pool, &name))
+                .map_err(fail)?
+            {
+                Some(owner) => println!(
+                    "lock of {spec} broken; {} (instance {:016x}) is fenced off",
+                    owner.entity, owner.instance
+                ),
+                None => println!("{spec} was not locked"),
+            }
+            Ok(())
+        }
+    }
+}
+
+pub fn nbd(who: &Who, command: NbdCommand) -> Result<(), String> {
+    let NbdCommand::Serve(args) = command;
+    let (pool_name, name) = split_spec(&args.image)?;
+    let (_, runtime, cluster) = connect(who)?;
+    runtime.block_on(async {
+        let pool = cluster.pool(pool_name).await.map_err(|e| e.to_string())?;
+        let access = if args.read_only {
+            Access::ReadOnly
+        } else {
+            Access::Write {
+                purpose: "nbd serve",
+                wait_stale: args.wait_lock,
+            }
+        };
+        let opened = block::Image::open(&pool, name, access)
+            .await
+            .map_err(|e| e.to_string())?;
+        let export = Export::new(opened.clone(), name);
+        let serving = match &args.socket {
+            Some(path) => {
+                let _ = std::fs::remove_file(path);
+                let listener = tokio::net::UnixListener::bind(path)
+                    .map_err(|e| format!("{}: {e}", path.display()))?;
+                println!(
+                    "coffer nbd: serving {} ({} bytes) at nbd+unix:///{name}?socket={}",
+                    args.image,
+                    opened.size(),
+                    path.display()
+                );
+                tokio::spawn(nbd::serve_unix(listener, export.clone()))
+            }
+            None => {
+                let listener = tokio::net::TcpListener::bind(&args.listen)
+                    .await
+                    .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
+                let addr = listener.local_addr().map_err(|e| e.to_string())?;
+                println!(
+                    "coffer nbd: serving {} ({} bytes) at nbd://{addr}/{name}",
+                    args.image,
+                    opened.size()
+                );
+                tokio::spawn(nbd::serve_tcp(listener, export.clone()))
+            }
+        };
+        if let Some(path) = &args.pid_file {
+            std::fs::write(path, format!("{}\n", std::process::id()))
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+        }
+        let stopped = tokio::select! {
+            result = crate::daemon::stop_signal() => result,
+            result = serving => match result {
+                Ok(Err(e)) => Err(format!("serving stopped: {e}")),
+                _ => Err("serving stopped".into()),
+            },
+        };
+        // No write may reach the cluster after the lock is given up.
+        let _drained = export.drain().await;
+        match tokio::time::timeout(RELEASE_WAIT, opened.close()).await {
+            Ok(result) => result.map_err(|e| e.to_string())?,
+            Err(_) => eprintln!(
+                "coffer nbd: the cluster did not answer within {RELEASE_WAIT:?}; the lock of {} \
+                 stays until it goes stale",
+                args.image
+            ),
+        }
+        if let Some(path) = &args.socket {
+            let _ = std::fs::remove_file(path);
+        }
+        stopped
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_with_binary_units() {
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("4K"), Ok(4096));
+        assert_eq!(parse_size("4m"), Ok(4 << 20));
+        assert_eq!(parse_size("10G"), Ok(10 << 30));
+        assert_eq!(parse_size("10GiB"), Ok(10 << 30));
+        assert_eq!(parse_size("1T"), Ok(1 << 40));
+        assert!(parse_size("ten").is_err());
+        assert!(parse_size("4X").is_err());
+        assert!(parse_size("99999999999P").is_err());
+        assert_eq!(size_text(4 << 20), "4 MiB");
+        assert_eq!(size_text(1000), "1000 bytes");
+    }
+}

@@ -1,0 +1,222 @@
+//! The NBD export against independent clients built on libnbd and qemu's NBD client: fio's
+//! nbd engine writes random blocks with checksums and reads them back; qemu-img copies a file
+//! into an image and back out unchanged; nbdinfo reports the export as it is.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::{serial, LocalCluster};
+
+fn run(program: &str, args: &[&str]) -> String {
+    let output = Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{program}: {e} (scripts/test installs it)"));
+    assert!(
+        output.status.success(),
+        "{program} {args:?} failed:\n{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// fio with the nbd engine: random writes of `bs` over `size` bytes at queue depth `qd`,
+/// each block carrying a crc32c that fio checks when it reads everything back.
+fn fio_verify(uri: &str, bs: &str, qd: u32, size: &str, io_size: &str, offset: &str) {
+    let output = run(
+        "fio",
+        &[
+            "--name=verify",
+            "--ioengine=nbd",
+            &format!("--uri={uri}"),
+            "--rw=randwrite",
+            &format!("--bs={bs}"),
+            &format!("--iodepth={qd}"),
+            &format!("--offset={offset}"),
+            &format!("--size={size}"),
+            &format!("--io_size={io_size}"),
+            "--verify=crc32c",
+            "--verify_fatal=1",
+            "--do_verify=1",
+            "--randrepeat=0",
+            "--verify_state_save=0",
+            "--output-format=json",
+        ],
+    );
+    // fio may print notes before its report.
+    let json = &output[output.find('{').expect("fio's JSON report")..];
+    let report: serde_json::Value = serde_json::from_str(json).expect("fio's JSON report");
+    let job = &report["jobs"][0];
+    assert_eq!(job["error"], 0, "fio reported an error: {job:#}");
+    let written = job["write"]["io_bytes"].as_u64().unwrap_or(0);
+    let read = job["read"]["io_bytes"].as_u64().unwrap_or(0);
+    assert!(written > 0, "fio wrote nothing: {job:#}");
+    assert_eq!(read, written, "fio must read back all it wrote: {job:#}");
+}
+
+#[test]
+fn fio_writes_random_blocks_and_reads_them_back_verified() {
+    let _serial = serial();
+    let cluster = LocalCluster::start(3, &[]);
+    cluster.wait_nbd();
+    let uri = cluster.nbd_uri();
+    // Each shape in its own region, so one shape's verification never sees another's blocks.
+    fio_verify(&uri, "4k", 1, "64m", "2m", "0");
+    fio_verify(&uri, "4k", 32, "64m", "8m", "64m");
+    fio_verify(&uri, "4m", 1, "256m", "48m", "128m");
+    fio_verify(&uri, "4m", 32, "256m", "256m", "384m");
+}
+
+fn sha256(path: &Path) -> String {
+    run("sha256sum", &[path.to_str().expect("utf-8 path")])
+        .split_whitespace()
+        .next()
+        .expect("a digest")
+        .to_string()
+}
+
+#[test]
+fn qemu_img_copies_a_file_in_and_out_and_nbdinfo_describes_the_export() {
+    let _serial = serial();
+    let mut cluster = LocalCluster::start(3, &[]);
+    let size_mib = 200u64;
+    cluster.ok(&[
+        "image",
+        "create",
+        "data/vm",
+        "--size",
+        &format!("{size_mib}M"),
+    ]);
+    let (_, addr) = cluster.serve_nbd("data/vm", &[]);
+    cluster.wait_listening(&addr);
+    let uri = format!("nbd://{addr}/vm");
+
+    // A file of random data with runs of zeros, as a disk image has: every third 4 MiB (one
+    // data object) is zeros.
+    let source = cluster.dir.path().join("source.raw");
+    let mut bytes = vec![0u8; (size_mib << 20) as usize];
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    for (i, chunk) in bytes.chunks_mut(4 << 20).enumerate() {
+        if i % 3 == 1 {
+            continue;
+        }
+        for byte in chunk.iter_mut() {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            *byte = state as u8;
+        }
+    }
+    std::fs::write(&source, &bytes).expect("write the source file");
+    drop(bytes);
+
+    run(
+        "qemu-img",
+        &[
+            "convert",
+            "-n",
+            "-f",
+            "raw",
+            "-O",
+            "raw",
+            source.to_str().expect("path"),
+            &uri,
+        ],
+    );
+    let copy = cluster.dir.path().join("copy.raw");
+    run(
+        "qemu-img",
+        &[
+            "convert",
+            "-f",
+            "raw",
+            "-O",
+            "raw",
+            &uri,
+            copy.to_str().expect("path"),
+        ],
+    );
+    assert_eq!(
+        sha256(&source),
+        sha256(&copy),
+        "the image must hold the file exactly"
+    );
+
+    let info: serde_json::Value =
+        serde_json::from_str(&run("nbdinfo", &["--json", &uri])).expect("nbdinfo JSON");
+    let export = &info["exports"][0];
+    assert_eq!(export["export-size"], size_mib << 20, "{export:#}");
+    for flag in [
+        "can_flush",
+        "can_fua",
+        "can_trim",
+        "can_zero",
+        "can_multi_conn",
+        "can_df",
+    ] {
+        assert_eq!(export[flag], true, "{flag}: {export:#}");
+    }
+    assert_eq!(export["is_read_only"], false, "{export:#}");
+    assert_eq!(export["description"], "data/vm", "{export:#}");
+    assert_eq!(export["block_size_preferred"], 4096, "{export:#}");
+
+    // qemu-img writes the zero runs as zeroes, which free whole objects: the map shows holes.
+    let map = run("nbdinfo", &["--map", "--totals", &uri]);
+    let hole_percent: f64 = map
+        .lines()
+        .find(|line| line.contains("hole"))
+        .and_then(|line| line.split_whitespace().nth(1))
+        .and_then(|pct| pct.trim_end_matches('%').parse().ok())
+        .unwrap_or_else(|| panic!("no hole total in the map:\n{map}"));
+    assert!(
+        (25.0..=40.0).contains(&hole_percent),
+        "a third of the file is zeros, so about a third is holes: {map}"
+    );
+
+    let listing = run("nbdinfo", &["--list", &format!("nbd://{addr}")]);
+    assert!(listing.contains("export=\"vm\""), "{listing}");
+}
+
+#[test]
+fn the_fio_job_file_runs_every_cell_of_the_image_bench() {
+    let _serial = serial();
+    let cluster = LocalCluster::start(3, &[]);
+    cluster.wait_nbd();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let job_file = root.join("bench/fio/image.fio");
+    let report = cluster.dir.path().join("fio.json");
+    let output = Command::new("fio")
+        .arg(&job_file)
+        .args(["--output-format=json", "--output"])
+        .arg(&report)
+        .env("NBD_URI", cluster.nbd_uri())
+        .env("SIZE", "32m")
+        .env("RUNTIME", "1")
+        .output()
+        .expect("fio");
+    assert!(
+        output.status.success(),
+        "fio failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let summary = run(
+        "python3",
+        &[
+            root.join("bench/fio/summary.py").to_str().expect("path"),
+            report.to_str().expect("path"),
+        ],
+    );
+    let rows: Vec<&str> = summary.lines().skip(1).collect();
+    assert_eq!(rows.len(), 8, "every cell of the image bench:\n{summary}");
+    for row in rows {
+        let iops: f64 = row
+            .split_whitespace()
+            .nth(1)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0);
+        assert!(iops > 0.0, "{row}");
+    }
+}
