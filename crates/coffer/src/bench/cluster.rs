@@ -3,23 +3,18 @@
 //! gcm) by in-transit (crc, secure) encryption. Each cell is a percent of none/crc from the
 //! same run, with the CPU seconds per GiB of all cluster processes (monitor and OSDs).
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use client::{Cluster, Conf};
 use hdrhistogram::Histogram;
-use messenger::EntityName;
 use serde::Serialize;
 
+use super::fresh::{connect_admin, connect_clients, wait_clean, FreshCluster, CORNERS};
 use super::report::{cpu_seconds, histogram, print_header, LatencyUs};
 
 const KIB: u64 = 1 << 10;
 const MIB: u64 = 1 << 20;
-/// How long a fresh cluster may take to be up with every PG clean.
-const START_TIMEOUT: Duration = Duration::from_secs(120);
 
 #[derive(clap::Args)]
 pub struct ClusterArgs {
@@ -62,14 +57,6 @@ fn size_label(bytes: u64) -> String {
     }
 }
 
-/// The four corners, the baseline (none at rest, crc in transit) first.
-const CORNERS: [(&str, &str); 4] = [
-    ("none", "crc"),
-    ("none", "secure"),
-    ("gcm", "crc"),
-    ("gcm", "secure"),
-];
-
 #[derive(Debug, Serialize)]
 struct Cell {
     at_rest: String,
@@ -88,118 +75,6 @@ struct Cell {
     /// CPU seconds of the clients (this process) during the cell.
     client_cpu_s: f64,
     pct_of_baseline: f64,
-}
-
-/// A `coffer up` cluster for one corner, stopped and removed when dropped.
-struct BenchCluster {
-    dir: PathBuf,
-    up: Child,
-}
-
-impl Drop for BenchCluster {
-    fn drop(&mut self) {
-        // SAFETY: kill(2) on our own child, which has not been reaped.
-        unsafe { libc::kill(self.up.id() as libc::pid_t, libc::SIGINT) };
-        let _ = self.up.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-impl BenchCluster {
-    fn start(dir: &Path, osds: u32, at_rest: &str, in_transit: &str) -> Result<Self, String> {
-        let _ = std::fs::remove_dir_all(dir);
-        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-        let log = std::fs::File::create(dir.join("up.log")).map_err(|e| e.to_string())?;
-        let mut up = Command::new(exe)
-            .args(["up", "--store-gib", "16", "--osds", &osds.to_string()])
-            .args(["--at-rest", at_rest, "--in-transit", in_transit, "--data"])
-            .arg(dir)
-            .stdout(Stdio::piped())
-            .stderr(log)
-            .spawn()
-            .map_err(|e| format!("starting coffer up: {e}"))?;
-        let stdout = up.stdout.take().ok_or("no stdout from coffer up")?;
-        let cluster = BenchCluster {
-            dir: dir.to_path_buf(),
-            up,
-        };
-        let started = BufReader::new(stdout)
-            .lines()
-            .map_while(Result::ok)
-            .any(|line| line.starts_with("coffer: cluster"));
-        if !started {
-            return Err(format!(
-                "coffer up did not start; see {}",
-                dir.join("up.log").display()
-            ));
-        }
-        Ok(cluster)
-    }
-
-    fn conf(&self) -> Result<Conf, String> {
-        Conf::load(&self.dir.join(client::conf::CONF_FILE)).map_err(|e| e.to_string())
-    }
-
-    /// CPU seconds used so far by the monitor and OSD processes.
-    fn cpu_seconds(&self) -> f64 {
-        // SAFETY: sysconf with a valid name has no preconditions.
-        let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-        let mut total = 0.0;
-        for entry in std::fs::read_dir(&self.dir).into_iter().flatten().flatten() {
-            let Ok(pid) = std::fs::read_to_string(entry.path().join("pid")) else {
-                continue;
-            };
-            let Ok(stat) = std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())) else {
-                continue;
-            };
-            // Fields after the command name: state is the 3rd field, utime the 14th.
-            let fields: Vec<&str> = stat
-                .rsplit_once(") ")
-                .map(|(_, rest)| rest.split_whitespace().collect())
-                .unwrap_or_default();
-            let field = |i: usize| fields.get(i - 3).and_then(|v| v.parse::<f64>().ok());
-            total += field(14).unwrap_or(0.0) + field(15).unwrap_or(0.0);
-        }
-        total / ticks
-    }
-}
-
-async fn connect_clients(conf: &Conf, count: usize) -> Result<Vec<client::Pool>, String> {
-    let name: EntityName = "client.admin".parse().map_err(|e| format!("{e}"))?;
-    let identity =
-        client::load_identity(&conf.keyring_path(&name), &name).map_err(|e| e.to_string())?;
-    let mut pools = Vec::new();
-    for _ in 0..count {
-        let cluster = Cluster::connect(conf, &identity)
-            .await
-            .map_err(|e| e.to_string())?;
-        pools.push(
-            cluster
-                .pool(crate::up::DEFAULT_POOL)
-                .await
-                .map_err(|e| e.to_string())?,
-        );
-    }
-    Ok(pools)
-}
-
-async fn wait_clean(admin: &Cluster) -> Result<(), String> {
-    let deadline = Instant::now() + START_TIMEOUT;
-    loop {
-        let status = admin.status().await.map_err(|e| e.to_string())?;
-        let total: u64 = status.pgs.values().sum();
-        if total > 0 && status.pgs.get("active+clean") == Some(&total) {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            return Err(format!(
-                "PGs not clean after {START_TIMEOUT:?}: {:?}",
-                status.pgs
-            ));
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 /// One phase: every client runs `op` back to back for `seconds`.
@@ -292,16 +167,11 @@ pub fn run(args: ClusterArgs) -> Result<(), String> {
             "cluster-{}-{at_rest}-{in_transit}",
             std::process::id()
         ));
-        let cluster = BenchCluster::start(&dir, args.osds, at_rest, in_transit)?;
+        let cluster = FreshCluster::start(&dir, args.osds, at_rest, in_transit)?;
         let conf = cluster.conf()?;
         runtime.block_on(async {
             let pools = connect_clients(&conf, clients).await?;
-            let name: EntityName = "client.admin".parse().map_err(|e| format!("{e}"))?;
-            let identity = client::load_identity(&conf.keyring_path(&name), &name)
-                .map_err(|e| e.to_string())?;
-            let admin = Cluster::connect(&conf, &identity)
-                .await
-                .map_err(|e| e.to_string())?;
+            let admin = connect_admin(&conf).await?;
             wait_clean(&admin).await?;
             for size in &args.io_sizes {
                 let mut written = Vec::new();

@@ -2,6 +2,8 @@
 //! configuration and the machine, then its figures; `--json` writes the same cells.
 
 mod cluster;
+mod fresh;
+mod image;
 mod report;
 mod store;
 
@@ -16,11 +18,16 @@ pub enum BenchCommand {
     /// clients putting and getting 4 KiB and 4 MiB objects, each cell as a percent of
     /// none/crc in the same run, with the cluster's CPU seconds per GiB.
     Cluster(cluster::ClusterArgs),
+    /// An image per configuration (none|gcm at rest x crc|secure in transit), driven as the
+    /// NBD server drives it: random 4 KiB and 4 MiB reads and writes at queue depth 1 and
+    /// 128, each cell as a percent of the first configuration in the same run.
+    Image(image::ImageArgs),
 }
 
 pub fn run(command: BenchCommand) -> Result<(), String> {
     match command {
         BenchCommand::Store(args) => store::run(args),
         BenchCommand::Cluster(args) => cluster::run(args),
+        BenchCommand::Image(args) => image::run(args),
     }
 }

@@ -1,0 +1,148 @@
+//! A fresh `coffer up` cluster per bench configuration: started in its own directory,
+//! measured (the CPU time of its daemons), stopped and removed when dropped.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use client::{Cluster, Conf};
+use messenger::EntityName;
+
+/// How long a fresh cluster may take to be up with every PG clean.
+const START_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The four corners of at-rest by in-transit encryption, the baseline (none at rest, crc in
+/// transit) first.
+pub const CORNERS: [(&str, &str); 4] = [
+    ("none", "crc"),
+    ("none", "secure"),
+    ("gcm", "crc"),
+    ("gcm", "secure"),
+];
+
+/// A `coffer up` cluster for one configuration, stopped and removed when dropped.
+pub struct FreshCluster {
+    dir: PathBuf,
+    up: Child,
+}
+
+impl Drop for FreshCluster {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on our own child, which has not been reaped.
+        unsafe { libc::kill(self.up.id() as libc::pid_t, libc::SIGINT) };
+        let _ = self.up.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl FreshCluster {
+    pub fn start(dir: &Path, osds: u32, at_rest: &str, in_transit: &str) -> Result<Self, String> {
+        let _ = std::fs::remove_dir_all(dir);
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let log = std::fs::File::create(dir.join("up.log")).map_err(|e| e.to_string())?;
+        let mut up = Command::new(exe)
+            .args([
+                "up",
+                "--store-gib",
+                "16",
+                "--osds",
+                &osds.to_string(),
+                "--nbd",
+                "none",
+            ])
+            .args(["--at-rest", at_rest, "--in-transit", in_transit, "--data"])
+            .arg(dir)
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .spawn()
+            .map_err(|e| format!("starting coffer up: {e}"))?;
+        let stdout = up.stdout.take().ok_or("no stdout from coffer up")?;
+        let cluster = FreshCluster {
+            dir: dir.to_path_buf(),
+            up,
+        };
+        let started = BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .any(|line| line.starts_with("coffer: cluster"));
+        if !started {
+            return Err(format!(
+                "coffer up did not start; see {}",
+                dir.join("up.log").display()
+            ));
+        }
+        Ok(cluster)
+    }
+
+    pub fn conf(&self) -> Result<Conf, String> {
+        Conf::load(&self.dir.join(client::conf::CONF_FILE)).map_err(|e| e.to_string())
+    }
+
+    /// CPU seconds used so far by the monitor and OSD processes.
+    pub fn cpu_seconds(&self) -> f64 {
+        // SAFETY: sysconf with a valid name has no preconditions.
+        let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+        let mut total = 0.0;
+        for entry in std::fs::read_dir(&self.dir).into_iter().flatten().flatten() {
+            let Ok(pid) = std::fs::read_to_string(entry.path().join("pid")) else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())) else {
+                continue;
+            };
+            // Fields after the command name: state is the 3rd field, utime the 14th.
+            let fields: Vec<&str> = stat
+                .rsplit_once(") ")
+                .map(|(_, rest)| rest.split_whitespace().collect())
+                .unwrap_or_default();
+            let field = |i: usize| fields.get(i - 3).and_then(|v| v.parse::<f64>().ok());
+            total += field(14).unwrap_or(0.0) + field(15).unwrap_or(0.0);
+        }
+        total / ticks
+    }
+}
+
+/// A connection to the cluster as client.admin.
+pub async fn connect_admin(conf: &Conf) -> Result<Cluster, String> {
+    let name: EntityName = "client.admin".parse().map_err(|e| format!("{e}"))?;
+    let identity =
+        client::load_identity(&conf.keyring_path(&name), &name).map_err(|e| e.to_string())?;
+    Cluster::connect(conf, &identity)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// `count` connections as client.admin, each with a handle on the default pool.
+pub async fn connect_clients(conf: &Conf, count: usize) -> Result<Vec<client::Pool>, String> {
+    let mut pools = Vec::new();
+    for _ in 0..count {
+        let cluster = connect_admin(conf).await?;
+        pools.push(
+            cluster
+                .pool(crate::up::DEFAULT_POOL)
+                .await
+                .map_err(|e| e.to_string())?,
+        );
+    }
+    Ok(pools)
+}
+
+pub async fn wait_clean(admin: &Cluster) -> Result<(), String> {
+    let deadline = Instant::now() + START_TIMEOUT;
+    loop {
+        let status = admin.status().await.map_err(|e| e.to_string())?;
+        let total: u64 = status.pgs.values().sum();
+        if total > 0 && status.pgs.get("active+clean") == Some(&total) {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "PGs not clean after {START_TIMEOUT:?}: {:?}",
+                status.pgs
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

@@ -1,0 +1,369 @@
+//! `coffer bench image`: an image on a fresh `coffer up` cluster per configuration, driven
+//! through the block library exactly as the NBD server drives it: random reads and writes of
+//! 4 KiB and 4 MiB at queue depth 1 and 128. Each cell is a percent of the first
+//! configuration (none/crc by default) in the same run, with the CPU seconds per GiB of the
+//! cluster's daemons and of this process (the image client).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use block::image::{self, Access, OBJECT_SIZE_DEFAULT};
+use block::Image;
+use bytes::Bytes;
+use futures::{StreamExt, TryStreamExt};
+use hdrhistogram::Histogram;
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+
+use super::fresh::{connect_admin, wait_clean, FreshCluster, CORNERS};
+use super::report::{cpu_seconds, histogram, print_header, LatencyUs};
+
+const MIB: u64 = 1 << 20;
+/// The bench's image in the default pool.
+const IMAGE: &str = "bench";
+/// Writes in flight while the image is filled before the cells.
+const PREFILL_QD: usize = 16;
+
+#[derive(clap::Args)]
+pub struct ImageArgs {
+    /// A reduced run (2 s cells, 256 MiB image, queue depths 1 and 16).
+    #[arg(long)]
+    quick: bool,
+    /// Also write every cell to this file as JSON.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Where the clusters are made; each is removed after its configuration.
+    #[arg(long, default_value = "/var/tmp/coffer-bench")]
+    dir: PathBuf,
+    /// Seconds per cell [default: 5, or 2 with --quick].
+    #[arg(long)]
+    seconds: Option<f64>,
+    /// Image size; it is filled before the cells, so reads find data [default: 1G, or
+    /// 256M with --quick].
+    #[arg(long, value_parser = crate::image::parse_size)]
+    image_size: Option<u64>,
+    /// IO sizes, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "4k,4m", value_parser = crate::image::parse_size)]
+    io_sizes: Vec<u64>,
+    /// Queue depths, comma-separated [default: 1,128, or 1,16 with --quick].
+    #[arg(long, value_delimiter = ',')]
+    qd: Option<Vec<usize>>,
+    /// Configurations as AT-REST/IN-TRANSIT, comma-separated; the first is the baseline
+    /// [default: none/crc,none/secure,gcm/crc,gcm/secure].
+    #[arg(long, value_delimiter = ',')]
+    configs: Option<Vec<String>>,
+    /// OSDs per cluster (the pool's size is min(3, OSDs)).
+    #[arg(long, default_value_t = 3)]
+    osds: u32,
+}
+
+#[derive(Debug, Serialize)]
+struct Cell {
+    at_rest: String,
+    in_transit: String,
+    io_size: u64,
+    op: &'static str,
+    qd: usize,
+    ops: u64,
+    seconds: f64,
+    iops: f64,
+    mib_s: f64,
+    lat_us: LatencyUs,
+    /// CPU seconds of the monitor and every OSD during the cell.
+    cluster_cpu_s: f64,
+    cluster_cpu_s_per_gib: f64,
+    /// CPU seconds of the image client (this process) during the cell.
+    client_cpu_s: f64,
+    pct_of_baseline: f64,
+}
+
+fn size_label(bytes: u64) -> String {
+    if bytes >= MIB {
+        format!("{}M", bytes / MIB)
+    } else {
+        format!("{}K", bytes / 1024)
+    }
+}
+
+fn configs(args: &ImageArgs) -> Result<Vec<(String, String)>, String> {
+    let Some(list) = &args.configs else {
+        return Ok(CORNERS
+            .iter()
+            .map(|(r, t)| (r.to_string(), t.to_string()))
+            .collect());
+    };
+    list.iter()
+        .map(|config| match config.split_once('/') {
+            Some((at_rest, in_transit)) => Ok((at_rest.to_string(), in_transit.to_string())),
+            None => Err(format!(
+                "--configs {config:?}: write AT-REST/IN-TRANSIT, gcm/secure"
+            )),
+        })
+        .collect()
+}
+
+/// Fills the whole image with 4 MiB writes, so every read of a cell finds stored data.
+async fn prefill(disk: &Image) -> Result<(), String> {
+    let chunk = OBJECT_SIZE_DEFAULT;
+    let data = Bytes::from(vec![0xa5u8; chunk as usize]);
+    futures::stream::iter((0..disk.size()).step_by(chunk as usize))
+        .map(|offset| {
+            let len = chunk.min(disk.size() - offset) as usize;
+            disk.write(offset, data.slice(..len))
+        })
+        .buffer_unordered(PREFILL_QD)
+        .try_collect::<Vec<()>>()
+        .await
+        .map(|_| ())
+        .map_err(|e| format!("filling the image: {e}"))
+}
+
+/// One cell: `qd` workers, each with one random aligned IO of `io_size` in flight, for
+/// `seconds`.
+async fn run_cell(
+    disk: &Arc<Image>,
+    write: bool,
+    io_size: u64,
+    qd: usize,
+    seconds: f64,
+) -> Result<(u64, Histogram<u64>), String> {
+    let slots = (disk.size() / io_size).max(1);
+    let data = Bytes::from(
+        (0..io_size)
+            .map(|i| (i * 131 % 251) as u8)
+            .collect::<Vec<u8>>(),
+    );
+    let deadline = Instant::now() + Duration::from_secs_f64(seconds);
+    let mut workers = tokio::task::JoinSet::new();
+    for worker in 0..qd {
+        let disk = disk.clone();
+        let data = data.clone();
+        workers.spawn(async move {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(worker as u64);
+            let mut hist = histogram();
+            let mut done = 0u64;
+            while Instant::now() < deadline {
+                let offset = rng.random_range(0..slots) * io_size;
+                let started = Instant::now();
+                if write {
+                    disk.write(offset, data.clone()).await
+                } else {
+                    disk.read(offset, io_size).await.map(|_| ())
+                }
+                .map_err(|e| e.to_string())?;
+                hist.record(started.elapsed().as_nanos() as u64)
+                    .map_err(|e| e.to_string())?;
+                done += 1;
+            }
+            Ok::<_, String>((done, hist))
+        });
+    }
+    let mut total = 0;
+    let mut merged = histogram();
+    while let Some(joined) = workers.join_next().await {
+        let (done, hist) = joined.map_err(|e| e.to_string())??;
+        total += done;
+        merged.add(&hist).map_err(|e| e.to_string())?;
+    }
+    Ok((total, merged))
+}
+
+pub fn run(args: ImageArgs) -> Result<(), String> {
+    let seconds = args.seconds.unwrap_or(if args.quick { 2.0 } else { 5.0 });
+    let image_size = args
+        .image_size
+        .unwrap_or(if args.quick { 256 * MIB } else { 1024 * MIB });
+    let depths = args.qd.clone().unwrap_or_else(|| {
+        if args.quick {
+            vec![1, 16]
+        } else {
+            vec![1, 128]
+        }
+    });
+    let configs = configs(&args)?;
+    print_header(
+        "coffer bench image",
+        &[
+            (
+                "configurations",
+                format!(
+                    "{}; baseline {}/{}",
+                    configs
+                        .iter()
+                        .map(|(r, t)| format!("{r}/{t}"))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    configs[0].0,
+                    configs[0].1
+                ),
+            ),
+            (
+                "cluster",
+                format!(
+                    "fresh `coffer up` per configuration: 1 monitor, {} OSDs (pool size {}), under {}",
+                    args.osds,
+                    args.osds.clamp(1, 3),
+                    args.dir.display()
+                ),
+            ),
+            (
+                "load",
+                format!(
+                    "one client (the block library, as `coffer nbd serve` uses it) on a {} image \
+                     of {} objects, filled first; random {:?} reads and writes at queue depths \
+                     {depths:?}; {seconds} s per cell",
+                    size_label(image_size),
+                    size_label(OBJECT_SIZE_DEFAULT),
+                    args.io_sizes.iter().map(|s| size_label(*s)).collect::<Vec<_>>()
+                ),
+            ),
+        ],
+    );
+    let runtime = crate::daemon::runtime()?;
+    let mut cells: Vec<Cell> = Vec::new();
+    for (at_rest, in_transit) in &configs {
+        let dir = args.dir.join(format!(
+            "image-{}-{at_rest}-{in_transit}",
+            std::process::id()
+        ));
+        let cluster = FreshCluster::start(&dir, args.osds, at_rest, in_transit)?;
+        let conf = cluster.conf()?;
+        runtime.block_on(async {
+            let admin = connect_admin(&conf).await?;
+            wait_clean(&admin).await?;
+            let pool = admin
+                .pool(crate::up::DEFAULT_POOL)
+                .await
+                .map_err(|e| e.to_string())?;
+            image::create(&pool, IMAGE, image_size, OBJECT_SIZE_DEFAULT)
+                .await
+                .map_err(|e| e.to_string())?;
+            let writer = Access::Write {
+                purpose: "bench",
+                wait_stale: false,
+            };
+            let disk = Image::open(&pool, IMAGE, writer)
+                .await
+                .map_err(|e| e.to_string())?;
+            prefill(&disk).await?;
+            for io_size in &args.io_sizes {
+                for write in [true, false] {
+                    for qd in &depths {
+                        let (cpu_cluster, cpu_client) = (cluster.cpu_seconds(), cpu_seconds());
+                        let started = Instant::now();
+                        let (ops, hist) = run_cell(&disk, write, *io_size, *qd, seconds).await?;
+                        let elapsed = started.elapsed().as_secs_f64();
+                        let cluster_cpu_s = cluster.cpu_seconds() - cpu_cluster;
+                        let gib = (ops * io_size) as f64 / (1u64 << 30) as f64;
+                        let cell = Cell {
+                            at_rest: at_rest.clone(),
+                            in_transit: in_transit.clone(),
+                            io_size: *io_size,
+                            op: if write { "write" } else { "read" },
+                            qd: *qd,
+                            ops,
+                            seconds: elapsed,
+                            iops: ops as f64 / elapsed,
+                            mib_s: (ops * io_size) as f64 / elapsed / MIB as f64,
+                            lat_us: LatencyUs::of(&hist),
+                            cluster_cpu_s,
+                            cluster_cpu_s_per_gib: if gib > 0.0 { cluster_cpu_s / gib } else { 0.0 },
+                            client_cpu_s: cpu_seconds() - cpu_client,
+                            pct_of_baseline: 0.0,
+                        };
+                        eprintln!(
+                            "{at_rest:>4}/{in_transit:<6} {:>3} {:<5} qd {:<3}: {:>8.0} IOPS {:>8.1} MiB/s, cluster CPU {:.2} s/GiB",
+                            size_label(*io_size),
+                            cell.op,
+                            qd,
+                            cell.iops,
+                            cell.mib_s,
+                            cell.cluster_cpu_s_per_gib
+                        );
+                        cells.push(cell);
+                    }
+                }
+            }
+            disk.close().await.map_err(|e| e.to_string())
+        })?;
+        drop(cluster);
+    }
+    let baseline = &configs[0];
+    let base_iops: Vec<f64> = cells
+        .iter()
+        .map(|cell| {
+            cells
+                .iter()
+                .find(|b| {
+                    b.at_rest == baseline.0
+                        && b.in_transit == baseline.1
+                        && b.io_size == cell.io_size
+                        && b.op == cell.op
+                        && b.qd == cell.qd
+                })
+                .map_or(0.0, |b| b.iops)
+        })
+        .collect();
+    for (cell, base) in cells.iter_mut().zip(base_iops) {
+        cell.pct_of_baseline = if base > 0.0 {
+            100.0 * cell.iops / base
+        } else {
+            0.0
+        };
+    }
+    print_table(&cells);
+    if let Some(path) = &args.json {
+        let doc = serde_json::json!({
+            "bench": "image",
+            "command": std::env::args().collect::<Vec<_>>().join(" "),
+            "machine": super::report::machine(),
+            "config": {
+                "seconds_per_cell": seconds,
+                "image_size": image_size,
+                "object_size": OBJECT_SIZE_DEFAULT,
+                "osds": args.osds,
+            },
+            "cells": cells,
+        });
+        let text = serde_json::to_string_pretty(&doc).map_err(|e| format!("encoding JSON: {e}"))?;
+        std::fs::write(path, text).map_err(|e| format!("writing {}: {e}", path.display()))?;
+        println!("cells written to {}", path.display());
+    }
+    Ok(())
+}
+
+fn print_table(cells: &[Cell]) {
+    println!();
+    println!(
+        "{:<5} {:<6} {:>4} {:<13} {:>9} {:>9} {:>8} {:>9} {:>9} {:>11} {:>11}",
+        "size",
+        "op",
+        "qd",
+        "at-rest/wire",
+        "IOPS",
+        "MiB/s",
+        "% base",
+        "p50 us",
+        "p99 us",
+        "CPU s/GiB",
+        "client s/GiB"
+    );
+    for c in cells {
+        let gib = c.mib_s * c.seconds / 1024.0;
+        println!(
+            "{:<5} {:<6} {:>4} {:<13} {:>9.0} {:>9.1} {:>7.0}% {:>9.0} {:>9.0} {:>11.2} {:>11.2}",
+            size_label(c.io_size),
+            c.op,
+            c.qd,
+            format!("{}/{}", c.at_rest, c.in_transit),
+            c.iops,
+            c.mib_s,
+            c.pct_of_baseline,
+            c.lat_us.p50,
+            c.lat_us.p99,
+            c.cluster_cpu_s_per_gib,
+            if gib > 0.0 { c.client_cpu_s / gib } else { 0.0 }
+        );
+    }
+}
