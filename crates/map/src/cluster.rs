@@ -3,8 +3,9 @@
 //! epoch, so the monitors (which agree on the order of changes) and every follower of the
 //! map compute the same map at the same epoch.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
+use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
@@ -62,6 +63,40 @@ pub struct ClusterMap {
     /// operator removes them.
     pub blocklist: BTreeSet<u64>,
     next_pool: u64,
+    #[serde(skip)]
+    acting: ActingCache,
+}
+
+/// Acting sets already computed from this map: every request asks for its PG's primary, and
+/// straw2 over every OSD is too much work to repeat per request. Emptied by every change;
+/// not part of the map's value (equal maps may hold different caches).
+#[derive(Default)]
+struct ActingCache(Mutex<HashMap<PgId, Vec<OsdId>>>);
+
+impl ActingCache {
+    fn clear(&mut self) {
+        self.0.get_mut().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+}
+
+impl Clone for ActingCache {
+    fn clone(&self) -> Self {
+        ActingCache::default()
+    }
+}
+
+impl PartialEq for ActingCache {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for ActingCache {}
+
+impl fmt::Debug for ActingCache {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ActingCache")
+    }
 }
 
 /// One change to the map. The monitors put these in their replicated log.
@@ -249,6 +284,7 @@ impl ClusterMap {
             }
         }
         self.epoch += 1;
+        self.acting.clear();
         Ok(())
     }
 
@@ -284,12 +320,20 @@ impl ClusterMap {
         placement::place(pg, &candidates, usize::from(pool.size), pool.domain)
     }
 
-    /// The OSDs of a PG that are up, in placement order: the first is the primary.
+    /// The OSDs of a PG that are up, in placement order: the first is the primary. Computed
+    /// once per PG and map.
     pub fn acting(&self, pool: &PoolInfo, pg: PgId) -> Vec<OsdId> {
-        self.pg_osds(pool, pg)
+        let mut cache = self.acting.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(set) = cache.get(&pg) {
+            return set.clone();
+        }
+        let set: Vec<OsdId> = self
+            .pg_osds(pool, pg)
             .into_iter()
             .filter(|id| self.osds.get(id).is_some_and(|osd| osd.up))
-            .collect()
+            .collect();
+        cache.insert(pg, set.clone());
+        set
     }
 
     /// The next OSD id no OSD has.
@@ -398,6 +442,12 @@ mod tests {
         let pg = map.pg_of(&p, &ObjectName::new("obj").expect("name"));
         let up = map.pg_osds(&p, pg);
         assert_eq!(up.len(), 3);
+        assert_eq!(
+            map.acting(&p, pg),
+            up,
+            "all up: the acting set is the up set"
+        );
+        // The acting set computed above is cached; a change must not leave it stale.
         map.apply(&Change::OsdDown { id: up[0] }).expect("down");
         assert_eq!(map.acting(&p, pg), up[1..].to_vec());
         assert_eq!(map.pg_osds(&p, pg), up, "down alone does not re-place");
