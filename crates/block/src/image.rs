@@ -45,6 +45,9 @@ pub const IMAGE_SIZE_MAX: u64 = 1 << 50;
 pub const IMAGE_NAME_BYTES_MAX: usize = 96;
 /// Objects one image operation works on at once (reads, writes, removals).
 pub const OBJECTS_IN_FLIGHT_MAX: usize = 16;
+/// Zeros for writes of zeros, one object's worth at most. Never written, so the pages that
+/// back it stay the kernel's shared zero page.
+static ZEROS: [u8; OBJECT_SIZE_MAX as usize] = [0u8; OBJECT_SIZE_MAX as usize];
 /// Header format this build writes and reads.
 const HEADER_FORMAT: u32 = 1;
 /// Feature bits this build understands; an image with others is refused (none yet).
@@ -603,7 +606,7 @@ impl Image {
                 let object = self.header.data_object(piece.index);
                 async move {
                     let result = if !punch {
-                        let zeros = Bytes::from(vec![0u8; piece.len as usize]);
+                        let zeros = Bytes::from_static(&ZEROS[..piece.len as usize]);
                         self.pool.write(&object, piece.offset, zeros).await
                     } else if piece.is_whole(object_size) {
                         self.pool.remove(&object).await

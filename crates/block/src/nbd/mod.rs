@@ -22,7 +22,7 @@ use crate::error::Error;
 use crate::image::Image;
 
 pub use negotiate::{NEGOTIATION_TIMEOUT, PAYLOAD_BYTES_MAX};
-pub use transmit::REQUESTS_IN_FLIGHT_MAX;
+pub use transmit::{BYTES_IN_FLIGHT_MAX, REQUESTS_IN_FLIGHT_MAX};
 
 /// Connections one export serves at once; more are closed as they arrive.
 pub const CONNECTIONS_MAX: usize = 64;

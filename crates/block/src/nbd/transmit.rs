@@ -1,8 +1,8 @@
 //! Transmission: requests in, replies out, many in flight and answered out of order.
 //!
 //! One task reads requests (and write payloads) and starts a task per request, at most
-//! [`REQUESTS_IN_FLIGHT_MAX`] at once: past that it stops reading, which pushes back on the
-//! client. Each request's task sends its reply to one writer task, which batches replies
+//! [`REQUESTS_IN_FLIGHT_MAX`] at once and [`BYTES_IN_FLIGHT_MAX`] of read and write data:
+//! past either it stops reading, which pushes back on the client. Each request's task sends its reply to one writer task, which batches replies
 //! into the socket and flushes when no more are waiting.
 //!
 //! A header with a bad magic, or a write whose payload is larger than
@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
-use tokio::sync::{mpsc, OwnedRwLockReadGuard, Semaphore};
+use tokio::sync::{mpsc, OwnedRwLockReadGuard, OwnedSemaphorePermit, Semaphore};
 
 use super::negotiate::{Session, ALLOCATION_CONTEXT_ID, PAYLOAD_BYTES_MAX};
 use super::wire::*;
@@ -25,6 +25,8 @@ use crate::image::Extent;
 
 /// Requests one connection may have in flight.
 pub const REQUESTS_IN_FLIGHT_MAX: u32 = 256;
+/// Bytes of read replies and write payloads one connection may hold in memory at once.
+pub const BYTES_IN_FLIGHT_MAX: u32 = 256 << 20;
 /// Bytes the writer gathers before it writes them out.
 const REPLY_BUFFER_BYTES: usize = 256 << 10;
 /// Zeros sent for holes in simple replies, a slice at a time.
@@ -67,8 +69,8 @@ impl Stats {
     }
 }
 
-/// Serves requests until the client disconnects, sends `DISC`, or breaks the protocol.
-/// `in_flight` is the export's shutdown gate: each request holds a share of it.
+/// Serves requests until the client disconnects, sends `DISC`, or breaks the protocol. Each
+/// request holds a share of the export's shutdown gate until its reply is queued.
 pub async fn transmit<R, W>(
     mut reader: R,
     writer: W,
@@ -79,9 +81,10 @@ pub async fn transmit<R, W>(
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    let (replies, queue) = mpsc::unbounded_channel::<Vec<Part>>();
+    let (replies, queue) = mpsc::unbounded_channel::<Queued>();
     let writing = tokio::spawn(write_replies(writer, queue));
     let permits = Arc::new(Semaphore::new(REQUESTS_IN_FLIGHT_MAX as usize));
+    let data_budget = Arc::new(Semaphore::new(BYTES_IN_FLIGHT_MAX as usize));
     loop {
         let mut header = [0u8; REQUEST_BYTES];
         if let Err(e) = reader.read_exact(&mut header).await {
@@ -94,15 +97,29 @@ pub async fn transmit<R, W>(
             tracing::warn!("a request with a bad magic: closing the connection");
             break;
         };
+        if request.kind == CMD_WRITE && request.len > PAYLOAD_BYTES_MAX {
+            tracing::warn!(
+                len = request.len,
+                "a write larger than the {PAYLOAD_BYTES_MAX}-byte limit: closing the connection"
+            );
+            break;
+        }
+        if request.kind == CMD_DISC {
+            break;
+        }
+        let Ok(permit) = permits.clone().acquire_owned().await else {
+            break;
+        };
+        // Larger reads are refused without reading anything, so they hold nothing.
+        let data_bytes = match request.kind {
+            CMD_READ | CMD_WRITE => request.len.min(PAYLOAD_BYTES_MAX),
+            _ => 0,
+        };
+        let Ok(data_permit) = data_budget.clone().acquire_many_owned(data_bytes).await else {
+            break;
+        };
         let mut payload = Bytes::new();
         if request.kind == CMD_WRITE {
-            if request.len > PAYLOAD_BYTES_MAX {
-                tracing::warn!(
-                    len = request.len,
-                    "a write larger than the {PAYLOAD_BYTES_MAX}-byte limit: closing the connection"
-                );
-                break;
-            }
             match read_payload(&mut reader, request.len as usize).await {
                 Some(bytes) => payload = bytes,
                 None => {
@@ -113,12 +130,6 @@ pub async fn transmit<R, W>(
                 }
             }
         }
-        if request.kind == CMD_DISC {
-            break;
-        }
-        let Ok(permit) = permits.clone().acquire_owned().await else {
-            break;
-        };
         let Some(gate) = export.enter().await else {
             break;
         };
@@ -127,7 +138,9 @@ pub async fn transmit<R, W>(
         let stats = stats.clone();
         tokio::spawn(async move {
             let reply = handle(&export, &session, request, payload, &stats, gate).await;
-            let _ = replies.send(reply);
+            // The data permit goes with the reply: a read's bytes stay in memory until they
+            // are written out.
+            let _ = replies.send((reply, data_permit));
             drop(permit);
         });
     }
@@ -151,24 +164,21 @@ async fn read_payload<R: AsyncRead + Unpin>(reader: &mut R, len: usize) -> Optio
     Some(buffer.freeze())
 }
 
-async fn write_replies<W>(writer: W, mut queue: mpsc::UnboundedReceiver<Vec<Part>>)
+/// A reply waiting for the writer, with the share of the data budget its bytes hold.
+type Queued = (Vec<Part>, OwnedSemaphorePermit);
+
+async fn write_replies<W>(writer: W, mut queue: mpsc::UnboundedReceiver<Queued>)
 where
     W: AsyncWrite + Unpin,
 {
     let mut out = BufWriter::with_capacity(REPLY_BUFFER_BYTES, writer);
-    while let Some(reply) = queue.recv().await {
+    while let Some((reply, _budget)) = queue.recv().await {
         if write_parts(&mut out, reply).await.is_err() {
             return;
         }
-        let mut more = true;
-        while more {
-            match queue.try_recv() {
-                Ok(next) => {
-                    if write_parts(&mut out, next).await.is_err() {
-                        return;
-                    }
-                }
-                Err(_) => more = false,
+        while let Ok((next, _budget)) = queue.try_recv() {
+            if write_parts(&mut out, next).await.is_err() {
+                return;
             }
         }
         if out.flush().await.is_err() {
