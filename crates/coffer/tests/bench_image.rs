@@ -45,7 +45,7 @@ fn bench_image_reports_every_cell() {
     );
     for cell in cells {
         assert!(cell["ops"].as_u64().unwrap_or(0) > 0, "{cell}");
-        for key in ["iops", "mib_s", "cluster_cpu_s_per_gib"] {
+        for key in ["ops_s", "mib_s", "cluster_cpu_s_per_gib"] {
             let value = cell[key].as_f64().unwrap_or(0.0);
             assert!(value.is_finite() && value > 0.0, "{key}: {cell}");
         }

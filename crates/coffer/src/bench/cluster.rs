@@ -3,15 +3,16 @@
 //! gcm) by in-transit (crc, secure) encryption. Each cell is a percent of none/crc from the
 //! same run, with the CPU seconds per GiB of all cluster processes (monitor and OSDs).
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
-use super::fresh::{connect_admin, connect_clients, wait_clean, FreshCluster, CORNERS};
-use super::report::{cpu_seconds, histogram, print_header, LatencyUs};
+use super::fresh::{connect_admin, connect_clients, wait_clean, FreshArgs, FreshCluster, CORNERS};
+use super::report::{
+    cpu_seconds, histogram, percent_of, print_header, size_label, write_json, Rates,
+};
 
 const KIB: u64 = 1 << 10;
 const MIB: u64 = 1 << 20;
@@ -21,21 +22,11 @@ pub struct ClusterArgs {
     /// A reduced run (2 s cells) that finishes in about a minute.
     #[arg(long)]
     quick: bool,
-    /// Also write every cell to this file as JSON.
-    #[arg(long)]
-    json: Option<PathBuf>,
-    /// Where the clusters are made; each is removed after its corner.
-    #[arg(long, default_value = "/var/tmp/coffer-bench")]
-    dir: PathBuf,
-    /// Seconds per cell [default: 5, or 2 with --quick].
-    #[arg(long)]
-    seconds: Option<f64>,
+    #[command(flatten)]
+    fresh: FreshArgs,
     /// Clients, each with its own connection and one operation in flight.
     #[arg(long, default_value_t = 4)]
     clients: usize,
-    /// OSDs per cluster (the pool's size is min(3, OSDs)).
-    #[arg(long, default_value_t = 3)]
-    osds: u32,
     /// Object sizes, comma-separated (4k, 4m).
     #[arg(long, value_delimiter = ',', default_value = "4k,4m", value_parser = parse_size)]
     io_sizes: Vec<u64>,
@@ -49,14 +40,6 @@ fn parse_size(text: &str) -> Result<u64, String> {
     }
 }
 
-fn size_label(bytes: u64) -> String {
-    if bytes >= MIB {
-        format!("{}M", bytes / MIB)
-    } else {
-        format!("{}K", bytes / KIB)
-    }
-}
-
 #[derive(Debug, Serialize)]
 struct Cell {
     at_rest: String,
@@ -64,16 +47,8 @@ struct Cell {
     object_size: u64,
     op: String,
     clients: usize,
-    ops: u64,
-    seconds: f64,
-    ops_s: f64,
-    mib_s: f64,
-    lat_us: LatencyUs,
-    /// CPU seconds of the monitor and every OSD during the cell.
-    cluster_cpu_s: f64,
-    cluster_cpu_s_per_gib: f64,
-    /// CPU seconds of the clients (this process) during the cell.
-    client_cpu_s: f64,
+    #[serde(flatten)]
+    rates: Rates,
     pct_of_baseline: f64,
 }
 
@@ -133,7 +108,7 @@ async fn phase(
 }
 
 pub fn run(args: ClusterArgs) -> Result<(), String> {
-    let seconds = args.seconds.unwrap_or(if args.quick { 2.0 } else { 5.0 });
+    let seconds = args.fresh.seconds(args.quick);
     let clients = args.clients.max(1);
     print_header(
         "coffer bench cluster",
@@ -146,9 +121,9 @@ pub fn run(args: ClusterArgs) -> Result<(), String> {
                 "cluster",
                 format!(
                     "fresh `coffer up` per corner: 1 monitor, {} OSDs (pool size {}), under {}",
-                    args.osds,
-                    args.osds.clamp(1, 3),
-                    args.dir.display()
+                    args.fresh.osds,
+                    args.fresh.osds.clamp(1, 3),
+                    args.fresh.dir.display()
                 ),
             ),
             (
@@ -163,11 +138,11 @@ pub fn run(args: ClusterArgs) -> Result<(), String> {
     let runtime = crate::daemon::runtime()?;
     let mut cells: Vec<Cell> = Vec::new();
     for (at_rest, in_transit) in CORNERS {
-        let dir = args.dir.join(format!(
+        let dir = args.fresh.dir.join(format!(
             "cluster-{}-{at_rest}-{in_transit}",
             std::process::id()
         ));
-        let cluster = FreshCluster::start(&dir, args.osds, at_rest, in_transit)?;
+        let cluster = FreshCluster::start(&dir, args.fresh.osds, at_rest, in_transit)?;
         let conf = cluster.conf()?;
         runtime.block_on(async {
             let pools = connect_clients(&conf, clients).await?;
@@ -184,31 +159,29 @@ pub fn run(args: ClusterArgs) -> Result<(), String> {
                     if put {
                         written = per_client;
                     }
-                    let cluster_cpu_s = cluster.cpu_seconds() - cpu_cluster;
-                    let gib = (ops * size) as f64 / (1u64 << 30) as f64;
                     let cell = Cell {
                         at_rest: at_rest.into(),
                         in_transit: in_transit.into(),
                         object_size: *size,
                         op: if put { "put" } else { "get" }.into(),
                         clients,
-                        ops,
-                        seconds: elapsed,
-                        ops_s: ops as f64 / elapsed,
-                        mib_s: (ops * size) as f64 / elapsed / MIB as f64,
-                        lat_us: LatencyUs::of(&hist),
-                        cluster_cpu_s,
-                        cluster_cpu_s_per_gib: if gib > 0.0 { cluster_cpu_s / gib } else { 0.0 },
-                        client_cpu_s: cpu_seconds() - cpu_client,
+                        rates: Rates::new(
+                            ops,
+                            *size,
+                            elapsed,
+                            &hist,
+                            cluster.cpu_seconds() - cpu_cluster,
+                            cpu_seconds() - cpu_client,
+                        ),
                         pct_of_baseline: 0.0,
                     };
                     eprintln!(
                         "{at_rest:>4}/{in_transit:<6} {:>3} {}: {:>8.0} ops/s {:>8.1} MiB/s, cluster CPU {:.1} s/GiB",
                         size_label(*size),
                         cell.op,
-                        cell.ops_s,
-                        cell.mib_s,
-                        cell.cluster_cpu_s_per_gib
+                        cell.rates.ops_s,
+                        cell.rates.mib_s,
+                        cell.rates.cluster_cpu_s_per_gib
                     );
                     cells.push(cell);
                 }
@@ -221,30 +194,21 @@ pub fn run(args: ClusterArgs) -> Result<(), String> {
         let baseline = cells
             .iter()
             .find(|c| {
-                c.at_rest == "none"
-                    && c.in_transit == "crc"
+                (c.at_rest.as_str(), c.in_transit.as_str()) == CORNERS[0]
                     && c.object_size == cells[i].object_size
                     && c.op == cells[i].op
             })
-            .map_or(0.0, |c| c.ops_s);
-        cells[i].pct_of_baseline = if baseline > 0.0 {
-            100.0 * cells[i].ops_s / baseline
-        } else {
-            0.0
-        };
+            .map_or(0.0, |c| c.rates.ops_s);
+        cells[i].pct_of_baseline = percent_of(cells[i].rates.ops_s, baseline);
     }
     print_table(&cells);
-    if let Some(path) = &args.json {
-        let doc = serde_json::json!({
-            "bench": "cluster",
-            "command": std::env::args().collect::<Vec<_>>().join(" "),
-            "machine": super::report::machine(),
-            "config": { "seconds_per_cell": seconds, "clients": clients, "osds": args.osds },
-            "cells": cells,
+    if let Some(path) = &args.fresh.json {
+        let config = serde_json::json!({
+            "seconds_per_cell": seconds,
+            "clients": clients,
+            "osds": args.fresh.osds,
         });
-        let text = serde_json::to_string_pretty(&doc).map_err(|e| format!("encoding JSON: {e}"))?;
-        std::fs::write(path, text).map_err(|e| format!("writing {}: {e}", path.display()))?;
-        println!("cells written to {}", path.display());
+        write_json(path, "cluster", config, &cells)?;
     }
     Ok(())
 }
@@ -261,12 +225,12 @@ fn print_table(cells: &[Cell]) {
             size_label(c.object_size),
             c.op,
             format!("{}/{}", c.at_rest, c.in_transit),
-            c.ops_s,
-            c.mib_s,
+            c.rates.ops_s,
+            c.rates.mib_s,
             c.pct_of_baseline,
-            c.lat_us.p50,
-            c.lat_us.p99,
-            c.cluster_cpu_s_per_gib
+            c.rates.lat_us.p50,
+            c.rates.lat_us.p99,
+            c.rates.cluster_cpu_s_per_gib
         );
     }
 }

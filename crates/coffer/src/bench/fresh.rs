@@ -9,6 +9,29 @@ use std::time::{Duration, Instant};
 use client::{Cluster, Conf};
 use messenger::EntityName;
 
+/// Options of every bench that runs on fresh clusters.
+#[derive(clap::Args)]
+pub struct FreshArgs {
+    /// Also write every cell to this file as JSON.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Where the clusters are made; each is removed once its configuration is measured.
+    #[arg(long, default_value = "/var/tmp/coffer-bench")]
+    pub dir: PathBuf,
+    /// Seconds per cell [default: 5, or 2 with --quick].
+    #[arg(long)]
+    pub seconds: Option<f64>,
+    /// OSDs per cluster (the pool's size is min(3, OSDs)).
+    #[arg(long, default_value_t = 3)]
+    pub osds: u32,
+}
+
+impl FreshArgs {
+    pub fn seconds(&self, quick: bool) -> f64 {
+        self.seconds.unwrap_or(if quick { 2.0 } else { 5.0 })
+    }
+}
+
 /// How long a fresh cluster may take to be up with every PG clean.
 const START_TIMEOUT: Duration = Duration::from_secs(120);
 

@@ -4,7 +4,6 @@
 //! configuration (none/crc by default) in the same run, with the CPU seconds per GiB of the
 //! cluster's daemons and of this process (the image client).
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -16,8 +15,10 @@ use hdrhistogram::Histogram;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
-use super::fresh::{connect_admin, wait_clean, FreshCluster, CORNERS};
-use super::report::{cpu_seconds, histogram, print_header, LatencyUs};
+use super::fresh::{connect_admin, wait_clean, FreshArgs, FreshCluster, CORNERS};
+use super::report::{
+    cpu_seconds, histogram, percent_of, print_header, size_label, write_json, Rates,
+};
 
 const MIB: u64 = 1 << 20;
 /// The bench's image in the default pool.
@@ -30,15 +31,8 @@ pub struct ImageArgs {
     /// A reduced run (2 s cells, 256 MiB image, queue depths 1 and 16).
     #[arg(long)]
     quick: bool,
-    /// Also write every cell to this file as JSON.
-    #[arg(long)]
-    json: Option<PathBuf>,
-    /// Where the clusters are made; each is removed after its configuration.
-    #[arg(long, default_value = "/var/tmp/coffer-bench")]
-    dir: PathBuf,
-    /// Seconds per cell [default: 5, or 2 with --quick].
-    #[arg(long)]
-    seconds: Option<f64>,
+    #[command(flatten)]
+    fresh: FreshArgs,
     /// Image size; it is filled before the cells, so reads find data [default: 1G, or
     /// 256M with --quick].
     #[arg(long, value_parser = crate::image::parse_size)]
@@ -53,9 +47,6 @@ pub struct ImageArgs {
     /// [default: none/crc,none/secure,gcm/crc,gcm/secure].
     #[arg(long, value_delimiter = ',')]
     configs: Option<Vec<String>>,
-    /// OSDs per cluster (the pool's size is min(3, OSDs)).
-    #[arg(long, default_value_t = 3)]
-    osds: u32,
 }
 
 #[derive(Debug, Serialize)]
@@ -65,25 +56,9 @@ struct Cell {
     io_size: u64,
     op: &'static str,
     qd: usize,
-    ops: u64,
-    seconds: f64,
-    iops: f64,
-    mib_s: f64,
-    lat_us: LatencyUs,
-    /// CPU seconds of the monitor and every OSD during the cell.
-    cluster_cpu_s: f64,
-    cluster_cpu_s_per_gib: f64,
-    /// CPU seconds of the image client (this process) during the cell.
-    client_cpu_s: f64,
+    #[serde(flatten)]
+    rates: Rates,
     pct_of_baseline: f64,
-}
-
-fn size_label(bytes: u64) -> String {
-    if bytes >= MIB {
-        format!("{}M", bytes / MIB)
-    } else {
-        format!("{}K", bytes / 1024)
-    }
 }
 
 fn configs(args: &ImageArgs) -> Result<Vec<(String, String)>, String> {
@@ -170,7 +145,7 @@ async fn run_cell(
 }
 
 pub fn run(args: ImageArgs) -> Result<(), String> {
-    let seconds = args.seconds.unwrap_or(if args.quick { 2.0 } else { 5.0 });
+    let seconds = args.fresh.seconds(args.quick);
     let image_size = args
         .image_size
         .unwrap_or(if args.quick { 256 * MIB } else { 1024 * MIB });
@@ -202,9 +177,9 @@ pub fn run(args: ImageArgs) -> Result<(), String> {
                 "cluster",
                 format!(
                     "fresh `coffer up` per configuration: 1 monitor, {} OSDs (pool size {}), under {}",
-                    args.osds,
-                    args.osds.clamp(1, 3),
-                    args.dir.display()
+                    args.fresh.osds,
+                    args.fresh.osds.clamp(1, 3),
+                    args.fresh.dir.display()
                 ),
             ),
             (
@@ -223,11 +198,11 @@ pub fn run(args: ImageArgs) -> Result<(), String> {
     let runtime = crate::daemon::runtime()?;
     let mut cells: Vec<Cell> = Vec::new();
     for (at_rest, in_transit) in &configs {
-        let dir = args.dir.join(format!(
+        let dir = args.fresh.dir.join(format!(
             "image-{}-{at_rest}-{in_transit}",
             std::process::id()
         ));
-        let cluster = FreshCluster::start(&dir, args.osds, at_rest, in_transit)?;
+        let cluster = FreshCluster::start(&dir, args.fresh.osds, at_rest, in_transit)?;
         let conf = cluster.conf()?;
         runtime.block_on(async {
             let admin = connect_admin(&conf).await?;
@@ -253,23 +228,20 @@ pub fn run(args: ImageArgs) -> Result<(), String> {
                         let (cpu_cluster, cpu_client) = (cluster.cpu_seconds(), cpu_seconds());
                         let started = Instant::now();
                         let (ops, hist) = run_cell(&disk, write, *io_size, *qd, seconds).await?;
-                        let elapsed = started.elapsed().as_secs_f64();
-                        let cluster_cpu_s = cluster.cpu_seconds() - cpu_cluster;
-                        let gib = (ops * io_size) as f64 / (1u64 << 30) as f64;
                         let cell = Cell {
                             at_rest: at_rest.clone(),
                             in_transit: in_transit.clone(),
                             io_size: *io_size,
                             op: if write { "write" } else { "read" },
                             qd: *qd,
-                            ops,
-                            seconds: elapsed,
-                            iops: ops as f64 / elapsed,
-                            mib_s: (ops * io_size) as f64 / elapsed / MIB as f64,
-                            lat_us: LatencyUs::of(&hist),
-                            cluster_cpu_s,
-                            cluster_cpu_s_per_gib: if gib > 0.0 { cluster_cpu_s / gib } else { 0.0 },
-                            client_cpu_s: cpu_seconds() - cpu_client,
+                            rates: Rates::new(
+                                ops,
+                                *io_size,
+                                started.elapsed().as_secs_f64(),
+                                &hist,
+                                cluster.cpu_seconds() - cpu_cluster,
+                                cpu_seconds() - cpu_client,
+                            ),
                             pct_of_baseline: 0.0,
                         };
                         eprintln!(
@@ -277,9 +249,9 @@ pub fn run(args: ImageArgs) -> Result<(), String> {
                             size_label(*io_size),
                             cell.op,
                             qd,
-                            cell.iops,
-                            cell.mib_s,
-                            cell.cluster_cpu_s_per_gib
+                            cell.rates.ops_s,
+                            cell.rates.mib_s,
+                            cell.rates.cluster_cpu_s_per_gib
                         );
                         cells.push(cell);
                     }
@@ -290,45 +262,30 @@ pub fn run(args: ImageArgs) -> Result<(), String> {
         drop(cluster);
     }
     let baseline = &configs[0];
-    let base_iops: Vec<f64> = cells
+    let base_ops_s: Vec<f64> = cells
         .iter()
         .map(|cell| {
             cells
                 .iter()
                 .find(|b| {
-                    b.at_rest == baseline.0
-                        && b.in_transit == baseline.1
-                        && b.io_size == cell.io_size
-                        && b.op == cell.op
-                        && b.qd == cell.qd
+                    (&b.at_rest, &b.in_transit) == (&baseline.0, &baseline.1)
+                        && (b.io_size, b.op, b.qd) == (cell.io_size, cell.op, cell.qd)
                 })
-                .map_or(0.0, |b| b.iops)
+                .map_or(0.0, |b| b.rates.ops_s)
         })
         .collect();
-    for (cell, base) in cells.iter_mut().zip(base_iops) {
-        cell.pct_of_baseline = if base > 0.0 {
-            100.0 * cell.iops / base
-        } else {
-            0.0
-        };
+    for (cell, base) in cells.iter_mut().zip(base_ops_s) {
+        cell.pct_of_baseline = percent_of(cell.rates.ops_s, base);
     }
     print_table(&cells);
-    if let Some(path) = &args.json {
-        let doc = serde_json::json!({
-            "bench": "image",
-            "command": std::env::args().collect::<Vec<_>>().join(" "),
-            "machine": super::report::machine(),
-            "config": {
-                "seconds_per_cell": seconds,
-                "image_size": image_size,
-                "object_size": OBJECT_SIZE_DEFAULT,
-                "osds": args.osds,
-            },
-            "cells": cells,
+    if let Some(path) = &args.fresh.json {
+        let config = serde_json::json!({
+            "seconds_per_cell": seconds,
+            "image_size": image_size,
+            "object_size": OBJECT_SIZE_DEFAULT,
+            "osds": args.fresh.osds,
         });
-        let text = serde_json::to_string_pretty(&doc).map_err(|e| format!("encoding JSON: {e}"))?;
-        std::fs::write(path, text).map_err(|e| format!("writing {}: {e}", path.display()))?;
-        println!("cells written to {}", path.display());
+        write_json(path, "image", config, &cells)?;
     }
     Ok(())
 }
@@ -350,20 +307,19 @@ fn print_table(cells: &[Cell]) {
         "client s/GiB"
     );
     for c in cells {
-        let gib = c.mib_s * c.seconds / 1024.0;
         println!(
             "{:<5} {:<6} {:>4} {:<13} {:>9.0} {:>9.1} {:>7.0}% {:>9.0} {:>9.0} {:>11.2} {:>11.2}",
             size_label(c.io_size),
             c.op,
             c.qd,
             format!("{}/{}", c.at_rest, c.in_transit),
-            c.iops,
-            c.mib_s,
+            c.rates.ops_s,
+            c.rates.mib_s,
             c.pct_of_baseline,
-            c.lat_us.p50,
-            c.lat_us.p99,
-            c.cluster_cpu_s_per_gib,
-            if gib > 0.0 { c.client_cpu_s / gib } else { 0.0 }
+            c.rates.lat_us.p50,
+            c.rates.lat_us.p99,
+            c.rates.cluster_cpu_s_per_gib,
+            c.rates.client_cpu_s_per_gib()
         );
     }
 }

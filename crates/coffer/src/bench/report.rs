@@ -102,3 +102,90 @@ pub fn print_header(title: &str, config: &[(&str, String)]) {
         println!("{key}: {value}");
     }
 }
+
+/// An IO size as the tables print it: 4K, 4M.
+pub fn size_label(bytes: u64) -> String {
+    if bytes >= 1 << 20 {
+        format!("{}M", bytes >> 20)
+    } else {
+        format!("{}K", bytes >> 10)
+    }
+}
+
+/// Writes a bench's cells, with the command, machine and configuration, as JSON.
+pub fn write_json<T: Serialize>(
+    path: &std::path::Path,
+    bench: &str,
+    config: serde_json::Value,
+    cells: &[T],
+) -> Result<(), String> {
+    let doc = serde_json::json!({
+        "bench": bench,
+        "command": std::env::args().collect::<Vec<_>>().join(" "),
+        "machine": machine(),
+        "config": config,
+        "cells": cells,
+    });
+    let text = serde_json::to_string_pretty(&doc).map_err(|e| format!("encoding JSON: {e}"))?;
+    std::fs::write(path, text).map_err(|e| format!("writing {}: {e}", path.display()))?;
+    println!("cells written to {}", path.display());
+    Ok(())
+}
+
+/// What one cell of a cluster bench measured: operations, rates, latency, and the CPU time
+/// of the cluster's daemons and of the client (this process).
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct Rates {
+    pub ops: u64,
+    pub seconds: f64,
+    pub ops_s: f64,
+    pub mib_s: f64,
+    pub lat_us: LatencyUs,
+    /// CPU seconds of the monitor and every OSD during the cell.
+    pub cluster_cpu_s: f64,
+    pub cluster_cpu_s_per_gib: f64,
+    /// CPU seconds of the clients (this process) during the cell.
+    pub client_cpu_s: f64,
+}
+
+impl Rates {
+    pub fn new(
+        ops: u64,
+        bytes_per_op: u64,
+        seconds: f64,
+        hist: &Histogram<u64>,
+        cluster_cpu_s: f64,
+        client_cpu_s: f64,
+    ) -> Rates {
+        let bytes = (ops * bytes_per_op) as f64;
+        let gib = bytes / (1u64 << 30) as f64;
+        Rates {
+            ops,
+            seconds,
+            ops_s: ops as f64 / seconds,
+            mib_s: bytes / seconds / (1u64 << 20) as f64,
+            lat_us: LatencyUs::of(hist),
+            cluster_cpu_s,
+            cluster_cpu_s_per_gib: if gib > 0.0 { cluster_cpu_s / gib } else { 0.0 },
+            client_cpu_s,
+        }
+    }
+
+    pub fn client_cpu_s_per_gib(&self) -> f64 {
+        let gib = self.mib_s * self.seconds / 1024.0;
+        if gib > 0.0 {
+            self.client_cpu_s / gib
+        } else {
+            0.0
+        }
+    }
+}
+
+/// `value` as a percent of `baseline` (0 without a baseline).
+pub fn percent_of(value: f64, baseline: f64) -> f64 {
+    if baseline > 0.0 {
+        100.0 * value / baseline
+    } else {
+        0.0
+    }
+}

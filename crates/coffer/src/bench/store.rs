@@ -8,7 +8,7 @@
 //! picks a random object and a random aligned 4 KiB inside it; a 4 MiB op a whole object.
 //! CPU is this process's user + system time during the cell, per GiB moved.
 
-use super::report::{cpu_seconds, histogram, print_header, LatencyUs};
+use super::report::{cpu_seconds, histogram, print_header, size_label, LatencyUs};
 use keys::KeyEncryptionKey;
 use map::{ObjectName, ObjectRef, PoolId};
 use rand::{rngs::SmallRng, Rng, SeedableRng};
@@ -221,22 +221,14 @@ pub fn run(args: StoreArgs) -> Result<(), String> {
     print_table(&cells);
     print_xts_comparison(&cells);
     if let Some(path) = &args.json {
-        let doc = serde_json::json!({
-            "bench": "store",
-            "command": std::env::args().collect::<Vec<_>>().join(" "),
-            "machine": super::report::machine(),
-            "config": {
-                "size_gib": size_gib,
-                "seconds_per_cell": seconds,
-                "repeat": repeats,
-                "objects": objects,
-                "direct_io": direct_io,
-            },
-            "cells": cells,
+        let config = serde_json::json!({
+            "size_gib": size_gib,
+            "seconds_per_cell": seconds,
+            "repeat": repeats,
+            "objects": objects,
+            "direct_io": direct_io,
         });
-        let text = serde_json::to_string_pretty(&doc).map_err(|e| format!("encoding JSON: {e}"))?;
-        std::fs::write(path, text).map_err(|e| format!("writing {}: {e}", path.display()))?;
-        println!("cells written to {}", path.display());
+        super::report::write_json(path, "store", config, &cells)?;
     }
     Ok(())
 }
@@ -436,14 +428,6 @@ fn merge_repeats(runs: Vec<Vec<Cell>>) -> Vec<Cell> {
             }
         })
         .collect()
-}
-
-fn size_label(io_size: u64) -> String {
-    if io_size >= 1 << 20 {
-        format!("{}M", io_size >> 20)
-    } else {
-        format!("{}K", io_size >> 10)
-    }
 }
 
 fn print_table(cells: &[Cell]) {
