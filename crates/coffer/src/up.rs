@@ -166,7 +166,7 @@ pub fn write_private(path: &Path, text: &str) -> Result<(), String> {
         .map_err(|e| format!("{}: {e}", path.display()))
 }
 
-fn free_loopback_port() -> Result<u16, String> {
+pub fn free_loopback_port() -> Result<u16, String> {
     let socket = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
     Ok(socket.local_addr().map_err(|e| e.to_string())?.port())
 }
@@ -373,26 +373,7 @@ pub fn run(args: UpArgs) -> Result<(), String> {
         Ok::<_, String>(format!("{} OSDs, pools: {}", ids.len(), pools.join(", ")))
     })?;
     let verb = if fresh { "created" } else { "resumed" };
-    println!("coffer: cluster {} {verb} ({pool_line})", conf.fsid);
-    println!("  data:     {}", dir.display());
-    println!(
-        "  config:   {}   (export COFFER_CONF={})",
-        conf_path.display(),
-        conf_path.display()
-    );
-    for mon in &conf.mons {
-        println!("  monitor:  {} at {}", mon.name, mon.addr);
-    }
-    println!("  admin:    {}", conf.keyring_path(&admin_name).display());
-    if let Some(nbd) = &conf.nbd {
-        let name = nbd.image.split_once('/').map_or("", |(_, name)| name);
-        println!(
-            "  nbd:      nbd://{}/{name} (image {}; try: nbdinfo nbd://{}/{name})",
-            nbd.listen, nbd.image, nbd.listen
-        );
-    }
-    println!("  try:      coffer status; coffer obj put {DEFAULT_POOL} hello /etc/hostname");
-    println!("Ctrl-C stops the cluster; `coffer up` again resumes it with its data.");
+    say(&announcement(&conf, &dir, &admin_name, &format!("{verb} ({pool_line})")));
     runtime.block_on(async {
         let stop = daemon::stop_signal();
         tokio::pin!(stop);
@@ -409,10 +390,50 @@ pub fn run(args: UpArgs) -> Result<(), String> {
             }
         }
     })?;
-    println!("coffer: stopping");
+    say("coffer: stopping\n");
     daemons.stop();
-    println!("coffer: stopped");
+    say("coffer: stopped\n");
     Ok(())
+}
+
+/// What `coffer up` prints once the cluster is up: where it lives and how to reach it.
+fn announcement(conf: &Conf, dir: &Path, admin_name: &EntityName, state: &str) -> String {
+    use std::fmt::Write;
+    let conf_path = dir.join(CONF_FILE);
+    let mut text = format!("coffer: cluster {} {state}\n", conf.fsid);
+    let _ = writeln!(text, "  data:     {}", dir.display());
+    let _ = writeln!(
+        text,
+        "  config:   {}   (export COFFER_CONF={})",
+        conf_path.display(),
+        conf_path.display()
+    );
+    for mon in &conf.mons {
+        let _ = writeln!(text, "  monitor:  {} at {}", mon.name, mon.addr);
+    }
+    let _ = writeln!(text, "  admin:    {}", conf.keyring_path(admin_name).display());
+    if let Some(nbd) = &conf.nbd {
+        let name = nbd.image.split_once('/').map_or("", |(_, name)| name);
+        let _ = writeln!(
+            text,
+            "  nbd:      nbd://{}/{name} (image {}; try: nbdinfo nbd://{}/{name})",
+            nbd.listen, nbd.image, nbd.listen
+        );
+    }
+    let _ = writeln!(
+        text,
+        "  try:      coffer status; coffer obj put {DEFAULT_POOL} hello /etc/hostname"
+    );
+    text.push_str("Ctrl-C stops the cluster; `coffer up` again resumes it with its data.\n");
+    text
+}
+
+/// Writes to standard output, ignoring a reader that went away: whoever started `coffer up`
+/// and stopped reading its output must not stop the cluster with it.
+fn say(text: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
 }
 
 /// Waits until the first monitor has bootstrapped a new cluster (it removes the seed file

@@ -86,10 +86,11 @@ impl FreshCluster {
             dir: dir.to_path_buf(),
             up,
         };
-        let started = BufReader::new(stdout)
-            .lines()
-            .map_while(Result::ok)
-            .any(|line| line.starts_with("coffer: cluster"));
+        let mut lines = BufReader::new(stdout).lines().map_while(Result::ok);
+        let started = lines.any(|line| line.starts_with("coffer: cluster"));
+        // The rest of what `coffer up` says is read and dropped, so its pipe never fills
+        // or closes under it while the cluster runs.
+        std::thread::spawn(move || lines.for_each(drop));
         if !started {
             return Err(format!(
                 "coffer up did not start; see {}",
