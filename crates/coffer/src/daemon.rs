@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use client::conf::Conf;
 use client::load_identity;
 use messenger::message::{AuthEntry, MonMember};
-use messenger::{EntityName, Mode};
+use messenger::{EntityName, Mode, ModePolicy};
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 
@@ -154,13 +154,10 @@ pub fn run_osd(conf_path: &Path, args: OsdArgs) -> Result<(), String> {
         data_dir: store_dir.clone(),
         mons: conf.mon_addrs().map_err(|e| e.to_string())?,
         mon_modes: conf.mon_modes().map_err(|e| e.to_string())?,
-        serve_modes: dedup(
-            [conf.client_modes(), conf.cluster_modes()]
-                .into_iter()
-                .map(|m| m.map_err(|e| e.to_string()))
-                .collect::<Result<Vec<_>, _>>()?
-                .concat(),
-        ),
+        serve_modes: ModePolicy {
+            clients: conf.client_modes().map_err(|e| e.to_string())?,
+            daemons: conf.cluster_modes().map_err(|e| e.to_string())?,
+        },
         cluster_modes: conf.cluster_modes().map_err(|e| e.to_string())?,
     };
     runtime()?.block_on(async move {

@@ -136,6 +136,39 @@ pub enum Mode {
     Crc,
 }
 
+/// The link modes a server accepts, by the kind of peer, each list in order of preference:
+/// clients (`client.*`) and the cluster's own daemons (`mon.*`, `osd.*`) may be held to
+/// different modes, as Ceph's `ms_client_mode` and `ms_cluster_mode` do. A peer that offers
+/// none of its kind's modes is refused during the handshake.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModePolicy {
+    pub clients: Vec<Mode>,
+    pub daemons: Vec<Mode>,
+}
+
+impl ModePolicy {
+    /// The same modes for every peer.
+    pub fn same(modes: Vec<Mode>) -> ModePolicy {
+        ModePolicy {
+            clients: modes.clone(),
+            daemons: modes,
+        }
+    }
+
+    pub fn for_peer(&self, entity: &EntityName) -> &[Mode] {
+        match entity.kind() {
+            EntityKind::Client => &self.clients,
+            EntityKind::Mon | EntityKind::Osd => &self.daemons,
+        }
+    }
+}
+
+impl From<Vec<Mode>> for ModePolicy {
+    fn from(modes: Vec<Mode>) -> ModePolicy {
+        ModePolicy::same(modes)
+    }
+}
+
 impl FromStr for Mode {
     type Err = String;
 

@@ -24,7 +24,7 @@ mod tests;
 
 pub use conn::{Connection, Incoming};
 pub use endpoint::{Endpoint, Limits, FRAME_TIMEOUT, HANDSHAKE_TIMEOUT, IN_FLIGHT_MAX};
-pub use entity::{EntityKind, EntityName, EntityNameError, Mode, ENTITY_ID_BYTES_MAX};
+pub use entity::{EntityKind, EntityName, EntityNameError, Mode, ModePolicy, ENTITY_ID_BYTES_MAX};
 pub use error::{CallError, ConnectError};
 pub use frame::{DATA_BYTES_MAX, HEADER_BYTES, META_BYTES_MAX};
 pub use identity::{CertError, ClusterCa, Identity};

@@ -12,7 +12,7 @@ use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
 use crate::endpoint::Endpoint;
-use crate::entity::{EntityName, Mode};
+use crate::entity::{EntityName, Mode, ModePolicy};
 use crate::error::{ConnectError, ReadError};
 use crate::frame::{Header, HEADER_BYTES};
 use crate::identity::{cert_names, server_name};
@@ -179,7 +179,7 @@ pub(crate) struct Accepted {
 pub(crate) async fn accept(
     endpoint: &Endpoint,
     tcp: TcpStream,
-    modes: &[Mode],
+    modes: &ModePolicy,
     authorize: impl FnOnce(&EntityName, &rustls::pki_types::CertificateDer<'_>) -> Result<(), String>,
 ) -> Result<Accepted, ConnectError> {
     tcp.set_nodelay(true).map_err(ConnectError::Io)?;
@@ -203,13 +203,15 @@ pub(crate) async fn accept(
             .map_err(|e| format!("the certificate is not for {}: {e}", hello.entity))
             .and_then(|()| authorize(&hello.entity, &cert))
             .and_then(|()| {
-                modes
+                let allowed = modes.for_peer(&hello.entity);
+                allowed
                     .iter()
                     .copied()
                     .find(|m| hello.modes.contains(m))
                     .ok_or_else(|| {
                         format!(
-                            "no common link mode: this peer allows {modes:?}, offered {:?}",
+                            "no common link mode: this peer allows {allowed:?} for {}, offered {:?}",
+                            hello.entity.kind().as_str(),
                             hello.modes
                         )
                     })

@@ -13,6 +13,7 @@ use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::task::{JoinHandle, JoinSet};
 
 use crate::endpoint::Endpoint;
+use crate::entity::ModePolicy;
 use crate::entity::{EntityName, Mode};
 use crate::error::ConnectError;
 use crate::frame::{Header, Kind, DATA_BYTES_MAX, META_BYTES_MAX};
@@ -102,17 +103,18 @@ impl Server {
 }
 
 impl Endpoint {
-    /// Serves `handler` on `listener`, accepting the modes in `modes` (in order of this
-    /// server's preference).
+    /// Serves `handler` on `listener`, accepting the modes that `modes` allows each kind of
+    /// peer (a `Vec<Mode>` allows the same to every peer), in order of this server's
+    /// preference.
     pub fn serve<H: Handler>(
         &self,
         listener: TcpListener,
-        modes: Vec<Mode>,
+        modes: impl Into<ModePolicy>,
         handler: Arc<H>,
     ) -> std::io::Result<Server> {
         let addr = listener.local_addr()?;
         let endpoint = self.clone();
-        let modes: Arc<[Mode]> = modes.into();
+        let modes = Arc::new(modes.into());
         let task = tokio::spawn(async move {
             let mut links = JoinSet::new();
             loop {
@@ -138,7 +140,7 @@ async fn serve_link<H: Handler>(
     endpoint: Endpoint,
     tcp: TcpStream,
     addr: SocketAddr,
-    modes: Arc<[Mode]>,
+    modes: Arc<ModePolicy>,
     handler: Arc<H>,
 ) {
     let limits = endpoint.limits();

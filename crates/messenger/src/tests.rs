@@ -91,7 +91,7 @@ fn name(text: &str) -> EntityName {
     text.parse().expect("valid entity name")
 }
 
-async fn fixture(modes: Vec<Mode>) -> Fixture {
+async fn fixture(modes: impl Into<ModePolicy>) -> Fixture {
     let ca = ClusterCa::generate("test-cluster").expect("authority");
     let echo = Arc::new(Echo::default());
     let limits = test_limits();
@@ -357,6 +357,45 @@ async fn the_server_picks_the_mode_by_its_policy() {
         .await
         .expect("connect");
     assert_eq!(conn.mode(), Mode::Secure);
+}
+
+/// Ceph's ms_client_mode and ms_cluster_mode: with secure for clients and crc between
+/// daemons, a client that offers only crc is refused, while an OSD gets its crc link.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_and_daemons_are_held_to_their_own_modes() {
+    let fx = fixture(ModePolicy {
+        clients: vec![Mode::Secure],
+        daemons: vec![Mode::Crc],
+    })
+    .await;
+    let client = fx.client("client.admin", true);
+    let err = client
+        .connect(fx.addr(), &name(SERVER), &[Mode::Crc])
+        .await
+        .err();
+    assert!(
+        matches!(&err, Some(ConnectError::Refused(r)) if r.contains("no common link mode") && r.contains("client")),
+        "{err:?}"
+    );
+    let conn = client
+        .connect(fx.addr(), &name(SERVER), &[Mode::Crc, Mode::Secure])
+        .await
+        .expect("a client offering secure");
+    assert_eq!(conn.mode(), Mode::Secure);
+    let osd = fx.client("osd.7", true);
+    let conn = osd
+        .connect(fx.addr(), &name(SERVER), &[Mode::Secure, Mode::Crc])
+        .await
+        .expect("an OSD offering crc");
+    assert_eq!(conn.mode(), Mode::Crc);
+    let err = osd
+        .connect(fx.addr(), &name(SERVER), &[Mode::Secure])
+        .await
+        .err();
+    assert!(
+        matches!(&err, Some(ConnectError::Refused(r)) if r.contains("no common link mode")),
+        "{err:?}"
+    );
 }
 
 #[test]

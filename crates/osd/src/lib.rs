@@ -26,7 +26,7 @@ use map::placement::{OsdId, PgId};
 use messenger::message::{
     AuthTable, Command, MonReply, MonRequest, OsdBeacon, OsdReply, OsdRequest, BEACON_INTERVAL_MS,
 };
-use messenger::{Endpoint, EntityName, Identity, Limits, Mode, MonAddr, MonClient};
+use messenger::{Endpoint, EntityName, Identity, Limits, Mode, ModePolicy, MonAddr, MonClient};
 use store::{MkfsOptions, Store};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -48,8 +48,8 @@ pub struct OsdConfig {
     pub mons: Vec<MonAddr>,
     /// Modes offered to the monitors.
     pub mon_modes: Vec<Mode>,
-    /// Modes accepted from clients and other OSDs.
-    pub serve_modes: Vec<Mode>,
+    /// Modes accepted from clients, and from other OSDs.
+    pub serve_modes: ModePolicy,
     /// Modes offered to other OSDs.
     pub cluster_modes: Vec<Mode>,
 }
