@@ -373,7 +373,12 @@ pub fn run(args: UpArgs) -> Result<(), String> {
         Ok::<_, String>(format!("{} OSDs, pools: {}", ids.len(), pools.join(", ")))
     })?;
     let verb = if fresh { "created" } else { "resumed" };
-    say(&announcement(&conf, &dir, &admin_name, &format!("{verb} ({pool_line})")));
+    say(&announcement(
+        &conf,
+        &dir,
+        &admin_name,
+        &format!("{verb} ({pool_line})"),
+    ));
     runtime.block_on(async {
         let stop = daemon::stop_signal();
         tokio::pin!(stop);
@@ -411,7 +416,11 @@ fn announcement(conf: &Conf, dir: &Path, admin_name: &EntityName, state: &str) -
     for mon in &conf.mons {
         let _ = writeln!(text, "  monitor:  {} at {}", mon.name, mon.addr);
     }
-    let _ = writeln!(text, "  admin:    {}", conf.keyring_path(admin_name).display());
+    let _ = writeln!(
+        text,
+        "  admin:    {}",
+        conf.keyring_path(admin_name).display()
+    );
     if let Some(nbd) = &conf.nbd {
         let name = nbd.image.split_once('/').map_or("", |(_, name)| name);
         let _ = writeln!(

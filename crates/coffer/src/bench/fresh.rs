@@ -60,21 +60,30 @@ impl Drop for FreshCluster {
 }
 
 impl FreshCluster {
-    pub fn start(dir: &Path, osds: u32, at_rest: &str, in_transit: &str) -> Result<Self, String> {
+    /// Starts `coffer up` in `dir`; with `nbd` (an address and an image size) the cluster
+    /// exports its default image there, as `coffer up` does outside the benches.
+    pub fn start(
+        dir: &Path,
+        osds: u32,
+        at_rest: &str,
+        in_transit: &str,
+        nbd: Option<(&str, u64)>,
+    ) -> Result<Self, String> {
         let _ = std::fs::remove_dir_all(dir);
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         let exe = std::env::current_exe().map_err(|e| e.to_string())?;
         let log = std::fs::File::create(dir.join("up.log")).map_err(|e| e.to_string())?;
         let mut up = Command::new(exe)
-            .args([
-                "up",
-                "--store-gib",
-                "16",
-                "--osds",
-                &osds.to_string(),
-                "--nbd",
-                "none",
-            ])
+            .args(["up", "--store-gib", "16", "--osds", &osds.to_string()])
+            .args(match nbd {
+                Some((addr, size)) => vec![
+                    "--nbd".to_string(),
+                    addr.to_string(),
+                    "--image-size".to_string(),
+                    size.to_string(),
+                ],
+                None => vec!["--nbd".to_string(), "none".to_string()],
+            })
             .args(["--at-rest", at_rest, "--in-transit", in_transit, "--data"])
             .arg(dir)
             .stdout(Stdio::piped())
@@ -100,8 +109,12 @@ impl FreshCluster {
         Ok(cluster)
     }
 
+    pub fn conf_path(&self) -> PathBuf {
+        self.dir.join(client::conf::CONF_FILE)
+    }
+
     pub fn conf(&self) -> Result<Conf, String> {
-        Conf::load(&self.dir.join(client::conf::CONF_FILE)).map_err(|e| e.to_string())
+        Conf::load(&self.conf_path()).map_err(|e| e.to_string())
     }
 
     /// CPU seconds used so far by the monitor and OSD processes.

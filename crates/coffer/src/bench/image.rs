@@ -79,7 +79,7 @@ fn configs(args: &ImageArgs) -> Result<Vec<(String, String)>, String> {
 }
 
 /// Fills the whole image with 4 MiB writes, so every read of a cell finds stored data.
-async fn prefill(disk: &Image) -> Result<(), String> {
+pub(super) async fn prefill(disk: &Image) -> Result<(), String> {
     let chunk = OBJECT_SIZE_DEFAULT;
     let data = Bytes::from(vec![0xa5u8; chunk as usize]);
     futures::stream::iter((0..disk.size()).step_by(chunk as usize))
@@ -96,7 +96,7 @@ async fn prefill(disk: &Image) -> Result<(), String> {
 
 /// One cell: `qd` workers, each with one random aligned IO of `io_size` in flight, for
 /// `seconds`.
-async fn run_cell(
+pub(super) async fn run_cell(
     disk: &Arc<Image>,
     write: bool,
     io_size: u64,
@@ -202,7 +202,7 @@ pub fn run(args: ImageArgs) -> Result<(), String> {
             "image-{}-{at_rest}-{in_transit}",
             std::process::id()
         ));
-        let cluster = FreshCluster::start(&dir, args.fresh.osds, at_rest, in_transit)?;
+        let cluster = FreshCluster::start(&dir, args.fresh.osds, at_rest, in_transit, None)?;
         let conf = cluster.conf()?;
         runtime.block_on(async {
             let admin = connect_admin(&conf).await?;

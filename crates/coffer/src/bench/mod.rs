@@ -4,6 +4,7 @@
 mod cluster;
 mod fresh;
 mod image;
+mod matrix;
 mod report;
 mod store;
 
@@ -22,6 +23,13 @@ pub enum BenchCommand {
     /// NBD server drives it: random 4 KiB and 4 MiB reads and writes at queue depth 1 and
     /// 128, each cell as a percent of the first configuration in the same run.
     Image(image::ImageArgs),
+    /// The published encryption matrix on Coffer: fresh clusters per configuration (at rest
+    /// x in transit), random 4 MiB and 4 KiB reads and writes by many clients, one client at
+    /// queue depth 128 and one synchronous client, each cell a percent of the baseline.
+    Matrix(matrix::MatrixArgs),
+    /// One client process of `coffer bench matrix` (started by it).
+    #[command(hide = true)]
+    Worker(matrix::worker::WorkerArgs),
 }
 
 pub fn run(command: BenchCommand) -> Result<(), String> {
@@ -29,5 +37,7 @@ pub fn run(command: BenchCommand) -> Result<(), String> {
         BenchCommand::Store(args) => store::run(args),
         BenchCommand::Cluster(args) => cluster::run(args),
         BenchCommand::Image(args) => image::run(args),
+        BenchCommand::Matrix(args) => matrix::run(args),
+        BenchCommand::Worker(args) => matrix::worker::run(args),
     }
 }

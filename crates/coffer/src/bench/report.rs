@@ -34,14 +34,36 @@ impl LatencyUs {
 
 /// CPU seconds (user + system) this process has used so far, all threads.
 pub fn cpu_seconds() -> f64 {
-    // SAFETY: getrusage writes into the struct we pass; RUSAGE_SELF is always valid.
+    rusage_seconds(libc::RUSAGE_SELF)
+}
+
+/// CPU seconds (user + system) of this process's children and their descendants that have
+/// ended and been waited for.
+pub fn children_cpu_seconds() -> f64 {
+    rusage_seconds(libc::RUSAGE_CHILDREN)
+}
+
+fn rusage_seconds(who: libc::c_int) -> f64 {
+    // SAFETY: getrusage writes into the struct we pass; both callers pass a valid `who`.
     let usage = unsafe {
         let mut usage: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        libc::getrusage(who, &mut usage);
         usage
     };
     let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     secs(usage.ru_utime) + secs(usage.ru_stime)
+}
+
+/// The mean and the sample standard deviation (0 for a single value).
+pub fn mean_and_stddev(values: &[f64]) -> (f64, f64) {
+    let n = values.len() as f64;
+    let mean = values.iter().sum::<f64>() / n;
+    let variance = if values.len() > 1 {
+        values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0)
+    } else {
+        0.0
+    };
+    (mean, variance.sqrt())
 }
 
 #[derive(Clone, Debug, Serialize)]

@@ -8,7 +8,7 @@
 //! picks a random object and a random aligned 4 KiB inside it; a 4 MiB op a whole object.
 //! CPU is this process's user + system time during the cell, per GiB moved.
 
-use super::report::{cpu_seconds, histogram, print_header, size_label, LatencyUs};
+use super::report::{cpu_seconds, histogram, mean_and_stddev, print_header, size_label, LatencyUs};
 use keys::KeyEncryptionKey;
 use map::{ObjectName, ObjectRef, PoolId};
 use rand::{rngs::SmallRng, Rng, SeedableRng};
@@ -372,17 +372,6 @@ fn set_pct_of_none(cells: &mut [Cell]) {
             0.0
         };
     }
-}
-
-fn mean_and_stddev(values: &[f64]) -> (f64, f64) {
-    let n = values.len() as f64;
-    let mean = values.iter().sum::<f64>() / n;
-    let variance = if values.len() > 1 {
-        values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0)
-    } else {
-        0.0
-    };
-    (mean, variance.sqrt())
 }
 
 /// One cell per (mode, IO size, op, queue depth): means over the repetitions, with the
