@@ -80,7 +80,8 @@ impl Header {
     }
 }
 
-fn header_object(name: &str) -> String {
+/// The object that holds image `name`'s header and its lock record.
+pub fn header_object(name: &str) -> String {
     format!("{HEADER_PREFIX}{name}")
 }
 

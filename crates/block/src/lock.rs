@@ -125,7 +125,11 @@ pub struct Lock {
     pool: Pool,
     image: String,
     header: String,
-    owner: std::sync::Mutex<LockOwner>,
+    /// The record as last written, `None` once released. Held across each renewal's and the
+    /// release's compare-and-swap: a release that raced a renewal would otherwise swap
+    /// against the record the renewal just replaced, fail the comparison, and leave the lock
+    /// held by a writer that is gone.
+    owner: tokio::sync::Mutex<Option<LockOwner>>,
     lost: AtomicBool,
 }
 
@@ -161,7 +165,7 @@ impl Lock {
                                 pool: pool.clone(),
                                 image: image.into(),
                                 header: header.into(),
-                                owner: std::sync::Mutex::new(owner),
+                                owner: tokio::sync::Mutex::new(Some(owner)),
                                 lost: AtomicBool::new(false),
                             })
                         }
@@ -207,22 +211,24 @@ impl Lock {
         if self.is_lost() {
             return Err(self.lost_error());
         }
-        let current = self.owner.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let mut owner = self.owner.lock().await;
+        let Some(current) = owner.as_ref() else {
+            return Ok(());
+        };
         let next = LockOwner {
             renewals: current.renewals + 1,
             ..current.clone()
         };
-        let expected = encode(&current);
         match swap(
             &self.pool,
             &self.header,
-            Some(&expected),
+            Some(&encode(current)),
             Some(encode(&next)),
         )
         .await
         {
             Ok(()) => {
-                *self.owner.lock().unwrap_or_else(|p| p.into_inner()) = next;
+                *owner = Some(next);
                 Ok(())
             }
             Err(client::Error::Mismatch(_) | client::Error::Denied(_)) => {
@@ -253,9 +259,15 @@ impl Lock {
         if self.is_lost() {
             return Ok(());
         }
-        let current = encode(&self.owner.lock().unwrap_or_else(|p| p.into_inner()));
-        match swap(&self.pool, &self.header, Some(&current), None).await {
-            Ok(()) | Err(client::Error::Mismatch(_)) => Ok(()),
+        let mut owner = self.owner.lock().await;
+        let Some(current) = owner.as_ref() else {
+            return Ok(());
+        };
+        match swap(&self.pool, &self.header, Some(&encode(current)), None).await {
+            Ok(()) | Err(client::Error::Mismatch(_)) => {
+                *owner = None;
+                Ok(())
+            }
             Err(e) => Err(Error::cluster(&self.image)(e)),
         }
     }

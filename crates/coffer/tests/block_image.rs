@@ -8,6 +8,7 @@ mod common;
 use std::sync::Arc;
 
 use block::image::{self, Access};
+use block::lock::Lock;
 use block::{Extent, Image};
 use bytes::Bytes;
 use common::{serial, LocalCluster};
@@ -312,4 +313,38 @@ fn one_writer_at_a_time_and_a_broken_lock_fences_the_old_writer() {
         check.status.success() && !check_out.contains("fail"),
         "{check_out}"
     );
+}
+
+/// The story: a writer closed its image while its lock renewal was in flight. The release
+/// compared against the record the renewal had just replaced, failed the comparison, took
+/// that as "someone else has it" and returned; the lock stayed held by a process that was
+/// gone, and the next writer was refused until the lock went stale and was broken. Renewals
+/// and the release now take turns.
+#[test]
+fn a_release_racing_a_renewal_still_frees_the_image() {
+    let _serial = serial();
+    let cluster = LocalCluster::start(3, &["--nbd", "none"]);
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let admin = cluster.admin().await;
+        let pool = admin.pool("data").await.expect("pool");
+        image::create(&pool, "race", 16 * MIB, 4 * MIB)
+            .await
+            .expect("create");
+        let header = image::header_object("race");
+        for round in 0..20 {
+            let lock = Lock::acquire(&pool, "data/race", &header, "test", false)
+                .await
+                .expect("the image is free");
+            let (renewed, released) = tokio::join!(lock.renew(), lock.release());
+            renewed.expect("renew");
+            released.expect("release");
+            let info = image::info(&pool, "race").await.expect("info");
+            assert!(
+                info.lock.is_none(),
+                "round {round}: released, yet locked by {:?}",
+                info.lock
+            );
+        }
+    });
 }
