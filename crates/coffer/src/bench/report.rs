@@ -30,6 +30,21 @@ impl LatencyUs {
             max: us(h.max()),
         }
     }
+
+    /// Repetitions of one cell merged: the mean of each percentile, and the largest maximum.
+    pub fn merge<'a>(all: impl IntoIterator<Item = &'a LatencyUs>) -> LatencyUs {
+        let all: Vec<&LatencyUs> = all.into_iter().collect();
+        let mean = |f: fn(&LatencyUs) -> f64| {
+            mean_and_stddev(&all.iter().map(|l| f(l)).collect::<Vec<f64>>()).0
+        };
+        LatencyUs {
+            mean: mean(|l| l.mean),
+            p50: mean(|l| l.p50),
+            p99: mean(|l| l.p99),
+            p999: mean(|l| l.p999),
+            max: all.iter().map(|l| l.max).fold(0.0, f64::max),
+        }
+    }
 }
 
 /// CPU seconds (user + system) this process has used so far, all threads.

@@ -603,13 +603,7 @@ fn merge_repeats(runs: Vec<Vec<Cell>>) -> Vec<Cell> {
                 seconds: all.iter().map(|c| c.seconds).sum(),
                 iops,
                 mib_s: mean(&|c| c.mib_s),
-                lat_us: LatencyUs {
-                    mean: mean(&|c| c.lat_us.mean),
-                    p50: mean(&|c| c.lat_us.p50),
-                    p99: mean(&|c| c.lat_us.p99),
-                    p999: mean(&|c| c.lat_us.p999),
-                    max: all.iter().map(|c| c.lat_us.max).fold(0.0, f64::max),
-                },
+                lat_us: LatencyUs::merge(all.iter().map(|c| &c.lat_us)),
                 cpu_s_per_gib: cpu.map(|(m, _)| m),
                 cpu_s_per_kio: cell
                     .cpu_s_per_kio
@@ -702,7 +696,15 @@ mod tests {
             label: config.into(),
             source: Source::Target { uri: String::new() },
         };
-        cell_of(&config, (None, None), Engine::Library, shape, 4096, op, &measured)
+        cell_of(
+            &config,
+            (None, None),
+            Engine::Library,
+            shape,
+            4096,
+            op,
+            &measured,
+        )
     }
 
     /// Each repetition is a percent of its own baseline; the merge gives their mean and
