@@ -23,24 +23,28 @@ pub fn image_many(i: usize) -> String {
     format!("bench-{i}")
 }
 
-/// Creates and fills the image of the single client (`size_bytes`) and one image per client
-/// of the "many" shape (`size_bytes / clients` each, at least one object).
+/// Creates and fills the images the cells drive: with `one`, the single client's image
+/// (`size_bytes`); and one image per client of the "many" shape (`size_bytes / many` each,
+/// at least one object).
 pub async fn prepare_images(
     conf: &client::Conf,
     size_bytes: u64,
-    clients: usize,
+    one: bool,
+    many: usize,
 ) -> Result<(), String> {
     let admin = connect_admin(conf).await?;
     let pool = admin
         .pool(crate::up::DEFAULT_POOL)
         .await
         .map_err(|e| e.to_string())?;
-    let share = (size_bytes / clients as u64)
+    let share = (size_bytes / many.max(1) as u64)
         .div_ceil(OBJECT_SIZE_DEFAULT)
         .max(1)
         * OBJECT_SIZE_DEFAULT;
-    let images = std::iter::once((IMAGE_ONE.to_string(), size_bytes))
-        .chain((0..clients).map(|i| (image_many(i), share)));
+    let images = one
+        .then(|| (IMAGE_ONE.to_string(), size_bytes))
+        .into_iter()
+        .chain((0..many).map(|i| (image_many(i), share)));
     for (name, size) in images {
         image::create(&pool, &name, size, OBJECT_SIZE_DEFAULT)
             .await

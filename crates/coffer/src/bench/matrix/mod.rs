@@ -408,13 +408,18 @@ impl Plan<'_> {
                     export.as_ref().map(|(addr, size)| (addr.as_str(), *size)),
                 )?;
                 let conf = cluster.conf()?;
-                let clients = self.shapes.iter().map(|s| s.clients).max().unwrap_or(1);
+                let many = self
+                    .shapes
+                    .iter()
+                    .find(|s| s.name == "many")
+                    .map_or(0, |s| s.clients);
+                let one = self.shapes.iter().any(|s| s.name != "many");
                 runtime.block_on(async {
                     let admin = connect_admin(&conf).await?;
                     wait_clean(&admin).await?;
                     if self.engine == Engine::Library {
                         progress.set_message(&format!("{}: filling images", config.label));
-                        library::prepare_images(&conf, self.image_size, clients).await?;
+                        library::prepare_images(&conf, self.image_size, one, many).await?;
                     }
                     Ok::<_, String>(())
                 })?;
