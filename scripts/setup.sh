@@ -36,3 +36,40 @@ ensure_test_tools() {
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
     fi
 }
+
+# What the S3 client tests (crates/coffer/tests/s3_clients.rs, which runs
+# crates/coffer/tests/s3/boto3_suite.py) need: Debian's s3cmd, and aws-cli and boto3 in a
+# Python venv of their own at $COFFER_S3_VENV (default /var/tmp/coffer-venv). These two come
+# from pip rather than apt because Debian's python is externally managed (PEP 668) and its
+# packages lag behind: the tests should meet the clients, and their defaults, as users get them.
+ensure_s3_tools() {
+    local venv="${COFFER_S3_VENV:-/var/tmp/coffer-venv}"
+    if ! command -v s3cmd >/dev/null 2>&1; then
+        echo "coffer: installing s3cmd for the tests" >&2
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq s3cmd >/dev/null
+    fi
+    if [ -x "$venv/bin/aws" ] && "$venv/bin/python" -c 'import boto3' >/dev/null 2>&1; then
+        return
+    fi
+    if ! "$venv/bin/python" -m pip --version >/dev/null 2>&1; then
+        # Debian keeps ensurepip, which `python3 -m venv` needs, in python3-venv.
+        if ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
+            echo "coffer: installing python3-venv for the tests" >&2
+            apt-get update -qq
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+        fi
+        if [ -e "$venv" ] && [ ! -e "$venv/pyvenv.cfg" ]; then
+            echo "coffer: $venv is not a Python venv; move it away or set COFFER_S3_VENV" >&2
+            exit 1
+        fi
+        echo "coffer: creating a Python venv in $venv" >&2
+        # A venv without a working pip was left half-made by an interrupted run.
+        rm -rf "$venv"
+        python3 -m venv "$venv"
+    fi
+    echo "coffer: installing aws-cli and boto3 into $venv for the tests" >&2
+    # Pinned to the versions the tests were written against (they share one botocore).
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+        awscli==1.46.3 boto3==1.44.5
+}

@@ -27,6 +27,9 @@ pub struct Conf {
     /// The NBD export `coffer up` runs (none without this section).
     #[serde(default)]
     pub nbd: Option<NbdSection>,
+    /// The S3 gateway `coffer up` runs (none without this section).
+    #[serde(default)]
+    pub gw: Option<GwSection>,
     /// Where this file was read from; keyrings and daemon directories are beside it.
     #[serde(skip)]
     pub dir: PathBuf,
@@ -94,6 +97,23 @@ pub struct NbdSection {
     pub image: String,
     /// The address it listens on.
     pub listen: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GwSection {
+    /// The address it listens on.
+    pub listen: String,
+    /// The pool that holds its users, buckets and objects.
+    #[serde(default = "gw_pool")]
+    pub pool: String,
+}
+
+/// The pool of the S3 gateway when nothing names another.
+pub const GW_POOL_DEFAULT: &str = "s3";
+
+fn gw_pool() -> String {
+    GW_POOL_DEFAULT.into()
 }
 
 fn gcm() -> String {

@@ -6,6 +6,7 @@
 mod admin;
 mod bench;
 mod daemon;
+mod gw;
 mod image;
 mod up;
 
@@ -70,6 +71,11 @@ enum Command {
     /// Exports an image over NBD.
     #[command(subcommand)]
     Nbd(image::NbdCommand),
+    /// Runs the S3 gateway (coffer up starts one).
+    Gw(gw::GwArgs),
+    /// Users of the S3 gateway: create (prints their keys), ls, rm.
+    #[command(subcommand)]
+    User(gw::UserCommand),
     /// Client instances whose writes the OSDs refuse (fenced writers).
     #[command(subcommand)]
     Blocklist(admin::BlocklistCommand),
@@ -95,9 +101,17 @@ fn init_logging(default: tracing::Level) {
         .and_then(|text| text.parse().ok())
         .unwrap_or(default);
     // openraft narrates every election at info; its warnings are what an operator needs.
+    // s3s logs every refused S3 request as an error: those are the clients' errors, and the
+    // gateway logs its own failures; below debug, s3s stays quiet.
+    let s3s = if level >= tracing::Level::DEBUG {
+        tracing_subscriber::filter::LevelFilter::from_level(level)
+    } else {
+        tracing_subscriber::filter::LevelFilter::OFF
+    };
     let filter = tracing_subscriber::filter::Targets::new()
         .with_default(level)
-        .with_target("openraft", level.min(tracing::Level::WARN));
+        .with_target("openraft", level.min(tracing::Level::WARN))
+        .with_target("s3s", s3s);
     tracing_subscriber::registry()
         .with(filter)
         .with(
@@ -132,6 +146,10 @@ fn main() -> ExitCode {
             init_logging(tracing::Level::INFO);
             image::nbd(&who, command)
         }
+        Command::Gw(args) => {
+            init_logging(tracing::Level::INFO);
+            gw::serve(&who, args)
+        }
         command => {
             init_logging(tracing::Level::WARN);
             match command {
@@ -149,8 +167,9 @@ fn main() -> ExitCode {
                 Command::Auth(command) => admin::auth(&who, command),
                 Command::Image(command) => image::image(&who, command),
                 Command::Blocklist(command) => admin::blocklist(&who, command),
+                Command::User(command) => gw::user(&who, command),
                 Command::Bench(command) => bench::run(command),
-                Command::Mon(_) | Command::Nbd(_) => unreachable!("matched above"),
+                Command::Mon(_) | Command::Nbd(_) | Command::Gw(_) => unreachable!("matched above"),
             }
         }
     };

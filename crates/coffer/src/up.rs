@@ -6,7 +6,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use client::conf::{Conf, MonEntry, NbdSection, OsdSection, Transit, CONF_FILE, DEFAULT_DATA_DIR};
+use client::conf::{
+    Conf, GwSection, MonEntry, NbdSection, OsdSection, Transit, CONF_FILE, DEFAULT_DATA_DIR,
+    GW_POOL_DEFAULT,
+};
 use client::{load_identity, Cluster};
 use map::auth::Caps;
 use map::cluster::{Change, WEIGHT_ONE};
@@ -54,6 +57,9 @@ pub struct UpArgs {
     /// Where a new cluster's NBD export of the default image listens, or `none`.
     #[arg(long, default_value = "127.0.0.1:10809")]
     pub nbd: String,
+    /// Where a new cluster's S3 gateway listens (HTTPS), or `none`.
+    #[arg(long, default_value = crate::gw::LISTEN_DEFAULT)]
+    pub gw: String,
     /// Size of the default image (data/disk), made when it does not exist.
     #[arg(long, default_value = "4G", value_parser = crate::image::parse_size)]
     pub image_size: u64,
@@ -105,12 +111,13 @@ impl Daemons {
         gone
     }
 
-    /// Stops every daemon: the front ends (the NBD server) first, while the cluster can
-    /// still take their last writes and lock release, then the OSDs and monitors together.
+    /// Stops every daemon: the front ends (the NBD server, the gateway) first, while the
+    /// cluster can still take their last writes and lock release, then the OSDs and
+    /// monitors together.
     fn stop(&mut self) {
         let front: Vec<(String, Child)> = self
             .children
-            .extract_if(.., |(name, _)| name == "nbd")
+            .extract_if(.., |(name, _)| name == "nbd" || name == "gw")
             .collect();
         stop_children(front);
         stop_children(std::mem::take(&mut self.children));
@@ -179,10 +186,12 @@ fn random_fsid() -> String {
 /// Writes the configuration, the monitor's and the admin's keyrings and the seed of a new
 /// cluster in `dir`.
 fn create(dir: &Path, args: &UpArgs) -> Result<Conf, String> {
-    if args.nbd != "none" {
-        args.nbd
-            .parse::<std::net::SocketAddr>()
-            .map_err(|e| format!("--nbd {}: {e} (give an address, or none)", args.nbd))?;
+    for (option, value) in [("--nbd", &args.nbd), ("--gw", &args.gw)] {
+        if value != "none" {
+            value
+                .parse::<std::net::SocketAddr>()
+                .map_err(|e| format!("{option} {value}: {e} (give an address, or none)"))?;
+        }
     }
     let mode_ok = |m: &str| matches!(m, "secure" | "crc");
     if !mode_ok(&args.in_transit) {
@@ -223,6 +232,10 @@ fn create(dir: &Path, args: &UpArgs) -> Result<Conf, String> {
         nbd: (args.nbd != "none").then(|| NbdSection {
             image: format!("{DEFAULT_POOL}/{DEFAULT_IMAGE}"),
             listen: args.nbd.clone(),
+        }),
+        gw: (args.gw != "none").then(|| GwSection {
+            listen: args.gw.clone(),
+            pool: GW_POOL_DEFAULT.into(),
         }),
         dir: dir.to_path_buf(),
     };
@@ -337,20 +350,8 @@ pub fn run(args: UpArgs) -> Result<(), String> {
                 &log,
             )?;
         }
-        let map = cluster.map();
-        if map.pools.is_empty() {
-            let size = (ids.len() as u8).clamp(1, 3);
-            let change = Change::CreatePool {
-                name: DEFAULT_POOL.into(),
-                size,
-                min_size: size - size / 2,
-                pg_num: DEFAULT_PG_NUM,
-                domain: FailureDomain::Osd,
-            };
-            cluster
-                .command(MonCommand::Change(change))
-                .await
-                .map_err(|e| format!("creating pool {DEFAULT_POOL}: {e}"))?;
+        if cluster.map().pools.is_empty() {
+            create_pool(&cluster, DEFAULT_POOL, ids.len()).await?;
         }
         if let Some(nbd) = &conf.nbd {
             ensure_image(&cluster, &nbd.image, args.image_size).await?;
@@ -363,6 +364,15 @@ pub fn run(args: UpArgs) -> Result<(), String> {
                 &nbd_args(nbd, &dir),
                 &dir.join("log"),
             )?;
+        }
+        if let Some(gw) = &conf.gw {
+            let pool_exists = cluster.map().pools.values().any(|p| p.name == gw.pool);
+            if !pool_exists {
+                create_pool(&cluster, &gw.pool, ids.len()).await?;
+            }
+            let dir = conf.dir.join(crate::gw::GW_DIR);
+            ensure_gw_certificate(&dir, &gw.listen)?;
+            daemons.spawn(&exe, &conf_path, "gw", &gw_args(&dir), &dir.join("log"))?;
         }
         let pools: Vec<String> = cluster
             .map()
@@ -429,6 +439,15 @@ fn announcement(conf: &Conf, dir: &Path, admin_name: &EntityName, state: &str) -
             nbd.listen, nbd.image, nbd.listen
         );
     }
+    if let Some(gw) = &conf.gw {
+        let ca = dir.join(crate::gw::GW_DIR).join(gateway::tls::CA_FILE);
+        let _ = writeln!(
+            text,
+            "  s3:       https://{} (trust {}; keys: coffer user create NAME)",
+            gw.listen,
+            ca.display()
+        );
+    }
     let _ = writeln!(
         text,
         "  try:      coffer status; coffer obj put {DEFAULT_POOL} hello /etc/hostname"
@@ -468,6 +487,7 @@ fn restart_hint(conf: &Conf, gone: &str) -> String {
     match (name.strip_prefix("osd."), &conf.nbd) {
         (Some(id), _) => format!("osd --id {id}"),
         (None, Some(nbd)) if name == "nbd" => nbd_args(nbd, &conf.dir.join("nbd")).join(" "),
+        (None, _) if name == "gw" => gw_args(&conf.dir.join(crate::gw::GW_DIR)).join(" "),
         _ => format!("mon --name {name}"),
     }
 }
@@ -485,6 +505,51 @@ fn nbd_args(nbd: &NbdSection, dir: &Path) -> Vec<String> {
         "--pid-file".into(),
         dir.join("pid").display().to_string(),
     ]
+}
+
+/// The arguments of the S3 gateway `coffer up` runs (its address and pool are in the
+/// configuration, its certificate in `dir`).
+fn gw_args(dir: &Path) -> Vec<String> {
+    vec![
+        "gw".into(),
+        "--pid-file".into(),
+        dir.join("pid").display().to_string(),
+    ]
+}
+
+/// Makes the gateway's certificate (and the authority clients trust) in `dir` unless there
+/// is one, for the address it listens on and `localhost`.
+fn ensure_gw_certificate(dir: &Path, listen: &str) -> Result<(), String> {
+    use gateway::tls::{CA_FILE, CERT_FILE, KEY_FILE};
+    if dir.join(CERT_FILE).exists() {
+        return Ok(());
+    }
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let ip = listen
+        .parse::<std::net::SocketAddr>()
+        .map_err(|e| format!("gateway address {listen}: {e}"))?
+        .ip();
+    let made = gateway::tls::generate(&[ip.to_string(), "localhost".into()])?;
+    write_private(&dir.join(CA_FILE), &made.ca)?;
+    write_private(&dir.join(KEY_FILE), &made.key)?;
+    write_private(&dir.join(CERT_FILE), &made.chain)
+}
+
+/// Creates a replicated pool as `coffer up` makes them: up to 3 copies on `osds` OSDs.
+async fn create_pool(cluster: &Cluster, name: &str, osds: usize) -> Result<(), String> {
+    let size = (osds as u8).clamp(1, 3);
+    let change = Change::CreatePool {
+        name: name.into(),
+        size,
+        min_size: size - size / 2,
+        pg_num: DEFAULT_PG_NUM,
+        domain: FailureDomain::Osd,
+    };
+    cluster
+        .command(MonCommand::Change(change))
+        .await
+        .map(|_| ())
+        .map_err(|e| format!("creating pool {name}: {e}"))
 }
 
 /// Creates image `spec` (POOL/NAME) of `size` bytes unless it exists.

@@ -84,6 +84,7 @@ impl FreshCluster {
                 ],
                 None => vec!["--nbd".to_string(), "none".to_string()],
             })
+            .args(["--gw", "none"])
             .args(["--at-rest", at_rest, "--in-transit", in_transit, "--data"])
             .arg(dir)
             .stdout(Stdio::piped())

@@ -191,6 +191,23 @@ impl LocalCluster {
         }
     }
 
+    /// Where `coffer up`'s S3 gateway serves, as an HTTPS URL.
+    pub fn s3_endpoint(&self) -> String {
+        let gw = self.conf().gw.expect("the cluster has a gateway");
+        format!("https://{}", gw.listen)
+    }
+
+    /// The authority S3 clients of this cluster's gateway trust.
+    pub fn s3_ca(&self) -> PathBuf {
+        self.dir.path().join("gw").join("ca.pem")
+    }
+
+    /// Waits until `coffer up`'s S3 gateway accepts connections.
+    pub fn wait_s3(&self) {
+        let listen = self.conf().gw.expect("a gateway").listen;
+        self.wait_listening(&listen);
+    }
+
     /// Waits until `coffer up`'s NBD export accepts connections.
     pub fn wait_nbd(&self) {
         let listen = self.conf().nbd.expect("an NBD export").listen;
@@ -354,19 +371,21 @@ fn spawn_up(dir: &Path, osds: u32, extra: &[&str]) -> Child {
         ])
         .arg(dir)
         .args(extra)
-        .args(nbd_default(extra))
+        .args(port_default("--nbd", extra))
+        .args(port_default("--gw", extra))
         .stdout(Stdio::piped())
         .stderr(log)
         .spawn()
         .expect("start coffer up")
 }
 
-/// Each test cluster's NBD export listens on a port of its own, not the default 10809.
-fn nbd_default(extra: &[&str]) -> Vec<String> {
-    if extra.contains(&"--nbd") {
+/// Each test cluster's NBD export and S3 gateway listen on ports of their own, not the
+/// defaults (10809, 7480), unless the test names `option` itself.
+fn port_default(option: &str, extra: &[&str]) -> Vec<String> {
+    if extra.contains(&option) {
         return Vec::new();
     }
-    vec!["--nbd".into(), format!("127.0.0.1:{}", free_port())]
+    vec![option.into(), format!("127.0.0.1:{}", free_port())]
 }
 
 impl Drop for LocalCluster {

@@ -1,0 +1,470 @@
+//! The S3 gateway against the clients people use, each over TLS trusting only the gateway's
+//! CA, each as a user made with `coffer user create`: boto3 (the suite in
+//! tests/s3/boto3_suite.py: buckets, objects, metadata, ranges, copies, listings, presigned
+//! URLs, error codes, and a second user kept out), aws-cli and s3cmd (whole files up and down).
+//! And the users themselves: one who owns a bucket cannot be removed, and once removed, its
+//! keys stop working.
+//!
+//! The clients come from `scripts/test` (`ensure_s3_tools` in scripts/setup.sh): s3cmd from
+//! Debian, aws-cli and boto3 in the Python venv that COFFER_S3_VENV names. Without them these
+//! tests fail and say so: a test that passes without running would prove nothing.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use common::{serial, LocalCluster};
+use rand::RngCore;
+
+const MIB_BYTES: usize = 1 << 20;
+/// How long a new user's keys may take to be accepted by the gateway, and a removed user's
+/// keys to be refused.
+const USER_CHANGE_SEEN_WITHIN: Duration = Duration::from_secs(30);
+const RETRY_INTERVAL: Duration = Duration::from_millis(500);
+
+/// The venv `ensure_s3_tools` makes, with aws-cli and boto3 in it.
+fn s3_venv() -> PathBuf {
+    let Some(venv) = std::env::var_os("COFFER_S3_VENV") else {
+        panic!(
+            "COFFER_S3_VENV is not set: run the S3 client tests through scripts/test, whose \
+             ensure_s3_tools (scripts/setup.sh) installs s3cmd, and aws-cli and boto3 in a venv"
+        );
+    };
+    let venv = PathBuf::from(venv);
+    for program in ["bin/python", "bin/aws"] {
+        assert!(
+            venv.join(program).exists(),
+            "{} is missing: run scripts/test (ensure_s3_tools in scripts/setup.sh makes the venv)",
+            venv.join(program).display()
+        );
+    }
+    venv
+}
+
+/// Keeps a client's child process to what the test gives it: no AWS settings of the machine
+/// (credentials, profile, region, CA bundle) and no proxy, as the gateway is on loopback.
+fn isolate(command: &mut Command) -> &mut Command {
+    for (name, _) in std::env::vars_os() {
+        let name_text = name.to_string_lossy().to_ascii_lowercase();
+        if name_text.starts_with("aws_") || name_text.ends_with("_proxy") {
+            command.env_remove(name);
+        }
+    }
+    command
+}
+
+/// Runs a client; panics if it cannot start.
+fn run(what: &str, command: &mut Command) -> Output {
+    command
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: {e} (scripts/test installs the S3 clients)"))
+}
+
+/// The standard output of a client that must have succeeded; both outputs if it did not.
+fn succeeded(what: &str, output: Output) -> String {
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "{what} failed ({}):\n{stdout}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
+fn path_str(path: &Path) -> &str {
+    path.to_str().expect("test paths are UTF-8")
+}
+
+/// A file of `size_bytes` random bytes, which it returns.
+fn random_file(path: &Path, size_bytes: usize) -> Vec<u8> {
+    let mut data = vec![0u8; size_bytes];
+    rand::rng().fill_bytes(&mut data);
+    std::fs::write(path, &data).expect("write the file to upload");
+    data
+}
+
+/// The hex MD5 of a file, by coreutils' md5sum: what a single PUT's ETag quotes.
+fn md5_hex(path: &Path) -> String {
+    let stdout = succeeded("md5sum", run("md5sum", Command::new("md5sum").arg(path)));
+    stdout
+        .split_whitespace()
+        .next()
+        .expect("md5sum prints a digest")
+        .to_string()
+}
+
+/// The gateway `coffer up` started, once it accepts connections.
+struct Gateway {
+    endpoint: String,
+    /// `host:port`, as s3cmd wants it.
+    host: String,
+    ca: PathBuf,
+}
+
+impl Gateway {
+    fn of(cluster: &LocalCluster) -> Gateway {
+        let endpoint = cluster.s3_endpoint();
+        let host = endpoint
+            .strip_prefix("https://")
+            .unwrap_or_else(|| panic!("the gateway's endpoint is not https: {endpoint}"))
+            .trim_end_matches('/')
+            .to_string();
+        cluster.wait_listening(&host);
+        Gateway {
+            endpoint,
+            host,
+            ca: cluster.s3_ca(),
+        }
+    }
+}
+
+/// An S3 user and its credentials, from `coffer user create NAME --json`.
+struct User {
+    name: String,
+    access_key: String,
+    secret_key: String,
+}
+
+fn create_user(cluster: &LocalCluster, name: &str) -> User {
+    let printed = cluster.ok(&["user", "create", name, "--json"]);
+    let json: serde_json::Value = serde_json::from_str(&printed)
+        .unwrap_or_else(|e| panic!("user create --json printed {printed:?}: {e}"));
+    let field = |field_name: &str| {
+        json[field_name]
+            .as_str()
+            .unwrap_or_else(|| panic!("user create --json printed no {field_name}: {json}"))
+            .to_string()
+    };
+    assert_eq!(field("user"), name, "{json}");
+    User {
+        name: name.to_string(),
+        access_key: field("access_key"),
+        secret_key: field("secret_key"),
+    }
+}
+
+/// aws-cli as one user, with configuration files of its own: path-style addressing, and no
+/// multipart upload or ranged download below 1 GiB, since the gateway does not serve
+/// multipart uploads yet.
+struct AwsCli {
+    program: PathBuf,
+    dir: tempfile::TempDir,
+    endpoint: String,
+    ca: PathBuf,
+}
+
+impl AwsCli {
+    fn new(venv: &Path, gateway: &Gateway, user: &User) -> AwsCli {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = "[default]\n\
+                      region = us-east-1\n\
+                      output = json\n\
+                      s3 =\n    addressing_style = path\n    multipart_threshold = 1GB\n";
+        std::fs::write(dir.path().join("config"), config).expect("write aws config");
+        let credentials = format!(
+            "[default]\naws_access_key_id = {}\naws_secret_access_key = {}\n",
+            user.access_key, user.secret_key
+        );
+        std::fs::write(dir.path().join("credentials"), credentials).expect("write aws credentials");
+        AwsCli {
+            program: venv.join("bin/aws"),
+            dir,
+            endpoint: gateway.endpoint.clone(),
+            ca: gateway.ca.clone(),
+        }
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        let mut command = Command::new(&self.program);
+        isolate(&mut command)
+            .env("AWS_CONFIG_FILE", self.dir.path().join("config"))
+            .env(
+                "AWS_SHARED_CREDENTIALS_FILE",
+                self.dir.path().join("credentials"),
+            )
+            .env("AWS_EC2_METADATA_DISABLED", "true")
+            .arg("--endpoint-url")
+            .arg(&self.endpoint)
+            .arg("--ca-bundle")
+            .arg(&self.ca)
+            .args(args);
+        run("aws", &mut command)
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        succeeded(&format!("aws {args:?}"), self.run(args))
+    }
+
+    /// Waits until the gateway accepts this user's keys: a new user reaches the gateway
+    /// through the monitors, which need not be instant.
+    fn wait_accepted(&self) {
+        let deadline = Instant::now() + USER_CHANGE_SEEN_WITHIN;
+        loop {
+            let output = self.run(&["s3", "ls"]);
+            if output.status.success() {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the gateway still refuses a new user's keys after {USER_CHANGE_SEEN_WITHIN:?}:\n{}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            std::thread::sleep(RETRY_INTERVAL);
+        }
+    }
+}
+
+/// s3cmd (Debian's) as one user, with a configuration file of its own: TLS checked against
+/// the gateway's CA, path-style addressing (host_bucket without `%(bucket)s`), SigV4.
+struct S3cmd {
+    dir: tempfile::TempDir,
+}
+
+impl S3cmd {
+    fn new(gateway: &Gateway, user: &User) -> S3cmd {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = format!(
+            "[default]\n\
+             access_key = {access}\n\
+             secret_key = {secret}\n\
+             host_base = {host}\n\
+             host_bucket = {host}\n\
+             bucket_location = us-east-1\n\
+             use_https = True\n\
+             ca_certs_file = {ca}\n\
+             check_ssl_certificate = True\n\
+             check_ssl_hostname = True\n\
+             signature_v2 = False\n",
+            access = user.access_key,
+            secret = user.secret_key,
+            host = gateway.host,
+            ca = path_str(&gateway.ca),
+        );
+        std::fs::write(dir.path().join("s3cfg"), config).expect("write s3cmd config");
+        S3cmd { dir }
+    }
+
+    fn ok(&self, args: &[&str]) -> (String, String) {
+        let mut command = Command::new("s3cmd");
+        isolate(&mut command)
+            .arg("--config")
+            .arg(self.dir.path().join("s3cfg"))
+            .args(args);
+        let output = run("s3cmd", &mut command);
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        (succeeded(&format!("s3cmd {args:?}"), output), stderr)
+    }
+}
+
+/// Runs tests/s3/boto3_suite.py with the venv's Python, as `user`, with `other` as the user
+/// who must be kept out. Its `ok:` lines are printed whether it passes or not.
+fn run_boto3_suite(venv: &Path, gateway: &Gateway, user: &User, other: &User) {
+    let suite = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/s3/boto3_suite.py");
+    // Files that do not exist: botocore then reads no configuration but what the suite gives.
+    let empty = tempfile::tempdir().expect("tempdir");
+    let mut command = Command::new(venv.join("bin/python"));
+    isolate(&mut command)
+        .arg(&suite)
+        .env("AWS_CONFIG_FILE", empty.path().join("config"))
+        .env(
+            "AWS_SHARED_CREDENTIALS_FILE",
+            empty.path().join("credentials"),
+        )
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env("S3_ENDPOINT", &gateway.endpoint)
+        .env("S3_CA", &gateway.ca)
+        .env("S3_ACCESS", &user.access_key)
+        .env("S3_SECRET", &user.secret_key)
+        .env("S3_OTHER_ACCESS", &other.access_key)
+        .env("S3_OTHER_SECRET", &other.secret_key);
+    let output = run("the boto3 suite", &mut command);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    println!("{stdout}");
+    assert!(
+        output.status.success(),
+        "the boto3 suite ({}) failed ({}):\n{stdout}\n{}",
+        suite.display(),
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// aws-cli's high-level commands, as a user moves files: a 10 MiB file up and back down
+/// unchanged (in one PUT and one GET), listed, inspected with s3api, removed.
+fn aws_cli_moves_a_file_up_and_down(aws: &AwsCli, dir: &Path) {
+    let bucket = "aws-cli-bucket";
+    let size_bytes = 10 * MIB_BYTES;
+    let upload = dir.join("aws-up");
+    let download = dir.join("aws-down");
+    let data = random_file(&upload, size_bytes);
+    let object = format!("s3://{bucket}/dir/ten-mib");
+
+    aws.ok(&["s3", "mb", &format!("s3://{bucket}")]);
+    aws.ok(&["s3", "cp", "--no-progress", path_str(&upload), &object]);
+    aws.ok(&["s3", "cp", "--no-progress", &object, path_str(&download)]);
+    let got = std::fs::read(&download).expect("read the downloaded file");
+    assert!(
+        got == data,
+        "aws s3 cp brought back {} bytes that differ",
+        got.len()
+    );
+
+    let buckets = aws.ok(&["s3", "ls"]);
+    assert!(buckets.contains(bucket), "aws s3 ls: {buckets}");
+    let listing = aws.ok(&["s3", "ls", "--recursive", &format!("s3://{bucket}/")]);
+    assert!(
+        listing.contains("dir/ten-mib") && listing.contains(&size_bytes.to_string()),
+        "aws s3 ls s3://{bucket}/: {listing}"
+    );
+    let head = aws.ok(&[
+        "s3api",
+        "head-object",
+        "--bucket",
+        bucket,
+        "--key",
+        "dir/ten-mib",
+    ]);
+    let head: serde_json::Value = serde_json::from_str(&head)
+        .unwrap_or_else(|e| panic!("aws s3api head-object printed {head:?}: {e}"));
+    assert_eq!(
+        head["ContentLength"].as_u64(),
+        Some(size_bytes as u64),
+        "{head:#}"
+    );
+    assert_eq!(
+        head["ETag"].as_str(),
+        Some(format!("\"{}\"", md5_hex(&upload)).as_str()),
+        "{head:#}"
+    );
+
+    aws.ok(&["s3", "rm", &object]);
+    let listing = aws.ok(&["s3", "ls", "--recursive", &format!("s3://{bucket}/")]);
+    assert!(listing.trim().is_empty(), "left after aws s3 rm: {listing}");
+    aws.ok(&["s3", "rb", &format!("s3://{bucket}")]);
+    let buckets = aws.ok(&["s3", "ls"]);
+    assert!(!buckets.contains(bucket), "aws s3 ls after rb: {buckets}");
+}
+
+/// s3cmd, which signs every payload and checks the MD5 of what it sends and fetches
+/// against the ETag: a 6 MiB file in one PUT, listed, fetched unchanged, removed.
+fn s3cmd_moves_a_file_up_and_down(s3cmd: &S3cmd, dir: &Path) {
+    let bucket = "s3cmd-bucket";
+    let size_bytes = 6 * MIB_BYTES;
+    let upload = dir.join("s3cmd-up");
+    let download = dir.join("s3cmd-down");
+    let data = random_file(&upload, size_bytes);
+    let object = format!("s3://{bucket}/six-mib");
+
+    s3cmd.ok(&["mb", &format!("s3://{bucket}")]);
+    s3cmd.ok(&[
+        "put",
+        "--disable-multipart",
+        "--no-progress",
+        path_str(&upload),
+        &object,
+    ]);
+    let (buckets, _) = s3cmd.ok(&["ls"]);
+    assert!(
+        buckets.contains(&format!("s3://{bucket}")),
+        "s3cmd ls: {buckets}"
+    );
+    let (listing, _) = s3cmd.ok(&["ls", &format!("s3://{bucket}")]);
+    assert!(
+        listing.contains(&object) && listing.contains(&size_bytes.to_string()),
+        "s3cmd ls s3://{bucket}: {listing}"
+    );
+    let (_, warnings) = s3cmd.ok(&["get", "--no-progress", &object, path_str(&download)]);
+    // s3cmd only warns when the ETag is not the MD5 of what it fetched.
+    assert!(!warnings.contains("MD5"), "s3cmd get: {warnings}");
+    let got = std::fs::read(&download).expect("read the downloaded file");
+    assert!(
+        got == data,
+        "s3cmd get brought back {} bytes that differ",
+        got.len()
+    );
+
+    s3cmd.ok(&["del", &object]);
+    let (listing, _) = s3cmd.ok(&["ls", &format!("s3://{bucket}")]);
+    assert!(listing.trim().is_empty(), "left after s3cmd del: {listing}");
+    s3cmd.ok(&["rb", &format!("s3://{bucket}")]);
+    let (buckets, _) = s3cmd.ok(&["ls"]);
+    assert!(
+        !buckets.contains(&format!("s3://{bucket}")),
+        "s3cmd ls after rb: {buckets}"
+    );
+}
+
+#[test]
+fn boto3_aws_cli_and_s3cmd_store_and_fetch_objects_through_the_gateway() {
+    let _serial = serial();
+    let venv = s3_venv();
+    let cluster = LocalCluster::start(3, &[]);
+    let gateway = Gateway::of(&cluster);
+    let alice = create_user(&cluster, "alice");
+    let bob = create_user(&cluster, "bob");
+    let aws = AwsCli::new(&venv, &gateway, &alice);
+    aws.wait_accepted();
+    AwsCli::new(&venv, &gateway, &bob).wait_accepted();
+
+    run_boto3_suite(&venv, &gateway, &alice, &bob);
+    let dir = tempfile::tempdir().expect("tempdir");
+    aws_cli_moves_a_file_up_and_down(&aws, dir.path());
+    s3cmd_moves_a_file_up_and_down(&S3cmd::new(&gateway, &bob), dir.path());
+}
+
+#[test]
+fn a_user_who_owns_a_bucket_is_kept_and_a_removed_user_is_refused() {
+    let _serial = serial();
+    let venv = s3_venv();
+    let cluster = LocalCluster::start(3, &[]);
+    let gateway = Gateway::of(&cluster);
+    let alice = create_user(&cluster, "alice");
+    let users = cluster.ok(&["user", "ls"]);
+    assert!(users.contains(&alice.name), "user ls: {users}");
+    let aws = AwsCli::new(&venv, &gateway, &alice);
+    aws.wait_accepted();
+
+    aws.ok(&["s3", "mb", "s3://alice-owns-this"]);
+    let refused = cluster.cli(&["user", "rm", "alice"]);
+    let message = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success(),
+        "user rm of a user who owns a bucket must be refused"
+    );
+    assert!(
+        message.to_lowercase().contains("bucket"),
+        "the refusal must say it is about the user's buckets: {message}"
+    );
+    let users = cluster.ok(&["user", "ls"]);
+    assert!(
+        users.contains("alice"),
+        "user ls after a refused rm: {users}"
+    );
+    aws.ok(&["s3", "ls"]);
+
+    aws.ok(&["s3", "rb", "s3://alice-owns-this"]);
+    cluster.ok(&["user", "rm", "alice"]);
+    let users = cluster.ok(&["user", "ls"]);
+    assert!(!users.contains("alice"), "user ls after rm: {users}");
+
+    // The removed user's keys: refused as unknown, once the gateway has seen the removal.
+    let deadline = Instant::now() + USER_CHANGE_SEEN_WITHIN;
+    loop {
+        let output = aws.run(&["s3", "ls"]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        if !output.status.success() && stderr.contains("InvalidAccessKeyId") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "a removed user's keys are not refused with InvalidAccessKeyId after \
+             {USER_CHANGE_SEEN_WITHIN:?} ({}):\n{}\n{stderr}",
+            output.status,
+            String::from_utf8_lossy(&output.stdout)
+        );
+        std::thread::sleep(RETRY_INTERVAL);
+    }
+}

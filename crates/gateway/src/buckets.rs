@@ -1,0 +1,265 @@
+//! Buckets and their indexes: who owns a bucket, which objects it holds.
+
+use bytes::Bytes;
+use client::{ObjectOp, Pool};
+
+use crate::layout::{self, BucketInfo, ObjectEntry};
+use crate::Error;
+
+/// Omap entries read per request when listing.
+const PAGE: u32 = 1000;
+
+/// Every bucket with its owner, by name.
+pub async fn list(pool: &Pool) -> Result<Vec<(String, BucketInfo)>, Error> {
+    let mut out = Vec::new();
+    let mut after = None;
+    loop {
+        let page = match pool.omap_list(layout::BUCKETS, after.clone(), PAGE).await {
+            Ok(page) => page,
+            Err(client::Error::NotFound) => return Ok(out),
+            Err(e) => return Err(e.into()),
+        };
+        let full = page.len() == PAGE as usize;
+        for (key, value) in page {
+            let name = String::from_utf8_lossy(&key).into_owned();
+            out.push((name, layout::decode(&value).map_err(Error::Corrupt)?));
+            after = Some(key);
+        }
+        if !full {
+            return Ok(out);
+        }
+    }
+}
+
+/// The owner and creation time of `bucket`.
+pub async fn info(pool: &Pool, bucket: &str) -> Result<BucketInfo, Error> {
+    match pool.attrs(&layout::index_object(bucket)).await {
+        Ok(attrs) => match attrs.get(layout::BUCKET_ATTR) {
+            Some(bytes) => layout::decode(bytes).map_err(Error::Corrupt),
+            None => Err(Error::NotFound(format!("bucket {bucket}"))),
+        },
+        Err(client::Error::NotFound) => Err(Error::NotFound(format!("bucket {bucket}"))),
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn list_in_buckets(pool: &Pool, bucket: &str, info: &BucketInfo) -> Result<(), Error> {
+    let ops = vec![
+        ObjectOp::Create { exclusive: false },
+        ObjectOp::OmapSet {
+            entries: vec![(bucket.as_bytes().to_vec(), layout::encode(info))],
+        },
+    ];
+    pool.operate(layout::BUCKETS, ops, Bytes::new()).await?;
+    Ok(())
+}
+
+/// Creates `bucket` owned by `owner`. `Exists` carries the current owner's name.
+pub async fn create(pool: &Pool, bucket: &str, owner: &str) -> Result<(), Error> {
+    let record = BucketInfo {
+        owner: owner.into(),
+        created_ns: layout::now_ns(),
+    };
+    let ops = vec![
+        ObjectOp::Create { exclusive: true },
+        ObjectOp::SetAttr {
+            name: layout::BUCKET_ATTR.into(),
+            value: layout::encode(&record),
+        },
+    ];
+    match pool
+        .operate(&layout::index_object(bucket), ops, Bytes::new())
+        .await
+    {
+        Ok(_) => list_in_buckets(pool, bucket, &record).await,
+        Err(client::Error::Exists) => {
+            let current = info(pool, bucket).await?;
+            // A creation that stopped between claiming the name and listing the bucket
+            // is finished here, by its owner asking again.
+            if current.owner == owner {
+                list_in_buckets(pool, bucket, &current).await?;
+            }
+            Err(Error::Exists(current.owner))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Removes `bucket` if it holds no object. The bucket is marked first, so that a PUT that
+/// commits after the emptiness check is refused rather than removed with the index.
+pub async fn remove(pool: &Pool, bucket: &str) -> Result<(), Error> {
+    let index = layout::index_object(bucket);
+    let mark = ObjectOp::SetAttr {
+        name: layout::DELETING_ATTR.into(),
+        value: vec![1],
+    };
+    pool.operate(&index, vec![ObjectOp::AssertExists, mark], Bytes::new())
+        .await
+        .map_err(|e| match e {
+            client::Error::NotFound => Error::NotFound(format!("bucket {bucket}")),
+            e => e.into(),
+        })?;
+    let first = pool.omap_list(&index, None, 1).await?;
+    if !first.is_empty() {
+        pool.remove_attr(&index, layout::DELETING_ATTR).await?;
+        return Err(Error::NotEmpty(bucket.into()));
+    }
+    pool.omap_remove(layout::BUCKETS, vec![bucket.as_bytes().to_vec()])
+        .await?;
+    match pool.remove(&index).await {
+        Ok(()) | Err(client::Error::NotFound) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The index entry of `key` in `bucket`, if there is one.
+pub async fn entry(pool: &Pool, bucket: &str, key: &str) -> Result<Option<ObjectEntry>, Error> {
+    let found = pool
+        .omap_get(&layout::index_object(bucket), vec![key.as_bytes().to_vec()])
+        .await?;
+    match found.into_iter().next().and_then(|(_, value)| value) {
+        Some(bytes) => Ok(Some(layout::decode(&bytes).map_err(Error::Corrupt)?)),
+        None => Ok(None),
+    }
+}
+
+/// Makes `entry` the object `key` of `bucket`, atomically; returns the entry it replaced.
+/// Fails with `NotFound` if the bucket is gone, and with `Busy` while it is being deleted.
+pub async fn commit(
+    pool: &Pool,
+    bucket: &str,
+    key: &str,
+    entry: &ObjectEntry,
+) -> Result<Option<ObjectEntry>, Error> {
+    let old = self::entry(pool, bucket, key).await?;
+    let ops = vec![
+        ObjectOp::AssertExists,
+        ObjectOp::AssertAttr {
+            name: layout::DELETING_ATTR.into(),
+            value: None,
+        },
+        ObjectOp::OmapSet {
+            entries: vec![(key.as_bytes().to_vec(), layout::encode(entry))],
+        },
+    ];
+    match pool
+        .operate(&layout::index_object(bucket), ops, Bytes::new())
+        .await
+    {
+        Ok(_) => Ok(old),
+        Err(client::Error::NotFound) => Err(Error::NotFound(format!("bucket {bucket}"))),
+        Err(client::Error::Mismatch(_)) => {
+            Err(Error::Busy(format!("bucket {bucket} is being deleted")))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Removes object `key` from the index of `bucket`; returns its entry if it had one.
+pub async fn uncommit(pool: &Pool, bucket: &str, key: &str) -> Result<Option<ObjectEntry>, Error> {
+    let old = entry(pool, bucket, key).await?;
+    if old.is_some() {
+        pool.omap_remove(&layout::index_object(bucket), vec![key.as_bytes().to_vec()])
+            .await?;
+    }
+    Ok(old)
+}
+
+/// Index entries of `bucket` after `after` (exclusive), in key order, at most `limit`.
+pub async fn page(
+    pool: &Pool,
+    bucket: &str,
+    after: Option<Vec<u8>>,
+    limit: u32,
+) -> Result<Vec<(Vec<u8>, Vec<u8>)>, Error> {
+    Ok(pool
+        .omap_list(&layout::index_object(bucket), after, limit)
+        .await?)
+}
+
+/// One page of a listing: objects and common prefixes in key order.
+#[derive(Debug, Default, PartialEq)]
+pub struct Listing {
+    pub objects: Vec<(String, ObjectEntry)>,
+    pub prefixes: Vec<String>,
+    /// Set when more keys follow: the last key or common prefix of this page, to list on
+    /// from.
+    pub next: Option<String>,
+}
+
+/// Lists `bucket` the way ListObjects does: keys that start with `prefix`, after `after`,
+/// those with `delimiter` past the prefix rolled up into one common prefix each, at most
+/// `max` keys and prefixes in all.
+pub async fn listing(
+    pool: &Pool,
+    bucket: &str,
+    prefix: &str,
+    delimiter: Option<&str>,
+    after: Option<&str>,
+    max: usize,
+) -> Result<Listing, Error> {
+    let mut out = Listing::default();
+    if max == 0 {
+        return Ok(out);
+    }
+    let mut bound = layout::before(prefix.as_bytes());
+    if let Some(after) = after {
+        if bound.as_deref().is_none_or(|b| after.as_bytes() > b) {
+            bound = Some(after.as_bytes().to_vec());
+        }
+    }
+    let delimiter = delimiter.filter(|d| !d.is_empty());
+    let mut count = 0;
+    loop {
+        let page = page(pool, bucket, bound.clone(), PAGE).await?;
+        let full = page.len() == PAGE as usize;
+        let mut jumped = false;
+        for (key_bytes, value) in page {
+            let key = String::from_utf8_lossy(&key_bytes).into_owned();
+            bound = Some(key_bytes.clone());
+            if !key.starts_with(prefix) {
+                if key.as_str() > prefix {
+                    return Ok(out);
+                }
+                continue;
+            }
+            let rolled = delimiter.and_then(|d| {
+                key[prefix.len()..]
+                    .find(d)
+                    .map(|at| key[..prefix.len() + at + d.len()].to_string())
+            });
+            if let Some(common) = rolled {
+                // Everything under this prefix is one entry; go on past all of it.
+                bound = Some(layout::past(common.as_bytes()));
+                if after.is_some_and(|a| common.as_str() <= a) {
+                    jumped = true;
+                    break;
+                }
+                if count == max {
+                    return Ok(finish(out));
+                }
+                out.prefixes.push(common);
+                count += 1;
+                jumped = true;
+                break;
+            }
+            if count == max {
+                return Ok(finish(out));
+            }
+            out.objects
+                .push((key, layout::decode(&value).map_err(Error::Corrupt)?));
+            count += 1;
+        }
+        if !full && !jumped {
+            return Ok(out);
+        }
+    }
+}
+
+/// Marks a listing cut short at its limit: it goes on after its last key or prefix.
+fn finish(mut out: Listing) -> Listing {
+    let last_object = out.objects.last().map(|(key, _)| key.clone());
+    let last_prefix = out.prefixes.last().cloned();
+    out.next = last_object.max(last_prefix);
+    out
+}

@@ -1,0 +1,163 @@
+//! Where the gateway keeps its state in its pool, and the records it keeps there.
+//!
+//! - `gw.users`: an omap with each user twice, under `name/NAME` and under `key/ACCESS_KEY`
+//!   (one read finds a user by either), written in one atomic request.
+//! - `gw.buckets`: an omap of every bucket's name and owner, for ListBuckets.
+//! - `gw.index.BUCKET`: the bucket itself. Its `bucket` attribute says who owns it; it is
+//!   created exclusively, which is what makes a bucket name taken. Its omap is the bucket's
+//!   index: object key to [`ObjectEntry`].
+//! - `gw.data.INSTANCE.N`: stripe N of one upload of an object. Each upload writes a fresh
+//!   instance, so an overwrite never touches the data a reader may be streaming; the index
+//!   entry names the instance, and an object becomes visible only when that entry commits.
+
+use serde::{Deserialize, Serialize};
+
+pub const USERS: &str = "gw.users";
+pub const BUCKETS: &str = "gw.buckets";
+/// The attribute of a bucket's index object that holds its [`BucketInfo`].
+pub const BUCKET_ATTR: &str = "bucket";
+/// The attribute set on a bucket's index object while the bucket is being deleted: index
+/// updates require it absent.
+pub const DELETING_ATTR: &str = "deleting";
+/// Bytes per data object of a new upload.
+pub const STRIPE_BYTES: u64 = 4 << 20;
+/// The longest object key S3 allows, in bytes.
+pub const KEY_BYTES_MAX: usize = 1024;
+
+pub fn index_object(bucket: &str) -> String {
+    format!("gw.index.{bucket}")
+}
+
+pub fn stripe_object(instance: &str, stripe: u64) -> String {
+    format!("gw.data.{instance}.{stripe}")
+}
+
+pub fn user_key(name: &str) -> Vec<u8> {
+    format!("name/{name}").into_bytes()
+}
+
+pub fn access_key_key(access_key: &str) -> Vec<u8> {
+    format!("key/{access_key}").into_bytes()
+}
+
+/// The first byte of every record: its format, so that a later format can be told apart.
+const FORMAT: u8 = 1;
+
+pub fn encode<T: Serialize>(value: &T) -> Vec<u8> {
+    let mut out = vec![FORMAT];
+    // Serializing these plain structs into a Vec cannot fail.
+    out.extend(postcard::to_allocvec(value).unwrap_or_default());
+    out
+}
+
+pub fn decode<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Result<T, String> {
+    match bytes.split_first() {
+        Some((&FORMAT, rest)) => postcard::from_bytes(rest).map_err(|e| e.to_string()),
+        Some((other, _)) => Err(format!("record format {other} is not known here")),
+        None => Err("empty record".into()),
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct User {
+    pub name: String,
+    pub access_key: String,
+    pub secret_key: String,
+    pub created_ns: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BucketInfo {
+    pub owner: String,
+    pub created_ns: u64,
+}
+
+/// One object of a bucket, as its index entry.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ObjectEntry {
+    pub size: u64,
+    /// Hex MD5 of the content (without the quotes of the ETag header).
+    pub md5_hex: String,
+    pub mtime_ns: u64,
+    pub content_type: Option<String>,
+    /// User metadata (`x-amz-meta-*`), names without the prefix.
+    pub metadata: Vec<(String, String)>,
+    /// The upload whose stripes hold the content.
+    pub instance: String,
+    pub stripe_bytes: u64,
+}
+
+impl ObjectEntry {
+    pub fn stripes(&self) -> u64 {
+        self.size.div_ceil(self.stripe_bytes)
+    }
+}
+
+/// A fresh upload instance name: 128 random bits in hex.
+pub fn new_instance() -> String {
+    let bits: u128 = rand::random();
+    format!("{bits:032x}")
+}
+
+pub fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+/// The exclusive lower bound of omap keys that start with `prefix`: every key at or after
+/// `prefix` is greater than it. (Keys are at most [`KEY_BYTES_MAX`] bytes, so `0xff` bytes
+/// past that length sort after every key that shares the leading bytes.)
+pub fn before(prefix: &[u8]) -> Option<Vec<u8>> {
+    let (&last, head) = prefix.split_last()?;
+    let mut bound = head.to_vec();
+    if last > 0 {
+        bound.push(last - 1);
+        bound.extend(std::iter::repeat_n(0xff, KEY_BYTES_MAX + 1));
+    }
+    Some(bound)
+}
+
+/// The exclusive lower bound that skips every key starting with `prefix`.
+pub fn past(prefix: &[u8]) -> Vec<u8> {
+    let mut bound = prefix.to_vec();
+    bound.extend(std::iter::repeat_n(0xff, KEY_BYTES_MAX + 1));
+    bound
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip_and_unknown_formats_are_refused() {
+        let entry = ObjectEntry {
+            size: 5,
+            md5_hex: "ab".into(),
+            mtime_ns: 7,
+            content_type: Some("text/plain".into()),
+            metadata: vec![("k".into(), "v".into())],
+            instance: new_instance(),
+            stripe_bytes: STRIPE_BYTES,
+        };
+        let bytes = encode(&entry);
+        assert_eq!(decode::<ObjectEntry>(&bytes), Ok(entry));
+        let mut other = bytes.clone();
+        other[0] = 9;
+        assert!(decode::<ObjectEntry>(&other).is_err());
+        assert!(decode::<ObjectEntry>(&[]).is_err());
+    }
+
+    #[test]
+    fn bounds_bracket_the_keys_of_a_prefix() {
+        let keys: Vec<&[u8]> = vec![b"a", b"ab", b"abb\xff\xff", b"abc", b"abc/d", b"abd", b"b"];
+        let lower = before(b"abc").expect("a bound");
+        let from: Vec<&[u8]> = keys.iter().copied().filter(|k| *k > &lower[..]).collect();
+        assert_eq!(from, vec![&b"abc"[..], b"abc/d", b"abd", b"b"]);
+        let upper = past(b"abc");
+        let after: Vec<&[u8]> = keys.iter().copied().filter(|k| *k > &upper[..]).collect();
+        assert_eq!(after, vec![&b"abd"[..], b"b"]);
+        assert_eq!(before(b""), None);
+    }
+}

@@ -1,0 +1,42 @@
+//! Coffer's S3 gateway: the S3 API (through the s3s crate, which parses requests and checks
+//! SigV4 signatures) on one pool of a cluster, served over HTTPS by default.
+//!
+//! Users, buckets, bucket indexes and object data are all objects of that pool (see
+//! [`layout`]), so the gateway keeps no state of its own and several gateways can serve one
+//! pool.
+//!
+//! Must never depend on: `osd`, `store` (checked by scripts/check-deps.py).
+
+pub mod buckets;
+pub mod data;
+pub mod layout;
+mod s3;
+pub mod serve;
+pub mod tls;
+pub mod users;
+
+pub use s3::Gateway;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{0} does not exist")]
+    NotFound(String),
+    /// The thing exists; for a bucket, this carries its owner.
+    #[error("{0} exists")]
+    Exists(String),
+    #[error("bucket {0} is not empty")]
+    NotEmpty(String),
+    /// A conflicting operation is in progress; the client may try again.
+    #[error("{0}; try again")]
+    Busy(String),
+    #[error("invalid: {0}")]
+    Invalid(String),
+    #[error("request body: {0}")]
+    Body(String),
+    #[error("damaged record: {0}")]
+    Corrupt(String),
+    #[error("{0}")]
+    Internal(String),
+    #[error("cluster: {0}")]
+    Cluster(#[from] client::Error),
+}
