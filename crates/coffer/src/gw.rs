@@ -94,6 +94,11 @@ pub fn serve(who: &Who, args: GwArgs) -> Result<(), String> {
     let pool_name = pool_name(&conf, args.pool);
     runtime.block_on(async {
         let pool = open_pool(&cluster, &pool_name).await?;
+        // Before the socket exists, so that whoever finds it listening finds the pid too.
+        if let Some(path) = &args.pid_file {
+            std::fs::write(path, format!("{}\n", std::process::id()))
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+        }
         let listener = tokio::net::TcpListener::bind(&listen)
             .await
             .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
@@ -102,10 +107,6 @@ pub fn serve(who: &Who, args: GwArgs) -> Result<(), String> {
         println!("coffer gw: serving S3 on pool {pool_name} at {scheme}://{addr}");
         let service = gateway::Gateway::new(pool).service();
         let serving = tokio::spawn(gateway::serve::serve(listener, service, tls));
-        if let Some(path) = &args.pid_file {
-            std::fs::write(path, format!("{}\n", std::process::id()))
-                .map_err(|e| format!("{}: {e}", path.display()))?;
-        }
         tokio::select! {
             result = crate::daemon::stop_signal() => result,
             result = serving => Err(match result {

@@ -11,7 +11,7 @@ use md5::{Digest, Md5};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
-use crate::layout::{self, ObjectEntry};
+use crate::layout::{self, ObjectEntry, Segment};
 use crate::Error;
 
 /// Stripes written at once by one upload (so at most this many stripes, plus the one being
@@ -32,7 +32,15 @@ pub struct Written {
 
 impl Written {
     pub fn md5_hex(&self) -> String {
-        self.md5.iter().map(|b| format!("{b:02x}")).collect()
+        layout::hex(&self.md5)
+    }
+
+    pub fn segment(&self) -> Segment {
+        Segment {
+            instance: self.instance.clone(),
+            size: self.size,
+            stripe_bytes: layout::STRIPE_BYTES,
+        }
     }
 }
 
@@ -126,9 +134,16 @@ pub async fn remove_stripes(pool: &Pool, instance: &str, stripes: u64) {
     while removals.next().await.is_some() {}
 }
 
+/// Removes the content of `segment`.
+pub async fn remove_segment(pool: &Pool, segment: &Segment) {
+    remove_stripes(pool, &segment.instance, segment.stripes()).await;
+}
+
 /// Removes the content of `entry`.
 pub async fn remove(pool: &Pool, entry: &ObjectEntry) {
-    remove_stripes(pool, &entry.instance, entry.stripes()).await;
+    for segment in &entry.segments {
+        remove_segment(pool, segment).await;
+    }
 }
 
 /// A stream of the bytes `range` of the object `entry` describes, read stripe by stripe a
@@ -138,11 +153,31 @@ pub fn read(pool: &Pool, entry: &ObjectEntry, range: std::ops::Range<u64>) -> Re
     let (pool, entry) = (pool.clone(), entry.clone());
     tokio::spawn(async move {
         let mut at = range.start;
+        // Where the current segment starts in the object.
+        let mut base = 0;
+        let mut segments = entry.segments.iter();
+        let mut segment = segments.next();
         while at < range.end {
-            let stripe = at / entry.stripe_bytes;
-            let offset = at % entry.stripe_bytes;
-            let len = (entry.stripe_bytes - offset).min(range.end - at);
-            let name = layout::stripe_object(&entry.instance, stripe);
+            let Some(current) = segment else {
+                let _ = send
+                    .send(Err(std::io::Error::other(
+                        "the index entry's segments end early",
+                    )))
+                    .await;
+                return;
+            };
+            if at >= base + current.size {
+                base += current.size;
+                segment = segments.next();
+                continue;
+            }
+            let within = at - base;
+            let stripe = within / current.stripe_bytes;
+            let offset = within % current.stripe_bytes;
+            let len = (current.stripe_bytes - offset)
+                .min(range.end - at)
+                .min(current.size - within);
+            let name = layout::stripe_object(&current.instance, stripe);
             let piece = match pool.read(&name, offset, len).await {
                 Ok(bytes) if bytes.len() as u64 == len => Ok(bytes),
                 Ok(bytes) => Err(std::io::Error::other(format!(

@@ -6,9 +6,13 @@
 //! - `gw.index.BUCKET`: the bucket itself. Its `bucket` attribute says who owns it; it is
 //!   created exclusively, which is what makes a bucket name taken. Its omap is the bucket's
 //!   index: object key to [`ObjectEntry`].
-//! - `gw.data.INSTANCE.N`: stripe N of one upload of an object. Each upload writes a fresh
-//!   instance, so an overwrite never touches the data a reader may be streaming; the index
-//!   entry names the instance, and an object becomes visible only when that entry commits.
+//! - `gw.data.INSTANCE.N`: stripe N of one upload of an object (or of one part of a
+//!   multipart upload). Each upload writes a fresh instance, so an overwrite never touches the
+//!   data a reader may be streaming; the index entry names the instances, and an object
+//!   becomes visible only when that entry commits.
+//! - `gw.uploads.BUCKET`: an omap of the bucket's multipart uploads in progress, by key and
+//!   upload id ([`upload_key`]).
+//! - `gw.upload.ID`: one multipart upload: its omap holds its parts by number.
 
 use serde::{Deserialize, Serialize};
 
@@ -30,6 +34,27 @@ pub fn index_object(bucket: &str) -> String {
 
 pub fn stripe_object(instance: &str, stripe: u64) -> String {
     format!("gw.data.{instance}.{stripe}")
+}
+
+pub fn uploads_object(bucket: &str) -> String {
+    format!("gw.uploads.{bucket}")
+}
+
+pub fn upload_object(upload_id: &str) -> String {
+    format!("gw.upload.{upload_id}")
+}
+
+/// The key of an upload in its bucket's uploads omap: listed by object key, then id.
+pub fn upload_key(key: &str, upload_id: &str) -> Vec<u8> {
+    let mut out = key.as_bytes().to_vec();
+    out.push(0);
+    out.extend_from_slice(upload_id.as_bytes());
+    out
+}
+
+/// The key of part `number` in its upload's omap: big-endian, so parts list in order.
+pub fn part_key(number: u32) -> Vec<u8> {
+    number.to_be_bytes().to_vec()
 }
 
 pub fn user_key(name: &str) -> Vec<u8> {
@@ -76,27 +101,56 @@ pub struct BucketInfo {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ObjectEntry {
     pub size: u64,
-    /// Hex MD5 of the content (without the quotes of the ETag header).
-    pub md5_hex: String,
+    /// The ETag without its quotes: the hex MD5 of the content for a single PUT, the MD5 of
+    /// the parts' MD5s and their count for a multipart upload (as S3's).
+    pub etag: String,
     pub mtime_ns: u64,
     pub content_type: Option<String>,
     /// User metadata (`x-amz-meta-*`), names without the prefix.
     pub metadata: Vec<(String, String)>,
-    /// The upload whose stripes hold the content.
+    /// The content, in order: one segment for a PUT, one per part for a multipart upload.
+    pub segments: Vec<Segment>,
+}
+
+/// Content written as one instance of stripes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Segment {
     pub instance: String,
+    pub size: u64,
     pub stripe_bytes: u64,
 }
 
-impl ObjectEntry {
+impl Segment {
     pub fn stripes(&self) -> u64 {
         self.size.div_ceil(self.stripe_bytes)
     }
+}
+
+/// A multipart upload in progress, in its bucket's uploads omap.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct UploadRecord {
+    pub initiator: String,
+    pub initiated_ns: u64,
+    pub content_type: Option<String>,
+    pub metadata: Vec<(String, String)>,
+}
+
+/// One part of a multipart upload.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PartRecord {
+    pub segment: Segment,
+    pub md5: [u8; 16],
+    pub mtime_ns: u64,
 }
 
 /// A fresh upload instance name: 128 random bits in hex.
 pub fn new_instance() -> String {
     let bits: u128 = rand::random();
     format!("{bits:032x}")
+}
+
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 pub fn now_ns() -> u64 {
@@ -134,12 +188,15 @@ mod tests {
     fn records_round_trip_and_unknown_formats_are_refused() {
         let entry = ObjectEntry {
             size: 5,
-            md5_hex: "ab".into(),
+            etag: "ab".into(),
             mtime_ns: 7,
             content_type: Some("text/plain".into()),
             metadata: vec![("k".into(), "v".into())],
-            instance: new_instance(),
-            stripe_bytes: STRIPE_BYTES,
+            segments: vec![Segment {
+                instance: new_instance(),
+                size: 5,
+                stripe_bytes: STRIPE_BYTES,
+            }],
         };
         let bytes = encode(&entry);
         assert_eq!(decode::<ObjectEntry>(&bytes), Ok(entry));

@@ -10,6 +10,7 @@
 pub mod buckets;
 pub mod data;
 pub mod layout;
+pub mod multipart;
 mod s3;
 pub mod serve;
 pub mod tls;

@@ -11,11 +11,16 @@ use s3s::auth::{S3Auth, SecretKey};
 use s3s::dto::*;
 use s3s::{s3_error, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, S3};
 
-use crate::layout::{self, BucketInfo, ObjectEntry};
-use crate::{buckets, data, users, Error};
+use crate::layout::{self, BucketInfo, ObjectEntry, PartRecord, Segment, UploadRecord};
+use crate::{buckets, data, multipart, users, Error};
 
 /// The keys of one ListObjects page when the client asks for none in particular (S3's).
 const MAX_KEYS_DEFAULT: i32 = 1000;
+/// S3's limits on multipart uploads: part numbers, and the size of every part but the last.
+const PART_NUMBER_MAX: i32 = 10_000;
+const PART_BYTES_MIN: u64 = 5 << 20;
+/// The largest single PUT or part (S3's).
+const PUT_BYTES_MAX: u64 = 5 << 30;
 
 /// The gateway's S3 implementation on one pool.
 #[derive(Clone)]
@@ -91,8 +96,10 @@ impl Gateway {
     async fn commit(&self, bucket: &str, key: &str, entry: &ObjectEntry) -> S3Result<()> {
         match buckets::commit(&self.pool, bucket, key, entry).await {
             Ok(old) => {
-                if let Some(old) = old.filter(|old| old.instance != entry.instance) {
-                    data::remove(&self.pool, &old).await;
+                for segment in old.iter().flat_map(|old| &old.segments) {
+                    if !entry.segments.contains(segment) {
+                        data::remove_segment(&self.pool, segment).await;
+                    }
                 }
                 Ok(())
             }
@@ -102,6 +109,52 @@ impl Gateway {
                     Error::NotFound(_) => no_bucket(bucket),
                     e => fail(e),
                 })
+            }
+        }
+    }
+
+    /// The record of an upload in progress, or `NoSuchUpload`.
+    async fn upload(&self, bucket: &str, key: &str, id: &str) -> S3Result<UploadRecord> {
+        match multipart::record(&self.pool, bucket, key, id).await {
+            Ok(Some(record)) => Ok(record),
+            Ok(None) => Err(s3_error!(
+                NoSuchUpload,
+                "no upload {id} of {key} in progress in bucket {bucket}"
+            )),
+            Err(e) => Err(fail(e)),
+        }
+    }
+
+    fn upload_error(&self, e: Error, id: &str) -> S3Error {
+        match e {
+            Error::NotFound(_) => s3_error!(NoSuchUpload, "no upload {id} in progress"),
+            e => fail(e),
+        }
+    }
+
+    /// Records `written` as part `number` of upload `id`, and frees the part it replaces;
+    /// if the upload is gone, frees `written` instead.
+    async fn put_part(
+        &self,
+        id: &str,
+        number: u32,
+        written: &data::Written,
+    ) -> S3Result<PartRecord> {
+        let part = PartRecord {
+            segment: written.segment(),
+            md5: written.md5,
+            mtime_ns: layout::now_ns(),
+        };
+        match multipart::put_part(&self.pool, id, number, &part).await {
+            Ok(old) => {
+                if let Some(old) = old {
+                    data::remove_segment(&self.pool, &old.segment).await;
+                }
+                Ok(part)
+            }
+            Err(e) => {
+                data::remove_segment(&self.pool, &part.segment).await;
+                Err(self.upload_error(e, id))
             }
         }
     }
@@ -173,11 +226,15 @@ fn fail(e: Error) -> S3Error {
 }
 
 fn etag(entry: &ObjectEntry) -> ETag {
-    ETag::Strong(entry.md5_hex.clone())
+    ETag::Strong(entry.etag.clone())
+}
+
+fn timestamp(ns: u64) -> Timestamp {
+    Timestamp::from(std::time::UNIX_EPOCH + std::time::Duration::from_nanos(ns))
 }
 
 fn modified(entry: &ObjectEntry) -> Timestamp {
-    Timestamp::from(std::time::UNIX_EPOCH + std::time::Duration::from_nanos(entry.mtime_ns))
+    timestamp(entry.mtime_ns)
 }
 
 fn metadata(entry: &ObjectEntry) -> Option<Metadata> {
@@ -201,16 +258,106 @@ fn new_entry(
     content_type: Option<String>,
     metadata: Option<Metadata>,
 ) -> ObjectEntry {
-    let mut metadata: Vec<(String, String)> = metadata.unwrap_or_default().into_iter().collect();
-    metadata.sort();
+    let metadata = sorted_metadata(metadata);
     ObjectEntry {
         size: written.size,
-        md5_hex: written.md5_hex(),
+        etag: written.md5_hex(),
         mtime_ns: layout::now_ns(),
         content_type,
         metadata,
-        instance: written.instance.clone(),
-        stripe_bytes: layout::STRIPE_BYTES,
+        segments: vec![written.segment()],
+    }
+}
+
+fn sorted_metadata(metadata: Option<Metadata>) -> Vec<(String, String)> {
+    let mut metadata: Vec<(String, String)> = metadata.unwrap_or_default().into_iter().collect();
+    metadata.sort();
+    metadata
+}
+
+/// The decoded Content-MD5 header, if there is one.
+fn content_md5(header: &Option<String>) -> S3Result<Option<Vec<u8>>> {
+    match header {
+        Some(text) => Ok(Some(
+            base64::engine::general_purpose::STANDARD
+                .decode(text)
+                .ok()
+                .filter(|md5| md5.len() == 16)
+                .ok_or_else(|| s3_error!(InvalidDigest, "Content-MD5 is not a base64 MD5"))?,
+        )),
+        None => Ok(None),
+    }
+}
+
+/// Writes a request body as a new instance, checked against its Content-Length and
+/// Content-MD5; nothing of it stays if it fails.
+async fn write_body(
+    pool: &Pool,
+    body: Option<StreamingBlob>,
+    content_length: Option<i64>,
+    content_md5: &Option<String>,
+) -> S3Result<data::Written> {
+    let expected_md5 = self::content_md5(content_md5)?;
+    if content_length.is_some_and(|len| len as u64 > PUT_BYTES_MAX) {
+        return Err(s3_error!(
+            EntityTooLarge,
+            "a PUT or part is at most {PUT_BYTES_MAX} bytes"
+        ));
+    }
+    let written = match body {
+        Some(body) => data::write(pool, body).await,
+        None => data::write(pool, futures::stream::empty::<Result<_, Error>>()).await,
+    }
+    .map_err(|e| match e {
+        Error::Body(message) => S3Error::with_message(S3ErrorCode::IncompleteBody, message),
+        e => fail(e),
+    })?;
+    let short = content_length.is_some_and(|len| len as u64 != written.size);
+    let corrupt = expected_md5.is_some_and(|md5| md5 != written.md5);
+    if short || corrupt {
+        data::remove_segment(pool, &written.segment()).await;
+        return Err(if corrupt {
+            s3_error!(BadDigest, "the content does not match its Content-MD5")
+        } else {
+            s3_error!(IncompleteBody, "the body is not Content-Length bytes")
+        });
+    }
+    Ok(written)
+}
+
+/// The ETag of a completed multipart upload: the MD5 of its parts' MD5s, and their count.
+fn multipart_etag(md5s: &[[u8; 16]]) -> String {
+    use md5::Digest;
+    let digest = md5::Md5::digest(md5s.concat());
+    format!("{}-{}", layout::hex(&digest), md5s.len())
+}
+
+fn part_number(number: i32) -> S3Result<u32> {
+    if (1..=PART_NUMBER_MAX).contains(&number) {
+        Ok(number as u32)
+    } else {
+        Err(s3_error!(
+            InvalidArgument,
+            "part numbers are 1 to {PART_NUMBER_MAX}"
+        ))
+    }
+}
+
+/// The byte range of an UploadPartCopy source (`bytes=FIRST-LAST`), within `size`.
+fn copy_range(text: Option<&str>, size: u64) -> S3Result<std::ops::Range<u64>> {
+    let Some(text) = text else {
+        return Ok(0..size);
+    };
+    let parsed = text.strip_prefix("bytes=").and_then(|span| {
+        let (first, last) = span.split_once('-')?;
+        Some((first.parse::<u64>().ok()?, last.parse::<u64>().ok()?))
+    });
+    match parsed {
+        Some((first, last)) if first <= last && last < size => Ok(first..last + 1),
+        _ => Err(s3_error!(
+            InvalidRange,
+            "x-amz-copy-source-range {text} is not within the {size} bytes of the source"
+        )),
     }
 }
 
@@ -273,10 +420,6 @@ fn common_prefixes(
     })
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 fn unhex(text: &str) -> Option<String> {
     if !text.len().is_multiple_of(2) {
         return None;
@@ -302,9 +445,7 @@ impl S3 for Gateway {
             .filter(|(_, info)| info.owner == user)
             .map(|(name, info)| Bucket {
                 name: Some(name),
-                creation_date: Some(Timestamp::from(
-                    std::time::UNIX_EPOCH + std::time::Duration::from_nanos(info.created_ns),
-                )),
+                creation_date: Some(timestamp(info.created_ns)),
                 ..Default::default()
             })
             .collect();
@@ -384,41 +525,13 @@ impl S3 for Gateway {
         let input = req.input;
         check_key(&input.key)?;
         self.owned(&user, &input.bucket).await?;
-        let expected_md5 = match &input.content_md5 {
-            Some(text) => Some(
-                base64::engine::general_purpose::STANDARD
-                    .decode(text)
-                    .ok()
-                    .filter(|md5| md5.len() == 16)
-                    .ok_or_else(|| s3_error!(InvalidDigest, "Content-MD5 is not a base64 MD5"))?,
-            ),
-            None => None,
-        };
-        let written = match input.body {
-            Some(body) => data::write(&self.pool, body).await,
-            None => data::write(&self.pool, futures::stream::empty::<Result<_, Error>>()).await,
-        }
-        .map_err(|e| match e {
-            Error::Body(message) => S3Error::with_message(S3ErrorCode::IncompleteBody, message),
-            e => fail(e),
-        })?;
-        let short = input
-            .content_length
-            .is_some_and(|len| len as u64 != written.size);
-        let corrupt = expected_md5.is_some_and(|md5| md5 != written.md5);
-        if short || corrupt {
-            data::remove_stripes(
-                &self.pool,
-                &written.instance,
-                written.size.div_ceil(layout::STRIPE_BYTES),
-            )
-            .await;
-            return Err(if corrupt {
-                s3_error!(BadDigest, "the content does not match its Content-MD5")
-            } else {
-                s3_error!(IncompleteBody, "the body is not Content-Length bytes")
-            });
-        }
+        let written = write_body(
+            &self.pool,
+            input.body,
+            input.content_length,
+            &input.content_md5,
+        )
+        .await?;
         let entry = new_entry(&written, input.content_type, input.metadata);
         self.commit(&input.bucket, &input.key, &entry).await?;
         Ok(S3Response::new(PutObjectOutput {
@@ -570,6 +683,314 @@ impl S3 for Gateway {
         }))
     }
 
+    async fn create_multipart_upload(
+        &self,
+        req: S3Request<CreateMultipartUploadInput>,
+    ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
+        let user = self.user(&req).await?;
+        let input = req.input;
+        check_key(&input.key)?;
+        self.owned(&user, &input.bucket).await?;
+        let record = UploadRecord {
+            initiator: user,
+            initiated_ns: layout::now_ns(),
+            content_type: input.content_type,
+            metadata: sorted_metadata(input.metadata),
+        };
+        let id = multipart::create(&self.pool, &input.bucket, &input.key, &record)
+            .await
+            .map_err(fail)?;
+        Ok(S3Response::new(CreateMultipartUploadOutput {
+            bucket: Some(input.bucket),
+            key: Some(input.key),
+            upload_id: Some(id),
+            ..Default::default()
+        }))
+    }
+
+    async fn upload_part(
+        &self,
+        req: S3Request<UploadPartInput>,
+    ) -> S3Result<S3Response<UploadPartOutput>> {
+        let user = self.user(&req).await?;
+        let input = req.input;
+        let number = part_number(input.part_number)?;
+        self.owned(&user, &input.bucket).await?;
+        self.upload(&input.bucket, &input.key, &input.upload_id)
+            .await?;
+        let written = write_body(
+            &self.pool,
+            input.body,
+            input.content_length,
+            &input.content_md5,
+        )
+        .await?;
+        self.put_part(&input.upload_id, number, &written).await?;
+        Ok(S3Response::new(UploadPartOutput {
+            e_tag: Some(ETag::Strong(written.md5_hex())),
+            ..Default::default()
+        }))
+    }
+
+    async fn upload_part_copy(
+        &self,
+        req: S3Request<UploadPartCopyInput>,
+    ) -> S3Result<S3Response<UploadPartCopyOutput>> {
+        let user = self.user(&req).await?;
+        let input = req.input;
+        let number = part_number(input.part_number)?;
+        let CopySource::Bucket {
+            bucket: source_bucket,
+            key: source_key,
+            ..
+        } = &input.copy_source
+        else {
+            return Err(s3_error!(NotImplemented, "copy from an access point"));
+        };
+        self.owned(&user, source_bucket).await?;
+        self.owned(&user, &input.bucket).await?;
+        self.upload(&input.bucket, &input.key, &input.upload_id)
+            .await?;
+        let source = self.entry(source_bucket, source_key).await?;
+        let range = copy_range(input.copy_source_range.as_deref(), source.size)?;
+        let reader = data::read(&self.pool, &source, range);
+        let written = data::write(&self.pool, reader).await.map_err(fail)?;
+        let part = self.put_part(&input.upload_id, number, &written).await?;
+        Ok(S3Response::new(UploadPartCopyOutput {
+            copy_part_result: Some(CopyPartResult {
+                e_tag: Some(ETag::Strong(written.md5_hex())),
+                last_modified: Some(timestamp(part.mtime_ns)),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }))
+    }
+
+    async fn complete_multipart_upload(
+        &self,
+        req: S3Request<CompleteMultipartUploadInput>,
+    ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
+        let user = self.user(&req).await?;
+        let input = req.input;
+        self.owned(&user, &input.bucket).await?;
+        let record = self
+            .upload(&input.bucket, &input.key, &input.upload_id)
+            .await?;
+        let asked = input
+            .multipart_upload
+            .and_then(|m| m.parts)
+            .unwrap_or_default();
+        if asked.is_empty() {
+            return Err(s3_error!(MalformedXML, "name at least one part"));
+        }
+        let stored: HashMap<u32, PartRecord> = multipart::all_parts(&self.pool, &input.upload_id)
+            .await
+            .map_err(fail)?
+            .into_iter()
+            .collect();
+        let mut chosen: Vec<&PartRecord> = Vec::with_capacity(asked.len());
+        let mut previous = 0;
+        for (i, part) in asked.iter().enumerate() {
+            let number = part_number(part.part_number.unwrap_or(0))?;
+            if number <= previous {
+                return Err(s3_error!(
+                    InvalidPartOrder,
+                    "parts must be listed in ascending order"
+                ));
+            }
+            previous = number;
+            let Some(stored) = stored.get(&number) else {
+                return Err(s3_error!(InvalidPart, "part {number} was not uploaded"));
+            };
+            let md5_hex = layout::hex(&stored.md5);
+            if part.e_tag.as_ref().is_some_and(|e| e.value() != md5_hex) {
+                return Err(s3_error!(
+                    InvalidPart,
+                    "part {number}'s ETag is \"{md5_hex}\", not the one given"
+                ));
+            }
+            if i + 1 < asked.len() && stored.segment.size < PART_BYTES_MIN {
+                return Err(s3_error!(
+                    EntityTooSmall,
+                    "part {number} is {} bytes; every part but the last needs {PART_BYTES_MIN}",
+                    stored.segment.size
+                ));
+            }
+            chosen.push(stored);
+        }
+        multipart::mark_completing(&self.pool, &input.upload_id)
+            .await
+            .map_err(|e| self.upload_error(e, &input.upload_id))?;
+        let md5s: Vec<[u8; 16]> = chosen.iter().map(|p| p.md5).collect();
+        let segments: Vec<Segment> = chosen.iter().map(|p| p.segment.clone()).collect();
+        let entry = ObjectEntry {
+            size: segments.iter().map(|s| s.size).sum(),
+            etag: multipart_etag(&md5s),
+            mtime_ns: layout::now_ns(),
+            content_type: record.content_type,
+            metadata: record.metadata,
+            segments,
+        };
+        // Not self.commit: on failure the parts stay with the upload, to complete again.
+        match buckets::commit(&self.pool, &input.bucket, &input.key, &entry).await {
+            Ok(old) => {
+                for segment in old.iter().flat_map(|old| &old.segments) {
+                    data::remove_segment(&self.pool, segment).await;
+                }
+            }
+            Err(Error::NotFound(_)) => return Err(no_bucket(&input.bucket)),
+            Err(e) => return Err(fail(e)),
+        }
+        let used: Vec<String> = entry.segments.iter().map(|s| s.instance.clone()).collect();
+        let parts: Vec<PartRecord> = stored.into_values().collect();
+        multipart::finish(
+            &self.pool,
+            &input.bucket,
+            &input.key,
+            &input.upload_id,
+            &parts,
+            &used,
+        )
+        .await;
+        Ok(S3Response::new(CompleteMultipartUploadOutput {
+            location: Some(format!("/{}/{}", input.bucket, input.key)),
+            bucket: Some(input.bucket),
+            key: Some(input.key),
+            e_tag: Some(etag(&entry)),
+            ..Default::default()
+        }))
+    }
+
+    async fn abort_multipart_upload(
+        &self,
+        req: S3Request<AbortMultipartUploadInput>,
+    ) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
+        let user = self.user(&req).await?;
+        let input = req.input;
+        self.owned(&user, &input.bucket).await?;
+        self.upload(&input.bucket, &input.key, &input.upload_id)
+            .await?;
+        multipart::abort(&self.pool, &input.bucket, &input.key, &input.upload_id)
+            .await
+            .map_err(|e| self.upload_error(e, &input.upload_id))?;
+        Ok(S3Response::new(AbortMultipartUploadOutput::default()))
+    }
+
+    async fn list_parts(
+        &self,
+        req: S3Request<ListPartsInput>,
+    ) -> S3Result<S3Response<ListPartsOutput>> {
+        let user = self.user(&req).await?;
+        let input = req.input;
+        self.owned(&user, &input.bucket).await?;
+        let record = self
+            .upload(&input.bucket, &input.key, &input.upload_id)
+            .await?;
+        let max = input
+            .max_parts
+            .unwrap_or(MAX_KEYS_DEFAULT)
+            .clamp(0, MAX_KEYS_DEFAULT);
+        let after = input.part_number_marker.unwrap_or(0).max(0) as u32;
+        let mut page = multipart::parts(&self.pool, &input.upload_id, after, max as u32 + 1)
+            .await
+            .map_err(|e| self.upload_error(e, &input.upload_id))?;
+        let truncated = page.len() > max as usize;
+        page.truncate(max as usize);
+        let next = page.last().map(|(number, _)| *number as i32);
+        let parts: Parts = page
+            .into_iter()
+            .map(|(number, part)| Part {
+                part_number: Some(number as i32),
+                size: Some(part.segment.size as i64),
+                e_tag: Some(ETag::Strong(layout::hex(&part.md5))),
+                last_modified: Some(timestamp(part.mtime_ns)),
+                ..Default::default()
+            })
+            .collect();
+        let who = Owner {
+            display_name: Some(record.initiator.clone()),
+            id: Some(record.initiator.clone()),
+        };
+        Ok(S3Response::new(ListPartsOutput {
+            bucket: Some(input.bucket),
+            key: Some(input.key),
+            upload_id: Some(input.upload_id),
+            parts: Some(parts),
+            is_truncated: Some(truncated),
+            next_part_number_marker: truncated.then_some(next).flatten(),
+            part_number_marker: input.part_number_marker,
+            max_parts: Some(max),
+            initiator: Some(Initiator {
+                display_name: who.display_name.clone(),
+                id: who.id.clone(),
+            }),
+            owner: Some(who),
+            ..Default::default()
+        }))
+    }
+
+    async fn list_multipart_uploads(
+        &self,
+        req: S3Request<ListMultipartUploadsInput>,
+    ) -> S3Result<S3Response<ListMultipartUploadsOutput>> {
+        let user = self.user(&req).await?;
+        let input = req.input;
+        self.owned(&user, &input.bucket).await?;
+        let max = input
+            .max_uploads
+            .unwrap_or(MAX_KEYS_DEFAULT)
+            .clamp(0, MAX_KEYS_DEFAULT);
+        let (uploads, truncated) = multipart::list(
+            &self.pool,
+            &input.bucket,
+            input.prefix.as_deref().unwrap_or(""),
+            input.key_marker.as_deref(),
+            input.upload_id_marker.as_deref(),
+            max as usize,
+        )
+        .await
+        .map_err(fail)?;
+        let encode = encoder(&input.encoding_type);
+        let next = uploads.last().map(|(key, id, _)| (encode(key), id.clone()));
+        let listed: MultipartUploadList = uploads
+            .into_iter()
+            .map(|(key, id, record)| {
+                let who = Owner {
+                    display_name: Some(record.initiator.clone()),
+                    id: Some(record.initiator.clone()),
+                };
+                MultipartUpload {
+                    key: Some(encode(&key)),
+                    upload_id: Some(id),
+                    initiated: Some(timestamp(record.initiated_ns)),
+                    initiator: Some(Initiator {
+                        display_name: who.display_name.clone(),
+                        id: who.id.clone(),
+                    }),
+                    owner: Some(who),
+                    ..Default::default()
+                }
+            })
+            .collect();
+        let (next_key, next_id) = match next.filter(|_| truncated) {
+            Some((key, id)) => (Some(key), Some(id)),
+            None => (None, None),
+        };
+        Ok(S3Response::new(ListMultipartUploadsOutput {
+            bucket: Some(input.bucket),
+            uploads: Some(listed),
+            is_truncated: Some(truncated),
+            next_key_marker: next_key,
+            next_upload_id_marker: next_id,
+            key_marker: input.key_marker,
+            upload_id_marker: input.upload_id_marker,
+            prefix: input.prefix,
+            max_uploads: Some(max),
+            encoding_type: input.encoding_type,
+            ..Default::default()
+        }))
+    }
+
     async fn list_objects(
         &self,
         req: S3Request<ListObjectsInput>,
@@ -633,7 +1054,7 @@ impl S3 for Gateway {
             common_prefixes: common_prefixes(&listing, &encode),
             key_count: Some(count as i32),
             is_truncated: Some(listing.next.is_some()),
-            next_continuation_token: listing.next.as_deref().map(|n| hex(n.as_bytes())),
+            next_continuation_token: listing.next.as_deref().map(|n| layout::hex(n.as_bytes())),
             continuation_token: input.continuation_token,
             start_after: input.start_after.as_deref().map(&encode),
             prefix: Some(encode(input.prefix.as_deref().unwrap_or(""))),
@@ -657,7 +1078,7 @@ mod tests {
     #[test]
     fn continuation_tokens_round_trip_and_junk_is_refused() {
         let key = "photos/2026/é.jpg";
-        assert_eq!(unhex(&hex(key.as_bytes())).as_deref(), Some(key));
+        assert_eq!(unhex(&layout::hex(key.as_bytes())).as_deref(), Some(key));
         assert_eq!(unhex("zz"), None);
         assert_eq!(unhex("abc"), None);
     }

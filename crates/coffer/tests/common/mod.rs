@@ -239,19 +239,31 @@ impl LocalCluster {
 
     /// Starts OSD `osd` again, as its own process.
     pub fn restart_osd(&mut self, osd: u32) {
+        self.restart_daemon(&format!("osd.{osd}"), &["osd", "--id", &osd.to_string()]);
+    }
+
+    /// Starts `coffer up`'s S3 gateway again, as its own process.
+    pub fn restart_gw(&mut self) {
+        let pid_file = self.dir.path().join("gw/pid");
+        let pid_file = pid_file.to_str().expect("UTF-8 path");
+        self.restart_daemon("gw", &["gw", "--pid-file", pid_file]);
+    }
+
+    /// Runs `coffer ARGS` as daemon `name`, logging to its log file.
+    fn restart_daemon(&mut self, name: &str, args: &[&str]) {
         let log = std::fs::OpenOptions::new()
             .append(true)
             .create(true)
-            .open(self.dir.path().join(format!("osd.{osd}/log")))
-            .expect("osd log");
+            .open(self.dir.path().join(name).join("log"))
+            .expect("daemon log");
         let child = Command::new(COFFER)
             .arg("--conf")
             .arg(&self.conf)
-            .args(["osd", "--id", &osd.to_string()])
+            .args(args)
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
-            .expect("start osd");
+            .unwrap_or_else(|e| panic!("start {name}: {e}"));
         self.restarted.push(child);
     }
 

@@ -1,0 +1,262 @@
+"""Failure drills against Coffer's S3 gateway, driven by tests/s3_failures.rs.
+
+Configured like boto3_suite.py by S3_ENDPOINT, S3_CA, S3_ACCESS and S3_SECRET.
+
+    load BUCKET ACKED        put objects until killed, appending "KEY" to ACKED once each
+                             PUT is acknowledged; also start a multipart upload (its key and
+                             id first, as "upload KEY ID") and keep adding parts to it
+    check BUCKET ACKED       every acknowledged object reads back whole; every object the
+                             bucket lists has exactly the content its key implies; the
+                             upload left behind is listed, and aborting it cleans it up
+    hostile BUCKET           malformed XML, an oversized part, a truncated body, junk on the
+                             port: each gets its S3 error (or a closed connection), nothing
+                             half-written becomes visible, and the gateway keeps serving
+
+Object content is derived from the key, so the check needs no record of what was written.
+"""
+
+import hashlib
+import os
+import random
+import socket
+import ssl
+import sys
+import time
+import urllib.parse
+
+import boto3
+import botocore
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.config import Config
+from botocore.credentials import Credentials
+
+ENDPOINT = os.environ["S3_ENDPOINT"]
+CA = os.environ["S3_CA"]
+ACCESS = os.environ["S3_ACCESS"]
+SECRET = os.environ["S3_SECRET"]
+REGION = "us-east-1"
+MIB = 1 << 20
+PART_BYTES = 5 * MIB
+
+
+def client():
+    return boto3.client(
+        "s3",
+        endpoint_url=ENDPOINT,
+        region_name=REGION,
+        aws_access_key_id=ACCESS,
+        aws_secret_access_key=SECRET,
+        verify=CA,
+        config=Config(
+            s3={"addressing_style": "path"},
+            retries={"mode": "standard", "max_attempts": 1},
+            connect_timeout=30,
+            read_timeout=60,
+        ),
+    )
+
+
+def content(key):
+    """The bytes object KEY holds: its size and bytes follow from the key alone."""
+    rng = random.Random(key)
+    return rng.randbytes(rng.choice([1, 4096, 300_000, 4 * MIB + 17, 9 * MIB]))
+
+
+def ok(what):
+    print(f"ok: {what}", flush=True)
+
+
+def fail(what):
+    raise AssertionError(what)
+
+
+def load(bucket, acked_path):
+    s3 = client()
+    s3.create_bucket(Bucket=bucket)
+    upload_key = "pending/multipart"
+    upload_id = s3.create_multipart_upload(Bucket=bucket, Key=upload_key)["UploadId"]
+    with open(acked_path, "a", encoding="utf-8") as acked:
+        acked.write(f"upload {upload_key} {upload_id}\n")
+        acked.flush()
+        number = 0
+        while True:
+            number += 1
+            key = f"objects/{number:06d}"
+            s3.put_object(Bucket=bucket, Key=key, Body=content(key))
+            acked.write(f"{key}\n")
+            acked.flush()
+            if number % 3 == 0:
+                part = number // 3
+                s3.upload_part(
+                    Bucket=bucket,
+                    Key=upload_key,
+                    UploadId=upload_id,
+                    PartNumber=part,
+                    Body=random.Random(part).randbytes(PART_BYTES),
+                )
+
+
+def check(bucket, acked_path):
+    s3 = client()
+    with open(acked_path, encoding="utf-8") as acked:
+        lines = [line.split() for line in acked if line.strip()]
+    (_, upload_key, upload_id) = lines[0]
+    acked_keys = [fields[0] for fields in lines[1:]]
+    if len(acked_keys) < 3:
+        fail(f"the load acknowledged only {len(acked_keys)} objects before the kill")
+    for key in acked_keys:
+        body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+        if hashlib.sha256(body).digest() != hashlib.sha256(content(key)).digest():
+            fail(f"acknowledged object {key} reads back different ({len(body)} bytes)")
+    ok(f"all {len(acked_keys)} acknowledged objects read back whole")
+
+    listed = []
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket):
+        listed.extend(o["Key"] for o in page.get("Contents", []))
+    missing = set(acked_keys) - set(listed)
+    if missing:
+        fail(f"acknowledged objects missing from the listing: {sorted(missing)}")
+    for key in set(listed) - set(acked_keys):
+        # The PUT in flight at the kill may have committed before its reply was lost: then
+        # it must be whole.
+        body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+        if body != content(key):
+            fail(f"unacknowledged object {key} is visible and not whole")
+    ok(f"the listing holds the acknowledged objects and nothing partial ({len(listed)} listed)")
+
+    uploads = s3.list_multipart_uploads(Bucket=bucket).get("Uploads", [])
+    if [(u["Key"], u["UploadId"]) for u in uploads] != [(upload_key, upload_id)]:
+        fail(f"the upload in progress should be listed alone: {uploads}")
+    try:
+        s3.head_object(Bucket=bucket, Key=upload_key)
+        fail("an uncompleted multipart upload is visible as an object")
+    except botocore.exceptions.ClientError as e:
+        if e.response["Error"]["Code"] not in ("404", "NoSuchKey"):
+            raise
+    s3.abort_multipart_upload(Bucket=bucket, Key=upload_key, UploadId=upload_id)
+    if s3.list_multipart_uploads(Bucket=bucket).get("Uploads"):
+        fail("the aborted upload is still listed")
+    ok("the interrupted multipart upload is listed, invisible as an object, and aborted")
+
+
+def signed(method, path, body=b"", query="", headers=None):
+    """A SigV4-signed request to the gateway, for requests boto3 will not make."""
+    url = f"{ENDPOINT}/{urllib.parse.quote(path)}" + (f"?{query}" if query else "")
+    headers = dict(headers or {})
+    headers.setdefault("x-amz-content-sha256", hashlib.sha256(body).hexdigest())
+    request = AWSRequest(method=method, url=url, data=body, headers=headers)
+    SigV4Auth(Credentials(ACCESS, SECRET), "s3", REGION).add_auth(request)
+    return request.prepare()
+
+
+def connect():
+    host, port = urllib.parse.urlsplit(ENDPOINT).netloc.rsplit(":", 1)
+    context = ssl.create_default_context(cafile=CA)
+    raw = socket.create_connection((host, int(port)), timeout=30)
+    return context.wrap_socket(raw, server_hostname=host)
+
+
+def exchange(request, send_body=None, declared_length=None, hang_up=False):
+    """Sends REQUEST's head (with Content-Length DECLARED_LENGTH if given) and SEND_BODY,
+    then reads the response and returns (status, body text); with HANG_UP, closes the
+    connection instead, as a client that dies mid-request."""
+    target = urllib.parse.urlsplit(request.url)
+    path = target.path + (f"?{target.query}" if target.query else "")
+    body = (request.body or b"") if send_body is None else send_body
+    length = len(body) if declared_length is None else declared_length
+    head = [f"{request.method} {path} HTTP/1.1", f"Host: {target.netloc}"]
+    head += [
+        f"{name}: {value}"
+        for name, value in request.headers.items()
+        if name.lower() != "content-length"
+    ]
+    head += [f"Content-Length: {length}", "Connection: close", "", ""]
+    with connect() as conn:
+        conn.sendall("\r\n".join(head).encode() + body)
+        if hang_up:
+            return None, ""
+        response = b""
+        try:
+            while chunk := conn.recv(65536):
+                response += chunk
+        except (ConnectionError, ssl.SSLError):
+            pass
+    if not response:
+        return None, ""
+    status = int(response.split(b" ", 2)[1])
+    return status, response.decode(errors="replace")
+
+
+def expect_code(what, status, text, want_status, want_code):
+    if status != want_status or f"<Code>{want_code}</Code>" not in text:
+        fail(f"{what}: expected {want_status} {want_code}, got {status}: {text[-400:]}")
+    ok(f"{what}: {want_status} {want_code}")
+
+
+def hostile(bucket):
+    s3 = client()
+    s3.create_bucket(Bucket=bucket)
+    upload_id = s3.create_multipart_upload(Bucket=bucket, Key="hostile/mp")["UploadId"]
+    s3.upload_part(
+        Bucket=bucket, Key="hostile/mp", UploadId=upload_id, PartNumber=1, Body=b"x" * 100
+    )
+    for junk in [b"<CompleteMultipartUpload><Part><PartNumber>1", b"not xml at all \x00\xff"]:
+        request = signed("POST", f"{bucket}/hostile/mp", junk, f"uploadId={upload_id}")
+        status, text = exchange(request)
+        expect_code(f"CompleteMultipartUpload with {junk[:20]!r}", status, text, 400, "MalformedXML")
+
+    request = signed(
+        "PUT",
+        f"{bucket}/hostile/mp",
+        query=f"partNumber=1&uploadId={upload_id}",
+        headers={"x-amz-content-sha256": "UNSIGNED-PAYLOAD"},
+    )
+    status, text = exchange(request, send_body=b"", declared_length=6 << 30)
+    expect_code("a part declared as 6 GiB", status, text, 400, "EntityTooLarge")
+
+    request = signed(
+        "PUT", f"{bucket}/hostile/truncated", headers={"x-amz-content-sha256": "UNSIGNED-PAYLOAD"}
+    )
+    exchange(request, send_body=b"y" * 100_000, declared_length=MIB, hang_up=True)
+    time.sleep(1)
+    try:
+        s3.head_object(Bucket=bucket, Key="hostile/truncated")
+        fail("a PUT whose body stopped short is visible")
+    except botocore.exceptions.ClientError as e:
+        if e.response["Error"]["Code"] not in ("404", "NoSuchKey"):
+            raise
+    ok("a PUT whose body stops short leaves no object")
+
+    for junk in [b"GET / HTTP/1.1\r\n\r\n", os.urandom(3000)]:
+        host, port = urllib.parse.urlsplit(ENDPOINT).netloc.rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=30) as raw:
+            raw.sendall(junk)
+            try:
+                raw.recv(100)
+            except ConnectionError:
+                pass
+    ok("plain HTTP and random bytes on the TLS port get a closed connection")
+
+    s3.put_object(Bucket=bucket, Key="hostile/after", Body=b"still serving")
+    body = s3.get_object(Bucket=bucket, Key="hostile/after")["Body"].read()
+    if body != b"still serving":
+        fail("the gateway no longer serves after the hostile requests")
+    s3.abort_multipart_upload(Bucket=bucket, Key="hostile/mp", UploadId=upload_id)
+    ok("the gateway still serves")
+
+
+def main():
+    command, bucket = sys.argv[1], sys.argv[2]
+    if command == "load":
+        load(bucket, sys.argv[3])
+    elif command == "check":
+        check(bucket, sys.argv[3])
+    elif command == "hostile":
+        hostile(bucket)
+    else:
+        fail(f"unknown command {command}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,282 @@
+//! Multipart uploads: their records, their parts, and how they end (completed into an
+//! object, or aborted).
+//!
+//! An upload is `gw.upload.ID` (its parts in the omap, by number) and an entry in its
+//! bucket's `gw.uploads.BUCKET` omap. Parts are written like PUTs, each as its own instance.
+//! Completion first marks the upload `completing`: from then on no part can be added or
+//! replaced and it cannot be aborted, so the parts the new object's index entry names stay
+//! as they are. The index entry then commits, and the upload's records and its unused parts
+//! are removed.
+
+use bytes::Bytes;
+use client::{ObjectOp, Pool};
+
+use crate::layout::{self, PartRecord, UploadRecord};
+use crate::{data, Error};
+
+/// The attribute of an upload's object once its completion has begun.
+const COMPLETING_ATTR: &str = "completing";
+/// Omap entries read per request.
+const PAGE: u32 = 1000;
+
+fn no_upload(id: &str) -> Error {
+    Error::NotFound(format!("upload {id}"))
+}
+
+/// Starts an upload of `key` in `bucket`; returns its id.
+pub async fn create(
+    pool: &Pool,
+    bucket: &str,
+    key: &str,
+    record: &UploadRecord,
+) -> Result<String, Error> {
+    let id = layout::new_instance();
+    pool.create(&layout::upload_object(&id), true).await?;
+    let ops = vec![
+        ObjectOp::Create { exclusive: false },
+        ObjectOp::OmapSet {
+            entries: vec![(layout::upload_key(key, &id), layout::encode(record))],
+        },
+    ];
+    pool.operate(&layout::uploads_object(bucket), ops, Bytes::new())
+        .await?;
+    Ok(id)
+}
+
+/// The record of upload `id` of `key` in `bucket`, if it is in progress.
+pub async fn record(
+    pool: &Pool,
+    bucket: &str,
+    key: &str,
+    id: &str,
+) -> Result<Option<UploadRecord>, Error> {
+    let found = match pool
+        .omap_get(
+            &layout::uploads_object(bucket),
+            vec![layout::upload_key(key, id)],
+        )
+        .await
+    {
+        Ok(found) => found,
+        Err(client::Error::NotFound) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    match found.into_iter().next().and_then(|(_, value)| value) {
+        Some(bytes) => Ok(Some(layout::decode(&bytes).map_err(Error::Corrupt)?)),
+        None => Ok(None),
+    }
+}
+
+/// Makes `part` part `number` of upload `id`; returns the part it replaced.
+pub async fn put_part(
+    pool: &Pool,
+    id: &str,
+    number: u32,
+    part: &PartRecord,
+) -> Result<Option<PartRecord>, Error> {
+    let object = layout::upload_object(id);
+    let old = match pool.omap_get(&object, vec![layout::part_key(number)]).await {
+        Ok(found) => found.into_iter().next().and_then(|(_, value)| value),
+        Err(client::Error::NotFound) => return Err(no_upload(id)),
+        Err(e) => return Err(e.into()),
+    };
+    let ops = vec![
+        ObjectOp::AssertExists,
+        ObjectOp::AssertAttr {
+            name: COMPLETING_ATTR.into(),
+            value: None,
+        },
+        ObjectOp::OmapSet {
+            entries: vec![(layout::part_key(number), layout::encode(part))],
+        },
+    ];
+    match pool.operate(&object, ops, Bytes::new()).await {
+        Ok(_) => match old {
+            Some(bytes) => Ok(Some(layout::decode(&bytes).map_err(Error::Corrupt)?)),
+            None => Ok(None),
+        },
+        Err(client::Error::NotFound) => Err(no_upload(id)),
+        Err(client::Error::Mismatch(_)) => {
+            Err(Error::Busy(format!("upload {id} is being completed")))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Parts of upload `id` numbered above `after`, in order, at most `limit`.
+pub async fn parts(
+    pool: &Pool,
+    id: &str,
+    after: u32,
+    limit: u32,
+) -> Result<Vec<(u32, PartRecord)>, Error> {
+    let after = (after > 0).then(|| layout::part_key(after));
+    let page = match pool
+        .omap_list(&layout::upload_object(id), after, limit)
+        .await
+    {
+        Ok(page) => page,
+        Err(client::Error::NotFound) => return Err(no_upload(id)),
+        Err(e) => return Err(e.into()),
+    };
+    page.into_iter()
+        .map(|(key, value)| {
+            let number = <[u8; 4]>::try_from(key.as_slice())
+                .map(u32::from_be_bytes)
+                .map_err(|_| Error::Corrupt(format!("part key {key:?}")))?;
+            Ok((number, layout::decode(&value).map_err(Error::Corrupt)?))
+        })
+        .collect()
+}
+
+/// Every part of upload `id`.
+pub async fn all_parts(pool: &Pool, id: &str) -> Result<Vec<(u32, PartRecord)>, Error> {
+    let mut out = Vec::new();
+    loop {
+        let after = out.last().map_or(0, |(number, _)| *number);
+        let page = parts(pool, id, after, PAGE).await?;
+        let full = page.len() == PAGE as usize;
+        out.extend(page);
+        if !full {
+            return Ok(out);
+        }
+    }
+}
+
+/// Begins the completion of upload `id`: no part changes and no abort after this.
+pub async fn mark_completing(pool: &Pool, id: &str) -> Result<(), Error> {
+    let ops = vec![
+        ObjectOp::AssertExists,
+        ObjectOp::SetAttr {
+            name: COMPLETING_ATTR.into(),
+            value: vec![1],
+        },
+    ];
+    match pool
+        .operate(&layout::upload_object(id), ops, Bytes::new())
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(client::Error::NotFound) => Err(no_upload(id)),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Removes the records of upload `id` and the content of its parts that `used` does not
+/// list (by instance).
+pub async fn finish(
+    pool: &Pool,
+    bucket: &str,
+    key: &str,
+    id: &str,
+    parts: &[PartRecord],
+    used: &[String],
+) {
+    if let Err(e) = pool
+        .omap_remove(
+            &layout::uploads_object(bucket),
+            vec![layout::upload_key(key, id)],
+        )
+        .await
+    {
+        tracing::warn!("removing the record of upload {id}: {e}; it stays listed");
+        return;
+    }
+    for part in parts {
+        if !used.contains(&part.segment.instance) {
+            data::remove_segment(pool, &part.segment).await;
+        }
+    }
+    if let Err(e) = pool.remove(&layout::upload_object(id)).await {
+        tracing::warn!("removing upload {id}'s parts record: {e}; it stays as garbage");
+    }
+}
+
+/// Aborts upload `id`: its parts are removed and it is no longer listed. Refused once its
+/// completion has begun.
+pub async fn abort(pool: &Pool, bucket: &str, key: &str, id: &str) -> Result<(), Error> {
+    let parts = all_parts(pool, id).await?;
+    let ops = vec![
+        ObjectOp::AssertAttr {
+            name: COMPLETING_ATTR.into(),
+            value: None,
+        },
+        ObjectOp::Remove,
+    ];
+    match pool
+        .operate(&layout::upload_object(id), ops, Bytes::new())
+        .await
+    {
+        Ok(_) => {}
+        Err(client::Error::NotFound) => return Err(no_upload(id)),
+        Err(client::Error::Mismatch(_)) => {
+            return Err(Error::Busy(format!("upload {id} is being completed")))
+        }
+        Err(e) => return Err(e.into()),
+    }
+    pool.omap_remove(
+        &layout::uploads_object(bucket),
+        vec![layout::upload_key(key, id)],
+    )
+    .await?;
+    for (_, part) in parts {
+        data::remove_segment(pool, &part.segment).await;
+    }
+    Ok(())
+}
+
+/// Uploads in progress in `bucket` whose keys start with `prefix`, after the upload
+/// (`key_marker`, `id_marker`), in order, at most `max`; and whether more follow.
+pub async fn list(
+    pool: &Pool,
+    bucket: &str,
+    prefix: &str,
+    key_marker: Option<&str>,
+    id_marker: Option<&str>,
+    max: usize,
+) -> Result<(Vec<(String, String, UploadRecord)>, bool), Error> {
+    let mut bound = layout::before(prefix.as_bytes());
+    if let Some(marker) = key_marker.filter(|m| !m.is_empty()) {
+        // After every upload of the marker key, or after the marker upload of it.
+        let after = match id_marker.filter(|m| !m.is_empty()) {
+            Some(id) => layout::upload_key(marker, id),
+            None => layout::past(&layout::upload_key(marker, "")),
+        };
+        if bound.as_deref().is_none_or(|b| after.as_slice() > b) {
+            bound = Some(after);
+        }
+    }
+    let mut out = Vec::new();
+    loop {
+        let page = match pool
+            .omap_list(&layout::uploads_object(bucket), bound.clone(), PAGE)
+            .await
+        {
+            Ok(page) => page,
+            Err(client::Error::NotFound) => return Ok((out, false)),
+            Err(e) => return Err(e.into()),
+        };
+        let full = page.len() == PAGE as usize;
+        for (entry_key, value) in page {
+            bound = Some(entry_key.clone());
+            let Some(split) = entry_key.iter().rposition(|b| *b == 0) else {
+                continue;
+            };
+            let key = String::from_utf8_lossy(&entry_key[..split]).into_owned();
+            if !key.starts_with(prefix) {
+                if key.as_str() > prefix {
+                    return Ok((out, false));
+                }
+                continue;
+            }
+            if out.len() == max {
+                return Ok((out, true));
+            }
+            let id = String::from_utf8_lossy(&entry_key[split + 1..]).into_owned();
+            out.push((key, id, layout::decode(&value).map_err(Error::Corrupt)?));
+        }
+        if !full {
+            return Ok((out, false));
+        }
+    }
+}
