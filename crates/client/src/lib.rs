@@ -27,7 +27,7 @@ use tokio::task::JoinHandle;
 
 pub use conf::Conf;
 /// The operations of [`Pool::operate`], and their results.
-pub use messenger::message::{ObjectOp, OpResult};
+pub use messenger::message::{KmsKeyListing, ObjectOp, OpResult};
 
 /// How long an operation keeps trying (map changes, recovering PGs, OSDs restarting) before
 /// it fails with the last reason it was given.
@@ -85,6 +85,15 @@ impl Drop for Inner {
             task.abort();
         }
     }
+}
+
+/// A data key from the monitors' KMS: the key in the clear (zeroised on drop), and as
+/// wrapped by `version` of KMS key `key`.
+pub struct DataKey {
+    pub key: String,
+    pub version: u32,
+    pub plaintext: keys::SecretKey<32>,
+    pub wrapped: Vec<u8>,
 }
 
 /// A connection to a cluster. Cheap to clone.
@@ -183,6 +192,78 @@ impl Cluster {
         match self.inner.monc.call(&MonRequest::Status).await? {
             MonReply::Status(status) => Ok(*status),
             MonReply::Denied(why) => Err(Error::Denied(why)),
+            other => Err(Error::Failed(format!("unexpected reply {other:?}"))),
+        }
+    }
+
+    /// The keys of the monitors' KMS.
+    pub async fn kms_keys(&self) -> Result<Vec<KmsKeyListing>, Error> {
+        match self.command(Command::KmsKeyList).await? {
+            MonReply::KmsKeys(keys) => Ok(keys),
+            other => Err(Error::Failed(format!("unexpected reply {other:?}"))),
+        }
+    }
+
+    /// Creates KMS key `name`.
+    pub async fn kms_key_create(&self, name: &str) -> Result<(), Error> {
+        let command = Command::KmsKeyCreate { name: name.into() };
+        self.command(command).await.map(|_| ())
+    }
+
+    /// Adds a version to KMS key `name`: new data keys are wrapped by it.
+    pub async fn kms_key_rotate(&self, name: &str) -> Result<(), Error> {
+        let command = Command::KmsKeyRotate { name: name.into() };
+        self.command(command).await.map(|_| ())
+    }
+
+    /// Removes KMS key `name`: every data key it wrapped can no longer be opened.
+    pub async fn kms_key_remove(&self, name: &str) -> Result<(), Error> {
+        let command = Command::KmsKeyRemove { name: name.into() };
+        self.command(command).await.map(|_| ())
+    }
+
+    /// A fresh data key of KMS key `key`: in the clear, and wrapped by the key's newest
+    /// version.
+    pub async fn kms_generate(&self, key: &str) -> Result<DataKey, Error> {
+        self.data_key(MonRequest::KmsGenerate { key: key.into() })
+            .await
+    }
+
+    /// The data key `wrapped` by version `version` of KMS key `key`.
+    pub async fn kms_decrypt(
+        &self,
+        key: &str,
+        version: u32,
+        wrapped: &[u8],
+    ) -> Result<DataKey, Error> {
+        let request = MonRequest::KmsDecrypt {
+            key: key.into(),
+            version,
+            wrapped: wrapped.to_vec(),
+        };
+        self.data_key(request).await
+    }
+
+    async fn data_key(&self, request: MonRequest) -> Result<DataKey, Error> {
+        match self.inner.monc.call(&request).await? {
+            MonReply::DataKey {
+                key,
+                version,
+                mut plaintext,
+                wrapped,
+            } => {
+                let bytes: Result<[u8; 32], _> = plaintext.as_slice().try_into();
+                zeroize::Zeroize::zeroize(&mut plaintext);
+                let bytes = bytes.map_err(|_| Error::Failed("a data key is 32 bytes".into()))?;
+                Ok(DataKey {
+                    key,
+                    version,
+                    plaintext: keys::SecretKey::from_bytes(bytes),
+                    wrapped,
+                })
+            }
+            MonReply::Denied(why) => Err(Error::Denied(why)),
+            MonReply::Failed(why) => Err(Error::Failed(why)),
             other => Err(Error::Failed(format!("unexpected reply {other:?}"))),
         }
     }

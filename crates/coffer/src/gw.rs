@@ -1,4 +1,5 @@
-//! `coffer gw` (the S3 gateway) and `coffer user` (its users).
+//! `coffer gw` (the S3 gateway), `coffer user` (its users) and `coffer kms` (the monitors'
+//! KMS, whose keys protect its server-side encryption).
 
 use std::path::PathBuf;
 
@@ -50,6 +51,82 @@ pub enum UserCommand {
     },
     /// Removes a user (refused while it owns buckets).
     Rm { name: String },
+}
+
+#[derive(clap::Subcommand)]
+pub enum KmsCommand {
+    /// Keys of the built-in KMS: create, ls, rotate, rm.
+    #[command(subcommand)]
+    Key(KmsKeyCommand),
+}
+
+#[derive(clap::Subcommand)]
+pub enum KmsKeyCommand {
+    Create {
+        name: String,
+    },
+    Ls {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Adds a version: new data keys are wrapped by it; older data keys still open with
+    /// the version that wrapped them. No data is re-encrypted.
+    Rotate {
+        name: String,
+    },
+    /// Removes the key and every version of it: everything its data keys protect becomes
+    /// unreadable, for good (crypto-shredding).
+    Rm {
+        name: String,
+        /// Required: what the key protects cannot be read again.
+        #[arg(long)]
+        yes_i_really_mean_it: bool,
+    },
+}
+
+pub fn kms(who: &Who, command: KmsCommand) -> Result<(), String> {
+    let KmsCommand::Key(command) = command;
+    let (_, runtime, cluster) = connect(who)?;
+    runtime.block_on(async {
+        let done = |result: Result<(), client::Error>| result.map_err(|e| e.to_string());
+        match command {
+            KmsKeyCommand::Create { name } => {
+                done(cluster.kms_key_create(&name).await)?;
+                println!("KMS key {name} created");
+            }
+            KmsKeyCommand::Rotate { name } => {
+                done(cluster.kms_key_rotate(&name).await)?;
+                println!("KMS key {name} rotated");
+            }
+            KmsKeyCommand::Rm {
+                name,
+                yes_i_really_mean_it,
+            } => {
+                if !yes_i_really_mean_it {
+                    return Err(format!(
+                        "removing KMS key {name} makes every object it protects unreadable; \
+                         add --yes-i-really-mean-it"
+                    ));
+                }
+                done(cluster.kms_key_remove(&name).await)?;
+                println!("KMS key {name} removed");
+            }
+            KmsKeyCommand::Ls { json: as_json } => {
+                let keys = cluster.kms_keys().await.map_err(|e| e.to_string())?;
+                if as_json {
+                    let listed: Vec<_> = keys
+                        .iter()
+                        .map(|k| serde_json::json!({"name": k.name, "versions": k.versions}))
+                        .collect();
+                    return json(&listed);
+                }
+                for key in keys {
+                    println!("{}  ({} versions)", key.name, key.versions);
+                }
+            }
+        }
+        Ok(())
+    })
 }
 
 fn pool_name(conf: &Conf, explicit: Option<String>) -> String {
@@ -105,7 +182,10 @@ pub fn serve(who: &Who, args: GwArgs) -> Result<(), String> {
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
         let scheme = if tls.is_some() { "https" } else { "http" };
         println!("coffer gw: serving S3 on pool {pool_name} at {scheme}://{addr}");
-        let service = gateway::Gateway::new(pool).service();
+        let service = gateway::Gateway::start(pool)
+            .await
+            .map_err(|e| format!("starting the gateway: {e}"))?
+            .service();
         let serving = tokio::spawn(gateway::serve::serve(listener, service, tls));
         tokio::select! {
             result = crate::daemon::stop_signal() => result,

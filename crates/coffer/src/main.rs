@@ -76,6 +76,9 @@ enum Command {
     /// Users of the S3 gateway: create (prints their keys), ls, rm.
     #[command(subcommand)]
     User(gw::UserCommand),
+    /// The monitors' KMS: keys for the gateway's server-side encryption.
+    #[command(subcommand)]
+    Kms(gw::KmsCommand),
     /// Client instances whose writes the OSDs refuse (fenced writers).
     #[command(subcommand)]
     Blocklist(admin::BlocklistCommand),
@@ -168,6 +171,7 @@ fn main() -> ExitCode {
                 Command::Image(command) => image::image(&who, command),
                 Command::Blocklist(command) => admin::blocklist(&who, command),
                 Command::User(command) => gw::user(&who, command),
+                Command::Kms(command) => gw::kms(&who, command),
                 Command::Bench(command) => bench::run(command),
                 Command::Mon(_) | Command::Nbd(_) | Command::Gw(_) => unreachable!("matched above"),
             }

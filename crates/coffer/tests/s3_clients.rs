@@ -1,7 +1,8 @@
 //! The S3 gateway against the clients people use, each over TLS trusting only the gateway's
 //! CA, each as a user made with `coffer user create`: boto3 (the suite in
-//! tests/s3/boto3_suite.py: buckets, objects, metadata, ranges, copies, listings, presigned
-//! URLs, error codes, and a second user kept out), aws-cli and s3cmd (whole files up and down).
+//! tests/s3/boto3_suite.py: buckets, objects, metadata, ranges, copies, multipart uploads,
+//! listings, presigned URLs, error codes, and a second user kept out), aws-cli and s3cmd
+//! (whole files up and down, in parts as each client cuts them by default).
 //! And the users themselves: one who owns a bucket cannot be removed, and once removed, its
 //! keys stop working.
 //!
@@ -96,6 +97,43 @@ fn md5_hex(path: &Path) -> String {
         .to_string()
 }
 
+/// The ETag, quotes included, of `data` uploaded in parts of `part_size_bytes` (the last one
+/// shorter): the hex MD5 of the parts' binary MD5s one after the other, then "-" and the
+/// number of parts, as S3 makes it. The MD5s are md5sum's, over files in `dir`.
+fn multipart_etag(dir: &Path, data: &[u8], part_size_bytes: usize) -> String {
+    let mut digests = Vec::new();
+    let parts = data.chunks(part_size_bytes);
+    let count = parts.len();
+    for part in parts {
+        let path = dir.join("etag-part");
+        std::fs::write(&path, part).expect("write a part to digest");
+        let hex = md5_hex(&path);
+        for at in (0..hex.len()).step_by(2) {
+            let byte = u8::from_str_radix(&hex[at..at + 2], 16).expect("md5sum prints hex");
+            digests.push(byte);
+        }
+    }
+    let path = dir.join("etag-digests");
+    std::fs::write(&path, &digests).expect("write the parts' digests");
+    format!("\"{}-{count}\"", md5_hex(&path))
+}
+
+/// The ETag `aws s3api head-object` reports for `key` in `bucket`, with its quotes.
+fn head_etag(aws: &AwsCli, bucket: &str, key: &str, size_bytes: usize) -> String {
+    let head = aws.ok(&["s3api", "head-object", "--bucket", bucket, "--key", key]);
+    let head: serde_json::Value = serde_json::from_str(&head)
+        .unwrap_or_else(|e| panic!("aws s3api head-object printed {head:?}: {e}"));
+    assert_eq!(
+        head["ContentLength"].as_u64(),
+        Some(size_bytes as u64),
+        "{head:#}"
+    );
+    head["ETag"]
+        .as_str()
+        .unwrap_or_else(|| panic!("aws s3api head-object printed no ETag: {head:#}"))
+        .to_string()
+}
+
 /// The gateway `coffer up` started, once it accepts connections.
 struct Gateway {
     endpoint: String,
@@ -146,9 +184,9 @@ fn create_user(cluster: &LocalCluster, name: &str) -> User {
     }
 }
 
-/// aws-cli as one user, with configuration files of its own: path-style addressing, and no
-/// multipart upload or ranged download below 1 GiB, since the gateway does not serve
-/// multipart uploads yet.
+/// aws-cli as one user, with configuration files of its own: path-style addressing, and
+/// otherwise aws-cli's defaults (files of 8 MiB or more go up in parts of 8 MiB and come down
+/// in ranges of 8 MiB).
 struct AwsCli {
     program: PathBuf,
     dir: tempfile::TempDir,
@@ -162,7 +200,7 @@ impl AwsCli {
         let config = "[default]\n\
                       region = us-east-1\n\
                       output = json\n\
-                      s3 =\n    addressing_style = path\n    multipart_threshold = 1GB\n";
+                      s3 =\n    addressing_style = path\n";
         std::fs::write(dir.path().join("config"), config).expect("write aws config");
         let credentials = format!(
             "[default]\naws_access_key_id = {}\naws_secret_access_key = {}\n",
@@ -292,18 +330,30 @@ fn run_boto3_suite(venv: &Path, gateway: &Gateway, user: &User, other: &User) {
     );
 }
 
-/// aws-cli's high-level commands, as a user moves files: a 10 MiB file up and back down
-/// unchanged (in one PUT and one GET), listed, inspected with s3api, removed.
+/// aws-cli's high-level commands, as a user moves files: a 40 MiB file up in five parts of
+/// 8 MiB (aws-cli's default threshold and part size) and back down in ranges, unchanged;
+/// listed, inspected with s3api, removed.
 fn aws_cli_moves_a_file_up_and_down(aws: &AwsCli, dir: &Path) {
     let bucket = "aws-cli-bucket";
-    let size_bytes = 10 * MIB_BYTES;
+    let size_bytes = 40 * MIB_BYTES;
+    let part_size_bytes = 8 * MIB_BYTES;
     let upload = dir.join("aws-up");
     let download = dir.join("aws-down");
     let data = random_file(&upload, size_bytes);
-    let object = format!("s3://{bucket}/dir/ten-mib");
+    let object = format!("s3://{bucket}/dir/forty-mib");
 
     aws.ok(&["s3", "mb", &format!("s3://{bucket}")]);
     aws.ok(&["s3", "cp", "--no-progress", path_str(&upload), &object]);
+    let etag = head_etag(aws, bucket, "dir/forty-mib", size_bytes);
+    assert!(
+        etag.ends_with("-5\""),
+        "aws s3 cp of 40 MiB did not upload five parts: ETag {etag}"
+    );
+    assert_eq!(
+        etag,
+        multipart_etag(dir, &data, part_size_bytes),
+        "the ETag of aws s3 cp's upload is not that of parts of 8 MiB"
+    );
     aws.ok(&["s3", "cp", "--no-progress", &object, path_str(&download)]);
     let got = std::fs::read(&download).expect("read the downloaded file");
     assert!(
@@ -316,28 +366,13 @@ fn aws_cli_moves_a_file_up_and_down(aws: &AwsCli, dir: &Path) {
     assert!(buckets.contains(bucket), "aws s3 ls: {buckets}");
     let listing = aws.ok(&["s3", "ls", "--recursive", &format!("s3://{bucket}/")]);
     assert!(
-        listing.contains("dir/ten-mib") && listing.contains(&size_bytes.to_string()),
+        listing.contains("dir/forty-mib") && listing.contains(&size_bytes.to_string()),
         "aws s3 ls s3://{bucket}/: {listing}"
     );
-    let head = aws.ok(&[
-        "s3api",
-        "head-object",
-        "--bucket",
-        bucket,
-        "--key",
-        "dir/ten-mib",
-    ]);
-    let head: serde_json::Value = serde_json::from_str(&head)
-        .unwrap_or_else(|e| panic!("aws s3api head-object printed {head:?}: {e}"));
-    assert_eq!(
-        head["ContentLength"].as_u64(),
-        Some(size_bytes as u64),
-        "{head:#}"
-    );
-    assert_eq!(
-        head["ETag"].as_str(),
-        Some(format!("\"{}\"", md5_hex(&upload)).as_str()),
-        "{head:#}"
+    let uploads = aws.ok(&["s3api", "list-multipart-uploads", "--bucket", bucket]);
+    assert!(
+        !uploads.contains("UploadId"),
+        "uploads left in progress after aws s3 cp: {uploads}"
     );
 
     aws.ok(&["s3", "rm", &object]);
@@ -348,24 +383,36 @@ fn aws_cli_moves_a_file_up_and_down(aws: &AwsCli, dir: &Path) {
     assert!(!buckets.contains(bucket), "aws s3 ls after rb: {buckets}");
 }
 
-/// s3cmd, which signs every payload and checks the MD5 of what it sends and fetches
-/// against the ETag: a 6 MiB file in one PUT, listed, fetched unchanged, removed.
-fn s3cmd_moves_a_file_up_and_down(s3cmd: &S3cmd, dir: &Path) {
+/// s3cmd, which signs every payload and checks the MD5 of what it sends and fetches: a
+/// 20 MiB file up in four parts of 5 MiB, listed, fetched unchanged, removed. `aws`, as the
+/// same user, reads the ETag the upload left.
+fn s3cmd_moves_a_file_up_and_down(s3cmd: &S3cmd, aws: &AwsCli, dir: &Path) {
     let bucket = "s3cmd-bucket";
-    let size_bytes = 6 * MIB_BYTES;
+    let size_bytes = 20 * MIB_BYTES;
+    let part_size_mib = 5;
     let upload = dir.join("s3cmd-up");
     let download = dir.join("s3cmd-down");
     let data = random_file(&upload, size_bytes);
-    let object = format!("s3://{bucket}/six-mib");
+    let object = format!("s3://{bucket}/twenty-mib");
 
     s3cmd.ok(&["mb", &format!("s3://{bucket}")]);
     s3cmd.ok(&[
         "put",
-        "--disable-multipart",
+        &format!("--multipart-chunk-size-mb={part_size_mib}"),
         "--no-progress",
         path_str(&upload),
         &object,
     ]);
+    let etag = head_etag(aws, bucket, "twenty-mib", size_bytes);
+    assert!(
+        etag.ends_with("-4\""),
+        "s3cmd put of 20 MiB in parts of 5 MiB did not upload four parts: ETag {etag}"
+    );
+    assert_eq!(
+        etag,
+        multipart_etag(dir, &data, part_size_mib * MIB_BYTES),
+        "the ETag of s3cmd put's upload is not that of parts of {part_size_mib} MiB"
+    );
     let (buckets, _) = s3cmd.ok(&["ls"]);
     assert!(
         buckets.contains(&format!("s3://{bucket}")),
@@ -376,8 +423,14 @@ fn s3cmd_moves_a_file_up_and_down(s3cmd: &S3cmd, dir: &Path) {
         listing.contains(&object) && listing.contains(&size_bytes.to_string()),
         "s3cmd ls s3://{bucket}: {listing}"
     );
+    let (uploads, _) = s3cmd.ok(&["multipart", &format!("s3://{bucket}")]);
+    assert!(
+        !uploads.contains("twenty-mib"),
+        "uploads left in progress after s3cmd put: {uploads}"
+    );
     let (_, warnings) = s3cmd.ok(&["get", "--no-progress", &object, path_str(&download)]);
-    // s3cmd only warns when the ETag is not the MD5 of what it fetched.
+    // s3cmd only warns when what it fetched does not match the MD5 it recorded at upload
+    // (in x-amz-meta-s3cmd-attrs, as a multipart ETag is not an MD5).
     assert!(!warnings.contains("MD5"), "s3cmd get: {warnings}");
     let got = std::fs::read(&download).expect("read the downloaded file");
     assert!(
@@ -407,12 +460,13 @@ fn boto3_aws_cli_and_s3cmd_store_and_fetch_objects_through_the_gateway() {
     let bob = create_user(&cluster, "bob");
     let aws = AwsCli::new(&venv, &gateway, &alice);
     aws.wait_accepted();
-    AwsCli::new(&venv, &gateway, &bob).wait_accepted();
+    let aws_as_bob = AwsCli::new(&venv, &gateway, &bob);
+    aws_as_bob.wait_accepted();
 
     run_boto3_suite(&venv, &gateway, &alice, &bob);
     let dir = tempfile::tempdir().expect("tempdir");
     aws_cli_moves_a_file_up_and_down(&aws, dir.path());
-    s3cmd_moves_a_file_up_and_down(&S3cmd::new(&gateway, &bob), dir.path());
+    s3cmd_moves_a_file_up_and_down(&S3cmd::new(&gateway, &bob), &aws_as_bob, dir.path());
 }
 
 #[test]

@@ -3,7 +3,7 @@
 use bytes::Bytes;
 use client::{ObjectOp, Pool};
 
-use crate::layout::{self, BucketInfo, ObjectEntry};
+use crate::layout::{self, BucketInfo, ObjectEntry, Sse};
 use crate::Error;
 
 /// Omap entries read per request when listing.
@@ -100,9 +100,20 @@ pub async fn remove(pool: &Pool, bucket: &str) -> Result<(), Error> {
             e => e.into(),
         })?;
     let first = pool.omap_list(&index, None, 1).await?;
-    if !first.is_empty() {
+    let holds_objects = first
+        .first()
+        .is_some_and(|(key, _)| key.first() != Some(&layout::UPLOADS));
+    if holds_objects {
         pool.remove_attr(&index, layout::DELETING_ATTR).await?;
         return Err(Error::NotEmpty(bucket.into()));
+    }
+    // Uploads in progress go with the bucket (no new one can start now).
+    let (uploads, _) = crate::multipart::list(pool, bucket, "", None, None, usize::MAX).await?;
+    for (key, id, _) in uploads {
+        if let Err(e) = crate::multipart::abort(pool, bucket, &key, &id).await {
+            pool.remove_attr(&index, layout::DELETING_ATTR).await?;
+            return Err(e);
+        }
     }
     pool.omap_remove(layout::BUCKETS, vec![bucket.as_bytes().to_vec()])
         .await?;
@@ -110,6 +121,28 @@ pub async fn remove(pool: &Pool, bucket: &str) -> Result<(), Error> {
         Ok(()) | Err(client::Error::NotFound) => Ok(()),
         Err(e) => Err(e.into()),
     }
+}
+
+/// The default encryption of `bucket`'s new objects, if it has one.
+pub async fn encryption(pool: &Pool, bucket: &str) -> Result<Option<Sse>, Error> {
+    let attrs = pool.attrs(&layout::index_object(bucket)).await?;
+    match attrs.get(layout::ENCRYPTION_ATTR) {
+        Some(bytes) => Ok(Some(layout::decode(bytes).map_err(Error::Corrupt)?)),
+        None => Ok(None),
+    }
+}
+
+/// Sets (or with `None`, removes) the default encryption of `bucket`'s new objects.
+pub async fn set_encryption(pool: &Pool, bucket: &str, sse: Option<&Sse>) -> Result<(), Error> {
+    let index = layout::index_object(bucket);
+    match sse {
+        Some(sse) => {
+            pool.set_attr(&index, layout::ENCRYPTION_ATTR, &layout::encode(sse))
+                .await?
+        }
+        None => pool.remove_attr(&index, layout::ENCRYPTION_ATTR).await?,
+    }
+    Ok(())
 }
 
 /// The index entry of `key` in `bucket`, if there is one.
@@ -215,6 +248,9 @@ pub async fn listing(
         let full = page.len() == PAGE as usize;
         let mut jumped = false;
         for (key_bytes, value) in page {
+            if key_bytes.first() == Some(&layout::UPLOADS) {
+                return Ok(out);
+            }
             let key = String::from_utf8_lossy(&key_bytes).into_owned();
             bound = Some(key_bytes.clone());
             if !key.starts_with(prefix) {

@@ -1,17 +1,21 @@
 //! Object content as stripes of one upload instance: written from a request body as it
-//! arrives and read back as a stream, so that no object is ever held whole in memory.
+//! arrives (sealed in chunks on the way when the object is encrypted) and read back as a
+//! stream, so that no object is ever held whole in memory.
 
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
 use client::Pool;
 use futures::{Stream, StreamExt};
+use keys::SecretKey;
 use md5::{Digest, Md5};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
-use crate::layout::{self, ObjectEntry, Segment};
+use crate::layout::{self, ObjectEntry, SealedKey, Segment};
+use crate::sse::{self, ChunkKey};
 use crate::Error;
 
 /// Stripes written at once by one upload (so at most this many stripes, plus the one being
@@ -28,6 +32,8 @@ pub struct Written {
     pub instance: String,
     pub size: u64,
     pub md5: [u8; 16],
+    /// The wrapped data key, if the content was sealed.
+    pub sealed: Option<SealedKey>,
 }
 
 impl Written {
@@ -39,59 +45,148 @@ impl Written {
         Segment {
             instance: self.instance.clone(),
             size: self.size,
-            stripe_bytes: layout::STRIPE_BYTES,
+            stripe_bytes: match self.sealed {
+                Some(_) => sse::SEALED_STRIPE_BYTES,
+                None => layout::STRIPE_BYTES,
+            },
+            sealed: self.sealed.clone(),
         }
     }
 }
 
-/// Writes `body` as the stripes of a new instance. On any failure (of the body or of the
-/// cluster) the stripes written so far are removed and the error returned: nothing of a
-/// failed upload stays.
-pub async fn write<S, E>(pool: &Pool, mut body: S) -> Result<Written, Error>
+/// How to seal a new segment: its data key, and that key as stored.
+pub struct Sealing {
+    pub data_key: SecretKey<32>,
+    pub stored: SealedKey,
+}
+
+/// Fills stripes of one instance and writes each as it fills. With a chunk key, content
+/// is sealed in place in the stripe buffer, a chunk at a time; a full chunk is sealed only
+/// once more content arrives (or the content ends), so that the last chunk is known.
+struct Striper<'a> {
+    pool: &'a Pool,
+    instance: String,
+    sealing: Option<ChunkKey>,
+    stripe_bytes: usize,
+    buffer: BytesMut,
+    /// Where the chunk being filled starts in `buffer`.
+    chunk_start: usize,
+    chunks: u64,
+    stripes: u64,
+    writes: JoinSet<Result<(), client::Error>>,
+}
+
+impl Striper<'_> {
+    async fn push(&mut self, mut bytes: &[u8]) -> Result<(), Error> {
+        let chunk_bytes = sse::CHUNK_BYTES as usize;
+        while !bytes.is_empty() {
+            let take = if self.sealing.is_some() {
+                let open = self.buffer.len() - self.chunk_start;
+                if open == chunk_bytes {
+                    self.seal_open(false);
+                    if self.buffer.len() == self.stripe_bytes {
+                        self.flush().await?;
+                    }
+                    continue;
+                }
+                bytes.len().min(chunk_bytes - open)
+            } else {
+                bytes.len().min(self.stripe_bytes - self.buffer.len())
+            };
+            self.buffer.extend_from_slice(&bytes[..take]);
+            bytes = &bytes[take..];
+            if self.sealing.is_none() && self.buffer.len() == self.stripe_bytes {
+                self.flush().await?;
+            }
+        }
+        Ok(())
+    }
+
+    fn seal_open(&mut self, last: bool) {
+        if let Some(key) = &self.sealing {
+            let tag = key.seal(self.chunks, last, &mut self.buffer[self.chunk_start..]);
+            self.buffer.extend_from_slice(&tag);
+            self.chunks += 1;
+            self.chunk_start = self.buffer.len();
+        }
+    }
+
+    async fn flush(&mut self) -> Result<(), Error> {
+        if self.buffer.is_empty() {
+            return Ok(());
+        }
+        while self.writes.len() >= WRITES_IN_FLIGHT {
+            joined(self.writes.join_next().await)?;
+        }
+        let data = std::mem::replace(&mut self.buffer, BytesMut::with_capacity(self.stripe_bytes));
+        self.chunk_start = 0;
+        let (pool, name) = (
+            self.pool.clone(),
+            layout::stripe_object(&self.instance, self.stripes),
+        );
+        self.writes
+            .spawn(async move { pool.put(&name, data.freeze()).await });
+        self.stripes += 1;
+        Ok(())
+    }
+
+    async fn finish(&mut self) -> Result<(), Error> {
+        if self.buffer.len() > self.chunk_start {
+            self.seal_open(true);
+        }
+        self.flush().await?;
+        while let Some(result) = self.writes.join_next().await {
+            joined(Some(result))?;
+        }
+        Ok(())
+    }
+}
+
+/// Writes `body` as the stripes of a new instance, sealed with `sealing` if given. On any
+/// failure (of the body or of the cluster) the stripes written so far are removed and the
+/// error returned: nothing of a failed upload stays.
+pub async fn write<S, E>(
+    pool: &Pool,
+    mut body: S,
+    sealing: Option<Sealing>,
+) -> Result<Written, Error>
 where
     S: Stream<Item = Result<Bytes, E>> + Unpin,
     E: std::fmt::Display,
 {
     let instance = layout::new_instance();
-    let stripe_bytes = layout::STRIPE_BYTES as usize;
+    let (chunk_key, sealed) = match sealing {
+        Some(sealing) => (
+            Some(ChunkKey::new(&sealing.data_key, &instance)),
+            Some(sealing.stored),
+        ),
+        None => (None, None),
+    };
+    let stripe_bytes = match chunk_key {
+        Some(_) => sse::SEALED_STRIPE_BYTES,
+        None => layout::STRIPE_BYTES,
+    } as usize;
+    let mut striper = Striper {
+        pool,
+        instance: instance.clone(),
+        sealing: chunk_key,
+        stripe_bytes,
+        buffer: BytesMut::with_capacity(stripe_bytes),
+        chunk_start: 0,
+        chunks: 0,
+        stripes: 0,
+        writes: JoinSet::new(),
+    };
     let mut md5 = Md5::new();
     let mut size = 0u64;
-    let mut stripes = 0u64;
-    let mut buffer = BytesMut::with_capacity(stripe_bytes);
-    let mut writes: JoinSet<Result<(), client::Error>> = JoinSet::new();
     let result: Result<(), Error> = async {
-        loop {
-            let chunk = match body.next().await {
-                Some(Ok(chunk)) => Some(chunk),
-                Some(Err(e)) => return Err(Error::Body(e.to_string())),
-                None => None,
-            };
-            let done = chunk.is_none();
-            let mut chunk = chunk.unwrap_or_default();
+        while let Some(chunk) = body.next().await {
+            let chunk = chunk.map_err(|e| Error::Body(e.to_string()))?;
             md5.update(&chunk);
             size += chunk.len() as u64;
-            while !chunk.is_empty() || (done && !buffer.is_empty()) {
-                let take = chunk.len().min(stripe_bytes - buffer.len());
-                buffer.extend_from_slice(&chunk.split_to(take));
-                if buffer.len() == stripe_bytes || (done && chunk.is_empty()) {
-                    while writes.len() >= WRITES_IN_FLIGHT {
-                        joined(writes.join_next().await)?;
-                    }
-                    let data =
-                        std::mem::replace(&mut buffer, BytesMut::with_capacity(stripe_bytes));
-                    let (pool, name) = (pool.clone(), layout::stripe_object(&instance, stripes));
-                    writes.spawn(async move { pool.put(&name, data.freeze()).await });
-                    stripes += 1;
-                }
-            }
-            if done {
-                break;
-            }
+            striper.push(&chunk).await?;
         }
-        while let Some(result) = writes.join_next().await {
-            joined(Some(result))?;
-        }
-        Ok(())
+        striper.finish().await
     }
     .await;
     match result {
@@ -99,11 +194,12 @@ where
             instance,
             size,
             md5: md5.finalize().into(),
+            sealed,
         }),
         Err(e) => {
-            writes.abort_all();
-            while writes.join_next().await.is_some() {}
-            remove_stripes(pool, &instance, stripes).await;
+            striper.writes.abort_all();
+            while striper.writes.join_next().await.is_some() {}
+            remove_stripes(pool, &instance, striper.stripes).await;
             Err(e)
         }
     }
@@ -146,54 +242,122 @@ pub async fn remove(pool: &Pool, entry: &ObjectEntry) {
     }
 }
 
+/// Reads bytes `[from, to)` of the content of a plain segment, stripe by stripe.
+async fn read_plain(
+    pool: &Pool,
+    segment: &Segment,
+    from: u64,
+    to: u64,
+    send: &mpsc::Sender<Result<Bytes, std::io::Error>>,
+) -> Result<(), std::io::Error> {
+    let mut at = from;
+    while at < to {
+        let stripe = at / segment.stripe_bytes;
+        let offset = at % segment.stripe_bytes;
+        let len = (segment.stripe_bytes - offset).min(to - at);
+        let piece = read_exact(pool, &segment.instance, stripe, offset, len).await?;
+        if send.send(Ok(piece)).await.is_err() {
+            return Ok(());
+        }
+        at += len;
+    }
+    Ok(())
+}
+
+/// Reads bytes `[from, to)` of the content of a sealed segment: the chunks they touch,
+/// a stripe's worth at a time, opened and cut to the range.
+async fn read_sealed(
+    pool: &Pool,
+    segment: &Segment,
+    key: &ChunkKey,
+    from: u64,
+    to: u64,
+    send: &mpsc::Sender<Result<Bytes, std::io::Error>>,
+) -> Result<(), std::io::Error> {
+    let last_chunk = (segment.size - 1) / sse::CHUNK_BYTES;
+    let mut chunk = from / sse::CHUNK_BYTES;
+    let end_chunk = (to - 1) / sse::CHUNK_BYTES;
+    while chunk <= end_chunk {
+        let stripe = chunk / sse::CHUNKS_PER_STRIPE;
+        let stripe_last = ((stripe + 1) * sse::CHUNKS_PER_STRIPE - 1).min(end_chunk);
+        let offset = (chunk % sse::CHUNKS_PER_STRIPE) * sse::SEALED_CHUNK_BYTES;
+        let len: u64 = (chunk..=stripe_last)
+            .map(|c| sse::chunk_len(segment.size, c) + sse::TAG_BYTES)
+            .sum();
+        let sealed = read_exact(pool, &segment.instance, stripe, offset, len).await?;
+        let mut buffer = sealed.to_vec();
+        let mut out = BytesMut::with_capacity(buffer.len());
+        let mut at = 0usize;
+        for c in chunk..=stripe_last {
+            let sealed_len = (sse::chunk_len(segment.size, c) + sse::TAG_BYTES) as usize;
+            let opened = key
+                .open(c, c == last_chunk, &mut buffer[at..at + sealed_len])
+                .map_err(|e| std::io::Error::other(e.to_string()))?;
+            let chunk_start = c * sse::CHUNK_BYTES;
+            let skip = from.saturating_sub(chunk_start) as usize;
+            let keep = (to - chunk_start).min(opened as u64) as usize;
+            out.extend_from_slice(&buffer[at + skip..at + keep]);
+            at += sealed_len;
+        }
+        if send.send(Ok(out.freeze())).await.is_err() {
+            return Ok(());
+        }
+        chunk = stripe_last + 1;
+    }
+    Ok(())
+}
+
+async fn read_exact(
+    pool: &Pool,
+    instance: &str,
+    stripe: u64,
+    offset: u64,
+    len: u64,
+) -> Result<Bytes, std::io::Error> {
+    let name = layout::stripe_object(instance, stripe);
+    match pool.read(&name, offset, len).await {
+        Ok(bytes) if bytes.len() as u64 == len => Ok(bytes),
+        Ok(bytes) => Err(std::io::Error::other(format!(
+            "{name} holds {} bytes from {offset}, the index says {len}",
+            bytes.len()
+        ))),
+        Err(e) => Err(std::io::Error::other(format!("reading {name}: {e}"))),
+    }
+}
+
 /// A stream of the bytes `range` of the object `entry` describes, read stripe by stripe a
-/// little ahead of the reader. Dropping the stream stops the reading.
-pub fn read(pool: &Pool, entry: &ObjectEntry, range: std::ops::Range<u64>) -> Reader {
+/// little ahead of the reader; `keys` holds the data key of each sealed segment, in order.
+/// Dropping the stream stops the reading.
+pub fn read(
+    pool: &Pool,
+    entry: &ObjectEntry,
+    range: std::ops::Range<u64>,
+    keys: Vec<Option<Arc<SecretKey<32>>>>,
+) -> Reader {
     let (send, receive) = mpsc::channel(READ_AHEAD);
     let (pool, entry) = (pool.clone(), entry.clone());
     tokio::spawn(async move {
-        let mut at = range.start;
-        // Where the current segment starts in the object.
         let mut base = 0;
-        let mut segments = entry.segments.iter();
-        let mut segment = segments.next();
-        while at < range.end {
-            let Some(current) = segment else {
-                let _ = send
-                    .send(Err(std::io::Error::other(
-                        "the index entry's segments end early",
-                    )))
-                    .await;
-                return;
-            };
-            if at >= base + current.size {
-                base += current.size;
-                segment = segments.next();
-                continue;
+        for (segment, key) in entry.segments.iter().zip(keys) {
+            let end = base + segment.size;
+            let (from, to) = (range.start.max(base), range.end.min(end));
+            if from < to {
+                let (from, to) = (from - base, to - base);
+                let read = match (&segment.sealed, key) {
+                    (None, _) => read_plain(&pool, segment, from, to, &send).await,
+                    (Some(_), Some(key)) => {
+                        let key = ChunkKey::new(&key, &segment.instance);
+                        read_sealed(&pool, segment, &key, from, to, &send).await
+                    }
+                    (Some(_), None) => Err(std::io::Error::other("no data key for a segment")),
+                };
+                if let Err(e) = read {
+                    tracing::warn!("{e}");
+                    let _ = send.send(Err(e)).await;
+                    return;
+                }
             }
-            let within = at - base;
-            let stripe = within / current.stripe_bytes;
-            let offset = within % current.stripe_bytes;
-            let len = (current.stripe_bytes - offset)
-                .min(range.end - at)
-                .min(current.size - within);
-            let name = layout::stripe_object(&current.instance, stripe);
-            let piece = match pool.read(&name, offset, len).await {
-                Ok(bytes) if bytes.len() as u64 == len => Ok(bytes),
-                Ok(bytes) => Err(std::io::Error::other(format!(
-                    "{name} holds {} bytes from {offset}, the index says {len}",
-                    bytes.len()
-                ))),
-                Err(e) => Err(std::io::Error::other(format!("reading {name}: {e}"))),
-            };
-            let failed = piece.is_err();
-            if let Err(e) = &piece {
-                tracing::warn!("{e}");
-            }
-            if send.send(piece).await.is_err() || failed {
-                return;
-            }
-            at += len;
+            base = end;
         }
     });
     Reader { receive }

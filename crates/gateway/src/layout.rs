@@ -5,13 +5,14 @@
 //! - `gw.buckets`: an omap of every bucket's name and owner, for ListBuckets.
 //! - `gw.index.BUCKET`: the bucket itself. Its `bucket` attribute says who owns it; it is
 //!   created exclusively, which is what makes a bucket name taken. Its omap is the bucket's
-//!   index: object key to [`ObjectEntry`].
+//!   index: object key to [`ObjectEntry`], and after every object key (under a first byte
+//!   of 0xff, which no UTF-8 key has) the bucket's multipart uploads in progress
+//!   ([`upload_key`]), so that an upload is started and a bucket deleted in order on one
+//!   object.
 //! - `gw.data.INSTANCE.N`: stripe N of one upload of an object (or of one part of a
 //!   multipart upload). Each upload writes a fresh instance, so an overwrite never touches the
 //!   data a reader may be streaming; the index entry names the instances, and an object
 //!   becomes visible only when that entry commits.
-//! - `gw.uploads.BUCKET`: an omap of the bucket's multipart uploads in progress, by key and
-//!   upload id ([`upload_key`]).
 //! - `gw.upload.ID`: one multipart upload: its omap holds its parts by number.
 
 use serde::{Deserialize, Serialize};
@@ -20,6 +21,8 @@ pub const USERS: &str = "gw.users";
 pub const BUCKETS: &str = "gw.buckets";
 /// The attribute of a bucket's index object that holds its [`BucketInfo`].
 pub const BUCKET_ATTR: &str = "bucket";
+/// The attribute of a bucket's index object that holds its default encryption ([`Sse`]).
+pub const ENCRYPTION_ATTR: &str = "encryption";
 /// The attribute set on a bucket's index object while the bucket is being deleted: index
 /// updates require it absent.
 pub const DELETING_ATTR: &str = "deleting";
@@ -36,17 +39,17 @@ pub fn stripe_object(instance: &str, stripe: u64) -> String {
     format!("gw.data.{instance}.{stripe}")
 }
 
-pub fn uploads_object(bucket: &str) -> String {
-    format!("gw.uploads.{bucket}")
-}
-
 pub fn upload_object(upload_id: &str) -> String {
     format!("gw.upload.{upload_id}")
 }
 
-/// The key of an upload in its bucket's uploads omap: listed by object key, then id.
+/// The first byte of the index keys of uploads in progress (never the first byte of UTF-8).
+pub const UPLOADS: u8 = 0xff;
+
+/// The index key of an upload in progress: after every object key, by object key then id.
 pub fn upload_key(key: &str, upload_id: &str) -> Vec<u8> {
-    let mut out = key.as_bytes().to_vec();
+    let mut out = vec![UPLOADS];
+    out.extend_from_slice(key.as_bytes());
     out.push(0);
     out.extend_from_slice(upload_id.as_bytes());
     out
@@ -110,19 +113,58 @@ pub struct ObjectEntry {
     pub metadata: Vec<(String, String)>,
     /// The content, in order: one segment for a PUT, one per part for a multipart upload.
     pub segments: Vec<Segment>,
+    /// How the content is encrypted by the gateway, if it is.
+    pub sse: Option<Sse>,
+}
+
+/// Server-side encryption of an object (the segments hold each data key).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Sse {
+    /// SSE-S3: data keys from the gateway's own KMS key.
+    S3,
+    /// SSE-KMS: data keys from the named KMS key.
+    Kms { key: String },
+    /// SSE-C: data keys wrapped by the customer's key, which is never stored; `check` is
+    /// SHA-256 of a domain, `salt` and the key, to tell a wrong key apart.
+    Customer { salt: [u8; 16], check: [u8; 32] },
 }
 
 /// Content written as one instance of stripes.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Segment {
     pub instance: String,
+    /// Bytes of content (before sealing).
     pub size: u64,
+    /// Bytes stored per stripe.
     pub stripe_bytes: u64,
+    /// The data key the content is sealed with, wrapped; none for plain content.
+    pub sealed: Option<SealedKey>,
+}
+
+/// A segment's data key, as stored.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum SealedKey {
+    /// Wrapped by `version` of KMS key `key`.
+    Kms {
+        key: String,
+        version: u32,
+        wrapped: Vec<u8>,
+    },
+    /// Wrapped by the customer's key (SSE-C).
+    Customer { wrapped: Vec<u8> },
 }
 
 impl Segment {
+    /// Bytes stored: the content, plus a tag per chunk if sealed.
+    pub fn stored_bytes(&self) -> u64 {
+        match self.sealed {
+            Some(_) => crate::sse::sealed_len(self.size),
+            None => self.size,
+        }
+    }
+
     pub fn stripes(&self) -> u64 {
-        self.size.div_ceil(self.stripe_bytes)
+        self.stored_bytes().div_ceil(self.stripe_bytes)
     }
 }
 
@@ -133,12 +175,15 @@ pub struct UploadRecord {
     pub initiated_ns: u64,
     pub content_type: Option<String>,
     pub metadata: Vec<(String, String)>,
+    pub sse: Option<Sse>,
 }
 
 /// One part of a multipart upload.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PartRecord {
     pub segment: Segment,
+    /// The part's ETag, as bytes (its content's MD5 unless encrypted with SSE-C or
+    /// SSE-KMS, whose ETags reveal nothing of the content).
     pub md5: [u8; 16],
     pub mtime_ns: u64,
 }
@@ -196,7 +241,9 @@ mod tests {
                 instance: new_instance(),
                 size: 5,
                 stripe_bytes: STRIPE_BYTES,
+                sealed: None,
             }],
+            sse: None,
         };
         let bytes = encode(&entry);
         assert_eq!(decode::<ObjectEntry>(&bytes), Ok(entry));

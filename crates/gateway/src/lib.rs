@@ -9,10 +9,12 @@
 
 pub mod buckets;
 pub mod data;
+mod encryption;
 pub mod layout;
 pub mod multipart;
 mod s3;
 pub mod serve;
+pub mod sse;
 pub mod tls;
 pub mod users;
 

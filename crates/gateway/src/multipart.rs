@@ -2,7 +2,7 @@
 //! object, or aborted).
 //!
 //! An upload is `gw.upload.ID` (its parts in the omap, by number) and an entry in its
-//! bucket's `gw.uploads.BUCKET` omap. Parts are written like PUTs, each as its own instance.
+//! bucket's index, after the object keys. Parts are written like PUTs, each as its own instance.
 //! Completion first marks the upload `completing`: from then on no part can be added or
 //! replaced and it cannot be aborted, so the parts the new object's index entry names stay
 //! as they are. The index entry then commits, and the upload's records and its unused parts
@@ -30,17 +30,35 @@ pub async fn create(
     key: &str,
     record: &UploadRecord,
 ) -> Result<String, Error> {
-    let id = layout::new_instance();
+    // Upload ids sort by creation time, so a key's uploads list in the order they began.
+    let id = format!("{:016x}{:016x}", layout::now_ns(), rand::random::<u64>());
     pool.create(&layout::upload_object(&id), true).await?;
     let ops = vec![
-        ObjectOp::Create { exclusive: false },
+        ObjectOp::AssertExists,
+        ObjectOp::AssertAttr {
+            name: layout::DELETING_ATTR.into(),
+            value: None,
+        },
         ObjectOp::OmapSet {
             entries: vec![(layout::upload_key(key, &id), layout::encode(record))],
         },
     ];
-    pool.operate(&layout::uploads_object(bucket), ops, Bytes::new())
-        .await?;
-    Ok(id)
+    match pool
+        .operate(&layout::index_object(bucket), ops, Bytes::new())
+        .await
+    {
+        Ok(_) => Ok(id),
+        Err(e) => {
+            let _ = pool.remove(&layout::upload_object(&id)).await;
+            Err(match e {
+                client::Error::NotFound => Error::NotFound(format!("bucket {bucket}")),
+                client::Error::Mismatch(_) => {
+                    Error::Busy(format!("bucket {bucket} is being deleted"))
+                }
+                e => e.into(),
+            })
+        }
+    }
 }
 
 /// The record of upload `id` of `key` in `bucket`, if it is in progress.
@@ -52,7 +70,7 @@ pub async fn record(
 ) -> Result<Option<UploadRecord>, Error> {
     let found = match pool
         .omap_get(
-            &layout::uploads_object(bucket),
+            &layout::index_object(bucket),
             vec![layout::upload_key(key, id)],
         )
         .await
@@ -174,7 +192,7 @@ pub async fn finish(
 ) {
     if let Err(e) = pool
         .omap_remove(
-            &layout::uploads_object(bucket),
+            &layout::index_object(bucket),
             vec![layout::upload_key(key, id)],
         )
         .await
@@ -215,7 +233,7 @@ pub async fn abort(pool: &Pool, bucket: &str, key: &str, id: &str) -> Result<(),
         Err(e) => return Err(e.into()),
     }
     pool.omap_remove(
-        &layout::uploads_object(bucket),
+        &layout::index_object(bucket),
         vec![layout::upload_key(key, id)],
     )
     .await?;
@@ -235,7 +253,7 @@ pub async fn list(
     id_marker: Option<&str>,
     max: usize,
 ) -> Result<(Vec<(String, String, UploadRecord)>, bool), Error> {
-    let mut bound = layout::before(prefix.as_bytes());
+    let mut bound = layout::before(&layout::upload_key(prefix, "")[..prefix.len() + 1]);
     if let Some(marker) = key_marker.filter(|m| !m.is_empty()) {
         // After every upload of the marker key, or after the marker upload of it.
         let after = match id_marker.filter(|m| !m.is_empty()) {
@@ -249,7 +267,7 @@ pub async fn list(
     let mut out = Vec::new();
     loop {
         let page = match pool
-            .omap_list(&layout::uploads_object(bucket), bound.clone(), PAGE)
+            .omap_list(&layout::index_object(bucket), bound.clone(), PAGE)
             .await
         {
             Ok(page) => page,
@@ -259,10 +277,13 @@ pub async fn list(
         let full = page.len() == PAGE as usize;
         for (entry_key, value) in page {
             bound = Some(entry_key.clone());
+            if entry_key.first() != Some(&layout::UPLOADS) {
+                continue;
+            }
             let Some(split) = entry_key.iter().rposition(|b| *b == 0) else {
                 continue;
             };
-            let key = String::from_utf8_lossy(&entry_key[..split]).into_owned();
+            let key = String::from_utf8_lossy(&entry_key[1..split]).into_owned();
             if !key.starts_with(prefix) {
                 if key.as_str() > prefix {
                     return Ok((out, false));

@@ -11,7 +11,9 @@ use s3s::auth::{S3Auth, SecretKey};
 use s3s::dto::*;
 use s3s::{s3_error, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, S3};
 
-use crate::layout::{self, BucketInfo, ObjectEntry, PartRecord, Segment, UploadRecord};
+use crate::encryption::{self, CustomerKey};
+use crate::layout::{self, BucketInfo, ObjectEntry, PartRecord, Segment, Sse, UploadRecord};
+use crate::sse::KeyCache;
 use crate::{buckets, data, multipart, users, Error};
 
 /// The keys of one ListObjects page when the client asks for none in particular (S3's).
@@ -29,14 +31,43 @@ pub struct Gateway {
     /// Access key to user name: a key never changes hands, so this needs no expiry (a
     /// removed user's key no longer signs anything: [`Gateway::secret`] looks it up anew).
     names: std::sync::Arc<Mutex<HashMap<String, String>>>,
+    /// Unwrapped data keys of encrypted objects.
+    cache: KeyCache,
 }
 
+/// How often the gateway asks the KMS which keys exist, to forget the data keys of removed
+/// ones.
+const KMS_SWEEP: std::time::Duration = std::time::Duration::from_secs(5);
+
 impl Gateway {
-    pub fn new(pool: Pool) -> Gateway {
-        Gateway {
+    /// A gateway on `pool`: makes sure the KMS key of SSE-S3 exists, and starts forgetting
+    /// the cached data keys of KMS keys that are removed.
+    pub async fn start(pool: Pool) -> Result<Gateway, Error> {
+        let cluster = pool.cluster().clone();
+        let existing = kms_keys(&cluster).await?;
+        if !existing.iter().any(|k| k == crate::sse::MANAGED_KEY) {
+            match cluster.kms_key_create(crate::sse::MANAGED_KEY).await {
+                // Another gateway may have made it meanwhile.
+                Ok(_) | Err(client::Error::Failed(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let gateway = Gateway {
             pool,
             names: Default::default(),
-        }
+            cache: KeyCache::default(),
+        };
+        let cache = gateway.cache.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(KMS_SWEEP).await;
+                match kms_keys(&cluster).await {
+                    Ok(names) => cache.keep_only(&names),
+                    Err(e) => tracing::warn!("listing KMS keys: {e}"),
+                }
+            }
+        });
+        Ok(gateway)
     }
 
     /// The service s3s serves: this gateway, with its users' keys checking signatures.
@@ -113,6 +144,44 @@ impl Gateway {
         }
     }
 
+    /// A fresh data key for new content encrypted as `sse`, if it is encrypted.
+    async fn sealing(
+        &self,
+        sse: &Option<Sse>,
+        customer: Option<&CustomerKey>,
+    ) -> S3Result<Option<data::Sealing>> {
+        match sse {
+            Some(sse) => Ok(Some(
+                encryption::new_sealing(self.pool.cluster(), sse, customer).await?,
+            )),
+            None => Ok(None),
+        }
+    }
+
+    async fn keys(
+        &self,
+        entry: &ObjectEntry,
+        customer: Option<&CustomerKey>,
+    ) -> S3Result<Vec<Option<std::sync::Arc<keys::SecretKey<32>>>>> {
+        encryption::segment_keys(self.pool.cluster(), &self.cache, entry, customer).await
+    }
+
+    /// The content `range` of a copy's source, opened with the copy-source SSE-C key if it
+    /// has one.
+    async fn source_reader(
+        &self,
+        source: &ObjectEntry,
+        range: std::ops::Range<u64>,
+        algorithm: &Option<String>,
+        key: &Option<String>,
+        key_md5: &Option<String>,
+    ) -> S3Result<data::Reader> {
+        let customer = encryption::customer_key(algorithm, key, key_md5)?;
+        encryption::check_customer(&source.sse, customer.as_ref())?;
+        let keys = self.keys(source, customer.as_ref()).await?;
+        Ok(data::read(&self.pool, source, range, keys))
+    }
+
     /// The record of an upload in progress, or `NoSuchUpload`.
     async fn upload(&self, bucket: &str, key: &str, id: &str) -> S3Result<UploadRecord> {
         match multipart::record(&self.pool, bucket, key, id).await {
@@ -139,10 +208,11 @@ impl Gateway {
         id: &str,
         number: u32,
         written: &data::Written,
+        sse: &Option<Sse>,
     ) -> S3Result<PartRecord> {
         let part = PartRecord {
             segment: written.segment(),
-            md5: written.md5,
+            md5: encryption::etag_bytes(sse, written.md5, &written.instance),
             mtime_ns: layout::now_ns(),
         };
         match multipart::put_part(&self.pool, id, number, &part).await {
@@ -189,6 +259,12 @@ impl Gateway {
         .map_err(fail)?;
         Ok((listing, max))
     }
+}
+
+/// The names of the KMS's keys.
+async fn kms_keys(cluster: &client::Cluster) -> Result<Vec<String>, Error> {
+    let keys = cluster.kms_keys().await?;
+    Ok(keys.into_iter().map(|k| k.name).collect())
 }
 
 #[async_trait::async_trait]
@@ -252,21 +328,35 @@ fn check_key(key: &str) -> S3Result<()> {
     Ok(())
 }
 
-/// A new index entry for content just written.
+/// A new index entry for content just written, encrypted as `sse`.
 fn new_entry(
     written: &data::Written,
     content_type: Option<String>,
-    metadata: Option<Metadata>,
+    metadata: Vec<(String, String)>,
+    sse: Option<Sse>,
 ) -> ObjectEntry {
-    let metadata = sorted_metadata(metadata);
+    let etag = encryption::etag_bytes(&sse, written.md5, &written.instance);
     ObjectEntry {
         size: written.size,
-        etag: written.md5_hex(),
+        etag: layout::hex(&etag),
         mtime_ns: layout::now_ns(),
         content_type,
         metadata,
         segments: vec![written.segment()],
+        sse,
     }
+}
+
+/// The content type S3 reports for an object stored without one.
+const CONTENT_TYPE_DEFAULT: &str = "binary/octet-stream";
+
+fn content_type(entry: &ObjectEntry) -> Option<String> {
+    Some(
+        entry
+            .content_type
+            .clone()
+            .unwrap_or_else(|| CONTENT_TYPE_DEFAULT.into()),
+    )
 }
 
 fn sorted_metadata(metadata: Option<Metadata>) -> Vec<(String, String)> {
@@ -296,6 +386,7 @@ async fn write_body(
     body: Option<StreamingBlob>,
     content_length: Option<i64>,
     content_md5: &Option<String>,
+    sealing: Option<data::Sealing>,
 ) -> S3Result<data::Written> {
     let expected_md5 = self::content_md5(content_md5)?;
     if content_length.is_some_and(|len| len as u64 > PUT_BYTES_MAX) {
@@ -305,8 +396,8 @@ async fn write_body(
         ));
     }
     let written = match body {
-        Some(body) => data::write(pool, body).await,
-        None => data::write(pool, futures::stream::empty::<Result<_, Error>>()).await,
+        Some(body) => data::write(pool, body, sealing).await,
+        None => data::write(pool, futures::stream::empty::<Result<_, Error>>(), sealing).await,
     }
     .map_err(|e| match e {
         Error::Body(message) => S3Error::with_message(S3ErrorCode::IncompleteBody, message),
@@ -517,6 +608,74 @@ impl S3 for Gateway {
         Ok(S3Response::new(GetBucketLocationOutput::default()))
     }
 
+    async fn put_bucket_encryption(
+        &self,
+        req: S3Request<PutBucketEncryptionInput>,
+    ) -> S3Result<S3Response<PutBucketEncryptionOutput>> {
+        let user = self.user(&req).await?;
+        let input = req.input;
+        self.owned(&user, &input.bucket).await?;
+        let rules = input.server_side_encryption_configuration.rules;
+        let default = match rules.as_slice() {
+            [rule] => rule
+                .apply_server_side_encryption_by_default
+                .as_ref()
+                .ok_or_else(|| s3_error!(MalformedXML, "the rule has no default encryption"))?,
+            _ => return Err(s3_error!(MalformedXML, "give exactly one rule")),
+        };
+        let sse = encryption::requested(&default.sse_algorithm, &default.kms_master_key_id)?;
+        buckets::set_encryption(&self.pool, &input.bucket, Some(&sse))
+            .await
+            .map_err(fail)?;
+        Ok(S3Response::new(PutBucketEncryptionOutput::default()))
+    }
+
+    async fn get_bucket_encryption(
+        &self,
+        req: S3Request<GetBucketEncryptionInput>,
+    ) -> S3Result<S3Response<GetBucketEncryptionOutput>> {
+        let user = self.user(&req).await?;
+        let bucket = &req.input.bucket;
+        self.owned(&user, bucket).await?;
+        let Some(sse) = buckets::encryption(&self.pool, bucket)
+            .await
+            .map_err(fail)?
+        else {
+            return Err(s3_error!(
+                ServerSideEncryptionConfigurationNotFoundError,
+                "bucket {bucket} has no default encryption"
+            ));
+        };
+        let described = encryption::describe(&Some(sse), None);
+        let rule = ServerSideEncryptionRule {
+            apply_server_side_encryption_by_default: described.sse.map(|algorithm| {
+                ServerSideEncryptionByDefault {
+                    sse_algorithm: algorithm,
+                    kms_master_key_id: described.kms_key,
+                }
+            }),
+            ..Default::default()
+        };
+        Ok(S3Response::new(GetBucketEncryptionOutput {
+            server_side_encryption_configuration: Some(ServerSideEncryptionConfiguration {
+                rules: vec![rule],
+            }),
+        }))
+    }
+
+    async fn delete_bucket_encryption(
+        &self,
+        req: S3Request<DeleteBucketEncryptionInput>,
+    ) -> S3Result<S3Response<DeleteBucketEncryptionOutput>> {
+        let user = self.user(&req).await?;
+        let bucket = &req.input.bucket;
+        self.owned(&user, bucket).await?;
+        buckets::set_encryption(&self.pool, bucket, None)
+            .await
+            .map_err(fail)?;
+        Ok(S3Response::new(DeleteBucketEncryptionOutput::default()))
+    }
+
     async fn put_object(
         &self,
         req: S3Request<PutObjectInput>,
@@ -525,17 +684,42 @@ impl S3 for Gateway {
         let input = req.input;
         check_key(&input.key)?;
         self.owned(&user, &input.bucket).await?;
+        let customer = encryption::customer_key(
+            &input.sse_customer_algorithm,
+            &input.sse_customer_key,
+            &input.sse_customer_key_md5,
+        )?;
+        let sse = encryption::for_write(
+            &self.pool,
+            &input.bucket,
+            &input.server_side_encryption,
+            &input.ssekms_key_id,
+            customer.as_ref(),
+        )
+        .await?;
+        let sealing = self.sealing(&sse, customer.as_ref()).await?;
         let written = write_body(
             &self.pool,
             input.body,
             input.content_length,
             &input.content_md5,
+            sealing,
         )
         .await?;
-        let entry = new_entry(&written, input.content_type, input.metadata);
+        let entry = new_entry(
+            &written,
+            input.content_type,
+            sorted_metadata(input.metadata),
+            sse,
+        );
         self.commit(&input.bucket, &input.key, &entry).await?;
+        let described = encryption::describe(&entry.sse, customer.as_ref());
         Ok(S3Response::new(PutObjectOutput {
             e_tag: Some(etag(&entry)),
+            server_side_encryption: described.sse,
+            ssekms_key_id: described.kms_key,
+            sse_customer_algorithm: described.customer_algorithm,
+            sse_customer_key_md5: described.customer_key_md5,
             ..Default::default()
         }))
     }
@@ -548,6 +732,13 @@ impl S3 for Gateway {
         let input = req.input;
         self.owned(&user, &input.bucket).await?;
         let entry = self.entry(&input.bucket, &input.key).await?;
+        let customer = encryption::customer_key(
+            &input.sse_customer_algorithm,
+            &input.sse_customer_key,
+            &input.sse_customer_key_md5,
+        )?;
+        encryption::check_customer(&entry.sse, customer.as_ref())?;
+        let keys = self.keys(&entry, customer.as_ref()).await?;
         let (range, content_range) = match &input.range {
             Some(range) => {
                 let span = range.check(entry.size)?;
@@ -556,7 +747,8 @@ impl S3 for Gateway {
             }
             None => (0..entry.size, None),
         };
-        let body = data::read(&self.pool, &entry, range.clone());
+        let body = data::read(&self.pool, &entry, range.clone(), keys);
+        let described = encryption::describe(&entry.sse, customer.as_ref());
         Ok(S3Response::new(GetObjectOutput {
             body: Some(StreamingBlob::wrap(body)),
             content_length: Some((range.end - range.start) as i64),
@@ -564,8 +756,12 @@ impl S3 for Gateway {
             accept_ranges: Some("bytes".into()),
             e_tag: Some(etag(&entry)),
             last_modified: Some(modified(&entry)),
-            content_type: entry.content_type.clone(),
+            content_type: content_type(&entry),
             metadata: metadata(&entry),
+            server_side_encryption: described.sse,
+            ssekms_key_id: described.kms_key,
+            sse_customer_algorithm: described.customer_algorithm,
+            sse_customer_key_md5: described.customer_key_md5,
             ..Default::default()
         }))
     }
@@ -578,13 +774,24 @@ impl S3 for Gateway {
         let input = req.input;
         self.owned(&user, &input.bucket).await?;
         let entry = self.entry(&input.bucket, &input.key).await?;
+        let customer = encryption::customer_key(
+            &input.sse_customer_algorithm,
+            &input.sse_customer_key,
+            &input.sse_customer_key_md5,
+        )?;
+        encryption::check_customer(&entry.sse, customer.as_ref())?;
+        let described = encryption::describe(&entry.sse, customer.as_ref());
         Ok(S3Response::new(HeadObjectOutput {
             content_length: Some(entry.size as i64),
             accept_ranges: Some("bytes".into()),
             e_tag: Some(etag(&entry)),
             last_modified: Some(modified(&entry)),
-            content_type: entry.content_type.clone(),
+            content_type: content_type(&entry),
             metadata: metadata(&entry),
+            server_side_encryption: described.sse,
+            ssekms_key_id: described.kms_key,
+            sse_customer_algorithm: described.customer_algorithm,
+            sse_customer_key_md5: described.customer_key_md5,
             ..Default::default()
         }))
     }
@@ -656,29 +863,61 @@ impl S3 for Gateway {
             .metadata_directive
             .as_ref()
             .is_some_and(|d| d.as_str() == MetadataDirective::REPLACE);
-        if !replace && **source_bucket == *input.bucket && **source_key == *input.key {
+        let customer = encryption::customer_key(
+            &input.sse_customer_algorithm,
+            &input.sse_customer_key,
+            &input.sse_customer_key_md5,
+        )?;
+        let changes_encryption = customer.is_some() || input.server_side_encryption.is_some();
+        if !replace
+            && !changes_encryption
+            && **source_bucket == *input.bucket
+            && **source_key == *input.key
+        {
             return Err(s3_error!(
                 InvalidRequest,
                 "copying an object onto itself needs the metadata directive REPLACE"
             ));
         }
-        let reader = data::read(&self.pool, &source, 0..source.size);
-        let written = data::write(&self.pool, reader).await.map_err(fail)?;
-        let entry = if replace {
-            new_entry(&written, input.content_type, input.metadata)
+        let reader = self
+            .source_reader(
+                &source,
+                0..source.size,
+                &input.copy_source_sse_customer_algorithm,
+                &input.copy_source_sse_customer_key,
+                &input.copy_source_sse_customer_key_md5,
+            )
+            .await?;
+        let sse = encryption::for_write(
+            &self.pool,
+            &input.bucket,
+            &input.server_side_encryption,
+            &input.ssekms_key_id,
+            customer.as_ref(),
+        )
+        .await?;
+        let sealing = self.sealing(&sse, customer.as_ref()).await?;
+        let written = data::write(&self.pool, reader, sealing)
+            .await
+            .map_err(fail)?;
+        let (content_type, metadata) = if replace {
+            (input.content_type, sorted_metadata(input.metadata))
         } else {
-            ObjectEntry {
-                metadata: source.metadata.clone(),
-                ..new_entry(&written, source.content_type.clone(), None)
-            }
+            (source.content_type.clone(), source.metadata.clone())
         };
+        let entry = new_entry(&written, content_type, metadata, sse);
         self.commit(&input.bucket, &input.key, &entry).await?;
+        let described = encryption::describe(&entry.sse, customer.as_ref());
         Ok(S3Response::new(CopyObjectOutput {
             copy_object_result: Some(CopyObjectResult {
                 e_tag: Some(etag(&entry)),
                 last_modified: Some(modified(&entry)),
                 ..Default::default()
             }),
+            server_side_encryption: described.sse,
+            ssekms_key_id: described.kms_key,
+            sse_customer_algorithm: described.customer_algorithm,
+            sse_customer_key_md5: described.customer_key_md5,
             ..Default::default()
         }))
     }
@@ -691,19 +930,41 @@ impl S3 for Gateway {
         let input = req.input;
         check_key(&input.key)?;
         self.owned(&user, &input.bucket).await?;
+        let customer = encryption::customer_key(
+            &input.sse_customer_algorithm,
+            &input.sse_customer_key,
+            &input.sse_customer_key_md5,
+        )?;
+        let sse = encryption::for_write(
+            &self.pool,
+            &input.bucket,
+            &input.server_side_encryption,
+            &input.ssekms_key_id,
+            customer.as_ref(),
+        )
+        .await?;
+        let described = encryption::describe(&sse, customer.as_ref());
         let record = UploadRecord {
             initiator: user,
             initiated_ns: layout::now_ns(),
             content_type: input.content_type,
             metadata: sorted_metadata(input.metadata),
+            sse,
         };
         let id = multipart::create(&self.pool, &input.bucket, &input.key, &record)
             .await
-            .map_err(fail)?;
+            .map_err(|e| match e {
+                Error::NotFound(_) => no_bucket(&input.bucket),
+                e => fail(e),
+            })?;
         Ok(S3Response::new(CreateMultipartUploadOutput {
             bucket: Some(input.bucket),
             key: Some(input.key),
             upload_id: Some(id),
+            server_side_encryption: described.sse,
+            ssekms_key_id: described.kms_key,
+            sse_customer_algorithm: described.customer_algorithm,
+            sse_customer_key_md5: described.customer_key_md5,
             ..Default::default()
         }))
     }
@@ -716,18 +977,34 @@ impl S3 for Gateway {
         let input = req.input;
         let number = part_number(input.part_number)?;
         self.owned(&user, &input.bucket).await?;
-        self.upload(&input.bucket, &input.key, &input.upload_id)
+        let record = self
+            .upload(&input.bucket, &input.key, &input.upload_id)
             .await?;
+        let customer = encryption::customer_key(
+            &input.sse_customer_algorithm,
+            &input.sse_customer_key,
+            &input.sse_customer_key_md5,
+        )?;
+        encryption::check_customer(&record.sse, customer.as_ref())?;
+        let sealing = self.sealing(&record.sse, customer.as_ref()).await?;
         let written = write_body(
             &self.pool,
             input.body,
             input.content_length,
             &input.content_md5,
+            sealing,
         )
         .await?;
-        self.put_part(&input.upload_id, number, &written).await?;
+        let part = self
+            .put_part(&input.upload_id, number, &written, &record.sse)
+            .await?;
+        let described = encryption::describe(&record.sse, customer.as_ref());
         Ok(S3Response::new(UploadPartOutput {
-            e_tag: Some(ETag::Strong(written.md5_hex())),
+            e_tag: Some(ETag::Strong(layout::hex(&part.md5))),
+            server_side_encryption: described.sse,
+            ssekms_key_id: described.kms_key,
+            sse_customer_algorithm: described.customer_algorithm,
+            sse_customer_key_md5: described.customer_key_md5,
             ..Default::default()
         }))
     }
@@ -749,16 +1026,36 @@ impl S3 for Gateway {
         };
         self.owned(&user, source_bucket).await?;
         self.owned(&user, &input.bucket).await?;
-        self.upload(&input.bucket, &input.key, &input.upload_id)
+        let record = self
+            .upload(&input.bucket, &input.key, &input.upload_id)
             .await?;
+        let customer = encryption::customer_key(
+            &input.sse_customer_algorithm,
+            &input.sse_customer_key,
+            &input.sse_customer_key_md5,
+        )?;
+        encryption::check_customer(&record.sse, customer.as_ref())?;
         let source = self.entry(source_bucket, source_key).await?;
         let range = copy_range(input.copy_source_range.as_deref(), source.size)?;
-        let reader = data::read(&self.pool, &source, range);
-        let written = data::write(&self.pool, reader).await.map_err(fail)?;
-        let part = self.put_part(&input.upload_id, number, &written).await?;
+        let reader = self
+            .source_reader(
+                &source,
+                range,
+                &input.copy_source_sse_customer_algorithm,
+                &input.copy_source_sse_customer_key,
+                &input.copy_source_sse_customer_key_md5,
+            )
+            .await?;
+        let sealing = self.sealing(&record.sse, customer.as_ref()).await?;
+        let written = data::write(&self.pool, reader, sealing)
+            .await
+            .map_err(fail)?;
+        let part = self
+            .put_part(&input.upload_id, number, &written, &record.sse)
+            .await?;
         Ok(S3Response::new(UploadPartCopyOutput {
             copy_part_result: Some(CopyPartResult {
-                e_tag: Some(ETag::Strong(written.md5_hex())),
+                e_tag: Some(ETag::Strong(layout::hex(&part.md5))),
                 last_modified: Some(timestamp(part.mtime_ns)),
                 ..Default::default()
             }),
@@ -830,6 +1127,7 @@ impl S3 for Gateway {
             content_type: record.content_type,
             metadata: record.metadata,
             segments,
+            sse: record.sse,
         };
         // Not self.commit: on failure the parts stay with the upload, to complete again.
         match buckets::commit(&self.pool, &input.bucket, &input.key, &entry).await {

@@ -29,6 +29,16 @@ pub enum MonRequest {
     /// An OSD says it is alive, with the state of the PGs it leads and its usage (to the
     /// leader, every [`BEACON_INTERVAL_MS`]).
     Beacon(OsdBeacon),
+    /// A fresh data key, in the clear and wrapped by the current version of KMS key `key`
+    /// (secure links and mon=rw only): [`MonReply::DataKey`].
+    KmsGenerate { key: String },
+    /// The data key `wrapped` by version `version` of KMS key `key`, in the clear (secure
+    /// links and mon=rw only): [`MonReply::DataKey`].
+    KmsDecrypt {
+        key: String,
+        version: u32,
+        wrapped: Vec<u8>,
+    },
 }
 
 /// How often an OSD sends its beacon to the monitors.
@@ -102,6 +112,21 @@ pub enum Command {
     OsdBoot {
         addr: String,
     },
+    /// Creates KMS key `name` (its first version).
+    KmsKeyCreate {
+        name: String,
+    },
+    /// Adds a version to KMS key `name`; new data keys are wrapped by it, older wraps still
+    /// open with theirs.
+    KmsKeyRotate {
+        name: String,
+    },
+    /// Removes KMS key `name` and every version of it: what its data keys protect can no
+    /// longer be read.
+    KmsKeyRemove {
+        name: String,
+    },
+    KmsKeyList,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -122,6 +147,14 @@ pub enum MonReply {
     AuthList(Vec<AuthListing>),
     Auth(AuthTable),
     StoreKek(Vec<u8>),
+    KmsKeys(Vec<KmsKeyListing>),
+    /// A data key of KMS key `key`: in the clear, and wrapped by `version` of it.
+    DataKey {
+        key: String,
+        version: u32,
+        plaintext: Vec<u8>,
+        wrapped: Vec<u8>,
+    },
     Status(Box<MonStatus>),
     /// Raft RPC reply; the body (JSON) is in the data segment.
     Raft,
@@ -133,6 +166,13 @@ pub enum MonReply {
     Denied(String),
     /// The request was invalid or could not be carried out.
     Failed(String),
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct KmsKeyListing {
+    pub name: String,
+    pub versions: u32,
+    pub created_ns: u64,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

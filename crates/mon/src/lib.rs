@@ -6,6 +6,7 @@
 //! (checked by scripts/check-deps.py).
 
 mod health;
+mod kms;
 mod network;
 mod raft;
 mod service;

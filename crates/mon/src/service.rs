@@ -9,8 +9,8 @@ use map::auth::Caps;
 use map::cluster::{Change, ClusterMap};
 use map::placement::OsdId;
 use messenger::message::{
-    AuthEntry, AuthListing, AuthTable, Command, MonMember, MonReply, MonRequest, MonStatus,
-    RaftRpc, MAP_WAIT_MS_MAX,
+    AuthEntry, AuthListing, AuthTable, Command, KmsKeyListing, MonMember, MonReply, MonRequest,
+    MonStatus, RaftRpc, MAP_WAIT_MS_MAX,
 };
 use messenger::{
     CertificateDer, ClusterCa, EntityKind, EntityName, Handler, Mode, Peer, Reply, Request,
@@ -97,6 +97,28 @@ impl Handler for MonService {
                 reply(MonReply::Auth(auth))
             }
             MonRequest::GetStoreKek => reply(self.store_kek(&peer)),
+            MonRequest::KmsGenerate { key } => reply(self.kms(&peer, &key, |found| {
+                let (version, plaintext, wrapped) = crate::kms::generate(found, &key)?;
+                Ok(MonReply::DataKey {
+                    key: key.clone(),
+                    version,
+                    plaintext: plaintext.expose().to_vec(),
+                    wrapped: wrapped.as_bytes().to_vec(),
+                })
+            })),
+            MonRequest::KmsDecrypt {
+                key,
+                version,
+                wrapped,
+            } => reply(self.kms(&peer, &key, |found| {
+                let plaintext = crate::kms::decrypt(found, &key, version, &wrapped)?;
+                Ok(MonReply::DataKey {
+                    key: key.clone(),
+                    version,
+                    plaintext: plaintext.expose().to_vec(),
+                    wrapped: wrapped.clone(),
+                })
+            })),
             MonRequest::Status => {
                 if !peer.grant.mon_allows(false) {
                     return reply(MonReply::Denied("status needs mon=r".into()));
@@ -134,7 +156,42 @@ impl Handler for MonService {
     }
 }
 
+/// A new version of KMS key `name` (its first unless `rotate`), made here on the leader.
+fn kms_put(name: String, rotate: bool) -> Proposal {
+    Proposal::KmsPut {
+        name,
+        material: keys::KeyEncryptionKey::generate().expose().to_vec(),
+        rotate,
+        created_ns: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0),
+    }
+}
+
 impl MonService {
+    /// Runs `serve` on KMS key `name`, for a peer allowed to have data keys in the clear:
+    /// one with mon=rw, over a secure link.
+    fn kms(
+        &self,
+        peer: &Peer<Caps>,
+        name: &str,
+        serve: impl FnOnce(&crate::state::KmsKey) -> Result<MonReply, String>,
+    ) -> MonReply {
+        if !peer.grant.mon_allows(true) {
+            return MonReply::Denied(format!("{} needs mon=rw for data keys", peer.entity));
+        }
+        if peer.mode != Mode::Secure {
+            return MonReply::Denied("data keys are released only over a secure link".into());
+        }
+        self.shared
+            .read(|s| match s.kms.get(name) {
+                Some(found) => serve(found),
+                None => Err(format!("KMS key {name} does not exist")),
+            })
+            .unwrap_or_else(MonReply::Failed)
+    }
+
     fn store_kek(&self, peer: &Peer<Caps>) -> MonReply {
         if peer.entity.kind() != EntityKind::Osd {
             return MonReply::Denied("store keys are released only to their OSD".into());
@@ -194,6 +251,19 @@ impl MonService {
                     .collect()
             });
             return MonReply::AuthList(listing);
+        }
+        if let Command::KmsKeyList = command {
+            let listing = self.shared.read(|s| {
+                s.kms
+                    .iter()
+                    .map(|(name, key)| KmsKeyListing {
+                        name: name.clone(),
+                        versions: key.versions.len() as u32,
+                        created_ns: key.created_ns,
+                    })
+                    .collect()
+            });
+            return MonReply::KmsKeys(listing);
         }
         if let Some(redirect) = self.not_leader().await {
             return redirect;
@@ -318,7 +388,13 @@ impl MonService {
                 };
                 Ok((proposal, Some(created)))
             }
-            Command::AuthList => unreachable!("served without a proposal"),
+            Command::KmsKeyCreate { name } => {
+                crate::kms::check_name(&name).map_err(MonReply::Failed)?;
+                Ok((kms_put(name, false), None))
+            }
+            Command::KmsKeyRotate { name } => Ok((kms_put(name, true), None)),
+            Command::KmsKeyRemove { name } => Ok((Proposal::KmsRemove { name }, None)),
+            Command::AuthList | Command::KmsKeyList => unreachable!("served without a proposal"),
         }
     }
 

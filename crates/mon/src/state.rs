@@ -20,6 +20,15 @@ pub struct MonState {
     pub map: ClusterMap,
     pub auth: AuthTable,
     pub store_keks: BTreeMap<OsdId, Vec<u8>>,
+    /// The built-in KMS: each key's versions (32 bytes each, the newest last).
+    #[serde(default)]
+    pub kms: BTreeMap<String, KmsKey>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct KmsKey {
+    pub versions: Vec<Vec<u8>>,
+    pub created_ns: u64,
 }
 
 /// One entry of the replicated log.
@@ -45,6 +54,16 @@ pub enum Proposal {
         weight: u32,
         cert_der: Vec<u8>,
         kek: Vec<u8>,
+    },
+    /// Creates KMS key `name` with its first version, or adds a version (`rotate`).
+    KmsPut {
+        name: String,
+        material: Vec<u8>,
+        rotate: bool,
+        created_ns: u64,
+    },
+    KmsRemove {
+        name: String,
     },
 }
 
@@ -118,6 +137,28 @@ impl MonState {
                 self.auth.entities.insert(format!("osd.{}", id.0), entry);
                 self.auth.version += 1;
                 self.store_keks.insert(*id, kek.clone());
+            }
+            Proposal::KmsPut {
+                name,
+                material,
+                rotate,
+                created_ns,
+            } => match (self.kms.get_mut(name), rotate) {
+                (Some(key), true) => key.versions.push(material.clone()),
+                (None, false) => {
+                    let key = KmsKey {
+                        versions: vec![material.clone()],
+                        created_ns: *created_ns,
+                    };
+                    self.kms.insert(name.clone(), key);
+                }
+                (Some(_), false) => return refused(format!("KMS key {name} exists")),
+                (None, true) => return refused(format!("KMS key {name} does not exist")),
+            },
+            Proposal::KmsRemove { name } => {
+                if self.kms.remove(name).is_none() {
+                    return refused(format!("KMS key {name} does not exist"));
+                }
             }
         }
         Outcome::Applied {

@@ -1,7 +1,7 @@
 """The S3 gateway through boto3, as applications use it: buckets, objects of many sizes, user
-metadata, ranged reads, copies, multi-delete, both listing APIs page by page, presigned URLs,
-and the error codes clients act on, including those that keep one user out of another's
-buckets.
+metadata, ranged reads, copies, multi-delete, multipart uploads (by hand, part by part, and
+through boto3's managed transfers), both listing APIs page by page, presigned URLs, and the
+error codes clients act on, including those that keep one user out of another's buckets.
 
 Run by crates/coffer/tests/s3_clients.rs with the Python of the venv that scripts/test makes
 (`ensure_s3_tools` in scripts/setup.sh). Configured by the environment:
@@ -13,10 +13,12 @@ Run by crates/coffer/tests/s3_clients.rs with the Python of the venv that script
 
 Each check prints one line `ok: <what>`. The first mismatch raises an AssertionError that
 names the check, the value expected and the value seen, and the script exits non-zero.
-Buckets are named per run (a random prefix), and removed at the end.
+Buckets are named per run (a random prefix), and removed at the end with any multipart
+upload still in progress in them.
 """
 
 import hashlib
+import io
 import os
 import secrets
 import ssl
@@ -28,6 +30,7 @@ import urllib.request
 
 import boto3
 import botocore
+from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
@@ -44,6 +47,12 @@ PAGE_ENTRIES_MAX = 2
 # A listing that has not ended after this many pages is looping.
 PAGES_MAX = 50
 HTTP_TIMEOUT_SECONDS = 60
+# S3's bounds on multipart uploads: every part but the last has at least PART_BYTES_MIN, and
+# part numbers run from 1 to PART_NUMBER_MAX.
+PART_BYTES_MIN = 5 * MIB
+PART_NUMBER_MAX = 10000
+# boto3's managed transfer cuts this object into 5 MiB parts, the last one shorter.
+MANAGED_TRANSFER_BYTES = 23 * MIB
 
 
 def client(access, secret, **config):
@@ -111,6 +120,13 @@ def status(response):
 
 def quoted_md5(data):
     return '"' + hashlib.md5(data).hexdigest() + '"'
+
+
+def multipart_etag(parts):
+    """The ETag S3 gives an object completed from `parts` (their contents, in order): the hex
+    MD5 of the parts' binary MD5s one after the other, then "-" and the number of parts."""
+    digests = b"".join(hashlib.md5(part).digest() for part in parts)
+    return f'"{hashlib.md5(digests).hexdigest()}-{len(parts)}"'
 
 
 def https_get(url):
@@ -353,6 +369,366 @@ class Suite:
         left = self.s3.list_objects_v2(Bucket=self.bucket, Prefix="delete/").get("Contents", [])
         expect("objects left under delete/ after delete_objects", [o["Key"] for o in left], [])
         ok("delete_objects of four objects and a missing one reports all five deleted")
+
+    # Multipart uploads ------------------------------------------------------------------
+
+    def create_upload(self, object_name, **params):
+        response = self.s3.create_multipart_upload(Bucket=self.bucket, Key=object_name, **params)
+        return response["UploadId"]
+
+    def upload_part(self, object_name, upload_id, number, data):
+        """Uploads `data` as part `number`, checks its ETag, and returns the part as
+        complete_multipart_upload lists it."""
+        response = self.s3.upload_part(
+            Bucket=self.bucket, Key=object_name, UploadId=upload_id, PartNumber=number, Body=data
+        )
+        expect(f"upload_part {object_name} part {number} ETag", response["ETag"], quoted_md5(data))
+        return {"PartNumber": number, "ETag": response["ETag"]}
+
+    def complete(self, object_name, upload_id, parts):
+        return self.s3.complete_multipart_upload(
+            Bucket=self.bucket,
+            Key=object_name,
+            UploadId=upload_id,
+            MultipartUpload={"Parts": parts},
+        )
+
+    def abort(self, object_name, upload_id):
+        self.s3.abort_multipart_upload(Bucket=self.bucket, Key=object_name, UploadId=upload_id)
+
+    def list_parts_pages(self, object_name, upload_id, page_parts_max):
+        """Every page of a ListParts, following NextPartNumberMarker: [(number, size, ETag)]."""
+        parts, marker = [], None
+        params = {"Bucket": self.bucket, "Key": object_name, "UploadId": upload_id}
+        for _ in range(PAGES_MAX):
+            if marker is not None:
+                params["PartNumberMarker"] = marker
+            page = self.s3.list_parts(MaxParts=page_parts_max, **params)
+            page_parts = [(p["PartNumber"], p["Size"], p["ETag"]) for p in page.get("Parts", [])]
+            if len(page_parts) > page_parts_max:
+                raise AssertionError(
+                    f"list_parts: page of {len(page_parts)} parts, MaxParts {page_parts_max}"
+                )
+            parts += page_parts
+            if not page["IsTruncated"]:
+                return parts
+            marker = page.get("NextPartNumberMarker")
+            if not marker:
+                raise AssertionError("list_parts: truncated page without NextPartNumberMarker")
+        raise AssertionError(f"list_parts: still truncated after {PAGES_MAX} pages")
+
+    def list_uploads_pages(self, page_uploads_max, **params):
+        """Every page of a ListMultipartUploads, following NextKeyMarker and
+        NextUploadIdMarker: [(object name, upload id)]."""
+        uploads = []
+        for _ in range(PAGES_MAX):
+            page = self.s3.list_multipart_uploads(
+                Bucket=self.bucket, MaxUploads=page_uploads_max, **params
+            )
+            page_uploads = [(u["Key"], u["UploadId"]) for u in page.get("Uploads", [])]
+            if len(page_uploads) > page_uploads_max:
+                raise AssertionError(
+                    f"list_multipart_uploads {params}: page of {len(page_uploads)} uploads, "
+                    f"MaxUploads {page_uploads_max}"
+                )
+            uploads += page_uploads
+            if not page["IsTruncated"]:
+                return uploads
+            if not page.get("NextKeyMarker"):
+                raise AssertionError(
+                    f"list_multipart_uploads {params}: truncated page without NextKeyMarker"
+                )
+            params["KeyMarker"] = page["NextKeyMarker"]
+            params["UploadIdMarker"] = page.get("NextUploadIdMarker", "")
+        raise AssertionError(
+            f"list_multipart_uploads {params}: still truncated after {PAGES_MAX} pages"
+        )
+
+    def multipart_upload(self):
+        """Three parts, the second uploaded twice, listed, completed and read back."""
+        object_name = "multipart/three-parts"
+        parts = [os.urandom(PART_BYTES_MIN), os.urandom(PART_BYTES_MIN), os.urandom(MIB + 7)]
+        user_metadata = {"parts": "three"}
+        upload_id = self.create_upload(
+            object_name, ContentType="application/x-coffer-parts", Metadata=user_metadata
+        )
+        completed = [
+            self.upload_part(object_name, upload_id, number, data)
+            for number, data in enumerate(parts, start=1)
+        ]
+        ok("upload_part of 5 MiB, 5 MiB and 1 MiB + 7 bytes: each ETag is the part's quoted MD5")
+
+        replaced = completed[1]
+        parts[1] = os.urandom(PART_BYTES_MIN)
+        completed[1] = self.upload_part(object_name, upload_id, 2, parts[1])
+        expect(
+            "list_parts, one part a page",
+            self.list_parts_pages(object_name, upload_id, page_parts_max=1),
+            [(number, len(data), quoted_md5(data)) for number, data in enumerate(parts, start=1)],
+        )
+        ok("list_parts with MaxParts 1 pages through the three parts, part 2 as re-uploaded")
+        expect_error(
+            "complete_multipart_upload naming the replaced part 2's ETag",
+            ["InvalidPart"],
+            self.complete,
+            object_name=object_name,
+            upload_id=upload_id,
+            parts=[completed[0], replaced, completed[2]],
+        )
+        ok("complete_multipart_upload with the ETag of a replaced part: InvalidPart")
+
+        response = self.complete(object_name, upload_id, completed)
+        data = b"".join(parts)
+        self.objects[object_name] = data
+        expect("complete_multipart_upload ETag", response["ETag"], multipart_etag(parts))
+        head = self.s3.head_object(Bucket=self.bucket, Key=object_name)
+        expect(
+            "head_object of the completed upload ContentLength", head["ContentLength"], len(data)
+        )
+        expect("head_object of the completed upload ETag", head["ETag"], multipart_etag(parts))
+        expect(
+            "head_object of the completed upload ContentType",
+            head["ContentType"],
+            "application/x-coffer-parts",
+        )
+        expect("head_object of the completed upload Metadata", head["Metadata"], user_metadata)
+        ok(
+            "complete_multipart_upload: ETag is the MD5 of the parts' MD5s and -3; content type "
+            "and metadata are those given at creation"
+        )
+
+        response, body = self.get(object_name)
+        expect("get_object of the completed upload ETag", response["ETag"], multipart_etag(parts))
+        expect("get_object of the completed upload sha256", sha256(body), sha256(data))
+        ok("get_object of the completed upload: the three parts in order, part 2's new bytes")
+
+        size = len(data)
+        cases = [
+            ("parts 1 and 2", PART_BYTES_MIN - 1000, PART_BYTES_MIN + 999),
+            ("parts 1, 2 and 3", PART_BYTES_MIN - 7, 2 * PART_BYTES_MIN + 6),
+        ]
+        for what, first, last in cases:
+            label = f"get_object {object_name} Range bytes={first}-{last}"
+            response, body = self.get(object_name, Range=f"bytes={first}-{last}")
+            expect(f"{label} status", status(response), 206)
+            expect(
+                f"{label} ContentRange", response["ContentRange"], f"bytes {first}-{last}/{size}"
+            )
+            expect(f"{label} sha256", sha256(body), sha256(data[first : last + 1]))
+            ok(f"ranged get across the bounds of {what} of the completed upload")
+
+        expect_error(
+            "list_parts of a completed upload",
+            ["NoSuchUpload"],
+            self.s3.list_parts,
+            Bucket=self.bucket,
+            Key=object_name,
+            UploadId=upload_id,
+        )
+        ok("list_parts of a completed upload: NoSuchUpload")
+
+    def multipart_part_copies(self):
+        """Parts copied from ranges of existing objects: one single PUT (the range crosses
+        stripe bounds) and the multipart object above (the range crosses a part bound)."""
+        object_name = "multipart/copied-parts"
+        sources = [
+            (f"sizes/{20 * MIB}", STRIPE_BYTES - 1000, STRIPE_BYTES - 1000 + PART_BYTES_MIN - 1),
+            ("multipart/three-parts", PART_BYTES_MIN - 500, PART_BYTES_MIN + 499),
+        ]
+        upload_id = self.create_upload(object_name)
+        completed, parts = [], []
+        for number, (source, first, last) in enumerate(sources, start=1):
+            response = self.s3.upload_part_copy(
+                Bucket=self.bucket,
+                Key=object_name,
+                UploadId=upload_id,
+                PartNumber=number,
+                CopySource={"Bucket": self.bucket, "Key": source},
+                CopySourceRange=f"bytes={first}-{last}",
+            )
+            part = self.objects[source][first : last + 1]
+            etag = response["CopyPartResult"]["ETag"]
+            expect(
+                f"upload_part_copy of {source} bytes={first}-{last} ETag", etag, quoted_md5(part)
+            )
+            completed.append({"PartNumber": number, "ETag": etag})
+            parts.append(part)
+        response = self.complete(object_name, upload_id, completed)
+        expect(
+            "complete_multipart_upload of copied parts ETag",
+            response["ETag"],
+            multipart_etag(parts),
+        )
+        data = b"".join(parts)
+        self.objects[object_name] = data
+        _, body = self.get(object_name)
+        expect("get_object of the upload of copied parts sha256", sha256(body), sha256(data))
+        ok("upload_part_copy of byte ranges of a PUT object and of a multipart object, completed")
+
+    def multipart_errors(self):
+        """The completions S3 refuses, and upload ids it does not know. A refused completion
+        leaves the upload as it was."""
+        object_name = "multipart/refused"
+        upload_id = self.create_upload(object_name)
+        small = self.upload_part(object_name, upload_id, 1, os.urandom(MIB))
+        full = self.upload_part(object_name, upload_id, 2, os.urandom(PART_BYTES_MIN))
+        refusals = [
+            ("EntityTooSmall", "a first part of 1 MiB", [small, full]),
+            ("InvalidPartOrder", "parts listed in descending order", [full, small]),
+            ("InvalidPart", "a wrong ETag", [{"PartNumber": 1, "ETag": quoted_md5(b"other")}]),
+            (
+                "InvalidPart",
+                "a part never uploaded",
+                [full, {"PartNumber": 3, "ETag": full["ETag"]}],
+            ),
+        ]
+        for code, what, parts in refusals:
+            expect_error(
+                f"complete_multipart_upload with {what}",
+                [code],
+                self.complete,
+                object_name=object_name,
+                upload_id=upload_id,
+                parts=parts,
+            )
+            ok(f"complete_multipart_upload with {what}: {code}")
+        expect(
+            "list_parts after refused completions",
+            self.list_parts_pages(object_name, upload_id, 1000),
+            [(1, MIB, small["ETag"]), (2, PART_BYTES_MIN, full["ETag"])],
+        )
+        expect_error(
+            "get_object of an upload never completed",
+            ["NoSuchKey"],
+            self.s3.get_object,
+            Bucket=self.bucket,
+            Key=object_name,
+        )
+        ok("after refused completions the upload keeps its parts and no object was made")
+
+        for number in [0, PART_NUMBER_MAX + 1]:
+            expect_error(
+                f"upload_part number {number}",
+                ["InvalidArgument"],
+                self.s3.upload_part,
+                Bucket=self.bucket,
+                Key=object_name,
+                UploadId=upload_id,
+                PartNumber=number,
+                Body=b"x",
+            )
+        ok(f"upload_part numbered 0 or {PART_NUMBER_MAX + 1}: InvalidArgument")
+        self.abort(object_name, upload_id)
+
+        made_up = "coffer-no-such-upload-" + secrets.token_hex(8)
+        calls = [
+            ("upload_part", self.s3.upload_part, {"PartNumber": 1, "Body": b"x"}),
+            ("list_parts", self.s3.list_parts, {}),
+            (
+                "complete_multipart_upload",
+                self.s3.complete_multipart_upload,
+                {"MultipartUpload": {"Parts": [{"PartNumber": 1, "ETag": quoted_md5(b"x")}]}},
+            ),
+            ("abort_multipart_upload", self.s3.abort_multipart_upload, {}),
+        ]
+        for name, call, params in calls:
+            expect_error(
+                f"{name} of a made-up upload id",
+                ["NoSuchUpload"],
+                call,
+                Bucket=self.bucket,
+                Key=object_name,
+                UploadId=made_up,
+                **params,
+            )
+        ok("upload_part, list_parts, complete and abort of a made-up upload id: NoSuchUpload")
+
+    def multipart_listing_and_abort(self):
+        """Uploads in progress are listed; completed and aborted ones are not, and an aborted
+        upload's id is unknown from then on."""
+        prefix = "multipart/listed/"
+        in_progress = []
+        for name in ["a", "b"]:
+            object_name = prefix + name
+            upload_id = self.create_upload(object_name)
+            self.upload_part(object_name, upload_id, 1, object_name.encode())
+            in_progress.append((object_name, upload_id))
+
+        completed_name = prefix + "completed"
+        upload_id = self.create_upload(completed_name)
+        part = self.upload_part(completed_name, upload_id, 1, b"completed")
+        self.complete(completed_name, upload_id, [part])
+        self.objects[completed_name] = b"completed"
+
+        aborted_name = prefix + "aborted"
+        aborted_id = self.create_upload(aborted_name)
+        part = self.upload_part(aborted_name, aborted_id, 1, b"aborted")
+        self.abort(aborted_name, aborted_id)
+
+        outside_name = "multipart/not-listed"
+        outside_id = self.create_upload(outside_name)
+
+        expect(
+            f"list_multipart_uploads Prefix {prefix}, one upload a page",
+            self.list_uploads_pages(1, Prefix=prefix),
+            in_progress,
+        )
+        ok(
+            "list_multipart_uploads with a prefix, a page of one at a time, shows the two "
+            "uploads in progress, not the completed or aborted ones"
+        )
+
+        for name, call, params in [
+            ("upload_part", self.s3.upload_part, {"PartNumber": 2, "Body": b"x"}),
+            ("list_parts", self.s3.list_parts, {}),
+            (
+                "complete_multipart_upload",
+                self.s3.complete_multipart_upload,
+                {"MultipartUpload": {"Parts": [part]}},
+            ),
+        ]:
+            expect_error(
+                f"{name} after abort_multipart_upload",
+                ["NoSuchUpload"],
+                call,
+                Bucket=self.bucket,
+                Key=aborted_name,
+                UploadId=aborted_id,
+                **params,
+            )
+        expect_error(
+            "get_object of an aborted upload",
+            ["NoSuchKey"],
+            self.s3.get_object,
+            Bucket=self.bucket,
+            Key=aborted_name,
+        )
+        ok("after abort_multipart_upload its id gets NoSuchUpload, and no object was made")
+
+        for object_name, upload_id in in_progress + [(outside_name, outside_id)]:
+            self.abort(object_name, upload_id)
+        expect("list_multipart_uploads after aborting all", self.list_uploads_pages(1000), [])
+        ok("no upload is left in progress once all are completed or aborted")
+
+    def managed_transfer(self):
+        """boto3's upload_fileobj and download_fileobj: parts and ranged GETs of 5 MiB, sent
+        several at once."""
+        config = TransferConfig(
+            multipart_threshold=PART_BYTES_MIN, multipart_chunksize=PART_BYTES_MIN
+        )
+        object_name = "multipart/managed"
+        data = os.urandom(MANAGED_TRANSFER_BYTES)
+        self.s3.upload_fileobj(io.BytesIO(data), self.bucket, object_name, Config=config)
+        self.objects[object_name] = data
+        parts = [data[at : at + PART_BYTES_MIN] for at in range(0, len(data), PART_BYTES_MIN)]
+        head = self.s3.head_object(Bucket=self.bucket, Key=object_name)
+        expect("head_object after upload_fileobj ContentLength", head["ContentLength"], len(data))
+        expect("head_object after upload_fileobj ETag", head["ETag"], multipart_etag(parts))
+        ok(f"upload_fileobj of {len(data) >> 20} MiB in parts of 5 MiB: ETag ends -{len(parts)}")
+        downloaded = io.BytesIO()
+        self.s3.download_fileobj(self.bucket, object_name, downloaded, Config=config)
+        expect("download_fileobj sha256", sha256(downloaded.getvalue()), sha256(data))
+        ok(f"download_fileobj of {len(data) >> 20} MiB in ranges of 5 MiB gives the bytes uploaded")
 
     # Listing ----------------------------------------------------------------------------
 
@@ -672,6 +1048,50 @@ class Suite:
             Bucket=bucket,
         )
         ok("the other user gets AccessDenied on the first user's bucket")
+
+        object_name = "multipart/not-for-others"
+        upload_id = self.create_upload(object_name)
+        part = self.upload_part(object_name, upload_id, 1, b"the first user's part")
+        upload = {"Bucket": bucket, "Key": object_name, "UploadId": upload_id}
+        for name, call, params in [
+            (
+                "create_multipart_upload",
+                other.create_multipart_upload,
+                {"Bucket": bucket, "Key": "intruder"},
+            ),
+            ("list_multipart_uploads", other.list_multipart_uploads, {"Bucket": bucket}),
+            ("list_parts", other.list_parts, upload),
+            ("upload_part", other.upload_part, {**upload, "PartNumber": 1, "Body": b"x"}),
+            (
+                "upload_part_copy out of the bucket",
+                other.upload_part_copy,
+                {
+                    **upload,
+                    "PartNumber": 2,
+                    "CopySource": {"Bucket": bucket, "Key": "metadata/doc"},
+                },
+            ),
+            (
+                "complete_multipart_upload",
+                other.complete_multipart_upload,
+                {**upload, "MultipartUpload": {"Parts": [part]}},
+            ),
+            ("abort_multipart_upload", other.abort_multipart_upload, upload),
+        ]:
+            expect_error(f"other user: {name}", ["AccessDenied"], call, **params)
+        expect(
+            "the first user's upload after the other user's attempts",
+            self.list_parts_pages(object_name, upload_id, 1000),
+            [(1, len(b"the first user's part"), part["ETag"])],
+        )
+        expect(
+            "the first user's uploads in progress after the other user's attempts",
+            self.list_uploads_pages(1000),
+            [(object_name, upload_id)],
+        )
+        self.abort(object_name, upload_id)
+        ok("the other user gets AccessDenied on the first user's multipart uploads")
+
         _, body = self.get("metadata/doc")
         expect_body(
             "the first user's object after the other user's attempts",
@@ -690,6 +1110,11 @@ class Suite:
     # Clean up ---------------------------------------------------------------------------
 
     def empty_and_delete(self, bucket):
+        uploads = self.s3.list_multipart_uploads(Bucket=bucket).get("Uploads", [])
+        for upload in uploads:
+            self.s3.abort_multipart_upload(
+                Bucket=bucket, Key=upload["Key"], UploadId=upload["UploadId"]
+            )
         object_names = [
             o["Key"] for o in self.s3.list_objects_v2(Bucket=bucket).get("Contents", [])
         ]
@@ -727,6 +1152,11 @@ def main():
         suite.ranges,
         suite.copies,
         suite.deletes,
+        suite.multipart_upload,
+        suite.multipart_part_copies,
+        suite.multipart_errors,
+        suite.multipart_listing_and_abort,
+        suite.managed_transfer,
         suite.listing,
         suite.presigned,
         suite.errors,

@@ -1,0 +1,283 @@
+//! What the S3 requests ask of server-side encryption, and the data keys that serve it: a
+//! fresh one per new segment (from the KMS, or wrapped by the customer's key), and the
+//! unwrapped ones of an object's segments for reading, through the cache.
+
+use std::sync::Arc;
+
+use base64::Engine;
+use client::{Cluster, Pool};
+use keys::{KeyEncryptionKey, SecretKey, WrappedKey};
+use md5::Digest;
+use s3s::dto::ServerSideEncryption;
+use s3s::{s3_error, S3Error, S3ErrorCode, S3Result};
+
+use crate::data::Sealing;
+use crate::layout::{ObjectEntry, SealedKey, Sse};
+use crate::sse::{self, KeyCache};
+use crate::{buckets, Error};
+
+/// What a customer key wraps a data key under.
+const CUSTOMER_CONTEXT: &[u8] = b"coffer-sse-c";
+
+/// A customer's key from SSE-C headers, and its MD5 as the client sent it (base64).
+pub struct CustomerKey {
+    key: KeyEncryptionKey,
+    pub md5_base64: String,
+}
+
+/// The SSE-C key of a request: `None` without the headers; refused when they are
+/// inconsistent (S3's checks: AES256, 32 bytes, a matching MD5).
+pub fn customer_key(
+    algorithm: &Option<String>,
+    key: &Option<String>,
+    key_md5: &Option<String>,
+) -> S3Result<Option<CustomerKey>> {
+    let (Some(algorithm), Some(key)) = (algorithm, key) else {
+        if algorithm.is_some() || key.is_some() || key_md5.is_some() {
+            return Err(s3_error!(
+                InvalidArgument,
+                "SSE-C needs the algorithm, the key and its MD5 headers together"
+            ));
+        }
+        return Ok(None);
+    };
+    if algorithm != ServerSideEncryption::AES256 {
+        return Err(s3_error!(
+            InvalidEncryptionAlgorithmError,
+            "SSE-C supports AES256 only"
+        ));
+    }
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let mut bytes = b64
+        .decode(key)
+        .map_err(|_| s3_error!(InvalidArgument, "the SSE-C key is not base64"))?;
+    let array: Result<[u8; 32], _> = bytes.as_slice().try_into();
+    let digest = md5::Md5::digest(&bytes);
+    zeroize::Zeroize::zeroize(&mut bytes);
+    let array = array.map_err(|_| s3_error!(InvalidArgument, "the SSE-C key is not 256 bits"))?;
+    let md5_base64 = b64.encode(digest);
+    if key_md5.as_ref().is_some_and(|given| *given != md5_base64) {
+        return Err(s3_error!(
+            InvalidArgument,
+            "the SSE-C key's MD5 does not match the key"
+        ));
+    }
+    Ok(Some(CustomerKey {
+        key: KeyEncryptionKey::from_bytes(array),
+        md5_base64,
+    }))
+}
+
+/// The encryption of a new object: what the request's headers ask, else the bucket's
+/// default, else none.
+pub async fn for_write(
+    pool: &Pool,
+    bucket: &str,
+    asked: &Option<ServerSideEncryption>,
+    kms_key: &Option<String>,
+    customer: Option<&CustomerKey>,
+) -> S3Result<Option<Sse>> {
+    if let Some(customer) = customer {
+        if asked.is_some() {
+            return Err(s3_error!(
+                InvalidArgument,
+                "ask for SSE-C or for x-amz-server-side-encryption, not both"
+            ));
+        }
+        let salt: [u8; 16] = rand::random();
+        return Ok(Some(Sse::Customer {
+            salt,
+            check: sse::customer_check(&salt, &customer.key),
+        }));
+    }
+    match asked {
+        Some(sse) => Ok(Some(requested(sse, kms_key)?)),
+        None => buckets::encryption(pool, bucket).await.map_err(fail),
+    }
+}
+
+/// The encryption an `x-amz-server-side-encryption` value (and KMS key id) asks for.
+pub fn requested(sse: &ServerSideEncryption, kms_key: &Option<String>) -> S3Result<Sse> {
+    match sse.as_str() {
+        ServerSideEncryption::AES256 => Ok(Sse::S3),
+        ServerSideEncryption::AWS_KMS => Ok(Sse::Kms {
+            key: kms_key.clone().unwrap_or_else(|| sse::MANAGED_KEY.into()),
+        }),
+        other => Err(s3_error!(
+            InvalidArgument,
+            "server-side encryption {other} is not served; use AES256 or aws:kms"
+        )),
+    }
+}
+
+/// The SSE-C key given for an object must be its own, and one must be given if it has one.
+pub fn check_customer(sse: &Option<Sse>, given: Option<&CustomerKey>) -> S3Result<()> {
+    match (sse, given) {
+        (Some(Sse::Customer { salt, check }), Some(given)) => {
+            if sse::customer_check(salt, &given.key) == *check {
+                Ok(())
+            } else {
+                Err(s3_error!(
+                    AccessDenied,
+                    "the SSE-C key is not the one the object was stored with"
+                ))
+            }
+        }
+        (Some(Sse::Customer { .. }), None) => Err(s3_error!(
+            InvalidRequest,
+            "the object is stored with SSE-C: give its key to read it"
+        )),
+        (_, Some(_)) => Err(s3_error!(
+            InvalidRequest,
+            "the object is not stored with SSE-C; send no customer key"
+        )),
+        (_, None) => Ok(()),
+    }
+}
+
+fn fail(e: Error) -> S3Error {
+    S3Error::with_message(S3ErrorCode::InternalError, e.to_string())
+}
+
+/// The S3 error for a KMS refusal: a missing or removed key, or no KMS at all.
+fn kms_error(e: client::Error) -> S3Error {
+    match e {
+        client::Error::Failed(why) if why.contains("does not exist") => {
+            S3Error::with_message(S3ErrorCode::AccessDenied, format!("KMS: {why}"))
+        }
+        e => S3Error::with_message(S3ErrorCode::ServiceUnavailable, format!("KMS: {e}")),
+    }
+}
+
+/// A fresh data key for a new segment of an object encrypted as `sse`.
+pub async fn new_sealing(
+    cluster: &Cluster,
+    sse: &Sse,
+    customer: Option<&CustomerKey>,
+) -> S3Result<Sealing> {
+    let kms_key = match sse {
+        Sse::S3 => sse::MANAGED_KEY,
+        Sse::Kms { key } => key.as_str(),
+        Sse::Customer { .. } => {
+            let customer = customer.ok_or_else(|| {
+                s3_error!(
+                    InvalidRequest,
+                    "the upload is SSE-C: give its key with each part"
+                )
+            })?;
+            let data_key = SecretKey::<32>::generate();
+            let wrapped = keys::wrap(&customer.key, &data_key, CUSTOMER_CONTEXT);
+            return Ok(Sealing {
+                data_key,
+                stored: SealedKey::Customer {
+                    wrapped: wrapped.as_bytes().to_vec(),
+                },
+            });
+        }
+    };
+    let generated = cluster.kms_generate(kms_key).await.map_err(kms_error)?;
+    Ok(Sealing {
+        data_key: generated.plaintext,
+        stored: SealedKey::Kms {
+            key: generated.key,
+            version: generated.version,
+            wrapped: generated.wrapped,
+        },
+    })
+}
+
+/// The data key of each segment of `entry` (none for plain segments), unwrapped: from the
+/// cache, the KMS, or the customer's key.
+pub async fn segment_keys(
+    cluster: &Cluster,
+    cache: &KeyCache,
+    entry: &ObjectEntry,
+    customer: Option<&CustomerKey>,
+) -> S3Result<Vec<Option<Arc<SecretKey<32>>>>> {
+    let mut out = Vec::with_capacity(entry.segments.len());
+    for segment in &entry.segments {
+        let key = match &segment.sealed {
+            None => None,
+            Some(SealedKey::Kms {
+                key,
+                version,
+                wrapped,
+            }) => match cache.get(wrapped) {
+                Some(found) => Some(found),
+                None => {
+                    let opened = cluster
+                        .kms_decrypt(key, *version, wrapped)
+                        .await
+                        .map_err(kms_error)?;
+                    let opened = Arc::new(opened.plaintext);
+                    cache.put(wrapped, key, opened.clone());
+                    Some(opened)
+                }
+            },
+            Some(SealedKey::Customer { wrapped }) => {
+                let customer = customer.ok_or_else(|| {
+                    s3_error!(
+                        InvalidRequest,
+                        "the object is stored with SSE-C: give its key"
+                    )
+                })?;
+                let wrapped = WrappedKey::from_bytes(wrapped.clone());
+                let opened =
+                    keys::unwrap(&customer.key, &wrapped, CUSTOMER_CONTEXT).map_err(|_| {
+                        s3_error!(AccessDenied, "the SSE-C key does not open the object")
+                    })?;
+                Some(Arc::new(opened))
+            }
+        };
+        out.push(key);
+    }
+    Ok(out)
+}
+
+/// The ETag bytes of new content: its MD5, except under SSE-C and SSE-KMS, whose ETags
+/// must not reveal a digest of the content (S3's rule): there, the MD5 of the instance.
+pub fn etag_bytes(sse: &Option<Sse>, md5: [u8; 16], instance: &str) -> [u8; 16] {
+    match sse {
+        Some(Sse::Customer { .. } | Sse::Kms { .. }) => {
+            md5::Md5::digest(instance.as_bytes()).into()
+        }
+        _ => md5,
+    }
+}
+
+/// The response headers that describe an object's encryption: the algorithm, the KMS key,
+/// and for SSE-C the algorithm and the key's MD5.
+pub struct Described {
+    pub sse: Option<ServerSideEncryption>,
+    pub kms_key: Option<String>,
+    pub customer_algorithm: Option<String>,
+    pub customer_key_md5: Option<String>,
+}
+
+pub fn describe(sse: &Option<Sse>, customer: Option<&CustomerKey>) -> Described {
+    let mut out = Described {
+        sse: None,
+        kms_key: None,
+        customer_algorithm: None,
+        customer_key_md5: None,
+    };
+    match sse {
+        Some(Sse::S3) => {
+            out.sse = Some(ServerSideEncryption::from_static(
+                ServerSideEncryption::AES256,
+            ))
+        }
+        Some(Sse::Kms { key }) => {
+            out.sse = Some(ServerSideEncryption::from_static(
+                ServerSideEncryption::AWS_KMS,
+            ));
+            out.kms_key = Some(key.clone());
+        }
+        Some(Sse::Customer { .. }) => {
+            out.customer_algorithm = Some(ServerSideEncryption::AES256.into());
+            out.customer_key_md5 = customer.map(|c| c.md5_base64.clone());
+        }
+        None => {}
+    }
+    out
+}
