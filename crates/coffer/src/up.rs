@@ -51,6 +51,11 @@ pub struct UpArgs {
     /// Link mode for every link of a new cluster: secure or crc.
     #[arg(long, default_value = "secure")]
     pub in_transit: String,
+    /// Link mode to the monitors of a new cluster, if not --in-transit's (like Ceph's
+    /// ms_mon_client_mode). The KMS releases data keys over secure links only, so the S3
+    /// gateway's server-side encryption needs secure monitor links.
+    #[arg(long)]
+    pub mon_transit: Option<String>,
     /// Size of each new OSD's data file, in GiB (sparse).
     #[arg(long, default_value_t = 8)]
     pub store_gib: u64,
@@ -194,6 +199,9 @@ fn create(dir: &Path, args: &UpArgs) -> Result<Conf, String> {
         }
     }
     let mode_ok = |m: &str| matches!(m, "secure" | "crc");
+    if let Some(mode) = args.mon_transit.as_deref().filter(|m| !mode_ok(m)) {
+        return Err(format!("--mon-transit {mode}: use secure or crc"));
+    }
     if !mode_ok(&args.in_transit) {
         return Err(format!(
             "--in-transit {}: use secure or crc",
@@ -220,7 +228,10 @@ fn create(dir: &Path, args: &UpArgs) -> Result<Conf, String> {
         fsid: fsid.clone(),
         mons,
         transit: Transit {
-            mon: args.in_transit.clone(),
+            mon: args
+                .mon_transit
+                .clone()
+                .unwrap_or_else(|| args.in_transit.clone()),
             client: args.in_transit.clone(),
             cluster: args.in_transit.clone(),
         },

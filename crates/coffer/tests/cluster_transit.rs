@@ -4,62 +4,27 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
-use std::time::Duration;
-
-use common::{serial, LocalCluster};
+use common::{serial, Capture, LocalCluster};
 
 /// Runs a cluster in `mode`, writes and reads a marker while tcpdump records loopback, and
 /// returns whether the marker is in the capture.
 fn marker_seen_on_the_wire(mode: &str) -> bool {
     let mut cluster = LocalCluster::start(2, &["--in-transit", mode]);
     let marker = format!("coffer-marker-{}", rand::random::<u64>());
-    let capture = cluster.dir.path().join("lo.pcap");
-    let mut tcpdump = Command::new("tcpdump")
-        .args([
-            "-i",
-            "lo",
-            "-U",
-            "--immediate-mode",
-            "-s",
-            "0",
-            "-Z",
-            "root",
-            "-w",
-        ])
-        .arg(&capture)
-        .arg("tcp")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("tcpdump (scripts/setup.sh installs it)");
-    let stderr = tcpdump.stderr.take().expect("tcpdump stderr");
-    let mut lines = BufReader::new(stderr).lines();
-    let listening = lines
-        .next()
-        .and_then(Result::ok)
-        .is_some_and(|line| line.contains("listening on"));
-    assert!(listening, "tcpdump did not start");
+    let capture = Capture::start(&cluster.dir.path().join("lo.pcap"));
     let file = cluster.dir.path().join("marker");
     std::fs::write(&file, marker.repeat(100)).expect("write marker");
     cluster.ok(&["obj", "put", "data", "secret", file.to_str().expect("path")]);
     let read = cluster.ok(&["obj", "get", "data", "secret"]);
     assert!(read.contains(&marker));
-    std::thread::sleep(Duration::from_millis(500));
-    // SAFETY: kill(2) on our own child.
-    unsafe { libc::kill(tcpdump.id() as i32, libc::SIGINT) };
-    tcpdump.wait().expect("tcpdump exits");
-    let bytes = std::fs::read(&capture).expect("capture");
+    let bytes = capture.stop();
     assert!(
         bytes.len() > 10_000,
         "the capture holds the object's traffic ({} bytes)",
         bytes.len()
     );
     cluster.stop();
-    bytes
-        .windows(marker.len())
-        .any(|window| window == marker.as_bytes())
+    common::contains(&bytes, marker.as_bytes())
 }
 
 #[test]

@@ -8,64 +8,14 @@
 
 mod common;
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{serial, LocalCluster};
+use common::{run_ok, serial, LocalCluster};
 
 /// Objects the load must have acknowledged before the gateway is killed.
 const ACKED_BEFORE_KILL: usize = 6;
 const LOAD_WAIT: Duration = Duration::from_secs(120);
-
-fn python() -> PathBuf {
-    let venv = std::env::var_os("COFFER_S3_VENV").unwrap_or_else(|| {
-        panic!("COFFER_S3_VENV is not set: run the S3 tests through scripts/test (ensure_s3_tools)")
-    });
-    let python = PathBuf::from(venv).join("bin/python");
-    assert!(
-        python.exists(),
-        "{} is missing: run scripts/test (ensure_s3_tools makes the venv)",
-        python.display()
-    );
-    python
-}
-
-/// `failures.py ARGS` as user `user` of the cluster's gateway.
-fn drill(cluster: &LocalCluster, user: &serde_json::Value, args: &[&str]) -> Command {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/s3/failures.py");
-    let mut command = Command::new(python());
-    command
-        .arg(script)
-        .args(args)
-        .env("S3_ENDPOINT", cluster.s3_endpoint())
-        .env("S3_CA", cluster.s3_ca())
-        .env(
-            "S3_ACCESS",
-            user["access_key"].as_str().expect("access key"),
-        )
-        .env(
-            "S3_SECRET",
-            user["secret_key"].as_str().expect("secret key"),
-        )
-        .env_remove("AWS_CA_BUNDLE");
-    command
-}
-
-fn create_user(cluster: &LocalCluster, name: &str) -> serde_json::Value {
-    serde_json::from_str(&cluster.ok(&["user", "create", name, "--json"])).expect("user json")
-}
-
-fn run_ok(what: &str, command: &mut Command) -> String {
-    let output = command.output().expect("run the drill");
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(
-        output.status.success(),
-        "{what} failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    stdout
-}
 
 fn acked_objects(path: &std::path::Path) -> usize {
     std::fs::read_to_string(path)
@@ -90,10 +40,11 @@ fn a_gateway_killed_mid_load_keeps_what_it_acknowledged_and_shows_nothing_partia
     let _serial = serial();
     let mut cluster = LocalCluster::start(3, &[]);
     cluster.wait_s3();
-    let user = create_user(&cluster, "loader");
+    let user = cluster.s3_user("loader");
     let acked = cluster.dir.path().join("acked.txt");
     let acked_arg = acked.to_str().expect("UTF-8 path");
-    let load = drill(&cluster, &user, &["load", "drill", acked_arg])
+    let load = cluster
+        .s3_script(&user, "failures.py", &["load", "drill", acked_arg])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -116,7 +67,7 @@ fn a_gateway_killed_mid_load_keeps_what_it_acknowledged_and_shows_nothing_partia
     cluster.wait_s3();
     let report = run_ok(
         "the check after the restart",
-        &mut drill(&cluster, &user, &["check", "drill", acked_arg]),
+        &mut cluster.s3_script(&user, "failures.py", &["check", "drill", acked_arg]),
     );
     assert!(
         report.contains("aborted"),
@@ -129,11 +80,11 @@ fn hostile_requests_get_their_errors_and_the_gateway_keeps_serving() {
     let _serial = serial();
     let cluster = LocalCluster::start(3, &[]);
     cluster.wait_s3();
-    let user = create_user(&cluster, "hostile");
+    let user = cluster.s3_user("hostile");
     let pid = cluster.pid_of("gw");
     let report = run_ok(
         "the hostile requests",
-        &mut drill(&cluster, &user, &["hostile", "hostile"]),
+        &mut cluster.s3_script(&user, "failures.py", &["hostile", "hostile"]),
     );
     assert!(report.contains("still serves"), "{report}");
     assert!(

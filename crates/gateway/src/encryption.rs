@@ -139,11 +139,17 @@ fn fail(e: Error) -> S3Error {
     S3Error::with_message(S3ErrorCode::InternalError, e.to_string())
 }
 
-/// The S3 error for a KMS refusal: a missing or removed key, or no KMS at all.
+/// The S3 error for a KMS refusal: a missing or removed key (the client's to fix), the
+/// gateway not allowed data keys (the operator's: its entity needs mon=rw and secure links
+/// to the monitors), or no monitor answering (clients retry a 503).
 fn kms_error(e: client::Error) -> S3Error {
     match e {
         client::Error::Failed(why) if why.contains("does not exist") => {
             S3Error::with_message(S3ErrorCode::AccessDenied, format!("KMS: {why}"))
+        }
+        client::Error::Denied(why) => {
+            tracing::warn!("the KMS refuses the gateway data keys: {why}");
+            S3Error::with_message(S3ErrorCode::InternalError, format!("KMS: {why}"))
         }
         e => S3Error::with_message(S3ErrorCode::ServiceUnavailable, format!("KMS: {e}")),
     }

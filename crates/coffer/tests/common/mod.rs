@@ -421,3 +421,118 @@ pub fn serial() -> std::sync::MutexGuard<'static, ()> {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
     LOCK.lock().unwrap_or_else(|p| p.into_inner())
 }
+
+/// tcpdump recording the loopback's TCP traffic into a file, for tests that look for
+/// plaintext on the wire.
+pub struct Capture {
+    tcpdump: Child,
+    path: PathBuf,
+}
+
+impl Capture {
+    /// Starts recording into `path`; returns once tcpdump listens.
+    pub fn start(path: &Path) -> Capture {
+        let mut tcpdump = Command::new("tcpdump")
+            .args([
+                "-i",
+                "lo",
+                "-U",
+                "--immediate-mode",
+                "-s",
+                "0",
+                "-Z",
+                "root",
+                "-w",
+            ])
+            .arg(path)
+            .arg("tcp")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("tcpdump (scripts/setup.sh installs it)");
+        let stderr = tcpdump.stderr.take().expect("tcpdump stderr");
+        let listening = BufReader::new(stderr)
+            .lines()
+            .next()
+            .and_then(Result::ok)
+            .is_some_and(|line| line.contains("listening on"));
+        assert!(listening, "tcpdump did not start");
+        Capture {
+            tcpdump,
+            path: path.to_path_buf(),
+        }
+    }
+
+    /// Stops recording; returns the capture file's bytes.
+    pub fn stop(mut self) -> Vec<u8> {
+        std::thread::sleep(Duration::from_millis(500));
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(self.tcpdump.id() as i32, libc::SIGINT) };
+        self.tcpdump.wait().expect("tcpdump exits");
+        std::fs::read(&self.path).expect("capture")
+    }
+}
+
+/// Whether `needle` occurs in `haystack`.
+pub fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack
+        .windows(needle.len())
+        .any(|window| window == needle)
+}
+
+/// The Python of the venv `scripts/test` makes for the S3 tests (COFFER_S3_VENV), with
+/// boto3 in it.
+pub fn s3_python() -> PathBuf {
+    let venv = std::env::var_os("COFFER_S3_VENV").unwrap_or_else(|| {
+        panic!("COFFER_S3_VENV is not set: run the S3 tests through scripts/test (ensure_s3_tools)")
+    });
+    let python = PathBuf::from(venv).join("bin/python");
+    assert!(
+        python.exists(),
+        "{} is missing: run scripts/test (ensure_s3_tools makes the venv)",
+        python.display()
+    );
+    python
+}
+
+impl LocalCluster {
+    /// `coffer user create NAME --json`: the user's name and keys.
+    pub fn s3_user(&self, name: &str) -> serde_json::Value {
+        serde_json::from_str(&self.ok(&["user", "create", name, "--json"])).expect("user json")
+    }
+
+    /// tests/s3/SCRIPT ARGS with boto3, as `user` of this cluster's gateway.
+    pub fn s3_script(&self, user: &serde_json::Value, script: &str, args: &[&str]) -> Command {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/s3")
+            .join(script);
+        let mut command = Command::new(s3_python());
+        command
+            .arg(path)
+            .args(args)
+            .env("S3_ENDPOINT", self.s3_endpoint())
+            .env("S3_CA", self.s3_ca())
+            .env(
+                "S3_ACCESS",
+                user["access_key"].as_str().expect("access key"),
+            )
+            .env(
+                "S3_SECRET",
+                user["secret_key"].as_str().expect("secret key"),
+            )
+            .env_remove("AWS_CA_BUNDLE");
+        command
+    }
+}
+
+/// Runs `command`; returns its standard output, or panics with both outputs if it fails.
+pub fn run_ok(what: &str, command: &mut Command) -> String {
+    let output = command.output().unwrap_or_else(|e| panic!("{what}: {e}"));
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "{what} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}

@@ -1,0 +1,159 @@
+"""Server-side encryption drills against Coffer's S3 gateway, driven by
+tests/s3_encryption.rs. Configured like boto3_suite.py by S3_ENDPOINT, S3_CA, S3_ACCESS and
+S3_SECRET.
+
+    markers BUCKET SSE_MARKER PLAIN_MARKER KMS_KEY
+        writes objects full of SSE_MARKER with every kind of server-side encryption (SSE-S3,
+        SSE-KMS, SSE-C, a multipart upload, the bucket's default) and one plain object full
+        of PLAIN_MARKER, and reads each back
+    shred BUCKET KMS_KEY before|rotated|after
+        before: an object under KMS_KEY, and one under SSE-S3
+        rotated: after the key's rotation, a second object under it; both read back
+        after: after the key's removal, both of its objects are refused (within the
+        gateway's cache sweep), while the SSE-S3 object still reads back
+"""
+
+import io
+import os
+import sys
+import time
+
+import boto3
+import botocore
+from boto3.s3.transfer import TransferConfig
+from botocore.config import Config
+
+MIB = 1 << 20
+# How long a removed KMS key's data keys may stay in the gateway's cache (its sweep is 5 s).
+SHRED_WITHIN_SECONDS = 20
+CUSTOMER_KEY = bytes(range(32))
+
+
+def client():
+    return boto3.client(
+        "s3",
+        endpoint_url=os.environ["S3_ENDPOINT"],
+        region_name="us-east-1",
+        aws_access_key_id=os.environ["S3_ACCESS"],
+        aws_secret_access_key=os.environ["S3_SECRET"],
+        verify=os.environ["S3_CA"],
+        config=Config(
+            s3={"addressing_style": "path"},
+            retries={"mode": "standard", "max_attempts": 1},
+        ),
+    )
+
+
+def ok(what):
+    print(f"ok: {what}", flush=True)
+
+
+def fail(what):
+    raise AssertionError(what)
+
+
+def filled(marker, size):
+    return (marker.encode() * (size // len(marker) + 1))[:size]
+
+
+def markers(bucket, sse_marker, plain_marker, kms_key):
+    s3 = client()
+    s3.create_bucket(Bucket=bucket)
+    customer = {"SSECustomerAlgorithm": "AES256", "SSECustomerKey": CUSTOMER_KEY}
+    kinds = {
+        "sse-s3": {"ServerSideEncryption": "AES256"},
+        "sse-kms": {"ServerSideEncryption": "aws:kms", "SSEKMSKeyId": kms_key},
+        "sse-c": customer,
+    }
+    body = filled(sse_marker, 300_000)
+    for name, args in kinds.items():
+        s3.put_object(Bucket=bucket, Key=name, Body=body, **args)
+        read_args = customer if name == "sse-c" else {}
+        if s3.get_object(Bucket=bucket, Key=name, **read_args)["Body"].read() != body:
+            fail(f"{name} reads back different")
+        ok(f"a marker object with {name} reads back")
+
+    large = filled(sse_marker, 11 * MIB + 5)
+    s3.upload_fileobj(
+        io.BytesIO(large),
+        bucket,
+        "multipart",
+        ExtraArgs={"ServerSideEncryption": "AES256"},
+        Config=TransferConfig(multipart_threshold=5 * MIB, multipart_chunksize=5 * MIB),
+    )
+    if s3.get_object(Bucket=bucket, Key="multipart")["Body"].read() != large:
+        fail("the multipart SSE object reads back different")
+    ok("a multipart marker object with SSE-S3 reads back")
+
+    s3.put_bucket_encryption(
+        Bucket=bucket,
+        ServerSideEncryptionConfiguration={
+            "Rules": [{"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}]
+        },
+    )
+    s3.put_object(Bucket=bucket, Key="default", Body=body)
+    if s3.head_object(Bucket=bucket, Key="default").get("ServerSideEncryption") != "AES256":
+        fail("the bucket default did not apply")
+    s3.delete_bucket_encryption(Bucket=bucket)
+    ok("a marker object under the bucket's default encryption")
+
+    plain = filled(plain_marker, 300_000)
+    s3.put_object(Bucket=bucket, Key="plain", Body=plain)
+    if s3.get_object(Bucket=bucket, Key="plain")["Body"].read() != plain:
+        fail("the plain object reads back different")
+    ok("the plain control object reads back")
+
+
+def refused(call):
+    try:
+        call()
+    except botocore.exceptions.ClientError as e:
+        return e.response["Error"]["Code"]
+    return None
+
+
+def shred(bucket, kms_key, phase):
+    s3 = client()
+    kms = {"ServerSideEncryption": "aws:kms", "SSEKMSKeyId": kms_key}
+    if phase == "before":
+        s3.create_bucket(Bucket=bucket)
+        s3.put_object(Bucket=bucket, Key="old", Body=b"under the first version", **kms)
+        s3.put_object(
+            Bucket=bucket, Key="managed", Body=b"under SSE-S3", ServerSideEncryption="AES256"
+        )
+        ok("objects under the KMS key and under SSE-S3")
+    elif phase == "rotated":
+        s3.put_object(Bucket=bucket, Key="new", Body=b"under the second version", **kms)
+        for key, body in [("old", b"under the first version"), ("new", b"under the second version")]:
+            if s3.get_object(Bucket=bucket, Key=key)["Body"].read() != body:
+                fail(f"{key} reads back different after the rotation")
+        ok("after the rotation, objects under both versions read back")
+    elif phase == "after":
+        deadline = time.monotonic() + SHRED_WITHIN_SECONDS
+        while True:
+            codes = [refused(lambda k=k: s3.get_object(Bucket=bucket, Key=k)) for k in ["old", "new"]]
+            if codes == ["AccessDenied", "AccessDenied"]:
+                break
+            if time.monotonic() > deadline:
+                fail(f"objects of the removed key still answer {codes}")
+            time.sleep(0.5)
+        ok("the removed key's objects are refused with AccessDenied")
+        if s3.get_object(Bucket=bucket, Key="managed")["Body"].read() != b"under SSE-S3":
+            fail("the SSE-S3 object no longer reads back")
+        ok("objects under other keys still read back")
+    else:
+        fail(f"unknown phase {phase}")
+
+
+def main():
+    command = sys.argv[1]
+    if command == "markers":
+        markers(*sys.argv[2:6])
+    elif command == "shred":
+        shred(*sys.argv[2:5])
+    else:
+        fail(f"unknown command {command}")
+
+
+if __name__ == "__main__":
+    main()
