@@ -1,8 +1,9 @@
 //! The S3 gateway against the clients people use, each over TLS trusting only the gateway's
 //! CA, each as a user made with `coffer user create`: boto3 (the suite in
 //! tests/s3/boto3_suite.py: buckets, objects, metadata, ranges, copies, multipart uploads,
-//! listings, presigned URLs, error codes, and a second user kept out), aws-cli and s3cmd
-//! (whole files up and down, in parts as each client cuts them by default).
+//! server-side encryption, listings, presigned URLs, error codes, and a second user kept
+//! out), aws-cli and s3cmd (whole files up and down, in parts as each client cuts them by
+//! default, and encrypted by the server as each client asks for it).
 //! And the users themselves: one who owns a bucket cannot be removed, and once removed, its
 //! keys stop working.
 //!
@@ -24,6 +25,15 @@ const MIB_BYTES: usize = 1 << 20;
 /// keys to be refused.
 const USER_CHANGE_SEEN_WITHIN: Duration = Duration::from_secs(30);
 const RETRY_INTERVAL: Duration = Duration::from_millis(500);
+/// The key of the cluster's KMS that SSE-KMS uses in these tests, made with `coffer kms key
+/// create` before the clients run.
+const KMS_KEY: &str = "suite-key";
+/// The response fields of `aws s3api head-object` that describe an object's encryption.
+const SSE_FIELDS: [&str; 3] = [
+    "ServerSideEncryption",
+    "SSEKMSKeyId",
+    "SSECustomerAlgorithm",
+];
 
 /// The venv `ensure_s3_tools` makes, with aws-cli and boto3 in it.
 fn s3_venv() -> PathBuf {
@@ -118,11 +128,38 @@ fn multipart_etag(dir: &Path, data: &[u8], part_size_bytes: usize) -> String {
     format!("\"{}-{count}\"", md5_hex(&path))
 }
 
+/// What `aws s3api head-object` prints for `key` in `bucket`, given the `extra` arguments
+/// (an SSE-C key).
+fn head_object(aws: &AwsCli, bucket: &str, key: &str, extra: &[&str]) -> serde_json::Value {
+    let mut args = vec!["s3api", "head-object", "--bucket", bucket, "--key", key];
+    args.extend_from_slice(extra);
+    let head = aws.ok(&args);
+    serde_json::from_str(&head)
+        .unwrap_or_else(|e| panic!("aws s3api head-object printed {head:?}: {e}"))
+}
+
+/// The encryption fields (SSE_FIELDS) of a `head-object`, `None` where absent.
+fn encryption_of(head: &serde_json::Value) -> Vec<(&'static str, Option<String>)> {
+    SSE_FIELDS
+        .iter()
+        .map(|field| (*field, head[*field].as_str().map(str::to_string)))
+        .collect()
+}
+
+/// The encryption fields (SSE_FIELDS) a `head-object` must show: `given`, the others absent.
+fn encryption_expected(given: &[(&str, &str)]) -> Vec<(&'static str, Option<String>)> {
+    SSE_FIELDS
+        .iter()
+        .map(|field| {
+            let value = given.iter().find(|(name, _)| name == field);
+            (*field, value.map(|(_, value)| value.to_string()))
+        })
+        .collect()
+}
+
 /// The ETag `aws s3api head-object` reports for `key` in `bucket`, with its quotes.
 fn head_etag(aws: &AwsCli, bucket: &str, key: &str, size_bytes: usize) -> String {
-    let head = aws.ok(&["s3api", "head-object", "--bucket", bucket, "--key", key]);
-    let head: serde_json::Value = serde_json::from_str(&head)
-        .unwrap_or_else(|e| panic!("aws s3api head-object printed {head:?}: {e}"));
+    let head = head_object(aws, bucket, key, &[]);
     assert_eq!(
         head["ContentLength"].as_u64(),
         Some(size_bytes as u64),
@@ -298,8 +335,9 @@ impl S3cmd {
 }
 
 /// Runs tests/s3/boto3_suite.py with the venv's Python, as `user`, with `other` as the user
-/// who must be kept out. Its `ok:` lines are printed whether it passes or not.
-fn run_boto3_suite(venv: &Path, gateway: &Gateway, user: &User, other: &User) {
+/// who must be kept out and `kms_key` as the KMS key of its SSE-KMS checks. Its `ok:` lines
+/// are printed whether it passes or not.
+fn run_boto3_suite(venv: &Path, gateway: &Gateway, user: &User, other: &User, kms_key: &str) {
     let suite = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/s3/boto3_suite.py");
     // Files that do not exist: botocore then reads no configuration but what the suite gives.
     let empty = tempfile::tempdir().expect("tempdir");
@@ -317,7 +355,8 @@ fn run_boto3_suite(venv: &Path, gateway: &Gateway, user: &User, other: &User) {
         .env("S3_ACCESS", &user.access_key)
         .env("S3_SECRET", &user.secret_key)
         .env("S3_OTHER_ACCESS", &other.access_key)
-        .env("S3_OTHER_SECRET", &other.secret_key);
+        .env("S3_OTHER_SECRET", &other.secret_key)
+        .env("S3_KMS_KEY", kms_key);
     let output = run("the boto3 suite", &mut command);
     let stdout = String::from_utf8_lossy(&output.stdout);
     println!("{stdout}");
@@ -450,6 +489,224 @@ fn s3cmd_moves_a_file_up_and_down(s3cmd: &S3cmd, aws: &AwsCli, dir: &Path) {
     );
 }
 
+/// One way a client asks the server to encrypt what it uploads: the client's arguments for
+/// the upload, for the download and for `aws s3api head-object` (an SSE-C key is needed on
+/// all three), and the SSE_FIELDS head-object must show (the others absent).
+struct AskedEncryption<'a> {
+    name: &'a str,
+    upload_args: Vec<&'a str>,
+    download_args: Vec<&'a str>,
+    head_args: Vec<&'a str>,
+    shown: Vec<(&'a str, &'a str)>,
+}
+
+impl<'a> AskedEncryption<'a> {
+    /// SSE-S3 or SSE-KMS, asked with `upload_args`: nothing else is needed to read it back.
+    fn by_the_server(name: &'a str, upload_args: &[&'a str], shown: &[(&'a str, &'a str)]) -> Self {
+        AskedEncryption {
+            name,
+            upload_args: upload_args.to_vec(),
+            download_args: Vec::new(),
+            head_args: Vec::new(),
+            shown: shown.to_vec(),
+        }
+    }
+
+    /// What `s3cmd info` shows on its `SSE:` line: the algorithm.
+    fn algorithm(&self) -> Option<&'a str> {
+        self.shown
+            .iter()
+            .find(|(field, _)| *field == "ServerSideEncryption")
+            .map(|(_, value)| *value)
+    }
+
+    /// Checks what `aws s3api head-object` printed: the encryption asked for.
+    fn check_head(&self, what: &str, head: &serde_json::Value) {
+        assert_eq!(
+            encryption_of(head),
+            encryption_expected(&self.shown),
+            "{what} {:?}: head-object shows {head:#}",
+            self.upload_args
+        );
+    }
+}
+
+/// aws-cli's `--sse AES256`, `--sse aws:kms --sse-kms-key-id KMS_KEY` and `--sse-c AES256
+/// --sse-c-key fileb://KEY`, each on a file of 64 KiB + 1 bytes (one PUT) and one of
+/// 9 MiB + 5 bytes (two parts, the second not a whole number of 64 KiB chunks): up, reported
+/// by `s3api head-object`, and back down unchanged, the SSE-C key given again.
+fn aws_cli_has_files_encrypted_by_the_server(aws: &AwsCli, dir: &Path) {
+    let bucket = "aws-cli-sse-bucket";
+    let key_file = dir.join("aws-sse-c-key");
+    random_file(&key_file, 32);
+    let key_arg = format!("fileb://{}", path_str(&key_file));
+    let customer = vec!["--sse-c", "AES256", "--sse-c-key", key_arg.as_str()];
+    let asked = [
+        AskedEncryption::by_the_server(
+            "sse-s3",
+            &["--sse", "AES256"],
+            &[("ServerSideEncryption", "AES256")],
+        ),
+        AskedEncryption::by_the_server(
+            "sse-kms",
+            &["--sse", "aws:kms", "--sse-kms-key-id", KMS_KEY],
+            &[
+                ("ServerSideEncryption", "aws:kms"),
+                ("SSEKMSKeyId", KMS_KEY),
+            ],
+        ),
+        AskedEncryption {
+            name: "sse-c",
+            upload_args: customer.clone(),
+            download_args: customer,
+            head_args: vec![
+                "--sse-customer-algorithm",
+                "AES256",
+                "--sse-customer-key",
+                key_arg.as_str(),
+            ],
+            shown: vec![("SSECustomerAlgorithm", "AES256")],
+        },
+    ];
+    let sizes_bytes = [(64 << 10) + 1, 9 * MIB_BYTES + 5];
+
+    aws.ok(&["s3", "mb", &format!("s3://{bucket}")]);
+    for encryption in &asked {
+        let name = encryption.name;
+        for size_bytes in sizes_bytes {
+            let key = format!("{name}/{size_bytes}");
+            let object = format!("s3://{bucket}/{key}");
+            let upload = dir.join("aws-sse-up");
+            let download = dir.join("aws-sse-down");
+            let data = random_file(&upload, size_bytes);
+
+            let mut args = vec!["s3", "cp", "--no-progress"];
+            args.extend_from_slice(&encryption.upload_args);
+            args.extend_from_slice(&[path_str(&upload), object.as_str()]);
+            aws.ok(&args);
+            let head = head_object(aws, bucket, &key, &encryption.head_args);
+            encryption.check_head(&format!("aws s3 cp of {size_bytes} bytes"), &head);
+            assert_eq!(
+                head["ContentLength"].as_u64(),
+                Some(size_bytes as u64),
+                "{head:#}"
+            );
+            let etag = head["ETag"].as_str().unwrap_or_default().to_string();
+            let md5 = format!("\"{}\"", md5_hex(&upload));
+            if size_bytes > 8 * MIB_BYTES {
+                assert!(
+                    etag.ends_with("-2\""),
+                    "aws s3 cp with {name} of {size_bytes} bytes did not upload two parts: \
+                     ETag {etag}"
+                );
+            } else if name == "sse-s3" {
+                assert_eq!(etag, md5, "the ETag of an SSE-S3 PUT is the content's MD5");
+            } else {
+                assert_ne!(etag, md5, "the ETag of an {name} PUT is the content's MD5");
+            }
+            if !encryption.head_args.is_empty() {
+                let refused = aws.run(&["s3api", "head-object", "--bucket", bucket, "--key", &key]);
+                assert!(
+                    !refused.status.success(),
+                    "head-object of an SSE-C object without its key must be refused"
+                );
+            }
+
+            let mut args = vec!["s3", "cp", "--no-progress"];
+            args.extend_from_slice(&encryption.download_args);
+            args.extend_from_slice(&[object.as_str(), path_str(&download)]);
+            aws.ok(&args);
+            let got = std::fs::read(&download).expect("read the downloaded file");
+            assert!(
+                got == data,
+                "aws s3 cp brought back {} bytes of {key} that differ",
+                got.len()
+            );
+        }
+    }
+    aws.ok(&["s3", "rm", "--recursive", &format!("s3://{bucket}/")]);
+    aws.ok(&["s3", "rb", &format!("s3://{bucket}")]);
+}
+
+/// s3cmd's `put --server-side-encryption` (AES256) of 9 MiB + 5 bytes in two parts of 5 MiB,
+/// and `put --server-side-encryption-kms-id=KMS_KEY` of it in one PUT: `s3cmd info` and
+/// aws-cli's head-object (`aws`, as the same user) report the encryption, and `get` brings
+/// the file back unchanged.
+fn s3cmd_has_files_encrypted_by_the_server(s3cmd: &S3cmd, aws: &AwsCli, dir: &Path) {
+    let bucket = "s3cmd-sse-bucket";
+    let size_bytes = 9 * MIB_BYTES + 5;
+    let upload = dir.join("s3cmd-sse-up");
+    let download = dir.join("s3cmd-sse-down");
+    let data = random_file(&upload, size_bytes);
+    let kms_arg = format!("--server-side-encryption-kms-id={KMS_KEY}");
+    let asked = [
+        AskedEncryption::by_the_server(
+            "sse-s3",
+            &["--server-side-encryption", "--multipart-chunk-size-mb=5"],
+            &[("ServerSideEncryption", "AES256")],
+        ),
+        AskedEncryption::by_the_server(
+            "sse-kms",
+            &[kms_arg.as_str()],
+            &[
+                ("ServerSideEncryption", "aws:kms"),
+                ("SSEKMSKeyId", KMS_KEY),
+            ],
+        ),
+    ];
+
+    s3cmd.ok(&["mb", &format!("s3://{bucket}")]);
+    for encryption in &asked {
+        let object = format!("s3://{bucket}/{}", encryption.name);
+        let mut args = vec!["put", "--no-progress"];
+        args.extend_from_slice(&encryption.upload_args);
+        args.extend_from_slice(&[path_str(&upload), object.as_str()]);
+        s3cmd.ok(&args);
+
+        let (info, _) = s3cmd.ok(&["info", &object]);
+        let reported = info
+            .lines()
+            .find_map(|line| line.trim().strip_prefix("SSE:"))
+            .map(str::trim);
+        assert_eq!(
+            reported,
+            encryption.algorithm(),
+            "s3cmd info after put {:?}:\n{info}",
+            encryption.upload_args
+        );
+        let head = head_object(aws, bucket, encryption.name, &[]);
+        encryption.check_head("s3cmd put", &head);
+        let etag = head["ETag"].as_str().unwrap_or_default();
+        let in_parts = encryption
+            .upload_args
+            .iter()
+            .any(|a| a.starts_with("--multipart"));
+        assert_eq!(
+            etag.ends_with("-2\""),
+            in_parts,
+            "s3cmd put {:?} of 9 MiB: ETag {etag}",
+            encryption.upload_args
+        );
+
+        let (_, warnings) = s3cmd.ok(&[
+            "get",
+            "--force",
+            "--no-progress",
+            &object,
+            path_str(&download),
+        ]);
+        assert!(!warnings.contains("MD5"), "s3cmd get: {warnings}");
+        let got = std::fs::read(&download).expect("read the downloaded file");
+        assert!(
+            got == data,
+            "s3cmd get of {object} brought back {} bytes that differ",
+            got.len()
+        );
+        s3cmd.ok(&["del", &object]);
+    }
+    s3cmd.ok(&["rb", &format!("s3://{bucket}")]);
+}
+
 #[test]
 fn boto3_aws_cli_and_s3cmd_store_and_fetch_objects_through_the_gateway() {
     let _serial = serial();
@@ -463,10 +720,15 @@ fn boto3_aws_cli_and_s3cmd_store_and_fetch_objects_through_the_gateway() {
     let aws_as_bob = AwsCli::new(&venv, &gateway, &bob);
     aws_as_bob.wait_accepted();
 
-    run_boto3_suite(&venv, &gateway, &alice, &bob);
+    cluster.ok(&["kms", "key", "create", KMS_KEY]);
+
+    run_boto3_suite(&venv, &gateway, &alice, &bob, KMS_KEY);
     let dir = tempfile::tempdir().expect("tempdir");
     aws_cli_moves_a_file_up_and_down(&aws, dir.path());
-    s3cmd_moves_a_file_up_and_down(&S3cmd::new(&gateway, &bob), &aws_as_bob, dir.path());
+    aws_cli_has_files_encrypted_by_the_server(&aws, dir.path());
+    let s3cmd = S3cmd::new(&gateway, &bob);
+    s3cmd_moves_a_file_up_and_down(&s3cmd, &aws_as_bob, dir.path());
+    s3cmd_has_files_encrypted_by_the_server(&s3cmd, &aws_as_bob, dir.path());
 }
 
 #[test]

@@ -77,6 +77,15 @@ pub async fn for_write(
     kms_key: &Option<String>,
     customer: Option<&CustomerKey>,
 ) -> S3Result<Option<Sse>> {
+    let asks_kms = asked
+        .as_ref()
+        .is_some_and(|a| a.as_str() == ServerSideEncryption::AWS_KMS);
+    if kms_key.is_some() && !asks_kms {
+        return Err(s3_error!(
+            InvalidArgument,
+            "a KMS key id needs x-amz-server-side-encryption: aws:kms"
+        ));
+    }
     if let Some(customer) = customer {
         if asked.is_some() {
             return Err(s3_error!(
@@ -152,6 +161,16 @@ fn kms_error(e: client::Error) -> S3Error {
             S3Error::with_message(S3ErrorCode::InternalError, format!("KMS: {why}"))
         }
         e => S3Error::with_message(S3ErrorCode::ServiceUnavailable, format!("KMS: {e}")),
+    }
+}
+
+/// Refuses a KMS key that does not exist, before anything is written under it.
+pub async fn check_kms_key(cluster: &Cluster, key: &str) -> S3Result<()> {
+    let keys = cluster.kms_keys().await.map_err(kms_error)?;
+    if keys.iter().any(|k| k.name == key) {
+        Ok(())
+    } else {
+        Err(s3_error!(AccessDenied, "KMS: KMS key {key} does not exist"))
     }
 }
 

@@ -943,6 +943,9 @@ impl S3 for Gateway {
             customer.as_ref(),
         )
         .await?;
+        if let Some(Sse::Kms { key }) = &sse {
+            encryption::check_kms_key(self.pool.cluster(), key).await?;
+        }
         let described = encryption::describe(&sse, customer.as_ref());
         let record = UploadRecord {
             initiator: user,
@@ -1053,7 +1056,12 @@ impl S3 for Gateway {
         let part = self
             .put_part(&input.upload_id, number, &written, &record.sse)
             .await?;
+        let described = encryption::describe(&record.sse, customer.as_ref());
         Ok(S3Response::new(UploadPartCopyOutput {
+            server_side_encryption: described.sse,
+            ssekms_key_id: described.kms_key,
+            sse_customer_algorithm: described.customer_algorithm,
+            sse_customer_key_md5: described.customer_key_md5,
             copy_part_result: Some(CopyPartResult {
                 e_tag: Some(ETag::Strong(layout::hex(&part.md5))),
                 last_modified: Some(timestamp(part.mtime_ns)),
@@ -1150,11 +1158,14 @@ impl S3 for Gateway {
             &used,
         )
         .await;
+        let described = encryption::describe(&entry.sse, None);
         Ok(S3Response::new(CompleteMultipartUploadOutput {
             location: Some(format!("/{}/{}", input.bucket, input.key)),
             bucket: Some(input.bucket),
             key: Some(input.key),
             e_tag: Some(etag(&entry)),
+            server_side_encryption: described.sse,
+            ssekms_key_id: described.kms_key,
             ..Default::default()
         }))
     }

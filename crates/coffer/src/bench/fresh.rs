@@ -61,13 +61,15 @@ impl Drop for FreshCluster {
 
 impl FreshCluster {
     /// Starts `coffer up` in `dir`; with `nbd` (an address and an image size) the cluster
-    /// exports its default image there, as `coffer up` does outside the benches.
+    /// exports its default image there, and with `gw` (an address) it runs its S3 gateway
+    /// there, as `coffer up` does outside the benches.
     pub fn start(
         dir: &Path,
         osds: u32,
         at_rest: &str,
         in_transit: &str,
         nbd: Option<(&str, u64)>,
+        gw: Option<&str>,
     ) -> Result<Self, String> {
         let _ = std::fs::remove_dir_all(dir);
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
@@ -84,7 +86,7 @@ impl FreshCluster {
                 ],
                 None => vec!["--nbd".to_string(), "none".to_string()],
             })
-            .args(["--gw", "none"])
+            .args(["--gw", gw.unwrap_or("none")])
             .args(["--at-rest", at_rest, "--in-transit", in_transit, "--data"])
             .arg(dir)
             .stdout(Stdio::piped())
@@ -120,26 +122,47 @@ impl FreshCluster {
 
     /// CPU seconds used so far by the monitor and OSD processes.
     pub fn cpu_seconds(&self) -> f64 {
-        // SAFETY: sysconf with a valid name has no preconditions.
-        let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-        let mut total = 0.0;
-        for entry in std::fs::read_dir(&self.dir).into_iter().flatten().flatten() {
-            let Ok(pid) = std::fs::read_to_string(entry.path().join("pid")) else {
-                continue;
-            };
-            let Ok(stat) = std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())) else {
-                continue;
-            };
-            // Fields after the command name: state is the 3rd field, utime the 14th.
-            let fields: Vec<&str> = stat
-                .rsplit_once(") ")
-                .map(|(_, rest)| rest.split_whitespace().collect())
-                .unwrap_or_default();
-            let field = |i: usize| fields.get(i - 3).and_then(|v| v.parse::<f64>().ok());
-            total += field(14).unwrap_or(0.0) + field(15).unwrap_or(0.0);
-        }
-        total / ticks
+        std::fs::read_dir(&self.dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|entry| {
+                let name = entry.file_name();
+                let name = name.to_string_lossy();
+                name.starts_with("mon.") || name.starts_with("osd.")
+            })
+            .map(|entry| pid_file_cpu_seconds(&entry.path().join("pid")))
+            .sum()
     }
+
+    /// CPU seconds used so far by the daemon whose directory is `name` (`gw`, `nbd`).
+    pub fn daemon_cpu_seconds(&self, name: &str) -> f64 {
+        pid_file_cpu_seconds(&self.dir.join(name).join("pid"))
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+/// CPU seconds (user and system) used so far by the process whose pid is in `pid_file`;
+/// 0 if there is none.
+pub fn pid_file_cpu_seconds(pid_file: &Path) -> f64 {
+    // SAFETY: sysconf with a valid name has no preconditions.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    let Ok(pid) = std::fs::read_to_string(pid_file) else {
+        return 0.0;
+    };
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())) else {
+        return 0.0;
+    };
+    // Fields after the command name: state is the 3rd field, utime the 14th.
+    let fields: Vec<&str> = stat
+        .rsplit_once(") ")
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let field = |i: usize| fields.get(i - 3).and_then(|v| v.parse::<f64>().ok());
+    (field(14).unwrap_or(0.0) + field(15).unwrap_or(0.0)) / ticks
 }
 
 /// A connection to the cluster as client.admin.

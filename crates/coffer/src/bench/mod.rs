@@ -6,6 +6,7 @@ mod fresh;
 mod image;
 mod matrix;
 mod report;
+mod s3;
 mod store;
 
 use clap::Subcommand;
@@ -27,6 +28,10 @@ pub enum BenchCommand {
     /// x in transit), random 4 MiB and 4 KiB reads and writes by many clients, one client at
     /// queue depth 128 and one synchronous client, each cell a percent of the baseline.
     Matrix(matrix::MatrixArgs),
+    /// The S3 gateway: concurrent clients doing PUT and GET of 4 MiB and 64 KiB objects over
+    /// plain HTTP and TLS, without SSE, with SSE-S3 and with SSE-C, each cell a percent of
+    /// plain HTTP without SSE in the same run, with the gateway's CPU per GiB.
+    S3(s3::S3Args),
     /// One client process of `coffer bench matrix` (started by it).
     #[command(hide = true)]
     Worker(matrix::worker::WorkerArgs),
@@ -38,6 +43,7 @@ pub fn run(command: BenchCommand) -> Result<(), String> {
         BenchCommand::Cluster(args) => cluster::run(args),
         BenchCommand::Image(args) => image::run(args),
         BenchCommand::Matrix(args) => matrix::run(args),
+        BenchCommand::S3(args) => s3::run(args),
         BenchCommand::Worker(args) => matrix::worker::run(args),
     }
 }

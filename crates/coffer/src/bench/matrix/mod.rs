@@ -406,6 +406,7 @@ impl Plan<'_> {
                     at_rest,
                     in_transit,
                     export.as_ref().map(|(addr, size)| (addr.as_str(), *size)),
+                    None,
                 )?;
                 let conf = cluster.conf()?;
                 let many = self

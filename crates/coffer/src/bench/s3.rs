@@ -1,0 +1,629 @@
+//! `coffer bench s3`: N concurrent S3 clients doing PUT, then GET, of 4 MiB and 64 KiB
+//! objects for a set time against a fresh `coffer up` cluster's gateway, over plain HTTP and
+//! over TLS, without server-side encryption, with SSE-S3 and with SSE-C. Each cell is a
+//! percent of plain HTTP without SSE from the same run, with MiB/s, ops/s, latency and the
+//! gateway's CPU seconds per GiB.
+//!
+//! The clients are this process: each holds one HTTP/1.1 keep-alive connection (TLS through
+//! rustls when the cell says so) and signs every request with SigV4 (aws-sigv4), as any S3
+//! SDK does.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use base64::Engine;
+use bytes::Bytes;
+use hdrhistogram::Histogram;
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http1::SendRequest;
+use hyper_util::rt::TokioIo;
+use md5::Digest;
+use serde::Serialize;
+
+use super::fresh::{FreshArgs, FreshCluster};
+use super::report::{
+    cpu_seconds, histogram, percent_of, print_header, size_label, write_json, Rates,
+};
+
+const KIB: u64 = 1 << 10;
+const MIB: u64 = 1 << 20;
+/// Objects each client cycles through, so the space a run takes stays bounded.
+const KEYS_PER_CLIENT: u64 = 8;
+const REGION: &str = "us-east-1";
+
+#[derive(clap::Args)]
+pub struct S3Args {
+    /// A reduced run (2 s cells) that finishes in about two minutes.
+    #[arg(long)]
+    quick: bool,
+    #[command(flatten)]
+    fresh: FreshArgs,
+    /// Concurrent clients, each with its own connection and one request in flight.
+    #[arg(long, default_value_t = 4)]
+    clients: usize,
+    /// Object sizes, comma-separated (64k, 4m).
+    #[arg(long, value_delimiter = ',', default_value = "4m,64k", value_parser = parse_size)]
+    io_sizes: Vec<u64>,
+}
+
+fn parse_size(text: &str) -> Result<u64, String> {
+    match text.to_ascii_lowercase().as_str() {
+        "64k" => Ok(64 * KIB),
+        "4m" => Ok(4 * MIB),
+        other => Err(format!("unknown object size {other:?}; expected 64k or 4m")),
+    }
+}
+
+/// One configuration: the transport and the server-side encryption.
+#[derive(Clone, Copy)]
+struct Config {
+    tls: bool,
+    sse: Sse,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Sse {
+    None,
+    S3,
+    Customer,
+}
+
+impl Config {
+    fn label(&self) -> String {
+        let sse = match self.sse {
+            Sse::None => "none",
+            Sse::S3 => "sse-s3",
+            Sse::Customer => "sse-c",
+        };
+        format!("{}/{sse}", if self.tls { "https" } else { "http" })
+    }
+}
+
+/// The configurations in order, the baseline (plain HTTP, no SSE) first.
+const CONFIGS: [Config; 6] = [
+    Config {
+        tls: false,
+        sse: Sse::None,
+    },
+    Config {
+        tls: true,
+        sse: Sse::None,
+    },
+    Config {
+        tls: false,
+        sse: Sse::S3,
+    },
+    Config {
+        tls: true,
+        sse: Sse::S3,
+    },
+    Config {
+        tls: false,
+        sse: Sse::Customer,
+    },
+    Config {
+        tls: true,
+        sse: Sse::Customer,
+    },
+];
+
+#[derive(Debug, Serialize)]
+struct Cell {
+    config: String,
+    transport: String,
+    sse: String,
+    object_size: u64,
+    op: String,
+    clients: usize,
+    #[serde(flatten)]
+    rates: Rates,
+    /// CPU seconds of the gateway serving the cell, per GiB moved.
+    gateway_cpu_s_per_gib: f64,
+    pct_of_baseline: f64,
+}
+
+/// What every client needs to reach and sign for the gateway.
+#[derive(Clone)]
+struct Target {
+    addr: String,
+    tls: Option<Arc<rustls::ClientConfig>>,
+    access_key: String,
+    secret_key: String,
+    /// SSE-C headers' values: the key and its MD5, base64.
+    customer: (String, String),
+}
+
+/// One client: a keep-alive connection to the gateway.
+struct S3Client {
+    send: SendRequest<Full<Bytes>>,
+    /// The task driving the connection: its error is why a request failed.
+    connection: tokio::task::JoinHandle<Result<(), String>>,
+    target: Target,
+}
+
+impl S3Client {
+    async fn connect(target: &Target) -> Result<S3Client, String> {
+        let stream = tokio::net::TcpStream::connect(&target.addr)
+            .await
+            .map_err(|e| format!("{}: {e}", target.addr))?;
+        let _ = stream.set_nodelay(true);
+        let (send, connection) = match &target.tls {
+            Some(config) => {
+                let host = target.addr.rsplit_once(':').map_or("", |(host, _)| host);
+                let name = rustls::pki_types::ServerName::try_from(host.to_string())
+                    .map_err(|e| e.to_string())?;
+                let tls = tokio_rustls::TlsConnector::from(config.clone())
+                    .connect(name, stream)
+                    .await
+                    .map_err(|e| format!("TLS to {}: {e}", target.addr))?;
+                handshake(TokioIo::new(tls)).await?
+            }
+            None => handshake(TokioIo::new(stream)).await?,
+        };
+        Ok(S3Client {
+            send,
+            connection,
+            target: target.clone(),
+        })
+    }
+
+    /// Sends a signed request; returns the bytes of the response body.
+    async fn call(
+        &mut self,
+        method: &str,
+        path: &str,
+        body: Bytes,
+        sse: Sse,
+    ) -> Result<u64, String> {
+        let mut request = http::Request::builder()
+            .method(method)
+            .uri(format!("https://{}{path}", self.target.addr))
+            .header("host", &self.target.addr);
+        let writing = method == "PUT";
+        match sse {
+            Sse::S3 if writing => {
+                request = request.header("x-amz-server-side-encryption", "AES256")
+            }
+            Sse::Customer => {
+                let (key, md5) = &self.target.customer;
+                request = request
+                    .header("x-amz-server-side-encryption-customer-algorithm", "AES256")
+                    .header("x-amz-server-side-encryption-customer-key", key)
+                    .header("x-amz-server-side-encryption-customer-key-md5", md5);
+            }
+            _ => {}
+        }
+        let mut request = request
+            .header("content-length", body.len())
+            .body(Full::new(body))
+            .map_err(|e| e.to_string())?;
+        self.sign(&mut request)?;
+        // The signature covers the https:// URI above; hyper sends the path alone.
+        *request.uri_mut() = path.parse().map_err(|e| format!("{path}: {e}"))?;
+        // The connection takes the next request only once it has finished the last.
+        let ready = self.send.ready().await;
+        let response = match ready.map(|()| self.send.send_request(request)) {
+            Ok(sent) => sent.await,
+            Err(e) => Err(e),
+        };
+        let response = match response {
+            Ok(response) => response,
+            Err(e) if self.connection.is_finished() => {
+                let why = match (&mut self.connection).await {
+                    Ok(Err(why)) => why,
+                    _ => "closed".into(),
+                };
+                return Err(format!("{method} {path}: {e}: the connection: {why}"));
+            }
+            Err(e) => return Err(format!("{method} {path}: {e}")),
+        };
+        let status = response.status();
+        let mut body = response.into_body();
+        let mut bytes = 0u64;
+        let mut text = Vec::new();
+        while let Some(frame) = body.frame().await {
+            if let Ok(data) = frame.map_err(|e| e.to_string())?.into_data() {
+                bytes += data.len() as u64;
+                if !status.is_success() {
+                    text.extend_from_slice(&data);
+                }
+            }
+        }
+        if !status.is_success() {
+            return Err(format!(
+                "{method} {path}: {status}: {}",
+                String::from_utf8_lossy(&text)
+            ));
+        }
+        Ok(bytes)
+    }
+
+    fn sign(&self, request: &mut http::Request<Full<Bytes>>) -> Result<(), String> {
+        use aws_sigv4::http_request::{
+            sign, PayloadChecksumKind, SignableBody, SignableRequest, SigningSettings,
+        };
+        let credentials = aws_credential_types::Credentials::new(
+            &self.target.access_key,
+            &self.target.secret_key,
+            None,
+            None,
+            "coffer-bench",
+        );
+        let identity = credentials.into();
+        let mut settings = SigningSettings::default();
+        settings.payload_checksum_kind = PayloadChecksumKind::XAmzSha256;
+        let params = aws_sigv4::sign::v4::SigningParams::builder()
+            .identity(&identity)
+            .region(REGION)
+            .name("s3")
+            .time(SystemTime::now())
+            .settings(settings)
+            .build()
+            .map_err(|e| e.to_string())?
+            .into();
+        let headers: Vec<(&str, &str)> = request
+            .headers()
+            .iter()
+            .filter_map(|(name, value)| Some((name.as_str(), value.to_str().ok()?)))
+            .collect();
+        let uri = request.uri().to_string();
+        let signable = SignableRequest::new(
+            request.method().as_str(),
+            uri,
+            headers.into_iter(),
+            SignableBody::UnsignedPayload,
+        )
+        .map_err(|e| e.to_string())?;
+        let (instructions, _) = sign(signable, &params)
+            .map_err(|e| e.to_string())?
+            .into_parts();
+        instructions.apply_to_request_http1x(request);
+        Ok(())
+    }
+}
+
+type Connected = (
+    SendRequest<Full<Bytes>>,
+    tokio::task::JoinHandle<Result<(), String>>,
+);
+
+async fn handshake<T>(io: TokioIo<T>) -> Result<Connected, String>
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (send, connection) = hyper::client::conn::http1::handshake(io)
+        .await
+        .map_err(|e| e.to_string())?;
+    let driver = tokio::spawn(async move { connection.await.map_err(|e| format!("{e:?}")) });
+    Ok((send, driver))
+}
+
+/// A TLS client configuration that trusts the gateway's authority (`ca`).
+fn tls_config(ca: &Path) -> Result<Arc<rustls::ClientConfig>, String> {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls::pki_types::CertificateDer::pem_file_iter(ca)
+        .map_err(|e| format!("{}: {e}", ca.display()))?
+    {
+        roots
+            .add(cert.map_err(|e| format!("{}: {e}", ca.display()))?)
+            .map_err(|e| e.to_string())?;
+    }
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Arc::new(config))
+}
+
+/// One phase: every client runs `op` on its own keys back to back for `seconds`.
+async fn phase(
+    clients: &mut Vec<S3Client>,
+    bucket: &str,
+    put: bool,
+    size: u64,
+    sse: Sse,
+    seconds: f64,
+) -> Result<(u64, Histogram<u64>), String> {
+    let data = Bytes::from(
+        (0..size)
+            .map(|i| (i * 131 % 251) as u8)
+            .collect::<Vec<u8>>(),
+    );
+    let deadline = Instant::now() + Duration::from_secs_f64(seconds);
+    let mut tasks = tokio::task::JoinSet::new();
+    for (c, mut client) in clients.drain(..).enumerate() {
+        let (data, bucket) = (data.clone(), bucket.to_string());
+        tasks.spawn(async move {
+            let mut hist = histogram();
+            let mut done = 0u64;
+            while Instant::now() < deadline {
+                let path = format!(
+                    "/{bucket}/{}/c{c}-{}",
+                    size_label(size),
+                    done % KEYS_PER_CLIENT
+                );
+                let started = Instant::now();
+                if put {
+                    client.call("PUT", &path, data.clone(), sse).await?;
+                } else {
+                    let got = client.call("GET", &path, Bytes::new(), sse).await?;
+                    if got != size {
+                        return Err(format!("GET {path}: {got} bytes, expected {size}"));
+                    }
+                }
+                hist.record(started.elapsed().as_nanos() as u64)
+                    .map_err(|e| e.to_string())?;
+                done += 1;
+            }
+            Ok::<_, String>((c, client, done, hist))
+        });
+    }
+    let mut total = 0;
+    let mut merged = histogram();
+    let mut finished = Vec::new();
+    while let Some(joined) = tasks.join_next().await {
+        let (c, client, done, hist) = joined.map_err(|e| e.to_string())??;
+        finished.push((c, client, done));
+        total += done;
+        merged.add(&hist).map_err(|e| e.to_string())?;
+    }
+    finished.sort_by_key(|(c, _, _)| *c);
+    for (c, mut client, done) in finished {
+        // A GET phase reads every client's keys: write those the PUT phase did not reach.
+        if put {
+            for i in done..KEYS_PER_CLIENT {
+                let path = format!("/{bucket}/{}/c{c}-{i}", size_label(size));
+                client.call("PUT", &path, data.clone(), sse).await?;
+            }
+        }
+        clients.push(client);
+    }
+    Ok((total, merged))
+}
+
+/// A plain-HTTP gateway on the same pool, beside the cluster's HTTPS one; stopped when
+/// dropped.
+struct PlainGateway {
+    child: std::process::Child,
+    pid_file: std::path::PathBuf,
+}
+
+impl PlainGateway {
+    fn start(cluster: &FreshCluster, addr: &str) -> Result<PlainGateway, String> {
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let pid_file = cluster.dir().join("gw-plain.pid");
+        let log =
+            std::fs::File::create(cluster.dir().join("gw-plain.log")).map_err(|e| e.to_string())?;
+        let child = std::process::Command::new(exe)
+            .arg("--conf")
+            .arg(cluster.conf_path())
+            .args(["gw", "--plain-http", "--listen", addr, "--pid-file"])
+            .arg(&pid_file)
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .spawn()
+            .map_err(|e| format!("starting a plain-HTTP gateway: {e}"))?;
+        Ok(PlainGateway { child, pid_file })
+    }
+
+    fn cpu_seconds(&self) -> f64 {
+        super::fresh::pid_file_cpu_seconds(&self.pid_file)
+    }
+}
+
+impl Drop for PlainGateway {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on our own child, which has not been reaped.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+        let _ = self.child.wait();
+    }
+}
+
+async fn wait_listening(addr: &str) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while tokio::net::TcpStream::connect(addr).await.is_err() {
+        if Instant::now() > deadline {
+            return Err(format!("no gateway listens on {addr}"));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
+}
+
+pub fn run(args: S3Args) -> Result<(), String> {
+    let seconds = args.fresh.seconds(args.quick);
+    let clients = args.clients.max(1);
+    print_header(
+        "coffer bench s3",
+        &[
+            (
+                "configurations",
+                "http|https x no SSE|SSE-S3|SSE-C; baseline http/none".into(),
+            ),
+            (
+                "cluster",
+                format!(
+                    "one fresh `coffer up` (at rest gcm, in transit secure): 1 monitor, {} OSDs, \
+                     its HTTPS gateway and a plain-HTTP one on the same pool, under {}",
+                    args.fresh.osds,
+                    args.fresh.dir.display()
+                ),
+            ),
+            (
+                "load",
+                format!(
+                    "{clients} clients in this process, one keep-alive connection and one \
+                     request in flight each, SigV4-signed; PUT then GET of {:?}; {seconds} s per cell",
+                    args.io_sizes.iter().map(|s| size_label(*s)).collect::<Vec<_>>()
+                ),
+            ),
+        ],
+    );
+    let dir = args.fresh.dir.join(format!("s3-{}", std::process::id()));
+    let https_addr = format!("127.0.0.1:{}", crate::up::free_loopback_port()?);
+    let http_addr = format!("127.0.0.1:{}", crate::up::free_loopback_port()?);
+    let cluster = FreshCluster::start(
+        &dir,
+        args.fresh.osds,
+        "gcm",
+        "secure",
+        None,
+        Some(&https_addr),
+    )?;
+    let plain = PlainGateway::start(&cluster, &http_addr)?;
+    let conf = cluster.conf()?;
+    let runtime = crate::daemon::runtime()?;
+    let mut cells: Vec<Cell> = Vec::new();
+    runtime.block_on(async {
+        let admin = super::fresh::connect_admin(&conf).await?;
+        super::fresh::wait_clean(&admin).await?;
+        let pool = admin
+            .pool(client::conf::GW_POOL_DEFAULT)
+            .await
+            .map_err(|e| e.to_string())?;
+        let user = gateway::users::create(&pool, "bench")
+            .await
+            .map_err(|e| e.to_string())?;
+        wait_listening(&https_addr).await?;
+        wait_listening(&http_addr).await?;
+        let customer_key: [u8; 32] = rand::random();
+        let b64 = base64::engine::general_purpose::STANDARD;
+        let tls = tls_config(&conf.dir.join(crate::gw::GW_DIR).join(gateway::tls::CA_FILE))?;
+        for config in CONFIGS {
+            let target = Target {
+                addr: if config.tls { &https_addr } else { &http_addr }.clone(),
+                tls: config.tls.then(|| tls.clone()),
+                access_key: user.access_key.clone(),
+                secret_key: user.secret_key.clone(),
+                customer: (
+                    b64.encode(customer_key),
+                    b64.encode(md5::Md5::digest(customer_key)),
+                ),
+            };
+            let mut pool_of_clients = Vec::new();
+            for _ in 0..clients {
+                pool_of_clients.push(S3Client::connect(&target).await?);
+            }
+            let bucket = config.label().replace('/', "-");
+            pool_of_clients[0]
+                .call("PUT", &format!("/{bucket}"), Bytes::new(), Sse::None)
+                .await?;
+            for size in &args.io_sizes {
+                for put in [true, false] {
+                    let gateway_cpu = || {
+                        if config.tls {
+                            cluster.daemon_cpu_seconds(crate::gw::GW_DIR)
+                        } else {
+                            plain.cpu_seconds()
+                        }
+                    };
+                    let (cpu_cluster, cpu_gateway, cpu_client) =
+                        (cluster.cpu_seconds(), gateway_cpu(), cpu_seconds());
+                    let started = Instant::now();
+                    let (ops, hist) = phase(
+                        &mut pool_of_clients,
+                        &bucket,
+                        put,
+                        *size,
+                        config.sse,
+                        seconds,
+                    )
+                    .await?;
+                    let elapsed = started.elapsed().as_secs_f64();
+                    let rates = Rates::new(
+                        ops,
+                        *size,
+                        elapsed,
+                        &hist,
+                        cluster.cpu_seconds() - cpu_cluster,
+                        cpu_seconds() - cpu_client,
+                    );
+                    let gib = rates.mib_s * elapsed / 1024.0;
+                    let gateway_s = gateway_cpu() - cpu_gateway;
+                    let cell = Cell {
+                        config: config.label(),
+                        transport: if config.tls { "https" } else { "http" }.into(),
+                        sse: config.label().split('/').nth(1).unwrap_or_default().into(),
+                        object_size: *size,
+                        op: if put { "put" } else { "get" }.into(),
+                        clients,
+                        rates,
+                        gateway_cpu_s_per_gib: if gib > 0.0 { gateway_s / gib } else { 0.0 },
+                        pct_of_baseline: 0.0,
+                    };
+                    eprintln!(
+                        "{:<12} {:>3} {}: {:>7.0} ops/s {:>8.1} MiB/s, gateway CPU {:.2} s/GiB",
+                        cell.config,
+                        size_label(*size),
+                        cell.op,
+                        cell.rates.ops_s,
+                        cell.rates.mib_s,
+                        cell.gateway_cpu_s_per_gib
+                    );
+                    cells.push(cell);
+                }
+            }
+        }
+        Ok::<_, String>(())
+    })?;
+    drop(plain);
+    drop(cluster);
+    let baseline_label = CONFIGS[0].label();
+    for i in 0..cells.len() {
+        let baseline = cells
+            .iter()
+            .find(|c| {
+                c.config == baseline_label
+                    && c.object_size == cells[i].object_size
+                    && c.op == cells[i].op
+            })
+            .map_or(0.0, |c| c.rates.mib_s);
+        cells[i].pct_of_baseline = percent_of(cells[i].rates.mib_s, baseline);
+    }
+    print_table(&cells);
+    if let Some(path) = &args.fresh.json {
+        let config = serde_json::json!({
+            "seconds_per_cell": seconds,
+            "clients": clients,
+            "osds": args.fresh.osds,
+        });
+        write_json(path, "s3", config, &cells)?;
+    }
+    Ok(())
+}
+
+fn print_table(cells: &[Cell]) {
+    println!();
+    println!(
+        "{:<5} {:<4} {:<13} {:>8} {:>9} {:>8} {:>9} {:>9} {:>11} {:>10}",
+        "size",
+        "op",
+        "config",
+        "ops/s",
+        "MiB/s",
+        "% base",
+        "p50 us",
+        "p99 us",
+        "gw s/GiB",
+        "load CPU"
+    );
+    for c in cells {
+        println!(
+            "{:<5} {:<4} {:<13} {:>8.0} {:>9.1} {:>7.0}% {:>9.0} {:>9.0} {:>11.2} {:>9.2}s",
+            size_label(c.object_size),
+            c.op,
+            c.config,
+            c.rates.ops_s,
+            c.rates.mib_s,
+            c.pct_of_baseline,
+            c.rates.lat_us.p50,
+            c.rates.lat_us.p99,
+            c.gateway_cpu_s_per_gib,
+            c.rates.client_cpu_s
+        );
+    }
+}
