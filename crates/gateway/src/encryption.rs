@@ -5,13 +5,14 @@
 use std::sync::Arc;
 
 use base64::Engine;
-use client::{Cluster, Pool};
+use client::Pool;
 use keys::{KeyEncryptionKey, SecretKey, WrappedKey};
 use md5::Digest;
 use s3s::dto::ServerSideEncryption;
 use s3s::{s3_error, S3Error, S3ErrorCode, S3Result};
 
 use crate::data::Sealing;
+use crate::kms::{Kms, KmsError};
 use crate::layout::{ObjectEntry, SealedKey, Sse};
 use crate::sse::{self, KeyCache};
 use crate::{buckets, Error};
@@ -149,25 +150,27 @@ fn fail(e: Error) -> S3Error {
 }
 
 /// The S3 error for a KMS refusal: a missing or removed key (the client's to fix), the
-/// gateway not allowed data keys (the operator's: its entity needs mon=rw and secure links
-/// to the monitors), or no monitor answering (clients retry a 503).
-fn kms_error(e: client::Error) -> S3Error {
+/// gateway not allowed data keys (the operator's: with the monitors' KMS, its entity needs
+/// mon=rw and secure links to the monitors), or no answer (clients retry a 503).
+fn kms_error(e: KmsError) -> S3Error {
     match e {
-        client::Error::Failed(why) if why.contains("does not exist") => {
-            S3Error::with_message(S3ErrorCode::AccessDenied, format!("KMS: {why}"))
+        KmsError::NoSuchKey(_) => {
+            S3Error::with_message(S3ErrorCode::AccessDenied, format!("KMS: {e}"))
         }
-        client::Error::Denied(why) => {
-            tracing::warn!("the KMS refuses the gateway data keys: {why}");
-            S3Error::with_message(S3ErrorCode::InternalError, format!("KMS: {why}"))
+        KmsError::Denied(_) => {
+            tracing::warn!("{e}");
+            S3Error::with_message(S3ErrorCode::InternalError, format!("KMS: {e}"))
         }
-        e => S3Error::with_message(S3ErrorCode::ServiceUnavailable, format!("KMS: {e}")),
+        KmsError::Unavailable(_) => {
+            S3Error::with_message(S3ErrorCode::ServiceUnavailable, format!("KMS: {e}"))
+        }
     }
 }
 
 /// Refuses a KMS key that does not exist, before anything is written under it.
-pub async fn check_kms_key(cluster: &Cluster, key: &str) -> S3Result<()> {
-    let keys = cluster.kms_keys().await.map_err(kms_error)?;
-    if keys.iter().any(|k| k.name == key) {
+pub async fn check_kms_key(kms: &dyn Kms, key: &str) -> S3Result<()> {
+    let keys = kms.keys().await.map_err(kms_error)?;
+    if keys.iter().any(|k| k == key) {
         Ok(())
     } else {
         Err(s3_error!(AccessDenied, "KMS: KMS key {key} does not exist"))
@@ -176,7 +179,7 @@ pub async fn check_kms_key(cluster: &Cluster, key: &str) -> S3Result<()> {
 
 /// A fresh data key for a new segment of an object encrypted as `sse`.
 pub async fn new_sealing(
-    cluster: &Cluster,
+    kms: &dyn Kms,
     sse: &Sse,
     customer: Option<&CustomerKey>,
 ) -> S3Result<Sealing> {
@@ -200,11 +203,11 @@ pub async fn new_sealing(
             });
         }
     };
-    let generated = cluster.kms_generate(kms_key).await.map_err(kms_error)?;
+    let generated = kms.generate(kms_key).await.map_err(kms_error)?;
     Ok(Sealing {
         data_key: generated.plaintext,
         stored: SealedKey::Kms {
-            key: generated.key,
+            key: kms_key.into(),
             version: generated.version,
             wrapped: generated.wrapped,
         },
@@ -214,7 +217,7 @@ pub async fn new_sealing(
 /// The data key of each segment of `entry` (none for plain segments), unwrapped: from the
 /// cache, the KMS, or the customer's key.
 pub async fn segment_keys(
-    cluster: &Cluster,
+    kms: &dyn Kms,
     cache: &KeyCache,
     entry: &ObjectEntry,
     customer: Option<&CustomerKey>,
@@ -230,11 +233,11 @@ pub async fn segment_keys(
             }) => match cache.get(wrapped) {
                 Some(found) => Some(found),
                 None => {
-                    let opened = cluster
-                        .kms_decrypt(key, *version, wrapped)
+                    let opened = kms
+                        .decrypt(key, *version, wrapped)
                         .await
                         .map_err(kms_error)?;
-                    let opened = Arc::new(opened.plaintext);
+                    let opened = Arc::new(opened);
                     cache.put(wrapped, key, opened.clone());
                     Some(opened)
                 }

@@ -12,6 +12,7 @@ use s3s::dto::*;
 use s3s::{s3_error, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, S3};
 
 use crate::encryption::{self, CustomerKey};
+use crate::kms::{Kms, MonitorKms};
 use crate::layout::{self, BucketInfo, ObjectEntry, PartRecord, Segment, Sse, UploadRecord};
 use crate::sse::KeyCache;
 use crate::{buckets, data, multipart, users, Error};
@@ -31,6 +32,8 @@ pub struct Gateway {
     /// Access key to user name: a key never changes hands, so this needs no expiry (a
     /// removed user's key no longer signs anything: [`Gateway::secret`] looks it up anew).
     names: std::sync::Arc<Mutex<HashMap<String, String>>>,
+    /// Where data keys come from.
+    kms: std::sync::Arc<dyn Kms>,
     /// Unwrapped data keys of encrypted objects.
     cache: KeyCache,
 }
@@ -40,28 +43,31 @@ pub struct Gateway {
 const KMS_SWEEP: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl Gateway {
-    /// A gateway on `pool`: makes sure the KMS key of SSE-S3 exists, and starts forgetting
-    /// the cached data keys of KMS keys that are removed.
+    /// A gateway on `pool` with the monitors' KMS.
     pub async fn start(pool: Pool) -> Result<Gateway, Error> {
-        let cluster = pool.cluster().clone();
-        let existing = kms_keys(&cluster).await?;
-        if !existing.iter().any(|k| k == crate::sse::MANAGED_KEY) {
-            match cluster.kms_key_create(crate::sse::MANAGED_KEY).await {
-                // Another gateway may have made it meanwhile.
-                Ok(_) | Err(client::Error::Failed(_)) => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
+        let kms = MonitorKms {
+            cluster: pool.cluster().clone(),
+        };
+        Gateway::with_kms(pool, std::sync::Arc::new(kms)).await
+    }
+
+    /// A gateway on `pool` with `kms`: makes sure the KMS key of SSE-S3 exists, and starts
+    /// forgetting the cached data keys of KMS keys that are removed.
+    pub async fn with_kms(pool: Pool, kms: std::sync::Arc<dyn Kms>) -> Result<Gateway, Error> {
+        kms.ensure(crate::sse::MANAGED_KEY)
+            .await
+            .map_err(|e| Error::Internal(e.to_string()))?;
         let gateway = Gateway {
             pool,
             names: Default::default(),
+            kms: kms.clone(),
             cache: KeyCache::default(),
         };
         let cache = gateway.cache.clone();
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(KMS_SWEEP).await;
-                match kms_keys(&cluster).await {
+                match kms.keys().await {
                     Ok(names) => cache.keep_only(&names),
                     Err(e) => tracing::warn!("listing KMS keys: {e}"),
                 }
@@ -152,7 +158,7 @@ impl Gateway {
     ) -> S3Result<Option<data::Sealing>> {
         match sse {
             Some(sse) => Ok(Some(
-                encryption::new_sealing(self.pool.cluster(), sse, customer).await?,
+                encryption::new_sealing(self.kms.as_ref(), sse, customer).await?,
             )),
             None => Ok(None),
         }
@@ -163,7 +169,7 @@ impl Gateway {
         entry: &ObjectEntry,
         customer: Option<&CustomerKey>,
     ) -> S3Result<Vec<Option<std::sync::Arc<keys::SecretKey<32>>>>> {
-        encryption::segment_keys(self.pool.cluster(), &self.cache, entry, customer).await
+        encryption::segment_keys(self.kms.as_ref(), &self.cache, entry, customer).await
     }
 
     /// The content `range` of a copy's source, opened with the copy-source SSE-C key if it
@@ -259,12 +265,6 @@ impl Gateway {
         .map_err(fail)?;
         Ok((listing, max))
     }
-}
-
-/// The names of the KMS's keys.
-async fn kms_keys(cluster: &client::Cluster) -> Result<Vec<String>, Error> {
-    let keys = cluster.kms_keys().await?;
-    Ok(keys.into_iter().map(|k| k.name).collect())
 }
 
 #[async_trait::async_trait]
@@ -944,7 +944,7 @@ impl S3 for Gateway {
         )
         .await?;
         if let Some(Sse::Kms { key }) = &sse {
-            encryption::check_kms_key(self.pool.cluster(), key).await?;
+            encryption::check_kms_key(self.kms.as_ref(), key).await?;
         }
         let described = encryption::describe(&sse, customer.as_ref());
         let record = UploadRecord {

@@ -1,0 +1,74 @@
+//! `coffer bench s3` runs end to end on tiny cells and reports every configuration it
+//! promises: numbers present and positive, the baseline at 100 %, the gateway's CPU counted.
+//! No timing is asserted.
+
+use std::process::Command;
+
+#[test]
+fn bench_s3_reports_every_configuration() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let json = dir.path().join("cells.json");
+    let output = Command::new(env!("CARGO_BIN_EXE_coffer"))
+        .args([
+            "bench",
+            "s3",
+            "--seconds",
+            "0.5",
+            "--io-sizes",
+            "64k",
+            "--clients",
+            "2",
+        ])
+        .arg("--json")
+        .arg(&json)
+        .arg("--dir")
+        .arg(dir.path())
+        .output()
+        .expect("run coffer bench s3");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "bench failed: {}\n{stdout}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("command: "), "the bench prints its command");
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("json written")).expect("json");
+    let cells = doc["cells"].as_array().expect("cells");
+    assert_eq!(cells.len(), 12, "6 configurations x put/get");
+    let mut configs: Vec<&str> = cells.iter().filter_map(|c| c["config"].as_str()).collect();
+    configs.dedup();
+    assert_eq!(
+        configs,
+        [
+            "http/none",
+            "https/none",
+            "http/sse-s3",
+            "https/sse-s3",
+            "http/sse-c",
+            "https/sse-c"
+        ]
+    );
+    for cell in cells {
+        assert!(cell["ops"].as_u64().unwrap_or(0) > 0, "{cell}");
+        assert!(cell["mib_s"].as_f64().unwrap_or(0.0) > 0.0, "{cell}");
+        assert!(
+            cell["gateway_cpu_s_per_gib"].as_f64().unwrap_or(0.0) > 0.0,
+            "{cell}"
+        );
+        let pct = cell["pct_of_baseline"].as_f64().unwrap_or(0.0);
+        assert!(pct.is_finite() && pct > 0.0, "{cell}");
+        if cell["config"] == "http/none" {
+            assert!((pct - 100.0).abs() < 1e-9, "{cell}");
+        }
+    }
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+        .expect("dir")
+        .flatten()
+        .filter(|e| e.file_name() != "cells.json")
+        .collect();
+    assert!(
+        leftovers.is_empty(),
+        "the bench removes its cluster: {leftovers:?}"
+    );
+}

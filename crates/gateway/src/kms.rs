@@ -1,0 +1,106 @@
+//! The key management service behind server-side encryption, as a trait: the built-in
+//! backend is the monitors' KMS ([`MonitorKms`]); an external one (Vault or OpenBao
+//! transit, KMIP) implements the same four calls.
+
+use keys::SecretKey;
+
+/// A fresh data key: in the clear, and as wrapped by `version` of its KMS key.
+pub struct DataKey {
+    pub version: u32,
+    pub plaintext: SecretKey<32>,
+    pub wrapped: Vec<u8>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum KmsError {
+    /// The key does not exist (or was removed): what it protects cannot be read.
+    #[error("KMS key {0} does not exist")]
+    NoSuchKey(String),
+    /// The KMS refuses this gateway (its identity, or the link it came over).
+    #[error("the KMS refuses: {0}")]
+    Denied(String),
+    /// The KMS did not answer, or failed; trying again may work.
+    #[error("the KMS is unavailable: {0}")]
+    Unavailable(String),
+}
+
+#[async_trait::async_trait]
+pub trait Kms: Send + Sync + 'static {
+    /// A fresh data key wrapped by the newest version of `key`.
+    async fn generate(&self, key: &str) -> Result<DataKey, KmsError>;
+    /// The data key `wrapped` by `version` of `key`.
+    async fn decrypt(
+        &self,
+        key: &str,
+        version: u32,
+        wrapped: &[u8],
+    ) -> Result<SecretKey<32>, KmsError>;
+    /// The names of the keys that exist.
+    async fn keys(&self) -> Result<Vec<String>, KmsError>;
+    /// Creates `key`; an existing key is not an error.
+    async fn ensure(&self, key: &str) -> Result<(), KmsError>;
+}
+
+/// The KMS the monitors keep (design/monitors.md), reached over the cluster connection.
+pub struct MonitorKms {
+    pub cluster: client::Cluster,
+}
+
+fn kms_error(key: &str, e: client::Error) -> KmsError {
+    match e {
+        client::Error::Failed(why) if why.contains("does not exist") => {
+            KmsError::NoSuchKey(key.into())
+        }
+        client::Error::Denied(why) => KmsError::Denied(why),
+        e => KmsError::Unavailable(e.to_string()),
+    }
+}
+
+#[async_trait::async_trait]
+impl Kms for MonitorKms {
+    async fn generate(&self, key: &str) -> Result<DataKey, KmsError> {
+        let made = self
+            .cluster
+            .kms_generate(key)
+            .await
+            .map_err(|e| kms_error(key, e))?;
+        Ok(DataKey {
+            version: made.version,
+            plaintext: made.plaintext,
+            wrapped: made.wrapped,
+        })
+    }
+
+    async fn decrypt(
+        &self,
+        key: &str,
+        version: u32,
+        wrapped: &[u8],
+    ) -> Result<SecretKey<32>, KmsError> {
+        self.cluster
+            .kms_decrypt(key, version, wrapped)
+            .await
+            .map(|opened| opened.plaintext)
+            .map_err(|e| kms_error(key, e))
+    }
+
+    async fn keys(&self) -> Result<Vec<String>, KmsError> {
+        let keys = self
+            .cluster
+            .kms_keys()
+            .await
+            .map_err(|e| kms_error("", e))?;
+        Ok(keys.into_iter().map(|k| k.name).collect())
+    }
+
+    async fn ensure(&self, key: &str) -> Result<(), KmsError> {
+        if self.keys().await?.iter().any(|k| k == key) {
+            return Ok(());
+        }
+        match self.cluster.kms_key_create(key).await {
+            // Another gateway may have made it meanwhile.
+            Ok(()) | Err(client::Error::Failed(_)) => Ok(()),
+            Err(e) => Err(kms_error(key, e)),
+        }
+    }
+}
