@@ -118,14 +118,21 @@ fn a_rotated_kms_key_keeps_its_objects_and_a_removed_one_shreds_them() {
     cluster.ok(&["kms", "key", "create", "shred-key"]);
     let user = cluster.s3_user("shredder");
     let phase = |name: &str| {
-        run_ok(
-            &format!("the {name} phase"),
-            &mut cluster.s3_script(
+        let output = cluster
+            .s3_script(
                 &user,
                 "encryption.py",
                 &["shred", "shred", "shred-key", name],
-            ),
-        )
+            )
+            .output()
+            .expect("run encryption.py");
+        assert!(
+            output.status.success(),
+            "the {name} phase failed:\n{}\n{}\n{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr),
+            cluster.logs()
+        );
     };
     phase("before");
     cluster.ok(&["kms", "key", "rotate", "shred-key"]);

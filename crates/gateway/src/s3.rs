@@ -150,6 +150,21 @@ impl Gateway {
         }
     }
 
+    /// What a write asks of encryption: its SSE-C key (from the three customer headers) and
+    /// the encryption the new object gets (its headers', else the bucket's default).
+    async fn write_encryption(
+        &self,
+        bucket: &str,
+        asked: &Option<ServerSideEncryption>,
+        kms_key: &Option<String>,
+        [algorithm, key, key_md5]: [&Option<String>; 3],
+    ) -> S3Result<(Option<CustomerKey>, Option<Sse>)> {
+        let customer = encryption::customer_key(algorithm, key, key_md5)?;
+        let sse =
+            encryption::for_write(&self.pool, bucket, asked, kms_key, customer.as_ref()).await?;
+        Ok((customer, sse))
+    }
+
     /// A fresh data key for new content encrypted as `sse`, if it is encrypted.
     async fn sealing(
         &self,
@@ -684,19 +699,18 @@ impl S3 for Gateway {
         let input = req.input;
         check_key(&input.key)?;
         self.owned(&user, &input.bucket).await?;
-        let customer = encryption::customer_key(
-            &input.sse_customer_algorithm,
-            &input.sse_customer_key,
-            &input.sse_customer_key_md5,
-        )?;
-        let sse = encryption::for_write(
-            &self.pool,
-            &input.bucket,
-            &input.server_side_encryption,
-            &input.ssekms_key_id,
-            customer.as_ref(),
-        )
-        .await?;
+        let (customer, sse) = self
+            .write_encryption(
+                &input.bucket,
+                &input.server_side_encryption,
+                &input.ssekms_key_id,
+                [
+                    &input.sse_customer_algorithm,
+                    &input.sse_customer_key,
+                    &input.sse_customer_key_md5,
+                ],
+            )
+            .await?;
         let sealing = self.sealing(&sse, customer.as_ref()).await?;
         let written = write_body(
             &self.pool,
@@ -930,19 +944,18 @@ impl S3 for Gateway {
         let input = req.input;
         check_key(&input.key)?;
         self.owned(&user, &input.bucket).await?;
-        let customer = encryption::customer_key(
-            &input.sse_customer_algorithm,
-            &input.sse_customer_key,
-            &input.sse_customer_key_md5,
-        )?;
-        let sse = encryption::for_write(
-            &self.pool,
-            &input.bucket,
-            &input.server_side_encryption,
-            &input.ssekms_key_id,
-            customer.as_ref(),
-        )
-        .await?;
+        let (customer, sse) = self
+            .write_encryption(
+                &input.bucket,
+                &input.server_side_encryption,
+                &input.ssekms_key_id,
+                [
+                    &input.sse_customer_algorithm,
+                    &input.sse_customer_key,
+                    &input.sse_customer_key_md5,
+                ],
+            )
+            .await?;
         if let Some(Sse::Kms { key }) = &sse {
             encryption::check_kms_key(self.kms.as_ref(), key).await?;
         }

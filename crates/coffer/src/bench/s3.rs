@@ -23,7 +23,8 @@ use serde::Serialize;
 
 use super::fresh::{FreshArgs, FreshCluster};
 use super::report::{
-    cpu_seconds, histogram, percent_of, print_header, size_label, write_json, Rates,
+    cpu_seconds, histogram, mean_and_stddev, percent_of, print_header, size_label, write_json,
+    Rates,
 };
 
 const KIB: u64 = 1 << 10;
@@ -42,6 +43,10 @@ pub struct S3Args {
     /// Concurrent clients, each with its own connection and one request in flight.
     #[arg(long, default_value_t = 4)]
     clients: usize,
+    /// Runs every configuration this many times (on the same cluster, in turn), and reports
+    /// the mean and standard deviation of each cell's percent of the baseline.
+    #[arg(long, default_value_t = 1)]
+    repeat: usize,
     /// Object sizes, comma-separated (64k, 4m).
     #[arg(long, value_delimiter = ',', default_value = "4m,64k", value_parser = parse_size)]
     io_sizes: Vec<u64>,
@@ -110,6 +115,7 @@ const CONFIGS: [Config; 6] = [
 
 #[derive(Debug, Serialize)]
 struct Cell {
+    repetition: usize,
     config: String,
     transport: String,
     sse: String,
@@ -493,7 +499,9 @@ pub fn run(args: S3Args) -> Result<(), String> {
         let customer_key: [u8; 32] = rand::random();
         let b64 = base64::engine::general_purpose::STANDARD;
         let tls = tls_config(&conf.dir.join(crate::gw::GW_DIR).join(gateway::tls::CA_FILE))?;
-        for config in CONFIGS {
+        for (repetition, config) in
+            (0..args.repeat.max(1)).flat_map(|r| CONFIGS.iter().map(move |c| (r, *c)))
+        {
             let target = Target {
                 addr: if config.tls { &https_addr } else { &http_addr }.clone(),
                 tls: config.tls.then(|| tls.clone()),
@@ -545,6 +553,7 @@ pub fn run(args: S3Args) -> Result<(), String> {
                     let gib = rates.mib_s * elapsed / 1024.0;
                     let gateway_s = gateway_cpu() - cpu_gateway;
                     let cell = Cell {
+                        repetition,
                         config: config.label(),
                         transport: if config.tls { "https" } else { "http" }.into(),
                         sse: config.label().split('/').nth(1).unwrap_or_default().into(),
@@ -578,6 +587,7 @@ pub fn run(args: S3Args) -> Result<(), String> {
             .iter()
             .find(|c| {
                 c.config == baseline_label
+                    && c.repetition == cells[i].repetition
                     && c.object_size == cells[i].object_size
                     && c.op == cells[i].op
             })
@@ -590,40 +600,59 @@ pub fn run(args: S3Args) -> Result<(), String> {
             "seconds_per_cell": seconds,
             "clients": clients,
             "osds": args.fresh.osds,
+            "repeat": args.repeat.max(1),
         });
         write_json(path, "s3", config, &cells)?;
     }
     Ok(())
 }
 
+/// The cells of one configuration, size and operation across repetitions, as mean and
+/// standard deviation.
 fn print_table(cells: &[Cell]) {
     println!();
     println!(
-        "{:<5} {:<4} {:<13} {:>8} {:>9} {:>8} {:>9} {:>9} {:>11} {:>10}",
+        "{:<5} {:<4} {:<13} {:>8} {:>9} {:>13} {:>9} {:>9} {:>11} {:>10}",
         "size",
         "op",
         "config",
         "ops/s",
         "MiB/s",
-        "% base",
+        "% base (sd)",
         "p50 us",
         "p99 us",
         "gw s/GiB",
         "load CPU"
     );
-    for c in cells {
+    let mut seen: Vec<(u64, &str, &str)> = Vec::new();
+    for cell in cells {
+        let key = (cell.object_size, cell.op.as_str(), cell.config.as_str());
+        if seen.contains(&key) {
+            continue;
+        }
+        seen.push(key);
+        let same: Vec<&Cell> = cells
+            .iter()
+            .filter(|c| (c.object_size, c.op.as_str(), c.config.as_str()) == key)
+            .collect();
+        let mean = |f: &dyn Fn(&Cell) -> f64| {
+            mean_and_stddev(&same.iter().map(|c| f(c)).collect::<Vec<_>>()).0
+        };
+        let (pct, pct_sd) =
+            mean_and_stddev(&same.iter().map(|c| c.pct_of_baseline).collect::<Vec<_>>());
         println!(
-            "{:<5} {:<4} {:<13} {:>8.0} {:>9.1} {:>7.0}% {:>9.0} {:>9.0} {:>11.2} {:>9.2}s",
-            size_label(c.object_size),
-            c.op,
-            c.config,
-            c.rates.ops_s,
-            c.rates.mib_s,
-            c.pct_of_baseline,
-            c.rates.lat_us.p50,
-            c.rates.lat_us.p99,
-            c.gateway_cpu_s_per_gib,
-            c.rates.client_cpu_s
+            "{:<5} {:<4} {:<13} {:>8.0} {:>9.1} {:>7.0}% ({:>3.0}) {:>9.0} {:>9.0} {:>11.2} {:>9.2}s",
+            size_label(cell.object_size),
+            cell.op,
+            cell.config,
+            mean(&|c| c.rates.ops_s),
+            mean(&|c| c.rates.mib_s),
+            pct,
+            pct_sd,
+            mean(&|c| c.rates.lat_us.p50),
+            mean(&|c| c.rates.lat_us.p99),
+            mean(&|c| c.gateway_cpu_s_per_gib),
+            mean(&|c| c.rates.client_cpu_s)
         );
     }
 }

@@ -39,7 +39,8 @@ def client():
         verify=os.environ["S3_CA"],
         config=Config(
             s3={"addressing_style": "path"},
-            retries={"mode": "standard", "max_attempts": 1},
+            # A 503 (the cluster busy) is retried, as every S3 client does.
+            retries={"mode": "standard", "max_attempts": 3},
         ),
     )
 
