@@ -1,5 +1,6 @@
-//! `coffer bench s3` runs end to end on tiny cells and reports every configuration it
-//! promises: numbers present and positive, the baseline at 100 %, the gateway's CPU counted.
+//! `coffer bench s3` runs end to end on tiny cells, twice, and reports every configuration
+//! it promises: numbers present and positive, the baseline at 100 % in each repetition, the
+//! gateway's CPU counted.
 //! No timing is asserted.
 
 use std::process::Command;
@@ -13,10 +14,12 @@ fn bench_s3_reports_every_configuration() {
             "bench",
             "s3",
             "--seconds",
-            "0.5",
+            "0.3",
             "--io-sizes",
             "64k",
             "--clients",
+            "2",
+            "--repeat",
             "2",
         ])
         .arg("--json")
@@ -35,8 +38,16 @@ fn bench_s3_reports_every_configuration() {
     let doc: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).expect("json written")).expect("json");
     let cells = doc["cells"].as_array().expect("cells");
-    assert_eq!(cells.len(), 12, "6 configurations x put/get");
-    let mut configs: Vec<&str> = cells.iter().filter_map(|c| c["config"].as_str()).collect();
+    assert_eq!(
+        cells.len(),
+        24,
+        "2 repetitions x 6 configurations x put/get"
+    );
+    let mut configs: Vec<&str> = cells
+        .iter()
+        .filter(|c| c["repetition"] == 0)
+        .filter_map(|c| c["config"].as_str())
+        .collect();
     configs.dedup();
     assert_eq!(
         configs,

@@ -517,9 +517,11 @@ pub fn run(args: S3Args) -> Result<(), String> {
                 pool_of_clients.push(S3Client::connect(&target).await?);
             }
             let bucket = config.label().replace('/', "-");
-            pool_of_clients[0]
-                .call("PUT", &format!("/{bucket}"), Bytes::new(), Sse::None)
-                .await?;
+            if repetition == 0 {
+                pool_of_clients[0]
+                    .call("PUT", &format!("/{bucket}"), Bytes::new(), Sse::None)
+                    .await?;
+            }
             for size in &args.io_sizes {
                 for put in [true, false] {
                     let gateway_cpu = || {
