@@ -231,12 +231,16 @@ async fn relay(
 ) {
     let mut buf = vec![0u8; 64 << 10];
     while let Ok(n) = from.read(&mut buf).await {
-        if n == 0 || to.write_all(&buf[..n]).await.is_err() {
+        if n == 0 {
             break;
         }
+        // Recorded before it is passed on: whatever a peer has received is in the capture.
         seen.lock()
             .unwrap_or_else(|p| p.into_inner())
             .extend_from_slice(&buf[..n]);
+        if to.write_all(&buf[..n]).await.is_err() {
+            break;
+        }
     }
     // The other side may be gone already.
     let _ = to.shutdown().await;

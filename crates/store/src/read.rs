@@ -291,11 +291,17 @@ impl Store {
         id: &ObjectId,
     ) -> Result<(ReadTransaction, ObjectRecord), ReadError> {
         let txn = self.db.begin_read()?;
-        let record = self
-            .load_record(&txn.open_table(OBJECTS)?, object, id)?
-            .ok_or_else(|| ReadError::NotFound {
-                object: object.to_string(),
-            })?;
+        // redb panics on some damaged files instead of failing: a damaged metadata file is
+        // an integrity failure of the read, not a crash of the store.
+        let loaded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.load_record(&txn.open_table(OBJECTS)?, object, id)
+        }))
+        .map_err(|_| ReadError::MetadataIntegrity {
+            what: format!("{object} (the metadata database is damaged)"),
+        })?;
+        let record = loaded?.ok_or_else(|| ReadError::NotFound {
+            object: object.to_string(),
+        })?;
         Ok((txn, record))
     }
 
