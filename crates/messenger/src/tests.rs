@@ -198,9 +198,12 @@ async fn replies_complete_out_of_order_on_one_link() {
     }
     let order = finished.lock().unwrap_or_else(|p| p.into_inner()).clone();
     assert_eq!(order.len(), 32);
+    // The last request (answered after 20 ms) finishes before the first (640 ms): a margin
+    // that a busy machine's scheduling does not erase, unlike the order of the whole list.
+    let at = |i: u64| order.iter().position(|&done| done == i);
     assert!(
-        order.first() > order.last(),
-        "replies came in request order: {order:?}"
+        at(31) < at(0),
+        "the last request waited for the first: {order:?}"
     );
 }
 
