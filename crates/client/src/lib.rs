@@ -49,7 +49,7 @@ pub enum Error {
     NotFound,
     #[error("the object exists")]
     Exists,
-    /// A condition of a write (`ObjectOp::AssertAttr`) did not hold; nothing was applied.
+    /// A condition of a write (`ObjectOp::AssertAttr`, `AssertOmap`) did not hold; nothing was applied.
     #[error("condition failed: {0}")]
     Mismatch(String),
     #[error("permission denied: {0}")]

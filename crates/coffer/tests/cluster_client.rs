@@ -124,6 +124,29 @@ fn conditional_writes_apply_only_when_their_conditions_hold() {
             .await
             .expect("swap when it matches");
 
+        // The same on one omap entry: absent, then swapped only from the value it holds.
+        let put = |value: &[u8]| ObjectOp::OmapSet {
+            entries: vec![(b"k".to_vec(), value.to_vec())],
+        };
+        let holds = |value: Option<&[u8]>| ObjectOp::AssertOmap {
+            key: b"k".to_vec(),
+            value: value.map(<[u8]>::to_vec),
+        };
+        pool.operate("c", vec![holds(None), put(b"1")], Bytes::new())
+            .await
+            .expect("set when absent");
+        for stale in [None, Some(&b"0"[..])] {
+            let lost = pool
+                .operate("c", vec![holds(stale), put(b"2")], Bytes::new())
+                .await;
+            assert!(matches!(lost, Err(Error::Mismatch(_))), "{lost:?}");
+        }
+        pool.operate("c", vec![holds(Some(b"1")), put(b"2")], Bytes::new())
+            .await
+            .expect("swap when it matches");
+        let entry = pool.omap_get("c", vec![b"k".to_vec()]).await.expect("get");
+        assert_eq!(entry, vec![(b"k".to_vec(), Some(b"2".to_vec()))]);
+
         // Conditions alone, or on Coffer's own attributes, are refused.
         let alone = pool
             .operate("c", vec![expect(Some(b"b"))], Bytes::new())

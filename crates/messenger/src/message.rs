@@ -255,6 +255,12 @@ pub enum ObjectOp {
         name: String,
         value: Option<Vec<u8>>,
     },
+    /// Condition: omap key `key` holds `value`, or is absent for `None` (else the reply is
+    /// `Mismatch`): a compare-and-swap of one omap entry, with the `OmapSet` that follows.
+    AssertOmap {
+        key: Vec<u8>,
+        value: Option<Vec<u8>>,
+    },
     /// Creates the object if absent; with `exclusive`, fails if it exists.
     Create {
         exclusive: bool,
@@ -320,7 +326,10 @@ impl ObjectOp {
     }
 
     pub fn is_condition(&self) -> bool {
-        matches!(self, ObjectOp::AssertExists | ObjectOp::AssertAttr { .. })
+        matches!(
+            self,
+            ObjectOp::AssertExists | ObjectOp::AssertAttr { .. } | ObjectOp::AssertOmap { .. }
+        )
     }
 
     /// Bytes this op takes from the request's data segment.
@@ -458,7 +467,7 @@ pub enum OsdReply {
     Busy(String),
     NotFound,
     Exists,
-    /// A condition of the request (`AssertAttr`) did not hold; nothing was applied.
+    /// A condition of the request (`AssertAttr`, `AssertOmap`) did not hold; nothing was applied.
     Mismatch(String),
     Denied(String),
     Failed(String),

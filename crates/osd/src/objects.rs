@@ -146,7 +146,7 @@ pub fn build_write(
         }
         exists_after = true;
         match op {
-            ObjectOp::AssertExists | ObjectOp::AssertAttr { .. } => {}
+            ObjectOp::AssertExists | ObjectOp::AssertAttr { .. } | ObjectOp::AssertOmap { .. } => {}
             ObjectOp::Create { .. } => {
                 txn.touch(object);
             }

@@ -338,6 +338,25 @@ impl OsdService {
                         )));
                     }
                 }
+                ObjectOp::AssertOmap { key, value } => {
+                    let probe = object.clone();
+                    let key = key.clone();
+                    let found = self
+                        .inner
+                        .blocking(move |store| match store.omap_get(&probe, &key) {
+                            Err(ReadError::NotFound { .. }) => Ok(None),
+                            found => found,
+                        })
+                        .await
+                        .map_err(OsdReply::Failed)?
+                        .map_err(read_failure)?;
+                    if found != *value {
+                        return Err(OsdReply::Mismatch(format!(
+                            "an omap entry of {} is not as the request expects",
+                            object.name
+                        )));
+                    }
+                }
                 _ => {}
             }
         }
