@@ -244,6 +244,27 @@ impl Cluster {
         self.data_key(request).await
     }
 
+    /// The data key `wrapped` by version `version` of KMS key `key`, wrapped again by the
+    /// key's newest version: that version and the new wrap.
+    pub async fn kms_rewrap(
+        &self,
+        key: &str,
+        version: u32,
+        wrapped: &[u8],
+    ) -> Result<(u32, Vec<u8>), Error> {
+        let request = MonRequest::KmsRewrap {
+            key: key.into(),
+            version,
+            wrapped: wrapped.to_vec(),
+        };
+        match self.inner.monc.call(&request).await? {
+            MonReply::Rewrapped { version, wrapped } => Ok((version, wrapped)),
+            MonReply::Denied(why) => Err(Error::Denied(why)),
+            MonReply::Failed(why) => Err(Error::Failed(why)),
+            other => Err(Error::Failed(format!("unexpected reply {other:?}"))),
+        }
+    }
+
     async fn data_key(&self, request: MonRequest) -> Result<DataKey, Error> {
         match self.inner.monc.call(&request).await? {
             MonReply::DataKey {

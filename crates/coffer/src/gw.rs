@@ -2,6 +2,7 @@
 //! KMS, whose keys protect its server-side encryption).
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use client::conf::{Conf, GW_POOL_DEFAULT};
 
@@ -13,6 +14,52 @@ pub const LISTEN_DEFAULT: &str = "127.0.0.1:7480";
 /// The directory, beside the configuration, of the gateway `coffer up` runs: its
 /// certificate, log and pid file.
 pub const GW_DIR: &str = "gw";
+
+#[derive(clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct GwCli {
+    #[command(flatten)]
+    pub serve: GwArgs,
+    #[command(subcommand)]
+    pub command: Option<GwCommand>,
+}
+
+#[derive(clap::Subcommand)]
+pub enum GwCommand {
+    /// Removes what gateways killed mid-request leave behind: object data that no object
+    /// and no multipart upload names, and upload records no bucket lists.
+    Gc {
+        /// Spare anything written more recently than this (s, m, h or d): writes in
+        /// progress are not named yet, so make it longer than any upload takes.
+        #[arg(long, default_value = "1d", value_parser = parse_age)]
+        older_than: Duration,
+        /// Say what would be removed, and remove nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// The gateway's pool [default: the configuration's [gw] pool, else s3].
+        #[arg(long)]
+        pool: Option<String>,
+    },
+}
+
+/// An age such as `90s`, `30m`, `2h` or `1d` (a bare number is seconds).
+fn parse_age(text: &str) -> Result<Duration, String> {
+    let (number, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
+        Some(at) => text.split_at(at),
+        None => (text, "s"),
+    };
+    let seconds_per = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86400,
+        _ => return Err(format!("{text:?}: give a number and s, m, h or d")),
+    };
+    let number: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?}: give a number and s, m, h or d"))?;
+    Ok(Duration::from_secs(number.saturating_mul(seconds_per)))
+}
 
 #[derive(clap::Args)]
 pub struct GwArgs {
@@ -69,10 +116,20 @@ pub enum KmsKeyCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Adds a version: new data keys are wrapped by it; older data keys still open with
-    /// the version that wrapped them. No data is re-encrypted.
+    /// Adds a version, then rewraps every data key of the gateway's objects and uploads
+    /// under it. Data keys stay the same: no data is re-encrypted.
     Rotate {
         name: String,
+        /// The gateway's pool [default: the configuration's [gw] pool, else s3].
+        #[arg(long)]
+        pool: Option<String>,
+    },
+    /// Rewraps under the newest version what an older version still wraps (what a rotation
+    /// left, if it was interrupted or writes raced it).
+    Rewrap {
+        name: String,
+        #[arg(long)]
+        pool: Option<String>,
     },
     /// Removes the key and every version of it: everything its data keys protect becomes
     /// unreadable, for good (crypto-shredding).
@@ -86,7 +143,7 @@ pub enum KmsKeyCommand {
 
 pub fn kms(who: &Who, command: KmsCommand) -> Result<(), String> {
     let KmsCommand::Key(command) = command;
-    let (_, runtime, cluster) = connect(who)?;
+    let (conf, runtime, cluster) = connect(who)?;
     runtime.block_on(async {
         let done = |result: Result<(), client::Error>| result.map_err(|e| e.to_string());
         match command {
@@ -94,9 +151,13 @@ pub fn kms(who: &Who, command: KmsCommand) -> Result<(), String> {
                 done(cluster.kms_key_create(&name).await)?;
                 println!("KMS key {name} created");
             }
-            KmsKeyCommand::Rotate { name } => {
+            KmsKeyCommand::Rotate { name, pool } => {
                 done(cluster.kms_key_rotate(&name).await)?;
                 println!("KMS key {name} rotated");
+                rewrap(&cluster, &name, &pool_name(&conf, pool)).await?;
+            }
+            KmsKeyCommand::Rewrap { name, pool } => {
+                rewrap(&cluster, &name, &pool_name(&conf, pool)).await?;
             }
             KmsKeyCommand::Rm {
                 name,
@@ -125,6 +186,66 @@ pub fn kms(who: &Who, command: KmsCommand) -> Result<(), String> {
                 }
             }
         }
+        Ok(())
+    })
+}
+
+/// Rewraps the data keys of KMS key `name` in the gateway's pool under its newest version.
+async fn rewrap(cluster: &client::Cluster, name: &str, pool_name: &str) -> Result<(), String> {
+    let keys = cluster.kms_keys().await.map_err(|e| e.to_string())?;
+    let newest = keys
+        .iter()
+        .find(|k| k.name == name)
+        .map(|k| k.versions)
+        .ok_or_else(|| format!("KMS key {name} does not exist"))?;
+    let pool = match cluster.pool(pool_name).await {
+        Ok(pool) => pool,
+        Err(client::Error::NoSuchPool(_)) => {
+            println!("no gateway pool {pool_name}: nothing to rewrap");
+            return Ok(());
+        }
+        Err(e) => return Err(e.to_string()),
+    };
+    let kms = gateway::kms::MonitorKms {
+        cluster: cluster.clone(),
+    };
+    let done = gateway::maintenance::rewrap(&pool, &kms, name, newest)
+        .await
+        .map_err(|e| format!("rewrapping the data keys of {name} in pool {pool_name}: {e}"))?;
+    println!(
+        "rewrapped {} data keys of {} objects and parts in pool {pool_name} under version \
+         {newest}",
+        done.keys, done.records
+    );
+    if done.changed > 0 {
+        return Err(format!(
+            "{} records kept changing during the rewrap; run `coffer kms key rewrap {name}` \
+             again",
+            done.changed
+        ));
+    }
+    Ok(())
+}
+
+pub fn command(who: &Who, command: GwCommand) -> Result<(), String> {
+    let GwCommand::Gc {
+        older_than,
+        dry_run,
+        pool,
+    } = command;
+    let (conf, runtime, cluster) = connect(who)?;
+    let pool_name = pool_name(&conf, pool);
+    runtime.block_on(async {
+        let pool = open_pool(&cluster, &pool_name).await?;
+        let found = gateway::maintenance::collect(&pool, older_than, dry_run)
+            .await
+            .map_err(|e| format!("collecting garbage in pool {pool_name}: {e}"))?;
+        let verb = if dry_run { "would remove" } else { "removed" };
+        println!(
+            "{verb} {} stripe objects ({} bytes) of {} unnamed uploads, and {} stray upload \
+             records, in pool {pool_name}",
+            found.stripes, found.bytes, found.instances, found.uploads
+        );
         Ok(())
     })
 }
@@ -247,4 +368,21 @@ pub fn user(who: &Who, command: UserCommand) -> Result<(), String> {
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ages_take_a_unit_or_mean_seconds() {
+        assert_eq!(parse_age("90"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_age("0s"), Ok(Duration::ZERO));
+        assert_eq!(parse_age("30m"), Ok(Duration::from_secs(1800)));
+        assert_eq!(parse_age("2h"), Ok(Duration::from_secs(7200)));
+        assert_eq!(parse_age("1d"), Ok(Duration::from_secs(86400)));
+        for bad in ["", "h", "1w", "1.5h", "-1s"] {
+            assert!(parse_age(bad).is_err(), "{bad:?}");
+        }
+    }
 }

@@ -71,8 +71,8 @@ enum Command {
     /// Exports an image over NBD.
     #[command(subcommand)]
     Nbd(image::NbdCommand),
-    /// Runs the S3 gateway (coffer up starts one).
-    Gw(gw::GwArgs),
+    /// Runs the S3 gateway (coffer up starts one), or collects its garbage (gc).
+    Gw(gw::GwCli),
     /// Users of the S3 gateway: create (prints their keys), ls, rm.
     #[command(subcommand)]
     User(gw::UserCommand),
@@ -149,9 +149,12 @@ fn main() -> ExitCode {
             init_logging(tracing::Level::INFO);
             image::nbd(&who, command)
         }
-        Command::Gw(args) => {
+        Command::Gw(gw::GwCli {
+            serve,
+            command: None,
+        }) => {
             init_logging(tracing::Level::INFO);
-            gw::serve(&who, args)
+            gw::serve(&who, serve)
         }
         command => {
             init_logging(tracing::Level::WARN);
@@ -172,6 +175,10 @@ fn main() -> ExitCode {
                 Command::Blocklist(command) => admin::blocklist(&who, command),
                 Command::User(command) => gw::user(&who, command),
                 Command::Kms(command) => gw::kms(&who, command),
+                Command::Gw(gw::GwCli {
+                    command: Some(command),
+                    ..
+                }) => gw::command(&who, command),
                 Command::Bench(command) => bench::run(command),
                 Command::Mon(_) | Command::Nbd(_) | Command::Gw(_) => unreachable!("matched above"),
             }

@@ -4,14 +4,16 @@
 //!   clients and OSDs; the monitors' links stay secure, as the KMS requires), a marker
 //!   uploaded with any kind of SSE appears in no file of the cluster and nowhere on the
 //!   wire, while a marker uploaded plainly appears in both: the scans can see plaintext.
-//! - Rotating a KMS key keeps what it protects readable; removing it makes its objects
-//!   unreadable (crypto-shredding) and leaves everything else readable.
+//! - Rotating a KMS key rewraps the data keys of its objects and uploads under the new
+//!   version and keeps what it protects readable; removing it makes its objects unreadable
+//!   (crypto-shredding) and leaves everything else readable.
 
 mod common;
 
 use std::path::Path;
 
 use common::{run_ok, serial, Capture, LocalCluster};
+use gateway::layout;
 
 /// Whether any file under `dir` (but the capture) holds `marker`.
 fn on_disk(dir: &Path, marker: &[u8]) -> Vec<String> {
@@ -110,6 +112,50 @@ fn sse_keeps_markers_off_every_disk_and_wire_where_plain_objects_show() {
     );
 }
 
+/// The versions of KMS key `key` that wrap the data keys stored in `bucket`: of its
+/// objects' segments, then of the parts of its uploads in progress.
+fn wrapping_versions(cluster: &LocalCluster, bucket: &str, key: &str) -> Vec<u32> {
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let admin = cluster.admin().await;
+        let pool = admin.pool("s3").await.expect("pool");
+        let index = layout::index_object(bucket);
+        let entries = pool.omap_list(&index, None, 1000).await.expect("index");
+        let mut segments = Vec::new();
+        let mut uploads = Vec::new();
+        for (entry_key, value) in entries {
+            match layout::parse_upload_key(&entry_key) {
+                Some((_, id)) => uploads.push(id),
+                None => {
+                    let entry: layout::ObjectEntry = layout::decode(&value).expect("entry");
+                    segments.extend(entry.segments);
+                }
+            }
+        }
+        for id in uploads {
+            let parts = pool
+                .omap_list(&layout::upload_object(&id), None, 1000)
+                .await
+                .expect("parts");
+            for (_, value) in parts {
+                let part: layout::PartRecord = layout::decode(&value).expect("part");
+                segments.push(part.segment);
+            }
+        }
+        segments
+            .into_iter()
+            .filter_map(|segment| match segment.sealed {
+                Some(layout::SealedKey::Kms {
+                    key: wrapped_by,
+                    version,
+                    ..
+                }) if wrapped_by == key => Some(version),
+                _ => None,
+            })
+            .collect()
+    })
+}
+
 #[test]
 fn a_rotated_kms_key_keeps_its_objects_and_a_removed_one_shreds_them() {
     let _serial = serial();
@@ -135,7 +181,22 @@ fn a_rotated_kms_key_keeps_its_objects_and_a_removed_one_shreds_them() {
         );
     };
     phase("before");
-    cluster.ok(&["kms", "key", "rotate", "shred-key"]);
+    assert_eq!(
+        wrapping_versions(&cluster, "shred", "shred-key"),
+        vec![1, 1]
+    );
+    let rotated = cluster.ok(&["kms", "key", "rotate", "shred-key"]);
+    assert!(
+        rotated.contains("rewrapped 2 data keys of 2 objects and parts"),
+        "{rotated}"
+    );
+    // The object and the upload's part name version 2 now; their data was not rewritten.
+    assert_eq!(
+        wrapping_versions(&cluster, "shred", "shred-key"),
+        vec![2, 2]
+    );
+    let again = cluster.ok(&["kms", "key", "rewrap", "shred-key"]);
+    assert!(again.contains("rewrapped 0 data keys"), "{again}");
     let listed = cluster.ok(&["kms", "key", "ls", "--json"]);
     let keys: serde_json::Value = serde_json::from_str(&listed).expect("kms json");
     let versions = keys

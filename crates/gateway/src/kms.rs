@@ -1,6 +1,6 @@
 //! The key management service behind server-side encryption, as a trait: the built-in
 //! backend is the monitors' KMS ([`MonitorKms`]); an external one (Vault or OpenBao
-//! transit, KMIP) implements the same four calls.
+//! transit, KMIP) implements the same five calls.
 
 use keys::SecretKey;
 
@@ -35,6 +35,14 @@ pub trait Kms: Send + Sync + 'static {
         version: u32,
         wrapped: &[u8],
     ) -> Result<SecretKey<32>, KmsError>;
+    /// The data key `wrapped` by `version` of `key`, wrapped again by the newest version of
+    /// `key`: that version and the new wrap (rotation's rewrap; the data key is unchanged).
+    async fn rewrap(
+        &self,
+        key: &str,
+        version: u32,
+        wrapped: &[u8],
+    ) -> Result<(u32, Vec<u8>), KmsError>;
     /// The names of the keys that exist.
     async fn keys(&self) -> Result<Vec<String>, KmsError>;
     /// Creates `key`; an existing key is not an error.
@@ -81,6 +89,18 @@ impl Kms for MonitorKms {
             .kms_decrypt(key, version, wrapped)
             .await
             .map(|opened| opened.plaintext)
+            .map_err(|e| kms_error(key, e))
+    }
+
+    async fn rewrap(
+        &self,
+        key: &str,
+        version: u32,
+        wrapped: &[u8],
+    ) -> Result<(u32, Vec<u8>), KmsError> {
+        self.cluster
+            .kms_rewrap(key, version, wrapped)
+            .await
             .map_err(|e| kms_error(key, e))
     }
 

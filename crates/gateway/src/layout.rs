@@ -55,6 +55,19 @@ pub fn upload_key(key: &str, upload_id: &str) -> Vec<u8> {
     out
 }
 
+/// The object key and upload id of an index key made by [`upload_key`]; `None` for any
+/// other key.
+pub fn parse_upload_key(entry_key: &[u8]) -> Option<(String, String)> {
+    if entry_key.first() != Some(&UPLOADS) {
+        return None;
+    }
+    let split = entry_key.iter().rposition(|b| *b == 0)?;
+    Some((
+        String::from_utf8_lossy(&entry_key[1..split]).into_owned(),
+        String::from_utf8_lossy(&entry_key[split + 1..]).into_owned(),
+    ))
+}
+
 /// The key of part `number` in its upload's omap: big-endian, so parts list in order.
 pub fn part_key(number: u32) -> Vec<u8> {
     number.to_be_bytes().to_vec()
@@ -263,5 +276,15 @@ mod tests {
         let after: Vec<&[u8]> = keys.iter().copied().filter(|k| *k > &upper[..]).collect();
         assert_eq!(after, vec![&b"abd"[..], b"b"]);
         assert_eq!(before(b""), None);
+    }
+
+    #[test]
+    fn upload_keys_parse_back() {
+        let key = upload_key("dir/a\u{0}b", "0123");
+        assert_eq!(
+            parse_upload_key(&key),
+            Some(("dir/a\u{0}b".into(), "0123".into()))
+        );
+        assert_eq!(parse_upload_key(b"plain-object"), None);
     }
 }

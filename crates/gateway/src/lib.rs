@@ -12,6 +12,7 @@ pub mod data;
 mod encryption;
 pub mod kms;
 pub mod layout;
+pub mod maintenance;
 pub mod multipart;
 mod s3;
 pub mod serve;

@@ -277,13 +277,9 @@ pub async fn list(
         let full = page.len() == PAGE as usize;
         for (entry_key, value) in page {
             bound = Some(entry_key.clone());
-            if entry_key.first() != Some(&layout::UPLOADS) {
-                continue;
-            }
-            let Some(split) = entry_key.iter().rposition(|b| *b == 0) else {
+            let Some((key, id)) = layout::parse_upload_key(&entry_key) else {
                 continue;
             };
-            let key = String::from_utf8_lossy(&entry_key[1..split]).into_owned();
             if !key.starts_with(prefix) {
                 if key.as_str() > prefix {
                     return Ok((out, false));
@@ -293,7 +289,6 @@ pub async fn list(
             if out.len() == max {
                 return Ok((out, true));
             }
-            let id = String::from_utf8_lossy(&entry_key[split + 1..]).into_owned();
             out.push((key, id, layout::decode(&value).map_err(Error::Corrupt)?));
         }
         if !full {

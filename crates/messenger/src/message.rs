@@ -39,6 +39,14 @@ pub enum MonRequest {
         version: u32,
         wrapped: Vec<u8>,
     },
+    /// The data key `wrapped` by version `version` of KMS key `key`, wrapped again by the
+    /// key's newest version; the data key itself never leaves the monitors (mon=rw, served
+    /// by the leader): [`MonReply::Rewrapped`].
+    KmsRewrap {
+        key: String,
+        version: u32,
+        wrapped: Vec<u8>,
+    },
 }
 
 /// How often an OSD sends its beacon to the monitors.
@@ -153,6 +161,11 @@ pub enum MonReply {
         key: String,
         version: u32,
         plaintext: Vec<u8>,
+        wrapped: Vec<u8>,
+    },
+    /// A data key wrapped again, by `version` of its KMS key.
+    Rewrapped {
+        version: u32,
         wrapped: Vec<u8>,
     },
     Status(Box<MonStatus>),

@@ -1,7 +1,9 @@
 //! The built-in KMS: named keys with versions, kept in the replicated state, that wrap and
 //! unwrap data keys for the front ends (the S3 gateway's server-side encryption). A data key
 //! is wrapped by one version of a key, bound to the key's name and version; rotation adds a
-//! version, and removing a key leaves every data key it wrapped unopenable.
+//! version, rewrapping moves a wrapped data key to the newest version (the data key stays the
+//! same, so nothing it sealed is re-encrypted), and removing a key leaves every data key it
+//! wrapped unopenable.
 
 use keys::{KeyEncryptionKey, SecretKey, WrappedKey};
 
@@ -67,6 +69,20 @@ pub fn decrypt(
     .map_err(|_| format!("the data key is not one KMS key {name} version {version} wrapped"))
 }
 
+/// The data key `wrapped` by version `version` of `key`, wrapped again by the newest
+/// version, with that version's number.
+pub fn rewrap(
+    key: &KmsKey,
+    name: &str,
+    version: u32,
+    wrapped: &[u8],
+) -> Result<(u32, WrappedKey), String> {
+    let data_key = decrypt(key, name, version, wrapped)?;
+    let newest = key.versions.len() as u32;
+    let kek = version_key(key, name, newest)?;
+    Ok((newest, keys::wrap(&kek, &data_key, &context(name, newest))))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -97,6 +113,13 @@ mod tests {
         assert!(decrypt(&key, "other", 1, wrapped1.as_bytes()).is_err());
         assert!(decrypt(&key, "k", 3, wrapped1.as_bytes()).is_err());
         assert!(decrypt(&key, "k", 0, wrapped1.as_bytes()).is_err());
+
+        // Rewrapping moves a data key to the newest version and leaves it the same key.
+        let (v, rewrapped) = rewrap(&key, "k", 1, wrapped1.as_bytes()).expect("rewrap");
+        assert_eq!(v, 2);
+        let opened = decrypt(&key, "k", 2, rewrapped.as_bytes()).expect("opens under v2");
+        assert_eq!(opened.expose(), plain1.expose());
+        assert!(rewrap(&key, "k", 2, wrapped1.as_bytes()).is_err());
     }
 
     #[test]

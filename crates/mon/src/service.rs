@@ -97,7 +97,7 @@ impl Handler for MonService {
                 reply(MonReply::Auth(auth))
             }
             MonRequest::GetStoreKek => reply(self.store_kek(&peer)),
-            MonRequest::KmsGenerate { key } => reply(self.kms(&peer, &key, |found| {
+            MonRequest::KmsGenerate { key } => reply(self.kms(&peer, &key, true, |found| {
                 let (version, plaintext, wrapped) = crate::kms::generate(found, &key)?;
                 Ok(MonReply::DataKey {
                     key: key.clone(),
@@ -110,7 +110,7 @@ impl Handler for MonService {
                 key,
                 version,
                 wrapped,
-            } => reply(self.kms(&peer, &key, |found| {
+            } => reply(self.kms(&peer, &key, true, |found| {
                 let plaintext = crate::kms::decrypt(found, &key, version, &wrapped)?;
                 Ok(MonReply::DataKey {
                     key: key.clone(),
@@ -119,6 +119,23 @@ impl Handler for MonService {
                     wrapped: wrapped.clone(),
                 })
             })),
+            MonRequest::KmsRewrap {
+                key,
+                version,
+                wrapped,
+            } => {
+                // The leader holds every committed version, the newest included.
+                if let Some(redirect) = self.not_leader().await {
+                    return reply(redirect);
+                }
+                reply(self.kms(&peer, &key, false, |found| {
+                    let (version, wrapped) = crate::kms::rewrap(found, &key, version, &wrapped)?;
+                    Ok(MonReply::Rewrapped {
+                        version,
+                        wrapped: wrapped.as_bytes().to_vec(),
+                    })
+                }))
+            }
             MonRequest::Status => {
                 if !peer.grant.mon_allows(false) {
                     return reply(MonReply::Denied("status needs mon=r".into()));
@@ -170,18 +187,19 @@ fn kms_put(name: String, rotate: bool) -> Proposal {
 }
 
 impl MonService {
-    /// Runs `serve` on KMS key `name`, for a peer allowed to have data keys in the clear:
-    /// one with mon=rw, over a secure link.
+    /// Runs `serve` on KMS key `name`, for a peer with mon=rw; if the reply `releases` a
+    /// data key in the clear, only over a secure link.
     fn kms(
         &self,
         peer: &Peer<Caps>,
         name: &str,
+        releases: bool,
         serve: impl FnOnce(&crate::state::KmsKey) -> Result<MonReply, String>,
     ) -> MonReply {
         if !peer.grant.mon_allows(true) {
             return MonReply::Denied(format!("{} needs mon=rw for data keys", peer.entity));
         }
-        if peer.mode != Mode::Secure {
+        if releases && peer.mode != Mode::Secure {
             return MonReply::Denied("data keys are released only over a secure link".into());
         }
         self.shared

@@ -7,9 +7,11 @@ S3_SECRET.
         SSE-KMS, SSE-C, a multipart upload, the bucket's default) and one plain object full
         of PLAIN_MARKER, and reads each back
     shred BUCKET KMS_KEY before|rotated|after
-        before: an object under KMS_KEY, and one under SSE-S3
-        rotated: after the key's rotation, a second object under it; both read back
-        after: after the key's removal, both of its objects are refused (within the
+        before: an object under KMS_KEY, one under SSE-S3, and a multipart upload under
+        KMS_KEY with one part
+        rotated: after the key's rotation (which rewraps), a second object under it and a
+        second part; the upload completes, and all three read back
+        after: after the key's removal, its three objects are refused (within the
         gateway's cache sweep), while the SSE-S3 object still reads back
 """
 
@@ -27,6 +29,8 @@ MIB = 1 << 20
 # How long a removed KMS key's data keys may stay in the gateway's cache (its sweep is 5 s).
 SHRED_WITHIN_SECONDS = 20
 CUSTOMER_KEY = bytes(range(32))
+# A multipart upload's first part: at least S3's 5 MiB, as a part that is not the last must be.
+PART_BEFORE = b"p" * (5 * MIB)
 
 
 def client():
@@ -122,18 +126,42 @@ def shred(bucket, kms_key, phase):
         s3.put_object(
             Bucket=bucket, Key="managed", Body=b"under SSE-S3", ServerSideEncryption="AES256"
         )
-        ok("objects under the KMS key and under SSE-S3")
+        upload = s3.create_multipart_upload(Bucket=bucket, Key="pending", **kms)["UploadId"]
+        s3.upload_part(
+            Bucket=bucket, Key="pending", UploadId=upload, PartNumber=1, Body=PART_BEFORE
+        )
+        ok("objects under the KMS key and under SSE-S3, and an upload's part under the key")
     elif phase == "rotated":
         s3.put_object(Bucket=bucket, Key="new", Body=b"under the second version", **kms)
-        for key, body in [("old", b"under the first version"), ("new", b"under the second version")]:
+        (upload,) = s3.list_multipart_uploads(Bucket=bucket)["Uploads"]
+        s3.upload_part(
+            Bucket=bucket, Key="pending", UploadId=upload["UploadId"], PartNumber=2, Body=b"end"
+        )
+        parts = s3.list_parts(Bucket=bucket, Key="pending", UploadId=upload["UploadId"])["Parts"]
+        s3.complete_multipart_upload(
+            Bucket=bucket,
+            Key="pending",
+            UploadId=upload["UploadId"],
+            MultipartUpload={
+                "Parts": [{"PartNumber": p["PartNumber"], "ETag": p["ETag"]} for p in parts]
+            },
+        )
+        for key, body in [
+            ("old", b"under the first version"),
+            ("new", b"under the second version"),
+            ("pending", PART_BEFORE + b"end"),
+        ]:
             if s3.get_object(Bucket=bucket, Key=key)["Body"].read() != body:
                 fail(f"{key} reads back different after the rotation")
-        ok("after the rotation, objects under both versions read back")
+        ok("after the rotation, objects and a completed upload under both versions read back")
     elif phase == "after":
         deadline = time.monotonic() + SHRED_WITHIN_SECONDS
         while True:
-            codes = [refused(lambda k=k: s3.get_object(Bucket=bucket, Key=k)) for k in ["old", "new"]]
-            if codes == ["AccessDenied", "AccessDenied"]:
+            codes = [
+                refused(lambda k=k: s3.get_object(Bucket=bucket, Key=k))
+                for k in ["old", "new", "pending"]
+            ]
+            if codes == ["AccessDenied"] * 3:
                 break
             if time.monotonic() > deadline:
                 fail(f"objects of the removed key still answer {codes}")

@@ -71,13 +71,21 @@ def fail(what):
     raise AssertionError(what)
 
 
+def part_content(number):
+    return random.Random(number).randbytes(PART_BYTES)
+
+
 def load(bucket, acked_path):
+    """PUTs objects until killed, and after every third a part to two multipart uploads:
+    one the check completes, one it aborts."""
     s3 = client()
     s3.create_bucket(Bucket=bucket)
-    upload_key = "pending/multipart"
-    upload_id = s3.create_multipart_upload(Bucket=bucket, Key=upload_key)["UploadId"]
+    uploads = []
+    for key in ("pending/completed", "pending/aborted"):
+        uploads.append((key, s3.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]))
     with open(acked_path, "a", encoding="utf-8") as acked:
-        acked.write(f"upload {upload_key} {upload_id}\n")
+        for key, upload_id in uploads:
+            acked.write(f"upload {key} {upload_id}\n")
         acked.flush()
         number = 0
         while True:
@@ -88,21 +96,22 @@ def load(bucket, acked_path):
             acked.flush()
             if number % 3 == 0:
                 part = number // 3
-                s3.upload_part(
-                    Bucket=bucket,
-                    Key=upload_key,
-                    UploadId=upload_id,
-                    PartNumber=part,
-                    Body=random.Random(part).randbytes(PART_BYTES),
-                )
+                for upload_key, upload_id in uploads:
+                    s3.upload_part(
+                        Bucket=bucket,
+                        Key=upload_key,
+                        UploadId=upload_id,
+                        PartNumber=part,
+                        Body=part_content(part),
+                    )
 
 
 def check(bucket, acked_path):
     s3 = client()
     with open(acked_path, encoding="utf-8") as acked:
         lines = [line.split() for line in acked if line.strip()]
-    (_, upload_key, upload_id) = lines[0]
-    acked_keys = [fields[0] for fields in lines[1:]]
+    uploads = [(key, upload_id) for (_, key, upload_id) in lines[:2]]
+    acked_keys = [fields[0] for fields in lines[2:]]
     if len(acked_keys) < 3:
         fail(f"the load acknowledged only {len(acked_keys)} objects before the kill")
     for key in acked_keys:
@@ -125,19 +134,40 @@ def check(bucket, acked_path):
             fail(f"unacknowledged object {key} is visible and not whole")
     ok(f"the listing holds the acknowledged objects and nothing partial ({len(listed)} listed)")
 
-    uploads = s3.list_multipart_uploads(Bucket=bucket).get("Uploads", [])
-    if [(u["Key"], u["UploadId"]) for u in uploads] != [(upload_key, upload_id)]:
-        fail(f"the upload in progress should be listed alone: {uploads}")
-    try:
-        s3.head_object(Bucket=bucket, Key=upload_key)
-        fail("an uncompleted multipart upload is visible as an object")
-    except botocore.exceptions.ClientError as e:
-        if e.response["Error"]["Code"] not in ("404", "NoSuchKey"):
-            raise
-    s3.abort_multipart_upload(Bucket=bucket, Key=upload_key, UploadId=upload_id)
+    listed_uploads = s3.list_multipart_uploads(Bucket=bucket).get("Uploads", [])
+    if sorted((u["Key"], u["UploadId"]) for u in listed_uploads) != sorted(uploads):
+        fail(f"the uploads in progress should be listed, and only they: {listed_uploads}")
+    for key, _ in uploads:
+        try:
+            s3.head_object(Bucket=bucket, Key=key)
+            fail("an uncompleted multipart upload is visible as an object")
+        except botocore.exceptions.ClientError as e:
+            if e.response["Error"]["Code"] not in ("404", "NoSuchKey"):
+                raise
+
+    (completed_key, completed_id), (aborted_key, aborted_id) = uploads
+    parts = s3.list_parts(Bucket=bucket, Key=completed_key, UploadId=completed_id)["Parts"]
+    if not parts:
+        fail("the load uploaded no part before the kill")
+    # A part whose upload the kill cut may be recorded or not; a recorded one is whole.
+    s3.complete_multipart_upload(
+        Bucket=bucket,
+        Key=completed_key,
+        UploadId=completed_id,
+        MultipartUpload={
+            "Parts": [{"PartNumber": p["PartNumber"], "ETag": p["ETag"]} for p in parts]
+        },
+    )
+    body = s3.get_object(Bucket=bucket, Key=completed_key)["Body"].read()
+    expected = b"".join(part_content(p["PartNumber"]) for p in parts)
+    if hashlib.sha256(body).digest() != hashlib.sha256(expected).digest():
+        fail(f"the upload completed after the kill reads back different ({len(body)} bytes)")
+    ok(f"the interrupted upload completes with its {len(parts)} parts whole")
+
+    s3.abort_multipart_upload(Bucket=bucket, Key=aborted_key, UploadId=aborted_id)
     if s3.list_multipart_uploads(Bucket=bucket).get("Uploads"):
         fail("the aborted upload is still listed")
-    ok("the interrupted multipart upload is listed, invisible as an object, and aborted")
+    ok("the other interrupted upload is listed, invisible as an object, and aborted")
 
 
 def signed(method, path, body=b"", query="", headers=None):

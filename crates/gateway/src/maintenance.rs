@@ -1,0 +1,375 @@
+//! Walks over everything the gateway stores, for the operator's commands: rewrapping data
+//! keys after a KMS key's rotation (`coffer kms key rotate`), and collecting the stripes no
+//! record names (`coffer gw gc`).
+//!
+//! The records that name stripes are object index entries ([`ObjectEntry`]) and the parts of
+//! multipart uploads in progress ([`PartRecord`]); see [`layout`].
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::Duration;
+
+use bytes::Bytes;
+use client::{ObjectOp, Pool};
+
+use crate::kms::{Kms, KmsError};
+use crate::layout::{self, ObjectEntry, PartRecord, SealedKey, Segment};
+use crate::{buckets, multipart, Error};
+
+/// Omap entries read per request.
+const PAGE: u32 = 1000;
+/// Compare-and-swap attempts on one record that keeps changing under the walk.
+const SWAP_TRIES: usize = 3;
+
+/// What [`rewrap`] did.
+#[derive(Debug, Default, PartialEq)]
+pub struct Rewrapped {
+    /// Data keys now wrapped by the newest version.
+    pub keys: u64,
+    /// Object index entries and upload parts rewritten.
+    pub records: u64,
+    /// Records that changed under the walk each time it tried; running it again finishes
+    /// them.
+    pub changed: u64,
+}
+
+/// Rewraps every data key that a version of KMS key `key` older than `newest` wraps, in
+/// object entries and in the parts of uploads in progress, so that only version `newest`
+/// wraps them. Data keys stay the same, so no data is re-encrypted. Each record is swapped
+/// only if it did not change meanwhile (a record rewritten by a client has fresh keys).
+pub async fn rewrap(
+    pool: &Pool,
+    kms: &dyn Kms,
+    key: &str,
+    newest: u32,
+) -> Result<Rewrapped, Error> {
+    let mut done = Rewrapped::default();
+    for (bucket, _) in buckets::list(pool).await? {
+        let index = layout::index_object(&bucket);
+        let mut pages = Pages::new(pool, &index, None);
+        while let Some(page) = pages.next().await? {
+            for (entry_key, value) in page {
+                if let Some((_, id)) = layout::parse_upload_key(&entry_key) {
+                    rewrap_upload(pool, kms, key, newest, &id, &mut done).await?;
+                    continue;
+                }
+                let rewrap_entry = async |entry: &mut ObjectEntry| {
+                    rewrap_segments(kms, key, newest, entry.segments.iter_mut()).await
+                };
+                swap(pool, &index, &entry_key, value, rewrap_entry, &mut done).await?;
+            }
+        }
+    }
+    Ok(done)
+}
+
+async fn rewrap_upload(
+    pool: &Pool,
+    kms: &dyn Kms,
+    key: &str,
+    newest: u32,
+    id: &str,
+    done: &mut Rewrapped,
+) -> Result<(), Error> {
+    let object = layout::upload_object(id);
+    // A missing upload object was completed or aborted meanwhile: nothing to do.
+    let mut pages = Pages::new(pool, &object, None);
+    while let Some(page) = pages.next().await? {
+        for (part_key, value) in page {
+            let rewrap_part = async |part: &mut PartRecord| {
+                rewrap_segments(kms, key, newest, std::iter::once(&mut part.segment)).await
+            };
+            swap(pool, &object, &part_key, value, rewrap_part, done).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Rewraps the data keys of `segments` that an older version of `key` wraps; returns how
+/// many.
+async fn rewrap_segments<'a>(
+    kms: &dyn Kms,
+    key: &str,
+    newest: u32,
+    segments: impl Iterator<Item = &'a mut Segment>,
+) -> Result<u64, Error> {
+    let mut count = 0;
+    for segment in segments {
+        let Some(SealedKey::Kms {
+            key: wrapped_by,
+            version,
+            wrapped,
+        }) = &mut segment.sealed
+        else {
+            continue;
+        };
+        if wrapped_by != key || *version >= newest {
+            continue;
+        }
+        let (new_version, new_wrapped) = kms
+            .rewrap(key, *version, wrapped)
+            .await
+            .map_err(|e| kms_failure(key, e))?;
+        if new_version < newest {
+            return Err(Error::Internal(format!(
+                "the KMS rewrapped under version {new_version} of {key}, not {newest}"
+            )));
+        }
+        *version = new_version;
+        *wrapped = new_wrapped;
+        count += 1;
+    }
+    Ok(count)
+}
+
+fn kms_failure(key: &str, e: KmsError) -> Error {
+    match e {
+        KmsError::NoSuchKey(_) => Error::NotFound(format!("KMS key {key}")),
+        e => Error::Internal(e.to_string()),
+    }
+}
+
+/// Rewrites the record at `entry_key` of `object` (now `value`) through `change`, if it
+/// changes anything, and only if the record still holds what `change` saw: on a mismatch it
+/// reads the record again and retries.
+async fn swap<T, F>(
+    pool: &Pool,
+    object: &str,
+    entry_key: &[u8],
+    mut value: Vec<u8>,
+    change: F,
+    done: &mut Rewrapped,
+) -> Result<(), Error>
+where
+    T: serde::Serialize + for<'de> serde::Deserialize<'de>,
+    F: AsyncFn(&mut T) -> Result<u64, Error>,
+{
+    for _ in 0..SWAP_TRIES {
+        let mut record: T = layout::decode(&value)
+            .map_err(|e| Error::Corrupt(format!("{object} {}: {e}", layout::hex(entry_key))))?;
+        let keys = change(&mut record).await?;
+        if keys == 0 {
+            return Ok(());
+        }
+        let ops = vec![
+            ObjectOp::AssertOmap {
+                key: entry_key.to_vec(),
+                value: Some(value),
+            },
+            ObjectOp::OmapSet {
+                entries: vec![(entry_key.to_vec(), layout::encode(&record))],
+            },
+        ];
+        match pool.operate(object, ops, Bytes::new()).await {
+            Ok(_) => {
+                done.keys += keys;
+                done.records += 1;
+                return Ok(());
+            }
+            Err(client::Error::Mismatch(_)) => {}
+            Err(client::Error::NotFound) => return Ok(()),
+            Err(e) => return Err(e.into()),
+        }
+        let found = match pool.omap_get(object, vec![entry_key.to_vec()]).await {
+            Ok(found) => found.into_iter().next().and_then(|(_, value)| value),
+            Err(client::Error::NotFound) => None,
+            Err(e) => return Err(e.into()),
+        };
+        match found {
+            Some(now) => value = now,
+            // Removed meanwhile: nothing left to rewrap.
+            None => return Ok(()),
+        }
+    }
+    done.changed += 1;
+    Ok(())
+}
+
+/// What [`collect`] found, and removed unless it was a dry run.
+#[derive(Debug, Default, PartialEq)]
+pub struct Collected {
+    /// Upload instances that no record names.
+    pub instances: u64,
+    /// Their stripe objects.
+    pub stripes: u64,
+    pub bytes: u64,
+    /// Records of multipart uploads that no bucket lists (left by an interrupted
+    /// completion, abort or start).
+    pub uploads: u64,
+}
+
+/// Finds the stripes that no object entry and no part of a listed upload names, whose
+/// newest stripe is older than `older_than`, and removes them (unless `dry_run`); likewise
+/// upload records no bucket lists. These are what a gateway killed mid-request leaves: the
+/// stripes of a PUT whose entry never committed, or of an overwritten object whose old
+/// content was not yet removed.
+///
+/// A write in progress is not yet named by any record; `older_than` spares it, so it must be
+/// longer than any single PUT or part upload takes. Uploads are read before objects: a
+/// completion moves parts from an upload into an object entry, and reading in that order
+/// sees the parts in one place or the other.
+pub async fn collect(pool: &Pool, older_than: Duration, dry_run: bool) -> Result<Collected, Error> {
+    let bucket_names: Vec<String> = buckets::list(pool)
+        .await?
+        .into_iter()
+        .map(|(name, _)| name)
+        .collect();
+    let mut named = HashSet::new();
+    let mut listed_uploads = HashSet::new();
+    for bucket in &bucket_names {
+        let index = layout::index_object(bucket);
+        let mut pages = Pages::new(pool, &index, layout::before(&[layout::UPLOADS]));
+        while let Some(page) = pages.next().await? {
+            let ids = page
+                .iter()
+                .filter_map(|(key, _)| layout::parse_upload_key(key));
+            listed_uploads.extend(ids.map(|(_, id)| id));
+        }
+    }
+    for id in &listed_uploads {
+        let parts = match multipart::all_parts(pool, id).await {
+            Ok(parts) => parts,
+            Err(Error::NotFound(_)) => Vec::new(),
+            Err(e) => return Err(e),
+        };
+        named.extend(parts.into_iter().map(|(_, part)| part.segment.instance));
+    }
+    for bucket in &bucket_names {
+        let index = layout::index_object(bucket);
+        let mut pages = Pages::new(pool, &index, None);
+        while let Some(page) = pages.next().await? {
+            for (key, value) in page {
+                if key.first() == Some(&layout::UPLOADS) {
+                    break;
+                }
+                let entry: ObjectEntry = layout::decode(&value)
+                    .map_err(|e| Error::Corrupt(format!("bucket {bucket}: {e}")))?;
+                named.extend(entry.segments.into_iter().map(|s| s.instance));
+            }
+        }
+    }
+
+    let mut instances: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut stray_uploads = Vec::new();
+    for name in pool.list().await? {
+        let name = name.as_str();
+        if let Some(instance) = stripe_instance(name) {
+            if !named.contains(instance) {
+                instances
+                    .entry(instance.to_string())
+                    .or_default()
+                    .push(name.to_string());
+            }
+        } else if let Some(id) = name.strip_prefix("gw.upload.") {
+            if !listed_uploads.contains(id) {
+                stray_uploads.push(name.to_string());
+            }
+        }
+    }
+
+    let cutoff = layout::now_ns().saturating_sub(older_than.as_nanos() as u64);
+    let mut out = Collected::default();
+    for (_, stripes) in instances {
+        let mut newest = 0;
+        let mut bytes = 0;
+        for name in &stripes {
+            match pool.stat(name).await {
+                Ok(stat) => {
+                    newest = newest.max(stat.mtime_ns);
+                    bytes += stat.size;
+                }
+                Err(client::Error::NotFound) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        if newest > cutoff {
+            continue;
+        }
+        out.instances += 1;
+        out.stripes += stripes.len() as u64;
+        out.bytes += bytes;
+        if !dry_run {
+            for name in &stripes {
+                remove(pool, name).await?;
+            }
+        }
+    }
+    for name in stray_uploads {
+        match pool.stat(&name).await {
+            Ok(stat) if stat.mtime_ns <= cutoff => {}
+            Ok(_) | Err(client::Error::NotFound) => continue,
+            Err(e) => return Err(e.into()),
+        }
+        out.uploads += 1;
+        if !dry_run {
+            remove(pool, &name).await?;
+        }
+    }
+    Ok(out)
+}
+
+/// The instance of a stripe object's name (`gw.data.INSTANCE.N`).
+fn stripe_instance(name: &str) -> Option<&str> {
+    let rest = name.strip_prefix("gw.data.")?;
+    let (instance, stripe) = rest.rsplit_once('.')?;
+    stripe.parse::<u64>().ok().map(|_| instance)
+}
+
+async fn remove(pool: &Pool, name: &str) -> Result<(), Error> {
+    match pool.remove(name).await {
+        Ok(()) | Err(client::Error::NotFound) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The omap of one object, page by page; a missing object has no entries.
+struct Pages<'a> {
+    pool: &'a Pool,
+    object: &'a str,
+    after: Option<Vec<u8>>,
+    done: bool,
+}
+
+impl<'a> Pages<'a> {
+    /// The entries of `object` after `after`.
+    fn new(pool: &'a Pool, object: &'a str, after: Option<Vec<u8>>) -> Pages<'a> {
+        Pages {
+            pool,
+            object,
+            after,
+            done: false,
+        }
+    }
+
+    async fn next(&mut self) -> Result<Option<Vec<(Vec<u8>, Vec<u8>)>>, Error> {
+        if self.done {
+            return Ok(None);
+        }
+        let page = match self
+            .pool
+            .omap_list(self.object, self.after.clone(), PAGE)
+            .await
+        {
+            Ok(page) => page,
+            Err(client::Error::NotFound) => Vec::new(),
+            Err(e) => return Err(e.into()),
+        };
+        self.done = page.len() < PAGE as usize;
+        self.after = page.last().map(|(key, _)| key.clone());
+        Ok((!page.is_empty()).then_some(page))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stripe_names_give_their_instance() {
+        let instance = layout::new_instance();
+        let name = layout::stripe_object(&instance, 12);
+        assert_eq!(stripe_instance(&name), Some(instance.as_str()));
+        assert_eq!(stripe_instance("gw.data.abc"), None);
+        assert_eq!(stripe_instance("gw.upload.abc.1"), None);
+        assert_eq!(stripe_instance("gw.data.abc.x"), None);
+    }
+}
