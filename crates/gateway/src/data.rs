@@ -248,7 +248,7 @@ async fn read_plain(
     segment: &Segment,
     from: u64,
     to: u64,
-    send: &mpsc::Sender<Result<Bytes, std::io::Error>>,
+    send: &Pieces,
 ) -> Result<(), std::io::Error> {
     let mut at = from;
     while at < to {
@@ -256,7 +256,7 @@ async fn read_plain(
         let offset = at % segment.stripe_bytes;
         let len = (segment.stripe_bytes - offset).min(to - at);
         let piece = read_exact(pool, &segment.instance, stripe, offset, len).await?;
-        if send.send(Ok(piece)).await.is_err() {
+        if send.send(Ok(vec![piece])).await.is_err() {
             return Ok(());
         }
         at += len;
@@ -272,7 +272,7 @@ async fn read_sealed(
     key: &ChunkKey,
     from: u64,
     to: u64,
-    send: &mpsc::Sender<Result<Bytes, std::io::Error>>,
+    send: &Pieces,
 ) -> Result<(), std::io::Error> {
     let last_chunk = (segment.size - 1) / sse::CHUNK_BYTES;
     let mut chunk = from / sse::CHUNK_BYTES;
@@ -285,8 +285,10 @@ async fn read_sealed(
             .map(|c| sse::chunk_len(segment.size, c) + sse::TAG_BYTES)
             .sum();
         let sealed = read_exact(pool, &segment.instance, stripe, offset, len).await?;
-        let mut buffer = sealed.to_vec();
-        let mut out = BytesMut::with_capacity(buffer.len());
+        // Opened in place (the read's buffer is ours alone, so this does not copy), then
+        // handed on as one slice per chunk: the plaintext is never copied here.
+        let mut buffer = BytesMut::from(sealed);
+        let mut kept = Vec::with_capacity((stripe_last - chunk + 1) as usize);
         let mut at = 0usize;
         for c in chunk..=stripe_last {
             let sealed_len = (sse::chunk_len(segment.size, c) + sse::TAG_BYTES) as usize;
@@ -296,10 +298,12 @@ async fn read_sealed(
             let chunk_start = c * sse::CHUNK_BYTES;
             let skip = from.saturating_sub(chunk_start) as usize;
             let keep = (to - chunk_start).min(opened as u64) as usize;
-            out.extend_from_slice(&buffer[at + skip..at + keep]);
+            kept.push(at + skip..at + keep);
             at += sealed_len;
         }
-        if send.send(Ok(out.freeze())).await.is_err() {
+        let buffer = buffer.freeze();
+        let pieces = kept.into_iter().map(|range| buffer.slice(range)).collect();
+        if send.send(Ok(pieces)).await.is_err() {
             return Ok(());
         }
         chunk = stripe_last + 1;
@@ -324,6 +328,9 @@ async fn read_exact(
         Err(e) => Err(std::io::Error::other(format!("reading {name}: {e}"))),
     }
 }
+
+/// Where a read sends what it read: a stripe's worth at a time, in pieces.
+type Pieces = mpsc::Sender<Result<Vec<Bytes>, std::io::Error>>;
 
 /// A stream of the bytes `range` of the object `entry` describes, read stripe by stripe a
 /// little ahead of the reader; `keys` holds the data key of each sealed segment, in order.
@@ -360,18 +367,33 @@ pub fn read(
             base = end;
         }
     });
-    Reader { receive }
+    Reader {
+        receive,
+        batch: Vec::new().into_iter(),
+    }
 }
 
 /// The stream [`read`] returns.
 pub struct Reader {
-    receive: mpsc::Receiver<Result<Bytes, std::io::Error>>,
+    receive: mpsc::Receiver<Result<Vec<Bytes>, std::io::Error>>,
+    /// What the last batch holds that was not yet yielded.
+    batch: std::vec::IntoIter<Bytes>,
 }
 
 impl Stream for Reader {
     type Item = Result<Bytes, std::io::Error>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        self.receive.poll_recv(cx)
+        loop {
+            if let Some(piece) = self.batch.next() {
+                return Poll::Ready(Some(Ok(piece)));
+            }
+            match self.receive.poll_recv(cx) {
+                Poll::Ready(Some(Ok(batch))) => self.batch = batch.into_iter(),
+                Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
+                Poll::Ready(None) => return Poll::Ready(None),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
     }
 }
