@@ -33,7 +33,7 @@ pub enum GwCommand {
         /// progress are not named yet, so make it longer than any upload takes.
         #[arg(long, default_value = "1d", value_parser = parse_age)]
         older_than: Duration,
-        /// Say what would be removed, and remove nothing.
+        /// Count what would be removed, and remove nothing.
         #[arg(long)]
         dry_run: bool,
         /// The gateway's pool [default: the configuration's [gw] pool, else s3].
@@ -102,7 +102,7 @@ pub enum UserCommand {
 
 #[derive(clap::Subcommand)]
 pub enum KmsCommand {
-    /// Keys of the built-in KMS: create, ls, rotate, rm.
+    /// Keys of the built-in KMS: create, ls, rotate, rewrap, rm.
     #[command(subcommand)]
     Key(KmsKeyCommand),
 }
@@ -128,6 +128,7 @@ pub enum KmsKeyCommand {
     /// left, if it was interrupted or writes raced it).
     Rewrap {
         name: String,
+        /// The gateway's pool [default: the configuration's [gw] pool, else s3].
         #[arg(long)]
         pool: Option<String>,
     },
@@ -154,7 +155,14 @@ pub fn kms(who: &Who, command: KmsCommand) -> Result<(), String> {
             KmsKeyCommand::Rotate { name, pool } => {
                 done(cluster.kms_key_rotate(&name).await)?;
                 println!("KMS key {name} rotated");
-                rewrap(&cluster, &name, &pool_name(&conf, pool)).await?;
+                rewrap(&cluster, &name, &pool_name(&conf, pool))
+                    .await
+                    .map_err(|e| {
+                        format!(
+                            "{e}\nthe rotation itself is done: `coffer kms key rewrap {name}` \
+                             finishes the rewrap (rotating again would add another version)"
+                        )
+                    })?;
             }
             KmsKeyCommand::Rewrap { name, pool } => {
                 rewrap(&cluster, &name, &pool_name(&conf, pool)).await?;
@@ -217,11 +225,11 @@ async fn rewrap(cluster: &client::Cluster, name: &str, pool_name: &str) -> Resul
          {newest}",
         done.keys, done.records
     );
-    if done.changed > 0 {
+    if done.changed + done.failed > 0 {
         return Err(format!(
-            "{} records kept changing during the rewrap; run `coffer kms key rewrap {name}` \
-             again",
-            done.changed
+            "{} records kept changing during the rewrap and {} could not be rewritten (see \
+             the log); run `coffer kms key rewrap {name}` again",
+            done.changed, done.failed
         ));
     }
     Ok(())
@@ -236,15 +244,20 @@ pub fn command(who: &Who, command: GwCommand) -> Result<(), String> {
     let (conf, runtime, cluster) = connect(who)?;
     let pool_name = pool_name(&conf, pool);
     runtime.block_on(async {
-        let pool = open_pool(&cluster, &pool_name).await?;
+        let pool = cluster.pool(&pool_name).await.map_err(|e| e.to_string())?;
         let found = gateway::maintenance::collect(&pool, older_than, dry_run)
             .await
             .map_err(|e| format!("collecting garbage in pool {pool_name}: {e}"))?;
         let verb = if dry_run { "would remove" } else { "removed" };
         println!(
-            "{verb} {} stripe objects ({} bytes) of {} unnamed uploads, and {} stray upload \
-             records, in pool {pool_name}",
+            "{verb} {} stripe objects ({} bytes) of {} writes no object or upload names, and \
+             {} stray upload records, in pool {pool_name}",
             found.stripes, found.bytes, found.instances, found.uploads
+        );
+        let verb = if dry_run { "would finish" } else { "finished" };
+        println!(
+            "{verb} {} multipart completions cut after their commit",
+            found.completions
         );
         Ok(())
     })

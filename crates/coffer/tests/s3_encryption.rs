@@ -112,48 +112,24 @@ fn sse_keeps_markers_off_every_disk_and_wire_where_plain_objects_show() {
     );
 }
 
-/// The versions of KMS key `key` that wrap the data keys stored in `bucket`: of its
-/// objects' segments, then of the parts of its uploads in progress.
+/// The versions of KMS key `key` that wrap the data keys stored in `bucket`, of its
+/// objects' segments and its uploads' parts.
 fn wrapping_versions(cluster: &LocalCluster, bucket: &str, key: &str) -> Vec<u32> {
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
-    runtime.block_on(async {
-        let admin = cluster.admin().await;
-        let pool = admin.pool("s3").await.expect("pool");
-        let index = layout::index_object(bucket);
-        let entries = pool.omap_list(&index, None, 1000).await.expect("index");
-        let mut segments = Vec::new();
-        let mut uploads = Vec::new();
-        for (entry_key, value) in entries {
-            match layout::parse_upload_key(&entry_key) {
-                Some((_, id)) => uploads.push(id),
-                None => {
-                    let entry: layout::ObjectEntry = layout::decode(&value).expect("entry");
-                    segments.extend(entry.segments);
-                }
-            }
-        }
-        for id in uploads {
-            let parts = pool
-                .omap_list(&layout::upload_object(&id), None, 1000)
-                .await
-                .expect("parts");
-            for (_, value) in parts {
-                let part: layout::PartRecord = layout::decode(&value).expect("part");
-                segments.push(part.segment);
-            }
-        }
-        segments
-            .into_iter()
-            .filter_map(|segment| match segment.sealed {
-                Some(layout::SealedKey::Kms {
-                    key: wrapped_by,
-                    version,
-                    ..
-                }) if wrapped_by == key => Some(version),
-                _ => None,
-            })
-            .collect()
-    })
+    let mut segments = runtime.block_on(cluster.s3_segments());
+    segments
+        .remove(bucket)
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|segment| match segment.sealed {
+            Some(layout::SealedKey::Kms {
+                key: wrapped_by,
+                version,
+                ..
+            }) if wrapped_by == key => Some(version),
+            _ => None,
+        })
+        .collect()
 }
 
 #[test]

@@ -5,7 +5,7 @@
 //! The records that name stripes are object index entries ([`ObjectEntry`]) and the parts of
 //! multipart uploads in progress ([`PartRecord`]); see [`layout`].
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -30,6 +30,8 @@ pub struct Rewrapped {
     /// Records that changed under the walk each time it tried; running it again finishes
     /// them.
     pub changed: u64,
+    /// Records the cluster refused to rewrite (logged each).
+    pub failed: u64,
 }
 
 /// Rewraps every data key that a version of KMS key `key` older than `newest` wraps, in
@@ -43,7 +45,8 @@ pub async fn rewrap(
     newest: u32,
 ) -> Result<Rewrapped, Error> {
     let mut done = Rewrapped::default();
-    for (bucket, _) in buckets::list(pool).await? {
+    let listing = object_names(pool).await?;
+    for bucket in bucket_names(pool, &listing).await? {
         let index = layout::index_object(&bucket);
         let mut pages = Pages::new(pool, &index, None);
         while let Some(page) = pages.next().await? {
@@ -167,7 +170,13 @@ where
             }
             Err(client::Error::Mismatch(_)) => {}
             Err(client::Error::NotFound) => return Ok(()),
-            Err(e) => return Err(e.into()),
+            Err(e) => {
+                // One record the cluster will not take (too large for one request, say)
+                // must not stop the walk; it is counted, and the rest go on.
+                tracing::warn!("rewrapping {object} {}: {e}", layout::hex(entry_key));
+                done.failed += 1;
+                return Ok(());
+            }
         }
         let found = match pool.omap_get(object, vec![entry_key.to_vec()]).await {
             Ok(found) => found.into_iter().next().and_then(|(_, value)| value),
@@ -195,11 +204,14 @@ pub struct Collected {
     /// Records of multipart uploads that no bucket lists (left by an interrupted
     /// completion, abort or start).
     pub uploads: u64,
+    /// Completions cut after their object committed, now finished: the upload is no longer
+    /// listed and the parts the object does not use are removed.
+    pub completions: u64,
 }
 
 /// Finds the stripes that no object entry and no part of a listed upload names, whose
 /// newest stripe is older than `older_than`, and removes them (unless `dry_run`); likewise
-/// upload records no bucket lists. These are what a gateway killed mid-request leaves: the
+/// upload records no bucket lists, and completions cut after their commit (finished). These are what a gateway killed mid-request leaves: the
 /// stripes of a PUT whose entry never committed, or of an overwritten object whose old
 /// content was not yet removed.
 ///
@@ -208,38 +220,50 @@ pub struct Collected {
 /// completion moves parts from an upload into an object entry, and reading in that order
 /// sees the parts in one place or the other.
 pub async fn collect(pool: &Pool, older_than: Duration, dry_run: bool) -> Result<Collected, Error> {
-    let bucket_names: Vec<String> = buckets::list(pool)
-        .await?
-        .into_iter()
-        .map(|(name, _)| name)
-        .collect();
+    // Before anything is read: whatever is recorded while the walk runs is newer than this.
+    let older_than = u64::try_from(older_than.as_nanos()).unwrap_or(u64::MAX);
+    let cutoff = layout::now_ns().saturating_sub(older_than);
+    // Listed first: what a write adds later is not a candidate at all.
+    let listing = object_names(pool).await?;
+    let bucket_names = bucket_names(pool, &listing).await?;
+    let mut out = Collected::default();
     let mut named = HashSet::new();
     let mut listed_uploads = HashSet::new();
     for bucket in &bucket_names {
         let index = layout::index_object(bucket);
+        let mut uploads = Vec::new();
         let mut pages = Pages::new(pool, &index, layout::before(&[layout::UPLOADS]));
         while let Some(page) = pages.next().await? {
-            let ids = page
-                .iter()
-                .filter_map(|(key, _)| layout::parse_upload_key(key));
-            listed_uploads.extend(ids.map(|(_, id)| id));
+            uploads.extend(
+                page.iter()
+                    .filter_map(|(key, _)| layout::parse_upload_key(key)),
+            );
         }
-    }
-    for id in &listed_uploads {
-        let parts = match multipart::all_parts(pool, id).await {
-            Ok(parts) => parts,
-            Err(Error::NotFound(_)) => Vec::new(),
-            Err(e) => return Err(e),
-        };
-        named.extend(parts.into_iter().map(|(_, part)| part.segment.instance));
+        for (key, id) in uploads {
+            let parts = match multipart::all_parts(pool, &id).await {
+                Ok(parts) => parts,
+                Err(Error::NotFound(_)) => Vec::new(),
+                Err(e) => return Err(e),
+            };
+            let parts: Vec<PartRecord> = parts.into_iter().map(|(_, part)| part).collect();
+            let finished =
+                finish_cut_completion(pool, bucket, &key, &id, &parts, cutoff, dry_run).await?;
+            if finished {
+                out.completions += 1;
+            }
+            if !finished || dry_run {
+                named.extend(parts.into_iter().map(|part| part.segment.instance));
+                listed_uploads.insert(id);
+            }
+        }
     }
     for bucket in &bucket_names {
         let index = layout::index_object(bucket);
         let mut pages = Pages::new(pool, &index, None);
-        while let Some(page) = pages.next().await? {
+        'objects: while let Some(page) = pages.next().await? {
             for (key, value) in page {
                 if key.first() == Some(&layout::UPLOADS) {
-                    break;
+                    break 'objects;
                 }
                 let entry: ObjectEntry = layout::decode(&value)
                     .map_err(|e| Error::Corrupt(format!("bucket {bucket}: {e}")))?;
@@ -250,8 +274,7 @@ pub async fn collect(pool: &Pool, older_than: Duration, dry_run: bool) -> Result
 
     let mut instances: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut stray_uploads = Vec::new();
-    for name in pool.list().await? {
-        let name = name.as_str();
+    for name in &listing {
         if let Some(instance) = stripe_instance(name) {
             if !named.contains(instance) {
                 instances
@@ -266,8 +289,6 @@ pub async fn collect(pool: &Pool, older_than: Duration, dry_run: bool) -> Result
         }
     }
 
-    let cutoff = layout::now_ns().saturating_sub(older_than.as_nanos() as u64);
-    let mut out = Collected::default();
     for (_, stripes) in instances {
         let mut newest = 0;
         let mut bytes = 0;
@@ -305,6 +326,64 @@ pub async fn collect(pool: &Pool, older_than: Duration, dry_run: bool) -> Result
         }
     }
     Ok(out)
+}
+
+/// The names of every object of the pool.
+async fn object_names(pool: &Pool) -> Result<Vec<String>, Error> {
+    let names = pool.list().await?;
+    Ok(names.iter().map(|name| name.as_str().to_string()).collect())
+}
+
+/// Every bucket: those `gw.buckets` lists, and those whose index object is in `listing`
+/// (a CreateBucket cut between its two writes makes a bucket that works but is not listed).
+async fn bucket_names(pool: &Pool, listing: &[String]) -> Result<Vec<String>, Error> {
+    let mut names: BTreeSet<String> = buckets::list(pool)
+        .await?
+        .into_iter()
+        .map(|(name, _)| name)
+        .collect();
+    let prefix = layout::index_object("");
+    names.extend(
+        listing
+            .iter()
+            .filter_map(|name| name.strip_prefix(prefix.as_str()))
+            .map(str::to_string),
+    );
+    Ok(names.into_iter().collect())
+}
+
+/// Finishes upload `id` of `key` in `bucket` (unless `dry_run`) if a crash cut its
+/// completion after the object committed: it is marked completing, has not changed since
+/// `cutoff`, and the object `key` names some of its parts. Says whether it was (or would be)
+/// finished. A completion cut before its commit is left alone: the client may complete it
+/// again.
+async fn finish_cut_completion(
+    pool: &Pool,
+    bucket: &str,
+    key: &str,
+    id: &str,
+    parts: &[PartRecord],
+    cutoff: u64,
+    dry_run: bool,
+) -> Result<bool, Error> {
+    match multipart::completing_since(pool, id).await? {
+        Some(since) if since <= cutoff => {}
+        _ => return Ok(false),
+    }
+    let Some(entry) = buckets::entry(pool, bucket, key).await? else {
+        return Ok(false);
+    };
+    let used: Vec<String> = entry.segments.into_iter().map(|s| s.instance).collect();
+    if !parts
+        .iter()
+        .any(|part| used.contains(&part.segment.instance))
+    {
+        return Ok(false);
+    }
+    if !dry_run {
+        multipart::finish(pool, bucket, key, id, parts, &used).await;
+    }
+    Ok(true)
 }
 
 /// The instance of a stripe object's name (`gw.data.INSTANCE.N`).

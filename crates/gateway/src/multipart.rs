@@ -180,6 +180,36 @@ pub async fn mark_completing(pool: &Pool, id: &str) -> Result<(), Error> {
     }
 }
 
+/// Undoes [`mark_completing`] for a completion refused before it committed, so that parts
+/// can be uploaded again and the upload aborted. If this fails, the upload stays marked; a
+/// completion with the right parts still succeeds.
+pub async fn unmark_completing(pool: &Pool, id: &str) {
+    if let Err(e) = pool
+        .remove_attr(&layout::upload_object(id), COMPLETING_ATTR)
+        .await
+    {
+        tracing::warn!("unmarking upload {id}: {e}; it stays marked completing");
+    }
+}
+
+/// When upload `id` last changed, if it is marked completing (else `None`).
+pub async fn completing_since(pool: &Pool, id: &str) -> Result<Option<u64>, Error> {
+    let object = layout::upload_object(id);
+    let attrs = match pool.attrs(&object).await {
+        Ok(attrs) => attrs,
+        Err(client::Error::NotFound) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    if !attrs.contains_key(COMPLETING_ATTR) {
+        return Ok(None);
+    }
+    match pool.stat(&object).await {
+        Ok(stat) => Ok(Some(stat.mtime_ns)),
+        Err(client::Error::NotFound) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Removes the records of upload `id` and the content of its parts that `used` does not
 /// list (by instance).
 pub async fn finish(

@@ -128,16 +128,26 @@ impl Gateway {
         }
     }
 
+    /// Frees the content of `old` that `entry`, which replaced it, does not use (a completion
+    /// committed twice names the same instances).
+    async fn free_replaced(&self, old: Option<ObjectEntry>, entry: &ObjectEntry) {
+        for segment in old.iter().flat_map(|old| &old.segments) {
+            if !entry
+                .segments
+                .iter()
+                .any(|s| s.instance == segment.instance)
+            {
+                data::remove_segment(&self.pool, segment).await;
+            }
+        }
+    }
+
     /// Commits a written upload as `key` of `bucket`, and frees the content it replaces. If
     /// the commit fails, the upload's own stripes are freed.
     async fn commit(&self, bucket: &str, key: &str, entry: &ObjectEntry) -> S3Result<()> {
         match buckets::commit(&self.pool, bucket, key, entry).await {
             Ok(old) => {
-                for segment in old.iter().flat_map(|old| &old.segments) {
-                    if !entry.segments.contains(segment) {
-                        data::remove_segment(&self.pool, segment).await;
-                    }
-                }
+                self.free_replaced(old, entry).await;
                 Ok(())
             }
             Err(e) => {
@@ -429,6 +439,45 @@ async fn write_body(
         });
     }
     Ok(written)
+}
+
+/// The stored parts a completion names, in order, after S3's checks: ascending numbers,
+/// uploaded parts with matching ETags, every part but the last at least 5 MiB.
+fn chosen_parts<'a>(
+    asked: &[CompletedPart],
+    stored: &'a HashMap<u32, PartRecord>,
+) -> S3Result<Vec<&'a PartRecord>> {
+    let mut chosen = Vec::with_capacity(asked.len());
+    let mut previous = 0;
+    for (i, part) in asked.iter().enumerate() {
+        let number = part_number(part.part_number.unwrap_or(0))?;
+        if number <= previous {
+            return Err(s3_error!(
+                InvalidPartOrder,
+                "parts must be listed in ascending order"
+            ));
+        }
+        previous = number;
+        let Some(stored) = stored.get(&number) else {
+            return Err(s3_error!(InvalidPart, "part {number} was not uploaded"));
+        };
+        let md5_hex = layout::hex(&stored.md5);
+        if part.e_tag.as_ref().is_some_and(|e| e.value() != md5_hex) {
+            return Err(s3_error!(
+                InvalidPart,
+                "part {number}'s ETag is \"{md5_hex}\", not the one given"
+            ));
+        }
+        if i + 1 < asked.len() && stored.segment.size < PART_BYTES_MIN {
+            return Err(s3_error!(
+                EntityTooSmall,
+                "part {number} is {} bytes; every part but the last needs {PART_BYTES_MIN}",
+                stored.segment.size
+            ));
+        }
+        chosen.push(stored);
+    }
+    Ok(chosen)
 }
 
 /// The ETag of a completed multipart upload: the MD5 of its parts' MD5s, and their count.
@@ -1101,44 +1150,22 @@ impl S3 for Gateway {
         if asked.is_empty() {
             return Err(s3_error!(MalformedXML, "name at least one part"));
         }
+        // Marked first, so that no part changes between the check below and the commit.
+        multipart::mark_completing(&self.pool, &input.upload_id)
+            .await
+            .map_err(|e| self.upload_error(e, &input.upload_id))?;
         let stored: HashMap<u32, PartRecord> = multipart::all_parts(&self.pool, &input.upload_id)
             .await
             .map_err(fail)?
             .into_iter()
             .collect();
-        let mut chosen: Vec<&PartRecord> = Vec::with_capacity(asked.len());
-        let mut previous = 0;
-        for (i, part) in asked.iter().enumerate() {
-            let number = part_number(part.part_number.unwrap_or(0))?;
-            if number <= previous {
-                return Err(s3_error!(
-                    InvalidPartOrder,
-                    "parts must be listed in ascending order"
-                ));
+        let chosen = match chosen_parts(&asked, &stored) {
+            Ok(chosen) => chosen,
+            Err(refused) => {
+                multipart::unmark_completing(&self.pool, &input.upload_id).await;
+                return Err(refused);
             }
-            previous = number;
-            let Some(stored) = stored.get(&number) else {
-                return Err(s3_error!(InvalidPart, "part {number} was not uploaded"));
-            };
-            let md5_hex = layout::hex(&stored.md5);
-            if part.e_tag.as_ref().is_some_and(|e| e.value() != md5_hex) {
-                return Err(s3_error!(
-                    InvalidPart,
-                    "part {number}'s ETag is \"{md5_hex}\", not the one given"
-                ));
-            }
-            if i + 1 < asked.len() && stored.segment.size < PART_BYTES_MIN {
-                return Err(s3_error!(
-                    EntityTooSmall,
-                    "part {number} is {} bytes; every part but the last needs {PART_BYTES_MIN}",
-                    stored.segment.size
-                ));
-            }
-            chosen.push(stored);
-        }
-        multipart::mark_completing(&self.pool, &input.upload_id)
-            .await
-            .map_err(|e| self.upload_error(e, &input.upload_id))?;
+        };
         let md5s: Vec<[u8; 16]> = chosen.iter().map(|p| p.md5).collect();
         let segments: Vec<Segment> = chosen.iter().map(|p| p.segment.clone()).collect();
         let entry = ObjectEntry {
@@ -1152,11 +1179,7 @@ impl S3 for Gateway {
         };
         // Not self.commit: on failure the parts stay with the upload, to complete again.
         match buckets::commit(&self.pool, &input.bucket, &input.key, &entry).await {
-            Ok(old) => {
-                for segment in old.iter().flat_map(|old| &old.segments) {
-                    data::remove_segment(&self.pool, segment).await;
-                }
-            }
+            Ok(old) => self.free_replaced(old, &entry).await,
             Err(Error::NotFound(_)) => return Err(no_bucket(&input.bucket)),
             Err(e) => return Err(fail(e)),
         }

@@ -163,11 +163,6 @@ pub enum MonReply {
         plaintext: Vec<u8>,
         wrapped: Vec<u8>,
     },
-    /// A data key wrapped again, by `version` of its KMS key.
-    Rewrapped {
-        version: u32,
-        wrapped: Vec<u8>,
-    },
     Status(Box<MonStatus>),
     /// Raft RPC reply; the body (JSON) is in the data segment.
     Raft,
@@ -179,6 +174,12 @@ pub enum MonReply {
     Denied(String),
     /// The request was invalid or could not be carried out.
     Failed(String),
+    /// A data key wrapped again, by `version` of its KMS key. (Added last, so that the other
+    /// replies keep their numbers on the wire.)
+    Rewrapped {
+        version: u32,
+        wrapped: Vec<u8>,
+    },
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -268,12 +269,6 @@ pub enum ObjectOp {
         name: String,
         value: Option<Vec<u8>>,
     },
-    /// Condition: omap key `key` holds `value`, or is absent for `None` (else the reply is
-    /// `Mismatch`): a compare-and-swap of one omap entry, with the `OmapSet` that follows.
-    AssertOmap {
-        key: Vec<u8>,
-        value: Option<Vec<u8>>,
-    },
     /// Creates the object if absent; with `exclusive`, fails if it exists.
     Create {
         exclusive: bool,
@@ -322,6 +317,13 @@ pub enum ObjectOp {
     OmapList {
         after: Option<Vec<u8>>,
         limit: u32,
+    },
+    /// Condition: omap key `key` holds `value`, or is absent for `None` (else the reply is
+    /// `Mismatch`): with an `OmapSet`, a compare-and-swap of one omap entry. (Added last, so
+    /// that the other ops keep their numbers on the wire.)
+    AssertOmap {
+        key: Vec<u8>,
+        value: Option<Vec<u8>>,
     },
 }
 

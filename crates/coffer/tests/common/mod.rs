@@ -279,6 +279,48 @@ impl LocalCluster {
         Cluster::connect(&conf, &identity).await.expect("connect")
     }
 
+    /// Every segment the S3 gateway's records in pool `s3` name, by bucket: the segments of
+    /// each object, then those of the parts of each upload in progress.
+    pub async fn s3_segments(&self) -> BTreeMap<String, Vec<gateway::layout::Segment>> {
+        use gateway::layout;
+        let admin = self.admin().await;
+        let pool = admin.pool("s3").await.expect("pool");
+        let omap = |object: String| {
+            let pool = pool.clone();
+            async move {
+                let entries = pool.omap_list(&object, None, 1000).await.expect("omap");
+                assert!(
+                    entries.len() < 1000,
+                    "{object}: more entries than a test makes"
+                );
+                entries
+            }
+        };
+        let mut out = BTreeMap::new();
+        for name in pool.list().await.expect("list") {
+            let Some(bucket) = name.as_str().strip_prefix("gw.index.") else {
+                continue;
+            };
+            let mut segments = Vec::new();
+            for (entry_key, value) in omap(name.as_str().to_string()).await {
+                match layout::parse_upload_key(&entry_key) {
+                    Some((_, id)) => {
+                        for (_, part) in omap(layout::upload_object(&id)).await {
+                            let part: layout::PartRecord = layout::decode(&part).expect("part");
+                            segments.push(part.segment);
+                        }
+                    }
+                    None => {
+                        let entry: layout::ObjectEntry = layout::decode(&value).expect("entry");
+                        segments.extend(entry.segments);
+                    }
+                }
+            }
+            out.insert(bucket.to_string(), segments);
+        }
+        out
+    }
+
     /// Every object of pool `pool` in OSD `osd`'s store, with its data and version attribute:
     /// the OSD must be stopped (the store is opened directly, with the key the monitors
     /// release to that OSD).

@@ -738,6 +738,9 @@ class Suite:
             Key=object_name,
         )
         ok("after refused completions the upload keeps its parts and no object was made")
+        # A refused completion lets go of the upload: parts can be added, and it can abort.
+        self.upload_part(object_name, upload_id, 3, b"after the refusals")
+        ok("upload_part after refused completions")
 
         for number in [0, PART_NUMBER_MAX + 1]:
             expect_error(
