@@ -338,6 +338,64 @@ fn modified(entry: &ObjectEntry) -> Timestamp {
     timestamp(entry.mtime_ns)
 }
 
+/// The conditions of a GET or HEAD (`If-Match`, `If-None-Match`, `If-Modified-Since`,
+/// `If-Unmodified-Since`), checked in RFC 9110's order, as S3 does: a failed `If-Match` or
+/// `If-Unmodified-Since` is PreconditionFailed (412), a failed `If-None-Match` or
+/// `If-Modified-Since` is NotModified (304). A date condition is ignored when its ETag
+/// counterpart is given; dates compare to the second, as HTTP dates carry.
+struct Conditions<'a> {
+    if_match: Option<&'a ETagCondition>,
+    if_none_match: Option<&'a ETagCondition>,
+    if_modified_since: Option<&'a Timestamp>,
+    if_unmodified_since: Option<&'a Timestamp>,
+}
+
+impl Conditions<'_> {
+    fn check(&self, entry: &ObjectEntry) -> S3Result<()> {
+        let matches = |condition: &ETagCondition| match condition {
+            ETagCondition::Any => true,
+            ETagCondition::ETag(tag) => tag.value() == entry.etag,
+        };
+        let modified = timestamp(entry.mtime_ns / 1_000_000_000 * 1_000_000_000);
+        match self.if_match {
+            Some(condition) if !matches(condition) => {
+                return Err(s3_error!(
+                    PreconditionFailed,
+                    "the ETag does not match If-Match"
+                ))
+            }
+            Some(_) => {}
+            None => {
+                if self
+                    .if_unmodified_since
+                    .is_some_and(|since| modified > *since)
+                {
+                    return Err(s3_error!(
+                        PreconditionFailed,
+                        "the object was modified after If-Unmodified-Since"
+                    ));
+                }
+            }
+        }
+        match self.if_none_match {
+            Some(condition) if matches(condition) => {
+                Err(s3_error!(NotModified, "the ETag matches If-None-Match"))
+            }
+            Some(_) => Ok(()),
+            None if self
+                .if_modified_since
+                .is_some_and(|since| modified <= *since) =>
+            {
+                Err(s3_error!(
+                    NotModified,
+                    "the object was not modified after If-Modified-Since"
+                ))
+            }
+            None => Ok(()),
+        }
+    }
+}
+
 fn metadata(entry: &ObjectEntry) -> Option<Metadata> {
     (!entry.metadata.is_empty()).then(|| entry.metadata.iter().cloned().collect())
 }
@@ -795,6 +853,13 @@ impl S3 for Gateway {
         let input = req.input;
         self.owned(&user, &input.bucket).await?;
         let entry = self.entry(&input.bucket, &input.key).await?;
+        let conditions = Conditions {
+            if_match: input.if_match.as_ref(),
+            if_none_match: input.if_none_match.as_ref(),
+            if_modified_since: input.if_modified_since.as_ref(),
+            if_unmodified_since: input.if_unmodified_since.as_ref(),
+        };
+        conditions.check(&entry)?;
         let customer = encryption::customer_key(
             &input.sse_customer_algorithm,
             &input.sse_customer_key,
@@ -837,6 +902,13 @@ impl S3 for Gateway {
         let input = req.input;
         self.owned(&user, &input.bucket).await?;
         let entry = self.entry(&input.bucket, &input.key).await?;
+        let conditions = Conditions {
+            if_match: input.if_match.as_ref(),
+            if_none_match: input.if_none_match.as_ref(),
+            if_modified_since: input.if_modified_since.as_ref(),
+            if_unmodified_since: input.if_unmodified_since.as_ref(),
+        };
+        conditions.check(&entry)?;
         let customer = encryption::customer_key(
             &input.sse_customer_algorithm,
             &input.sse_customer_key,

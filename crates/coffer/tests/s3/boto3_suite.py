@@ -22,6 +22,7 @@ upload still in progress in them.
 
 import base64
 import dataclasses
+import datetime
 import hashlib
 import io
 import os
@@ -416,6 +417,64 @@ class Suite:
                 expect(f"{label} ContentLength", response["ContentLength"], last - first + 1)
                 expect_body(label, body, data[first : last + 1])
                 ok(f"ranged get of {what} of {size} bytes ({range_header})")
+
+    def conditional_gets(self):
+        """If-Match, If-None-Match, If-Modified-Since and If-Unmodified-Since on GET and
+        HEAD: 412 for a failed If-Match or If-Unmodified-Since, 304 for a matching
+        If-None-Match or an If-Modified-Since after the last change."""
+        object_name = f"sizes/{STRIPE_BYTES + 3}"
+        data = self.objects[object_name]
+        head = self.s3.head_object(Bucket=self.bucket, Key=object_name)
+        tag, changed = head["ETag"], head["LastModified"]
+        later = changed + datetime.timedelta(hours=1)
+        earlier = changed - datetime.timedelta(hours=1)
+        other = quoted_md5(b"another content")
+        passing = [
+            ("If-Match with its ETag", {"IfMatch": tag}),
+            ("If-Match *", {"IfMatch": "*"}),
+            ("If-None-Match with another ETag", {"IfNoneMatch": other}),
+            ("If-Modified-Since before its change", {"IfModifiedSince": earlier}),
+            ("If-Unmodified-Since after its change", {"IfUnmodifiedSince": later}),
+            (
+                "a matching If-Match beside a failing If-Unmodified-Since",
+                {"IfMatch": tag, "IfUnmodifiedSince": earlier},
+            ),
+            (
+                "a failing If-None-Match beside a failing If-Modified-Since",
+                {"IfNoneMatch": other, "IfModifiedSince": later},
+            ),
+        ]
+        for what, conditions in passing:
+            response, body = self.get(object_name, **conditions)
+            expect(f"get_object with {what} status", status(response), 200)
+            expect_body(f"get_object with {what}", body, data)
+        ok(f"get_object passes {len(passing)} kinds of condition that hold")
+        failing = [
+            ("If-Match with another ETag", {"IfMatch": other}, "PreconditionFailed", "412"),
+            ("If-Unmodified-Since before its change", {"IfUnmodifiedSince": earlier},
+             "PreconditionFailed", "412"),
+            ("If-None-Match with its ETag", {"IfNoneMatch": tag}, "304", "304"),
+            ("If-None-Match *", {"IfNoneMatch": "*"}, "304", "304"),
+            ("If-Modified-Since after its change", {"IfModifiedSince": later}, "304", "304"),
+        ]
+        for what, conditions, get_code, head_code in failing:
+            expect_error(
+                f"get_object with {what}",
+                [get_code],
+                self.s3.get_object,
+                Bucket=self.bucket,
+                Key=object_name,
+                **conditions,
+            )
+            expect_error(
+                f"head_object with {what}",
+                [head_code],
+                self.s3.head_object,
+                Bucket=self.bucket,
+                Key=object_name,
+                **conditions,
+            )
+        ok(f"get_object and head_object refuse {len(failing)} kinds of condition that fail")
 
     def copies(self):
         source = "metadata/doc"
@@ -2050,6 +2109,7 @@ def main():
         suite.payload_modes,
         suite.metadata,
         suite.ranges,
+        suite.conditional_gets,
         suite.copies,
         suite.deletes,
         suite.multipart_upload,
