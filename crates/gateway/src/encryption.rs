@@ -33,7 +33,7 @@ pub fn customer_key(
     key: &Option<String>,
     key_md5: &Option<String>,
 ) -> S3Result<Option<CustomerKey>> {
-    let (Some(algorithm), Some(key)) = (algorithm, key) else {
+    let (Some(algorithm), Some(key), Some(key_md5)) = (algorithm, key, key_md5) else {
         if algorithm.is_some() || key.is_some() || key_md5.is_some() {
             return Err(s3_error!(
                 InvalidArgument,
@@ -57,7 +57,7 @@ pub fn customer_key(
     zeroize::Zeroize::zeroize(&mut bytes);
     let array = array.map_err(|_| s3_error!(InvalidArgument, "the SSE-C key is not 256 bits"))?;
     let md5_base64 = b64.encode(digest);
-    if key_md5.as_ref().is_some_and(|given| *given != md5_base64) {
+    if *key_md5 != md5_base64 {
         return Err(s3_error!(
             InvalidArgument,
             "the SSE-C key's MD5 does not match the key"

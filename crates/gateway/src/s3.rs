@@ -22,6 +22,8 @@ const MAX_KEYS_DEFAULT: i32 = 1000;
 /// S3's limits on multipart uploads: part numbers, and the size of every part but the last.
 const PART_NUMBER_MAX: i32 = 10_000;
 const PART_BYTES_MIN: u64 = 5 << 20;
+/// The most keys one DeleteObjects may name (S3's limit).
+const DELETE_KEYS_MAX: usize = 1000;
 /// The largest single PUT or part (S3's).
 const PUT_BYTES_MAX: u64 = 5 << 30;
 
@@ -951,6 +953,12 @@ impl S3 for Gateway {
         let user = self.user(&req).await?;
         let input = req.input;
         self.owned(&user, &input.bucket).await?;
+        if input.delete.objects.len() > DELETE_KEYS_MAX {
+            return Err(s3_error!(
+                MalformedXML,
+                "DeleteObjects takes at most {DELETE_KEYS_MAX} keys"
+            ));
+        }
         let quiet = input.delete.quiet.unwrap_or(false);
         let mut deleted = Vec::new();
         let mut errors = Vec::new();

@@ -561,6 +561,14 @@ class Suite:
         left = self.s3.list_objects_v2(Bucket=self.bucket, Prefix="delete/").get("Contents", [])
         expect("objects left under delete/ after delete_objects", [o["Key"] for o in left], [])
         ok("delete_objects of four objects and a missing one reports all five deleted")
+        expect_error(
+            "delete_objects of 1001 keys",
+            ["MalformedXML"],
+            self.s3.delete_objects,
+            Bucket=self.bucket,
+            Delete={"Objects": [{"Key": f"delete/{n}"} for n in range(1001)]},
+        )
+        ok("delete_objects of more than 1000 keys: MalformedXML")
 
     # Multipart uploads ------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ Configured like boto3_suite.py by S3_ENDPOINT, S3_CA, S3_ACCESS and S3_SECRET.
 Object content is derived from the key, so the check needs no record of what was written.
 """
 
+import base64
 import hashlib
 import os
 import random
@@ -244,6 +245,19 @@ def hostile(bucket):
     )
     status, text = exchange(request, send_body=b"", declared_length=6 << 30)
     expect_code("a part declared as 6 GiB", status, text, 400, "EntityTooLarge")
+
+    customer_key = base64.b64encode(bytes(range(32))).decode()
+    request = signed(
+        "PUT",
+        f"{bucket}/hostile/sse-c",
+        b"sealed?",
+        headers={
+            "x-amz-server-side-encryption-customer-algorithm": "AES256",
+            "x-amz-server-side-encryption-customer-key": customer_key,
+        },
+    )
+    status, text = exchange(request)
+    expect_code("an SSE-C PUT without the key's MD5", status, text, 400, "InvalidArgument")
 
     request = signed(
         "PUT", f"{bucket}/hostile/truncated", headers={"x-amz-content-sha256": "UNSIGNED-PAYLOAD"}
