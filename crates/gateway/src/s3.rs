@@ -547,6 +547,46 @@ fn multipart_etag(md5s: &[[u8; 16]]) -> String {
     format!("{}-{}", layout::hex(&digest), md5s.len())
 }
 
+/// The parts of a multipart object (its ETag ends in `-COUNT`); `None` for a single PUT.
+fn parts_count(entry: &ObjectEntry) -> Option<i32> {
+    let (_, count) = entry.etag.rsplit_once('-')?;
+    count.parse().ok()
+}
+
+/// What GET and HEAD return of `entry`: the whole object, a `Range` of it, or one part
+/// (`partNumber`, as S3: part 1 of a single PUT is all of it); and the Content-Range that
+/// goes with a part of it.
+fn span(
+    entry: &ObjectEntry,
+    range: Option<&Range>,
+    part: Option<i32>,
+) -> S3Result<(std::ops::Range<u64>, Option<String>)> {
+    let span = match (range, part) {
+        (Some(_), Some(_)) => {
+            return Err(s3_error!(
+                InvalidRequest,
+                "give a Range or a partNumber, not both"
+            ))
+        }
+        (Some(range), None) => range.check(entry.size)?,
+        (None, Some(number)) => {
+            let number = part_number(number)? as usize;
+            match parts_count(entry) {
+                Some(_) if number <= entry.segments.len() => {
+                    let start: u64 = entry.segments[..number - 1].iter().map(|s| s.size).sum();
+                    start..start + entry.segments[number - 1].size
+                }
+                None if number == 1 => 0..entry.size,
+                _ => return Err(s3_error!(InvalidPart, "the object has no part {number}")),
+            }
+        }
+        (None, None) => return Ok((0..entry.size, None)),
+    };
+    let text = (span.end > span.start)
+        .then(|| format!("bytes {}-{}/{}", span.start, span.end - 1, entry.size));
+    Ok((span, text))
+}
+
 fn part_number(number: i32) -> S3Result<u32> {
     if (1..=PART_NUMBER_MAX).contains(&number) {
         Ok(number as u32)
@@ -869,20 +909,14 @@ impl S3 for Gateway {
         )?;
         encryption::check_customer(&entry.sse, customer.as_ref())?;
         let keys = self.keys(&entry, customer.as_ref()).await?;
-        let (range, content_range) = match &input.range {
-            Some(range) => {
-                let span = range.check(entry.size)?;
-                let text = format!("bytes {}-{}/{}", span.start, span.end - 1, entry.size);
-                (span, Some(text))
-            }
-            None => (0..entry.size, None),
-        };
+        let (range, content_range) = span(&entry, input.range.as_ref(), input.part_number)?;
         let body = data::read(&self.pool, &entry, range.clone(), keys);
         let described = encryption::describe(&entry.sse, customer.as_ref());
         Ok(S3Response::new(GetObjectOutput {
             body: Some(StreamingBlob::wrap(body)),
             content_length: Some((range.end - range.start) as i64),
             content_range,
+            parts_count: input.part_number.and(parts_count(&entry)),
             accept_ranges: Some("bytes".into()),
             e_tag: Some(etag(&entry)),
             last_modified: Some(modified(&entry)),
@@ -918,8 +952,11 @@ impl S3 for Gateway {
         )?;
         encryption::check_customer(&entry.sse, customer.as_ref())?;
         let described = encryption::describe(&entry.sse, customer.as_ref());
+        let (range, content_range) = span(&entry, input.range.as_ref(), input.part_number)?;
         Ok(S3Response::new(HeadObjectOutput {
-            content_length: Some(entry.size as i64),
+            content_length: Some((range.end - range.start) as i64),
+            content_range,
+            parts_count: input.part_number.and(parts_count(&entry)),
             accept_ranges: Some("bytes".into()),
             e_tag: Some(etag(&entry)),
             last_modified: Some(modified(&entry)),

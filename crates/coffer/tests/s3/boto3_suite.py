@@ -702,6 +702,35 @@ class Suite:
         expect("get_object of the completed upload sha256", sha256(body), sha256(data))
         ok("get_object of the completed upload: the three parts in order, part 2's new bytes")
 
+        start = 0
+        for number, part in enumerate(parts, start=1):
+            label = f"get_object {object_name} PartNumber {number}"
+            response, body = self.get(object_name, PartNumber=number)
+            expect(f"{label} status", status(response), 206)
+            expect(f"{label} PartsCount", response["PartsCount"], len(parts))
+            expect(
+                f"{label} ContentRange",
+                response["ContentRange"],
+                f"bytes {start}-{start + len(part) - 1}/{len(data)}",
+            )
+            expect_body(label, body, part)
+            head = self.s3.head_object(Bucket=self.bucket, Key=object_name, PartNumber=number)
+            expect(f"head_object PartNumber {number} ContentLength", head["ContentLength"], len(part))
+            start += len(part)
+        for what, params, code in [
+            ("a part it does not have", {"PartNumber": len(parts) + 1}, "InvalidPart"),
+            ("a part and a range", {"PartNumber": 1, "Range": "bytes=0-9"}, "InvalidRequest"),
+        ]:
+            expect_error(
+                f"get_object of {what}",
+                [code],
+                self.s3.get_object,
+                Bucket=self.bucket,
+                Key=object_name,
+                **params,
+            )
+        ok("get_object and head_object of each part by PartNumber; a missing part is refused")
+
         size = len(data)
         cases = [
             ("parts 1 and 2", PART_BYTES_MIN - 1000, PART_BYTES_MIN + 999),
