@@ -352,6 +352,18 @@ struct Conditions<'a> {
     if_unmodified_since: Option<&'a Timestamp>,
 }
 
+/// The [`Conditions`] of a GetObject or HeadObject input.
+macro_rules! conditions {
+    ($input:expr) => {
+        Conditions {
+            if_match: $input.if_match.as_ref(),
+            if_none_match: $input.if_none_match.as_ref(),
+            if_modified_since: $input.if_modified_since.as_ref(),
+            if_unmodified_since: $input.if_unmodified_since.as_ref(),
+        }
+    };
+}
+
 impl Conditions<'_> {
     fn check(&self, entry: &ObjectEntry) -> S3Result<()> {
         let matches = |condition: &ETagCondition| match condition {
@@ -895,13 +907,7 @@ impl S3 for Gateway {
         let input = req.input;
         self.owned(&user, &input.bucket).await?;
         let entry = self.entry(&input.bucket, &input.key).await?;
-        let conditions = Conditions {
-            if_match: input.if_match.as_ref(),
-            if_none_match: input.if_none_match.as_ref(),
-            if_modified_since: input.if_modified_since.as_ref(),
-            if_unmodified_since: input.if_unmodified_since.as_ref(),
-        };
-        conditions.check(&entry)?;
+        conditions!(input).check(&entry)?;
         let customer = encryption::customer_key(
             &input.sse_customer_algorithm,
             &input.sse_customer_key,
@@ -938,13 +944,7 @@ impl S3 for Gateway {
         let input = req.input;
         self.owned(&user, &input.bucket).await?;
         let entry = self.entry(&input.bucket, &input.key).await?;
-        let conditions = Conditions {
-            if_match: input.if_match.as_ref(),
-            if_none_match: input.if_none_match.as_ref(),
-            if_modified_since: input.if_modified_since.as_ref(),
-            if_unmodified_since: input.if_unmodified_since.as_ref(),
-        };
-        conditions.check(&entry)?;
+        conditions!(input).check(&entry)?;
         let customer = encryption::customer_key(
             &input.sse_customer_algorithm,
             &input.sse_customer_key,
