@@ -4,31 +4,20 @@ use bytes::Bytes;
 use client::{ObjectOp, Pool};
 
 use crate::layout::{self, BucketInfo, ObjectEntry, Sse};
+use crate::omap::{Pages, PAGE};
 use crate::Error;
-
-/// Omap entries read per request when listing.
-const PAGE: u32 = 1000;
 
 /// Every bucket with its owner, by name.
 pub async fn list(pool: &Pool) -> Result<Vec<(String, BucketInfo)>, Error> {
     let mut out = Vec::new();
-    let mut after = None;
-    loop {
-        let page = match pool.omap_list(layout::BUCKETS, after.clone(), PAGE).await {
-            Ok(page) => page,
-            Err(client::Error::NotFound) => return Ok(out),
-            Err(e) => return Err(e.into()),
-        };
-        let full = page.len() == PAGE as usize;
+    let mut pages = Pages::new(pool, layout::BUCKETS, None);
+    while let Some(page) = pages.next().await? {
         for (key, value) in page {
             let name = String::from_utf8_lossy(&key).into_owned();
             out.push((name, layout::decode(&value).map_err(Error::Corrupt)?));
-            after = Some(key);
-        }
-        if !full {
-            return Ok(out);
         }
     }
+    Ok(out)
 }
 
 /// The owner and creation time of `bucket`.

@@ -14,6 +14,7 @@ pub mod kms;
 pub mod layout;
 pub mod maintenance;
 pub mod multipart;
+mod omap;
 mod s3;
 pub mod serve;
 pub mod sse;

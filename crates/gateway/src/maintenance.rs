@@ -13,10 +13,9 @@ use client::{ObjectOp, Pool};
 
 use crate::kms::{Kms, KmsError};
 use crate::layout::{self, ObjectEntry, PartRecord, SealedKey, Segment};
+use crate::omap::Pages;
 use crate::{buckets, multipart, Error};
 
-/// Omap entries read per request.
-const PAGE: u32 = 1000;
 /// Compare-and-swap attempts on one record that keeps changing under the walk.
 const SWAP_TRIES: usize = 3;
 
@@ -397,44 +396,6 @@ async fn remove(pool: &Pool, name: &str) -> Result<(), Error> {
     match pool.remove(name).await {
         Ok(()) | Err(client::Error::NotFound) => Ok(()),
         Err(e) => Err(e.into()),
-    }
-}
-
-/// The omap of one object, page by page; a missing object has no entries.
-struct Pages<'a> {
-    pool: &'a Pool,
-    object: &'a str,
-    after: Option<Vec<u8>>,
-    done: bool,
-}
-
-impl<'a> Pages<'a> {
-    /// The entries of `object` after `after`.
-    fn new(pool: &'a Pool, object: &'a str, after: Option<Vec<u8>>) -> Pages<'a> {
-        Pages {
-            pool,
-            object,
-            after,
-            done: false,
-        }
-    }
-
-    async fn next(&mut self) -> Result<Option<Vec<(Vec<u8>, Vec<u8>)>>, Error> {
-        if self.done {
-            return Ok(None);
-        }
-        let page = match self
-            .pool
-            .omap_list(self.object, self.after.clone(), PAGE)
-            .await
-        {
-            Ok(page) => page,
-            Err(client::Error::NotFound) => Vec::new(),
-            Err(e) => return Err(e.into()),
-        };
-        self.done = page.len() < PAGE as usize;
-        self.after = page.last().map(|(key, _)| key.clone());
-        Ok((!page.is_empty()).then_some(page))
     }
 }
 

@@ -12,12 +12,11 @@ use bytes::Bytes;
 use client::{ObjectOp, Pool};
 
 use crate::layout::{self, PartRecord, UploadRecord};
+use crate::omap::PAGE;
 use crate::{data, Error};
 
 /// The attribute of an upload's object once its completion has begun.
 const COMPLETING_ATTR: &str = "completing";
-/// Omap entries read per request.
-const PAGE: u32 = 1000;
 
 fn no_upload(id: &str) -> Error {
     Error::NotFound(format!("upload {id}"))

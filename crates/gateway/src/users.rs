@@ -5,11 +5,10 @@ use client::{ObjectOp, Pool};
 use rand::Rng;
 
 use crate::layout::{self, User};
+use crate::omap::Pages;
 use crate::Error;
 
 const NAME_BYTES_MAX: usize = 64;
-/// Entries read per omap page when listing.
-const PAGE: u32 = 1000;
 
 fn check_name(name: &str) -> Result<(), Error> {
     let ok = !name.is_empty()
@@ -85,25 +84,16 @@ pub async fn by_access_key(pool: &Pool, access_key: &str) -> Result<Option<User>
 /// Every user, by name.
 pub async fn list(pool: &Pool) -> Result<Vec<User>, Error> {
     let mut users = Vec::new();
-    let mut after = layout::before(b"name/");
-    loop {
-        let page = match pool.omap_list(layout::USERS, after.clone(), PAGE).await {
-            Ok(page) => page,
-            Err(client::Error::NotFound) => return Ok(users),
-            Err(e) => return Err(e.into()),
-        };
-        let full = page.len() == PAGE as usize;
+    let mut pages = Pages::new(pool, layout::USERS, layout::before(b"name/"));
+    while let Some(page) = pages.next().await? {
         for (key, value) in page {
             if !key.starts_with(b"name/") {
                 return Ok(users);
             }
             users.push(layout::decode(&value).map_err(Error::Corrupt)?);
-            after = Some(key);
-        }
-        if !full {
-            return Ok(users);
         }
     }
+    Ok(users)
 }
 
 /// Removes user `name`; refused while the user owns a bucket (their objects would have no
