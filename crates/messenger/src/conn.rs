@@ -105,7 +105,7 @@ impl Connection {
         let reader_shared = shared.clone();
         let reader = tokio::spawn(async move {
             let reason = loop {
-                match link::read_frame(&mut reader, mode, limits.frame_timeout).await {
+                match link::read_frame(&mut reader, limits.frame_timeout).await {
                     Ok(Some((header, meta, data))) => {
                         if let Err(reason) = deliver(&reader_shared, header, meta, data) {
                             break reason;
@@ -146,6 +146,17 @@ impl Connection {
     /// Sends a request and waits for its reply. Other calls may be in flight at the same time
     /// on the same connection; their replies may come in any order.
     pub async fn call(&self, meta: Bytes, data: Bytes) -> Result<Incoming, CallError> {
+        self.call_with(meta, data, false).await
+    }
+
+    /// [`Connection::call`] with a data segment its caller already sealed (chunks of a
+    /// `seal = edge` pool): in secure mode it travels open, bound to the frame but not
+    /// encrypted again (docs/design/edge-sealing.md).
+    pub async fn call_sealed(&self, meta: Bytes, data: Bytes) -> Result<Incoming, CallError> {
+        self.call_with(meta, data, true).await
+    }
+
+    async fn call_with(&self, meta: Bytes, data: Bytes, open: bool) -> Result<Incoming, CallError> {
         check_len(&meta, META_BYTES_MAX)?;
         check_len(&data, DATA_BYTES_MAX)?;
         let _slot = self
@@ -163,12 +174,8 @@ impl Connection {
             }
             pending.waiters.insert(tag, waiter);
         }
-        let header = Header::for_body(Kind::Request, tag, &meta, &data, self.inner.mode);
-        let frame = Outgoing {
-            header: header.encode(),
-            meta,
-            data,
-        };
+        let header = Header::for_body(Kind::Request, tag, &meta, &data, self.inner.mode, open);
+        let frame = Outgoing { header, meta, data };
         if self.inner.queue.send(frame).is_err() {
             self.inner.shared.close("the writer stopped".into());
         }
@@ -183,8 +190,23 @@ impl Connection {
         Q: Serialize,
         R: DeserializeOwned,
     {
+        self.request_with(request, data, false).await
+    }
+
+    /// [`Connection::request`] with a data segment already sealed (see `call_sealed`) when
+    /// `sealed`.
+    pub async fn request_with<Q, R>(
+        &self,
+        request: &Q,
+        data: Bytes,
+        sealed: bool,
+    ) -> Result<(R, Bytes), CallError>
+    where
+        Q: Serialize,
+        R: DeserializeOwned,
+    {
         let meta = Bytes::from(postcard::to_allocvec(request)?);
-        let reply = self.call(meta, data).await?;
+        let reply = self.call_with(meta, data, sealed).await?;
         Ok((reply.decode()?, reply.data))
     }
 }

@@ -47,8 +47,12 @@ pub struct Header {
     pub tag: u64,
     pub meta_len: u32,
     pub data_len: u32,
-    /// CRC32C of the metadata then the data; zero in secure mode, where TLS authenticates.
+    /// CRC32C of the metadata then the data; zero in secure mode, where the frame's AEAD
+    /// tag authenticates.
     pub body_crc: u32,
+    /// In secure mode, the data segment is already sealed by its sender and travels open,
+    /// bound to the frame as its additional data (docs/design/edge-sealing.md).
+    pub open: bool,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -59,6 +63,10 @@ pub enum FrameError {
     Kind(u8),
     #[error("reserved frame header bytes are not zero")]
     Reserved,
+    #[error("frame failed authentication")]
+    Unauthentic,
+    #[error("frame lengths disagree with its protected header")]
+    Lengths,
     #[error("frame header checksum mismatch")]
     HeaderCrc,
     #[error("frame body checksum mismatch (tag {tag})")]
@@ -82,7 +90,14 @@ pub fn body_crc(meta: &[u8], data: &[u8]) -> u32 {
 
 impl Header {
     /// A header for `meta` and `data`, with the body checksum that `mode` needs.
-    pub fn for_body(kind: Kind, tag: u64, meta: &Bytes, data: &Bytes, mode: Mode) -> Self {
+    pub fn for_body(
+        kind: Kind,
+        tag: u64,
+        meta: &Bytes,
+        data: &Bytes,
+        mode: Mode,
+        open: bool,
+    ) -> Self {
         let meta_len = u32::try_from(meta.len()).unwrap_or(u32::MAX);
         let data_len = u32::try_from(data.len()).unwrap_or(u32::MAX);
         assert!(
@@ -103,17 +118,19 @@ impl Header {
             meta_len,
             data_len,
             body_crc,
+            open,
         }
     }
 
     /// ```text
-    ///  0 magic "CFR1"   4 kind u8   5..8 reserved (0)   8 tag u64
+    ///  0 magic "CFR1"   4 kind u8   5 flags (bit 0: open data)   6..8 reserved (0)   8 tag u64
     /// 16 meta_len u32  20 data_len u32  24 body_crc u32  28 header_crc u32 (CRC32C of 0..28)
     /// ```
     pub fn encode(&self) -> [u8; HEADER_BYTES] {
         let mut bytes = [0u8; HEADER_BYTES];
         bytes[0..4].copy_from_slice(&MAGIC.to_le_bytes());
         bytes[4] = self.kind.to_byte();
+        bytes[5] = u8::from(self.open);
         bytes[8..16].copy_from_slice(&self.tag.to_le_bytes());
         bytes[16..20].copy_from_slice(&self.meta_len.to_le_bytes());
         bytes[20..24].copy_from_slice(&self.data_len.to_le_bytes());
@@ -137,7 +154,7 @@ impl Header {
             return Err(FrameError::HeaderCrc);
         }
         let kind = Kind::from_byte(bytes[4]).ok_or(FrameError::Kind(bytes[4]))?;
-        if bytes[5..8] != [0, 0, 0] {
+        if bytes[5] > 1 || bytes[6..8] != [0, 0] {
             return Err(FrameError::Reserved);
         }
         let mut tag = [0u8; 8];
@@ -148,6 +165,7 @@ impl Header {
             meta_len: u32_at(16),
             data_len: u32_at(20),
             body_crc: u32_at(24),
+            open: bytes[5] == 1,
         };
         if header.meta_len > META_BYTES_MAX {
             return Err(FrameError::MetaTooLarge(header.meta_len));
@@ -174,7 +192,7 @@ mod tests {
     fn sample() -> Header {
         let meta = Bytes::from_static(b"meta");
         let data = Bytes::from_static(b"data");
-        Header::for_body(Kind::Reply, 7, &meta, &data, Mode::Crc)
+        Header::for_body(Kind::Reply, 7, &meta, &data, Mode::Crc, false)
     }
 
     #[test]

@@ -1,10 +1,11 @@
 //! Coffer's messenger: authenticated, encrypted, multiplexed links between clients, storage
 //! daemons and monitors.
 //!
-//! Every link is TLS 1.3 (rustls with aws-lc-rs) with both ends authenticated by
-//! certificates from the cluster's authority. In `secure` mode every frame stays inside TLS;
-//! in `crc` mode the link leaves TLS once both ends are authenticated and frames carry
-//! CRC32C checksums instead. Many requests share one link, matched to their replies by tag.
+//! Every link starts with TLS 1.3 (rustls with aws-lc-rs), both ends authenticated by
+//! certificates from the cluster's authority. In `secure` mode both ends then protect every
+//! frame with AES-256-GCM under keys from the TLS exporter, and data already sealed by a
+//! client travels open, bound to its frame; in `crc` mode frames carry CRC32C checksums and
+//! nothing is encrypted. Many requests share one link, matched to their replies by tag.
 //! Design: docs/design/messenger.md.
 //!
 //! Must never depend on: `store`, `osd`, `mon` (checked by scripts/check-deps.py).
@@ -18,6 +19,7 @@ mod identity;
 mod link;
 pub mod message;
 mod monc;
+mod protect;
 mod server;
 #[cfg(test)]
 mod tests;

@@ -14,10 +14,11 @@ use tokio::sync::mpsc;
 use crate::endpoint::Endpoint;
 use crate::entity::{EntityName, Mode, ModePolicy};
 use crate::error::{ConnectError, ReadError};
-use crate::frame::{Header, HEADER_BYTES};
+use crate::frame::{FrameError, Header, DATA_BYTES_MAX, HEADER_BYTES, META_BYTES_MAX};
 use crate::identity::{cert_names, server_name};
+use crate::protect::{FrameKey, FrameKeys, PREFIX_BYTES, TAG_BYTES};
 
-const PROTOCOL_VERSION: u16 = 1;
+const PROTOCOL_VERSION: u16 = 2;
 /// Largest hello or answer; the exchange carries names and modes only.
 const HELLO_BYTES_MAX: usize = 4096;
 /// Frames are coalesced into writes of up to this size; larger segments go straight through.
@@ -41,14 +42,28 @@ pub(crate) type BoxWrite = Box<dyn AsyncWrite + Send + Unpin>;
 
 /// An authenticated link, split for one reader and one writer.
 pub(crate) struct Link {
-    pub reader: BoxRead,
-    pub writer: BoxWrite,
+    pub reader: FrameReader,
+    pub writer: FrameWriter,
     pub mode: Mode,
+}
+
+/// The read side of a link: the byte stream, and in secure mode the key that opens the
+/// peer's frames.
+pub(crate) struct FrameReader {
+    pub stream: BoxRead,
+    pub(crate) key: Option<FrameKey>,
+}
+
+/// The write side of a link: the byte stream, and in secure mode the key that protects
+/// this end's frames.
+pub(crate) struct FrameWriter {
+    pub stream: BoxWrite,
+    pub(crate) key: Option<FrameKey>,
 }
 
 /// One frame queued for the writer.
 pub(crate) struct Outgoing {
-    pub header: [u8; HEADER_BYTES],
+    pub header: Header,
     pub meta: Bytes,
     pub data: Bytes,
 }
@@ -87,42 +102,50 @@ where
     postcard::from_bytes(&body).map_err(|e| ConnectError::Protocol(format!("hello: {e}")))
 }
 
-/// In crc mode the link leaves TLS after the answer. Nothing may be left in TLS's buffers:
-/// the protocol guarantees it (no tickets, and neither side sends again until the other has
-/// switched), and this checks it.
+/// Checks that TLS holds no plaintext the peer sent after its last handshake message.
 fn check_drained(reader: &mut dyn std::io::Read) -> Result<(), ConnectError> {
     let mut probe = [0u8; 1];
     match reader.read(&mut probe) {
         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(()),
         Ok(0) => Ok(()),
         Ok(_) => Err(ConnectError::Protocol(
-            "data followed the switch to crc mode".into(),
+            "data followed the switch to frames".into(),
         )),
-        Err(e) => Err(ConnectError::Protocol(format!(
-            "switching to crc mode: {e}"
-        ))),
+        Err(e) => Err(ConnectError::Protocol(format!("switching to frames: {e}"))),
     }
 }
 
-fn plain_link(tcp: TcpStream) -> Link {
+/// Leaves TLS once the hello is answered. Nothing may be left in TLS's buffers: the
+/// protocol guarantees it (no tickets, and neither side sends again until the other has
+/// switched), and `check_drained` checks it. In secure mode both ends then protect frames
+/// with keys from the TLS exporter (docs/design/edge-sealing.md, "Links").
+fn leave_tls<D>(
+    tcp: TcpStream,
+    session: &mut rustls::ConnectionCommon<D>,
+    mode: Mode,
+    client: bool,
+) -> Result<Link, ConnectError> {
+    check_drained(&mut session.reader())?;
+    let (seal, open) = match mode {
+        Mode::Crc => (None, None),
+        Mode::Secure => {
+            let keys = FrameKeys::export(session, client)
+                .map_err(|e| ConnectError::Protocol(format!("exporting the frame keys: {e}")))?;
+            (Some(keys.seal), Some(keys.open))
+        }
+    };
     let (reader, writer) = tcp.into_split();
-    Link {
-        reader: Box::new(reader),
-        writer: Box::new(writer),
-        mode: Mode::Crc,
-    }
-}
-
-fn secure_link<S>(stream: S) -> Link
-where
-    S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
-{
-    let (reader, writer) = tokio::io::split(stream);
-    Link {
-        reader: Box::new(reader),
-        writer: Box::new(writer),
-        mode: Mode::Secure,
-    }
+    Ok(Link {
+        reader: FrameReader {
+            stream: Box::new(reader),
+            key: open,
+        },
+        writer: FrameWriter {
+            stream: Box::new(writer),
+            key: seal,
+        },
+        mode,
+    })
 }
 
 pub(crate) async fn connect(
@@ -155,15 +178,9 @@ pub(crate) async fn connect(
         Answer::Welcome { mode, .. } if !modes.contains(&mode) => Err(ConnectError::Protocol(
             format!("the peer chose mode {mode}, which was not offered"),
         )),
-        Answer::Welcome {
-            mode: Mode::Secure, ..
-        } => Ok(secure_link(tls)),
-        Answer::Welcome {
-            mode: Mode::Crc, ..
-        } => {
+        Answer::Welcome { mode, .. } => {
             let (tcp, mut session) = tls.into_inner();
-            check_drained(&mut session.reader())?;
-            Ok(plain_link(tcp))
+            leave_tls(tcp, &mut session, mode, true)
         }
     }
 }
@@ -240,14 +257,8 @@ pub(crate) async fn accept(
     write_msg(&mut tls, &answer)
         .await
         .map_err(ConnectError::Io)?;
-    let link = match mode {
-        Mode::Secure => secure_link(tls),
-        Mode::Crc => {
-            let (tcp, mut session) = tls.into_inner();
-            check_drained(&mut session.reader())?;
-            plain_link(tcp)
-        }
-    };
+    let (tcp, mut session) = tls.into_inner();
+    let link = leave_tls(tcp, &mut session, mode, false)?;
     Ok(Accepted {
         entity: hello.entity,
         link,
@@ -258,27 +269,79 @@ pub(crate) async fn accept(
 /// started, all of it must arrive within `frame_timeout` (a peer too slow is cut off).
 /// `Ok(None)` is a clean close between frames.
 pub(crate) async fn read_frame(
-    reader: &mut BoxRead,
-    mode: Mode,
+    reader: &mut FrameReader,
     frame_timeout: Duration,
 ) -> Result<Option<(Header, Bytes, Bytes)>, ReadError> {
-    let mut header = [0u8; HEADER_BYTES];
-    let first = reader.read(&mut header).await?;
+    let FrameReader { stream, key } = reader;
+    let mut start = [0u8; HEADER_BYTES];
+    let want = if key.is_some() {
+        PREFIX_BYTES
+    } else {
+        HEADER_BYTES
+    };
+    let first = stream.read(&mut start[..want]).await?;
     if first == 0 {
         return Ok(None);
     }
     let rest = async {
-        reader.read_exact(&mut header[first..]).await?;
-        let header = Header::decode(&header)?;
-        let meta = read_segment(reader, header.meta_len as usize).await?;
-        let data = read_segment(reader, header.data_len as usize).await?;
-        header.check_body(&meta, &data, mode)?;
-        Ok::<_, ReadError>((header, meta, data))
+        stream.read_exact(&mut start[first..want]).await?;
+        match key {
+            None => {
+                let header = Header::decode(&start)?;
+                let meta = read_segment(stream, header.meta_len as usize).await?;
+                let data = read_segment(stream, header.data_len as usize).await?;
+                header.check_body(&meta, &data, Mode::Crc)?;
+                Ok::<_, ReadError>((header, meta, data))
+            }
+            Some(key) => read_protected(stream, key, &start[..PREFIX_BYTES]).await,
+        }
     };
     match tokio::time::timeout(frame_timeout, rest).await {
         Ok(frame) => frame.map(Some),
         Err(_) => Err(ReadError::Timeout(frame_timeout)),
     }
+}
+
+/// The rest of a secure frame after its clear prefix: the protected part, its tag and the
+/// open segment; the lengths are checked against the limits before anything is allocated.
+async fn read_protected(
+    stream: &mut BoxRead,
+    key: &mut FrameKey,
+    prefix: &[u8],
+) -> Result<(Header, Bytes, Bytes), ReadError> {
+    let protected_len = u32::from_le_bytes([prefix[0], prefix[1], prefix[2], prefix[3]]) as usize;
+    let open_len = u32::from_le_bytes([prefix[4], prefix[5], prefix[6], prefix[7]]);
+    let protected_max = HEADER_BYTES + META_BYTES_MAX as usize + DATA_BYTES_MAX as usize;
+    if !(HEADER_BYTES..=protected_max).contains(&protected_len) {
+        return Err(FrameError::Lengths.into());
+    }
+    if open_len > DATA_BYTES_MAX {
+        return Err(FrameError::DataTooLarge(open_len).into());
+    }
+    let sealed = read_segment(stream, protected_len + TAG_BYTES).await?;
+    let open = read_segment(stream, open_len as usize).await?;
+    let mut sealed = BytesMut::from(sealed);
+    key.open(&mut sealed, &open)
+        .map_err(|_| FrameError::Unauthentic)?;
+    sealed.truncate(protected_len);
+    let mut head = [0u8; HEADER_BYTES];
+    head.copy_from_slice(&sealed[..HEADER_BYTES]);
+    let header = Header::decode(&head)?;
+    let inside = if header.open { 0 } else { header.data_len };
+    let agrees = HEADER_BYTES + header.meta_len as usize + inside as usize == protected_len
+        && (if header.open { header.data_len } else { 0 }) == open_len;
+    if !agrees {
+        return Err(FrameError::Lengths.into());
+    }
+    let body = sealed.freeze();
+    let meta_end = HEADER_BYTES + header.meta_len as usize;
+    let meta = body.slice(HEADER_BYTES..meta_end);
+    let data = if header.open {
+        open
+    } else {
+        body.slice(meta_end..)
+    };
+    Ok((header, meta, data))
 }
 
 /// Reads exactly `len` bytes into fresh, uninitialised memory (no zeroing pass).
@@ -296,22 +359,53 @@ async fn read_segment(reader: &mut BoxRead, len: usize) -> std::io::Result<Bytes
 /// Writes queued frames until every sender is gone, then closes the write side. Frames that
 /// queue up while one is written go out together, with one flush.
 pub(crate) async fn write_frames(
-    writer: BoxWrite,
+    writer: FrameWriter,
     mut queue: mpsc::UnboundedReceiver<Outgoing>,
 ) -> std::io::Result<()> {
-    let mut writer = BufWriter::with_capacity(WRITE_BUFFER_BYTES, writer);
+    let FrameWriter { stream, mut key } = writer;
+    let mut stream = BufWriter::with_capacity(WRITE_BUFFER_BYTES, stream);
     while let Some(frame) = queue.recv().await {
-        write_one(&mut writer, frame).await?;
+        write_one(&mut stream, key.as_mut(), frame).await?;
         while let Ok(frame) = queue.try_recv() {
-            write_one(&mut writer, frame).await?;
+            write_one(&mut stream, key.as_mut(), frame).await?;
         }
-        writer.flush().await?;
+        stream.flush().await?;
     }
-    writer.shutdown().await
+    stream.shutdown().await
 }
 
-async fn write_one(writer: &mut BufWriter<BoxWrite>, frame: Outgoing) -> std::io::Result<()> {
-    writer.write_all(&frame.header).await?;
-    writer.write_all(&frame.meta).await?;
-    writer.write_all(&frame.data).await
+async fn write_one(
+    stream: &mut BufWriter<BoxWrite>,
+    key: Option<&mut FrameKey>,
+    frame: Outgoing,
+) -> std::io::Result<()> {
+    match key {
+        None => {
+            stream.write_all(&frame.header.encode()).await?;
+            stream.write_all(&frame.meta).await?;
+            stream.write_all(&frame.data).await
+        }
+        Some(key) => {
+            let (protected, open) = protect(key, &frame);
+            stream.write_all(&protected).await?;
+            stream.write_all(open).await
+        }
+    }
+}
+
+/// A secure frame: the clear prefix, then the header, metadata and (unless open) data
+/// encrypted, then the tag; the open segment, if any, is returned to be sent after it.
+pub(crate) fn protect<'f>(key: &mut FrameKey, frame: &'f Outgoing) -> (Vec<u8>, &'f [u8]) {
+    let open: &[u8] = if frame.header.open { &frame.data } else { &[] };
+    let inside: &[u8] = if frame.header.open { &[] } else { &frame.data };
+    let protected_len = HEADER_BYTES + frame.meta.len() + inside.len();
+    let mut out = Vec::with_capacity(PREFIX_BYTES + protected_len + TAG_BYTES);
+    out.extend_from_slice(&(protected_len as u32).to_le_bytes());
+    out.extend_from_slice(&(open.len() as u32).to_le_bytes());
+    out.extend_from_slice(&frame.header.encode());
+    out.extend_from_slice(&frame.meta);
+    out.extend_from_slice(inside);
+    let tag = key.seal(&mut out[PREFIX_BYTES..], open);
+    out.extend_from_slice(&tag);
+    (out, open)
 }

@@ -42,15 +42,24 @@ impl Request {
 pub struct Reply {
     pub meta: Bytes,
     pub data: Bytes,
+    /// The data is already sealed by the client that wrote it: in secure mode it travels
+    /// open, bound to the frame (docs/design/edge-sealing.md).
+    pub sealed: bool,
 }
 
 impl Reply {
     pub fn new<T: Serialize>(message: &T, data: Bytes) -> Self {
+        Reply::with(message, data, false)
+    }
+
+    /// A reply whose data is chunks sealed at the edge, when `sealed`.
+    pub fn with<T: Serialize>(message: &T, data: Bytes, sealed: bool) -> Self {
         let meta = postcard::to_allocvec(message)
             .unwrap_or_else(|e| panic!("encoding a reply cannot fail for serde types: {e}"));
         Reply {
             meta: Bytes::from(meta),
             data,
+            sealed,
         }
     }
 }
@@ -182,7 +191,7 @@ async fn serve_link<H: Handler>(
             let Ok(slot) = slots.clone().acquire_owned().await else {
                 unreachable!("the semaphore is never closed");
             };
-            match link::read_frame(&mut reader, mode, limits.frame_timeout).await {
+            match link::read_frame(&mut reader, limits.frame_timeout).await {
                 Ok(Some((header, meta, data))) if header.kind == Kind::Request => {
                     let responder = Responder {
                         queue: Some(queue.clone()),
@@ -237,25 +246,22 @@ impl Responder {
         let fits = reply.meta.len() <= META_BYTES_MAX as usize
             && reply.data.len() <= DATA_BYTES_MAX as usize;
         if fits {
-            self.push(Kind::Reply, reply.meta, reply.data);
+            self.push(Kind::Reply, reply.meta, reply.data, reply.sealed);
         } else {
             self.push(
                 Kind::Refused,
                 Bytes::from_static(b"reply exceeds the frame limits"),
                 Bytes::new(),
+                false,
             );
         }
     }
 
-    fn push(&mut self, kind: Kind, meta: Bytes, data: Bytes) {
+    fn push(&mut self, kind: Kind, meta: Bytes, data: Bytes, open: bool) {
         if let Some(queue) = self.queue.take() {
-            let header = Header::for_body(kind, self.tag, &meta, &data, self.mode);
+            let header = Header::for_body(kind, self.tag, &meta, &data, self.mode, open);
             // The link may have closed meanwhile; then there is nobody to answer.
-            let _ = queue.send(Outgoing {
-                header: header.encode(),
-                meta,
-                data,
-            });
+            let _ = queue.send(Outgoing { header, meta, data });
         }
     }
 }
@@ -266,6 +272,7 @@ impl Drop for Responder {
             Kind::Refused,
             Bytes::from_static(b"the request handler failed"),
             Bytes::new(),
+            false,
         );
     }
 }

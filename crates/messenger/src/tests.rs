@@ -20,7 +20,11 @@ const MARKER: &[u8] = b"COFFER-MARKER-7f3a9c1e-in-transit";
 
 #[derive(Serialize, Deserialize)]
 enum Ask {
-    Echo { delay_ms: u64 },
+    Echo {
+        delay_ms: u64,
+    },
+    /// Echo, the data marked as sealed by its sender both ways.
+    EchoSealed,
     Panic,
     OversizedReply,
 }
@@ -62,10 +66,18 @@ impl Handler for Echo {
                 };
                 Reply::new(&answer, request.data)
             }
+            Ok(Ask::EchoSealed) => {
+                let answer = Answer {
+                    peer: peer.entity.to_string(),
+                    len: request.data.len(),
+                };
+                Reply::with(&answer, request.data, true)
+            }
             Ok(Ask::Panic) => panic!("a handler bug"),
             Ok(Ask::OversizedReply) => Reply {
                 meta: Bytes::from(vec![0u8; META_BYTES_MAX as usize + 1]),
                 data: Bytes::new(),
+                sealed: false,
             },
             Err(e) => panic!("undecodable request: {e}"),
         }
@@ -291,6 +303,40 @@ async fn a_capture_shows_the_marker_in_crc_mode_and_never_in_secure_mode() {
     }
 }
 
+/// A segment its sender marks as sealed (chunks sealed at the edge) crosses a secure link as
+/// it is, both ways, while the header and metadata stay encrypted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sealed_segment_travels_open_and_the_rest_stays_encrypted() {
+    let fx = fixture(vec![Mode::Secure]).await;
+    let client = fx.client("client.admin", true);
+    let (proxy, seen) = recording_proxy(fx.addr()).await;
+    let conn = client
+        .connect(proxy, &name(SERVER), &[Mode::Secure])
+        .await
+        .expect("connect");
+    let mut data = pattern(64 << 10, 5).to_vec();
+    data[1000..1000 + MARKER.len()].copy_from_slice(MARKER);
+    let meta = Bytes::from(postcard::to_allocvec(&Ask::EchoSealed).expect("encode"));
+    let reply = conn
+        .call_sealed(meta, Bytes::from(data.clone()))
+        .await
+        .expect("sealed echo");
+    let answer: Answer = reply.decode().expect("answer");
+    assert_eq!(answer.peer, "client.admin");
+    assert_eq!(&reply.data[..], &data[..]);
+    drop(conn);
+    let captured = seen.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let sightings = captured
+        .windows(MARKER.len())
+        .filter(|w| *w == MARKER)
+        .count();
+    assert_eq!(sightings, 2, "the open segment should cross once each way");
+    assert!(
+        !contains(&captured, b"client.admin"),
+        "the reply's metadata crossed in clear"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn peers_without_a_valid_current_key_are_refused_and_the_server_carries_on() {
     let fx = fixture(vec![Mode::Secure, Mode::Crc]).await;
@@ -462,11 +508,31 @@ async fn handler_failures_and_oversized_messages_get_errors_not_hangs() {
     assert!(conn.is_closed());
 }
 
-/// Raw frame bytes, as a broken or hostile peer might send them.
-fn frame_bytes(kind: Kind, meta: &[u8], data: &[u8], mode: Mode) -> Vec<u8> {
+/// Raw crc frame bytes, as a broken or hostile peer might send them.
+fn frame_bytes(kind: Kind, meta: &[u8], data: &[u8]) -> Vec<u8> {
     let (meta, data) = (Bytes::copy_from_slice(meta), Bytes::copy_from_slice(data));
-    let header = Header::for_body(kind, 1, &meta, &data, mode);
+    let header = Header::for_body(kind, 1, &meta, &data, Mode::Crc, false);
     [&header.encode()[..], &meta, &data].concat()
+}
+
+/// A secure frame protected with the link's own key, as the next frame of that link.
+fn protected_bytes(
+    raw: &mut link::Link,
+    kind: Kind,
+    meta: &[u8],
+    data: &[u8],
+    open: bool,
+) -> Vec<u8> {
+    let (meta, data) = (Bytes::copy_from_slice(meta), Bytes::copy_from_slice(data));
+    let header = Header::for_body(kind, 1, &meta, &data, Mode::Secure, open);
+    let frame = link::Outgoing { header, meta, data };
+    let key = raw
+        .writer
+        .key
+        .as_mut()
+        .expect("a secure link has a frame key");
+    let (protected, open) = link::protect(key, &frame);
+    [&protected[..], open].concat()
 }
 
 /// Waits for the server to close the link: end of file or a reset.
@@ -474,7 +540,7 @@ async fn closed_by_server(link: &mut link::Link, within: Duration) -> bool {
     let mut buf = [0u8; 256];
     let wait = async {
         loop {
-            match link.reader.read(&mut buf).await {
+            match link.reader.stream.read(&mut buf).await {
                 Ok(0) | Err(_) => return,
                 Ok(_) => {}
             }
@@ -483,60 +549,194 @@ async fn closed_by_server(link: &mut link::Link, within: Duration) -> bool {
     tokio::time::timeout(within, wait).await.is_ok()
 }
 
+/// Sends `bytes` on a fresh raw link (after `prepare` made them from it) and checks that the
+/// server closes that link, and only that link.
+async fn expect_closed(
+    fx: &Fixture,
+    client: &Endpoint,
+    mode: Mode,
+    case: &str,
+    keep_open: bool,
+    prepare: impl FnOnce(&mut link::Link) -> Vec<u8>,
+) {
+    let mut raw = link::connect(client, fx.addr(), &name(SERVER), &[mode])
+        .await
+        .expect("connect");
+    let bytes = prepare(&mut raw);
+    raw.writer.stream.write_all(&bytes).await.expect("write");
+    raw.writer.stream.flush().await.expect("flush");
+    if !keep_open {
+        raw.writer.stream.shutdown().await.expect("shutdown");
+    }
+    // The frame timeout is 1 s; a stalled frame must be cut within a few seconds.
+    assert!(
+        closed_by_server(&mut raw, Duration::from_secs(5)).await,
+        "{mode}, {case}: the server kept the link open"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_truncated_and_stalled_frames_close_only_that_link() {
     let fx = fixture(vec![Mode::Secure, Mode::Crc]).await;
     let client = fx.client("client.admin", true);
     let ask = postcard::to_allocvec(&Ask::Echo { delay_ms: 0 }).expect("encode");
+    let good = frame_bytes(Kind::Request, &ask, b"payload");
+    let mut bad_magic = good.clone();
+    bad_magic[0] ^= 0xff;
+    let mut bad_header_crc = good.clone();
+    bad_header_crc[30] ^= 1;
+    let mut oversized = Header::for_body(
+        Kind::Request,
+        1,
+        &Bytes::new(),
+        &Bytes::new(),
+        Mode::Crc,
+        false,
+    );
+    oversized.data_len = DATA_BYTES_MAX + 1;
+    let mut bad_body = good.clone();
+    let last = bad_body.len() - 1;
+    bad_body[last] ^= 1;
+    let crc_cases: Vec<(&str, Vec<u8>, bool)> = vec![
+        ("bad magic", bad_magic, false),
+        ("bad header checksum", bad_header_crc, false),
+        ("oversized data segment", oversized.encode().to_vec(), false),
+        (
+            "a reply sent to a server",
+            frame_bytes(Kind::Reply, &ask, b""),
+            false,
+        ),
+        (
+            "truncated, then closed",
+            good[..good.len() - 3].to_vec(),
+            false,
+        ),
+        (
+            "truncated, then stalled",
+            good[..good.len() - 3].to_vec(),
+            true,
+        ),
+        ("bad body checksum", bad_body, false),
+    ];
+    for (case, bytes, keep_open) in crc_cases {
+        expect_closed(&fx, &client, Mode::Crc, case, keep_open, |_| bytes).await;
+    }
+
+    // Secure frames, each made with the raw link's own key, then broken.
+    let secure = Mode::Secure;
+    let request = |raw: &mut link::Link, open: bool| {
+        protected_bytes(raw, Kind::Request, &ask, b"payload-sealed-chunk", open)
+    };
+    expect_closed(
+        &fx,
+        &client,
+        secure,
+        "a flipped protected byte",
+        false,
+        |raw| {
+            let mut bytes = request(raw, false);
+            bytes[12] ^= 1;
+            bytes
+        },
+    )
+    .await;
+    expect_closed(
+        &fx,
+        &client,
+        secure,
+        "an altered open segment",
+        false,
+        |raw| {
+            let mut bytes = request(raw, true);
+            let last = bytes.len() - 1;
+            bytes[last] ^= 1;
+            bytes
+        },
+    )
+    .await;
+    expect_closed(
+        &fx,
+        &client,
+        secure,
+        "a swapped open segment",
+        false,
+        |raw| {
+            let mut bytes = request(raw, true);
+            let at = bytes.len() - 20;
+            bytes[at..].copy_from_slice(b"another sealed chunk");
+            bytes
+        },
+    )
+    .await;
+    expect_closed(&fx, &client, secure, "a replayed frame", false, |raw| {
+        let bytes = request(raw, true);
+        [&bytes[..], &bytes[..]].concat()
+    })
+    .await;
+    expect_closed(
+        &fx,
+        &client,
+        secure,
+        "a segment moved to a later frame",
+        false,
+        |raw| {
+            let first = protected_bytes(raw, Kind::Request, &ask, b"another-sealed-chunk", true);
+            let mut second = request(raw, true);
+            let (a, b) = (first.len() - 20, second.len() - 20);
+            second[b..].copy_from_slice(&first[a..]);
+            [&first[..], &second[..]].concat()
+        },
+    )
+    .await;
+    expect_closed(
+        &fx,
+        &client,
+        secure,
+        "lengths changed in the clear",
+        false,
+        |raw| {
+            let mut bytes = request(raw, true);
+            bytes[0] = bytes[0].wrapping_add(4);
+            bytes[4] = bytes[4].wrapping_sub(4);
+            bytes
+        },
+    )
+    .await;
+    expect_closed(
+        &fx,
+        &client,
+        secure,
+        "an oversized open segment",
+        false,
+        |_| {
+            [
+                &64u32.to_le_bytes()[..],
+                &(DATA_BYTES_MAX + 1).to_le_bytes()[..],
+            ]
+            .concat()
+        },
+    )
+    .await;
+    expect_closed(
+        &fx,
+        &client,
+        secure,
+        "a reply sent to a server",
+        false,
+        |raw| protected_bytes(raw, Kind::Reply, &ask, b"", false),
+    )
+    .await;
+    for (case, keep_open) in [
+        ("truncated, then closed", false),
+        ("truncated, then stalled", true),
+    ] {
+        expect_closed(&fx, &client, secure, case, keep_open, |raw| {
+            let bytes = request(raw, true);
+            bytes[..bytes.len() - 3].to_vec()
+        })
+        .await;
+    }
     for mode in [Mode::Secure, Mode::Crc] {
-        let good = frame_bytes(Kind::Request, &ask, b"payload", mode);
-        let mut bad_magic = good.clone();
-        bad_magic[0] ^= 0xff;
-        let mut bad_header_crc = good.clone();
-        bad_header_crc[30] ^= 1;
-        let mut oversized = Header::for_body(Kind::Request, 1, &Bytes::new(), &Bytes::new(), mode);
-        oversized.data_len = DATA_BYTES_MAX + 1;
-        let mut bad_body = good.clone();
-        let last = bad_body.len() - 1;
-        bad_body[last] ^= 1;
-        let mut cases: Vec<(&str, Vec<u8>, bool)> = vec![
-            ("bad magic", bad_magic, false),
-            ("bad header checksum", bad_header_crc, false),
-            ("oversized data segment", oversized.encode().to_vec(), false),
-            (
-                "a reply sent to a server",
-                frame_bytes(Kind::Reply, &ask, b"", mode),
-                false,
-            ),
-            (
-                "truncated, then closed",
-                good[..good.len() - 3].to_vec(),
-                false,
-            ),
-            (
-                "truncated, then stalled",
-                good[..good.len() - 3].to_vec(),
-                true,
-            ),
-        ];
-        if mode == Mode::Crc {
-            cases.push(("bad body checksum", bad_body, false));
-        }
-        for (case, bytes, keep_open) in cases {
-            let mut raw = link::connect(&client, fx.addr(), &name(SERVER), &[mode])
-                .await
-                .expect("connect");
-            raw.writer.write_all(&bytes).await.expect("write");
-            raw.writer.flush().await.expect("flush");
-            if !keep_open {
-                raw.writer.shutdown().await.expect("shutdown");
-            }
-            // The frame timeout is 1 s; a stalled frame must be cut within a few seconds.
-            assert!(
-                closed_by_server(&mut raw, Duration::from_secs(5)).await,
-                "{mode}, {case}: the server kept the link open"
-            );
-        }
         let conn = fx.connect(&client, mode).await;
         echo(&conn, pattern(64, 2), 0)
             .await
