@@ -6,6 +6,7 @@
 //! Must never depend on: `osd`, `store` (checked by scripts/check-deps.py).
 
 pub mod conf;
+mod edge;
 pub mod stripe;
 
 use std::collections::{BTreeMap, HashMap};
@@ -15,11 +16,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use map::cluster::{Change, ClusterMap, Epoch};
+use map::cluster::{Change, ClusterMap, Epoch, Seal};
 use map::placement::{OsdId, PgId};
 use map::{ObjectName, PoolId};
 use messenger::message::{
-    Command, MonReply, MonRequest, MonStatus, OsdReply, OsdRequest, ReqId, Version, LIST_PAGE_MAX,
+    ChunkSeal, Command, MonReply, MonRequest, MonStatus, OsdReply, OsdRequest, ReqId, Version,
+    CHUNK_BYTES, LIST_PAGE_MAX,
 };
 use messenger::{Connection, Endpoint, EntityName, Identity, Limits, Mode, MonClient};
 use tokio::sync::{watch, Mutex};
@@ -301,7 +303,18 @@ impl Cluster {
             cluster: self.clone(),
             id,
             name: name.into(),
+            edge: Arc::default(),
         })
+    }
+
+    /// The data keys of pool `pool`, sealed at the edge, from the monitors.
+    async fn pool_keys(&self, pool: PoolId) -> Result<edge::EdgeKeys, Error> {
+        match self.inner.monc.call(&MonRequest::PoolKeys { pool }).await? {
+            MonReply::PoolKeys { keys } => edge::EdgeKeys::new(pool, keys),
+            MonReply::Denied(why) => Err(Error::Denied(why)),
+            MonReply::Failed(why) => Err(Error::Failed(why)),
+            other => Err(Error::Failed(format!("unexpected reply {other:?}"))),
+        }
     }
 }
 
@@ -377,7 +390,11 @@ impl Inner {
                     let request = make(pg, map.epoch);
                     let sent = match self.connection(osd, &addr).await {
                         Ok(conn) => conn
-                            .request::<_, OsdReply>(&request, data.clone())
+                            .request_with::<_, OsdReply>(
+                                &request,
+                                data.clone(),
+                                request.data_is_sealed(),
+                            )
                             .await
                             .map_err(|e| format!("osd.{}: {e}", osd.0)),
                         Err(e) => Err(e),
@@ -460,7 +477,15 @@ pub struct Pool {
     cluster: Cluster,
     id: PoolId,
     name: String,
+    /// The pool's data keys once fetched, if it is sealed at the edge.
+    edge: Arc<std::sync::Mutex<Option<Arc<edge::EdgeKeys>>>>,
 }
+
+/// Attempts of a partial-chunk write before it gives up on writers that keep changing the
+/// same chunk.
+const EDGE_ATTEMPTS: usize = 16;
+/// Times the client asks the monitors again for a key version the map already names.
+const KEY_FETCH_ATTEMPTS: usize = 20;
 
 fn object_name(name: &str) -> Result<ObjectName, Error> {
     ObjectName::new(name).map_err(|e| Error::Invalid(e.to_string()))
@@ -515,9 +540,204 @@ impl Pool {
         self.operate(name, ops, data).await.map(|_| ())
     }
 
+    /// Whether the pool is sealed at the edge: then this client seals what it writes and
+    /// opens what it reads (docs/design/edge-sealing.md).
+    pub fn is_edge_sealed(&self) -> bool {
+        self.edge_version().is_some()
+    }
+
+    fn edge_version(&self) -> Option<u16> {
+        match self.cluster.map().pools.get(&self.id)?.seal {
+            Seal::Edge { key } => Some(key),
+            Seal::Osd => None,
+        }
+    }
+
+    /// The pool's keys, holding at least the map's current version and `need` (a version a
+    /// chunk names); `None` in a pool sealed by the OSDs.
+    async fn edge_keys(&self, need: Option<u16>) -> Result<Option<Arc<edge::EdgeKeys>>, Error> {
+        let Some(current) = self.edge_version() else {
+            return Ok(None);
+        };
+        let want = need.unwrap_or(current).max(current);
+        for _ in 0..KEY_FETCH_ATTEMPTS {
+            let held = self.edge.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            if let Some(keys) = held.filter(|k| k.current >= current && k.holds(want)) {
+                return Ok(Some(keys));
+            }
+            let fetched = Arc::new(self.cluster.pool_keys(self.id).await?);
+            if fetched.current >= current && fetched.holds(want) {
+                *self.edge.lock().unwrap_or_else(|p| p.into_inner()) = Some(fetched.clone());
+                return Ok(Some(fetched));
+            }
+            if need.is_some_and(|v| v > current) {
+                // A chunk names a key the cluster's map does not: a newer map, or a forgery.
+                self.cluster.inner.refresh().await?;
+            }
+            // A monitor behind the map's epoch: ask again.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Err(Error::Failed(format!(
+            "pool {}: the monitors do not release data key {want}",
+            self.name
+        )))
+    }
+
+    /// Chunks `[first, first + count)` of `name`, opened, with the object's size and the
+    /// chunks' records (`None` for holes, which read as zeros).
+    async fn read_chunks(
+        &self,
+        keys: &Arc<edge::EdgeKeys>,
+        name: &str,
+        first: u64,
+        count: u64,
+    ) -> Result<(u64, Vec<Option<ChunkSeal>>, bytes::BytesMut), Error> {
+        let count_u32 =
+            u32::try_from(count).map_err(|_| Error::Invalid("read too large".into()))?;
+        let ops = vec![ObjectOp::ReadChunks {
+            first,
+            count: count_u32,
+        }];
+        let (results, data) = self.operate(name, ops, Bytes::new()).await?;
+        let (size, seals) = match results.as_slice() {
+            [OpResult::Chunks { size, seals }] => (*size, seals.clone()),
+            other => return Err(Error::Failed(format!("unexpected results {other:?}"))),
+        };
+        let mut data = data
+            .try_into_mut()
+            .unwrap_or_else(|shared| bytes::BytesMut::from(&shared[..]));
+        let newest = seals
+            .iter()
+            .flatten()
+            .map(|s| (s.key_id >> 48) as u16)
+            .max();
+        let keys = match newest {
+            Some(version) if !keys.holds(version) => self
+                .edge_keys(Some(version))
+                .await?
+                .ok_or_else(|| Error::Failed("the pool is no longer sealed at the edge".into()))?,
+            _ => keys.clone(),
+        };
+        keys.open(name, first, &mut data, &seals)?;
+        Ok((size, seals, data))
+    }
+
+    /// One chunk, opened, with bytes at or past the object's size zeroed; for merging.
+    async fn chunk_for_merge(
+        &self,
+        keys: &Arc<edge::EdgeKeys>,
+        name: &str,
+        index: u64,
+    ) -> Result<(u64, Option<ChunkSeal>, bytes::BytesMut), Error> {
+        match self.read_chunks(keys, name, index, 1).await {
+            Ok((size, seals, mut data)) => {
+                let keep = size.saturating_sub(index * CHUNK_BYTES).min(CHUNK_BYTES) as usize;
+                data[keep..].fill(0);
+                Ok((size, seals[0], data))
+            }
+            Err(Error::NotFound) => Ok((0, None, bytes::BytesMut::zeroed(CHUNK_BYTES as usize))),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Writes `data` at `offset` of an edge-sealed object: whole chunks are sealed and sent;
+    /// a chunk written in part is read, merged and resealed under the condition that it did
+    /// not change meanwhile (retried if it did). Growing past a partial last chunk rewrites
+    /// it too, zeroed past the old size, in the same request.
+    async fn write_edge(
+        &self,
+        keys: &Arc<edge::EdgeKeys>,
+        name: &str,
+        offset: u64,
+        data: &[u8],
+        replace: bool,
+    ) -> Result<(), Error> {
+        let end = offset + data.len() as u64;
+        let first = offset / CHUNK_BYTES;
+        let last = end.div_ceil(CHUNK_BYTES);
+        let chunk = CHUNK_BYTES as usize;
+        let mut merge = Vec::new();
+        if !replace && !offset.is_multiple_of(CHUNK_BYTES) {
+            merge.push(first);
+        }
+        if !replace && !end.is_multiple_of(CHUNK_BYTES) && !merge.contains(&(last - 1)) {
+            merge.push(last - 1);
+        }
+        let mut fix_tail = false;
+        for _ in 0..EDGE_ATTEMPTS {
+            let mut buf = vec![0u8; ((last - first) * CHUNK_BYTES) as usize];
+            let mut ops = Vec::new();
+            let mut size = None;
+            for &index in &merge {
+                let (found, seal, plain) = self.chunk_for_merge(keys, name, index).await?;
+                size = Some(found);
+                let at = ((index - first) * CHUNK_BYTES) as usize;
+                buf[at..at + chunk].copy_from_slice(&plain);
+                ops.push(ObjectOp::AssertChunk { index, seal });
+            }
+            let at = (offset - first * CHUNK_BYTES) as usize;
+            buf[at..at + data.len()].copy_from_slice(data);
+            let mut segment = Vec::new();
+            if replace {
+                ops.push(ObjectOp::Truncate { size: 0 });
+            } else if fix_tail {
+                let size = match size {
+                    Some(size) => size,
+                    None => self.chunk_for_merge(keys, name, first).await?.0,
+                };
+                let tail = size / CHUNK_BYTES;
+                if !size.is_multiple_of(CHUNK_BYTES) && end > size && !(first..last).contains(&tail) {
+                    let (_, seal, mut plain) = self.chunk_for_merge(keys, name, tail).await?;
+                    if seal.is_some() {
+                        let seals = keys.seal(name, tail, &mut plain);
+                        ops.push(ObjectOp::AssertChunk { index: tail, seal });
+                        // Whole afterwards (zeros past the old size, which the write
+                        // passes anyway), so the write below may grow the object.
+                        ops.push(ObjectOp::WriteChunks {
+                            first: tail,
+                            seals,
+                            end: (tail + 1) * CHUNK_BYTES,
+                        });
+                        segment.extend_from_slice(&plain);
+                    }
+                }
+            }
+            let seals = keys.seal(name, first, &mut buf);
+            ops.push(ObjectOp::WriteChunks { first, seals, end });
+            segment.extend_from_slice(&buf);
+            match self.operate(name, ops, Bytes::from(segment)).await {
+                Ok(_) => return Ok(()),
+                Err(Error::Mismatch(_)) if !replace => fix_tail = true,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(Error::Failed(format!(
+            "{name}: other writers kept changing the chunks this write shares with them              ({EDGE_ATTEMPTS} attempts)"
+        )))
+    }
+
     /// Replaces object `name` with `data` (in one atomic write up to [`PIECE_BYTES`], in
     /// pieces beyond).
     pub async fn put(&self, name: &str, data: Bytes) -> Result<(), Error> {
+        if let Some(keys) = self.edge_keys(None).await? {
+            let first = data.len().min(PIECE_BYTES as usize);
+            self.write_edge(&keys, name, 0, &data[..first], true)
+                .await?;
+            let mut offset = first as u64;
+            while offset < data.len() as u64 {
+                let end = (offset + PIECE_BYTES).min(data.len() as u64);
+                self.write_edge(
+                    &keys,
+                    name,
+                    offset,
+                    &data[offset as usize..end as usize],
+                    false,
+                )
+                .await?;
+                offset = end;
+            }
+            return Ok(());
+        }
         let first = data.slice(..data.len().min(PIECE_BYTES as usize));
         let len = first.len() as u64;
         self.write_ops(name, vec![ObjectOp::WriteFull { len }], first)
@@ -534,6 +754,20 @@ impl Pool {
 
     /// Writes `data` at `offset`, creating the object if need be.
     pub async fn write(&self, name: &str, offset: u64, data: Bytes) -> Result<(), Error> {
+        if let Some(keys) = self.edge_keys(None).await? {
+            let mut at = 0u64;
+            while at < data.len() as u64 {
+                // Pieces end on chunk boundaries, so only the write's own ends are partial.
+                let piece_end = ((offset + at + PIECE_BYTES) / CHUNK_BYTES * CHUNK_BYTES)
+                    .max(offset + at + 1)
+                    .min(offset + data.len() as u64);
+                let bytes = &data[at as usize..(piece_end - offset) as usize];
+                self.write_edge(&keys, name, offset + at, bytes, false)
+                    .await?;
+                at = piece_end - offset;
+            }
+            return Ok(());
+        }
         let len = data.len() as u64;
         self.write_ops(name, vec![ObjectOp::Write { offset, len }], data)
             .await
@@ -545,9 +779,63 @@ impl Pool {
             .await
     }
 
+    /// Sets the object's size. In an edge-sealed pool, a cut inside a chunk first rewrites
+    /// that chunk zeroed past the cut (in the same request), so growing the object later
+    /// reads zeros there, not the old bytes.
     pub async fn truncate(&self, name: &str, size: u64) -> Result<(), Error> {
-        self.write_ops(name, vec![ObjectOp::Truncate { size }], Bytes::new())
-            .await
+        let Some(keys) = self.edge_keys(None).await? else {
+            return self
+                .write_ops(name, vec![ObjectOp::Truncate { size }], Bytes::new())
+                .await;
+        };
+        for _ in 0..EDGE_ATTEMPTS {
+            let (old, index) = {
+                let probe = self
+                    .chunk_for_merge(&keys, name, size / CHUNK_BYTES)
+                    .await?;
+                (probe.0, size / CHUNK_BYTES)
+            };
+            let mut ops = Vec::new();
+            let mut segment = Vec::new();
+            // The chunk that will be partial after the cut (shrinking), or the old partial
+            // tail (growing): rewritten, zeroed past the smaller of the two sizes.
+            let (cut, at) = if size < old {
+                (size, index)
+            } else {
+                (old, old / CHUNK_BYTES)
+            };
+            if !cut.is_multiple_of(CHUNK_BYTES) {
+                let (_, seal, mut plain) = self.chunk_for_merge(&keys, name, at).await?;
+                if seal.is_some() {
+                    let keep = (cut - at * CHUNK_BYTES) as usize;
+                    plain[keep..].fill(0);
+                    let seals = keys.seal(name, at, &mut plain);
+                    ops.push(ObjectOp::AssertChunk { index: at, seal });
+                    // Growing: the chunk is whole afterwards (zeros past the old size), so
+                    // the object grows past it freely.
+                    let end = if size < old {
+                        cut
+                    } else {
+                        size.min((at + 1) * CHUNK_BYTES)
+                    };
+                    ops.push(ObjectOp::WriteChunks {
+                        first: at,
+                        seals,
+                        end,
+                    });
+                    segment.extend_from_slice(&plain);
+                }
+            }
+            ops.push(ObjectOp::Truncate { size });
+            match self.operate(name, ops, Bytes::from(segment)).await {
+                Ok(_) => return Ok(()),
+                Err(Error::Mismatch(_)) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(Error::Failed(format!(
+            "{name}: other writers kept changing its last chunk ({EDGE_ATTEMPTS} attempts)"
+        )))
     }
 
     pub async fn remove(&self, name: &str) -> Result<(), Error> {
@@ -575,6 +863,9 @@ impl Pool {
 
     /// Up to `len` bytes from `offset` (shorter at the end of the object).
     pub async fn read(&self, name: &str, offset: u64, len: u64) -> Result<Bytes, Error> {
+        if let Some(keys) = self.edge_keys(None).await? {
+            return self.read_edge(&keys, name, offset, len).await;
+        }
         let mut out = Vec::new();
         let mut at = offset;
         let end = offset.saturating_add(len);
@@ -596,6 +887,38 @@ impl Pool {
             at += got;
         }
         Ok(Bytes::from(out))
+    }
+
+    async fn read_edge(
+        &self,
+        keys: &Arc<edge::EdgeKeys>,
+        name: &str,
+        offset: u64,
+        len: u64,
+    ) -> Result<Bytes, Error> {
+        let end = offset.saturating_add(len);
+        let mut out = bytes::BytesMut::new();
+        let mut at = offset;
+        while at < end {
+            let first = at / CHUNK_BYTES;
+            let last = end
+                .div_ceil(CHUNK_BYTES)
+                .min(first + PIECE_BYTES / CHUNK_BYTES);
+            let (size, _, data) = self.read_chunks(keys, name, first, last - first).await?;
+            let stop = (last * CHUNK_BYTES).min(end).min(size);
+            if stop <= at {
+                break;
+            }
+            let piece = data
+                .freeze()
+                .slice((at - first * CHUNK_BYTES) as usize..(stop - first * CHUNK_BYTES) as usize);
+            if out.is_empty() && stop == end.min(size) {
+                return Ok(piece);
+            }
+            out.extend_from_slice(&piece);
+            at = stop;
+        }
+        Ok(out.freeze())
     }
 
     /// The whole object.

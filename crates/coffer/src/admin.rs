@@ -47,7 +47,15 @@ pub enum PoolCommand {
         /// Failure domain: osd (replicas on different OSDs) or host.
         #[arg(long, default_value = "osd")]
         domain: String,
+        /// Where data is sealed: osd (clients send plaintext, each OSD's store seals it) or
+        /// edge (clients seal 4 KiB chunks under the pool's data key from the KMS; OSDs never
+        /// hold it). Fixed once the pool exists.
+        #[arg(long, default_value = "osd")]
+        seal: String,
     },
+    /// Gives a pool sealed at the edge a new data key for new writes; chunks under older
+    /// keys stay readable, and the older keys are rewrapped by a new KMS key version.
+    RotateKey { name: String },
     Ls {
         #[arg(long)]
         json: bool,
@@ -277,6 +285,7 @@ pub fn pool(who: &Who, command: PoolCommand) -> Result<(), String> {
             min_size,
             pg_num,
             domain,
+            seal,
         } => {
             let domain = match domain.as_str() {
                 "osd" => FailureDomain::Osd,
@@ -290,10 +299,28 @@ pub fn pool(who: &Who, command: PoolCommand) -> Result<(), String> {
                 pg_num,
                 domain,
             };
+            let command = match seal.as_str() {
+                "osd" => MonCommand::Change(change),
+                "edge" => MonCommand::PoolCreateEdge { change },
+                other => return Err(format!("--seal {other}: use osd or edge")),
+            };
             runtime
-                .block_on(cluster.command(MonCommand::Change(change)))
+                .block_on(cluster.command(command))
                 .map_err(|e| e.to_string())?;
-            println!("pool {name} created");
+            println!("pool {name} created (sealed at the {seal})");
+            Ok(())
+        }
+        PoolCommand::RotateKey { name } => {
+            runtime
+                .block_on(cluster.command(MonCommand::PoolRotateKey { name: name.clone() }))
+                .map_err(|e| e.to_string())?;
+            let map = runtime
+                .block_on(cluster.wait_for_epoch(cluster.map().epoch + 1))
+                .map_err(|e| e.to_string())?;
+            if let Some(map::cluster::Seal::Edge { key }) = map.pool_by_name(&name).map(|p| p.seal)
+            {
+                println!("pool {name}: new writes are sealed under data key {key}");
+            }
             Ok(())
         }
         PoolCommand::Ls { json: as_json } => {
@@ -302,8 +329,12 @@ pub fn pool(who: &Who, command: PoolCommand) -> Result<(), String> {
                 return json(&map.pools.values().collect::<Vec<_>>());
             }
             for pool in map.pools.values() {
+                let seal = match pool.seal {
+                    map::cluster::Seal::Osd => "osd".to_string(),
+                    map::cluster::Seal::Edge { key } => format!("edge (data key {key})"),
+                };
                 println!(
-                    "{} (id {}): size {}, min_size {}, {} pgs, domain {:?}",
+                    "{} (id {}): size {}, min_size {}, {} pgs, domain {:?}, sealed at {seal}",
                     pool.name, pool.id, pool.size, pool.min_size, pool.pg_num, pool.domain
                 );
             }

@@ -10,50 +10,8 @@
 
 mod common;
 
-use std::path::Path;
-
 use common::{run_ok, serial, Capture, LocalCluster};
 use gateway::layout;
-
-/// Whether any file under `dir` (but the capture) holds `marker`.
-fn on_disk(dir: &Path, marker: &[u8]) -> Vec<String> {
-    let mut found = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).expect("read dir").flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if path.extension().is_none_or(|e| e != "pcap") && file_holds(&path, marker) {
-                found.push(path.display().to_string());
-            }
-        }
-    }
-    found
-}
-
-/// Whether the file at `path` holds `marker`, read in pieces that overlap by its length.
-fn file_holds(path: &Path, marker: &[u8]) -> bool {
-    use std::io::Read;
-    const PIECE: usize = 16 << 20;
-    let Ok(mut file) = std::fs::File::open(path) else {
-        return false;
-    };
-    let mut buffer = vec![0u8; PIECE + marker.len()];
-    let mut kept = 0;
-    loop {
-        let read = match file.read(&mut buffer[kept..]) {
-            Ok(0) | Err(_) => return false,
-            Ok(read) => read,
-        };
-        let filled = kept + read;
-        if common::contains(&buffer[..filled], marker) {
-            return true;
-        }
-        kept = (marker.len() - 1).min(filled);
-        buffer.copy_within(filled - kept..filled, 0);
-    }
-}
 
 #[test]
 fn sse_keeps_markers_off_every_disk_and_wire_where_plain_objects_show() {
@@ -100,12 +58,12 @@ fn sse_keeps_markers_off_every_disk_and_wire_where_plain_objects_show() {
         !common::contains(&wire, sse_marker.as_bytes()),
         "an SSE marker crossed the loopback in the clear"
     );
-    let plain_files = on_disk(cluster.dir.path(), plain_marker.as_bytes());
+    let plain_files = common::on_disk(cluster.dir.path(), plain_marker.as_bytes());
     assert!(
         !plain_files.is_empty(),
         "the plain marker must be in the unencrypted stores, or the scan proves nothing"
     );
-    let sse_files = on_disk(cluster.dir.path(), sse_marker.as_bytes());
+    let sse_files = common::on_disk(cluster.dir.path(), sse_marker.as_bytes());
     assert!(
         sse_files.is_empty(),
         "an SSE marker is stored in the clear in {sse_files:?}"

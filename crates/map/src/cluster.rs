@@ -51,6 +51,20 @@ pub struct PoolInfo {
     pub min_size: u8,
     pub pg_num: u32,
     pub domain: FailureDomain,
+    /// Where the pool's data is sealed; fixed when the pool is created.
+    #[serde(default)]
+    pub seal: Seal,
+}
+
+/// Where a pool's data is sealed (docs/design/edge-sealing.md).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Seal {
+    /// Clients send plaintext; each OSD's store seals it (its at-rest mode).
+    #[default]
+    Osd,
+    /// Clients seal 4 KiB chunks under the pool's data key `key` (a version, from 1) and
+    /// OSDs store them as they come, never holding the key.
+    Edge { key: u16 },
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -189,6 +203,23 @@ impl std::error::Error for ChangeError {}
 
 impl ClusterMap {
     /// Applies `change` and moves to the next epoch, or changes nothing and says why.
+    /// The id the next created pool gets (ids are never reused).
+    pub fn next_pool_id(&self) -> PoolId {
+        PoolId(self.next_pool + 1)
+    }
+
+    /// Sets pool `id`'s seal, in a new epoch, as the monitors do when they create a pool
+    /// sealed at the edge or rotate its data key.
+    pub fn set_seal(&mut self, id: PoolId, seal: Seal) -> Result<(), ChangeError> {
+        let pool = self
+            .pools
+            .get_mut(&id)
+            .ok_or_else(|| ChangeError::NoSuchPool(format!("id {}", id.0)))?;
+        pool.seal = seal;
+        self.epoch += 1;
+        Ok(())
+    }
+
     pub fn apply(&mut self, change: &Change) -> Result<(), ChangeError> {
         match change {
             Change::AddOsd { id, host, weight } => {
@@ -260,6 +291,7 @@ impl ClusterMap {
                     min_size: *min_size,
                     pg_num: *pg_num,
                     domain: *domain,
+                    seal: Seal::Osd,
                 };
                 self.pools.insert(id, pool);
             }

@@ -47,6 +47,9 @@ pub enum MonRequest {
         version: u32,
         wrapped: Vec<u8>,
     },
+    /// Every data key of a pool sealed at the edge, in the clear, for a client allowed to
+    /// read the pool (secure links only; never to an OSD or a monitor): [`MonReply::PoolKeys`].
+    PoolKeys { pool: map::PoolId },
 }
 
 /// How often an OSD sends its beacon to the monitors.
@@ -135,6 +138,16 @@ pub enum Command {
         name: String,
     },
     KmsKeyList,
+    /// Creates a pool sealed at the edge (`change` is a `CreatePool`), with its KMS key
+    /// `pool.<id>` and its first data key.
+    PoolCreateEdge {
+        change: Change,
+    },
+    /// Gives an edge-sealed pool a new data key for new writes; the KMS key gets a new
+    /// version, and every older data key is rewrapped by it.
+    PoolRotateKey {
+        name: String,
+    },
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -179,6 +192,10 @@ pub enum MonReply {
     Rewrapped {
         version: u32,
         wrapped: Vec<u8>,
+    },
+    /// A pool's data keys, in the clear: (key version, 32 bytes), oldest first.
+    PoolKeys {
+        keys: Vec<(u16, Vec<u8>)>,
     },
 }
 
@@ -255,6 +272,18 @@ pub struct ReqId {
     pub seq: u64,
 }
 
+/// Bytes of one chunk sealed at the edge: the store's block.
+pub const CHUNK_BYTES: u64 = 4096;
+
+/// The seal record of one chunk sealed at the edge (docs/design/edge-sealing.md): key id,
+/// nonce and tag. OSDs keep it beside the chunk and never interpret it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChunkSeal {
+    pub key_id: u64,
+    pub nonce: [u8; 12],
+    pub tag: [u8; 16],
+}
+
 /// One operation on an object. The bytes of writes travel in the data segment, in order.
 ///
 /// A write request may carry conditions (`Assert*`), checked under the PG's lock before any
@@ -325,6 +354,25 @@ pub enum ObjectOp {
         key: Vec<u8>,
         value: Option<Vec<u8>>,
     },
+    /// Stores whole chunks sealed by the client (edge pools only), from chunk index `first`:
+    /// `seals.len()` chunks of [`CHUNK_BYTES`] in the data segment. The object's size
+    /// becomes at least `end`, the end of the written bytes (inside the last chunk).
+    WriteChunks {
+        first: u64,
+        seals: Vec<ChunkSeal>,
+        end: u64,
+    },
+    /// Reads `count` chunks from index `first` as stored, sealed, with their records and the
+    /// object's size ([`OpResult::Chunks`]); a hole has no record and reads as zeros.
+    ReadChunks {
+        first: u64,
+        count: u32,
+    },
+    /// Condition: chunk `index` is the one sealed with `seal` (`None`: no chunk there).
+    AssertChunk {
+        index: u64,
+        seal: Option<ChunkSeal>,
+    },
 }
 
 impl ObjectOp {
@@ -337,13 +385,17 @@ impl ObjectOp {
                 | ObjectOp::GetAttrs
                 | ObjectOp::OmapGet { .. }
                 | ObjectOp::OmapList { .. }
+                | ObjectOp::ReadChunks { .. }
         )
     }
 
     pub fn is_condition(&self) -> bool {
         matches!(
             self,
-            ObjectOp::AssertExists | ObjectOp::AssertAttr { .. } | ObjectOp::AssertOmap { .. }
+            ObjectOp::AssertExists
+                | ObjectOp::AssertAttr { .. }
+                | ObjectOp::AssertOmap { .. }
+                | ObjectOp::AssertChunk { .. }
         )
     }
 
@@ -351,6 +403,7 @@ impl ObjectOp {
     pub fn data_len(&self) -> u64 {
         match self {
             ObjectOp::WriteFull { len } | ObjectOp::Write { len, .. } => *len,
+            ObjectOp::WriteChunks { seals, .. } => seals.len() as u64 * CHUNK_BYTES,
             _ => 0,
         }
     }
@@ -370,6 +423,11 @@ pub enum OpResult {
     Attrs(BTreeMap<String, Vec<u8>>),
     Omap(Vec<(Vec<u8>, Option<Vec<u8>>)>),
     OmapList(Vec<(Vec<u8>, Vec<u8>)>),
+    /// Sealed chunks read (in the data segment, zeros for holes), with the object's size.
+    Chunks {
+        size: u64,
+        seals: Vec<Option<ChunkSeal>>,
+    },
 }
 
 /// A request to an OSD.
@@ -393,6 +451,45 @@ pub enum OsdRequest {
     },
     /// From a PG's primary to the other OSDs of its acting set.
     Peer { pg: PgId, epoch: Epoch, op: PeerOp },
+}
+
+impl OsdRequest {
+    /// Whether the data segment is chunks sealed at the edge (and so travels open on a secure
+    /// link, bound to its frame): decided by what the request is, never by a free flag.
+    pub fn data_is_sealed(&self) -> bool {
+        let writes_chunks = |ops: &[ObjectOp]| {
+            ops.iter()
+                .any(|op| matches!(op, ObjectOp::WriteChunks { .. }))
+        };
+        match self {
+            OsdRequest::Op { ops, .. } => writes_chunks(ops),
+            OsdRequest::Peer {
+                op: PeerOp::Replicate { ops, .. },
+                ..
+            } => writes_chunks(ops),
+            OsdRequest::Peer {
+                op: PeerOp::Push {
+                    copy: Some(copy), ..
+                },
+                ..
+            } => copy.chunks.is_some(),
+            _ => false,
+        }
+    }
+}
+
+impl OsdReply {
+    /// Whether the data segment is chunks sealed at the edge (see
+    /// [`OsdRequest::data_is_sealed`]).
+    pub fn data_is_sealed(&self) -> bool {
+        match self {
+            OsdReply::Results(results) => {
+                results.iter().any(|r| matches!(r, OpResult::Chunks { .. }))
+            }
+            OsdReply::Copy(Some(copy)) => copy.chunks.is_some(),
+            _ => false,
+        }
+    }
 }
 
 /// Most names in one page of a listing.
@@ -434,6 +531,9 @@ pub struct ObjectCopy {
     pub size: u64,
     pub attrs: BTreeMap<String, Vec<u8>>,
     pub omap: Vec<(Vec<u8>, Vec<u8>)>,
+    /// In an edge-sealed pool, the records of the piece's chunks (the data segment holds
+    /// the chunks as stored); `None` elsewhere, where the data is plaintext.
+    pub chunks: Option<Vec<Option<ChunkSeal>>>,
 }
 
 /// One write in a PG's log.

@@ -10,8 +10,22 @@ use keys::{KeyEncryptionKey, SecretKey, WrappedKey};
 use crate::state::KmsKey;
 
 const NAME_BYTES_MAX: usize = 128;
+/// KMS keys named so wrap pools' data keys; only pool commands touch them.
+pub const POOL_KEY_PREFIX: &str = "pool.";
+
+/// Refuses the KMS keys of pools to the general KMS requests and commands: a pool's keys
+/// are released only by `PoolKeys`, under the pool's capabilities.
+pub fn check_not_pool_key(name: &str) -> Result<(), String> {
+    if name.starts_with(POOL_KEY_PREFIX) {
+        return Err(format!(
+            "KMS key {name}: keys named {POOL_KEY_PREFIX}* belong to pools sealed at the edge"
+        ));
+    }
+    Ok(())
+}
 
 pub fn check_name(name: &str) -> Result<(), String> {
+    check_not_pool_key(name)?;
     let ok = !name.is_empty()
         && name.len() <= NAME_BYTES_MAX
         && name

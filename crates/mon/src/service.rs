@@ -163,6 +163,7 @@ impl Handler for MonService {
                 })
             }
             MonRequest::Command(command) => reply(self.command(&peer, command).await),
+            MonRequest::PoolKeys { pool } => reply(self.pool_keys(&peer, pool)),
             MonRequest::Raft(kind) => {
                 if peer.entity.kind() != EntityKind::Mon {
                     return reply(MonReply::Denied("raft traffic is for monitors only".into()));
@@ -202,12 +203,47 @@ impl MonService {
         if releases && peer.mode != Mode::Secure {
             return MonReply::Denied("data keys are released only over a secure link".into());
         }
+        if let Err(why) = crate::kms::check_not_pool_key(name) {
+            return MonReply::Denied(why);
+        }
         self.shared
             .read(|s| match s.kms.get(name) {
                 Some(found) => serve(found),
                 None => Err(format!("KMS key {name} does not exist")),
             })
             .unwrap_or_else(MonReply::Failed)
+    }
+
+    /// A pool's data keys, in the clear, for a client that may read the pool, over a secure
+    /// link. Never to a daemon: OSDs store sealed chunks without the key
+    /// (docs/design/edge-sealing.md).
+    fn pool_keys(&self, peer: &Peer<Caps>, pool: map::PoolId) -> MonReply {
+        if peer.entity.kind() != EntityKind::Client {
+            return MonReply::Denied("pool keys are released only to clients".into());
+        }
+        if peer.mode != Mode::Secure {
+            return MonReply::Denied("pool keys are released only over a secure link".into());
+        }
+        let found = self.shared.read(|s| {
+            let info = s.map.pools.get(&pool)?.clone();
+            let kms = s.kms.get(&crate::state::pool_kms_name(pool))?.clone();
+            Some((info, kms, s.pool_keys.get(&pool)?.clone()))
+        });
+        let Some((info, kms, wrapped)) = found else {
+            return MonReply::Failed(format!("pool {pool} is not sealed at the edge"));
+        };
+        if !peer.grant.osd_allows(&info.name, false) {
+            return MonReply::Denied(format!("{} may not read pool {}", peer.entity, info.name));
+        }
+        let kms_name = crate::state::pool_kms_name(pool);
+        let mut keys = Vec::with_capacity(wrapped.len());
+        for (i, (version, wrapped)) in wrapped.iter().enumerate() {
+            match crate::kms::decrypt(&kms, &kms_name, *version, wrapped) {
+                Ok(key) => keys.push((i as u16 + 1, key.expose().to_vec())),
+                Err(why) => return MonReply::Failed(why),
+            }
+        }
+        MonReply::PoolKeys { keys }
     }
 
     fn store_kek(&self, peer: &Peer<Caps>) -> MonReply {
@@ -410,8 +446,74 @@ impl MonService {
                 crate::kms::check_name(&name).map_err(MonReply::Failed)?;
                 Ok((kms_put(name, false), None))
             }
-            Command::KmsKeyRotate { name } => Ok((kms_put(name, true), None)),
-            Command::KmsKeyRemove { name } => Ok((Proposal::KmsRemove { name }, None)),
+            Command::KmsKeyRotate { name } => {
+                crate::kms::check_not_pool_key(&name).map_err(MonReply::Failed)?;
+                Ok((kms_put(name, true), None))
+            }
+            Command::KmsKeyRemove { name } => {
+                crate::kms::check_not_pool_key(&name).map_err(MonReply::Failed)?;
+                Ok((Proposal::KmsRemove { name }, None))
+            }
+            Command::PoolCreateEdge { change } => {
+                if !matches!(change, Change::CreatePool { .. }) {
+                    return failed("pool create --seal edge takes a CreatePool change".into());
+                }
+                let id = self.shared.read(|s| s.map.next_pool_id());
+                let name = crate::state::pool_kms_name(id);
+                let Proposal::KmsPut {
+                    material,
+                    created_ns,
+                    ..
+                } = kms_put(name.clone(), false)
+                else {
+                    unreachable!("kms_put makes a KmsPut");
+                };
+                let key = crate::state::KmsKey {
+                    versions: vec![material.clone()],
+                    created_ns,
+                };
+                let (_, _, wrapped) =
+                    crate::kms::generate(&key, &name).map_err(MonReply::Failed)?;
+                let proposal = Proposal::PoolEdgeCreate {
+                    change,
+                    id,
+                    material,
+                    wrapped: wrapped.as_bytes().to_vec(),
+                    created_ns,
+                };
+                Ok((proposal, None))
+            }
+            Command::PoolRotateKey { name } => {
+                let found = self.shared.read(|s| {
+                    let pool = s.map.pool_by_name(&name)?;
+                    let kms = s.kms.get(&crate::state::pool_kms_name(pool.id))?;
+                    let keys = s.pool_keys.get(&pool.id)?;
+                    Some((pool.id, kms.clone(), keys.clone()))
+                });
+                let Some((id, mut kms, keys)) = found else {
+                    return failed(format!(
+                        "pool {name} does not exist or is not sealed at the edge"
+                    ));
+                };
+                let kms_name = crate::state::pool_kms_name(id);
+                let material = keys::KeyEncryptionKey::generate().expose().to_vec();
+                kms.versions.push(material.clone());
+                let mut rewrapped = Vec::with_capacity(keys.len() + 1);
+                for (version, wrapped) in keys {
+                    let (version, wrapped) = crate::kms::rewrap(&kms, &kms_name, version, &wrapped)
+                        .map_err(MonReply::Failed)?;
+                    rewrapped.push((version, wrapped.as_bytes().to_vec()));
+                }
+                let (version, _, wrapped) =
+                    crate::kms::generate(&kms, &kms_name).map_err(MonReply::Failed)?;
+                rewrapped.push((version, wrapped.as_bytes().to_vec()));
+                let proposal = Proposal::PoolKeyRotate {
+                    id,
+                    material,
+                    keys: rewrapped,
+                };
+                Ok((proposal, None))
+            }
             Command::AuthList | Command::KmsKeyList => unreachable!("served without a proposal"),
         }
     }

@@ -4,8 +4,9 @@
 use std::collections::BTreeMap;
 
 use map::auth::Caps;
-use map::cluster::{Change, ClusterMap, Epoch};
+use map::cluster::{Change, ClusterMap, Epoch, Seal};
 use map::placement::OsdId;
+use map::PoolId;
 use messenger::message::{AuthEntry, AuthTable};
 use serde::{Deserialize, Serialize};
 
@@ -23,6 +24,15 @@ pub struct MonState {
     /// The built-in KMS: each key's versions (32 bytes each, the newest last).
     #[serde(default)]
     pub kms: BTreeMap<String, KmsKey>,
+    /// The data keys of pools sealed at the edge, oldest (key 1) first, each wrapped by the
+    /// version (the number beside it) of the pool's KMS key `pool.<id>`.
+    #[serde(default)]
+    pub pool_keys: BTreeMap<PoolId, Vec<(u32, Vec<u8>)>>,
+}
+
+/// The KMS key that wraps the data keys of pool `id` (a name the KMS commands refuse).
+pub fn pool_kms_name(id: PoolId) -> String {
+    format!("{}{}", crate::kms::POOL_KEY_PREFIX, id.0)
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -65,6 +75,22 @@ pub enum Proposal {
     KmsRemove {
         name: String,
     },
+    /// Creates pool `id` (`change`, a `CreatePool`) sealed at the edge: its KMS key (first
+    /// version `material`) and its first data key, `wrapped` by that version.
+    PoolEdgeCreate {
+        change: Change,
+        id: PoolId,
+        material: Vec<u8>,
+        wrapped: Vec<u8>,
+        created_ns: u64,
+    },
+    /// Pool `id`'s KMS key gets version `material`; `keys` are all of the pool's data keys,
+    /// every one wrapped by that version, the last one new: new writes use it.
+    PoolKeyRotate {
+        id: PoolId,
+        material: Vec<u8>,
+        keys: Vec<(u32, Vec<u8>)>,
+    },
 }
 
 /// What applying a proposal did.
@@ -101,7 +127,56 @@ impl MonState {
                 self.auth.version += 1;
             }
             Proposal::Change(change) => {
+                let removed = match change {
+                    Change::RemovePool { name } => self.map.pool_by_name(name).map(|p| p.id),
+                    _ => None,
+                };
                 if let Err(e) = self.map.apply(change) {
+                    return refused(e.to_string());
+                }
+                // A removed pool's keys go with it: what it held can no longer be opened.
+                if let Some(id) = removed {
+                    self.pool_keys.remove(&id);
+                    self.kms.remove(&pool_kms_name(id));
+                }
+            }
+            Proposal::PoolEdgeCreate {
+                change,
+                id,
+                material,
+                wrapped,
+                created_ns,
+            } => {
+                if self.map.next_pool_id() != *id {
+                    return refused("another pool was created meanwhile; try again".into());
+                }
+                if let Err(e) = self.map.apply(change) {
+                    return refused(e.to_string());
+                }
+                if let Err(e) = self.map.set_seal(*id, Seal::Edge { key: 1 }) {
+                    return refused(e.to_string());
+                }
+                let key = KmsKey {
+                    versions: vec![material.clone()],
+                    created_ns: *created_ns,
+                };
+                self.kms.insert(pool_kms_name(*id), key);
+                self.pool_keys.insert(*id, vec![(1, wrapped.clone())]);
+            }
+            Proposal::PoolKeyRotate { id, material, keys } => {
+                let current = self.pool_keys.get(id).map_or(0, Vec::len);
+                let Some(kms) = self.kms.get_mut(&pool_kms_name(*id)) else {
+                    return refused(format!("pool {id} has no KMS key"));
+                };
+                if keys.len() != current + 1 || keys.len() > usize::from(u16::MAX) {
+                    return refused("the pool's keys changed meanwhile; try again".into());
+                }
+                kms.versions.push(material.clone());
+                self.pool_keys.insert(*id, keys.clone());
+                let seal = Seal::Edge {
+                    key: keys.len() as u16,
+                };
+                if let Err(e) = self.map.set_seal(*id, seal) {
                     return refused(e.to_string());
                 }
             }

@@ -66,7 +66,12 @@ impl PeerNet for MessengerNet {
     fn call<'a>(&'a self, osd: OsdId, request: &'a OsdRequest, data: Bytes) -> Call<'a> {
         Box::pin(async move {
             let conn = self.connection(osd).await?;
-            match tokio::time::timeout(PEER_TIMEOUT, conn.request(request, data)).await {
+            match tokio::time::timeout(
+                PEER_TIMEOUT,
+                conn.request_with(request, data, request.data_is_sealed()),
+            )
+            .await
+            {
                 Ok(Ok(reply)) => Ok(reply),
                 Ok(Err(e)) => Err(format!("osd.{}: {e}", osd.0)),
                 Err(_) => Err(format!(

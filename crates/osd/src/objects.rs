@@ -9,9 +9,11 @@ use std::collections::{BTreeMap, VecDeque};
 
 use map::placement::{pg_of, PgId};
 use map::{ObjectName, ObjectRef, PoolId};
-use messenger::message::{LogEntry, ObjectCopy, ObjectOp, OpResult, PgInfo, Version};
+use messenger::message::{
+    ChunkSeal, LogEntry, ObjectCopy, ObjectOp, OpResult, PgInfo, Version, CHUNK_BYTES,
+};
 use messenger::DATA_BYTES_MAX;
-use store::{ReadError, Store, Transaction, OMAP_PAGE_ENTRIES_MAX};
+use store::{ChunkRecord, ReadError, Store, Transaction, OMAP_PAGE_ENTRIES_MAX};
 
 /// The attribute holding an object's version. Names starting with `.` are Coffer's own.
 pub const VERSION_ATTR: &str = ".v";
@@ -146,7 +148,15 @@ pub fn build_write(
         }
         exists_after = true;
         match op {
-            ObjectOp::AssertExists | ObjectOp::AssertAttr { .. } | ObjectOp::AssertOmap { .. } => {}
+            ObjectOp::AssertExists
+            | ObjectOp::AssertAttr { .. }
+            | ObjectOp::AssertOmap { .. }
+            | ObjectOp::AssertChunk { .. } => {}
+            ObjectOp::WriteChunks { first, seals, end } => {
+                let bytes = take(seals.len() as u64 * CHUNK_BYTES)?;
+                let records = seals.iter().map(|s| record_of(*s)).collect();
+                txn.write_sealed_ending(object, *first, bytes, records, *end);
+            }
             ObjectOp::Create { .. } => {
                 txn.touch(object);
             }
@@ -195,7 +205,8 @@ pub fn build_write(
             | ObjectOp::Stat
             | ObjectOp::GetAttrs
             | ObjectOp::OmapGet { .. }
-            | ObjectOp::OmapList { .. } => {
+            | ObjectOp::OmapList { .. }
+            | ObjectOp::ReadChunks { .. } => {
                 return Err("reads and writes cannot share one request".into());
             }
         }
@@ -234,6 +245,9 @@ pub fn read_ops(
 ) -> Result<Vec<OpResult>, ReadError> {
     let requested = ops.iter().fold(0u64, |sum, op| match op {
         ObjectOp::Read { len, .. } => sum.saturating_add(*len),
+        ObjectOp::ReadChunks { count, .. } => {
+            sum.saturating_add(u64::from(*count).saturating_mul(CHUNK_BYTES))
+        }
         _ => sum,
     });
     if requested > DATA_BYTES_MAX as u64 {
@@ -252,6 +266,15 @@ pub fn read_ops(
                 out.extend_from_slice(&buf);
                 OpResult::Read {
                     len: buf.len() as u64,
+                }
+            }
+            ObjectOp::ReadChunks { first, count } => {
+                let size = store.stat(object)?.size_bytes;
+                let read = store.read_sealed(object, *first, u64::from(*count))?;
+                out.extend_from_slice(&read.data);
+                OpResult::Chunks {
+                    size,
+                    seals: read.chunks.into_iter().map(|r| r.map(seal_of)).collect(),
                 }
             }
             ObjectOp::Stat => {
@@ -325,13 +348,32 @@ pub fn list_pg(
     }
 }
 
+/// The wire form of a chunk's seal record, and back.
+pub fn seal_of(record: ChunkRecord) -> ChunkSeal {
+    ChunkSeal {
+        key_id: record.key_id,
+        nonce: record.nonce,
+        tag: record.tag,
+    }
+}
+
+fn record_of(seal: ChunkSeal) -> ChunkRecord {
+    ChunkRecord {
+        key_id: seal.key_id,
+        nonce: seal.nonce,
+        tag: seal.tag,
+    }
+}
+
 /// `len` bytes from `offset` of an object, with its version, attributes and omap (`None`
-/// if it does not exist).
+/// if it does not exist). In a pool sealed at the edge (`edge`), the piece is whole chunks
+/// as stored, with their records: recovery moves them without opening them.
 pub fn read_copy(
     store: &Store,
     object: &ObjectRef,
     offset: u64,
     len: u64,
+    edge: bool,
 ) -> Result<Option<(ObjectCopy, Vec<u8>)>, ReadError> {
     let stat = match store.stat(object) {
         Ok(stat) => stat,
@@ -349,12 +391,24 @@ pub fn read_copy(
             omap.extend(page);
         }
     }
-    let data = store.read(object, offset, len)?.to_vec();
+    let (data, chunks) = if edge {
+        let first = offset / CHUNK_BYTES;
+        let end = offset
+            .saturating_add(len)
+            .min(stat.size_bytes)
+            .div_ceil(CHUNK_BYTES);
+        let read = store.read_sealed(object, first, end.saturating_sub(first))?;
+        let seals = read.chunks.into_iter().map(|r| r.map(seal_of)).collect();
+        (read.data.to_vec(), Some(seals))
+    } else {
+        (store.read(object, offset, len)?.to_vec(), None)
+    };
     let copy = ObjectCopy {
         version: version_of(&attrs),
         size: stat.size_bytes,
         attrs,
         omap,
+        chunks,
     };
     Ok(Some((copy, data)))
 }
@@ -385,10 +439,37 @@ pub fn write_copy(
             txn.omap_set(object, key, value);
         }
     }
-    if !data.is_empty() {
-        txn.write(object, offset, data);
+    match &copy.chunks {
+        None if !data.is_empty() => {
+            txn.write(object, offset, data);
+        }
+        None => {}
+        Some(seals) => {
+            // Runs of stored chunks, as they came; holes stay holes. The size is set last,
+            // since whole chunks reach past a partial tail.
+            let first = offset / CHUNK_BYTES;
+            let mut at = 0;
+            while at < seals.len() {
+                let run = seals[at..].iter().take_while(|s| s.is_some()).count();
+                if run == 0 {
+                    at += 1;
+                    continue;
+                }
+                let records = seals[at..at + run]
+                    .iter()
+                    .flatten()
+                    .map(|s| record_of(*s))
+                    .collect();
+                let bytes = &data[at * CHUNK_BYTES as usize..(at + run) * CHUNK_BYTES as usize];
+                txn.write_sealed(object, first + at as u64, bytes, records);
+                at += run;
+            }
+        }
     }
     if last {
+        if copy.chunks.is_some() {
+            txn.truncate(object, copy.size);
+        }
         txn.set_attr(object, VERSION_ATTR, &encode(&copy.version));
     }
 }

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use map::placement::{OsdId, PgId};
-use map::ObjectName;
+use map::{ObjectName, PoolId};
 use messenger::message::{
     LogEntry, ObjectCopy, OsdReply, OsdRequest, PeerOp, PgInfo, PgState, Version,
 };
@@ -139,6 +139,15 @@ impl Inner {
         }
     }
 
+    /// Whether `pool` is sealed at the edge (its objects are copied as sealed chunks).
+    pub fn pool_is_edge(&self, pool: PoolId) -> bool {
+        self.map
+            .borrow()
+            .pools
+            .get(&pool)
+            .is_some_and(|p| matches!(p.seal, map::cluster::Seal::Edge { .. }))
+    }
+
     pub fn pg_num(&self, pg: PgId) -> Result<u32, String> {
         self.map
             .borrow()
@@ -158,9 +167,10 @@ impl Inner {
         match side {
             Side::Local => {
                 let object = objects::object_ref(pg, name);
+                let edge = self.pool_is_edge(pg.pool);
                 let piece = self
                     .blocking(move |store| {
-                        objects::read_copy(store, &object, offset, COPY_PIECE_BYTES)
+                        objects::read_copy(store, &object, offset, COPY_PIECE_BYTES, edge)
                     })
                     .await?
                     .map_err(|e| e.to_string())?;

@@ -5,11 +5,12 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use map::auth::Caps;
-use map::cluster::{ClusterMap, Epoch};
+use map::cluster::{ClusterMap, Epoch, PoolInfo, Seal};
 use map::placement::{OsdId, PgId};
 use map::{ObjectName, ObjectRef};
 use messenger::message::{
-    LogEntry, ObjectOp, OsdReply, OsdRequest, PeerOp, PgState, ReqId, Version, LIST_PAGE_MAX,
+    LogEntry, ObjectOp, OsdReply, OsdRequest, PeerOp, PgState, ReqId, Version, CHUNK_BYTES,
+    LIST_PAGE_MAX,
 };
 use messenger::{CertificateDer, EntityKind, EntityName, Handler, Peer, Reply, Request};
 use store::{ReadError, Transaction};
@@ -25,6 +26,12 @@ pub struct OsdService {
 
 fn reply(message: OsdReply) -> Reply {
     Reply::new(&message, Bytes::new())
+}
+
+/// A reply with data: open on a secure link when it is chunks sealed at the edge.
+fn reply_with(message: OsdReply, data: Bytes) -> Reply {
+    let sealed = message.data_is_sealed();
+    Reply::with(&message, data, sealed)
 }
 
 fn read_failure(e: ReadError) -> OsdReply {
@@ -105,6 +112,39 @@ struct ClientOp {
     ops: Vec<ObjectOp>,
 }
 
+/// In a pool sealed at the edge, data moves only as sealed chunks: plaintext data ops are
+/// refused, so a client that does not seal cannot hand a daemon plaintext by mistake. In
+/// other pools, chunk ops are refused.
+fn check_seal(pool: &PoolInfo, ops: &[ObjectOp]) -> Result<(), OsdReply> {
+    let edge = matches!(pool.seal, Seal::Edge { .. });
+    for op in ops {
+        let refused = match op {
+            ObjectOp::Write { .. } | ObjectOp::WriteFull { .. } | ObjectOp::Read { .. } => edge,
+            ObjectOp::Zero { offset, len } => {
+                edge && !(offset.is_multiple_of(CHUNK_BYTES) && len.is_multiple_of(CHUNK_BYTES))
+            }
+            ObjectOp::WriteChunks { .. }
+            | ObjectOp::ReadChunks { .. }
+            | ObjectOp::AssertChunk { .. } => !edge,
+            _ => false,
+        };
+        if refused && edge {
+            return Err(OsdReply::Failed(format!(
+                "pool {} is sealed at the edge: its data is written and read only as chunks \
+                 the client seals (whole 4 KiB chunks), not as plaintext ({op:?} refused)",
+                pool.name
+            )));
+        }
+        if refused {
+            return Err(OsdReply::Failed(format!(
+                "pool {} is not sealed at the edge; chunk ops are for edge-sealed pools",
+                pool.name
+            )));
+        }
+    }
+    Ok(())
+}
+
 impl OsdService {
     /// Checks that this OSD leads `pg` in a map at least as new as the client's, and that the
     /// client may touch its pool; the map on success.
@@ -174,6 +214,7 @@ impl OsdService {
             .pools
             .get(&op.pg.pool)
             .ok_or_else(|| OsdReply::Failed("pool vanished".into()))?;
+        check_seal(pool, &op.ops)?;
         if map.pg_of(pool, &op.object) != op.pg {
             return Err(OsdReply::Failed(format!(
                 "object {} is not in pg {}.{}",
@@ -196,7 +237,7 @@ impl OsdService {
             .await
             .map_err(OsdReply::Failed)?
             .map_err(read_failure)?;
-        Ok(Reply::new(&OsdReply::Results(results), Bytes::from(bytes)))
+        Ok(reply_with(OsdReply::Results(results), Bytes::from(bytes)))
     }
 
     /// Orders a write in its PG, applies it here and on every clean replica, and answers once
@@ -223,6 +264,9 @@ impl OsdService {
         }
         let object = objects::object_ref(op.pg, &op.object);
         self.check_conditions(&object, &op.ops).await?;
+        if inner.pool_is_edge(op.pg.pool) {
+            self.check_sealed_tail(&object, &op.ops).await?;
+        }
         let entry = LogEntry {
             // Never below the last version, even if this OSD's map lags the log it took.
             version: Version {
@@ -338,6 +382,26 @@ impl OsdService {
                         )));
                     }
                 }
+                ObjectOp::AssertChunk { index, seal } => {
+                    let probe = object.clone();
+                    let index = *index;
+                    let found = self
+                        .inner
+                        .blocking(move |store| match store.read_sealed(&probe, index, 1) {
+                            Ok(read) => Ok(read.chunks[0].map(objects::seal_of)),
+                            Err(ReadError::NotFound { .. }) => Ok(None),
+                            Err(e) => Err(e),
+                        })
+                        .await
+                        .map_err(OsdReply::Failed)?
+                        .map_err(read_failure)?;
+                    if found != *seal {
+                        return Err(OsdReply::Mismatch(format!(
+                            "chunk {index} of {} changed since it was read",
+                            object.name
+                        )));
+                    }
+                }
                 ObjectOp::AssertOmap { key, value } => {
                     let probe = object.clone();
                     let key = key.clone();
@@ -365,6 +429,66 @@ impl OsdService {
             Some(ObjectOp::Remove) if attrs.is_none() => Err(OsdReply::NotFound),
             _ => Ok(()),
         }
+    }
+
+    /// The store refuses to grow an object past a partial last chunk sealed at the edge
+    /// unless the same write replaces that chunk (its bytes past the old size are the
+    /// client's to zero). Checked here, under the PG's lock, so the client learns it
+    /// (`Mismatch`) and rewrites the chunk, instead of the write failing once ordered.
+    async fn check_sealed_tail(
+        &self,
+        object: &ObjectRef,
+        ops: &[ObjectOp],
+    ) -> Result<(), OsdReply> {
+        if ops.iter().any(|op| matches!(op, ObjectOp::Truncate { .. })) {
+            return Ok(());
+        }
+        let grows_to = ops
+            .iter()
+            .filter_map(|op| match op {
+                ObjectOp::WriteChunks { end, .. } => Some(*end),
+                ObjectOp::Zero { offset, len } => Some(offset.saturating_add(*len)),
+                _ => None,
+            })
+            .max();
+        let Some(grows_to) = grows_to else {
+            return Ok(());
+        };
+        let probe = object.clone();
+        let tail = self
+            .inner
+            .blocking(move |store| {
+                let size = match store.stat(&probe) {
+                    Ok(stat) => stat.size_bytes,
+                    Err(ReadError::NotFound { .. }) => return Ok(None),
+                    Err(e) => return Err(e),
+                };
+                if size.is_multiple_of(CHUNK_BYTES) || grows_to <= size {
+                    return Ok(None);
+                }
+                let tail = size / CHUNK_BYTES;
+                let sealed = store.read_sealed(&probe, tail, 1)?.chunks[0].is_some();
+                Ok(sealed.then_some(tail))
+            })
+            .await
+            .map_err(OsdReply::Failed)?
+            .map_err(read_failure)?;
+        let Some(tail) = tail else {
+            return Ok(());
+        };
+        let replaced = ops.iter().any(|op| match op {
+            ObjectOp::WriteChunks { first, seals, .. } => {
+                (*first..first + seals.len() as u64).contains(&tail)
+            }
+            _ => false,
+        });
+        if replaced {
+            return Ok(());
+        }
+        Err(OsdReply::Mismatch(format!(
+            "{} grows past its partial last chunk {tail}: rewrite that chunk in the same write",
+            object.name
+        )))
     }
 
     async fn client_list(
@@ -478,14 +602,13 @@ impl OsdService {
             } => {
                 let object = objects::object_ref(id, &object);
                 let len = len.min(store::READ_BYTES_MAX);
+                let edge = inner.pool_is_edge(id.pool);
                 let piece = inner
-                    .blocking(move |store| objects::read_copy(store, &object, offset, len))
+                    .blocking(move |store| objects::read_copy(store, &object, offset, len, edge))
                     .await?
                     .map_err(|e| e.to_string())?;
                 Ok(match piece {
-                    Some((copy, data)) => {
-                        Reply::new(&OsdReply::Copy(Some(copy)), Bytes::from(data))
-                    }
+                    Some((copy, data)) => reply_with(OsdReply::Copy(Some(copy)), Bytes::from(data)),
                     None => reply(OsdReply::Copy(None)),
                 })
             }

@@ -141,7 +141,11 @@ fn validate(op: &Op) -> Result<(), ApplyError> {
             }
             within(offset_bytes.checked_add(*len_bytes))
         }
-        Op::WriteSealed { first_chunk, len_bytes, data, chunks, .. } => {
+        Op::WriteSealed { first_chunk, len_bytes, data, chunks, end_bytes, .. } => {
+            let end_chunk = first_chunk.saturating_add(chunks.len() as u64);
+            if end_bytes.div_ceil(BLOCK) != end_chunk {
+                return Err(invalid(format!("sealed write ending at byte {end_bytes}, outside its last chunk")));
+            }
             if len_bytes % BLOCK != 0 {
                 return Err(invalid(format!("sealed write of {len_bytes} bytes is not whole {BLOCK}-byte chunks")));
             }
@@ -318,16 +322,13 @@ impl Store {
                 first_chunk,
                 mut data,
                 chunks,
+                end_bytes,
                 ..
             } => {
                 let end_chunk = first_chunk + chunks.len() as u64;
-                self.refuse_growth_over_sealed_tail(
-                    w,
-                    end_chunk * BLOCK,
-                    (first_chunk, end_chunk),
-                )?;
+                self.refuse_growth_over_sealed_tail(w, end_bytes, (first_chunk, end_chunk))?;
                 self.write_blocks(w, first_chunk, &mut data, Sealing::Edge(&chunks), space)?;
-                w.grow_to((first_chunk + chunks.len() as u64) * BLOCK);
+                w.grow_to(end_bytes);
             }
             Op::Zero {
                 offset_bytes,

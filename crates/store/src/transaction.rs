@@ -26,6 +26,8 @@ pub(crate) enum Op {
         len_bytes: u64,
         data: AlignedBuf,
         chunks: Vec<ChunkRecord>,
+        /// The object grows to at least this size (inside the last chunk, or its end).
+        end_bytes: u64,
     },
     Zero {
         object: ObjectRef,
@@ -131,6 +133,20 @@ impl Transaction {
         data: &[u8],
         chunks: Vec<ChunkRecord>,
     ) -> &mut Self {
+        let end_bytes = (first_chunk + chunks.len() as u64) * BLOCK_SIZE_BYTES;
+        self.write_sealed_ending(object, first_chunk, data, chunks, end_bytes)
+    }
+
+    /// [`Transaction::write_sealed`], growing the object only to `end_bytes`, which must lie
+    /// in the last chunk written (the end of the client's bytes in it).
+    pub fn write_sealed_ending(
+        &mut self,
+        object: &ObjectRef,
+        first_chunk: u64,
+        data: &[u8],
+        chunks: Vec<ChunkRecord>,
+        end_bytes: u64,
+    ) -> &mut Self {
         let blocks = data.len().div_ceil(BLOCK_SIZE_BYTES as usize);
         let mut buffer = AlignedBuf::for_overwrite(blocks);
         buffer[..data.len()].copy_from_slice(data);
@@ -141,6 +157,7 @@ impl Transaction {
             len_bytes: data.len() as u64,
             data: buffer,
             chunks,
+            end_bytes,
         });
         self
     }

@@ -578,3 +578,43 @@ pub fn run_ok(what: &str, command: &mut Command) -> String {
     );
     stdout
 }
+
+/// Whether any file under `dir` (but the capture) holds `marker`.
+pub fn on_disk(dir: &Path, marker: &[u8]) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).expect("read dir").flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_none_or(|e| e != "pcap") && file_holds(&path, marker) {
+                found.push(path.display().to_string());
+            }
+        }
+    }
+    found
+}
+
+/// Whether the file at `path` holds `marker`, read in pieces that overlap by its length.
+fn file_holds(path: &Path, marker: &[u8]) -> bool {
+    use std::io::Read;
+    const PIECE: usize = 16 << 20;
+    let Ok(mut file) = std::fs::File::open(path) else {
+        return false;
+    };
+    let mut buffer = vec![0u8; PIECE + marker.len()];
+    let mut kept = 0;
+    loop {
+        let read = match file.read(&mut buffer[kept..]) {
+            Ok(0) | Err(_) => return false,
+            Ok(read) => read,
+        };
+        let filled = kept + read;
+        if contains(&buffer[..filled], marker) {
+            return true;
+        }
+        kept = (marker.len() - 1).min(filled);
+        buffer.copy_within(filled - kept..filled, 0);
+    }
+}

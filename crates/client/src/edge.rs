@@ -1,0 +1,267 @@
+//! Sealing at the edge (docs/design/edge-sealing.md): in a pool with `seal = edge` this
+//! library seals every 4 KiB chunk with AES-256-GCM under a key derived from the pool's data
+//! key before it leaves the process, and opens what it reads. OSDs store the chunks and
+//! their records as they come and never hold the key.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM};
+use aws_lc_rs::hmac;
+use map::PoolId;
+use messenger::message::{ChunkSeal, CHUNK_BYTES};
+use zeroize::Zeroizing;
+
+use crate::Error;
+
+/// Bytes of the writer id W: 6 in the key id, 8 in the nonce.
+const WRITER_BYTES: usize = 14;
+/// Chunks one writer id seals before the client draws another (the nonce's counter).
+const CHUNKS_PER_WRITER: u64 = 1 << 32;
+const KEY_LABEL: &[u8] = b"coffer-edge-chunk-key-v1";
+const AAD_LABEL: &[u8] = b"coffer-edge-v1";
+
+/// The writer id and counter this process seals under; drawn again in a forked child
+/// (another process id) and after [`CHUNKS_PER_WRITER`] chunks.
+struct Writer {
+    id: [u8; WRITER_BYTES],
+    next: u64,
+    pid: u32,
+}
+
+impl Writer {
+    fn draw() -> Writer {
+        Writer {
+            id: rand::random(),
+            next: 0,
+            pid: std::process::id(),
+        }
+    }
+}
+
+/// Chunk keys already derived, by (data key version, writer id).
+type Derived = HashMap<(u16, [u8; WRITER_BYTES]), std::sync::Arc<LessSafeKey>>;
+
+/// One pool's data keys and this process's writer state.
+pub(crate) struct EdgeKeys {
+    pool: PoolId,
+    /// Data keys by version; `current` seals new chunks.
+    keys: HashMap<u16, Zeroizing<[u8; 32]>>,
+    pub(crate) current: u16,
+    writer: Mutex<Writer>,
+    derived: Mutex<Derived>,
+}
+
+impl EdgeKeys {
+    pub(crate) fn new(pool: PoolId, keys: Vec<(u16, Vec<u8>)>) -> Result<EdgeKeys, Error> {
+        let mut found = HashMap::new();
+        for (version, mut bytes) in keys {
+            let key: Result<[u8; 32], _> = bytes.as_slice().try_into();
+            zeroize::Zeroize::zeroize(&mut bytes);
+            let key = key.map_err(|_| Error::Failed("a pool data key is 32 bytes".into()))?;
+            found.insert(version, Zeroizing::new(key));
+        }
+        let current = found
+            .keys()
+            .copied()
+            .max()
+            .ok_or_else(|| Error::Failed(format!("pool {pool} has no data key")))?;
+        Ok(EdgeKeys {
+            pool,
+            keys: found,
+            current,
+            writer: Mutex::new(Writer::draw()),
+            derived: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// K_W = HMAC-SHA256(data key, label · pool · W), once per (version, W).
+    fn chunk_key(
+        &self,
+        version: u16,
+        writer: &[u8; WRITER_BYTES],
+    ) -> Result<std::sync::Arc<LessSafeKey>, Error> {
+        let mut derived = self.derived.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(key) = derived.get(&(version, *writer)) {
+            return Ok(key.clone());
+        }
+        let data_key = self.keys.get(&version).ok_or_else(|| {
+            Error::Failed(format!(
+                "pool {}: chunk sealed under data key {version}, which this client does not hold",
+                self.pool
+            ))
+        })?;
+        let mut input = Vec::with_capacity(KEY_LABEL.len() + 8 + WRITER_BYTES);
+        input.extend_from_slice(KEY_LABEL);
+        input.extend_from_slice(&self.pool.0.to_be_bytes());
+        input.extend_from_slice(writer);
+        let tag = hmac::sign(&hmac::Key::new(hmac::HMAC_SHA256, &data_key[..]), &input);
+        let unbound = UnboundKey::new(&AES_256_GCM, tag.as_ref())
+            .unwrap_or_else(|_| unreachable!("HMAC-SHA256 gives 32 bytes"));
+        let key = std::sync::Arc::new(LessSafeKey::new(unbound));
+        if derived.len() >= 1024 {
+            derived.clear();
+        }
+        derived.insert((version, *writer), key.clone());
+        Ok(key)
+    }
+
+    /// Takes `count` nonce counters under one writer id.
+    fn reserve(&self, count: u64) -> ([u8; WRITER_BYTES], u64) {
+        let mut writer = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        if writer.pid != std::process::id() || writer.next + count > CHUNKS_PER_WRITER {
+            *writer = Writer::draw();
+        }
+        let start = writer.next;
+        writer.next += count;
+        (writer.id, start)
+    }
+
+    /// Seals `data` (whole chunks, from chunk index `first` of `object`) in place.
+    pub(crate) fn seal(&self, object: &str, first: u64, data: &mut [u8]) -> Vec<ChunkSeal> {
+        let chunk = CHUNK_BYTES as usize;
+        let count = (data.len() / chunk) as u64;
+        let (writer, start) = self.reserve(count);
+        let version = self.current;
+        let key = self
+            .chunk_key(version, &writer)
+            .unwrap_or_else(|_| unreachable!("the current key is held"));
+        let mut key_id = [0u8; 8];
+        key_id[..2].copy_from_slice(&version.to_be_bytes());
+        key_id[2..].copy_from_slice(&writer[..6]);
+        let key_id = u64::from_be_bytes(key_id);
+        let mut aad = aad_prefix(self.pool, object);
+        data.chunks_mut(chunk)
+            .enumerate()
+            .map(|(i, bytes)| {
+                let mut nonce = [0u8; 12];
+                nonce[..8].copy_from_slice(&writer[6..]);
+                nonce[8..].copy_from_slice(&((start + i as u64) as u32).to_be_bytes());
+                set_index(&mut aad, first + i as u64);
+                let tag = key
+                    .seal_in_place_separate_tag(
+                        Nonce::assume_unique_for_key(nonce),
+                        Aad::from(&aad[..]),
+                        bytes,
+                    )
+                    .unwrap_or_else(|_| unreachable!("a 4 KiB chunk fits GCM"));
+                let mut out = [0u8; 16];
+                out.copy_from_slice(tag.as_ref());
+                ChunkSeal {
+                    key_id,
+                    nonce,
+                    tag: out,
+                }
+            })
+            .collect()
+    }
+
+    /// Opens the chunks of `data` (from chunk index `first` of `object`) in place; a chunk
+    /// without a record is a hole and stays zeros. A chunk that fails is named.
+    pub(crate) fn open(
+        &self,
+        object: &str,
+        first: u64,
+        data: &mut [u8],
+        seals: &[Option<ChunkSeal>],
+    ) -> Result<(), Error> {
+        let mut aad = aad_prefix(self.pool, object);
+        for (i, (bytes, seal)) in data.chunks_mut(CHUNK_BYTES as usize).zip(seals).enumerate() {
+            let Some(seal) = seal else {
+                bytes.fill(0);
+                continue;
+            };
+            let index = first + i as u64;
+            let id = seal.key_id.to_be_bytes();
+            let version = u16::from_be_bytes([id[0], id[1]]);
+            let mut writer = [0u8; WRITER_BYTES];
+            writer[..6].copy_from_slice(&id[2..]);
+            writer[6..].copy_from_slice(&seal.nonce[..8]);
+            let key = self.chunk_key(version, &writer)?;
+            set_index(&mut aad, index);
+            key.open_in_place_separate_tag(
+                Nonce::assume_unique_for_key(seal.nonce),
+                Aad::from(&aad[..]),
+                &seal.tag,
+                bytes,
+            )
+            .map_err(|_| {
+                Error::Failed(format!(
+                    "integrity: chunk {index} of {object} (bytes {} to {}) in pool {} fails its \
+                     tag: altered, moved or not sealed by this pool's keys",
+                    index * CHUNK_BYTES,
+                    (index + 1) * CHUNK_BYTES,
+                    self.pool
+                ))
+            })?;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn holds(&self, version: u16) -> bool {
+        self.keys.contains_key(&version)
+    }
+}
+
+/// label · pool (u64 BE) · chunk index (u64 BE, set per chunk) · name length (u16 BE) · name
+fn aad_prefix(pool: PoolId, object: &str) -> Vec<u8> {
+    let mut aad = Vec::with_capacity(AAD_LABEL.len() + 18 + object.len());
+    aad.extend_from_slice(AAD_LABEL);
+    aad.extend_from_slice(&pool.0.to_be_bytes());
+    aad.extend_from_slice(&[0u8; 8]);
+    aad.extend_from_slice(&(object.len() as u16).to_be_bytes());
+    aad.extend_from_slice(object.as_bytes());
+    aad
+}
+
+fn set_index(aad: &mut [u8], index: u64) {
+    let at = AAD_LABEL.len() + 8;
+    aad[at..at + 8].copy_from_slice(&index.to_be_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys() -> EdgeKeys {
+        EdgeKeys::new(PoolId(3), vec![(1, vec![9u8; 32])]).expect("keys")
+    }
+
+    #[test]
+    fn chunks_open_where_they_were_sealed_and_nowhere_else() {
+        let edge = keys();
+        let plain: Vec<u8> = (0..3 * 4096).map(|i| (i % 251) as u8).collect();
+        let mut data = plain.clone();
+        let seals = edge.seal("obj", 5, &mut data);
+        assert_ne!(data, plain);
+        let records: Vec<_> = seals.iter().copied().map(Some).collect();
+        let mut opened = data.clone();
+        edge.open("obj", 5, &mut opened, &records).expect("open");
+        assert_eq!(opened, plain);
+        // Moved to another offset, another object, or swapped with a neighbour: refused.
+        assert!(edge.open("obj", 6, &mut data.clone(), &records).is_err());
+        assert!(edge.open("obj2", 5, &mut data.clone(), &records).is_err());
+        let swapped = vec![records[1], records[0], records[2]];
+        assert!(edge.open("obj", 5, &mut data.clone(), &swapped).is_err());
+        // Another pool's keys cannot open them.
+        let other = EdgeKeys::new(PoolId(4), vec![(1, vec![9u8; 32])]).expect("keys");
+        assert!(other.open("obj", 5, &mut data.clone(), &records).is_err());
+    }
+
+    #[test]
+    fn no_nonce_repeats_and_a_new_writer_after_the_bound() {
+        let edge = keys();
+        let a = edge.seal("o", 0, &mut vec![0u8; 8192]);
+        let b = edge.seal("o", 0, &mut vec![0u8; 8192]);
+        let nonces: std::collections::HashSet<_> =
+            a.iter().chain(&b).map(|s| (s.key_id, s.nonce)).collect();
+        assert_eq!(nonces.len(), 4);
+        edge.writer.lock().expect("lock").next = CHUNKS_PER_WRITER - 1;
+        let c = edge.seal("o", 0, &mut vec![0u8; 8192]);
+        assert_ne!(
+            (c[0].key_id, &c[0].nonce[..8]),
+            (a[0].key_id, &a[0].nonce[..8])
+        );
+        assert_eq!(&c[0].nonce[8..], &[0, 0, 0, 0]);
+    }
+}
