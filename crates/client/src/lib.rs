@@ -686,7 +686,8 @@ impl Pool {
                     None => self.chunk_for_merge(keys, name, first).await?.0,
                 };
                 let tail = size / CHUNK_BYTES;
-                if !size.is_multiple_of(CHUNK_BYTES) && end > size && !(first..last).contains(&tail) {
+                if !size.is_multiple_of(CHUNK_BYTES) && end > size && !(first..last).contains(&tail)
+                {
                     let (_, seal, mut plain) = self.chunk_for_merge(keys, name, tail).await?;
                     if seal.is_some() {
                         let seals = keys.seal(name, tail, &mut plain);
