@@ -484,6 +484,17 @@ pub struct Pool {
 /// Attempts of a partial-chunk write before it gives up on writers that keep changing the
 /// same chunk.
 const EDGE_ATTEMPTS: usize = 16;
+/// Before attempt `attempt` of a conditional chunk write: nothing the first time, then a
+/// random pause that doubles (up to 64 ms), so writers that keep colliding on one chunk
+/// fall out of step.
+async fn contention_pause(attempt: usize) {
+    if attempt > 0 {
+        let cap_us = 1000u64 << attempt.min(6);
+        let pause = rand::random::<u64>() % cap_us;
+        tokio::time::sleep(Duration::from_micros(pause)).await;
+    }
+}
+
 /// Times the client asks the monitors again for a key version the map already names.
 const KEY_FETCH_ATTEMPTS: usize = 20;
 
@@ -664,7 +675,8 @@ impl Pool {
             merge.push(last - 1);
         }
         let mut fix_tail = false;
-        for _ in 0..EDGE_ATTEMPTS {
+        for attempt in 0..EDGE_ATTEMPTS {
+            contention_pause(attempt).await;
             let mut buf = vec![0u8; ((last - first) * CHUNK_BYTES) as usize];
             let mut ops = Vec::new();
             let mut size = None;
@@ -705,7 +717,13 @@ impl Pool {
             }
             let seals = keys.seal(name, first, &mut buf);
             ops.push(ObjectOp::WriteChunks { first, seals, end });
-            segment.extend_from_slice(&buf);
+            // The data segment is the sealed buffer itself, unless a tail chunk goes first.
+            let segment = if segment.is_empty() {
+                buf
+            } else {
+                segment.extend_from_slice(&buf);
+                segment
+            };
             match self.operate(name, ops, Bytes::from(segment)).await {
                 Ok(_) => return Ok(()),
                 Err(Error::Mismatch(_)) if !replace => fix_tail = true,
@@ -789,7 +807,8 @@ impl Pool {
                 .write_ops(name, vec![ObjectOp::Truncate { size }], Bytes::new())
                 .await;
         };
-        for _ in 0..EDGE_ATTEMPTS {
+        for attempt in 0..EDGE_ATTEMPTS {
+            contention_pause(attempt).await;
             let (old, index) = {
                 let probe = self
                     .chunk_for_merge(&keys, name, size / CHUNK_BYTES)

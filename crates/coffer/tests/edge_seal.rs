@@ -1,7 +1,7 @@
 //! Pools sealed at the edge (docs/design/edge-sealing.md): the client seals, the daemons
 //! store sealed chunks. A marker written through the CLI and the client library never
 //! appears in any store file or in a capture of the loopback traffic; partial writes,
-//! truncation, an OSD killed and recovered and a key
+//! concurrent writers of one chunk, truncation, an OSD killed and recovered and a key
 //! rotation all keep the data whole; OSDs refuse plaintext, and the pool keys are refused
 //! to a client without read access.
 
@@ -72,6 +72,30 @@ fn edge_sealed_pools_keep_plaintext_off_every_daemon_and_disk() {
         expect.truncate(4100);
         expect.resize(9000, 0);
         assert_eq!(pool.get("secret").await.expect("get"), expect);
+        // Two writers of different bytes of one chunk, at once: neither loses the other's.
+        let writers: Vec<_> = (0..2u8)
+            .map(|w| {
+                let pool = pool.clone();
+                tokio::spawn(async move {
+                    for i in 0..20u64 {
+                        let at = 8192 + 100 * i + 50 * u64::from(w);
+                        let bytes = Bytes::from(vec![b'a' + w; 10]);
+                        pool.write("shared", at, bytes).await.expect("write");
+                    }
+                })
+            })
+            .collect();
+        for writer in writers {
+            writer.await.expect("writer");
+        }
+        let shared = pool.read("shared", 8192, 2000).await.expect("read");
+        for i in 0..20usize {
+            for w in 0..2usize {
+                let at = 100 * i + 50 * w;
+                let want = [b'a' + w as u8; 10];
+                assert_eq!(&shared[at..at + 10], &want, "writer {w} write {i}");
+            }
+        }
         // The OSDs refuse plaintext in this pool.
         let refused = pool
             .operate(

@@ -269,11 +269,10 @@ pub fn read_ops(
                 }
             }
             ObjectOp::ReadChunks { first, count } => {
-                let size = store.stat(object)?.size_bytes;
                 let read = store.read_sealed(object, *first, u64::from(*count))?;
                 out.extend_from_slice(&read.data);
                 OpResult::Chunks {
-                    size,
+                    size: read.size_bytes,
                     seals: read.chunks.into_iter().map(|r| r.map(seal_of)).collect(),
                 }
             }

@@ -59,6 +59,9 @@ pub struct ObjectStat {
 pub struct SealedRead {
     pub data: AlignedBuf,
     pub chunks: Vec<Option<ChunkRecord>>,
+    /// The object's size in the same snapshot as the chunks: a client merging a partial
+    /// chunk zeroes what lies past it, so the two must agree.
+    pub size_bytes: u64,
 }
 
 impl Store {
@@ -236,7 +239,7 @@ impl Store {
         let _lock = self.slots[slot_of(&id)]
             .read()
             .expect("object lock poisoned");
-        let (txn, _) = self.snapshot(object, &id)?;
+        let (txn, record) = self.snapshot(object, &id)?;
         let end = first_chunk
             .saturating_add(count)
             .min(crate::object::OBJECT_BLOCKS_MAX);
@@ -267,7 +270,11 @@ impl Store {
                 chunks[(block - first_chunk) as usize + i] = Some(*record);
             }
         }
-        Ok(SealedRead { data, chunks })
+        Ok(SealedRead {
+            data,
+            chunks,
+            size_bytes: record.size_bytes,
+        })
     }
 
     pub fn stat(&self, object: &ObjectRef) -> Result<ObjectStat, ReadError> {
