@@ -13,6 +13,8 @@ fn bench_cluster_reports_every_corner() {
             "cluster",
             "--seconds",
             "0.3",
+            "--store-gib",
+            "2",
             "--io-sizes",
             "4k",
             "--clients",

@@ -13,6 +13,8 @@ fn bench_image_reports_every_cell() {
             "image",
             "--seconds",
             "0.3",
+            "--store-gib",
+            "2",
             "--image-size",
             "16M",
             "--io-sizes",

@@ -15,6 +15,8 @@ fn bench_s3_reports_every_configuration() {
             "s3",
             "--seconds",
             "0.3",
+            "--store-gib",
+            "2",
             "--io-sizes",
             "64k",
             "--clients",

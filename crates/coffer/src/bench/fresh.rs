@@ -24,6 +24,10 @@ pub struct FreshArgs {
     /// OSDs per cluster (the pool's size is min(3, OSDs)).
     #[arg(long, default_value_t = 3)]
     pub osds: u32,
+    /// Store size of each OSD, in GiB (`coffer up --store-gib`): the disk needs this much
+    /// free per OSD.
+    #[arg(long, default_value_t = 16)]
+    pub store_gib: u32,
 }
 
 impl FreshArgs {
@@ -65,7 +69,7 @@ impl FreshCluster {
     /// there, as `coffer up` does outside the benches.
     pub fn start(
         dir: &Path,
-        osds: u32,
+        fresh: &FreshArgs,
         at_rest: &str,
         in_transit: &str,
         nbd: Option<(&str, u64)>,
@@ -76,7 +80,8 @@ impl FreshCluster {
         let exe = std::env::current_exe().map_err(|e| e.to_string())?;
         let log = std::fs::File::create(dir.join("up.log")).map_err(|e| e.to_string())?;
         let mut up = Command::new(exe)
-            .args(["up", "--store-gib", "16", "--osds", &osds.to_string()])
+            .args(["up", "--store-gib", &fresh.store_gib.to_string()])
+            .args(["--osds", &fresh.osds.to_string()])
             .args(match nbd {
                 Some((addr, size)) => vec![
                     "--nbd".to_string(),

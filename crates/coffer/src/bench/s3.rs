@@ -472,14 +472,7 @@ pub fn run(args: S3Args) -> Result<(), String> {
     let dir = args.fresh.dir.join(format!("s3-{}", std::process::id()));
     let https_addr = format!("127.0.0.1:{}", crate::up::free_loopback_port()?);
     let http_addr = format!("127.0.0.1:{}", crate::up::free_loopback_port()?);
-    let cluster = FreshCluster::start(
-        &dir,
-        args.fresh.osds,
-        "gcm",
-        "secure",
-        None,
-        Some(&https_addr),
-    )?;
+    let cluster = FreshCluster::start(&dir, &args.fresh, "gcm", "secure", None, Some(&https_addr))?;
     let plain = PlainGateway::start(&cluster, &http_addr)?;
     let conf = cluster.conf()?;
     let runtime = crate::daemon::runtime()?;

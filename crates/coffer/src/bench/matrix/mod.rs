@@ -402,7 +402,7 @@ impl Plan<'_> {
                 let export = nbd.map(|port| (format!("127.0.0.1:{port}"), self.image_size));
                 let cluster = FreshCluster::start(
                     &dir,
-                    self.args.fresh.osds,
+                    &self.args.fresh,
                     at_rest,
                     in_transit,
                     export.as_ref().map(|(addr, size)| (addr.as_str(), *size)),
