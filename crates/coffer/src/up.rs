@@ -56,6 +56,11 @@ pub struct UpArgs {
     /// gateway's server-side encryption needs secure monitor links.
     #[arg(long)]
     pub mon_transit: Option<String>,
+    /// Where the default pool of a new cluster seals its data: osd (clients send plaintext
+    /// over the links, each OSD's store seals it) or edge (clients seal 4 KiB chunks under
+    /// the pool's data key; OSDs store them as they come). Edge needs secure monitor links.
+    #[arg(long, default_value = "osd")]
+    pub seal: String,
     /// Size of each new OSD's data file, in GiB (sparse).
     #[arg(long, default_value_t = 8)]
     pub store_gib: u64,
@@ -211,6 +216,18 @@ fn create(dir: &Path, args: &UpArgs) -> Result<Conf, String> {
     args.at_rest
         .parse::<store::Mode>()
         .map_err(|e| format!("--at-rest: {e}"))?;
+    let mon_transit = args.mon_transit.as_deref().unwrap_or(&args.in_transit);
+    match args.seal.as_str() {
+        "osd" => {}
+        "edge" if mon_transit == "secure" => {}
+        "edge" => {
+            return Err(format!(
+                "--seal edge needs secure monitor links (the KMS releases pool keys over \
+                 secure links only), not {mon_transit}"
+            ))
+        }
+        other => return Err(format!("--seal {other}: use osd or edge")),
+    }
     if !(1..=MONS_MAX).contains(&args.mons) {
         return Err(format!("--mons {}: use 1 to {MONS_MAX}", args.mons));
     }
@@ -362,7 +379,7 @@ pub fn run(args: UpArgs) -> Result<(), String> {
             )?;
         }
         if cluster.map().pools.is_empty() {
-            create_pool(&cluster, DEFAULT_POOL, ids.len()).await?;
+            create_pool(&cluster, DEFAULT_POOL, ids.len(), args.seal == "edge").await?;
         }
         if let Some(nbd) = &conf.nbd {
             ensure_image(&cluster, &nbd.image, args.image_size).await?;
@@ -379,7 +396,7 @@ pub fn run(args: UpArgs) -> Result<(), String> {
         if let Some(gw) = &conf.gw {
             let pool_exists = cluster.map().pools.values().any(|p| p.name == gw.pool);
             if !pool_exists {
-                create_pool(&cluster, &gw.pool, ids.len()).await?;
+                create_pool(&cluster, &gw.pool, ids.len(), false).await?;
             }
             let dir = conf.dir.join(crate::gw::GW_DIR);
             ensure_gw_certificate(&dir, &gw.listen)?;
@@ -547,7 +564,8 @@ fn ensure_gw_certificate(dir: &Path, listen: &str) -> Result<(), String> {
 }
 
 /// Creates a replicated pool as `coffer up` makes them: up to 3 copies on `osds` OSDs.
-async fn create_pool(cluster: &Cluster, name: &str, osds: usize) -> Result<(), String> {
+/// Creates pool `name` replicated over up to three of `osds`, sealed at the edge if `edge`.
+async fn create_pool(cluster: &Cluster, name: &str, osds: usize, edge: bool) -> Result<(), String> {
     let size = (osds as u8).clamp(1, 3);
     let change = Change::CreatePool {
         name: name.into(),
@@ -556,8 +574,13 @@ async fn create_pool(cluster: &Cluster, name: &str, osds: usize) -> Result<(), S
         pg_num: DEFAULT_PG_NUM,
         domain: FailureDomain::Osd,
     };
+    let command = if edge {
+        MonCommand::PoolCreateEdge { change }
+    } else {
+        MonCommand::Change(change)
+    };
     cluster
-        .command(MonCommand::Change(change))
+        .command(command)
         .await
         .map(|_| ())
         .map_err(|e| format!("creating pool {name}: {e}"))

@@ -86,14 +86,23 @@ fn quick_matrix_reports_every_cell_with_a_table_and_a_plot() {
     let dir = tempfile::tempdir().expect("tempdir");
     let plot = dir.path().join("matrix.svg");
     let plot_arg = plot.display().to_string();
-    let (stdout, doc) = run_matrix(dir.path(), &["--quick", "--plot", &plot_arg]);
+    let (stdout, doc) = run_matrix(
+        dir.path(),
+        &["--quick", "--store-gib", "2", "--plot", &plot_arg],
+    );
     assert!(stdout.contains("command: "), "the bench prints its command");
     assert!(
         stdout.contains("shapes: many ("),
         "the bench prints the clients: {stdout}"
     );
-    let corners = ["none/crc", "none/secure", "gcm/crc", "gcm/secure"];
-    check_cells(&doc, &corners, 12, true);
+    let configs = [
+        "none/crc",
+        "none/secure",
+        "gcm/crc",
+        "gcm/secure",
+        "edge/secure",
+    ];
+    check_cells(&doc, &configs, 12, true);
     for row in ["many", "one (1x QD 128) 4M", "sync (1x QD 1) 4K"] {
         assert!(stdout.contains(row), "table row {row}:\n{stdout}");
     }
@@ -101,7 +110,7 @@ fn quick_matrix_reports_every_cell_with_a_table_and_a_plot() {
     assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
     assert_eq!(
         svg.matches("<rect x=").count(),
-        3 + 3 * 12,
+        4 + 4 * 12,
         "legend and bars: {svg}"
     );
     let leftovers: Vec<_> = std::fs::read_dir(dir.path())
@@ -115,6 +124,8 @@ fn quick_matrix_reports_every_cell_with_a_table_and_a_plot() {
     );
 }
 
+/// fio through the NBD export, here of a pool sealed at the edge: the NBD server is the
+/// client that seals.
 #[test]
 fn fio_engine_drives_the_nbd_export_of_fresh_clusters() {
     let _serial = serial();
@@ -127,7 +138,7 @@ fn fio_engine_drives_the_nbd_export_of_fresh_clusters() {
             "--engine",
             "fio",
             "--configs",
-            "none/crc,gcm/secure",
+            "none/crc,edge/secure",
             "--shapes",
             "many,sync",
             "--io-sizes",
@@ -142,7 +153,7 @@ fn fio_engine_drives_the_nbd_export_of_fresh_clusters() {
             &plot_arg,
         ],
     );
-    check_cells(&doc, &["none/crc", "gcm/secure"], 4, true);
+    check_cells(&doc, &["none/crc", "edge/secure"], 4, true);
     assert!(doc["cells"]
         .as_array()
         .expect("cells")
@@ -184,6 +195,7 @@ fn targets_are_any_nbd_exports_and_bad_arguments_are_refused_up_front() {
         (&["--target", "http://x"][..], "give an NBD URI"),
         (&["--configs", "gcm"][..], "AT-REST/IN-TRANSIT"),
         (&["--configs", "none/crc,rot13/crc"][..], "rot13"),
+        (&["--configs", "none/crc,edge/crc"][..], "use edge/secure"),
         (&["--shapes", "lots"][..], "use many, one or sync"),
         (&["--plot", "matrix.gif"][..], ".svg or .png"),
     ] {

@@ -48,6 +48,11 @@ pub const CORNERS: [(&str, &str); 4] = [
     ("gcm", "secure"),
 ];
 
+/// The at-rest label of a configuration whose default pool is sealed at the edge: clients
+/// seal the data chunks (`coffer up --seal edge`), and each OSD's store (`gcm`) seals what
+/// is left to it, object names and metadata.
+pub const EDGE: &str = "edge";
+
 /// A `coffer up` cluster for one configuration, stopped and removed when dropped.
 pub struct FreshCluster {
     dir: PathBuf,
@@ -66,7 +71,8 @@ impl Drop for FreshCluster {
 impl FreshCluster {
     /// Starts `coffer up` in `dir`; with `nbd` (an address and an image size) the cluster
     /// exports its default image there, and with `gw` (an address) it runs its S3 gateway
-    /// there, as `coffer up` does outside the benches.
+    /// there, as `coffer up` does outside the benches. `at_rest` is a store mode, or
+    /// [`EDGE`].
     pub fn start(
         dir: &Path,
         fresh: &FreshArgs,
@@ -78,6 +84,11 @@ impl FreshCluster {
         let _ = std::fs::remove_dir_all(dir);
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let (store_mode, seal) = if at_rest == EDGE {
+            ("gcm", "edge")
+        } else {
+            (at_rest, "osd")
+        };
         let log = std::fs::File::create(dir.join("up.log")).map_err(|e| e.to_string())?;
         let mut up = Command::new(exe)
             .args(["up", "--store-gib", &fresh.store_gib.to_string()])
@@ -92,7 +103,8 @@ impl FreshCluster {
                 None => vec!["--nbd".to_string(), "none".to_string()],
             })
             .args(["--gw", gw.unwrap_or("none")])
-            .args(["--at-rest", at_rest, "--in-transit", in_transit, "--data"])
+            .args(["--at-rest", store_mode, "--in-transit", in_transit])
+            .args(["--seal", seal, "--data"])
             .arg(dir)
             .stdout(Stdio::piped())
             .stderr(log)

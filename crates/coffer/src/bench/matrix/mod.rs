@@ -1,6 +1,7 @@
 //! `coffer bench matrix`: the published encryption matrix (MISSION.md, "The numbers to
 //! beat") reproduced on Coffer in one command. For each configuration (at rest x in transit,
-//! or an NBD export given with `--target`), a fresh cluster with images filled by large
+//! `edge/secure` for a pool sealed by its clients, or an NBD export given with `--target`),
+//! a fresh cluster with images filled by large
 //! writes, then random reads and writes of 4 MiB and 4 KiB in three client shapes: "many"
 //! (several client processes, each with many IOs in flight), "one" (one client, queue depth
 //! 128) and "sync" (one client, queue depth 1). Every cell is a percent of the first
@@ -18,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::fresh::{connect_admin, wait_clean, FreshArgs, FreshCluster, CORNERS};
+use super::fresh::{connect_admin, wait_clean, FreshArgs, FreshCluster, CORNERS, EDGE};
 use super::report::{mean_and_stddev, percent_of, print_header, size_label, write_json, LatencyUs};
 
 const MIB: u64 = 1 << 20;
@@ -41,11 +42,13 @@ pub struct MatrixArgs {
     /// A reduced run of about three minutes: 2 s cells over 128 MiB.
     #[arg(long)]
     quick: bool,
-    /// Adds the LUKS-like at-rest modes xts-4096 and xts-512 to the four corners.
+    /// Adds the LUKS-like at-rest modes xts-4096 and xts-512 to the four corners and edge.
     #[arg(long)]
     all: bool,
-    /// Configurations as AT-REST/IN-TRANSIT, comma-separated; the first is the baseline
-    /// [default: none/crc,none/secure,gcm/crc,gcm/secure].
+    /// Configurations as AT-REST/IN-TRANSIT, comma-separated; the first is the baseline.
+    /// AT-REST is a store mode (none, gcm, xts-4096, xts-512) or edge: the data sealed by
+    /// the clients, the stores in gcm for names and metadata, secure links only
+    /// [default: none/crc,none/secure,gcm/crc,gcm/secure,edge/secure].
     #[arg(long, value_delimiter = ',', conflicts_with = "all")]
     configs: Option<Vec<String>>,
     #[command(flatten)]
@@ -176,6 +179,7 @@ fn configs(args: &MatrixArgs) -> Result<Vec<Config>, String> {
             .collect::<Result<_, _>>()?,
         None => CORNERS
             .iter()
+            .chain([&(EDGE, "secure")])
             .map(|(r, t)| (r.to_string(), t.to_string()))
             .collect(),
     };
@@ -187,6 +191,15 @@ fn configs(args: &MatrixArgs) -> Result<Vec<Config>, String> {
         }
     }
     for (at_rest, in_transit) in &pairs {
+        if at_rest == EDGE {
+            if in_transit != "secure" {
+                return Err(format!(
+                    "--configs {EDGE}/{in_transit}: a pool sealed at the edge takes its key \
+                     over secure links; use {EDGE}/secure"
+                ));
+            }
+            continue;
+        }
         at_rest
             .parse::<store::Mode>()
             .map_err(|e| format!("--configs {at_rest}/{in_transit}: {e}"))?;
