@@ -1,14 +1,62 @@
 //! Pools sealed at the edge (docs/design/edge-sealing.md): the client seals, the daemons
-//! store sealed chunks. A marker written through the CLI and the client library never
-//! appears in any store file or in a capture of the loopback traffic; partial writes,
-//! concurrent writers of one chunk, truncation, an OSD killed and recovered and a key
-//! rotation all keep the data whole; OSDs refuse plaintext, and the pool keys are refused
-//! to a client without read access.
+//! store sealed chunks. A marker written through the CLI, the client library and the NBD
+//! export never appears in any store file or in a capture of the loopback traffic; partial
+//! writes, concurrent writers of one chunk, truncation, an OSD killed and recovered and a
+//! key rotation all keep the data whole; OSDs refuse plaintext, and the pool keys are
+//! refused to a client without read access. A chunk altered on every replica's disk fails
+//! at the client, by name, and nothing else is lost.
 
 mod common;
 
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
 use bytes::Bytes;
-use common::{serial, Capture, LocalCluster};
+use common::{run_ok, serial, Capture, LocalCluster, COFFER};
+
+/// Serves image `spec` with `coffer nbd serve` on the Unix socket `socket` (so that the
+/// plaintext between the NBD client and the server, both at the edge, stays off the
+/// loopback capture); returns the server once the socket exists.
+fn serve_nbd_on_socket(cluster: &LocalCluster, spec: &str, socket: &Path) -> std::process::Child {
+    let server = Command::new(COFFER)
+        .arg("--conf")
+        .arg(&cluster.conf)
+        .args(["nbd", "serve", spec, "--socket"])
+        .arg(socket)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start coffer nbd serve");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !socket.exists() {
+        assert!(Instant::now() < deadline, "the NBD server did not listen");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    server
+}
+
+/// Writes `bytes` at the start of the NBD export on `socket` with nbdcopy, and reads them
+/// back the same way.
+fn nbd_round_trip(socket: &Path, export: &str, bytes: &[u8], scratch: &Path) -> Vec<u8> {
+    let uri = format!("nbd+unix:///{export}?socket={}", socket.display());
+    let source = scratch.join("nbd-source");
+    std::fs::write(&source, bytes).expect("write source");
+    run_ok(
+        "nbdcopy to the export",
+        Command::new("nbdcopy").arg(&source).arg(&uri),
+    );
+    let back = scratch.join("nbd-back");
+    run_ok(
+        "nbdcopy from the export",
+        Command::new("nbdcopy").arg(&uri).arg(&back),
+    );
+    let mut read = std::fs::read(&back).expect("read back");
+    read.truncate(bytes.len());
+    std::fs::remove_file(&source).expect("remove source");
+    std::fs::remove_file(&back).expect("remove copy");
+    read
+}
 
 #[test]
 fn edge_sealed_pools_keep_plaintext_off_every_daemon_and_disk() {
@@ -21,12 +69,25 @@ fn edge_sealed_pools_keep_plaintext_off_every_daemon_and_disk() {
     assert!(listing.contains("sealed at edge (data key 1)"), "{listing}");
     cluster.wait_for(
         "the new pool's PGs clean",
-        std::time::Duration::from_secs(60),
+        Duration::from_secs(60),
         common::all_clean,
     );
 
+    cluster.ok(&["image", "create", "sealed/disk", "--size", "8M"]);
     let marker = format!("edge-marker-{:016x}", rand::random::<u64>());
     let capture = Capture::start(&cluster.dir.path().join("lo.pcap"));
+    // Through the NBD export: the NBD server is the edge.
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let socket = scratch.path().join("nbd.sock");
+    let mut server = serve_nbd_on_socket(&cluster, "sealed/disk", &socket);
+    let disk_bytes = format!("{}end", marker.repeat(1000)).into_bytes();
+    assert_eq!(
+        nbd_round_trip(&socket, "disk", &disk_bytes, scratch.path()),
+        disk_bytes
+    );
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(server.id() as i32, libc::SIGTERM) };
+    server.wait().expect("the NBD server stops");
     // An odd length: the last chunk is partial.
     let body = format!("{}tail", marker.repeat(400));
     let file = cluster.dir.path().join("marker");
@@ -135,11 +196,7 @@ fn edge_sealed_pools_keep_plaintext_off_every_daemon_and_disk() {
         file2.to_str().expect("path"),
     ]);
     cluster.restart_osd(2);
-    cluster.wait_for(
-        "recovered",
-        std::time::Duration::from_secs(90),
-        common::all_clean,
-    );
+    cluster.wait_for("recovered", Duration::from_secs(90), common::all_clean);
     cluster.kill(0, libc::SIGKILL);
     cluster.kill(1, libc::SIGKILL);
     cluster.restart_osd(0);
@@ -161,5 +218,115 @@ fn edge_sealed_pools_keep_plaintext_off_every_daemon_and_disk() {
     // The KMS commands do not reach a pool's key.
     let denied = cluster.cli(&["kms", "key", "rm", "pool.2"]);
     assert!(!denied.status.success());
+    cluster.stop();
+}
+
+/// Every file under `dir` that holds `needle`, with each of its offsets.
+fn occurrences(dir: &Path, needle: &[u8]) -> Vec<(std::path::PathBuf, usize)> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).expect("read dir").flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            let bytes = std::fs::read(&path).expect("read store file");
+            let mut at = 0;
+            while let Some(i) = bytes[at..].windows(needle.len()).position(|w| w == needle) {
+                found.push((path.clone(), at + i));
+                at += i + 1;
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn a_chunk_altered_on_every_disk_fails_at_the_client_and_nothing_else_is_lost() {
+    let _serial = serial();
+    let mut cluster = LocalCluster::start(3, &[]);
+    cluster.ok(&[
+        "pool", "create", "sealed", "--seal", "edge", "--pg-num", "8",
+    ]);
+    cluster.wait_for("PGs clean", Duration::from_secs(60), common::all_clean);
+    let victim: Vec<u8> = (0..3 * 4096).map(|_| rand::random::<u8>()).collect();
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let sealed_chunk = runtime.block_on(async {
+        let admin = cluster.admin().await;
+        let pool = admin.pool("sealed").await.expect("pool");
+        pool.put("victim", Bytes::from(victim.clone()))
+            .await
+            .expect("put");
+        pool.put("bystander", Bytes::from_static(b"unharmed"))
+            .await
+            .expect("put");
+        // Chunk 1 as the OSDs hold it: sealed bytes, which is all a disk can show.
+        let (_, sealed) = pool
+            .operate(
+                "victim",
+                vec![client::ObjectOp::ReadChunks { first: 1, count: 1 }],
+                Bytes::new(),
+            )
+            .await
+            .expect("read sealed");
+        sealed
+    });
+    assert_eq!(sealed_chunk.len(), 4096);
+    cluster.stop();
+    let found = occurrences(cluster.dir.path(), &sealed_chunk);
+    let osds: std::collections::BTreeSet<String> = found
+        .iter()
+        .filter_map(|(path, _)| {
+            path.ancestors()
+                .filter_map(|a| a.file_name()?.to_str())
+                .find(|name| name.starts_with("osd."))
+                .map(String::from)
+        })
+        .collect();
+    assert_eq!(osds.len(), 3, "a copy on each OSD: {found:?}");
+    for (path, offset) in &found {
+        use std::os::unix::fs::FileExt;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .expect("open store file");
+        let mut byte = [0u8; 1];
+        file.read_exact_at(&mut byte, (offset + 100) as u64)
+            .expect("read byte");
+        byte[0] ^= 0x20;
+        file.write_all_at(&byte, (offset + 100) as u64)
+            .expect("write byte");
+    }
+    cluster.resume(3);
+    cluster.wait_for("PGs clean", Duration::from_secs(90), common::all_clean);
+    let read = cluster.cli(&["obj", "get", "sealed", "victim"]);
+    let stderr = String::from_utf8_lossy(&read.stderr);
+    assert!(!read.status.success(), "an altered chunk was returned");
+    assert!(
+        stderr.contains("integrity: chunk 1 of victim"),
+        "the error names the chunk: {stderr}"
+    );
+    assert_eq!(
+        cluster.ok(&["obj", "get", "sealed", "bystander"]),
+        "unharmed"
+    );
+    runtime.block_on(async {
+        let admin = cluster.admin().await;
+        let pool = admin.pool("sealed").await.expect("pool");
+        let other = pool.read("victim", 8192, 4096).await.expect("chunk 2");
+        assert_eq!(
+            &other[..],
+            &victim[8192..],
+            "the chunks around it still open"
+        );
+        // Rewriting the altered chunk whole heals the object.
+        pool.write("victim", 4096, Bytes::from(victim[4096..8192].to_vec()))
+            .await
+            .expect("rewrite");
+        assert_eq!(pool.get("victim").await.expect("get"), victim);
+    });
     cluster.stop();
 }
