@@ -224,20 +224,12 @@ fn edge_sealed_pools_keep_plaintext_off_every_daemon_and_disk() {
 /// Every file under `dir` that holds `needle`, with each of its offsets.
 fn occurrences(dir: &Path, needle: &[u8]) -> Vec<(std::path::PathBuf, usize)> {
     let mut found = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).expect("read dir").flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                stack.push(path);
-                continue;
-            }
-            let bytes = std::fs::read(&path).expect("read store file");
-            let mut at = 0;
-            while let Some(i) = bytes[at..].windows(needle.len()).position(|w| w == needle) {
-                found.push((path.clone(), at + i));
-                at += i + 1;
-            }
+    for path in common::files_under(dir) {
+        let bytes = std::fs::read(&path).expect("read store file");
+        let mut at = 0;
+        while let Some(i) = bytes[at..].windows(needle.len()).position(|w| w == needle) {
+            found.push((path.clone(), at + i));
+            at += i + 1;
         }
     }
     found

@@ -579,21 +579,30 @@ pub fn run_ok(what: &str, command: &mut Command) -> String {
     stdout
 }
 
-/// Whether any file under `dir` (but the capture) holds `marker`.
-pub fn on_disk(dir: &Path, marker: &[u8]) -> Vec<String> {
-    let mut found = Vec::new();
+/// Every file under `dir`, at any depth.
+pub fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(dir) = stack.pop() {
         for entry in std::fs::read_dir(&dir).expect("read dir").flatten() {
             let path = entry.path();
             if path.is_dir() {
                 stack.push(path);
-            } else if path.extension().is_none_or(|e| e != "pcap") && file_holds(&path, marker) {
-                found.push(path.display().to_string());
+            } else {
+                files.push(path);
             }
         }
     }
-    found
+    files
+}
+
+/// Whether any file under `dir` (but the capture) holds `marker`.
+pub fn on_disk(dir: &Path, marker: &[u8]) -> Vec<String> {
+    files_under(dir)
+        .into_iter()
+        .filter(|path| path.extension().is_none_or(|e| e != "pcap") && file_holds(path, marker))
+        .map(|path| path.display().to_string())
+        .collect()
 }
 
 /// Whether the file at `path` holds `marker`, read in pieces that overlap by its length.
