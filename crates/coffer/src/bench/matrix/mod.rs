@@ -1,12 +1,12 @@
 //! `coffer bench matrix`: the published encryption matrix (MISSION.md, "The numbers to
 //! beat") reproduced on Coffer in one command. For each configuration (at rest x in transit,
 //! `edge/secure` for a pool sealed by its clients, or an NBD export given with `--target`),
-//! a fresh cluster with images filled by large
-//! writes, then random reads and writes of 4 MiB and 4 KiB in three client shapes: "many"
-//! (several client processes, each with many IOs in flight), "one" (one client, queue depth
-//! 128) and "sync" (one client, queue depth 1). Every cell is a percent of the first
-//! configuration measured in the same repetition, with latency percentiles and the CPU time
-//! of the cluster per GiB and per 1,000 IOs.
+//! a fresh cluster with images filled by large writes, then random reads and writes of
+//! 4 MiB and 4 KiB in three client shapes: "many" (several client processes, each with many
+//! IOs in flight), "one" (one client, queue depth 128) and "sync" (one client at queue depth
+//! one). Every cell is a percent of the first configuration measured in the same
+//! repetition, with latency percentiles and the CPU time of the cluster per GiB and per
+//! 1,000 IOs.
 
 mod fio;
 mod library;
