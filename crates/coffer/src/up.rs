@@ -56,9 +56,11 @@ pub struct UpArgs {
     /// gateway's server-side encryption needs secure monitor links.
     #[arg(long)]
     pub mon_transit: Option<String>,
-    /// Where the default pool of a new cluster seals its data: osd (clients send plaintext
-    /// over the links, each OSD's store seals it) or edge (clients seal 4 KiB chunks under
-    /// the pool's data key; OSDs store them as they come). Edge needs secure monitor links.
+    /// Where the pools a new cluster starts with (the default pool and the S3 gateway's)
+    /// seal their data: osd (clients send plaintext over the links, each OSD's store seals
+    /// it) or edge (clients, the NBD server and the gateway among them, seal 4 KiB chunks
+    /// under the pool's data key; OSDs store them as they come). Edge needs secure monitor
+    /// links.
     #[arg(long, default_value = "osd")]
     pub seal: String,
     /// Size of each new OSD's data file, in GiB (sparse).
@@ -396,7 +398,7 @@ pub fn run(args: UpArgs) -> Result<(), String> {
         if let Some(gw) = &conf.gw {
             let pool_exists = cluster.map().pools.values().any(|p| p.name == gw.pool);
             if !pool_exists {
-                create_pool(&cluster, &gw.pool, ids.len(), false).await?;
+                create_pool(&cluster, &gw.pool, ids.len(), args.seal == "edge").await?;
             }
             let dir = conf.dir.join(crate::gw::GW_DIR);
             ensure_gw_certificate(&dir, &gw.listen)?;

@@ -1,6 +1,8 @@
 //! Pools sealed at the edge (docs/design/edge-sealing.md): the client seals, the daemons
-//! store sealed chunks. A marker written through the CLI, the client library and the NBD
-//! export never appears in any store file or in a capture of the loopback traffic; partial
+//! store sealed chunks. A marker written through the CLI, the client library, the NBD
+//! export and the S3 gateway (with and without SSE, on a cluster whose stores and OSD links
+//! encrypt nothing themselves) never appears in any store file or in a capture of the
+//! loopback traffic; partial
 //! writes, concurrent writers of one chunk, truncation, an OSD killed and recovered and a
 //! key rotation all keep the data whole; OSDs refuse plaintext, and the pool keys are
 //! refused to a client without read access. A chunk altered on every replica's disk fails
@@ -219,6 +221,68 @@ fn edge_sealed_pools_keep_plaintext_off_every_daemon_and_disk() {
     let denied = cluster.cli(&["kms", "key", "rm", "pool.2"]);
     assert!(!denied.status.success());
     cluster.stop();
+}
+
+/// The S3 gateway is the edge of its pool: on a cluster that itself encrypts nothing but
+/// its monitor links (stores `none`, OSD links `crc`), `coffer up --seal edge` seals the
+/// gateway's pool, and neither an SSE marker nor a plainly uploaded one reaches a disk or
+/// the wire (the S3 clients speak HTTPS to the gateway). On the same cluster without
+/// `--seal edge`, tests/s3_encryption.rs finds the plain marker in both: the scans see.
+#[test]
+fn the_s3_gateway_seals_plain_and_sse_objects_at_the_edge() {
+    let _serial = serial();
+    let cluster = LocalCluster::start(
+        3,
+        &[
+            "--at-rest",
+            "none",
+            "--in-transit",
+            "crc",
+            "--mon-transit",
+            "secure",
+            "--seal",
+            "edge",
+        ],
+    );
+    cluster.wait_s3();
+    let listing = cluster.ok(&["pool", "ls"]);
+    assert_eq!(
+        listing.matches("sealed at edge").count(),
+        2,
+        "the default pool and the gateway's: {listing}"
+    );
+    cluster.ok(&["kms", "key", "create", "marker-key"]);
+    let user = cluster.s3_user("edge");
+    let sse_marker = format!("edge-sse-marker-{:016x}", rand::random::<u64>());
+    let plain_marker = format!("edge-plain-marker-{:016x}", rand::random::<u64>());
+    let capture = Capture::start(&cluster.dir.path().join("lo.pcap"));
+    run_ok(
+        "writing the markers through the gateway",
+        &mut cluster.s3_script(
+            &user,
+            "encryption.py",
+            &[
+                "markers",
+                "markers",
+                &sse_marker,
+                &plain_marker,
+                "marker-key",
+            ],
+        ),
+    );
+    let wire = capture.stop();
+    assert!(wire.len() > 1_000_000, "the capture holds the uploads");
+    for marker in [&sse_marker, &plain_marker] {
+        assert!(
+            !common::contains(&wire, marker.as_bytes()),
+            "{marker} crossed the loopback in the clear"
+        );
+        let files = common::on_disk(cluster.dir.path(), marker.as_bytes());
+        assert!(
+            files.is_empty(),
+            "{marker} is stored in the clear in {files:?}"
+        );
+    }
 }
 
 /// Every file under `dir` that holds `needle`, with each of its offsets.
