@@ -515,6 +515,16 @@ impl Capture {
     }
 }
 
+/// A test that fails before `stop` must not leave tcpdump recording.
+impl Drop for Capture {
+    fn drop(&mut self) {
+        if let Ok(None) = self.tcpdump.try_wait() {
+            let _ = self.tcpdump.kill();
+            let _ = self.tcpdump.wait();
+        }
+    }
+}
+
 /// Whether `needle` occurs in `haystack`.
 pub fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack
