@@ -251,26 +251,9 @@ fn the_s3_gateway_seals_plain_and_sse_objects_at_the_edge() {
         2,
         "the default pool and the gateway's: {listing}"
     );
-    cluster.ok(&["kms", "key", "create", "marker-key"]);
-    let user = cluster.s3_user("edge");
     let sse_marker = format!("edge-sse-marker-{:016x}", rand::random::<u64>());
     let plain_marker = format!("edge-plain-marker-{:016x}", rand::random::<u64>());
-    let capture = Capture::start(&cluster.dir.path().join("lo.pcap"));
-    run_ok(
-        "writing the markers through the gateway",
-        &mut cluster.s3_script(
-            &user,
-            "encryption.py",
-            &[
-                "markers",
-                "markers",
-                &sse_marker,
-                &plain_marker,
-                "marker-key",
-            ],
-        ),
-    );
-    let wire = capture.stop();
+    let wire = cluster.upload_markers(&sse_marker, &plain_marker);
     assert!(wire.len() > 1_000_000, "the capture holds the uploads");
     for marker in [&sse_marker, &plain_marker] {
         assert!(

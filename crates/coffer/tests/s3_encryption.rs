@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::{run_ok, serial, Capture, LocalCluster};
+use common::{serial, LocalCluster};
 use gateway::layout;
 
 #[test]
@@ -29,26 +29,9 @@ fn sse_keeps_markers_off_every_disk_and_wire_where_plain_objects_show() {
         ],
     );
     cluster.wait_s3();
-    cluster.ok(&["kms", "key", "create", "marker-key"]);
-    let user = cluster.s3_user("marker");
     let sse_marker = format!("coffer-sse-marker-{:016x}", rand::random::<u64>());
     let plain_marker = format!("coffer-plain-marker-{:016x}", rand::random::<u64>());
-    let capture = Capture::start(&cluster.dir.path().join("lo.pcap"));
-    run_ok(
-        "writing the markers",
-        &mut cluster.s3_script(
-            &user,
-            "encryption.py",
-            &[
-                "markers",
-                "markers",
-                &sse_marker,
-                &plain_marker,
-                "marker-key",
-            ],
-        ),
-    );
-    let wire = capture.stop();
+    let wire = cluster.upload_markers(&sse_marker, &plain_marker);
 
     assert!(
         common::contains(&wire, plain_marker.as_bytes()),

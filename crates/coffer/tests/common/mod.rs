@@ -553,6 +553,25 @@ impl LocalCluster {
         serde_json::from_str(&self.ok(&["user", "create", name, "--json"])).expect("user json")
     }
 
+    /// Through the gateway, as a new user: objects full of `sse_marker` under every kind of
+    /// SSE (SSE-KMS with the KMS key `marker-key`, made here) and one full of
+    /// `plain_marker` without (tests/s3/encryption.py `markers`), each read back, while
+    /// tcpdump records the loopback; returns the capture. The gateway must be up.
+    pub fn upload_markers(&self, sse_marker: &str, plain_marker: &str) -> Vec<u8> {
+        self.ok(&["kms", "key", "create", "marker-key"]);
+        let user = self.s3_user("marker");
+        let capture = Capture::start(&self.dir.path().join("lo.pcap"));
+        run_ok(
+            "writing the markers",
+            &mut self.s3_script(
+                &user,
+                "encryption.py",
+                &["markers", "markers", sse_marker, plain_marker, "marker-key"],
+            ),
+        );
+        capture.stop()
+    }
+
     /// tests/s3/SCRIPT ARGS with boto3, as `user` of this cluster's gateway.
     pub fn s3_script(&self, user: &serde_json::Value, script: &str, args: &[&str]) -> Command {
         let path = Path::new(env!("CARGO_MANIFEST_DIR"))
