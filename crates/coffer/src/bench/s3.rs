@@ -396,14 +396,15 @@ async fn phase(
 struct PlainGateway {
     child: std::process::Child,
     pid_file: std::path::PathBuf,
+    log: std::path::PathBuf,
 }
 
 impl PlainGateway {
     fn start(cluster: &FreshCluster, addr: &str) -> Result<PlainGateway, String> {
         let exe = std::env::current_exe().map_err(|e| e.to_string())?;
         let pid_file = cluster.dir().join("gw-plain.pid");
-        let log =
-            std::fs::File::create(cluster.dir().join("gw-plain.log")).map_err(|e| e.to_string())?;
+        let log_path = cluster.dir().join("gw-plain.log");
+        let log = std::fs::File::create(&log_path).map_err(|e| e.to_string())?;
         let child = std::process::Command::new(exe)
             .arg("--conf")
             .arg(cluster.conf_path())
@@ -413,7 +414,11 @@ impl PlainGateway {
             .stderr(log)
             .spawn()
             .map_err(|e| format!("starting a plain-HTTP gateway: {e}"))?;
-        Ok(PlainGateway { child, pid_file })
+        Ok(PlainGateway {
+            child,
+            pid_file,
+            log: log_path,
+        })
     }
 
     fn cpu_seconds(&self) -> f64 {
@@ -429,11 +434,23 @@ impl Drop for PlainGateway {
     }
 }
 
-async fn wait_listening(addr: &str) -> Result<(), String> {
+/// Lines of a gateway's log an error about it quotes.
+const LOG_TAIL_LINES: usize = 20;
+
+/// Waits until the gateway logging to `log` accepts connections at `addr`; if it does not
+/// within a minute, the error quotes the end of its log (the cluster's directory, and the
+/// log with it, is removed when the bench ends).
+async fn wait_listening(addr: &str, log: &std::path::Path) -> Result<(), String> {
     let deadline = Instant::now() + Duration::from_secs(60);
     while tokio::net::TcpStream::connect(addr).await.is_err() {
         if Instant::now() > deadline {
-            return Err(format!("no gateway listens on {addr}"));
+            let text = std::fs::read_to_string(log).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            let tail = lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n");
+            return Err(format!(
+                "no gateway listens on {addr}; the end of {}:\n{tail}",
+                log.display()
+            ));
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -487,8 +504,9 @@ pub fn run(args: S3Args) -> Result<(), String> {
         let user = gateway::users::create(&pool, "bench")
             .await
             .map_err(|e| e.to_string())?;
-        wait_listening(&https_addr).await?;
-        wait_listening(&http_addr).await?;
+        let https_log = cluster.dir().join(crate::gw::GW_DIR).join("log");
+        wait_listening(&https_addr, &https_log).await?;
+        wait_listening(&http_addr, &plain.log).await?;
         let customer_key: [u8; 32] = rand::random();
         let b64 = base64::engine::general_purpose::STANDARD;
         let tls = tls_config(&conf.dir.join(crate::gw::GW_DIR).join(gateway::tls::CA_FILE))?;
