@@ -451,6 +451,15 @@ pub enum OsdRequest {
     },
     /// From a PG's primary to the other OSDs of its acting set.
     Peer { pg: PgId, epoch: Epoch, op: PeerOp },
+    /// An operator's scrub of one page of a PG, to its primary: every copy of the objects
+    /// named after `after` is compared, and with `repair` the copies that differ from the
+    /// majority are replaced by it. Answered with `Scrubbed`.
+    Scrub {
+        pg: PgId,
+        epoch: Epoch,
+        after: Option<ObjectName>,
+        repair: bool,
+    },
 }
 
 impl OsdRequest {
@@ -522,6 +531,54 @@ pub enum PeerOp {
     },
     /// You now hold all of the PG: take this log and join the acting set's writes.
     Activate { info: PgInfo, log: Vec<LogEntry> },
+    /// The digest of your copy of each of `names`, in order. Answered with `Digests`.
+    Digest { names: Vec<ObjectName> },
+}
+
+/// What scrub compares of one copy of an object. In an edge-sealed pool the data digest is
+/// over the chunks and their records as stored, so no OSD needs the pool's key to compare.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectDigest {
+    pub version: Version,
+    pub size: u64,
+    /// XXH3-128 of the attributes and the omap.
+    pub meta: u128,
+    /// XXH3-128 of the data (plaintext, or sealed chunks with their records).
+    pub data: u128,
+}
+
+/// One OSD's answer for one object: its digest, `Absent`, or why its copy cannot be read
+/// (the store's integrity check failed, or a read error).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CopyDigest {
+    Present(ObjectDigest),
+    Absent,
+    Unreadable(String),
+}
+
+/// An object whose copies disagree.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScrubFinding {
+    pub object: ObjectName,
+    /// The OSDs whose copy differs from the majority (or every OSD, when there is none).
+    pub osds: Vec<OsdId>,
+    /// What differs, for the operator.
+    pub what: String,
+    /// The differing copies were replaced by the majority's.
+    pub repaired: bool,
+}
+
+/// One page of a PG's scrub.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScrubPage {
+    /// The OSDs compared: the primary and its clean replicas.
+    pub osds: Vec<OsdId>,
+    pub objects: u64,
+    /// Data bytes read on the primary.
+    pub bytes: u64,
+    pub findings: Vec<ScrubFinding>,
+    /// Where the next page starts (`None`: the PG is done).
+    pub next: Option<ObjectName>,
 }
 
 /// An object's state as recovery copies it; data travels in the data segment.
@@ -571,6 +628,8 @@ pub enum OsdReply {
         more: bool,
     },
     Copy(Option<ObjectCopy>),
+    Digests(Vec<CopyDigest>),
+    Scrubbed(ScrubPage),
     Done,
     /// The OSD's map says another OSD leads this PG (or the client's map is older than
     /// `epoch`): get a map at least this new and send again.

@@ -12,6 +12,7 @@ mod net;
 mod objects;
 mod pg;
 mod recovery;
+mod scrub;
 mod service;
 
 use std::collections::HashMap;

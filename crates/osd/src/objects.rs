@@ -10,7 +10,8 @@ use std::collections::{BTreeMap, VecDeque};
 use map::placement::{pg_of, PgId};
 use map::{ObjectName, ObjectRef, PoolId};
 use messenger::message::{
-    ChunkSeal, LogEntry, ObjectCopy, ObjectOp, OpResult, PgInfo, Version, CHUNK_BYTES,
+    ChunkSeal, CopyDigest, LogEntry, ObjectCopy, ObjectDigest, ObjectOp, OpResult, PgInfo, Version,
+    CHUNK_BYTES,
 };
 use messenger::DATA_BYTES_MAX;
 use store::{ChunkRecord, ReadError, Store, Transaction, OMAP_PAGE_ENTRIES_MAX};
@@ -410,6 +411,53 @@ pub fn read_copy(
         chunks,
     };
     Ok(Some((copy, data)))
+}
+
+/// Bytes read at once while digesting an object.
+const DIGEST_PIECE_BYTES: u64 = 8 << 20;
+
+/// What scrub compares of this store's copy of `object`, and the data bytes it read: the
+/// same pieces recovery would copy, so a copy that digests alike would copy alike. In an
+/// edge-sealed pool (`edge`) that is chunks and records as stored, never opened.
+pub fn digest(store: &Store, object: &ObjectRef, edge: bool) -> (CopyDigest, u64) {
+    let mut meta = xxhash_rust::xxh3::Xxh3::new();
+    let mut data = xxhash_rust::xxh3::Xxh3::new();
+    let mut offset = 0;
+    let mut read = 0;
+    loop {
+        let (copy, bytes) = match read_copy(store, object, offset, DIGEST_PIECE_BYTES, edge) {
+            Ok(Some(piece)) => piece,
+            // Removed between pieces cannot happen under the PG's lock; absent is absent.
+            Ok(None) => return (CopyDigest::Absent, read),
+            Err(e) => return (CopyDigest::Unreadable(e.to_string()), read),
+        };
+        if offset == 0 {
+            meta.update(&encode(&(&copy.attrs, &copy.omap)));
+        }
+        for seal in copy.chunks.iter().flatten() {
+            match seal {
+                Some(seal) => {
+                    data.update(&[1]);
+                    data.update(&seal.key_id.to_le_bytes());
+                    data.update(&seal.nonce);
+                    data.update(&seal.tag);
+                }
+                None => data.update(&[0]),
+            }
+        }
+        data.update(&bytes);
+        read += bytes.len() as u64;
+        offset += bytes.len() as u64;
+        if offset >= copy.size || bytes.is_empty() {
+            let digest = ObjectDigest {
+                version: copy.version,
+                size: copy.size,
+                meta: meta.digest128(),
+                data: data.digest128(),
+            };
+            return (CopyDigest::Present(digest), read);
+        }
+    }
 }
 
 /// Adds to `txn` one piece of a recovered object: the first piece (offset 0) replaces the

@@ -16,7 +16,7 @@ use bytes::Bytes;
 use map::placement::{OsdId, PgId};
 use map::{ObjectName, PoolId};
 use messenger::message::{
-    LogEntry, ObjectCopy, OsdReply, OsdRequest, PeerOp, PgInfo, PgState, Version,
+    LogEntry, ObjectCopy, OsdReply, OsdRequest, PeerOp, PgInfo, PgState, Version, LIST_PAGE_MAX,
 };
 use store::Transaction;
 
@@ -36,7 +36,7 @@ const JOIN_DIRTY_MAX: usize = 64;
 
 /// Where recovery reads or writes objects: this OSD's store, or another OSD.
 #[derive(Clone, Copy)]
-enum Side {
+pub enum Side {
     Local,
     Remote(OsdId),
 }
@@ -61,7 +61,7 @@ impl Piece {
 }
 
 impl Inner {
-    async fn peer_op(
+    pub async fn peer_op(
         &self,
         osd: OsdId,
         pg: PgId,
@@ -109,34 +109,64 @@ impl Inner {
     }
 
     async fn list(&self, side: Side, pg: PgId) -> Result<BTreeMap<ObjectName, Version>, String> {
-        match side {
-            Side::Local => {
-                let pg_num = self.pg_num(pg)?;
-                self.blocking(move |store| objects::list_pg(store, pg, pg_num))
-                    .await?
-                    .map_err(|e| e.to_string())
+        if let Side::Local = side {
+            let pg_num = self.pg_num(pg)?;
+            return self
+                .blocking(move |store| objects::list_pg(store, pg, pg_num))
+                .await?
+                .map_err(|e| e.to_string());
+        }
+        let mut all = BTreeMap::new();
+        let mut after = None;
+        loop {
+            let (entries, more) = self.list_page(side, pg, after.clone(), LIST_PAGE).await?;
+            after = entries.last().map(|(name, _)| name.clone());
+            all.extend(entries);
+            if !more || after.is_none() {
+                return Ok(all);
             }
+        }
+    }
+
+    /// A page of `side`'s objects of the PG after `after`, with their versions, and whether
+    /// more follow.
+    pub async fn list_page(
+        &self,
+        side: Side,
+        pg: PgId,
+        after: Option<ObjectName>,
+        limit: u32,
+    ) -> Result<(Vec<(ObjectName, Version)>, bool), String> {
+        match side {
+            Side::Local => self.page(pg, after, limit).await,
             Side::Remote(osd) => {
-                let mut all = BTreeMap::new();
-                let mut after = None;
-                loop {
-                    let op = PeerOp::List {
-                        after: after.clone(),
-                        limit: LIST_PAGE,
-                    };
-                    match self.peer_op(osd, pg, op, Bytes::new()).await? {
-                        (OsdReply::PeerListing { entries, more }, _) => {
-                            after = entries.last().map(|(name, _)| name.clone());
-                            all.extend(entries);
-                            if !more || after.is_none() {
-                                return Ok(all);
-                            }
-                        }
-                        (other, _) => return Err(format!("listing: unexpected {other:?}")),
-                    }
+                let op = PeerOp::List { after, limit };
+                match self.peer_op(osd, pg, op, Bytes::new()).await? {
+                    (OsdReply::PeerListing { entries, more }, _) => Ok((entries, more)),
+                    (other, _) => Err(format!("listing: unexpected {other:?}")),
                 }
             }
         }
+    }
+
+    /// A page of this OSD's objects of the PG after `after`, and whether more follow.
+    pub async fn page(
+        &self,
+        pg: PgId,
+        after: Option<ObjectName>,
+        limit: u32,
+    ) -> Result<(Vec<(ObjectName, Version)>, bool), String> {
+        let pg_num = self.pg_num(pg)?;
+        let all = self
+            .blocking(move |store| objects::list_pg(store, pg, pg_num))
+            .await?
+            .map_err(|e| e.to_string())?;
+        let limit = limit.clamp(1, LIST_PAGE_MAX) as usize;
+        let mut rest = all
+            .into_iter()
+            .filter(|(name, _)| after.as_ref().is_none_or(|a| name > a));
+        let page: Vec<_> = rest.by_ref().take(limit).collect();
+        Ok((page, rest.next().is_some()))
     }
 
     /// Whether `pool` is sealed at the edge (its objects are copied as sealed chunks).
@@ -224,7 +254,7 @@ impl Inner {
     }
 
     /// Makes `to`'s copy of `name` equal to `from`'s (removed if `from` has none).
-    async fn copy_object(
+    pub async fn copy_object(
         &self,
         pg: PgId,
         name: &ObjectName,

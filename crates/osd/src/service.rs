@@ -10,7 +10,6 @@ use map::placement::{OsdId, PgId};
 use map::{ObjectName, ObjectRef};
 use messenger::message::{
     LogEntry, ObjectOp, OsdReply, OsdRequest, PeerOp, PgState, ReqId, Version, CHUNK_BYTES,
-    LIST_PAGE_MAX,
 };
 use messenger::{CertificateDer, EntityKind, EntityName, Handler, Peer, Reply, Request};
 use store::{ReadError, Transaction};
@@ -85,6 +84,12 @@ impl Handler for OsdService {
                 after,
                 limit,
             } => reply(self.client_list(&peer, pg, epoch, after, limit).await),
+            OsdRequest::Scrub {
+                pg,
+                epoch,
+                after,
+                repair,
+            } => reply(self.scrub(&peer, pg, epoch, after, repair).await),
             OsdRequest::Peer { pg, epoch, op } => {
                 let Some(from) = osd_of(&peer.entity) else {
                     return reply(OsdReply::Denied("only OSDs send peer requests".into()));
@@ -505,7 +510,7 @@ impl OsdService {
         if let Err(why) = self.inner.pg(pg).wait_active().await {
             return OsdReply::Busy(why);
         }
-        match self.page(pg, after, limit).await {
+        match self.inner.page(pg, after, limit).await {
             Ok((entries, more)) => OsdReply::Listing {
                 names: entries.into_iter().map(|(name, _)| name).collect(),
                 more,
@@ -514,24 +519,29 @@ impl OsdService {
         }
     }
 
-    async fn page(
+    /// One page of an operator's scrub of `pg`: needs `mon=rw` (it is an operator's
+    /// command, and it makes every OSD of the PG read its copies), and `osd=rw` to repair.
+    async fn scrub(
         &self,
+        peer: &Peer<Caps>,
         pg: PgId,
+        epoch: Epoch,
         after: Option<ObjectName>,
-        limit: u32,
-    ) -> Result<(Vec<(ObjectName, Version)>, bool), String> {
-        let pg_num = self.inner.pg_num(pg)?;
-        let all = self
-            .inner
-            .blocking(move |store| objects::list_pg(store, pg, pg_num))
-            .await?
-            .map_err(|e| e.to_string())?;
-        let limit = limit.clamp(1, LIST_PAGE_MAX) as usize;
-        let mut rest = all
-            .into_iter()
-            .filter(|(name, _)| after.as_ref().is_none_or(|a| name > a));
-        let page: Vec<_> = rest.by_ref().take(limit).collect();
-        Ok((page, rest.next().is_some()))
+        repair: bool,
+    ) -> OsdReply {
+        if !peer.grant.mon_allows(true) {
+            return OsdReply::Denied(format!(
+                "{} may not scrub: scrub is an operator's command (mon=rw)",
+                peer.entity
+            ));
+        }
+        if let Err(refusal) = self.check_primary(peer, pg, epoch, repair).await {
+            return refusal;
+        }
+        match crate::scrub::page(&self.inner, pg, after, repair).await {
+            Ok(page) => OsdReply::Scrubbed(page),
+            Err(refusal) => refusal,
+        }
     }
 
     /// Requests from the primary of `pg`; `epoch` is the primary's map.
@@ -592,7 +602,7 @@ impl OsdService {
                 Ok(reply(OsdReply::Done))
             }
             PeerOp::List { after, limit } => {
-                let (entries, more) = self.page(id, after, limit).await?;
+                let (entries, more) = self.inner.page(id, after, limit).await?;
                 Ok(reply(OsdReply::PeerListing { entries, more }))
             }
             PeerOp::Pull {
@@ -623,6 +633,10 @@ impl OsdService {
                 objects::write_copy(&mut txn, &object, copy.as_ref(), offset, &data, last);
                 inner.apply(txn).await?;
                 Ok(reply(OsdReply::Done))
+            }
+            PeerOp::Digest { names } => {
+                let (digests, _) = inner.digest_local(id, names).await?;
+                Ok(reply(OsdReply::Digests(digests)))
             }
             PeerOp::Activate { info, log } => {
                 let mut core = pg.core.lock().await;

@@ -1,0 +1,364 @@
+//! Scrub, run by a PG's primary when an operator asks (`coffer pool scrub`): one page of
+//! objects at a time, under the PG's lock (so no write is half applied while copies are
+//! compared), every OSD holding the PG digests its copy of each object, and the primary
+//! compares them. A copy is bad when it differs from the majority of the readable copies,
+//! or when its store cannot read it (a failed integrity check). With `repair`, recovery's
+//! copy replaces each bad copy with the majority's.
+//!
+//! In an edge-sealed pool the digests are over chunks and records as stored, so replicas are
+//! compared without the pool's key; a chunk altered identically on every copy is not a
+//! disagreement, and only the client's tag check can find it.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use map::placement::{OsdId, PgId};
+use map::ObjectName;
+use messenger::message::{CopyDigest, OsdReply, PeerOp, ScrubFinding, ScrubPage};
+use tokio::task::JoinSet;
+
+use crate::objects;
+use crate::recovery::Side;
+use crate::Inner;
+
+/// Objects compared per page; the PG's writes wait while a page is compared.
+const PAGE_OBJECTS: u32 = 32;
+
+/// Scrubs the page of `id` after `after`. The caller checked that this OSD is the primary.
+pub async fn page(
+    inner: &Arc<Inner>,
+    id: PgId,
+    after: Option<ObjectName>,
+    repair: bool,
+) -> Result<ScrubPage, OsdReply> {
+    let pg = inner.pg(id);
+    pg.wait_active().await.map_err(OsdReply::Busy)?;
+    let core = pg.core.lock().await;
+    if !pg.serving.borrow().is_active() {
+        return Err(OsdReply::Busy(format!(
+            "pg {}.{} stopped serving; ask again",
+            id.pool, id.number
+        )));
+    }
+    if !core.interval.recovering.is_empty() {
+        return Err(OsdReply::Busy(format!(
+            "pg {}.{} is recovering; it is scrubbed once its copies are complete",
+            id.pool, id.number
+        )));
+    }
+    let osds: Vec<OsdId> = std::iter::once(inner.id)
+        .chain(core.interval.clean.iter().copied())
+        .collect();
+    let failed =
+        |e: String| OsdReply::Failed(format!("scrub of pg {}.{}: {e}", id.pool, id.number));
+    let (names, next) = names(inner, id, &osds, after).await.map_err(failed)?;
+    let (copies, bytes) = digests(inner, id, &osds, &names).await.map_err(failed)?;
+    let mut findings = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        let held: Vec<(OsdId, &CopyDigest)> = osds
+            .iter()
+            .zip(&copies)
+            .map(|(osd, c)| (*osd, &c[i]))
+            .collect();
+        let Some(mut finding) = compare(name, &held) else {
+            continue;
+        };
+        tracing::warn!(
+            pg = %format!("{}.{}", id.pool, id.number),
+            object = %name,
+            what = %finding.what,
+            "scrub: copies disagree"
+        );
+        if repair {
+            repair_copies(inner, id, &held, &mut finding).await;
+        }
+        findings.push(finding);
+    }
+    drop(core);
+    Ok(ScrubPage {
+        osds,
+        objects: names.len() as u64,
+        bytes,
+        findings,
+        next,
+    })
+}
+
+/// The names of the page: every name any OSD holds after `after`, up to the first name past
+/// which some OSD has more to list. Returns them and where the next page starts.
+async fn names(
+    inner: &Arc<Inner>,
+    id: PgId,
+    osds: &[OsdId],
+    after: Option<ObjectName>,
+) -> Result<(Vec<ObjectName>, Option<ObjectName>), String> {
+    let mut names = BTreeSet::new();
+    let mut bound: Option<ObjectName> = None;
+    for osd in osds {
+        let side = inner.side(*osd);
+        let (page, more) = inner
+            .list_page(side, id, after.clone(), PAGE_OBJECTS)
+            .await?;
+        if more {
+            if let Some((last, _)) = page.last() {
+                if bound.as_ref().is_none_or(|b| last < b) {
+                    bound = Some(last.clone());
+                }
+            }
+        }
+        names.extend(page.into_iter().map(|(name, _)| name));
+    }
+    let names = names
+        .into_iter()
+        .filter(|name| bound.as_ref().is_none_or(|b| name <= b))
+        .collect();
+    Ok((names, bound))
+}
+
+/// Each OSD's digests of `names` (one vector per OSD, in `osds` order), and the data bytes
+/// this OSD read.
+async fn digests(
+    inner: &Arc<Inner>,
+    id: PgId,
+    osds: &[OsdId],
+    names: &[ObjectName],
+) -> Result<(Vec<Vec<CopyDigest>>, u64), String> {
+    let mut remote = JoinSet::new();
+    for (at, osd) in osds.iter().enumerate().skip(1) {
+        let (inner, osd, names) = (inner.clone(), *osd, names.to_vec());
+        remote.spawn(async move {
+            let op = PeerOp::Digest { names };
+            let answer = match inner.peer_op(osd, id, op, Bytes::new()).await {
+                Ok((OsdReply::Digests(digests), _)) => Ok(digests),
+                Ok((other, _)) => Err(format!("osd.{}: digest: unexpected {other:?}", osd.0)),
+                Err(e) => Err(e),
+            };
+            (at, answer)
+        });
+    }
+    let (local, bytes) = inner.digest_local(id, names.to_vec()).await?;
+    let mut all = vec![Vec::new(); osds.len()];
+    all[0] = local;
+    while let Some(joined) = remote.join_next().await {
+        let (at, answer) = joined.map_err(|e| format!("digest task: {e}"))?;
+        let digests = answer?;
+        if digests.len() != names.len() {
+            return Err(format!(
+                "osd.{} answered {} digests for {} objects",
+                osds[at].0,
+                digests.len(),
+                names.len()
+            ));
+        }
+        all[at] = digests;
+    }
+    Ok((all, bytes))
+}
+
+impl Inner {
+    /// This OSD's digests of `names` in `pg`, and the data bytes read for them.
+    pub async fn digest_local(
+        &self,
+        pg: PgId,
+        names: Vec<ObjectName>,
+    ) -> Result<(Vec<CopyDigest>, u64), String> {
+        let edge = self.pool_is_edge(pg.pool);
+        self.blocking(move |store| {
+            let mut bytes = 0;
+            let digests = names
+                .iter()
+                .map(|name| {
+                    let (digest, read) =
+                        objects::digest(store, &objects::object_ref(pg, name), edge);
+                    bytes += read;
+                    digest
+                })
+                .collect();
+            (digests, bytes)
+        })
+        .await
+    }
+
+    fn side(&self, osd: OsdId) -> Side {
+        if osd == self.id {
+            Side::Local
+        } else {
+            Side::Remote(osd)
+        }
+    }
+}
+
+/// The copy most OSDs hold, among those their stores could read: a strict majority of the
+/// readable copies (so one readable copy is the authority when the others are unreadable).
+fn majority<'a>(held: &[(OsdId, &'a CopyDigest)]) -> Option<&'a CopyDigest> {
+    let readable: Vec<&CopyDigest> = held
+        .iter()
+        .map(|(_, c)| *c)
+        .filter(|c| !matches!(c, CopyDigest::Unreadable(_)))
+        .collect();
+    readable
+        .iter()
+        .find(|c| 2 * readable.iter().filter(|d| d == c).count() > readable.len())
+        .copied()
+}
+
+/// `None` when every copy of `name` is alike; otherwise what differs, and where.
+fn compare(name: &ObjectName, held: &[(OsdId, &CopyDigest)]) -> Option<ScrubFinding> {
+    if held
+        .iter()
+        .all(|(_, c)| *c == held[0].1 && !matches!(c, CopyDigest::Unreadable(_)))
+    {
+        return None;
+    }
+    let good = majority(held);
+    let bad: Vec<(OsdId, &CopyDigest)> = held
+        .iter()
+        .filter(|(_, c)| good != Some(*c))
+        .copied()
+        .collect();
+    let mut what: Vec<String> = bad
+        .iter()
+        .map(|(osd, c)| format!("osd.{}: {}", osd.0, difference(c, good)))
+        .collect();
+    if good.is_none() {
+        what.push("no majority among the readable copies: not repairable by scrub".into());
+    }
+    Some(ScrubFinding {
+        object: name.clone(),
+        osds: bad.iter().map(|(osd, _)| *osd).collect(),
+        what: what.join("; "),
+        repaired: false,
+    })
+}
+
+/// How `copy` differs from the majority's `good` copy, in words.
+fn difference(copy: &CopyDigest, good: Option<&CopyDigest>) -> String {
+    let good = match good {
+        Some(CopyDigest::Present(good)) => Some(good),
+        _ => None,
+    };
+    match (copy, good) {
+        (CopyDigest::Unreadable(why), _) => format!("unreadable ({why})"),
+        (CopyDigest::Absent, _) => "missing".into(),
+        (CopyDigest::Present(_), None) => "present where the others have none".into(),
+        (CopyDigest::Present(c), Some(g)) => {
+            let mut parts = Vec::new();
+            if c.version != g.version {
+                parts.push(format!(
+                    "version {}.{} (others {}.{})",
+                    c.version.epoch, c.version.seq, g.version.epoch, g.version.seq
+                ));
+            }
+            if c.size != g.size {
+                parts.push(format!("size {} (others {})", c.size, g.size));
+            }
+            if c.meta != g.meta {
+                parts.push("attributes or omap differ".into());
+            }
+            if c.data != g.data {
+                parts.push("data differs".into());
+            }
+            parts.join(", ")
+        }
+    }
+}
+
+/// Replaces each bad copy of `finding` with a copy from an OSD holding the majority's.
+async fn repair_copies(
+    inner: &Arc<Inner>,
+    id: PgId,
+    held: &[(OsdId, &CopyDigest)],
+    finding: &mut ScrubFinding,
+) {
+    let Some(good) = majority(held) else {
+        return;
+    };
+    // The local copy first, when it is good: no pull over the network.
+    let Some(source) = held.iter().find(|(_, c)| *c == good).map(|(osd, _)| *osd) else {
+        return;
+    };
+    for osd in &finding.osds {
+        let copied = inner
+            .copy_object(id, &finding.object, inner.side(source), inner.side(*osd))
+            .await;
+        if let Err(e) = copied {
+            finding
+                .what
+                .push_str(&format!("; repairing osd.{} failed: {e}", osd.0));
+            return;
+        }
+    }
+    finding.repaired = true;
+    tracing::info!(
+        pg = %format!("{}.{}", id.pool, id.number),
+        object = %finding.object,
+        from = source.0,
+        "scrub: repaired from the majority's copy"
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use messenger::message::{ObjectDigest, Version};
+
+    fn copy(data: u128) -> CopyDigest {
+        CopyDigest::Present(ObjectDigest {
+            version: Version { epoch: 3, seq: 7 },
+            size: 4096,
+            meta: 1,
+            data,
+        })
+    }
+
+    fn finding(copies: &[CopyDigest]) -> Option<ScrubFinding> {
+        let held: Vec<(OsdId, &CopyDigest)> = copies
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (OsdId(i as u32), c))
+            .collect();
+        compare(&ObjectName::new("o").expect("name"), &held)
+    }
+
+    #[test]
+    fn alike_copies_are_consistent() {
+        assert_eq!(finding(&[copy(9), copy(9), copy(9)]), None);
+        assert_eq!(
+            finding(&[CopyDigest::Absent, CopyDigest::Absent]),
+            None,
+            "removed everywhere"
+        );
+    }
+
+    #[test]
+    fn the_copy_that_differs_from_the_majority_is_named() {
+        let found = finding(&[copy(9), copy(8), copy(9)]).expect("a finding");
+        assert_eq!(found.osds, vec![OsdId(1)]);
+        assert_eq!(found.what, "osd.1: data differs");
+        let found = finding(&[copy(9), copy(9), CopyDigest::Absent]).expect("a finding");
+        assert_eq!(found.what, "osd.2: missing");
+        let found = finding(&[CopyDigest::Absent, copy(9), CopyDigest::Absent]).expect("a finding");
+        assert_eq!(found.what, "osd.1: present where the others have none");
+    }
+
+    #[test]
+    fn an_unreadable_copy_is_bad_even_when_it_is_alone_against_one() {
+        let unreadable = CopyDigest::Unreadable("integrity".into());
+        let found = finding(&[unreadable.clone(), copy(9)]).expect("a finding");
+        assert_eq!(found.osds, vec![OsdId(0)]);
+        assert!(found.what.starts_with("osd.0: unreadable (integrity)"));
+        let all = finding(&[unreadable.clone(), unreadable]).expect("a finding");
+        assert_eq!(all.osds, vec![OsdId(0), OsdId(1)]);
+        assert!(all.what.contains("no majority"));
+    }
+
+    #[test]
+    fn two_copies_that_differ_have_no_majority() {
+        let found = finding(&[copy(9), copy(8)]).expect("a finding");
+        assert_eq!(found.osds, vec![OsdId(0), OsdId(1)]);
+        assert!(found.what.contains("no majority"), "{}", found.what);
+        let held = [(OsdId(0), &copy(9)), (OsdId(1), &copy(8))];
+        assert_eq!(majority(&held), None);
+    }
+}
