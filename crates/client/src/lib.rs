@@ -29,13 +29,25 @@ use tokio::task::JoinHandle;
 
 pub use conf::Conf;
 /// The operations of [`Pool::operate`], and their results.
-pub use messenger::message::{KmsKeyListing, ObjectOp, OpResult};
+pub use messenger::message::{KmsKeyListing, ObjectOp, OpResult, ScrubFinding};
 
 /// How long an operation keeps trying (map changes, recovering PGs, OSDs restarting) before
 /// it fails with the last reason it was given.
 pub const OP_TIMEOUT: Duration = Duration::from_secs(120);
 /// Bytes per request when an object is read or written in pieces.
 pub const PIECE_BYTES: u64 = 16 << 20;
+
+/// What a scrub of one PG found (`Pool::scrub_pg`).
+#[derive(Clone, Debug, Default)]
+pub struct PgScrub {
+    /// The OSDs whose copies were compared (the primary first).
+    pub osds: Vec<OsdId>,
+    pub objects: u64,
+    /// Data bytes the primary read.
+    pub bytes: u64,
+    /// The objects whose copies disagree.
+    pub findings: Vec<ScrubFinding>,
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -514,6 +526,16 @@ impl Pool {
 
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The pool's number of placement groups, in the current map.
+    pub fn pg_num(&self) -> Result<u32, Error> {
+        self.cluster
+            .map()
+            .pools
+            .get(&self.id)
+            .map(|p| p.pg_num)
+            .ok_or_else(|| Error::NoSuchPool(self.name.clone()))
     }
 
     /// Runs `ops` on object `name` as one request: all writes (applied atomically, once) or
@@ -1024,15 +1046,41 @@ impl Pool {
         }
     }
 
+    /// Scrubs PG `number` of this pool: its primary compares every copy of every object,
+    /// a page at a time, and with `repair` replaces the copies that differ from the
+    /// majority. Needs `mon=rw` (and `osd=rw` to repair).
+    pub async fn scrub_pg(&self, number: u32, repair: bool) -> Result<PgScrub, Error> {
+        let mut total = PgScrub::default();
+        let mut after: Option<ObjectName> = None;
+        loop {
+            let make = |pg, epoch| OsdRequest::Scrub {
+                pg,
+                epoch,
+                after: after.clone(),
+                repair,
+            };
+            let inner = &self.cluster.inner;
+            let page = match inner
+                .submit(self.id, &Locate::Pg(number), make, Bytes::new())
+                .await?
+            {
+                (OsdReply::Scrubbed(page), _) => page,
+                (other, _) => return Err(Error::Failed(format!("unexpected reply {other:?}"))),
+            };
+            total.osds = page.osds;
+            total.objects += page.objects;
+            total.bytes += page.bytes;
+            total.findings.extend(page.findings);
+            match page.next {
+                Some(next) => after = Some(next),
+                None => return Ok(total),
+            }
+        }
+    }
+
     /// Every object's name, PG by PG (names are sorted within a PG, not across PGs).
     pub async fn list(&self) -> Result<Vec<ObjectName>, Error> {
-        let pg_num = self
-            .cluster
-            .map()
-            .pools
-            .get(&self.id)
-            .map(|p| p.pg_num)
-            .ok_or_else(|| Error::NoSuchPool(self.name.clone()))?;
+        let pg_num = self.pg_num()?;
         let mut names = Vec::new();
         for number in 0..pg_num {
             let mut after: Option<ObjectName> = None;

@@ -60,6 +60,18 @@ pub enum PoolCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Compares every copy of every object in the pool (or in one PG): a copy that differs
+    /// from the majority, or that its store cannot read, is reported (exit status 1), and
+    /// with --repair replaced by the majority's.
+    Scrub {
+        name: String,
+        /// Only this placement group.
+        #[arg(long)]
+        pg: Option<u32>,
+        /// Replace each bad copy with the majority's.
+        #[arg(long)]
+        repair: bool,
+    },
     /// Removes a pool and every object in it.
     Rm {
         name: String,
@@ -340,6 +352,12 @@ pub fn pool(who: &Who, command: PoolCommand) -> Result<(), String> {
             }
             Ok(())
         }
+        PoolCommand::Scrub { name, pg, repair } => {
+            let pool = runtime
+                .block_on(cluster.pool(&name))
+                .map_err(|e| e.to_string())?;
+            scrub(&runtime, &pool, pg, repair)
+        }
         PoolCommand::Rm {
             name,
             yes_i_really_mean_it,
@@ -356,6 +374,78 @@ pub fn pool(who: &Who, command: PoolCommand) -> Result<(), String> {
             println!("pool {name} removed");
             Ok(())
         }
+    }
+}
+
+/// Scrubs the pool's PGs (or one), printing each PG's result and each inconsistent object;
+/// fails while any inconsistency remains unrepaired.
+fn scrub(
+    runtime: &tokio::runtime::Runtime,
+    pool: &client::Pool,
+    only: Option<u32>,
+    repair: bool,
+) -> Result<(), String> {
+    let pg_num = pool.pg_num().map_err(|e| e.to_string())?;
+    let numbers = match only {
+        Some(number) if number >= pg_num => {
+            return Err(format!(
+                "pool {} has {pg_num} PGs (0 to {})",
+                pool.name(),
+                pg_num - 1
+            ))
+        }
+        Some(number) => number..number + 1,
+        None => 0..pg_num,
+    };
+    let (mut objects, mut found, mut left) = (0, 0, 0);
+    for number in numbers {
+        let result = runtime
+            .block_on(pool.scrub_pg(number, repair))
+            .map_err(|e| format!("pg {}.{number}: {e}", pool.id()))?;
+        let osds: Vec<String> = result.osds.iter().map(|o| format!("osd.{}", o.0)).collect();
+        let verdict = match result.findings.len() {
+            0 => "consistent".to_string(),
+            n => format!("{} inconsistent", objects_text(n as u64)),
+        };
+        println!(
+            "pg {}.{number}: {} on {} ({} read): {verdict}",
+            pool.id(),
+            objects_text(result.objects),
+            osds.join(", "),
+            bytes_text(result.bytes)
+        );
+        for finding in &result.findings {
+            let state = if finding.repaired { " [repaired]" } else { "" };
+            println!("  {}: {}{state}", finding.object, finding.what);
+        }
+        objects += result.objects;
+        found += result.findings.len();
+        left += result.findings.iter().filter(|f| !f.repaired).count();
+    }
+    println!(
+        "pool {}: {} scrubbed, {found} inconsistent, {} repaired",
+        pool.name(),
+        objects_text(objects),
+        found - left
+    );
+    match (left, repair) {
+        (0, _) => Ok(()),
+        (n, false) => Err(format!(
+            "{} inconsistent; coffer pool scrub {} --repair replaces the bad copies",
+            objects_text(n as u64),
+            pool.name()
+        )),
+        (n, true) => Err(format!(
+            "{} inconsistent could not be repaired",
+            objects_text(n as u64)
+        )),
+    }
+}
+
+fn objects_text(n: u64) -> String {
+    match n {
+        1 => "1 object".into(),
+        n => format!("{n} objects"),
     }
 }
 

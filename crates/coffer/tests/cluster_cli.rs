@@ -131,6 +131,20 @@ fn objects_pools_and_capabilities_through_the_cli() {
         "{}",
         String::from_utf8_lossy(&own_pool.stderr)
     );
+    // Scrub is an operator's command.
+    let scrub = as_user("client.limited", &limited, &["pool", "scrub", "second"]);
+    assert!(
+        String::from_utf8_lossy(&scrub.stderr).contains("may not scrub"),
+        "{}",
+        String::from_utf8_lossy(&scrub.stderr)
+    );
+    let scrubbed = cluster.ok(&["pool", "scrub", "second"]);
+    assert!(
+        scrubbed.contains("objects scrubbed, 0 inconsistent"),
+        "{scrubbed}"
+    );
+    let no_pg = cluster.cli(&["pool", "scrub", "second", "--pg", "4096"]);
+    assert!(String::from_utf8_lossy(&no_pg.stderr).contains("PGs (0 to"));
     let listing = cluster.ok(&["auth", "ls"]);
     assert!(
         listing.contains("client.reader") && listing.contains("osd.0"),

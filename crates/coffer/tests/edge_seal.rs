@@ -268,20 +268,6 @@ fn the_s3_gateway_seals_plain_and_sse_objects_at_the_edge() {
     }
 }
 
-/// Every file under `dir` that holds `needle`, with each of its offsets.
-fn occurrences(dir: &Path, needle: &[u8]) -> Vec<(std::path::PathBuf, usize)> {
-    let mut found = Vec::new();
-    for path in common::files_under(dir) {
-        let bytes = std::fs::read(&path).expect("read store file");
-        let mut at = 0;
-        while let Some(i) = bytes[at..].windows(needle.len()).position(|w| w == needle) {
-            found.push((path.clone(), at + i));
-            at += i + 1;
-        }
-    }
-    found
-}
-
 #[test]
 fn a_chunk_altered_on_every_disk_fails_at_the_client_and_nothing_else_is_lost() {
     let _serial = serial();
@@ -314,30 +300,14 @@ fn a_chunk_altered_on_every_disk_fails_at_the_client_and_nothing_else_is_lost() 
     });
     assert_eq!(sealed_chunk.len(), 4096);
     cluster.stop();
-    let found = occurrences(cluster.dir.path(), &sealed_chunk);
+    let found = common::occurrences(cluster.dir.path(), &sealed_chunk);
     let osds: std::collections::BTreeSet<String> = found
         .iter()
-        .filter_map(|(path, _)| {
-            path.ancestors()
-                .filter_map(|a| a.file_name()?.to_str())
-                .find(|name| name.starts_with("osd."))
-                .map(String::from)
-        })
+        .filter_map(|(path, _)| common::osd_of_path(path))
         .collect();
     assert_eq!(osds.len(), 3, "a copy on each OSD: {found:?}");
     for (path, offset) in &found {
-        use std::os::unix::fs::FileExt;
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path)
-            .expect("open store file");
-        let mut byte = [0u8; 1];
-        file.read_exact_at(&mut byte, (offset + 100) as u64)
-            .expect("read byte");
-        byte[0] ^= 0x20;
-        file.write_all_at(&byte, (offset + 100) as u64)
-            .expect("write byte");
+        common::flip_byte(path, offset + 100);
     }
     cluster.resume(3);
     cluster.wait_for("PGs clean", Duration::from_secs(90), common::all_clean);

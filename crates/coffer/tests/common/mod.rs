@@ -625,6 +625,43 @@ pub fn files_under(dir: &Path) -> Vec<PathBuf> {
     files
 }
 
+/// Every file under `dir` that holds `needle`, with each of its offsets.
+pub fn occurrences(dir: &Path, needle: &[u8]) -> Vec<(PathBuf, usize)> {
+    let mut found = Vec::new();
+    for path in files_under(dir) {
+        let bytes = std::fs::read(&path).expect("read store file");
+        let mut at = 0;
+        while let Some(i) = bytes[at..].windows(needle.len()).position(|w| w == needle) {
+            found.push((path.clone(), at + i));
+            at += i + 1;
+        }
+    }
+    found
+}
+
+/// The OSD (`osd.N`) whose directory holds `path`, if any.
+pub fn osd_of_path(path: &Path) -> Option<String> {
+    path.ancestors()
+        .filter_map(|a| a.file_name()?.to_str())
+        .find(|name| name.starts_with("osd."))
+        .map(String::from)
+}
+
+/// Inverts one bit of the byte at `offset` of the file at `path` (a disk's silent error).
+pub fn flip_byte(path: &Path, offset: usize) {
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .expect("open store file");
+    let mut byte = [0u8; 1];
+    file.read_exact_at(&mut byte, offset as u64)
+        .expect("read byte");
+    byte[0] ^= 0x20;
+    file.write_all_at(&byte, offset as u64).expect("write byte");
+}
+
 /// Whether any file under `dir` (but the capture) holds `marker`.
 pub fn on_disk(dir: &Path, marker: &[u8]) -> Vec<String> {
     files_under(dir)
