@@ -20,8 +20,7 @@ use map::cluster::{Change, ClusterMap, Epoch, Seal};
 use map::placement::{OsdId, PgId};
 use map::{ObjectName, PoolId};
 use messenger::message::{
-    ChunkSeal, Command, MonReply, MonRequest, MonStatus, OsdReply, OsdRequest, ReqId, Version,
-    CHUNK_BYTES, LIST_PAGE_MAX,
+    Command, MonReply, MonRequest, MonStatus, OsdReply, OsdRequest, ReqId, Version, LIST_PAGE_MAX,
 };
 use messenger::{Connection, Endpoint, EntityName, Identity, Limits, Mode, MonClient};
 use tokio::sync::{watch, Mutex};
@@ -29,7 +28,9 @@ use tokio::task::JoinHandle;
 
 pub use conf::Conf;
 /// The operations of [`Pool::operate`], and their results.
-pub use messenger::message::{KmsKeyListing, ObjectOp, OpResult, ScrubFinding};
+pub use messenger::message::{
+    ChunkSeal, KmsKeyListing, ObjectOp, OpResult, ScrubFinding, CHUNK_BYTES,
+};
 
 /// How long an operation keeps trying (map changes, recovering PGs, OSDs restarting) before
 /// it fails with the last reason it was given.

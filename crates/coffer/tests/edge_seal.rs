@@ -231,7 +231,7 @@ fn edge_sealed_pools_keep_plaintext_off_every_daemon_and_disk() {
 #[test]
 fn the_s3_gateway_seals_plain_and_sse_objects_at_the_edge() {
     let _serial = serial();
-    let cluster = LocalCluster::start(
+    let mut cluster = LocalCluster::start(
         3,
         &[
             "--at-rest",
@@ -253,7 +253,7 @@ fn the_s3_gateway_seals_plain_and_sse_objects_at_the_edge() {
     );
     let sse_marker = format!("edge-sse-marker-{:016x}", rand::random::<u64>());
     let plain_marker = format!("edge-plain-marker-{:016x}", rand::random::<u64>());
-    let wire = cluster.upload_markers(&sse_marker, &plain_marker);
+    let (wire, user) = cluster.upload_markers(&sse_marker, &plain_marker);
     assert!(wire.len() > 1_000_000, "the capture holds the uploads");
     for marker in [&sse_marker, &plain_marker] {
         assert!(
@@ -266,6 +266,52 @@ fn the_s3_gateway_seals_plain_and_sse_objects_at_the_edge() {
             "{marker} is stored in the clear in {files:?}"
         );
     }
+    // Sealed once: SSE content is the pool's chunks, its tags their records.
+    let sealed = cluster.sse_segments();
+    assert!(
+        sealed.len() >= 6 && sealed.iter().all(|s| s.sealed_in_records()),
+        "on an edge pool, SSE content is sealed in the pool's chunk records: {sealed:?}"
+    );
+
+    // A chunk of an SSE object altered on every disk: its GET fails, the others still read.
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let sealed_chunk = runtime.block_on(async {
+        let admin = cluster.admin().await;
+        let pool = admin.pool("s3").await.expect("pool");
+        let index = gateway::layout::index_object("markers");
+        let entries = pool.omap_list(&index, None, 100).await.expect("index");
+        let (_, value) = entries
+            .iter()
+            .find(|(key, _)| key == b"sse-s3")
+            .expect("the sse-s3 entry");
+        let entry: gateway::layout::ObjectEntry = gateway::layout::decode(value).expect("entry");
+        let stripe = gateway::layout::stripe_object(&entry.segments[0].instance, 0);
+        let read = vec![client::ObjectOp::ReadChunks { first: 5, count: 1 }];
+        let (_, sealed) = pool
+            .operate(&stripe, read, Bytes::new())
+            .await
+            .expect("read");
+        sealed
+    });
+    cluster.stop();
+    let found: Vec<_> = common::occurrences(cluster.dir.path(), &sealed_chunk)
+        .into_iter()
+        .filter(|(path, _)| common::osd_of_path(path).is_some())
+        .collect();
+    assert_eq!(found.len(), 3, "a copy on each OSD: {found:?}");
+    for (path, offset) in &found {
+        common::flip_byte(path, offset + 100);
+    }
+    cluster.resume(3);
+    cluster.wait_s3();
+    run_ok(
+        "reading the altered object",
+        &mut cluster.s3_script(
+            &user,
+            "encryption.py",
+            &["altered", "markers", "sse-s3", "plain"],
+        ),
+    );
 }
 
 #[test]

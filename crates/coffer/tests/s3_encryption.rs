@@ -31,7 +31,7 @@ fn sse_keeps_markers_off_every_disk_and_wire_where_plain_objects_show() {
     cluster.wait_s3();
     let sse_marker = format!("coffer-sse-marker-{:016x}", rand::random::<u64>());
     let plain_marker = format!("coffer-plain-marker-{:016x}", rand::random::<u64>());
-    let wire = cluster.upload_markers(&sse_marker, &plain_marker);
+    let (wire, _) = cluster.upload_markers(&sse_marker, &plain_marker);
 
     assert!(
         common::contains(&wire, plain_marker.as_bytes()),
@@ -50,6 +50,11 @@ fn sse_keeps_markers_off_every_disk_and_wire_where_plain_objects_show() {
     assert!(
         sse_files.is_empty(),
         "an SSE marker is stored in the clear in {sse_files:?}"
+    );
+    let sealed = cluster.sse_segments();
+    assert!(
+        sealed.len() >= 6 && sealed.iter().all(|s| !s.sealed_in_records()),
+        "in a pool the OSDs seal, SSE content has its tags inline: {sealed:?}"
     );
 }
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
-use client::Pool;
+use client::{ChunkSeal, ObjectOp, OpResult, Pool};
 use futures::{Stream, StreamExt};
 use keys::SecretKey;
 use md5::{Digest, Md5};
@@ -34,6 +34,8 @@ pub struct Written {
     pub md5: [u8; 16],
     /// The wrapped data key, if the content was sealed.
     pub sealed: Option<SealedKey>,
+    /// Bytes per stripe (which also tells the sealed layouts apart).
+    pub stripe_bytes: u64,
 }
 
 impl Written {
@@ -45,10 +47,7 @@ impl Written {
         Segment {
             instance: self.instance.clone(),
             size: self.size,
-            stripe_bytes: match self.sealed {
-                Some(_) => sse::SEALED_STRIPE_BYTES,
-                None => layout::STRIPE_BYTES,
-            },
+            stripe_bytes: self.stripe_bytes,
             sealed: self.sealed.clone(),
         }
     }
@@ -60,16 +59,25 @@ pub struct Sealing {
     pub stored: SealedKey,
 }
 
-/// Fills stripes of one instance and writes each as it fills. With a chunk key, content
-/// is sealed in place in the stripe buffer, a chunk at a time; a full chunk is sealed only
-/// once more content arrives (or the content ends), so that the last chunk is known.
+/// How content goes into stripes: plain; sealed in 64 KiB chunks with their tags inline; or
+/// sealed in the pool's 4 KiB chunks with their tags in the chunk records (a pool sealed at
+/// the edge, where this seal is the only one).
+enum Layout {
+    Plain,
+    Inline(ChunkKey),
+    Records(ChunkKey),
+}
+
+/// Fills stripes of one instance and writes each as it fills. Content is sealed in the
+/// stripe buffer, in place. A chunk (inline) or a stripe (records) is sealed only once more
+/// content arrives (or the content ends), so that the last chunk is known.
 struct Striper<'a> {
     pool: &'a Pool,
     instance: String,
-    sealing: Option<ChunkKey>,
+    layout: Layout,
     stripe_bytes: usize,
     buffer: BytesMut,
-    /// Where the chunk being filled starts in `buffer`.
+    /// Where the chunk being filled starts in `buffer` (inline layout).
     chunk_start: usize,
     chunks: u64,
     stripes: u64,
@@ -78,32 +86,38 @@ struct Striper<'a> {
 
 impl Striper<'_> {
     async fn push(&mut self, mut bytes: &[u8]) -> Result<(), Error> {
-        let chunk_bytes = sse::CHUNK_BYTES as usize;
         while !bytes.is_empty() {
-            let take = if self.sealing.is_some() {
-                let open = self.buffer.len() - self.chunk_start;
-                if open == chunk_bytes {
-                    self.seal_open(false);
-                    if self.buffer.len() == self.stripe_bytes {
-                        self.flush().await?;
+            let room = self.stripe_bytes - self.buffer.len();
+            let take = match self.layout {
+                Layout::Inline(_) => {
+                    let chunk_bytes = sse::CHUNK_BYTES as usize;
+                    let open = self.buffer.len() - self.chunk_start;
+                    if open == chunk_bytes {
+                        self.seal_open(false);
+                        if self.buffer.len() == self.stripe_bytes {
+                            self.flush(false).await?;
+                        }
+                        continue;
                     }
+                    bytes.len().min(chunk_bytes - open)
+                }
+                Layout::Records(_) if room == 0 => {
+                    self.flush(false).await?;
                     continue;
                 }
-                bytes.len().min(chunk_bytes - open)
-            } else {
-                bytes.len().min(self.stripe_bytes - self.buffer.len())
+                Layout::Plain | Layout::Records(_) => bytes.len().min(room),
             };
             self.buffer.extend_from_slice(&bytes[..take]);
             bytes = &bytes[take..];
-            if self.sealing.is_none() && self.buffer.len() == self.stripe_bytes {
-                self.flush().await?;
+            if matches!(self.layout, Layout::Plain) && self.buffer.len() == self.stripe_bytes {
+                self.flush(false).await?;
             }
         }
         Ok(())
     }
 
     fn seal_open(&mut self, last: bool) {
-        if let Some(key) = &self.sealing {
+        if let Layout::Inline(key) = &self.layout {
             let tag = key.seal(self.chunks, last, &mut self.buffer[self.chunk_start..]);
             self.buffer.extend_from_slice(&tag);
             self.chunks += 1;
@@ -111,21 +125,40 @@ impl Striper<'_> {
         }
     }
 
-    async fn flush(&mut self) -> Result<(), Error> {
+    /// Writes the stripe in the buffer; `last`: it ends the content.
+    async fn flush(&mut self, last: bool) -> Result<(), Error> {
         if self.buffer.is_empty() {
             return Ok(());
         }
         while self.writes.len() >= WRITES_IN_FLIGHT {
             joined(self.writes.join_next().await)?;
         }
-        let data = std::mem::replace(&mut self.buffer, BytesMut::with_capacity(self.stripe_bytes));
+        let mut data =
+            std::mem::replace(&mut self.buffer, BytesMut::with_capacity(self.stripe_bytes));
         self.chunk_start = 0;
         let (pool, name) = (
             self.pool.clone(),
             layout::stripe_object(&self.instance, self.stripes),
         );
-        self.writes
-            .spawn(async move { pool.put(&name, data.freeze()).await });
+        match &self.layout {
+            Layout::Records(key) => {
+                let end = data.len() as u64;
+                let seals = seal_records(key, self.chunks, last, &mut data);
+                self.chunks += seals.len() as u64;
+                let ops = vec![ObjectOp::WriteChunks {
+                    first: 0,
+                    seals,
+                    end,
+                }];
+                self.writes.spawn(async move {
+                    pool.operate(&name, ops, data.freeze()).await.map(|_| ())
+                });
+            }
+            Layout::Plain | Layout::Inline(_) => {
+                self.writes
+                    .spawn(async move { pool.put(&name, data.freeze()).await });
+            }
+        }
         self.stripes += 1;
         Ok(())
     }
@@ -134,12 +167,32 @@ impl Striper<'_> {
         if self.buffer.len() > self.chunk_start {
             self.seal_open(true);
         }
-        self.flush().await?;
+        self.flush(true).await?;
         while let Some(result) = self.writes.join_next().await {
             joined(Some(result))?;
         }
         Ok(())
     }
+}
+
+/// Seals a stripe's content in place as the pool's 4 KiB chunks (the last one padded with
+/// zeros), numbered from `first` across the segment; `last`: the stripe ends the content.
+/// Returns the chunks' records.
+fn seal_records(key: &ChunkKey, first: u64, last: bool, data: &mut BytesMut) -> Vec<ChunkSeal> {
+    let chunk = sse::RECORD_CHUNK_BYTES as usize;
+    data.resize(data.len().next_multiple_of(chunk), 0);
+    let count = data.len() / chunk;
+    data.chunks_mut(chunk)
+        .enumerate()
+        .map(|(i, bytes)| {
+            let index = first + i as u64;
+            ChunkSeal {
+                key_id: sse::SEGMENT_KEY_ID,
+                nonce: ChunkKey::nonce_bytes(index),
+                tag: key.seal(index, last && i + 1 == count, bytes),
+            }
+        })
+        .collect()
 }
 
 /// Writes `body` as the stripes of a new instance, sealed with `sealing` if given. On any
@@ -155,21 +208,25 @@ where
     E: std::fmt::Display,
 {
     let instance = layout::new_instance();
-    let (chunk_key, sealed) = match sealing {
-        Some(sealing) => (
-            Some(ChunkKey::new(&sealing.data_key, &instance)),
-            Some(sealing.stored),
-        ),
-        None => (None, None),
+    let (content_layout, sealed) = match sealing {
+        Some(sealing) => {
+            let key = ChunkKey::new(&sealing.data_key, &instance);
+            let content_layout = match pool.is_edge_sealed() {
+                true => Layout::Records(key),
+                false => Layout::Inline(key),
+            };
+            (content_layout, Some(sealing.stored))
+        }
+        None => (Layout::Plain, None),
     };
-    let stripe_bytes = match chunk_key {
-        Some(_) => sse::SEALED_STRIPE_BYTES,
-        None => layout::STRIPE_BYTES,
+    let stripe_bytes = match content_layout {
+        Layout::Inline(_) => sse::SEALED_STRIPE_BYTES,
+        Layout::Plain | Layout::Records(_) => layout::STRIPE_BYTES,
     } as usize;
     let mut striper = Striper {
         pool,
         instance: instance.clone(),
-        sealing: chunk_key,
+        layout: content_layout,
         stripe_bytes,
         buffer: BytesMut::with_capacity(stripe_bytes),
         chunk_start: 0,
@@ -195,6 +252,7 @@ where
             size,
             md5: md5.finalize().into(),
             sealed,
+            stripe_bytes: stripe_bytes as u64,
         }),
         Err(e) => {
             striper.writes.abort_all();
@@ -311,6 +369,63 @@ async fn read_sealed(
     Ok(())
 }
 
+/// Reads bytes `[from, to)` of the content of a segment sealed in chunk records: the
+/// chunks they touch with their records (`ReadChunks`), a stripe's worth at a time, opened
+/// in place and cut to the range.
+async fn read_records(
+    pool: &Pool,
+    segment: &Segment,
+    key: &ChunkKey,
+    from: u64,
+    to: u64,
+    send: &Pieces,
+) -> Result<(), std::io::Error> {
+    let chunk = sse::RECORD_CHUNK_BYTES;
+    let last_chunk = (segment.size - 1) / chunk;
+    let mut at = from;
+    while at < to {
+        let stripe = at / segment.stripe_bytes;
+        let base = stripe * segment.stripe_bytes;
+        let stop = (base + segment.stripe_bytes).min(to);
+        let first = (at - base) / chunk;
+        let count = (stop - base).div_ceil(chunk) - first;
+        let name = layout::stripe_object(&segment.instance, stripe);
+        let failed = |why: String| std::io::Error::other(format!("reading {name}: {why}"));
+        let ops = vec![ObjectOp::ReadChunks {
+            first,
+            count: count as u32,
+        }];
+        let (results, data) = pool
+            .operate(&name, ops, Bytes::new())
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        let seals = match results.into_iter().next() {
+            Some(OpResult::Chunks { seals, .. }) => seals,
+            other => return Err(failed(format!("unexpected result {other:?}"))),
+        };
+        if seals.len() as u64 != count || data.len() as u64 != count * chunk {
+            return Err(failed(format!(
+                "{} chunks where the index says {count}",
+                seals.len()
+            )));
+        }
+        let mut buffer = BytesMut::from(data);
+        for (i, (bytes, seal)) in buffer.chunks_mut(chunk as usize).zip(&seals).enumerate() {
+            let index = base / chunk + first + i as u64;
+            let seal = seal.ok_or_else(|| failed(format!("chunk {index} is missing")))?;
+            key.open_detached(index, index == last_chunk, &seal.tag, bytes)
+                .map_err(|e| failed(e.to_string()))?;
+        }
+        let start = (at - base - first * chunk) as usize;
+        let piece = buffer.freeze().slice(start..start + (stop - at) as usize);
+        if send.send(Ok(vec![piece])).await.is_err() {
+            return Ok(());
+        }
+        at = stop;
+    }
+    Ok(())
+}
+
 async fn read_exact(
     pool: &Pool,
     instance: &str,
@@ -354,7 +469,10 @@ pub fn read(
                     (None, _) => read_plain(&pool, segment, from, to, &send).await,
                     (Some(_), Some(key)) => {
                         let key = ChunkKey::new(&key, &segment.instance);
-                        read_sealed(&pool, segment, &key, from, to, &send).await
+                        match segment.sealed_in_records() {
+                            true => read_records(&pool, segment, &key, from, to, &send).await,
+                            false => read_sealed(&pool, segment, &key, from, to, &send).await,
+                        }
                     }
                     (Some(_), None) => Err(std::io::Error::other("no data key for a segment")),
                 };
@@ -395,5 +513,37 @@ impl Stream for Reader {
                 Poll::Pending => return Poll::Pending,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stripes_sealed_in_records_open_only_where_they_were_sealed() {
+        let data_key = SecretKey::<32>::generate();
+        let key = ChunkKey::new(&data_key, "instance-a");
+        let chunk = sse::RECORD_CHUNK_BYTES as usize;
+        let content: Vec<u8> = (0..2 * chunk + 100).map(|i| i as u8).collect();
+        let mut data = BytesMut::from(&content[..]);
+        let seals = seal_records(&key, 10, true, &mut data);
+        assert_eq!(seals.len(), 3);
+        assert_eq!(data.len(), 3 * chunk, "the last chunk is padded");
+        assert!(seals.iter().all(|s| s.key_id == sse::SEGMENT_KEY_ID));
+
+        let opened = |index: u64, last: bool, at: usize| {
+            let mut bytes = data[at * chunk..(at + 1) * chunk].to_vec();
+            key.open_detached(index, last, &seals[at].tag, &mut bytes)
+                .map(|()| bytes)
+        };
+        assert_eq!(opened(10, false, 0).expect("opens"), &content[..chunk]);
+        let tail = opened(12, true, 2).expect("the last opens");
+        assert_eq!(&tail[..100], &content[2 * chunk..]);
+        assert!(tail[100..].iter().all(|b| *b == 0));
+        // At another index, not as the last, the last taken as a middle chunk: each fails.
+        assert!(opened(11, false, 0).is_err());
+        assert!(opened(12, false, 2).is_err());
+        assert!(opened(11, true, 1).is_err());
     }
 }

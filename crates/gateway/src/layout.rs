@@ -148,7 +148,9 @@ pub struct Segment {
     pub instance: String,
     /// Bytes of content (before sealing).
     pub size: u64,
-    /// Bytes stored per stripe.
+    /// Bytes stored per stripe. For sealed content it also tells the layout apart:
+    /// `sse::SEALED_STRIPE_BYTES` for 64 KiB chunks with inline tags, `STRIPE_BYTES` for
+    /// 4 KiB chunks with their tags in the chunk records (`sealed_in_records`).
     pub stripe_bytes: u64,
     /// The data key the content is sealed with, wrapped; none for plain content.
     pub sealed: Option<SealedKey>,
@@ -171,9 +173,15 @@ impl Segment {
     /// Bytes stored: the content, plus a tag per chunk if sealed.
     pub fn stored_bytes(&self) -> u64 {
         match self.sealed {
-            Some(_) => crate::sse::sealed_len(self.size),
-            None => self.size,
+            Some(_) if !self.sealed_in_records() => crate::sse::sealed_len(self.size),
+            _ => self.size,
         }
+    }
+
+    /// Whether the content is sealed in 4 KiB chunks whose tags are the stripes' chunk
+    /// records (written to a pool sealed at the edge) rather than inline.
+    pub fn sealed_in_records(&self) -> bool {
+        self.sealed.is_some() && self.stripe_bytes == STRIPE_BYTES
     }
 
     pub fn stripes(&self) -> u64 {

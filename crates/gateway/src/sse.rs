@@ -3,11 +3,16 @@
 //! customer's key (SSE-C), and a cache of unwrapped data keys so that a GET does not wait on
 //! the KMS.
 //!
-//! A chunk is 64 KiB of content sealed with AES-256-GCM: the nonce is the chunk's index (a
-//! data key seals one segment, once), and the additional data binds the chunk to its
-//! segment's instance, its index and whether it is the last, so chunks cannot be swapped,
-//! moved to another segment, or dropped from the end unnoticed. A ranged GET opens only the
-//! chunks the range touches.
+//! A chunk is content sealed with AES-256-GCM: the nonce is the chunk's index (a data key
+//! seals one segment, once), and the additional data binds the chunk to its segment's
+//! instance, its index and whether it is the last, so chunks cannot be swapped, moved to
+//! another segment, or dropped from the end unnoticed. A ranged GET opens only the chunks
+//! the range touches.
+//!
+//! Two layouts (`Segment::sealed_in_records`): in a pool the OSDs seal, 64 KiB chunks with
+//! their tags inline in the stripes; in a pool sealed at the edge, 4 KiB chunks written as
+//! the pool's chunks (`WriteChunks`) with the tags in their records, so that this seal is
+//! the only one (the gateway is the edge, and the pool's key adds no second pass).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -19,8 +24,13 @@ use keys::SecretKey;
 
 use crate::Error;
 
-/// Bytes of content per sealed chunk.
+/// Bytes of content per sealed chunk (tags inline).
 pub const CHUNK_BYTES: u64 = 64 << 10;
+/// Bytes of content per chunk sealed in records: the pool's chunk.
+pub const RECORD_CHUNK_BYTES: u64 = client::CHUNK_BYTES;
+/// The key id of chunk records sealed under a segment's own data key (no pool key has it,
+/// so the client library refuses to open such a chunk as the pool's).
+pub const SEGMENT_KEY_ID: u64 = u64::MAX;
 pub const TAG_BYTES: u64 = 16;
 pub const SEALED_CHUNK_BYTES: u64 = CHUNK_BYTES + TAG_BYTES;
 /// Sealed chunks per stripe: a stripe of a sealed segment holds whole chunks.
@@ -56,10 +66,14 @@ impl ChunkKey {
         }
     }
 
-    fn nonce(index: u64) -> Nonce {
+    pub fn nonce_bytes(index: u64) -> [u8; 12] {
         let mut nonce = [0u8; 12];
         nonce[4..].copy_from_slice(&index.to_be_bytes());
-        Nonce::assume_unique_for_key(nonce)
+        nonce
+    }
+
+    fn nonce(index: u64) -> Nonce {
+        Nonce::assume_unique_for_key(Self::nonce_bytes(index))
     }
 
     fn aad(&self, index: u64, last: bool) -> Vec<u8> {
@@ -87,12 +101,33 @@ impl ChunkKey {
         self.key
             .open_in_place(Self::nonce(index), Aad::from(self.aad(index, last)), sealed)
             .map(|plain| plain.len())
-            .map_err(|_| {
-                Error::Corrupt(format!(
-                    "chunk {index} of {} fails authentication",
-                    self.instance
-                ))
-            })
+            .map_err(|_| self.failed(index))
+    }
+
+    fn failed(&self, index: u64) -> Error {
+        Error::Corrupt(format!(
+            "chunk {index} of {} fails authentication",
+            self.instance
+        ))
+    }
+
+    /// Opens chunk `index` in place, its tag apart (a chunk record's).
+    pub fn open_detached(
+        &self,
+        index: u64,
+        last: bool,
+        tag: &[u8; 16],
+        chunk: &mut [u8],
+    ) -> Result<(), Error> {
+        self.key
+            .open_in_place_separate_tag(
+                Self::nonce(index),
+                Aad::from(self.aad(index, last)),
+                tag,
+                chunk,
+            )
+            .map(|_| ())
+            .map_err(|_| self.failed(index))
     }
 }
 

@@ -321,6 +321,16 @@ impl LocalCluster {
         out
     }
 
+    /// The segments of the gateway's objects and parts whose content is sealed (SSE).
+    pub fn sse_segments(&self) -> Vec<gateway::layout::Segment> {
+        let runtime = tokio::runtime::Runtime::new().expect("runtime");
+        let all = runtime.block_on(self.s3_segments());
+        all.into_values()
+            .flatten()
+            .filter(|segment| segment.sealed.is_some())
+            .collect()
+    }
+
     /// Every object of pool `pool` in OSD `osd`'s store, with its data and version attribute:
     /// the OSD must be stopped (the store is opened directly, with the key the monitors
     /// release to that OSD).
@@ -556,8 +566,13 @@ impl LocalCluster {
     /// Through the gateway, as a new user: objects full of `sse_marker` under every kind of
     /// SSE (SSE-KMS with the KMS key `marker-key`, made here) and one full of
     /// `plain_marker` without (tests/s3/encryption.py `markers`), each read back, while
-    /// tcpdump records the loopback; returns the capture. The gateway must be up.
-    pub fn upload_markers(&self, sse_marker: &str, plain_marker: &str) -> Vec<u8> {
+    /// tcpdump records the loopback; returns the capture and the user. The gateway must be
+    /// up.
+    pub fn upload_markers(
+        &self,
+        sse_marker: &str,
+        plain_marker: &str,
+    ) -> (Vec<u8>, serde_json::Value) {
         self.ok(&["kms", "key", "create", "marker-key"]);
         let user = self.s3_user("marker");
         let capture = Capture::start(&self.dir.path().join("lo.pcap"));
@@ -569,7 +584,7 @@ impl LocalCluster {
                 &["markers", "markers", sse_marker, plain_marker, "marker-key"],
             ),
         );
-        capture.stop()
+        (capture.stop(), user)
     }
 
     /// tests/s3/SCRIPT ARGS with boto3, as `user` of this cluster's gateway.

@@ -90,6 +90,21 @@ def markers(bucket, sse_marker, plain_marker, kms_key):
         fail("the multipart SSE object reads back different")
     ok("a multipart marker object with SSE-S3 reads back")
 
+    # Ranges across chunk, stripe and part boundaries, and the last bytes.
+    for key, content, first, last in [
+        ("sse-s3", body, 0, 0),
+        ("sse-s3", body, 4090, 4100),
+        ("sse-s3", body, 65530, 65540),
+        ("sse-s3", body, 299_990, 299_999),
+        ("multipart", large, 4 * MIB - 7, 4 * MIB + 7),
+        ("multipart", large, 5 * MIB - 3, 5 * MIB + 3),
+        ("multipart", large, 11 * MIB - 2, 11 * MIB + 4),
+    ]:
+        got = s3.get_object(Bucket=bucket, Key=key, Range=f"bytes={first}-{last}")["Body"].read()
+        if got != content[first : last + 1]:
+            fail(f"bytes {first}-{last} of {key} read back different")
+    ok("ranges of the SSE objects read back")
+
     s3.put_bucket_encryption(
         Bucket=bucket,
         ServerSideEncryptionConfiguration={
@@ -107,6 +122,19 @@ def markers(bucket, sse_marker, plain_marker, kms_key):
     if s3.get_object(Bucket=bucket, Key="plain")["Body"].read() != plain:
         fail("the plain object reads back different")
     ok("the plain control object reads back")
+
+
+def altered(bucket, key, intact):
+    s3 = client()
+    s3.head_object(Bucket=bucket, Key=key)
+    try:
+        s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+    except Exception as e:  # an error status, or a body cut short: either way, no content
+        ok(f"the GET of {key}, altered on disk, fails: {type(e).__name__}")
+    else:
+        fail(f"{key} was altered on every disk and still read back whole")
+    s3.get_object(Bucket=bucket, Key=intact)["Body"].read()
+    ok(f"{intact} still reads")
 
 
 def refused(call):
@@ -178,6 +206,8 @@ def main():
     command = sys.argv[1]
     if command == "markers":
         markers(*sys.argv[2:6])
+    elif command == "altered":
+        altered(*sys.argv[2:5])
     elif command == "shred":
         shred(*sys.argv[2:5])
     else:
