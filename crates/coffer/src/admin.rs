@@ -397,7 +397,7 @@ fn scrub(
         Some(number) => number..number + 1,
         None => 0..pg_num,
     };
-    let (mut objects, mut found, mut left) = (0, 0, 0);
+    let (mut objects, mut found, mut left, mut stuck) = (0, 0, 0, 0);
     for number in numbers {
         let result = runtime
             .block_on(pool.scrub_pg(number, repair))
@@ -415,12 +415,17 @@ fn scrub(
             bytes_text(result.bytes)
         );
         for finding in &result.findings {
-            let state = if finding.repaired { " [repaired]" } else { "" };
+            let state = match (finding.repaired, finding.repairable) {
+                (true, _) => " [repaired]",
+                (false, false) => " [not repairable by scrub]",
+                (false, true) => "",
+            };
             println!("  {}: {}{state}", finding.object, finding.what);
         }
         objects += result.objects;
         found += result.findings.len();
         left += result.findings.iter().filter(|f| !f.repaired).count();
+        stuck += result.findings.iter().filter(|f| !f.repairable).count();
     }
     println!(
         "pool {}: {} scrubbed, {found} inconsistent, {} repaired",
@@ -428,15 +433,17 @@ fn scrub(
         objects_text(objects),
         found - left
     );
+    let pg = only.map(|n| format!(" --pg {n}")).unwrap_or_default();
     match (left, repair) {
         (0, _) => Ok(()),
-        (n, false) => Err(format!(
-            "{} inconsistent; coffer pool scrub {} --repair replaces the bad copies",
+        (n, false) if stuck < n => Err(format!(
+            "{} inconsistent; coffer pool scrub {}{pg} --repair replaces the bad copies where \
+             a majority holds the newest version",
             objects_text(n as u64),
             pool.name()
         )),
-        (n, true) => Err(format!(
-            "{} inconsistent could not be repaired",
+        (n, _) => Err(format!(
+            "{} inconsistent and not repaired (see above)",
             objects_text(n as u64)
         )),
     }

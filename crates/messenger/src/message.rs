@@ -564,6 +564,8 @@ pub struct ScrubFinding {
     pub osds: Vec<OsdId>,
     /// What differs, for the operator.
     pub what: String,
+    /// A majority holds the newest version, so repair may replace the other copies.
+    pub repairable: bool,
     /// The differing copies were replaced by the majority's.
     pub repaired: bool,
 }

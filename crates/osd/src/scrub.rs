@@ -1,9 +1,10 @@
-//! Scrub, run by a PG's primary when an operator asks (`coffer pool scrub`): one page of
-//! objects at a time, under the PG's lock (so no write is half applied while copies are
-//! compared), every OSD holding the PG digests its copy of each object, and the primary
-//! compares them. A copy is bad when it differs from the majority of the readable copies,
-//! or when its store cannot read it (a failed integrity check). With `repair`, recovery's
-//! copy replaces each bad copy with the majority's.
+//! Scrub, run by a PG's primary when an operator asks (`coffer pool scrub`): a page of
+//! names per request, then a batch of objects at a time under the PG's lock (so no write is
+//! half applied while copies are compared), every OSD holding the PG digests its copy of
+//! each object, and the primary compares them. A copy is bad when it differs from the
+//! majority of the readable copies, or when its store cannot read it (a failed integrity
+//! check). With `repair`, recovery's copy replaces each bad copy with the majority's,
+//! unless a copy holds a newer version than the majority (scrub does not roll back writes).
 //!
 //! In an edge-sealed pool the digests are over chunks and records as stored, so replicas are
 //! compared without the pool's key; a chunk altered identically on every copy is not a
@@ -16,14 +17,19 @@ use bytes::Bytes;
 use map::placement::{OsdId, PgId};
 use map::ObjectName;
 use messenger::message::{CopyDigest, OsdReply, PeerOp, ScrubFinding, ScrubPage};
+use tokio::sync::MutexGuard;
 use tokio::task::JoinSet;
 
 use crate::objects;
+use crate::pg::{Core, Pg};
 use crate::recovery::Side;
 use crate::Inner;
 
-/// Objects compared per page; the PG's writes wait while a page is compared.
-const PAGE_OBJECTS: u32 = 32;
+/// Names per page (one request). Each OSD lists its whole PG to find a page, so pages are
+/// large.
+const PAGE_OBJECTS: u32 = 256;
+/// Objects compared at once under the PG's lock; the PG's writes wait meanwhile.
+const BATCH_OBJECTS: usize = 32;
 
 /// Scrubs the page of `id` after `after`. The caller checked that this OSD is the primary.
 pub async fn page(
@@ -33,28 +39,56 @@ pub async fn page(
     repair: bool,
 ) -> Result<ScrubPage, OsdReply> {
     let pg = inner.pg(id);
-    pg.wait_active().await.map_err(OsdReply::Busy)?;
-    let core = pg.core.lock().await;
-    if !pg.serving.borrow().is_active() {
-        return Err(OsdReply::Busy(format!(
-            "pg {}.{} stopped serving; ask again",
-            id.pool, id.number
-        )));
+    let osds = compared(inner, &*lock_clean(&pg).await?);
+    let (names, next) = names(inner, id, &osds, after)
+        .await
+        .map_err(|e| busy(id, e))?;
+    let mut done = ScrubPage {
+        osds,
+        objects: 0,
+        bytes: 0,
+        findings: Vec::new(),
+        next,
+    };
+    for batch in names.chunks(BATCH_OBJECTS) {
+        match scrub_batch(inner, &pg, batch, repair, &mut done).await {
+            Ok(()) => done.objects += batch.len() as u64,
+            // What is done stands, repairs included: the page ends before this batch.
+            Err(_) if done.objects > 0 => {
+                done.next = Some(names[done.objects as usize - 1].clone());
+                return Ok(done);
+            }
+            Err(refusal) => return Err(refusal),
+        }
     }
-    if !core.interval.recovering.is_empty() {
-        return Err(OsdReply::Busy(format!(
-            "pg {}.{} is recovering; it is scrubbed once its copies are complete",
-            id.pool, id.number
-        )));
+    Ok(done)
+}
+
+/// A peer that cannot answer now (down, or its map names another primary) makes the
+/// scrub wait for the next map and ask again, as a client's op would.
+fn busy(id: PgId, why: String) -> OsdReply {
+    OsdReply::Busy(format!("scrub of pg {}.{}: {why}", id.pool, id.number))
+}
+
+/// Compares the copies of `names` under the PG's lock, repairs them if asked, and adds
+/// what it found to `page`. Fails before changing anything, or not at all.
+async fn scrub_batch(
+    inner: &Arc<Inner>,
+    pg: &Pg,
+    names: &[ObjectName],
+    repair: bool,
+    page: &mut ScrubPage,
+) -> Result<(), OsdReply> {
+    let id = pg.id;
+    let core = lock_clean(pg).await?;
+    let osds = &page.osds;
+    if compared(inner, &core) != *osds {
+        return Err(busy(id, "its clean OSDs changed; ask again".into()));
     }
-    let osds: Vec<OsdId> = std::iter::once(inner.id)
-        .chain(core.interval.clean.iter().copied())
-        .collect();
-    let failed =
-        |e: String| OsdReply::Failed(format!("scrub of pg {}.{}: {e}", id.pool, id.number));
-    let (names, next) = names(inner, id, &osds, after).await.map_err(failed)?;
-    let (copies, bytes) = digests(inner, id, &osds, &names).await.map_err(failed)?;
-    let mut findings = Vec::new();
+    let (copies, read) = digests(inner, id, osds, names)
+        .await
+        .map_err(|e| busy(id, e))?;
+    page.bytes += read;
     for (i, name) in names.iter().enumerate() {
         let held: Vec<(OsdId, &CopyDigest)> = osds
             .iter()
@@ -73,16 +107,38 @@ pub async fn page(
         if repair {
             repair_copies(inner, id, &held, &mut finding).await;
         }
-        findings.push(finding);
+        page.findings.push(finding);
     }
     drop(core);
-    Ok(ScrubPage {
-        osds,
-        objects: names.len() as u64,
-        bytes,
-        findings,
-        next,
-    })
+    Ok(())
+}
+
+/// Waits for the PG to serve, and locks it: no write is half applied while it is held.
+/// Refused while a replica is recovering (its copy differs by design).
+async fn lock_clean(pg: &Pg) -> Result<MutexGuard<'_, Core>, OsdReply> {
+    let id = pg.id;
+    pg.wait_active().await.map_err(OsdReply::Busy)?;
+    let core = pg.core.lock().await;
+    if !pg.serving.borrow().is_active() {
+        return Err(OsdReply::Busy(format!(
+            "pg {}.{} stopped serving; ask again",
+            id.pool, id.number
+        )));
+    }
+    if !core.interval.recovering.is_empty() {
+        return Err(OsdReply::Busy(format!(
+            "pg {}.{} is recovering; it is scrubbed once its copies are complete",
+            id.pool, id.number
+        )));
+    }
+    Ok(core)
+}
+
+/// The OSDs whose copies are compared: this one (the primary) and the clean replicas.
+fn compared(inner: &Inner, core: &Core) -> Vec<OsdId> {
+    std::iter::once(inner.id)
+        .chain(core.interval.clean.iter().copied())
+        .collect()
 }
 
 /// The names of the page: every name any OSD holds after `after`, up to the first name past
@@ -203,6 +259,24 @@ fn majority<'a>(held: &[(OsdId, &'a CopyDigest)]) -> Option<&'a CopyDigest> {
         .copied()
 }
 
+/// The copy that repair may copy over the others: the majority's, unless a readable copy
+/// holds a newer version (the majority may have lost a write; scrub does not roll it back).
+fn authority<'a>(held: &[(OsdId, &'a CopyDigest)]) -> Option<&'a CopyDigest> {
+    let good = majority(held)?;
+    let newest = held
+        .iter()
+        .filter_map(|(_, c)| match c {
+            CopyDigest::Present(d) => Some(d.version),
+            _ => None,
+        })
+        .max();
+    match good {
+        CopyDigest::Present(g) if newest.is_some_and(|v| v > g.version) => None,
+        CopyDigest::Absent if newest.is_some() => None,
+        _ => Some(good),
+    }
+}
+
 /// `None` when every copy of `name` is alike; otherwise what differs, and where.
 fn compare(name: &ObjectName, held: &[(OsdId, &CopyDigest)]) -> Option<ScrubFinding> {
     if held
@@ -221,28 +295,31 @@ fn compare(name: &ObjectName, held: &[(OsdId, &CopyDigest)]) -> Option<ScrubFind
         .iter()
         .map(|(osd, c)| format!("osd.{}: {}", osd.0, difference(c, good)))
         .collect();
+    let repairable = authority(held).is_some();
     if good.is_none() {
         what.push("no majority among the readable copies: not repairable by scrub".into());
+    } else if !repairable {
+        what.push("a copy holds a newer version than the majority: not repairable by scrub".into());
     }
     Some(ScrubFinding {
         object: name.clone(),
         osds: bad.iter().map(|(osd, _)| *osd).collect(),
         what: what.join("; "),
+        repairable,
         repaired: false,
     })
 }
 
-/// How `copy` differs from the majority's `good` copy, in words.
+/// How `copy` differs from the majority's `good` copy (`None`: there is no majority), in
+/// words.
 fn difference(copy: &CopyDigest, good: Option<&CopyDigest>) -> String {
-    let good = match good {
-        Some(CopyDigest::Present(good)) => Some(good),
-        _ => None,
-    };
     match (copy, good) {
         (CopyDigest::Unreadable(why), _) => format!("unreadable ({why})"),
         (CopyDigest::Absent, _) => "missing".into(),
-        (CopyDigest::Present(_), None) => "present where the others have none".into(),
-        (CopyDigest::Present(c), Some(g)) => {
+        (CopyDigest::Present(_), Some(CopyDigest::Absent)) => {
+            "present where the others have none".into()
+        }
+        (CopyDigest::Present(c), Some(CopyDigest::Present(g))) => {
             let mut parts = Vec::new();
             if c.version != g.version {
                 parts.push(format!(
@@ -261,6 +338,13 @@ fn difference(copy: &CopyDigest, good: Option<&CopyDigest>) -> String {
             }
             parts.join(", ")
         }
+        (CopyDigest::Present(c), _) => format!(
+            "version {}.{}, size {}, data digest {:08x}",
+            c.version.epoch,
+            c.version.seq,
+            c.size,
+            c.data >> 96
+        ),
     }
 }
 
@@ -271,7 +355,7 @@ async fn repair_copies(
     held: &[(OsdId, &CopyDigest)],
     finding: &mut ScrubFinding,
 ) {
-    let Some(good) = majority(held) else {
+    let Some(good) = authority(held) else {
         return;
     };
     // The local copy first, when it is good: no pull over the network.
@@ -303,13 +387,17 @@ mod tests {
     use super::*;
     use messenger::message::{ObjectDigest, Version};
 
-    fn copy(data: u128) -> CopyDigest {
+    fn copy_at(seq: u64, data: u128) -> CopyDigest {
         CopyDigest::Present(ObjectDigest {
-            version: Version { epoch: 3, seq: 7 },
+            version: Version { epoch: 3, seq },
             size: 4096,
             meta: 1,
             data,
         })
+    }
+
+    fn copy(data: u128) -> CopyDigest {
+        copy_at(7, data)
     }
 
     fn finding(copies: &[CopyDigest]) -> Option<ScrubFinding> {
@@ -336,10 +424,26 @@ mod tests {
         let found = finding(&[copy(9), copy(8), copy(9)]).expect("a finding");
         assert_eq!(found.osds, vec![OsdId(1)]);
         assert_eq!(found.what, "osd.1: data differs");
+        assert!(found.repairable);
         let found = finding(&[copy(9), copy(9), CopyDigest::Absent]).expect("a finding");
         assert_eq!(found.what, "osd.2: missing");
         let found = finding(&[CopyDigest::Absent, copy(9), CopyDigest::Absent]).expect("a finding");
-        assert_eq!(found.what, "osd.1: present where the others have none");
+        assert!(found
+            .what
+            .starts_with("osd.1: present where the others have none; a copy holds a newer"));
+    }
+
+    #[test]
+    fn a_majority_older_than_a_copy_is_not_copied_over_it() {
+        let found = finding(&[copy_at(8, 9), copy(9), copy(9)]).expect("a finding");
+        assert_eq!(found.osds, vec![OsdId(0)]);
+        assert!(found.what.starts_with("osd.0: version 3.8 (others 3.7)"));
+        assert!(found.what.contains("newer version than the majority"));
+        assert!(!found.repairable, "scrub does not roll back a write");
+        let newer_than_absent = finding(&[copy(9), CopyDigest::Absent, CopyDigest::Absent]);
+        assert!(!newer_than_absent.expect("a finding").repairable);
+        let older = finding(&[copy_at(6, 9), copy(9), copy(9)]).expect("a finding");
+        assert!(older.repairable);
     }
 
     #[test]
@@ -357,6 +461,14 @@ mod tests {
     fn two_copies_that_differ_have_no_majority() {
         let found = finding(&[copy(9), copy(8)]).expect("a finding");
         assert_eq!(found.osds, vec![OsdId(0), OsdId(1)]);
+        assert!(!found.repairable);
+        assert!(
+            found
+                .what
+                .starts_with("osd.0: version 3.7, size 4096, data digest 00000000; osd.1:"),
+            "each copy is described: {}",
+            found.what
+        );
         assert!(found.what.contains("no majority"), "{}", found.what);
         let held = [(OsdId(0), &copy(9)), (OsdId(1), &copy(8))];
         assert_eq!(majority(&held), None);
