@@ -29,7 +29,7 @@ use tokio::task::JoinHandle;
 pub use conf::Conf;
 /// The operations of [`Pool::operate`], and their results.
 pub use messenger::message::{
-    ChunkSeal, KmsKeyListing, ObjectOp, OpResult, ScrubFinding, CHUNK_BYTES,
+    ChunkSeal, KmsKeyListing, ObjectOp, OpResult, ScrubFinding, CHUNK_BYTES, OWN_KEY_ID,
 };
 
 /// How long an operation keeps trying (map changes, recovering PGs, OSDs restarting) before
@@ -640,6 +640,16 @@ impl Pool {
         let mut data = data
             .try_into_mut()
             .unwrap_or_else(|shared| bytes::BytesMut::from(&shared[..]));
+        if let Some(at) = seals
+            .iter()
+            .position(|s| s.is_some_and(|s| s.key_id == OWN_KEY_ID))
+        {
+            return Err(Error::Failed(format!(
+                "chunk {} of {name} is sealed under a key of its own (an S3 object's data \
+                 key), not the pool's: read it through the S3 gateway",
+                first + at as u64
+            )));
+        }
         let newest = seals
             .iter()
             .flatten()
@@ -754,7 +764,8 @@ impl Pool {
             }
         }
         Err(Error::Failed(format!(
-            "{name}: other writers kept changing the chunks this write shares with them              ({EDGE_ATTEMPTS} attempts)"
+            "{name}: other writers kept changing the chunks this write shares with them \
+             ({EDGE_ATTEMPTS} attempts)"
         )))
     }
 

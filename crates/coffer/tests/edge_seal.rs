@@ -291,6 +291,17 @@ fn the_s3_gateway_seals_plain_and_sse_objects_at_the_edge() {
             .operate(&stripe, read, Bytes::new())
             .await
             .expect("read");
+        // The pool's key does not open it, and the client says so at once.
+        let refused = pool
+            .get(&stripe)
+            .await
+            .expect_err("opened under the pool's key");
+        assert!(
+            refused
+                .to_string()
+                .contains("sealed under a key of its own"),
+            "{refused}"
+        );
         sealed
     });
     cluster.stop();

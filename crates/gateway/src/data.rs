@@ -405,8 +405,9 @@ async fn read_records(
         };
         if seals.len() as u64 != count || data.len() as u64 != count * chunk {
             return Err(failed(format!(
-                "{} chunks where the index says {count}",
-                seals.len()
+                "{} chunks ({} bytes) where the index says {count}",
+                seals.len(),
+                data.len()
             )));
         }
         let mut buffer = BytesMut::from(data);

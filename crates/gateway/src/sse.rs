@@ -30,7 +30,7 @@ pub const CHUNK_BYTES: u64 = 64 << 10;
 pub const RECORD_CHUNK_BYTES: u64 = client::CHUNK_BYTES;
 /// The key id of chunk records sealed under a segment's own data key (no pool key has it,
 /// so the client library refuses to open such a chunk as the pool's).
-pub const SEGMENT_KEY_ID: u64 = u64::MAX;
+pub const SEGMENT_KEY_ID: u64 = client::OWN_KEY_ID;
 pub const TAG_BYTES: u64 = 16;
 pub const SEALED_CHUNK_BYTES: u64 = CHUNK_BYTES + TAG_BYTES;
 /// Sealed chunks per stripe: a stripe of a sealed segment holds whole chunks.

@@ -275,6 +275,11 @@ pub struct ReqId {
 /// Bytes of one chunk sealed at the edge: the store's block.
 pub const CHUNK_BYTES: u64 = 4096;
 
+/// The key id of chunk records sealed under a key of their own, not the pool's (the S3
+/// gateway's SSE segments, under each segment's data key): the pool's clients cannot open
+/// them. Pool key ids start with their version, and the monitors never issue 65535.
+pub const OWN_KEY_ID: u64 = u64::MAX;
+
 /// The seal record of one chunk sealed at the edge (docs/design/edge-sealing.md): key id,
 /// nonce and tag. OSDs keep it beside the chunk and never interpret it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -168,8 +168,15 @@ impl MonState {
                 let Some(kms) = self.kms.get_mut(&pool_kms_name(*id)) else {
                     return refused(format!("pool {id} has no KMS key"));
                 };
-                if keys.len() != current + 1 || keys.len() > usize::from(u16::MAX) {
+                if keys.len() != current + 1 {
                     return refused("the pool's keys changed meanwhile; try again".into());
+                }
+                // Version 65535 stays unused: its key ids would reach `OWN_KEY_ID`.
+                if keys.len() >= usize::from(u16::MAX) {
+                    return refused(format!(
+                        "pool {id} has used all {} data key versions",
+                        u16::MAX - 1
+                    ));
                 }
                 kms.versions.push(material.clone());
                 self.pool_keys.insert(*id, keys.clone());
