@@ -50,6 +50,10 @@ pub struct S3Args {
     /// Object sizes, comma-separated (64k, 4m).
     #[arg(long, value_delimiter = ',', default_value = "4m,64k", value_parser = parse_size)]
     io_sizes: Vec<u64>,
+    /// Where the gateway's pool is sealed: osd (the stores seal, at rest gcm) or edge (the
+    /// gateway seals, as the pool's client; the stores keep gcm for names and metadata).
+    #[arg(long, default_value = "osd", value_parser = ["osd", "edge"])]
+    seal: String,
 }
 
 fn parse_size(text: &str) -> Result<u64, String> {
@@ -470,8 +474,10 @@ pub fn run(args: S3Args) -> Result<(), String> {
             (
                 "cluster",
                 format!(
-                    "one fresh `coffer up` (at rest gcm, in transit secure): 1 monitor, {} OSDs, \
-                     its HTTPS gateway and a plain-HTTP one on the same pool, under {}",
+                    "one fresh `coffer up` (at rest gcm, in transit secure, pools sealed at the \
+                     {}): 1 monitor, {} OSDs, its HTTPS gateway and a plain-HTTP one on the same \
+                     pool, under {}",
+                    args.seal,
                     args.fresh.osds,
                     args.fresh.dir.display()
                 ),
@@ -489,7 +495,18 @@ pub fn run(args: S3Args) -> Result<(), String> {
     let dir = args.fresh.dir.join(format!("s3-{}", std::process::id()));
     let https_addr = format!("127.0.0.1:{}", crate::up::free_loopback_port()?);
     let http_addr = format!("127.0.0.1:{}", crate::up::free_loopback_port()?);
-    let cluster = FreshCluster::start(&dir, &args.fresh, "gcm", "secure", None, Some(&https_addr))?;
+    let at_rest = match args.seal.as_str() {
+        "edge" => super::fresh::EDGE,
+        _ => "gcm",
+    };
+    let cluster = FreshCluster::start(
+        &dir,
+        &args.fresh,
+        at_rest,
+        "secure",
+        None,
+        Some(&https_addr),
+    )?;
     let plain = PlainGateway::start(&cluster, &http_addr)?;
     let conf = cluster.conf()?;
     let runtime = crate::daemon::runtime()?;
@@ -614,6 +631,7 @@ pub fn run(args: S3Args) -> Result<(), String> {
             "clients": clients,
             "osds": args.fresh.osds,
             "repeat": args.repeat.max(1),
+            "seal": args.seal,
         });
         write_json(path, "s3", config, &cells)?;
     }
