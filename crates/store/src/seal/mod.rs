@@ -93,8 +93,10 @@ pub struct ChunkRecord {
     pub tag: [u8; TAG_BYTES],
 }
 
-/// How the chunks of one extent were sealed. Kept in the extent's metadata record.
+/// How the chunks of one extent were sealed. Kept in the extent's metadata record, in the
+/// form of [`StoredSeal`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "StoredSeal", into = "StoredSeal")]
 pub(crate) enum ExtentSeal {
     /// `none` and `xts-*`: nothing to keep per chunk.
     Bare,
@@ -125,6 +127,125 @@ impl ExtentSeal {
             ExtentSeal::Edge { chunks } => ExtentSeal::Edge {
                 chunks: chunks[skip..skip + len].to_vec(),
             },
+        }
+    }
+}
+
+/// An extent's seal as stored. Chunks sealed upstream are usually sealed in runs (one key,
+/// a nonce whose last four bytes count up by one per chunk), so they are kept as those runs
+/// and the tags, 16 bytes per chunk instead of 36 (`EdgeRuns`). Records that form no run
+/// take one each. `Edge`, one full record per chunk, is the earlier form, still read.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+enum StoredSeal {
+    Bare,
+    Store {
+        incarnation: u32,
+        nonce_base: u64,
+        tags: Vec<[u8; TAG_BYTES]>,
+    },
+    Edge {
+        chunks: Vec<ChunkRecord>,
+    },
+    EdgeRuns {
+        runs: Vec<RecordRun>,
+        tags: Vec<[u8; TAG_BYTES]>,
+    },
+}
+
+/// `chunks` chunks sealed under `key_id`, the first with `nonce`, each next one with the
+/// nonce's last four bytes (big-endian) one higher.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct RecordRun {
+    key_id: u64,
+    nonce: [u8; NONCE_BYTES],
+    chunks: u32,
+}
+
+/// The nonce's counter: its last four bytes, big-endian.
+fn counter(nonce: &[u8; NONCE_BYTES]) -> u32 {
+    u32::from_be_bytes([nonce[8], nonce[9], nonce[10], nonce[11]])
+}
+
+fn runs_of(chunks: &[ChunkRecord]) -> Vec<RecordRun> {
+    let mut runs: Vec<RecordRun> = Vec::new();
+    for chunk in chunks {
+        if let Some(run) = runs.last_mut() {
+            let next = counter(&run.nonce).checked_add(run.chunks);
+            if run.key_id == chunk.key_id
+                && run.nonce[..8] == chunk.nonce[..8]
+                && next == Some(counter(&chunk.nonce))
+            {
+                run.chunks += 1;
+                continue;
+            }
+        }
+        runs.push(RecordRun {
+            key_id: chunk.key_id,
+            nonce: chunk.nonce,
+            chunks: 1,
+        });
+    }
+    runs
+}
+
+impl From<ExtentSeal> for StoredSeal {
+    fn from(seal: ExtentSeal) -> StoredSeal {
+        match seal {
+            ExtentSeal::Bare => StoredSeal::Bare,
+            ExtentSeal::Store {
+                incarnation,
+                nonce_base,
+                tags,
+            } => StoredSeal::Store {
+                incarnation,
+                nonce_base,
+                tags,
+            },
+            ExtentSeal::Edge { chunks } => StoredSeal::EdgeRuns {
+                runs: runs_of(&chunks),
+                tags: chunks.iter().map(|c| c.tag).collect(),
+            },
+        }
+    }
+}
+
+impl From<StoredSeal> for ExtentSeal {
+    fn from(stored: StoredSeal) -> ExtentSeal {
+        match stored {
+            StoredSeal::Bare => ExtentSeal::Bare,
+            StoredSeal::Store {
+                incarnation,
+                nonce_base,
+                tags,
+            } => ExtentSeal::Store {
+                incarnation,
+                nonce_base,
+                tags,
+            },
+            StoredSeal::Edge { chunks } => ExtentSeal::Edge { chunks },
+            StoredSeal::EdgeRuns { runs, tags } => {
+                // Runs that do not account for every tag leave no records, and the
+                // extent's length check (`decode_extent`) refuses the extent.
+                let counted: u64 = runs.iter().map(|r| u64::from(r.chunks)).sum();
+                if counted != tags.len() as u64 {
+                    return ExtentSeal::Edge { chunks: Vec::new() };
+                }
+                let mut tags = tags.into_iter();
+                let chunks = runs
+                    .iter()
+                    .flat_map(|run| {
+                        (0..run.chunks).map(move |i| {
+                            let mut nonce = run.nonce;
+                            let next = counter(&run.nonce).wrapping_add(i);
+                            nonce[8..].copy_from_slice(&next.to_be_bytes());
+                            (run.key_id, nonce)
+                        })
+                    })
+                    .zip(tags.by_ref())
+                    .map(|((key_id, nonce), tag)| ChunkRecord { key_id, nonce, tag })
+                    .collect();
+                ExtentSeal::Edge { chunks }
+            }
         }
     }
 }
@@ -239,5 +360,99 @@ impl DataSealer {
             // authenticated in every encrypting mode) or the store is `none` and tampered.
             _ => Err(ChunkIntegrityError { chunk: 0 }),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(key_id: u64, writer: u8, count: u32, tag: u8) -> ChunkRecord {
+        let mut nonce = [writer; NONCE_BYTES];
+        nonce[8..].copy_from_slice(&count.to_be_bytes());
+        ChunkRecord {
+            key_id,
+            nonce,
+            tag: [tag; TAG_BYTES],
+        }
+    }
+
+    fn round_trip(seal: &ExtentSeal) -> (ExtentSeal, usize) {
+        let bytes = postcard::to_stdvec(seal).expect("encode");
+        (postcard::from_bytes(&bytes).expect("decode"), bytes.len())
+    }
+
+    #[test]
+    fn edge_records_are_kept_as_runs_and_come_back_the_same() {
+        let run: Vec<ChunkRecord> = (0..64)
+            .map(|i| record(1 << 48 | 7, 9, 100 + i, i as u8))
+            .collect();
+        let (back, len) = round_trip(&ExtentSeal::Edge {
+            chunks: run.clone(),
+        });
+        assert_eq!(back, ExtentSeal::Edge { chunks: run });
+        assert!(
+            len < 64 * TAG_BYTES + 48,
+            "one run and the tags: {len} bytes"
+        );
+
+        // Another key, another writer, a gap, and a counter that would wrap: new runs.
+        let mixed = vec![
+            record(1, 1, 5, 0),
+            record(1, 1, 6, 1),
+            record(2, 1, 7, 2),
+            record(2, 3, 8, 3),
+            record(2, 3, 10, 4),
+            record(2, 3, u32::MAX, 5),
+            record(2, 3, 0, 6),
+        ];
+        let (back, _) = round_trip(&ExtentSeal::Edge {
+            chunks: mixed.clone(),
+        });
+        assert_eq!(
+            back,
+            ExtentSeal::Edge {
+                chunks: mixed.clone()
+            }
+        );
+        assert_eq!(runs_of(&mixed).len(), 6);
+
+        for other in [
+            ExtentSeal::Bare,
+            ExtentSeal::Store {
+                incarnation: 3,
+                nonce_base: 77,
+                tags: vec![[5; TAG_BYTES]; 3],
+            },
+        ] {
+            assert_eq!(round_trip(&other).0, other);
+        }
+    }
+
+    #[test]
+    fn extents_stored_with_full_records_still_read() {
+        let chunks = vec![record(4, 2, 1, 1), record(9, 8, 1, 2)];
+        let earlier = postcard::to_stdvec(&StoredSeal::Edge {
+            chunks: chunks.clone(),
+        })
+        .expect("encode");
+        let read: ExtentSeal = postcard::from_bytes(&earlier).expect("decode");
+        assert_eq!(read, ExtentSeal::Edge { chunks });
+    }
+
+    #[test]
+    fn runs_that_miscount_their_tags_leave_no_records() {
+        let stored = StoredSeal::EdgeRuns {
+            runs: vec![RecordRun {
+                key_id: 1,
+                nonce: [0; NONCE_BYTES],
+                chunks: 3,
+            }],
+            tags: vec![[0; TAG_BYTES]; 2],
+        };
+        assert_eq!(
+            ExtentSeal::from(stored),
+            ExtentSeal::Edge { chunks: Vec::new() }
+        );
     }
 }
