@@ -328,34 +328,8 @@ fn the_s3_gateway_seals_plain_and_sse_objects_at_the_edge() {
 #[test]
 fn a_chunk_altered_on_every_disk_fails_at_the_client_and_nothing_else_is_lost() {
     let _serial = serial();
-    let mut cluster = LocalCluster::start(3, &[]);
-    cluster.ok(&[
-        "pool", "create", "sealed", "--seal", "edge", "--pg-num", "8",
-    ]);
-    cluster.wait_for("PGs clean", Duration::from_secs(60), common::all_clean);
-    let victim: Vec<u8> = (0..3 * 4096).map(|_| rand::random::<u8>()).collect();
+    let (mut cluster, victim, sealed_chunk) = common::sealed_victim();
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
-    let sealed_chunk = runtime.block_on(async {
-        let admin = cluster.admin().await;
-        let pool = admin.pool("sealed").await.expect("pool");
-        pool.put("victim", Bytes::from(victim.clone()))
-            .await
-            .expect("put");
-        pool.put("bystander", Bytes::from_static(b"unharmed"))
-            .await
-            .expect("put");
-        // Chunk 1 as the OSDs hold it: sealed bytes, which is all a disk can show.
-        let (_, sealed) = pool
-            .operate(
-                "victim",
-                vec![client::ObjectOp::ReadChunks { first: 1, count: 1 }],
-                Bytes::new(),
-            )
-            .await
-            .expect("read sealed");
-        sealed
-    });
-    assert_eq!(sealed_chunk.len(), 4096);
     cluster.stop();
     let found = common::occurrences(cluster.dir.path(), &sealed_chunk);
     let osds: std::collections::BTreeSet<String> = found

@@ -77,32 +77,8 @@ fn find_and_repair(cluster: &LocalCluster, pool: &str, object: &str, osd: u32) {
 #[test]
 fn scrub_repairs_a_sealed_chunk_altered_on_the_primary_without_the_key() {
     let _serial = serial();
-    let mut cluster = LocalCluster::start(3, &[]);
-    cluster.ok(&[
-        "pool", "create", "sealed", "--seal", "edge", "--pg-num", "8",
-    ]);
-    cluster.wait_for("PGs clean", Duration::from_secs(60), common::all_clean);
-    let victim: Vec<u8> = (0..3 * 4096).map(|_| rand::random::<u8>()).collect();
+    let (mut cluster, victim, sealed_chunk) = common::sealed_victim();
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
-    let sealed_chunk = runtime.block_on(async {
-        let admin = cluster.admin().await;
-        let pool = admin.pool("sealed").await.expect("pool");
-        pool.put("victim", Bytes::from(victim.clone()))
-            .await
-            .expect("put");
-        pool.put("bystander", Bytes::from_static(b"unharmed"))
-            .await
-            .expect("put");
-        let (_, sealed) = pool
-            .operate(
-                "victim",
-                vec![client::ObjectOp::ReadChunks { first: 1, count: 1 }],
-                Bytes::new(),
-            )
-            .await
-            .expect("read sealed");
-        sealed
-    });
     let primary = acting(&cluster, "sealed", "victim")[0];
     cluster.stop();
     alter_copy_on(&cluster, &sealed_chunk, primary);

@@ -611,6 +611,40 @@ impl LocalCluster {
     }
 }
 
+/// Three chunks of random bytes (`victim`) and an object `bystander` ("unharmed") in a new
+/// pool `sealed` (seal = edge, 8 PGs) of a fresh 3-OSD cluster; returns the cluster, the
+/// victim's bytes and its chunk 1 as every OSD holds it: sealed, all a disk can show.
+pub fn sealed_victim() -> (LocalCluster, Vec<u8>, bytes::Bytes) {
+    let cluster = LocalCluster::start(3, &[]);
+    cluster.ok(&[
+        "pool", "create", "sealed", "--seal", "edge", "--pg-num", "8",
+    ]);
+    cluster.wait_for("PGs clean", Duration::from_secs(60), all_clean);
+    let victim: Vec<u8> = (0..3 * 4096).map(|_| rand::random::<u8>()).collect();
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let sealed_chunk = runtime.block_on(async {
+        let admin = cluster.admin().await;
+        let pool = admin.pool("sealed").await.expect("pool");
+        pool.put("victim", bytes::Bytes::from(victim.clone()))
+            .await
+            .expect("put");
+        pool.put("bystander", bytes::Bytes::from_static(b"unharmed"))
+            .await
+            .expect("put");
+        let (_, sealed) = pool
+            .operate(
+                "victim",
+                vec![client::ObjectOp::ReadChunks { first: 1, count: 1 }],
+                bytes::Bytes::new(),
+            )
+            .await
+            .expect("read sealed");
+        sealed
+    });
+    assert_eq!(sealed_chunk.len(), 4096);
+    (cluster, victim, sealed_chunk)
+}
+
 /// Runs `command`; returns its standard output, or panics with both outputs if it fails.
 pub fn run_ok(what: &str, command: &mut Command) -> String {
     let output = command.output().unwrap_or_else(|e| panic!("{what}: {e}"));
