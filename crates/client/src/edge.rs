@@ -157,7 +157,9 @@ impl EdgeKeys {
     }
 
     /// Opens the chunks of `data` (from chunk index `first` of `object`) in place; a chunk
-    /// without a record is a hole and stays zeros. A chunk that fails is named.
+    /// without a record is a hole and zeros. A chunk that fails is named. `data` must be
+    /// exactly one whole chunk per record: on a secure link nothing but these records binds
+    /// it (`Segment::Bound`), so no byte may go unopened.
     pub(crate) fn open(
         &self,
         object: &str,
@@ -165,6 +167,14 @@ impl EdgeKeys {
         data: &mut [u8],
         seals: &[Option<ChunkSeal>],
     ) -> Result<(), Error> {
+        if data.len() as u64 != seals.len() as u64 * CHUNK_BYTES {
+            return Err(Error::Failed(format!(
+                "integrity: {} bytes of chunks from {first} of {object} came with {} chunk \
+                 records; each record covers {CHUNK_BYTES} bytes",
+                data.len(),
+                seals.len()
+            )));
+        }
         let mut aad = aad_prefix(self.pool, object);
         for (i, (bytes, seal)) in data.chunks_mut(CHUNK_BYTES as usize).zip(seals).enumerate() {
             let Some(seal) = seal else {
@@ -246,6 +256,15 @@ mod tests {
         // Another pool's keys cannot open them.
         let other = EdgeKeys::new(PoolId(4), vec![(1, vec![9u8; 32])]).expect("keys");
         assert!(other.open("obj", 5, &mut data.clone(), &records).is_err());
+        // A flipped bit anywhere, bytes no record covers, or a record short: refused.
+        let mut flipped = data.clone();
+        flipped[2 * 4096 + 17] ^= 1;
+        assert!(edge.open("obj", 5, &mut flipped, &records).is_err());
+        let mut longer = [&data[..], &[0u8; 16][..]].concat();
+        assert!(edge.open("obj", 5, &mut longer, &records).is_err());
+        assert!(edge
+            .open("obj", 5, &mut data.clone(), &records[..2])
+            .is_err());
     }
 
     #[test]

@@ -14,7 +14,7 @@ use tokio::task::JoinHandle;
 use crate::endpoint::Limits;
 use crate::entity::{EntityName, Mode};
 use crate::error::CallError;
-use crate::frame::{Header, Kind, DATA_BYTES_MAX, META_BYTES_MAX};
+use crate::frame::{Header, Kind, Segment, DATA_BYTES_MAX, META_BYTES_MAX};
 use crate::link::{self, Link, Outgoing};
 
 /// A reply: the metadata segment (decode it with [`Incoming::decode`]) and the data segment.
@@ -174,7 +174,8 @@ impl Connection {
             }
             pending.waiters.insert(tag, waiter);
         }
-        let header = Header::for_body(Kind::Request, tag, &meta, &data, self.inner.mode, open);
+        let segment = if open { Segment::Open } else { Segment::Inside };
+        let header = Header::for_body(Kind::Request, tag, &meta, &data, self.inner.mode, segment);
         let frame = Outgoing { header, meta, data };
         if self.inner.queue.send(frame).is_err() {
             self.inner.shared.close("the writer stopped".into());

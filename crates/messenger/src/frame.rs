@@ -41,6 +41,47 @@ impl Kind {
     }
 }
 
+/// How a frame's data segment crosses a secure link (docs/design/edge-sealing.md, "Links").
+/// In crc mode the body checksum covers the data whatever this says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Segment {
+    /// Encrypted with the header and metadata: plaintext, or anything not sealed upstream.
+    Inside,
+    /// Already sealed by a client: sent as it is, as the frame's additional authenticated
+    /// data, so the link binds it without encrypting it again.
+    Open,
+    /// Chunks sealed by a client and going back to a client, whose records (nonce and tag of
+    /// each chunk) are in the frame's encrypted metadata: sent as they are and not bound by
+    /// the link, because the receiver opens every chunk under those records and so detects
+    /// any change. Only replies carry it; a request's data goes to a daemon that cannot open
+    /// it.
+    Bound,
+}
+
+impl Segment {
+    fn flags(self) -> u8 {
+        match self {
+            Segment::Inside => 0,
+            Segment::Open => 1,
+            Segment::Bound => 3,
+        }
+    }
+
+    fn from_flags(flags: u8) -> Option<Self> {
+        match flags {
+            0 => Some(Segment::Inside),
+            1 => Some(Segment::Open),
+            3 => Some(Segment::Bound),
+            _ => None,
+        }
+    }
+
+    /// Whether the segment is sent as it is after the protected part (in secure mode).
+    pub fn travels_open(self) -> bool {
+        self != Segment::Inside
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Header {
     pub kind: Kind,
@@ -50,9 +91,8 @@ pub struct Header {
     /// CRC32C of the metadata then the data; zero in secure mode, where the frame's AEAD
     /// tag authenticates.
     pub body_crc: u32,
-    /// In secure mode, the data segment is already sealed by its sender and travels open,
-    /// bound to the frame as its additional data (docs/design/edge-sealing.md).
-    pub open: bool,
+    /// How the data segment crosses a secure link.
+    pub segment: Segment,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -96,7 +136,7 @@ impl Header {
         meta: &Bytes,
         data: &Bytes,
         mode: Mode,
-        open: bool,
+        segment: Segment,
     ) -> Self {
         let meta_len = u32::try_from(meta.len()).unwrap_or(u32::MAX);
         let data_len = u32::try_from(data.len()).unwrap_or(u32::MAX);
@@ -118,19 +158,19 @@ impl Header {
             meta_len,
             data_len,
             body_crc,
-            open,
+            segment,
         }
     }
 
     /// ```text
-    ///  0 magic "CFR1"   4 kind u8   5 flags (bit 0: open data)   6..8 reserved (0)   8 tag u64
+    ///  0 magic "CFR1"   4 kind u8   5 flags (bit 0: data open, bit 1: bound by its records)   6..8 reserved (0)   8 tag u64
     /// 16 meta_len u32  20 data_len u32  24 body_crc u32  28 header_crc u32 (CRC32C of 0..28)
     /// ```
     pub fn encode(&self) -> [u8; HEADER_BYTES] {
         let mut bytes = [0u8; HEADER_BYTES];
         bytes[0..4].copy_from_slice(&MAGIC.to_le_bytes());
         bytes[4] = self.kind.to_byte();
-        bytes[5] = u8::from(self.open);
+        bytes[5] = self.segment.flags();
         bytes[8..16].copy_from_slice(&self.tag.to_le_bytes());
         bytes[16..20].copy_from_slice(&self.meta_len.to_le_bytes());
         bytes[20..24].copy_from_slice(&self.data_len.to_le_bytes());
@@ -154,7 +194,8 @@ impl Header {
             return Err(FrameError::HeaderCrc);
         }
         let kind = Kind::from_byte(bytes[4]).ok_or(FrameError::Kind(bytes[4]))?;
-        if bytes[5] > 1 || bytes[6..8] != [0, 0] {
+        let segment = Segment::from_flags(bytes[5]).ok_or(FrameError::Reserved)?;
+        if bytes[6..8] != [0, 0] {
             return Err(FrameError::Reserved);
         }
         let mut tag = [0u8; 8];
@@ -165,7 +206,7 @@ impl Header {
             meta_len: u32_at(16),
             data_len: u32_at(20),
             body_crc: u32_at(24),
-            open: bytes[5] == 1,
+            segment,
         };
         if header.meta_len > META_BYTES_MAX {
             return Err(FrameError::MetaTooLarge(header.meta_len));
@@ -192,7 +233,7 @@ mod tests {
     fn sample() -> Header {
         let meta = Bytes::from_static(b"meta");
         let data = Bytes::from_static(b"data");
-        Header::for_body(Kind::Reply, 7, &meta, &data, Mode::Crc, false)
+        Header::for_body(Kind::Reply, 7, &meta, &data, Mode::Crc, Segment::Inside)
     }
 
     #[test]
@@ -204,6 +245,26 @@ mod tests {
             header.check_body(b"meta", b"dat4", Mode::Crc),
             Err(FrameError::BodyCrc { tag: 7 })
         );
+    }
+
+    #[test]
+    fn every_segment_kind_round_trips_and_unknown_flags_are_refused() {
+        for segment in [Segment::Inside, Segment::Open, Segment::Bound] {
+            let header = Header {
+                segment,
+                ..sample()
+            };
+            assert_eq!(Header::decode(&header.encode()), Ok(header));
+        }
+        let mut bound_only = Header {
+            segment: Segment::Bound,
+            ..sample()
+        }
+        .encode();
+        bound_only[5] = 2;
+        let crc = crc32c(&bound_only[0..28]);
+        bound_only[28..32].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(Header::decode(&bound_only), Err(FrameError::Reserved));
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The typed requests and replies between Coffer's processes. The metadata segment of a
 //! frame carries one of these (postcard); bulk bytes travel in the data segment.
 
+use crate::frame::Segment;
 use map::auth::Caps;
 use map::cluster::{Change, ClusterMap, Epoch};
 use map::placement::{OsdId, PgId};
@@ -428,7 +429,9 @@ pub enum OpResult {
     Attrs(BTreeMap<String, Vec<u8>>),
     Omap(Vec<(Vec<u8>, Option<Vec<u8>>)>),
     OmapList(Vec<(Vec<u8>, Vec<u8>)>),
-    /// Sealed chunks read (in the data segment, zeros for holes), with the object's size.
+    /// Sealed chunks read (in the data segment, zeros for holes), with the object's size. On a
+    /// secure link the segment is bound only by these records ([`Segment::Bound`]): its
+    /// receiver opens every chunk before using a byte of it.
     Chunks {
         size: u64,
         seals: Vec<Option<ChunkSeal>>,
@@ -493,15 +496,19 @@ impl OsdRequest {
 }
 
 impl OsdReply {
-    /// Whether the data segment is chunks sealed at the edge (see
-    /// [`OsdRequest::data_is_sealed`]).
-    pub fn data_is_sealed(&self) -> bool {
+    /// How the data segment crosses a secure link. Chunks read for a client
+    /// ([`OpResult::Chunks`], whose records the reply's metadata carries) are bound by those
+    /// records: the client opens every one. A recovery copy of an edge pool goes to a daemon
+    /// that cannot open it, so the link binds it. Anything else is encrypted by the link.
+    pub fn data_segment(&self) -> Segment {
         match self {
-            OsdReply::Results(results) => {
-                results.iter().any(|r| matches!(r, OpResult::Chunks { .. }))
+            OsdReply::Results(results)
+                if results.iter().any(|r| matches!(r, OpResult::Chunks { .. })) =>
+            {
+                Segment::Bound
             }
-            OsdReply::Copy(Some(copy)) => copy.chunks.is_some(),
-            _ => false,
+            OsdReply::Copy(Some(copy)) if copy.chunks.is_some() => Segment::Open,
+            _ => Segment::Inside,
         }
     }
 }

@@ -3,7 +3,8 @@
 //! direction, and protect every frame with AES-256-GCM: the header, the metadata and any
 //! plaintext data are encrypted; a data segment the sender marks as already sealed travels
 //! open, as the frame's additional authenticated data, so it is bound to the frame without
-//! being encrypted again.
+//! being encrypted again; sealed chunks going back to the client that opens them travel open
+//! and unbound, their records in the encrypted metadata standing in for the binding.
 
 use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM, NONCE_LEN};
 use aws_lc_rs::hmac;
@@ -18,6 +19,9 @@ pub(crate) const FRAMES_PER_KEY: u64 = 1 << 20;
 pub(crate) const TAG_BYTES: usize = 16;
 /// The clear prefix of a protected frame: the protected part's length, the open segment's.
 pub(crate) const PREFIX_BYTES: usize = 8;
+/// The top bit of the open segment's length in the prefix: the segment is bound by the chunk
+/// records in the metadata, not by the frame's tag (it is not the additional data).
+pub(crate) const BOUND_BIT: u32 = 1 << 31;
 
 /// One direction of a link: its key, and how many frames it has protected.
 pub(crate) struct FrameKey {
@@ -43,7 +47,7 @@ fn aead_key(secret: &[u8; 32]) -> LessSafeKey {
 pub(crate) struct Unauthentic;
 
 impl FrameKey {
-    fn new(secret: [u8; 32]) -> Self {
+    pub(crate) fn new(secret: [u8; 32]) -> Self {
         FrameKey {
             key: aead_key(&secret),
             secret,

@@ -16,7 +16,7 @@ use crate::endpoint::Endpoint;
 use crate::entity::ModePolicy;
 use crate::entity::{EntityName, Mode};
 use crate::error::ConnectError;
-use crate::frame::{Header, Kind, DATA_BYTES_MAX, META_BYTES_MAX};
+use crate::frame::{Header, Kind, Segment, DATA_BYTES_MAX, META_BYTES_MAX};
 use crate::link::{self, Outgoing};
 
 /// An authenticated peer, as the handler sees it.
@@ -42,24 +42,24 @@ impl Request {
 pub struct Reply {
     pub meta: Bytes,
     pub data: Bytes,
-    /// The data is already sealed by the client that wrote it: in secure mode it travels
-    /// open, bound to the frame (docs/design/edge-sealing.md).
-    pub sealed: bool,
+    /// How the data crosses a secure link: `Open` or `Bound` when it is chunks already
+    /// sealed by a client (docs/design/edge-sealing.md).
+    pub segment: Segment,
 }
 
 impl Reply {
     pub fn new<T: Serialize>(message: &T, data: Bytes) -> Self {
-        Reply::with(message, data, false)
+        Reply::with(message, data, Segment::Inside)
     }
 
-    /// A reply whose data is chunks sealed at the edge, when `sealed`.
-    pub fn with<T: Serialize>(message: &T, data: Bytes, sealed: bool) -> Self {
+    /// A reply whose data crosses a secure link as `segment` says.
+    pub fn with<T: Serialize>(message: &T, data: Bytes, segment: Segment) -> Self {
         let meta = postcard::to_allocvec(message)
             .unwrap_or_else(|e| panic!("encoding a reply cannot fail for serde types: {e}"));
         Reply {
             meta: Bytes::from(meta),
             data,
-            sealed,
+            segment,
         }
     }
 }
@@ -192,6 +192,10 @@ async fn serve_link<H: Handler>(
                 unreachable!("the semaphore is never closed");
             };
             match link::read_frame(&mut reader, limits.frame_timeout).await {
+                Ok(Some((header, ..))) if header.segment == Segment::Bound => {
+                    tracing::warn!(peer = %peer.entity, "peer sent data bound only by chunk records, which a server cannot check; closing");
+                    return;
+                }
                 Ok(Some((header, meta, data))) if header.kind == Kind::Request => {
                     let responder = Responder {
                         queue: Some(queue.clone()),
@@ -246,20 +250,20 @@ impl Responder {
         let fits = reply.meta.len() <= META_BYTES_MAX as usize
             && reply.data.len() <= DATA_BYTES_MAX as usize;
         if fits {
-            self.push(Kind::Reply, reply.meta, reply.data, reply.sealed);
+            self.push(Kind::Reply, reply.meta, reply.data, reply.segment);
         } else {
             self.push(
                 Kind::Refused,
                 Bytes::from_static(b"reply exceeds the frame limits"),
                 Bytes::new(),
-                false,
+                Segment::Inside,
             );
         }
     }
 
-    fn push(&mut self, kind: Kind, meta: Bytes, data: Bytes, open: bool) {
+    fn push(&mut self, kind: Kind, meta: Bytes, data: Bytes, segment: Segment) {
         if let Some(queue) = self.queue.take() {
-            let header = Header::for_body(kind, self.tag, &meta, &data, self.mode, open);
+            let header = Header::for_body(kind, self.tag, &meta, &data, self.mode, segment);
             // The link may have closed meanwhile; then there is nobody to answer.
             let _ = queue.send(Outgoing { header, meta, data });
         }
@@ -272,7 +276,7 @@ impl Drop for Responder {
             Kind::Refused,
             Bytes::from_static(b"the request handler failed"),
             Bytes::new(),
-            false,
+            Segment::Inside,
         );
     }
 }

@@ -25,6 +25,9 @@ enum Ask {
     },
     /// Echo, the data marked as sealed by its sender both ways.
     EchoSealed,
+    /// Echo, the data sealed on the way in, bound by its records (as chunks read back to a
+    /// client) on the way out.
+    EchoBound,
     Panic,
     OversizedReply,
 }
@@ -71,13 +74,20 @@ impl Handler for Echo {
                     peer: peer.entity.to_string(),
                     len: request.data.len(),
                 };
-                Reply::with(&answer, request.data, true)
+                Reply::with(&answer, request.data, Segment::Open)
+            }
+            Ok(Ask::EchoBound) => {
+                let answer = Answer {
+                    peer: peer.entity.to_string(),
+                    len: request.data.len(),
+                };
+                Reply::with(&answer, request.data, Segment::Bound)
             }
             Ok(Ask::Panic) => panic!("a handler bug"),
             Ok(Ask::OversizedReply) => Reply {
                 meta: Bytes::from(vec![0u8; META_BYTES_MAX as usize + 1]),
                 data: Bytes::new(),
-                sealed: false,
+                segment: Segment::Inside,
             },
             Err(e) => panic!("undecodable request: {e}"),
         }
@@ -304,37 +314,40 @@ async fn a_capture_shows_the_marker_in_crc_mode_and_never_in_secure_mode() {
 }
 
 /// A segment its sender marks as sealed (chunks sealed at the edge) crosses a secure link as
-/// it is, both ways, while the header and metadata stay encrypted.
+/// it is, both ways, while the header and metadata stay encrypted; so does a reply's segment
+/// bound by its records.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sealed_segment_travels_open_and_the_rest_stays_encrypted() {
     let fx = fixture(vec![Mode::Secure]).await;
     let client = fx.client("client.admin", true);
-    let (proxy, seen) = recording_proxy(fx.addr()).await;
-    let conn = client
-        .connect(proxy, &name(SERVER), &[Mode::Secure])
-        .await
-        .expect("connect");
-    let mut data = pattern(64 << 10, 5).to_vec();
-    data[1000..1000 + MARKER.len()].copy_from_slice(MARKER);
-    let meta = Bytes::from(postcard::to_allocvec(&Ask::EchoSealed).expect("encode"));
-    let reply = conn
-        .call_sealed(meta, Bytes::from(data.clone()))
-        .await
-        .expect("sealed echo");
-    let answer: Answer = reply.decode().expect("answer");
-    assert_eq!(answer.peer, "client.admin");
-    assert_eq!(&reply.data[..], &data[..]);
-    drop(conn);
-    let captured = seen.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    let sightings = captured
-        .windows(MARKER.len())
-        .filter(|w| *w == MARKER)
-        .count();
-    assert_eq!(sightings, 2, "the open segment should cross once each way");
-    assert!(
-        !contains(&captured, b"client.admin"),
-        "the reply's metadata crossed in clear"
-    );
+    for ask in [Ask::EchoSealed, Ask::EchoBound] {
+        let (proxy, seen) = recording_proxy(fx.addr()).await;
+        let conn = client
+            .connect(proxy, &name(SERVER), &[Mode::Secure])
+            .await
+            .expect("connect");
+        let mut data = pattern(64 << 10, 5).to_vec();
+        data[1000..1000 + MARKER.len()].copy_from_slice(MARKER);
+        let meta = Bytes::from(postcard::to_allocvec(&ask).expect("encode"));
+        let reply = conn
+            .call_sealed(meta, Bytes::from(data.clone()))
+            .await
+            .expect("sealed echo");
+        let answer: Answer = reply.decode().expect("answer");
+        assert_eq!(answer.peer, "client.admin");
+        assert_eq!(&reply.data[..], &data[..]);
+        drop(conn);
+        let captured = seen.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let sightings = captured
+            .windows(MARKER.len())
+            .filter(|w| *w == MARKER)
+            .count();
+        assert_eq!(sightings, 2, "the open segment should cross once each way");
+        assert!(
+            !contains(&captured, b"client.admin"),
+            "the reply's metadata crossed in clear"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -511,7 +524,7 @@ async fn handler_failures_and_oversized_messages_get_errors_not_hangs() {
 /// Raw crc frame bytes, as a broken or hostile peer might send them.
 fn frame_bytes(kind: Kind, meta: &[u8], data: &[u8]) -> Vec<u8> {
     let (meta, data) = (Bytes::copy_from_slice(meta), Bytes::copy_from_slice(data));
-    let header = Header::for_body(kind, 1, &meta, &data, Mode::Crc, false);
+    let header = Header::for_body(kind, 1, &meta, &data, Mode::Crc, Segment::Inside);
     [&header.encode()[..], &meta, &data].concat()
 }
 
@@ -521,10 +534,10 @@ fn protected_bytes(
     kind: Kind,
     meta: &[u8],
     data: &[u8],
-    open: bool,
+    segment: Segment,
 ) -> Vec<u8> {
     let (meta, data) = (Bytes::copy_from_slice(meta), Bytes::copy_from_slice(data));
-    let header = Header::for_body(kind, 1, &meta, &data, Mode::Secure, open);
+    let header = Header::for_body(kind, 1, &meta, &data, Mode::Secure, segment);
     let frame = link::Outgoing { header, meta, data };
     let key = raw
         .writer
@@ -591,7 +604,7 @@ async fn malformed_truncated_and_stalled_frames_close_only_that_link() {
         &Bytes::new(),
         &Bytes::new(),
         Mode::Crc,
-        false,
+        Segment::Inside,
     );
     oversized.data_len = DATA_BYTES_MAX + 1;
     let mut bad_body = good.clone();
@@ -624,8 +637,8 @@ async fn malformed_truncated_and_stalled_frames_close_only_that_link() {
 
     // Secure frames, each made with the raw link's own key, then broken.
     let secure = Mode::Secure;
-    let request = |raw: &mut link::Link, open: bool| {
-        protected_bytes(raw, Kind::Request, &ask, b"payload-sealed-chunk", open)
+    let request = |raw: &mut link::Link, segment: Segment| {
+        protected_bytes(raw, Kind::Request, &ask, b"payload-sealed-chunk", segment)
     };
     expect_closed(
         &fx,
@@ -634,7 +647,7 @@ async fn malformed_truncated_and_stalled_frames_close_only_that_link() {
         "a flipped protected byte",
         false,
         |raw| {
-            let mut bytes = request(raw, false);
+            let mut bytes = request(raw, Segment::Inside);
             bytes[12] ^= 1;
             bytes
         },
@@ -647,7 +660,7 @@ async fn malformed_truncated_and_stalled_frames_close_only_that_link() {
         "an altered open segment",
         false,
         |raw| {
-            let mut bytes = request(raw, true);
+            let mut bytes = request(raw, Segment::Open);
             let last = bytes.len() - 1;
             bytes[last] ^= 1;
             bytes
@@ -661,7 +674,7 @@ async fn malformed_truncated_and_stalled_frames_close_only_that_link() {
         "a swapped open segment",
         false,
         |raw| {
-            let mut bytes = request(raw, true);
+            let mut bytes = request(raw, Segment::Open);
             let at = bytes.len() - 20;
             bytes[at..].copy_from_slice(b"another sealed chunk");
             bytes
@@ -669,7 +682,7 @@ async fn malformed_truncated_and_stalled_frames_close_only_that_link() {
     )
     .await;
     expect_closed(&fx, &client, secure, "a replayed frame", false, |raw| {
-        let bytes = request(raw, true);
+        let bytes = request(raw, Segment::Open);
         [&bytes[..], &bytes[..]].concat()
     })
     .await;
@@ -680,8 +693,14 @@ async fn malformed_truncated_and_stalled_frames_close_only_that_link() {
         "a segment moved to a later frame",
         false,
         |raw| {
-            let first = protected_bytes(raw, Kind::Request, &ask, b"another-sealed-chunk", true);
-            let mut second = request(raw, true);
+            let first = protected_bytes(
+                raw,
+                Kind::Request,
+                &ask,
+                b"another-sealed-chunk",
+                Segment::Open,
+            );
+            let mut second = request(raw, Segment::Open);
             let (a, b) = (first.len() - 20, second.len() - 20);
             second[b..].copy_from_slice(&first[a..]);
             [&first[..], &second[..]].concat()
@@ -695,7 +714,7 @@ async fn malformed_truncated_and_stalled_frames_close_only_that_link() {
         "lengths changed in the clear",
         false,
         |raw| {
-            let mut bytes = request(raw, true);
+            let mut bytes = request(raw, Segment::Open);
             bytes[0] = bytes[0].wrapping_add(4);
             bytes[4] = bytes[4].wrapping_sub(4);
             bytes
@@ -723,7 +742,16 @@ async fn malformed_truncated_and_stalled_frames_close_only_that_link() {
         secure,
         "a reply sent to a server",
         false,
-        |raw| protected_bytes(raw, Kind::Reply, &ask, b"", false),
+        |raw| protected_bytes(raw, Kind::Reply, &ask, b"", Segment::Inside),
+    )
+    .await;
+    expect_closed(
+        &fx,
+        &client,
+        secure,
+        "a request whose data is bound only by chunk records",
+        false,
+        |raw| request(raw, Segment::Bound),
     )
     .await;
     for (case, keep_open) in [
@@ -731,7 +759,7 @@ async fn malformed_truncated_and_stalled_frames_close_only_that_link() {
         ("truncated, then stalled", true),
     ] {
         expect_closed(&fx, &client, secure, case, keep_open, |raw| {
-            let bytes = request(raw, true);
+            let bytes = request(raw, Segment::Open);
             bytes[..bytes.len() - 3].to_vec()
         })
         .await;

@@ -29,8 +29,8 @@ fn reply(message: OsdReply) -> Reply {
 
 /// A reply with data: open on a secure link when it is chunks sealed at the edge.
 fn reply_with(message: OsdReply, data: Bytes) -> Reply {
-    let sealed = message.data_is_sealed();
-    Reply::with(&message, data, sealed)
+    let segment = message.data_segment();
+    Reply::with(&message, data, segment)
 }
 
 fn read_failure(e: ReadError) -> OsdReply {
