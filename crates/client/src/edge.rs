@@ -4,7 +4,7 @@
 //! their records as they come and never hold the key.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM};
 use aws_lc_rs::hmac;
@@ -39,8 +39,57 @@ impl Writer {
     }
 }
 
+/// Idle bytes of sealing buffers kept for reuse, per pool handle (librbd's default cache).
+const IDLE_BUFFER_BYTES_MAX: usize = 32 << 20;
+
+/// The buffers writes seal their chunks in, kept once sent: a large write then neither zeroes
+/// a fresh buffer nor faults its pages in again.
+#[derive(Default)]
+pub(crate) struct SealBuffers {
+    idle: Mutex<Vec<Vec<u8>>>,
+}
+
+impl SealBuffers {
+    /// An empty buffer, reused if one is idle.
+    pub(crate) fn take(&self) -> Vec<u8> {
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        idle.pop().unwrap_or_default()
+    }
+
+    /// `buffer` as the bytes of a request; it comes back here once every copy is dropped.
+    pub(crate) fn send(self: &Arc<Self>, buffer: Vec<u8>) -> bytes::Bytes {
+        bytes::Bytes::from_owner(Recycled {
+            buffer,
+            home: self.clone(),
+        })
+    }
+}
+
+struct Recycled {
+    buffer: Vec<u8>,
+    home: Arc<SealBuffers>,
+}
+
+impl AsRef<[u8]> for Recycled {
+    fn as_ref(&self) -> &[u8] {
+        &self.buffer
+    }
+}
+
+impl Drop for Recycled {
+    fn drop(&mut self) {
+        let mut buffer = std::mem::take(&mut self.buffer);
+        buffer.clear();
+        let mut idle = self.home.idle.lock().unwrap_or_else(|p| p.into_inner());
+        let held: usize = idle.iter().map(Vec::capacity).sum();
+        if held + buffer.capacity() <= IDLE_BUFFER_BYTES_MAX {
+            idle.push(buffer);
+        }
+    }
+}
+
 /// Chunk keys already derived, by (data key version, writer id).
-type Derived = HashMap<(u16, [u8; WRITER_BYTES]), std::sync::Arc<LessSafeKey>>;
+type Derived = HashMap<(u16, [u8; WRITER_BYTES]), Arc<LessSafeKey>>;
 
 /// One pool's data keys and this process's writer state.
 pub(crate) struct EdgeKeys {
@@ -50,6 +99,7 @@ pub(crate) struct EdgeKeys {
     pub(crate) current: u16,
     writer: Mutex<Writer>,
     derived: Mutex<Derived>,
+    pub(crate) buffers: Arc<SealBuffers>,
 }
 
 impl EdgeKeys {
@@ -72,6 +122,7 @@ impl EdgeKeys {
             current,
             writer: Mutex::new(Writer::draw()),
             derived: Mutex::new(HashMap::new()),
+            buffers: Arc::default(),
         })
     }
 
@@ -80,7 +131,7 @@ impl EdgeKeys {
         &self,
         version: u16,
         writer: &[u8; WRITER_BYTES],
-    ) -> Result<std::sync::Arc<LessSafeKey>, Error> {
+    ) -> Result<Arc<LessSafeKey>, Error> {
         let mut derived = self.derived.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(key) = derived.get(&(version, *writer)) {
             return Ok(key.clone());
@@ -98,7 +149,7 @@ impl EdgeKeys {
         let tag = hmac::sign(&hmac::Key::new(hmac::HMAC_SHA256, &data_key[..]), &input);
         let unbound = UnboundKey::new(&AES_256_GCM, tag.as_ref())
             .unwrap_or_else(|_| unreachable!("HMAC-SHA256 gives 32 bytes"));
-        let key = std::sync::Arc::new(LessSafeKey::new(unbound));
+        let key = Arc::new(LessSafeKey::new(unbound));
         if derived.len() >= 1024 {
             derived.clear();
         }
@@ -265,6 +316,37 @@ mod tests {
         assert!(edge
             .open("obj", 5, &mut data.clone(), &records[..2])
             .is_err());
+    }
+
+    #[test]
+    fn sealing_buffers_come_back_once_sent_and_idle_ones_are_capped() {
+        let buffers = Arc::new(SealBuffers::default());
+        let mut first = buffers.take();
+        first.extend_from_slice(&[1u8; 4096]);
+        let at = first.as_ptr();
+        let sent = buffers.send(first);
+        let copy = sent.clone();
+        drop(sent);
+        assert!(
+            buffers.take().capacity() == 0,
+            "taken back while still referenced"
+        );
+        drop(copy);
+        let again = buffers.take();
+        assert_eq!(
+            (again.as_ptr(), again.len()),
+            (at, 0),
+            "the same buffer, emptied"
+        );
+        for _ in 0..3 {
+            drop(buffers.send(Vec::with_capacity(IDLE_BUFFER_BYTES_MAX / 2)));
+        }
+        let idle = buffers.idle.lock().expect("lock");
+        assert_eq!(
+            idle.len(),
+            2,
+            "idle buffers are capped at IDLE_BUFFER_BYTES_MAX"
+        );
     }
 
     #[test]

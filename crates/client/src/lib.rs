@@ -710,7 +710,14 @@ impl Pool {
         let mut fix_tail = false;
         for attempt in 0..EDGE_ATTEMPTS {
             contention_pause(attempt).await;
-            let mut buf = vec![0u8; ((last - first) * CHUNK_BYTES) as usize];
+            // The write's own bytes go first when nothing is merged before them; the rest
+            // of the buffer (merged chunks, or zeros past a replacing write's end) follows.
+            let direct = merge.is_empty() && offset == first * CHUNK_BYTES;
+            let mut buf = keys.buffers.take();
+            if direct {
+                buf.extend_from_slice(data);
+            }
+            buf.resize(((last - first) * CHUNK_BYTES) as usize, 0);
             let mut ops = Vec::new();
             let mut size = None;
             for &index in &merge {
@@ -720,8 +727,10 @@ impl Pool {
                 buf[at..at + chunk].copy_from_slice(&plain);
                 ops.push(ObjectOp::AssertChunk { index, seal });
             }
-            let at = (offset - first * CHUNK_BYTES) as usize;
-            buf[at..at + data.len()].copy_from_slice(data);
+            if !direct {
+                let at = (offset - first * CHUNK_BYTES) as usize;
+                buf[at..at + data.len()].copy_from_slice(data);
+            }
             let mut segment = Vec::new();
             if replace {
                 ops.push(ObjectOp::Truncate { size: 0 });
@@ -752,12 +761,12 @@ impl Pool {
             ops.push(ObjectOp::WriteChunks { first, seals, end });
             // The data segment is the sealed buffer itself, unless a tail chunk goes first.
             let segment = if segment.is_empty() {
-                buf
+                keys.buffers.send(buf)
             } else {
                 segment.extend_from_slice(&buf);
-                segment
+                Bytes::from(segment)
             };
-            match self.operate(name, ops, Bytes::from(segment)).await {
+            match self.operate(name, ops, segment).await {
                 Ok(_) => return Ok(()),
                 Err(Error::Mismatch(_)) if !replace => fix_tail = true,
                 Err(e) => return Err(e),
