@@ -88,8 +88,10 @@ impl Drop for Recycled {
     }
 }
 
-/// Chunk keys already derived, by (data key version, writer id).
-type Derived = HashMap<(u16, [u8; WRITER_BYTES]), Arc<LessSafeKey>>;
+/// What names a chunk key: (data key version, writer id).
+type ChunkKeyId = (u16, [u8; WRITER_BYTES]);
+/// Chunk keys already derived.
+type Derived = HashMap<ChunkKeyId, Arc<LessSafeKey>>;
 
 /// One pool's data keys and this process's writer state.
 pub(crate) struct EdgeKeys {
@@ -227,6 +229,7 @@ impl EdgeKeys {
             )));
         }
         let mut aad = aad_prefix(self.pool, object);
+        let mut last_key: Option<(ChunkKeyId, Arc<LessSafeKey>)> = None;
         for (i, (bytes, seal)) in data.chunks_mut(CHUNK_BYTES as usize).zip(seals).enumerate() {
             let Some(seal) = seal else {
                 bytes.fill(0);
@@ -238,7 +241,15 @@ impl EdgeKeys {
             let mut writer = [0u8; WRITER_BYTES];
             writer[..6].copy_from_slice(&id[2..]);
             writer[6..].copy_from_slice(&seal.nonce[..8]);
-            let key = self.chunk_key(version, &writer)?;
+            // Chunks written together share a key: look it up once per run of them.
+            let key = match &last_key {
+                Some((at, key)) if *at == (version, writer) => key.clone(),
+                _ => {
+                    let key = self.chunk_key(version, &writer)?;
+                    last_key = Some(((version, writer), key.clone()));
+                    key
+                }
+            };
             set_index(&mut aad, index);
             key.open_in_place_separate_tag(
                 Nonce::assume_unique_for_key(seal.nonce),
