@@ -118,8 +118,13 @@ impl Kms for MonitorKms {
             return Ok(());
         }
         match self.cluster.kms_key_create(key).await {
-            // Another gateway may have made it meanwhile.
-            Ok(()) | Err(client::Error::Failed(_)) => Ok(()),
+            Ok(()) => Ok(()),
+            // Another gateway may have made it meanwhile (the monitors refuse the second
+            // create, however that refusal reaches us): then it is there now.
+            Err(e) if self.keys().await?.iter().any(|k| k == key) => {
+                tracing::debug!(key, error = %e, "KMS key made meanwhile by another gateway");
+                Ok(())
+            }
             Err(e) => Err(kms_error(key, e)),
         }
     }
