@@ -404,22 +404,11 @@ async fn write_one(
 /// ([`Segment::Bound`]), which the prefix says with its top bit so that the receiver knows
 /// before opening.
 pub(crate) fn protect<'f>(key: &mut FrameKey, frame: &'f Outgoing) -> (Vec<u8>, &'f [u8]) {
-    let segment = frame.header.segment;
-    let open: &[u8] = if segment.travels_open() {
-        &frame.data
-    } else {
-        &[]
-    };
-    let inside: &[u8] = if segment.travels_open() {
-        &[]
-    } else {
-        &frame.data
-    };
-    let aad: &[u8] = if segment == Segment::Bound { &[] } else { open };
-    let bound_bit = if segment == Segment::Bound {
-        BOUND_BIT
-    } else {
-        0
+    let data: &[u8] = &frame.data;
+    let (inside, open, aad, bound_bit): (&[u8], &[u8], &[u8], u32) = match frame.header.segment {
+        Segment::Inside => (data, &[], &[], 0),
+        Segment::Open => (&[], data, data, 0),
+        Segment::Bound => (&[], data, &[], BOUND_BIT),
     };
     let protected_len = HEADER_BYTES + frame.meta.len() + inside.len();
     let mut out = Vec::with_capacity(PREFIX_BYTES + protected_len + TAG_BYTES);
