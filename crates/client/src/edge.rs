@@ -173,7 +173,40 @@ impl EdgeKeys {
     /// Seals `data` (whole chunks, from chunk index `first` of `object`) in place.
     pub(crate) fn seal(&self, object: &str, first: u64, data: &mut [u8]) -> Vec<ChunkSeal> {
         let chunk = CHUNK_BYTES as usize;
-        let count = (data.len() / chunk) as u64;
+        let mut sealing = self.sealing(object, first, (data.len() / chunk) as u64);
+        data.chunks_mut(chunk)
+            .map(|bytes| sealing.next(bytes))
+            .collect()
+    }
+
+    /// Appends `plain` (from chunk index `first` of `object`; a short last chunk is padded
+    /// with zeros) to `out` sealed, one chunk at a time: each is sealed while its copy is
+    /// still in the CPU's cache, instead of copying all of a large write and then reading it
+    /// back to seal it.
+    pub(crate) fn seal_copy(
+        &self,
+        object: &str,
+        first: u64,
+        plain: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Vec<ChunkSeal> {
+        let chunk = CHUNK_BYTES as usize;
+        let count = plain.len().div_ceil(chunk);
+        out.reserve(count * chunk);
+        let mut sealing = self.sealing(object, first, count as u64);
+        plain
+            .chunks(chunk)
+            .map(|bytes| {
+                let at = out.len();
+                out.extend_from_slice(bytes);
+                out.resize(at + chunk, 0);
+                sealing.next(&mut out[at..])
+            })
+            .collect()
+    }
+
+    /// Reserves nonces for `count` chunks from chunk index `first` of `object`.
+    fn sealing(&self, object: &str, first: u64, count: u64) -> Sealing {
         let (writer, start) = self.reserve(count);
         let version = self.current;
         let key = self
@@ -182,31 +215,16 @@ impl EdgeKeys {
         let mut key_id = [0u8; 8];
         key_id[..2].copy_from_slice(&version.to_be_bytes());
         key_id[2..].copy_from_slice(&writer[..6]);
-        let key_id = u64::from_be_bytes(key_id);
-        let mut aad = aad_prefix(self.pool, object);
-        data.chunks_mut(chunk)
-            .enumerate()
-            .map(|(i, bytes)| {
-                let mut nonce = [0u8; 12];
-                nonce[..8].copy_from_slice(&writer[6..]);
-                nonce[8..].copy_from_slice(&((start + i as u64) as u32).to_be_bytes());
-                set_index(&mut aad, first + i as u64);
-                let tag = key
-                    .seal_in_place_separate_tag(
-                        Nonce::assume_unique_for_key(nonce),
-                        Aad::from(&aad[..]),
-                        bytes,
-                    )
-                    .unwrap_or_else(|_| unreachable!("a 4 KiB chunk fits GCM"));
-                let mut out = [0u8; 16];
-                out.copy_from_slice(tag.as_ref());
-                ChunkSeal {
-                    key_id,
-                    nonce,
-                    tag: out,
-                }
-            })
-            .collect()
+        let mut nonce = [0u8; 12];
+        nonce[..8].copy_from_slice(&writer[6..]);
+        Sealing {
+            key,
+            key_id: u64::from_be_bytes(key_id),
+            nonce,
+            counter: start,
+            index: first,
+            aad: aad_prefix(self.pool, object),
+        }
     }
 
     /// Opens the chunks of `data` (from chunk index `first` of `object`) in place; a chunk
@@ -275,6 +293,43 @@ impl EdgeKeys {
     }
 }
 
+/// The chunks of one write being sealed, in order, under one writer id.
+struct Sealing {
+    key: Arc<LessSafeKey>,
+    key_id: u64,
+    /// The writer id's last 8 bytes, then the counter.
+    nonce: [u8; 12],
+    counter: u64,
+    index: u64,
+    aad: Vec<u8>,
+}
+
+impl Sealing {
+    /// Seals the next chunk in place.
+    fn next(&mut self, bytes: &mut [u8]) -> ChunkSeal {
+        let mut nonce = self.nonce;
+        nonce[8..].copy_from_slice(&(self.counter as u32).to_be_bytes());
+        set_index(&mut self.aad, self.index);
+        let tag = self
+            .key
+            .seal_in_place_separate_tag(
+                Nonce::assume_unique_for_key(nonce),
+                Aad::from(&self.aad[..]),
+                bytes,
+            )
+            .unwrap_or_else(|_| unreachable!("a 4 KiB chunk fits GCM"));
+        self.counter += 1;
+        self.index += 1;
+        let mut out = [0u8; 16];
+        out.copy_from_slice(tag.as_ref());
+        ChunkSeal {
+            key_id: self.key_id,
+            nonce,
+            tag: out,
+        }
+    }
+}
+
 /// label · pool (u64 BE) · chunk index (u64 BE, set per chunk) · name length (u16 BE) · name
 fn aad_prefix(pool: PoolId, object: &str) -> Vec<u8> {
     let mut aad = Vec::with_capacity(AAD_LABEL.len() + 18 + object.len());
@@ -327,6 +382,24 @@ mod tests {
         assert!(edge
             .open("obj", 5, &mut data.clone(), &records[..2])
             .is_err());
+    }
+
+    #[test]
+    fn a_write_copied_and_sealed_chunk_by_chunk_opens_padded_with_zeros() {
+        let edge = keys();
+        let plain: Vec<u8> = (0..2 * 4096 + 100).map(|i| (i % 253) as u8).collect();
+        let mut out = b"already".to_vec();
+        let seals = edge.seal_copy("obj", 7, &plain, &mut out);
+        assert_eq!((seals.len(), out.len()), (3, 7 + 3 * 4096));
+        assert_eq!(&out[..7], b"already");
+        let records: Vec<_> = seals.iter().copied().map(Some).collect();
+        let mut opened = out[7..].to_vec();
+        edge.open("obj", 7, &mut opened, &records).expect("open");
+        assert_eq!(&opened[..plain.len()], &plain[..]);
+        assert!(opened[plain.len()..].iter().all(|&b| b == 0));
+        // Each chunk has a nonce of its own.
+        assert_ne!(seals[0].nonce, seals[1].nonce);
+        assert_ne!(seals[1].nonce, seals[2].nonce);
     }
 
     #[test]

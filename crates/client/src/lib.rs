@@ -710,24 +710,22 @@ impl Pool {
         let mut fix_tail = false;
         for attempt in 0..EDGE_ATTEMPTS {
             contention_pause(attempt).await;
-            // The write's own bytes go first when nothing is merged before them; the rest
-            // of the buffer (merged chunks, or zeros past a replacing write's end) follows.
+            // A write starting on a chunk with nothing merged is copied and sealed chunk by
+            // chunk at the end (zeros past a replacing write's end); otherwise its bytes
+            // and the merged chunks are put together first.
             let direct = merge.is_empty() && offset == first * CHUNK_BYTES;
             let mut buf = keys.buffers.take();
-            if direct {
-                buf.extend_from_slice(data);
-            }
-            buf.resize(((last - first) * CHUNK_BYTES) as usize, 0);
             let mut ops = Vec::new();
             let mut size = None;
-            for &index in &merge {
-                let (found, seal, plain) = self.chunk_for_merge(keys, name, index).await?;
-                size = Some(found);
-                let at = ((index - first) * CHUNK_BYTES) as usize;
-                buf[at..at + chunk].copy_from_slice(&plain);
-                ops.push(ObjectOp::AssertChunk { index, seal });
-            }
             if !direct {
+                buf.resize(((last - first) * CHUNK_BYTES) as usize, 0);
+                for &index in &merge {
+                    let (found, seal, plain) = self.chunk_for_merge(keys, name, index).await?;
+                    size = Some(found);
+                    let at = ((index - first) * CHUNK_BYTES) as usize;
+                    buf[at..at + chunk].copy_from_slice(&plain);
+                    ops.push(ObjectOp::AssertChunk { index, seal });
+                }
                 let at = (offset - first * CHUNK_BYTES) as usize;
                 buf[at..at + data.len()].copy_from_slice(data);
             }
@@ -757,7 +755,11 @@ impl Pool {
                     }
                 }
             }
-            let seals = keys.seal(name, first, &mut buf);
+            let seals = if direct {
+                keys.seal_copy(name, first, data, &mut buf)
+            } else {
+                keys.seal(name, first, &mut buf)
+            };
             ops.push(ObjectOp::WriteChunks { first, seals, end });
             // The data segment is the sealed buffer itself, unless a tail chunk goes first.
             let segment = if segment.is_empty() {
