@@ -760,7 +760,10 @@ impl Pool {
             } else {
                 keys.seal(name, first, &mut buf)
             };
-            ops.push(ObjectOp::WriteChunks { first, seals, end });
+            // Replacing with nothing: the truncate alone leaves the object empty.
+            if !seals.is_empty() {
+                ops.push(ObjectOp::WriteChunks { first, seals, end });
+            }
             // The data segment is the sealed buffer itself, unless a tail chunk goes first.
             let segment = if segment.is_empty() {
                 keys.buffers.send(buf)
@@ -819,6 +822,9 @@ impl Pool {
     /// Writes `data` at `offset`, creating the object if need be.
     pub async fn write(&self, name: &str, offset: u64, data: Bytes) -> Result<(), Error> {
         if let Some(keys) = self.edge_keys(None).await? {
+            if data.is_empty() {
+                return self.create(name, false).await;
+            }
             let mut at = 0u64;
             while at < data.len() as u64 {
                 // Pieces end on chunk boundaries, so only the write's own ends are partial.

@@ -172,6 +172,32 @@ fn edge_sealed_pools_keep_plaintext_off_every_daemon_and_disk() {
             format!("{refused:?}").contains("sealed at the edge"),
             "{refused:?}"
         );
+        // An empty object, put or written: there and empty. A chunk write of no chunks is
+        // refused at once, with a reason.
+        pool.put("empty", Bytes::new()).await.expect("put nothing");
+        pool.write("empty too", 5000, Bytes::new())
+            .await
+            .expect("write nothing");
+        for name in ["empty", "empty too"] {
+            assert_eq!(pool.stat(name).await.expect("stat").size, 0, "{name}");
+            assert!(pool.get(name).await.expect("get").is_empty(), "{name}");
+        }
+        let refused = pool
+            .operate(
+                "empty",
+                vec![client::ObjectOp::WriteChunks {
+                    first: 0,
+                    seals: Vec::new(),
+                    end: 0,
+                }],
+                Bytes::new(),
+            )
+            .await
+            .err();
+        assert!(
+            format!("{refused:?}").contains("at least one chunk"),
+            "{refused:?}"
+        );
     });
     let traffic = capture.stop();
     assert!(traffic.len() > 10_000, "the capture holds the traffic");
@@ -226,8 +252,8 @@ fn edge_sealed_pools_keep_plaintext_off_every_daemon_and_disk() {
 /// The S3 gateway is the edge of its pool: on a cluster that itself encrypts nothing but
 /// its monitor links (stores `none`, OSD links `crc`), `coffer up --seal edge` seals the
 /// gateway's pool, and neither an SSE marker nor a plainly uploaded one reaches a disk or
-/// the wire (the S3 clients speak HTTPS to the gateway). On the same cluster without
-/// `--seal edge`, tests/s3_encryption.rs finds the plain marker in both: the scans see.
+/// the wire (the S3 clients speak HTTPS to the gateway). On the same cluster with
+/// `--seal osd`, tests/s3_encryption.rs finds the plain marker in both: the scans see.
 #[test]
 fn the_s3_gateway_seals_plain_and_sse_objects_at_the_edge() {
     let _serial = serial();

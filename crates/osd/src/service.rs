@@ -123,6 +123,11 @@ struct ClientOp {
 fn check_seal(pool: &PoolInfo, ops: &[ObjectOp]) -> Result<(), OsdReply> {
     let edge = matches!(pool.seal, Seal::Edge { .. });
     for op in ops {
+        if matches!(op, ObjectOp::WriteChunks { seals, .. } if seals.is_empty()) {
+            return Err(OsdReply::Failed(
+                "a chunk write (WriteChunks) carries at least one chunk".into(),
+            ));
+        }
         let refused = match op {
             ObjectOp::Write { .. } | ObjectOp::WriteFull { .. } | ObjectOp::Read { .. } => edge,
             ObjectOp::Zero { offset, len } => {
