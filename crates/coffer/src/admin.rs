@@ -47,11 +47,12 @@ pub enum PoolCommand {
         /// Failure domain: osd (replicas on different OSDs) or host.
         #[arg(long, default_value = "osd")]
         domain: String,
-        /// Where data is sealed: osd (clients send plaintext, each OSD's store seals it) or
-        /// edge (clients seal 4 KiB chunks under the pool's data key from the KMS; OSDs never
-        /// hold it). Fixed once the pool exists.
-        #[arg(long, default_value = "osd")]
-        seal: String,
+        /// Where data is sealed: edge (clients seal 4 KiB chunks under the pool's data key
+        /// from the KMS; OSDs never hold it) or osd (clients send plaintext, each OSD's store
+        /// seals it). Default: edge where the monitor links are secure (the KMS releases
+        /// pool keys over those only), else osd. Fixed once the pool exists.
+        #[arg(long)]
+        seal: Option<String>,
     },
     /// Gives a pool sealed at the edge a new data key for new writes; chunks under older
     /// keys stay readable, and the older keys are rewrapped by a new KMS key version.
@@ -288,8 +289,30 @@ pub fn osd(who: &Who, command: OsdCommand) -> Result<(), String> {
     }
 }
 
+/// Whether a new pool is sealed at the edge: `--seal` (osd or edge) if given, else wherever
+/// the monitor links are secure. Edge needs them secure: the KMS releases pool keys over
+/// secure links only.
+pub fn seal_at_edge(seal: Option<&str>, mon_links_secure: bool) -> Result<bool, String> {
+    match seal {
+        None => Ok(mon_links_secure),
+        Some("osd") => Ok(false),
+        Some("edge") if mon_links_secure => Ok(true),
+        Some("edge") => Err(
+            "--seal edge needs secure monitor links (the KMS releases pool \
+                             keys over secure links only)"
+                .into(),
+        ),
+        Some(other) => Err(format!("--seal {other}: use osd or edge")),
+    }
+}
+
+/// Whether `conf`'s links to the monitors are secure.
+pub fn mon_links_secure(conf: &Conf) -> Result<bool, String> {
+    Ok(conf.mon_modes().map_err(|e| e.to_string())? == [messenger::Mode::Secure])
+}
+
 pub fn pool(who: &Who, command: PoolCommand) -> Result<(), String> {
-    let (_, runtime, cluster) = connect(who)?;
+    let (conf, runtime, cluster) = connect(who)?;
     match command {
         PoolCommand::Create {
             name,
@@ -311,10 +334,10 @@ pub fn pool(who: &Who, command: PoolCommand) -> Result<(), String> {
                 pg_num,
                 domain,
             };
-            let command = match seal.as_str() {
-                "osd" => MonCommand::Change(change),
-                "edge" => MonCommand::PoolCreateEdge { change },
-                other => return Err(format!("--seal {other}: use osd or edge")),
+            let (command, seal) = if seal_at_edge(seal.as_deref(), mon_links_secure(&conf)?)? {
+                (MonCommand::PoolCreateEdge { change }, "edge")
+            } else {
+                (MonCommand::Change(change), "osd")
             };
             runtime
                 .block_on(cluster.command(command))
@@ -620,5 +643,21 @@ pub fn blocklist(who: &Who, command: BlocklistCommand) -> Result<(), String> {
             println!("{instance} may write again");
             Ok(())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn new_pools_are_sealed_at_the_edge_unless_the_monitor_links_are_crc() {
+        assert_eq!(seal_at_edge(None, true), Ok(true));
+        assert_eq!(seal_at_edge(None, false), Ok(false));
+        assert_eq!(seal_at_edge(Some("osd"), true), Ok(false));
+        assert_eq!(seal_at_edge(Some("edge"), true), Ok(true));
+        let refused = seal_at_edge(Some("edge"), false).expect_err("crc monitor links");
+        assert!(refused.contains("secure monitor links"), "{refused}");
+        assert!(seal_at_edge(Some("client"), true).is_err());
     }
 }

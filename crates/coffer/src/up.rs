@@ -57,12 +57,13 @@ pub struct UpArgs {
     #[arg(long)]
     pub mon_transit: Option<String>,
     /// Where the pools a new cluster starts with (the default pool and the S3 gateway's)
-    /// seal their data: osd (clients send plaintext over the links, each OSD's store seals
-    /// it) or edge (clients, the NBD server and the gateway among them, seal 4 KiB chunks
-    /// under the pool's data key; OSDs store them as they come). Edge needs secure monitor
-    /// links.
-    #[arg(long, default_value = "osd")]
-    pub seal: String,
+    /// seal their data: edge (clients, the NBD server and the gateway among them, seal 4 KiB
+    /// chunks under the pool's data key; OSDs store them as they come and never hold the
+    /// key) or osd (clients send plaintext over the links, each OSD's store seals it).
+    /// Default: edge, the faster of the two (docs/benchmarks.md), unless the monitor links
+    /// are crc: edge needs them secure.
+    #[arg(long)]
+    pub seal: Option<String>,
     /// Size of each new OSD's data file, in GiB (sparse).
     #[arg(long, default_value_t = 8)]
     pub store_gib: u64,
@@ -219,17 +220,7 @@ fn create(dir: &Path, args: &UpArgs) -> Result<Conf, String> {
         .parse::<store::Mode>()
         .map_err(|e| format!("--at-rest: {e}"))?;
     let mon_transit = args.mon_transit.as_deref().unwrap_or(&args.in_transit);
-    match args.seal.as_str() {
-        "osd" => {}
-        "edge" if mon_transit == "secure" => {}
-        "edge" => {
-            return Err(format!(
-                "--seal edge needs secure monitor links (the KMS releases pool keys over \
-                 secure links only), not {mon_transit}"
-            ))
-        }
-        other => return Err(format!("--seal {other}: use osd or edge")),
-    }
+    crate::admin::seal_at_edge(args.seal.as_deref(), mon_transit == "secure")?;
     if !(1..=MONS_MAX).contains(&args.mons) {
         return Err(format!("--mons {}: use 1 to {MONS_MAX}", args.mons));
     }
@@ -342,6 +333,8 @@ pub fn run(args: UpArgs) -> Result<(), String> {
     } else {
         Conf::load(&conf_path).map_err(|e| e.to_string())?
     };
+    let edge =
+        crate::admin::seal_at_edge(args.seal.as_deref(), crate::admin::mon_links_secure(&conf)?)?;
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut daemons = Daemons {
         children: Vec::new(),
@@ -381,7 +374,7 @@ pub fn run(args: UpArgs) -> Result<(), String> {
             )?;
         }
         if cluster.map().pools.is_empty() {
-            create_pool(&cluster, DEFAULT_POOL, ids.len(), args.seal == "edge").await?;
+            create_pool(&cluster, DEFAULT_POOL, ids.len(), edge).await?;
         }
         if let Some(nbd) = &conf.nbd {
             ensure_image(&cluster, &nbd.image, args.image_size).await?;
@@ -398,7 +391,7 @@ pub fn run(args: UpArgs) -> Result<(), String> {
         if let Some(gw) = &conf.gw {
             let pool_exists = cluster.map().pools.values().any(|p| p.name == gw.pool);
             if !pool_exists {
-                create_pool(&cluster, &gw.pool, ids.len(), args.seal == "edge").await?;
+                create_pool(&cluster, &gw.pool, ids.len(), edge).await?;
             }
             let dir = conf.dir.join(crate::gw::GW_DIR);
             ensure_gw_certificate(&dir, &gw.listen)?;
@@ -565,7 +558,6 @@ fn ensure_gw_certificate(dir: &Path, listen: &str) -> Result<(), String> {
     write_private(&dir.join(CERT_FILE), &made.chain)
 }
 
-/// Creates a replicated pool as `coffer up` makes them: up to 3 copies on `osds` OSDs.
 /// Creates pool `name` replicated over up to three of `osds`, sealed at the edge if `edge`.
 async fn create_pool(cluster: &Cluster, name: &str, osds: usize, edge: bool) -> Result<(), String> {
     let size = (osds as u8).clamp(1, 3);

@@ -18,12 +18,22 @@ fn objects_pools_and_capabilities_through_the_cli() {
     // No NBD export, so no default image: the pool listings hold only this test's objects.
     let mut cluster = LocalCluster::start(3, &["--nbd", "none"]);
     let dir = tempfile::tempdir().expect("tempdir");
-    cluster.ok(&["pool", "create", "second", "--size", "2", "--pg-num", "8"]);
+    // The default pool is sealed at the edge (secure monitor links); this one by the OSDs,
+    // so the objects below go through both kinds of pool.
+    cluster.ok(&[
+        "pool", "create", "second", "--size", "2", "--pg-num", "8", "--seal", "osd",
+    ]);
     let pools = cluster.ok(&["pool", "ls"]);
-    assert!(
-        pools.contains("data") && pools.contains("second"),
-        "{pools}"
-    );
+    let sealed = |pool: &str| {
+        pools
+            .lines()
+            .find(|line| line.starts_with(&format!("{pool} ")))
+            .and_then(|line| line.rsplit("sealed at ").next())
+            .and_then(|seal| seal.split(' ').next())
+            .map(str::to_owned)
+    };
+    assert_eq!(sealed("data").as_deref(), Some("edge"), "{pools}");
+    assert_eq!(sealed("second").as_deref(), Some("osd"), "{pools}");
 
     let sizes = [
         0usize,

@@ -9,7 +9,8 @@ use common::{serial, Capture, LocalCluster};
 /// Runs a cluster in `mode`, writes and reads a marker while tcpdump records loopback, and
 /// returns whether the marker is in the capture.
 fn marker_seen_on_the_wire(mode: &str) -> bool {
-    let mut cluster = LocalCluster::start(2, &["--in-transit", mode]);
+    // Pools sealed by the OSDs, so that only the link protects the data on the wire.
+    let mut cluster = LocalCluster::start(2, &["--in-transit", mode, "--seal", "osd"]);
     let marker = format!("coffer-marker-{}", rand::random::<u64>());
     let capture = Capture::start(&cluster.dir.path().join("lo.pcap"));
     let file = cluster.dir.path().join("marker");

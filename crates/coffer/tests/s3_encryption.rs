@@ -1,7 +1,8 @@
 //! Server-side encryption, proven on the bytes (tests/s3/encryption.py does the S3 side):
 //!
 //! - On a cluster that encrypts no data itself (at rest `none`, in transit `crc` between
-//!   clients and OSDs; the monitors' links stay secure, as the KMS requires), a marker
+//!   clients and OSDs, pools sealed by the OSDs; the monitors' links stay secure, as the
+//!   KMS requires), a marker
 //!   uploaded with any kind of SSE appears in no file of the cluster and nowhere on the
 //!   wire, while a marker uploaded plainly appears in both: the scans can see plaintext.
 //! - Rotating a KMS key rewraps the data keys of its objects and uploads under the new
@@ -26,6 +27,8 @@ fn sse_keeps_markers_off_every_disk_and_wire_where_plain_objects_show() {
             "crc",
             "--mon-transit",
             "secure",
+            "--seal",
+            "osd",
         ],
     );
     cluster.wait_s3();

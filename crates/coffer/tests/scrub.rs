@@ -101,7 +101,7 @@ fn scrub_repairs_a_sealed_chunk_altered_on_the_primary_without_the_key() {
 fn scrub_repairs_plaintext_altered_on_a_replica() {
     let _serial = serial();
     let mut cluster = LocalCluster::start(3, &["--at-rest", "none"]);
-    cluster.ok(&["pool", "create", "plain", "--pg-num", "8"]);
+    cluster.ok(&["pool", "create", "plain", "--seal", "osd", "--pg-num", "8"]);
     cluster.wait_for("PGs clean", Duration::from_secs(60), common::all_clean);
     let marker = b"scrub-marker-6d1f0c".repeat(512);
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
