@@ -198,7 +198,9 @@ fn conditional_writes_apply_only_when_their_conditions_hold() {
 #[test]
 fn a_retried_write_takes_effect_once_and_bad_requests_are_refused() {
     let _serial = serial();
-    let cluster = LocalCluster::start(3, &[]);
+    // Plaintext ops, spoken to the OSD directly: a pool the OSDs seal (an edge pool refuses
+    // them, tests/edge_seal.rs).
+    let cluster = LocalCluster::start(3, &["--seal", "osd"]);
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     runtime.block_on(async {
         let admin = cluster.admin().await;

@@ -333,7 +333,8 @@ impl LocalCluster {
 
     /// Every object of pool `pool` in OSD `osd`'s store, with its data and version attribute:
     /// the OSD must be stopped (the store is opened directly, with the key the monitors
-    /// release to that OSD).
+    /// release to that OSD). In a pool sealed at the edge, whose key no store holds, the
+    /// data is the copy as recovery moves it: the sealed chunks, then their records.
     pub async fn osd_contents(
         &self,
         osd: u32,
@@ -364,7 +365,22 @@ impl LocalCluster {
             for entry in page.entries {
                 let object = map::ObjectRef::new(pool, entry.name.clone());
                 let size = store.stat(&object).expect("stat").size_bytes;
-                let data = store.read(&object, 0, size).expect("read").to_vec();
+                let data = match store.read(&object, 0, size) {
+                    Ok(data) => data.to_vec(),
+                    Err(store::ReadError::EdgeSealed { .. }) => {
+                        let sealed = store
+                            .read_sealed(&object, 0, size.div_ceil(4096))
+                            .expect("read sealed");
+                        let mut copy = sealed.data.to_vec();
+                        for record in sealed.chunks.iter().flatten() {
+                            copy.extend_from_slice(&record.key_id.to_be_bytes());
+                            copy.extend_from_slice(&record.nonce);
+                            copy.extend_from_slice(&record.tag);
+                        }
+                        copy
+                    }
+                    Err(e) => panic!("reading {object} on osd.{osd}: {e}"),
+                };
                 let version = store
                     .attrs(&object)
                     .expect("attrs")
