@@ -289,6 +289,9 @@ pub fn osd(who: &Who, command: OsdCommand) -> Result<(), String> {
     }
 }
 
+const EDGE_NEEDS_SECURE_MON_LINKS: &str =
+    "--seal edge needs secure monitor links (the KMS releases pool keys over secure links only)";
+
 /// Whether a new pool is sealed at the edge: `--seal` (osd or edge) if given, else wherever
 /// the monitor links are secure. Edge needs them secure: the KMS releases pool keys over
 /// secure links only.
@@ -297,11 +300,7 @@ pub fn seal_at_edge(seal: Option<&str>, mon_links_secure: bool) -> Result<bool, 
         None => Ok(mon_links_secure),
         Some("osd") => Ok(false),
         Some("edge") if mon_links_secure => Ok(true),
-        Some("edge") => Err(
-            "--seal edge needs secure monitor links (the KMS releases pool \
-                             keys over secure links only)"
-                .into(),
-        ),
+        Some("edge") => Err(EDGE_NEEDS_SECURE_MON_LINKS.into()),
         Some(other) => Err(format!("--seal {other}: use osd or edge")),
     }
 }
