@@ -24,6 +24,7 @@ use crate::object::{
     pieces, punch, Extent, ExtentMap, ObjectRecord, EXTENT_BLOCKS_MAX, OBJECT_BLOCKS_MAX,
     OBJECT_SIZE_BYTES_MAX, SEALED_EXTENT_BLOCKS_MAX,
 };
+use crate::read::ReadAs;
 use crate::seal::{ChunkRecord, ExtentSeal};
 use crate::store::{Store, LOCK_SLOTS};
 use crate::transaction::{Op, Transaction};
@@ -467,6 +468,7 @@ impl Store {
             &pieces(&w.extents, block, block + 1),
             block,
             &mut buffer,
+            ReadAs::Plaintext,
         )
         .map_err(|e| match e {
             ReadError::EdgeSealed {

@@ -23,6 +23,16 @@ pub type OmapEntry = (Vec<u8>, Vec<u8>);
 /// Most omap entries returned by one `omap_list` call.
 pub const OMAP_PAGE_ENTRIES_MAX: usize = 1000;
 
+/// What a read does with the extents it reads.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReadAs {
+    /// Opens each in place (`read`); chunks a client sealed are refused: no key here.
+    Plaintext,
+    /// Returns them as stored (`read_sealed`); chunks the store sealed are refused: their
+    /// plaintext is only for `read`.
+    ClientSealed,
+}
+
 /// Data returned by `read`: a window into the aligned buffer the device read into, so the
 /// plaintext is never copied after it was opened.
 pub struct ReadBuf {
@@ -108,9 +118,10 @@ impl Store {
     }
 
     /// Reads each extent piece into `buffer` (which starts at logical block `first_block`)
-    /// and opens it in place; the blocks between pieces (holes) are zeroed. Extents are read
-    /// in parts of at most `IO_PIECE_BLOCKS_MAX` blocks, all submitted at once, and each
-    /// part is opened on this thread as soon as it arrives, while the others are in flight.
+    /// and, for a plaintext read, opens it in place; the blocks between pieces (holes) are
+    /// zeroed. Extents are read in parts of at most `IO_PIECE_BLOCKS_MAX` blocks, all
+    /// submitted at once, and each part is opened on this thread as soon as it arrives,
+    /// while the others are in flight.
     pub(crate) fn read_pieces(
         &self,
         object: &ObjectRef,
@@ -118,13 +129,22 @@ impl Store {
         pieces: &[(u64, Extent)],
         first_block: u64,
         buffer: &mut [u8],
+        read_as: ReadAs,
     ) -> Result<(), ReadError> {
         let mut parts: Vec<(u64, Extent)> = Vec::with_capacity(pieces.len());
         for (block, extent) in pieces {
-            if let ExtentSeal::Edge { .. } = extent.seal {
+            let client_sealed = matches!(extent.seal, ExtentSeal::Edge { .. });
+            if read_as == ReadAs::Plaintext && client_sealed {
                 return Err(ReadError::EdgeSealed {
                     object: object.to_string(),
                     offset_bytes: block * BLOCK,
+                });
+            }
+            if read_as == ReadAs::ClientSealed && !client_sealed {
+                return Err(ReadError::Invalid {
+                    reason: format!(
+                        "object {object} chunk {block} was sealed by the store, not by a client"
+                    ),
                 });
             }
             let mut skip = 0;
@@ -152,6 +172,9 @@ impl Store {
         rest.fill(0);
         let mut failure = None;
         self.device.read_each(&mut io, &mut |index, bytes| {
+            if read_as == ReadAs::ClientSealed {
+                return true;
+            }
             let (block, extent) = &parts[index];
             match self
                 .data
@@ -208,6 +231,7 @@ impl Store {
             &pieces(&extents, first, end),
             first,
             &mut buffer,
+            ReadAs::Plaintext,
         )?;
         Ok(ReadBuf {
             buffer,
@@ -251,23 +275,22 @@ impl Store {
             end,
         )?;
         drop(txn);
-        let mut data = AlignedBuf::zeroed(count as usize);
+        let pieces = pieces(&extents, first_chunk, end);
+        let mut data = AlignedBuf::for_overwrite(count as usize);
+        self.read_pieces(
+            object,
+            &id,
+            &pieces,
+            first_chunk,
+            &mut data,
+            ReadAs::ClientSealed,
+        )?;
         let mut chunks = vec![None; count as usize];
-        for (block, extent) in pieces(&extents, first_chunk, end) {
-            let ExtentSeal::Edge { chunks: records } = &extent.seal else {
-                return Err(ReadError::Invalid {
-                    reason: format!(
-                        "object {object} chunk {block} was sealed by the store, not by a client"
-                    ),
-                });
-            };
-            let at = ((block - first_chunk) * BLOCK) as usize;
-            self.device.read_at(
-                extent.physical_block * BLOCK,
-                &mut data[at..at + (extent.len_blocks * BLOCK) as usize],
-            )?;
-            for (i, record) in records.iter().enumerate() {
-                chunks[(block - first_chunk) as usize + i] = Some(*record);
+        for (block, extent) in &pieces {
+            if let ExtentSeal::Edge { chunks: records } = &extent.seal {
+                for (i, record) in records.iter().enumerate() {
+                    chunks[(block - first_chunk) as usize + i] = Some(*record);
+                }
             }
         }
         Ok(SealedRead {

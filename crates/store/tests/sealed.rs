@@ -5,7 +5,9 @@
 mod common;
 
 use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM};
-use coffer_store::{ApplyError, ChunkRecord, Mode, ReadError, Transaction, BLOCK_SIZE_BYTES};
+use coffer_store::{
+    AlignedBuf, ApplyError, ChunkRecord, Mode, ReadError, Transaction, BLOCK_SIZE_BYTES,
+};
 use common::{find, mkfs, obj, pattern};
 
 const CHUNK: usize = BLOCK_SIZE_BYTES as usize;
@@ -82,8 +84,17 @@ fn client_sealed_chunks_are_stored_and_returned_as_they_came_in_every_mode() {
         store.apply(txn).expect("sealed write");
         assert_eq!(store.stat(&o).expect("stat").size_bytes, 6 * CHUNK as u64);
 
+        // Leave junk in a pooled buffer of the size the read takes (5 blocks round up to
+        // 8): the hole must still read as zeros.
+        let mut junk = AlignedBuf::for_overwrite(8);
+        junk.fill(0xa5);
+        drop(junk);
         let read = store.read_sealed(&o, 1, 5).expect("read sealed");
         assert_eq!(read.chunks[0], None, "{mode}: chunk 1 is a hole");
+        assert!(
+            read.data[..CHUNK].iter().all(|&b| b == 0),
+            "{mode}: a hole reads as zeros"
+        );
         assert_eq!(
             &read.chunks[1..],
             &records.iter().copied().map(Some).collect::<Vec<_>>()[..]
