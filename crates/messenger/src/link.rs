@@ -18,7 +18,7 @@ use crate::frame::{FrameError, Header, Segment, DATA_BYTES_MAX, HEADER_BYTES, ME
 use crate::identity::{cert_names, server_name};
 use crate::protect::{FrameKey, FrameKeys, BOUND_BIT, PREFIX_BYTES, TAG_BYTES};
 
-const PROTOCOL_VERSION: u16 = 3;
+const PROTOCOL_VERSION: u16 = 4;
 /// Largest hello or answer; the exchange carries names and modes only.
 const HELLO_BYTES_MAX: usize = 4096;
 /// Frames are coalesced into writes of up to this size; larger segments go straight through.
