@@ -50,9 +50,10 @@ pub struct S3Args {
     /// Object sizes, comma-separated (64k, 4m).
     #[arg(long, value_delimiter = ',', default_value = "4m,64k", value_parser = parse_size)]
     io_sizes: Vec<u64>,
-    /// Where the gateway's pool is sealed: osd (the stores seal, at rest gcm) or edge (the
-    /// gateway seals, as the pool's client; the stores keep gcm for names and metadata).
-    #[arg(long, default_value = "osd", value_parser = ["osd", "edge"])]
+    /// Where the gateway's pool is sealed: edge (the gateway seals, as the pool's client;
+    /// the stores keep gcm for names and metadata), as `coffer up` makes it, or osd (the
+    /// stores seal, at rest gcm).
+    #[arg(long, default_value = "edge", value_parser = ["edge", "osd"])]
     seal: String,
 }
 
