@@ -217,12 +217,33 @@ impl Header {
         Ok(header)
     }
 
-    /// In crc mode, the body must match the checksum its header carries.
-    pub fn check_body(&self, meta: &[u8], data: &[u8], mode: Mode) -> Result<(), FrameError> {
-        if mode == Mode::Crc && body_crc(meta, data) != self.body_crc {
+    /// In crc mode, the body (digested as it was read) must match the checksum its header
+    /// carries.
+    pub fn check_body(&self, body: BodyDigest) -> Result<(), FrameError> {
+        if body.0.finalize() as u32 != self.body_crc {
             return Err(FrameError::BodyCrc { tag: self.tag });
         }
         Ok(())
+    }
+}
+
+/// The CRC32C of a crc-mode body, taken piece by piece as the body is read, while each
+/// piece is still in the CPU's cache.
+pub struct BodyDigest(Digest);
+
+impl BodyDigest {
+    pub fn new() -> Self {
+        BodyDigest(Digest::new(CrcAlgorithm::Crc32Iscsi))
+    }
+
+    pub fn update(&mut self, piece: &[u8]) {
+        self.0.update(piece);
+    }
+}
+
+impl Default for BodyDigest {
+    fn default() -> Self {
+        BodyDigest::new()
     }
 }
 
@@ -240,9 +261,15 @@ mod tests {
     fn header_round_trips() {
         let header = sample();
         assert_eq!(Header::decode(&header.encode()), Ok(header));
-        assert_eq!(header.check_body(b"meta", b"data", Mode::Crc), Ok(()));
+        let digest = |pieces: &[&[u8]]| {
+            let mut body = BodyDigest::new();
+            pieces.iter().for_each(|piece| body.update(piece));
+            body
+        };
+        assert_eq!(header.check_body(digest(&[b"meta", b"data"])), Ok(()));
+        assert_eq!(header.check_body(digest(&[b"me", b"tad", b"ata"])), Ok(()));
         assert_eq!(
-            header.check_body(b"meta", b"dat4", Mode::Crc),
+            header.check_body(digest(&[b"meta", b"dat4"])),
             Err(FrameError::BodyCrc { tag: 7 })
         );
     }

@@ -14,7 +14,9 @@ use tokio::sync::mpsc;
 use crate::endpoint::Endpoint;
 use crate::entity::{EntityName, Mode, ModePolicy};
 use crate::error::{ConnectError, ReadError};
-use crate::frame::{FrameError, Header, Segment, DATA_BYTES_MAX, HEADER_BYTES, META_BYTES_MAX};
+use crate::frame::{
+    BodyDigest, FrameError, Header, Segment, DATA_BYTES_MAX, HEADER_BYTES, META_BYTES_MAX,
+};
 use crate::identity::{cert_names, server_name};
 use crate::protect::{FrameKey, FrameKeys, BOUND_BIT, PREFIX_BYTES, TAG_BYTES};
 
@@ -23,6 +25,10 @@ const PROTOCOL_VERSION: u16 = 4;
 const HELLO_BYTES_MAX: usize = 4096;
 /// Frames are coalesced into writes of up to this size; larger segments go straight through.
 const WRITE_BUFFER_BYTES: usize = 64 << 10;
+/// A segment is read from the socket at most this many bytes at a time, each piece checked
+/// as soon as it is read, while it is still in the CPU's cache (a core's L2 holds 1.25 MiB
+/// here); checked after the whole of a 4 MiB segment, it came back from memory.
+const READ_PIECE_BYTES: usize = 256 << 10;
 
 #[derive(Serialize, Deserialize)]
 struct Hello {
@@ -288,9 +294,11 @@ pub(crate) async fn read_frame(
         match key {
             None => {
                 let header = Header::decode(&start)?;
-                let meta = read_segment(stream, header.meta_len as usize).await?;
-                let data = read_segment(stream, header.data_len as usize).await?;
-                header.check_body(&meta, &data, Mode::Crc)?;
+                let mut body = BodyDigest::new();
+                let mut digest = |piece: &[u8]| body.update(piece);
+                let meta = read_segment(stream, header.meta_len as usize, &mut digest).await?;
+                let data = read_segment(stream, header.data_len as usize, &mut digest).await?;
+                header.check_body(body)?;
                 Ok::<_, ReadError>((header, meta, data))
             }
             Some(key) => read_protected(stream, key, &start[..PREFIX_BYTES]).await,
@@ -320,11 +328,16 @@ async fn read_protected(
     if open_len > DATA_BYTES_MAX {
         return Err(FrameError::DataTooLarge(open_len).into());
     }
-    let sealed = read_segment(stream, protected_len + TAG_BYTES).await?;
-    let open = read_segment(stream, open_len as usize).await?;
+    let sealed = read_segment(stream, protected_len + TAG_BYTES, &mut |_| ()).await?;
+    let mut opening = key.opening();
+    let open = if bound {
+        read_segment(stream, open_len as usize, &mut |_| ()).await?
+    } else {
+        read_segment(stream, open_len as usize, &mut |piece| opening.bind(piece)).await?
+    };
     let mut sealed = BytesMut::from(sealed);
-    let aad: &[u8] = if bound { &[] } else { &open };
-    key.open(&mut sealed, aad)
+    opening
+        .finish(&mut sealed)
         .map_err(|_| FrameError::Unauthentic)?;
     sealed.truncate(protected_len);
     let mut head = [0u8; HEADER_BYTES];
@@ -350,13 +363,19 @@ async fn read_protected(
 }
 
 /// Reads exactly `len` bytes into fresh, uninitialised memory (no zeroing pass).
-async fn read_segment(reader: &mut BoxRead, len: usize) -> std::io::Result<Bytes> {
+async fn read_segment(
+    reader: &mut BoxRead,
+    len: usize,
+    each: &mut impl FnMut(&[u8]),
+) -> std::io::Result<Bytes> {
     let mut segment = BytesMut::with_capacity(len);
     while segment.len() < len {
-        let want = (len - segment.len()) as u64;
+        let at = segment.len();
+        let want = (len - at).min(READ_PIECE_BYTES) as u64;
         if (&mut *reader).take(want).read_buf(&mut segment).await? == 0 {
             return Err(std::io::ErrorKind::UnexpectedEof.into());
         }
+        each(&segment[at..]);
     }
     Ok(segment.freeze())
 }

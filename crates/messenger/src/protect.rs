@@ -8,6 +8,9 @@
 
 use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM, NONCE_LEN};
 use aws_lc_rs::hmac;
+use aws_lc_sys as sys;
+use std::os::raw::c_int;
+use std::ptr::{null, null_mut};
 use zeroize::Zeroize;
 
 /// The exporter label of the frame keys (RFC 8446, section 7.5).
@@ -27,6 +30,8 @@ pub(crate) const BOUND_BIT: u32 = 1 << 31;
 pub(crate) struct FrameKey {
     secret: [u8; 32],
     key: LessSafeKey,
+    /// The same key for opening, which takes the additional data in pieces.
+    decrypt: GcmDecrypt,
     frames: u64,
 }
 
@@ -50,6 +55,7 @@ impl FrameKey {
     pub(crate) fn new(secret: [u8; 32]) -> Self {
         FrameKey {
             key: aead_key(&secret),
+            decrypt: GcmDecrypt::new(&secret),
             secret,
             frames: 0,
         }
@@ -57,7 +63,7 @@ impl FrameKey {
 
     /// The nonce of the next frame (its number in this direction), rolling the key forward
     /// first when the current one has protected `FRAMES_PER_KEY` frames.
-    fn next_nonce(&mut self) -> Nonce {
+    fn next_nonce(&mut self) -> [u8; NONCE_LEN] {
         if self.frames > 0 && self.frames.is_multiple_of(FRAMES_PER_KEY) {
             let tag = hmac::sign(
                 &hmac::Key::new(hmac::HMAC_SHA256, &self.secret),
@@ -65,6 +71,7 @@ impl FrameKey {
             );
             self.secret.copy_from_slice(tag.as_ref());
             self.key = aead_key(&self.secret);
+            self.decrypt = GcmDecrypt::new(&self.secret);
         }
         let mut nonce = [0u8; NONCE_LEN];
         nonce[4..].copy_from_slice(&self.frames.to_be_bytes());
@@ -72,12 +79,12 @@ impl FrameKey {
             .frames
             .checked_add(1)
             .unwrap_or_else(|| unreachable!("2^64 frames on one link"));
-        Nonce::assume_unique_for_key(nonce)
+        nonce
     }
 
     /// Encrypts `protected` in place, binding `open` to it; returns the tag.
     pub(crate) fn seal(&mut self, protected: &mut [u8], open: &[u8]) -> [u8; TAG_BYTES] {
-        let nonce = self.next_nonce();
+        let nonce = Nonce::assume_unique_for_key(self.next_nonce());
         let tag = self
             .key
             .seal_in_place_separate_tag(nonce, Aad::from(open), protected)
@@ -87,14 +94,133 @@ impl FrameKey {
         out
     }
 
+    /// Starts opening the peer's next frame: its open segment goes in as additional data,
+    /// piece by piece as it is read ([`Opening::bind`]), then the protected part.
+    pub(crate) fn opening(&mut self) -> Opening<'_> {
+        let nonce = self.next_nonce();
+        let ok = self.decrypt.start(&nonce);
+        Opening {
+            decrypt: &mut self.decrypt,
+            ok,
+        }
+    }
+
     /// Decrypts `protected` (the ciphertext followed by its tag) in place, checking that it
     /// and `open` are the peer's next frame; returns the plaintext's length.
+    #[cfg(test)]
     pub(crate) fn open(&mut self, protected: &mut [u8], open: &[u8]) -> Result<usize, Unauthentic> {
-        let nonce = self.next_nonce();
-        self.key
-            .open_in_place(nonce, Aad::from(open), protected)
-            .map(|plain| plain.len())
-            .map_err(|_| Unauthentic)
+        let mut opening = self.opening();
+        opening.bind(open);
+        opening.finish(protected)
+    }
+}
+
+/// One frame being opened.
+pub(crate) struct Opening<'a> {
+    decrypt: &'a mut GcmDecrypt,
+    ok: bool,
+}
+
+impl Opening<'_> {
+    /// The next piece of the frame's open segment.
+    pub(crate) fn bind(&mut self, piece: &[u8]) {
+        self.ok = self.ok && self.decrypt.aad(piece);
+    }
+
+    /// Decrypts `protected` (the ciphertext followed by its tag) in place and checks the tag
+    /// over it and every piece bound before; returns the plaintext's length.
+    pub(crate) fn finish(self, protected: &mut [u8]) -> Result<usize, Unauthentic> {
+        let plain = protected.len().checked_sub(TAG_BYTES).ok_or(Unauthentic)?;
+        let (text, tag) = protected.split_at_mut(plain);
+        if self.ok && self.decrypt.finish(text, tag) {
+            Ok(plain)
+        } else {
+            Err(Unauthentic)
+        }
+    }
+}
+
+/// AES-256-GCM decryption through aws-lc's `EVP_CIPHER` interface, which, unlike the AEAD
+/// one (aws-lc-rs), takes the additional data in pieces: a frame's open segment (up to
+/// 64 MiB) is hashed piece by piece as it comes off the socket, while each piece is still in
+/// the CPU's cache, instead of once it has all arrived and gone back to memory. The result
+/// is the same GCM: frames are sealed in one call and opened in pieces.
+struct GcmDecrypt(*mut sys::EVP_CIPHER_CTX);
+
+// SAFETY: the context is owned by one FrameKey and only used through `&mut self`.
+unsafe impl Send for GcmDecrypt {}
+
+impl Drop for GcmDecrypt {
+    fn drop(&mut self) {
+        // SAFETY: allocated by EVP_CIPHER_CTX_new and freed once; freeing cleanses the key.
+        unsafe { sys::EVP_CIPHER_CTX_free(self.0) }
+    }
+}
+
+impl GcmDecrypt {
+    fn new(key: &[u8; 32]) -> GcmDecrypt {
+        // SAFETY: plain FFI calls; every return code is checked.
+        unsafe {
+            let ctx = sys::EVP_CIPHER_CTX_new();
+            assert!(!ctx.is_null(), "EVP_CIPHER_CTX_new: out of memory");
+            let decrypt = GcmDecrypt(ctx);
+            let rc = sys::EVP_DecryptInit_ex(
+                ctx,
+                sys::EVP_aes_256_gcm(),
+                null_mut(),
+                key.as_ptr(),
+                null(),
+            );
+            assert_eq!(
+                rc, 1,
+                "EVP_DecryptInit_ex refused a 32-byte AES-256-GCM key"
+            );
+            decrypt
+        }
+    }
+
+    /// Starts a message under `nonce` (12 bytes, GCM's default).
+    fn start(&mut self, nonce: &[u8; NONCE_LEN]) -> bool {
+        // SAFETY: the context is keyed; a null cipher and key keep them, the IV is 12 bytes.
+        unsafe { sys::EVP_DecryptInit_ex(self.0, null(), null_mut(), null(), nonce.as_ptr()) == 1 }
+    }
+
+    /// More additional data; every piece must come before the ciphertext.
+    fn aad(&mut self, piece: &[u8]) -> bool {
+        piece.chunks(c_int::MAX as usize).all(|part| {
+            let mut out_len: c_int = 0;
+            // SAFETY: a null output makes this additional data; `part` is valid for its length.
+            unsafe {
+                sys::EVP_DecryptUpdate(
+                    self.0,
+                    null_mut(),
+                    &mut out_len,
+                    part.as_ptr(),
+                    part.len() as c_int,
+                ) == 1
+            }
+        })
+    }
+
+    /// Decrypts `text` in place and checks `tag`.
+    fn finish(&mut self, text: &mut [u8], tag: &mut [u8]) -> bool {
+        let Ok(len) = c_int::try_from(text.len()) else {
+            return false;
+        };
+        let mut out_len: c_int = 0;
+        // SAFETY: GCM decrypts in place (same input and output, `len` bytes); the tag is
+        // TAG_BYTES long; nothing is output at the end (GCM has no final block).
+        unsafe {
+            sys::EVP_DecryptUpdate(self.0, text.as_mut_ptr(), &mut out_len, text.as_ptr(), len) == 1
+                && out_len == len
+                && sys::EVP_CIPHER_CTX_ctrl(
+                    self.0,
+                    sys::EVP_CTRL_GCM_SET_TAG,
+                    TAG_BYTES as c_int,
+                    tag.as_mut_ptr().cast(),
+                ) == 1
+                && sys::EVP_DecryptFinal_ex(self.0, text.as_mut_ptr(), &mut out_len) == 1
+        }
     }
 }
 
@@ -162,6 +288,42 @@ mod tests {
         let mut replayed = first.clone();
         assert!(rx.open(&mut first, b"segment one").is_ok());
         assert!(rx.open(&mut replayed, b"segment one").is_err());
+    }
+
+    #[test]
+    fn an_open_segment_bound_in_pieces_opens_as_when_bound_whole() {
+        let (mut tx, mut rx) = pair();
+        let segment: Vec<u8> = (0..100_003u32).map(|i| (i * 7 % 251) as u8).collect();
+        // Pieces of every alignment to GCM's 16-byte blocks, an empty one among them.
+        let splits: [&[usize]; 4] = [&[], &[1, 15, 16, 17, 0, 4096], &[65_536], &[3; 40]];
+        for split in splits {
+            let mut protected = b"header and meta".to_vec();
+            let tag = tx.seal(&mut protected, &segment);
+            protected.extend_from_slice(&tag);
+            let mut tampered = segment.clone();
+            tampered[99_000] ^= 1;
+            let mut opening = rx.opening();
+            let mut rest = &segment[..];
+            for len in split {
+                let (piece, after) = rest.split_at((*len).min(rest.len()));
+                opening.bind(piece);
+                rest = after;
+            }
+            opening.bind(rest);
+            assert_eq!(opening.finish(&mut protected).ok(), Some(15), "{split:?}");
+            assert_eq!(&protected[..15], b"header and meta");
+
+            // The same frame again, one bit of the segment flipped: refused.
+            let (mut tx2, mut rx2) = pair();
+            let mut protected = b"header and meta".to_vec();
+            let tag = tx2.seal(&mut protected, &segment);
+            protected.extend_from_slice(&tag);
+            let mut opening = rx2.opening();
+            tampered.chunks(4099).for_each(|piece| opening.bind(piece));
+            assert!(opening.finish(&mut protected).is_err());
+        }
+        // A frame shorter than its tag is refused, not a panic.
+        assert!(rx.opening().finish(&mut [0u8; 5]).is_err());
     }
 
     #[test]
