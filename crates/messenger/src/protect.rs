@@ -6,7 +6,7 @@
 //! being encrypted again; sealed chunks going back to the client that opens them travel open
 //! and unbound, their records in the encrypted metadata standing in for the binding.
 
-use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM, NONCE_LEN};
+use aws_lc_rs::aead::NONCE_LEN;
 use aws_lc_rs::hmac;
 use aws_lc_sys as sys;
 use std::os::raw::c_int;
@@ -29,9 +29,7 @@ pub(crate) const BOUND_BIT: u32 = 1 << 31;
 /// One direction of a link: its key, and how many frames it has protected.
 pub(crate) struct FrameKey {
     secret: [u8; 32],
-    key: LessSafeKey,
-    /// The same key for opening, which takes the additional data in pieces.
-    decrypt: GcmDecrypt,
+    gcm: Gcm,
     frames: u64,
 }
 
@@ -41,12 +39,6 @@ impl Drop for FrameKey {
     }
 }
 
-fn aead_key(secret: &[u8; 32]) -> LessSafeKey {
-    let unbound = UnboundKey::new(&AES_256_GCM, secret)
-        .unwrap_or_else(|_| unreachable!("a 32-byte key fits AES-256-GCM"));
-    LessSafeKey::new(unbound)
-}
-
 /// The frame failed its tag: altered, replayed, reordered, or not from the peer.
 #[derive(Debug)]
 pub(crate) struct Unauthentic;
@@ -54,8 +46,7 @@ pub(crate) struct Unauthentic;
 impl FrameKey {
     pub(crate) fn new(secret: [u8; 32]) -> Self {
         FrameKey {
-            key: aead_key(&secret),
-            decrypt: GcmDecrypt::new(&secret),
+            gcm: Gcm::new(&secret),
             secret,
             frames: 0,
         }
@@ -70,8 +61,7 @@ impl FrameKey {
                 NEXT_KEY_LABEL,
             );
             self.secret.copy_from_slice(tag.as_ref());
-            self.key = aead_key(&self.secret);
-            self.decrypt = GcmDecrypt::new(&self.secret);
+            self.gcm = Gcm::new(&self.secret);
         }
         let mut nonce = [0u8; NONCE_LEN];
         nonce[4..].copy_from_slice(&self.frames.to_be_bytes());
@@ -82,27 +72,34 @@ impl FrameKey {
         nonce
     }
 
-    /// Encrypts `protected` in place, binding `open` to it; returns the tag.
-    pub(crate) fn seal(&mut self, protected: &mut [u8], open: &[u8]) -> [u8; TAG_BYTES] {
-        let nonce = Nonce::assume_unique_for_key(self.next_nonce());
-        let tag = self
-            .key
-            .seal_in_place_separate_tag(nonce, Aad::from(open), protected)
-            .unwrap_or_else(|_| unreachable!("frames are far below GCM's message limit"));
-        let mut out = [0u8; TAG_BYTES];
-        out.copy_from_slice(tag.as_ref());
-        out
+    /// Starts sealing the next frame: its open segment goes in as additional data, piece by
+    /// piece as it is sent ([`Sealing::bind`]), then the protected part.
+    pub(crate) fn sealing(&mut self) -> Sealing<'_> {
+        let nonce = self.next_nonce();
+        let ok = self.gcm.start(&nonce, true);
+        Sealing {
+            gcm: &mut self.gcm,
+            ok,
+        }
     }
 
     /// Starts opening the peer's next frame: its open segment goes in as additional data,
     /// piece by piece as it is read ([`Opening::bind`]), then the protected part.
     pub(crate) fn opening(&mut self) -> Opening<'_> {
         let nonce = self.next_nonce();
-        let ok = self.decrypt.start(&nonce);
+        let ok = self.gcm.start(&nonce, false);
         Opening {
-            decrypt: &mut self.decrypt,
+            gcm: &mut self.gcm,
             ok,
         }
+    }
+
+    /// Encrypts `protected` in place, binding `open` to it; returns the tag.
+    #[cfg(test)]
+    pub(crate) fn seal(&mut self, protected: &mut [u8], open: &[u8]) -> [u8; TAG_BYTES] {
+        let mut sealing = self.sealing();
+        sealing.bind(open);
+        sealing.finish(protected)
     }
 
     /// Decrypts `protected` (the ciphertext followed by its tag) in place, checking that it
@@ -115,16 +112,35 @@ impl FrameKey {
     }
 }
 
+/// One frame being sealed.
+pub(crate) struct Sealing<'a> {
+    gcm: &'a mut Gcm,
+    ok: bool,
+}
+
+impl Sealing<'_> {
+    /// The next piece of the frame's open segment.
+    pub(crate) fn bind(&mut self, piece: &[u8]) {
+        self.ok = self.ok && self.gcm.aad(piece);
+    }
+
+    /// Encrypts `protected` in place; returns the tag over it and every piece bound before.
+    pub(crate) fn finish(self, protected: &mut [u8]) -> [u8; TAG_BYTES] {
+        let tag = self.ok.then(|| self.gcm.seal(protected)).flatten();
+        tag.unwrap_or_else(|| unreachable!("frames are far below GCM's message limit"))
+    }
+}
+
 /// One frame being opened.
 pub(crate) struct Opening<'a> {
-    decrypt: &'a mut GcmDecrypt,
+    gcm: &'a mut Gcm,
     ok: bool,
 }
 
 impl Opening<'_> {
     /// The next piece of the frame's open segment.
     pub(crate) fn bind(&mut self, piece: &[u8]) {
-        self.ok = self.ok && self.decrypt.aad(piece);
+        self.ok = self.ok && self.gcm.aad(piece);
     }
 
     /// Decrypts `protected` (the ciphertext followed by its tag) in place and checks the tag
@@ -132,7 +148,7 @@ impl Opening<'_> {
     pub(crate) fn finish(self, protected: &mut [u8]) -> Result<usize, Unauthentic> {
         let plain = protected.len().checked_sub(TAG_BYTES).ok_or(Unauthentic)?;
         let (text, tag) = protected.split_at_mut(plain);
-        if self.ok && self.decrypt.finish(text, tag) {
+        if self.ok && self.gcm.open(text, tag) {
             Ok(plain)
         } else {
             Err(Unauthentic)
@@ -140,58 +156,64 @@ impl Opening<'_> {
     }
 }
 
-/// AES-256-GCM decryption through aws-lc's `EVP_CIPHER` interface, which, unlike the AEAD
-/// one (aws-lc-rs), takes the additional data in pieces: a frame's open segment (up to
-/// 64 MiB) is hashed piece by piece as it comes off the socket, while each piece is still in
-/// the CPU's cache, instead of once it has all arrived and gone back to memory. The result
-/// is the same GCM: frames are sealed in one call and opened in pieces.
-struct GcmDecrypt(*mut sys::EVP_CIPHER_CTX);
+/// AES-256-GCM through aws-lc's `EVP_CIPHER` interface, which, unlike the AEAD one
+/// (aws-lc-rs), takes the additional data in pieces: a frame's open segment (up to 64 MiB)
+/// is hashed piece by piece as it is sent or comes off the socket, while each piece is in
+/// the CPU's cache, instead of in one pass over bytes that have gone back to memory.
+struct Gcm(*mut sys::EVP_CIPHER_CTX);
 
 // SAFETY: the context is owned by one FrameKey and only used through `&mut self`.
-unsafe impl Send for GcmDecrypt {}
+unsafe impl Send for Gcm {}
 
-impl Drop for GcmDecrypt {
+impl Drop for Gcm {
     fn drop(&mut self) {
         // SAFETY: allocated by EVP_CIPHER_CTX_new and freed once; freeing cleanses the key.
         unsafe { sys::EVP_CIPHER_CTX_free(self.0) }
     }
 }
 
-impl GcmDecrypt {
-    fn new(key: &[u8; 32]) -> GcmDecrypt {
+impl Gcm {
+    fn new(key: &[u8; 32]) -> Gcm {
         // SAFETY: plain FFI calls; every return code is checked.
         unsafe {
             let ctx = sys::EVP_CIPHER_CTX_new();
             assert!(!ctx.is_null(), "EVP_CIPHER_CTX_new: out of memory");
-            let decrypt = GcmDecrypt(ctx);
-            let rc = sys::EVP_DecryptInit_ex(
+            let gcm = Gcm(ctx);
+            let rc = sys::EVP_CipherInit_ex(
                 ctx,
                 sys::EVP_aes_256_gcm(),
                 null_mut(),
                 key.as_ptr(),
                 null(),
+                1,
             );
-            assert_eq!(
-                rc, 1,
-                "EVP_DecryptInit_ex refused a 32-byte AES-256-GCM key"
-            );
-            decrypt
+            assert_eq!(rc, 1, "EVP_CipherInit_ex refused a 32-byte AES-256-GCM key");
+            gcm
         }
     }
 
-    /// Starts a message under `nonce` (12 bytes, GCM's default).
-    fn start(&mut self, nonce: &[u8; NONCE_LEN]) -> bool {
+    /// Starts a message under `nonce` (12 bytes, GCM's default), to seal or to open.
+    fn start(&mut self, nonce: &[u8; NONCE_LEN], seal: bool) -> bool {
         // SAFETY: the context is keyed; a null cipher and key keep them, the IV is 12 bytes.
-        unsafe { sys::EVP_DecryptInit_ex(self.0, null(), null_mut(), null(), nonce.as_ptr()) == 1 }
+        unsafe {
+            sys::EVP_CipherInit_ex(
+                self.0,
+                null(),
+                null_mut(),
+                null(),
+                nonce.as_ptr(),
+                c_int::from(seal),
+            ) == 1
+        }
     }
 
-    /// More additional data; every piece must come before the ciphertext.
+    /// More additional data; every piece must come before the text.
     fn aad(&mut self, piece: &[u8]) -> bool {
         piece.chunks(c_int::MAX as usize).all(|part| {
             let mut out_len: c_int = 0;
             // SAFETY: a null output makes this additional data; `part` is valid for its length.
             unsafe {
-                sys::EVP_DecryptUpdate(
+                sys::EVP_CipherUpdate(
                     self.0,
                     null_mut(),
                     &mut out_len,
@@ -202,25 +224,51 @@ impl GcmDecrypt {
         })
     }
 
-    /// Decrypts `text` in place and checks `tag`.
-    fn finish(&mut self, text: &mut [u8], tag: &mut [u8]) -> bool {
+    /// Encrypts or decrypts `text` in place (GCM has no final block, so nothing follows).
+    fn crypt(&mut self, text: &mut [u8]) -> bool {
         let Ok(len) = c_int::try_from(text.len()) else {
             return false;
         };
         let mut out_len: c_int = 0;
-        // SAFETY: GCM decrypts in place (same input and output, `len` bytes); the tag is
-        // TAG_BYTES long; nothing is output at the end (GCM has no final block).
+        // SAFETY: GCM works in place: the same `len` valid bytes in and out.
         unsafe {
-            sys::EVP_DecryptUpdate(self.0, text.as_mut_ptr(), &mut out_len, text.as_ptr(), len) == 1
+            sys::EVP_CipherUpdate(self.0, text.as_mut_ptr(), &mut out_len, text.as_ptr(), len) == 1
                 && out_len == len
-                && sys::EVP_CIPHER_CTX_ctrl(
+        }
+    }
+
+    /// Encrypts `text` in place; the tag.
+    fn seal(&mut self, text: &mut [u8]) -> Option<[u8; TAG_BYTES]> {
+        let mut tag = [0u8; TAG_BYTES];
+        let mut out_len: c_int = 0;
+        // SAFETY: the final call writes nothing for GCM; the tag buffer holds TAG_BYTES.
+        let done = self.crypt(text)
+            && unsafe {
+                sys::EVP_CipherFinal_ex(self.0, text.as_mut_ptr(), &mut out_len) == 1
+                    && sys::EVP_CIPHER_CTX_ctrl(
+                        self.0,
+                        sys::EVP_CTRL_GCM_GET_TAG,
+                        TAG_BYTES as c_int,
+                        tag.as_mut_ptr().cast(),
+                    ) == 1
+            };
+        done.then_some(tag)
+    }
+
+    /// Decrypts `text` in place and checks `tag`.
+    fn open(&mut self, text: &mut [u8], tag: &mut [u8]) -> bool {
+        let mut out_len: c_int = 0;
+        // SAFETY: the tag is TAG_BYTES long; the final call writes nothing for GCM.
+        self.crypt(text)
+            && unsafe {
+                sys::EVP_CIPHER_CTX_ctrl(
                     self.0,
                     sys::EVP_CTRL_GCM_SET_TAG,
                     TAG_BYTES as c_int,
                     tag.as_mut_ptr().cast(),
                 ) == 1
-                && sys::EVP_DecryptFinal_ex(self.0, text.as_mut_ptr(), &mut out_len) == 1
-        }
+                    && sys::EVP_CipherFinal_ex(self.0, text.as_mut_ptr(), &mut out_len) == 1
+            }
     }
 }
 
@@ -324,6 +372,33 @@ mod tests {
         }
         // A frame shorter than its tag is refused, not a panic.
         assert!(rx.opening().finish(&mut [0u8; 5]).is_err());
+    }
+
+    #[test]
+    fn frames_are_standard_aes_256_gcm_under_the_frame_number() {
+        use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM};
+        let reference = LessSafeKey::new(UnboundKey::new(&AES_256_GCM, &[7; 32]).expect("key"));
+        let (mut tx, _) = pair();
+        let segment: Vec<u8> = (0..70_001u32).map(|i| (i % 253) as u8).collect();
+        for frame in 0..3u64 {
+            let mut ours = b"header and meta".to_vec();
+            let mut sealing = tx.sealing();
+            segment
+                .chunks(1000 + frame as usize)
+                .for_each(|p| sealing.bind(p));
+            let tag = sealing.finish(&mut ours);
+            let mut nonce = [0u8; NONCE_LEN];
+            nonce[4..].copy_from_slice(&frame.to_be_bytes());
+            let mut theirs = b"header and meta".to_vec();
+            let expected = reference
+                .seal_in_place_separate_tag(
+                    Nonce::assume_unique_for_key(nonce),
+                    Aad::from(&segment[..]),
+                    &mut theirs,
+                )
+                .expect("seal");
+            assert_eq!((ours, &tag[..]), (theirs, expected.as_ref()));
+        }
     }
 
     #[test]

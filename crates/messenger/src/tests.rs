@@ -528,6 +528,9 @@ fn frame_bytes(kind: Kind, meta: &[u8], data: &[u8]) -> Vec<u8> {
     [&header.encode()[..], &meta, &data].concat()
 }
 
+/// Where a secure frame's open segment starts: right after the clear prefix.
+const SEGMENT_AT: usize = 8;
+
 /// A secure frame protected with the link's own key, as the next frame of that link.
 fn protected_bytes(
     raw: &mut link::Link,
@@ -544,8 +547,7 @@ fn protected_bytes(
         .key
         .as_mut()
         .expect("a secure link has a frame key");
-    let (protected, open) = link::protect(key, &frame);
-    [&protected[..], open].concat()
+    link::protect(key, &frame)
 }
 
 /// Waits for the server to close the link: end of file or a reset.
@@ -661,8 +663,7 @@ async fn malformed_truncated_and_stalled_frames_close_only_that_link() {
         false,
         |raw| {
             let mut bytes = request(raw, Segment::Open);
-            let last = bytes.len() - 1;
-            bytes[last] ^= 1;
+            bytes[SEGMENT_AT] ^= 1;
             bytes
         },
     )
@@ -675,8 +676,7 @@ async fn malformed_truncated_and_stalled_frames_close_only_that_link() {
         false,
         |raw| {
             let mut bytes = request(raw, Segment::Open);
-            let at = bytes.len() - 20;
-            bytes[at..].copy_from_slice(b"another sealed chunk");
+            bytes[SEGMENT_AT..SEGMENT_AT + 20].copy_from_slice(b"another sealed chunk");
             bytes
         },
     )
@@ -701,8 +701,8 @@ async fn malformed_truncated_and_stalled_frames_close_only_that_link() {
                 Segment::Open,
             );
             let mut second = request(raw, Segment::Open);
-            let (a, b) = (first.len() - 20, second.len() - 20);
-            second[b..].copy_from_slice(&first[a..]);
+            second[SEGMENT_AT..SEGMENT_AT + 20]
+                .copy_from_slice(&first[SEGMENT_AT..SEGMENT_AT + 20]);
             [&first[..], &second[..]].concat()
         },
     )
