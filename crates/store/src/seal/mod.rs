@@ -133,8 +133,10 @@ impl ExtentSeal {
 
 /// An extent's seal as stored. Chunks sealed upstream are usually sealed in runs (one key,
 /// a nonce whose last four bytes count up by one per chunk), so they are kept as those runs
-/// and the tags, 16 bytes per chunk instead of 36 (`EdgeRuns`). Records that form no run
-/// take one each. `Edge`, one full record per chunk, is the earlier form, still read.
+/// and the tags, 16 bytes per chunk instead of 36 (`EdgeTagRuns`). Records that form no run
+/// take one each. Tags are kept as one byte string (`Tags`). Earlier forms, still read:
+/// `Edge` (one full record per chunk), and `Store` and `EdgeRuns`, whose tags were coded one
+/// serde value per byte, which cost about 1 % of an OSD's CPU on 4 MiB writes.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 enum StoredSeal {
     Bare,
@@ -150,6 +152,45 @@ enum StoredSeal {
         runs: Vec<RecordRun>,
         tags: Vec<[u8; TAG_BYTES]>,
     },
+    StoreTags {
+        incarnation: u32,
+        nonce_base: u64,
+        tags: Tags,
+    },
+    EdgeTagRuns {
+        runs: Vec<RecordRun>,
+        tags: Tags,
+    },
+}
+
+/// Chunk tags as one byte string, [`TAG_BYTES`] each.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Tags(Vec<[u8; TAG_BYTES]>);
+
+impl Serialize for Tags {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bytes(self.0.as_flattened())
+    }
+}
+
+impl<'de> Deserialize<'de> for Tags {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Tags, D::Error> {
+        struct Visit;
+        impl serde::de::Visitor<'_> for Visit {
+            type Value = Tags;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                write!(f, "chunk tags of {TAG_BYTES} bytes each")
+            }
+            fn visit_bytes<E: serde::de::Error>(self, bytes: &[u8]) -> Result<Tags, E> {
+                let (tags, rest) = bytes.as_chunks::<TAG_BYTES>();
+                if !rest.is_empty() {
+                    return Err(E::invalid_length(bytes.len(), &self));
+                }
+                Ok(Tags(tags.to_vec()))
+            }
+        }
+        d.deserialize_bytes(Visit)
+    }
 }
 
 /// `chunks` chunks sealed under `key_id`, the first with `nonce`, each next one with the
@@ -196,14 +237,14 @@ impl From<ExtentSeal> for StoredSeal {
                 incarnation,
                 nonce_base,
                 tags,
-            } => StoredSeal::Store {
+            } => StoredSeal::StoreTags {
                 incarnation,
                 nonce_base,
-                tags,
+                tags: Tags(tags),
             },
-            ExtentSeal::Edge { chunks } => StoredSeal::EdgeRuns {
+            ExtentSeal::Edge { chunks } => StoredSeal::EdgeTagRuns {
                 runs: runs_of(&chunks),
-                tags: chunks.iter().map(|c| c.tag).collect(),
+                tags: Tags(chunks.iter().map(|c| c.tag).collect()),
             },
         }
     }
@@ -217,13 +258,22 @@ impl From<StoredSeal> for ExtentSeal {
                 incarnation,
                 nonce_base,
                 tags,
+            }
+            | StoredSeal::StoreTags {
+                incarnation,
+                nonce_base,
+                tags: Tags(tags),
             } => ExtentSeal::Store {
                 incarnation,
                 nonce_base,
                 tags,
             },
             StoredSeal::Edge { chunks } => ExtentSeal::Edge { chunks },
-            StoredSeal::EdgeRuns { runs, tags } => {
+            StoredSeal::EdgeRuns { runs, tags }
+            | StoredSeal::EdgeTagRuns {
+                runs,
+                tags: Tags(tags),
+            } => {
                 // Runs that do not account for every tag leave no records, and the
                 // extent's length check (`decode_extent`) refuses the extent.
                 let counted: u64 = runs.iter().map(|r| u64::from(r.chunks)).sum();
@@ -438,6 +488,60 @@ mod tests {
         .expect("encode");
         let read: ExtentSeal = postcard::from_bytes(&earlier).expect("decode");
         assert_eq!(read, ExtentSeal::Edge { chunks });
+    }
+
+    #[test]
+    fn tags_are_kept_as_one_byte_string_and_the_earlier_forms_still_read() {
+        let tags: Vec<[u8; TAG_BYTES]> = (0..64u8).map(|i| [i; TAG_BYTES]).collect();
+        let store = ExtentSeal::Store {
+            incarnation: 3,
+            nonce_base: 77,
+            tags: tags.clone(),
+        };
+        let bytes = postcard::to_stdvec(&store).expect("encode");
+        // Variant, incarnation, nonce base, the string's length (2 bytes), the tags.
+        assert_eq!(bytes.len(), 1 + 1 + 1 + 2 + 64 * TAG_BYTES);
+        assert_eq!(
+            postcard::from_bytes::<ExtentSeal>(&bytes).expect("decode"),
+            store
+        );
+
+        let chunks: Vec<ChunkRecord> = (0..64).map(|i| record(5, 1, i, i as u8)).collect();
+        let earlier = [
+            StoredSeal::Store {
+                incarnation: 3,
+                nonce_base: 77,
+                tags: tags.clone(),
+            },
+            StoredSeal::EdgeRuns {
+                runs: runs_of(&chunks),
+                tags: chunks.iter().map(|c| c.tag).collect(),
+            },
+        ];
+        let expected = [
+            store,
+            ExtentSeal::Edge {
+                chunks: chunks.clone(),
+            },
+        ];
+        for (stored, seal) in earlier.iter().zip(expected) {
+            let bytes = postcard::to_stdvec(stored).expect("encode");
+            assert_eq!(
+                postcard::from_bytes::<ExtentSeal>(&bytes).expect("decode"),
+                seal
+            );
+        }
+
+        // A byte string that is not whole tags is refused.
+        let mut cut = postcard::to_stdvec(&StoredSeal::StoreTags {
+            incarnation: 3,
+            nonce_base: 77,
+            tags: Tags(vec![[1; TAG_BYTES]]),
+        })
+        .expect("encode");
+        cut[3] = 15;
+        cut.pop();
+        assert!(postcard::from_bytes::<ExtentSeal>(&cut).is_err());
     }
 
     #[test]
