@@ -29,7 +29,7 @@ const WRITE_BUFFER_BYTES: usize = 64 << 10;
 /// most this many bytes at a time, each piece checked as soon as it is read (or just before
 /// it is written), while it is in the CPU's cache (a core's L2 holds 1.25 MiB here); checked
 /// in one pass over a whole 4 MiB segment, the bytes came back from memory.
-const READ_PIECE_BYTES: usize = 256 << 10;
+const PIECE_BYTES: usize = 256 << 10;
 
 #[derive(Serialize, Deserialize)]
 struct Hello {
@@ -372,7 +372,7 @@ async fn read_segment(
     let mut segment = BytesMut::with_capacity(len);
     while segment.len() < len {
         let at = segment.len();
-        let want = (len - at).min(READ_PIECE_BYTES) as u64;
+        let want = (len - at).min(PIECE_BYTES) as u64;
         if (&mut *reader).take(want).read_buf(&mut segment).await? == 0 {
             return Err(std::io::ErrorKind::UnexpectedEof.into());
         }
@@ -415,7 +415,7 @@ async fn write_one(
 }
 
 /// A secure frame: the clear prefix; the open segment, if any, as raw bytes, each piece of
-/// it (at most [`READ_PIECE_BYTES`]) bound as the tag's additional data just before it is
+/// it (at most [`PIECE_BYTES`]) bound as the tag's additional data just before it is
 /// written, unless it is bound by its records ([`Segment::Bound`], which the prefix says with
 /// its top bit so that the receiver knows before opening); then the header, metadata and
 /// (unless open) data encrypted, and the tag.
@@ -436,7 +436,7 @@ pub(crate) async fn write_protected<W: AsyncWrite + Unpin>(
     prefix[4..].copy_from_slice(&(open.len() as u32 | bound_bit).to_le_bytes());
     let mut sealing = key.sealing();
     stream.write_all(&prefix).await?;
-    for piece in open.chunks(READ_PIECE_BYTES) {
+    for piece in open.chunks(PIECE_BYTES) {
         if binds {
             sealing.bind(piece);
         }
