@@ -581,7 +581,18 @@ impl Image {
     pub async fn write(&self, offset: u64, data: Bytes) -> Result<(), Error> {
         self.check_range(offset, data.len() as u64)?;
         let lock = self.check_writable()?;
-        futures::stream::iter(self.pieces(offset, data.len() as u64))
+        let pieces: Vec<Piece> = self.pieces(offset, data.len() as u64).collect();
+        if let [piece] = pieces[..] {
+            // Within one object the buffer goes on whole, so that a pool sealed at the edge
+            // can seal it where it is if the caller no longer holds it (an NBD payload).
+            let object = self.header.data_object(piece.index);
+            return self
+                .pool
+                .write(&object, piece.offset, data)
+                .await
+                .map_err(|e| self.write_failure(lock, e));
+        }
+        futures::stream::iter(pieces)
             .map(|piece| {
                 let start = piece.range_offset as usize;
                 let bytes = data.slice(start..start + piece.len as usize);

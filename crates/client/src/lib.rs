@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use map::cluster::{Change, ClusterMap, Epoch, Seal};
 use map::placement::{OsdId, PgId};
 use map::{ObjectName, PoolId};
@@ -508,6 +508,33 @@ async fn contention_pause(attempt: usize) {
     }
 }
 
+/// The bytes of an edge write: the caller's, copied as they are sealed, or a buffer the
+/// caller handed over, sealed where it is.
+enum Plain<'a> {
+    Borrowed(&'a [u8]),
+    Owned(BytesMut),
+}
+
+impl Plain<'_> {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Plain::Borrowed(bytes) => bytes,
+            Plain::Owned(owned) => owned,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.bytes().len()
+    }
+}
+
+/// An edge write before its attempts: sealed once (seals and the sealed segment), or to be
+/// merged with the chunks it shares, in every attempt.
+enum Prepared<'a> {
+    Sealed((Vec<ChunkSeal>, Bytes)),
+    Merge(Plain<'a>),
+}
+
 /// Times the client asks the monitors again for a key version the map already names.
 const KEY_FETCH_ATTEMPTS: usize = 20;
 
@@ -693,7 +720,7 @@ impl Pool {
         keys: &Arc<edge::EdgeKeys>,
         name: &str,
         offset: u64,
-        data: &[u8],
+        data: Plain<'_>,
         replace: bool,
     ) -> Result<(), Error> {
         let end = offset + data.len() as u64;
@@ -707,27 +734,45 @@ impl Pool {
         if !replace && !end.is_multiple_of(CHUNK_BYTES) && !merge.contains(&(last - 1)) {
             merge.push(last - 1);
         }
+        // A write starting on a chunk with nothing merged is sealed once, whatever the
+        // attempts: in the caller's buffer if it was handed over, else copied and sealed
+        // chunk by chunk into a recycled buffer (zeros past a replacing write's end).
+        let prepared = if merge.is_empty() && offset == first * CHUNK_BYTES {
+            let padded = ((last - first) * CHUNK_BYTES) as usize;
+            Prepared::Sealed(match data {
+                Plain::Owned(mut owned) => {
+                    owned.resize(padded, 0);
+                    let seals = keys.seal(name, first, &mut owned);
+                    (seals, owned.freeze())
+                }
+                Plain::Borrowed(bytes) => {
+                    let mut buf = keys.buffers.take();
+                    let seals = keys.seal_copy(name, first, bytes, &mut buf);
+                    (seals, keys.buffers.send(buf))
+                }
+            })
+        } else {
+            Prepared::Merge(data)
+        };
         let mut fix_tail = false;
         for attempt in 0..EDGE_ATTEMPTS {
             contention_pause(attempt).await;
-            // A write starting on a chunk with nothing merged is copied and sealed chunk by
-            // chunk at the end (zeros past a replacing write's end); otherwise its bytes
-            // and the merged chunks are put together first.
-            let direct = merge.is_empty() && offset == first * CHUNK_BYTES;
-            let mut buf = keys.buffers.take();
             let mut ops = Vec::new();
             let mut size = None;
-            if !direct {
-                buf.resize(((last - first) * CHUNK_BYTES) as usize, 0);
+            // Otherwise the write's bytes and the merged chunks are put together first.
+            let mut merged = Vec::new();
+            if let Prepared::Merge(data) = &prepared {
+                merged = keys.buffers.take();
+                merged.resize(((last - first) * CHUNK_BYTES) as usize, 0);
                 for &index in &merge {
                     let (found, seal, plain) = self.chunk_for_merge(keys, name, index).await?;
                     size = Some(found);
                     let at = ((index - first) * CHUNK_BYTES) as usize;
-                    buf[at..at + chunk].copy_from_slice(&plain);
+                    merged[at..at + chunk].copy_from_slice(&plain);
                     ops.push(ObjectOp::AssertChunk { index, seal });
                 }
                 let at = (offset - first * CHUNK_BYTES) as usize;
-                buf[at..at + data.len()].copy_from_slice(data);
+                merged[at..at + data.len()].copy_from_slice(data.bytes());
             }
             let mut segment = Vec::new();
             if replace {
@@ -755,10 +800,12 @@ impl Pool {
                     }
                 }
             }
-            let seals = if direct {
-                keys.seal_copy(name, first, data, &mut buf)
-            } else {
-                keys.seal(name, first, &mut buf)
+            let (seals, sealed) = match &prepared {
+                Prepared::Sealed((seals, sealed)) => (seals.clone(), sealed.clone()),
+                Prepared::Merge(_) => {
+                    let seals = keys.seal(name, first, &mut merged);
+                    (seals, keys.buffers.send(std::mem::take(&mut merged)))
+                }
             };
             // Replacing with nothing: the truncate alone leaves the object empty.
             if !seals.is_empty() {
@@ -766,9 +813,9 @@ impl Pool {
             }
             // The data segment is the sealed buffer itself, unless a tail chunk goes first.
             let segment = if segment.is_empty() {
-                keys.buffers.send(buf)
+                sealed
             } else {
-                segment.extend_from_slice(&buf);
+                segment.extend_from_slice(&sealed);
                 Bytes::from(segment)
             };
             match self.operate(name, ops, segment).await {
@@ -788,19 +835,13 @@ impl Pool {
     pub async fn put(&self, name: &str, data: Bytes) -> Result<(), Error> {
         if let Some(keys) = self.edge_keys(None).await? {
             let first = data.len().min(PIECE_BYTES as usize);
-            self.write_edge(&keys, name, 0, &data[..first], true)
+            self.write_edge(&keys, name, 0, Plain::Borrowed(&data[..first]), true)
                 .await?;
             let mut offset = first as u64;
             while offset < data.len() as u64 {
                 let end = (offset + PIECE_BYTES).min(data.len() as u64);
-                self.write_edge(
-                    &keys,
-                    name,
-                    offset,
-                    &data[offset as usize..end as usize],
-                    false,
-                )
-                .await?;
+                let piece = Plain::Borrowed(&data[offset as usize..end as usize]);
+                self.write_edge(&keys, name, offset, piece, false).await?;
                 offset = end;
             }
             return Ok(());
@@ -825,13 +866,27 @@ impl Pool {
             if data.is_empty() {
                 return self.create(name, false).await;
             }
+            // One piece from a chunk boundary, in a buffer nobody else holds (an NBD write's
+            // payload): sealed where it is, not copied.
+            if offset.is_multiple_of(CHUNK_BYTES) && data.len() as u64 <= PIECE_BYTES {
+                return match data.try_into_mut() {
+                    Ok(owned) => {
+                        let plain = Plain::Owned(owned);
+                        self.write_edge(&keys, name, offset, plain, false).await
+                    }
+                    Err(shared) => {
+                        let plain = Plain::Borrowed(&shared);
+                        self.write_edge(&keys, name, offset, plain, false).await
+                    }
+                };
+            }
             let mut at = 0u64;
             while at < data.len() as u64 {
                 // Pieces end on chunk boundaries, so only the write's own ends are partial.
                 let piece_end = ((offset + at + PIECE_BYTES) / CHUNK_BYTES * CHUNK_BYTES)
                     .max(offset + at + 1)
                     .min(offset + data.len() as u64);
-                let bytes = &data[at as usize..(piece_end - offset) as usize];
+                let bytes = Plain::Borrowed(&data[at as usize..(piece_end - offset) as usize]);
                 self.write_edge(&keys, name, offset + at, bytes, false)
                     .await?;
                 at = piece_end - offset;

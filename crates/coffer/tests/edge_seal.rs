@@ -129,6 +129,30 @@ fn edge_sealed_pools_keep_plaintext_off_every_daemon_and_disk() {
                 "after a write at {offset}"
             );
         }
+        // Whole chunks from a chunk boundary: a buffer handed over (sealed where it is) and
+        // one the caller still holds (sealed in a copy: the caller's bytes stay as they were).
+        let text = |label: &str| -> Vec<u8> {
+            let unit = format!("{label}-{marker}-");
+            unit.bytes().cycle().take(3 * 4096).collect()
+        };
+        let kept = Bytes::from(text("shared"));
+        for (offset, bytes) in [
+            (8192, Bytes::from(text("handed-over"))),
+            (20480, kept.clone()),
+        ] {
+            let end = offset + bytes.len();
+            expect.resize(expect.len().max(end), 0);
+            expect[offset..end].copy_from_slice(&bytes);
+            pool.write("secret", offset as u64, bytes)
+                .await
+                .expect("write");
+        }
+        assert_eq!(
+            &kept[..],
+            &text("shared")[..],
+            "the caller's bytes were changed"
+        );
+        assert_eq!(pool.get("secret").await.expect("get"), expect);
         // A cut inside a chunk, then growth: the cut-off bytes read as zeros.
         pool.truncate("secret", 4100).await.expect("truncate");
         pool.truncate("secret", 9000).await.expect("grow");
