@@ -338,7 +338,7 @@ async fn read_protected(
     let sealed = read_segment(stream, protected_len + TAG_BYTES, &mut |_| ()).await?;
     let mut sealed = BytesMut::from(sealed);
     opening
-        .finish(&mut sealed)
+        .open(&mut sealed)
         .map_err(|_| FrameError::Unauthentic)?;
     sealed.truncate(protected_len);
     let mut head = [0u8; HEADER_BYTES];
@@ -446,7 +446,7 @@ pub(crate) async fn write_protected<W: AsyncWrite + Unpin>(
     protected.extend_from_slice(&frame.header.encode());
     protected.extend_from_slice(&frame.meta);
     protected.extend_from_slice(inside);
-    let tag = sealing.finish(&mut protected);
+    let tag = sealing.seal(&mut protected);
     protected.extend_from_slice(&tag);
     stream.write_all(&protected).await
 }

@@ -72,23 +72,21 @@ impl FrameKey {
         nonce
     }
 
-    /// Starts sealing the next frame: its open segment goes in as additional data, piece by
-    /// piece as it is sent ([`Sealing::bind`]), then the protected part.
-    pub(crate) fn sealing(&mut self) -> Sealing<'_> {
-        let nonce = self.next_nonce();
-        let ok = self.gcm.start(&nonce, true);
-        Sealing {
-            gcm: &mut self.gcm,
-            ok,
-        }
+    /// Starts sealing the next frame (its open segment bound piece by piece as it is sent).
+    pub(crate) fn sealing(&mut self) -> Framing<'_> {
+        self.framing(true)
     }
 
-    /// Starts opening the peer's next frame: its open segment goes in as additional data,
-    /// piece by piece as it is read ([`Opening::bind`]), then the protected part.
-    pub(crate) fn opening(&mut self) -> Opening<'_> {
+    /// Starts opening the peer's next frame (its open segment bound piece by piece as it is
+    /// read).
+    pub(crate) fn opening(&mut self) -> Framing<'_> {
+        self.framing(false)
+    }
+
+    fn framing(&mut self, seal: bool) -> Framing<'_> {
         let nonce = self.next_nonce();
-        let ok = self.gcm.start(&nonce, false);
-        Opening {
+        let ok = self.gcm.start(&nonce, seal);
+        Framing {
             gcm: &mut self.gcm,
             ok,
         }
@@ -99,7 +97,7 @@ impl FrameKey {
     pub(crate) fn seal(&mut self, protected: &mut [u8], open: &[u8]) -> [u8; TAG_BYTES] {
         let mut sealing = self.sealing();
         sealing.bind(open);
-        sealing.finish(protected)
+        sealing.seal(protected)
     }
 
     /// Decrypts `protected` (the ciphertext followed by its tag) in place, checking that it
@@ -108,44 +106,33 @@ impl FrameKey {
     pub(crate) fn open(&mut self, protected: &mut [u8], open: &[u8]) -> Result<usize, Unauthentic> {
         let mut opening = self.opening();
         opening.bind(open);
-        opening.finish(protected)
+        opening.open(protected)
     }
 }
 
-/// One frame being sealed.
-pub(crate) struct Sealing<'a> {
+/// One frame being sealed or opened: its open segment goes in first, piece by piece
+/// ([`Framing::bind`]), then the protected part ([`Framing::seal`] or [`Framing::open`], as
+/// the frame was started by [`FrameKey::sealing`] or [`FrameKey::opening`]).
+pub(crate) struct Framing<'a> {
     gcm: &'a mut Gcm,
     ok: bool,
 }
 
-impl Sealing<'_> {
+impl Framing<'_> {
     /// The next piece of the frame's open segment.
     pub(crate) fn bind(&mut self, piece: &[u8]) {
         self.ok = self.ok && self.gcm.aad(piece);
     }
 
     /// Encrypts `protected` in place; returns the tag over it and every piece bound before.
-    pub(crate) fn finish(self, protected: &mut [u8]) -> [u8; TAG_BYTES] {
+    pub(crate) fn seal(self, protected: &mut [u8]) -> [u8; TAG_BYTES] {
         let tag = self.ok.then(|| self.gcm.seal(protected)).flatten();
         tag.unwrap_or_else(|| unreachable!("frames are far below GCM's message limit"))
-    }
-}
-
-/// One frame being opened.
-pub(crate) struct Opening<'a> {
-    gcm: &'a mut Gcm,
-    ok: bool,
-}
-
-impl Opening<'_> {
-    /// The next piece of the frame's open segment.
-    pub(crate) fn bind(&mut self, piece: &[u8]) {
-        self.ok = self.ok && self.gcm.aad(piece);
     }
 
     /// Decrypts `protected` (the ciphertext followed by its tag) in place and checks the tag
     /// over it and every piece bound before; returns the plaintext's length.
-    pub(crate) fn finish(self, protected: &mut [u8]) -> Result<usize, Unauthentic> {
+    pub(crate) fn open(self, protected: &mut [u8]) -> Result<usize, Unauthentic> {
         let plain = protected.len().checked_sub(TAG_BYTES).ok_or(Unauthentic)?;
         let (text, tag) = protected.split_at_mut(plain);
         if self.ok && self.gcm.open(text, tag) {
@@ -358,7 +345,7 @@ mod tests {
                 rest = after;
             }
             opening.bind(rest);
-            assert_eq!(opening.finish(&mut protected).ok(), Some(15), "{split:?}");
+            assert_eq!(opening.open(&mut protected).ok(), Some(15), "{split:?}");
             assert_eq!(&protected[..15], b"header and meta");
 
             // The same frame again, one bit of the segment flipped: refused.
@@ -368,10 +355,10 @@ mod tests {
             protected.extend_from_slice(&tag);
             let mut opening = rx2.opening();
             tampered.chunks(4099).for_each(|piece| opening.bind(piece));
-            assert!(opening.finish(&mut protected).is_err());
+            assert!(opening.open(&mut protected).is_err());
         }
         // A frame shorter than its tag is refused, not a panic.
-        assert!(rx.opening().finish(&mut [0u8; 5]).is_err());
+        assert!(rx.opening().open(&mut [0u8; 5]).is_err());
     }
 
     #[test]
@@ -386,7 +373,7 @@ mod tests {
             segment
                 .chunks(1000 + frame as usize)
                 .for_each(|p| sealing.bind(p));
-            let tag = sealing.finish(&mut ours);
+            let tag = sealing.seal(&mut ours);
             let mut nonce = [0u8; NONCE_LEN];
             nonce[4..].copy_from_slice(&frame.to_be_bytes());
             let mut theirs = b"header and meta".to_vec();
