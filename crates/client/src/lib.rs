@@ -22,7 +22,7 @@ use map::{ObjectName, PoolId};
 use messenger::message::{
     Command, MonReply, MonRequest, MonStatus, OsdReply, OsdRequest, ReqId, Version, LIST_PAGE_MAX,
 };
-use messenger::{Connection, Endpoint, EntityName, Identity, Limits, Mode, MonClient};
+use messenger::{Connection, DataSegment, Endpoint, EntityName, Identity, Limits, Mode, MonClient};
 use tokio::sync::{watch, Mutex};
 use tokio::task::JoinHandle;
 
@@ -406,7 +406,11 @@ impl Inner {
                             .request_with::<_, OsdReply>(
                                 &request,
                                 data.clone(),
-                                request.data_is_sealed(),
+                                if request.data_is_sealed() {
+                                    DataSegment::Sealed
+                                } else {
+                                    DataSegment::Plain
+                                },
                             )
                             .await
                             .map_err(|e| format!("osd.{}: {e}", osd.0)),

@@ -15,13 +15,27 @@ use crate::endpoint::Limits;
 use crate::entity::{EntityName, Mode};
 use crate::error::CallError;
 use crate::frame::{Header, Kind, Segment, DATA_BYTES_MAX, META_BYTES_MAX};
-use crate::link::{self, Link, Outgoing};
+use crate::link::{self, Link, Outgoing, Received};
+use crate::protect::SegmentCheck;
 
 /// A reply: the metadata segment (decode it with [`Incoming::decode`]) and the data segment.
 #[derive(Debug)]
 pub struct Incoming {
     pub meta: Bytes,
     pub data: Bytes,
+}
+
+/// How a request's data segment crosses a secure link (docs/design/edge-sealing.md,
+/// "Links"); in crc mode the body checksum covers it whatever this says.
+#[derive(Clone, Debug)]
+pub enum DataSegment {
+    /// Encrypted with the frame.
+    Plain,
+    /// Chunks their sender sealed at the edge: sent as they are, under a new segment check.
+    Sealed,
+    /// Sealed chunks passed on (an OSD replicating a client's write), with the check they
+    /// arrived with: not hashed again.
+    PassedOn(SegmentCheck),
 }
 
 impl Incoming {
@@ -106,7 +120,9 @@ impl Connection {
         let reader = tokio::spawn(async move {
             let reason = loop {
                 match link::read_frame(&mut reader, limits.frame_timeout).await {
-                    Ok(Some((header, meta, data))) => {
+                    Ok(Some(Received {
+                        header, meta, data, ..
+                    })) => {
                         if let Err(reason) = deliver(&reader_shared, header, meta, data) {
                             break reason;
                         }
@@ -146,17 +162,17 @@ impl Connection {
     /// Sends a request and waits for its reply. Other calls may be in flight at the same time
     /// on the same connection; their replies may come in any order.
     pub async fn call(&self, meta: Bytes, data: Bytes) -> Result<Incoming, CallError> {
-        self.call_with(meta, data, false).await
+        self.call_with(meta, data, DataSegment::Plain).await
     }
 
-    /// [`Connection::call`] with a data segment its caller already sealed (chunks of a
-    /// `seal = edge` pool): in secure mode it travels open, bound to the frame but not
-    /// encrypted again (docs/design/edge-sealing.md).
-    pub async fn call_sealed(&self, meta: Bytes, data: Bytes) -> Result<Incoming, CallError> {
-        self.call_with(meta, data, true).await
-    }
-
-    async fn call_with(&self, meta: Bytes, data: Bytes, open: bool) -> Result<Incoming, CallError> {
+    /// [`Connection::call`] with the data segment crossing a secure link as `segment` says:
+    /// chunks already sealed travel open, checked but not encrypted again.
+    pub async fn call_with(
+        &self,
+        meta: Bytes,
+        data: Bytes,
+        segment: DataSegment,
+    ) -> Result<Incoming, CallError> {
         check_len(&meta, META_BYTES_MAX)?;
         check_len(&data, DATA_BYTES_MAX)?;
         let _slot = self
@@ -174,9 +190,18 @@ impl Connection {
             }
             pending.waiters.insert(tag, waiter);
         }
-        let segment = if open { Segment::Open } else { Segment::Inside };
-        let header = Header::for_body(Kind::Request, tag, &meta, &data, self.inner.mode, segment);
-        let frame = Outgoing { header, meta, data };
+        let (kind, check) = match segment {
+            DataSegment::Plain => (Segment::Inside, None),
+            DataSegment::Sealed => (Segment::Open, None),
+            DataSegment::PassedOn(check) => (Segment::Open, Some(check)),
+        };
+        let header = Header::for_body(Kind::Request, tag, &meta, &data, self.inner.mode, kind);
+        let frame = Outgoing {
+            header,
+            meta,
+            data,
+            check,
+        };
         if self.inner.queue.send(frame).is_err() {
             self.inner.shared.close("the writer stopped".into());
         }
@@ -191,23 +216,23 @@ impl Connection {
         Q: Serialize,
         R: DeserializeOwned,
     {
-        self.request_with(request, data, false).await
+        self.request_with(request, data, DataSegment::Plain).await
     }
 
-    /// [`Connection::request`] with a data segment already sealed (see `call_sealed`) when
-    /// `sealed`.
+    /// [`Connection::request`] with the data segment crossing a secure link as `segment`
+    /// says.
     pub async fn request_with<Q, R>(
         &self,
         request: &Q,
         data: Bytes,
-        sealed: bool,
+        segment: DataSegment,
     ) -> Result<(R, Bytes), CallError>
     where
         Q: Serialize,
         R: DeserializeOwned,
     {
         let meta = Bytes::from(postcard::to_allocvec(request)?);
-        let reply = self.call_with(meta, data, sealed).await?;
+        let reply = self.call_with(meta, data, segment).await?;
         Ok((reply.decode()?, reply.data))
     }
 }

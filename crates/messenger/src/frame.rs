@@ -47,8 +47,9 @@ impl Kind {
 pub enum Segment {
     /// Encrypted with the header and metadata: plaintext, or anything not sealed upstream.
     Inside,
-    /// Already sealed by a client: sent as it is, as the frame's additional authenticated
-    /// data, so the link binds it without encrypting it again.
+    /// Already sealed by a client: sent as it is after the protected part, which carries its
+    /// segment check (a one-time key and tag), so the link binds it without encrypting it
+    /// again.
     Open,
     /// Chunks sealed by a client and going back to a client, whose records (nonce and tag of
     /// each chunk) are in the frame's encrypted metadata: sent as they are and not bound by
@@ -76,7 +77,7 @@ impl Segment {
         }
     }
 
-    /// Whether the segment is sent as it is after the protected part (in secure mode).
+    /// Whether the segment is sent as it is, after the protected part (in secure mode).
     pub fn travels_open(self) -> bool {
         self != Segment::Inside
     }

@@ -24,12 +24,13 @@ mod server;
 #[cfg(test)]
 mod tests;
 
-pub use conn::{Connection, Incoming};
+pub use conn::{Connection, DataSegment, Incoming};
 pub use endpoint::{Endpoint, Limits, FRAME_TIMEOUT, HANDSHAKE_TIMEOUT, IN_FLIGHT_MAX};
 pub use entity::{EntityKind, EntityName, EntityNameError, Mode, ModePolicy, ENTITY_ID_BYTES_MAX};
 pub use error::{CallError, ConnectError};
 pub use frame::{Segment, DATA_BYTES_MAX, HEADER_BYTES, META_BYTES_MAX};
 pub use identity::{CertError, ClusterCa, Identity};
 pub use monc::{MonAddr, MonClient, MonError, MON_RETRY_TIMEOUT};
+pub use protect::SegmentCheck;
 pub use rustls::pki_types::CertificateDer;
 pub use server::{Handler, Peer, Reply, Request, Server};

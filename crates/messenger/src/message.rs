@@ -640,7 +640,8 @@ pub enum OsdRequest {
 
 impl OsdRequest {
     /// Whether the data segment is chunks sealed at the edge (and so travels open on a secure
-    /// link, bound to its frame): decided by what the request is, never by a free flag.
+    /// link, checked by its segment check): decided by what the request is, never by a free
+    /// flag.
     pub fn data_is_sealed(&self) -> bool {
         let writes_chunks = |ops: &[ObjectOp]| {
             ops.iter()
@@ -667,7 +668,7 @@ impl OsdReply {
     /// How the data segment crosses a secure link. Chunks read for a client
     /// ([`OpResult::Chunks`], whose records the reply's metadata carries) are bound by those
     /// records: the client opens every one. A recovery copy of an edge pool goes to a daemon
-    /// that cannot open it, so the link binds it. Anything else is encrypted by the link.
+    /// that cannot open it, so the link checks it. Anything else is encrypted by the link.
     pub fn data_segment(&self) -> Segment {
         match self {
             OsdReply::Results(results)

@@ -1,10 +1,12 @@
 //! The frame protection of `secure` mode (docs/design/edge-sealing.md, "Links"). After the
 //! TLS 1.3 handshake and the hello, both ends take two keys from the TLS exporter, one per
 //! direction, and protect every frame with AES-256-GCM: the header, the metadata and any
-//! plaintext data are encrypted; a data segment the sender marks as already sealed travels
-//! open, as the frame's additional authenticated data, so it is bound to the frame without
-//! being encrypted again; sealed chunks going back to the client that opens them travel open
-//! and unbound, their records in the encrypted metadata standing in for the binding.
+//! plaintext data are encrypted. A data segment the sender marks as already sealed travels
+//! open after the protected part, checked by a one-time key that the protected part carries
+//! ([`SegmentCheck`]), so it is bound to the frame without being encrypted again, and an OSD
+//! passing it on to its replicas passes the check on instead of hashing it again; sealed
+//! chunks going back to the client that opens them travel open and unchecked, their records
+//! in the encrypted metadata standing in for the check.
 
 use aws_lc_rs::aead::NONCE_LEN;
 use aws_lc_rs::hmac;
@@ -23,8 +25,10 @@ pub(crate) const TAG_BYTES: usize = 16;
 /// The clear prefix of a protected frame: the protected part's length, the open segment's.
 pub(crate) const PREFIX_BYTES: usize = 8;
 /// The top bit of the open segment's length in the prefix: the segment is bound by the chunk
-/// records in the metadata, not by the frame's tag (it is not the additional data).
+/// records in the metadata, not by a segment check.
 pub(crate) const BOUND_BIT: u32 = 1 << 31;
+/// A segment check in the protected part: the one-time key, then the tag.
+pub(crate) const CHECK_BYTES: usize = 32 + TAG_BYTES;
 
 /// One direction of a link: its key, and how many frames it has protected.
 pub(crate) struct FrameKey {
@@ -72,13 +76,12 @@ impl FrameKey {
         nonce
     }
 
-    /// Starts sealing the next frame (its open segment bound piece by piece as it is sent).
+    /// Starts sealing the next frame.
     pub(crate) fn sealing(&mut self) -> Framing<'_> {
         self.framing(true)
     }
 
-    /// Starts opening the peer's next frame (its open segment bound piece by piece as it is
-    /// read).
+    /// Starts opening the peer's next frame.
     pub(crate) fn opening(&mut self) -> Framing<'_> {
         self.framing(false)
     }
@@ -92,46 +95,37 @@ impl FrameKey {
         }
     }
 
-    /// Encrypts `protected` in place, binding `open` to it; returns the tag.
+    /// Encrypts `protected` in place; returns the tag.
     #[cfg(test)]
-    pub(crate) fn seal(&mut self, protected: &mut [u8], open: &[u8]) -> [u8; TAG_BYTES] {
-        let mut sealing = self.sealing();
-        sealing.bind(open);
-        sealing.seal(protected)
+    pub(crate) fn seal(&mut self, protected: &mut [u8]) -> [u8; TAG_BYTES] {
+        self.sealing().seal(protected)
     }
 
     /// Decrypts `protected` (the ciphertext followed by its tag) in place, checking that it
-    /// and `open` are the peer's next frame; returns the plaintext's length.
+    /// is the peer's next frame; returns the plaintext's length.
     #[cfg(test)]
-    pub(crate) fn open(&mut self, protected: &mut [u8], open: &[u8]) -> Result<usize, Unauthentic> {
-        let mut opening = self.opening();
-        opening.bind(open);
-        opening.open(protected)
+    pub(crate) fn open(&mut self, protected: &mut [u8]) -> Result<usize, Unauthentic> {
+        self.opening().open(protected)
     }
 }
 
-/// One frame being sealed or opened: its open segment goes in first, piece by piece
-/// ([`Framing::bind`]), then the protected part ([`Framing::seal`] or [`Framing::open`], as
-/// the frame was started by [`FrameKey::sealing`] or [`FrameKey::opening`]).
+/// The protected part of one frame being sealed or opened ([`Framing::seal`] or
+/// [`Framing::open`], as the frame was started by [`FrameKey::sealing`] or
+/// [`FrameKey::opening`]), under the frame's number as its nonce.
 pub(crate) struct Framing<'a> {
     gcm: &'a mut Gcm,
     ok: bool,
 }
 
 impl Framing<'_> {
-    /// The next piece of the frame's open segment.
-    pub(crate) fn bind(&mut self, piece: &[u8]) {
-        self.ok = self.ok && self.gcm.aad(piece);
-    }
-
-    /// Encrypts `protected` in place; returns the tag over it and every piece bound before.
+    /// Encrypts `protected` in place; returns the tag.
     pub(crate) fn seal(self, protected: &mut [u8]) -> [u8; TAG_BYTES] {
         let tag = self.ok.then(|| self.gcm.seal(protected)).flatten();
         tag.unwrap_or_else(|| unreachable!("frames are far below GCM's message limit"))
     }
 
-    /// Decrypts `protected` (the ciphertext followed by its tag) in place and checks the tag
-    /// over it and every piece bound before; returns the plaintext's length.
+    /// Decrypts `protected` (the ciphertext followed by its tag) in place and checks the tag;
+    /// returns the plaintext's length.
     pub(crate) fn open(self, protected: &mut [u8]) -> Result<usize, Unauthentic> {
         let plain = protected.len().checked_sub(TAG_BYTES).ok_or(Unauthentic)?;
         let (text, tag) = protected.split_at_mut(plain);
@@ -143,10 +137,101 @@ impl Framing<'_> {
     }
 }
 
+/// The check of a data segment that travels open (chunks sealed at the edge), carried in the
+/// protected part of every frame that carries the segment: GMAC (AES-256-GCM over no text,
+/// the segment as the additional data, nonce zero) under a one-time key that the segment's
+/// first sender draws. The key is used for that one segment only (a resend carries the same
+/// bytes), and only the ends of the links it crosses, inside their encrypted frames, ever
+/// see it: an altered, swapped or moved segment fails the check. An OSD that replicates a
+/// client's segment sends it on with the check it arrived with, instead of hashing it again
+/// under each replica link's key.
+#[derive(Clone)]
+pub struct SegmentCheck {
+    key: [u8; 32],
+    tag: [u8; TAG_BYTES],
+}
+
+impl Drop for SegmentCheck {
+    fn drop(&mut self) {
+        self.key.zeroize();
+    }
+}
+
+impl std::fmt::Debug for SegmentCheck {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SegmentCheck(..)")
+    }
+}
+
+impl SegmentCheck {
+    /// A check of `segment` under a new key.
+    pub(crate) fn new(segment: &[u8]) -> SegmentCheck {
+        let mut key = [0u8; 32];
+        aws_lc_rs::rand::fill(&mut key)
+            .unwrap_or_else(|_| unreachable!("the system random source does not fail"));
+        let mut gcm = Gcm::new(&key);
+        let hashed = gcm.start(&[0; NONCE_LEN], true) && gcm.aad(segment);
+        let tag = hashed.then(|| gcm.seal(&mut [])).flatten();
+        let tag = tag.unwrap_or_else(|| unreachable!("segments are far below GMAC's limit"));
+        SegmentCheck { key, tag }
+    }
+
+    pub(crate) fn encode(&self) -> [u8; CHECK_BYTES] {
+        let mut out = [0u8; CHECK_BYTES];
+        out[..32].copy_from_slice(&self.key);
+        out[32..].copy_from_slice(&self.tag);
+        out
+    }
+
+    pub(crate) fn decode(bytes: &[u8; CHECK_BYTES]) -> SegmentCheck {
+        let mut check = SegmentCheck {
+            key: [0; 32],
+            tag: [0; TAG_BYTES],
+        };
+        check.key.copy_from_slice(&bytes[..32]);
+        check.tag.copy_from_slice(&bytes[32..]);
+        check
+    }
+
+    /// Starts checking the segment as it arrives, piece by piece.
+    pub(crate) fn checking(&self) -> Checking {
+        let mut gcm = Gcm::new(&self.key);
+        let ok = gcm.start(&[0; NONCE_LEN], false);
+        Checking {
+            gcm,
+            ok,
+            tag: self.tag,
+        }
+    }
+}
+
+/// A segment being checked against its [`SegmentCheck`].
+pub(crate) struct Checking {
+    gcm: Gcm,
+    ok: bool,
+    tag: [u8; TAG_BYTES],
+}
+
+impl Checking {
+    /// The next piece of the segment.
+    pub(crate) fn update(&mut self, piece: &[u8]) {
+        self.ok = self.ok && self.gcm.aad(piece);
+    }
+
+    /// Whether every piece, in order, was the segment the check was made for.
+    pub(crate) fn finish(mut self) -> Result<(), Unauthentic> {
+        if self.ok && self.gcm.open(&mut [], &mut self.tag) {
+            Ok(())
+        } else {
+            Err(Unauthentic)
+        }
+    }
+}
+
 /// AES-256-GCM through aws-lc's `EVP_CIPHER` interface, which, unlike the AEAD one
 /// (aws-lc-rs), takes the additional data in pieces: a frame's open segment (up to 64 MiB)
-/// is hashed piece by piece as it is sent or comes off the socket, while each piece is in
-/// the CPU's cache, instead of in one pass over bytes that have gone back to memory.
+/// is checked piece by piece as it comes off the socket, while each piece is in the CPU's
+/// cache, instead of in one pass over bytes that have gone back to memory.
 struct Gcm(*mut sys::EVP_CIPHER_CTX);
 
 // SAFETY: the context is owned by one FrameKey and only used through `&mut self`.
@@ -299,93 +384,90 @@ mod tests {
     }
 
     #[test]
-    fn frames_open_in_order_and_bind_their_open_segment() {
+    fn frames_open_in_order_and_a_replayed_one_fails() {
         let (mut tx, mut rx) = pair();
-        for i in 0..3u8 {
+        let mut frames = Vec::new();
+        for _ in 0..3 {
             let mut protected = b"header and meta".to_vec();
-            let tag = tx.seal(&mut protected, &[i; 64]);
+            let tag = tx.seal(&mut protected);
             protected.extend_from_slice(&tag);
-            assert_eq!(rx.open(&mut protected, &[i; 64]).ok(), Some(15));
+            frames.push(protected.clone());
+            assert_eq!(rx.open(&mut protected).ok(), Some(15));
             assert_eq!(&protected[..15], b"header and meta");
         }
-    }
-
-    #[test]
-    fn a_swapped_segment_or_a_replayed_frame_fails() {
-        let (mut tx, mut rx) = pair();
-        let mut first = b"first".to_vec();
-        let tag = tx.seal(&mut first, b"segment one");
-        first.extend_from_slice(&tag);
-        let mut swapped = first.clone();
-        assert!(rx.open(&mut swapped, b"segment two").is_err());
-        // The receiver moved on by one frame: the genuine first frame is now out of place.
-        let (_, mut rx) = pair();
-        let mut replayed = first.clone();
-        assert!(rx.open(&mut first, b"segment one").is_ok());
-        assert!(rx.open(&mut replayed, b"segment one").is_err());
-    }
-
-    #[test]
-    fn an_open_segment_bound_in_pieces_opens_as_when_bound_whole() {
-        let (mut tx, mut rx) = pair();
-        let segment: Vec<u8> = (0..100_003u32).map(|i| (i * 7 % 251) as u8).collect();
-        // Pieces of every alignment to GCM's 16-byte blocks, an empty one among them.
-        let splits: [&[usize]; 4] = [&[], &[1, 15, 16, 17, 0, 4096], &[65_536], &[3; 40]];
-        for split in splits {
-            let mut protected = b"header and meta".to_vec();
-            let tag = tx.seal(&mut protected, &segment);
-            protected.extend_from_slice(&tag);
-            let mut tampered = segment.clone();
-            tampered[99_000] ^= 1;
-            let mut opening = rx.opening();
-            let mut rest = &segment[..];
-            for len in split {
-                let (piece, after) = rest.split_at((*len).min(rest.len()));
-                opening.bind(piece);
-                rest = after;
-            }
-            opening.bind(rest);
-            assert_eq!(opening.open(&mut protected).ok(), Some(15), "{split:?}");
-            assert_eq!(&protected[..15], b"header and meta");
-
-            // The same frame again, one bit of the segment flipped: refused.
-            let (mut tx2, mut rx2) = pair();
-            let mut protected = b"header and meta".to_vec();
-            let tag = tx2.seal(&mut protected, &segment);
-            protected.extend_from_slice(&tag);
-            let mut opening = rx2.opening();
-            tampered.chunks(4099).for_each(|piece| opening.bind(piece));
-            assert!(opening.open(&mut protected).is_err());
-        }
+        // The receiver moved on: the genuine first frame is now out of place.
+        assert!(rx.open(&mut frames[0]).is_err());
         // A frame shorter than its tag is refused, not a panic.
         assert!(rx.opening().open(&mut [0u8; 5]).is_err());
     }
 
     #[test]
-    fn frames_are_standard_aes_256_gcm_under_the_frame_number() {
+    fn a_segment_checked_in_pieces_passes_as_when_checked_whole() {
+        let segment: Vec<u8> = (0..100_003u32).map(|i| (i * 7 % 251) as u8).collect();
+        let check = SegmentCheck::decode(&SegmentCheck::new(&segment).encode());
+        // Pieces of every alignment to GCM's 16-byte blocks, an empty one among them.
+        let splits: [&[usize]; 4] = [&[], &[1, 15, 16, 17, 0, 4096], &[65_536], &[3; 40]];
+        for split in splits {
+            let mut checking = check.checking();
+            let mut rest = &segment[..];
+            for len in split {
+                let (piece, after) = rest.split_at((*len).min(rest.len()));
+                checking.update(piece);
+                rest = after;
+            }
+            checking.update(rest);
+            assert!(checking.finish().is_ok(), "{split:?}");
+        }
+        // One bit flipped, a byte missing, or another segment's check: refused.
+        let mut tampered = segment.clone();
+        tampered[99_000] ^= 1;
+        let refused = |check: &SegmentCheck, bytes: &[u8]| {
+            let mut checking = check.checking();
+            bytes.chunks(4099).for_each(|piece| checking.update(piece));
+            checking.finish().is_err()
+        };
+        assert!(refused(&check, &tampered));
+        assert!(refused(&check, &segment[1..]));
+        assert!(refused(&SegmentCheck::new(&segment), &tampered));
+        // Each check has a key of its own.
+        assert_ne!(
+            SegmentCheck::new(&segment).encode(),
+            SegmentCheck::new(&segment).encode()
+        );
+    }
+
+    #[test]
+    fn frames_and_checks_are_standard_aes_256_gcm() {
         use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM};
         let reference = LessSafeKey::new(UnboundKey::new(&AES_256_GCM, &[7; 32]).expect("key"));
         let (mut tx, _) = pair();
-        let segment: Vec<u8> = (0..70_001u32).map(|i| (i % 253) as u8).collect();
         for frame in 0..3u64 {
             let mut ours = b"header and meta".to_vec();
-            let mut sealing = tx.sealing();
-            segment
-                .chunks(1000 + frame as usize)
-                .for_each(|p| sealing.bind(p));
-            let tag = sealing.seal(&mut ours);
+            let tag = tx.seal(&mut ours);
             let mut nonce = [0u8; NONCE_LEN];
             nonce[4..].copy_from_slice(&frame.to_be_bytes());
             let mut theirs = b"header and meta".to_vec();
             let expected = reference
                 .seal_in_place_separate_tag(
                     Nonce::assume_unique_for_key(nonce),
-                    Aad::from(&segment[..]),
+                    Aad::empty(),
                     &mut theirs,
                 )
                 .expect("seal");
             assert_eq!((ours, &tag[..]), (theirs, expected.as_ref()));
         }
+        // A segment check is GMAC: GCM with no text, the segment as the additional data.
+        let segment: Vec<u8> = (0..70_001u32).map(|i| (i % 253) as u8).collect();
+        let check = SegmentCheck::new(&segment).encode();
+        let key = LessSafeKey::new(UnboundKey::new(&AES_256_GCM, &check[..32]).expect("key"));
+        let gmac = key
+            .seal_in_place_separate_tag(
+                Nonce::assume_unique_for_key([0; NONCE_LEN]),
+                Aad::from(&segment[..]),
+                &mut [],
+            )
+            .expect("gmac");
+        assert_eq!(&check[32..], gmac.as_ref());
     }
 
     #[test]
@@ -396,9 +478,9 @@ mod tests {
         let before = tx.secret;
         for _ in 0..2 {
             let mut protected = b"x".to_vec();
-            let tag = tx.seal(&mut protected, b"");
+            let tag = tx.seal(&mut protected);
             protected.extend_from_slice(&tag);
-            assert!(rx.open(&mut protected, b"").is_ok());
+            assert!(rx.open(&mut protected).is_ok());
         }
         assert_ne!(tx.secret, before);
         assert_eq!(tx.secret, rx.secret);

@@ -17,7 +17,8 @@ use crate::entity::ModePolicy;
 use crate::entity::{EntityName, Mode};
 use crate::error::ConnectError;
 use crate::frame::{Header, Kind, Segment, DATA_BYTES_MAX, META_BYTES_MAX};
-use crate::link::{self, Outgoing};
+use crate::link::{self, Outgoing, Received};
+use crate::protect::SegmentCheck;
 
 /// An authenticated peer, as the handler sees it.
 pub struct Peer<G> {
@@ -31,6 +32,9 @@ pub struct Peer<G> {
 pub struct Request {
     pub meta: Bytes,
     pub data: Bytes,
+    /// The check an open data segment passed on a secure link: chunks sealed at the edge,
+    /// which an OSD passes on with their data when it replicates them.
+    pub check: Option<SegmentCheck>,
 }
 
 impl Request {
@@ -192,11 +196,16 @@ async fn serve_link<H: Handler>(
                 unreachable!("the semaphore is never closed");
             };
             match link::read_frame(&mut reader, limits.frame_timeout).await {
-                Ok(Some((header, ..))) if header.segment == Segment::Bound => {
+                Ok(Some(Received { header, .. })) if header.segment == Segment::Bound => {
                     tracing::warn!(peer = %peer.entity, "peer sent data bound only by chunk records, which a server cannot check; closing");
                     return;
                 }
-                Ok(Some((header, meta, data))) if header.kind == Kind::Request => {
+                Ok(Some(Received {
+                    header,
+                    meta,
+                    data,
+                    check,
+                })) if header.kind == Kind::Request => {
                     let responder = Responder {
                         queue: Some(queue.clone()),
                         tag: header.tag,
@@ -206,11 +215,12 @@ async fn serve_link<H: Handler>(
                     let handler = handler.clone();
                     let peer = peer.clone();
                     tokio::spawn(async move {
-                        let reply = handler.handle(peer, Request { meta, data }).await;
+                        let request = Request { meta, data, check };
+                        let reply = handler.handle(peer, request).await;
                         responder.send(reply);
                     });
                 }
-                Ok(Some((header, ..))) => {
+                Ok(Some(Received { header, .. })) => {
                     tracing::warn!(peer = %peer.entity, kind = ?header.kind, "peer sent a frame that is not a request; closing");
                     return;
                 }
@@ -265,7 +275,12 @@ impl Responder {
         if let Some(queue) = self.queue.take() {
             let header = Header::for_body(kind, self.tag, &meta, &data, self.mode, segment);
             // The link may have closed meanwhile; then there is nobody to answer.
-            let _ = queue.send(Outgoing { header, meta, data });
+            let _ = queue.send(Outgoing {
+                header,
+                meta,
+                data,
+                check: None,
+            });
         }
     }
 }

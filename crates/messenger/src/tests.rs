@@ -330,7 +330,7 @@ async fn a_sealed_segment_travels_open_and_the_rest_stays_encrypted() {
         data[1000..1000 + MARKER.len()].copy_from_slice(MARKER);
         let meta = Bytes::from(postcard::to_allocvec(&ask).expect("encode"));
         let reply = conn
-            .call_sealed(meta, Bytes::from(data.clone()))
+            .call_with(meta, Bytes::from(data.clone()), crate::DataSegment::Sealed)
             .await
             .expect("sealed echo");
         let answer: Answer = reply.decode().expect("answer");
@@ -528,8 +528,11 @@ fn frame_bytes(kind: Kind, meta: &[u8], data: &[u8]) -> Vec<u8> {
     [&header.encode()[..], &meta, &data].concat()
 }
 
-/// Where a secure frame's open segment starts: right after the clear prefix.
-const SEGMENT_AT: usize = 8;
+/// The open segment of a secure frame carrying `payload-sealed-chunk`: its last 20 bytes.
+fn open_segment(bytes: &mut [u8]) -> &mut [u8] {
+    let at = bytes.len() - 20;
+    &mut bytes[at..]
+}
 
 /// A secure frame protected with the link's own key, as the next frame of that link.
 fn protected_bytes(
@@ -541,7 +544,12 @@ fn protected_bytes(
 ) -> Vec<u8> {
     let (meta, data) = (Bytes::copy_from_slice(meta), Bytes::copy_from_slice(data));
     let header = Header::for_body(kind, 1, &meta, &data, Mode::Secure, segment);
-    let frame = link::Outgoing { header, meta, data };
+    let frame = link::Outgoing {
+        header,
+        meta,
+        data,
+        check: None,
+    };
     let key = raw
         .writer
         .key
@@ -663,7 +671,7 @@ async fn malformed_truncated_and_stalled_frames_close_only_that_link() {
         false,
         |raw| {
             let mut bytes = request(raw, Segment::Open);
-            bytes[SEGMENT_AT] ^= 1;
+            open_segment(&mut bytes)[0] ^= 1;
             bytes
         },
     )
@@ -676,7 +684,7 @@ async fn malformed_truncated_and_stalled_frames_close_only_that_link() {
         false,
         |raw| {
             let mut bytes = request(raw, Segment::Open);
-            bytes[SEGMENT_AT..SEGMENT_AT + 20].copy_from_slice(b"another sealed chunk");
+            open_segment(&mut bytes).copy_from_slice(b"another sealed chunk");
             bytes
         },
     )
@@ -700,9 +708,9 @@ async fn malformed_truncated_and_stalled_frames_close_only_that_link() {
                 b"another-sealed-chunk",
                 Segment::Open,
             );
+            let moved = open_segment(&mut first.clone()).to_vec();
             let mut second = request(raw, Segment::Open);
-            second[SEGMENT_AT..SEGMENT_AT + 20]
-                .copy_from_slice(&first[SEGMENT_AT..SEGMENT_AT + 20]);
+            open_segment(&mut second).copy_from_slice(&moved);
             [&first[..], &second[..]].concat()
         },
     )

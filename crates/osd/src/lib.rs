@@ -27,7 +27,9 @@ use map::placement::{OsdId, PgId};
 use messenger::message::{
     AuthTable, Command, MonReply, MonRequest, OsdBeacon, OsdReply, OsdRequest, BEACON_INTERVAL_MS,
 };
-use messenger::{Endpoint, EntityName, Identity, Limits, Mode, ModePolicy, MonAddr, MonClient};
+use messenger::{
+    Endpoint, EntityName, Identity, Limits, Mode, ModePolicy, MonAddr, MonClient, SegmentCheck,
+};
 use store::{MkfsOptions, Store};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -261,8 +263,9 @@ impl Inner {
         osd: OsdId,
         request: &OsdRequest,
         data: Bytes,
+        check: Option<SegmentCheck>,
     ) -> Result<(OsdReply, Bytes), String> {
-        self.net.call(osd, request, data).await
+        self.net.call(osd, request, data, check).await
     }
 
     /// Peers every PG whose acting set changed in `map` (and drops the others' primacy).

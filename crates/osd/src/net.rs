@@ -12,7 +12,7 @@ use bytes::Bytes;
 use map::cluster::ClusterMap;
 use map::placement::OsdId;
 use messenger::message::{OsdReply, OsdRequest};
-use messenger::{Connection, Endpoint, EntityName, Mode};
+use messenger::{Connection, DataSegment, Endpoint, EntityName, Mode, SegmentCheck};
 use tokio::sync::{watch, Mutex};
 
 use crate::PEER_TIMEOUT;
@@ -22,7 +22,15 @@ pub type Call<'a> = Pin<Box<dyn Future<Output = Result<(OsdReply, Bytes), String
 pub trait PeerNet: Send + Sync + 'static {
     /// Sends `request` (with `data` in its data segment) to OSD `osd` and returns its reply,
     /// or why there is none (unreachable, link lost, no answer within [`PEER_TIMEOUT`]).
-    fn call<'a>(&'a self, osd: OsdId, request: &'a OsdRequest, data: Bytes) -> Call<'a>;
+    /// `check` is the segment check that chunks sealed at the edge arrived with (a client's
+    /// write being replicated): they go on with it, not hashed again.
+    fn call<'a>(
+        &'a self,
+        osd: OsdId,
+        request: &'a OsdRequest,
+        data: Bytes,
+        check: Option<SegmentCheck>,
+    ) -> Call<'a>;
 }
 
 /// Peers over the messenger: one link per OSD, at the address the map gives, reopened when
@@ -63,14 +71,22 @@ impl MessengerNet {
 }
 
 impl PeerNet for MessengerNet {
-    fn call<'a>(&'a self, osd: OsdId, request: &'a OsdRequest, data: Bytes) -> Call<'a> {
+    fn call<'a>(
+        &'a self,
+        osd: OsdId,
+        request: &'a OsdRequest,
+        data: Bytes,
+        check: Option<SegmentCheck>,
+    ) -> Call<'a> {
         Box::pin(async move {
             let conn = self.connection(osd).await?;
-            match tokio::time::timeout(
-                PEER_TIMEOUT,
-                conn.request_with(request, data, request.data_is_sealed()),
-            )
-            .await
+            let segment = match (request.data_is_sealed(), check) {
+                (false, _) => DataSegment::Plain,
+                (true, None) => DataSegment::Sealed,
+                (true, Some(check)) => DataSegment::PassedOn(check),
+            };
+            match tokio::time::timeout(PEER_TIMEOUT, conn.request_with(request, data, segment))
+                .await
             {
                 Ok(Ok(reply)) => Ok(reply),
                 Ok(Err(e)) => Err(format!("osd.{}: {e}", osd.0)),

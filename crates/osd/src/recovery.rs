@@ -70,7 +70,7 @@ impl Inner {
     ) -> Result<(OsdReply, Bytes), String> {
         let epoch = self.map.borrow().epoch;
         let request = OsdRequest::Peer { pg, epoch, op };
-        match self.call_peer(osd, &request, data).await? {
+        match self.call_peer(osd, &request, data, None).await? {
             (OsdReply::Failed(why) | OsdReply::Denied(why) | OsdReply::Busy(why), _) => {
                 Err(format!("osd.{}: {why}", osd.0))
             }

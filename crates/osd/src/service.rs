@@ -11,7 +11,9 @@ use map::{ObjectName, ObjectRef};
 use messenger::message::{
     LogEntry, ObjectOp, OsdReply, OsdRequest, PeerOp, PgState, ReqId, Version, CHUNK_BYTES,
 };
-use messenger::{CertificateDer, EntityKind, EntityName, Handler, Peer, Reply, Request};
+use messenger::{
+    CertificateDer, EntityKind, EntityName, Handler, Peer, Reply, Request, SegmentCheck,
+};
 use store::{ReadError, Transaction};
 use tokio::task::JoinSet;
 
@@ -73,7 +75,10 @@ impl Handler for OsdService {
                     reqid,
                     ops,
                 };
-                match self.client_op(&peer, epoch, op, request.data).await {
+                match self
+                    .client_op(&peer, epoch, op, request.data, request.check)
+                    .await
+                {
                     Ok(answer) => answer,
                     Err(refusal) => reply(refusal),
                 }
@@ -204,6 +209,7 @@ impl OsdService {
         epoch: Epoch,
         op: ClientOp,
         data: Bytes,
+        check: Option<SegmentCheck>,
     ) -> Result<Reply, OsdReply> {
         if op.ops.is_empty() {
             return Err(OsdReply::Failed("a request needs at least one op".into()));
@@ -234,7 +240,7 @@ impl OsdService {
         let pg = self.inner.pg(op.pg);
         pg.wait_active().await.map_err(OsdReply::Busy)?;
         if write {
-            return self.write(op, data).await.map(reply);
+            return self.write(op, data, check).await.map(reply);
         }
         let object = objects::object_ref(op.pg, &op.object);
         let ops = op.ops;
@@ -251,8 +257,14 @@ impl OsdService {
     }
 
     /// Orders a write in its PG, applies it here and on every clean replica, and answers once
-    /// all of them (and at least min_size copies) have it.
-    async fn write(&self, op: ClientOp, data: Bytes) -> Result<OsdReply, OsdReply> {
+    /// all of them (and at least min_size copies) have it. Chunks sealed at the edge go to
+    /// the replicas with the `check` they arrived with.
+    async fn write(
+        &self,
+        op: ClientOp,
+        data: Bytes,
+        check: Option<SegmentCheck>,
+    ) -> Result<OsdReply, OsdReply> {
         let inner = &self.inner;
         let pg = inner.pg(op.pg);
         let mut core = pg.core.lock().await;
@@ -303,8 +315,9 @@ impl OsdService {
             };
             let inner = inner.clone();
             let data = data.clone();
+            let check = check.clone();
             replicas.spawn(async move {
-                let answer = match inner.call_peer(osd, &request, data).await {
+                let answer = match inner.call_peer(osd, &request, data, check).await {
                     Ok((OsdReply::Done, _)) => Ok(()),
                     Ok((other, _)) => Err(format!("{other:?}")),
                     Err(e) => Err(e),
