@@ -6,8 +6,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM};
 use aws_lc_rs::hmac;
+use keys::gcm::ChunkCipher;
 use map::PoolId;
 use messenger::message::{ChunkSeal, CHUNK_BYTES};
 use zeroize::Zeroizing;
@@ -91,7 +91,7 @@ impl Drop for Recycled {
 /// What names a chunk key: (data key version, writer id).
 type ChunkKeyId = (u16, [u8; WRITER_BYTES]);
 /// Chunk keys already derived.
-type Derived = HashMap<ChunkKeyId, Arc<LessSafeKey>>;
+type Derived = HashMap<ChunkKeyId, Arc<ChunkCipher>>;
 
 /// One pool's data keys and this process's writer state.
 pub(crate) struct EdgeKeys {
@@ -133,7 +133,7 @@ impl EdgeKeys {
         &self,
         version: u16,
         writer: &[u8; WRITER_BYTES],
-    ) -> Result<Arc<LessSafeKey>, Error> {
+    ) -> Result<Arc<ChunkCipher>, Error> {
         let mut derived = self.derived.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(key) = derived.get(&(version, *writer)) {
             return Ok(key.clone());
@@ -149,9 +149,11 @@ impl EdgeKeys {
         input.extend_from_slice(&self.pool.0.to_be_bytes());
         input.extend_from_slice(writer);
         let tag = hmac::sign(&hmac::Key::new(hmac::HMAC_SHA256, &data_key[..]), &input);
-        let unbound = UnboundKey::new(&AES_256_GCM, tag.as_ref())
+        let bytes: &[u8; 32] = tag
+            .as_ref()
+            .try_into()
             .unwrap_or_else(|_| unreachable!("HMAC-SHA256 gives 32 bytes"));
-        let key = Arc::new(LessSafeKey::new(unbound));
+        let key = Arc::new(ChunkCipher::new(bytes));
         if derived.len() >= 1024 {
             derived.clear();
         }
@@ -247,7 +249,7 @@ impl EdgeKeys {
             )));
         }
         let mut aad = aad_prefix(self.pool, object);
-        let mut last_key: Option<(ChunkKeyId, Arc<LessSafeKey>)> = None;
+        let mut last_key: Option<(ChunkKeyId, Arc<ChunkCipher>)> = None;
         for (i, (bytes, seal)) in data.chunks_mut(CHUNK_BYTES as usize).zip(seals).enumerate() {
             let Some(seal) = seal else {
                 bytes.fill(0);
@@ -269,13 +271,7 @@ impl EdgeKeys {
                 }
             };
             set_index(&mut aad, index);
-            key.open_in_place_separate_tag(
-                Nonce::assume_unique_for_key(seal.nonce),
-                Aad::from(&aad[..]),
-                &seal.tag,
-                bytes,
-            )
-            .map_err(|_| {
+            key.open(seal.nonce, &aad, &seal.tag, bytes).map_err(|_| {
                 Error::Failed(format!(
                     "integrity: chunk {index} of {object} (bytes {} to {}) in pool {} fails its \
                      tag: altered, moved or not sealed by this pool's keys",
@@ -295,7 +291,7 @@ impl EdgeKeys {
 
 /// The chunks of one write being sealed, in order, under one writer id.
 struct Sealing {
-    key: Arc<LessSafeKey>,
+    key: Arc<ChunkCipher>,
     key_id: u64,
     /// The writer id's last 8 bytes, then the counter.
     nonce: [u8; 12],
@@ -310,22 +306,13 @@ impl Sealing {
         let mut nonce = self.nonce;
         nonce[8..].copy_from_slice(&(self.counter as u32).to_be_bytes());
         set_index(&mut self.aad, self.index);
-        let tag = self
-            .key
-            .seal_in_place_separate_tag(
-                Nonce::assume_unique_for_key(nonce),
-                Aad::from(&self.aad[..]),
-                bytes,
-            )
-            .unwrap_or_else(|_| unreachable!("a 4 KiB chunk fits GCM"));
+        let tag = self.key.seal(nonce, &self.aad, bytes);
         self.counter += 1;
         self.index += 1;
-        let mut out = [0u8; 16];
-        out.copy_from_slice(tag.as_ref());
         ChunkSeal {
             key_id: self.key_id,
             nonce,
-            tag: out,
+            tag,
         }
     }
 }

@@ -18,8 +18,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM};
 use aws_lc_rs::digest;
+use keys::gcm::ChunkCipher;
 use keys::SecretKey;
 
 use crate::Error;
@@ -52,16 +52,14 @@ pub fn chunk_len(size: u64, index: u64) -> u64 {
 
 /// The key that seals and opens the chunks of one segment.
 pub struct ChunkKey {
-    key: LessSafeKey,
+    key: ChunkCipher,
     instance: String,
 }
 
 impl ChunkKey {
     pub fn new(data_key: &SecretKey<32>, instance: &str) -> ChunkKey {
-        let unbound = UnboundKey::new(&AES_256_GCM, data_key.expose())
-            .unwrap_or_else(|_| unreachable!("a 32-byte key is valid for AES-256-GCM"));
         ChunkKey {
-            key: LessSafeKey::new(unbound),
+            key: ChunkCipher::new(data_key.expose()),
             instance: instance.into(),
         }
     }
@@ -70,10 +68,6 @@ impl ChunkKey {
         let mut nonce = [0u8; 12];
         nonce[4..].copy_from_slice(&index.to_be_bytes());
         nonce
-    }
-
-    fn nonce(index: u64) -> Nonce {
-        Nonce::assume_unique_for_key(Self::nonce_bytes(index))
     }
 
     fn aad(&self, index: u64, last: bool) -> Vec<u8> {
@@ -87,21 +81,22 @@ impl ChunkKey {
 
     /// Seals chunk `index` in place; returns its tag.
     pub fn seal(&self, index: u64, last: bool, chunk: &mut [u8]) -> [u8; 16] {
-        let tag = self
-            .key
-            .seal_in_place_separate_tag(Self::nonce(index), Aad::from(self.aad(index, last)), chunk)
-            .unwrap_or_else(|_| unreachable!("a chunk is far below AES-GCM's limit"));
-        let mut out = [0u8; 16];
-        out.copy_from_slice(tag.as_ref());
-        out
+        self.key
+            .seal(Self::nonce_bytes(index), &self.aad(index, last), chunk)
     }
 
     /// Opens sealed chunk `index` (content then tag) in place; returns the content's length.
     pub fn open(&self, index: u64, last: bool, sealed: &mut [u8]) -> Result<usize, Error> {
-        self.key
-            .open_in_place(Self::nonce(index), Aad::from(self.aad(index, last)), sealed)
-            .map(|plain| plain.len())
-            .map_err(|_| self.failed(index))
+        let len = sealed
+            .len()
+            .checked_sub(TAG_BYTES as usize)
+            .ok_or_else(|| self.failed(index))?;
+        let (chunk, tag) = sealed.split_at_mut(len);
+        let tag: &[u8; 16] = (&*tag)
+            .try_into()
+            .unwrap_or_else(|_| unreachable!("split at 16 bytes from the end"));
+        self.open_detached(index, last, tag, chunk)?;
+        Ok(len)
     }
 
     fn failed(&self, index: u64) -> Error {
@@ -120,13 +115,7 @@ impl ChunkKey {
         chunk: &mut [u8],
     ) -> Result<(), Error> {
         self.key
-            .open_in_place_separate_tag(
-                Self::nonce(index),
-                Aad::from(self.aad(index, last)),
-                tag,
-                chunk,
-            )
-            .map(|_| ())
+            .open(Self::nonce_bytes(index), &self.aad(index, last), tag, chunk)
             .map_err(|_| self.failed(index))
     }
 }

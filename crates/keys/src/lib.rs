@@ -6,7 +6,11 @@
 //! store's id and mode, later a pool or an object). Wraps are rare (mkfs, rotation, key
 //! release), so random nonces stay far below the 2^32 messages NIST allows per key.
 //!
+//! `gcm` is AES-256-GCM for data chunks, in whichever library is faster on this CPU.
+//!
 //! It must never depend on IO, tokio, or any other Coffer crate.
+
+pub mod gcm;
 
 use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM, NONCE_LEN};
 use aws_lc_rs::digest;

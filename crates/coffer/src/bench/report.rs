@@ -86,6 +86,8 @@ pub struct Machine {
     pub cores: usize,
     pub memory_gib: f64,
     pub cpu: String,
+    /// The library the data path's AES-256-GCM runs in on this CPU (`keys::gcm`).
+    pub aes_gcm: String,
     pub commit: String,
     pub date_utc: String,
 }
@@ -116,6 +118,7 @@ pub fn machine() -> Machine {
         cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
         memory_gib: memory_kib / (1024.0 * 1024.0),
         cpu,
+        aes_gcm: keys::gcm::Implementation::fastest().to_string(),
         commit: option_env!("COFFER_COMMIT")
             .map(str::to_string)
             .or_else(|| run("git", &["rev-parse", "--short", "HEAD"]))
@@ -132,8 +135,8 @@ pub fn print_header(title: &str, config: &[(&str, String)]) {
         std::env::args().collect::<Vec<_>>().join(" ")
     );
     println!(
-        "machine: {} cores, {:.1} GiB, {}; commit {}; {} UTC",
-        m.cores, m.memory_gib, m.cpu, m.commit, m.date_utc
+        "machine: {} cores, {:.1} GiB, {}; AES-GCM in {}; commit {}; {} UTC",
+        m.cores, m.memory_gib, m.cpu, m.aes_gcm, m.commit, m.date_utc
     );
     for (key, value) in config {
         println!("{key}: {value}");
