@@ -41,12 +41,18 @@ impl Implementation {
     pub const ALL: [Implementation; 2] = [Implementation::AwsLc, Implementation::Ring];
 }
 
-impl fmt::Display for Implementation {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
+impl Implementation {
+    pub fn name(self) -> &'static str {
+        match self {
             Implementation::AwsLc => "aws-lc-rs",
             Implementation::Ring => "ring",
-        })
+        }
+    }
+}
+
+impl fmt::Display for Implementation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
     }
 }
 

@@ -72,10 +72,7 @@ pub fn run(args: AeadArgs) -> Result<(), String> {
                         round,
                         chunk_bytes,
                         op,
-                        implementation: match implementation {
-                            Implementation::AwsLc => "aws-lc-rs",
-                            Implementation::Ring => "ring",
-                        },
+                        implementation: implementation.name(),
                         gb_s,
                     });
                 }
@@ -100,7 +97,10 @@ pub fn run(args: AeadArgs) -> Result<(), String> {
                 rates.sort_by(f64::total_cmp);
                 rates
             };
-            let (aws, ring) = (rate("aws-lc-rs"), rate("ring"));
+            let (aws, ring) = (
+                rate(Implementation::AwsLc.name()),
+                rate(Implementation::Ring.name()),
+            );
             let mut ratios: Vec<f64> = ring.iter().zip(&aws).map(|(r, a)| r / a).collect();
             ratios.sort_by(f64::total_cmp);
             println!(
