@@ -39,9 +39,8 @@ impl Implementation {
 
     /// Both, for tests and benchmarks that compare them.
     pub const ALL: [Implementation; 2] = [Implementation::AwsLc, Implementation::Ring];
-}
 
-impl Implementation {
+    /// The library's name, as bench headers and results print it.
     pub fn name(self) -> &'static str {
         match self {
             Implementation::AwsLc => "aws-lc-rs",
