@@ -5,9 +5,12 @@
 //! 3. Load each object's record and the extents in the range its operations touch.
 //! 4. Execute the operations in order on that working copy. New data always goes to newly
 //!    allocated blocks (copy on write): it is sealed in place in its aligned buffer, on this
-//!    thread, and written with direct IO. Nothing committed is overwritten, so a crash at any
-//!    moment leaves the old state whole. Partial blocks are read, opened, merged and resealed.
-//! 5. Hand the metadata changes to group commit (commit.rs) and wait until durable.
+//!    thread, and written with direct IO, here if it spans several IO pieces, else by the
+//!    group commit together with the other small writes of its group. Nothing committed is
+//!    overwritten, so a crash at any moment leaves the old state whole. Partial blocks are
+//!    read, opened, merged and resealed.
+//! 5. Hand the small writes and the metadata changes to group commit (commit.rs) and wait
+//!    until durable.
 //! 6. Return the blocks the transaction freed to the allocator (only now: until the commit,
 //!    the old extents were still the committed truth), and unlock.
 //!
@@ -80,11 +83,24 @@ impl Work {
     }
 }
 
-/// Blocks taken and given up by one transaction.
+/// Blocks taken and given up by one transaction, and its writes left for the group commit.
 #[derive(Default)]
 struct Space {
     allocated: Vec<Run>,
     freed: Vec<Run>,
+    deferred: Vec<PendingWrite>,
+}
+
+/// A sealed buffer for newly allocated blocks, written by the group commit's leader.
+pub(crate) struct PendingWrite {
+    offset_bytes: u64,
+    buffer: AlignedBuf,
+}
+
+/// What one transaction hands to group commit: its small writes, then its metadata.
+pub(crate) struct Batch {
+    writes: Vec<PendingWrite>,
+    meta: Vec<MetaOp>,
 }
 
 /// Where sealing happens for a run of blocks.
@@ -248,9 +264,16 @@ impl Store {
                 return Err(e);
             }
         };
-        // After a failed commit the store is poisoned and its allocator is no longer
-        // consulted for writes, so neither list needs to go back.
-        self.committer.commit(batch, |group| self.flush(group))?;
+        let batch = Batch {
+            writes: std::mem::take(&mut space.deferred),
+            meta: batch,
+        };
+        if let Err(e) = self.committer.commit(batch, |group| self.flush(group)) {
+            // Its own writes failed: nothing of it was committed. (After a failed group
+            // commit the store is poisoned and its allocator no longer matters.)
+            self.release(&space.allocated);
+            return Err(e);
+        }
         self.release(&space.freed);
         Ok(())
     }
@@ -306,29 +329,29 @@ impl Store {
                 let tail = ((offset_bytes + len_bytes) % BLOCK) as usize;
                 let last = data.blocks().saturating_sub(1);
                 if head != 0 {
-                    let old = self.read_block(w, first_block)?;
+                    let old = self.read_block(w, first_block, space)?;
                     data[..head].copy_from_slice(&old[..head]);
                 }
                 if tail != 0 {
-                    let old = self.read_block(w, first_block + last as u64)?;
+                    let old = self.read_block(w, first_block + last as u64, space)?;
                     let at = last * BLOCK as usize;
                     data[at + tail..].copy_from_slice(&old[tail..]);
                 }
                 if data.blocks() > 0 {
-                    self.write_blocks(w, first_block, &mut data, Sealing::Store, space)?;
+                    self.write_blocks(w, first_block, data, Sealing::Store, space)?;
                 }
                 w.grow_to(offset_bytes + len_bytes);
             }
             Op::WriteSealed {
                 first_chunk,
-                mut data,
+                data,
                 chunks,
                 end_bytes,
                 ..
             } => {
                 let end_chunk = first_chunk + chunks.len() as u64;
                 self.refuse_growth_over_sealed_tail(w, end_bytes, (first_chunk, end_chunk))?;
-                self.write_blocks(w, first_chunk, &mut data, Sealing::Edge(&chunks), space)?;
+                self.write_blocks(w, first_chunk, data, Sealing::Edge(&chunks), space)?;
                 w.grow_to(end_bytes);
             }
             Op::Zero {
@@ -459,8 +482,20 @@ impl Store {
         Ok(())
     }
 
-    /// The plaintext of one logical block as the transaction currently sees it.
-    fn read_block(&self, w: &Work, block: u64) -> Result<AlignedBuf, ApplyError> {
+    /// The plaintext of one logical block as the transaction currently sees it. Its own
+    /// writes left for the group commit are written out first, as the block may be one of
+    /// theirs.
+    fn read_block(
+        &self,
+        w: &Work,
+        block: u64,
+        space: &mut Space,
+    ) -> Result<AlignedBuf, ApplyError> {
+        if !space.deferred.is_empty() {
+            self.device
+                .write_all(&mut io_pieces(space.deferred.iter_mut()))?;
+            space.deferred.clear();
+        }
         let mut buffer = AlignedBuf::for_overwrite(1);
         self.read_pieces(
             &w.object,
@@ -505,24 +540,27 @@ impl Store {
                 }
             }
             Some(_) => {
-                let mut buffer = self.read_block(w, block)?;
+                let mut buffer = self.read_block(w, block, space)?;
                 buffer[from..to].fill(0);
-                self.write_blocks(w, block, &mut buffer, Sealing::Store, space)
+                self.write_blocks(w, block, buffer, Sealing::Store, space)
             }
         }
     }
 
     /// Writes whole blocks to new device space as logical blocks `first_block..`, sealing
-    /// them in place, and points the working extent map at them.
+    /// them in place, and points the working extent map at them. A write that fits in one
+    /// IO piece is sealed now and left for the group commit, which writes the small writes of
+    /// a whole group in one submission; a larger one is written here, each piece sealed while
+    /// the one before it is in flight.
     fn write_blocks(
         &self,
         w: &mut Work,
         first_block: u64,
-        buffer: &mut [u8],
+        mut buffer: AlignedBuf,
         sealing: Sealing<'_>,
         space: &mut Space,
     ) -> Result<(), ApplyError> {
-        let blocks = buffer.len() as u64 / BLOCK;
+        let blocks = buffer.blocks() as u64;
         let runs = {
             let mut alloc = self.allocator.lock().expect("allocator lock poisoned");
             let free_bytes = alloc.free_blocks() * BLOCK;
@@ -552,20 +590,10 @@ impl Store {
                 offset += len;
             }
         }
-        let mut io = Vec::with_capacity(parts.len());
-        let mut rest: &mut [u8] = buffer;
-        for (_, physical, len) in &parts {
-            let (mine, tail) = std::mem::take(&mut rest).split_at_mut((len * BLOCK) as usize);
-            io.push(IoPiece {
-                offset_bytes: physical * BLOCK,
-                buffer: mine,
-            });
-            rest = tail;
-        }
         let id = w.id;
         let incarnation = self.nonces.incarnation();
         let mut seals: Vec<Option<ExtentSeal>> = vec![None; parts.len()];
-        self.device.write_each(&mut io, &mut |index, bytes| {
+        let mut seal = |index: usize, bytes: &mut [u8]| {
             let (logical, physical, len) = parts[index];
             let done = logical - first_block;
             seals[index] = Some(match sealing {
@@ -581,7 +609,26 @@ impl Store {
                     chunks: chunks[done as usize..(done + len) as usize].to_vec(),
                 },
             });
-        })?;
+        };
+        if let [(_, physical, _)] = parts[..] {
+            seal(0, &mut buffer);
+            space.deferred.push(PendingWrite {
+                offset_bytes: physical * BLOCK,
+                buffer,
+            });
+        } else {
+            let mut io = Vec::with_capacity(parts.len());
+            let mut rest: &mut [u8] = &mut buffer;
+            for (_, physical, len) in &parts {
+                let (mine, tail) = std::mem::take(&mut rest).split_at_mut((len * BLOCK) as usize);
+                io.push(IoPiece {
+                    offset_bytes: physical * BLOCK,
+                    buffer: mine,
+                });
+                rest = tail;
+            }
+            self.device.write_each(&mut io, &mut seal)?;
+        }
         // Extents: plain parts that are contiguous on the device join up to the mode's limit;
         // sealed parts are cut to it.
         let mut written: Vec<(u64, Extent)> = Vec::with_capacity(parts.len());
@@ -686,15 +733,21 @@ impl Store {
         Ok(batch)
     }
 
-    /// Commits one group (see commit.rs): data sync, then every batch in one metadata commit.
-    fn flush(&self, group: Vec<Vec<MetaOp>>) -> Result<(), ApplyError> {
+    /// Commits one group (see commit.rs): the batches' small writes, data sync, then every
+    /// batch whose writes landed in one metadata commit.
+    fn flush(&self, mut group: Vec<Batch>) -> Result<Vec<Result<(), ApplyError>>, ApplyError> {
+        let outcomes = self.write_deferred(&mut group);
         self.device.sync()?;
         let txn = self.db.begin_write()?;
         {
             let mut objects = txn.open_table(OBJECTS)?;
             let mut extents = txn.open_table(EXTENTS)?;
             let mut omap = txn.open_table(OMAP)?;
-            for op in group.into_iter().flatten() {
+            let landed = group
+                .into_iter()
+                .zip(&outcomes)
+                .filter(|(_, outcome)| outcome.is_ok());
+            for op in landed.flat_map(|(batch, _)| batch.meta) {
                 let table = match &op {
                     MetaOp::Put { table, .. }
                     | MetaOp::Remove { table, .. }
@@ -723,8 +776,36 @@ impl Store {
             }
         }
         txn.commit()?;
-        Ok(())
+        Ok(outcomes)
     }
+
+    /// Writes the small writes of every batch in `group` in one submission. If the device
+    /// refuses any, each batch's writes are tried again on their own (they go to blocks no
+    /// one else holds, so writing them twice is harmless), and only the batches whose writes
+    /// fail get the error.
+    fn write_deferred(&self, group: &mut [Batch]) -> Vec<Result<(), ApplyError>> {
+        let mut all = io_pieces(group.iter_mut().flat_map(|b| &mut b.writes));
+        if all.is_empty() || self.device.write_all(&mut all).is_ok() {
+            return group.iter().map(|_| Ok(())).collect();
+        }
+        group
+            .iter_mut()
+            .map(|batch| {
+                self.device
+                    .write_all(&mut io_pieces(batch.writes.iter_mut()))
+                    .map_err(ApplyError::Io)
+            })
+            .collect()
+    }
+}
+
+fn io_pieces<'a>(writes: impl Iterator<Item = &'a mut PendingWrite>) -> Vec<IoPiece<'a>> {
+    writes
+        .map(|w| IoPiece {
+            offset_bytes: w.offset_bytes,
+            buffer: &mut w.buffer[..],
+        })
+        .collect()
 }
 
 /// Whether logical `block` of the working object holds a chunk sealed by a client.

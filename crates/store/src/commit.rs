@@ -1,10 +1,13 @@
 //! Group commit: the point at which a transaction becomes durable.
 //!
-//! Each applying thread has already written its (sealed) data blocks. It queues its metadata
-//! changes and waits. One waiting thread at a time becomes the leader: it takes every queued
-//! batch, syncs the data device once (so every data block the batches reference is durable),
-//! then applies all batches, in queue order, in one metadata transaction committed with
-//! fsync. Every batch in that group is then durable, and its thread may acknowledge.
+//! Each applying thread has sealed its data blocks (and written those of large writes). It
+//! queues its batch (metadata changes, and the small writes it left for the group) and
+//! waits. One waiting thread at a time becomes the leader: it takes every queued batch,
+//! writes the small writes of all of them in one submission, syncs the data device once (so
+//! every data block the batches reference is durable), then applies the batches, in queue
+//! order, in one metadata transaction committed with fsync. Every batch in that group is then
+//! durable, and its thread may acknowledge. A batch whose own writes failed is left out of
+//! the commit and its thread gets the error; the others go on.
 //!
 //! Order matters: data sync before metadata commit, so committed metadata never points at
 //! blocks that did not reach the disk. If a sync or commit fails, the store is poisoned: the
@@ -16,18 +19,21 @@
 //! by the caller's concurrency.
 
 use crate::error::ApplyError;
-use crate::metadata::MetaOp;
+use std::collections::HashMap;
 use std::sync::{Condvar, Mutex};
 
-pub(crate) struct Committer {
-    state: Mutex<State>,
+pub(crate) struct Committer<B> {
+    state: Mutex<State<B>>,
     wake: Condvar,
 }
 
-struct State {
-    queue: Vec<Vec<MetaOp>>,
+struct State<B> {
+    queue: Vec<B>,
     next_ticket: u64,
     durable_through: u64,
+    /// Batches of the last groups that failed on their own, by ticket, until their
+    /// threads take the error.
+    failed: HashMap<u64, ApplyError>,
     leader: bool,
     poisoned: Option<String>,
 }
@@ -35,11 +41,11 @@ struct State {
 /// Armed while a leader runs `flush` without the lock. If `flush` panics (and something up
 /// the stack catches it), this poisons the store and wakes the followers, who would
 /// otherwise wait for a leader that never returns.
-struct LeaderUnwind<'a> {
-    committer: &'a Committer,
+struct LeaderUnwind<'a, B> {
+    committer: &'a Committer<B>,
 }
 
-impl Drop for LeaderUnwind<'_> {
+impl<B> Drop for LeaderUnwind<'_, B> {
     fn drop(&mut self) {
         let mut state = self
             .committer
@@ -54,13 +60,14 @@ impl Drop for LeaderUnwind<'_> {
     }
 }
 
-impl Committer {
-    pub(crate) fn new() -> Committer {
+impl<B> Committer<B> {
+    pub(crate) fn new() -> Committer<B> {
         Committer {
             state: Mutex::new(State {
                 queue: Vec::new(),
                 next_ticket: 1,
                 durable_through: 0,
+                failed: HashMap::new(),
                 leader: false,
                 poisoned: None,
             }),
@@ -68,11 +75,13 @@ impl Committer {
         }
     }
 
-    /// Queues `batch` and returns once it is durable (or failed). `flush` commits a group.
+    /// Queues `batch` and returns once it is durable (or failed). `flush` commits a group:
+    /// `Err` fails the whole group and poisons the store; otherwise it returns one outcome
+    /// per batch, in order, and a batch's own error goes to its thread alone.
     pub(crate) fn commit(
         &self,
-        batch: Vec<MetaOp>,
-        flush: impl Fn(Vec<Vec<MetaOp>>) -> Result<(), ApplyError>,
+        batch: B,
+        flush: impl Fn(Vec<B>) -> Result<Vec<Result<(), ApplyError>>, ApplyError>,
     ) -> Result<(), ApplyError> {
         let mut state = self.state.lock().expect("commit lock poisoned");
         if let Some(cause) = &state.poisoned {
@@ -85,7 +94,7 @@ impl Committer {
         state.queue.push(batch);
         loop {
             if state.durable_through >= ticket {
-                return Ok(());
+                return state.failed.remove(&ticket).map_or(Ok(()), Err);
             }
             if let Some(cause) = &state.poisoned {
                 return Err(ApplyError::Poisoned {
@@ -99,6 +108,7 @@ impl Committer {
             state.leader = true;
             let group = std::mem::take(&mut state.queue);
             let last_ticket = state.next_ticket - 1;
+            let first_ticket = last_ticket + 1 - group.len() as u64;
             drop(state);
             let unwinding = LeaderUnwind { committer: self };
             let result = flush(group);
@@ -106,8 +116,13 @@ impl Committer {
             state = self.state.lock().expect("commit lock poisoned");
             state.leader = false;
             let outcome = match result {
-                Ok(()) => {
+                Ok(outcomes) => {
                     state.durable_through = last_ticket;
+                    for (at, outcome) in (first_ticket..).zip(outcomes) {
+                        if let Err(e) = outcome {
+                            state.failed.insert(at, e);
+                        }
+                    }
                     None
                 }
                 Err(e) => {
@@ -138,16 +153,16 @@ mod tests {
 
     #[test]
     fn concurrent_batches_share_commits_and_each_commits_once() {
-        let committer = Committer::new();
+        let committer = Committer::<()>::new();
         let committed = AtomicUsize::new(0);
         std::thread::scope(|scope| {
             for _ in 0..8 {
                 scope.spawn(|| {
                     for _ in 0..50 {
                         committer
-                            .commit(Vec::new(), |group| {
+                            .commit((), |group| {
                                 committed.fetch_add(group.len(), Ordering::SeqCst);
-                                Ok(())
+                                Ok(group.iter().map(|()| Ok(())).collect())
                             })
                             .expect("commit");
                     }
@@ -161,18 +176,52 @@ mod tests {
         );
     }
 
+    /// Batches that fail on their own (their data writes failed) get their own error, in
+    /// whatever group they landed; the others in the group commit, and nothing is poisoned.
+    #[test]
+    fn a_batch_failing_alone_fails_only_its_own_thread() {
+        let committer = Committer::<(usize, usize)>::new();
+        let flush = |group: Vec<(usize, usize)>| {
+            Ok(group
+                .into_iter()
+                .map(|(thread, round)| match (thread + round) % 3 {
+                    0 => Err(ApplyError::Invalid {
+                        reason: format!("{thread} {round}"),
+                    }),
+                    _ => Ok(()),
+                })
+                .collect())
+        };
+        std::thread::scope(|scope| {
+            for thread in 0..8 {
+                let (committer, flush) = (&committer, &flush);
+                scope.spawn(move || {
+                    for round in 0..50 {
+                        let outcome = committer.commit((thread, round), flush);
+                        match outcome {
+                            Err(ApplyError::Invalid { reason }) => {
+                                assert_eq!(reason, format!("{thread} {round}"), "its own error");
+                            }
+                            Ok(()) => assert_ne!((thread + round) % 3, 0, "a failure was lost"),
+                            Err(other) => panic!("{other:?}"),
+                        }
+                    }
+                });
+            }
+        });
+        assert!(committer.poisoned().is_none());
+    }
+
     /// The story: a leader's flush panicked, something caught the panic, and every later
     /// commit waited forever for a leader that would never come back.
     #[test]
     fn a_panicking_leader_poisons_instead_of_hanging_the_followers() {
-        let committer = Committer::new();
+        let committer = Committer::<()>::new();
         let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            committer.commit(Vec::new(), |_| {
-                panic!("flush failed inside the metadata database")
-            })
+            committer.commit((), |_| panic!("flush failed inside the metadata database"))
         }));
         assert!(caught.is_err());
-        let after = committer.commit(Vec::new(), |_| Ok(()));
+        let after = committer.commit((), |_| Ok(vec![Ok(())]));
         assert!(
             matches!(after, Err(ApplyError::Poisoned { .. })),
             "{after:?}"

@@ -54,6 +54,13 @@ pub trait Device: Send + Sync {
     ) -> io::Result<()> {
         write_one_by_one(self, pieces, seal)
     }
+
+    /// Writes pieces that are already sealed, submitted together where the device can (one
+    /// system call and one notification of the device for many). Returns once every write
+    /// completed.
+    fn write_all(&self, pieces: &mut [IoPiece<'_>]) -> io::Result<()> {
+        write_one_by_one(self, pieces, &mut |_, _| {})
+    }
 }
 
 /// `Device::read_each` without overlap: one read, then its callback, then the next.
@@ -220,6 +227,17 @@ impl Device for FileDevice {
         match crate::uring::write_each(fd, pieces, seal) {
             Some(result) => result,
             None => write_one_by_one(self, pieces, seal),
+        }
+    }
+
+    fn write_all(&self, pieces: &mut [IoPiece<'_>]) -> io::Result<()> {
+        pieces
+            .iter()
+            .for_each(|p| assert_aligned(p.offset_bytes, p.buffer));
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&self.file);
+        match crate::uring::write_all(fd, pieces) {
+            Some(result) => result,
+            None => write_one_by_one(self, pieces, &mut |_, _| {}),
         }
     }
 }

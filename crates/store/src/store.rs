@@ -66,7 +66,7 @@ pub struct Store {
     pub(crate) meta: MetaSealer,
     pub(crate) nonces: NonceCounter,
     pub(crate) allocator: Mutex<Allocator>,
-    pub(crate) committer: Committer,
+    pub(crate) committer: Committer<crate::apply::Batch>,
     pub(crate) slots: Box<[RwLock<()>]>,
     direct_io: bool,
 }

@@ -3,7 +3,8 @@
 //! One ring per thread (created on first use, `RING_ENTRIES` deep). A batch submits as many
 //! pieces as the ring holds and, as reads complete, hands each piece to the caller's
 //! callback while the rest are still in flight; writes are submitted one by one right after
-//! the caller seals each piece, so sealing piece i+1 overlaps writing piece i. No other
+//! the caller seals each piece, so sealing piece i+1 overlaps writing piece i, or, when they
+//! are already sealed, all at once (one system call for up to a ring of pieces). No other
 //! thread touches the data: this is the store's rule that crypto runs on the IO thread.
 //!
 //! Safety argument: the kernel writes into (or reads from) a piece's buffer from submission
@@ -169,6 +170,22 @@ pub(crate) fn write_each(
     pieces: &mut [IoPiece<'_>],
     seal: &mut dyn FnMut(usize, &mut [u8]),
 ) -> Option<io::Result<()>> {
+    write_pieces(fd, pieces, seal, true)
+}
+
+/// Writes pieces that are ready as they are, submitted together.
+pub(crate) fn write_all(fd: RawFd, pieces: &mut [IoPiece<'_>]) -> Option<io::Result<()>> {
+    write_pieces(fd, pieces, &mut |_, _| {}, false)
+}
+
+/// Seals and queues each piece in turn; with `submit_each`, submits it at once, else the
+/// queued pieces go in together when the ring is full and at the end.
+fn write_pieces(
+    fd: RawFd,
+    pieces: &mut [IoPiece<'_>],
+    seal: &mut dyn FnMut(usize, &mut [u8]),
+    submit_each: bool,
+) -> Option<io::Result<()>> {
     with_ring(|ring| {
         let mut batch = Batch { ring, in_flight: 0 };
         let mut failed: Option<io::Error> = None;
@@ -200,6 +217,9 @@ pub(crate) fn write_each(
             .build()
             .user_data(index as u64);
             batch.push(entry);
+            if !submit_each {
+                continue;
+            }
             if let Err(e) = batch.ring.submit() {
                 if !matches!(
                     e.raw_os_error(),
@@ -317,6 +337,31 @@ mod tests {
             assert!(on_disk[block * PIECE..(block + 1) * PIECE]
                 .iter()
                 .all(|b| *b == 0xa0 + i as u8));
+        }
+    }
+
+    /// More ready pieces than the ring holds, submitted together: every one lands whole.
+    #[test]
+    fn ready_pieces_written_together_all_land_past_a_full_ring() {
+        let blocks = RING_ENTRIES as usize * 2 + 3;
+        let (file, _) = setup(blocks);
+        let fd = file.as_file().as_raw_fd();
+        let mut buffer = crate::device::AlignedBuf::zeroed(blocks);
+        for (i, piece) in buffer.chunks_exact_mut(PIECE).enumerate() {
+            piece.fill(0x80 ^ i as u8);
+        }
+        let offsets: Vec<u64> = (0..blocks).rev().map(|b| (b * PIECE) as u64).collect();
+        let mut io = pieces(&mut buffer, &offsets);
+        write_all(fd, &mut io).expect("ring").expect("writes");
+        let on_disk = std::fs::read(file.path()).expect("read back");
+        for i in 0..blocks {
+            let block = blocks - 1 - i;
+            assert!(
+                on_disk[block * PIECE..(block + 1) * PIECE]
+                    .iter()
+                    .all(|b| *b == 0x80 ^ i as u8),
+                "piece {i} at block {block}"
+            );
         }
     }
 }

@@ -112,3 +112,31 @@ fn objects_in_other_pools_and_hash_ranges_are_listed_apart_and_paged() {
         "a hash range lists exactly its objects"
     );
 }
+
+/// A transaction that writes a block and then changes part of it reads its own first write
+/// back (the store leaves small writes to the group commit, so the first is not yet on the
+/// device when the second merges into it).
+#[test]
+fn a_transaction_reads_back_its_own_writes_to_merge_into_them() {
+    for mode in Mode::ALL {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = mkfs(dir.path(), mode, 1 << 20);
+        let o = obj(1, "merged");
+        let mut expected = common::pattern(1, 4096);
+        let mut txn = Transaction::new();
+        txn.write(&o, 0, &expected)
+            .write(&o, 100, &common::pattern(2, 10))
+            .zero(&o, 4000, 50)
+            .write(&o, 5000, &common::pattern(3, 20))
+            .truncate(&o, 5010);
+        store.apply(txn).expect("apply");
+        expected[100..110].copy_from_slice(&common::pattern(2, 10));
+        expected[4000..4050].fill(0);
+        expected.resize(5000, 0);
+        expected.extend_from_slice(&common::pattern(3, 10));
+        assert!(
+            store.read(&o, 0, 8192).expect("read")[..] == expected[..],
+            "{mode}: the merged block differs"
+        );
+    }
+}
