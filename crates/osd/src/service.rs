@@ -477,28 +477,30 @@ impl OsdService {
         let Some(grows_to) = grows_to else {
             return Ok(());
         };
+        // The size is one record from redb's cache, read here: a blocking thread's
+        // wake-up would cost more, on every edge write. Reading the tail chunk goes to the
+        // device, so it does take one, and only when the object ends inside a chunk.
+        let size = match self.inner.store.stat(object) {
+            Ok(stat) => stat.size_bytes,
+            Err(ReadError::NotFound { .. }) => return Ok(()),
+            Err(e) => return Err(read_failure(e)),
+        };
+        if size.is_multiple_of(CHUNK_BYTES) || grows_to <= size {
+            return Ok(());
+        }
+        let tail = size / CHUNK_BYTES;
         let probe = object.clone();
-        let tail = self
+        let sealed = self
             .inner
-            .blocking(move |store| {
-                let size = match store.stat(&probe) {
-                    Ok(stat) => stat.size_bytes,
-                    Err(ReadError::NotFound { .. }) => return Ok(None),
-                    Err(e) => return Err(e),
-                };
-                if size.is_multiple_of(CHUNK_BYTES) || grows_to <= size {
-                    return Ok(None);
-                }
-                let tail = size / CHUNK_BYTES;
-                let sealed = store.read_sealed(&probe, tail, 1)?.chunks[0].is_some();
-                Ok(sealed.then_some(tail))
-            })
+            .blocking(move |store| store.read_sealed(&probe, tail, 1))
             .await
             .map_err(OsdReply::Failed)?
-            .map_err(read_failure)?;
-        let Some(tail) = tail else {
+            .map_err(read_failure)?
+            .chunks[0]
+            .is_some();
+        if !sealed {
             return Ok(());
-        };
+        }
         let replaced = ops.iter().any(|op| match op {
             ObjectOp::WriteChunks { first, seals, .. } => {
                 (*first..first + seals.len() as u64).contains(&tail)
