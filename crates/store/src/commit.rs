@@ -20,11 +20,11 @@
 
 use crate::error::ApplyError;
 use std::collections::HashMap;
-use std::sync::{Condvar, Mutex};
+use std::sync::{Mutex, MutexGuard};
+use std::thread::Thread;
 
 pub(crate) struct Committer<B> {
     state: Mutex<State<B>>,
-    wake: Condvar,
 }
 
 struct State<B> {
@@ -34,8 +34,29 @@ struct State<B> {
     /// Batches of the last groups that failed on their own, by ticket, until their
     /// threads take the error.
     failed: HashMap<u64, ApplyError>,
+    /// Threads asleep until their batch is durable, by ticket. A finished group wakes its
+    /// own threads and one of the next (to lead it), not every waiting thread: each
+    /// needless wake-up is a context switch.
+    waiting: Vec<(u64, Thread)>,
     leader: bool,
     poisoned: Option<String>,
+}
+
+impl<B> State<B> {
+    fn wake(&self) {
+        let done = |ticket: u64| ticket <= self.durable_through || self.poisoned.is_some();
+        for (_, thread) in self.waiting.iter().filter(|(t, _)| done(*t)) {
+            thread.unpark();
+        }
+        let next = self
+            .waiting
+            .iter()
+            .filter(|(t, _)| !done(*t))
+            .min_by_key(|(t, _)| *t);
+        if let Some((_, thread)) = next {
+            thread.unpark();
+        }
+    }
 }
 
 /// Armed while a leader runs `flush` without the lock. If `flush` panics (and something up
@@ -56,7 +77,7 @@ impl<B> Drop for LeaderUnwind<'_, B> {
         state
             .poisoned
             .get_or_insert_with(|| "a metadata commit panicked".to_string());
-        self.committer.wake.notify_all();
+        state.wake();
     }
 }
 
@@ -68,10 +89,10 @@ impl<B> Committer<B> {
                 next_ticket: 1,
                 durable_through: 0,
                 failed: HashMap::new(),
+                waiting: Vec::new(),
                 leader: false,
                 poisoned: None,
             }),
-            wake: Condvar::new(),
         }
     }
 
@@ -102,7 +123,7 @@ impl<B> Committer<B> {
                 });
             }
             if state.leader {
-                state = self.wake.wait(state).expect("commit lock poisoned");
+                state = self.sleep(state, ticket);
                 continue;
             }
             state.leader = true;
@@ -130,11 +151,25 @@ impl<B> Committer<B> {
                     Some(e)
                 }
             };
-            self.wake.notify_all();
+            state.wake();
             if let Some(e) = outcome {
                 return Err(e);
             }
         }
+    }
+
+    /// Sleeps until woken (or spuriously), listed under `ticket` meanwhile.
+    fn sleep<'a>(
+        &'a self,
+        mut state: MutexGuard<'a, State<B>>,
+        ticket: u64,
+    ) -> MutexGuard<'a, State<B>> {
+        state.waiting.push((ticket, std::thread::current()));
+        drop(state);
+        std::thread::park();
+        let mut state = self.state.lock().expect("commit lock poisoned");
+        state.waiting.retain(|(t, _)| *t != ticket);
+        state
     }
 
     pub(crate) fn poisoned(&self) -> Option<String> {
