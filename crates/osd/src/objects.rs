@@ -7,6 +7,8 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
+use bytes::Bytes;
+
 use map::placement::{pg_of, PgId};
 use map::{ObjectName, ObjectRef, PoolId};
 use messenger::message::{
@@ -127,17 +129,17 @@ pub fn build_write(
     txn: &mut Transaction,
     object: &ObjectRef,
     ops: &[ObjectOp],
-    data: &[u8],
+    data: &Bytes,
     version: Version,
 ) -> Result<(), String> {
     let mut at = 0usize;
-    let mut take = |len: u64| -> Result<&[u8], String> {
+    let mut take = |len: u64| -> Result<Bytes, String> {
         let len = usize::try_from(len).map_err(|_| "write length overflows".to_string())?;
         let end = at
             .checked_add(len)
             .filter(|end| *end <= data.len())
             .ok_or_else(|| format!("ops need more than the {} data bytes sent", data.len()))?;
-        let piece = &data[at..end];
+        let piece = data.slice(at..end);
         at = end;
         Ok(piece)
     };
@@ -165,11 +167,11 @@ pub fn build_write(
                 let bytes = take(*len)?;
                 txn.touch(object)
                     .truncate(object, 0)
-                    .write(object, 0, bytes);
+                    .write_bytes(object, 0, bytes);
             }
             ObjectOp::Write { offset, len } => {
                 let bytes = take(*len)?;
-                txn.write(object, *offset, bytes);
+                txn.write_bytes(object, *offset, bytes);
             }
             ObjectOp::Zero { offset, len } => {
                 txn.touch(object).zero(object, *offset, *len);
@@ -468,7 +470,7 @@ pub fn write_copy(
     object: &ObjectRef,
     copy: Option<&ObjectCopy>,
     offset: u64,
-    data: &[u8],
+    data: &Bytes,
     last: bool,
 ) {
     let Some(copy) = copy else {
@@ -488,7 +490,7 @@ pub fn write_copy(
     }
     match &copy.chunks {
         None if !data.is_empty() => {
-            txn.write(object, offset, data);
+            txn.write_bytes(object, offset, data.clone());
         }
         None => {}
         Some(seals) => {
@@ -507,7 +509,8 @@ pub fn write_copy(
                     .flatten()
                     .map(|s| record_of(*s))
                     .collect();
-                let bytes = &data[at * CHUNK_BYTES as usize..(at + run) * CHUNK_BYTES as usize];
+                let bytes =
+                    data.slice(at * CHUNK_BYTES as usize..(at + run) * CHUNK_BYTES as usize);
                 txn.write_sealed(object, first + at as u64, bytes, records);
                 at += run;
             }

@@ -18,7 +18,9 @@
 //! nothing is visible: the metadata was never written.
 
 use crate::allocator::Run;
-use crate::device::{AlignedBuf, IoPiece, BLOCK_SIZE_BYTES, IO_PIECE_BLOCKS_MAX};
+use crate::device::{
+    AlignedBuf, Blocks, IoPiece, WritePiece, BLOCK_SIZE_BYTES, IO_PIECE_BLOCKS_MAX,
+};
 use crate::error::{ApplyError, ReadError};
 use crate::metadata::{
     extent_key, object_key, omap_key, prefix_end, MetaOp, ObjectId, Table, EXTENTS, OBJECTS, OMAP,
@@ -91,10 +93,10 @@ struct Space {
     deferred: Vec<PendingWrite>,
 }
 
-/// A sealed buffer for newly allocated blocks, written by the group commit's leader.
+/// Sealed blocks for newly allocated space, written by the group commit's leader.
 pub(crate) struct PendingWrite {
     offset_bytes: u64,
-    buffer: AlignedBuf,
+    buffer: Blocks,
 }
 
 /// What one transaction hands to group commit: its small writes, then its metadata.
@@ -314,7 +316,7 @@ impl Store {
             Op::Write {
                 offset_bytes,
                 len_bytes,
-                mut data,
+                data,
                 ..
             } => {
                 let end_bytes = offset_bytes + len_bytes;
@@ -328,15 +330,21 @@ impl Store {
                 let head = (offset_bytes % BLOCK) as usize;
                 let tail = ((offset_bytes + len_bytes) % BLOCK) as usize;
                 let last = data.blocks().saturating_sub(1);
-                if head != 0 {
-                    let old = self.read_block(w, first_block, space)?;
-                    data[..head].copy_from_slice(&old[..head]);
-                }
-                if tail != 0 {
-                    let old = self.read_block(w, first_block + last as u64, space)?;
-                    let at = last * BLOCK as usize;
-                    data[at + tail..].copy_from_slice(&old[tail..]);
-                }
+                let data = if head != 0 || tail != 0 {
+                    let mut data = data.into_owned();
+                    if head != 0 {
+                        let old = self.read_block(w, first_block, space)?;
+                        data[..head].copy_from_slice(&old[..head]);
+                    }
+                    if tail != 0 {
+                        let old = self.read_block(w, first_block + last as u64, space)?;
+                        let at = last * BLOCK as usize;
+                        data[at + tail..].copy_from_slice(&old[tail..]);
+                    }
+                    Blocks::Owned(data)
+                } else {
+                    data
+                };
                 if data.blocks() > 0 {
                     self.write_blocks(w, first_block, data, Sealing::Store, space)?;
                 }
@@ -493,7 +501,7 @@ impl Store {
     ) -> Result<AlignedBuf, ApplyError> {
         if !space.deferred.is_empty() {
             self.device
-                .write_all(&mut io_pieces(space.deferred.iter_mut()))?;
+                .write_all(&write_pieces(space.deferred.iter()))?;
             space.deferred.clear();
         }
         let mut buffer = AlignedBuf::for_overwrite(1);
@@ -542,7 +550,7 @@ impl Store {
             Some(_) => {
                 let mut buffer = self.read_block(w, block, space)?;
                 buffer[from..to].fill(0);
-                self.write_blocks(w, block, buffer, Sealing::Store, space)
+                self.write_blocks(w, block, Blocks::Owned(buffer), Sealing::Store, space)
             }
         }
     }
@@ -551,15 +559,22 @@ impl Store {
     /// them in place, and points the working extent map at them. A write that fits in one
     /// IO piece is sealed now and left for the group commit, which writes the small writes of
     /// a whole group in one submission; a larger one is written here, each piece sealed while
-    /// the one before it is in flight.
+    /// the one before it is in flight. Shared bytes are written as they are when nothing is
+    /// sealed in place (mode `none`, or chunks a client sealed), else copied to be sealed.
     fn write_blocks(
         &self,
         w: &mut Work,
         first_block: u64,
-        mut buffer: AlignedBuf,
+        data: Blocks,
         sealing: Sealing<'_>,
         space: &mut Space,
     ) -> Result<(), ApplyError> {
+        let buffer = match data {
+            Blocks::Shared(_) if matches!(sealing, Sealing::Store) && self.data.changes_bytes() => {
+                Blocks::Owned(data.into_owned())
+            }
+            data => data,
+        };
         let blocks = buffer.blocks() as u64;
         let runs = {
             let mut alloc = self.allocator.lock().expect("allocator lock poisoned");
@@ -610,24 +625,56 @@ impl Store {
                 },
             });
         };
-        if let [(_, physical, _)] = parts[..] {
-            seal(0, &mut buffer);
-            space.deferred.push(PendingWrite {
-                offset_bytes: physical * BLOCK,
-                buffer,
-            });
-        } else {
-            let mut io = Vec::with_capacity(parts.len());
-            let mut rest: &mut [u8] = &mut buffer;
-            for (_, physical, len) in &parts {
-                let (mine, tail) = std::mem::take(&mut rest).split_at_mut((len * BLOCK) as usize);
-                io.push(IoPiece {
-                    offset_bytes: physical * BLOCK,
-                    buffer: mine,
-                });
-                rest = tail;
+        match buffer {
+            Blocks::Owned(mut buffer) => {
+                if let [(_, physical, _)] = parts[..] {
+                    seal(0, &mut buffer);
+                    space.deferred.push(PendingWrite {
+                        offset_bytes: physical * BLOCK,
+                        buffer: Blocks::Owned(buffer),
+                    });
+                } else {
+                    let mut io = Vec::with_capacity(parts.len());
+                    let mut rest: &mut [u8] = &mut buffer;
+                    for (_, physical, len) in &parts {
+                        let (mine, tail) =
+                            std::mem::take(&mut rest).split_at_mut((len * BLOCK) as usize);
+                        io.push(IoPiece {
+                            offset_bytes: physical * BLOCK,
+                            buffer: mine,
+                        });
+                        rest = tail;
+                    }
+                    self.device.write_each(&mut io, &mut seal)?;
+                }
             }
-            self.device.write_each(&mut io, &mut seal)?;
+            Blocks::Shared(bytes) => {
+                // Sealing leaves these bytes as they are (mode none, or a client's chunks): it
+                // only makes their records, so it is given no bytes.
+                let mut at = 0;
+                let mut io = Vec::with_capacity(parts.len());
+                for (index, (_, physical, len)) in parts.iter().enumerate() {
+                    let end = at + (len * BLOCK) as usize;
+                    seal(index, &mut []);
+                    io.push((physical * BLOCK, bytes.slice(at..end)));
+                    at = end;
+                }
+                if let [(offset_bytes, _)] = io[..] {
+                    space.deferred.push(PendingWrite {
+                        offset_bytes,
+                        buffer: Blocks::Shared(bytes),
+                    });
+                } else {
+                    let pieces: Vec<WritePiece<'_>> = io
+                        .iter()
+                        .map(|(offset_bytes, buffer)| WritePiece {
+                            offset_bytes: *offset_bytes,
+                            buffer,
+                        })
+                        .collect();
+                    self.device.write_all(&pieces)?;
+                }
+            }
         }
         // Extents: plain parts that are contiguous on the device join up to the mode's limit;
         // sealed parts are cut to it.
@@ -735,8 +782,8 @@ impl Store {
 
     /// Commits one group (see commit.rs): the batches' small writes, data sync, then every
     /// batch whose writes landed in one metadata commit.
-    fn flush(&self, mut group: Vec<Batch>) -> Result<Vec<Result<(), ApplyError>>, ApplyError> {
-        let outcomes = self.write_deferred(&mut group);
+    fn flush(&self, group: Vec<Batch>) -> Result<Vec<Result<(), ApplyError>>, ApplyError> {
+        let outcomes = self.write_deferred(&group);
         self.device.sync()?;
         let txn = self.db.begin_write()?;
         {
@@ -783,27 +830,27 @@ impl Store {
     /// refuses any, each batch's writes are tried again on their own (they go to blocks no
     /// one else holds, so writing them twice is harmless), and only the batches whose writes
     /// fail get the error.
-    fn write_deferred(&self, group: &mut [Batch]) -> Vec<Result<(), ApplyError>> {
-        let mut all = io_pieces(group.iter_mut().flat_map(|b| &mut b.writes));
-        if all.is_empty() || self.device.write_all(&mut all).is_ok() {
+    fn write_deferred(&self, group: &[Batch]) -> Vec<Result<(), ApplyError>> {
+        let all = write_pieces(group.iter().flat_map(|b| &b.writes));
+        if all.is_empty() || self.device.write_all(&all).is_ok() {
             return group.iter().map(|_| Ok(())).collect();
         }
         group
-            .iter_mut()
+            .iter()
             .map(|batch| {
                 self.device
-                    .write_all(&mut io_pieces(batch.writes.iter_mut()))
+                    .write_all(&write_pieces(batch.writes.iter()))
                     .map_err(ApplyError::Io)
             })
             .collect()
     }
 }
 
-fn io_pieces<'a>(writes: impl Iterator<Item = &'a mut PendingWrite>) -> Vec<IoPiece<'a>> {
+fn write_pieces<'a>(writes: impl Iterator<Item = &'a PendingWrite>) -> Vec<WritePiece<'a>> {
     writes
-        .map(|w| IoPiece {
+        .map(|w| WritePiece {
             offset_bytes: w.offset_bytes,
-            buffer: &mut w.buffer[..],
+            buffer: &w.buffer,
         })
         .collect()
 }

@@ -6,7 +6,9 @@
 //! the device works on the others; their default runs one piece at a time. `FileDevice` is the real
 //! one: a preallocated file or a raw block device opened with O_DIRECT, so data bypasses the
 //! page cache and every buffer handed to it is `BLOCK_SIZE_BYTES`-aligned in memory, offset
-//! and length. `AlignedBuf` is that buffer; sealing happens inside it, in place.
+//! and length. `AlignedBuf` is that buffer; sealing happens inside it, in place. Bytes that
+//! need no sealing and already sit on block boundaries (`Blocks::Shared`, such as a segment
+//! the messenger received aligned) are written from where they are.
 
 use std::alloc::{self, Layout};
 use std::fs::{File, OpenOptions};
@@ -25,6 +27,13 @@ pub const IO_PIECE_BLOCKS_MAX: u64 = 64;
 pub struct IoPiece<'a> {
     pub offset_bytes: u64,
     pub buffer: &'a mut [u8],
+}
+
+/// One write of bytes that are ready as they are.
+#[derive(Clone, Copy)]
+pub struct WritePiece<'a> {
+    pub offset_bytes: u64,
+    pub buffer: &'a [u8],
 }
 
 pub trait Device: Send + Sync {
@@ -58,8 +67,10 @@ pub trait Device: Send + Sync {
     /// Writes pieces that are already sealed, submitted together where the device can (one
     /// system call and one notification of the device for many). Returns once every write
     /// completed.
-    fn write_all(&self, pieces: &mut [IoPiece<'_>]) -> io::Result<()> {
-        write_one_by_one(self, pieces, &mut |_, _| {})
+    fn write_all(&self, pieces: &[WritePiece<'_>]) -> io::Result<()> {
+        pieces
+            .iter()
+            .try_for_each(|piece| self.write_at(piece.offset_bytes, piece.buffer))
     }
 }
 
@@ -230,14 +241,16 @@ impl Device for FileDevice {
         }
     }
 
-    fn write_all(&self, pieces: &mut [IoPiece<'_>]) -> io::Result<()> {
+    fn write_all(&self, pieces: &[WritePiece<'_>]) -> io::Result<()> {
         pieces
             .iter()
             .for_each(|p| assert_aligned(p.offset_bytes, p.buffer));
         let fd = std::os::fd::AsRawFd::as_raw_fd(&self.file);
         match crate::uring::write_all(fd, pieces) {
             Some(result) => result,
-            None => write_one_by_one(self, pieces, &mut |_, _| {}),
+            None => pieces
+                .iter()
+                .try_for_each(|piece| self.write_at(piece.offset_bytes, piece.buffer)),
         }
     }
 }
@@ -328,6 +341,16 @@ impl AlignedBuf {
         }
     }
 
+    /// `data` placed `head` bytes into a buffer of whole blocks, zeros before and after it.
+    pub(crate) fn copied(data: &[u8], head: usize) -> AlignedBuf {
+        let blocks = (head + data.len()).div_ceil(BLOCK_SIZE_BYTES as usize);
+        let mut buffer = AlignedBuf::for_overwrite(blocks);
+        buffer[..head].fill(0);
+        buffer[head..head + data.len()].copy_from_slice(data);
+        buffer[head + data.len()..].fill(0);
+        buffer
+    }
+
     fn layout(capacity_blocks: usize) -> Layout {
         let size = capacity_blocks
             .checked_mul(BLOCK_SIZE_BYTES as usize)
@@ -382,5 +405,59 @@ impl DerefMut for AlignedBuf {
 impl std::fmt::Debug for AlignedBuf {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "AlignedBuf({} blocks)", self.blocks())
+    }
+}
+
+/// Whole blocks to write: a buffer of the store's, which sealing may change in place, or bytes
+/// of the caller's that start on a block boundary in memory and are whole blocks long, kept
+/// (not copied) until they are written, for writes that seal nothing in place.
+pub(crate) enum Blocks {
+    Owned(AlignedBuf),
+    Shared(bytes::Bytes),
+}
+
+impl Blocks {
+    /// `data` as whole blocks: kept where it is if it is aligned and whole, else copied into
+    /// an aligned buffer, zero-padded to the end of its last block.
+    pub(crate) fn from_bytes(data: bytes::Bytes) -> Blocks {
+        let block = BLOCK_SIZE_BYTES as usize;
+        if !data.is_empty()
+            && data.len().is_multiple_of(block)
+            && (data.as_ptr() as usize).is_multiple_of(block)
+        {
+            return Blocks::Shared(data);
+        }
+        Blocks::Owned(AlignedBuf::copied(&data, 0))
+    }
+
+    pub(crate) fn blocks(&self) -> usize {
+        self.len() / BLOCK_SIZE_BYTES as usize
+    }
+
+    /// The store's own buffer of these bytes, to seal in place (a copy if they are shared).
+    pub(crate) fn into_owned(self) -> AlignedBuf {
+        match self {
+            Blocks::Owned(buffer) => buffer,
+            Blocks::Shared(bytes) => AlignedBuf::copied(&bytes, 0),
+        }
+    }
+}
+
+impl Deref for Blocks {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Blocks::Owned(buffer) => buffer,
+            Blocks::Shared(bytes) => bytes,
+        }
+    }
+}
+
+impl std::fmt::Debug for Blocks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Blocks::Owned(buffer) => buffer.fmt(f),
+            Blocks::Shared(_) => write!(f, "Shared({} blocks)", self.blocks()),
+        }
     }
 }

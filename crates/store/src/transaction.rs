@@ -3,8 +3,9 @@
 //! the effect of an earlier one on the same object. Any operation that creates data
 //! creates the object if it does not exist; `remove` of a missing object does nothing.
 
-use crate::device::{AlignedBuf, BLOCK_SIZE_BYTES};
+use crate::device::{AlignedBuf, Blocks, BLOCK_SIZE_BYTES};
 use crate::seal::ChunkRecord;
+use bytes::Bytes;
 use map::ObjectRef;
 
 #[derive(Debug)]
@@ -12,19 +13,20 @@ pub(crate) enum Op {
     Touch {
         object: ObjectRef,
     },
-    /// `data` holds the write at byte `offset_bytes % BLOCK_SIZE_BYTES` of its first block.
+    /// `data` holds the write at byte `offset_bytes % BLOCK_SIZE_BYTES` of its first block;
+    /// it is shared only when the write covers whole blocks.
     Write {
         object: ObjectRef,
         offset_bytes: u64,
         len_bytes: u64,
-        data: AlignedBuf,
+        data: Blocks,
     },
     /// `len_bytes` is what the caller gave; it must be whole chunks.
     WriteSealed {
         object: ObjectRef,
         first_chunk: u64,
         len_bytes: u64,
-        data: AlignedBuf,
+        data: Blocks,
         chunks: Vec<ChunkRecord>,
         /// The object grows to at least this size (inside the last chunk, or its end).
         end_bytes: u64,
@@ -108,16 +110,37 @@ impl Transaction {
     /// once, into a block-aligned buffer that is later sealed in place and written.
     pub fn write(&mut self, object: &ObjectRef, offset_bytes: u64, data: &[u8]) -> &mut Self {
         let head = (offset_bytes % BLOCK_SIZE_BYTES) as usize;
-        let blocks = (head + data.len()).div_ceil(BLOCK_SIZE_BYTES as usize);
-        let mut buffer = AlignedBuf::for_overwrite(blocks);
-        buffer[..head].fill(0);
-        buffer[head..head + data.len()].copy_from_slice(data);
-        buffer[head + data.len()..].fill(0);
+        self.push_write(
+            object,
+            offset_bytes,
+            data.len(),
+            Blocks::Owned(AlignedBuf::copied(data, head)),
+        )
+    }
+
+    /// [`Transaction::write`] of bytes the caller hands over. Whole blocks at a block offset,
+    /// in memory that starts on a block boundary (as the messenger receives large segments),
+    /// are not copied where the store has nothing to seal in place (mode `none`).
+    pub fn write_bytes(&mut self, object: &ObjectRef, offset_bytes: u64, data: Bytes) -> &mut Self {
+        if !offset_bytes.is_multiple_of(BLOCK_SIZE_BYTES) {
+            return self.write(object, offset_bytes, &data);
+        }
+        let len = data.len();
+        self.push_write(object, offset_bytes, len, Blocks::from_bytes(data))
+    }
+
+    fn push_write(
+        &mut self,
+        object: &ObjectRef,
+        offset_bytes: u64,
+        len: usize,
+        data: Blocks,
+    ) -> &mut Self {
         self.ops.push(Op::Write {
             object: object.clone(),
             offset_bytes,
-            len_bytes: data.len() as u64,
-            data: buffer,
+            len_bytes: len as u64,
+            data,
         });
         self
     }
@@ -125,12 +148,13 @@ impl Transaction {
     /// Stores whole chunks sealed by a client (MISSION.md, "Encrypt once") as they are:
     /// `data` holds `chunks.len()` chunks of `BLOCK_SIZE_BYTES`, starting at chunk index
     /// `first_chunk`; `chunks[i]` is the seal record of chunk i. The object's size grows to
-    /// the end of the last chunk; `truncate` may set it lower.
+    /// the end of the last chunk; `truncate` may set it lower. Aligned bytes are written
+    /// from where they are (see [`Transaction::write_bytes`]).
     pub fn write_sealed(
         &mut self,
         object: &ObjectRef,
         first_chunk: u64,
-        data: &[u8],
+        data: Bytes,
         chunks: Vec<ChunkRecord>,
     ) -> &mut Self {
         let end_bytes = (first_chunk + chunks.len() as u64) * BLOCK_SIZE_BYTES;
@@ -143,19 +167,15 @@ impl Transaction {
         &mut self,
         object: &ObjectRef,
         first_chunk: u64,
-        data: &[u8],
+        data: Bytes,
         chunks: Vec<ChunkRecord>,
         end_bytes: u64,
     ) -> &mut Self {
-        let blocks = data.len().div_ceil(BLOCK_SIZE_BYTES as usize);
-        let mut buffer = AlignedBuf::for_overwrite(blocks);
-        buffer[..data.len()].copy_from_slice(data);
-        buffer[data.len()..].fill(0);
         self.ops.push(Op::WriteSealed {
             object: object.clone(),
             first_chunk,
             len_bytes: data.len() as u64,
-            data: buffer,
+            data: Blocks::from_bytes(data),
             chunks,
             end_bytes,
         });

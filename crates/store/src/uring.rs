@@ -16,7 +16,7 @@
 //! ring is already in use further up the stack, these return None and the device falls
 //! back to one synchronous call per piece.
 
-use crate::device::IoPiece;
+use crate::device::{IoPiece, WritePiece};
 use io_uring::{opcode, types, IoUring};
 use std::cell::RefCell;
 use std::io;
@@ -95,17 +95,13 @@ impl Drop for Batch<'_> {
     }
 }
 
-fn check(result: i32, piece: &IoPiece<'_>, what: &str) -> io::Result<()> {
+fn check(result: i32, offset_bytes: u64, len: usize, what: &str) -> io::Result<()> {
     if result < 0 {
         Err(io::Error::from_raw_os_error(-result))
-    } else if result as usize != piece.buffer.len() {
+    } else if result as usize != len {
         Err(io::Error::new(
             io::ErrorKind::UnexpectedEof,
-            format!(
-                "short {what} at device offset {}: {result} of {} bytes",
-                piece.offset_bytes,
-                piece.buffer.len()
-            ),
+            format!("short {what} at device offset {offset_bytes}: {result} of {len} bytes"),
         ))
     } else {
         Ok(())
@@ -155,7 +151,8 @@ pub(crate) fn read_each(
                 if failed.is_some() || stopped {
                     continue;
                 }
-                match check(result, &pieces[index], "read") {
+                let piece = &pieces[index];
+                match check(result, piece.offset_bytes, piece.buffer.len(), "read") {
                     Ok(()) => stopped = !opened(index, pieces[index].buffer),
                     Err(e) => failed = Some(e),
                 }
@@ -170,30 +167,59 @@ pub(crate) fn write_each(
     pieces: &mut [IoPiece<'_>],
     seal: &mut dyn FnMut(usize, &mut [u8]),
 ) -> Option<io::Result<()>> {
-    write_pieces(fd, pieces, seal, true)
+    write_pieces(
+        fd,
+        pieces,
+        &mut |index, piece| seal(index, piece.buffer),
+        true,
+    )
 }
 
 /// Writes pieces that are ready as they are, submitted together.
-pub(crate) fn write_all(fd: RawFd, pieces: &mut [IoPiece<'_>]) -> Option<io::Result<()>> {
-    write_pieces(fd, pieces, &mut |_, _| {}, false)
+pub(crate) fn write_all(fd: RawFd, pieces: &[WritePiece<'_>]) -> Option<io::Result<()>> {
+    write_pieces(fd, &mut pieces.to_vec(), &mut |_, _| {}, false)
 }
 
-/// Seals and queues each piece in turn; with `submit_each`, submits it at once, else the
-/// queued pieces go in together when the ring is full and at the end.
-fn write_pieces(
+/// A piece the ring writes: where it goes and its bytes once `prepare` has run on it.
+trait ToWrite {
+    fn offset_bytes(&self) -> u64;
+    fn bytes(&self) -> &[u8];
+}
+
+impl ToWrite for IoPiece<'_> {
+    fn offset_bytes(&self) -> u64 {
+        self.offset_bytes
+    }
+    fn bytes(&self) -> &[u8] {
+        self.buffer
+    }
+}
+
+impl ToWrite for WritePiece<'_> {
+    fn offset_bytes(&self) -> u64 {
+        self.offset_bytes
+    }
+    fn bytes(&self) -> &[u8] {
+        self.buffer
+    }
+}
+
+/// Prepares (seals) and queues each piece in turn; with `submit_each`, submits it at once,
+/// else the queued pieces go in together when the ring is full and at the end.
+fn write_pieces<P: ToWrite>(
     fd: RawFd,
-    pieces: &mut [IoPiece<'_>],
-    seal: &mut dyn FnMut(usize, &mut [u8]),
+    pieces: &mut [P],
+    prepare: &mut dyn FnMut(usize, &mut P),
     submit_each: bool,
 ) -> Option<io::Result<()>> {
     with_ring(|ring| {
         let mut batch = Batch { ring, in_flight: 0 };
         let mut failed: Option<io::Error> = None;
-        let record = |done: Vec<(usize, i32)>,
-                      pieces: &[IoPiece<'_>],
-                      failed: &mut Option<io::Error>| {
+        let record = |done: Vec<(usize, i32)>, pieces: &[P], failed: &mut Option<io::Error>| {
             for (index, result) in done {
-                if let (Err(e), None) = (check(result, &pieces[index], "write"), failed.as_ref()) {
+                let piece = &pieces[index];
+                let checked = check(result, piece.offset_bytes(), piece.bytes().len(), "write");
+                if let (Err(e), None) = (checked, failed.as_ref()) {
                     *failed = Some(e);
                 }
             }
@@ -207,13 +233,13 @@ fn write_pieces(
                 break;
             }
             let piece = &mut pieces[index];
-            seal(index, piece.buffer);
+            prepare(index, piece);
             let entry = opcode::Write::new(
                 types::Fd(fd),
-                piece.buffer.as_ptr(),
-                piece.buffer.len() as u32,
+                piece.bytes().as_ptr(),
+                piece.bytes().len() as u32,
             )
-            .offset(piece.offset_bytes)
+            .offset(piece.offset_bytes())
             .build()
             .user_data(index as u64);
             batch.push(entry);
@@ -351,8 +377,15 @@ mod tests {
             piece.fill(0x80 ^ i as u8);
         }
         let offsets: Vec<u64> = (0..blocks).rev().map(|b| (b * PIECE) as u64).collect();
-        let mut io = pieces(&mut buffer, &offsets);
-        write_all(fd, &mut io).expect("ring").expect("writes");
+        let io: Vec<WritePiece<'_>> = buffer
+            .chunks_exact(PIECE)
+            .zip(&offsets)
+            .map(|(buffer, &offset_bytes)| WritePiece {
+                offset_bytes,
+                buffer,
+            })
+            .collect();
+        write_all(fd, &io).expect("ring").expect("writes");
         let on_disk = std::fs::read(file.path()).expect("read back");
         for i in 0..blocks {
             let block = blocks - 1 - i;

@@ -6,7 +6,7 @@
 mod common;
 
 use coffer_store::{Mode, Transaction};
-use common::{find, mkfs, obj};
+use common::{aligned, find, mkfs, obj};
 
 const MARKER: &[u8] = b"COFFER-PLAINTEXT-MARKER-7f3a";
 
@@ -51,6 +51,51 @@ fn no_plaintext_data_names_or_values_on_disk_in_encrypting_modes() {
                 4,
                 "{mode}: the scan must see every plaintext in `none`: {found:?}"
             );
+        }
+    }
+}
+
+/// Plaintext handed over on block boundaries (one IO piece, and several): `none` writes it
+/// from where it is, the encrypting modes seal a copy; the caller's bytes never change, and
+/// every mode reads back what was written.
+#[test]
+fn aligned_bytes_handed_over_are_written_as_is_only_where_nothing_encrypts() {
+    for mode in Mode::ALL {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = mkfs(dir.path(), mode, 4 << 20);
+        let small: Vec<u8> = MARKER.iter().copied().cycle().take(4096).collect();
+        let large: Vec<u8> = MARKER
+            .iter()
+            .rev()
+            .copied()
+            .cycle()
+            .take(75 * 4096)
+            .collect();
+        let (small_bytes, large_bytes) = (aligned(&small), aligned(&large));
+        let mut txn = Transaction::new();
+        txn.write_bytes(&obj(1, "small"), 8192, small_bytes.clone())
+            .write_bytes(&obj(1, "large"), 0, large_bytes.clone());
+        store.apply(txn).expect("write");
+        assert!(
+            small_bytes[..] == small[..] && large_bytes[..] == large[..],
+            "{mode}: caller's bytes changed"
+        );
+        assert!(
+            store.read(&obj(1, "small"), 8192, 4096).expect("read")[..] == small[..],
+            "{mode}"
+        );
+        assert!(
+            store
+                .read(&obj(1, "large"), 0, large.len() as u64)
+                .expect("read")[..]
+                == large[..],
+            "{mode}"
+        );
+        drop(store);
+        let disk = std::fs::read(dir.path().join("data")).expect("data");
+        let reversed: Vec<u8> = MARKER.iter().rev().copied().collect();
+        for needle in [MARKER, &reversed[..]] {
+            assert_eq!(find(&disk, needle).is_some(), !mode.encrypts(), "{mode}");
         }
     }
 }

@@ -197,7 +197,7 @@ fn invalid_operations_are_refused_whole_with_a_reason() {
         (
             "sealed write without records",
             Box::new(|t: &mut Transaction| {
-                t.write_sealed(&obj(1, "o"), 0, &[0u8; 4096], vec![]);
+                t.write_sealed(&obj(1, "o"), 0, bytes::Bytes::from(vec![0u8; 4096]), vec![]);
             }),
         ),
     ];

@@ -5,10 +5,11 @@
 mod common;
 
 use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM};
+use bytes::Bytes;
 use coffer_store::{
     AlignedBuf, ApplyError, ChunkRecord, Mode, ReadError, Transaction, BLOCK_SIZE_BYTES,
 };
-use common::{find, mkfs, obj, pattern};
+use common::{aligned, find, mkfs, obj, pattern};
 
 const CHUNK: usize = BLOCK_SIZE_BYTES as usize;
 const KEY_ID: u64 = 0xfeed;
@@ -80,7 +81,8 @@ fn client_sealed_chunks_are_stored_and_returned_as_they_came_in_every_mode() {
         let plain = pattern(5, 4 * CHUNK);
         let (sealed, records) = client.seal("image.0", 2, &plain);
         let mut txn = Transaction::new();
-        txn.write_sealed(&o, 2, &sealed, records.clone());
+        // Handed over on a block boundary: stored from where it is.
+        txn.write_sealed(&o, 2, aligned(&sealed), records.clone());
         store.apply(txn).expect("sealed write");
         assert_eq!(store.stat(&o).expect("stat").size_bytes, 6 * CHUNK as u64);
 
@@ -128,7 +130,7 @@ fn plaintext_access_to_client_sealed_chunks_is_refused_clearly() {
     let o = obj(1, "image.1");
     let (sealed, records) = client.seal("image.1", 0, &pattern(6, 2 * CHUNK));
     let mut txn = Transaction::new();
-    txn.write_sealed(&o, 0, &sealed, records);
+    txn.write_sealed(&o, 0, Bytes::copy_from_slice(&sealed), records);
     store.apply(txn).expect("sealed write");
 
     assert!(matches!(
@@ -168,7 +170,7 @@ fn plaintext_access_to_client_sealed_chunks_is_refused_clearly() {
     txn.write_sealed(
         &o,
         0,
-        &sealed[..100],
+        Bytes::copy_from_slice(&sealed[..100]),
         vec![ChunkRecord {
             key_id: KEY_ID,
             nonce: [0; 12],
@@ -184,7 +186,7 @@ fn plaintext_access_to_client_sealed_chunks_is_refused_clearly() {
     // by read_sealed.
     let (again, records) = client.seal("image.1", 1, &pattern(7, CHUNK));
     let mut txn = Transaction::new();
-    txn.write_sealed(&o, 1, &again, records)
+    txn.write_sealed(&o, 1, Bytes::copy_from_slice(&again), records)
         .write(&obj(1, "plain"), 0, b"store sealed");
     store.apply(txn).expect("replace one chunk");
     assert!(store.read_sealed(&o, 1, 1).expect("read").data[..] == again[..]);
@@ -205,7 +207,8 @@ fn growing_past_a_truncated_client_sealed_chunk_is_refused_until_it_is_rewritten
     let o = obj(1, "file");
     let (sealed, records) = client.seal("file", 0, &pattern(8, CHUNK));
     let mut txn = Transaction::new();
-    txn.write_sealed(&o, 0, &sealed, records).truncate(&o, 100);
+    txn.write_sealed(&o, 0, Bytes::copy_from_slice(&sealed), records)
+        .truncate(&o, 100);
     store
         .apply(txn)
         .expect("sealed write, then truncate into the chunk");
@@ -262,7 +265,7 @@ fn growing_past_a_truncated_client_sealed_chunk_is_refused_until_it_is_rewritten
     txn.write_sealed(
         &o,
         0,
-        &[again, next].concat(),
+        Bytes::from([again, next].concat()),
         [records, next_records].concat(),
     );
     store.apply(txn).expect("the client rewrote its last chunk");

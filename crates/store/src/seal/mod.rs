@@ -329,6 +329,11 @@ impl DataSealer {
         })
     }
 
+    /// Whether sealing changes the bytes (encrypts them in place).
+    pub(crate) fn changes_bytes(&self) -> bool {
+        !matches!(self, DataSealer::None)
+    }
+
     /// Whether sealing keeps a record (nonce, tag) per chunk in the extent metadata.
     pub(crate) fn keeps_chunk_records(&self) -> bool {
         matches!(self, DataSealer::Gcm(_))

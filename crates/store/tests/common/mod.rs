@@ -46,3 +46,16 @@ pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
 pub fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
 }
+
+/// `data` in memory that starts on a block boundary, as the messenger receives large
+/// segments: the store may write it from where it is.
+pub fn aligned(data: &[u8]) -> bytes::Bytes {
+    let block = coffer_store::BLOCK_SIZE_BYTES as usize;
+    let mut buffer = bytes::BytesMut::with_capacity(data.len() + block);
+    let pad = buffer.as_ptr().align_offset(block);
+    buffer.resize(pad, 0);
+    bytes::Buf::advance(&mut buffer, pad);
+    buffer.extend_from_slice(data);
+    assert_eq!(buffer.as_ptr() as usize % block, 0, "aligned");
+    buffer.freeze()
+}
