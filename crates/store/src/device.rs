@@ -68,10 +68,18 @@ pub trait Device: Send + Sync {
     /// system call and one notification of the device for many). Returns once every write
     /// completed.
     fn write_all(&self, pieces: &[WritePiece<'_>]) -> io::Result<()> {
-        pieces
-            .iter()
-            .try_for_each(|piece| self.write_at(piece.offset_bytes, piece.buffer))
+        write_ready_one_by_one(self, pieces)
     }
+}
+
+/// `Device::write_all` without batching: one write after the other.
+fn write_ready_one_by_one<D: Device + ?Sized>(
+    device: &D,
+    pieces: &[WritePiece<'_>],
+) -> io::Result<()> {
+    pieces
+        .iter()
+        .try_for_each(|piece| device.write_at(piece.offset_bytes, piece.buffer))
 }
 
 /// `Device::read_each` without overlap: one read, then its callback, then the next.
@@ -248,9 +256,7 @@ impl Device for FileDevice {
         let fd = std::os::fd::AsRawFd::as_raw_fd(&self.file);
         match crate::uring::write_all(fd, pieces) {
             Some(result) => result,
-            None => pieces
-                .iter()
-                .try_for_each(|piece| self.write_at(piece.offset_bytes, piece.buffer)),
+            None => write_ready_one_by_one(self, pieces),
         }
     }
 }

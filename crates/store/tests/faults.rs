@@ -89,18 +89,24 @@ impl Device for FaultyDevice {
     }
 }
 
+/// A store of `mode` in `dir` on a device whose writes fail while the flag is set.
+fn store_failing_writes(dir: &std::path::Path, mode: Mode) -> (Store, Arc<AtomicBool>) {
+    drop(mkfs(dir, mode, 1 << 20));
+    let fail_writes = Arc::new(AtomicBool::new(false));
+    let device = FaultyDevice {
+        inner: FileDevice::open(&dir.join("data")).expect("device"),
+        fail_writes: fail_writes.clone(),
+        fail_sync: Arc::new(AtomicBool::new(false)),
+    };
+    let store = Store::open_with_device(dir, &kek(7), Box::new(device)).expect("open");
+    (store, fail_writes)
+}
+
 #[test]
 fn device_write_errors_fail_the_transaction_and_change_nothing() {
     for mode in Mode::ALL {
         let dir = tempfile::tempdir().expect("tempdir");
-        drop(mkfs(dir.path(), mode, 1 << 20));
-        let fail_writes = Arc::new(AtomicBool::new(false));
-        let device = FaultyDevice {
-            inner: FileDevice::open(&dir.path().join("data")).expect("device"),
-            fail_writes: fail_writes.clone(),
-            fail_sync: Arc::new(AtomicBool::new(false)),
-        };
-        let store = Store::open_with_device(dir.path(), &kek(7), Box::new(device)).expect("open");
+        let (store, fail_writes) = store_failing_writes(dir.path(), mode);
         let mut txn = Transaction::new();
         txn.write(&obj(1, "kept"), 0, &pattern(1, 10_000));
         store.apply(txn).expect("write");
@@ -126,6 +132,48 @@ fn device_write_errors_fail_the_transaction_and_change_nothing() {
         store
             .apply(txn)
             .expect("the store works again once the device does");
+    }
+}
+
+/// Aligned bytes handed over (written from where they are where nothing seals them): one
+/// piece left for the group commit and several written at once both fail whole.
+#[test]
+fn device_write_errors_on_handed_over_bytes_fail_the_transaction_and_change_nothing() {
+    for mode in Mode::ALL {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (store, fail_writes) = store_failing_writes(dir.path(), mode);
+        let free_before = store.statfs().free_bytes;
+        fail_writes.store(true, Ordering::SeqCst);
+        let (small, large) = (pattern(5, 4096), pattern(6, 300 << 10));
+        let mut txn = Transaction::new();
+        txn.write_bytes(&obj(1, "small"), 0, common::aligned(&small))
+            .write_bytes(&obj(1, "large"), 0, common::aligned(&large));
+        let err = store.apply(txn).expect_err("the device refuses writes");
+        assert!(matches!(err, ApplyError::Io(_)), "{mode}: {err:?}");
+        fail_writes.store(false, Ordering::SeqCst);
+        assert_eq!(
+            store.statfs().free_bytes,
+            free_before,
+            "{mode}: blocks returned"
+        );
+        assert!(
+            matches!(
+                store.stat(&obj(1, "large")),
+                Err(ReadError::NotFound { .. })
+            ),
+            "{mode}"
+        );
+        let mut txn = Transaction::new();
+        txn.write_bytes(&obj(1, "large"), 0, common::aligned(&large));
+        store
+            .apply(txn)
+            .expect("the store works again once the device does");
+        assert!(
+            store
+                .read(&obj(1, "large"), 0, large.len() as u64)
+                .expect("read")[..]
+                == large[..]
+        );
     }
 }
 
