@@ -618,7 +618,7 @@ pub enum OsdRequest {
         reqid: ReqId,
         ops: Vec<ObjectOp>,
     },
-    /// A page of a PG's object names, in name order, to its primary.
+    /// A page of a PG's object names, in (hash, name) order, to its primary.
     List {
         pg: PgId,
         epoch: Epoch,
@@ -691,7 +691,7 @@ pub enum PeerOp {
     Query,
     /// Apply this write, which the primary ordered as `entry`.
     Replicate { entry: LogEntry, ops: Vec<ObjectOp> },
-    /// A page of (name, version) of the PG's objects, in name order.
+    /// A page of (name, version) of the PG's objects, in (hash, name) order.
     List {
         after: Option<ObjectName>,
         limit: u32,

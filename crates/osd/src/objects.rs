@@ -325,29 +325,46 @@ pub fn list_pg(
     let mut objects = BTreeMap::new();
     let mut cursor = None;
     loop {
-        let page = store.list(
+        let page = store.list_where(
             pg.pool,
             0..=u32::MAX,
+            |hash| pg_of(hash.0, pg_num) == pg.number,
             cursor.as_ref(),
             store::LIST_PAGE_ENTRIES_MAX,
         )?;
         for entry in page.entries {
-            if pg_of(entry.hash.0, pg_num) != pg.number {
-                continue;
-            }
-            let attrs = match store.attrs(&object_ref(pg, &entry.name)) {
-                Ok(attrs) => attrs,
-                // Removed since the page was read.
-                Err(ReadError::NotFound { .. }) => continue,
-                Err(e) => return Err(e),
-            };
-            objects.insert(entry.name, version_of(&attrs));
+            objects.insert(entry.name, version_of(&entry.attrs));
         }
         match page.next {
             Some(next) => cursor = Some(next),
             None => return Ok(objects),
         }
     }
+}
+
+/// A page of `pg`'s objects in (hash, name) order after `after`, with their versions, and
+/// whether more follow.
+pub fn list_pg_page(
+    store: &Store,
+    pg: PgId,
+    pg_num: u32,
+    after: Option<&ObjectName>,
+    limit: usize,
+) -> Result<(Vec<(ObjectName, Version)>, bool), ReadError> {
+    let (entries, more) = store.list_after(
+        pg.pool,
+        |hash| pg_of(hash.0, pg_num) == pg.number,
+        after,
+        limit,
+    )?;
+    let page = entries
+        .into_iter()
+        .map(|entry| {
+            let version = version_of(&entry.attrs);
+            (entry.name, version)
+        })
+        .collect();
+    Ok((page, more))
 }
 
 /// The wire form of a chunk's seal record, and back.

@@ -149,7 +149,8 @@ impl Inner {
         }
     }
 
-    /// A page of this OSD's objects of the PG after `after`, and whether more follow.
+    /// A page of this OSD's objects of the PG in (hash, name) order after `after`, and
+    /// whether more follow.
     pub async fn page(
         &self,
         pg: PgId,
@@ -157,16 +158,10 @@ impl Inner {
         limit: u32,
     ) -> Result<(Vec<(ObjectName, Version)>, bool), String> {
         let pg_num = self.pg_num(pg)?;
-        let all = self
-            .blocking(move |store| objects::list_pg(store, pg, pg_num))
-            .await?
-            .map_err(|e| e.to_string())?;
         let limit = limit.clamp(1, LIST_PAGE_MAX) as usize;
-        let mut rest = all
-            .into_iter()
-            .filter(|(name, _)| after.as_ref().is_none_or(|a| name > a));
-        let page: Vec<_> = rest.by_ref().take(limit).collect();
-        Ok((page, rest.next().is_some()))
+        self.blocking(move |store| objects::list_pg_page(store, pg, pg_num, after.as_ref(), limit))
+            .await?
+            .map_err(|e| e.to_string())
     }
 
     /// Whether `pool` is sealed at the edge (its objects are copied as sealed chunks).

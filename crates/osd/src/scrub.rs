@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use map::placement::{OsdId, PgId};
-use map::ObjectName;
+use map::{ObjectHash, ObjectName};
 use messenger::message::{CopyDigest, OsdReply, PeerOp, ScrubFinding, ScrubPage};
 use tokio::sync::MutexGuard;
 use tokio::task::JoinSet;
@@ -25,8 +25,7 @@ use crate::pg::{Core, Pg};
 use crate::recovery::Side;
 use crate::Inner;
 
-/// Names per page (one request). Each OSD lists its whole PG to find a page, so pages are
-/// large.
+/// Names per page (one request).
 const PAGE_OBJECTS: u32 = 256;
 /// Objects compared at once under the PG's lock; the PG's writes wait meanwhile.
 const BATCH_OBJECTS: usize = 32;
@@ -142,7 +141,8 @@ fn compared(inner: &Inner, core: &Core) -> Vec<OsdId> {
 }
 
 /// The names of the page: every name any OSD holds after `after`, up to the first name past
-/// which some OSD has more to list. Returns them and where the next page starts.
+/// which some OSD has more to list, in the listings' (hash, name) order. Returns them and
+/// where the next page starts.
 async fn names(
     inner: &Arc<Inner>,
     id: PgId,
@@ -150,7 +150,7 @@ async fn names(
     after: Option<ObjectName>,
 ) -> Result<(Vec<ObjectName>, Option<ObjectName>), String> {
     let mut names = BTreeSet::new();
-    let mut bound: Option<ObjectName> = None;
+    let mut bound: Option<(ObjectHash, ObjectName)> = None;
     for osd in osds {
         let side = inner.side(*osd);
         let (page, more) = inner
@@ -158,18 +158,20 @@ async fn names(
             .await?;
         if more {
             if let Some((last, _)) = page.last() {
-                if bound.as_ref().is_none_or(|b| last < b) {
-                    bound = Some(last.clone());
+                let last = (last.hash(), last.clone());
+                if bound.as_ref().is_none_or(|b| last < *b) {
+                    bound = Some(last);
                 }
             }
         }
-        names.extend(page.into_iter().map(|(name, _)| name));
+        names.extend(page.into_iter().map(|(name, _)| (name.hash(), name)));
     }
     let names = names
         .into_iter()
         .filter(|name| bound.as_ref().is_none_or(|b| name <= b))
+        .map(|(_, name)| name)
         .collect();
-    Ok((names, bound))
+    Ok((names, bound.map(|(_, name)| name)))
 }
 
 /// Each OSD's digests of `names` (one vector per OSD, in `osds` order), and the data bytes
