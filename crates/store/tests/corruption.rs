@@ -7,6 +7,7 @@ mod common;
 
 use coffer_store::{Mode, OpenError, ReadError, Store, Transaction};
 use common::{kek, mkfs, obj, pattern};
+use map::PoolId;
 use rand::{Rng, SeedableRng};
 use redb::{ReadableTable, TableDefinition};
 use std::path::Path;
@@ -198,6 +199,24 @@ fn metadata_rows_swapped_between_objects_are_detected() {
             "{name}"
         );
     }
+    // Listings open the records they return, and so refuse the swapped ones.
+    let altered =
+        |result: Result<(), ReadError>| matches!(result, Err(ReadError::MetadataIntegrity { .. }));
+    assert!(altered(
+        store.list(PoolId(1), 0..=u32::MAX, None, 10).map(|_| ())
+    ));
+    assert!(altered(
+        store.list_after(PoolId(1), |_| true, None, 10).map(|_| ())
+    ));
+    // Rows a filter passes over are not opened: a listing of none of them succeeds.
+    let none = store
+        .list_where(PoolId(1), 0..=u32::MAX, |_| false, None, 10)
+        .expect("a listing that opens no record");
+    assert!(none.entries.is_empty() && none.next.is_none());
+    let (page, more) = store
+        .list_after(PoolId(1), |_| false, None, 10)
+        .expect("a listing that opens no record");
+    assert!(page.is_empty() && !more);
 }
 
 /// With `gcm`, a flipped bit anywhere in the metadata file either stops the open or the

@@ -102,6 +102,21 @@ fn store_failing_writes(dir: &std::path::Path, mode: Mode) -> (Store, Arc<Atomic
     (store, fail_writes)
 }
 
+/// Applies `txn` while the device refuses writes: an IO error, and every block the
+/// transaction took is free again.
+fn apply_refused(store: &Store, fail_writes: &AtomicBool, txn: Transaction, mode: Mode) {
+    let free_before = store.statfs().free_bytes;
+    fail_writes.store(true, Ordering::SeqCst);
+    let err = store.apply(txn).expect_err("the device refuses writes");
+    fail_writes.store(false, Ordering::SeqCst);
+    assert!(matches!(err, ApplyError::Io(_)), "{mode}: {err:?}");
+    assert_eq!(
+        store.statfs().free_bytes,
+        free_before,
+        "{mode}: blocks of the failed write were returned"
+    );
+}
+
 #[test]
 fn device_write_errors_fail_the_transaction_and_change_nothing() {
     for mode in Mode::ALL {
@@ -110,19 +125,10 @@ fn device_write_errors_fail_the_transaction_and_change_nothing() {
         let mut txn = Transaction::new();
         txn.write(&obj(1, "kept"), 0, &pattern(1, 10_000));
         store.apply(txn).expect("write");
-        let free_before = store.statfs().free_bytes;
-        fail_writes.store(true, Ordering::SeqCst);
         let mut txn = Transaction::new();
         txn.write(&obj(1, "kept"), 0, &pattern(2, 10_000))
             .omap_set(&obj(1, "kept"), b"k", b"v");
-        let err = store.apply(txn).expect_err("the device refuses writes");
-        assert!(matches!(err, ApplyError::Io(_)), "{mode}: {err:?}");
-        fail_writes.store(false, Ordering::SeqCst);
-        assert_eq!(
-            store.statfs().free_bytes,
-            free_before,
-            "{mode}: blocks of the failed write were returned"
-        );
+        apply_refused(&store, &fail_writes, txn, mode);
         assert!(
             store.read(&obj(1, "kept"), 0, 10_000).expect("read")[..] == pattern(1, 10_000)[..]
         );
@@ -142,20 +148,11 @@ fn device_write_errors_on_handed_over_bytes_fail_the_transaction_and_change_noth
     for mode in Mode::ALL {
         let dir = tempfile::tempdir().expect("tempdir");
         let (store, fail_writes) = store_failing_writes(dir.path(), mode);
-        let free_before = store.statfs().free_bytes;
-        fail_writes.store(true, Ordering::SeqCst);
         let (small, large) = (pattern(5, 4096), pattern(6, 300 << 10));
         let mut txn = Transaction::new();
         txn.write_bytes(&obj(1, "small"), 0, common::aligned(&small))
             .write_bytes(&obj(1, "large"), 0, common::aligned(&large));
-        let err = store.apply(txn).expect_err("the device refuses writes");
-        assert!(matches!(err, ApplyError::Io(_)), "{mode}: {err:?}");
-        fail_writes.store(false, Ordering::SeqCst);
-        assert_eq!(
-            store.statfs().free_bytes,
-            free_before,
-            "{mode}: blocks returned"
-        );
+        apply_refused(&store, &fail_writes, txn, mode);
         assert!(
             matches!(
                 store.stat(&obj(1, "large")),
