@@ -34,10 +34,12 @@ fn bench_store_reports_every_cell_with_sane_numbers() {
         stdout.contains("command: ") && stdout.contains("machine: "),
         "the header names command and machine:\n{stdout}"
     );
-    assert!(
-        stdout.contains("xts-512 as a percent of xts-4096"),
-        "{stdout}"
-    );
+    for comparison in [
+        "xts-512 as a percent of xts-4096",
+        "edge as a percent of gcm",
+    ] {
+        assert!(stdout.contains(comparison), "{comparison}:\n{stdout}");
+    }
 
     let doc: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).expect("json written"))
@@ -45,8 +47,13 @@ fn bench_store_reports_every_cell_with_sane_numbers() {
     let cells = doc["cells"].as_array().expect("cells");
     assert_eq!(
         cells.len(),
-        4 * 2 * 2 * 2,
-        "modes x io sizes x ops x queue depths"
+        5 * 2 * 2 * 2,
+        "modes (none, gcm, edge, xts-4096, xts-512) x io sizes x ops x queue depths"
+    );
+    assert_eq!(
+        cells.iter().filter(|c| c["mode"] == "edge").count(),
+        2 * 2 * 2,
+        "chunks sealed by a client are measured like every mode"
     );
     for cell in cells {
         for key in ["iops", "mib_s", "pct_of_none", "cpu_s_per_gib"] {

@@ -7,17 +7,72 @@
 //! threads each with one operation in flight (the store's API is synchronous). A 4 KiB op
 //! picks a random object and a random aligned 4 KiB inside it; a 4 MiB op a whole object.
 //! CPU is this process's user + system time during the cell, per GiB moved.
+//!
+//! The mode `edge` is what an OSD's store does for a pool sealed at the edge: a `gcm` store
+//! (names and metadata sealed) given chunks a client sealed, with their records, which it
+//! stores and returns as they are. The bench seals its data once, as a client would, and
+//! writes those chunks at every place: the store never opens them.
 
 use super::report::{cpu_seconds, histogram, mean_and_stddev, print_header, size_label, LatencyUs};
+use bytes::Bytes;
+use keys::gcm::ChunkCipher;
 use keys::KeyEncryptionKey;
 use map::{ObjectName, ObjectRef, PoolId};
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 use serde::Serialize;
+use std::fmt;
 use std::path::PathBuf;
+use std::str::FromStr;
 use std::time::{Duration, Instant};
-use store::{MkfsOptions, Mode, Store, Transaction};
+use store::{ChunkRecord, MkfsOptions, Mode, Store, Transaction, BLOCK_SIZE_BYTES};
 
 const OBJECT_SIZE_BYTES: u64 = 4 << 20;
+const CHUNK: usize = BLOCK_SIZE_BYTES as usize;
+
+/// What a bench store holds: data it seals itself in its at-rest mode, or chunks sealed by
+/// a client (`edge`, in a `gcm` store).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    At(Mode),
+    Edge,
+}
+
+impl Kind {
+    const NONE: Kind = Kind::At(Mode::None);
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Kind::At(mode) => mode.as_str(),
+            Kind::Edge => "edge",
+        }
+    }
+
+    /// The mode the store is made in.
+    fn store_mode(self) -> Mode {
+        match self {
+            Kind::At(mode) => mode,
+            Kind::Edge => Mode::Gcm,
+        }
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Kind {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Kind, String> {
+        if text == "edge" {
+            return Ok(Kind::Edge);
+        }
+        text.parse().map(Kind::At).map_err(|e: store::UnknownMode| {
+            format!("{e}, or edge (a gcm store given chunks a client sealed)")
+        })
+    }
+}
 
 #[derive(clap::Args)]
 pub struct StoreArgs {
@@ -49,13 +104,15 @@ pub struct StoreArgs {
     /// reports the mean and the standard deviation across repetitions.
     #[arg(long, default_value_t = 1)]
     repeat: usize,
-    /// At-rest modes to measure, comma-separated; `none` is always measured as the baseline.
+    /// At-rest modes to measure, comma-separated: none, gcm, xts-4096, xts-512, or edge (a
+    /// gcm store given chunks a client sealed, as an OSD of a pool sealed at the edge is);
+    /// `none` is always measured as the baseline.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "none,gcm,xts-4096,xts-512"
+        default_value = "none,gcm,edge,xts-4096,xts-512"
     )]
-    modes: Vec<Mode>,
+    modes: Vec<Kind>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
@@ -114,11 +171,71 @@ fn random_buffer(seed: u64) -> Vec<u8> {
     (0..OBJECT_SIZE_BYTES).map(|_| rng.random()).collect()
 }
 
+/// One object's worth of bytes to write: plaintext for the store to seal, and the same
+/// bytes sealed by a client, chunk by chunk, with their records.
+struct Payload {
+    plain: Vec<u8>,
+    /// Starts on a chunk boundary in memory, as the messenger receives large segments.
+    sealed: Bytes,
+    records: Vec<ChunkRecord>,
+}
+
+impl Payload {
+    /// Seals `plain` under a new key as a client does: one key id, one nonce run counting up
+    /// per chunk, the chunk's index as its additional data.
+    fn new(plain: Vec<u8>) -> Payload {
+        let mut rng = rand::rng();
+        let cipher = ChunkCipher::new(&rng.random());
+        let key_id: u64 = rng.random();
+        let prefix: [u8; 8] = rng.random();
+        let mut buffer = vec![0u8; plain.len() + CHUNK];
+        let skip = buffer.as_ptr().align_offset(CHUNK);
+        let sealed = &mut buffer[skip..skip + plain.len()];
+        sealed.copy_from_slice(&plain);
+        let records = sealed
+            .chunks_mut(CHUNK)
+            .enumerate()
+            .map(|(index, chunk)| {
+                let mut nonce = [0u8; store::NONCE_BYTES];
+                nonce[..8].copy_from_slice(&prefix);
+                nonce[8..].copy_from_slice(&(index as u32).to_be_bytes());
+                let tag = cipher.seal(nonce, &(index as u64).to_be_bytes(), chunk);
+                ChunkRecord { key_id, nonce, tag }
+            })
+            .collect();
+        let sealed = Bytes::from(buffer).slice(skip..skip + plain.len());
+        Payload {
+            plain,
+            sealed,
+            records,
+        }
+    }
+
+    /// Adds to `txn` the write of `len` bytes at `offset` (whole chunks), in `kind`'s form.
+    fn write(&self, txn: &mut Transaction, kind: Kind, object: &ObjectRef, offset: u64, len: u64) {
+        let (offset, len) = (offset as usize, len as usize);
+        match kind {
+            Kind::At(_) => {
+                txn.write(object, offset as u64, &self.plain[..len]);
+            }
+            Kind::Edge => {
+                let first = offset / CHUNK;
+                txn.write_sealed(
+                    object,
+                    first as u64,
+                    self.sealed.slice(offset..offset + len),
+                    self.records[first..(offset + len) / CHUNK].to_vec(),
+                );
+            }
+        }
+    }
+}
+
 pub fn run(args: StoreArgs) -> Result<(), String> {
     let size_gib = args.size_gib.unwrap_or(if args.quick { 1.0 } else { 4.0 });
     let seconds = args.seconds.unwrap_or(if args.quick { 1.0 } else { 5.0 });
-    let mut modes = vec![Mode::None];
-    modes.extend(args.modes.iter().copied().filter(|m| *m != Mode::None));
+    let mut modes = vec![Kind::NONE];
+    modes.extend(args.modes.iter().copied().filter(|m| *m != Kind::NONE));
     let size_bytes = (size_gib * (1u64 << 30) as f64) as u64;
     let objects = ((size_bytes / 2) / OBJECT_SIZE_BYTES).max(4) as usize;
     let mut queue_depths = vec![1, args.qd.max(1)];
@@ -132,7 +249,7 @@ pub fn run(args: StoreArgs) -> Result<(), String> {
         Store::mkfs(
             &dir,
             &MkfsOptions {
-                mode: *mode,
+                mode: mode.store_mode(),
                 size_bytes,
                 device: None,
             },
@@ -178,7 +295,7 @@ pub fn run(args: StoreArgs) -> Result<(), String> {
 
     for (mode, store) in &stores {
         let started = Instant::now();
-        prefill(store, objects, args.qd.max(1))?;
+        prefill(store, *mode, objects, args.qd.max(1))?;
         eprintln!(
             "prefilled {mode}: {objects} objects in {:.1} s",
             started.elapsed().as_secs_f64()
@@ -187,7 +304,7 @@ pub fn run(args: StoreArgs) -> Result<(), String> {
 
     let repeats = args.repeat.max(1);
     let total = repeats * args.io_sizes.len() * args.ops.len() * queue_depths.len() * stores.len();
-    let data = random_buffer(1);
+    let data = Payload::new(random_buffer(1));
     let mut runs: Vec<Vec<Cell>> = Vec::with_capacity(repeats);
     let mut done = 0;
     for _ in 0..repeats {
@@ -219,7 +336,7 @@ pub fn run(args: StoreArgs) -> Result<(), String> {
     }
     let cells = merge_repeats(runs);
     print_table(&cells);
-    print_xts_comparison(&cells);
+    print_comparisons(&cells);
     if let Some(path) = &args.json {
         let config = serde_json::json!({
             "size_gib": size_gib,
@@ -233,15 +350,15 @@ pub fn run(args: StoreArgs) -> Result<(), String> {
     Ok(())
 }
 
-fn prefill(store: &Store, objects: usize, threads: usize) -> Result<(), String> {
+fn prefill(store: &Store, kind: Kind, objects: usize, threads: usize) -> Result<(), String> {
     std::thread::scope(|scope| {
         let workers: Vec<_> = (0..threads.min(objects))
             .map(|t| {
                 scope.spawn(move || -> Result<(), String> {
-                    let data = random_buffer(t as u64);
+                    let data = Payload::new(random_buffer(t as u64));
                     for i in (t..objects).step_by(threads) {
                         let mut txn = Transaction::new();
-                        txn.write(&object(i), 0, &data);
+                        data.write(&mut txn, kind, &object(i), 0, OBJECT_SIZE_BYTES);
                         store.apply(txn).map_err(|e| format!("prefill: {e}"))?;
                     }
                     Ok(())
@@ -255,16 +372,33 @@ fn prefill(store: &Store, objects: usize, threads: usize) -> Result<(), String> 
     })
 }
 
+/// Reads `len` bytes at `offset` in `kind`'s form (plaintext, or the client's sealed
+/// chunks as they are); how many came back.
+fn read(
+    store: &Store,
+    kind: Kind,
+    object: &ObjectRef,
+    offset: u64,
+    len: u64,
+) -> Result<usize, store::ReadError> {
+    match kind {
+        Kind::At(_) => store.read(object, offset, len).map(|r| r.len()),
+        Kind::Edge => store
+            .read_sealed(object, offset / BLOCK_SIZE_BYTES, len / BLOCK_SIZE_BYTES)
+            .map(|r| r.data.len()),
+    }
+}
+
 /// Runs one cell. `data` is the bytes writers write (made before the clock starts).
 #[allow(clippy::too_many_arguments)]
 fn measure(
     store: &Store,
-    mode: Mode,
+    mode: Kind,
     op: Op,
     io_size: u64,
     qd: usize,
     objects: usize,
-    data: &[u8],
+    data: &Payload,
     duration: Duration,
 ) -> Result<Cell, String> {
     let targets: Vec<ObjectRef> = (0..objects).map(object).collect();
@@ -291,17 +425,15 @@ fn measure(
                             match op {
                                 Op::Write => {
                                     let mut txn = Transaction::new();
-                                    txn.write(target, offset, &data[..io_size as usize]);
+                                    data.write(&mut txn, mode, target, offset, io_size);
                                     store.apply(txn).map_err(|e| format!("{mode} write: {e}"))?;
                                 }
                                 Op::Read => {
-                                    let read = store
-                                        .read(target, offset, io_size)
+                                    let got = read(store, mode, target, offset, io_size)
                                         .map_err(|e| format!("{mode} read: {e}"))?;
-                                    if read.len() as u64 != io_size {
+                                    if got as u64 != io_size {
                                         return Err(format!(
-                                            "{mode} read returned {} bytes, not {io_size}",
-                                            read.len()
+                                            "{mode} read returned {got} bytes, not {io_size}"
                                         ));
                                     }
                                 }
@@ -451,8 +583,25 @@ fn print_table(cells: &[Cell]) {
     }
 }
 
-/// The LUKS lesson on the same code path: 512-byte XTS sectors against 4096-byte ones.
-fn print_xts_comparison(cells: &[Cell]) {
+/// Two modes on the same path, cell by cell: the LUKS lesson (512-byte XTS sectors against
+/// 4096-byte ones), and chunks a client sealed against the same `gcm` store sealing them.
+fn print_comparisons(cells: &[Cell]) {
+    print_comparison(
+        cells,
+        "xts-4096",
+        "xts-512",
+        "same code path, smaller crypto unit",
+    );
+    print_comparison(
+        cells,
+        "gcm",
+        "edge",
+        "the same gcm store, the chunks sealed by a client instead of by the store",
+    );
+}
+
+/// `mode` as a percent of `base` in each cell both have.
+fn print_comparison(cells: &[Cell], base: &str, mode: &str, what: &str) {
     let find = |mode: &str, c: &Cell| {
         cells
             .iter()
@@ -460,22 +609,22 @@ fn print_xts_comparison(cells: &[Cell]) {
     };
     let pairs: Vec<(&Cell, &Cell)> = cells
         .iter()
-        .filter(|c| c.mode == "xts-4096")
-        .filter_map(|c| find("xts-512", c).map(|small| (c, small)))
+        .filter(|c| c.mode == base)
+        .filter_map(|c| find(mode, c).map(|other| (c, other)))
         .collect();
     if pairs.is_empty() {
         return;
     }
-    println!("\nxts-512 as a percent of xts-4096 (same code path, smaller crypto unit):");
-    for (large, small) in pairs {
+    println!("\n{mode} as a percent of {base} ({what}):");
+    for (base, other) in pairs {
         println!(
             "  {:>4} {:<5} qd {:>3}: {:>6.1}%   (CPU s/GiB {:.2} vs {:.2})",
-            size_label(large.io_size),
-            format!("{:?}", large.op).to_lowercase(),
-            large.qd,
-            100.0 * small.iops / large.iops.max(f64::MIN_POSITIVE),
-            small.cpu_s_per_gib,
-            large.cpu_s_per_gib
+            size_label(base.io_size),
+            format!("{:?}", base.op).to_lowercase(),
+            base.qd,
+            100.0 * other.iops / base.iops.max(f64::MIN_POSITIVE),
+            other.cpu_s_per_gib,
+            base.cpu_s_per_gib
         );
     }
 }
