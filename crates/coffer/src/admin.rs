@@ -13,6 +13,12 @@ use map::placement::FailureDomain;
 use messenger::message::{Command as MonCommand, Health, MonReply, MonStatus};
 use messenger::EntityName;
 
+/// PGs of a new pool (`pool create`, and the pool `coffer up` makes). A PG orders its writes
+/// one at a time, so the PGs an OSD serves bound the writes it has in flight and the group
+/// commits it can gather: with 32, many clients' 4 KiB writes were held to a quarter of
+/// their queue depth (docs/benchmarks.md, "Placement groups and small writes").
+pub const DEFAULT_PG_NUM: u32 = 128;
+
 #[derive(clap::Subcommand)]
 pub enum OsdCommand {
     /// Every OSD: up or down, in or out, address.
@@ -42,7 +48,7 @@ pub enum PoolCommand {
         #[arg(long)]
         min_size: Option<u8>,
         /// Placement groups.
-        #[arg(long, default_value_t = 32)]
+        #[arg(long, default_value_t = DEFAULT_PG_NUM)]
         pg_num: u32,
         /// Failure domain: osd (replicas on different OSDs) or host.
         #[arg(long, default_value = "osd")]

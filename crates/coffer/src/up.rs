@@ -23,8 +23,6 @@ use crate::daemon::{self, SeedFile, SEED_FILE};
 pub const DEFAULT_POOL: &str = "data";
 /// The image `coffer up` creates in the default pool and exports over NBD.
 pub const DEFAULT_IMAGE: &str = "disk";
-/// PGs of the default pool.
-const DEFAULT_PG_NUM: u32 = 32;
 /// How long the first monitor may take to bootstrap a new cluster.
 const BOOTSTRAP_WAIT: Duration = Duration::from_secs(60);
 /// Most monitors `coffer up` creates.
@@ -565,7 +563,7 @@ async fn create_pool(cluster: &Cluster, name: &str, osds: usize, edge: bool) -> 
         name: name.into(),
         size,
         min_size: size - size / 2,
-        pg_num: DEFAULT_PG_NUM,
+        pg_num: crate::admin::DEFAULT_PG_NUM,
         domain: FailureDomain::Osd,
     };
     let command = if edge {
