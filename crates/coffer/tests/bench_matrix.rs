@@ -132,9 +132,16 @@ fn fio_engine_drives_the_nbd_export_of_fresh_clusters() {
     let dir = tempfile::tempdir().expect("tempdir");
     let plot = dir.path().join("matrix.png");
     let plot_arg = plot.display().to_string();
-    let (_, doc) = run_matrix(
+    // The cluster on the first CPU and the clients (fio) on the last, as on hosts of their own.
+    let last = std::thread::available_parallelism().map_or(1, |n| n.get()) - 1;
+    let client_cpus = last.to_string();
+    let (stdout, doc) = run_matrix(
         dir.path(),
         &[
+            "--cluster-cpus",
+            "0",
+            "--client-cpus",
+            &client_cpus,
             "--engine",
             "fio",
             "--configs",
@@ -154,6 +161,9 @@ fn fio_engine_drives_the_nbd_export_of_fresh_clusters() {
         ],
     );
     check_cells(&doc, &["none/crc", "edge/secure"], 4, true);
+    let placement = format!("cluster on CPUs 0, clients on CPUs {last}");
+    assert!(stdout.contains(&format!("cpus: {placement}")), "{stdout}");
+    assert_eq!(doc["cpus"], placement.as_str());
     assert!(doc["cells"]
         .as_array()
         .expect("cells")
@@ -198,6 +208,11 @@ fn targets_are_any_nbd_exports_and_bad_arguments_are_refused_up_front() {
         (&["--configs", "none/crc,edge/crc"][..], "use edge/secure"),
         (&["--shapes", "lots"][..], "use many, one or sync"),
         (&["--plot", "matrix.gif"][..], ".svg or .png"),
+        (&["--cluster-cpus", "0-x"][..], "not a CPU list"),
+        (
+            &["--client-cpus", "100000"][..],
+            "not one this process may run on",
+        ),
     ] {
         let output = Command::new(COFFER)
             .args(["bench", "matrix"])

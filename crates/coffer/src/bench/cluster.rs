@@ -108,6 +108,7 @@ async fn phase(
 }
 
 pub fn run(args: ClusterArgs) -> Result<(), String> {
+    args.fresh.place()?;
     let seconds = args.fresh.seconds(args.quick);
     let clients = args.clients.max(1);
     print_header(

@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 use client::{Cluster, Conf};
 use messenger::EntityName;
 
+use super::cpus::{self, CpuList};
+
 /// Options of every bench that runs on fresh clusters.
 #[derive(clap::Args)]
 pub struct FreshArgs {
@@ -28,9 +30,27 @@ pub struct FreshArgs {
     /// free per OSD.
     #[arg(long, default_value_t = 16)]
     pub store_gib: u32,
+    /// CPUs the cluster's daemons run on, as `taskset -c` takes them (0, 0-1, 0,2); with
+    /// --client-cpus, the clients and the cluster as on hosts of their own [default: any].
+    #[arg(long, value_parser = cpus::parse_cpus)]
+    pub cluster_cpus: Option<CpuList>,
+    /// CPUs the clients run on: this process, and the workers and fio it starts
+    /// [default: any].
+    #[arg(long, value_parser = cpus::parse_cpus)]
+    pub client_cpus: Option<CpuList>,
 }
 
 impl FreshArgs {
+    /// Pins the clients (this process from now on) and records where each side runs; the
+    /// first thing a bench does, before it starts any thread.
+    pub fn place(&self) -> Result<(), String> {
+        let list = |cpus: &Option<CpuList>| cpus.as_ref().map(|c| c.0.clone());
+        cpus::place(
+            list(&self.cluster_cpus).as_deref(),
+            list(&self.client_cpus).as_deref(),
+        )
+    }
+
     pub fn seconds(&self, quick: bool) -> f64 {
         self.seconds.unwrap_or(if quick { 2.0 } else { 5.0 })
     }
@@ -57,6 +77,7 @@ pub const EDGE: &str = "edge";
 pub struct FreshCluster {
     dir: PathBuf,
     up: Child,
+    cpus: Option<CpuList>,
 }
 
 impl Drop for FreshCluster {
@@ -90,7 +111,11 @@ impl FreshCluster {
             (at_rest, "osd")
         };
         let log = std::fs::File::create(dir.join("up.log")).map_err(|e| e.to_string())?;
-        let mut up = Command::new(exe)
+        let mut command = Command::new(exe);
+        if let Some(cpus) = &fresh.cluster_cpus {
+            cpus::pin(&mut command, &cpus.0);
+        }
+        let mut up = command
             .args(["up", "--store-gib", &fresh.store_gib.to_string()])
             .args(["--osds", &fresh.osds.to_string()])
             .args(match nbd {
@@ -114,7 +139,11 @@ impl FreshCluster {
         let cluster = FreshCluster {
             dir: dir.to_path_buf(),
             up,
+            cpus: fresh.cluster_cpus.clone(),
         };
+        if let Some(cpus) = &fresh.cluster_cpus {
+            cpus::check(cluster.up.id(), &cpus.0)?;
+        }
         let mut lines = BufReader::new(stdout).lines().map_while(Result::ok);
         let started = lines.any(|line| line.starts_with("coffer: cluster"));
         // The rest of what `coffer up` says is read and dropped, so its pipe never fills
@@ -127,6 +156,14 @@ impl FreshCluster {
             ));
         }
         Ok(cluster)
+    }
+
+    /// Makes `command`, a server the bench starts beside the cluster, run on the cluster's
+    /// CPUs (`--cluster-cpus`).
+    pub fn pin(&self, command: &mut Command) {
+        if let Some(cpus) = &self.cpus {
+            cpus::pin(command, &cpus.0);
+        }
     }
 
     pub fn conf_path(&self) -> PathBuf {

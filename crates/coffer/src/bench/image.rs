@@ -145,6 +145,7 @@ pub(super) async fn run_cell(
 }
 
 pub fn run(args: ImageArgs) -> Result<(), String> {
+    args.fresh.place()?;
     let seconds = args.fresh.seconds(args.quick);
     let image_size = args
         .image_size

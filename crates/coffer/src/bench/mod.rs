@@ -3,6 +3,7 @@
 
 mod aead;
 mod cluster;
+mod cpus;
 mod fresh;
 mod image;
 mod matrix;

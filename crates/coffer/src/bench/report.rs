@@ -115,7 +115,7 @@ pub fn machine() -> Machine {
             .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
     };
     Machine {
-        cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        cores: machine_cores(),
         memory_gib: memory_kib / (1024.0 * 1024.0),
         cpu,
         aes_gcm: keys::gcm::Implementation::fastest().to_string(),
@@ -141,6 +141,9 @@ pub fn print_header(title: &str, config: &[(&str, String)]) {
     for (key, value) in config {
         println!("{key}: {value}");
     }
+    if let Some(placement) = super::cpus::placement() {
+        println!("cpus: {placement}");
+    }
 }
 
 /// An IO size as the tables print it: 4K, 4M.
@@ -150,6 +153,13 @@ pub fn size_label(bytes: u64) -> String {
     } else {
         format!("{}K", bytes >> 10)
     }
+}
+
+/// The machine's online CPUs, wherever this process is pinned (`--client-cpus`).
+pub fn machine_cores() -> usize {
+    // SAFETY: sysconf(3) with a valid name has no preconditions.
+    let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    usize::try_from(online).unwrap_or(1).max(1)
 }
 
 /// Writes a bench's cells, with the command, machine and configuration, as JSON.
@@ -163,6 +173,7 @@ pub fn write_json<T: Serialize>(
         "bench": bench,
         "command": std::env::args().collect::<Vec<_>>().join(" "),
         "machine": machine(),
+        "cpus": super::cpus::placement(),
         "config": config,
         "cells": cells,
     });

@@ -410,7 +410,9 @@ impl PlainGateway {
         let pid_file = cluster.dir().join("gw-plain.pid");
         let log_path = cluster.dir().join("gw-plain.log");
         let log = std::fs::File::create(&log_path).map_err(|e| e.to_string())?;
-        let child = std::process::Command::new(exe)
+        let mut command = std::process::Command::new(exe);
+        cluster.pin(&mut command);
+        let child = command
             .arg("--conf")
             .arg(cluster.conf_path())
             .args(["gw", "--plain-http", "--listen", addr, "--pid-file"])
@@ -463,6 +465,7 @@ async fn wait_listening(addr: &str, log: &std::path::Path) -> Result<(), String>
 }
 
 pub fn run(args: S3Args) -> Result<(), String> {
+    args.fresh.place()?;
     let seconds = args.fresh.seconds(args.quick);
     let clients = args.clients.max(1);
     print_header(

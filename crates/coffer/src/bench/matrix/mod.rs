@@ -20,7 +20,9 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use super::fresh::{connect_admin, wait_clean, FreshArgs, FreshCluster, CORNERS, EDGE};
-use super::report::{mean_and_stddev, percent_of, print_header, size_label, write_json, LatencyUs};
+use super::report::{
+    machine_cores, mean_and_stddev, percent_of, print_header, size_label, write_json, LatencyUs,
+};
 
 const MIB: u64 = 1 << 20;
 const GIB: f64 = (1u64 << 30) as f64;
@@ -222,7 +224,7 @@ fn configs(args: &MatrixArgs) -> Result<Vec<Config>, String> {
 }
 
 fn shapes(args: &MatrixArgs) -> Result<Vec<Shape>, String> {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cores = machine_cores();
     let clients = args.clients.unwrap_or(2 * cores).max(1);
     args.shapes
         .iter()
@@ -248,6 +250,7 @@ fn shapes(args: &MatrixArgs) -> Result<Vec<Shape>, String> {
 }
 
 pub fn run(args: MatrixArgs) -> Result<(), String> {
+    args.fresh.place()?;
     let engine = if args.target.is_empty() {
         args.engine
     } else {
@@ -551,7 +554,7 @@ fn cell_of(
     let gib = bytes / GIB;
     let per_gib = |cpu: f64| if gib > 0.0 { cpu / gib } else { 0.0 };
     let kio = measured.ops as f64 / 1000.0;
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    let cores = machine_cores() as f64;
     Cell {
         config: config.label.clone(),
         at_rest,
