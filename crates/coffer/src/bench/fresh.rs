@@ -44,10 +44,9 @@ impl FreshArgs {
     /// Pins the clients (this process from now on) and records where each side runs; the
     /// first thing a bench does, before it starts any thread.
     pub fn place(&self) -> Result<(), String> {
-        let list = |cpus: &Option<CpuList>| cpus.as_ref().map(|c| c.0.clone());
         cpus::place(
-            list(&self.cluster_cpus).as_deref(),
-            list(&self.client_cpus).as_deref(),
+            self.cluster_cpus.as_ref().map(|c| &c.0[..]),
+            self.client_cpus.as_ref().map(|c| &c.0[..]),
         )
     }
 
