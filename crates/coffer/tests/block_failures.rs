@@ -201,7 +201,7 @@ fn malformed_and_truncated_requests_get_errors_or_a_clean_disconnect() {
     // and its payload is consumed so the connection goes on.
     client.send(READ, 0, 2, size - 4, 8, &[]);
     assert_eq!(client.reply(), (2, EINVAL));
-    client.send(WRITE, 0, 3, size - 4, 8, b"XXXXXXXX");
+    client.send(WRITE, 0, 3, size - 4, 8, b"PASTEND!");
     assert_eq!(client.reply(), (3, ENOSPC));
     client.send(READ, 0, 4, u64::MAX - 2, 8, &[]);
     assert_eq!(client.reply(), (4, EINVAL), "an offset that overflows");
