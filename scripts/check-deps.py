@@ -22,7 +22,8 @@ NEVER = {
     "coffer-client": ["coffer-osd", "coffer-store", "coffer-mon"],
     "coffer-block": ["coffer-osd", "coffer-store", "coffer-mon"],
     "coffer-gateway": ["coffer-osd", "coffer-store", "coffer-mon"],
-    "coffer-fs": ["coffer-osd", "coffer-store", "coffer-mon"],
+    "coffer-fs": ["coffer-osd", "coffer-store", "coffer-mon", "coffer-mds"],
+    "coffer-mds": ["coffer-osd", "coffer-store", "coffer-mon"],
 }
 # crate -> packages it must never name as a direct dependency.
 NEVER_DIRECT = {

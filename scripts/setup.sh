@@ -23,10 +23,16 @@ ensure_build_tools() {
 
 # What the tests need beyond the build: tcpdump, to capture loopback traffic and check that
 # secure links carry no plaintext; fio (built with libnbd), nbdinfo and nbdcopy (libnbd-bin)
-# and qemu-img and qemu-io (qemu-utils), the independent NBD clients the block tests use.
+# and qemu-img and qemu-io (qemu-utils), the independent NBD clients the block tests use;
+# and for the file system's tests on FUSE mounts, fusermount3 (fuse3), rsync and git as
+# ordinary programs, and sysbench for `coffer bench fs`.
 ensure_test_tools() {
     local missing=()
     command -v tcpdump >/dev/null 2>&1 || missing+=(tcpdump)
+    command -v fusermount3 >/dev/null 2>&1 || missing+=(fuse3)
+    command -v rsync >/dev/null 2>&1 || missing+=(rsync)
+    command -v git >/dev/null 2>&1 || missing+=(git)
+    command -v sysbench >/dev/null 2>&1 || missing+=(sysbench)
     command -v fio >/dev/null 2>&1 || missing+=(fio)
     command -v nbdinfo >/dev/null 2>&1 || missing+=(libnbd-bin)
     command -v qemu-img >/dev/null 2>&1 || missing+=(qemu-utils)

@@ -6,6 +6,7 @@
 //! Must never depend on: `osd`, `store` (checked by scripts/check-deps.py).
 
 pub mod conf;
+mod daemon;
 mod edge;
 pub mod stripe;
 
@@ -75,6 +76,10 @@ pub enum Error {
     Timeout { after: Duration, why: String },
     #[error("invalid: {0}")]
     Invalid(String),
+    /// A daemon could not be reached, or its link broke before it answered
+    /// ([`Cluster::call_daemon`]).
+    #[error("unreachable: {0}")]
+    Unreachable(String),
 }
 
 struct Inner {
@@ -87,6 +92,7 @@ struct Inner {
     next_seq: AtomicU64,
     op_timeout: Duration,
     follower: std::sync::Mutex<Option<JoinHandle<()>>>,
+    daemons: Mutex<daemon::DaemonLinks>,
 }
 
 impl Drop for Inner {
@@ -150,6 +156,7 @@ impl Cluster {
             next_seq: AtomicU64::new(1),
             op_timeout,
             follower: std::sync::Mutex::new(None),
+            daemons: Mutex::default(),
         });
         let follower = tokio::spawn(follow_map(Arc::downgrade(&inner)));
         *inner.follower.lock().unwrap_or_else(|p| p.into_inner()) = Some(follower);

@@ -149,6 +149,34 @@ pub enum BlocklistCommand {
     },
 }
 
+/// Creates pool `name` with `pg_num` PGs, replicated over up to three of the cluster's OSDs,
+/// sealed at the edge if `edge`.
+pub async fn create_pool(
+    cluster: &Cluster,
+    name: &str,
+    pg_num: u32,
+    edge: bool,
+) -> Result<(), String> {
+    let size = (cluster.map().osds.len() as u8).clamp(1, 3);
+    let change = Change::CreatePool {
+        name: name.into(),
+        size,
+        min_size: size - size / 2,
+        pg_num,
+        domain: FailureDomain::Osd,
+    };
+    let command = if edge {
+        MonCommand::PoolCreateEdge { change }
+    } else {
+        MonCommand::Change(change)
+    };
+    cluster
+        .command(command)
+        .await
+        .map(|_| ())
+        .map_err(|e| format!("creating pool {name}: {e}"))
+}
+
 /// Who runs a command and how to reach the cluster.
 pub struct Who {
     pub conf: Option<PathBuf>,
@@ -219,6 +247,17 @@ pub fn status(who: &Who, as_json: bool) -> Result<(), String> {
     let up = map.osds.values().filter(|o| o.up).count();
     let is_in = map.osds.values().filter(|o| o.is_in).count();
     println!("  osd:      {} OSDs: {up} up, {is_in} in", map.osds.len());
+    if !map.filesystems.is_empty() {
+        let filesystems: Vec<String> = map
+            .filesystems
+            .values()
+            .map(|fs| match &fs.mds {
+                Some(mds) => format!("{} ({})", fs.name, mds.name),
+                None => format!("{} (no metadata daemon)", fs.name),
+            })
+            .collect();
+        println!("  fs:       {}", filesystems.join(", "));
+    }
     println!("data:");
     let pg_total: u64 = status.pgs.values().sum();
     println!("  map:      epoch {}", map.epoch);
@@ -252,6 +291,10 @@ fn status_json(status: &MonStatus) -> serde_json::Value {
             "in": map.osds.values().filter(|o| o.is_in).count(),
         },
         "pools": map.pools.len(),
+        "filesystems": map.filesystems.values().map(|fs| serde_json::json!({
+            "name": fs.name,
+            "mds": fs.mds.as_ref().map(|m| m.name.clone()),
+        })).collect::<Vec<_>>(),
         "pgs": status.pgs,
         "usage": { "used_bytes": status.used_bytes, "total_bytes": status.total_bytes },
     })

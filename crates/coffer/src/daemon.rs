@@ -55,7 +55,7 @@ pub async fn stop_signal() -> Result<(), String> {
     Ok(())
 }
 
-fn write_pid(dir: &Path) -> Result<(), String> {
+pub fn write_pid(dir: &Path) -> Result<(), String> {
     let path = dir.join("pid");
     std::fs::write(&path, format!("{}\n", std::process::id()))
         .map_err(|e| format!("{}: {e}", path.display()))

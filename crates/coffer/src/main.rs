@@ -1,11 +1,13 @@
-//! `coffer`: the one binary: the daemons (`coffer mon`, `coffer osd`), a whole local cluster
-//! (`coffer up`), the operator's commands and the benchmarks.
+//! `coffer`: the one binary: the daemons (`coffer mon`, `coffer osd`, `coffer mds`), a whole
+//! local cluster (`coffer up`), the operator's commands, file system mounts and the
+//! benchmarks.
 
 #![deny(clippy::unwrap_used)]
 
 mod admin;
 mod bench;
 mod daemon;
+mod files;
 mod gw;
 mod image;
 mod up;
@@ -82,6 +84,13 @@ enum Command {
     /// Client instances whose writes the OSDs refuse (fenced writers).
     #[command(subcommand)]
     Blocklist(admin::BlocklistCommand),
+    /// File systems: create, ls, status, rm, authorize.
+    #[command(subcommand)]
+    Fs(files::FsCommand),
+    /// Mounts a file system with FUSE (unmount with umount or fusermount -u).
+    Mount(files::MountArgs),
+    /// Runs a metadata daemon, which serves every file system (coffer up starts one).
+    Mds(files::MdsArgs),
     /// Runs a monitor daemon (coffer up starts these).
     Mon(daemon::MonArgs),
     /// Measure Coffer itself; every figure is printed with the command and configuration.
@@ -149,6 +158,14 @@ fn main() -> ExitCode {
             init_logging(tracing::Level::INFO);
             image::nbd(&who, command)
         }
+        Command::Mds(args) => {
+            init_logging(tracing::Level::INFO);
+            files::run_mds(&daemon_conf(), args)
+        }
+        Command::Mount(args) if args.foreground => {
+            init_logging(tracing::Level::INFO);
+            files::mount(&who, args)
+        }
         Command::Gw(gw::GwCli {
             serve,
             command: None,
@@ -173,6 +190,8 @@ fn main() -> ExitCode {
                 Command::Auth(command) => admin::auth(&who, command),
                 Command::Image(command) => image::image(&who, command),
                 Command::Blocklist(command) => admin::blocklist(&who, command),
+                Command::Fs(command) => files::command(&who, command),
+                Command::Mount(args) => files::mount(&who, args),
                 Command::User(command) => gw::user(&who, command),
                 Command::Kms(command) => gw::kms(&who, command),
                 Command::Gw(gw::GwCli {
@@ -180,7 +199,9 @@ fn main() -> ExitCode {
                     ..
                 }) => gw::command(&who, command),
                 Command::Bench(command) => bench::run(command),
-                Command::Mon(_) | Command::Nbd(_) | Command::Gw(_) => unreachable!("matched above"),
+                Command::Mon(_) | Command::Nbd(_) | Command::Gw(_) | Command::Mds(_) => {
+                    unreachable!("matched above")
+                }
             }
         }
     };

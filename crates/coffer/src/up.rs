@@ -1,6 +1,7 @@
 //! `coffer up`: a whole cluster on this machine, from nothing or from where it stopped. It
 //! creates the cluster's identity and keys, one monitor and N OSDs (each its own process),
-//! and a default pool, then stays in the foreground until Ctrl-C stops everything.
+//! a default pool with an image served over NBD, an S3 gateway, and a file system with its
+//! metadata daemon, then stays in the foreground until Ctrl-C stops everything.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -12,8 +13,7 @@ use client::conf::{
 };
 use client::{load_identity, Cluster};
 use map::auth::Caps;
-use map::cluster::{Change, WEIGHT_ONE};
-use map::placement::FailureDomain;
+use map::cluster::WEIGHT_ONE;
 use messenger::message::{AuthEntry, Command as MonCommand, MonReply};
 use messenger::{ClusterCa, EntityName};
 
@@ -74,7 +74,16 @@ pub struct UpArgs {
     /// Size of the default image (data/disk), made when it does not exist.
     #[arg(long, default_value = "4G", value_parser = crate::image::parse_size)]
     pub image_size: u64,
+    /// The file system a cluster gets when it has none (with its metadata daemon, mds.a),
+    /// or `none`.
+    #[arg(long, default_value = DEFAULT_FS)]
+    pub fs: String,
 }
+
+/// The file system `coffer up` creates.
+pub const DEFAULT_FS: &str = "fs";
+/// The metadata daemon `coffer up` runs.
+const MDS_ID: &str = "a";
 
 /// The daemons `up` started, stopped in reverse order.
 struct Daemons {
@@ -122,13 +131,15 @@ impl Daemons {
         gone
     }
 
-    /// Stops every daemon: the front ends (the NBD server, the gateway) first, while the
-    /// cluster can still take their last writes and lock release, then the OSDs and
-    /// monitors together.
+    /// Stops every daemon: the front ends (the NBD server, the gateway, the metadata daemon)
+    /// first, while the cluster can still take their last writes and lock release, then the
+    /// OSDs and monitors together.
     fn stop(&mut self) {
         let front: Vec<(String, Child)> = self
             .children
-            .extract_if(.., |(name, _)| name == "nbd" || name == "gw")
+            .extract_if(.., |(name, _)| {
+                name == "nbd" || name == "gw" || name.starts_with("mds.")
+            })
             .collect();
         stop_children(front);
         stop_children(std::mem::take(&mut self.children));
@@ -352,7 +363,7 @@ pub fn run(args: UpArgs) -> Result<(), String> {
     let admin =
         load_identity(&conf.keyring_path(&admin_name), &admin_name).map_err(|e| e.to_string())?;
     let runtime = daemon::runtime()?;
-    let pool_line = runtime.block_on(async {
+    let (pool_line, filesystems) = runtime.block_on(async {
         let cluster = Cluster::connect(&conf, &admin)
             .await
             .map_err(|e| format!("reaching the monitor: {e}"))?;
@@ -372,7 +383,8 @@ pub fn run(args: UpArgs) -> Result<(), String> {
             )?;
         }
         if cluster.map().pools.is_empty() {
-            create_pool(&cluster, DEFAULT_POOL, ids.len(), edge).await?;
+            crate::admin::create_pool(&cluster, DEFAULT_POOL, crate::admin::DEFAULT_PG_NUM, edge)
+                .await?;
         }
         if let Some(nbd) = &conf.nbd {
             ensure_image(&cluster, &nbd.image, args.image_size).await?;
@@ -389,11 +401,25 @@ pub fn run(args: UpArgs) -> Result<(), String> {
         if let Some(gw) = &conf.gw {
             let pool_exists = cluster.map().pools.values().any(|p| p.name == gw.pool);
             if !pool_exists {
-                create_pool(&cluster, &gw.pool, ids.len(), edge).await?;
+                crate::admin::create_pool(&cluster, &gw.pool, crate::admin::DEFAULT_PG_NUM, edge)
+                    .await?;
             }
             let dir = conf.dir.join(crate::gw::GW_DIR);
             ensure_gw_certificate(&dir, &gw.listen)?;
             daemons.spawn(&exe, &conf_path, "gw", &gw_args(&dir), &dir.join("log"))?;
+        }
+        if args.fs != "none" {
+            if cluster.map().filesystems.is_empty() {
+                crate::files::create(&cluster, &args.fs, None, None, edge).await?;
+            }
+            let mds = ensure_mds(&cluster, &conf).await?;
+            daemons.spawn(
+                &exe,
+                &conf_path,
+                mds.as_str(),
+                &mds_args(),
+                &conf.dir.join(mds.as_str()).join("log"),
+            )?;
         }
         let pools: Vec<String> = cluster
             .map()
@@ -401,7 +427,11 @@ pub fn run(args: UpArgs) -> Result<(), String> {
             .values()
             .map(|p| p.name.clone())
             .collect();
-        Ok::<_, String>(format!("{} OSDs, pools: {}", ids.len(), pools.join(", ")))
+        let filesystems: Vec<String> = cluster.map().filesystems.keys().cloned().collect();
+        Ok::<_, String>((
+            format!("{} OSDs, pools: {}", ids.len(), pools.join(", ")),
+            filesystems,
+        ))
     })?;
     let verb = if fresh { "created" } else { "resumed" };
     say(&announcement(
@@ -409,6 +439,7 @@ pub fn run(args: UpArgs) -> Result<(), String> {
         &dir,
         &admin_name,
         &format!("{verb} ({pool_line})"),
+        &filesystems,
     ));
     runtime.block_on(async {
         let stop = daemon::stop_signal();
@@ -433,7 +464,13 @@ pub fn run(args: UpArgs) -> Result<(), String> {
 }
 
 /// What `coffer up` prints once the cluster is up: where it lives and how to reach it.
-fn announcement(conf: &Conf, dir: &Path, admin_name: &EntityName, state: &str) -> String {
+fn announcement(
+    conf: &Conf,
+    dir: &Path,
+    admin_name: &EntityName,
+    state: &str,
+    filesystems: &[String],
+) -> String {
     use std::fmt::Write;
     let conf_path = dir.join(CONF_FILE);
     let mut text = format!("coffer: cluster {} {state}\n", conf.fsid);
@@ -467,6 +504,12 @@ fn announcement(conf: &Conf, dir: &Path, admin_name: &EntityName, state: &str) -
             "  s3:       https://{} (trust {}; keys: coffer user create NAME)",
             gw.listen,
             ca.display()
+        );
+    }
+    for fs in filesystems {
+        let _ = writeln!(
+            text,
+            "  fs:       {fs} (try: mkdir -p /mnt/{fs} && coffer mount {fs} /mnt/{fs})"
         );
     }
     let _ = writeln!(
@@ -507,6 +550,7 @@ fn restart_hint(conf: &Conf, gone: &str) -> String {
     let name = gone.split_whitespace().next().unwrap_or_default();
     match (name.strip_prefix("osd."), &conf.nbd) {
         (Some(id), _) => format!("osd --id {id}"),
+        (None, _) if name.starts_with("mds.") => mds_args().join(" "),
         (None, Some(nbd)) if name == "nbd" => nbd_args(nbd, &conf.dir.join("nbd")).join(" "),
         (None, _) if name == "gw" => gw_args(&conf.dir.join(crate::gw::GW_DIR)).join(" "),
         _ => format!("mon --name {name}"),
@@ -526,6 +570,40 @@ fn nbd_args(nbd: &NbdSection, dir: &Path) -> Vec<String> {
         "--pid-file".into(),
         dir.join("pid").display().to_string(),
     ]
+}
+
+/// The arguments of the metadata daemon `coffer up` runs.
+fn mds_args() -> Vec<String> {
+    vec!["mds".into(), "--id".into(), MDS_ID.into()]
+}
+
+/// Makes the metadata daemon's entity and keyring unless they exist; returns its name.
+async fn ensure_mds(cluster: &Cluster, conf: &Conf) -> Result<EntityName, String> {
+    let name: EntityName = format!("mds.{MDS_ID}")
+        .parse()
+        .map_err(|e| format!("{e}"))?;
+    let keyring = conf.keyring_path(&name);
+    if keyring.exists() {
+        return Ok(name);
+    }
+    let dir = conf.dir.join(name.as_str());
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let caps = Caps::parse("mon=r osd=rw").map_err(|e| e.to_string())?;
+    let command = MonCommand::AuthAdd {
+        entity: name.to_string(),
+        caps,
+    };
+    match cluster
+        .command(command)
+        .await
+        .map_err(|e| format!("creating {name}: {e}"))?
+    {
+        MonReply::Keyring { pem, .. } => {
+            write_private(&keyring, &pem)?;
+            Ok(name)
+        }
+        other => Err(format!("creating {name}: unexpected reply {other:?}")),
+    }
 }
 
 /// The arguments of the S3 gateway `coffer up` runs (its address and pool are in the
@@ -554,28 +632,6 @@ fn ensure_gw_certificate(dir: &Path, listen: &str) -> Result<(), String> {
     write_private(&dir.join(CA_FILE), &made.ca)?;
     write_private(&dir.join(KEY_FILE), &made.key)?;
     write_private(&dir.join(CERT_FILE), &made.chain)
-}
-
-/// Creates pool `name` replicated over up to three of `osds`, sealed at the edge if `edge`.
-async fn create_pool(cluster: &Cluster, name: &str, osds: usize, edge: bool) -> Result<(), String> {
-    let size = (osds as u8).clamp(1, 3);
-    let change = Change::CreatePool {
-        name: name.into(),
-        size,
-        min_size: size - size / 2,
-        pg_num: crate::admin::DEFAULT_PG_NUM,
-        domain: FailureDomain::Osd,
-    };
-    let command = if edge {
-        MonCommand::PoolCreateEdge { change }
-    } else {
-        MonCommand::Change(change)
-    };
-    cluster
-        .command(command)
-        .await
-        .map(|_| ())
-        .map_err(|e| format!("creating pool {name}: {e}"))
 }
 
 /// Creates image `spec` (POOL/NAME) of `size` bytes unless it exists.

@@ -9,6 +9,7 @@ use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
+use crate::filesystem::{self, FsId, FsInfo, MdsInfo, FILESYSTEMS_MAX};
 use crate::placement::{self, Candidate, FailureDomain, OsdId, PgId};
 use crate::{ObjectName, PoolId};
 
@@ -77,6 +78,11 @@ pub struct ClusterMap {
     /// operator removes them.
     pub blocklist: BTreeSet<u64>,
     next_pool: u64,
+    /// File systems by name (docs/design/fs.md).
+    #[serde(default)]
+    pub filesystems: BTreeMap<String, FsInfo>,
+    #[serde(default)]
+    next_fs: u32,
     #[serde(skip)]
     acting: ActingCache,
 }
@@ -161,6 +167,25 @@ pub enum Change {
     Unblocklist {
         client: u64,
     },
+    /// A file system over two existing pools, neither used by another file system.
+    CreateFs {
+        name: String,
+        meta_pool: String,
+        data_pool: String,
+        owns_pools: bool,
+    },
+    /// Removes the file system from the map (its pools stay until removed).
+    RemoveFs {
+        name: String,
+    },
+    /// MDS `name`, as client instance `instance`, serves file system `fs` at `addr` from this
+    /// epoch; the instance of the MDS it replaces is blocklisted in the same epoch.
+    MdsBoot {
+        fs: String,
+        name: String,
+        addr: String,
+        instance: u64,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -174,6 +199,14 @@ pub enum ChangeError {
     InvalidPool(String),
     BlocklistFull,
     NotBlocklisted(u64),
+    FsExists(String),
+    NoSuchFs(String),
+    InvalidFs(String),
+    /// A pool cannot go (or serve a second file system) while file system `fs` uses it.
+    PoolInUse {
+        pool: String,
+        fs: String,
+    },
 }
 
 impl fmt::Display for ChangeError {
@@ -194,6 +227,12 @@ impl fmt::Display for ChangeError {
             ),
             ChangeError::NotBlocklisted(client) => {
                 write!(f, "client instance {client:016x} is not blocklisted")
+            }
+            ChangeError::FsExists(name) => write!(f, "file system {name:?} already exists"),
+            ChangeError::NoSuchFs(name) => write!(f, "file system {name:?} does not exist"),
+            ChangeError::InvalidFs(why) => write!(f, "invalid file system: {why}"),
+            ChangeError::PoolInUse { pool, fs } => {
+                write!(f, "pool {pool:?} is used by file system {fs:?}")
             }
         }
     }
@@ -300,6 +339,7 @@ impl ClusterMap {
                     .pool_by_name(name)
                     .ok_or_else(|| ChangeError::NoSuchPool(name.clone()))?
                     .id;
+                self.check_pool_unused(id, name)?;
                 self.pools.remove(&id);
             }
             Change::Blocklist { client } => {
@@ -314,10 +354,110 @@ impl ClusterMap {
                     return Err(ChangeError::NotBlocklisted(*client));
                 }
             }
+            Change::CreateFs {
+                name,
+                meta_pool,
+                data_pool,
+                owns_pools,
+            } => self.create_fs(name, meta_pool, data_pool, *owns_pools)?,
+            Change::RemoveFs { name } => {
+                self.filesystems
+                    .remove(name)
+                    .ok_or_else(|| ChangeError::NoSuchFs(name.clone()))?;
+            }
+            Change::MdsBoot {
+                fs,
+                name,
+                addr,
+                instance,
+            } => {
+                let since = self.epoch + 1;
+                let previous = self
+                    .filesystems
+                    .get(fs)
+                    .ok_or_else(|| ChangeError::NoSuchFs(fs.clone()))?
+                    .mds
+                    .as_ref()
+                    .map(|mds| mds.instance)
+                    .filter(|old| old != instance);
+                if let Some(old) = previous {
+                    if self.blocklist.len() >= BLOCKLIST_ENTRIES_MAX {
+                        return Err(ChangeError::BlocklistFull);
+                    }
+                    self.blocklist.insert(old);
+                }
+                let info = self
+                    .filesystems
+                    .get_mut(fs)
+                    .expect("the file system was found above");
+                info.mds = Some(MdsInfo {
+                    name: name.clone(),
+                    addr: addr.clone(),
+                    instance: *instance,
+                    since,
+                });
+            }
         }
         self.epoch += 1;
         self.acting.clear();
         Ok(())
+    }
+
+    fn create_fs(
+        &mut self,
+        name: &str,
+        meta_pool: &str,
+        data_pool: &str,
+        owns_pools: bool,
+    ) -> Result<(), ChangeError> {
+        filesystem::check_name(name)?;
+        if self.filesystems.contains_key(name) {
+            return Err(ChangeError::FsExists(name.into()));
+        }
+        if self.filesystems.len() >= FILESYSTEMS_MAX {
+            return Err(ChangeError::InvalidFs(format!(
+                "the cluster holds {FILESYSTEMS_MAX} file systems already"
+            )));
+        }
+        if meta_pool == data_pool {
+            return Err(ChangeError::InvalidFs(
+                "the metadata and data pools must differ".into(),
+            ));
+        }
+        let mut ids = [PoolId(0); 2];
+        for (slot, pool) in ids.iter_mut().zip([meta_pool, data_pool]) {
+            let id = self
+                .pool_by_name(pool)
+                .ok_or_else(|| ChangeError::NoSuchPool(pool.into()))?
+                .id;
+            self.check_pool_unused(id, pool)?;
+            *slot = id;
+        }
+        self.next_fs += 1;
+        let info = FsInfo {
+            id: FsId(self.next_fs),
+            name: name.into(),
+            meta_pool: ids[0],
+            data_pool: ids[1],
+            owns_pools,
+            mds: None,
+        };
+        self.filesystems.insert(name.into(), info);
+        Ok(())
+    }
+
+    fn check_pool_unused(&self, id: PoolId, pool: &str) -> Result<(), ChangeError> {
+        match self
+            .filesystems
+            .values()
+            .find(|fs| fs.meta_pool == id || fs.data_pool == id)
+        {
+            Some(fs) => Err(ChangeError::PoolInUse {
+                pool: pool.into(),
+                fs: fs.name.clone(),
+            }),
+            None => Ok(()),
+        }
     }
 
     fn osd_mut(&mut self, id: OsdId) -> Result<&mut OsdInfo, ChangeError> {
@@ -509,5 +649,75 @@ mod tests {
             Err(ChangeError::BlocklistFull)
         );
         assert_eq!(map, full, "a refused change leaves the map as it was");
+    }
+
+    /// A file system claims its two pools, and each MDS that boots fences the one before it
+    /// in the same epoch: the old instance is blocklisted when the new one becomes active.
+    #[test]
+    fn file_systems_claim_their_pools_and_a_new_mds_fences_the_old() {
+        let mut map = ClusterMap::default();
+        for name in ["fs.meta", "fs.data", "other"] {
+            map.apply(&pool(name)).expect("pool");
+        }
+        let create = |name: &str, meta: &str, data: &str| Change::CreateFs {
+            name: name.into(),
+            meta_pool: meta.into(),
+            data_pool: data.into(),
+            owns_pools: true,
+        };
+        map.apply(&create("fs", "fs.meta", "fs.data"))
+            .expect("create fs");
+        let before = map.clone();
+        assert_eq!(
+            map.apply(&create("fs", "other", "fs.data")),
+            Err(ChangeError::FsExists("fs".into()))
+        );
+        assert_eq!(
+            map.apply(&create("two", "other", "fs.data")),
+            Err(ChangeError::PoolInUse {
+                pool: "fs.data".into(),
+                fs: "fs".into()
+            })
+        );
+        assert!(matches!(
+            map.apply(&create("bad/name", "other", "other")),
+            Err(ChangeError::InvalidFs(_))
+        ));
+        assert_eq!(
+            map.apply(&Change::RemovePool {
+                name: "fs.meta".into()
+            }),
+            Err(ChangeError::PoolInUse {
+                pool: "fs.meta".into(),
+                fs: "fs".into()
+            })
+        );
+        assert_eq!(map, before, "refused changes leave the map as it was");
+
+        let boot = |instance: u64| Change::MdsBoot {
+            fs: "fs".into(),
+            name: "mds.a".into(),
+            addr: "127.0.0.1:6800".into(),
+            instance,
+        };
+        map.apply(&boot(11)).expect("first mds");
+        assert!(map.blocklist.is_empty(), "nothing to fence at first");
+        map.apply(&boot(11)).expect("the same instance again");
+        assert!(map.blocklist.is_empty(), "an MDS does not fence itself");
+        map.apply(&boot(12)).expect("a new mds");
+        assert!(map.blocklist.contains(&11), "the old instance is fenced");
+        let mds = map.filesystems["fs"].mds.clone().expect("active mds");
+        assert_eq!((mds.instance, mds.since), (12, map.epoch));
+
+        map.apply(&Change::RemoveFs { name: "fs".into() })
+            .expect("remove fs");
+        map.apply(&Change::RemovePool {
+            name: "fs.meta".into(),
+        })
+        .expect("its pools are free again");
+        assert_eq!(
+            map.apply(&Change::RemoveFs { name: "fs".into() }),
+            Err(ChangeError::NoSuchFs("fs".into()))
+        );
     }
 }

@@ -3,11 +3,12 @@
 //!
 //! Pure and synchronous: no IO, no clock, no randomness. It must never depend on tokio, on
 //! any IO crate, or on `keys`. `placement` maps objects to placement groups and placement
-//! groups to OSDs; `cluster` is the cluster map and its changes; `auth` the capabilities of
-//! entities.
+//! groups to OSDs; `cluster` is the cluster map and its changes; `filesystem` the file
+//! systems in it; `auth` the capabilities of entities.
 
 pub mod auth;
 pub mod cluster;
+pub mod filesystem;
 pub mod placement;
 
 use serde::{Deserialize, Serialize};

@@ -1,4 +1,4 @@
-//! Who is at the end of a link: `mon.NAME`, `osd.N` or `client.NAME`.
+//! Who is at the end of a link: `mon.NAME`, `osd.N`, `mds.NAME` or `client.NAME`.
 
 use std::fmt;
 use std::str::FromStr;
@@ -8,12 +8,15 @@ use serde::{Deserialize, Serialize};
 /// Longest id after the kind (`osd.` / `mon.` / `client.`), in bytes.
 pub const ENTITY_ID_BYTES_MAX: usize = 63;
 
-/// The three kinds of entity, as in Ceph.
+/// The kinds of entity, as in Ceph. (`Mds` added last, so the others keep their numbers on
+/// the wire.)
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum EntityKind {
     Mon,
     Osd,
     Client,
+    /// A metadata daemon of the file systems.
+    Mds,
 }
 
 impl EntityKind {
@@ -22,6 +25,7 @@ impl EntityKind {
             EntityKind::Mon => "mon",
             EntityKind::Osd => "osd",
             EntityKind::Client => "client",
+            EntityKind::Mds => "mds",
         }
     }
 }
@@ -37,7 +41,7 @@ pub struct EntityName {
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum EntityNameError {
-    #[error("entity name {0:?} must start with mon., osd. or client.")]
+    #[error("entity name {0:?} must start with mon., osd., mds. or client.")]
     Kind(String),
     #[error(
         "entity id in {0:?} must be 1 to {ENTITY_ID_BYTES_MAX} lower-case letters, digits or \
@@ -81,6 +85,7 @@ impl FromStr for EntityName {
             Some(("mon", id)) => (EntityKind::Mon, id),
             Some(("osd", id)) => (EntityKind::Osd, id),
             Some(("client", id)) => (EntityKind::Client, id),
+            Some(("mds", id)) => (EntityKind::Mds, id),
             _ => return Err(EntityNameError::Kind(text.to_owned())),
         };
         let label_ok = !id.is_empty()
@@ -137,7 +142,7 @@ pub enum Mode {
 }
 
 /// The link modes a server accepts, by the kind of peer, each list in order of preference:
-/// clients (`client.*`) and the cluster's own daemons (`mon.*`, `osd.*`) may be held to
+/// clients (`client.*`, and `mds.*`, which use the client library) and the cluster's own daemons (`mon.*`, `osd.*`) may be held to
 /// different modes, as Ceph's `ms_client_mode` and `ms_cluster_mode` do. A peer that offers
 /// none of its kind's modes is refused during the handshake.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -157,7 +162,8 @@ impl ModePolicy {
 
     pub fn for_peer(&self, entity: &EntityName) -> &[Mode] {
         match entity.kind() {
-            EntityKind::Client => &self.clients,
+            // A metadata daemon reaches the OSDs through the client library, as a client.
+            EntityKind::Client | EntityKind::Mds => &self.clients,
             EntityKind::Mon | EntityKind::Osd => &self.daemons,
         }
     }

@@ -149,6 +149,13 @@ pub enum Command {
     PoolRotateKey {
         name: String,
     },
+    /// The calling MDS serves file system `fs` at `addr` as client instance `instance`
+    /// (fencing the MDS it replaces). Added last, so the other commands keep their numbers.
+    MdsBoot {
+        fs: String,
+        addr: String,
+        instance: u64,
+    },
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -218,6 +225,21 @@ pub struct AuthListing {
 pub struct AuthTable {
     pub version: u64,
     pub entities: std::collections::BTreeMap<String, AuthEntry>,
+}
+
+impl AuthTable {
+    /// What `entity`, proven by certificate `cert_der`, may do now: refused once the entity
+    /// is removed or given a new key. Daemons ask at every request, not only when a link is
+    /// accepted, so a removal stops its next request.
+    pub fn caps_of(&self, entity: &str, cert_der: &[u8]) -> Result<Caps, String> {
+        match self.entities.get(entity) {
+            None => Err(format!("{entity} is not a known entity (or was removed)")),
+            Some(entry) if entry.cert_der[..] != cert_der[..] => Err(format!(
+                "{entity} presented a key that has been replaced or revoked"
+            )),
+            Some(entry) => Ok(entry.caps.clone()),
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

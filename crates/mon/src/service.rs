@@ -89,7 +89,10 @@ impl Handler for MonService {
                 reply(MonReply::Map(Box::new(map)))
             }
             MonRequest::GetAuth { newer_than } => {
-                if !matches!(peer.entity.kind(), EntityKind::Osd | EntityKind::Mon) {
+                if !matches!(
+                    peer.entity.kind(),
+                    EntityKind::Osd | EntityKind::Mon | EntityKind::Mds
+                ) {
                     return reply(MonReply::Denied("only daemons read the auth table".into()));
                 }
                 let is_newer = newer_than.map(|v| move |auth: &AuthTable| auth.version > v);
@@ -283,9 +286,12 @@ impl MonService {
     }
 
     async fn command(&self, peer: &Peer<Caps>, command: Command) -> MonReply {
-        let is_boot = matches!(command, Command::OsdBoot { .. });
-        if is_boot && peer.entity.kind() != EntityKind::Osd {
+        let is_boot = matches!(command, Command::OsdBoot { .. } | Command::MdsBoot { .. });
+        if matches!(command, Command::OsdBoot { .. }) && peer.entity.kind() != EntityKind::Osd {
             return MonReply::Denied("only an OSD reports its own boot".into());
+        }
+        if matches!(command, Command::MdsBoot { .. }) && peer.entity.kind() != EntityKind::Mds {
+            return MonReply::Denied("only a metadata daemon reports its own boot".into());
         }
         if !is_boot && !peer.grant.mon_allows(true) {
             return MonReply::Denied(format!(
@@ -388,13 +394,23 @@ impl MonService {
                     None,
                 ))
             }
+            Command::MdsBoot { fs, addr, instance } => Ok((
+                Proposal::Change(Change::MdsBoot {
+                    fs,
+                    name: peer.entity.to_string(),
+                    addr,
+                    instance,
+                }),
+                None,
+            )),
             Command::AuthAdd { entity, caps } => {
                 let name: EntityName = entity
                     .parse()
                     .map_err(|e| MonReply::Failed(format!("{e}")))?;
-                if name.kind() != EntityKind::Client {
+                if !matches!(name.kind(), EntityKind::Client | EntityKind::Mds) {
                     return failed(
-                        "auth add creates client.* entities; OSDs come from osd create".into(),
+                        "auth add creates client.* and mds.* entities; OSDs come from osd create"
+                            .into(),
                     );
                 }
                 if self.shared.read(|s| s.auth.entities.contains_key(&entity)) {

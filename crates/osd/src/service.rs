@@ -42,21 +42,40 @@ fn read_failure(e: ReadError) -> OsdReply {
     }
 }
 
-impl Handler for OsdService {
-    type Grant = Caps;
+/// What an accepted peer proved: the certificate it presented. Its capabilities are read from
+/// the current auth table at each request ([`OsdService::caps`]), so an entity removed, or
+/// given a new key, loses its access at its next request, not at its next connection.
+pub struct Presented {
+    cert_der: Vec<u8>,
+}
 
-    fn authorize(&self, entity: &EntityName, cert: &CertificateDer<'_>) -> Result<Caps, String> {
-        let auth = self.inner.auth.borrow().clone();
-        match auth.entities.get(entity.as_str()) {
-            None => Err(format!("{entity} is not a known entity (or was removed)")),
-            Some(entry) if entry.cert_der[..] != cert[..] => Err(format!(
-                "{entity} presented a key that has been replaced or revoked"
-            )),
-            Some(entry) => Ok(entry.caps.clone()),
-        }
+impl OsdService {
+    fn current_caps(&self, entity: &EntityName, cert: &[u8]) -> Result<Caps, String> {
+        self.inner.auth.borrow().caps_of(entity.as_str(), cert)
     }
 
-    async fn handle(&self, peer: Arc<Peer<Caps>>, request: Request) -> Reply {
+    /// The capabilities `peer` holds now.
+    fn caps(&self, peer: &Peer<Presented>) -> Result<Caps, OsdReply> {
+        self.current_caps(&peer.entity, &peer.grant.cert_der)
+            .map_err(OsdReply::Denied)
+    }
+}
+
+impl Handler for OsdService {
+    type Grant = Presented;
+
+    fn authorize(
+        &self,
+        entity: &EntityName,
+        cert: &CertificateDer<'_>,
+    ) -> Result<Presented, String> {
+        self.current_caps(entity, cert)?;
+        Ok(Presented {
+            cert_der: cert.to_vec(),
+        })
+    }
+
+    async fn handle(&self, peer: Arc<Peer<Presented>>, request: Request) -> Reply {
         let message = match request.decode::<OsdRequest>() {
             Ok(message) => message,
             Err(e) => return reply(OsdReply::Failed(format!("undecodable request: {e}"))),
@@ -165,7 +184,7 @@ impl OsdService {
     /// client may touch its pool; the map on success.
     async fn check_primary(
         &self,
-        peer: &Peer<Caps>,
+        peer: &Peer<Presented>,
         pg: PgId,
         epoch: Epoch,
         write: bool,
@@ -177,7 +196,7 @@ impl OsdService {
                 why: format!("pool {} does not exist", pg.pool),
             });
         };
-        if !peer.grant.osd_allows(&pool.name, write) {
+        if !self.caps(peer)?.osd_allows(&pool.name, write) {
             let access = if write { "write" } else { "read" };
             return Err(OsdReply::Denied(format!(
                 "{} may not {access} pool {}",
@@ -205,7 +224,7 @@ impl OsdService {
 
     async fn client_op(
         &self,
-        peer: &Peer<Caps>,
+        peer: &Peer<Presented>,
         epoch: Epoch,
         op: ClientOp,
         data: Bytes,
@@ -518,7 +537,7 @@ impl OsdService {
 
     async fn client_list(
         &self,
-        peer: &Peer<Caps>,
+        peer: &Peer<Presented>,
         pg: PgId,
         epoch: Epoch,
         after: Option<ObjectName>,
@@ -543,13 +562,17 @@ impl OsdService {
     /// command, and it makes every OSD of the PG read its copies), and `osd=rw` to repair.
     async fn scrub(
         &self,
-        peer: &Peer<Caps>,
+        peer: &Peer<Presented>,
         pg: PgId,
         epoch: Epoch,
         after: Option<ObjectName>,
         repair: bool,
     ) -> OsdReply {
-        if !peer.grant.mon_allows(true) {
+        let caps = match self.caps(peer) {
+            Ok(caps) => caps,
+            Err(refusal) => return refusal,
+        };
+        if !caps.mon_allows(true) {
             return OsdReply::Denied(format!(
                 "{} may not scrub: scrub is an operator's command (mon=rw)",
                 peer.entity

@@ -143,7 +143,8 @@ pub fn run(args: ClusterArgs) -> Result<(), String> {
             "cluster-{}-{at_rest}-{in_transit}",
             std::process::id()
         ));
-        let cluster = FreshCluster::start(&dir, &args.fresh, at_rest, in_transit, None, None)?;
+        let cluster =
+            FreshCluster::start(&dir, &args.fresh, at_rest, in_transit, None, None, false)?;
         let conf = cluster.conf()?;
         runtime.block_on(async {
             let pools = connect_clients(&conf, clients).await?;

@@ -90,9 +90,9 @@ impl Drop for FreshCluster {
 
 impl FreshCluster {
     /// Starts `coffer up` in `dir`; with `nbd` (an address and an image size) the cluster
-    /// exports its default image there, and with `gw` (an address) it runs its S3 gateway
-    /// there, as `coffer up` does outside the benches. `at_rest` is a store mode, or
-    /// [`EDGE`].
+    /// exports its default image there, with `gw` (an address) it runs its S3 gateway there,
+    /// and with `fs` its file system `fs` and metadata daemon, as `coffer up` does outside
+    /// the benches. `at_rest` is a store mode, or [`EDGE`].
     pub fn start(
         dir: &Path,
         fresh: &FreshArgs,
@@ -100,6 +100,7 @@ impl FreshCluster {
         in_transit: &str,
         nbd: Option<(&str, u64)>,
         gw: Option<&str>,
+        fs: bool,
     ) -> Result<Self, String> {
         let _ = std::fs::remove_dir_all(dir);
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
@@ -127,6 +128,7 @@ impl FreshCluster {
                 None => vec!["--nbd".to_string(), "none".to_string()],
             })
             .args(["--gw", gw.unwrap_or("none")])
+            .args(["--fs", if fs { crate::up::DEFAULT_FS } else { "none" }])
             .args(["--at-rest", store_mode, "--in-transit", in_transit])
             .args(["--seal", seal, "--data"])
             .arg(dir)
@@ -201,12 +203,17 @@ impl FreshCluster {
 /// CPU seconds (user and system) used so far by the process whose pid is in `pid_file`;
 /// 0 if there is none.
 pub fn pid_file_cpu_seconds(pid_file: &Path) -> f64 {
+    std::fs::read_to_string(pid_file)
+        .ok()
+        .and_then(|pid| pid.trim().parse().ok())
+        .map_or(0.0, pid_cpu_seconds)
+}
+
+/// CPU seconds (user and system) used so far by process `pid`; 0 if it is gone.
+pub fn pid_cpu_seconds(pid: u32) -> f64 {
     // SAFETY: sysconf with a valid name has no preconditions.
     let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-    let Ok(pid) = std::fs::read_to_string(pid_file) else {
-        return 0.0;
-    };
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())) else {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
         return 0.0;
     };
     // Fields after the command name: state is the 3rd field, utime the 14th.

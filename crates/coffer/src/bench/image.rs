@@ -203,7 +203,8 @@ pub fn run(args: ImageArgs) -> Result<(), String> {
             "image-{}-{at_rest}-{in_transit}",
             std::process::id()
         ));
-        let cluster = FreshCluster::start(&dir, &args.fresh, at_rest, in_transit, None, None)?;
+        let cluster =
+            FreshCluster::start(&dir, &args.fresh, at_rest, in_transit, None, None, false)?;
         let conf = cluster.conf()?;
         runtime.block_on(async {
             let admin = connect_admin(&conf).await?;

@@ -4,6 +4,7 @@
 mod aead;
 mod cluster;
 mod cpus;
+mod files;
 mod fresh;
 mod image;
 mod matrix;
@@ -34,6 +35,10 @@ pub enum BenchCommand {
     /// x in transit), random 4 MiB and 4 KiB reads and writes by many clients, one client at
     /// queue depth 128 and one synchronous client, each cell a percent of the baseline.
     Matrix(matrix::MatrixArgs),
+    /// The file system through sysbench's fileio test on a mount: sequential 1 MiB and
+    /// random 4 KiB reads and writes by one thread, reads with each readahead setting (auto
+    /// against the extremes), on a fresh cluster per configuration (none/crc, the default).
+    Fs(files::FsArgs),
     /// The S3 gateway: concurrent clients doing PUT and GET of 4 MiB and 64 KiB objects over
     /// plain HTTP and TLS, without SSE, with SSE-S3 and with SSE-C, each cell a percent of
     /// plain HTTP without SSE in the same run, with the gateway's CPU per GiB.
@@ -51,6 +56,7 @@ pub fn run(command: BenchCommand) -> Result<(), String> {
         BenchCommand::Image(args) => image::run(args),
         BenchCommand::Matrix(args) => matrix::run(args),
         BenchCommand::S3(args) => s3::run(args),
+        BenchCommand::Fs(args) => files::run(args),
         BenchCommand::Worker(args) => matrix::worker::run(args),
     }
 }

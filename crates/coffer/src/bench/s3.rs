@@ -510,6 +510,7 @@ pub fn run(args: S3Args) -> Result<(), String> {
         "secure",
         None,
         Some(&https_addr),
+        false,
     )?;
     let plain = PlainGateway::start(&cluster, &http_addr)?;
     let conf = cluster.conf()?;

@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod mounts;
+
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -242,6 +244,11 @@ impl LocalCluster {
         self.restart_daemon(&format!("osd.{osd}"), &["osd", "--id", &osd.to_string()]);
     }
 
+    /// Starts `coffer up`'s metadata daemon again, as its own process.
+    pub fn restart_mds(&mut self) {
+        self.restart_daemon("mds.a", &["mds", "--id", "a"]);
+    }
+
     /// Starts `coffer up`'s S3 gateway again, as its own process.
     pub fn restart_gw(&mut self) {
         let pid_file = self.dir.path().join("gw/pid");
@@ -453,6 +460,7 @@ fn spawn_up(dir: &Path, osds: u32, extra: &[&str]) -> Child {
         .args(extra)
         .args(port_default("--nbd", extra))
         .args(port_default("--gw", extra))
+        .args(no_fs_default(extra))
         .stdout(Stdio::piped())
         .stderr(log)
         .spawn()
@@ -466,6 +474,15 @@ fn port_default(option: &str, extra: &[&str]) -> Vec<String> {
         return Vec::new();
     }
     vec![option.into(), format!("127.0.0.1:{}", free_port())]
+}
+
+/// Test clusters run no file system (its pools and metadata daemon) unless the test names
+/// `--fs` itself.
+fn no_fs_default(extra: &[&str]) -> Vec<String> {
+    if extra.contains(&"--fs") {
+        return Vec::new();
+    }
+    vec!["--fs".into(), "none".into()]
 }
 
 impl Drop for LocalCluster {

@@ -428,6 +428,7 @@ impl Plan<'_> {
                     in_transit,
                     export.as_ref().map(|(addr, size)| (addr.as_str(), *size)),
                     None,
+                    false,
                 )?;
                 let conf = cluster.conf()?;
                 let many = self
