@@ -133,12 +133,19 @@ impl Mount {
         }
     }
 
-    /// `attr` as this mount sees it: with the size and time of its own unrecorded writes.
+    /// `attr` as this mount sees it: with the size and time of its own unrecorded writes, if
+    /// it has any.
     fn local(&self, mut attr: Attr) -> Attr {
         if let Some(data) = lock(&self.files).get(&attr.ino) {
-            attr.size = attr.size.max(data.size());
-            if let Some(mtime) = data.local_mtime() {
-                attr.mtime_ns = mtime;
+            if data.has_unflushed() {
+                attr.size = attr.size.max(data.size());
+                if let Some(mtime) = data.local_mtime() {
+                    attr.mtime_ns = mtime;
+                }
+            } else {
+                // Nothing of this mount's is pending: the MDS's size is the file's (another
+                // mount may have grown or cut it).
+                data.set_size(attr.size);
             }
         }
         let mut seen = lock(&self.seen);
