@@ -428,16 +428,21 @@ fn print_verdict(cells: &[Cell], configs: &[(String, String)]) {
                     == (at_rest, in_transit, test, "auto")
             })
         };
-        if let (Some(seq), Some(rnd)) = (find("seqrd"), find("rndrd")) {
+        let Some((seq, rnd)) = find("seqrd").zip(find("rndrd")) else {
+            continue;
+        };
+        let against = format!(
+            "against {}/{}: {:.0} % and {:.0} %",
+            configs[0].0, configs[0].1, seq.pct_of_baseline, rnd.pct_of_baseline
+        );
+        if seq.pct_of_best_extreme > 0.0 {
             println!(
-                "{at_rest}/{in_transit}, readahead auto: sequential 1M reads at {:.0} % and random 4K reads at {:.0} % of the best extreme (goal: 90 % or more, both); against {}/{}: {:.0} % and {:.0} %",
-                seq.pct_of_best_extreme,
-                rnd.pct_of_best_extreme,
-                configs[0].0,
-                configs[0].1,
-                seq.pct_of_baseline,
-                rnd.pct_of_baseline
+                "{at_rest}/{in_transit}, readahead auto: sequential 1M reads at {:.0} % and random \
+                 4K reads at {:.0} % of the best extreme (goal: 90 % or more, both); {against}",
+                seq.pct_of_best_extreme, rnd.pct_of_best_extreme
             );
+        } else {
+            println!("{at_rest}/{in_transit}, readahead auto: sequential 1M and random 4K reads {against}");
         }
     }
 }
