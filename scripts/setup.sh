@@ -25,7 +25,9 @@ ensure_build_tools() {
 # secure links carry no plaintext; fio (built with libnbd), nbdinfo and nbdcopy (libnbd-bin)
 # and qemu-img and qemu-io (qemu-utils), the independent NBD clients the block tests use;
 # and for the file system's tests on FUSE mounts, fusermount3 (fuse3), rsync and git as
-# ordinary programs, and sysbench for `coffer bench fs`.
+# ordinary programs, and sysbench for `coffer bench fs`; libnbd's Python binding
+# (python3-libnbd, for Debian's /usr/bin/python3), to send the NBD requests no command-line
+# client sends: unaligned TRIM and WRITE_ZEROES, undefined flags.
 ensure_test_tools() {
     local missing=()
     command -v tcpdump >/dev/null 2>&1 || missing+=(tcpdump)
@@ -36,6 +38,7 @@ ensure_test_tools() {
     command -v fio >/dev/null 2>&1 || missing+=(fio)
     command -v nbdinfo >/dev/null 2>&1 || missing+=(libnbd-bin)
     command -v qemu-img >/dev/null 2>&1 || missing+=(qemu-utils)
+    /usr/bin/python3 -c 'import nbd' >/dev/null 2>&1 || missing+=(python3-libnbd)
     if [ ${#missing[@]} -gt 0 ]; then
         echo "coffer: installing ${missing[*]} for the tests" >&2
         apt-get update -qq

@@ -1,6 +1,8 @@
 //! The NBD export against independent clients built on libnbd and qemu's NBD client: fio's
 //! nbd engine writes random blocks with checksums and reads them back; qemu-img copies a file
-//! into an image and back out unchanged; nbdinfo reports the export as it is.
+//! into an image and back out unchanged; nbdinfo reports the export as it is; libnbd's
+//! Python binding sends what those do not (unaligned TRIM and WRITE_ZEROES, undefined
+//! command flags).
 
 mod common;
 
@@ -219,4 +221,34 @@ fn the_fio_job_file_runs_every_cell_of_the_image_bench() {
             .unwrap_or(0.0);
         assert!(iops > 0.0, "{row}");
     }
+}
+
+/// Unaligned TRIM and WRITE_ZEROES zero exactly their bytes, and requests with command flags
+/// the protocol does not define for them are refused with EINVAL (tests/nbd/requests.py,
+/// through libnbd), on an image in a pool sealed at the edge (the default, where the OSDs
+/// can drop only whole 4 KiB chunks) and on one in a pool sealed by the OSDs.
+#[test]
+fn unaligned_trim_and_zeroes_work_and_undefined_flags_are_refused() {
+    let _serial = serial();
+    let mut cluster = LocalCluster::start(3, &[]);
+    cluster.ok(&["pool", "create", "plain", "--seal", "osd", "--pg-num", "8"]);
+    cluster.wait_for(
+        "PGs clean",
+        std::time::Duration::from_secs(60),
+        common::all_clean,
+    );
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/nbd/requests.py");
+    for (image, export) in [("data/edge", "edge"), ("plain/osd", "osd")] {
+        cluster.ok(&["image", "create", image, "--size", "16M"]);
+        let (_, addr) = cluster.serve_nbd(image, &[]);
+        cluster.wait_listening(&addr);
+        let uri = format!("nbd://{addr}/{export}");
+        // Debian's python, which has libnbd's binding (scripts/setup.sh installs it).
+        let out = run("/usr/bin/python3", &[script.to_str().expect("path"), &uri]);
+        assert!(
+            out.contains("ok   FUA on a write is accepted"),
+            "{image}:\n{out}"
+        );
+    }
+    cluster.stop();
 }

@@ -242,6 +242,19 @@ fn done(session: &Session, cookie: u64) -> Vec<Part> {
     }
 }
 
+/// The command flags the protocol defines for command `kind` in this session: FUA on any
+/// command; DF on reads once structured replies are on; NO_HOLE and FAST_ZERO on
+/// WRITE_ZEROES; REQ_ONE on BLOCK_STATUS. A client must not set any other.
+fn flags_documented(kind: u16, session: &Session) -> u16 {
+    CMD_FLAG_FUA
+        | match kind {
+            CMD_READ if session.structured_replies => CMD_FLAG_DF,
+            CMD_WRITE_ZEROES => CMD_FLAG_NO_HOLE | CMD_FLAG_FAST_ZERO,
+            CMD_BLOCK_STATUS => CMD_FLAG_REQ_ONE,
+            _ => 0,
+        }
+}
+
 /// Checks that `[offset, offset + len)` lies inside the export as the session knows it.
 fn in_range(session: &Session, request: &Request) -> bool {
     request
@@ -261,7 +274,16 @@ async fn handle(
     let cookie = request.cookie;
     let writes = matches!(request.kind, CMD_WRITE | CMD_TRIM | CMD_WRITE_ZEROES);
     let ranged = writes || matches!(request.kind, CMD_READ | CMD_BLOCK_STATUS);
-    let refusal = if writes && export.image.is_read_only() {
+    let undocumented = request.flags & !flags_documented(request.kind, session);
+    let refusal = if undocumented != 0 {
+        Some((
+            EINVAL,
+            format!(
+                "command flags {undocumented:#x} are not defined for command {} here",
+                request.kind
+            ),
+        ))
+    } else if writes && export.image.is_read_only() {
         Some((EPERM, "the export is read-only".to_string()))
     } else if request.kind == CMD_READ && request.len > PAYLOAD_BYTES_MAX {
         let error = if request.flags & CMD_FLAG_DF != 0 {
