@@ -5,8 +5,10 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use s3s::service::S3Service;
+use s3s::{HttpError, HttpResponse};
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
@@ -48,7 +50,7 @@ pub async fn serve(
     loop {
         let (stream, peer) = listener.accept().await?;
         let _ = stream.set_nodelay(true);
-        let service = service.clone();
+        let service = annotated(service.clone());
         let acceptor = acceptor.clone();
         tokio::spawn(async move {
             let mut http = hyper::server::conn::http1::Builder::new();
@@ -75,5 +77,144 @@ pub async fn serve(
                 tracing::debug!("{peer}: {e}");
             }
         });
+    }
+}
+
+/// `service`, with a request id on every response (`x-amz-request-id`), and every error
+/// body carrying a `Message` and that `RequestId`: clients print the message (aws-cli says
+/// "Unknown" without one), and the operator finds the request in the gateway's log by its id.
+fn annotated(
+    service: S3Service,
+) -> impl hyper::service::Service<
+    hyper::Request<hyper::body::Incoming>,
+    Response = HttpResponse,
+    Error = HttpError,
+    Future = impl std::future::Future<Output = Result<HttpResponse, HttpError>> + Send,
+> + Clone {
+    hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
+        let service = service.clone();
+        async move {
+            let id = format!("{:016X}", rand::random::<u64>());
+            let (method, path) = (request.method().clone(), request.uri().path().to_owned());
+            let mut response = hyper::service::Service::call(&service, request).await?;
+            if let Ok(value) = hyper::http::HeaderValue::from_str(&id) {
+                response.headers_mut().insert("x-amz-request-id", value);
+            }
+            let status = response.status();
+            if status.is_client_error() || status.is_server_error() {
+                let filled = response
+                    .body()
+                    .bytes()
+                    .and_then(|body| fill_error(&body, &id, status.canonical_reason()));
+                if let Some(body) = filled {
+                    response.headers_mut().remove(hyper::header::CONTENT_LENGTH);
+                    *response.body_mut() = s3s::Body::from(Bytes::from(body));
+                }
+                tracing::debug!(request_id = %id, %method, path, status = status.as_u16(), "S3 error");
+            }
+            Ok(response)
+        }
+    })
+}
+
+/// An S3 error body with a `Message` (the code's usual text when it had none, or an empty
+/// one) and `RequestId` added; `None` when `body` is not an `<Error>` document or has both.
+fn fill_error(body: &[u8], id: &str, reason: Option<&str>) -> Option<String> {
+    let text = std::str::from_utf8(body).ok()?;
+    let end = text.rfind("</Error>")?;
+    let code = text
+        .split_once("<Code>")
+        .and_then(|(_, rest)| rest.split_once("</Code>"))
+        .map_or("", |(code, _)| code);
+    let mut out = text[..end].to_string();
+    let has_message = out
+        .split_once("<Message>")
+        .is_some_and(|(_, rest)| !rest.starts_with("</Message>"));
+    if !has_message {
+        out = out
+            .replace("<Message></Message>", "")
+            .replace("<Message/>", "");
+        let message = default_message(code)
+            .map(str::to_owned)
+            .unwrap_or_else(|| format!("{} ({code})", reason.unwrap_or("error")));
+        out.push_str(&format!("<Message>{}</Message>", escape(&message)));
+    }
+    let has_id = out.contains("<RequestId>");
+    if has_message && has_id {
+        return None;
+    }
+    if !has_id {
+        out.push_str(&format!("<RequestId>{id}</RequestId>"));
+    }
+    out.push_str(&text[end..]);
+    Some(out)
+}
+
+/// What S3 says for the codes whose errors may come without a message of ours.
+fn default_message(code: &str) -> Option<&'static str> {
+    Some(match code {
+        "AccessDenied" => "Access Denied",
+        "InvalidAccessKeyId" => "The access key ID you provided does not exist in our records.",
+        "SignatureDoesNotMatch" => {
+            "The request signature we calculated does not match the signature you provided. \
+             Check your key and signing method."
+        }
+        "RequestTimeTooSkewed" => {
+            "The difference between the request time and the current time is too large."
+        }
+        "NoSuchKey" => "The specified key does not exist.",
+        "NoSuchBucket" => "The specified bucket does not exist.",
+        "NoSuchUpload" => "The specified multipart upload does not exist.",
+        "MethodNotAllowed" => "The specified method is not allowed against this resource.",
+        "NotImplemented" => "A header you provided implies functionality that is not implemented.",
+        "MissingContentLength" => "You must provide the Content-Length HTTP header.",
+        "InvalidArgument" => "Invalid Argument",
+        "InvalidRequest" => "Invalid Request",
+        "MalformedXML" => "The XML you provided was not well-formed or did not validate.",
+        "InternalError" => "We encountered an internal error. Please try again.",
+        _ => return None,
+    })
+}
+
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DECL: &str = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>";
+
+    #[test]
+    fn error_bodies_get_a_message_and_a_request_id() {
+        let bare = format!("{DECL}<Error><Code>InvalidAccessKeyId</Code></Error>");
+        let filled = fill_error(bare.as_bytes(), "ID1", Some("Forbidden")).expect("filled");
+        assert_eq!(
+            filled,
+            format!(
+                "{DECL}<Error><Code>InvalidAccessKeyId</Code><Message>The access key ID you \
+                 provided does not exist in our records.</Message><RequestId>ID1</RequestId>\
+                 </Error>"
+            )
+        );
+        let empty = "<Error><Code>Weird</Code><Message></Message></Error>";
+        assert_eq!(
+            fill_error(empty.as_bytes(), "ID2", Some("Bad Request")).expect("filled"),
+            "<Error><Code>Weird</Code><Message>Bad Request (Weird)</Message>\
+             <RequestId>ID2</RequestId></Error>"
+        );
+        let ours = "<Error><Code>NoSuchBucket</Code><Message>bucket b does not exist</Message>\
+                    </Error>";
+        assert_eq!(
+            fill_error(ours.as_bytes(), "ID3", None).expect("filled"),
+            "<Error><Code>NoSuchBucket</Code><Message>bucket b does not exist</Message>\
+             <RequestId>ID3</RequestId></Error>"
+        );
+        let whole = "<Error><Code>X</Code><Message>m</Message><RequestId>R</RequestId></Error>";
+        assert_eq!(fill_error(whole.as_bytes(), "ID4", None), None);
+        assert_eq!(fill_error(b"<ListBucketResult/>", "ID5", None), None);
     }
 }

@@ -113,7 +113,8 @@ def expect_body(what, got, want):
 
 
 def expect_error(what, codes, call, **params):
-    """`call(**params)` must fail with one of the S3 error codes `codes`.
+    """`call(**params)` must fail with one of the S3 error codes `codes`, with a message and
+    a request id.
 
     Responses to HEAD have no body, so botocore reports their HTTP status as the code: a
     caller expecting an error from a HEAD lists "404" or "403" among `codes`.
@@ -126,6 +127,10 @@ def expect_error(what, codes, call, **params):
             raise AssertionError(
                 f"{what}: expected error {' or '.join(codes)}, got {code}: {error}"
             )
+        if not code.isdigit() and not error.response["Error"].get("Message"):
+            raise AssertionError(f"{what}: the {code} error has no message: {error.response}")
+        if not error.response.get("ResponseMetadata", {}).get("RequestId"):
+            raise AssertionError(f"{what}: the {code} error has no request id: {error.response}")
         return error
     raise AssertionError(f"{what}: expected error {' or '.join(codes)}, but the call succeeded")
 
@@ -333,6 +338,17 @@ class Suite:
         if self.scratch_bucket in listed:
             raise AssertionError(f"list_buckets still shows deleted {self.scratch_bucket}")
         ok("delete_bucket of an empty bucket")
+        stranger = client("AKIDNOSUCHUSER0000000", "x" * 40)
+        expect_error(
+            "list_buckets with an unknown access key",
+            ["InvalidAccessKeyId"],
+            stranger.list_buckets,
+        )
+        forger = client(os.environ["S3_ACCESS"], "not-the-secret-" * 3)
+        expect_error(
+            "list_buckets with a wrong secret", ["SignatureDoesNotMatch"], forger.list_buckets
+        )
+        ok("an unknown key and a wrong secret are refused, with a message and a request id")
 
     # Objects ----------------------------------------------------------------------------
 
