@@ -414,7 +414,7 @@ pub fn parse_readahead(text: &str) -> Result<Readahead, String> {
     match text {
         "auto" => Ok(Readahead::Auto),
         "0" => Ok(Readahead::Off),
-        size => match crate::image::parse_size(size)? {
+        size => match crate::text::parse_size(size)? {
             0 => Ok(Readahead::Off),
             bytes => Ok(Readahead::Fixed(bytes)),
         },

@@ -190,7 +190,8 @@ pub fn kms(who: &Who, command: KmsCommand) -> Result<(), String> {
                     return json(&listed);
                 }
                 for key in keys {
-                    println!("{}  ({} versions)", key.name, key.versions);
+                    let versions = crate::text::count(key.versions.into(), "version", "versions");
+                    println!("{}  ({versions})", key.name);
                 }
             }
         }

@@ -19,10 +19,10 @@ pub enum ImageCommand {
     Create {
         /// POOL/NAME
         image: String,
-        #[arg(long, value_parser = parse_size)]
+        #[arg(long, value_parser = crate::text::parse_size)]
         size: u64,
         /// Bytes per data object: a power of two from 4K to 32M.
-        #[arg(long, value_parser = parse_size, default_value = "4M")]
+        #[arg(long, value_parser = crate::text::parse_size, default_value = "4M")]
         object_size: u64,
     },
     /// The pool's images.
@@ -48,7 +48,7 @@ pub enum ImageCommand {
     Resize {
         /// POOL/NAME
         image: String,
-        #[arg(long, value_parser = parse_size)]
+        #[arg(long, value_parser = crate::text::parse_size)]
         size: u64,
     },
     /// Removes an image and its data; refused while a writer has it.
@@ -99,43 +99,6 @@ pub struct ServeArgs {
     pid_file: Option<PathBuf>,
 }
 
-/// A size with an optional binary unit: 4096, 64K, 4M, 10G, 1T.
-pub fn parse_size(text: &str) -> Result<u64, String> {
-    let trimmed = text.trim();
-    let (digits, unit) = match trimmed.find(|c: char| !c.is_ascii_digit()) {
-        Some(at) => trimmed.split_at(at),
-        None => (trimmed, ""),
-    };
-    let shift = match unit
-        .to_ascii_uppercase()
-        .trim_end_matches("IB")
-        .trim_end_matches('B')
-    {
-        "" => 0,
-        "K" => 10,
-        "M" => 20,
-        "G" => 30,
-        "T" => 40,
-        "P" => 50,
-        _ => return Err(format!("{text:?}: a size is a number with K, M, G, T or P")),
-    };
-    let value: u64 = digits
-        .parse()
-        .map_err(|_| format!("{text:?}: a size is a number with K, M, G, T or P"))?;
-    value
-        .checked_mul(1u64 << shift)
-        .ok_or_else(|| format!("{text:?} is too large"))
-}
-
-fn size_text(bytes: u64) -> String {
-    for (shift, unit) in [(40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")] {
-        if bytes >= 1 << shift && bytes.is_multiple_of(1 << shift) {
-            return format!("{} {unit}", bytes >> shift);
-        }
-    }
-    format!("{bytes} bytes")
-}
-
 /// POOL/NAME, split.
 pub fn split_spec(spec: &str) -> Result<(&str, &str), String> {
     match spec.split_once('/') {
@@ -166,8 +129,8 @@ pub fn image(who: &Who, command: ImageCommand) -> Result<(), String> {
                 .map_err(fail)?;
             println!(
                 "image {spec} created: {}, {} objects",
-                size_text(size),
-                size_text(object_size)
+                crate::text::size(size),
+                crate::text::size(object_size)
             );
             Ok(())
         }
@@ -207,20 +170,19 @@ pub fn image(who: &Who, command: ImageCommand) -> Result<(), String> {
                 }));
             }
             println!("image {spec}");
-            println!(
-                "  size:         {} ({} bytes)",
-                size_text(header.size),
-                header.size
-            );
-            println!("  object size:  {}", size_text(header.object_size));
+            println!("  size:         {}", crate::text::size(header.size));
+            println!("  object size:  {}", crate::text::size(header.object_size));
             println!("  objects:      coffer.data.{:016x}.*", header.id);
             println!("  features:     {:#x}", header.features);
             println!(
-                "  created:      {} (unix seconds)",
-                header.created_unix_secs
+                "  created:      {}",
+                crate::text::date(i128::from(header.created_unix_secs) * 1_000_000_000)
             );
             if let Some(from) = header.trimming_from {
-                println!("  shrinking:    from {from} bytes (finished by the next writer)");
+                println!(
+                    "  shrinking:    from {} (finished by the next writer)",
+                    crate::text::size(from)
+                );
             }
             match &info.lock {
                 Some(owner) => println!("  locked by:    {owner}"),
@@ -238,8 +200,9 @@ pub fn image(who: &Who, command: ImageCommand) -> Result<(), String> {
                 .map_err(fail)?;
             let stored: u64 = runs.iter().filter(|r| r.1).map(|r| r.0).sum();
             println!(
-                "{spec}: {stored} of {} bytes stored ({:.1} %)",
-                opened.size(),
+                "{spec}: {} of {} stored ({:.1} %)",
+                crate::text::size(stored),
+                crate::text::size(opened.size()),
                 100.0 * stored as f64 / opened.size().max(1) as f64
             );
             Ok(())
@@ -249,7 +212,7 @@ pub fn image(who: &Who, command: ImageCommand) -> Result<(), String> {
             runtime
                 .block_on(image::resize(&pool, &name, size))
                 .map_err(fail)?;
-            println!("image {spec} is now {}", size_text(size));
+            println!("image {spec} is now {}", crate::text::size(size));
             Ok(())
         }
         ImageCommand::Rm { image: spec } => {
@@ -301,9 +264,9 @@ pub fn nbd(who: &Who, command: NbdCommand) -> Result<(), String> {
                 let listener = tokio::net::UnixListener::bind(path)
                     .map_err(|e| format!("{}: {e}", path.display()))?;
                 println!(
-                    "coffer nbd: serving {} ({} bytes) at nbd+unix:///{name}?socket={}",
+                    "coffer nbd: serving {} ({}) at nbd+unix:///{name}?socket={}",
                     args.image,
-                    opened.size(),
+                    crate::text::size(opened.size()),
                     path.display()
                 );
                 tokio::spawn(nbd::serve_unix(listener, export.clone()))
@@ -347,24 +310,4 @@ pub fn nbd(who: &Who, command: NbdCommand) -> Result<(), String> {
         }
         stopped
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sizes_parse_with_binary_units() {
-        assert_eq!(parse_size("4096"), Ok(4096));
-        assert_eq!(parse_size("4K"), Ok(4096));
-        assert_eq!(parse_size("4m"), Ok(4 << 20));
-        assert_eq!(parse_size("10G"), Ok(10 << 30));
-        assert_eq!(parse_size("10GiB"), Ok(10 << 30));
-        assert_eq!(parse_size("1T"), Ok(1 << 40));
-        assert!(parse_size("ten").is_err());
-        assert!(parse_size("4X").is_err());
-        assert!(parse_size("99999999999P").is_err());
-        assert_eq!(size_text(4 << 20), "4 MiB");
-        assert_eq!(size_text(1000), "1000 bytes");
-    }
 }

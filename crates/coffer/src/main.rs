@@ -10,6 +10,7 @@ mod daemon;
 mod files;
 mod gw;
 mod image;
+mod text;
 mod up;
 
 use std::path::PathBuf;
@@ -59,6 +60,7 @@ enum Command {
     /// manage them.
     #[command(args_conflicts_with_subcommands = true)]
     Osd(OsdArgs),
+    /// Pools: create, ls, scrub, rotate-key, rm.
     #[command(subcommand)]
     Pool(admin::PoolCommand),
     /// Objects: put, get, rm, ls, stat.

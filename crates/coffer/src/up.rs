@@ -72,7 +72,7 @@ pub struct UpArgs {
     #[arg(long, default_value = crate::gw::LISTEN_DEFAULT)]
     pub gw: String,
     /// Size of the default image (data/disk), made when it does not exist.
-    #[arg(long, default_value = "4G", value_parser = crate::image::parse_size)]
+    #[arg(long, default_value = "4G", value_parser = crate::text::parse_size)]
     pub image_size: u64,
     /// The file system a cluster gets when it has none (with its metadata daemon, mds.a),
     /// or `none`.
@@ -450,8 +450,8 @@ pub fn run(args: UpArgs) -> Result<(), String> {
                 result = &mut stop => return result,
                 _ = tick.tick() => {
                     for gone in daemons.exited() {
-                        eprintln!("coffer up: {gone}; start it again with `coffer --conf {} {}`",
-                            conf_path.display(), restart_hint(&conf, &gone));
+                        eprintln!("coffer up: {gone}; start it again with `{} --conf {} {}`",
+                            command_name(), conf_path.display(), restart_hint(&conf, &gone));
                     }
                 }
             }
@@ -506,18 +506,40 @@ fn announcement(
             ca.display()
         );
     }
+    let coffer = command_name();
     for fs in filesystems {
         let _ = writeln!(
             text,
-            "  fs:       {fs} (try: mkdir -p /mnt/{fs} && coffer mount {fs} /mnt/{fs})"
+            "  fs:       {fs} (try: mkdir -p /mnt/{fs} && {coffer} mount {fs} /mnt/{fs})"
         );
     }
     let _ = writeln!(
         text,
-        "  try:      coffer status; coffer obj put {DEFAULT_POOL} hello /etc/hostname"
+        "  try:      {coffer} status; {coffer} obj put {DEFAULT_POOL} hello /etc/hostname"
     );
     text.push_str("Ctrl-C stops the cluster; `coffer up` again resumes it with its data.\n");
     text
+}
+
+/// How a person runs this program from a shell: `coffer` when that name on the PATH is
+/// this executable, else its full path (a build in a target directory), so that the
+/// commands printed work as printed.
+pub fn command_name() -> String {
+    let Ok(this) = std::env::current_exe().and_then(std::fs::canonicalize) else {
+        return "coffer".into();
+    };
+    let on_path = std::env::var_os("PATH").is_some_and(|path| {
+        std::env::split_paths(&path)
+            .map(|dir| dir.join("coffer"))
+            .find(|candidate| candidate.is_file())
+            .and_then(|found| std::fs::canonicalize(found).ok())
+            .is_some_and(|found| found == this)
+    });
+    if on_path {
+        "coffer".into()
+    } else {
+        this.display().to_string()
+    }
 }
 
 /// Writes to standard output, ignoring a reader that went away: whoever started `coffer up`

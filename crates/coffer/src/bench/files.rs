@@ -25,7 +25,7 @@ pub struct FsArgs {
     #[command(flatten)]
     fresh: FreshArgs,
     /// The test file's size [default: 2G, or 256M with --quick].
-    #[arg(long, value_parser = crate::image::parse_size)]
+    #[arg(long, value_parser = crate::text::parse_size)]
     file_size: Option<u64>,
     /// Readahead settings for the read cells, as `coffer mount --readahead` takes them.
     #[arg(long, value_delimiter = ',', default_value = "auto,0,4k,8m")]
@@ -400,7 +400,7 @@ fn print_table(cells: &[Cell]) {
         let mean =
             |f: fn(&Run) -> f64| c.runs.iter().map(f).sum::<f64>() / c.runs.len().max(1) as f64;
         println!(
-            "{:<6} {:>3} {:<6} {:<12} {:>9.0} {:>8.0} {:>9.1} {:>9.2} {:>9.2} {:>8.0}% {:>9.0}% {:>10.3}",
+            "{:<6} {:>3} {:<6} {:<12} {:>9.0} {:>8.0} {:>9.1} {:>9.2} {:>9.2} {:>9} {:>9.0}% {:>10.3}",
             c.test,
             size_label(c.block),
             c.readahead,
@@ -410,7 +410,12 @@ fn print_table(cells: &[Cell]) {
             c.mib_s,
             mean(|r| r.lat_avg_ms),
             mean(|r| r.lat_p99_ms),
-            c.pct_of_best_extreme,
+            // Without the extremes measured there is nothing to compare against.
+            if c.pct_of_best_extreme > 0.0 {
+                format!("{:.0}%", c.pct_of_best_extreme)
+            } else {
+                "-".into()
+            },
             c.pct_of_baseline,
             mean(|r| r.cluster_cpu_ms_per_op + r.mount_cpu_ms_per_op),
         );

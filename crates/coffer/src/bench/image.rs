@@ -35,10 +35,10 @@ pub struct ImageArgs {
     fresh: FreshArgs,
     /// Image size; it is filled before the cells, so reads find data [default: 1G, or
     /// 256M with --quick].
-    #[arg(long, value_parser = crate::image::parse_size)]
+    #[arg(long, value_parser = crate::text::parse_size)]
     image_size: Option<u64>,
     /// IO sizes, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "4k,4m", value_parser = crate::image::parse_size)]
+    #[arg(long, value_delimiter = ',', default_value = "4k,4m", value_parser = crate::text::parse_size)]
     io_sizes: Vec<u64>,
     /// Queue depths, comma-separated [default: 1,128, or 1,16 with --quick].
     #[arg(long, value_delimiter = ',')]

@@ -71,7 +71,7 @@ pub struct MatrixArgs {
     target: Vec<String>,
     /// Bytes each configuration's clients spread their IO over (the "many" clients share it)
     /// [default: 1G, or 128M with --quick].
-    #[arg(long, value_parser = crate::image::parse_size)]
+    #[arg(long, value_parser = crate::text::parse_size)]
     image_size: Option<u64>,
     /// Client processes of the "many" shape [default: 2 per core].
     #[arg(long)]
@@ -80,7 +80,7 @@ pub struct MatrixArgs {
     #[arg(long, default_value_t = 32)]
     many_qd: usize,
     /// IO sizes, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "4m,4k", value_parser = crate::image::parse_size)]
+    #[arg(long, value_delimiter = ',', default_value = "4m,4k", value_parser = crate::text::parse_size)]
     io_sizes: Vec<u64>,
     /// Client shapes, comma-separated: many, one, sync.
     #[arg(long, value_delimiter = ',', default_value = "many,one,sync")]
