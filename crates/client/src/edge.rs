@@ -272,8 +272,8 @@ impl EdgeKeys {
             };
             set_index(&mut aad, index);
             key.open(seal.nonce, &aad, &seal.tag, bytes).map_err(|_| {
-                Error::Failed(format!(
-                    "integrity: chunk {index} of {object} (bytes {} to {}) in pool {} fails its \
+                Error::Integrity(format!(
+                    "chunk {index} of {object} (bytes {} to {}) in pool {} fails its \
                      tag: altered, moved or not sealed by this pool's keys",
                     index * CHUNK_BYTES,
                     (index + 1) * CHUNK_BYTES,

@@ -72,6 +72,9 @@ pub enum Error {
     Denied(String),
     #[error("{0}")]
     Failed(String),
+    /// What was read fails its integrity check, and no good copy replaced it.
+    #[error("integrity: {0}")]
+    Integrity(String),
     #[error("gave up after {after:?}: {why}")]
     Timeout { after: Duration, why: String },
     #[error("invalid: {0}")]
@@ -656,8 +659,52 @@ impl Pool {
     }
 
     /// Chunks `[first, first + count)` of `name`, opened, with the object's size and the
-    /// chunks' records (`None` for holes, which read as zeros).
+    /// chunks' records (`None` for holes, which read as zeros). A chunk that fails its tag
+    /// has the primary repair the object from a good copy, and is read once more.
     async fn read_chunks(
+        &self,
+        keys: &Arc<edge::EdgeKeys>,
+        name: &str,
+        first: u64,
+        count: u64,
+    ) -> Result<(u64, Vec<Option<ChunkSeal>>, bytes::BytesMut), Error> {
+        match self.read_chunks_once(keys, name, first, count).await {
+            Err(Error::Integrity(why)) => {
+                self.read_repair(name, &why).await?;
+                self.read_chunks_once(keys, name, first, count).await
+            }
+            read => read,
+        }
+    }
+
+    /// Read repair: asks the primary of `name` to replace its copy, which this client could
+    /// not open (`why`), with a good one; fails (`Error::Integrity`, with `why`) when no
+    /// copy was replaced. For callers that open chunks under keys of their own.
+    pub async fn read_repair(&self, name: &str, why: &str) -> Result<(), Error> {
+        let object = object_name(name)?;
+        tracing::warn!(pool = %self.name, object = name, error = why, "read repair");
+        let make = |pg, epoch| OsdRequest::Repair {
+            pg,
+            epoch,
+            object: object.clone(),
+        };
+        let inner = &self.cluster.inner;
+        match inner
+            .submit(self.id, &Locate::Object(&object), make, Bytes::new())
+            .await?
+        {
+            (OsdReply::Repaired(Some(found)), _) if found.repaired => Ok(()),
+            (OsdReply::Repaired(Some(found)), _) => {
+                Err(Error::Integrity(format!("{why}; {}", found.what)))
+            }
+            (OsdReply::Repaired(None), _) => Err(Error::Integrity(format!(
+                "{why}; every copy holds the same bytes, so none is good"
+            ))),
+            (other, _) => Err(Error::Failed(format!("unexpected reply {other:?}"))),
+        }
+    }
+
+    async fn read_chunks_once(
         &self,
         keys: &Arc<edge::EdgeKeys>,
         name: &str,

@@ -2,6 +2,7 @@
 //! cluster named by `--conf` (or `COFFER_CONF`, or the default data directory).
 
 use std::io::{Read, Write};
+use std::net::ToSocketAddrs;
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
@@ -27,12 +28,9 @@ pub enum OsdCommand {
         json: bool,
     },
     /// Marks an OSD out (its data moves to others) or back in.
-    Out {
-        id: u32,
-    },
-    In {
-        id: u32,
-    },
+    Out { id: u32 },
+    /// Marks an OSD in again: it takes its share of the data back.
+    In { id: u32 },
 }
 
 #[derive(clap::Subcommand)]
@@ -63,6 +61,7 @@ pub enum PoolCommand {
     /// Gives a pool sealed at the edge a new data key for new writes; chunks under older
     /// keys stay readable, and the older keys are rewrapped by a new KMS key version.
     RotateKey { name: String },
+    /// Every pool: copies, placement groups, failure domain and where it is sealed.
     Ls {
         #[arg(long)]
         json: bool,
@@ -78,6 +77,9 @@ pub enum PoolCommand {
         /// Replace each bad copy with the majority's.
         #[arg(long)]
         repair: bool,
+        /// A line for every PG, not only for those with findings.
+        #[arg(long)]
+        verbose: bool,
     },
     /// Removes a pool and every object in it.
     Rm {
@@ -185,13 +187,15 @@ pub struct Who {
 }
 
 pub fn connect(who: &Who) -> Result<(Conf, tokio::runtime::Runtime, Cluster), String> {
-    let conf = Conf::load(&Conf::locate(who.conf.as_deref())).map_err(|e| e.to_string())?;
+    let path = Conf::locate(who.conf.as_deref());
+    let conf = Conf::load(&path).map_err(|e| e.to_string())?;
     let entity: EntityName = who.name.parse().map_err(|e| format!("--name: {e}"))?;
     let keyring = who
         .keyring
         .clone()
         .unwrap_or_else(|| conf.keyring_path(&entity));
     let identity = load_identity(&keyring, &entity).map_err(|e| e.to_string())?;
+    no_monitor_refuses(&conf, &path)?;
     let runtime = crate::daemon::runtime()?;
     let cluster = runtime
         .block_on(Cluster::connect(&conf, &identity))
@@ -199,21 +203,35 @@ pub fn connect(who: &Who) -> Result<(Conf, tokio::runtime::Runtime, Cluster), St
     Ok((conf, runtime, cluster))
 }
 
+/// Fails at once, saying how to start one, when every monitor's address refuses a
+/// connection (no cluster runs there); a monitor that is slow or unreachable is left to
+/// the client's usual retries.
+fn no_monitor_refuses(conf: &Conf, path: &Path) -> Result<(), String> {
+    let refused = |addr: &str| {
+        let Ok(Some(addr)) = addr.to_socket_addrs().map(|mut a| a.next()) else {
+            return false;
+        };
+        matches!(
+            std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(1)),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused
+        )
+    };
+    if conf.mons.iter().all(|mon| refused(&mon.addr)) {
+        let addrs: Vec<&str> = conf.mons.iter().map(|mon| mon.addr.as_str()).collect();
+        return Err(format!(
+            "no cluster answers: every monitor of {} refuses connections ({}); start the \
+             cluster with `coffer up`",
+            path.display(),
+            addrs.join(", ")
+        ));
+    }
+    Ok(())
+}
+
 pub fn json<T: serde::Serialize>(value: &T) -> Result<(), String> {
     let text = serde_json::to_string_pretty(value).map_err(|e| e.to_string())?;
     println!("{text}");
     Ok(())
-}
-
-fn bytes_text(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut value = bytes as f64;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    format!("{value:.1} {}", UNITS[unit])
 }
 
 pub fn status(who: &Who, as_json: bool) -> Result<(), String> {
@@ -264,11 +282,27 @@ pub fn status(who: &Who, as_json: bool) -> Result<(), String> {
     println!("  pools:    {} pools, {pg_total} pgs", map.pools.len());
     println!(
         "  usage:    {} used of {}",
-        bytes_text(status.used_bytes),
-        bytes_text(status.total_bytes)
+        crate::text::approximate(status.used_bytes),
+        crate::text::approximate(status.total_bytes)
     );
-    for (state, count) in &status.pgs {
-        println!("  pgs:      {count} {state}");
+    let states: Vec<String> = status
+        .pgs
+        .iter()
+        .map(|(state, count)| format!("{count} {state}"))
+        .collect();
+    println!("  pgs:      {}", states.join(", "));
+    if !status.read_repairs.is_empty() {
+        let total: u64 = status.read_repairs.iter().map(|(_, n)| n).sum();
+        let each: Vec<String> = status
+            .read_repairs
+            .iter()
+            .map(|(osd, n)| format!("osd.{} {n}", osd.0))
+            .collect();
+        println!(
+            "  repairs:  {total} damaged {} replaced on read ({})",
+            if total == 1 { "copy" } else { "copies" },
+            each.join(", ")
+        );
     }
     Ok(())
 }
@@ -297,6 +331,7 @@ fn status_json(status: &MonStatus) -> serde_json::Value {
         })).collect::<Vec<_>>(),
         "pgs": status.pgs,
         "usage": { "used_bytes": status.used_bytes, "total_bytes": status.total_bytes },
+        "read_repairs": status.read_repairs.iter().map(|(osd, n)| serde_json::json!({"osd": osd.0, "copies": n})).collect::<Vec<_>>(),
     })
 }
 
@@ -391,6 +426,17 @@ pub fn pool(who: &Who, command: PoolCommand) -> Result<(), String> {
                 .block_on(cluster.command(command))
                 .map_err(|e| e.to_string())?;
             println!("pool {name} created (sealed at the {seal})");
+            let places = cluster.map().domains_in(domain);
+            if usize::from(size) > places {
+                eprintln!(
+                    "warning: pool {name} wants {size} copies, but the cluster has {places} \
+                     {} to hold them: its PGs stay undersized until there are more",
+                    match domain {
+                        FailureDomain::Osd => "OSDs in",
+                        FailureDomain::Host => "hosts with OSDs in",
+                    }
+                );
+            }
             Ok(())
         }
         PoolCommand::RotateKey { name } => {
@@ -423,11 +469,16 @@ pub fn pool(who: &Who, command: PoolCommand) -> Result<(), String> {
             }
             Ok(())
         }
-        PoolCommand::Scrub { name, pg, repair } => {
+        PoolCommand::Scrub {
+            name,
+            pg,
+            repair,
+            verbose,
+        } => {
             let pool = runtime
                 .block_on(cluster.pool(&name))
                 .map_err(|e| e.to_string())?;
-            scrub(&runtime, &pool, pg, repair)
+            scrub(&runtime, &pool, pg, repair, verbose)
         }
         PoolCommand::Rm {
             name,
@@ -448,13 +499,15 @@ pub fn pool(who: &Who, command: PoolCommand) -> Result<(), String> {
     }
 }
 
-/// Scrubs the pool's PGs (or one), printing each PG's result and each inconsistent object;
-/// fails while any inconsistency remains unrepaired.
+/// Scrubs the pool's PGs (or one), printing each inconsistent object under its PG (every
+/// PG with `verbose`) and one summary line; fails while any inconsistency remains
+/// unrepaired.
 fn scrub(
     runtime: &tokio::runtime::Runtime,
     pool: &client::Pool,
     only: Option<u32>,
     repair: bool,
+    verbose: bool,
 ) -> Result<(), String> {
     let pg_num = pool.pg_num().map_err(|e| e.to_string())?;
     let numbers = match only {
@@ -468,7 +521,8 @@ fn scrub(
         Some(number) => number..number + 1,
         None => 0..pg_num,
     };
-    let (mut objects, mut found, mut left, mut stuck) = (0, 0, 0, 0);
+    let (mut objects, mut bytes, mut found, mut left, mut stuck) = (0, 0, 0, 0, 0);
+    let pgs = numbers.len() as u64;
     for number in numbers {
         let result = runtime
             .block_on(pool.scrub_pg(number, repair))
@@ -478,13 +532,15 @@ fn scrub(
             0 => "consistent".to_string(),
             n => format!("{} inconsistent", objects_text(n as u64)),
         };
-        println!(
-            "pg {}.{number}: {} on {} ({} read): {verdict}",
-            pool.id(),
-            objects_text(result.objects),
-            osds.join(", "),
-            bytes_text(result.bytes)
-        );
+        if verbose || !result.findings.is_empty() {
+            println!(
+                "pg {}.{number}: {} on {} ({} read): {verdict}",
+                pool.id(),
+                objects_text(result.objects),
+                osds.join(", "),
+                crate::text::approximate(result.bytes)
+            );
+        }
         for finding in &result.findings {
             let state = match (finding.repaired, finding.repairable) {
                 (true, _) => " [repaired]",
@@ -494,15 +550,19 @@ fn scrub(
             println!("  {}: {}{state}", finding.object, finding.what);
         }
         objects += result.objects;
+        bytes += result.bytes;
         found += result.findings.len();
         left += result.findings.iter().filter(|f| !f.repaired).count();
         stuck += result.findings.iter().filter(|f| !f.repairable).count();
     }
     println!(
-        "pool {}: {} scrubbed, {found} inconsistent, {} repaired",
+        "pool {}: {} scrubbed, {found} inconsistent, {} repaired ({}, {} read on the \
+         primaries)",
         pool.name(),
         objects_text(objects),
-        found - left
+        found - left,
+        crate::text::count(pgs, "PG", "PGs"),
+        crate::text::approximate(bytes)
     );
     let pg = only.map(|n| format!(" --pg {n}")).unwrap_or_default();
     match (left, repair) {
@@ -521,10 +581,7 @@ fn scrub(
 }
 
 fn objects_text(n: u64) -> String {
-    match n {
-        1 => "1 object".into(),
-        n => format!("{n} objects"),
-    }
+    crate::text::count(n, "object", "objects")
 }
 
 fn read_input(file: Option<&Path>) -> Result<Vec<u8>, String> {
@@ -611,8 +668,11 @@ pub fn obj(who: &Who, command: ObjCommand) -> Result<(), String> {
                 }));
             }
             println!(
-                "{name}: size {}, mtime {} ns, version {}.{}",
-                stat.size, stat.mtime_ns, stat.version.epoch, stat.version.seq
+                "{name}: {}, modified {}, version {}.{}",
+                crate::text::size(stat.size),
+                crate::text::date(stat.mtime_ns.into()),
+                stat.version.epoch,
+                stat.version.seq
             );
             Ok(())
         }

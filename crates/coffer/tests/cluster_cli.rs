@@ -67,6 +67,15 @@ fn objects_pools_and_capabilities_through_the_cli() {
     }
     let listed = cluster.ok(&["obj", "ls", "data"]);
     assert_eq!(listed.lines().count(), sizes.len(), "{listed}");
+    // Output for people: sizes in binary units with the exact bytes, dates in UTC.
+    let stat = cluster.ok(&["obj", "stat", "data", "obj-7"]);
+    assert!(
+        stat.starts_with("obj-7: 5.0 MiB (5242883 bytes), modified 20") && stat.contains(" UTC"),
+        "{stat}"
+    );
+    assert!(cluster
+        .ok(&["obj", "stat", "data", "obj-8"])
+        .contains(": 20 MiB, "));
 
     cluster.ok(&["obj", "rm", "data", "obj-0"]);
     let missing = cluster.cli(&["obj", "get", "data", "obj-0"]);
@@ -87,6 +96,25 @@ fn objects_pools_and_capabilities_through_the_cli() {
     assert!(String::from_utf8_lossy(&bad_pool.stderr).contains("does not exist"));
     let bad_size = cluster.cli(&["pool", "create", "big", "--size", "11"]);
     assert!(!bad_size.status.success());
+    // More copies than OSDs: created (OSDs may come), but said at once and in status.
+    let wide = cluster.cli(&["pool", "create", "wide", "--size", "5", "--pg-num", "8"]);
+    let warned = String::from_utf8_lossy(&wide.stderr);
+    assert!(wide.status.success(), "{warned}");
+    assert!(
+        warned.contains("wants 5 copies, but the cluster has 3 OSDs in"),
+        "{warned}"
+    );
+    let status = cluster.ok(&["status"]);
+    assert!(
+        status.contains("pool wide wants 5 copies but only 3 OSDs are in"),
+        "{status}"
+    );
+    assert_eq!(
+        status.matches("pgs:").count(),
+        1,
+        "one line of PG states: {status}"
+    );
+    cluster.ok(&["pool", "rm", "wide", "--yes-i-really-mean-it"]);
     let refused = cluster.cli(&["pool", "rm", "second"]);
     assert!(String::from_utf8_lossy(&refused.stderr).contains("--yes-i-really-mean-it"));
 
@@ -150,9 +178,12 @@ fn objects_pools_and_capabilities_through_the_cli() {
     );
     let scrubbed = cluster.ok(&["pool", "scrub", "second"]);
     assert!(
-        scrubbed.contains("objects scrubbed, 0 inconsistent"),
+        scrubbed.contains("objects scrubbed, 0 inconsistent") && scrubbed.contains("(8 PGs, "),
         "{scrubbed}"
     );
+    assert_eq!(scrubbed.lines().count(), 1, "one summary line: {scrubbed}");
+    let verbose = cluster.ok(&["pool", "scrub", "second", "--verbose"]);
+    assert_eq!(verbose.lines().count(), 9, "a line per PG: {verbose}");
     let no_pg = cluster.cli(&["pool", "scrub", "second", "--pg", "4096"]);
     assert!(String::from_utf8_lossy(&no_pg.stderr).contains("PGs (0 to"));
     let listing = cluster.ok(&["auth", "ls"]);
@@ -164,8 +195,22 @@ fn objects_pools_and_capabilities_through_the_cli() {
     let revoked = as_user("client.reader", &reader, &["obj", "get", "data", "obj-1"]);
     assert!(!revoked.status.success(), "a removed key must stop working");
 
-    // Ctrl-C, then `coffer up` again: the same cluster with its data.
+    // Ctrl-C: with no cluster, status says so at once and how to start one.
     cluster.stop();
+    let asked = std::time::Instant::now();
+    let none = cluster.cli(&["status"]);
+    let said = String::from_utf8_lossy(&none.stderr);
+    assert!(!none.status.success());
+    assert!(
+        said.contains("no cluster answers") && said.contains("coffer up"),
+        "{said}"
+    );
+    assert!(
+        asked.elapsed() < std::time::Duration::from_secs(10),
+        "status waited {:?} for a cluster that is not there",
+        asked.elapsed()
+    );
+    // `coffer up` again: the same cluster with its data.
     cluster.resume(3);
     let output = dir.path().join("after-restart");
     cluster.ok(&[

@@ -6,7 +6,8 @@
 //! writes, concurrent writers of one chunk, truncation, an OSD killed and recovered and a
 //! key rotation all keep the data whole; OSDs refuse plaintext, and the pool keys are
 //! refused to a client without read access. A chunk altered on every replica's disk fails
-//! at the client, by name, and nothing else is lost.
+//! at the client, by name, and nothing else is lost; one altered on the primary's disk alone
+//! is repaired from the others by the read (through the S3 gateway, under an SSE key).
 
 mod common;
 
@@ -324,21 +325,26 @@ fn the_s3_gateway_seals_plain_and_sse_objects_at_the_edge() {
     );
 
     // A chunk of an SSE object altered on every disk: its GET fails, the others still read.
+    // A chunk of another altered on its primary alone: the gateway's read has it repaired.
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
-    let sealed_chunk = runtime.block_on(async {
+    let (sealed_chunk, kms_chunk, kms_primary) = runtime.block_on(async {
         let admin = cluster.admin().await;
         let pool = admin.pool("s3").await.expect("pool");
         let index = gateway::layout::index_object("markers");
         let entries = pool.omap_list(&index, None, 100).await.expect("index");
-        let (_, value) = entries
-            .iter()
-            .find(|(key, _)| key == b"sse-s3")
-            .expect("the sse-s3 entry");
-        let entry: gateway::layout::ObjectEntry = gateway::layout::decode(value).expect("entry");
-        let stripe = gateway::layout::stripe_object(&entry.segments[0].instance, 0);
+        let stripe_of = |key: &[u8]| {
+            let (_, value) = entries
+                .iter()
+                .find(|(name, _)| name == key)
+                .expect("the object's entry");
+            let entry: gateway::layout::ObjectEntry =
+                gateway::layout::decode(value).expect("entry");
+            gateway::layout::stripe_object(&entry.segments[0].instance, 0)
+        };
         let read = vec![client::ObjectOp::ReadChunks { first: 5, count: 1 }];
+        let stripe = stripe_of(b"sse-s3");
         let (_, sealed) = pool
-            .operate(&stripe, read, Bytes::new())
+            .operate(&stripe, read.clone(), Bytes::new())
             .await
             .expect("read");
         // The pool's key does not open it, and the client says so at once.
@@ -352,7 +358,16 @@ fn the_s3_gateway_seals_plain_and_sse_objects_at_the_edge() {
                 .contains("sealed under a key of its own"),
             "{refused}"
         );
-        sealed
+        let kms_stripe = stripe_of(b"sse-kms");
+        let (_, kms_sealed) = pool
+            .operate(&kms_stripe, read, Bytes::new())
+            .await
+            .expect("read");
+        let map = admin.map();
+        let info = map.pool_by_name("s3").expect("pool");
+        let name = map::ObjectName::new(kms_stripe).expect("name");
+        let primary = map.acting(info, map.pg_of(info, &name))[0];
+        (sealed, kms_sealed, format!("osd.{}", primary.0))
     });
     cluster.stop();
     let found: Vec<_> = common::occurrences(cluster.dir.path(), &sealed_chunk)
@@ -363,15 +378,41 @@ fn the_s3_gateway_seals_plain_and_sse_objects_at_the_edge() {
     for (path, offset) in &found {
         common::flip_byte(path, offset + 100);
     }
+    let kms_copies = common::occurrences(cluster.dir.path(), &kms_chunk);
+    let (path, offset) = kms_copies
+        .iter()
+        .find(|(path, _)| common::osd_of_path(path).as_ref() == Some(&kms_primary))
+        .expect("the primary's copy");
+    common::flip_byte(path, offset + 100);
     cluster.resume(3);
     cluster.wait_s3();
+    // "altered" also reads the last object whole: each chunk opens only if it is intact.
     run_ok(
-        "reading the altered object",
+        "reading the altered objects",
         &mut cluster.s3_script(
             &user,
             "encryption.py",
-            &["altered", "markers", "sse-s3", "plain"],
+            &["altered", "markers", "sse-s3", "sse-kms"],
         ),
+    );
+    cluster.wait_for(
+        "the read repair counted",
+        Duration::from_secs(30),
+        |status| {
+            status["read_repairs"]
+                .as_array()
+                .is_some_and(|osds| osds.iter().any(|osd| osd["copies"] == 1))
+        },
+    );
+    cluster.stop();
+    let whole: Vec<_> = common::occurrences(cluster.dir.path(), &kms_chunk)
+        .into_iter()
+        .filter(|(path, _)| common::osd_of_path(path).is_some())
+        .collect();
+    assert_eq!(
+        whole.len(),
+        3,
+        "the primary's copy is whole again: {whole:?}"
     );
 }
 

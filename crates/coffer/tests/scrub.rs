@@ -1,8 +1,11 @@
-//! Scrub (`coffer pool scrub`): each PG's primary compares every copy of its objects. A
-//! sealed chunk altered on one OSD's disk in a pool sealed at the edge (so compared without
-//! the key), and a plaintext byte altered on one OSD's disk under stores that encrypt
-//! nothing, are found, named with their OSD, and repaired from the majority with --repair;
-//! the object then reads whole, and a second scrub finds nothing.
+//! Scrub (`coffer pool scrub`) and read repair. Scrub: each PG's primary compares every
+//! copy of its objects; a plaintext byte altered on a replica's disk under stores that
+//! encrypt nothing is found, named with its OSD, and repaired from the majority with
+//! --repair; the object then reads whole, and a second scrub finds nothing. Read repair: a
+//! copy altered on the primary's disk (which serves reads) is detected by the read (by the
+//! client's tag check in a pool sealed at the edge, in pools of three copies and of two; by
+//! the store's own check in a pool sealed by the OSDs), replaced from a good copy, and the
+//! read returns the right bytes; status counts the repairs.
 
 mod common;
 
@@ -24,14 +27,15 @@ fn acting(cluster: &LocalCluster, pool: &str, object: &str) -> Vec<u32> {
 }
 
 /// With the cluster stopped, alters one byte of the one copy of `needle` that `osd` holds,
-/// after checking every OSD of the PG holds one.
-fn alter_copy_on(cluster: &LocalCluster, needle: &[u8], osd: u32) {
+/// after checking that `copies` OSDs hold one each.
+fn alter_copy_on(cluster: &LocalCluster, needle: &[u8], osd: u32, copies: usize) {
     let found = common::occurrences(cluster.dir.path(), needle);
-    let holders: Vec<String> = found
+    let holders: std::collections::BTreeSet<String> = found
         .iter()
         .filter_map(|(path, _)| common::osd_of_path(path))
         .collect();
-    assert_eq!(holders.len(), 3, "one copy on each OSD: {found:?}");
+    assert_eq!(holders.len(), copies, "one copy on each OSD: {found:?}");
+    assert_eq!(found.len(), copies, "one copy on each OSD: {found:?}");
     let (path, offset) = found
         .iter()
         .find(|(path, _)| common::osd_of_path(path) == Some(format!("osd.{osd}")))
@@ -74,27 +78,77 @@ fn find_and_repair(cluster: &LocalCluster, pool: &str, object: &str, osd: u32) {
     assert!(out.contains("2 objects scrubbed, 0 inconsistent"), "{out}");
 }
 
+/// Waits for the OSDs' beacons to count `count` read repairs, then checks status says so.
+fn wait_for_repairs(cluster: &LocalCluster, count: u64) {
+    cluster.wait_for("read repairs", Duration::from_secs(30), |status| {
+        let counted = status["read_repairs"].as_array().map(|osds| {
+            osds.iter()
+                .filter_map(|osd| osd["copies"].as_u64())
+                .sum::<u64>()
+        });
+        counted == Some(count)
+    });
+    let copies = if count == 1 { "copy" } else { "copies" };
+    let line = format!("repairs:  {count} damaged {copies} replaced on read (osd.");
+    let status = cluster.ok(&["status"]);
+    assert!(status.contains(&line), "{status}");
+}
+
 #[test]
-fn scrub_repairs_a_sealed_chunk_altered_on_the_primary_without_the_key() {
+fn a_read_repairs_sealed_chunks_altered_on_the_primary_in_pools_of_three_and_two_copies() {
     let _serial = serial();
     let (mut cluster, victim, sealed_chunk) = common::sealed_victim();
+    cluster.ok(&[
+        "pool", "create", "pair", "--seal", "edge", "--size", "2", "--pg-num", "8",
+    ]);
+    cluster.wait_for("PGs clean", Duration::from_secs(60), common::all_clean);
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
-    let primary = acting(&cluster, "sealed", "victim")[0];
+    let pair: Vec<u8> = (0..3 * 4096).map(|_| rand::random::<u8>()).collect();
+    let pair_chunk = runtime.block_on(async {
+        let admin = cluster.admin().await;
+        let pool = admin.pool("pair").await.expect("pool");
+        pool.put("victim", Bytes::from(pair.clone()))
+            .await
+            .expect("put");
+        let read = vec![client::ObjectOp::ReadChunks { first: 1, count: 1 }];
+        let (_, sealed) = pool
+            .operate("victim", read, Bytes::new())
+            .await
+            .expect("read");
+        sealed
+    });
+    let primaries = (
+        acting(&cluster, "sealed", "victim")[0],
+        acting(&cluster, "pair", "victim")[0],
+    );
     cluster.stop();
-    alter_copy_on(&cluster, &sealed_chunk, primary);
+    alter_copy_on(&cluster, &sealed_chunk, primaries.0, 3);
+    alter_copy_on(&cluster, &pair_chunk, primaries.1, 2);
     cluster.resume(3);
     cluster.wait_for("PGs clean", Duration::from_secs(90), common::all_clean);
 
-    // The primary serves reads, so its altered chunk fails at the client until repaired.
-    let read = cluster.cli(&["obj", "get", "sealed", "victim"]);
-    assert!(!read.status.success(), "an altered chunk was returned");
-    find_and_repair(&cluster, "sealed", "victim", primary);
+    // The primary serves reads: its altered chunk fails the client's check, the primary
+    // replaces its copy with a good one, and the read returns the object whole.
     runtime.block_on(async {
         let admin = cluster.admin().await;
-        let pool = admin.pool("sealed").await.expect("pool");
-        assert_eq!(pool.get("victim").await.expect("get"), victim);
+        let sealed = admin.pool("sealed").await.expect("pool");
+        assert_eq!(sealed.get("victim").await.expect("get"), victim);
+        let two = admin.pool("pair").await.expect("pool");
+        assert_eq!(two.get("victim").await.expect("get"), pair);
     });
+    wait_for_repairs(&cluster, 2);
+    for pool in ["sealed", "pair"] {
+        let (out, err, ok) = scrub(&cluster, pool, &[]);
+        assert!(
+            ok,
+            "{pool} still inconsistent after read repair:\n{out}\n{err}"
+        );
+    }
     cluster.stop();
+    for (chunk, copies) in [(&sealed_chunk, 3), (&pair_chunk, 2)] {
+        let whole = common::occurrences(cluster.dir.path(), chunk);
+        assert_eq!(whole.len(), copies, "every copy is whole again: {whole:?}");
+    }
 }
 
 /// Three OSDs whose stores encrypt nothing, and `pool` sealed by the OSDs (plaintext on
@@ -128,7 +182,7 @@ fn scrub_repairs_plaintext_altered_on_a_replica() {
         .contains("0 inconsistent"));
     let replica = acting(&cluster, "plain", "notes")[1];
     cluster.stop();
-    alter_copy_on(&cluster, &marker, replica);
+    alter_copy_on(&cluster, &marker, replica, 3);
     cluster.resume(3);
     cluster.wait_for("PGs clean", Duration::from_secs(90), common::all_clean);
 
@@ -140,6 +194,70 @@ fn scrub_repairs_plaintext_altered_on_a_replica() {
         3,
         "the replica's copy is whole again: {copies:?}"
     );
+}
+
+/// The byte offsets of the 4 KiB blocks of `path` that hold anything but zeros.
+fn written_blocks(path: &std::path::Path) -> std::collections::BTreeSet<usize> {
+    let bytes = std::fs::read(path).expect("read the data file");
+    bytes
+        .chunks(4096)
+        .enumerate()
+        .filter(|(_, block)| block.iter().any(|b| *b != 0))
+        .map(|(i, _)| i * 4096)
+        .collect()
+}
+
+/// A store that seals at rest (gcm, the default) checks each block it reads: a byte altered
+/// in the primary's copy of an object in a pool sealed by the OSDs fails that check, the
+/// primary replaces its copy with a replica's, and the read returns the object whole. The
+/// ciphertext is found as the blocks the object's write added to the primary's data file.
+#[test]
+fn a_read_repairs_a_block_altered_in_the_primarys_sealed_store() {
+    let _serial = serial();
+    let mut cluster = LocalCluster::start(3, &["--nbd", "none"]);
+    cluster.ok(&["pool", "create", "byosd", "--seal", "osd", "--pg-num", "8"]);
+    cluster.wait_for("PGs clean", Duration::from_secs(60), common::all_clean);
+    let primary = acting(&cluster, "byosd", "first")[0];
+    let data = cluster.dir.path().join(format!("osd.{primary}/store/data"));
+    assert!(
+        data.is_file(),
+        "{} is the store's data file",
+        data.display()
+    );
+    cluster.stop();
+    let before = written_blocks(&data);
+    cluster.resume(3);
+    cluster.wait_for("PGs clean", Duration::from_secs(90), common::all_clean);
+    let first: Vec<u8> = (0..64 * 1024).map(|_| rand::random::<u8>()).collect();
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let admin = cluster.admin().await;
+        let pool = admin.pool("byosd").await.expect("pool");
+        pool.put("first", Bytes::from(first.clone()))
+            .await
+            .expect("put");
+    });
+    cluster.stop();
+    let added: Vec<usize> = written_blocks(&data).difference(&before).copied().collect();
+    assert!(
+        added.len() >= 16,
+        "the write added its 16 blocks: {added:?}"
+    );
+    for block in &added {
+        common::flip_byte(&data, block + 100);
+    }
+    cluster.resume(3);
+    cluster.wait_for("PGs clean", Duration::from_secs(90), common::all_clean);
+
+    runtime.block_on(async {
+        let admin = cluster.admin().await;
+        let pool = admin.pool("byosd").await.expect("pool");
+        assert_eq!(pool.get("first").await.expect("get"), first);
+    });
+    wait_for_repairs(&cluster, 1);
+    let (out, err, ok) = scrub(&cluster, "byosd", &[]);
+    assert!(ok, "still inconsistent after read repair:\n{out}\n{err}");
+    cluster.stop();
 }
 
 /// A PG of more objects than one scrub page (256) is compared page by page, each OSD
@@ -170,7 +288,7 @@ fn scrub_pages_through_a_pg_of_many_objects() {
     );
     let replica = acting(&cluster, "many", "marked")[2];
     cluster.stop();
-    alter_copy_on(&cluster, &marker, replica);
+    alter_copy_on(&cluster, &marker, replica, 3);
     cluster.resume(3);
     cluster.wait_for("PGs clean", Duration::from_secs(90), common::all_clean);
     let (out, _, ok) = scrub(&cluster, "many", &[]);

@@ -390,33 +390,24 @@ async fn read_records(
         let first = (at - base) / chunk;
         let count = (stop - base).div_ceil(chunk) - first;
         let name = layout::stripe_object(&segment.instance, stripe);
-        let failed = |why: String| std::io::Error::other(format!("reading {name}: {why}"));
-        let ops = vec![ObjectOp::ReadChunks {
+        let piece = Records {
+            pool,
+            name: &name,
+            key,
             first,
-            count: count as u32,
-        }];
-        let (results, data) = pool
-            .operate(&name, ops, Bytes::new())
-            .await
-            .map_err(|e| failed(e.to_string()))?;
-        let seals = match results.into_iter().next() {
-            Some(OpResult::Chunks { seals, .. }) => seals,
-            other => return Err(failed(format!("unexpected result {other:?}"))),
+            count,
+            base_chunk: base / chunk,
+            last_chunk,
         };
-        if seals.len() as u64 != count || data.len() as u64 != count * chunk {
-            return Err(failed(format!(
-                "{} chunks ({} bytes) where the index says {count}",
-                seals.len(),
-                data.len()
-            )));
+        // A chunk that fails its tag has the primary replace its copy from a good one.
+        let buffer = match piece.read().await {
+            Err(client::Error::Integrity(why)) => match pool.read_repair(&name, &why).await {
+                Ok(()) => piece.read().await,
+                Err(e) => Err(e),
+            },
+            read => read,
         }
-        let mut buffer = BytesMut::from(data);
-        for (i, (bytes, seal)) in buffer.chunks_mut(chunk as usize).zip(&seals).enumerate() {
-            let index = base / chunk + first + i as u64;
-            let seal = seal.ok_or_else(|| failed(format!("chunk {index} is missing")))?;
-            key.open_detached(index, index == last_chunk, &seal.tag, bytes)
-                .map_err(|e| failed(e.to_string()))?;
-        }
+        .map_err(|e| std::io::Error::other(format!("reading {name}: {e}")))?;
         let start = (at - base - first * chunk) as usize;
         let piece = buffer.freeze().slice(start..start + (stop - at) as usize);
         if send.send(Ok(vec![piece])).await.is_err() {
@@ -425,6 +416,58 @@ async fn read_records(
         at = stop;
     }
     Ok(())
+}
+
+/// Chunks `[first, first + count)` of stripe object `name`, sealed in records under the
+/// object's own key.
+struct Records<'a> {
+    pool: &'a Pool,
+    name: &'a str,
+    key: &'a ChunkKey,
+    first: u64,
+    count: u64,
+    /// The segment's chunk index of the stripe's first chunk.
+    base_chunk: u64,
+    /// The segment's last chunk index (sealed as the last).
+    last_chunk: u64,
+}
+
+impl Records<'_> {
+    /// The chunks, read and opened in place; a chunk that fails its tag is
+    /// `client::Error::Integrity`.
+    async fn read(&self) -> Result<BytesMut, client::Error> {
+        let (chunk, count) = (sse::RECORD_CHUNK_BYTES, self.count);
+        let ops = vec![ObjectOp::ReadChunks {
+            first: self.first,
+            count: count as u32,
+        }];
+        let (results, data) = self.pool.operate(self.name, ops, Bytes::new()).await?;
+        let seals = match results.into_iter().next() {
+            Some(OpResult::Chunks { seals, .. }) => seals,
+            other => {
+                return Err(client::Error::Failed(format!(
+                    "unexpected result {other:?}"
+                )))
+            }
+        };
+        if seals.len() as u64 != count || data.len() as u64 != count * chunk {
+            return Err(client::Error::Failed(format!(
+                "{} chunks ({} bytes) where the index says {count}",
+                seals.len(),
+                data.len()
+            )));
+        }
+        let mut buffer = BytesMut::from(data);
+        for (i, (bytes, seal)) in buffer.chunks_mut(chunk as usize).zip(&seals).enumerate() {
+            let index = self.base_chunk + self.first + i as u64;
+            let seal =
+                seal.ok_or_else(|| client::Error::Integrity(format!("chunk {index} is missing")))?;
+            self.key
+                .open_detached(index, index == self.last_chunk, &seal.tag, bytes)
+                .map_err(|e| client::Error::Integrity(e.to_string()))?;
+        }
+        Ok(buffer)
+    }
 }
 
 async fn read_exact(

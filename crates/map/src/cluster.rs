@@ -492,6 +492,20 @@ impl ClusterMap {
         placement::place(pg, &candidates, usize::from(pool.size), pool.domain)
     }
 
+    /// How many separate places a pool with failure domain `domain` can put copies in: the
+    /// OSDs that are in, or their distinct hosts. A pool whose size exceeds it stays
+    /// undersized.
+    pub fn domains_in(&self, domain: FailureDomain) -> usize {
+        let in_osds = self.osds.values().filter(|osd| osd.is_in);
+        match domain {
+            FailureDomain::Osd => in_osds.count(),
+            FailureDomain::Host => in_osds
+                .map(|osd| osd.host.as_str())
+                .collect::<std::collections::BTreeSet<_>>()
+                .len(),
+        }
+    }
+
     /// The OSDs of a PG that are up, in placement order: the first is the primary. Computed
     /// once per PG and map.
     pub fn acting(&self, pool: &PoolInfo, pg: PgId) -> Vec<OsdId> {

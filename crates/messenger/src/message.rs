@@ -64,6 +64,8 @@ pub struct OsdBeacon {
     pub pgs: Vec<(PgId, PgState)>,
     pub used_bytes: u64,
     pub total_bytes: u64,
+    /// Copies this OSD replaced since it started because a read found them damaged.
+    pub read_repairs: u64,
 }
 
 /// A placement group's state, as its primary reports it.
@@ -261,6 +263,8 @@ pub struct MonStatus {
     pub inactive: Vec<String>,
     pub used_bytes: u64,
     pub total_bytes: u64,
+    /// Damaged copies each up OSD replaced on read since it started (none: left out).
+    pub read_repairs: Vec<(OsdId, u64)>,
     pub health: Health,
 }
 
@@ -658,6 +662,15 @@ pub enum OsdRequest {
         after: Option<ObjectName>,
         repair: bool,
     },
+    /// Read repair, from a client that could not open what the primary read of `object` (a
+    /// chunk sealed at the edge failed its tag): the primary compares every copy of it and,
+    /// where they differ, counts its own as the bad one and replaces each bad copy with a
+    /// good one, as scrub would. Answered with `Repaired`.
+    Repair {
+        pg: PgId,
+        epoch: Epoch,
+        object: ObjectName,
+    },
 }
 
 impl OsdRequest {
@@ -836,6 +849,8 @@ pub enum OsdReply {
     Copy(Option<ObjectCopy>),
     Digests(Vec<CopyDigest>),
     Scrubbed(ScrubPage),
+    /// What read repair found and did: `None` when every copy is alike.
+    Repaired(Option<ScrubFinding>),
     Done,
     /// The OSD's map says another OSD leads this PG (or the client's map is older than
     /// `epoch`): get a map at least this new and send again.

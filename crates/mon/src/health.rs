@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use map::cluster::{Change, ClusterMap};
-use map::placement::{OsdId, PgId};
+use map::placement::{FailureDomain, OsdId, PgId};
 use messenger::message::{Health, OsdBeacon, PgState};
 
 /// How often the leader looks for silent OSDs.
@@ -94,12 +94,16 @@ impl Liveness {
         let seen = self.lock();
         let mut reported: HashMap<PgId, &PgState> = HashMap::new();
         let (mut used_bytes, mut total_bytes) = (0, 0);
+        let mut read_repairs = Vec::new();
         for (osd, (_, beacon)) in &seen.beacons {
             if !map.osds.get(osd).is_some_and(|o| o.up) {
                 continue;
             }
             used_bytes += beacon.used_bytes;
             total_bytes += beacon.total_bytes;
+            if beacon.read_repairs > 0 {
+                read_repairs.push((*osd, beacon.read_repairs));
+            }
             // PG states from an older map may predate the change: unknown until it reports.
             if beacon.epoch < map.epoch {
                 continue;
@@ -137,12 +141,14 @@ impl Liveness {
                 *pgs.entry(name.to_string()).or_default() += 1;
             }
         }
-        let health = health(map, &pgs);
+        read_repairs.sort();
+        let health = health(map, &pgs, &read_repairs);
         Summary {
             pgs,
             inactive,
             used_bytes,
             total_bytes,
+            read_repairs,
             health,
         }
     }
@@ -153,17 +159,44 @@ pub struct Summary {
     pub inactive: Vec<String>,
     pub used_bytes: u64,
     pub total_bytes: u64,
+    /// Copies each up OSD replaced on read since it started (OSDs with none left out).
+    pub read_repairs: Vec<(OsdId, u64)>,
     pub health: Health,
 }
 
-fn health(map: &ClusterMap, pgs: &BTreeMap<String, u64>) -> Health {
+/// Read repairs by one OSD past which health warns that its disk may be failing (Ceph's
+/// `mon_osd_warn_num_repaired`).
+pub const READ_REPAIRS_WARN: u64 = 10;
+
+fn health(map: &ClusterMap, pgs: &BTreeMap<String, u64>, read_repairs: &[(OsdId, u64)]) -> Health {
     let mut errors = Vec::new();
     let mut warnings = Vec::new();
+    for (osd, count) in read_repairs {
+        if *count > READ_REPAIRS_WARN {
+            warnings.push(format!(
+                "osd.{} replaced {count} damaged copies on read since it started: check its disk",
+                osd.0
+            ));
+        }
+    }
     for (state, count) in pgs {
         match state.as_str() {
             "active+clean" => {}
             "inactive" | "down" => errors.push(format!("{count} PGs {state}: I/O to them waits")),
             _ => warnings.push(format!("{count} PGs {state}")),
+        }
+    }
+    for pool in map.pools.values() {
+        let places = map.domains_in(pool.domain);
+        if usize::from(pool.size) > places && places > 0 {
+            let what = match pool.domain {
+                FailureDomain::Osd => "OSDs are in",
+                FailureDomain::Host => "hosts have OSDs in",
+            };
+            warnings.push(format!(
+                "pool {} wants {} copies but only {places} {what}: its PGs stay undersized",
+                pool.name, pool.size
+            ));
         }
     }
     let down = map.osds.values().filter(|o| !o.up).count();
@@ -186,7 +219,6 @@ fn health(map: &ClusterMap, pgs: &BTreeMap<String, u64>) -> Health {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use map::placement::FailureDomain;
 
     fn map_with(osds: u32) -> ClusterMap {
         let mut map = ClusterMap::default();
@@ -312,5 +344,54 @@ mod tests {
             "{:?}",
             summary.pgs
         );
+    }
+
+    #[test]
+    fn a_pool_wanting_more_copies_than_places_is_named() {
+        let mut map = map_with(3);
+        map.apply(&Change::CreatePool {
+            name: "wide".into(),
+            size: 5,
+            min_size: 3,
+            pg_num: 4,
+            domain: FailureDomain::Osd,
+        })
+        .expect("pool");
+        match health(&map, &BTreeMap::new(), &[]) {
+            Health::Warn(reasons) => assert_eq!(
+                reasons,
+                vec!["pool wide wants 5 copies but only 3 OSDs are in: its PGs stay undersized"]
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn read_repairs_are_listed_and_warn_past_the_limit() {
+        let map = map_with(3);
+        let live = Liveness::default();
+        for (osd, repairs) in [(0, 0), (1, READ_REPAIRS_WARN), (2, READ_REPAIRS_WARN + 1)] {
+            let beacon = OsdBeacon {
+                epoch: map.epoch,
+                read_repairs: repairs,
+                ..OsdBeacon::default()
+            };
+            live.beacon(OsdId(osd), beacon, Instant::now());
+        }
+        let summary = live.summary(&map);
+        assert_eq!(
+            summary.read_repairs,
+            vec![
+                (OsdId(1), READ_REPAIRS_WARN),
+                (OsdId(2), READ_REPAIRS_WARN + 1)
+            ]
+        );
+        match summary.health {
+            Health::Warn(reasons) => {
+                assert_eq!(reasons.len(), 1, "{reasons:?}");
+                assert!(reasons[0].starts_with("osd.2 replaced 11 damaged copies"));
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

@@ -281,6 +281,7 @@ impl MonService {
             inactive: summary.inactive,
             used_bytes: summary.used_bytes,
             total_bytes: summary.total_bytes,
+            read_repairs: summary.read_repairs,
             health: summary.health,
         }
     }

@@ -81,6 +81,8 @@ pub(crate) struct Inner {
     acting_seen: std::sync::Mutex<(Epoch, HashMap<PgId, Vec<OsdId>>)>,
     /// Tokens of recovery tasks (pg::Recovery).
     tokens: std::sync::atomic::AtomicU64,
+    /// Copies replaced by read repair since this OSD started (reported in its beacon).
+    pub read_repairs: std::sync::atomic::AtomicU64,
     addr: String,
 }
 
@@ -183,6 +185,7 @@ impl Osd {
             net,
             acting_seen: Default::default(),
             tokens: Default::default(),
+            read_repairs: Default::default(),
             addr,
         });
         let service = service::OsdService {
@@ -383,6 +386,9 @@ async fn send_beacons(inner: Arc<Inner>) {
             pgs,
             used_bytes: statfs.allocated_bytes,
             total_bytes: statfs.total_bytes,
+            read_repairs: inner
+                .read_repairs
+                .load(std::sync::atomic::Ordering::Relaxed),
         };
         if let Err(e) = inner.monc.call(&MonRequest::Beacon(beacon)).await {
             tracing::warn!(error = %e, "beacon");

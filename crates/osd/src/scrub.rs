@@ -1,4 +1,5 @@
-//! Scrub, run by a PG's primary when an operator asks (`coffer pool scrub`): a page of
+//! Scrub, run by a PG's primary when an operator asks (`coffer pool scrub`), and for one
+//! object when a read finds the primary's copy damaged (read repair): a page of
 //! names per request, then a batch of objects at a time under the PG's lock (so no write is
 //! half applied while copies are compared), every OSD holding the PG digests its copy of
 //! each object, and the primary compares them. A copy is bad when it differs from the
@@ -8,9 +9,12 @@
 //!
 //! In an edge-sealed pool the digests are over chunks and records as stored, so replicas are
 //! compared without the pool's key; a chunk altered identically on every copy is not a
-//! disagreement, and only the client's tag check can find it.
+//! disagreement, and only the client's tag check can find it. A client whose check fails on
+//! the primary's copy asks for read repair: where copies differ, the primary's then counts
+//! as unreadable, so a pool of two copies is repaired from the other.
 
 use std::collections::BTreeSet;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -49,6 +53,7 @@ pub async fn page(
         findings: Vec::new(),
         next,
     };
+    let repair = if repair { Repair::Yes } else { Repair::No };
     for batch in names.chunks(BATCH_OBJECTS) {
         match scrub_batch(inner, &pg, batch, repair, &mut done).await {
             Ok(()) => done.objects += batch.len() as u64,
@@ -63,6 +68,46 @@ pub async fn page(
     Ok(done)
 }
 
+/// Read repair of one object, for a read that found the primary's copy damaged: its store
+/// failed an integrity check (then the primary's own digest says so), or a client could not
+/// open its chunks (`primary_failed`: the primary's copy counts as unreadable, if the copies
+/// differ at all). Bad copies are replaced by the majority's, as `scrub --repair` does.
+/// Returns the finding (none when every copy is alike).
+pub async fn repair_object(
+    inner: &Arc<Inner>,
+    id: PgId,
+    name: ObjectName,
+    primary_failed: bool,
+) -> Result<Option<ScrubFinding>, OsdReply> {
+    let pg = inner.pg(id);
+    let osds = compared(inner, &*lock_clean(&pg).await?);
+    let mut page = ScrubPage {
+        osds,
+        objects: 0,
+        bytes: 0,
+        findings: Vec::new(),
+        next: None,
+    };
+    let repair = Repair::Read { primary_failed };
+    scrub_batch(inner, &pg, &[name], repair, &mut page).await?;
+    let finding = page.findings.pop();
+    if finding.as_ref().is_some_and(|f| f.repaired) {
+        inner.read_repairs.fetch_add(1, Ordering::Relaxed);
+    }
+    Ok(finding)
+}
+
+/// What a batch does with the copies that differ.
+#[derive(Clone, Copy)]
+enum Repair {
+    /// Reports them.
+    No,
+    /// Replaces them with the majority's (`scrub --repair`).
+    Yes,
+    /// Replaces them, after a read found the primary's copy damaged ([`repair_object`]).
+    Read { primary_failed: bool },
+}
+
 /// A peer that cannot answer now (down, or its map names another primary) makes the
 /// scrub wait for the next map and ask again, as a client's op would.
 fn busy(id: PgId, why: String) -> OsdReply {
@@ -75,7 +120,7 @@ async fn scrub_batch(
     inner: &Arc<Inner>,
     pg: &Pg,
     names: &[ObjectName],
-    repair: bool,
+    repair: Repair,
     page: &mut ScrubPage,
 ) -> Result<(), OsdReply> {
     let id = pg.id;
@@ -88,12 +133,21 @@ async fn scrub_batch(
         .await
         .map_err(|e| busy(id, e))?;
     page.bytes += read;
+    let failed_check = CopyDigest::Unreadable("its chunks failed a client's tag check".into());
     for (i, name) in names.iter().enumerate() {
-        let held: Vec<(OsdId, &CopyDigest)> = osds
+        let mut held: Vec<(OsdId, &CopyDigest)> = osds
             .iter()
             .zip(&copies)
             .map(|(osd, c)| (*osd, &c[i]))
             .collect();
+        if let Repair::Read {
+            primary_failed: true,
+        } = repair
+        {
+            if held.iter().any(|(_, c)| *c != held[0].1) {
+                held[0].1 = &failed_check;
+            }
+        }
         let Some(mut finding) = compare(name, &held) else {
             continue;
         };
@@ -101,10 +155,11 @@ async fn scrub_batch(
             pg = %format!("{}.{}", id.pool, id.number),
             object = %name,
             what = %finding.what,
-            "scrub: copies disagree"
+            "{}: copies disagree",
+            repair.doing()
         );
-        if repair {
-            repair_copies(inner, id, &held, &mut finding).await;
+        if !matches!(repair, Repair::No) {
+            repair_copies(inner, id, &held, &mut finding, repair).await;
         }
         page.findings.push(finding);
     }
@@ -279,6 +334,16 @@ fn authority<'a>(held: &[(OsdId, &'a CopyDigest)]) -> Option<&'a CopyDigest> {
     }
 }
 
+impl Repair {
+    /// What the log calls it.
+    fn doing(self) -> &'static str {
+        match self {
+            Repair::No | Repair::Yes => "scrub",
+            Repair::Read { .. } => "read repair",
+        }
+    }
+}
+
 /// `None` when every copy of `name` is alike; otherwise what differs, and where.
 fn compare(name: &ObjectName, held: &[(OsdId, &CopyDigest)]) -> Option<ScrubFinding> {
     if held
@@ -356,6 +421,7 @@ async fn repair_copies(
     id: PgId,
     held: &[(OsdId, &CopyDigest)],
     finding: &mut ScrubFinding,
+    repair: Repair,
 ) {
     let Some(good) = authority(held) else {
         return;
@@ -380,7 +446,8 @@ async fn repair_copies(
         pg = %format!("{}.{}", id.pool, id.number),
         object = %finding.object,
         from = source.0,
-        "scrub: repaired from the majority's copy"
+        "{}: repaired from the majority's copy",
+        repair.doing()
     );
 }
 

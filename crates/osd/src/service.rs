@@ -9,7 +9,8 @@ use map::cluster::{ClusterMap, Epoch, PoolInfo, Seal};
 use map::placement::{OsdId, PgId};
 use map::{ObjectName, ObjectRef};
 use messenger::message::{
-    LogEntry, ObjectOp, OsdReply, OsdRequest, PeerOp, PgState, ReqId, Version, CHUNK_BYTES,
+    LogEntry, ObjectOp, OpResult, OsdReply, OsdRequest, PeerOp, PgState, ReqId, Version,
+    CHUNK_BYTES,
 };
 use messenger::{
     CertificateDer, EntityKind, EntityName, Handler, Peer, Reply, Request, SegmentCheck,
@@ -114,6 +115,9 @@ impl Handler for OsdService {
                 after,
                 repair,
             } => reply(self.scrub(&peer, pg, epoch, after, repair).await),
+            OsdRequest::Repair { pg, epoch, object } => {
+                reply(self.read_repair(&peer, pg, epoch, object).await)
+            }
             OsdRequest::Peer { pg, epoch, op } => {
                 let Some(from) = osd_of(&peer.entity) else {
                     return reply(OsdReply::Denied("only OSDs send peer requests".into()));
@@ -261,18 +265,65 @@ impl OsdService {
         if write {
             return self.write(op, data, check).await.map(reply);
         }
+        let (results, bytes) = match self.read(&op).await? {
+            Err(e @ (ReadError::Integrity { .. } | ReadError::MetadataIntegrity { .. })) => {
+                // This copy is damaged: replace it from a good one and read again.
+                let why = e.to_string();
+                tracing::warn!(object = %op.object, error = %why, "read repair");
+                match crate::scrub::repair_object(&self.inner, op.pg, op.object.clone(), false)
+                    .await?
+                {
+                    Some(finding) if finding.repaired => self.read(&op).await?,
+                    Some(finding) => {
+                        return Err(OsdReply::Failed(format!("{why}; {}", finding.what)))
+                    }
+                    None => Err(e),
+                }
+            }
+            read => read,
+        }
+        .map_err(read_failure)?;
+        Ok(reply_with(OsdReply::Results(results), Bytes::from(bytes)))
+    }
+
+    /// The read ops of `op` on this OSD's copy: their results and the bytes read.
+    async fn read(
+        &self,
+        op: &ClientOp,
+    ) -> Result<Result<(Vec<OpResult>, Vec<u8>), ReadError>, OsdReply> {
         let object = objects::object_ref(op.pg, &op.object);
-        let ops = op.ops;
-        let (results, bytes) = self
-            .inner
+        let ops = op.ops.clone();
+        self.inner
             .blocking(move |store| {
                 let mut out = Vec::new();
                 objects::read_ops(store, &object, &ops, &mut out).map(|r| (r, out))
             })
             .await
-            .map_err(OsdReply::Failed)?
-            .map_err(read_failure)?;
-        Ok(reply_with(OsdReply::Results(results), Bytes::from(bytes)))
+            .map_err(OsdReply::Failed)
+    }
+
+    /// Read repair asked by a client that could not open the primary's copy of `object`.
+    async fn read_repair(
+        &self,
+        peer: &Peer<Presented>,
+        pg: PgId,
+        epoch: Epoch,
+        object: ObjectName,
+    ) -> OsdReply {
+        let map = match self.check_primary(peer, pg, epoch, false).await {
+            Ok(map) => map,
+            Err(refusal) => return refusal,
+        };
+        if map.pools.get(&pg.pool).map(|pool| map.pg_of(pool, &object)) != Some(pg) {
+            return OsdReply::Failed(format!(
+                "object {object} is not in pg {}.{}",
+                pg.pool, pg.number
+            ));
+        }
+        tracing::warn!(%object, "read repair: a client could not open this OSD's copy");
+        crate::scrub::repair_object(&self.inner, pg, object, true)
+            .await
+            .map_or_else(|refusal| refusal, OsdReply::Repaired)
     }
 
     /// Orders a write in its PG, applies it here and on every clean replica, and answers once
