@@ -72,6 +72,9 @@ pub enum Error {
     Denied(String),
     #[error("{0}")]
     Failed(String),
+    /// A store that would take the write is full; nothing was written. Deletes still work.
+    #[error("no space: {0}")]
+    NoSpace(String),
     /// What was read fails its integrity check, and no good copy replaced it.
     #[error("integrity: {0}")]
     Integrity(String),
@@ -429,6 +432,7 @@ impl Inner {
                     match sent {
                         Ok((OsdReply::Retry { why, .. }, _)) => why,
                         Ok((OsdReply::Busy(why), _)) => why,
+                        Ok((OsdReply::Full(why), _)) => return Err(Error::NoSpace(why)),
                         Ok((OsdReply::Denied(why), _)) => return Err(Error::Denied(why)),
                         Ok((OsdReply::Failed(why), _)) => return Err(Error::Failed(why)),
                         Ok((OsdReply::NotFound, _)) => return Err(Error::NotFound),

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use client::conf::Conf;
 use client::{load_identity, Cluster};
 use map::auth::Caps;
-use map::cluster::Change;
+use map::cluster::{Change, Space};
 use map::placement::FailureDomain;
 use messenger::message::{Command as MonCommand, Health, MonReply, MonStatus};
 use messenger::EntityName;
@@ -22,15 +22,20 @@ pub const DEFAULT_PG_NUM: u32 = 128;
 
 #[derive(clap::Subcommand)]
 pub enum OsdCommand {
-    /// Every OSD: up or down, in or out, address.
+    /// Every OSD: up or down, in or out, how full, host, address.
     Ls {
         #[arg(long)]
         json: bool,
     },
-    /// Marks an OSD out (its data moves to others) or back in.
+    /// Marks an OSD out: its data moves to others.
     Out { id: u32 },
     /// Marks an OSD in again: it takes its share of the data back.
     In { id: u32 },
+    /// The share of a store past which it counts as full, and the PGs it holds refuse
+    /// writes (deletes still work) until space is freed (default 0.95).
+    SetFullRatio { ratio: f64 },
+    /// The share of a store past which health warns that it is filling (default 0.85).
+    SetNearfullRatio { ratio: f64 },
 }
 
 #[derive(clap::Subcommand)]
@@ -344,19 +349,47 @@ pub fn osd(who: &Who, command: OsdCommand) -> Result<(), String> {
                 return json(&map.osds.values().collect::<Vec<_>>());
             }
             println!(
-                "{:<8} {:<6} {:<5} {:<12} ADDRESS",
-                "OSD", "STATE", "IN", "HOST"
+                "{:<8} {:<6} {:<5} {:<9} {:<12} ADDRESS",
+                "OSD", "STATE", "IN", "SPACE", "HOST"
             );
             for osd in map.osds.values() {
                 println!(
-                    "{:<8} {:<6} {:<5} {:<12} {}",
+                    "{:<8} {:<6} {:<5} {:<9} {:<12} {}",
                     format!("osd.{}", osd.id.0),
                     if osd.up { "up" } else { "down" },
                     if osd.is_in { "in" } else { "out" },
+                    match osd.space {
+                        Space::Ok => "ok",
+                        Space::NearFull => "nearfull",
+                        Space::Full => "full",
+                    },
                     osd.host,
                     osd.addr.as_deref().unwrap_or("-")
                 );
             }
+            Ok(())
+        }
+        OsdCommand::SetFullRatio { ratio } | OsdCommand::SetNearfullRatio { ratio } => {
+            if !(ratio > 0.0 && ratio <= 1.0) {
+                return Err(format!(
+                    "ratio {ratio}: give a share of a store, above 0 and at most 1"
+                ));
+            }
+            let permille = (ratio * 1000.0).round() as u16;
+            let mut ratios = cluster.map().space_ratios;
+            match command {
+                OsdCommand::SetFullRatio { .. } => ratios.full_permille = permille,
+                _ => ratios.nearfull_permille = permille,
+            }
+            let change = Change::SetSpaceRatios { ratios };
+            runtime
+                .block_on(cluster.command(MonCommand::Change(change)))
+                .map_err(|e| e.to_string())?;
+            println!(
+                "stores count as nearfull at {:.1} % and full at {:.1} %",
+                f64::from(ratios.nearfull_permille) / 10.0,
+                f64::from(ratios.full_permille) / 10.0
+            );
             Ok(())
         }
         OsdCommand::Out { id } | OsdCommand::In { id } => {

@@ -46,6 +46,10 @@ fn io_errno(e: client::Error) -> Errno {
             tracing::warn!(%why, "the data pool refused");
             Errno(libc::EACCES)
         }
+        client::Error::NoSpace(why) => {
+            tracing::warn!(%why, "the data pool is full");
+            Errno(libc::ENOSPC)
+        }
         other => {
             tracing::warn!(error = %other, "data pool");
             Errno(libc::EIO)

@@ -320,6 +320,15 @@ fn fail(e: Error) -> S3Error {
             S3Error::with_message(S3ErrorCode::ServiceUnavailable, e.to_string())
         }
         Error::Invalid(message) => S3Error::with_message(S3ErrorCode::InvalidArgument, message),
+        Error::Cluster(client::Error::NoSpace(why)) => {
+            // As Ceph's gateway answers ENOSPC: 507 InsufficientCapacity.
+            let mut full = S3Error::with_message(
+                S3ErrorCode::Custom("InsufficientCapacity".into()),
+                format!("no space: {why}"),
+            );
+            full.set_status_code(hyper::StatusCode::INSUFFICIENT_STORAGE);
+            full
+        }
         Error::Busy(_) => S3Error::with_message(S3ErrorCode::OperationAborted, e.to_string()),
         e => {
             tracing::warn!("{e}");

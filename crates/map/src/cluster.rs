@@ -42,6 +42,54 @@ pub struct OsdInfo {
     /// marked in again when it boots.
     #[serde(default)]
     pub auto_out: bool,
+    /// How full its store is, as the monitors last judged from its beacons.
+    #[serde(default)]
+    pub space: Space,
+}
+
+/// An OSD's store against the cluster's ratios ([`SpaceRatios`]): nearfull warns; full
+/// refuses writes to the PGs it holds (deletes still go through) until space is freed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Space {
+    #[default]
+    Ok,
+    NearFull,
+    Full,
+}
+
+/// When a store counts as nearfull and full, in thousandths of its size (Ceph's
+/// `mon_osd_nearfull_ratio` and `mon_osd_full_ratio`, 0.85 and 0.95 by default).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpaceRatios {
+    pub nearfull_permille: u16,
+    pub full_permille: u16,
+}
+
+impl Default for SpaceRatios {
+    fn default() -> Self {
+        SpaceRatios {
+            nearfull_permille: 850,
+            full_permille: 950,
+        }
+    }
+}
+
+impl SpaceRatios {
+    /// How full a store of `total_bytes` with `used_bytes` taken is. An empty store (no
+    /// size reported yet) is `Ok`.
+    pub fn judge(&self, used_bytes: u64, total_bytes: u64) -> Space {
+        if total_bytes == 0 {
+            return Space::Ok;
+        }
+        let permille = u128::from(used_bytes) * 1000 / u128::from(total_bytes);
+        if permille >= u128::from(self.full_permille) {
+            Space::Full
+        } else if permille >= u128::from(self.nearfull_permille) {
+            Space::NearFull
+        } else {
+            Space::Ok
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -83,6 +131,8 @@ pub struct ClusterMap {
     pub filesystems: BTreeMap<String, FsInfo>,
     #[serde(default)]
     next_fs: u32,
+    #[serde(default)]
+    pub space_ratios: SpaceRatios,
     #[serde(skip)]
     acting: ActingCache,
 }
@@ -186,6 +236,15 @@ pub enum Change {
         addr: String,
         instance: u64,
     },
+    /// The monitors judged the OSD's store anew from its beacon.
+    OsdSpace {
+        id: OsdId,
+        space: Space,
+    },
+    /// An operator sets when stores count as nearfull and full.
+    SetSpaceRatios {
+        ratios: SpaceRatios,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -207,6 +266,7 @@ pub enum ChangeError {
         pool: String,
         fs: String,
     },
+    InvalidRatios(String),
 }
 
 impl fmt::Display for ChangeError {
@@ -234,6 +294,7 @@ impl fmt::Display for ChangeError {
             ChangeError::PoolInUse { pool, fs } => {
                 write!(f, "pool {pool:?} is used by file system {fs:?}")
             }
+            ChangeError::InvalidRatios(why) => write!(f, "invalid ratios: {why}"),
         }
     }
 }
@@ -273,6 +334,7 @@ impl ClusterMap {
                     up: false,
                     is_in: true,
                     auto_out: false,
+                    space: Space::Ok,
                 };
                 self.osds.insert(*id, info);
             }
@@ -286,6 +348,20 @@ impl ClusterMap {
                 }
             }
             Change::OsdDown { id } => self.osd_mut(*id)?.up = false,
+            Change::OsdSpace { id, space } => self.osd_mut(*id)?.space = *space,
+            Change::SetSpaceRatios { ratios } => {
+                let SpaceRatios {
+                    nearfull_permille: near,
+                    full_permille: full,
+                } = *ratios;
+                if near == 0 || near >= full || full > 1000 {
+                    return Err(ChangeError::InvalidRatios(format!(
+                        "nearfull {near}, full {full} (in thousandths): need 0 < nearfull < \
+                         full <= 1000"
+                    )));
+                }
+                self.space_ratios = *ratios;
+            }
             Change::OsdOut { id } => {
                 let osd = self.osd_mut(*id)?;
                 osd.is_in = false;
@@ -490,6 +566,47 @@ impl ClusterMap {
             })
             .collect();
         placement::place(pg, &candidates, usize::from(pool.size), pool.domain)
+    }
+
+    /// Why a write of data to PG `pg` of `pool` is refused for want of space, if it is: an
+    /// OSD of its acting set is full. Deletes and metadata writes are not asked about.
+    pub fn full_refusal(&self, pool: &PoolInfo, pg: PgId) -> Option<String> {
+        let full: Vec<String> = self
+            .acting(pool, pg)
+            .iter()
+            .filter(|id| self.osds.get(id).is_some_and(|o| o.space == Space::Full))
+            .map(|id| format!("osd.{}", id.0))
+            .collect();
+        if full.is_empty() {
+            return None;
+        }
+        Some(format!(
+            "pool {} is full: {} of pg {}.{} {} at or past the full ratio ({:.1} % of a \
+             store); delete objects or add OSDs, and writes resume by themselves",
+            pool.name,
+            full.join(", "),
+            pool.id,
+            pg.number,
+            if full.len() == 1 { "is" } else { "are" },
+            f64::from(self.space_ratios.full_permille) / 10.0
+        ))
+    }
+
+    /// The pools with a PG that OSD `id` holds a copy of.
+    pub fn pools_on(&self, id: OsdId) -> Vec<&str> {
+        self.pools
+            .values()
+            .filter(|pool| {
+                (0..pool.pg_num).any(|number| {
+                    let pg = PgId {
+                        pool: pool.id,
+                        number,
+                    };
+                    self.pg_osds(pool, pg).contains(&id)
+                })
+            })
+            .map(|pool| pool.name.as_str())
+            .collect()
     }
 
     /// How many separate places a pool with failure domain `domain` can put copies in: the

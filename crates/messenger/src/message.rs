@@ -588,6 +588,16 @@ impl ObjectOp {
         )
     }
 
+    /// Whether the op writes data, which takes blocks of a store's data area: what a full
+    /// store refuses. Attributes and omap live in the store's metadata database, so
+    /// metadata writes (a delete's bookkeeping among them) still go through.
+    pub fn writes_data(&self) -> bool {
+        matches!(
+            self,
+            ObjectOp::WriteFull { .. } | ObjectOp::Write { .. } | ObjectOp::WriteChunks { .. }
+        )
+    }
+
     pub fn is_condition(&self) -> bool {
         matches!(
             self,
@@ -860,6 +870,9 @@ pub enum OsdReply {
     },
     /// The PG cannot serve now (see the reason); the client waits and sends again.
     Busy(String),
+    /// A write of data refused because a store that would take it is full; nothing was
+    /// applied. Deletes and metadata writes are still taken.
+    Full(String),
     NotFound,
     Exists,
     /// A condition of the request (`AssertAttr`, `AssertOmap`) did not hold; nothing was applied.

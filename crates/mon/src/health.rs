@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use map::cluster::{Change, ClusterMap};
+use map::cluster::{Change, ClusterMap, Space};
 use map::placement::{FailureDomain, OsdId, PgId};
 use messenger::message::{Health, OsdBeacon, PgState};
 
@@ -79,6 +79,16 @@ impl Liveness {
                 if now.duration_since(last) >= timeouts.down_after {
                     changes.push(Change::OsdDown { id: osd.id });
                 }
+                // Judged from the beacon, whatever its age: a full store stays full until
+                // a beacon says otherwise.
+                if let Some((_, beacon)) = seen.beacons.get(&osd.id) {
+                    let space = map
+                        .space_ratios
+                        .judge(beacon.used_bytes, beacon.total_bytes);
+                    if space != osd.space {
+                        changes.push(Change::OsdSpace { id: osd.id, space });
+                    }
+                }
             } else {
                 let down = *seen.down_since.entry(osd.id).or_insert(now);
                 if osd.is_in && now.duration_since(down) >= timeouts.out_after {
@@ -95,12 +105,14 @@ impl Liveness {
         let mut reported: HashMap<PgId, &PgState> = HashMap::new();
         let (mut used_bytes, mut total_bytes) = (0, 0);
         let mut read_repairs = Vec::new();
+        let mut usage = BTreeMap::new();
         for (osd, (_, beacon)) in &seen.beacons {
             if !map.osds.get(osd).is_some_and(|o| o.up) {
                 continue;
             }
             used_bytes += beacon.used_bytes;
             total_bytes += beacon.total_bytes;
+            usage.insert(*osd, (beacon.used_bytes, beacon.total_bytes));
             if beacon.read_repairs > 0 {
                 read_repairs.push((*osd, beacon.read_repairs));
             }
@@ -142,7 +154,7 @@ impl Liveness {
             }
         }
         read_repairs.sort();
-        let health = health(map, &pgs, &read_repairs);
+        let health = health(map, &pgs, &read_repairs, &usage);
         Summary {
             pgs,
             inactive,
@@ -168,9 +180,39 @@ pub struct Summary {
 /// `mon_osd_warn_num_repaired`).
 pub const READ_REPAIRS_WARN: u64 = 10;
 
-fn health(map: &ClusterMap, pgs: &BTreeMap<String, u64>, read_repairs: &[(OsdId, u64)]) -> Health {
+/// `usage`: each up OSD's used and total bytes, from its last beacon.
+fn health(
+    map: &ClusterMap,
+    pgs: &BTreeMap<String, u64>,
+    read_repairs: &[(OsdId, u64)],
+    usage: &BTreeMap<OsdId, (u64, u64)>,
+) -> Health {
     let mut errors = Vec::new();
     let mut warnings = Vec::new();
+    let ratios = map.space_ratios;
+    for osd in map.osds.values() {
+        let used = usage.get(&osd.id).map_or(String::new(), |(used, total)| {
+            format!(
+                "{:.1} % of its store used",
+                100.0 * *used as f64 / (*total).max(1) as f64
+            )
+        });
+        match osd.space {
+            Space::Ok => {}
+            Space::NearFull => warnings.push(format!(
+                "osd.{} is nearfull: {used} (nearfull at {:.1} %)",
+                osd.id.0,
+                f64::from(ratios.nearfull_permille) / 10.0
+            )),
+            Space::Full => errors.push(format!(
+                "osd.{} is full: {used} (full at {:.1} %); writes to pools {} are refused \
+                 until space is freed (deletes still work)",
+                osd.id.0,
+                f64::from(ratios.full_permille) / 10.0,
+                map.pools_on(osd.id).join(", ")
+            )),
+        }
+    }
     for (osd, count) in read_repairs {
         if *count > READ_REPAIRS_WARN {
             warnings.push(format!(
@@ -357,13 +399,99 @@ mod tests {
             domain: FailureDomain::Osd,
         })
         .expect("pool");
-        match health(&map, &BTreeMap::new(), &[]) {
+        match health(&map, &BTreeMap::new(), &[], &BTreeMap::new()) {
             Health::Warn(reasons) => assert_eq!(
                 reasons,
                 vec!["pool wide wants 5 copies but only 3 OSDs are in: its PGs stay undersized"]
             ),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn stores_past_the_ratios_are_marked_and_named() {
+        let mut map = map_with(3);
+        map.apply(&Change::CreatePool {
+            name: "p".into(),
+            size: 3,
+            min_size: 2,
+            pg_num: 4,
+            domain: FailureDomain::Osd,
+        })
+        .expect("pool");
+        let live = Liveness::default();
+        let now = Instant::now();
+        for (osd, used) in [(0, 100), (1, 860), (2, 960)] {
+            let beacon = OsdBeacon {
+                epoch: map.epoch,
+                used_bytes: used,
+                total_bytes: 1000,
+                ..OsdBeacon::default()
+            };
+            live.beacon(OsdId(osd), beacon, now);
+        }
+        let changes = live.due(&map, Timeouts::default(), now);
+        assert_eq!(
+            changes,
+            vec![
+                Change::OsdSpace {
+                    id: OsdId(1),
+                    space: Space::NearFull
+                },
+                Change::OsdSpace {
+                    id: OsdId(2),
+                    space: Space::Full
+                },
+            ]
+        );
+        for change in &changes {
+            map.apply(change).expect("apply");
+        }
+        assert!(live.due(&map, Timeouts::default(), now).is_empty());
+        let pool = map.pool_by_name("p").expect("pool").clone();
+        let pg = PgId {
+            pool: pool.id,
+            number: 0,
+        };
+        let refusal = map.full_refusal(&pool, pg).expect("refused");
+        assert!(
+            refusal.starts_with("pool p is full: osd.2 of pg"),
+            "{refusal}"
+        );
+        match live.summary(&map).health {
+            Health::Err(reasons) => {
+                assert!(
+                    reasons[0].starts_with("osd.2 is full: 96.0 % of its store used (full at 95.0 %); writes to pools p are refused"),
+                    "{reasons:?}"
+                );
+                assert!(
+                    reasons[1].starts_with("osd.1 is nearfull: 86.0 %"),
+                    "{reasons:?}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        // Space freed: the mark goes, and writes are taken again.
+        live.beacon(
+            OsdId(2),
+            OsdBeacon {
+                epoch: map.epoch,
+                used_bytes: 500,
+                total_bytes: 1000,
+                ..OsdBeacon::default()
+            },
+            now,
+        );
+        let changes = live.due(&map, Timeouts::default(), now);
+        assert_eq!(
+            changes,
+            vec![Change::OsdSpace {
+                id: OsdId(2),
+                space: Space::Ok
+            }]
+        );
+        map.apply(&changes[0]).expect("apply");
+        assert_eq!(map.full_refusal(&pool, pg), None);
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use map::auth::Caps;
-use map::cluster::{ClusterMap, Epoch, PoolInfo, Seal};
+use map::cluster::{ClusterMap, Epoch, PoolInfo, Seal, Space};
 use map::placement::{OsdId, PgId};
 use map::{ObjectName, ObjectRef};
 use messenger::message::{
@@ -354,6 +354,9 @@ impl OsdService {
                 op.reqid.client
             )));
         }
+        if op.ops.iter().any(ObjectOp::writes_data) {
+            self.check_space(op.pg)?;
+        }
         let object = objects::object_ref(op.pg, &op.object);
         self.check_conditions(&object, &op.ops).await?;
         if inner.pool_is_edge(op.pg.pool) {
@@ -436,6 +439,37 @@ impl OsdService {
         Ok(OsdReply::Written {
             version: entry.version,
         })
+    }
+
+    /// Refuses a write that may take space when an OSD of the PG is marked full in the map,
+    /// or when this OSD's own store is past the full ratio (the mark follows its beacon).
+    fn check_space(&self, id: PgId) -> Result<(), OsdReply> {
+        let map = self.inner.map.borrow().clone();
+        let Some(pool) = map.pools.get(&id.pool) else {
+            return Ok(());
+        };
+        if let Some(why) = map.full_refusal(pool, id) {
+            return Err(OsdReply::Full(why));
+        }
+        let statfs = self.inner.store.statfs();
+        if map
+            .space_ratios
+            .judge(statfs.allocated_bytes, statfs.total_bytes)
+            == Space::Full
+        {
+            return Err(OsdReply::Full(format!(
+                "pool {} is full: osd.{}, the primary of pg {}.{}, has {:.1} % of its store \
+                 used (full at {:.1} %); delete objects or add OSDs, and writes resume by \
+                 themselves",
+                pool.name,
+                self.inner.id.0,
+                id.pool,
+                id.number,
+                100.0 * statfs.allocated_bytes as f64 / statfs.total_bytes.max(1) as f64,
+                f64::from(map.space_ratios.full_permille) / 10.0
+            )));
+        }
+        Ok(())
     }
 
     /// Refuses a write whose conditions do not hold in the store, an exclusive create of an

@@ -36,6 +36,10 @@ pub fn errno(e: &Error) -> u32 {
             source: client::Error::Denied(_),
             ..
         } => wire::EPERM,
+        Error::Cluster {
+            source: client::Error::NoSpace(_),
+            ..
+        } => wire::ENOSPC,
         Error::NoSuchImage { .. }
         | Error::Exists { .. }
         | Error::Locked { .. }

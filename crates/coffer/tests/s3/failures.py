@@ -11,6 +11,11 @@ Configured like boto3_suite.py by S3_ENDPOINT, S3_CA, S3_ACCESS and S3_SECRET.
     hostile BUCKET           malformed XML, an oversized part, a truncated body, junk on the
                              port: each gets its S3 error (or a closed connection), nothing
                              half-written becomes visible, and the gateway keeps serving
+    full BUCKET before|full|after
+                             before: the bucket and two small objects; full (the cluster's
+                             stores full): a PUT is refused with 507 InsufficientCapacity and
+                             a message, the objects still read, and one of them deletes;
+                             after (space freed): a PUT is taken again
 
 Object content is derived from the key, so the check needs no record of what was written.
 """
@@ -290,6 +295,39 @@ def hostile(bucket):
     ok("the gateway still serves")
 
 
+def full(bucket, phase):
+    s3 = client()
+    if phase == "before":
+        s3.create_bucket(Bucket=bucket)
+        for key in ["kept", "dropped"]:
+            s3.put_object(Bucket=bucket, Key=key, Body=key.encode() * 1000)
+        ok("two objects stored")
+    elif phase == "full":
+        try:
+            s3.put_object(Bucket=bucket, Key="refused", Body=b"x" * MIB)
+        except botocore.exceptions.ClientError as e:
+            status = e.response["ResponseMetadata"]["HTTPStatusCode"]
+            code = e.response["Error"]["Code"]
+            message = e.response["Error"].get("Message", "")
+            if (status, code) != (507, "InsufficientCapacity") or "is full" not in message:
+                fail(f"a PUT to a full cluster: {status} {code} {message!r}")
+            ok(f"a PUT is refused: {status} {code}: {message}")
+        else:
+            fail("a PUT to a full cluster was taken")
+        if s3.get_object(Bucket=bucket, Key="kept")["Body"].read() != b"kept" * 1000:
+            fail("an object reads back different while the cluster is full")
+        s3.delete_object(Bucket=bucket, Key="dropped")
+        keys = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket).get("Contents", [])]
+        if keys != ["kept"]:
+            fail(f"after a delete while full, the bucket lists {keys}")
+        ok("reads and deletes work while full")
+    elif phase == "after":
+        s3.put_object(Bucket=bucket, Key="taken", Body=b"y" * MIB)
+        ok("a PUT is taken once space is freed")
+    else:
+        fail(f"unknown phase {phase}")
+
+
 def main():
     command, bucket = sys.argv[1], sys.argv[2]
     if command == "load":
@@ -298,6 +336,8 @@ def main():
         check(bucket, sys.argv[3])
     elif command == "hostile":
         hostile(bucket)
+    elif command == "full":
+        full(bucket, sys.argv[3])
     else:
         fail(f"unknown command {command}")
 

@@ -1,0 +1,144 @@
+//! A cluster whose stores fill: with the full ratio lowered so that a test fills it quickly,
+//! writes of data are refused at once with each client's natural error (the client
+//! library's `NoSpace`, the CLI's "no space", ENOSPC over NBD, 507 InsufficientCapacity
+//! over S3), health names the full OSDs and the pools they hold, reads and deletes keep
+//! working, and once deletes free space the marks go and writes are taken again, with no
+//! restart.
+//!
+//! The S3 side needs the venv `scripts/test` makes (COFFER_S3_VENV), as s3_failures.rs.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::{run_ok, serial, LocalCluster};
+
+/// The stores count as full at this share (each OSD's store is 1 GiB in the tests).
+const FULL_RATIO: &str = "0.3";
+/// Most 4 MiB objects the fill may take before a write must have been refused.
+const FILL_OBJECTS_MAX: usize = 200;
+
+fn health_checks(cluster: &LocalCluster) -> Vec<String> {
+    cluster.status()["health"]["checks"]
+        .as_array()
+        .map(|checks| {
+            checks
+                .iter()
+                .filter_map(|c| c.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A 4 KiB write at offset 0 of the NBD export through libnbd: the error number it fails
+/// with, or 0.
+fn nbd_write_errno(uri: &str) -> i64 {
+    let script = "import nbd, sys\n\
+                  h = nbd.NBD()\n\
+                  h.connect_uri(sys.argv[1])\n\
+                  try:\n    h.pwrite(b'z' * 4096, 0)\n    print(0)\n\
+                  except nbd.Error as e:\n    print(e.errnum)\n";
+    let out = run_ok(
+        "an NBD write",
+        std::process::Command::new("/usr/bin/python3").args(["-c", script, uri]),
+    );
+    out.trim().parse().expect("an error number")
+}
+
+#[test]
+fn full_stores_refuse_writes_at_once_keep_reads_and_deletes_and_recover_by_themselves() {
+    let _serial = serial();
+    let mut cluster = LocalCluster::start(3, &[]);
+    cluster.wait_s3();
+    cluster.wait_nbd();
+    let user = cluster.s3_user("filler");
+    run_ok(
+        "S3 objects before the fill",
+        &mut cluster.s3_script(&user, "failures.py", &["full", "brimming", "before"]),
+    );
+    cluster.ok(&["osd", "set-nearfull-ratio", "0.2"]);
+    let set = cluster.ok(&["osd", "set-full-ratio", FULL_RATIO]);
+    assert!(set.contains("full at 30.0 %"), "{set}");
+
+    // Fill the default pool with 4 MiB objects until a write is refused.
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let object: Vec<u8> = (0..4 << 20).map(|i| (i % 251) as u8).collect();
+    let (stored, refusal) = runtime.block_on(async {
+        let admin = cluster.admin().await;
+        let pool = admin.pool("data").await.expect("pool");
+        for i in 0..FILL_OBJECTS_MAX {
+            match pool
+                .put(&format!("fill-{i}"), Bytes::from(object.clone()))
+                .await
+            {
+                Ok(()) => {}
+                Err(client::Error::NoSpace(why)) => return (i, why),
+                Err(e) => panic!("fill-{i}: {e}"),
+            }
+        }
+        panic!("{FILL_OBJECTS_MAX} objects of 4 MiB and no write refused")
+    });
+    assert!(stored > 0, "some objects went in before the stores filled");
+    assert!(refusal.contains("is full"), "{refusal}");
+
+    // Health says which OSDs and which pools, once the monitors mark them.
+    cluster.wait_for("full OSDs marked", Duration::from_secs(30), |status| {
+        status["health"]["status"] == "HEALTH_ERR"
+    });
+    let checks = health_checks(&cluster);
+    assert!(
+        checks
+            .iter()
+            .any(|c| c.contains("is full") && c.contains("writes to pools") && c.contains("data")),
+        "{checks:?}"
+    );
+    let osds = cluster.ok(&["osd", "ls"]);
+    assert!(osds.contains(" full "), "{osds}");
+
+    // Every client is refused at once, with its own error.
+    let asked = Instant::now();
+    let put = cluster.cli(&["obj", "put", "data", "late", "/etc/hostname"]);
+    let said = String::from_utf8_lossy(&put.stderr);
+    assert!(!put.status.success());
+    assert!(
+        said.contains("no space") && said.contains("is full"),
+        "{said}"
+    );
+    assert!(
+        asked.elapsed() < Duration::from_secs(20),
+        "the refusal took {:?}",
+        asked.elapsed()
+    );
+    assert_eq!(nbd_write_errno(&cluster.nbd_uri()), 28, "ENOSPC over NBD");
+    run_ok(
+        "S3 while full",
+        &mut cluster.s3_script(&user, "failures.py", &["full", "brimming", "full"]),
+    );
+
+    // Reads and deletes work; deleting frees space, and writes come back by themselves.
+    runtime.block_on(async {
+        let admin = cluster.admin().await;
+        let pool = admin.pool("data").await.expect("pool");
+        assert_eq!(pool.get("fill-0").await.expect("read while full"), object);
+        for i in 0..stored {
+            pool.remove(&format!("fill-{i}"))
+                .await
+                .expect("delete while full");
+        }
+    });
+    cluster.wait_for("the full marks gone", Duration::from_secs(60), |status| {
+        status["health"]["checks"].as_array().is_some_and(|checks| {
+            !checks
+                .iter()
+                .any(|c| c.as_str().is_some_and(|c| c.contains("full")))
+        })
+    });
+    cluster.ok(&["obj", "put", "data", "late", "/etc/hostname"]);
+    assert_eq!(nbd_write_errno(&cluster.nbd_uri()), 0, "NBD writes again");
+    run_ok(
+        "S3 after space is freed",
+        &mut cluster.s3_script(&user, "failures.py", &["full", "brimming", "after"]),
+    );
+    cluster.stop();
+}
