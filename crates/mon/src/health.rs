@@ -281,6 +281,18 @@ mod tests {
         map
     }
 
+    /// Adds pool `name` of 4 PGs, with `size` copies of which `min_size` must be written.
+    fn add_pool(map: &mut ClusterMap, name: &str, size: u8, min_size: u8) {
+        map.apply(&Change::CreatePool {
+            name: name.into(),
+            size,
+            min_size,
+            pg_num: 4,
+            domain: FailureDomain::Osd,
+        })
+        .expect("pool");
+    }
+
     #[test]
     fn silent_osds_go_down_after_grace_then_out() {
         let timeouts = Timeouts {
@@ -332,14 +344,7 @@ mod tests {
     #[test]
     fn status_counts_pgs_by_the_primarys_report() {
         let mut map = map_with(3);
-        map.apply(&Change::CreatePool {
-            name: "p".into(),
-            size: 3,
-            min_size: 2,
-            pg_num: 4,
-            domain: FailureDomain::Osd,
-        })
-        .expect("pool");
+        add_pool(&mut map, "p", 3, 2);
         let live = Liveness::default();
         let pool = map.pool_by_name("p").expect("pool").clone();
         for number in 0..4 {
@@ -391,14 +396,7 @@ mod tests {
     #[test]
     fn a_pool_wanting_more_copies_than_places_is_named() {
         let mut map = map_with(3);
-        map.apply(&Change::CreatePool {
-            name: "wide".into(),
-            size: 5,
-            min_size: 3,
-            pg_num: 4,
-            domain: FailureDomain::Osd,
-        })
-        .expect("pool");
+        add_pool(&mut map, "wide", 5, 3);
         match health(&map, &BTreeMap::new(), &[], &BTreeMap::new()) {
             Health::Warn(reasons) => assert_eq!(
                 reasons,
@@ -411,14 +409,7 @@ mod tests {
     #[test]
     fn stores_past_the_ratios_are_marked_and_named() {
         let mut map = map_with(3);
-        map.apply(&Change::CreatePool {
-            name: "p".into(),
-            size: 3,
-            min_size: 2,
-            pg_num: 4,
-            domain: FailureDomain::Osd,
-        })
-        .expect("pool");
+        add_pool(&mut map, "p", 3, 2);
         let live = Liveness::default();
         let now = Instant::now();
         for (osd, used) in [(0, 100), (1, 860), (2, 960)] {
