@@ -62,7 +62,8 @@ pub struct UpArgs {
     /// are crc: edge needs them secure.
     #[arg(long)]
     pub seal: Option<String>,
-    /// Size of each new OSD's data file, in GiB (sparse).
+    /// Size of each new OSD's data file, in GiB, allocated on the disk in full when the OSD
+    /// is made (so a disk too small is found then, not by a write).
     #[arg(long, default_value_t = 8)]
     pub store_gib: u64,
     /// Where a new cluster's NBD export of the default image listens, or `none`.
