@@ -191,7 +191,20 @@ pub struct Who {
     pub keyring: Option<PathBuf>,
 }
 
-pub fn connect(who: &Who) -> Result<(Conf, tokio::runtime::Runtime, Cluster), String> {
+type Connected = (Conf, tokio::runtime::Runtime, Cluster);
+
+/// Connects for a command a person runs: when no cluster answers, it says so at once.
+pub fn connect(who: &Who) -> Result<Connected, String> {
+    connect_as(who, true)
+}
+
+/// Connects for a server that runs for long (`nbd serve`, `gw serve`): it waits for the
+/// monitors, as a service started before them must.
+pub fn connect_waiting(who: &Who) -> Result<Connected, String> {
+    connect_as(who, false)
+}
+
+fn connect_as(who: &Who, fail_fast: bool) -> Result<Connected, String> {
     let path = Conf::locate(who.conf.as_deref());
     let conf = Conf::load(&path).map_err(|e| e.to_string())?;
     let entity: EntityName = who.name.parse().map_err(|e| format!("--name: {e}"))?;
@@ -200,7 +213,9 @@ pub fn connect(who: &Who) -> Result<(Conf, tokio::runtime::Runtime, Cluster), St
         .clone()
         .unwrap_or_else(|| conf.keyring_path(&entity));
     let identity = load_identity(&keyring, &entity).map_err(|e| e.to_string())?;
-    no_monitor_refuses(&conf, &path)?;
+    if fail_fast {
+        no_monitor_refuses(&conf, &path)?;
+    }
     let runtime = crate::daemon::runtime()?;
     let cluster = runtime
         .block_on(Cluster::connect(&conf, &identity))

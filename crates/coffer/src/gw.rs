@@ -280,7 +280,7 @@ async fn open_pool(cluster: &client::Cluster, name: &str) -> Result<client::Pool
 }
 
 pub fn serve(who: &Who, args: GwArgs) -> Result<(), String> {
-    let (conf, runtime, cluster) = connect(who)?;
+    let (conf, runtime, cluster) = crate::admin::connect_waiting(who)?;
     let listen = args
         .listen
         .or_else(|| conf.gw.as_ref().map(|gw| gw.listen.clone()))

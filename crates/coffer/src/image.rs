@@ -243,7 +243,7 @@ pub fn image(who: &Who, command: ImageCommand) -> Result<(), String> {
 pub fn nbd(who: &Who, command: NbdCommand) -> Result<(), String> {
     let NbdCommand::Serve(args) = command;
     let (pool_name, name) = split_spec(&args.image)?;
-    let (_, runtime, cluster) = connect(who)?;
+    let (_, runtime, cluster) = crate::admin::connect_waiting(who)?;
     runtime.block_on(async {
         let pool = cluster.pool(pool_name).await.map_err(|e| e.to_string())?;
         let access = if args.read_only {
