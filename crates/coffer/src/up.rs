@@ -383,6 +383,7 @@ pub fn run(args: UpArgs) -> Result<(), String> {
                 &log,
             )?;
         }
+        wait_osds_started(&cluster, &conf, &ids, &mut daemons).await?;
         if cluster.map().pools.is_empty() {
             crate::admin::create_pool(&cluster, DEFAULT_POOL, crate::admin::DEFAULT_PG_NUM, edge)
                 .await?;
@@ -674,6 +675,46 @@ async fn ensure_image(cluster: &Cluster, spec: &str, size: u64) -> Result<(), St
 }
 
 /// Registers a new OSD with the monitors and writes its keyring; returns its number.
+/// How long the OSDs have to boot before `coffer up` goes on without them.
+const OSD_START_WAIT: Duration = Duration::from_secs(120);
+
+/// Waits until each of the OSDs `ids` is up in the map, and fails with its reason (the last
+/// line of its log) if one exits first: a store that cannot be made, on a full disk for
+/// example, ends `coffer up` (which then stops what it started), instead of a cluster that
+/// runs without its OSDs. One still starting after [`OSD_START_WAIT`] is left to start.
+async fn wait_osds_started(
+    cluster: &Cluster,
+    conf: &Conf,
+    ids: &[u32],
+    daemons: &mut Daemons,
+) -> Result<(), String> {
+    let deadline = tokio::time::Instant::now() + OSD_START_WAIT;
+    loop {
+        if let Some(gone) = daemons.exited().into_iter().next() {
+            let name = gone.split(' ').next().unwrap_or_default().to_string();
+            let log = conf.dir.join(&name).join("log");
+            let last = std::fs::read_to_string(&log)
+                .ok()
+                .and_then(|text| text.lines().last().map(str::to_owned))
+                .unwrap_or_default();
+            return Err(format!(
+                "{gone} while starting: {last} (its log: {})",
+                log.display()
+            ));
+        }
+        let map = cluster.map();
+        let booted = ids.iter().all(|id| {
+            map.osds
+                .get(&map::placement::OsdId(*id))
+                .is_some_and(|osd| osd.up)
+        });
+        if booted || tokio::time::Instant::now() >= deadline {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 async fn create_osd(cluster: &Cluster, conf: &Conf) -> Result<u32, String> {
     let command = MonCommand::OsdCreate {
         host: LOCAL_HOST.into(),

@@ -3,7 +3,8 @@
 //! library's `NoSpace`, the CLI's "no space", ENOSPC over NBD, 507 InsufficientCapacity
 //! over S3), health names the full OSDs and the pools they hold, reads and deletes keep
 //! working, and once deletes free space the marks go and writes are taken again, with no
-//! restart.
+//! restart. And a disk too small for the OSDs' stores ends `coffer up` with that reason,
+//! leaving nothing running.
 //!
 //! The S3 side needs the venv `scripts/test` makes (COFFER_S3_VENV), as s3_failures.rs.
 
@@ -12,7 +13,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::{run_ok, serial, LocalCluster};
+use common::{run_ok, serial, LocalCluster, COFFER};
 
 /// The stores count as full at this share (each OSD's store is 1 GiB in the tests).
 const FULL_RATIO: &str = "0.3";
@@ -141,4 +142,67 @@ fn full_stores_refuse_writes_at_once_keep_reads_and_deletes_and_recover_by_thems
         &mut cluster.s3_script(&user, "failures.py", &["full", "brimming", "after"]),
     );
     cluster.stop();
+}
+
+/// `coffer up` on a 300 MiB tmpfs, for stores of 1 GiB: the first OSD cannot make its store,
+/// and `coffer up` ends at once with the OSD's reason, stopping the monitor it started.
+#[test]
+fn a_disk_too_small_for_the_stores_ends_coffer_up_with_the_reason_and_no_orphans() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let disk = dir.path().join("small-disk");
+    std::fs::create_dir(&disk).expect("mount point");
+    let mount = disk.to_str().expect("path");
+    run_ok(
+        "mounting a small tmpfs (root)",
+        std::process::Command::new("mount").args([
+            "-t",
+            "tmpfs",
+            "-o",
+            "size=300m",
+            "tmpfs",
+            mount,
+        ]),
+    );
+    let data = disk.join("cluster");
+    // Bounded: before this was handled, `coffer up` ran on without its OSDs.
+    let up = std::process::Command::new("timeout")
+        .args(["120", COFFER])
+        .args([
+            "up",
+            "--store-gib",
+            "1",
+            "--nbd",
+            "none",
+            "--gw",
+            "none",
+            "--fs",
+            "none",
+        ])
+        .arg("--data")
+        .arg(&data)
+        .output()
+        .expect("coffer up");
+    let said = String::from_utf8_lossy(&up.stderr).into_owned();
+    let left = std::process::Command::new("pgrep")
+        .args(["-f", data.to_str().expect("path")])
+        .output()
+        .expect("pgrep");
+    run_ok(
+        "unmounting the tmpfs",
+        std::process::Command::new("umount").arg(mount),
+    );
+    assert!(
+        !up.status.success(),
+        "coffer up went on without its OSDs: {said}"
+    );
+    assert!(
+        said.contains("while starting") && said.contains("No space left on device"),
+        "{said}"
+    );
+    assert!(
+        left.stdout.is_empty(),
+        "left running: {}",
+        String::from_utf8_lossy(&left.stdout)
+    );
 }
