@@ -24,7 +24,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use client::stripe::{self, Piece};
-use client::{ObjectOp, Pool, CHUNK_BYTES};
+use client::{ObjectOp, Pool};
 use futures::{StreamExt, TryStreamExt};
 use serde::{Deserialize, Serialize};
 
@@ -623,7 +623,7 @@ impl Image {
                     } else if piece.is_whole(object_size) {
                         self.pool.remove(&object).await
                     } else {
-                        self.punch(&object, piece.offset, piece.len).await
+                        self.pool.zero(&object, piece.offset, piece.len).await
                     };
                     match result {
                         // Nothing stored there: it reads as zeros already.
@@ -636,44 +636,6 @@ impl Image {
             .try_collect::<Vec<()>>()
             .await
             .map_err(|e| self.write_failure(lock, e))?;
-        Ok(())
-    }
-
-    /// Zeros `[offset, offset + len)` of data object `object`, freeing what it can; `NotFound`
-    /// when the object does not exist (it reads as zeros already). In an edge-sealed pool
-    /// the OSDs can drop only whole chunks, so the parts of chunks at either end are written
-    /// as zeros (read, merged and sealed again by the client).
-    async fn punch(&self, object: &str, offset: u64, len: u64) -> Result<(), client::Error> {
-        let end = offset + len;
-        let (whole_from, whole_to) = if self.pool.is_edge_sealed() {
-            (
-                offset.next_multiple_of(CHUNK_BYTES),
-                end / CHUNK_BYTES * CHUNK_BYTES,
-            )
-        } else {
-            (offset, end)
-        };
-        if whole_from < whole_to {
-            let ops = vec![
-                ObjectOp::AssertExists,
-                ObjectOp::Zero {
-                    offset: whole_from,
-                    len: whole_to - whole_from,
-                },
-            ];
-            self.pool.operate(object, ops, Bytes::new()).await?;
-        } else {
-            self.pool.stat(object).await?;
-        }
-        let parts = if whole_from < whole_to {
-            [(offset, whole_from), (whole_to, end)]
-        } else {
-            [(offset, end), (end, end)]
-        };
-        for (from, to) in parts.into_iter().filter(|(from, to)| from < to) {
-            let zeros = Bytes::from_static(&ZEROS[..(to - from) as usize]);
-            self.pool.write(object, from, zeros).await?;
-        }
         Ok(())
     }
 

@@ -960,6 +960,41 @@ impl Pool {
             .await
     }
 
+    /// Zeros `[offset, offset + len)` of an existing object (`NotFound` if there is none: it
+    /// reads as zeros already), freeing the space it can. In an edge-sealed pool the OSDs
+    /// can drop only whole chunks, so the parts of chunks at either end of the range are
+    /// written as zeros (read, merged and sealed again here).
+    pub async fn zero(&self, name: &str, offset: u64, len: u64) -> Result<(), Error> {
+        let end = offset.saturating_add(len);
+        let (whole_from, whole_to) = if self.is_edge_sealed() {
+            (
+                offset.next_multiple_of(CHUNK_BYTES),
+                end / CHUNK_BYTES * CHUNK_BYTES,
+            )
+        } else {
+            (offset, end)
+        };
+        let parts = if whole_from < whole_to {
+            let ops = vec![
+                ObjectOp::AssertExists,
+                ObjectOp::Zero {
+                    offset: whole_from,
+                    len: whole_to - whole_from,
+                },
+            ];
+            self.write_ops(name, ops, Bytes::new()).await?;
+            [(offset, whole_from), (whole_to, end)]
+        } else {
+            self.stat(name).await?;
+            [(offset, end), (end, end)]
+        };
+        for (from, to) in parts.into_iter().filter(|(from, to)| from < to) {
+            let zeros = Bytes::from(vec![0u8; (to - from) as usize]);
+            self.write(name, from, zeros).await?;
+        }
+        Ok(())
+    }
+
     /// Creates an empty object; with `exclusive`, fails with `Exists` if there is one.
     pub async fn create(&self, name: &str, exclusive: bool) -> Result<(), Error> {
         self.write_ops(name, vec![ObjectOp::Create { exclusive }], Bytes::new())

@@ -727,6 +727,34 @@ pub fn obj(who: &Who, command: ObjCommand) -> Result<(), String> {
     }
 }
 
+/// Gives `entity` a key with `caps` (or replaces its caps) and writes its keyring to
+/// `output`, or beside the configuration; returns where it went.
+pub fn add_key(
+    conf: &Conf,
+    runtime: &tokio::runtime::Runtime,
+    cluster: &Cluster,
+    entity: &str,
+    caps: Caps,
+    output: Option<PathBuf>,
+) -> Result<PathBuf, String> {
+    let parsed: EntityName = entity.parse().map_err(|e| format!("{e}"))?;
+    let command = MonCommand::AuthAdd {
+        entity: entity.into(),
+        caps,
+    };
+    match runtime
+        .block_on(cluster.command(command))
+        .map_err(|e| e.to_string())?
+    {
+        MonReply::Keyring { pem, .. } => {
+            let path = output.unwrap_or_else(|| conf.keyring_path(&parsed));
+            crate::up::write_private(&path, &pem)?;
+            Ok(path)
+        }
+        other => Err(format!("unexpected reply {other:?}")),
+    }
+}
+
 pub fn auth(who: &Who, command: AuthCommand) -> Result<(), String> {
     let (conf, runtime, cluster) = connect(who)?;
     match command {
@@ -736,23 +764,9 @@ pub fn auth(who: &Who, command: AuthCommand) -> Result<(), String> {
             output,
         } => {
             let caps = Caps::parse(&caps).map_err(|e| format!("--caps: {e}"))?;
-            let parsed: EntityName = entity.parse().map_err(|e| format!("{e}"))?;
-            let command = MonCommand::AuthAdd {
-                entity: entity.clone(),
-                caps,
-            };
-            match runtime
-                .block_on(cluster.command(command))
-                .map_err(|e| e.to_string())?
-            {
-                MonReply::Keyring { pem, .. } => {
-                    let path = output.unwrap_or_else(|| conf.keyring_path(&parsed));
-                    crate::up::write_private(&path, &pem)?;
-                    println!("{entity}: keyring written to {}", path.display());
-                    Ok(())
-                }
-                other => Err(format!("unexpected reply {other:?}")),
-            }
+            let path = add_key(&conf, &runtime, &cluster, &entity, caps, output)?;
+            println!("{entity}: keyring written to {}", path.display());
+            Ok(())
         }
         AuthCommand::Ls => {
             match runtime

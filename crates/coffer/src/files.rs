@@ -15,7 +15,7 @@ use fs::proto::{Cred, Op, Reply, Request, SessionInfo};
 use fs::readahead::Readahead;
 use map::auth::Caps;
 use map::cluster::Change;
-use messenger::message::{Command as MonCommand, MonReply};
+use messenger::message::Command as MonCommand;
 use messenger::EntityName;
 
 use crate::admin::{connect, Who};
@@ -375,32 +375,20 @@ fn authorize(
     }
     let caps_text = format!("mon=r osd={access} pool={data_pool} fs={name}:{path}:{access}");
     let caps = Caps::parse(&caps_text).map_err(|e| e.to_string())?;
-    let command = MonCommand::AuthAdd {
-        entity: entity.into(),
-        caps,
+    let keyring = crate::admin::add_key(conf, runtime, cluster, entity, caps, output)?;
+    println!("{entity}: {caps_text}");
+    println!("keyring written to {}", keyring.display());
+    let at = if path == "/" {
+        String::new()
+    } else {
+        format!(" --path {path}")
     };
-    match runtime
-        .block_on(cluster.command(command))
-        .map_err(|e| e.to_string())?
-    {
-        MonReply::Keyring { pem, .. } => {
-            let keyring = output.unwrap_or_else(|| conf.keyring_path(&parsed));
-            crate::up::write_private(&keyring, &pem)?;
-            println!("{entity}: {caps_text}");
-            println!("keyring written to {}", keyring.display());
-            let at = if path == "/" {
-                String::new()
-            } else {
-                format!(" --path {path}")
-            };
-            println!(
-                "mount with: coffer --name {entity} --keyring {} mount {name} MOUNTPOINT{at}",
-                keyring.display()
-            );
-            Ok(())
-        }
-        other => Err(format!("unexpected reply {other:?}")),
-    }
+    println!(
+        "mount with: {} --name {entity} --keyring {} mount {name} MOUNTPOINT{at}",
+        crate::up::command_name(),
+        keyring.display()
+    );
+    Ok(())
 }
 
 /// What `-o` and `--readahead` ask for.

@@ -120,6 +120,11 @@ impl Adapter {
         self.kernel_ino(ino.0).0
     }
 
+    /// The caller, the cluster's inode and a name, owned for the task that answers.
+    fn at(&self, req: &Request, ino: INodeNo, name: &OsStr) -> (Cred, Ino, Vec<u8>) {
+        (cred(req), self.cluster_ino(ino), name.as_bytes().to_vec())
+    }
+
     fn attr(&self, attr: &Attr) -> FileAttr {
         FileAttr {
             ino: self.kernel_ino(attr.ino),
@@ -205,11 +210,7 @@ impl Filesystem for Adapter {
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        let (cred, parent, name) = (
-            cred(req),
-            self.cluster_ino(parent),
-            name.as_bytes().to_vec(),
-        );
+        let (cred, parent, name) = self.at(req, parent, name);
         let this = self.copy();
         self.spawn(|mount| async move {
             let result = mount.lookup(&cred, parent, &name).await;
@@ -287,11 +288,7 @@ impl Filesystem for Adapter {
         let Some(file_kind) = Kind::from_mode(mode) else {
             return reply.error(FuseErrno::EINVAL);
         };
-        let (cred, parent, name) = (
-            cred(req),
-            self.cluster_ino(parent),
-            name.as_bytes().to_vec(),
-        );
+        let (cred, parent, name) = self.at(req, parent, name);
         let this = self.copy();
         self.spawn(|mount| async move {
             let result = mount
@@ -317,11 +314,7 @@ impl Filesystem for Adapter {
         _umask: u32,
         reply: ReplyEntry,
     ) {
-        let (cred, parent, name) = (
-            cred(req),
-            self.cluster_ino(parent),
-            name.as_bytes().to_vec(),
-        );
+        let (cred, parent, name) = self.at(req, parent, name);
         let this = self.copy();
         self.spawn(|mount| async move {
             let result = mount
@@ -332,22 +325,14 @@ impl Filesystem for Adapter {
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let (cred, parent, name) = (
-            cred(req),
-            self.cluster_ino(parent),
-            name.as_bytes().to_vec(),
-        );
+        let (cred, parent, name) = self.at(req, parent, name);
         self.spawn(
             |mount| async move { done(reply, mount.unlink(&cred, parent, &name, false).await) },
         );
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let (cred, parent, name) = (
-            cred(req),
-            self.cluster_ino(parent),
-            name.as_bytes().to_vec(),
-        );
+        let (cred, parent, name) = self.at(req, parent, name);
         self.spawn(
             |mount| async move { done(reply, mount.unlink(&cred, parent, &name, true).await) },
         );
@@ -655,7 +640,7 @@ impl Filesystem for Adapter {
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        let (cred, ino, name) = (cred(req), self.cluster_ino(ino), name.as_bytes().to_vec());
+        let (cred, ino, name) = self.at(req, ino, name);
         self.spawn(|mount| async move {
             match mount.getxattr(&cred, ino, &name).await {
                 Ok(value) => xattr_reply(reply, &value, size),
@@ -682,7 +667,7 @@ impl Filesystem for Adapter {
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let (cred, ino, name) = (cred(req), self.cluster_ino(ino), name.as_bytes().to_vec());
+        let (cred, ino, name) = self.at(req, ino, name);
         self.spawn(|mount| async move { done(reply, mount.removexattr(&cred, ino, &name).await) });
     }
 
@@ -701,11 +686,7 @@ impl Filesystem for Adapter {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let (cred, parent, name) = (
-            cred(req),
-            self.cluster_ino(parent),
-            name.as_bytes().to_vec(),
-        );
+        let (cred, parent, name) = self.at(req, parent, name);
         let exclusive = flags & libc::O_EXCL != 0;
         let write = flags & libc::O_ACCMODE != libc::O_RDONLY;
         let this = self.copy();

@@ -571,6 +571,10 @@ impl ClusterMap {
     /// Why a write of data to PG `pg` of `pool` is refused for want of space, if it is: an
     /// OSD of its acting set is full. Deletes and metadata writes are not asked about.
     pub fn full_refusal(&self, pool: &PoolInfo, pg: PgId) -> Option<String> {
+        // Every write asks: with no store full, no acting set is looked up.
+        if !self.osds.values().any(|o| o.space == Space::Full) {
+            return None;
+        }
         let full: Vec<String> = self
             .acting(pool, pg)
             .iter()

@@ -58,7 +58,8 @@ pub struct Change {
 }
 
 impl Change {
-    fn read(reply: Reply) -> Change {
+    /// A change that changes nothing: only its reply.
+    pub(crate) fn read(reply: Reply) -> Change {
         Change {
             puts: Vec::new(),
             reply,

@@ -665,26 +665,12 @@ fn answer_resend(ns: &Namespace, ctx: &Ctx, op: &Op, ino: Option<Ino>) -> Change
     let reply = match ino.filter(|_| wants_attr) {
         Some(ino) => match ops::getattr(ns, ctx, ino) {
             Ok(change) => change.reply,
-            Err(Refusal::Missing(missing)) => {
-                return Change {
-                    puts: Vec::new(),
-                    reply: failed(libc::EAGAIN, format!("{missing:?}")),
-                    ino: None,
-                    events: Vec::new(),
-                    new_dir: None,
-                }
-            }
+            Err(Refusal::Missing(missing)) => failed(libc::EAGAIN, format!("{missing:?}")),
             Err(Refusal::Errno(errno, why)) => failed(errno, why),
         },
         None => Reply::Done,
     };
-    Change {
-        puts: Vec::new(),
-        reply,
-        ino: None,
-        events: Vec::new(),
-        new_dir: None,
-    }
+    Change::read(reply)
 }
 
 /// Reads the journal at start: applies what the objects lack, and returns the journal to
