@@ -255,18 +255,26 @@ pub fn json<T: serde::Serialize>(value: &T) -> Result<(), String> {
 }
 
 pub fn status(who: &Who, as_json: bool) -> Result<(), String> {
-    let (_, runtime, cluster) = connect(who)?;
+    let (conf, runtime, cluster) = connect(who)?;
     let status = runtime
         .block_on(cluster.status())
         .map_err(|e| e.to_string())?;
-    if as_json {
-        return json(&status_json(&status));
+    let supervised = crate::supervise::status(&conf.dir);
+    let (mut health, mut reasons) = health(&status.health);
+    if let Some((_, warnings, _)) = &supervised {
+        if health == "HEALTH_OK" && !warnings.is_empty() {
+            health = "HEALTH_WARN";
+        }
+        reasons.extend(warnings.iter().cloned());
     }
-    let (health, reasons) = match &status.health {
-        Health::Ok => ("HEALTH_OK", Vec::new()),
-        Health::Warn(reasons) => ("HEALTH_WARN", reasons.clone()),
-        Health::Err(reasons) => ("HEALTH_ERR", reasons.clone()),
-    };
+    if as_json {
+        let mut value = status_json(&status);
+        value["health"]["status"] = health.into();
+        value["health"]["checks"] = reasons.into();
+        value["daemons"] = serde_json::to_value(supervised.map(|(_, _, daemons)| daemons))
+            .map_err(|e| e.to_string())?;
+        return json(&value);
+    }
     let map = &status.map;
     println!("cluster:");
     println!("  health:   {health}");
@@ -278,8 +286,8 @@ pub fn status(who: &Who, as_json: bool) -> Result<(), String> {
     }
     println!("services:");
     println!(
-        "  mon:      {} monitors, leader {}",
-        status.monitors.len(),
+        "  mon:      {}, leader {}",
+        crate::text::count(status.monitors.len() as u64, "monitor", "monitors"),
         status.leader.as_deref().unwrap_or("none")
     );
     let up = map.osds.values().filter(|o| o.up).count();
@@ -296,10 +304,16 @@ pub fn status(who: &Who, as_json: bool) -> Result<(), String> {
             .collect();
         println!("  fs:       {}", filesystems.join(", "));
     }
+    if let Some((line, _, _)) = &supervised {
+        println!("  daemons:  {line}");
+    }
     println!("data:");
     let pg_total: u64 = status.pgs.values().sum();
     println!("  map:      epoch {}", map.epoch);
-    println!("  pools:    {} pools, {pg_total} pgs", map.pools.len());
+    println!(
+        "  pools:    {}, {pg_total} pgs",
+        crate::text::count(map.pools.len() as u64, "pool", "pools")
+    );
     println!(
         "  usage:    {} used of {}",
         crate::text::approximate(status.used_bytes),
@@ -327,12 +341,17 @@ pub fn status(who: &Who, as_json: bool) -> Result<(), String> {
     Ok(())
 }
 
-fn status_json(status: &MonStatus) -> serde_json::Value {
-    let (health, reasons) = match &status.health {
+/// The health word and its reasons.
+fn health(health: &Health) -> (&'static str, Vec<String>) {
+    match health {
         Health::Ok => ("HEALTH_OK", Vec::new()),
         Health::Warn(reasons) => ("HEALTH_WARN", reasons.clone()),
         Health::Err(reasons) => ("HEALTH_ERR", reasons.clone()),
-    };
+    }
+}
+
+fn status_json(status: &MonStatus) -> serde_json::Value {
+    let (health, reasons) = health(&status.health);
     let map = &status.map;
     serde_json::json!({
         "health": { "status": health, "checks": reasons, "inactive": status.inactive },

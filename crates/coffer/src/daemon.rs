@@ -182,6 +182,12 @@ pub fn run_osd(conf_path: &Path, args: OsdArgs) -> Result<(), String> {
             .map_err(|e| format!("creating the store in {}: {e}", store_dir.display()))?;
             tracing::info!(store = %store_dir.display(), at_rest = %conf.osd.at_rest, "store created");
         }
+        let stop = stop_signal();
+        tokio::pin!(stop);
+        tokio::select! {
+            result = &mut stop => return result,
+            () = wait_for_room(&store_dir) => {}
+        }
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .map_err(|e| format!("{entity} cannot listen: {e}"))?;
@@ -189,11 +195,47 @@ pub fn run_osd(conf_path: &Path, args: OsdArgs) -> Result<(), String> {
             .await
             .map_err(|e| e.to_string())?;
         write_pid(&dir)?;
-        stop_signal().await?;
+        tokio::select! {
+            result = &mut stop => result?,
+            cause = daemon.store_failed() => {
+                daemon.shutdown().await;
+                return Err(format!(
+                    "{entity}: its store failed ({cause}); stopping so that it is opened \
+                     again, as after a crash (coffer up starts it again)"
+                ));
+            }
+        }
         tracing::info!(%entity, "stopping");
         daemon.shutdown().await;
         Ok(())
     })
+}
+
+/// Waits until the file system under a store has the room an OSD needs to run
+/// ([`map::cluster::HOST_FULL_BYTES`]): opening a store after a crash writes, and a store
+/// whose file system filled under it must not fail again at once.
+async fn wait_for_room(store_dir: &Path) {
+    let mut said = false;
+    loop {
+        let free = store::host_free_bytes(store_dir).unwrap_or(u64::MAX);
+        if free >= map::cluster::HOST_FULL_BYTES {
+            if said {
+                tracing::info!(free_mib = free >> 20, "room again; opening the store");
+            }
+            return;
+        }
+        if !said {
+            tracing::warn!(
+                "waiting for room: the file system under {} has {} MiB free, and the store \
+                 opens once it has {} MiB",
+                store_dir.display(),
+                free >> 20,
+                map::cluster::HOST_FULL_BYTES >> 20
+            );
+            said = true;
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    }
 }
 
 fn dedup(modes: Vec<Mode>) -> Vec<Mode> {

@@ -10,6 +10,7 @@ mod daemon;
 mod files;
 mod gw;
 mod image;
+mod supervise;
 mod text;
 mod up;
 
@@ -95,6 +96,9 @@ enum Command {
     Mds(files::MdsArgs),
     /// Runs a monitor daemon (coffer up starts these).
     Mon(daemon::MonArgs),
+    /// The daemons a running `coffer up` looks after: ls, restart, stop, start.
+    #[command(subcommand)]
+    Daemon(supervise::DaemonCommand),
     /// Measure Coffer itself; every figure is printed with the command and configuration.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -201,6 +205,7 @@ fn main() -> ExitCode {
                     ..
                 }) => gw::command(&who, command),
                 Command::Bench(command) => bench::run(command),
+                Command::Daemon(command) => supervise::command(&daemon_conf(), command),
                 Command::Mon(_) | Command::Nbd(_) | Command::Gw(_) | Command::Mds(_) => {
                     unreachable!("matched above")
                 }

@@ -4,7 +4,6 @@
 //! metadata daemon, then stays in the foreground until Ctrl-C stops everything.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use client::conf::{
@@ -18,6 +17,7 @@ use messenger::message::{AuthEntry, Command as MonCommand, MonReply};
 use messenger::{ClusterCa, EntityName};
 
 use crate::daemon::{self, SeedFile, SEED_FILE};
+use crate::supervise::Supervisor;
 
 /// The pool `coffer up` creates in a new cluster.
 pub const DEFAULT_POOL: &str = "data";
@@ -27,8 +27,6 @@ pub const DEFAULT_IMAGE: &str = "disk";
 const BOOTSTRAP_WAIT: Duration = Duration::from_secs(60);
 /// Most monitors `coffer up` creates.
 const MONS_MAX: u8 = 7;
-/// How long a daemon has to stop after SIGTERM before it is killed.
-const STOP_WAIT: Duration = Duration::from_secs(15);
 /// The monitors' host name for OSDs made by `coffer up` (one machine).
 const LOCAL_HOST: &str = "localhost";
 
@@ -79,108 +77,16 @@ pub struct UpArgs {
     /// or `none`.
     #[arg(long, default_value = DEFAULT_FS)]
     pub fs: String,
+    /// Leave a daemon that exits stopped (`coffer daemon start NAME` starts it again), for
+    /// tests and debugging; by default coffer up restarts it after a pause.
+    #[arg(long)]
+    pub no_restart: bool,
 }
 
 /// The file system `coffer up` creates.
 pub const DEFAULT_FS: &str = "fs";
 /// The metadata daemon `coffer up` runs.
 const MDS_ID: &str = "a";
-
-/// The daemons `up` started, stopped in reverse order.
-struct Daemons {
-    children: Vec<(String, Child)>,
-}
-
-impl Daemons {
-    fn spawn(
-        &mut self,
-        exe: &Path,
-        conf: &Path,
-        name: &str,
-        args: &[String],
-        log: &Path,
-    ) -> Result<(), String> {
-        let log_file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(log)
-            .map_err(|e| format!("{}: {e}", log.display()))?;
-        let child = Command::new(exe)
-            .arg("--conf")
-            .arg(conf)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log_file)
-            .spawn()
-            .map_err(|e| format!("starting {name}: {e}"))?;
-        self.children.push((name.to_string(), child));
-        Ok(())
-    }
-
-    /// Names and exit statuses of daemons that have exited, once each.
-    fn exited(&mut self) -> Vec<String> {
-        let mut gone = Vec::new();
-        self.children
-            .retain_mut(|(name, child)| match child.try_wait() {
-                Ok(Some(status)) => {
-                    gone.push(format!("{name} exited ({status})"));
-                    false
-                }
-                _ => true,
-            });
-        gone
-    }
-
-    /// Stops every daemon: the front ends (the NBD server, the gateway, the metadata daemon)
-    /// first, while the cluster can still take their last writes and lock release, then the
-    /// OSDs and monitors together.
-    fn stop(&mut self) {
-        let front: Vec<(String, Child)> = self
-            .children
-            .extract_if(.., |(name, _)| {
-                name == "nbd" || name == "gw" || name.starts_with("mds.")
-            })
-            .collect();
-        stop_children(front);
-        stop_children(std::mem::take(&mut self.children));
-    }
-}
-
-/// Sends SIGTERM to every child, then waits for each (killing any still running after
-/// [`STOP_WAIT`]).
-fn stop_children(mut children: Vec<(String, Child)>) {
-    for (_, child) in children.iter().rev() {
-        // SAFETY: kill(2) on a child's pid that has not been reaped; it cannot name
-        // another process.
-        unsafe {
-            libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
-        }
-    }
-    let deadline = std::time::Instant::now() + STOP_WAIT;
-    for (name, child) in children.iter_mut().rev() {
-        loop {
-            match child.try_wait() {
-                Ok(Some(_)) => break,
-                Ok(None) if std::time::Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-                _ => {
-                    eprintln!("coffer up: {name} did not stop in {STOP_WAIT:?}; killing it");
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    break;
-                }
-            }
-        }
-    }
-}
-
-impl Drop for Daemons {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
 
 pub fn write_private(path: &Path, text: &str) -> Result<(), String> {
     use std::io::Write;
@@ -346,16 +252,12 @@ pub fn run(args: UpArgs) -> Result<(), String> {
     let edge =
         crate::admin::seal_at_edge(args.seal.as_deref(), crate::admin::mon_links_secure(&conf)?)?;
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let mut daemons = Daemons {
-        children: Vec::new(),
-    };
+    let mut daemons = Supervisor::new(exe, conf_path.clone(), !args.no_restart);
     for mon in &conf.mons {
         let log = dir.join(&mon.name).join("log");
         daemons.spawn(
-            &exe,
-            &conf_path,
             &mon.name,
-            &["mon".into(), "--name".into(), mon.name.clone()],
+            vec!["mon".into(), "--name".into(), mon.name.clone()],
             &log,
         )?;
     }
@@ -376,10 +278,8 @@ pub fn run(args: UpArgs) -> Result<(), String> {
             let name = format!("osd.{id}");
             let log = daemon::osd_dir(&conf, *id).join("log");
             daemons.spawn(
-                &exe,
-                &conf_path,
                 &name,
-                &["osd".into(), "--id".into(), id.to_string()],
+                vec!["osd".into(), "--id".into(), id.to_string()],
                 &log,
             )?;
         }
@@ -392,13 +292,7 @@ pub fn run(args: UpArgs) -> Result<(), String> {
             ensure_image(&cluster, &nbd.image, args.image_size).await?;
             let dir = conf.dir.join("nbd");
             std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-            daemons.spawn(
-                &exe,
-                &conf_path,
-                "nbd",
-                &nbd_args(nbd, &dir),
-                &dir.join("log"),
-            )?;
+            daemons.spawn("nbd", nbd_args(nbd, &dir), &dir.join("log"))?;
         }
         if let Some(gw) = &conf.gw {
             let pool_exists = cluster.map().pools.values().any(|p| p.name == gw.pool);
@@ -408,7 +302,7 @@ pub fn run(args: UpArgs) -> Result<(), String> {
             }
             let dir = conf.dir.join(crate::gw::GW_DIR);
             ensure_gw_certificate(&dir, &gw.listen)?;
-            daemons.spawn(&exe, &conf_path, "gw", &gw_args(&dir), &dir.join("log"))?;
+            daemons.spawn("gw", gw_args(&dir), &dir.join("log"))?;
         }
         if args.fs != "none" {
             if cluster.map().filesystems.is_empty() {
@@ -416,10 +310,8 @@ pub fn run(args: UpArgs) -> Result<(), String> {
             }
             let mds = ensure_mds(&cluster, &conf).await?;
             daemons.spawn(
-                &exe,
-                &conf_path,
                 mds.as_str(),
-                &mds_args(),
+                mds_args(),
                 &conf.dir.join(mds.as_str()).join("log"),
             )?;
         }
@@ -443,26 +335,35 @@ pub fn run(args: UpArgs) -> Result<(), String> {
         &format!("{verb} ({pool_line})"),
         &filesystems,
     ));
-    runtime.block_on(async {
-        let stop = daemon::stop_signal();
-        tokio::pin!(stop);
-        let mut tick = tokio::time::interval(Duration::from_millis(500));
-        loop {
-            tokio::select! {
-                result = &mut stop => return result,
-                _ = tick.tick() => {
-                    for gone in daemons.exited() {
-                        eprintln!("coffer up: {gone}; start it again with `{} --conf {} {}`",
-                            command_name(), conf_path.display(), restart_hint(&conf, &gone));
-                    }
-                }
-            }
-        }
-    })?;
+    let supervised = runtime.block_on(supervise(&mut daemons, &dir));
+    crate::supervise::unlisten(&dir);
+    supervised?;
     say("coffer: stopping\n");
     daemons.stop();
     say("coffer: stopped\n");
     Ok(())
+}
+
+/// Looks after the daemons until SIGINT or SIGTERM: restarts those that crash, and answers
+/// `coffer daemon` and `coffer status` on the control socket.
+async fn supervise(daemons: &mut Supervisor, dir: &Path) -> Result<(), String> {
+    let mut requests = crate::supervise::listen(dir)?;
+    let stop = daemon::stop_signal();
+    tokio::pin!(stop);
+    let mut tick = tokio::time::interval(Duration::from_millis(200));
+    loop {
+        tokio::select! {
+            result = &mut stop => return result,
+            Some((request, reply)) = requests.recv() => {
+                let _ = reply.send(daemons.handle(request).await);
+            }
+            _ = tick.tick() => {
+                for news in daemons.tend() {
+                    eprintln!("{news}");
+                }
+            }
+        }
+    }
 }
 
 /// What `coffer up` prints once the cluster is up: where it lives and how to reach it.
@@ -554,11 +455,14 @@ fn say(text: &str) {
 
 /// Waits until the first monitor has bootstrapped a new cluster (it removes the seed file
 /// then); before that, the admin's key is not known to the monitors.
-fn wait_bootstrap(seed: &Path, daemons: &mut Daemons) -> Result<(), String> {
+fn wait_bootstrap(seed: &Path, daemons: &mut Supervisor) -> Result<(), String> {
     let deadline = std::time::Instant::now() + BOOTSTRAP_WAIT;
     while seed.exists() {
-        if let Some(gone) = daemons.exited().into_iter().next() {
-            return Err(format!("{gone} while bootstrapping; see its log"));
+        if let Some((name, exit)) = daemons.exited().into_iter().next() {
+            return Err(format!(
+                "{name} {} while bootstrapping: {}",
+                exit.how, exit.log
+            ));
         }
         if std::time::Instant::now() > deadline {
             return Err(format!(
@@ -568,17 +472,6 @@ fn wait_bootstrap(seed: &Path, daemons: &mut Daemons) -> Result<(), String> {
         std::thread::sleep(Duration::from_millis(50));
     }
     Ok(())
-}
-
-fn restart_hint(conf: &Conf, gone: &str) -> String {
-    let name = gone.split_whitespace().next().unwrap_or_default();
-    match (name.strip_prefix("osd."), &conf.nbd) {
-        (Some(id), _) => format!("osd --id {id}"),
-        (None, _) if name.starts_with("mds.") => mds_args().join(" "),
-        (None, Some(nbd)) if name == "nbd" => nbd_args(nbd, &conf.dir.join("nbd")).join(" "),
-        (None, _) if name == "gw" => gw_args(&conf.dir.join(crate::gw::GW_DIR)).join(" "),
-        _ => format!("mon --name {name}"),
-    }
 }
 
 /// The arguments of the NBD server `coffer up` runs: it waits out the lock of a server that
@@ -674,7 +567,6 @@ async fn ensure_image(cluster: &Cluster, spec: &str, size: u64) -> Result<(), St
     }
 }
 
-/// Registers a new OSD with the monitors and writes its keyring; returns its number.
 /// How long the OSDs have to boot before `coffer up` goes on without them.
 const OSD_START_WAIT: Duration = Duration::from_secs(120);
 
@@ -686,19 +578,16 @@ async fn wait_osds_started(
     cluster: &Cluster,
     conf: &Conf,
     ids: &[u32],
-    daemons: &mut Daemons,
+    daemons: &mut Supervisor,
 ) -> Result<(), String> {
     let deadline = tokio::time::Instant::now() + OSD_START_WAIT;
     loop {
-        if let Some(gone) = daemons.exited().into_iter().next() {
-            let name = gone.split(' ').next().unwrap_or_default().to_string();
+        if let Some((name, exit)) = daemons.exited().into_iter().next() {
             let log = conf.dir.join(&name).join("log");
-            let last = std::fs::read_to_string(&log)
-                .ok()
-                .and_then(|text| text.lines().last().map(str::to_owned))
-                .unwrap_or_default();
             return Err(format!(
-                "{gone} while starting: {last} (its log: {})",
+                "{name} {} while starting: {} (its log: {})",
+                exit.how,
+                exit.log,
                 log.display()
             ));
         }
@@ -715,6 +604,7 @@ async fn wait_osds_started(
     }
 }
 
+/// Registers a new OSD with the monitors and writes its keyring; returns its number.
 async fn create_osd(cluster: &Cluster, conf: &Conf) -> Result<u32, String> {
     let command = MonCommand::OsdCreate {
         host: LOCAL_HOST.into(),

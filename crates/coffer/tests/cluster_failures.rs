@@ -1,7 +1,8 @@
 //! OSD failures under load, on a real cluster of processes: kill -9 one OSD of three
 //! (size 3, min_size 2) during writes, then two; nothing acknowledged may be lost, writes
 //! pause only while fewer than min_size copies can be made, and after the OSDs return every
-//! replica holds the same objects.
+//! replica holds the same objects. And `coffer up` supervising its daemons: restarts,
+//! `coffer daemon`, and giving up on a daemon that cannot start.
 
 mod common;
 
@@ -225,4 +226,137 @@ fn marking_an_osd_out_moves_its_copies_to_the_others() {
         );
     }
     cluster.stop();
+}
+
+fn gone(pid: i64) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat.split(") ")
+        .nth(1)
+        .is_none_or(|rest| rest.starts_with('Z'))
+}
+
+/// `coffer up` as a person runs it looks after its daemons: one killed with SIGKILL is
+/// started again and its crash shown in `coffer status`; `coffer daemon stop|start|restart`
+/// do the same by hand; one that cannot start is given up on after six quick crashes, with
+/// its reason, until the operator starts it; Ctrl-C stops every one of them.
+#[test]
+fn coffer_up_restarts_crashed_daemons_and_gives_up_on_hopeless_ones() {
+    let _serial = serial();
+    let mut cluster = LocalCluster::start_supervised(3, &["--nbd", "none", "--gw", "none"]);
+    cluster.ok(&["obj", "put", "data", "before", "/etc/hostname"]);
+
+    let old = i64::from(cluster.pid(1));
+    cluster.kill(1, libc::SIGKILL);
+    let osd = cluster.wait_daemon("osd.1", "started again", Duration::from_secs(30), |d| {
+        d["phase"] == "running" && d["pid"].as_i64().is_some_and(|pid| pid != old)
+    });
+    assert_eq!(osd["crashes"].as_array().map(Vec::len), Some(1), "{osd:#}");
+    assert_eq!(
+        osd["last_exit"]["how"], "killed by signal 9 (SIGKILL)",
+        "{osd:#}"
+    );
+    cluster.wait_for("every PG active+clean", Duration::from_secs(60), all_clean);
+    let status = cluster.ok(&["status"]);
+    for expected in [
+        "HEALTH_WARN",
+        "osd.1 crashed 1 time in the last hour",
+        "killed by signal 9 (SIGKILL)",
+        "daemons:  4 of 4 running under coffer up",
+    ] {
+        assert!(status.contains(expected), "{expected:?} in:\n{status}");
+    }
+    let json = cluster.status();
+    assert_eq!(json["health"]["status"], "HEALTH_WARN", "{json:#}");
+    assert_eq!(
+        json["daemons"].as_array().map(Vec::len),
+        Some(4),
+        "{json:#}"
+    );
+
+    // Stopped by hand, an OSD stays down until started by hand.
+    let said = cluster.ok(&["daemon", "stop", "osd.2"]);
+    assert!(said.contains("osd.2: stopped"), "{said}");
+    cluster.wait_for("osd.2 marked down", Duration::from_secs(30), |s| {
+        s["osds"]["up"].as_u64() == Some(2)
+    });
+    assert_eq!(cluster.daemon("osd.2")["phase"], "stopped");
+    let listed = cluster.ok(&["daemon", "ls"]);
+    assert!(
+        listed
+            .lines()
+            .any(|l| l.starts_with("osd.2") && l.contains("stopped")),
+        "{listed}"
+    );
+    cluster.ok(&["daemon", "start", "osd.2"]);
+    cluster.wait_for("every PG active+clean", Duration::from_secs(60), all_clean);
+
+    let mon = cluster.daemon("mon.a")["pid"].as_i64().expect("mon pid");
+    cluster.ok(&["daemon", "restart", "mon.a"]);
+    assert!(gone(mon), "the old monitor is stopped");
+    let again = cluster.daemon("mon.a");
+    assert_eq!(again["phase"], "running", "{again:#}");
+    assert_eq!(
+        again["crashes"].as_array().map(Vec::len),
+        Some(0),
+        "{again:#}"
+    );
+    let refused = cluster.cli(&["daemon", "restart", "osd.9"]);
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("no daemon osd.9"),
+        "{refused:?}"
+    );
+
+    // An OSD whose keyring is gone fails at every start: given up on, with the reason.
+    let keyring = cluster.dir.path().join("osd.0/keyring");
+    let away = cluster.dir.path().join("osd.0/keyring.away");
+    std::fs::rename(&keyring, &away).expect("move the keyring away");
+    cluster.kill(0, libc::SIGKILL);
+    let failed = cluster.wait_daemon("osd.0", "given up on", Duration::from_secs(90), |d| {
+        d["phase"] == "failed"
+    });
+    assert_eq!(
+        failed["crashes"].as_array().map(Vec::len),
+        Some(6),
+        "{failed:#}"
+    );
+    assert!(
+        failed["last_exit"]["log"]
+            .as_str()
+            .is_some_and(|log| log.contains("keyring")),
+        "the last exit says why: {failed:#}"
+    );
+    let status = cluster.ok(&["status"]);
+    assert!(status.contains("osd.0 failed: crashed 6 times"), "{status}");
+    assert!(
+        status.contains("3 of 4 running under coffer up; osd.0 failed"),
+        "{status}"
+    );
+    std::fs::rename(&away, &keyring).expect("put the keyring back");
+    cluster.ok(&["daemon", "start", "osd.0"]);
+    cluster.wait_for("every PG active+clean", Duration::from_secs(60), all_clean);
+    let back = cluster.ok(&["obj", "get", "data", "before"]);
+    assert_eq!(
+        back,
+        std::fs::read_to_string("/etc/hostname").expect("hostname")
+    );
+
+    let text = cluster.ok(&["daemon", "ls", "--json"]);
+    let all: serde_json::Value = serde_json::from_str(&text).expect("json");
+    let pids: Vec<i64> = all
+        .as_array()
+        .expect("list")
+        .iter()
+        .filter_map(|d| d["pid"].as_i64())
+        .collect();
+    assert_eq!(pids.len(), 4, "{text}");
+    cluster.stop();
+    for pid in pids {
+        assert!(gone(pid), "pid {pid} outlived coffer up");
+    }
+    let after = cluster.cli(&["daemon", "ls"]);
+    assert!(
+        String::from_utf8_lossy(&after.stderr).contains("no `coffer up` runs"),
+        "{after:?}"
+    );
 }

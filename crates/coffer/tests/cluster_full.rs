@@ -206,3 +206,155 @@ fn a_disk_too_small_for_the_stores_ends_coffer_up_with_the_reason_and_no_orphans
         String::from_utf8_lossy(&left.stdout)
     );
 }
+
+/// A tmpfs mounted for a test, unmounted when dropped (after the cluster using it stops).
+struct Tmpfs(std::path::PathBuf);
+
+impl Tmpfs {
+    fn mount(at: &std::path::Path, size: &str) -> Tmpfs {
+        std::fs::create_dir_all(at).expect("mount point");
+        run_ok(
+            "mounting a tmpfs (root)",
+            std::process::Command::new("mount")
+                .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+                .arg(at),
+        );
+        Tmpfs(at.to_path_buf())
+    }
+
+    fn free_bytes(&self) -> u64 {
+        let out = run_ok(
+            "df",
+            std::process::Command::new("df")
+                .args(["--output=avail", "-B1"])
+                .arg(&self.0),
+        );
+        out.lines()
+            .nth(1)
+            .and_then(|l| l.trim().parse().ok())
+            .expect("df's free bytes")
+    }
+
+    /// A file that takes all but `leave` bytes of the file system.
+    fn fill(&self, leave: u64) -> std::path::PathBuf {
+        let filler = self.0.join("filler");
+        let size = self.free_bytes().saturating_sub(leave);
+        run_ok(
+            "filling the tmpfs",
+            std::process::Command::new("fallocate")
+                .args(["-l", &size.to_string()])
+                .arg(&filler),
+        );
+        filler
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+/// The file system under one OSD's store fills (its metadata database grows there; the
+/// data file does not). Short of room, the OSD counts as full, with the file system named
+/// as the cause, and writes are refused while reads go on; with room again, writes resume.
+/// Filled to the last byte under a burst of writes, a commit that fails stops the OSD
+/// (its store refuses everything until opened again), `coffer up` starts it again, it
+/// waits for room, and once there is room it catches up: nothing acknowledged is lost and
+/// no one restarts anything by hand.
+#[test]
+fn the_file_system_under_a_store_filling_refuses_writes_and_recovers_without_a_restart() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().expect("tempdir");
+    // 1 GiB for the store's data file, the rest for its metadata, keyring and log.
+    let disk = Tmpfs::mount(&dir.path().join("osd.2"), "1400m");
+    let cluster = LocalCluster::start_in(dir, 3, &["--nbd", "none", "--gw", "none"], true);
+    cluster.ok(&["obj", "put", "data", "before", "/etc/hostname"]);
+
+    let filler = disk.fill(32 << 20);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let full = loop {
+        let checks = health_checks(&cluster);
+        if let Some(check) = checks.iter().find(|c| c.starts_with("osd.2 is full")) {
+            break check.clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "osd.2 not marked full: {checks:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(
+        full.contains("the file system under its store has") && full.contains("full below 64 MiB"),
+        "{full}"
+    );
+    let refused = cluster.cli(&["obj", "put", "data", "refused", "/etc/hostname"]);
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && said.contains("no space") && said.contains("osd.2"),
+        "{said}"
+    );
+    let before = cluster.ok(&["obj", "get", "data", "before"]);
+    assert_eq!(
+        before,
+        std::fs::read_to_string("/etc/hostname").expect("hostname")
+    );
+    std::fs::remove_file(&filler).expect("free the room");
+    cluster.wait_for("osd.2 no longer full", Duration::from_secs(30), |s| {
+        s["health"]["status"] == "HEALTH_OK"
+    });
+    cluster.ok(&["obj", "put", "data", "after", "/etc/hostname"]);
+
+    // Every byte taken while writes arrive.
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let pool = runtime.block_on(async { cluster.admin().await.pool("data").await.expect("pool") });
+    let filler = disk.fill(0);
+    let acked: Vec<(String, Bytes)> = runtime.block_on(async {
+        let writes = (0..400).map(|n| {
+            let pool = pool.clone();
+            async move {
+                let name = format!("burst-{n}");
+                let data = Bytes::from(vec![n as u8; 16 << 10]);
+                let put =
+                    tokio::time::timeout(Duration::from_secs(60), pool.put(&name, data.clone()));
+                matches!(put.await, Ok(Ok(()))).then_some((name, data))
+            }
+        });
+        futures::future::join_all(writes)
+            .await
+            .into_iter()
+            .flatten()
+            .collect()
+    });
+    let stopped = cluster.wait_daemon(
+        "osd.2",
+        "stopped by its failed store and started again",
+        Duration::from_secs(30),
+        |d| d["crashes"].as_array().is_some_and(|c| !c.is_empty()) && d["phase"] == "running",
+    );
+    assert!(
+        stopped["last_exit"]["log"]
+            .as_str()
+            .is_some_and(|log| log.contains("its store failed") && log.contains("No space")),
+        "{stopped:#}"
+    );
+    std::fs::remove_file(&filler).expect("free the room");
+    cluster.wait_for(
+        "every PG active+clean",
+        Duration::from_secs(120),
+        common::all_clean,
+    );
+    runtime.block_on(async {
+        for (name, data) in &acked {
+            let back = pool
+                .get(name)
+                .await
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(&back, data, "{name} reads back what was acknowledged");
+        }
+    });
+    assert!(!acked.is_empty(), "writes went on while osd.2 was down");
+}

@@ -49,7 +49,7 @@ pub struct OsdInfo {
 
 /// An OSD's store against the cluster's ratios ([`SpaceRatios`]): nearfull warns; full
 /// refuses writes to the PGs it holds (deletes still go through) until space is freed.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum Space {
     #[default]
     Ok,
@@ -74,14 +74,48 @@ impl Default for SpaceRatios {
     }
 }
 
+/// Below this much room on the file system under a store, the OSD counts as full: its
+/// metadata database grows there with every write (the data file does not: it is allocated
+/// when made), and a commit that meets a full file system fails. The room covers what the
+/// writes in flight between two of its beacons can take.
+pub const HOST_FULL_BYTES: u64 = 64 << 20;
+/// Below this much room on the file system under a store, the OSD counts as nearfull.
+pub const HOST_NEARFULL_BYTES: u64 = 256 << 20;
+
+/// An OSD's space as it reports it: its store's, and the room on the file system under it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub used_bytes: u64,
+    pub total_bytes: u64,
+    /// `u64::MAX` when the file system cannot say.
+    pub host_free_bytes: u64,
+}
+
+impl Default for Usage {
+    /// Nothing known: an empty store on a file system that does not say.
+    fn default() -> Self {
+        Usage {
+            used_bytes: 0,
+            total_bytes: 0,
+            host_free_bytes: u64::MAX,
+        }
+    }
+}
+
 impl SpaceRatios {
-    /// How full a store of `total_bytes` with `used_bytes` taken is. An empty store (no
-    /// size reported yet) is `Ok`.
-    pub fn judge(&self, used_bytes: u64, total_bytes: u64) -> Space {
-        if total_bytes == 0 {
+    /// How full an OSD is: the fuller of its store against the ratios and the file system
+    /// under it against [`HOST_FULL_BYTES`] and [`HOST_NEARFULL_BYTES`]. An empty store (no
+    /// size reported yet) counts as `Ok` for its part.
+    pub fn judge(&self, usage: &Usage) -> Space {
+        self.judge_store(usage)
+            .max(judge_host(usage.host_free_bytes))
+    }
+
+    fn judge_store(&self, usage: &Usage) -> Space {
+        if usage.total_bytes == 0 {
             return Space::Ok;
         }
-        let permille = u128::from(used_bytes) * 1000 / u128::from(total_bytes);
+        let permille = u128::from(usage.used_bytes) * 1000 / u128::from(usage.total_bytes);
         if permille >= u128::from(self.full_permille) {
             Space::Full
         } else if permille >= u128::from(self.nearfull_permille) {
@@ -89,6 +123,41 @@ impl SpaceRatios {
         } else {
             Space::Ok
         }
+    }
+
+    /// Why an OSD is as full as it is, for health: `96.0 % of its store used (full at 95.0
+    /// %)`, with `the file system under its store has 12 MiB free (full below 64 MiB)` when
+    /// that counts too.
+    pub fn explain(&self, usage: &Usage) -> String {
+        let share = 100.0 * usage.used_bytes as f64 / usage.total_bytes.max(1) as f64;
+        let mut text = format!("{share:.1} % of its store used");
+        let limit =
+            |word: &str, permille: u16| format!(" ({word} at {:.1} %)", f64::from(permille) / 10.0);
+        match self.judge_store(usage) {
+            Space::Full => text += &limit("full", self.full_permille),
+            Space::NearFull => text += &limit("nearfull", self.nearfull_permille),
+            Space::Ok => {}
+        }
+        let (word, bytes) = match judge_host(usage.host_free_bytes) {
+            Space::Full => ("full", HOST_FULL_BYTES),
+            Space::NearFull => ("nearfull", HOST_NEARFULL_BYTES),
+            Space::Ok => return text,
+        };
+        format!(
+            "{text}; the file system under its store has {} MiB free ({word} below {} MiB)",
+            usage.host_free_bytes >> 20,
+            bytes >> 20
+        )
+    }
+}
+
+fn judge_host(free_bytes: u64) -> Space {
+    if free_bytes < HOST_FULL_BYTES {
+        Space::Full
+    } else if free_bytes < HOST_NEARFULL_BYTES {
+        Space::NearFull
+    } else {
+        Space::Ok
     }
 }
 
@@ -585,14 +654,14 @@ impl ClusterMap {
             return None;
         }
         Some(format!(
-            "pool {} is full: {} of pg {}.{} {} at or past the full ratio ({:.1} % of a \
-             store); delete objects or add OSDs, and writes resume by themselves",
+            "pool {} is full: {} of pg {}.{} {} full (`coffer status` says whether a store \
+             or the file system under it); free space or add OSDs, and writes resume by \
+             themselves",
             pool.name,
             full.join(", "),
             pool.id,
             pg.number,
             if full.len() == 1 { "is" } else { "are" },
-            f64::from(self.space_ratios.full_permille) / 10.0
         ))
     }
 

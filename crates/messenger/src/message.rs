@@ -62,8 +62,8 @@ pub struct OsdBeacon {
     pub epoch: Epoch,
     /// Each PG this OSD is primary of, with its state.
     pub pgs: Vec<(PgId, PgState)>,
-    pub used_bytes: u64,
-    pub total_bytes: u64,
+    /// Its store's space and the room on the file system under it.
+    pub usage: map::cluster::Usage,
     /// Copies this OSD replaced since it started because a read found them damaged.
     pub read_repairs: u64,
 }

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use map::cluster::{Change, ClusterMap, Space};
+use map::cluster::{Change, ClusterMap, Space, Usage};
 use map::placement::{FailureDomain, OsdId, PgId};
 use messenger::message::{Health, OsdBeacon, PgState};
 
@@ -82,9 +82,7 @@ impl Liveness {
                 // Judged from the beacon, whatever its age: a full store stays full until
                 // a beacon says otherwise.
                 if let Some((_, beacon)) = seen.beacons.get(&osd.id) {
-                    let space = map
-                        .space_ratios
-                        .judge(beacon.used_bytes, beacon.total_bytes);
+                    let space = map.space_ratios.judge(&beacon.usage);
                     if space != osd.space {
                         changes.push(Change::OsdSpace { id: osd.id, space });
                     }
@@ -110,9 +108,9 @@ impl Liveness {
             if !map.osds.get(osd).is_some_and(|o| o.up) {
                 continue;
             }
-            used_bytes += beacon.used_bytes;
-            total_bytes += beacon.total_bytes;
-            usage.insert(*osd, (beacon.used_bytes, beacon.total_bytes));
+            used_bytes += beacon.usage.used_bytes;
+            total_bytes += beacon.usage.total_bytes;
+            usage.insert(*osd, beacon.usage);
             if beacon.read_repairs > 0 {
                 read_repairs.push((*osd, beacon.read_repairs));
             }
@@ -180,35 +178,27 @@ pub struct Summary {
 /// `mon_osd_warn_num_repaired`).
 pub const READ_REPAIRS_WARN: u64 = 10;
 
-/// `usage`: each up OSD's used and total bytes, from its last beacon.
+/// `usage`: each up OSD's space, from its last beacon.
 fn health(
     map: &ClusterMap,
     pgs: &BTreeMap<String, u64>,
     read_repairs: &[(OsdId, u64)],
-    usage: &BTreeMap<OsdId, (u64, u64)>,
+    usage: &BTreeMap<OsdId, Usage>,
 ) -> Health {
     let mut errors = Vec::new();
     let mut warnings = Vec::new();
     let ratios = map.space_ratios;
     for osd in map.osds.values() {
-        let used = usage.get(&osd.id).map_or(String::new(), |(used, total)| {
-            format!(
-                "{:.1} % of its store used",
-                100.0 * *used as f64 / (*total).max(1) as f64
-            )
-        });
+        let why = usage
+            .get(&osd.id)
+            .map_or("no report yet".to_string(), |usage| ratios.explain(usage));
         match osd.space {
             Space::Ok => {}
-            Space::NearFull => warnings.push(format!(
-                "osd.{} is nearfull: {used} (nearfull at {:.1} %)",
-                osd.id.0,
-                f64::from(ratios.nearfull_permille) / 10.0
-            )),
+            Space::NearFull => warnings.push(format!("osd.{} is nearfull: {why}", osd.id.0)),
             Space::Full => errors.push(format!(
-                "osd.{} is full: {used} (full at {:.1} %); writes to pools {} are refused \
-                 until space is freed (deletes still work)",
+                "osd.{} is full: {why}; writes to pools {} are refused until space is freed \
+                 (deletes still work)",
                 osd.id.0,
-                f64::from(ratios.full_permille) / 10.0,
                 map.pools_on(osd.id).join(", ")
             )),
         }
@@ -412,11 +402,17 @@ mod tests {
         add_pool(&mut map, "p", 3, 2);
         let live = Liveness::default();
         let now = Instant::now();
-        for (osd, used) in [(0, 100), (1, 860), (2, 960)] {
+        // osd.0's store has room, the file system under it has not.
+        for (osd, used, host_free_bytes) in
+            [(0, 100, 10 << 20), (1, 860, u64::MAX), (2, 960, 1 << 30)]
+        {
             let beacon = OsdBeacon {
                 epoch: map.epoch,
-                used_bytes: used,
-                total_bytes: 1000,
+                usage: Usage {
+                    used_bytes: used,
+                    total_bytes: 1000,
+                    host_free_bytes,
+                },
                 ..OsdBeacon::default()
             };
             live.beacon(OsdId(osd), beacon, now);
@@ -425,6 +421,10 @@ mod tests {
         assert_eq!(
             changes,
             vec![
+                Change::OsdSpace {
+                    id: OsdId(0),
+                    space: Space::Full
+                },
                 Change::OsdSpace {
                     id: OsdId(1),
                     space: Space::NearFull
@@ -446,42 +446,51 @@ mod tests {
         };
         let refusal = map.full_refusal(&pool, pg).expect("refused");
         assert!(
-            refusal.starts_with("pool p is full: osd.2 of pg"),
+            refusal.starts_with("pool p is full: osd.0, osd.2 of pg 1.0 are full"),
             "{refusal}"
         );
         match live.summary(&map).health {
             Health::Err(reasons) => {
                 assert!(
-                    reasons[0].starts_with("osd.2 is full: 96.0 % of its store used (full at 95.0 %); writes to pools p are refused"),
+                    reasons[0].starts_with("osd.0 is full: 10.0 % of its store used; the file system under its store has 10 MiB free (full below 64 MiB); writes to pools p are refused"),
                     "{reasons:?}"
                 );
                 assert!(
-                    reasons[1].starts_with("osd.1 is nearfull: 86.0 %"),
+                    reasons[1].starts_with("osd.2 is full: 96.0 % of its store used (full at 95.0 %); writes to pools p are refused"),
+                    "{reasons:?}"
+                );
+                assert!(
+                    reasons[2].starts_with(
+                        "osd.1 is nearfull: 86.0 % of its store used (nearfull at 85.0 %)"
+                    ),
                     "{reasons:?}"
                 );
             }
             other => panic!("{other:?}"),
         }
-        // Space freed: the mark goes, and writes are taken again.
-        live.beacon(
-            OsdId(2),
-            OsdBeacon {
-                epoch: map.epoch,
+        // Space freed: the marks go, and writes are taken again.
+        for osd in [0, 2] {
+            let usage = Usage {
                 used_bytes: 500,
                 total_bytes: 1000,
+                host_free_bytes: 1 << 30,
+            };
+            let beacon = OsdBeacon {
+                epoch: map.epoch,
+                usage,
                 ..OsdBeacon::default()
-            },
-            now,
-        );
+            };
+            live.beacon(OsdId(osd), beacon, now);
+        }
         let changes = live.due(&map, Timeouts::default(), now);
-        assert_eq!(
-            changes,
-            vec![Change::OsdSpace {
-                id: OsdId(2),
-                space: Space::Ok
-            }]
-        );
-        map.apply(&changes[0]).expect("apply");
+        let ok = |id| Change::OsdSpace {
+            id: OsdId(id),
+            space: Space::Ok,
+        };
+        assert_eq!(changes, vec![ok(0), ok(2)]);
+        for change in &changes {
+            map.apply(change).expect("apply");
+        }
         assert_eq!(map.full_refusal(&pool, pg), None);
     }
 

@@ -208,6 +208,18 @@ impl Osd {
         })
     }
 
+    /// Resolves, with the cause, once the store refuses every transaction because a commit
+    /// failed (a file system that filled, a disk error). Only opening the store again tells
+    /// what that commit left, as after a crash, so the OSD must stop and be started again.
+    pub async fn store_failed(&self) -> String {
+        loop {
+            if let Some(cause) = self.inner.store.failed() {
+                return cause;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
     pub fn local_addr(&self) -> SocketAddr {
         self.server.local_addr()
     }
@@ -384,8 +396,7 @@ async fn send_beacons(inner: Arc<Inner>) {
         let beacon = OsdBeacon {
             epoch: inner.map.borrow().epoch,
             pgs,
-            used_bytes: statfs.allocated_bytes,
-            total_bytes: statfs.total_bytes,
+            usage: crate::service::usage(&statfs),
             read_repairs: inner
                 .read_repairs
                 .load(std::sync::atomic::Ordering::Relaxed),

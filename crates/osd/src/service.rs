@@ -442,7 +442,8 @@ impl OsdService {
     }
 
     /// Refuses a write that may take space when an OSD of the PG is marked full in the map,
-    /// or when this OSD's own store is past the full ratio (the mark follows its beacon).
+    /// or when this OSD is full by its own look (its store past the full ratio, or the file
+    /// system under it short of room: the mark follows its beacon).
     fn check_space(&self, id: PgId) -> Result<(), OsdReply> {
         let map = self.inner.map.borrow().clone();
         let Some(pool) = map.pools.get(&id.pool) else {
@@ -451,22 +452,16 @@ impl OsdService {
         if let Some(why) = map.full_refusal(pool, id) {
             return Err(OsdReply::Full(why));
         }
-        let statfs = self.inner.store.statfs();
-        if map
-            .space_ratios
-            .judge(statfs.allocated_bytes, statfs.total_bytes)
-            == Space::Full
-        {
+        let usage = usage(&self.inner.store.statfs());
+        if map.space_ratios.judge(&usage) == Space::Full {
             return Err(OsdReply::Full(format!(
-                "pool {} is full: osd.{}, the primary of pg {}.{}, has {:.1} % of its store \
-                 used (full at {:.1} %); delete objects or add OSDs, and writes resume by \
-                 themselves",
+                "pool {} is full: osd.{}, the primary of pg {}.{}, has {}; free space, and \
+                 writes resume by themselves",
                 pool.name,
                 self.inner.id.0,
                 id.pool,
                 id.number,
-                100.0 * statfs.allocated_bytes as f64 / statfs.total_bytes.max(1) as f64,
-                f64::from(map.space_ratios.full_permille) / 10.0
+                map.space_ratios.explain(&usage)
             )));
         }
         Ok(())
@@ -777,5 +772,14 @@ impl OsdService {
                 Ok(reply(OsdReply::Done))
             }
         }
+    }
+}
+
+/// An OSD's space as its beacons report it.
+pub fn usage(statfs: &store::Statfs) -> map::cluster::Usage {
+    map::cluster::Usage {
+        used_bytes: statfs.allocated_bytes,
+        total_bytes: statfs.total_bytes,
+        host_free_bytes: statfs.host_free_bytes,
     }
 }

@@ -46,5 +46,7 @@ pub use object::{EXTENT_BLOCKS_MAX, OBJECT_SIZE_BYTES_MAX, SEALED_EXTENT_BLOCKS_
 pub use read::{ObjectStat, OmapEntry, ReadBuf, SealedRead, OMAP_PAGE_ENTRIES_MAX, READ_BYTES_MAX};
 pub use seal::nonce::NONCE_RESERVE_STEP;
 pub use seal::{ChunkRecord, Mode, UnknownMode, NONCE_BYTES, TAG_BYTES};
-pub use store::{MkfsOptions, Statfs, Store, FORMAT_VERSION, STORE_SIZE_BYTES_MIN};
+pub use store::{
+    host_free_bytes, MkfsOptions, Statfs, Store, FORMAT_VERSION, STORE_SIZE_BYTES_MIN,
+};
 pub use transaction::Transaction;

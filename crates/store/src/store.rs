@@ -55,6 +55,10 @@ pub struct Statfs {
     pub total_bytes: u64,
     pub allocated_bytes: u64,
     pub free_bytes: u64,
+    /// Room left on the file system that holds the metadata database, which grows with
+    /// the objects (the data file is allocated in full when made); `u64::MAX` when the
+    /// file system cannot say.
+    pub host_free_bytes: u64,
 }
 
 pub struct Store {
@@ -322,7 +326,14 @@ impl Store {
             total_bytes: total,
             allocated_bytes: total - free,
             free_bytes: free,
+            host_free_bytes: host_free_bytes(&self.dir).unwrap_or(u64::MAX),
         }
+    }
+
+    /// Why the store refuses every transaction, if a commit failed (see commit.rs): it must
+    /// be opened again, which tells what the failed commit left, as after a crash.
+    pub fn failed(&self) -> Option<String> {
+        self.committer.poisoned()
     }
 
     /// Durably raises the nonce reservation to `mark` (see seal/nonce.rs).
@@ -462,4 +473,20 @@ fn rebuild_allocator(
     Allocator::from_used(data_blocks, used).map_err(|o| OpenError::Corrupt {
         what: format!("two extents claim device block {}", o.block),
     })
+}
+
+/// Room left for an unprivileged writer on the file system holding `dir`.
+pub fn host_free_bytes(dir: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    let mut stat = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: statvfs(3) with a NUL-terminated path and a buffer of its result type; the
+    // buffer is read only when the call succeeds.
+    let stat = unsafe {
+        if libc::statvfs(path.as_ptr(), stat.as_mut_ptr()) != 0 {
+            return None;
+        }
+        stat.assume_init()
+    };
+    Some(stat.f_bavail.saturating_mul(stat.f_frsize))
 }

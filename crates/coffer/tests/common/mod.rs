@@ -22,6 +22,9 @@ pub struct LocalCluster {
     pub dir: tempfile::TempDir,
     pub conf: PathBuf,
     up: Child,
+    /// Whether `coffer up` restarts daemons that exit (tests that kill daemons themselves
+    /// want them left down).
+    supervised: bool,
     /// Daemons started by the test (OSDs after a kill, extra NBD servers), stopped when the
     /// cluster is dropped.
     restarted: Vec<Child>,
@@ -29,14 +32,40 @@ pub struct LocalCluster {
 
 impl LocalCluster {
     /// `coffer up` with `osds` OSDs and extra arguments, once it says the cluster is up.
+    /// `coffer up --no-restart`: a daemon the test kills stays down until it starts it.
     pub fn start(osds: u32, extra: &[&str]) -> LocalCluster {
-        let dir = tempfile::tempdir().expect("tempdir");
+        LocalCluster::start_as(osds, extra, false)
+    }
+
+    /// `coffer up` as a person runs it, restarting daemons that crash.
+    pub fn start_supervised(osds: u32, extra: &[&str]) -> LocalCluster {
+        LocalCluster::start_as(osds, extra, true)
+    }
+
+    fn start_as(osds: u32, extra: &[&str], supervised: bool) -> LocalCluster {
+        LocalCluster::start_in(
+            tempfile::tempdir().expect("tempdir"),
+            osds,
+            extra,
+            supervised,
+        )
+    }
+
+    /// `coffer up` in `dir`, which the test may have prepared (a daemon's directory on a
+    /// file system of its own).
+    pub fn start_in(
+        dir: tempfile::TempDir,
+        osds: u32,
+        extra: &[&str],
+        supervised: bool,
+    ) -> LocalCluster {
         let conf = dir.path().join("coffer.toml");
-        let up = spawn_up(dir.path(), osds, extra);
+        let up = spawn_up(dir.path(), osds, extra, supervised);
         let mut cluster = LocalCluster {
             dir,
             conf,
             up,
+            supervised,
             restarted: Vec::new(),
         };
         cluster.wait_up();
@@ -274,6 +303,41 @@ impl LocalCluster {
         self.restarted.push(child);
     }
 
+    /// `name`'s entry in `coffer daemon ls --json` (a supervised cluster).
+    pub fn daemon(&self, name: &str) -> serde_json::Value {
+        let text = self.ok(&["daemon", "ls", "--json"]);
+        let all: serde_json::Value = serde_json::from_str(&text).expect("daemon ls --json");
+        all.as_array()
+            .expect("a list")
+            .iter()
+            .find(|d| d["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("{name} is not in {text}"))
+    }
+
+    /// Waits until `name`'s entry in `coffer daemon ls --json` satisfies `done`.
+    pub fn wait_daemon(
+        &self,
+        name: &str,
+        what: &str,
+        timeout: Duration,
+        done: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let entry = self.daemon(name);
+            if done(&entry) {
+                return entry;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{name} {what}: not within {timeout:?}: {entry:#}\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
     pub fn conf(&self) -> Conf {
         Conf::load(&self.conf).expect("conf")
     }
@@ -418,7 +482,7 @@ impl LocalCluster {
 
     /// `coffer up` again on the same directory.
     pub fn resume(&mut self, osds: u32) {
-        self.up = spawn_up(self.dir.path(), osds, &[]);
+        self.up = spawn_up(self.dir.path(), osds, &[], self.supervised);
         self.wait_up();
     }
 }
@@ -441,7 +505,7 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-fn spawn_up(dir: &Path, osds: u32, extra: &[&str]) -> Child {
+fn spawn_up(dir: &Path, osds: u32, extra: &[&str], supervised: bool) -> Child {
     let log = std::fs::OpenOptions::new()
         .append(true)
         .create(true)
@@ -461,6 +525,7 @@ fn spawn_up(dir: &Path, osds: u32, extra: &[&str]) -> Child {
         .args(port_default("--nbd", extra))
         .args(port_default("--gw", extra))
         .args(no_fs_default(extra))
+        .args((!supervised).then_some("--no-restart"))
         .stdout(Stdio::piped())
         .stderr(log)
         .spawn()
