@@ -389,7 +389,8 @@ impl Inner {
         make: impl Fn(PgId, Epoch) -> OsdRequest,
         data: Bytes,
     ) -> Result<(OsdReply, Bytes), Error> {
-        let deadline = tokio::time::Instant::now() + self.op_timeout;
+        let started = tokio::time::Instant::now();
+        let deadline = started + self.op_timeout;
         let mut pause = Duration::from_millis(50);
         let mut told = false;
         loop {
@@ -449,8 +450,15 @@ impl Inner {
                     why,
                 });
             }
-            if !told && pause >= Duration::from_secs(1) {
-                tracing::warn!("waiting: {why}");
+            // Said once, as soon as the wait is one a person notices (a primary holds a
+            // request for an inactive PG a few seconds before it answers why).
+            if !told && started.elapsed() >= Duration::from_secs(1) {
+                tracing::warn!(
+                    "waiting: {why} (trying again for up to {} s; `coffer status` says more)",
+                    deadline
+                        .saturating_duration_since(tokio::time::Instant::now())
+                        .as_secs()
+                );
                 told = true;
             }
             tokio::time::sleep(pause).await;

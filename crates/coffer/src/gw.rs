@@ -1,7 +1,7 @@
 //! `coffer gw` (the S3 gateway), `coffer user` (its users) and `coffer kms` (the monitors'
 //! KMS, whose keys protect its server-side encryption).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use client::conf::{Conf, GW_POOL_DEFAULT};
@@ -355,6 +355,14 @@ pub fn user(who: &Who, command: UserCommand) -> Result<(), String> {
                 println!("user:       {}", user.name);
                 println!("access key: {}", user.access_key);
                 println!("secret key: {}", user.secret_key);
+                if let Some(gw) = &conf.gw {
+                    let ca = conf.dir.join(GW_DIR).join(gateway::tls::CA_FILE);
+                    let endpoint = format!("https://{}", gw.listen);
+                    print!(
+                        "{}",
+                        client_settings(&endpoint, &ca, &user.access_key, &user.secret_key)
+                    );
+                }
                 Ok(())
             }
             UserCommand::Ls { json: as_json } => {
@@ -382,6 +390,32 @@ pub fn user(who: &Who, command: UserCommand) -> Result<(), String> {
             }
         }
     })
+}
+
+/// The settings that point the usual S3 clients at a gateway, ready to paste: aws-cli,
+/// s3cmd, rclone and boto3, path-style, region `us-east-1`, trusting the cluster's
+/// authority `ca`.
+pub fn client_settings(endpoint: &str, ca: &Path, access: &str, secret: &str) -> String {
+    let ca = ca.display();
+    let host = endpoint
+        .split_once("://")
+        .map_or(endpoint, |(_, host)| host);
+    format!(
+        "\nto use it (the gateway at {endpoint}, its certificates signed by {ca}):\n\
+         aws-cli:\n  export AWS_ACCESS_KEY_ID={access} AWS_SECRET_ACCESS_KEY={secret} \
+         AWS_DEFAULT_REGION=us-east-1 AWS_ENDPOINT_URL={endpoint} AWS_CA_BUNDLE={ca}\n  \
+         aws s3 ls\n\
+         s3cmd:\n  s3cmd --access_key={access} --secret_key={secret} --host={host} \
+         --host-bucket={host} --ca-certs={ca} --region=us-east-1 ls\n\
+         rclone:\n  export RCLONE_CONFIG_COFFER_TYPE=s3 RCLONE_CONFIG_COFFER_PROVIDER=Other \
+         RCLONE_CONFIG_COFFER_ACCESS_KEY_ID={access} RCLONE_CONFIG_COFFER_SECRET_ACCESS_KEY={secret} \
+         RCLONE_CONFIG_COFFER_ENDPOINT={endpoint} RCLONE_CONFIG_COFFER_FORCE_PATH_STYLE=true \
+         RCLONE_CA_CERT={ca}\n  env -u AWS_CA_BUNDLE rclone lsd coffer:   \
+         # rclone 1.60's S3 backend fails while AWS_CA_BUNDLE is set\n\
+         boto3:\n  s3 = boto3.client(\"s3\", endpoint_url=\"{endpoint}\", verify=\"{ca}\", \
+         region_name=\"us-east-1\", aws_access_key_id=\"{access}\", \
+         aws_secret_access_key=\"{secret}\")\n"
+    )
 }
 
 #[cfg(test)]

@@ -137,9 +137,19 @@ pub fn warnings(daemons: &[DaemonInfo], now_ns: i128) -> Vec<String> {
                 crate::text::count(u64::from(GIVE_UP_AFTER), "time", "times"),
                 daemon.name
             ),
-            _ => format!(
+            Phase::Running => format!(
                 "{} crashed {times} in the last hour ({last}); coffer up restarted it",
                 daemon.name
+            ),
+            Phase::Restarting => format!(
+                "{} crashed {times} in the last hour ({last}); coffer up restarts it in {} s",
+                daemon.name,
+                daemon.restart_in_secs.unwrap_or_default()
+            ),
+            Phase::Stopped => format!(
+                "{} crashed {times} in the last hour ({last}) and is stopped: `coffer daemon \
+                 start {}` starts it",
+                daemon.name, daemon.name
             ),
         };
         out.push(line);

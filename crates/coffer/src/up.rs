@@ -404,7 +404,8 @@ fn announcement(
         let ca = dir.join(crate::gw::GW_DIR).join(gateway::tls::CA_FILE);
         let _ = writeln!(
             text,
-            "  s3:       https://{} (trust {}; keys: coffer user create NAME)",
+            "  s3:       https://{} (trust {}; keys, and settings for aws-cli, s3cmd, rclone \
+             and boto3: coffer user create NAME)",
             gw.listen,
             ca.display()
         );

@@ -731,6 +731,66 @@ fn boto3_aws_cli_and_s3cmd_store_and_fetch_objects_through_the_gateway() {
     s3cmd_has_files_encrypted_by_the_server(&s3cmd, &aws_as_bob, dir.path());
 }
 
+/// The settings `coffer user create` prints for each client, pasted into a shell as they
+/// are (in a home of their own, so no configuration file helps), reach the gateway as
+/// that user.
+fn pasted_settings_reach_the_gateway(cluster: &LocalCluster, venv: &Path) {
+    let printed = cluster.ok(&["user", "create", "carol"]);
+    let block = |client: &str| -> Vec<String> {
+        let lines: Vec<&str> = printed.lines().collect();
+        let at = lines
+            .iter()
+            .position(|l| *l == format!("{client}:"))
+            .unwrap_or_else(|| panic!("no {client} settings in:\n{printed}"));
+        lines[at + 1..]
+            .iter()
+            .take_while(|l| l.starts_with("  "))
+            .map(|l| l.trim().to_string())
+            .collect()
+    };
+    let home = tempfile::tempdir().expect("home");
+    let path = format!(
+        "{}:{}",
+        venv.join("bin").display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let shell = |what: &str, script: &str| {
+        let mut command = Command::new("bash");
+        command
+            .args(["-c", script])
+            .env("HOME", home.path())
+            .env("PATH", &path);
+        succeeded(what, run(what, &mut command))
+    };
+    let aws = block("aws-cli");
+    shell(
+        "pasted aws-cli settings",
+        &format!("{}\naws s3 mb s3://pasted-by-carol", aws[0]),
+    );
+    let listed = shell("pasted aws-cli command", &aws.join("\n"));
+    assert!(listed.contains("pasted-by-carol"), "{listed}");
+    let listed = shell("pasted s3cmd command", &block("s3cmd").join("\n"));
+    assert!(listed.contains("s3://pasted-by-carol"), "{listed}");
+    let listed = shell("pasted rclone settings", &block("rclone").join("\n"));
+    assert!(listed.contains("pasted-by-carol"), "{listed}");
+    let boto3 = block("boto3");
+    let script = format!(
+        "import boto3\n{}\nprint([b['Name'] for b in s3.list_buckets()['Buckets']])",
+        boto3.join("\n")
+    );
+    let program = home.path().join("boto3-pasted.py");
+    std::fs::write(&program, script).expect("write the boto3 program");
+    let listed = shell(
+        "pasted boto3 settings",
+        &format!("python3 {}", program.display()),
+    );
+    assert_eq!(listed.trim(), "['pasted-by-carol']");
+    shell(
+        "removing the bucket",
+        &format!("{}\naws s3 rb s3://pasted-by-carol", aws[0]),
+    );
+}
+
 #[test]
 fn a_user_who_owns_a_bucket_is_kept_and_a_removed_user_is_refused() {
     let _serial = serial();
@@ -744,6 +804,7 @@ fn a_user_who_owns_a_bucket_is_kept_and_a_removed_user_is_refused() {
     aws.wait_accepted();
 
     aws.ok(&["s3", "mb", "s3://alice-owns-this"]);
+    pasted_settings_reach_the_gateway(&cluster, &venv);
     let refused = cluster.cli(&["user", "rm", "alice"]);
     let message = String::from_utf8_lossy(&refused.stderr);
     assert!(
