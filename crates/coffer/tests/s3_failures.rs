@@ -171,3 +171,35 @@ fn hostile_requests_get_their_errors_and_the_gateway_keeps_serving() {
         cluster.logs()
     );
 }
+
+/// A GET streaming a 40 MiB object while another request deletes it, or overwrites it,
+/// reads the whole object it started with (the gateway removes the old stripes only when
+/// the GET is done); afterwards nothing is left as garbage.
+#[test]
+fn a_get_raced_by_a_delete_or_an_overwrite_reads_what_it_started_with() {
+    let _serial = serial();
+    let cluster = LocalCluster::start(3, &[]);
+    cluster.wait_s3();
+    let user = cluster.s3_user("racer");
+    let report = run_ok(
+        "GETs raced by changes",
+        &mut cluster.s3_script(&user, "failures.py", &["race", "raced"]),
+    );
+    assert!(
+        report.contains("raced by delete reads the whole"),
+        "{report}"
+    );
+    assert!(
+        report.contains("raced by overwrite reads the whole"),
+        "{report}"
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !unnamed_instances(&cluster).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the raced objects' stripes were not removed after their GETs: {:?}",
+            unnamed_instances(&cluster)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}

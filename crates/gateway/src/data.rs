@@ -493,16 +493,18 @@ type Pieces = mpsc::Sender<Result<Vec<Bytes>, std::io::Error>>;
 
 /// A stream of the bytes `range` of the object `entry` describes, read stripe by stripe a
 /// little ahead of the reader; `keys` holds the data key of each sealed segment, in order.
-/// Dropping the stream stops the reading.
+/// The content stays until the reading ends (`hold`). Dropping the stream stops the reading.
 pub fn read(
     pool: &Pool,
     entry: &ObjectEntry,
     range: std::ops::Range<u64>,
     keys: Vec<Option<Arc<SecretKey<32>>>>,
+    hold: crate::readers::Hold,
 ) -> Reader {
     let (send, receive) = mpsc::channel(READ_AHEAD);
     let (pool, entry) = (pool.clone(), entry.clone());
     tokio::spawn(async move {
+        let _hold = hold;
         let mut base = 0;
         for (segment, key) in entry.segments.iter().zip(keys) {
             let end = base + segment.size;

@@ -15,6 +15,7 @@ pub mod layout;
 pub mod maintenance;
 pub mod multipart;
 mod omap;
+mod readers;
 mod s3;
 pub mod serve;
 pub mod sse;

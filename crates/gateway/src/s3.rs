@@ -38,6 +38,8 @@ pub struct Gateway {
     kms: std::sync::Arc<dyn Kms>,
     /// Unwrapped data keys of encrypted objects.
     cache: KeyCache,
+    /// Content being streamed, and its removals waiting for that.
+    readers: crate::readers::Readers,
 }
 
 /// How often the gateway asks the KMS which keys exist, to forget the data keys of removed
@@ -60,6 +62,7 @@ impl Gateway {
             .await
             .map_err(|e| Error::Internal(e.to_string()))?;
         let gateway = Gateway {
+            readers: crate::readers::Readers::new(pool.clone()),
             pool,
             names: Default::default(),
             kms: kms.clone(),
@@ -139,7 +142,7 @@ impl Gateway {
                 .iter()
                 .any(|s| s.instance == segment.instance)
             {
-                data::remove_segment(&self.pool, segment).await;
+                self.readers.remove_segment(segment).await;
             }
         }
     }
@@ -212,7 +215,8 @@ impl Gateway {
         let customer = encryption::customer_key(algorithm, key, key_md5)?;
         encryption::check_customer(&source.sse, customer.as_ref())?;
         let keys = self.keys(source, customer.as_ref()).await?;
-        Ok(data::read(&self.pool, source, range, keys))
+        let hold = self.readers.hold(source);
+        Ok(data::read(&self.pool, source, range, keys, hold))
     }
 
     /// The record of an upload in progress, or `NoSuchUpload`.
@@ -264,7 +268,7 @@ impl Gateway {
 
     async fn delete_key(&self, bucket: &str, key: &str) -> Result<(), Error> {
         if let Some(old) = buckets::uncommit(&self.pool, bucket, key).await? {
-            data::remove(&self.pool, &old).await;
+            self.readers.remove(&old).await;
         }
         Ok(())
     }
@@ -925,7 +929,8 @@ impl S3 for Gateway {
         encryption::check_customer(&entry.sse, customer.as_ref())?;
         let keys = self.keys(&entry, customer.as_ref()).await?;
         let (range, content_range) = span(&entry, input.range.as_ref(), input.part_number)?;
-        let body = data::read(&self.pool, &entry, range.clone(), keys);
+        let hold = self.readers.hold(&entry);
+        let body = data::read(&self.pool, &entry, range.clone(), keys, hold);
         let described = encryption::describe(&entry.sse, customer.as_ref());
         Ok(S3Response::new(GetObjectOutput {
             body: Some(StreamingBlob::wrap(body)),

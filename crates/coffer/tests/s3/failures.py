@@ -328,6 +328,37 @@ def full(bucket, phase):
         fail(f"unknown phase {phase}")
 
 
+def race(bucket):
+    """GETs streaming an object while another request deletes or overwrites it: each GET
+    that started reads the object it started with, whole; a GET after the change does not."""
+    s3 = client()
+    s3.create_bucket(Bucket=bucket)
+    rng = random.Random(7)
+    old, new = rng.randbytes(40 * MIB), rng.randbytes(3 * MIB)
+    for change in ["delete", "overwrite"]:
+        key = f"raced-by-{change}"
+        s3.put_object(Bucket=bucket, Key=key, Body=old)
+        body = s3.get_object(Bucket=bucket, Key=key)["Body"]
+        first = body.read(MIB)
+        if change == "delete":
+            s3.delete_object(Bucket=bucket, Key=key)
+            try:
+                s3.head_object(Bucket=bucket, Key=key)
+                fail("an object is found after its delete")
+            except botocore.exceptions.ClientError as e:
+                if e.response["ResponseMetadata"]["HTTPStatusCode"] != 404:
+                    raise
+        else:
+            s3.put_object(Bucket=bucket, Key=key, Body=new)
+            if s3.get_object(Bucket=bucket, Key=key)["Body"].read() != new:
+                fail("a GET after an overwrite does not read the new object")
+        rest = body.read()
+        if first + rest != old:
+            fail(f"a GET raced by {change} read {len(first) + len(rest)} bytes that differ")
+        ok(f"a GET raced by {change} reads the whole object it started with")
+    s3.delete_object(Bucket=bucket, Key="raced-by-overwrite")
+
+
 def main():
     command, bucket = sys.argv[1], sys.argv[2]
     if command == "load":
@@ -338,6 +369,8 @@ def main():
         hostile(bucket)
     elif command == "full":
         full(bucket, sys.argv[3])
+    elif command == "race":
+        race(bucket)
     else:
         fail(f"unknown command {command}")
 

@@ -1,0 +1,98 @@
+//! Content that a GET is streaming is removed only when the GET is done with it. A DELETE or
+//! an overwrite takes the object's name away at once (a new GET does not find it), but a GET
+//! that started before reads the object it started with to its end, as S3 promises; the
+//! stripes go when this gateway's last reader of them lets go.
+//!
+//! Only this gateway process's readers are counted: a GET served by another gateway on the
+//! same pool is cut short by a removal here (with an error, never with other bytes).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use client::Pool;
+
+use crate::data;
+use crate::layout::{ObjectEntry, Segment};
+
+/// The instances being read, and the removals waiting for their readers.
+#[derive(Clone)]
+pub struct Readers {
+    pool: Pool,
+    held: Arc<Mutex<HashMap<String, Held>>>,
+}
+
+#[derive(Default)]
+struct Held {
+    readers: usize,
+    /// Stripes to remove once the last reader is done.
+    removal: Option<u64>,
+}
+
+impl Readers {
+    pub fn new(pool: Pool) -> Readers {
+        Readers {
+            pool,
+            held: Arc::default(),
+        }
+    }
+
+    /// Marks the content of `entry` as being read until the returned hold is dropped.
+    pub fn hold(&self, entry: &ObjectEntry) -> Hold {
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        let instances: Vec<String> = entry.segments.iter().map(|s| s.instance.clone()).collect();
+        for instance in &instances {
+            held.entry(instance.clone()).or_default().readers += 1;
+        }
+        Hold {
+            readers: self.clone(),
+            instances,
+        }
+    }
+
+    /// Removes the content of `entry`, which no name points to any more: now, or when its
+    /// readers are done.
+    pub async fn remove(&self, entry: &ObjectEntry) {
+        for segment in &entry.segments {
+            self.remove_segment(segment).await;
+        }
+    }
+
+    pub async fn remove_segment(&self, segment: &Segment) {
+        {
+            let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(reading) = held.get_mut(&segment.instance) {
+                reading.removal = Some(segment.stripes());
+                return;
+            }
+        }
+        data::remove_segment(&self.pool, segment).await;
+    }
+}
+
+/// Content being read (see [`Readers::hold`]).
+pub struct Hold {
+    readers: Readers,
+    instances: Vec<String>,
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        let mut held = self.readers.held.lock().unwrap_or_else(|p| p.into_inner());
+        for instance in &self.instances {
+            let Some(reading) = held.get_mut(instance) else {
+                continue;
+            };
+            assert!(reading.readers > 0, "a hold on {instance} counted");
+            reading.readers -= 1;
+            if reading.readers > 0 {
+                continue;
+            }
+            let removal = held.remove(instance).and_then(|h| h.removal);
+            if let (Some(stripes), Ok(runtime)) = (removal, tokio::runtime::Handle::try_current()) {
+                let pool = self.readers.pool.clone();
+                let instance = instance.clone();
+                runtime.spawn(async move { data::remove_stripes(&pool, &instance, stripes).await });
+            }
+        }
+    }
+}
