@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use block::image::{self, Access};
-use block::nbd::{self, Export};
+use block::nbd::{self, Export, TlsPolicy};
 use client::Pool;
 
 use crate::admin::{connect, json, Who};
@@ -97,6 +97,51 @@ pub struct ServeArgs {
     /// Write this process's id here once it serves.
     #[arg(long)]
     pid_file: Option<PathBuf>,
+    /// A directory with the server's certificate and key (`server-cert.pem`,
+    /// `server-key.pem`, as qemu-nbd names them): clients may then start TLS (`nbds://`
+    /// URIs). Needed to listen on an address that is not loopback, where TLS is required.
+    #[arg(long)]
+    tls_dir: Option<PathBuf>,
+    /// Serve nothing without TLS, on loopback too.
+    #[arg(long, requires = "tls_dir")]
+    tls_required: bool,
+}
+
+/// The server's certificate and key in a TLS directory (qemu-nbd's names; clients find
+/// the authority that signed them as `ca-cert.pem` beside them, as libnbd looks for it).
+pub const NBD_TLS_CERT: &str = "server-cert.pem";
+pub const NBD_TLS_KEY: &str = "server-key.pem";
+pub const NBD_TLS_CA: &str = "ca-cert.pem";
+
+/// Whether TLS is required on `listen` (a TCP address; `None` for a Unix socket): beyond
+/// loopback always, where data would cross a network in the clear.
+fn tls_required(listen: Option<&std::net::SocketAddr>, asked: bool) -> bool {
+    asked || listen.is_some_and(|addr| !addr.ip().is_loopback())
+}
+
+/// The TLS policy of `nbd serve`, from its arguments.
+fn tls_policy(
+    args: &ServeArgs,
+    listen: Option<&std::net::SocketAddr>,
+) -> Result<TlsPolicy, String> {
+    let required = tls_required(listen, args.tls_required);
+    let Some(dir) = &args.tls_dir else {
+        if required {
+            return Err(format!(
+                "{} is not a loopback address: NBD beyond loopback needs TLS; give --tls-dir \
+                 with {NBD_TLS_CERT} and {NBD_TLS_KEY}",
+                args.listen
+            ));
+        }
+        return Ok(TlsPolicy::PLAIN);
+    };
+    let config = gateway::serve::tls_config(&dir.join(NBD_TLS_CERT), &dir.join(NBD_TLS_KEY))?;
+    let mut config = (*config).clone();
+    config.alpn_protocols.clear();
+    Ok(TlsPolicy {
+        acceptor: Some(tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config))),
+        required,
+    })
 }
 
 /// POOL/NAME, split.
@@ -243,6 +288,17 @@ pub fn image(who: &Who, command: ImageCommand) -> Result<(), String> {
 pub fn nbd(who: &Who, command: NbdCommand) -> Result<(), String> {
     let NbdCommand::Serve(args) = command;
     let (pool_name, name) = split_spec(&args.image)?;
+    // Decided before the image is opened (and its lock taken).
+    let tls = match &args.socket {
+        Some(_) => tls_policy(&args, None)?,
+        None => {
+            let wanted: std::net::SocketAddr = args
+                .listen
+                .parse()
+                .map_err(|e| format!("--listen {}: {e}", args.listen))?;
+            tls_policy(&args, Some(&wanted))?
+        }
+    };
     let (_, runtime, cluster) = crate::admin::connect_waiting(who)?;
     runtime.block_on(async {
         let pool = cluster.pool(pool_name).await.map_err(|e| e.to_string())?;
@@ -269,19 +325,31 @@ pub fn nbd(who: &Who, command: NbdCommand) -> Result<(), String> {
                     crate::text::size(opened.size()),
                     path.display()
                 );
-                tokio::spawn(nbd::serve_unix(listener, export.clone()))
+                tokio::spawn(nbd::serve_unix(listener, export.clone(), tls))
             }
             None => {
                 let listener = tokio::net::TcpListener::bind(&args.listen)
                     .await
                     .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
                 let addr = listener.local_addr().map_err(|e| e.to_string())?;
+                let uri = match (&tls.acceptor, tls.required, &args.tls_dir) {
+                    (None, _, _) | (_, _, None) => format!("nbd://{addr}/{name}"),
+                    (Some(_), required, Some(dir)) => format!(
+                        "nbds://{addr}/{name}?tls-certificates={}{}",
+                        dir.display(),
+                        if required {
+                            " (TLS required)"
+                        } else {
+                            " (or nbd:// without TLS)"
+                        }
+                    ),
+                };
                 println!(
-                    "coffer nbd: serving {} ({} bytes) at nbd://{addr}/{name}",
+                    "coffer nbd: serving {} ({}) at {uri}",
                     args.image,
-                    opened.size()
+                    crate::text::size(opened.size())
                 );
-                tokio::spawn(nbd::serve_tcp(listener, export.clone()))
+                tokio::spawn(nbd::serve_tcp(listener, export.clone(), tls))
             }
         };
         if let Some(path) = &args.pid_file {
@@ -310,4 +378,22 @@ pub fn nbd(who: &Who, command: NbdCommand) -> Result<(), String> {
         }
         stopped
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tls_required;
+
+    #[test]
+    fn tls_is_required_beyond_loopback_or_when_asked() {
+        let at = |text: &str| text.parse::<std::net::SocketAddr>().expect("address");
+        assert!(!tls_required(Some(&at("127.0.0.1:10809")), false));
+        assert!(!tls_required(Some(&at("127.3.4.5:10809")), false));
+        assert!(!tls_required(Some(&at("[::1]:10809")), false));
+        assert!(!tls_required(None, false));
+        assert!(tls_required(Some(&at("10.0.0.5:10809")), false));
+        assert!(tls_required(Some(&at("0.0.0.0:10809")), false));
+        assert!(tls_required(Some(&at("[::]:10809")), false));
+        assert!(tls_required(Some(&at("127.0.0.1:10809")), true));
+    }
 }

@@ -292,6 +292,7 @@ pub fn run(args: UpArgs) -> Result<(), String> {
             ensure_image(&cluster, &nbd.image, args.image_size).await?;
             let dir = conf.dir.join("nbd");
             std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            ensure_nbd_certificate(&dir.join(NBD_TLS_DIR), &nbd.listen)?;
             daemons.spawn("nbd", nbd_args(nbd, &dir), &dir.join("log"))?;
         }
         if let Some(gw) = &conf.gw {
@@ -399,6 +400,12 @@ fn announcement(
             "  nbd:      nbd://{}/{name} (image {}; try: nbdinfo nbd://{}/{name})",
             nbd.listen, nbd.image, nbd.listen
         );
+        let _ = writeln!(
+            text,
+            "            over TLS: nbds://{}/{name}?tls-certificates={}",
+            nbd.listen,
+            dir.join("nbd").join(NBD_TLS_DIR).display()
+        );
     }
     if let Some(gw) = &conf.gw {
         let ca = dir.join(crate::gw::GW_DIR).join(gateway::tls::CA_FILE);
@@ -475,8 +482,11 @@ fn wait_bootstrap(seed: &Path, daemons: &mut Supervisor) -> Result<(), String> {
     Ok(())
 }
 
+/// Where `coffer up`'s NBD server keeps its TLS certificate, in its directory.
+const NBD_TLS_DIR: &str = "tls";
+
 /// The arguments of the NBD server `coffer up` runs: it waits out the lock of a server that
-/// crashed (its own earlier run) instead of failing.
+/// crashed (its own earlier run) instead of failing, and offers TLS.
 fn nbd_args(nbd: &NbdSection, dir: &Path) -> Vec<String> {
     vec![
         "nbd".into(),
@@ -487,7 +497,32 @@ fn nbd_args(nbd: &NbdSection, dir: &Path) -> Vec<String> {
         "--wait-lock".into(),
         "--pid-file".into(),
         dir.join("pid").display().to_string(),
+        "--tls-dir".into(),
+        dir.join(NBD_TLS_DIR).display().to_string(),
     ]
+}
+
+/// Makes the NBD server's certificate in `dir`, with the authority that signed it as
+/// `ca-cert.pem` beside it (where libnbd's `tls-certificates` looks), unless there is one.
+fn ensure_nbd_certificate(dir: &Path, listen: &str) -> Result<(), String> {
+    use crate::image::{NBD_TLS_CA, NBD_TLS_CERT, NBD_TLS_KEY};
+    if dir.join(NBD_TLS_CERT).exists() {
+        return Ok(());
+    }
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let made = certificate_for(listen, "NBD")?;
+    write_private(&dir.join(NBD_TLS_CA), &made.ca)?;
+    write_private(&dir.join(NBD_TLS_KEY), &made.key)?;
+    write_private(&dir.join(NBD_TLS_CERT), &made.chain)
+}
+
+/// A certificate for the address `listen` and `localhost`, with the authority made for it.
+fn certificate_for(listen: &str, what: &str) -> Result<gateway::tls::Generated, String> {
+    let ip = listen
+        .parse::<std::net::SocketAddr>()
+        .map_err(|e| format!("{what} address {listen}: {e}"))?
+        .ip();
+    gateway::tls::generate(&[ip.to_string(), "localhost".into()])
 }
 
 /// The arguments of the metadata daemon `coffer up` runs.
@@ -542,11 +577,7 @@ fn ensure_gw_certificate(dir: &Path, listen: &str) -> Result<(), String> {
         return Ok(());
     }
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let ip = listen
-        .parse::<std::net::SocketAddr>()
-        .map_err(|e| format!("gateway address {listen}: {e}"))?
-        .ip();
-    let made = gateway::tls::generate(&[ip.to_string(), "localhost".into()])?;
+    let made = certificate_for(listen, "gateway")?;
     write_private(&dir.join(CA_FILE), &made.ca)?;
     write_private(&dir.join(KEY_FILE), &made.key)?;
     write_private(&dir.join(CERT_FILE), &made.chain)

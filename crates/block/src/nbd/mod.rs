@@ -6,6 +6,10 @@
 //! Every write is durable on every copy when it is acknowledged, so `FLUSH` and `FUA` cost
 //! nothing, and several connections may share the image (`CAN_MULTI_CONN`): a flush on any
 //! of them covers the writes completed on all of them.
+//!
+//! With a certificate ([`TlsPolicy`]), clients may upgrade a connection to TLS 1.3 with
+//! `STARTTLS` (rustls), as `nbds://` URIs do; where TLS is required, nothing is served
+//! without it.
 
 mod negotiate;
 mod transmit;
@@ -21,7 +25,7 @@ use tokio::sync::{OwnedRwLockReadGuard, OwnedRwLockWriteGuard, RwLock, Semaphore
 use crate::error::Error;
 use crate::image::Image;
 
-pub use negotiate::{NEGOTIATION_TIMEOUT, PAYLOAD_BYTES_MAX};
+pub use negotiate::{Tls, NEGOTIATION_TIMEOUT, PAYLOAD_BYTES_MAX};
 pub use transmit::{BYTES_IN_FLIGHT_MAX, REQUESTS_IN_FLIGHT_MAX};
 
 /// Connections one export serves at once; more are closed as they arrive.
@@ -89,32 +93,70 @@ impl Export {
     }
 }
 
+/// Whether connections may, or must, go over TLS.
+#[derive(Clone)]
+pub struct TlsPolicy {
+    /// The server's certificate and key; `None`: plaintext only.
+    pub acceptor: Option<tokio_rustls::TlsAcceptor>,
+    /// Nothing is served without TLS.
+    pub required: bool,
+}
+
+impl TlsPolicy {
+    pub const PLAIN: TlsPolicy = TlsPolicy {
+        acceptor: None,
+        required: false,
+    };
+
+    fn before_handshake(&self) -> Tls {
+        match (&self.acceptor, self.required) {
+            (None, _) => Tls::Off,
+            (Some(_), false) => Tls::Offered,
+            (Some(_), true) => Tls::Required,
+        }
+    }
+}
+
 /// Serves `export` to every client that connects to `listener`, until the listener fails.
-pub async fn serve_tcp(listener: TcpListener, export: Arc<Export>) -> std::io::Result<()> {
+pub async fn serve_tcp(
+    listener: TcpListener,
+    export: Arc<Export>,
+    tls: TlsPolicy,
+) -> std::io::Result<()> {
+    assert!(
+        !tls.required || tls.acceptor.is_some(),
+        "TLS required without a certificate"
+    );
     loop {
         let (stream, peer) = listener.accept().await?;
         let _ = stream.set_nodelay(true);
         let export = export.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
             let (reader, writer) = stream.into_split();
-            connection(reader, writer, export, peer.to_string()).await;
+            connection(reader, writer, export, peer.to_string(), tls).await;
         });
     }
 }
 
 /// Serves `export` on a Unix socket.
-pub async fn serve_unix(listener: UnixListener, export: Arc<Export>) -> std::io::Result<()> {
+pub async fn serve_unix(
+    listener: UnixListener,
+    export: Arc<Export>,
+    tls: TlsPolicy,
+) -> std::io::Result<()> {
     loop {
         let (stream, _) = listener.accept().await?;
         let export = export.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
             let (reader, writer) = stream.into_split();
-            connection(reader, writer, export, "unix socket".into()).await;
+            connection(reader, writer, export, "unix socket".into(), tls).await;
         });
     }
 }
 
-async fn connection<R, W>(reader: R, writer: W, export: Arc<Export>, peer: String)
+async fn connection<R, W>(reader: R, writer: W, export: Arc<Export>, peer: String, tls: TlsPolicy)
 where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
@@ -123,22 +165,64 @@ where
         tracing::warn!(%peer, "refusing a connection: {CONNECTIONS_MAX} already open or draining");
         return;
     };
+    let deadline = tokio::time::Instant::now() + NEGOTIATION_TIMEOUT;
     let mut stream = tokio::io::join(reader, writer);
-    let session = match negotiate::negotiate(&mut stream, &export).await {
-        Ok(Some(session)) => session,
-        Ok(None) => return,
-        Err(e) => {
-            tracing::info!(%peer, "negotiation ended: {e}");
-            return;
+    let plain = negotiate::within(deadline, async {
+        let no_zeroes = negotiate::greet(&mut stream).await?;
+        let outcome =
+            negotiate::options(&mut stream, &export, no_zeroes, tls.before_handshake()).await?;
+        Ok((no_zeroes, outcome))
+    })
+    .await;
+    match plain {
+        Ok((_, negotiate::Outcome::Transmit(session))) => {
+            let (reader, writer) = stream.into_inner();
+            serve(reader, writer, &export, session, &peer, false).await;
         }
-    };
+        Ok((no_zeroes, negotiate::Outcome::StartTls)) => {
+            let acceptor = tls
+                .acceptor
+                .expect("STARTTLS is acknowledged only with a certificate");
+            let secured = negotiate::within(deadline, async {
+                let mut secure = acceptor.accept(stream).await?;
+                let outcome =
+                    negotiate::options(&mut secure, &export, no_zeroes, Tls::Active).await?;
+                Ok((secure, outcome))
+            })
+            .await;
+            match secured {
+                Ok((secure, negotiate::Outcome::Transmit(session))) => {
+                    let (reader, writer) = tokio::io::split(secure);
+                    serve(reader, writer, &export, session, &peer, true).await;
+                }
+                Ok(_) => {}
+                Err(e) => tracing::info!(%peer, "negotiation inside TLS ended: {e}"),
+            }
+        }
+        Ok((_, negotiate::Outcome::Closed)) => {}
+        Err(e) => tracing::info!(%peer, "negotiation ended: {e}"),
+    }
+}
+
+/// Transmission on a negotiated connection, until the client leaves.
+async fn serve<R, W>(
+    reader: R,
+    writer: W,
+    export: &Arc<Export>,
+    session: negotiate::Session,
+    peer: &str,
+    tls: bool,
+) where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
     tracing::info!(
         %peer,
         image = export.image.spec(),
         structured_replies = session.structured_replies,
+        tls,
         "client connected"
     );
-    let (reader, writer) = stream.into_inner();
     let stats = Arc::new(transmit::Stats::default());
     let started = Instant::now();
     transmit::transmit(reader, writer, export.clone(), session, stats.clone()).await;

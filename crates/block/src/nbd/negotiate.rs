@@ -11,7 +11,13 @@
 //! | `STRUCTURED_REPLY`              | `ACK`; reads may then come back in chunks and holes |
 //! | `LIST_`/`SET_META_CONTEXT`      | `base:allocation` (structured replies first)        |
 //! | `ABORT`                         | `ACK`, then the server closes                       |
-//! | `STARTTLS`, anything else       | `ERR_UNSUP`; the client may go on                    |
+//! | `STARTTLS`                      | `ACK` and a TLS handshake where the server has a    |
+//! |                                 | certificate (then negotiation starts over inside    |
+//! |                                 | TLS), `ERR_POLICY` where it has none                |
+//! | anything else                   | `ERR_UNSUP`; the client may go on                    |
+//!
+//! Where TLS is required ([`Tls::Required`]), every option but `STARTTLS` and `ABORT` gets
+//! `ERR_TLS_REQD` before the handshake (`EXPORT_NAME`, which has no errors, closes).
 //!
 //! A client without the fixed-newstyle flag, or with flags this server does not know, is
 //! disconnected; so is one that sends an option longer than [`OPTION_BYTES_MAX`], more than
@@ -50,12 +56,36 @@ pub struct Session {
     pub flags: u16,
 }
 
-/// Runs the negotiation on `stream`. `Ok(None)`: the client left before transmission.
-pub async fn negotiate<S>(stream: &mut S, export: &Export) -> io::Result<Option<Session>>
-where
-    S: AsyncRead + AsyncWrite + Unpin,
-{
-    match tokio::time::timeout(NEGOTIATION_TIMEOUT, run(stream, export)).await {
+/// Where a connection stands with TLS.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tls {
+    /// The server has no certificate: plaintext only.
+    Off,
+    /// A client may start TLS, or not.
+    Offered,
+    /// Nothing but TLS: options other than `STARTTLS` and `ABORT` are refused until then.
+    Required,
+    /// The connection is inside TLS.
+    Active,
+}
+
+/// How a negotiation (or its part on one stream) ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The client picked the export: transmission follows.
+    Transmit(Session),
+    /// The client left, or asked to.
+    Closed,
+    /// `STARTTLS` was acknowledged: a TLS handshake follows, then [`options`] again inside.
+    StartTls,
+}
+
+/// Runs `phase` within what is left of the negotiation's time, which ends at `deadline`.
+pub async fn within<T>(
+    deadline: tokio::time::Instant,
+    phase: impl std::future::Future<Output = io::Result<T>>,
+) -> io::Result<T> {
+    match tokio::time::timeout_at(deadline, phase).await {
         Ok(result) => result,
         Err(_) => Err(io::Error::new(
             io::ErrorKind::TimedOut,
@@ -82,7 +112,9 @@ fn transmission_flags(export: &Export, structured_replies: bool) -> u16 {
     flags
 }
 
-async fn run<S>(stream: &mut S, export: &Export) -> io::Result<Option<Session>>
+/// Sends the greeting and reads the client's flags; returns whether the client asked for
+/// no zeroes.
+pub async fn greet<S>(stream: &mut S) -> io::Result<bool>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
@@ -101,7 +133,20 @@ where
     if client_flags & !(FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES) != 0 {
         return Err(refused(format!("unknown client flags {client_flags:#x}")));
     }
-    let no_zeroes = client_flags & FLAG_C_NO_ZEROES != 0;
+    Ok(client_flags & FLAG_C_NO_ZEROES != 0)
+}
+
+/// Answers options on `stream` until the client picks the export, leaves, or starts TLS.
+/// Negotiated state starts afresh on each stream, as the protocol asks after `STARTTLS`.
+pub async fn options<S>(
+    stream: &mut S,
+    export: &Export,
+    no_zeroes: bool,
+    tls: Tls,
+) -> io::Result<Outcome>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
     let mut session = Session::default();
     for _ in 0..OPTIONS_MAX {
         let magic = stream.read_u64().await?;
@@ -118,22 +163,64 @@ where
         let mut data = vec![0u8; len as usize];
         stream.read_exact(&mut data).await?;
         let mut out = Vec::new();
-        let next = answer(export, &mut session, option, &data, no_zeroes, &mut out);
+        let next = match gate(tls, option, &data, &mut out) {
+            Some(next) => next,
+            None => answer(export, &mut session, option, &data, no_zeroes, &mut out),
+        };
         stream.write_all(&out).await?;
         stream.flush().await?;
         match next {
             Next::Continue => {}
-            Next::Transmit => return Ok(Some(session)),
-            Next::Close => return Ok(None),
+            Next::Transmit => return Ok(Outcome::Transmit(session)),
+            Next::StartTls => return Ok(Outcome::StartTls),
+            Next::Close => return Ok(Outcome::Closed),
             Next::Disconnect(why) => return Err(refused(why)),
         }
     }
     Err(refused(format!("more than {OPTIONS_MAX} options")))
 }
 
+/// The answer TLS decides, if it decides one: `STARTTLS` itself, and every option but
+/// `ABORT` while TLS is required and not yet active.
+fn gate(tls: Tls, option: u32, data: &[u8], out: &mut Vec<u8>) -> Option<Next> {
+    let mut reply = |kind: u32, body: &[u8]| out.extend(option_reply(option, kind, body));
+    match (option, tls) {
+        (OPT_STARTTLS, Tls::Off) => {
+            reply(REP_ERR_POLICY, b"this server has no TLS certificate");
+            Some(Next::Continue)
+        }
+        (OPT_STARTTLS, Tls::Active) => {
+            reply(REP_ERR_INVALID, b"TLS is already on");
+            Some(Next::Continue)
+        }
+        (OPT_STARTTLS, _) if !data.is_empty() => {
+            reply(REP_ERR_INVALID, b"STARTTLS takes no data");
+            Some(Next::Continue)
+        }
+        (OPT_STARTTLS, _) => {
+            reply(REP_ACK, &[]);
+            Some(Next::StartTls)
+        }
+        (OPT_ABORT, _) => None,
+        (OPT_EXPORT_NAME, Tls::Required) => Some(Next::Disconnect(
+            "EXPORT_NAME without TLS, which this server requires".into(),
+        )),
+        (_, Tls::Required) => {
+            reply(
+                REP_ERR_TLS_REQD,
+                b"this server requires TLS: send STARTTLS first",
+            );
+            Some(Next::Continue)
+        }
+        _ => None,
+    }
+}
+
 enum Next {
     Continue,
     Transmit,
+    /// Acknowledged STARTTLS: the TLS handshake comes next.
+    StartTls,
     /// The client asked to end (or left): close quietly.
     Close,
     /// The protocol leaves no answer but to close.
