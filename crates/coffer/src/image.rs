@@ -103,8 +103,12 @@ pub struct ServeArgs {
     #[arg(long)]
     tls_dir: Option<PathBuf>,
     /// Serve nothing without TLS, on loopback too.
-    #[arg(long, requires = "tls_dir")]
+    #[arg(long, requires = "tls_dir", conflicts_with = "allow_plain")]
     tls_required: bool,
+    /// Serve clients without TLS on an address that is not loopback: the image's data then
+    /// crosses that network in the clear. Only for a network you trust.
+    #[arg(long)]
+    allow_plain: bool,
 }
 
 /// The server's certificate and key in a TLS directory (qemu-nbd's names; clients find
@@ -113,10 +117,11 @@ pub const NBD_TLS_CERT: &str = "server-cert.pem";
 pub const NBD_TLS_KEY: &str = "server-key.pem";
 pub const NBD_TLS_CA: &str = "ca-cert.pem";
 
-/// Whether TLS is required on `listen` (a TCP address; `None` for a Unix socket): beyond
-/// loopback always, where data would cross a network in the clear.
-fn tls_required(listen: Option<&std::net::SocketAddr>, asked: bool) -> bool {
-    asked || listen.is_some_and(|addr| !addr.ip().is_loopback())
+/// Whether TLS is required on `listen` (a TCP address; `None` for a Unix socket): when
+/// asked, and beyond loopback, where data would cross a network in the clear, unless the
+/// operator allows plaintext there.
+fn tls_required(listen: Option<&std::net::SocketAddr>, asked: bool, allow_plain: bool) -> bool {
+    asked || (!allow_plain && listen.is_some_and(|addr| !addr.ip().is_loopback()))
 }
 
 /// The TLS policy of `nbd serve`, from its arguments.
@@ -124,12 +129,13 @@ fn tls_policy(
     args: &ServeArgs,
     listen: Option<&std::net::SocketAddr>,
 ) -> Result<TlsPolicy, String> {
-    let required = tls_required(listen, args.tls_required);
+    let required = tls_required(listen, args.tls_required, args.allow_plain);
     let Some(dir) = &args.tls_dir else {
         if required {
             return Err(format!(
                 "{} is not a loopback address: NBD beyond loopback needs TLS; give --tls-dir \
-                 with {NBD_TLS_CERT} and {NBD_TLS_KEY}",
+                 with {NBD_TLS_CERT} and {NBD_TLS_KEY} (or --allow-plain, on a network you \
+                 trust)",
                 args.listen
             ));
         }
@@ -387,13 +393,14 @@ mod tests {
     #[test]
     fn tls_is_required_beyond_loopback_or_when_asked() {
         let at = |text: &str| text.parse::<std::net::SocketAddr>().expect("address");
-        assert!(!tls_required(Some(&at("127.0.0.1:10809")), false));
-        assert!(!tls_required(Some(&at("127.3.4.5:10809")), false));
-        assert!(!tls_required(Some(&at("[::1]:10809")), false));
-        assert!(!tls_required(None, false));
-        assert!(tls_required(Some(&at("10.0.0.5:10809")), false));
-        assert!(tls_required(Some(&at("0.0.0.0:10809")), false));
-        assert!(tls_required(Some(&at("[::]:10809")), false));
-        assert!(tls_required(Some(&at("127.0.0.1:10809")), true));
+        assert!(!tls_required(Some(&at("127.0.0.1:10809")), false, false));
+        assert!(!tls_required(Some(&at("127.3.4.5:10809")), false, false));
+        assert!(!tls_required(Some(&at("[::1]:10809")), false, false));
+        assert!(!tls_required(None, false, false));
+        assert!(tls_required(Some(&at("10.0.0.5:10809")), false, false));
+        assert!(tls_required(Some(&at("0.0.0.0:10809")), false, false));
+        assert!(tls_required(Some(&at("[::]:10809")), false, false));
+        assert!(tls_required(Some(&at("127.0.0.1:10809")), true, false));
+        assert!(!tls_required(Some(&at("10.0.0.5:10809")), false, true));
     }
 }

@@ -143,6 +143,20 @@ fn two_osds_down_pauses_writes_until_one_returns() {
         "the status says why: {status}"
     );
 
+    // The CLI says why it waits, and for how long it will.
+    let waited = std::process::Command::new("timeout")
+        .args(["10", common::COFFER, "--conf"])
+        .arg(&cluster.conf)
+        .args(["obj", "put", "data", "cli-waits", "/etc/hostname"])
+        .output()
+        .expect("timeout coffer obj put");
+    let said = String::from_utf8_lossy(&waited.stderr);
+    assert_eq!(waited.status.code(), Some(124), "obj put returned: {said}");
+    assert!(
+        said.contains("waiting: pg") && said.contains("1 of its OSDs up, min_size 2"),
+        "obj put waits without saying why: {said}"
+    );
+
     // A write now waits (it is not refused, and not acknowledged) ...
     let paused = {
         let pool = pool.clone();
