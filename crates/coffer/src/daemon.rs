@@ -182,6 +182,8 @@ pub fn run_osd(conf_path: &Path, args: OsdArgs) -> Result<(), String> {
             .map_err(|e| format!("creating the store in {}: {e}", store_dir.display()))?;
             tracing::info!(store = %store_dir.display(), at_rest = %conf.osd.at_rest, "store created");
         }
+        // Before it waits: whoever signals it by its pid file reaches this process.
+        write_pid(&dir)?;
         let stop = stop_signal();
         tokio::pin!(stop);
         tokio::select! {
@@ -191,17 +193,20 @@ pub fn run_osd(conf_path: &Path, args: OsdArgs) -> Result<(), String> {
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .map_err(|e| format!("{entity} cannot listen: {e}"))?;
-        let daemon = osd::Osd::start(&identity, config, listener)
-            .await
-            .map_err(|e| e.to_string())?;
-        write_pid(&dir)?;
+        let daemon = tokio::select! {
+            result = &mut stop => return result,
+            started = osd::Osd::start(&identity, config, listener) => {
+                started.map_err(|e| e.to_string())?
+            }
+        };
         tokio::select! {
             result = &mut stop => result?,
             cause = daemon.store_failed() => {
                 daemon.shutdown().await;
                 return Err(format!(
                     "{entity}: its store failed ({cause}); stopping so that it is opened \
-                     again, as after a crash (coffer up starts it again)"
+                     again, as after a crash (coffer up starts it again unless run with \
+                     --no-restart)"
                 ));
             }
         }

@@ -117,17 +117,19 @@ pub const NBD_TLS_CERT: &str = "server-cert.pem";
 pub const NBD_TLS_KEY: &str = "server-key.pem";
 pub const NBD_TLS_CA: &str = "ca-cert.pem";
 
-/// Whether TLS is required on `listen` (a TCP address; `None` for a Unix socket): when
-/// asked, and beyond loopback, where data would cross a network in the clear, unless the
-/// operator allows plaintext there.
-fn tls_required(listen: Option<&std::net::SocketAddr>, asked: bool, allow_plain: bool) -> bool {
-    asked || (!allow_plain && listen.is_some_and(|addr| !addr.ip().is_loopback()))
+/// Whether TLS is required on `listen` (the addresses a TCP listener's name stands for;
+/// `None` for a Unix socket): when asked, and beyond loopback, where data would cross a
+/// network in the clear, unless the operator allows plaintext there.
+fn tls_required(listen: Option<&[std::net::SocketAddr]>, asked: bool, allow_plain: bool) -> bool {
+    asked
+        || (!allow_plain
+            && listen.is_some_and(|addrs| addrs.iter().any(|addr| !addr.ip().is_loopback())))
 }
 
 /// The TLS policy of `nbd serve`, from its arguments.
 fn tls_policy(
     args: &ServeArgs,
-    listen: Option<&std::net::SocketAddr>,
+    listen: Option<&[std::net::SocketAddr]>,
 ) -> Result<TlsPolicy, String> {
     let required = tls_required(listen, args.tls_required, args.allow_plain);
     let Some(dir) = &args.tls_dir else {
@@ -298,10 +300,12 @@ pub fn nbd(who: &Who, command: NbdCommand) -> Result<(), String> {
     let tls = match &args.socket {
         Some(_) => tls_policy(&args, None)?,
         None => {
-            let wanted: std::net::SocketAddr = args
+            use std::net::ToSocketAddrs;
+            let wanted: Vec<std::net::SocketAddr> = args
                 .listen
-                .parse()
-                .map_err(|e| format!("--listen {}: {e}", args.listen))?;
+                .to_socket_addrs()
+                .map_err(|e| format!("--listen {}: {e}", args.listen))?
+                .collect();
             tls_policy(&args, Some(&wanted))?
         }
     };
@@ -392,15 +396,23 @@ mod tests {
 
     #[test]
     fn tls_is_required_beyond_loopback_or_when_asked() {
-        let at = |text: &str| text.parse::<std::net::SocketAddr>().expect("address");
-        assert!(!tls_required(Some(&at("127.0.0.1:10809")), false, false));
-        assert!(!tls_required(Some(&at("127.3.4.5:10809")), false, false));
-        assert!(!tls_required(Some(&at("[::1]:10809")), false, false));
+        let at = |text: &str| vec![text.parse::<std::net::SocketAddr>().expect("address")];
+        assert!(!tls_required(
+            Some(&at("127.0.0.1:10809")[..]),
+            false,
+            false
+        ));
+        assert!(!tls_required(
+            Some(&at("127.3.4.5:10809")[..]),
+            false,
+            false
+        ));
+        assert!(!tls_required(Some(&at("[::1]:10809")[..]), false, false));
         assert!(!tls_required(None, false, false));
-        assert!(tls_required(Some(&at("10.0.0.5:10809")), false, false));
-        assert!(tls_required(Some(&at("0.0.0.0:10809")), false, false));
-        assert!(tls_required(Some(&at("[::]:10809")), false, false));
-        assert!(tls_required(Some(&at("127.0.0.1:10809")), true, false));
-        assert!(!tls_required(Some(&at("10.0.0.5:10809")), false, true));
+        assert!(tls_required(Some(&at("10.0.0.5:10809")[..]), false, false));
+        assert!(tls_required(Some(&at("0.0.0.0:10809")[..]), false, false));
+        assert!(tls_required(Some(&at("[::]:10809")[..]), false, false));
+        assert!(tls_required(Some(&at("127.0.0.1:10809")[..]), true, false));
+        assert!(!tls_required(Some(&at("10.0.0.5:10809")[..]), false, true));
     }
 }

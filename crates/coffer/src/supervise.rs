@@ -264,8 +264,9 @@ impl Supervisor {
                     (false, _) => {
                         daemon.phase = Phase::Stopped;
                         news.push(format!(
-                            "{what}; start it again with `{} daemon start {name}`",
-                            crate::up::command_name()
+                            "{what}; start it again with `{} --conf {} daemon start {name}`",
+                            crate::up::command_name(),
+                            self.conf.display()
                         ));
                     }
                     (true, Some(pause)) => {
@@ -277,9 +278,10 @@ impl Supervisor {
                         daemon.phase = Phase::Failed;
                         news.push(format!(
                             "{what}; it crashed {GIVE_UP_AFTER} times in a row soon after \
-                             starting, so it stays stopped: `{} daemon start {name}` once its \
-                             log ({}) says why",
+                             starting, so it stays stopped: `{} --conf {} daemon start {name}` \
+                             once its log ({}) says why",
                             crate::up::command_name(),
+                            self.conf.display(),
                             daemon.spec.log.display()
                         ));
                     }
@@ -526,6 +528,23 @@ fn stop_children(mut children: Vec<(String, Child)>) {
     }
 }
 
+/// Refuses, before anything starts, a data directory whose control socket's path is longer
+/// than a Unix socket's address holds.
+pub fn check_socket_path(dir: &Path) -> Result<(), String> {
+    const SUN_PATH_BYTES: usize = 108;
+    let path = dir.join(SOCKET);
+    let length = path.as_os_str().len();
+    if length >= SUN_PATH_BYTES {
+        return Err(format!(
+            "{} is {length} bytes long, and a Unix socket's path holds at most {}: give \
+             --data a shorter directory",
+            path.display(),
+            SUN_PATH_BYTES - 1
+        ));
+    }
+    Ok(())
+}
+
 /// Removes the control socket of a `coffer up` that is stopping.
 pub fn unlisten(dir: &Path) {
     let _ = std::fs::remove_file(dir.join(SOCKET));
@@ -546,7 +565,16 @@ pub fn listen(
         .map_err(|e| format!("{}: {e}", path.display()))?;
     let (send, receive) = tokio::sync::mpsc::channel(16);
     tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
+        loop {
+            let stream = match listener.accept().await {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of descriptors, for example: the next connection may do.
+                    tracing::warn!("{}: {e}", SOCKET);
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
             let send = send.clone();
             tokio::spawn(async move {
                 if let Err(why) = answer(stream, send).await {

@@ -242,6 +242,7 @@ pub fn run(args: UpArgs) -> Result<(), String> {
     let dir =
         std::fs::canonicalize(&args.data).map_err(|e| format!("{}: {e}", args.data.display()))?;
     let _lock = lock(&dir)?;
+    crate::supervise::check_socket_path(&dir)?;
     let conf_path = dir.join(CONF_FILE);
     let fresh = !conf_path.exists();
     let conf = if fresh {
@@ -395,17 +396,29 @@ fn announcement(
     );
     if let Some(nbd) = &conf.nbd {
         let name = nbd.image.split_once('/').map_or("", |(_, name)| name);
-        let _ = writeln!(
-            text,
-            "  nbd:      nbd://{}/{name} (image {}; try: nbdinfo nbd://{}/{name})",
-            nbd.listen, nbd.image, nbd.listen
-        );
-        let _ = writeln!(
-            text,
-            "            over TLS: nbds://{}/{name}?tls-certificates={}",
+        let tls = format!(
+            "nbds://{}/{name}?tls-certificates={}",
             nbd.listen,
             dir.join("nbd").join(NBD_TLS_DIR).display()
         );
+        let loopback = nbd
+            .listen
+            .parse::<std::net::SocketAddr>()
+            .is_ok_and(|addr| addr.ip().is_loopback());
+        if loopback {
+            let _ = writeln!(
+                text,
+                "  nbd:      nbd://{}/{name} (image {}; try: nbdinfo nbd://{}/{name})",
+                nbd.listen, nbd.image, nbd.listen
+            );
+            let _ = writeln!(text, "            over TLS: {tls}");
+        } else {
+            let _ = writeln!(
+                text,
+                "  nbd:      {tls} (image {}; TLS only, beyond loopback)",
+                nbd.image
+            );
+        }
     }
     if let Some(gw) = &conf.gw {
         let ca = dir.join(crate::gw::GW_DIR).join(gateway::tls::CA_FILE);

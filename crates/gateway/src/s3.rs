@@ -212,10 +212,10 @@ impl Gateway {
         key: &Option<String>,
         key_md5: &Option<String>,
     ) -> S3Result<data::Reader> {
+        let hold = self.readers.hold(source);
         let customer = encryption::customer_key(algorithm, key, key_md5)?;
         encryption::check_customer(&source.sse, customer.as_ref())?;
         let keys = self.keys(source, customer.as_ref()).await?;
-        let hold = self.readers.hold(source);
         Ok(data::read(&self.pool, source, range, keys, hold))
     }
 
@@ -920,6 +920,8 @@ impl S3 for Gateway {
         let input = req.input;
         self.owned(&user, &input.bucket).await?;
         let entry = self.entry(&input.bucket, &input.key).await?;
+        // At once: the data key may take a round trip to the KMS.
+        let hold = self.readers.hold(&entry);
         conditions!(input).check(&entry)?;
         let customer = encryption::customer_key(
             &input.sse_customer_algorithm,
@@ -929,7 +931,6 @@ impl S3 for Gateway {
         encryption::check_customer(&entry.sse, customer.as_ref())?;
         let keys = self.keys(&entry, customer.as_ref()).await?;
         let (range, content_range) = span(&entry, input.range.as_ref(), input.part_number)?;
-        let hold = self.readers.hold(&entry);
         let body = data::read(&self.pool, &entry, range.clone(), keys, hold);
         let described = encryption::describe(&entry.sse, customer.as_ref());
         Ok(S3Response::new(GetObjectOutput {

@@ -91,6 +91,13 @@ pub struct Usage {
     pub host_free_bytes: u64,
 }
 
+impl Usage {
+    /// Whether the file system under the store is short of room ([`HOST_FULL_BYTES`]).
+    pub fn host_full(&self) -> bool {
+        judge_host(self.host_free_bytes) == Space::Full
+    }
+}
+
 impl Default for Usage {
     /// Nothing known: an empty store on a file system that does not say.
     fn default() -> Self {

@@ -598,6 +598,21 @@ impl ObjectOp {
         )
     }
 
+    /// Whether the op may add to a store's metadata database (objects, attributes, omap
+    /// entries, extents), which grows on the file system under the store: what an OSD whose
+    /// file system is short of room refuses. Removals and conditions take nothing.
+    pub fn adds_metadata(&self) -> bool {
+        self.is_write()
+            && !self.is_condition()
+            && !matches!(
+                self,
+                ObjectOp::Remove
+                    | ObjectOp::RemoveAttr { .. }
+                    | ObjectOp::OmapRemove { .. }
+                    | ObjectOp::OmapClear
+            )
+    }
+
     pub fn is_condition(&self) -> bool {
         matches!(
             self,

@@ -356,6 +356,8 @@ impl OsdService {
         }
         if op.ops.iter().any(ObjectOp::writes_data) {
             self.check_space(op.pg)?;
+        } else if op.ops.iter().any(ObjectOp::adds_metadata) {
+            self.check_room(op.pg)?;
         }
         let object = objects::object_ref(op.pg, &op.object);
         self.check_conditions(&object, &op.ops).await?;
@@ -465,6 +467,26 @@ impl OsdService {
             )));
         }
         Ok(())
+    }
+
+    /// Refuses a write of metadata while the file system under this OSD's store is short of
+    /// room: the metadata database grows there, and a commit that meets a full file system
+    /// stops the OSD. (A store whose data area is full still takes metadata writes.)
+    fn check_room(&self, id: PgId) -> Result<(), OsdReply> {
+        let usage = usage(&self.inner.store.statfs());
+        if !usage.host_full() {
+            return Ok(());
+        }
+        let map = self.inner.map.borrow().clone();
+        let pool = map.pools.get(&id.pool).map_or("?", |p| p.name.as_str());
+        Err(OsdReply::Full(format!(
+            "pool {pool} is full: osd.{}, the primary of pg {}.{}, has {}; only removals go \
+             through until there is room",
+            self.inner.id.0,
+            id.pool,
+            id.number,
+            map.space_ratios.explain(&usage)
+        )))
     }
 
     /// Refuses a write whose conditions do not hold in the store, an exclusive create of an

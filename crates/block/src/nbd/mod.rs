@@ -7,7 +7,7 @@
 //! nothing, and several connections may share the image (`CAN_MULTI_CONN`): a flush on any
 //! of them covers the writes completed on all of them.
 //!
-//! With a certificate ([`TlsPolicy`]), clients may upgrade a connection to TLS 1.3 with
+//! With a certificate ([`TlsPolicy`]), clients may upgrade a connection to TLS (1.3 or 1.2) with
 //! `STARTTLS` (rustls), as `nbds://` URIs do; where TLS is required, nothing is served
 //! without it.
 

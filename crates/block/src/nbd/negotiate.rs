@@ -394,3 +394,71 @@ fn meta_context(
     }
     reply(REP_ACK, &[]);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What `gate` decides for `option`: the reply type it wrote (if any) and what comes next.
+    fn gated(tls: Tls, option: u32, data: &[u8]) -> Option<(Option<u32>, &'static str)> {
+        let mut out = Vec::new();
+        let next = gate(tls, option, data, &mut out)?;
+        let kind = (out.len() >= 16)
+            .then(|| u32::from_be_bytes(out[12..16].try_into().expect("four bytes")));
+        let next = match next {
+            Next::Continue => "continue",
+            Next::StartTls => "start tls",
+            Next::Disconnect(_) => "disconnect",
+            Next::Transmit | Next::Close => "other",
+        };
+        Some((kind, next))
+    }
+
+    #[test]
+    fn starttls_follows_the_servers_certificate_and_where_it_stands() {
+        assert_eq!(
+            gated(Tls::Off, OPT_STARTTLS, &[]),
+            Some((Some(REP_ERR_POLICY), "continue"))
+        );
+        assert_eq!(
+            gated(Tls::Offered, OPT_STARTTLS, &[]),
+            Some((Some(REP_ACK), "start tls"))
+        );
+        assert_eq!(
+            gated(Tls::Required, OPT_STARTTLS, &[]),
+            Some((Some(REP_ACK), "start tls"))
+        );
+        assert_eq!(
+            gated(Tls::Required, OPT_STARTTLS, b"x"),
+            Some((Some(REP_ERR_INVALID), "continue"))
+        );
+        assert_eq!(
+            gated(Tls::Active, OPT_STARTTLS, &[]),
+            Some((Some(REP_ERR_INVALID), "continue"))
+        );
+    }
+
+    #[test]
+    fn required_tls_refuses_every_other_option_but_abort() {
+        for option in [
+            OPT_GO,
+            OPT_INFO,
+            OPT_LIST,
+            OPT_STRUCTURED_REPLY,
+            OPT_SET_META_CONTEXT,
+        ] {
+            assert_eq!(
+                gated(Tls::Required, option, &[]),
+                Some((Some(REP_ERR_TLS_REQD), "continue")),
+                "option {option}"
+            );
+            assert_eq!(gated(Tls::Active, option, &[]), None, "option {option}");
+            assert_eq!(gated(Tls::Offered, option, &[]), None, "option {option}");
+        }
+        assert_eq!(gated(Tls::Required, OPT_ABORT, &[]), None);
+        assert_eq!(
+            gated(Tls::Required, OPT_EXPORT_NAME, b"disk"),
+            Some((None, "disconnect"))
+        );
+    }
+}
