@@ -293,7 +293,10 @@ pub fn run(args: UpArgs) -> Result<(), String> {
             ensure_image(&cluster, &nbd.image, args.image_size).await?;
             let dir = conf.dir.join("nbd");
             std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-            ensure_nbd_certificate(&dir.join(NBD_TLS_DIR), &nbd.listen)?;
+            // libnbd's `tls-certificates` looks for the authority as ca-cert.pem.
+            use crate::image::{NBD_TLS_CA, NBD_TLS_CERT, NBD_TLS_KEY};
+            let names = [NBD_TLS_CA, NBD_TLS_KEY, NBD_TLS_CERT];
+            ensure_certificate(&dir.join(NBD_TLS_DIR), &nbd.listen, "NBD", names)?;
             daemons.spawn("nbd", nbd_args(nbd, &dir), &dir.join("log"))?;
         }
         if let Some(gw) = &conf.gw {
@@ -303,7 +306,8 @@ pub fn run(args: UpArgs) -> Result<(), String> {
                     .await?;
             }
             let dir = conf.dir.join(crate::gw::GW_DIR);
-            ensure_gw_certificate(&dir, &gw.listen)?;
+            use gateway::tls::{CA_FILE, CERT_FILE, KEY_FILE};
+            ensure_certificate(&dir, &gw.listen, "gateway", [CA_FILE, KEY_FILE, CERT_FILE])?;
             daemons.spawn("gw", gw_args(&dir), &dir.join("log"))?;
         }
         if args.fs != "none" {
@@ -515,27 +519,27 @@ fn nbd_args(nbd: &NbdSection, dir: &Path) -> Vec<String> {
     ]
 }
 
-/// Makes the NBD server's certificate in `dir`, with the authority that signed it as
-/// `ca-cert.pem` beside it (where libnbd's `tls-certificates` looks), unless there is one.
-fn ensure_nbd_certificate(dir: &Path, listen: &str) -> Result<(), String> {
-    use crate::image::{NBD_TLS_CA, NBD_TLS_CERT, NBD_TLS_KEY};
-    if dir.join(NBD_TLS_CERT).exists() {
+/// Makes a server's certificate for the address `listen` and `localhost` in `dir`, with
+/// the authority that signed it, as the files `names` (authority, key, certificate chain),
+/// unless there is one.
+fn ensure_certificate(
+    dir: &Path,
+    listen: &str,
+    what: &str,
+    [ca, key, chain]: [&str; 3],
+) -> Result<(), String> {
+    if dir.join(chain).exists() {
         return Ok(());
     }
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let made = certificate_for(listen, "NBD")?;
-    write_private(&dir.join(NBD_TLS_CA), &made.ca)?;
-    write_private(&dir.join(NBD_TLS_KEY), &made.key)?;
-    write_private(&dir.join(NBD_TLS_CERT), &made.chain)
-}
-
-/// A certificate for the address `listen` and `localhost`, with the authority made for it.
-fn certificate_for(listen: &str, what: &str) -> Result<gateway::tls::Generated, String> {
     let ip = listen
         .parse::<std::net::SocketAddr>()
         .map_err(|e| format!("{what} address {listen}: {e}"))?
         .ip();
-    gateway::tls::generate(&[ip.to_string(), "localhost".into()])
+    let made = gateway::tls::generate(&[ip.to_string(), "localhost".into()])?;
+    write_private(&dir.join(ca), &made.ca)?;
+    write_private(&dir.join(key), &made.key)?;
+    write_private(&dir.join(chain), &made.chain)
 }
 
 /// The arguments of the metadata daemon `coffer up` runs.
@@ -580,20 +584,6 @@ fn gw_args(dir: &Path) -> Vec<String> {
         "--pid-file".into(),
         dir.join("pid").display().to_string(),
     ]
-}
-
-/// Makes the gateway's certificate (and the authority clients trust) in `dir` unless there
-/// is one, for the address it listens on and `localhost`.
-fn ensure_gw_certificate(dir: &Path, listen: &str) -> Result<(), String> {
-    use gateway::tls::{CA_FILE, CERT_FILE, KEY_FILE};
-    if dir.join(CERT_FILE).exists() {
-        return Ok(());
-    }
-    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let made = certificate_for(listen, "gateway")?;
-    write_private(&dir.join(CA_FILE), &made.ca)?;
-    write_private(&dir.join(KEY_FILE), &made.key)?;
-    write_private(&dir.join(CERT_FILE), &made.chain)
 }
 
 /// Creates image `spec` (POOL/NAME) of `size` bytes unless it exists.
