@@ -11,8 +11,10 @@ import subprocess
 import sys
 
 # crate -> packages it must never reach. A front end must not see the messenger, the OSD or
-# the store; the store must not see the network; map and keys stay free of IO runtimes.
+# the store; the store must not see the network; map, keys and metrics stay free of IO
+# runtimes.
 NEVER = {
+    "coffer-metrics": ["tokio", "coffer-map", "coffer-keys", "coffer-store", "coffer-messenger"],
     "coffer-map": ["tokio", "coffer-keys", "coffer-store", "redb"],
     "coffer-keys": ["tokio", "coffer-map", "coffer-store", "redb"],
     "coffer-store": ["tokio", "coffer-messenger", "coffer-osd", "coffer-mon", "coffer-client"],

@@ -13,6 +13,7 @@
 pub mod error;
 pub mod image;
 pub mod lock;
+pub mod metrics;
 pub mod nbd;
 
 pub use error::Error;

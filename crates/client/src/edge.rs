@@ -280,6 +280,7 @@ impl EdgeKeys {
                     self.pool
                 ))
             })?;
+            metrics::crypto::opened(metrics::crypto::Kind::Edge, bytes.len());
         }
         Ok(())
     }
@@ -307,6 +308,7 @@ impl Sealing {
         nonce[8..].copy_from_slice(&(self.counter as u32).to_be_bytes());
         set_index(&mut self.aad, self.index);
         let tag = self.key.seal(nonce, &self.aad, bytes);
+        metrics::crypto::sealed(metrics::crypto::Kind::Edge, bytes.len());
         self.counter += 1;
         self.index += 1;
         ChunkSeal {

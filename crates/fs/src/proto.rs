@@ -240,6 +240,35 @@ pub enum Op {
 }
 
 impl Op {
+    /// The op's name, as metrics label it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::Mount { .. } => "mount",
+            Op::Lookup { .. } => "lookup",
+            Op::GetAttr { .. } => "get_attr",
+            Op::SetAttr { .. } => "set_attr",
+            Op::Create { .. } => "create",
+            Op::Symlink { .. } => "symlink",
+            Op::Link { .. } => "link",
+            Op::Unlink { .. } => "unlink",
+            Op::Rmdir { .. } => "rmdir",
+            Op::Rename { .. } => "rename",
+            Op::ReadDir { .. } => "read_dir",
+            Op::ReadLink { .. } => "read_link",
+            Op::Open { .. } => "open",
+            Op::Release { .. } => "release",
+            Op::Written { .. } => "written",
+            Op::SetXattr { .. } => "set_xattr",
+            Op::GetXattr { .. } => "get_xattr",
+            Op::ListXattr { .. } => "list_xattr",
+            Op::RemoveXattr { .. } => "remove_xattr",
+            Op::Watch { .. } => "watch",
+            Op::Unmount => "unmount",
+            Op::Sessions => "sessions",
+            Op::Sync => "sync",
+        }
+    }
+
     /// Whether the op changes the namespace (and so is journaled, and refused under a
     /// read-only grant).
     pub fn is_change(&self) -> bool {

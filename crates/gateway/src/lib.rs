@@ -13,6 +13,7 @@ mod encryption;
 pub mod kms;
 pub mod layout;
 pub mod maintenance;
+pub mod metrics;
 pub mod multipart;
 mod omap;
 mod readers;

@@ -85,6 +85,7 @@ impl Gateway {
     pub fn service(self) -> s3s::service::S3Service {
         let mut builder = s3s::service::S3ServiceBuilder::new(self.clone());
         builder.set_auth(self);
+        builder.set_access(crate::metrics::NoteVerb);
         builder.build()
     }
 

@@ -94,8 +94,13 @@ fn annotated(
     hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
         let service = service.clone();
         async move {
+            let started = std::time::Instant::now();
             let id = format!("{:016X}", rand::random::<u64>());
             let (method, path) = (request.method().clone(), request.uri().path().to_owned());
+            let received = content_length(request.headers());
+            let slot = crate::metrics::VerbSlot::default();
+            let mut request = request;
+            request.extensions_mut().insert(slot.clone());
             let mut response = hyper::service::Service::call(&service, request).await?;
             if let Ok(value) = hyper::http::HeaderValue::from_str(&id) {
                 response.headers_mut().insert("x-amz-request-id", value);
@@ -112,9 +117,20 @@ fn annotated(
                 }
                 tracing::debug!(request_id = %id, %method, path, status = status.as_u16(), "S3 error");
             }
+            let sent = content_length(response.headers());
+            crate::metrics::request(&slot, status.as_u16(), started.elapsed(), received, sent);
             Ok(response)
         }
     })
+}
+
+/// A message's Content-Length (0 without one).
+fn content_length(headers: &hyper::HeaderMap) -> u64 {
+    headers
+        .get(hyper::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
 }
 
 /// An S3 error body with a `Message` (the code's usual text when it had none, or an empty

@@ -81,6 +81,7 @@ impl ChunkKey {
 
     /// Seals chunk `index` in place; returns its tag.
     pub fn seal(&self, index: u64, last: bool, chunk: &mut [u8]) -> [u8; 16] {
+        metrics::crypto::sealed(metrics::crypto::Kind::Sse, chunk.len());
         self.key
             .seal(Self::nonce_bytes(index), &self.aad(index, last), chunk)
     }
@@ -116,7 +117,9 @@ impl ChunkKey {
     ) -> Result<(), Error> {
         self.key
             .open(Self::nonce_bytes(index), &self.aad(index, last), tag, chunk)
-            .map_err(|_| self.failed(index))
+            .map_err(|_| self.failed(index))?;
+        metrics::crypto::opened(metrics::crypto::Kind::Sse, chunk.len());
+        Ok(())
     }
 }
 
@@ -160,14 +163,16 @@ impl KeyCache {
 
     pub fn get(&self, wrapped: &[u8]) -> Option<Arc<SecretKey<32>>> {
         let mut entries = self.lock();
-        match entries.get(wrapped) {
+        let found = match entries.get(wrapped) {
             Some(cached) if cached.at.elapsed() < CACHE_LIFETIME => Some(cached.key.clone()),
             Some(_) => {
                 entries.remove(wrapped);
                 None
             }
             None => None,
-        }
+        };
+        crate::metrics::key_cache(found.is_some());
+        found
     }
 
     pub fn put(&self, wrapped: &[u8], kms_key: &str, key: Arc<SecretKey<32>>) {

@@ -12,6 +12,7 @@
 #![deny(clippy::unwrap_used)]
 
 mod journal;
+pub mod metrics;
 mod namespace;
 mod ops;
 mod record;

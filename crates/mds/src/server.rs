@@ -225,6 +225,17 @@ impl FsServer {
     }
 
     pub async fn handle(&self, entity: &str, caps: &Caps, request: Request) -> Reply {
+        let (started, op) = (Instant::now(), request.op.name());
+        let reply = self.answer(entity, caps, request).await;
+        let failed = matches!(reply, Reply::Failed { .. });
+        crate::metrics::request(op, started.elapsed(), failed);
+        if matches!(op, "mount" | "unmount") {
+            crate::metrics::sessions(&self.info.name, self.sessions().await);
+        }
+        reply
+    }
+
+    async fn answer(&self, entity: &str, caps: &Caps, request: Request) -> Reply {
         let Request {
             session,
             seq,
@@ -481,7 +492,7 @@ impl FsServer {
         self.journal.wait(seq).await
     }
 
-    /// Whether any session is mounted.
+    /// How many sessions are mounted.
     pub async fn sessions(&self) -> usize {
         let state = self.state.lock().await;
         if state.sessions.is_empty() {
@@ -749,5 +760,6 @@ async fn expire_loop(server: std::sync::Weak<FsServer>) {
         if strong.state.lock().await.sessions.expire(Instant::now()) > 0 {
             strong.purge_wake.notify_one();
         }
+        crate::metrics::sessions(&strong.info.name, strong.sessions().await);
     }
 }

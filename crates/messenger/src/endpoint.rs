@@ -86,7 +86,9 @@ impl Endpoint {
         let timeout = self.inner.limits.handshake_timeout;
         let link = tokio::time::timeout(timeout, link::connect(self, addr, peer, modes))
             .await
-            .map_err(|_| ConnectError::Timeout(timeout))??;
+            .map_err(|_| ConnectError::Timeout(timeout))
+            .and_then(|linked| linked)
+            .inspect_err(crate::metrics::handshake_failed)?;
         Ok(Connection::start(link, peer.clone(), self.inner.limits))
     }
 }

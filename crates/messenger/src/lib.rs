@@ -18,6 +18,7 @@ mod frame;
 mod identity;
 mod link;
 pub mod message;
+pub mod metrics;
 mod monc;
 mod protect;
 mod server;

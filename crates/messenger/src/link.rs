@@ -18,6 +18,7 @@ use crate::frame::{
     BodyDigest, FrameError, Header, Segment, DATA_BYTES_MAX, HEADER_BYTES, META_BYTES_MAX,
 };
 use crate::identity::{cert_names, server_name};
+use crate::metrics::Meter;
 use crate::protect::{
     FrameKey, FrameKeys, SegmentCheck, BOUND_BIT, CHECK_BYTES, PREFIX_BYTES, TAG_BYTES,
 };
@@ -67,6 +68,7 @@ pub(crate) struct Link {
 pub(crate) struct FrameReader {
     pub stream: BoxRead,
     pub(crate) key: Option<FrameKey>,
+    pub(crate) meter: Meter,
 }
 
 /// The write side of a link: the byte stream, and in secure mode the key that protects
@@ -74,6 +76,7 @@ pub(crate) struct FrameReader {
 pub(crate) struct FrameWriter {
     pub stream: BoxWrite,
     pub(crate) key: Option<FrameKey>,
+    pub(crate) meter: Meter,
 }
 
 /// One frame queued for the writer.
@@ -162,14 +165,17 @@ fn leave_tls<D>(
         }
     };
     let (reader, writer) = tcp.into_split();
+    let (reading, writing) = crate::metrics::link(mode);
     Ok(Link {
         reader: FrameReader {
             stream: Box::new(reader),
             key: open,
+            meter: reading,
         },
         writer: FrameWriter {
             stream: Box::new(writer),
             key: seal,
+            meter: writing,
         },
         mode,
     })
@@ -299,7 +305,7 @@ pub(crate) async fn read_frame(
     reader: &mut FrameReader,
     frame_timeout: Duration,
 ) -> Result<Option<Received>, ReadError> {
-    let FrameReader { stream, key } = reader;
+    let FrameReader { stream, key, meter } = reader;
     let mut start = [0u8; HEADER_BYTES];
     let want = if key.is_some() {
         PREFIX_BYTES
@@ -330,9 +336,19 @@ pub(crate) async fn read_frame(
             Some(key) => read_protected(stream, key, &start[..PREFIX_BYTES]).await,
         }
     };
-    match tokio::time::timeout(frame_timeout, rest).await {
-        Ok(frame) => frame.map(Some),
+    let read = match tokio::time::timeout(frame_timeout, rest).await {
+        Ok(frame) => frame,
         Err(_) => Err(ReadError::Timeout(frame_timeout)),
+    };
+    match read {
+        Ok(frame) => {
+            meter.frame(HEADER_BYTES + frame.meta.len() + frame.data.len());
+            Ok(Some(frame))
+        }
+        Err(e) => {
+            crate::metrics::link_failed(&e);
+            Err(e)
+        }
     }
 }
 
@@ -361,6 +377,7 @@ async fn read_protected(
     key.opening()
         .open(&mut sealed)
         .map_err(|_| FrameError::Unauthentic)?;
+    metrics::crypto::opened(metrics::crypto::Kind::Link, protected_len);
     sealed.truncate(protected_len);
     let mut head = [0u8; HEADER_BYTES];
     head.copy_from_slice(&sealed[..HEADER_BYTES]);
@@ -457,12 +474,16 @@ pub(crate) async fn write_frames(
     writer: FrameWriter,
     mut queue: mpsc::UnboundedReceiver<Outgoing>,
 ) -> std::io::Result<()> {
-    let FrameWriter { stream, mut key } = writer;
+    let FrameWriter {
+        stream,
+        mut key,
+        meter,
+    } = writer;
     let mut stream = BufWriter::with_capacity(WRITE_BUFFER_BYTES, stream);
     while let Some(frame) = queue.recv().await {
-        write_one(&mut stream, key.as_mut(), frame).await?;
+        write_one(&mut stream, key.as_mut(), &meter, frame).await?;
         while let Ok(frame) = queue.try_recv() {
-            write_one(&mut stream, key.as_mut(), frame).await?;
+            write_one(&mut stream, key.as_mut(), &meter, frame).await?;
         }
         stream.flush().await?;
     }
@@ -472,8 +493,10 @@ pub(crate) async fn write_frames(
 async fn write_one(
     stream: &mut BufWriter<BoxWrite>,
     key: Option<&mut FrameKey>,
+    meter: &Meter,
     frame: Outgoing,
 ) -> std::io::Result<()> {
+    meter.frame(HEADER_BYTES + frame.meta.len() + frame.data.len());
     match key {
         None => {
             stream.write_all(&frame.header.encode()).await?;
@@ -515,6 +538,7 @@ pub(crate) async fn write_protected<W: AsyncWrite + Unpin>(
     protected.extend_from_slice(&frame.meta);
     protected.extend_from_slice(inside);
     let tag = key.sealing().seal(&mut protected);
+    metrics::crypto::sealed(metrics::crypto::Kind::Link, protected_len);
     protected.extend_from_slice(&tag);
     stream.write_all(&prefix).await?;
     stream.write_all(&protected).await?;
@@ -562,6 +586,7 @@ mod tests {
         let mut reader = FrameReader {
             stream: Box::new(std::io::Cursor::new(bytes)),
             key: Some(FrameKey::new(SECRET)),
+            meter: crate::metrics::link(Mode::Secure).0,
         };
         read_frame(&mut reader, Duration::from_secs(1)).await
     }
@@ -656,6 +681,7 @@ mod tests {
             let mut reader = FrameReader {
                 stream: Box::new(std::io::Cursor::new(crc)),
                 key: None,
+                meter: crate::metrics::link(Mode::Crc).0,
             };
             received.push(read_frame(&mut reader, Duration::from_secs(1)).await);
             for segment in [Segment::Open, Segment::Bound] {

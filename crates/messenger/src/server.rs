@@ -165,11 +165,13 @@ async fn serve_link<H: Handler>(
     let accepted = match tokio::time::timeout(limits.handshake_timeout, handshake).await {
         Ok(Ok(accepted)) => accepted,
         Ok(Err(e)) => {
+            crate::metrics::handshake_failed(&e);
             tracing::info!(%addr, error = %e, "link refused");
             return;
         }
         Err(_) => {
             let e = ConnectError::Timeout(limits.handshake_timeout);
+            crate::metrics::handshake_failed(&e);
             tracing::info!(%addr, error = %e, "link refused");
             return;
         }

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use map::cluster::{Change, ClusterMap, Space, Usage};
 use map::placement::{FailureDomain, OsdId, PgId};
+use map::PoolId;
 use messenger::message::{Health, OsdBeacon, PgState};
 
 /// How often the leader looks for silent OSDs.
@@ -129,6 +130,7 @@ impl Liveness {
             }
         }
         let mut pgs: BTreeMap<String, u64> = BTreeMap::new();
+        let mut pool_pgs: BTreeMap<(PoolId, &'static str), u64> = BTreeMap::new();
         let mut inactive = Vec::new();
         for pool in map.pools.values() {
             for number in 0..pool.pg_num {
@@ -149,12 +151,15 @@ impl Liveness {
                     None => "unknown",
                 };
                 *pgs.entry(name.to_string()).or_default() += 1;
+                *pool_pgs.entry((pool.id, name)).or_default() += 1;
             }
         }
         read_repairs.sort();
         let health = health(map, &pgs, &read_repairs, &usage);
         Summary {
             pgs,
+            pool_pgs,
+            usage,
             inactive,
             used_bytes,
             total_bytes,
@@ -166,6 +171,10 @@ impl Liveness {
 
 pub struct Summary {
     pub pgs: BTreeMap<String, u64>,
+    /// The same, pool by pool.
+    pub pool_pgs: BTreeMap<(PoolId, &'static str), u64>,
+    /// Each up OSD's space, from its last beacon.
+    pub usage: BTreeMap<OsdId, Usage>,
     pub inactive: Vec<String>,
     pub used_bytes: u64,
     pub total_bytes: u64,

@@ -7,6 +7,7 @@
 
 mod health;
 mod kms;
+mod metrics;
 mod network;
 mod raft;
 mod service;
@@ -87,6 +88,7 @@ pub struct Monitor {
     server: Server,
     detector: tokio::task::JoinHandle<()>,
     shared: Arc<raft::Shared>,
+    liveness: Arc<health::Liveness>,
     config: MonConfig,
     db_path: PathBuf,
 }
@@ -155,7 +157,7 @@ impl Monitor {
         let detector = tokio::spawn(detect_failures(
             raft.clone(),
             shared.clone(),
-            liveness,
+            liveness.clone(),
             config.rank,
             config.timeouts,
         ));
@@ -167,6 +169,7 @@ impl Monitor {
             server,
             detector,
             shared,
+            liveness,
             config,
             db_path,
         })
@@ -174,6 +177,17 @@ impl Monitor {
 
     pub fn local_addr(&self) -> SocketAddr {
         self.server.local_addr()
+    }
+
+    /// Registers the monitor's metrics (docs/metrics.md) in `registry`.
+    pub fn register_metrics(&self, registry: &mut prometheus_client::registry::Registry) {
+        let cluster = metrics::Cluster {
+            shared: self.shared.clone(),
+            liveness: self.liveness.clone(),
+            raft: self.raft.metrics(),
+            rank: self.config.rank,
+        };
+        metrics::register(registry, cluster);
     }
 
     /// The map as this monitor has applied it.

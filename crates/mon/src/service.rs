@@ -99,21 +99,27 @@ impl Handler for MonService {
                 let auth = held(&self.shared.auth, is_newer).await;
                 reply(MonReply::Auth(auth))
             }
-            MonRequest::GetStoreKek => reply(self.store_kek(&peer)),
-            MonRequest::KmsGenerate { key } => reply(self.kms(&peer, &key, true, |found| {
-                let (version, plaintext, wrapped) = crate::kms::generate(found, &key)?;
-                Ok(MonReply::DataKey {
-                    key: key.clone(),
-                    version,
-                    plaintext: plaintext.expose().to_vec(),
-                    wrapped: wrapped.as_bytes().to_vec(),
-                })
-            })),
+            MonRequest::GetStoreKek => {
+                let answer = self.store_kek(&peer);
+                crate::metrics::kms_request("store_key", &answer);
+                reply(answer)
+            }
+            MonRequest::KmsGenerate { key } => {
+                reply(self.kms(&peer, "generate", &key, true, |found| {
+                    let (version, plaintext, wrapped) = crate::kms::generate(found, &key)?;
+                    Ok(MonReply::DataKey {
+                        key: key.clone(),
+                        version,
+                        plaintext: plaintext.expose().to_vec(),
+                        wrapped: wrapped.as_bytes().to_vec(),
+                    })
+                }))
+            }
             MonRequest::KmsDecrypt {
                 key,
                 version,
                 wrapped,
-            } => reply(self.kms(&peer, &key, true, |found| {
+            } => reply(self.kms(&peer, "decrypt", &key, true, |found| {
                 let plaintext = crate::kms::decrypt(found, &key, version, &wrapped)?;
                 Ok(MonReply::DataKey {
                     key: key.clone(),
@@ -129,9 +135,10 @@ impl Handler for MonService {
             } => {
                 // The leader holds every committed version, the newest included.
                 if let Some(redirect) = self.not_leader().await {
+                    crate::metrics::kms_request("rewrap", &redirect);
                     return reply(redirect);
                 }
-                reply(self.kms(&peer, &key, false, |found| {
+                reply(self.kms(&peer, "rewrap", &key, false, |found| {
                     let (version, wrapped) = crate::kms::rewrap(found, &key, version, &wrapped)?;
                     Ok(MonReply::Rewrapped {
                         version,
@@ -166,7 +173,11 @@ impl Handler for MonService {
                 })
             }
             MonRequest::Command(command) => reply(self.command(&peer, command).await),
-            MonRequest::PoolKeys { pool } => reply(self.pool_keys(&peer, pool)),
+            MonRequest::PoolKeys { pool } => {
+                let answer = self.pool_keys(&peer, pool);
+                crate::metrics::kms_request("pool_keys", &answer);
+                reply(answer)
+            }
             MonRequest::Raft(kind) => {
                 if peer.entity.kind() != EntityKind::Mon {
                     return reply(MonReply::Denied("raft traffic is for monitors only".into()));
@@ -194,6 +205,19 @@ impl MonService {
     /// Runs `serve` on KMS key `name`, for a peer with mon=rw; if the reply `releases` a
     /// data key in the clear, only over a secure link.
     fn kms(
+        &self,
+        peer: &Peer<Caps>,
+        op: &'static str,
+        name: &str,
+        releases: bool,
+        serve: impl FnOnce(&crate::state::KmsKey) -> Result<MonReply, String>,
+    ) -> MonReply {
+        let answer = self.kms_answer(peer, name, releases, serve);
+        crate::metrics::kms_request(op, &answer);
+        answer
+    }
+
+    fn kms_answer(
         &self,
         peer: &Peer<Caps>,
         name: &str,

@@ -8,6 +8,7 @@
 //!
 //! Must never depend on: `client`, `mon` (checked by scripts/check-deps.py).
 
+pub mod metrics;
 mod net;
 mod objects;
 mod pg;
@@ -393,10 +394,12 @@ async fn send_beacons(inner: Arc<Inner>) {
                 .collect()
         };
         let statfs = inner.store.statfs();
+        let usage = crate::service::usage(&statfs);
+        crate::metrics::beacon(&pgs, &usage);
         let beacon = OsdBeacon {
             epoch: inner.map.borrow().epoch,
             pgs,
-            usage: crate::service::usage(&statfs),
+            usage,
             read_repairs: inner
                 .read_repairs
                 .load(std::sync::atomic::Ordering::Relaxed),

@@ -248,18 +248,20 @@ impl Inner {
         }
     }
 
-    /// Makes `to`'s copy of `name` equal to `from`'s (removed if `from` has none).
+    /// Makes `to`'s copy of `name` equal to `from`'s (removed if `from` has none); returns
+    /// the bytes of data copied.
     pub async fn copy_object(
         &self,
         pg: PgId,
         name: &ObjectName,
         from: Side,
         to: Side,
-    ) -> Result<(), String> {
+    ) -> Result<u64, String> {
         let mut offset = 0;
         loop {
             let Some((copy, data)) = self.read_piece(from, pg, name, offset).await? else {
-                return self.write_piece(to, pg, name, Piece::removal()).await;
+                self.write_piece(to, pg, name, Piece::removal()).await?;
+                return Ok(offset);
             };
             let end = offset + data.len() as u64;
             let last = end >= copy.size || data.is_empty();
@@ -271,7 +273,7 @@ impl Inner {
             };
             self.write_piece(to, pg, name, piece).await?;
             if last {
-                return Ok(());
+                return Ok(end);
             }
             offset = end;
         }
@@ -288,20 +290,27 @@ impl Inner {
     ) -> Result<usize, String> {
         let source = self.list(from, pg).await?;
         let target = self.list(to, pg).await?;
-        let mut copied = 0;
-        for (name, version) in &source {
-            if target.get(name) != Some(version) {
-                self.check_claim(pg, claim).await?;
-                self.copy_object(pg, name, from, to).await?;
-                copied += 1;
-            }
+        let stale: Vec<&ObjectName> = source
+            .iter()
+            .filter(|(name, version)| target.get(*name) != Some(*version))
+            .map(|(name, _)| name)
+            .collect();
+        let extra: Vec<&ObjectName> = target
+            .keys()
+            .filter(|name| !source.contains_key(*name))
+            .collect();
+        let mut pending = crate::metrics::Pending::new(stale.len() + extra.len());
+        for name in &stale {
+            self.check_claim(pg, claim).await?;
+            let bytes = self.copy_object(pg, name, from, to).await?;
+            pending.copied(bytes);
         }
-        for name in target.keys().filter(|name| !source.contains_key(*name)) {
+        for name in &extra {
             self.check_claim(pg, claim).await?;
             self.write_piece(to, pg, name, Piece::removal()).await?;
-            copied += 1;
+            pending.copied(0);
         }
-        Ok(copied)
+        Ok(stale.len() + extra.len())
     }
 
     /// Fails once a recovery task's claim is superseded, so it stops writing to its target.
@@ -472,11 +481,13 @@ pub async fn recover(inner: Arc<Inner>, id: PgId, target: OsdId, token: u64) {
         }
         match recover_once(&inner, id, target, token).await {
             Ok(true) => {
+                crate::metrics::recovery_ended(true);
                 tracing::info!(pg = %label, osd = target.0, "recovered");
                 return;
             }
             Ok(false) => return,
             Err(e) => {
+                crate::metrics::recovery_ended(false);
                 tracing::warn!(pg = %label, osd = target.0, error = %e, "recovery");
                 tokio::time::sleep(RETRY_PAUSE).await;
             }
@@ -525,21 +536,24 @@ async fn recover_once(
             .get_mut(&target)
             .map(|r| r.dirty.drain().collect())
             .unwrap_or_default();
+        let mut pending = crate::metrics::Pending::new(dirty.len());
         if dirty.len() > JOIN_DIRTY_MAX {
             drop(core);
             for name in &dirty {
                 inner.check_claim(id, guard).await?;
-                inner
+                let bytes = inner
                     .copy_object(id, name, Side::Local, Side::Remote(target))
                     .await?;
+                pending.copied(bytes);
             }
             continue;
         }
         // Writes wait while the last objects are copied and the target joins.
         for name in &dirty {
-            inner
+            let bytes = inner
                 .copy_object(id, name, Side::Local, Side::Remote(target))
                 .await?;
+            pending.copied(bytes);
         }
         let activate = PeerOp::Activate {
             info: core.info,

@@ -93,6 +93,7 @@ pub async fn repair_object(
     let finding = page.findings.pop();
     if finding.as_ref().is_some_and(|f| f.repaired) {
         inner.read_repairs.fetch_add(1, Ordering::Relaxed);
+        crate::metrics::read_repaired();
     }
     Ok(finding)
 }

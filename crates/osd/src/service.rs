@@ -89,18 +89,29 @@ impl Handler for OsdService {
                 reqid,
                 ops,
             } => {
+                let started = std::time::Instant::now();
+                let write = ops.iter().any(ObjectOp::is_write);
+                let written = request.data.len();
                 let op = ClientOp {
                     pg,
                     object,
                     reqid,
                     ops,
                 };
-                match self
+                let answer = self
                     .client_op(&peer, epoch, op, request.data, request.check)
-                    .await
-                {
-                    Ok(answer) => answer,
-                    Err(refusal) => reply(refusal),
+                    .await;
+                let took = started.elapsed();
+                match answer {
+                    Ok(answer) => {
+                        let bytes = if write { written } else { answer.data.len() };
+                        crate::metrics::client_op(pg.pool, write, bytes, took, None);
+                        answer
+                    }
+                    Err(refusal) => {
+                        crate::metrics::client_op(pg.pool, write, 0, took, Some(&refusal));
+                        reply(refusal)
+                    }
                 }
             }
             OsdRequest::List {
@@ -404,6 +415,7 @@ impl OsdService {
         let mut failed = Vec::new();
         while let Some(joined) = replicas.join_next().await {
             if let Ok((osd, Err(why))) = joined {
+                crate::metrics::replica_missed();
                 tracing::warn!(osd = osd.0, %why, "replica missed a write; recovering it");
                 failed.push(osd);
             }
@@ -684,7 +696,10 @@ impl OsdService {
             return refusal;
         }
         match crate::scrub::page(&self.inner, pg, after, repair).await {
-            Ok(page) => OsdReply::Scrubbed(page),
+            Ok(page) => {
+                crate::metrics::scrubbed(&page);
+                OsdReply::Scrubbed(page)
+            }
             Err(refusal) => refusal,
         }
     }
@@ -743,6 +758,7 @@ impl OsdService {
                 objects::build_write(&mut txn, &object, &ops, &data, entry.version)?;
                 let trim = objects::log_append(&mut txn, id, &entry, &core.log);
                 inner.apply(txn).await?;
+                crate::metrics::replicated(data.len());
                 core.note_logged(entry, trim);
                 Ok(reply(OsdReply::Done))
             }

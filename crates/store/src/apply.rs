@@ -204,6 +204,13 @@ impl Store {
     /// which the store is poisoned), the commit may or may not have reached the disk, and
     /// reopening the store tells which, as after a crash.
     pub fn apply(&self, txn: Transaction) -> Result<(), ApplyError> {
+        let started = std::time::Instant::now();
+        let applied = self.transact(txn);
+        crate::metrics::applied(started.elapsed(), applied.is_ok());
+        applied
+    }
+
+    fn transact(&self, txn: Transaction) -> Result<(), ApplyError> {
         if let Some(cause) = self.committer.poisoned() {
             return Err(ApplyError::Poisoned { cause });
         }
@@ -783,6 +790,13 @@ impl Store {
     /// Commits one group (see commit.rs): the batches' small writes, data sync, then every
     /// batch whose writes landed in one metadata commit.
     fn flush(&self, group: Vec<Batch>) -> Result<Vec<Result<(), ApplyError>>, ApplyError> {
+        let started = std::time::Instant::now();
+        let flushed = self.flush_group(group);
+        crate::metrics::committed(started.elapsed());
+        flushed
+    }
+
+    fn flush_group(&self, group: Vec<Batch>) -> Result<Vec<Result<(), ApplyError>>, ApplyError> {
         let outcomes = self.write_deferred(&group);
         self.device.sync()?;
         let txn = self.db.begin_write()?;

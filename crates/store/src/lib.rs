@@ -16,7 +16,7 @@
 //! The on-disk format is drawn in docs/design/store-format.md; the crypto argument is in
 //! docs/design/at-rest-crypto.md.
 //!
-//! Depends on `map` (ids) and `keys`. It must never depend on `messenger`, `osd`, tokio
+//! Depends on `map` (ids), `keys` and `metrics` (counters only). It must never depend on `messenger`, `osd`, tokio
 //! networking, or any front end.
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
@@ -28,6 +28,7 @@ mod device;
 mod error;
 mod list;
 mod metadata;
+pub mod metrics;
 mod object;
 mod read;
 mod seal;

@@ -182,6 +182,7 @@ impl Store {
             {
                 Ok(()) => true,
                 Err(e) => {
+                    crate::metrics::integrity_failed();
                     let offset_bytes = (block + e.chunk as u64) * BLOCK;
                     failure = Some(ReadError::Integrity {
                         object: object.to_string(),

@@ -225,6 +225,7 @@ async fn serve<R, W>(
     );
     let stats = Arc::new(transmit::Stats::default());
     let started = Instant::now();
+    let _client = crate::metrics::Client::connected();
     transmit::transmit(reader, writer, export.clone(), session, stats.clone()).await;
     tracing::info!(%peer, "client disconnected");
     tracing::debug!(

@@ -13,6 +13,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
@@ -137,7 +138,9 @@ pub async fn transmit<R, W>(
         let replies = replies.clone();
         let stats = stats.clone();
         tokio::spawn(async move {
+            let (started, kind, len) = (Instant::now(), request.kind, request.len);
             let reply = handle(&export, &session, request, payload, &stats, gate).await;
+            crate::metrics::request(kind, len, started.elapsed());
             // The data permit goes with the reply: a read's bytes stay in memory until they
             // are written out.
             let _ = replies.send((reply, data_permit));
@@ -319,6 +322,7 @@ async fn handle(
     };
     if let Some((error, message)) = refusal {
         stats.errors.fetch_add(1, Ordering::Relaxed);
+        crate::metrics::failed(request.kind);
         return failure(session, cookie, error, &message);
     }
     let image = &export.image;
@@ -356,6 +360,7 @@ async fn handle(
             if !punch && request.flags & CMD_FLAG_FAST_ZERO != 0 {
                 // Zeros that must stay allocated are written like data: not fast.
                 stats.errors.fetch_add(1, Ordering::Relaxed);
+                crate::metrics::failed(request.kind);
                 return failure(session, cookie, ENOTSUP, "allocated zeros are not fast");
             }
             image
@@ -374,6 +379,7 @@ async fn handle(
         }
         other => {
             stats.errors.fetch_add(1, Ordering::Relaxed);
+            crate::metrics::failed(request.kind);
             let message = match other {
                 CMD_BLOCK_STATUS => "block status needs the base:allocation context".into(),
                 _ => format!("command {other} is not supported"),
@@ -385,6 +391,7 @@ async fn handle(
         Ok(()) => done(session, cookie),
         Err(e) => {
             stats.errors.fetch_add(1, Ordering::Relaxed);
+            crate::metrics::failed(request.kind);
             tracing::warn!(
                 cookie,
                 kind = request.kind,

@@ -367,13 +367,17 @@ impl DataSealer {
                     physical_block * crate::device::BLOCK_SIZE_BYTES,
                     true,
                 );
+                metrics::crypto::sealed(metrics::crypto::Kind::StoreXts, buffer.len());
                 ExtentSeal::Bare
             }
-            DataSealer::Gcm(gcm) => ExtentSeal::Store {
-                incarnation,
-                nonce_base,
-                tags: gcm.seal(buffer, object_id, logical_block, incarnation, nonce_base),
-            },
+            DataSealer::Gcm(gcm) => {
+                metrics::crypto::sealed(metrics::crypto::Kind::StoreGcm, buffer.len());
+                ExtentSeal::Store {
+                    incarnation,
+                    nonce_base,
+                    tags: gcm.seal(buffer, object_id, logical_block, incarnation, nonce_base),
+                }
+            }
         }
     }
 
@@ -394,6 +398,7 @@ impl DataSealer {
                     physical_block * crate::device::BLOCK_SIZE_BYTES,
                     false,
                 );
+                metrics::crypto::opened(metrics::crypto::Kind::StoreXts, buffer.len());
                 Ok(())
             }
             (
@@ -403,14 +408,17 @@ impl DataSealer {
                     nonce_base,
                     tags,
                 },
-            ) => gcm.open(
-                buffer,
-                object_id,
-                logical_block,
-                *incarnation,
-                *nonce_base,
-                tags,
-            ),
+            ) => {
+                metrics::crypto::opened(metrics::crypto::Kind::StoreGcm, buffer.len());
+                gcm.open(
+                    buffer,
+                    object_id,
+                    logical_block,
+                    *incarnation,
+                    *nonce_base,
+                    tags,
+                )
+            }
             // A record that does not fit the store's mode was altered (metadata is
             // authenticated in every encrypting mode) or the store is `none` and tampered.
             _ => Err(ChunkIntegrityError { chunk: 0 }),

@@ -1,0 +1,124 @@
+//! The gateway's figures: S3 requests by verb (the operation's name, as AWS calls it) and
+//! HTTP status, their latency, the bytes they carried, and how often a data key came from
+//! the cache rather than the KMS.
+
+use std::sync::{Arc, LazyLock, OnceLock};
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::{Registry, Unit};
+use s3s::access::{S3Access, S3AccessContext};
+use s3s::{s3_error, S3Result};
+
+/// The verb of a request that never reached one: its signature or its route failed.
+const NO_VERB: &str = "None";
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct VerbStatus {
+    verb: String,
+    status: u16,
+}
+
+type Verb = [(&'static str, String); 1];
+
+struct Metrics {
+    requests: Family<VerbStatus, Counter>,
+    duration: Family<Verb, Histogram>,
+    received: Counter,
+    sent: Counter,
+    key_cache: Family<[(&'static str, &'static str); 1], Counter>,
+}
+
+static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
+    requests: Family::default(),
+    duration: Family::new_with_constructor(metrics::latency_histogram),
+    received: Counter::default(),
+    sent: Counter::default(),
+    key_cache: Family::default(),
+});
+
+/// Where a request's verb is written once s3s has routed it (a request extension).
+#[derive(Clone, Default)]
+pub(crate) struct VerbSlot(Arc<OnceLock<String>>);
+
+impl VerbSlot {
+    fn verb(&self) -> &str {
+        self.0.get().map_or(NO_VERB, String::as_str)
+    }
+}
+
+/// Notes each routed request's verb in its [`VerbSlot`], and refuses unsigned requests as
+/// s3s does by default.
+pub(crate) struct NoteVerb;
+
+#[async_trait::async_trait]
+impl S3Access for NoteVerb {
+    async fn check(&self, cx: &mut S3AccessContext<'_>) -> S3Result<()> {
+        let verb = cx.s3_op().name().to_owned();
+        if let Some(slot) = cx.extensions_mut().get::<VerbSlot>() {
+            let _ = slot.0.set(verb);
+        }
+        match cx.credentials() {
+            Some(_) => Ok(()),
+            None => Err(s3_error!(AccessDenied, "Signature is required")),
+        }
+    }
+}
+
+/// A request answered with `status` after `took`, having brought `received` bytes of body
+/// and answering with `sent` (as their Content-Length said).
+pub(crate) fn request(slot: &VerbSlot, status: u16, took: Duration, received: u64, sent: u64) {
+    let verb = slot.verb().to_owned();
+    METRICS
+        .duration
+        .get_or_create(&[("verb", verb.clone())])
+        .observe(took.as_secs_f64());
+    METRICS
+        .requests
+        .get_or_create(&VerbStatus { verb, status })
+        .inc();
+    METRICS.received.inc_by(received);
+    METRICS.sent.inc_by(sent);
+}
+
+/// A data key was looked up in the cache: `hit` when it was there.
+pub(crate) fn key_cache(hit: bool) {
+    let result = if hit { "hit" } else { "miss" };
+    METRICS.key_cache.get_or_create(&[("result", result)]).inc();
+}
+
+/// Registers the gateway's metrics (`coffer_s3_*`).
+pub fn register(registry: &mut Registry) {
+    let s3 = registry.sub_registry_with_prefix("s3");
+    s3.register(
+        "requests",
+        "S3 requests answered, by verb (None: not signed or not routed) and HTTP status",
+        METRICS.requests.clone(),
+    );
+    s3.register_with_unit(
+        "request_duration",
+        "Time from a request's arrival to its response's headers, by verb",
+        Unit::Seconds,
+        METRICS.duration.clone(),
+    );
+    s3.register_with_unit(
+        "received",
+        "Bytes of request bodies, as their Content-Length said",
+        Unit::Bytes,
+        METRICS.received.clone(),
+    );
+    s3.register_with_unit(
+        "sent",
+        "Bytes of response bodies, as their Content-Length said",
+        Unit::Bytes,
+        METRICS.sent.clone(),
+    );
+    s3.register(
+        "key_cache_requests",
+        "Data keys of encrypted objects looked up in the cache, by result (miss: asked the KMS)",
+        METRICS.key_cache.clone(),
+    );
+}

@@ -1,0 +1,327 @@
+//! The OSD's figures: client operations by pool and kind with their latency and outcome,
+//! writes served as a replica, recovery and scrub progress, the PGs it leads by state, and
+//! its store's space. Latencies are the OSD's own (request in to reply out); the NBD server,
+//! the gateway and the file system measure theirs from their clients' side.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use map::PoolId;
+use messenger::message::{OsdReply, PgState, ScrubPage};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::{Registry, Unit};
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct PoolKind {
+    pool: u64,
+    kind: &'static str,
+}
+
+type Labels = [(&'static str, &'static str); 1];
+
+/// Every state a PG this OSD leads can be in, as `PgState::name` gives it.
+const PG_STATES: [&str; 5] = [
+    "active+clean",
+    "active+undersized",
+    "active+recovering",
+    "peering",
+    "inactive",
+];
+
+struct Metrics {
+    ops: Family<PoolKind, Counter>,
+    op_bytes: Family<PoolKind, Counter>,
+    op_duration: Family<Labels, Histogram>,
+    op_errors: Family<Labels, Counter>,
+    replica_ops: Counter,
+    replica_bytes: Counter,
+    replica_misses: Counter,
+    read_repairs: Counter,
+    recovered_objects: Counter,
+    recovered_bytes: Counter,
+    recovery_pending: Gauge,
+    recoveries: Family<Labels, Counter>,
+    scrubbed_objects: Counter,
+    scrubbed_bytes: Counter,
+    scrub_inconsistent: Counter,
+    scrub_repaired: Counter,
+    pgs: Family<Labels, Gauge>,
+    store_used: Gauge,
+    store_size: Gauge,
+    host_free: Gauge,
+}
+
+static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
+    ops: Family::default(),
+    op_bytes: Family::default(),
+    op_duration: Family::new_with_constructor(metrics::latency_histogram),
+    op_errors: Family::default(),
+    replica_ops: Counter::default(),
+    replica_bytes: Counter::default(),
+    replica_misses: Counter::default(),
+    read_repairs: Counter::default(),
+    recovered_objects: Counter::default(),
+    recovered_bytes: Counter::default(),
+    recovery_pending: Gauge::default(),
+    recoveries: Family::default(),
+    scrubbed_objects: Counter::default(),
+    scrubbed_bytes: Counter::default(),
+    scrub_inconsistent: Counter::default(),
+    scrub_repaired: Counter::default(),
+    pgs: Family::default(),
+    store_used: Gauge::default(),
+    store_size: Gauge::default(),
+    host_free: Gauge::default(),
+});
+
+/// The label of a refusal or failure, `None` for an answer that is not one.
+fn refusal(reply: &OsdReply) -> Option<&'static str> {
+    Some(match reply {
+        OsdReply::Retry { .. } => "retry",
+        OsdReply::Busy(_) => "busy",
+        OsdReply::Full(_) => "full",
+        OsdReply::NotFound => "not_found",
+        OsdReply::Exists => "exists",
+        OsdReply::Mismatch(_) => "mismatch",
+        OsdReply::Denied(_) => "denied",
+        OsdReply::Failed(_) => "failed",
+        _ => return None,
+    })
+}
+
+/// A client operation on `pool` finished after `took`: a write (or a read) of `bytes`, or
+/// refused with `refused`.
+pub(crate) fn client_op(
+    pool: PoolId,
+    write: bool,
+    bytes: usize,
+    took: Duration,
+    refused: Option<&OsdReply>,
+) {
+    let kind = if write { "write" } else { "read" };
+    METRICS
+        .op_duration
+        .get_or_create(&[("kind", kind)])
+        .observe(took.as_secs_f64());
+    if let Some(reason) = refused.and_then(refusal) {
+        METRICS.op_errors.get_or_create(&[("reason", reason)]).inc();
+        return;
+    }
+    let labels = PoolKind { pool: pool.0, kind };
+    METRICS.ops.get_or_create(&labels).inc();
+    METRICS.op_bytes.get_or_create(&labels).inc_by(bytes as u64);
+}
+
+/// A write of `bytes` applied here as a replica.
+pub(crate) fn replicated(bytes: usize) {
+    METRICS.replica_ops.inc();
+    METRICS.replica_bytes.inc_by(bytes as u64);
+}
+
+/// A replica did not take a write; it is recovered.
+pub(crate) fn replica_missed() {
+    METRICS.replica_misses.inc();
+}
+
+/// A damaged copy was replaced on read.
+pub(crate) fn read_repaired() {
+    METRICS.read_repairs.inc();
+}
+
+/// Objects that recovery is to copy: counted down as they are copied, and by what is left
+/// when the pass ends early.
+pub(crate) struct Pending(i64);
+
+impl Pending {
+    pub(crate) fn new(objects: usize) -> Pending {
+        let objects = objects as i64;
+        METRICS.recovery_pending.inc_by(objects);
+        Pending(objects)
+    }
+
+    /// One object copied (or removed), with `bytes` of data.
+    pub(crate) fn copied(&mut self, bytes: u64) {
+        self.0 -= 1;
+        METRICS.recovery_pending.dec();
+        METRICS.recovered_objects.inc();
+        METRICS.recovered_bytes.inc_by(bytes);
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        METRICS.recovery_pending.dec_by(self.0);
+    }
+}
+
+/// A recovery pass ended: `done` when its target joined, else it is tried again.
+pub(crate) fn recovery_ended(done: bool) {
+    let result = if done { "done" } else { "retried" };
+    METRICS
+        .recoveries
+        .get_or_create(&[("result", result)])
+        .inc();
+}
+
+/// A scrub page was served.
+pub(crate) fn scrubbed(page: &ScrubPage) {
+    METRICS.scrubbed_objects.inc_by(page.objects);
+    METRICS.scrubbed_bytes.inc_by(page.bytes);
+    METRICS
+        .scrub_inconsistent
+        .inc_by(page.findings.len() as u64);
+    let repaired = page.findings.iter().filter(|f| f.repaired).count();
+    METRICS.scrub_repaired.inc_by(repaired as u64);
+}
+
+/// What the OSD reports in each beacon: the states of the PGs it leads, its store's space.
+pub(crate) fn beacon(pgs: &[(map::placement::PgId, PgState)], usage: &map::cluster::Usage) {
+    for state in PG_STATES {
+        let count = pgs.iter().filter(|(_, s)| s.name() == state).count();
+        METRICS
+            .pgs
+            .get_or_create(&[("state", state)])
+            .set(count as i64);
+    }
+    let gauge = |bytes: u64| i64::try_from(bytes).unwrap_or(i64::MAX);
+    METRICS.store_used.set(gauge(usage.used_bytes));
+    METRICS.store_size.set(gauge(usage.total_bytes));
+    if usage.host_free_bytes != u64::MAX {
+        METRICS.host_free.set(gauge(usage.host_free_bytes));
+    }
+}
+
+/// Registers the OSD's metrics (`coffer_osd_*`).
+pub fn register(registry: &mut Registry) {
+    let osd = registry.sub_registry_with_prefix("osd");
+    osd.register(
+        "ops",
+        "Client operations served as primary, by pool id and kind",
+        METRICS.ops.clone(),
+    );
+    osd.register_with_unit(
+        "op",
+        "Bytes written or read by client operations, by pool id and kind",
+        Unit::Bytes,
+        METRICS.op_bytes.clone(),
+    );
+    osd.register_with_unit(
+        "op_duration",
+        "Time from a client operation's arrival to its reply, by kind",
+        Unit::Seconds,
+        METRICS.op_duration.clone(),
+    );
+    osd.register(
+        "op_errors",
+        "Client operations refused or failed, by reason",
+        METRICS.op_errors.clone(),
+    );
+    osd.register(
+        "replica_ops",
+        "Writes applied as a replica",
+        METRICS.replica_ops.clone(),
+    );
+    osd.register_with_unit(
+        "replica",
+        "Bytes of writes applied as a replica",
+        Unit::Bytes,
+        METRICS.replica_bytes.clone(),
+    );
+    osd.register(
+        "replica_misses",
+        "Writes a replica did not take, which recovery then copied to it",
+        METRICS.replica_misses.clone(),
+    );
+    osd.register(
+        "read_repairs",
+        "Damaged copies replaced when a read found them",
+        METRICS.read_repairs.clone(),
+    );
+    osd.register(
+        "recovered_objects",
+        "Objects copied (or removed) by recovery to the OSDs that lacked them",
+        METRICS.recovered_objects.clone(),
+    );
+    osd.register_with_unit(
+        "recovered",
+        "Bytes copied by recovery",
+        Unit::Bytes,
+        METRICS.recovered_bytes.clone(),
+    );
+    osd.register(
+        "recovery_pending_objects",
+        "Objects recovery has found to copy and not copied yet",
+        METRICS.recovery_pending.clone(),
+    );
+    osd.register(
+        "recoveries",
+        "Recovery passes ended, by result (done: the replica joined)",
+        METRICS.recoveries.clone(),
+    );
+    osd.register(
+        "scrubbed_objects",
+        "Objects whose copies scrub compared",
+        METRICS.scrubbed_objects.clone(),
+    );
+    osd.register_with_unit(
+        "scrubbed",
+        "Bytes of objects whose copies scrub compared",
+        Unit::Bytes,
+        METRICS.scrubbed_bytes.clone(),
+    );
+    osd.register(
+        "scrub_inconsistent_objects",
+        "Objects whose copies scrub found to differ",
+        METRICS.scrub_inconsistent.clone(),
+    );
+    osd.register(
+        "scrub_repaired_objects",
+        "Objects whose bad copies scrub replaced",
+        METRICS.scrub_repaired.clone(),
+    );
+    osd.register(
+        "pgs",
+        "Placement groups this OSD leads, by state",
+        METRICS.pgs.clone(),
+    );
+    osd.register_with_unit(
+        "store_used",
+        "Bytes of the store's data file in use",
+        Unit::Bytes,
+        METRICS.store_used.clone(),
+    );
+    osd.register_with_unit(
+        "store_size",
+        "Bytes of the store's data file",
+        Unit::Bytes,
+        METRICS.store_size.clone(),
+    );
+    osd.register_with_unit(
+        "host_free",
+        "Bytes free on the file system under the store (full below 64 MiB)",
+        Unit::Bytes,
+        METRICS.host_free.clone(),
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pg_states_listed_are_those_a_pg_can_take() {
+        let states = [
+            PgState::Clean,
+            PgState::Undersized,
+            PgState::Recovering,
+            PgState::Peering,
+            PgState::Inactive(String::new()),
+        ];
+        let names: Vec<&str> = states.iter().map(PgState::name).collect();
+        assert_eq!(names, PG_STATES);
+    }
+}

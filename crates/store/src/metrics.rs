@@ -1,0 +1,85 @@
+//! The store's figures: how long transactions take to become durable, how many commits
+//! carry them, and chunks that failed their integrity check on read. Registered by the OSD that runs it.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::{Registry, Unit};
+
+struct Metrics {
+    apply: Histogram,
+    commit: Histogram,
+    commits: Counter,
+    transactions: Counter,
+    failed: Counter,
+    integrity: Counter,
+}
+
+static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
+    apply: metrics::latency_histogram(),
+    commit: metrics::latency_histogram(),
+    commits: Counter::default(),
+    transactions: Counter::default(),
+    failed: Counter::default(),
+    integrity: Counter::default(),
+});
+
+/// A transaction `Store::apply` took `took` to make durable (or to refuse, when not `ok`).
+pub(crate) fn applied(took: Duration, ok: bool) {
+    METRICS.apply.observe(took.as_secs_f64());
+    if ok {
+        METRICS.transactions.inc();
+    } else {
+        METRICS.failed.inc();
+    }
+}
+
+/// A group commit (data sync and metadata commit) took `took`.
+pub(crate) fn committed(took: Duration) {
+    METRICS.commit.observe(took.as_secs_f64());
+    METRICS.commits.inc();
+}
+
+/// A read found a chunk that failed its integrity check.
+pub(crate) fn integrity_failed() {
+    METRICS.integrity.inc();
+}
+
+/// Registers the store's metrics (`coffer_store_*`).
+pub fn register(registry: &mut Registry) {
+    let store = registry.sub_registry_with_prefix("store");
+    store.register_with_unit(
+        "apply_duration",
+        "Time for a transaction to become durable, from apply to its commit",
+        Unit::Seconds,
+        METRICS.apply.clone(),
+    );
+    store.register_with_unit(
+        "commit_duration",
+        "Time of one group commit: the data file's sync and the metadata commit",
+        Unit::Seconds,
+        METRICS.commit.clone(),
+    );
+    store.register(
+        "commits",
+        "Group commits; transactions divided by commits is the mean group",
+        METRICS.commits.clone(),
+    );
+    store.register(
+        "transactions",
+        "Transactions applied and durable",
+        METRICS.transactions.clone(),
+    );
+    store.register(
+        "transactions_failed",
+        "Transactions refused or failed, none of whose changes took effect",
+        METRICS.failed.clone(),
+    );
+    store.register(
+        "integrity_errors",
+        "Chunks that failed their integrity check on read (a flipped bit, or tampering)",
+        METRICS.integrity.clone(),
+    );
+}
