@@ -1,6 +1,7 @@
 //! The cluster's configuration file (`coffer.toml`), which every command and daemon reads to
 //! find the monitors, the link modes and the keyrings.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -30,6 +31,10 @@ pub struct Conf {
     /// The S3 gateway `coffer up` runs (none without this section).
     #[serde(default)]
     pub gw: Option<GwSection>,
+    /// Where each daemon serves its Prometheus metrics (`osd.0 = "127.0.0.1:9283"`; a
+    /// daemon without an entry serves none). docs/metrics.md.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metrics: BTreeMap<String, String>,
     /// Where this file was read from; keyrings and daemon directories are beside it.
     #[serde(skip)]
     pub dir: PathBuf,

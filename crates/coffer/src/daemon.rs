@@ -105,6 +105,10 @@ pub fn run_mon(conf_path: &Path, args: MonArgs) -> Result<(), String> {
         let monitor = mon::Monitor::start(&identity, config, listener)
             .await
             .map_err(|e| e.to_string())?;
+        crate::scrape::start(conf.metrics.get(entity.as_str()), |registry| {
+            messenger::metrics::register(registry);
+            monitor.register_metrics(registry);
+        });
         write_pid(&data_dir)?;
         let seed_path = data_dir.join(SEED_FILE);
         if seed_path.exists() {
@@ -184,6 +188,11 @@ pub fn run_osd(conf_path: &Path, args: OsdArgs) -> Result<(), String> {
         }
         // Before it waits: whoever signals it by its pid file reaches this process.
         write_pid(&dir)?;
+        crate::scrape::start(conf.metrics.get(entity.as_str()), |registry| {
+            messenger::metrics::register(registry);
+            store::metrics::register(registry);
+            osd::metrics::register(registry);
+        });
         let stop = stop_signal();
         tokio::pin!(stop);
         tokio::select! {

@@ -643,6 +643,10 @@ pub fn run_mds(conf_path: &Path, args: MdsArgs) -> Result<(), String> {
             .await
             .map_err(|e| format!("{entity} cannot listen on {}: {e}", args.listen))?;
         let daemon = mds::Mds::start(&conf, &identity, listener).await?;
+        crate::scrape::start(conf.metrics.get(entity.as_str()), |registry| {
+            messenger::metrics::register(registry);
+            mds::metrics::register(registry);
+        });
         crate::daemon::write_pid(&dir)?;
         tokio::select! {
             stopped = crate::daemon::stop_signal() => {

@@ -82,6 +82,9 @@ pub struct GwArgs {
     /// Write this process's id here once serving.
     #[arg(long)]
     pid_file: Option<PathBuf>,
+    /// Serve Prometheus metrics at http://ADDR/metrics (docs/metrics.md).
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<String>,
 }
 
 #[derive(clap::Subcommand)]
@@ -321,6 +324,10 @@ pub fn serve(who: &Who, args: GwArgs) -> Result<(), String> {
             .await
             .map_err(|e| format!("starting the gateway: {e}"))?
             .service();
+        crate::scrape::start(args.metrics.as_ref(), |registry| {
+            messenger::metrics::register(registry);
+            gateway::metrics::register(registry);
+        });
         let serving = tokio::spawn(gateway::serve::serve(listener, service, tls));
         tokio::select! {
             result = crate::daemon::stop_signal() => result,

@@ -97,6 +97,9 @@ pub struct ServeArgs {
     /// Write this process's id here once it serves.
     #[arg(long)]
     pid_file: Option<PathBuf>,
+    /// Serve Prometheus metrics at http://ADDR/metrics (docs/metrics.md).
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<String>,
     /// A directory with the server's certificate and key (`server-cert.pem`,
     /// `server-key.pem`, as qemu-nbd names them): clients may then start TLS (`nbds://`
     /// URIs). Needed to listen on an address that is not loopback, where TLS is required.
@@ -362,6 +365,10 @@ pub fn nbd(who: &Who, command: NbdCommand) -> Result<(), String> {
                 tokio::spawn(nbd::serve_tcp(listener, export.clone(), tls))
             }
         };
+        crate::scrape::start(args.metrics.as_ref(), |registry| {
+            messenger::metrics::register(registry);
+            block::metrics::register(registry);
+        });
         if let Some(path) = &args.pid_file {
             std::fs::write(path, format!("{}\n", std::process::id()))
                 .map_err(|e| format!("{}: {e}", path.display()))?;

@@ -10,6 +10,8 @@ mod daemon;
 mod files;
 mod gw;
 mod image;
+mod prometheus;
+mod scrape;
 mod supervise;
 mod text;
 mod up;

@@ -174,6 +174,7 @@ fn create(dir: &Path, args: &UpArgs) -> Result<Conf, String> {
             listen: args.gw.clone(),
             pool: GW_POOL_DEFAULT.into(),
         }),
+        metrics: Default::default(),
         dir: dir.to_path_buf(),
     };
     for mon in &conf.mons {
@@ -245,11 +246,13 @@ pub fn run(args: UpArgs) -> Result<(), String> {
     crate::supervise::check_socket_path(&dir)?;
     let conf_path = dir.join(CONF_FILE);
     let fresh = !conf_path.exists();
-    let conf = if fresh {
+    let mut conf = if fresh {
         create(&dir, &args)?
     } else {
         Conf::load(&conf_path).map_err(|e| e.to_string())?
     };
+    let mon_names: Vec<String> = conf.mons.iter().map(|m| m.name.clone()).collect();
+    crate::prometheus::assign(&mut conf, &conf_path, &mon_names)?;
     let edge =
         crate::admin::seal_at_edge(args.seal.as_deref(), crate::admin::mon_links_secure(&conf)?)?;
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
@@ -267,7 +270,7 @@ pub fn run(args: UpArgs) -> Result<(), String> {
     let admin =
         load_identity(&conf.keyring_path(&admin_name), &admin_name).map_err(|e| e.to_string())?;
     let runtime = daemon::runtime()?;
-    let (pool_line, filesystems) = runtime.block_on(async {
+    let (cluster, ids) = runtime.block_on(async {
         let cluster = Cluster::connect(&conf, &admin)
             .await
             .map_err(|e| format!("reaching the monitor: {e}"))?;
@@ -275,6 +278,17 @@ pub fn run(args: UpArgs) -> Result<(), String> {
         while (ids.len() as u32) < args.osds {
             ids.push(create_osd(&cluster, &conf).await?);
         }
+        Ok::<_, String>((cluster, ids))
+    })?;
+    let mut others: Vec<String> = ids.iter().map(|id| format!("osd.{id}")).collect();
+    others.extend(conf.nbd.is_some().then(|| "nbd".to_string()));
+    others.extend(conf.gw.is_some().then(|| "gw".to_string()));
+    if args.fs != "none" {
+        others.push(format!("mds.{MDS_ID}"));
+    }
+    crate::prometheus::assign(&mut conf, &conf_path, &others)?;
+    let conf = conf;
+    let (pool_line, filesystems) = runtime.block_on(async {
         for id in &ids {
             let name = format!("osd.{id}");
             let log = daemon::osd_dir(&conf, *id).join("log");
@@ -297,7 +311,7 @@ pub fn run(args: UpArgs) -> Result<(), String> {
             use crate::image::{NBD_TLS_CA, NBD_TLS_CERT, NBD_TLS_KEY};
             let names = [NBD_TLS_CA, NBD_TLS_KEY, NBD_TLS_CERT];
             ensure_certificate(&dir.join(NBD_TLS_DIR), &nbd.listen, "NBD", names)?;
-            daemons.spawn("nbd", nbd_args(nbd, &dir), &dir.join("log"))?;
+            daemons.spawn("nbd", nbd_args(&conf, nbd, &dir), &dir.join("log"))?;
         }
         if let Some(gw) = &conf.gw {
             let pool_exists = cluster.map().pools.values().any(|p| p.name == gw.pool);
@@ -308,7 +322,7 @@ pub fn run(args: UpArgs) -> Result<(), String> {
             let dir = conf.dir.join(crate::gw::GW_DIR);
             use gateway::tls::{CA_FILE, CERT_FILE, KEY_FILE};
             ensure_certificate(&dir, &gw.listen, "gateway", [CA_FILE, KEY_FILE, CERT_FILE])?;
-            daemons.spawn("gw", gw_args(&dir), &dir.join("log"))?;
+            daemons.spawn("gw", gw_args(&conf, &dir), &dir.join("log"))?;
         }
         if args.fs != "none" {
             if cluster.map().filesystems.is_empty() {
@@ -333,6 +347,7 @@ pub fn run(args: UpArgs) -> Result<(), String> {
             filesystems,
         ))
     })?;
+    let scrape_config = crate::prometheus::write(&conf)?;
     let verb = if fresh { "created" } else { "resumed" };
     say(&announcement(
         &conf,
@@ -340,6 +355,7 @@ pub fn run(args: UpArgs) -> Result<(), String> {
         &admin_name,
         &format!("{verb} ({pool_line})"),
         &filesystems,
+        &scrape_config,
     ));
     let supervised = runtime.block_on(supervise(&mut daemons, &dir));
     crate::supervise::unlisten(&dir);
@@ -379,6 +395,7 @@ fn announcement(
     admin_name: &EntityName,
     state: &str,
     filesystems: &[String],
+    scrape_config: &Path,
 ) -> String {
     use std::fmt::Write;
     let conf_path = dir.join(CONF_FILE);
@@ -439,6 +456,19 @@ fn announcement(
         let _ = writeln!(
             text,
             "  fs:       {fs} (try: mkdir -p /mnt/{fs} && {coffer} mount {fs} /mnt/{fs})"
+        );
+    }
+    let first_mon = conf
+        .mons
+        .first()
+        .and_then(|m| conf.metrics.get_key_value(&m.name));
+    if let Some((name, addr)) = first_mon.or_else(|| conf.metrics.iter().next()) {
+        let _ = writeln!(
+            text,
+            "  metrics:  {} daemons, Prometheus text at /metrics (try: curl http://{addr}/metrics \
+             for {name}; scrape them all: prometheus --config.file={})",
+            conf.metrics.len(),
+            scrape_config.display()
         );
     }
     let _ = writeln!(
@@ -504,8 +534,8 @@ const NBD_TLS_DIR: &str = "tls";
 
 /// The arguments of the NBD server `coffer up` runs: it waits out the lock of a server that
 /// crashed (its own earlier run) instead of failing, and offers TLS.
-fn nbd_args(nbd: &NbdSection, dir: &Path) -> Vec<String> {
-    vec![
+fn nbd_args(conf: &Conf, nbd: &NbdSection, dir: &Path) -> Vec<String> {
+    let mut args = vec![
         "nbd".into(),
         "serve".into(),
         nbd.image.clone(),
@@ -516,7 +546,17 @@ fn nbd_args(nbd: &NbdSection, dir: &Path) -> Vec<String> {
         dir.join("pid").display().to_string(),
         "--tls-dir".into(),
         dir.join(NBD_TLS_DIR).display().to_string(),
-    ]
+    ];
+    args.extend(metrics_arg(conf, "nbd"));
+    args
+}
+
+/// `--metrics ADDR` for a front end that has an address in the configuration.
+fn metrics_arg(conf: &Conf, name: &str) -> Vec<String> {
+    match conf.metrics.get(name) {
+        Some(addr) => vec!["--metrics".into(), addr.clone()],
+        None => Vec::new(),
+    }
 }
 
 /// Makes a server's certificate for the address `listen` and `localhost` in `dir`, with
@@ -578,12 +618,14 @@ async fn ensure_mds(cluster: &Cluster, conf: &Conf) -> Result<EntityName, String
 
 /// The arguments of the S3 gateway `coffer up` runs (its address and pool are in the
 /// configuration, its certificate in `dir`).
-fn gw_args(dir: &Path) -> Vec<String> {
-    vec![
+fn gw_args(conf: &Conf, dir: &Path) -> Vec<String> {
+    let mut args = vec![
         "gw".into(),
         "--pid-file".into(),
         dir.join("pid").display().to_string(),
-    ]
+    ];
+    args.extend(metrics_arg(conf, "gw"));
+    args
 }
 
 /// Creates image `spec` (POOL/NAME) of `size` bytes unless it exists.
