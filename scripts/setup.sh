@@ -27,10 +27,15 @@ ensure_build_tools() {
 # and for the file system's tests on FUSE mounts, fusermount3 (fuse3), rsync and git as
 # ordinary programs, and sysbench for `coffer bench fs`; libnbd's Python binding
 # (python3-libnbd, for Debian's /usr/bin/python3), to send the NBD requests no command-line
-# client sends: unaligned TRIM and WRITE_ZEROES, undefined flags; and Prometheus with its
-# promtool (prometheus), which the metrics test scrapes every daemon with.
+# client sends: unaligned TRIM and WRITE_ZEROES, undefined flags; Prometheus with its
+# promtool (prometheus), which the metrics test scrapes every daemon with; and headless
+# Chromium with chromedriver (chromium, chromium-driver) and curl, which the dashboard test
+# drives.
 ensure_test_tools() {
     local missing=()
+    command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+    command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
+    command -v curl >/dev/null 2>&1 || missing+=(curl)
     { command -v prometheus && command -v promtool; } >/dev/null 2>&1 || missing+=(prometheus)
     command -v tcpdump >/dev/null 2>&1 || missing+=(tcpdump)
     command -v fusermount3 >/dev/null 2>&1 || missing+=(fuse3)

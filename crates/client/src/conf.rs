@@ -31,6 +31,9 @@ pub struct Conf {
     /// The S3 gateway `coffer up` runs (none without this section).
     #[serde(default)]
     pub gw: Option<GwSection>,
+    /// The web dashboard `coffer up` runs (none without this section).
+    #[serde(default)]
+    pub dashboard: Option<DashboardSection>,
     /// Where each daemon serves its Prometheus metrics (`osd.0 = "127.0.0.1:9283"`; a
     /// daemon without an entry serves none). docs/metrics.md.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -112,6 +115,13 @@ pub struct GwSection {
     /// The pool that holds its users, buckets and objects.
     #[serde(default = "gw_pool")]
     pub pool: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DashboardSection {
+    /// The address it listens on (HTTPS).
+    pub listen: String,
 }
 
 /// The pool of the S3 gateway when nothing names another.

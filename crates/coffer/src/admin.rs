@@ -260,13 +260,7 @@ pub fn status(who: &Who, as_json: bool) -> Result<(), String> {
         .block_on(cluster.status())
         .map_err(|e| e.to_string())?;
     let supervised = crate::supervise::status(&conf.dir);
-    let (mut health, mut reasons) = health(&status.health);
-    if let Some((_, warnings, _)) = &supervised {
-        if health == "HEALTH_OK" && !warnings.is_empty() {
-            health = "HEALTH_WARN";
-        }
-        reasons.extend(warnings.iter().cloned());
-    }
+    let (health, reasons) = verdict(&status, supervised.as_ref().map(|(_, w, _)| &w[..]));
     if as_json {
         let mut value = status_json(&status);
         value["health"]["status"] = health.into();
@@ -339,6 +333,19 @@ pub fn status(who: &Who, as_json: bool) -> Result<(), String> {
         );
     }
     Ok(())
+}
+
+/// The cluster's health word and its reasons, as `coffer status` gives them: the
+/// monitors' verdict, warned by the crashes `coffer up` saw (`supervised`).
+pub fn verdict(status: &MonStatus, supervised: Option<&[String]>) -> (&'static str, Vec<String>) {
+    let (mut health, mut reasons) = health(&status.health);
+    if let Some(warnings) = supervised {
+        if health == "HEALTH_OK" && !warnings.is_empty() {
+            health = "HEALTH_WARN";
+        }
+        reasons.extend(warnings.iter().cloned());
+    }
+    (health, reasons)
 }
 
 /// The health word and its reasons.
@@ -590,23 +597,29 @@ fn scrub(
     };
     let (mut objects, mut bytes, mut found, mut left, mut stuck) = (0, 0, 0, 0, 0);
     let pgs = numbers.len() as u64;
+    let what = format!("scrub of pool {}", pool.name());
+    let progress = crate::progress::Progress::new(&what, pgs, "PGs");
     for number in numbers {
+        progress.set_message(&format!("pg {}.{number}", pool.id()));
         let result = runtime
             .block_on(pool.scrub_pg(number, repair))
-            .map_err(|e| format!("pg {}.{number}: {e}", pool.id()))?;
+            .map_err(|e| {
+                progress.finish();
+                format!("pg {}.{number}: {e}", pool.id())
+            })?;
         let osds: Vec<String> = result.osds.iter().map(|o| format!("osd.{}", o.0)).collect();
         let verdict = match result.findings.len() {
             0 => "consistent".to_string(),
             n => format!("{} inconsistent", objects_text(n as u64)),
         };
         if verbose || !result.findings.is_empty() {
-            println!(
+            progress.println(&format!(
                 "pg {}.{number}: {} on {} ({} read): {verdict}",
                 pool.id(),
                 objects_text(result.objects),
                 osds.join(", "),
                 crate::text::approximate(result.bytes)
-            );
+            ));
         }
         for finding in &result.findings {
             let state = match (finding.repaired, finding.repairable) {
@@ -614,14 +627,16 @@ fn scrub(
                 (false, false) => " [not repairable by scrub]",
                 (false, true) => "",
             };
-            println!("  {}: {}{state}", finding.object, finding.what);
+            progress.println(&format!("  {}: {}{state}", finding.object, finding.what));
         }
+        progress.inc(1);
         objects += result.objects;
         bytes += result.bytes;
         found += result.findings.len();
         left += result.findings.iter().filter(|f| !f.repaired).count();
         stuck += result.findings.iter().filter(|f| !f.repairable).count();
     }
+    progress.finish();
     println!(
         "pool {}: {} scrubbed, {found} inconsistent, {} repaired ({}, {} read on the \
          primaries)",
@@ -746,6 +761,19 @@ pub fn obj(who: &Who, command: ObjCommand) -> Result<(), String> {
     }
 }
 
+/// Gives `entity` a key with `caps` (or replaces its caps); returns its keyring (PEM).
+pub async fn new_key(cluster: &Cluster, entity: &str, caps: Caps) -> Result<String, String> {
+    entity.parse::<EntityName>().map_err(|e| format!("{e}"))?;
+    let command = MonCommand::AuthAdd {
+        entity: entity.into(),
+        caps,
+    };
+    match cluster.command(command).await.map_err(|e| e.to_string())? {
+        MonReply::Keyring { pem, .. } => Ok(pem),
+        other => Err(format!("unexpected reply {other:?}")),
+    }
+}
+
 /// Gives `entity` a key with `caps` (or replaces its caps) and writes its keyring to
 /// `output`, or beside the configuration; returns where it went.
 pub fn add_key(
@@ -757,21 +785,10 @@ pub fn add_key(
     output: Option<PathBuf>,
 ) -> Result<PathBuf, String> {
     let parsed: EntityName = entity.parse().map_err(|e| format!("{e}"))?;
-    let command = MonCommand::AuthAdd {
-        entity: entity.into(),
-        caps,
-    };
-    match runtime
-        .block_on(cluster.command(command))
-        .map_err(|e| e.to_string())?
-    {
-        MonReply::Keyring { pem, .. } => {
-            let path = output.unwrap_or_else(|| conf.keyring_path(&parsed));
-            crate::up::write_private(&path, &pem)?;
-            Ok(path)
-        }
-        other => Err(format!("unexpected reply {other:?}")),
-    }
+    let pem = runtime.block_on(new_key(cluster, entity, caps))?;
+    let path = output.unwrap_or_else(|| conf.keyring_path(&parsed));
+    crate::up::write_private(&path, &pem)?;
+    Ok(path)
 }
 
 pub fn auth(who: &Who, command: AuthCommand) -> Result<(), String> {

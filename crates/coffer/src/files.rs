@@ -166,7 +166,7 @@ async fn remove_pools(cluster: &Cluster, pools: &[String]) {
 }
 
 /// The mounts of file system `name`, as its MDS knows them.
-async fn sessions(cluster: &Cluster, name: &str) -> Result<Vec<SessionInfo>, String> {
+pub async fn sessions(cluster: &Cluster, name: &str) -> Result<Vec<SessionInfo>, String> {
     let map = cluster.map();
     let fs = map
         .filesystems
@@ -352,10 +352,36 @@ fn authorize(
         [path, access] => (path.clone(), access.clone()),
         _ => return Err("give [PATH] r|rw".into()),
     };
+    let (caps_text, caps, path) = grant_caps(cluster, name, entity, &path, &access)?;
+    let keyring = crate::admin::add_key(conf, runtime, cluster, entity, caps, output)?;
+    println!("{entity}: {caps_text}");
+    println!("keyring written to {}", keyring.display());
+    let at = if path == "/" {
+        String::new()
+    } else {
+        format!(" --path {path}")
+    };
+    println!(
+        "mount with: {} --name {entity} --keyring {} mount {name} MOUNTPOINT{at}",
+        crate::up::command_name(),
+        keyring.display()
+    );
+    Ok(())
+}
+
+/// The capabilities that let client `entity` mount file system `name` at `path` (and below)
+/// with `access` (r or rw): as text, parsed, and the path made normal.
+pub fn grant_caps(
+    cluster: &Cluster,
+    name: &str,
+    entity: &str,
+    path: &str,
+    access: &str,
+) -> Result<(String, Caps, String), String> {
     if access != "r" && access != "rw" {
         return Err(format!("{access:?}: the access is r or rw"));
     }
-    let path = map::auth::normal_path(&path).map_err(|e| e.to_string())?;
+    let path = map::auth::normal_path(path).map_err(|e| e.to_string())?;
     let map = cluster.map();
     let fs = map
         .filesystems
@@ -375,20 +401,7 @@ fn authorize(
     }
     let caps_text = format!("mon=r osd={access} pool={data_pool} fs={name}:{path}:{access}");
     let caps = Caps::parse(&caps_text).map_err(|e| e.to_string())?;
-    let keyring = crate::admin::add_key(conf, runtime, cluster, entity, caps, output)?;
-    println!("{entity}: {caps_text}");
-    println!("keyring written to {}", keyring.display());
-    let at = if path == "/" {
-        String::new()
-    } else {
-        format!(" --path {path}")
-    };
-    println!(
-        "mount with: {} --name {entity} --keyring {} mount {name} MOUNTPOINT{at}",
-        crate::up::command_name(),
-        keyring.display()
-    );
-    Ok(())
+    Ok((caps_text, caps, path))
 }
 
 /// What `-o` and `--readahead` ask for.

@@ -156,19 +156,16 @@ pub fn kms(who: &Who, command: KmsCommand) -> Result<(), String> {
                 println!("KMS key {name} created");
             }
             KmsKeyCommand::Rotate { name, pool } => {
-                done(cluster.kms_key_rotate(&name).await)?;
-                println!("KMS key {name} rotated");
-                rewrap(&cluster, &name, &pool_name(&conf, pool))
-                    .await
-                    .map_err(|e| {
-                        format!(
-                            "{e}\nthe rotation itself is done: `coffer kms key rewrap {name}` \
-                             finishes the rewrap (rotating again would add another version)"
-                        )
-                    })?;
+                println!(
+                    "{}",
+                    rotate(&cluster, &name, &pool_name(&conf, pool)).await?
+                );
             }
             KmsKeyCommand::Rewrap { name, pool } => {
-                rewrap(&cluster, &name, &pool_name(&conf, pool)).await?;
+                println!(
+                    "{}",
+                    rewrap(&cluster, &name, &pool_name(&conf, pool)).await?
+                );
             }
             KmsKeyCommand::Rm {
                 name,
@@ -202,8 +199,29 @@ pub fn kms(who: &Who, command: KmsCommand) -> Result<(), String> {
     })
 }
 
-/// Rewraps the data keys of KMS key `name` in the gateway's pool under its newest version.
-async fn rewrap(cluster: &client::Cluster, name: &str, pool_name: &str) -> Result<(), String> {
+/// Rotates KMS key `name` (a new version wraps new data keys) and rewraps the data keys
+/// of the gateway's pool `pool_name` under it; returns what was done, for a person.
+pub async fn rotate(
+    cluster: &client::Cluster,
+    name: &str,
+    pool_name: &str,
+) -> Result<String, String> {
+    cluster
+        .kms_key_rotate(name)
+        .await
+        .map_err(|e| e.to_string())?;
+    let rewrapped = rewrap(cluster, name, pool_name).await.map_err(|e| {
+        format!(
+            "KMS key {name} rotated, but {e}\nthe rotation itself is done: `coffer kms key \
+             rewrap {name}` finishes the rewrap (rotating again would add another version)"
+        )
+    })?;
+    Ok(format!("KMS key {name} rotated\n{rewrapped}"))
+}
+
+/// Rewraps the data keys of KMS key `name` in the gateway's pool under its newest version;
+/// returns what was done, for a person.
+async fn rewrap(cluster: &client::Cluster, name: &str, pool_name: &str) -> Result<String, String> {
     let keys = cluster.kms_keys().await.map_err(|e| e.to_string())?;
     let newest = keys
         .iter()
@@ -213,22 +231,22 @@ async fn rewrap(cluster: &client::Cluster, name: &str, pool_name: &str) -> Resul
     let pool = match cluster.pool(pool_name).await {
         Ok(pool) => pool,
         Err(client::Error::NoSuchPool(_)) => {
-            println!("no gateway pool {pool_name}: nothing to rewrap");
-            return Ok(());
+            return Ok(format!("no gateway pool {pool_name}: nothing to rewrap"));
         }
         Err(e) => return Err(e.to_string()),
     };
     let kms = gateway::kms::MonitorKms {
         cluster: cluster.clone(),
     };
-    let done = gateway::maintenance::rewrap(&pool, &kms, name, newest)
-        .await
+    let what = format!("rewrap of KMS key {name}");
+    let progress = crate::progress::Progress::new(&what, 0, "buckets");
+    let rewrapped = gateway::maintenance::rewrap(&pool, &kms, name, newest, &|done, total| {
+        progress.reached(done, total)
+    })
+    .await;
+    progress.finish();
+    let done = rewrapped
         .map_err(|e| format!("rewrapping the data keys of {name} in pool {pool_name}: {e}"))?;
-    println!(
-        "rewrapped {} data keys of {} objects and parts in pool {pool_name} under version \
-         {newest}",
-        done.keys, done.records
-    );
     if done.changed + done.failed > 0 {
         return Err(format!(
             "{} records kept changing during the rewrap and {} could not be rewritten (see \
@@ -236,7 +254,11 @@ async fn rewrap(cluster: &client::Cluster, name: &str, pool_name: &str) -> Resul
             done.changed, done.failed
         ));
     }
-    Ok(())
+    Ok(format!(
+        "rewrapped {} data keys of {} objects and parts in pool {pool_name} under version \
+         {newest}",
+        done.keys, done.records
+    ))
 }
 
 pub fn command(who: &Who, command: GwCommand) -> Result<(), String> {
@@ -249,9 +271,16 @@ pub fn command(who: &Who, command: GwCommand) -> Result<(), String> {
     let pool_name = pool_name(&conf, pool);
     runtime.block_on(async {
         let pool = cluster.pool(&pool_name).await.map_err(|e| e.to_string())?;
-        let found = gateway::maintenance::collect(&pool, older_than, dry_run)
-            .await
-            .map_err(|e| format!("collecting garbage in pool {pool_name}: {e}"))?;
+        let what = format!("garbage collection in pool {pool_name}");
+        let progress = crate::progress::Progress::new(&what, 0, "steps");
+        let collected =
+            gateway::maintenance::collect(&pool, older_than, dry_run, &|done, total| {
+                progress.reached(done, total)
+            })
+            .await;
+        progress.finish();
+        let found =
+            collected.map_err(|e| format!("collecting garbage in pool {pool_name}: {e}"))?;
         let verb = if dry_run { "would remove" } else { "removed" };
         println!(
             "{verb} {} stripe objects ({} bytes) of {} writes no object or upload names, and \
@@ -267,7 +296,8 @@ pub fn command(who: &Who, command: GwCommand) -> Result<(), String> {
     })
 }
 
-fn pool_name(conf: &Conf, explicit: Option<String>) -> String {
+/// The gateway's pool: `explicit`, else the configuration's, else the default.
+pub fn pool_name(conf: &Conf, explicit: Option<String>) -> String {
     explicit
         .or_else(|| conf.gw.as_ref().map(|gw| gw.pool.clone()))
         .unwrap_or_else(|| GW_POOL_DEFAULT.into())

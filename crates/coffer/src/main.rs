@@ -7,9 +7,11 @@
 mod admin;
 mod bench;
 mod daemon;
+mod dashboard;
 mod files;
 mod gw;
 mod image;
+mod progress;
 mod prometheus;
 mod scrape;
 mod supervise;
@@ -98,6 +100,8 @@ enum Command {
     Mds(files::MdsArgs),
     /// Runs a monitor daemon (coffer up starts these).
     Mon(daemon::MonArgs),
+    /// The web dashboard: serve (coffer up runs it), and its users (user add, ls, rm).
+    Dashboard(dashboard::DashboardCli),
     /// The daemons a running `coffer up` looks after: ls, restart, stop, start.
     #[command(subcommand)]
     Daemon(supervise::DaemonCommand),
@@ -170,6 +174,10 @@ fn main() -> ExitCode {
             init_logging(tracing::Level::INFO);
             files::run_mds(&daemon_conf(), args)
         }
+        Command::Dashboard(cli) => {
+            init_logging(tracing::Level::INFO);
+            dashboard::command(&who, cli)
+        }
         Command::Mount(args) if args.foreground => {
             init_logging(tracing::Level::INFO);
             files::mount(&who, args)
@@ -208,7 +216,11 @@ fn main() -> ExitCode {
                 }) => gw::command(&who, command),
                 Command::Bench(command) => bench::run(command),
                 Command::Daemon(command) => supervise::command(&daemon_conf(), command),
-                Command::Mon(_) | Command::Nbd(_) | Command::Gw(_) | Command::Mds(_) => {
+                Command::Mon(_)
+                | Command::Nbd(_)
+                | Command::Gw(_)
+                | Command::Mds(_)
+                | Command::Dashboard(_) => {
                     unreachable!("matched above")
                 }
             }

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use client::conf::{
-    Conf, GwSection, MonEntry, NbdSection, OsdSection, Transit, CONF_FILE, DEFAULT_DATA_DIR,
-    GW_POOL_DEFAULT,
+    Conf, DashboardSection, GwSection, MonEntry, NbdSection, OsdSection, Transit, CONF_FILE,
+    DEFAULT_DATA_DIR, GW_POOL_DEFAULT,
 };
 use client::{load_identity, Cluster};
 use map::auth::Caps;
@@ -70,6 +70,9 @@ pub struct UpArgs {
     /// Where a new cluster's S3 gateway listens (HTTPS), or `none`.
     #[arg(long, default_value = crate::gw::LISTEN_DEFAULT)]
     pub gw: String,
+    /// Where a new cluster's web dashboard listens (HTTPS), or `none`.
+    #[arg(long, default_value = crate::dashboard::LISTEN_DEFAULT)]
+    pub dashboard: String,
     /// Size of the default image (data/disk), made when it does not exist.
     #[arg(long, default_value = "4G", value_parser = crate::text::parse_size)]
     pub image_size: u64,
@@ -115,7 +118,12 @@ fn random_fsid() -> String {
 /// Writes the configuration, the monitor's and the admin's keyrings and the seed of a new
 /// cluster in `dir`.
 fn create(dir: &Path, args: &UpArgs) -> Result<Conf, String> {
-    for (option, value) in [("--nbd", &args.nbd), ("--gw", &args.gw)] {
+    let listens = [
+        ("--nbd", &args.nbd),
+        ("--gw", &args.gw),
+        ("--dashboard", &args.dashboard),
+    ];
+    for (option, value) in listens {
         if value != "none" {
             value
                 .parse::<std::net::SocketAddr>()
@@ -173,6 +181,9 @@ fn create(dir: &Path, args: &UpArgs) -> Result<Conf, String> {
         gw: (args.gw != "none").then(|| GwSection {
             listen: args.gw.clone(),
             pool: GW_POOL_DEFAULT.into(),
+        }),
+        dashboard: (args.dashboard != "none").then(|| DashboardSection {
+            listen: args.dashboard.clone(),
         }),
         metrics: Default::default(),
         dir: dir.to_path_buf(),
@@ -324,6 +335,14 @@ pub fn run(args: UpArgs) -> Result<(), String> {
             ensure_certificate(&dir, &gw.listen, "gateway", [CA_FILE, KEY_FILE, CERT_FILE])?;
             daemons.spawn("gw", gw_args(&conf, &dir), &dir.join("log"))?;
         }
+        if let Some(dashboard) = &conf.dashboard {
+            let dir = crate::dashboard::dir(&conf);
+            use gateway::tls::{CA_FILE, CERT_FILE, KEY_FILE};
+            let names = [CA_FILE, KEY_FILE, CERT_FILE];
+            ensure_certificate(&dir, &dashboard.listen, "dashboard", names)?;
+            crate::dashboard::ensure_admin(&dir)?;
+            daemons.spawn("dashboard", dashboard_args(&dir), &dir.join("log"))?;
+        }
         if args.fs != "none" {
             if cluster.map().filesystems.is_empty() {
                 crate::files::create(&cluster, &args.fs, None, None, edge).await?;
@@ -449,6 +468,19 @@ fn announcement(
              and boto3: coffer user create NAME)",
             gw.listen,
             ca.display()
+        );
+    }
+    if let Some(dashboard) = &conf.dashboard {
+        let dir = crate::dashboard::dir(conf);
+        let _ = writeln!(
+            text,
+            "  web:      https://{} (the dashboard; trust {}; log in as {} with the \
+             password in {})",
+            dashboard.listen,
+            dir.join(gateway::tls::CA_FILE).display(),
+            crate::dashboard::users::ADMIN,
+            dir.join(crate::dashboard::users::ADMIN_PASSWORD_FILE)
+                .display()
         );
     }
     let coffer = command_name();
@@ -626,6 +658,17 @@ fn gw_args(conf: &Conf, dir: &Path) -> Vec<String> {
     ];
     args.extend(metrics_arg(conf, "gw"));
     args
+}
+
+/// The arguments of the dashboard `coffer up` runs (its address is in the configuration,
+/// its certificate and users in `dir`).
+fn dashboard_args(dir: &Path) -> Vec<String> {
+    vec![
+        "dashboard".into(),
+        "serve".into(),
+        "--pid-file".into(),
+        dir.join("pid").display().to_string(),
+    ]
 }
 
 /// Creates image `spec` (POOL/NAME) of `size` bytes unless it exists.

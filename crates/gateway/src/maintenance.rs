@@ -42,10 +42,14 @@ pub async fn rewrap(
     kms: &dyn Kms,
     key: &str,
     newest: u32,
+    progress: &(dyn Fn(u64, u64) + Sync),
 ) -> Result<Rewrapped, Error> {
     let mut done = Rewrapped::default();
     let listing = object_names(pool).await?;
-    for bucket in bucket_names(pool, &listing).await? {
+    let buckets = bucket_names(pool, &listing).await?;
+    let total = buckets.len() as u64;
+    for (at, bucket) in buckets.into_iter().enumerate() {
+        progress(at as u64, total);
         let index = layout::index_object(&bucket);
         let mut pages = Pages::new(pool, &index, None);
         while let Some(page) = pages.next().await? {
@@ -218,7 +222,14 @@ pub struct Collected {
 /// longer than any single PUT or part upload takes. Uploads are read before objects: a
 /// completion moves parts from an upload into an object entry, and reading in that order
 /// sees the parts in one place or the other.
-pub async fn collect(pool: &Pool, older_than: Duration, dry_run: bool) -> Result<Collected, Error> {
+/// `progress` hears how far the walk is, in steps (each bucket twice, then each write
+/// whose stripes no record names), as (done, total so far).
+pub async fn collect(
+    pool: &Pool,
+    older_than: Duration,
+    dry_run: bool,
+    progress: &(dyn Fn(u64, u64) + Sync),
+) -> Result<Collected, Error> {
     // Before anything is read: whatever is recorded while the walk runs is newer than this.
     let older_than = u64::try_from(older_than.as_nanos()).unwrap_or(u64::MAX);
     let cutoff = layout::now_ns().saturating_sub(older_than);
@@ -228,7 +239,11 @@ pub async fn collect(pool: &Pool, older_than: Duration, dry_run: bool) -> Result
     let mut out = Collected::default();
     let mut named = HashSet::new();
     let mut listed_uploads = HashSet::new();
+    let walk = 2 * bucket_names.len() as u64;
+    let mut step = 0;
     for bucket in &bucket_names {
+        progress(step, walk);
+        step += 1;
         let index = layout::index_object(bucket);
         let mut uploads = Vec::new();
         let mut pages = Pages::new(pool, &index, layout::before(&[layout::UPLOADS]));
@@ -257,6 +272,8 @@ pub async fn collect(pool: &Pool, older_than: Duration, dry_run: bool) -> Result
         }
     }
     for bucket in &bucket_names {
+        progress(step, walk);
+        step += 1;
         let index = layout::index_object(bucket);
         let mut pages = Pages::new(pool, &index, None);
         'objects: while let Some(page) = pages.next().await? {
@@ -288,7 +305,10 @@ pub async fn collect(pool: &Pool, older_than: Duration, dry_run: bool) -> Result
         }
     }
 
+    let total = walk + instances.len() as u64;
     for (_, stripes) in instances {
+        progress(step, total);
+        step += 1;
         let mut newest = 0;
         let mut bytes = 0;
         for name in &stripes {

@@ -129,6 +129,7 @@ impl FreshCluster {
             })
             .args(["--gw", gw.unwrap_or("none")])
             .args(["--fs", if fs { crate::up::DEFAULT_FS } else { "none" }])
+            .args(["--dashboard", "none"])
             .args(["--at-rest", store_mode, "--in-transit", in_transit])
             .args(["--seal", seal, "--data"])
             .arg(dir)

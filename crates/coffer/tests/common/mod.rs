@@ -524,7 +524,7 @@ fn spawn_up(dir: &Path, osds: u32, extra: &[&str], supervised: bool) -> Child {
         .args(extra)
         .args(port_default("--nbd", extra))
         .args(port_default("--gw", extra))
-        .args(no_fs_default(extra))
+        .args(none_by_default(extra))
         .args((!supervised).then_some("--no-restart"))
         .stdout(Stdio::piped())
         .stderr(log)
@@ -541,13 +541,16 @@ fn port_default(option: &str, extra: &[&str]) -> Vec<String> {
     vec![option.into(), format!("127.0.0.1:{}", free_port())]
 }
 
-/// Test clusters run no file system (its pools and metadata daemon) unless the test names
-/// `--fs` itself.
-fn no_fs_default(extra: &[&str]) -> Vec<String> {
-    if extra.contains(&"--fs") {
-        return Vec::new();
+/// Test clusters run no file system (its pools and metadata daemon) and no dashboard unless
+/// the test names `--fs` or `--dashboard` itself.
+fn none_by_default(extra: &[&str]) -> Vec<String> {
+    let mut args = Vec::new();
+    for option in ["--fs", "--dashboard"] {
+        if !extra.contains(&option) {
+            args.extend([option.to_string(), "none".to_string()]);
+        }
     }
-    vec!["--fs".into(), "none".into()]
+    args
 }
 
 impl Drop for LocalCluster {

@@ -19,6 +19,8 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use crate::progress::Progress;
+
 use super::fresh::{connect_admin, wait_clean, FreshArgs, FreshCluster, CORNERS, EDGE};
 use super::report::{
     machine_cores, mean_and_stddev, percent_of, print_header, size_label, write_json, LatencyUs,
@@ -305,7 +307,9 @@ pub fn run(args: MatrixArgs) -> Result<(), String> {
         ],
     );
     let cells_per_config = shapes.len() * args.io_sizes.len() * 2;
-    let progress = Progress::new((repeats * configs.len() * cells_per_config) as u64);
+    let cells_total = (repeats * configs.len() * cells_per_config) as u64;
+    // Each finished cell also prints one line, above the bar (or alone, without one).
+    let progress = Progress::new("bench matrix", cells_total, "cells");
     let runtime = crate::daemon::runtime()?;
     let mut runs = Vec::with_capacity(repeats);
     for repeat in 0..repeats {
@@ -525,7 +529,7 @@ impl Plan<'_> {
                         op,
                         &measured,
                     );
-                    progress.cell_done(&format!(
+                    progress.eprintln(&format!(
                         "{name:<28}: {:>8.0} IOPS {:>8.1} MiB/s  p99 {:>8.0} us  cluster CPU {}",
                         cell.iops,
                         cell.mib_s,
@@ -533,6 +537,7 @@ impl Plan<'_> {
                         cell.cpu_s_per_gib
                             .map_or("-".into(), |v| format!("{v:.2} s/GiB"))
                     ));
+                    progress.inc(1);
                     cells.push(cell);
                 }
             }
@@ -661,40 +666,6 @@ fn wait_listening(addr: &str) -> Result<(), String> {
         std::thread::sleep(Duration::from_millis(100));
     }
     Ok(())
-}
-
-/// The progress bar on standard error: cells done, the cell running, and the time left. Each
-/// finished cell also prints one line (also when standard error is not a terminal and the
-/// bar is hidden).
-struct Progress {
-    bar: indicatif::ProgressBar,
-}
-
-impl Progress {
-    fn new(cells: u64) -> Progress {
-        let bar = indicatif::ProgressBar::new(cells);
-        bar.set_style(
-            indicatif::ProgressStyle::with_template(
-                "[{elapsed_precise}] {bar:30} {pos}/{len} cells, about {eta} left: {msg}",
-            )
-            .expect("the progress template is valid"),
-        );
-        bar.enable_steady_tick(Duration::from_millis(500));
-        Progress { bar }
-    }
-
-    fn set_message(&self, message: &str) {
-        self.bar.set_message(message.to_string());
-    }
-
-    fn cell_done(&self, line: &str) {
-        self.bar.suspend(|| eprintln!("{line}"));
-        self.bar.inc(1);
-    }
-
-    fn finish(&self) {
-        self.bar.finish_and_clear();
-    }
 }
 
 #[cfg(test)]
