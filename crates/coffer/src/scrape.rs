@@ -9,15 +9,12 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 /// Pause before trying again to listen on an address that is taken.
 const LISTEN_RETRY: Duration = Duration::from_secs(5);
-/// How long a scraper has to send its request once connected.
-const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The two text formats a scraper may ask for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -119,11 +116,20 @@ pub fn start(addr: Option<&String>, register: impl FnOnce(&mut Registry)) {
 /// every few seconds.
 fn spawn(addr: String, registry: Registry) -> JoinHandle<()> {
     let registry = Arc::new(registry);
+    let service = hyper::service::service_fn(move |request: Request<hyper::body::Incoming>| {
+        let accept = request
+            .headers()
+            .get(hyper::header::ACCEPT)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        let response = answer(&registry, request.method(), request.uri().path(), accept);
+        async move { Ok::<_, std::convert::Infallible>(response) }
+    });
     tokio::spawn(async move {
         let mut said = false;
-        let listener = loop {
-            match TcpListener::bind(&addr).await {
-                Ok(listener) => break listener,
+        loop {
+            let listener = match TcpListener::bind(&addr).await {
+                Ok(listener) => listener,
                 Err(e) => {
                     if !said {
                         tracing::warn!(
@@ -133,35 +139,17 @@ fn spawn(addr: String, registry: Registry) -> JoinHandle<()> {
                         said = true;
                     }
                     tokio::time::sleep(LISTEN_RETRY).await;
+                    continue;
                 }
-            }
-        };
-        tracing::info!(%addr, "metrics at http://{addr}/metrics");
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                // Out of descriptors, most likely: the scraper tries again at its next turn.
-                tokio::time::sleep(LISTEN_RETRY).await;
-                continue;
             };
-            let registry = registry.clone();
-            tokio::spawn(async move {
-                let service =
-                    hyper::service::service_fn(move |request: Request<hyper::body::Incoming>| {
-                        let accept = request
-                            .headers()
-                            .get(hyper::header::ACCEPT)
-                            .and_then(|v| v.to_str().ok())
-                            .unwrap_or("");
-                        let response =
-                            answer(&registry, request.method(), request.uri().path(), accept);
-                        async move { Ok::<_, std::convert::Infallible>(response) }
-                    });
-                let mut http = hyper::server::conn::http1::Builder::new();
-                http.timer(hyper_util::rt::TokioTimer::new())
-                    .header_read_timeout(HEADER_TIMEOUT);
-                // A scraper that goes away mid-answer changes nothing here.
-                let _ = http.serve_connection(TokioIo::new(stream), service).await;
-            });
+            tracing::info!(%addr, "metrics at http://{addr}/metrics");
+            // Served as the gateway serves, in plain HTTP; it ends only when accepting fails
+            // (out of descriptors, most likely), and then listens again after a pause.
+            let served = gateway::serve::serve_with(listener, None, service.clone()).await;
+            if let Err(e) = served {
+                tracing::warn!("metrics at {addr} stopped accepting ({e}); listening again");
+            }
+            tokio::time::sleep(LISTEN_RETRY).await;
         }
     })
 }

@@ -46,11 +46,35 @@ pub async fn serve(
     service: S3Service,
     tls: Option<Arc<rustls::ServerConfig>>,
 ) -> std::io::Result<()> {
+    serve_with(listener, tls, annotated(service)).await
+}
+
+/// Serves any HTTP `service` as the gateway serves S3: HTTP/1.1 with keep-alive, a task per
+/// connection, over TLS when given (the handshake within [`HANDSHAKE_TIMEOUT`]), headers
+/// within [`HEADER_TIMEOUT`]. The dashboard is served the same way.
+pub async fn serve_with<S, B>(
+    listener: TcpListener,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    service: S,
+) -> std::io::Result<()>
+where
+    S: hyper::service::Service<
+            hyper::Request<hyper::body::Incoming>,
+            Response = hyper::Response<B>,
+        > + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let acceptor = tls.map(TlsAcceptor::from);
     loop {
         let (stream, peer) = listener.accept().await?;
         let _ = stream.set_nodelay(true);
-        let service = annotated(service.clone());
+        let service = service.clone();
         let acceptor = acceptor.clone();
         tokio::spawn(async move {
             let mut http = hyper::server::conn::http1::Builder::new();

@@ -3,9 +3,9 @@
 
 use crate::frame::Segment;
 use map::auth::Caps;
-use map::cluster::{Change, ClusterMap, Epoch};
+use map::cluster::{Change, ClusterMap, Epoch, Usage};
 use map::placement::{OsdId, PgId};
-use map::ObjectName;
+use map::{ObjectName, PoolId};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -84,6 +84,15 @@ pub enum PgState {
 }
 
 impl PgState {
+    /// Every name [`PgState::name`] gives.
+    pub const NAMES: [&'static str; 5] = [
+        "active+clean",
+        "active+undersized",
+        "active+recovering",
+        "peering",
+        "inactive",
+    ];
+
     pub fn name(&self) -> &'static str {
         match self {
             PgState::Clean => "active+clean",
@@ -259,6 +268,10 @@ pub struct MonStatus {
     pub map: ClusterMap,
     /// Placement groups by state name; `unknown` for those whose primary has not reported.
     pub pgs: BTreeMap<String, u64>,
+    /// The same, pool by pool.
+    pub pool_pgs: Vec<(PoolId, String, u64)>,
+    /// Each up OSD's space, from its last beacon.
+    pub osd_usage: Vec<(OsdId, Usage)>,
     /// Why PGs are inactive, as their primaries say (one line per PG, a few at most).
     pub inactive: Vec<String>,
     pub used_bytes: u64,
@@ -899,6 +912,19 @@ pub enum OsdReply {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pg_state_names_lists_every_name() {
+        let states = [
+            PgState::Clean,
+            PgState::Undersized,
+            PgState::Recovering,
+            PgState::Peering,
+            PgState::Inactive(String::new()),
+        ];
+        let names: Vec<&str> = states.iter().map(PgState::name).collect();
+        assert_eq!(names, PgState::NAMES);
+    }
 
     fn seal(n: u8) -> ChunkSeal {
         ChunkSeal {

@@ -7,8 +7,9 @@
 //!
 //! On the data path a metric is an atomic resolved once: counters for a fixed set of labels
 //! are looked up when their static is first used and kept, so an operation adds to an
-//! integer and takes no lock. Only labels that are not known in advance (a pool) look their
-//! counter up in a family, under a read lock that writers of new label sets alone contend.
+//! integer and takes no lock. Labels not known in advance (a pool, an S3 verb) and paths
+//! off the data path look their counter up in a family, under a read lock that writers of
+//! new label sets alone contend.
 //!
 //! Must never depend on another Coffer crate, or on any IO runtime: every crate depends on
 //! this one, the store among them.

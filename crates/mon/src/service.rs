@@ -302,6 +302,12 @@ impl MonService {
             epoch: map.epoch,
             map,
             pgs: summary.pgs,
+            pool_pgs: summary
+                .pool_pgs
+                .into_iter()
+                .map(|((pool, state), n)| (pool, state.to_string(), n))
+                .collect(),
+            osd_usage: summary.usage.into_iter().collect(),
             inactive: summary.inactive,
             used_bytes: summary.used_bytes,
             total_bytes: summary.total_bytes,

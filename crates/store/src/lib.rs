@@ -16,8 +16,8 @@
 //! The on-disk format is drawn in docs/design/store-format.md; the crypto argument is in
 //! docs/design/at-rest-crypto.md.
 //!
-//! Depends on `map` (ids), `keys` and `metrics` (counters only). It must never depend on `messenger`, `osd`, tokio
-//! networking, or any front end.
+//! Depends on `map` (ids), `keys` and `metrics` (counters only). It must never depend on
+//! `messenger`, `osd`, tokio networking, or any front end.
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 

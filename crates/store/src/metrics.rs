@@ -1,5 +1,6 @@
-//! The store's figures: how long transactions take to become durable, how many commits
-//! carry them, and chunks that failed their integrity check on read. Registered by the OSD that runs it.
+//! The store's figures: how long transactions take to become durable, how long the group
+//! commits that carry them take, and chunks that failed their integrity check on read.
+//! Registered by the OSD that runs it.
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -11,8 +12,6 @@ use prometheus_client::registry::{Registry, Unit};
 struct Metrics {
     apply: Histogram,
     commit: Histogram,
-    commits: Counter,
-    transactions: Counter,
     failed: Counter,
     integrity: Counter,
 }
@@ -20,8 +19,6 @@ struct Metrics {
 static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
     apply: metrics::latency_histogram(),
     commit: metrics::latency_histogram(),
-    commits: Counter::default(),
-    transactions: Counter::default(),
     failed: Counter::default(),
     integrity: Counter::default(),
 });
@@ -29,9 +26,7 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
 /// A transaction `Store::apply` took `took` to make durable (or to refuse, when not `ok`).
 pub(crate) fn applied(took: Duration, ok: bool) {
     METRICS.apply.observe(took.as_secs_f64());
-    if ok {
-        METRICS.transactions.inc();
-    } else {
+    if !ok {
         METRICS.failed.inc();
     }
 }
@@ -39,7 +34,6 @@ pub(crate) fn applied(took: Duration, ok: bool) {
 /// A group commit (data sync and metadata commit) took `took`.
 pub(crate) fn committed(took: Duration) {
     METRICS.commit.observe(took.as_secs_f64());
-    METRICS.commits.inc();
 }
 
 /// A read found a chunk that failed its integrity check.
@@ -52,25 +46,17 @@ pub fn register(registry: &mut Registry) {
     let store = registry.sub_registry_with_prefix("store");
     store.register_with_unit(
         "apply_duration",
-        "Time for a transaction to become durable, from apply to its commit",
+        "Time for a transaction to become durable, from apply to its commit (its count: \
+         transactions applied or refused)",
         Unit::Seconds,
         METRICS.apply.clone(),
     );
     store.register_with_unit(
         "commit_duration",
-        "Time of one group commit: the data file's sync and the metadata commit",
+        "Time of one group commit: the data file's sync and the metadata commit (its count \
+         over apply's: the mean group)",
         Unit::Seconds,
         METRICS.commit.clone(),
-    );
-    store.register(
-        "commits",
-        "Group commits; transactions divided by commits is the mean group",
-        METRICS.commits.clone(),
-    );
-    store.register(
-        "transactions",
-        "Transactions applied and durable",
-        METRICS.transactions.clone(),
     );
     store.register(
         "transactions_failed",

@@ -81,9 +81,6 @@ pub struct OsdFigures {
     pub write_ops: f64,
     pub read_seconds: f64,
     pub write_seconds: f64,
-    pub store_used: f64,
-    pub store_size: f64,
-    pub host_free: Option<f64>,
     pub recovery_pending: f64,
     pub recovered_objects: f64,
 }
@@ -101,14 +98,8 @@ impl OsdFigures {
                 "coffer_osd_ops_total" => &mut figures.write_ops,
                 "coffer_osd_op_duration_seconds_sum" if read => &mut figures.read_seconds,
                 "coffer_osd_op_duration_seconds_sum" => &mut figures.write_seconds,
-                "coffer_osd_store_used_bytes" => &mut figures.store_used,
-                "coffer_osd_store_size_bytes" => &mut figures.store_size,
                 "coffer_osd_recovery_pending_objects" => &mut figures.recovery_pending,
                 "coffer_osd_recovered_objects_total" => &mut figures.recovered_objects,
-                "coffer_osd_host_free_bytes" => {
-                    figures.host_free = Some(sample.value);
-                    continue;
-                }
                 _ => continue,
             };
             *slot += sample.value;
@@ -327,8 +318,6 @@ mod tests {
         assert_eq!(figures.write_ops, 15.0);
         assert_eq!(figures.read_ops, 4.0);
         assert_eq!(figures.write_bytes, 40960.0);
-        assert_eq!(figures.store_used, 1048576.0);
-        assert_eq!(figures.host_free, None);
     }
 
     #[test]

@@ -23,9 +23,7 @@ use bytes::Bytes;
 use client::{Cluster, Conf};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio_rustls::TlsAcceptor;
 
 use crate::admin::Who;
 use history::{History, OsdFigures};
@@ -42,9 +40,6 @@ const COOKIE: &str = "coffer_session";
 const FORM_BYTES_MAX: usize = 64 << 10;
 /// A failed login waits this long before its answer, to slow guessing.
 const LOGIN_FAILED_PAUSE: Duration = Duration::from_secs(1);
-/// How long a client has for the TLS handshake and for a request's headers.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a scrape of one daemon's metrics may take.
 const SCRAPE_TIMEOUT: Duration = Duration::from_secs(3);
 /// Images listed per pool.
@@ -182,41 +177,16 @@ fn serve(who: &Who, args: ServeArgs) -> Result<(), String> {
         }
         println!("coffer dashboard: serving at https://{listen}");
         tokio::spawn(sample(state.clone()));
-        let serving = tokio::spawn(accept(listener, TlsAcceptor::from(tls), state));
+        let service = hyper::service::service_fn(move |request| {
+            let state = state.clone();
+            async move { Ok::<_, std::convert::Infallible>(handle(&state, request).await) }
+        });
+        let serving = tokio::spawn(gateway::serve::serve_with(listener, Some(tls), service));
         tokio::select! {
             result = crate::daemon::stop_signal() => result,
             _ = serving => Err("serving stopped".into()),
         }
     })
-}
-
-async fn accept(listener: tokio::net::TcpListener, tls: TlsAcceptor, state: Arc<State>) {
-    loop {
-        let Ok((stream, peer)) = listener.accept().await else {
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            continue;
-        };
-        let (tls, state) = (tls.clone(), state.clone());
-        tokio::spawn(async move {
-            let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.accept(stream)).await {
-                Ok(Ok(stream)) => stream,
-                _ => {
-                    tracing::debug!("{peer}: no TLS handshake");
-                    return;
-                }
-            };
-            let service = hyper::service::service_fn(move |request| {
-                let state = state.clone();
-                async move { Ok::<_, std::convert::Infallible>(handle(&state, request).await) }
-            });
-            let mut http = hyper::server::conn::http1::Builder::new();
-            http.timer(TokioTimer::new())
-                .header_read_timeout(HEADER_TIMEOUT);
-            if let Err(e) = http.serve_connection(TokioIo::new(stream), service).await {
-                tracing::debug!("{peer}: {e}");
-            }
-        });
-    }
 }
 
 /// Scrapes the OSDs' metrics into the history, every [`history::SCRAPE_EVERY`].
@@ -583,27 +553,28 @@ async fn health(state: &State) -> Result<String, String> {
 }
 
 async fn osds(state: &State, frame: &Frame<'_>) -> Result<String, String> {
-    let map = state.cluster.map();
+    let status = status(state).await?;
+    let usage: BTreeMap<_, _> = status.osd_usage.iter().copied().collect();
     let history = state.history.lock().unwrap_or_else(|p| p.into_inner());
     let mut rows = Vec::new();
-    for osd in map.osds.values() {
+    for osd in status.map.osds.values() {
         let name = format!("osd.{}", osd.id.0);
-        let figures = history.osds.get(&name);
-        let usage = figures.map_or("-".into(), |f| {
-            let share = if f.store_size > 0.0 {
-                100.0 * f.store_used / f.store_size
+        let space = usage.get(&osd.id);
+        let used = space.map_or("-".into(), |u| {
+            let share = if u.total_bytes > 0 {
+                100.0 * u.used_bytes as f64 / u.total_bytes as f64
             } else {
                 0.0
             };
             format!(
                 "{} of {} ({share:.1} %)",
-                pages::bytes(f.store_used),
-                pages::bytes(f.store_size)
+                crate::text::approximate(u.used_bytes),
+                crate::text::approximate(u.total_bytes)
             )
         });
-        let free = figures
-            .and_then(|f| f.host_free)
-            .map_or("-".into(), pages::bytes);
+        let free = space
+            .filter(|u| u.host_free_bytes != u64::MAX)
+            .map_or("-".into(), |u| crate::text::approximate(u.host_free_bytes));
         let (read, write) = history.osd_latency.get(&name).copied().unwrap_or_default();
         let id = osd.id.0.to_string();
         let button = if osd.is_in {
@@ -611,7 +582,7 @@ async fn osds(state: &State, frame: &Frame<'_>) -> Result<String, String> {
         } else {
             pages::action_form(frame, "osd-in", &[Field::Hidden("osd", &id)], "Mark in")
         };
-        let space = match osd.space {
+        let space_word = match osd.space {
             map::cluster::Space::Ok => "ok",
             map::cluster::Space::NearFull => "nearfull",
             map::cluster::Space::Full => "full",
@@ -629,8 +600,8 @@ async fn osds(state: &State, frame: &Frame<'_>) -> Result<String, String> {
             } else {
                 "<span class=\"warn\">out</span>".into()
             },
-            space.into(),
-            usage,
+            space_word.into(),
+            used,
             free,
             format!("{} / {}", pages::latency(read), pages::latency(write)),
             button,
@@ -653,36 +624,16 @@ async fn osds(state: &State, frame: &Frame<'_>) -> Result<String, String> {
     ))
 }
 
-/// The leader's figures by pool and state, from its metrics.
-async fn pool_pgs(state: &State, leader: Option<&str>) -> BTreeMap<(String, String), f64> {
-    let mut out = BTreeMap::new();
-    let Some(addr) = leader.and_then(|l| state.conf.metrics.get(l)) else {
-        return out;
-    };
-    if let Some(text) = scrape(addr).await {
-        for sample in history::parse(&text) {
-            if sample.name == "coffer_cluster_pgs" {
-                let key = (
-                    sample.label("pool").unwrap_or("").to_string(),
-                    sample.label("state").unwrap_or("").to_string(),
-                );
-                out.insert(key, sample.value);
-            }
-        }
-    }
-    out
-}
-
 async fn pools(state: &State, frame: &Frame<'_>) -> Result<String, String> {
     let status = status(state).await?;
-    let by_state = pool_pgs(state, status.leader.as_deref()).await;
     let mut rows = Vec::new();
     for pool in status.map.pools.values() {
         let id = pool.id.0.to_string();
-        let states: Vec<String> = by_state
+        let states: Vec<String> = status
+            .pool_pgs
             .iter()
-            .filter(|((p, _), _)| *p == id)
-            .map(|((_, s), n)| format!("{n} {s}"))
+            .filter(|(p, _, _)| *p == pool.id)
+            .map(|(_, state, n)| format!("{n} {state}"))
             .collect();
         let seal = match pool.seal {
             map::cluster::Seal::Edge { key } => format!("edge (data key {key})"),
