@@ -109,6 +109,24 @@ impl Default for Usage {
     }
 }
 
+/// One pool's share of a store: its objects, the bytes they hold (their sizes) and the
+/// store's bytes allocated to them. The store keeps it in the same commit as the data.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolUsage {
+    pub objects: u64,
+    pub stored_bytes: u64,
+    pub allocated_bytes: u64,
+}
+
+impl PoolUsage {
+    /// Adds `other` to these figures.
+    pub fn add(&mut self, other: &PoolUsage) {
+        self.objects += other.objects;
+        self.stored_bytes += other.stored_bytes;
+        self.allocated_bytes += other.allocated_bytes;
+    }
+}
+
 impl SpaceRatios {
     /// How full an OSD is: the fuller of its store against the ratios and the file system
     /// under it against [`HOST_FULL_BYTES`] and [`HOST_NEARFULL_BYTES`]. An empty store (no
@@ -130,6 +148,17 @@ impl SpaceRatios {
         } else {
             Space::Ok
         }
+    }
+
+    /// Bytes an OSD can still take before it counts as full: its store's room below the
+    /// full ratio, and no more than the room the file system under it has above
+    /// [`HOST_FULL_BYTES`].
+    pub fn room(&self, usage: &Usage) -> u64 {
+        let full = u128::from(usage.total_bytes) * u128::from(self.full_permille) / 1000;
+        let store = u64::try_from(full)
+            .unwrap_or(u64::MAX)
+            .saturating_sub(usage.used_bytes);
+        store.min(usage.host_free_bytes.saturating_sub(HOST_FULL_BYTES))
     }
 
     /// Why an OSD is as full as it is, for health: `96.0 % of its store used (full at 95.0
@@ -762,6 +791,20 @@ mod tests {
             pg_num: 32,
             domain: FailureDomain::Osd,
         }
+    }
+
+    #[test]
+    fn room_is_what_is_left_below_the_full_ratio_and_above_the_host_floor() {
+        let ratios = SpaceRatios::default();
+        let usage = |used_bytes, host_free_bytes| Usage {
+            used_bytes,
+            total_bytes: 1000,
+            host_free_bytes,
+        };
+        assert_eq!(ratios.room(&usage(100, u64::MAX)), 850);
+        assert_eq!(ratios.room(&usage(990, u64::MAX)), 0, "past full: none");
+        assert_eq!(ratios.room(&usage(0, HOST_FULL_BYTES + 7)), 7);
+        assert_eq!(ratios.room(&usage(0, 1)), 0);
     }
 
     #[test]

@@ -33,9 +33,10 @@ use crate::read::ReadAs;
 use crate::seal::{ChunkRecord, ExtentSeal};
 use crate::store::{Store, LOCK_SLOTS};
 use crate::transaction::{Op, Transaction};
-use map::ObjectRef;
+use crate::usage::{self, Delta};
+use map::{ObjectRef, PoolId};
 use redb::ReadableDatabase;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// Largest single write (or sealed write), in bytes.
 pub const WRITE_BYTES_MAX: u64 = 64 << 20;
@@ -83,6 +84,18 @@ impl Work {
         let record = self.record_mut();
         record.size_bytes = record.size_bytes.max(end_bytes);
     }
+
+    /// What this object's changes do to its pool's usage. Extents outside the loaded range
+    /// are untouched, so the loaded and final maps tell the change in blocks.
+    fn usage_delta(&self) -> Delta {
+        let blocks = |map: &ExtentMap| map.values().map(|e| e.len_blocks as i64).sum::<i64>();
+        let size = |record: &Option<ObjectRecord>| record.as_ref().map(|r| r.size_bytes as i64);
+        Delta {
+            objects: i64::from(self.record.is_some()) - i64::from(self.original.is_some()),
+            stored_bytes: size(&self.record).unwrap_or(0) - size(&self.original).unwrap_or(0),
+            blocks: blocks(&self.extents) - blocks(&self.loaded),
+        }
+    }
 }
 
 /// Blocks taken and given up by one transaction, and its writes left for the group commit.
@@ -99,10 +112,12 @@ pub(crate) struct PendingWrite {
     buffer: Blocks,
 }
 
-/// What one transaction hands to group commit: its small writes, then its metadata.
+/// What one transaction hands to group commit: its small writes, then its metadata and
+/// what it changes in its pools' usage.
 pub(crate) struct Batch {
     writes: Vec<PendingWrite>,
     meta: Vec<MetaOp>,
+    usage: Vec<(PoolId, Delta)>,
 }
 
 /// Where sealing happens for a run of blocks.
@@ -276,6 +291,11 @@ impl Store {
         let batch = Batch {
             writes: std::mem::take(&mut space.deferred),
             meta: batch,
+            usage: works
+                .iter()
+                .filter(|w| w.touched)
+                .map(|w| (w.object.pool, w.usage_delta()))
+                .collect(),
         };
         if let Err(e) = self.committer.commit(batch, |group| self.flush(group)) {
             // Its own writes failed: nothing of it was committed. (After a failed group
@@ -800,6 +820,8 @@ impl Store {
         let outcomes = self.write_deferred(&group);
         self.device.sync()?;
         let txn = self.db.begin_write()?;
+        let mut deltas: BTreeMap<PoolId, Delta> = BTreeMap::new();
+        let mut ops = Vec::new();
         {
             let mut objects = txn.open_table(OBJECTS)?;
             let mut extents = txn.open_table(EXTENTS)?;
@@ -808,7 +830,13 @@ impl Store {
                 .into_iter()
                 .zip(&outcomes)
                 .filter(|(_, outcome)| outcome.is_ok());
-            for op in landed.flat_map(|(batch, _)| batch.meta) {
+            for batch in landed.map(|(batch, _)| batch) {
+                for (pool, delta) in batch.usage {
+                    deltas.entry(pool).or_default().add(delta);
+                }
+                ops.extend(batch.meta);
+            }
+            for op in ops {
                 let table = match &op {
                     MetaOp::Put { table, .. }
                     | MetaOp::Remove { table, .. }
@@ -818,7 +846,9 @@ impl Store {
                     Table::Objects => &mut objects,
                     Table::Extents => &mut extents,
                     Table::Omap => &mut omap,
-                    Table::Superblock => unreachable!("transactions never write the superblock"),
+                    Table::Superblock | Table::PoolUsage => {
+                        unreachable!("transactions never write the superblock or usage rows")
+                    }
                 };
                 match op {
                     MetaOp::Put { key, value, .. } => {
@@ -836,6 +866,9 @@ impl Store {
                 }
             }
         }
+        usage::commit(&txn, &self.meta, &deltas, |key, plain| {
+            self.seal_meta(Table::PoolUsage, key, plain)
+        })?;
         txn.commit()?;
         Ok(outcomes)
     }

@@ -35,6 +35,7 @@ mod seal;
 mod store;
 mod transaction;
 mod uring;
+mod usage;
 
 pub use apply::{
     ATTRS_BYTES_MAX, ATTR_NAME_BYTES_MAX, OMAP_KEY_BYTES_MAX, OMAP_VALUE_BYTES_MAX,

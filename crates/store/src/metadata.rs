@@ -8,6 +8,7 @@
 //! | `objects`    | pool (8) · name hash (4) · object id (16)        | sealed `ObjectRecord`      |
 //! | `extents`    | object id (16) · logical block (8)               | sealed `Extent`            |
 //! | `omap`       | object id (16) · omap key                        | sealed omap value          |
+//! | `pool_usage` | pool (8)                                         | sealed `PoolUsage`         |
 //!
 //! The object id is 16 bytes of HMAC-SHA256(id subkey, pool · name) in encrypting modes,
 //! so names appear nowhere in clear, and of SHA-256 in `none`. In encrypting modes every
@@ -27,6 +28,8 @@ pub(crate) const SUPERBLOCK: TableDefinition<&str, &[u8]> = TableDefinition::new
 pub(crate) const OBJECTS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("objects");
 pub(crate) const EXTENTS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("extents");
 pub(crate) const OMAP: TableDefinition<&[u8], &[u8]> = TableDefinition::new("omap");
+/// Each pool's usage, kept by the group commit (usage.rs); from format 2.
+pub(crate) const POOL_USAGE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("pool_usage");
 
 pub(crate) type ObjectId = [u8; 16];
 
@@ -37,6 +40,7 @@ pub(crate) enum Table {
     Extents = 2,
     Omap = 3,
     Superblock = 4,
+    PoolUsage = 5,
 }
 
 pub(crate) fn object_key(pool: PoolId, hash: ObjectHash, id: &ObjectId) -> [u8; 28] {

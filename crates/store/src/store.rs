@@ -21,17 +21,27 @@
 use crate::allocator::Allocator;
 use crate::commit::Committer;
 use crate::device::{Device, FileDevice, BLOCK_SIZE_BYTES};
+use crate::error::ReadError;
 use crate::error::{MkfsError, OpenError};
-use crate::metadata::{MetaSealer, Table, EXTENTS, OBJECTS, OMAP, SUPERBLOCK};
+use crate::metadata::{MetaSealer, Table, EXTENTS, OBJECTS, OMAP, POOL_USAGE, SUPERBLOCK};
 use crate::object::decode_extent;
-use crate::seal::nonce::{nonce_bytes, random_incarnation, NonceCounter, DOMAIN_RESERVATION};
+use crate::seal::nonce::{
+    nonce_bytes, random_incarnation, NonceCounter, DOMAIN_RESERVATION, DOMAIN_UPGRADE,
+};
 use crate::seal::{DataSealer, Mode};
+use crate::usage::CountError;
 use keys::{KeyEncryptionKey, SecretKey, WrappedKey};
+use map::cluster::PoolUsage;
+use map::PoolId;
 use redb::{Database, ReadOnlyDatabase, ReadableDatabase, ReadableTable};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, RwLock};
 
-pub const FORMAT_VERSION: u32 = 1;
+/// 2 added the `pool_usage` table; a store of format 1 is counted and raised to 2 when
+/// opened.
+pub const FORMAT_VERSION: u32 = 2;
+/// The oldest format `open` upgrades.
+const FORMAT_UPGRADABLE: u32 = 1;
 /// Smallest data device mkfs accepts: 64 blocks.
 pub const STORE_SIZE_BYTES_MIN: u64 = 64 * BLOCK_SIZE_BYTES;
 /// Objects are locked through this many striped slots (by object id).
@@ -197,6 +207,7 @@ impl Store {
             txn.open_table(OBJECTS)?;
             txn.open_table(EXTENTS)?;
             txn.open_table(OMAP)?;
+            txn.open_table(POOL_USAGE)?;
         }
         txn.commit()?;
         Ok(())
@@ -252,6 +263,9 @@ impl Store {
         let sb = Superblock::read(&db.begin_read()?)?;
         let secret = sb.unwrap_secret(kek)?;
         let meta = meta_sealer(sb.mode, &secret);
+        if sb.format < FORMAT_VERSION {
+            count_usage(&db, &meta)?;
+        }
         let reserved_stored = &sb.nonce_reserved;
         let reserved = meta
             .open(Table::Superblock, b"nonce_reserved", reserved_stored)
@@ -330,6 +344,43 @@ impl Store {
         }
     }
 
+    /// Each pool's objects, their bytes and the store's bytes allocated to them, as of the
+    /// last commit (pools with nothing in this store left out).
+    pub fn pool_usage(&self) -> Result<Vec<(PoolId, PoolUsage)>, ReadError> {
+        let txn = self.db.begin_read()?;
+        let rows = txn.open_table(POOL_USAGE)?;
+        let mut out = Vec::new();
+        for row in rows.iter()? {
+            let (key, value) = row?;
+            let usage = crate::usage::decode_row(&self.meta, key.value(), value.value());
+            let pool = <[u8; 8]>::try_from(key.value())
+                .ok()
+                .map(u64::from_be_bytes);
+            match (pool, usage) {
+                (Some(pool), Some(usage)) => out.push((PoolId(pool), usage)),
+                _ => {
+                    return Err(ReadError::MetadataIntegrity {
+                        what: "a pool's usage record".into(),
+                    })
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Each pool's usage counted from every object record and extent (slow: it reads all of
+    /// them). Equals `pool_usage` unless the metadata is damaged; the checks use it.
+    pub fn count_pool_usage(&self) -> Result<Vec<(PoolId, PoolUsage)>, ReadError> {
+        let txn = self.db.begin_read()?;
+        let objects = txn.open_table(OBJECTS)?;
+        let extents = txn.open_table(EXTENTS)?;
+        match crate::usage::count(&objects, &extents, &self.meta, None) {
+            Ok(counted) => Ok(counted.into_iter().collect()),
+            Err(CountError::Storage(e)) => Err(e.into()),
+            Err(CountError::Integrity(what)) => Err(ReadError::MetadataIntegrity { what }),
+        }
+    }
+
     /// Why the store refuses every transaction, if a commit failed (see commit.rs): it must
     /// be opened again, which tells what the failed commit left, as after a crash.
     pub fn failed(&self) -> Option<String> {
@@ -352,6 +403,7 @@ impl Store {
 }
 
 struct Superblock {
+    format: u32,
     store_id: Vec<u8>,
     mode: Mode,
     data_blocks: u64,
@@ -375,7 +427,7 @@ impl Superblock {
         };
         let format =
             u32::from_be_bytes(field("format")?.try_into().map_err(|_| corrupt("format"))?);
-        if format != FORMAT_VERSION {
+        if !(FORMAT_UPGRADABLE..=FORMAT_VERSION).contains(&format) {
             return Err(OpenError::UnsupportedFormat {
                 found: format,
                 supported: FORMAT_VERSION,
@@ -386,6 +438,7 @@ impl Superblock {
             .and_then(|m| m.parse().ok())
             .ok_or_else(|| corrupt("mode"))?;
         Ok(Superblock {
+            format,
             store_id: field("store_id")?,
             mode,
             data_blocks: u64::from_be_bytes(
@@ -451,6 +504,36 @@ fn refuse_on_panic(open: impl FnOnce() -> Result<Store, OpenError>) -> Result<St
             })
         }
     }
+}
+
+/// Raises a store of an older format to [`FORMAT_VERSION`]: counts each pool's usage from
+/// the records into the `pool_usage` table, in one commit with the new format number.
+fn count_usage(db: &Database, meta: &MetaSealer) -> Result<(), OpenError> {
+    let txn = db.begin_write()?;
+    {
+        let objects = txn.open_table(OBJECTS)?;
+        let extents = txn.open_table(EXTENTS)?;
+        let counted = crate::usage::count(&objects, &extents, meta, None).map_err(|e| match e {
+            CountError::Storage(e) => OpenError::from(e),
+            CountError::Integrity(what) => OpenError::Corrupt { what },
+        })?;
+        let mut rows = txn.open_table(POOL_USAGE)?;
+        let incarnation = random_incarnation();
+        for (n, (pool, usage)) in counted.iter().enumerate() {
+            let key = crate::usage::row_key(*pool);
+            let value = meta.seal_with_nonce(
+                Table::PoolUsage,
+                &key,
+                crate::usage::encode_row(usage),
+                nonce_bytes(DOMAIN_UPGRADE, incarnation, n as u64),
+            );
+            rows.insert(&key[..], &value[..])?;
+        }
+        txn.open_table(SUPERBLOCK)?
+            .insert("format", &FORMAT_VERSION.to_be_bytes()[..])?;
+    }
+    txn.commit()?;
+    Ok(())
 }
 
 /// Every block that no committed extent references is free.

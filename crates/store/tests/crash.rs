@@ -10,14 +10,15 @@
 //! (the transaction in flight may have committed before it could be reported). Anything
 //! else, a torn write, a lost commit, a half-applied transaction, fails the test, printing
 //! the seed. Concurrent threads exercise group commit. At the end every object is removed
-//! and no block may remain allocated: crashes leak no space.
+//! and no block may remain allocated: crashes leak no space. After every crash, each pool's
+//! usage as the store kept it equals a count from its records.
 //!
 //! `COFFER_CRASH_SEED` replays a run; `COFFER_CRASH_ROUNDS` sets rounds per mode.
 
 mod common;
 
 use coffer_store::{Mode, Store, Transaction};
-use common::model::{add_to, apply_model, check, Model, ModelOp};
+use common::model::{add_to, apply_model, check, check_usage, Model, ModelOp};
 use common::{kek, mkfs, obj};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use std::io::{BufRead, BufReader, Write};
@@ -174,6 +175,7 @@ fn run_mode(mode: Mode, seed: u64, rounds: usize, rng: &mut StdRng) -> u64 {
 
         let store = Store::open(dir.path(), &kek(7))
             .unwrap_or_else(|e| panic!("seed {seed} {mode} round {round}: reopen: {e}"));
+        check_usage(&store, mode);
         for (thread, t) in tracked.iter_mut().enumerate() {
             let reported = last[thread].map_or(t.committed, |i| i + 1);
             assert!(reported >= t.committed, "reports go forward");
@@ -201,6 +203,11 @@ fn run_mode(mode: Mode, seed: u64, rounds: usize, rng: &mut StdRng) -> u64 {
         store.statfs().allocated_bytes,
         0,
         "seed {seed} {mode}: crashes leaked blocks"
+    );
+    assert_eq!(
+        store.pool_usage().expect("pool usage"),
+        vec![],
+        "seed {seed} {mode}: usage left with every object removed"
     );
     tracked.iter().map(|t| t.committed).sum()
 }

@@ -1,7 +1,7 @@
 //! Nonces for AES-256-GCM sealing of data chunks and metadata values.
 //!
 //! A nonce is 96 bits: a 2-bit domain (0 data chunks, 1 metadata values, 2 the reservation
-//! record) and a 30-bit incarnation in the first 32 bits, then a 64-bit counter, all
+//! record, 3 values written while raising an older format) and a 30-bit incarnation in the first 32 bits, then a 64-bit counter, all
 //! big-endian. Each sealed chunk or value takes the next counter value.
 //!
 //! The counter is reserved ahead in steps of `NONCE_RESERVE_STEP`: the new high-water mark
@@ -29,6 +29,10 @@ pub(crate) const DOMAIN_DATA: u32 = 0;
 pub(crate) const DOMAIN_METADATA: u32 = 1;
 /// The reservation record itself is sealed with its own mark as the counter: marks only grow.
 pub(crate) const DOMAIN_RESERVATION: u32 = 2;
+/// Values written by the one commit that raises a store's format, before the counter is
+/// resumed: a fresh incarnation, counting from 0. The commit also raises the format, so it
+/// happens once.
+pub(crate) const DOMAIN_UPGRADE: u32 = 3;
 
 /// Incarnations are 30 bits; the top two bits of the first word hold the domain.
 pub(crate) const INCARNATION_MASK: u32 = (1 << 30) - 1;

@@ -154,4 +154,31 @@ pub fn check(store: &Store, model: &Model, mode: Mode, names: &[String], whole_p
         .collect();
     let expected: BTreeSet<String> = model.keys().map(|o| names[*o].clone()).collect();
     assert_eq!(listed, expected, "{mode}: listing");
+    check_usage(store, mode);
+    let usage = store.pool_usage().expect("pool usage");
+    let objects = model.len() as u64;
+    let stored_bytes: u64 = model.values().map(|m| m.data.len() as u64).sum();
+    let kept = usage
+        .iter()
+        .find(|(pool, _)| *pool == PoolId(1))
+        .map(|(_, u)| *u);
+    assert_eq!(
+        kept.map(|u| (u.objects, u.stored_bytes)),
+        (objects > 0).then_some((objects, stored_bytes)),
+        "{mode}: pool usage against the model"
+    );
+    assert_eq!(
+        kept.map_or(0, |u| u.allocated_bytes),
+        store.statfs().allocated_bytes,
+        "{mode}: the pool's blocks are the store's"
+    );
+}
+
+/// The usage the store keeps equals a count from its records.
+pub fn check_usage(store: &Store, mode: Mode) {
+    assert_eq!(
+        store.pool_usage().expect("pool usage"),
+        store.count_pool_usage().expect("count"),
+        "{mode}: pool usage kept against counted"
+    );
 }
