@@ -308,6 +308,13 @@ pub fn status(who: &Who, as_json: bool) -> Result<(), String> {
         "  pools:    {}, {pg_total} pgs",
         crate::text::count(map.pools.len() as u64, "pool", "pools")
     );
+    let objects: u64 = status.pool_usage.iter().map(|(_, u)| u.objects).sum();
+    let stored: u64 = status.pool_usage.iter().map(|(_, u)| u.stored_bytes).sum();
+    println!(
+        "  objects:  {}, {}",
+        crate::text::count(objects, "object", "objects"),
+        crate::text::approximate(stored)
+    );
     println!(
         "  usage:    {} used of {}",
         crate::text::approximate(status.used_bytes),
@@ -319,6 +326,12 @@ pub fn status(who: &Who, as_json: bool) -> Result<(), String> {
         .map(|(state, count)| format!("{count} {state}"))
         .collect();
     println!("  pgs:      {}", states.join(", "));
+    if status.recovery_pending > 0 {
+        println!(
+            "  recovery: {} to copy",
+            crate::text::count(status.recovery_pending, "object", "objects")
+        );
+    }
     if !status.read_repairs.is_empty() {
         let total: u64 = status.read_repairs.iter().map(|(_, n)| n).sum();
         let each: Vec<String> = status
@@ -333,6 +346,113 @@ pub fn status(who: &Who, as_json: bool) -> Result<(), String> {
         );
     }
     Ok(())
+}
+
+/// `coffer df`: the raw space of the up OSDs, then each pool's objects, stored bytes (one
+/// copy), use (every copy) and the room left before its first OSD is full.
+pub fn df(who: &Who, as_json: bool) -> Result<(), String> {
+    let (_, runtime, cluster) = connect(who)?;
+    let status = runtime
+        .block_on(cluster.status())
+        .map_err(|e| e.to_string())?;
+    let pools: Vec<_> = status
+        .pool_usage
+        .iter()
+        .filter_map(|(id, usage)| status.map.pools.get(id).map(|pool| (pool, usage)))
+        .collect();
+    if as_json {
+        return json(&serde_json::json!({
+            "raw": { "used_bytes": status.used_bytes, "total_bytes": status.total_bytes },
+            "pools": pools.iter().map(|(pool, u)| serde_json::json!({
+                "name": pool.name,
+                "id": pool.id.0,
+                "size": pool.size,
+                "objects": u.objects,
+                "stored_bytes": u.stored_bytes,
+                "used_bytes": u.used_bytes,
+                "max_avail_bytes": u.max_avail_bytes,
+            })).collect::<Vec<_>>(),
+        }));
+    }
+    let up = status.map.osds.values().filter(|o| o.up).count();
+    println!(
+        "raw: {} used of {} ({}), {up} of {} OSDs up",
+        crate::text::approximate(status.used_bytes),
+        crate::text::approximate(status.total_bytes),
+        crate::text::percent(status.used_bytes, status.total_bytes),
+        status.map.osds.len()
+    );
+    println!(
+        "{:<16} {:>4} {:>9} {:>11} {:>11} {:>7} {:>11}",
+        "POOL", "ID", "OBJECTS", "STORED", "USED", "%USED", "MAX AVAIL"
+    );
+    for (pool, u) in pools {
+        let room = u.max_avail_bytes.saturating_mul(u64::from(pool.size));
+        println!(
+            "{:<16} {:>4} {:>9} {:>11} {:>11} {:>7} {:>11}",
+            pool.name,
+            pool.id.0,
+            u.objects,
+            crate::text::approximate(u.stored_bytes),
+            crate::text::approximate(u.used_bytes),
+            crate::text::percent(u.used_bytes, u.used_bytes.saturating_add(room)),
+            crate::text::approximate(u.max_avail_bytes)
+        );
+    }
+    Ok(())
+}
+
+/// `coffer wait clean`: returns once every PG is active+clean, showing how many of those
+/// that were not have become so and what recovery has left to copy; fails after `timeout`
+/// saying what is left.
+pub fn wait_clean(who: &Who, timeout: std::time::Duration) -> Result<(), String> {
+    let (_, runtime, cluster) = connect(who)?;
+    let started = std::time::Instant::now();
+    let mut progress: Option<crate::progress::Progress> = None;
+    let mut most_left = 0;
+    loop {
+        let status = runtime
+            .block_on(cluster.status())
+            .map_err(|e| e.to_string())?;
+        let pgs: u64 = status.pgs.values().sum();
+        let left = pgs - status.pgs.get("active+clean").copied().unwrap_or(0);
+        if left == 0 {
+            if let Some(bar) = &progress {
+                bar.finish();
+            }
+            println!(
+                "{} active+clean after {:.0} s",
+                crate::text::count(pgs, "PG", "PGs"),
+                started.elapsed().as_secs_f64()
+            );
+            return Ok(());
+        }
+        most_left = most_left.max(left);
+        let bar =
+            progress.get_or_insert_with(|| crate::progress::Progress::new("recovery", left, "PGs"));
+        bar.reached(most_left - left, most_left);
+        bar.set_message(&format!(
+            "clean; {} to copy",
+            crate::text::count(status.recovery_pending, "object", "objects")
+        ));
+        if started.elapsed() >= timeout {
+            bar.finish();
+            let states: Vec<String> = status
+                .pgs
+                .iter()
+                .filter(|(state, _)| state.as_str() != "active+clean")
+                .map(|(state, n)| format!("{n} {state}"))
+                .collect();
+            return Err(format!(
+                "after {} s, {left} of {pgs} PGs are not active+clean ({}); recovery has {} \
+                 to copy",
+                timeout.as_secs(),
+                states.join(", "),
+                crate::text::count(status.recovery_pending, "object", "objects")
+            ));
+        }
+        std::thread::sleep(std::time::Duration::from_secs(1));
+    }
 }
 
 /// The cluster's health word and its reasons, as `coffer status` gives them: the
@@ -377,6 +497,9 @@ fn status_json(status: &MonStatus) -> serde_json::Value {
         })).collect::<Vec<_>>(),
         "pgs": status.pgs,
         "usage": { "used_bytes": status.used_bytes, "total_bytes": status.total_bytes },
+        "objects": status.pool_usage.iter().map(|(_, u)| u.objects).sum::<u64>(),
+        "recovery_pending_objects": status.recovery_pending,
+        "stored_bytes": status.pool_usage.iter().map(|(_, u)| u.stored_bytes).sum::<u64>(),
         "read_repairs": status.read_repairs.iter().map(|(osd, n)| serde_json::json!({"osd": osd.0, "copies": n})).collect::<Vec<_>>(),
     })
 }

@@ -61,6 +61,14 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Space: the OSDs' raw use, and each pool's objects, stored bytes, use and room.
+    Df {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Waits for the cluster: `coffer wait clean` returns once every PG is active+clean.
+    #[command(subcommand)]
+    Wait(WaitCommand),
     /// `coffer osd --id N` runs OSD N (coffer up starts these); `coffer osd ls|in|out`
     /// manage them.
     #[command(args_conflicts_with_subcommands = true)]
@@ -108,6 +116,16 @@ enum Command {
     /// Measure Coffer itself; every figure is printed with the command and configuration.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+}
+
+#[derive(clap::Subcommand)]
+enum WaitCommand {
+    /// Until every placement group is active+clean (recovery done), with its progress.
+    Clean {
+        /// Give up after this many seconds, saying what is left.
+        #[arg(long, default_value_t = 600)]
+        timeout: u64,
+    },
 }
 
 #[derive(clap::Args)]
@@ -194,6 +212,10 @@ fn main() -> ExitCode {
             match command {
                 Command::Up(args) => up::run(args),
                 Command::Status { json } => admin::status(&who, json),
+                Command::Df { json } => admin::df(&who, json),
+                Command::Wait(WaitCommand::Clean { timeout }) => {
+                    admin::wait_clean(&who, std::time::Duration::from_secs(timeout))
+                }
                 Command::Osd(OsdArgs {
                     command: Some(command),
                     ..

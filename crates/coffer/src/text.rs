@@ -62,6 +62,11 @@ pub fn approximate(bytes: u64) -> String {
     format!("{value:.1} {}", UNITS[unit])
 }
 
+/// `part` of `whole` as a percentage with one decimal (0 of nothing is 0.0 %).
+pub fn percent(part: u64, whole: u64) -> String {
+    format!("{:.1} %", 100.0 * part as f64 / whole.max(1) as f64)
+}
+
 /// A time in UTC to the second: `2026-11-26 01:23:45 UTC`.
 pub fn date(unix_ns: i128) -> String {
     match time::OffsetDateTime::from_unix_timestamp_nanos(unix_ns) {

@@ -206,11 +206,9 @@ fn marking_an_osd_out_moves_its_copies_to_the_others() {
             .any(|l| l.starts_with("osd.1") && l.contains(" out ")),
         "{listing}"
     );
-    cluster.wait_for(
-        "every PG clean without osd.1",
-        Duration::from_secs(90),
-        all_clean,
-    );
+    let waited = cluster.ok(&["wait", "clean", "--timeout", "90"]);
+    assert!(waited.contains("PGs active+clean after"), "{waited}");
+    assert!(all_clean(&cluster.status()), "wait clean returned early");
     runtime.block_on(check_all(&pool, &acked));
 
     // Every object now has its three copies on the three OSDs that are in.
@@ -294,6 +292,14 @@ fn coffer_up_restarts_crashed_daemons_and_gives_up_on_hopeless_ones() {
         s["osds"]["up"].as_u64() == Some(2)
     });
     assert_eq!(cluster.daemon("osd.2")["phase"], "stopped");
+    let waited = cluster.cli(&["wait", "clean", "--timeout", "2"]);
+    let said = String::from_utf8_lossy(&waited.stderr);
+    assert!(
+        !waited.status.success()
+            && said.contains("PGs are not active+clean (")
+            && said.contains("active+undersized"),
+        "three copies on two OSDs never come clean: {said}"
+    );
     let listed = cluster.ok(&["daemon", "ls"]);
     assert!(
         listed
@@ -302,7 +308,7 @@ fn coffer_up_restarts_crashed_daemons_and_gives_up_on_hopeless_ones() {
         "{listed}"
     );
     cluster.ok(&["daemon", "start", "osd.2"]);
-    cluster.wait_for("every PG active+clean", Duration::from_secs(60), all_clean);
+    cluster.ok(&["wait", "clean", "--timeout", "60"]);
 
     let mon = cluster.daemon("mon.a")["pid"].as_i64().expect("mon pid");
     cluster.ok(&["daemon", "restart", "mon.a"]);

@@ -1,7 +1,7 @@
 //! Metrics as an operator's monitoring sees them: every daemon of a `coffer up` cluster
 //! passes `promtool check metrics`, Debian's Prometheus scrapes them all with the
 //! configuration `coffer up` writes, and after a bounded load of object and NBD writes and
-//! reads its queries move as that load says.
+//! reads its queries move as that load says, as does `coffer df`.
 
 mod common;
 
@@ -202,6 +202,23 @@ fn prometheus_scrapes_every_daemon_and_the_figures_follow_a_bounded_load() {
     .map(|q| prometheus.value(q).unwrap_or(0.0))
     .collect();
 
+    let data_pool = |df: &serde_json::Value| -> serde_json::Value {
+        df["pools"]
+            .as_array()
+            .expect("pools")
+            .iter()
+            .find(|p| p["name"] == "data")
+            .expect("pool data in df")
+            .clone()
+    };
+    let df = || -> serde_json::Value {
+        serde_json::from_str(&cluster.ok(&["df", "--json"])).expect("df json")
+    };
+    let before_df = data_pool(&df());
+    let figure = |pool: &serde_json::Value, name: &str| pool[name].as_u64().expect(name);
+    let stored = r#"coffer_cluster_pool_stored_bytes * on(pool) group_left coffer_cluster_pool_info{name="data"}"#;
+    let stored_before = prometheus.value(stored).unwrap_or(0.0);
+
     let file = cluster.dir.path().join("object");
     std::fs::write(&file, vec![0x5au8; OBJECT_BYTES as usize]).expect("object file");
     for i in 0..OBJECTS {
@@ -268,5 +285,39 @@ fn prometheus_scrapes_every_daemon_and_the_figures_follow_a_bounded_load() {
         r#"sum(coffer_messenger_links{mode="secure",daemon="nbd"})"#,
         "the NBD server's secure links",
         |links| links > 0.0,
+    );
+
+    // The pool's usage, as the stores count it: one copy of what was written, and three
+    // copies' worth of space.
+    prometheus.wait(stored, "the pool's stored bytes", |v| {
+        v - stored_before >= loaded
+    });
+    let deadline = Instant::now() + SCRAPED_WITHIN;
+    let grown = loop {
+        let now = data_pool(&df());
+        if figure(&now, "stored_bytes") >= figure(&before_df, "stored_bytes") + loaded as u64 {
+            break now;
+        }
+        assert!(Instant::now() < deadline, "df never showed the load: {now}");
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let grew = |name: &str| figure(&grown, name) - figure(&before_df, name);
+    assert!(grew("objects") >= OBJECTS, "df: {before_df} then {grown}");
+    assert!(
+        (grew("stored_bytes") as f64) < 1.5 * loaded,
+        "stored bytes count one copy: {before_df} then {grown}"
+    );
+    assert!(
+        grew("used_bytes") as f64 >= 3.0 * loaded,
+        "used bytes count all three copies: {before_df} then {grown}"
+    );
+    assert!(
+        figure(&grown, "max_avail_bytes") > 0,
+        "room is left: {grown}"
+    );
+    let table = cluster.ok(&["df"]);
+    assert!(
+        table.starts_with("raw: ") && table.lines().any(|l| l.starts_with("data ")),
+        "coffer df:\n{table}"
     );
 }

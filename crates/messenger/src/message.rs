@@ -3,7 +3,7 @@
 
 use crate::frame::Segment;
 use map::auth::Caps;
-use map::cluster::{Change, ClusterMap, Epoch, Usage};
+use map::cluster::{Change, ClusterMap, Epoch, PoolUsage, Usage};
 use map::placement::{OsdId, PgId};
 use map::{ObjectName, PoolId};
 use serde::{Deserialize, Serialize};
@@ -66,6 +66,10 @@ pub struct OsdBeacon {
     pub usage: map::cluster::Usage,
     /// Copies this OSD replaced since it started because a read found them damaged.
     pub read_repairs: u64,
+    /// What each pool holds in its store (pools with nothing there left out).
+    pub pools: Vec<(PoolId, PoolUsage)>,
+    /// Objects recovery has found to copy from this OSD and not copied yet.
+    pub recovery_pending: u64,
 }
 
 /// A placement group's state, as its primary reports it.
@@ -279,6 +283,24 @@ pub struct MonStatus {
     /// Damaged copies each up OSD replaced on read since it started (none: left out).
     pub read_repairs: Vec<(OsdId, u64)>,
     pub health: Health,
+    /// Each pool's usage, from the up OSDs' beacons (every pool of the map).
+    pub pool_usage: Vec<(PoolId, PoolStats)>,
+    /// Objects the up OSDs' recovery has found to copy and not copied yet.
+    pub recovery_pending: u64,
+}
+
+/// One pool's usage, as `coffer df` shows it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolStats {
+    /// Its objects, one copy each: the copies the up OSDs hold over the pool's size (so
+    /// it reads low while copies are missing).
+    pub objects: u64,
+    /// The bytes of its objects, one copy each, counted as `objects` is.
+    pub stored_bytes: u64,
+    /// The store bytes all its copies take.
+    pub used_bytes: u64,
+    /// What more it can take, one copy each, before the first OSD it writes to is full.
+    pub max_avail_bytes: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

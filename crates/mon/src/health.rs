@@ -7,10 +7,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use map::cluster::{Change, ClusterMap, Space, Usage};
+use map::cluster::{Change, ClusterMap, PoolInfo, PoolUsage, Space, Usage};
 use map::placement::{FailureDomain, OsdId, PgId};
 use map::PoolId;
-use messenger::message::{Health, OsdBeacon, PgState};
+use messenger::message::{Health, OsdBeacon, PgState, PoolStats};
 
 /// How often the leader looks for silent OSDs.
 pub const CHECK_INTERVAL: Duration = Duration::from_millis(500);
@@ -105,10 +105,16 @@ impl Liveness {
         let (mut used_bytes, mut total_bytes) = (0, 0);
         let mut read_repairs = Vec::new();
         let mut usage = BTreeMap::new();
+        let mut copies: BTreeMap<PoolId, PoolUsage> = BTreeMap::new();
+        let mut recovery_pending = 0;
         for (osd, (_, beacon)) in &seen.beacons {
             if !map.osds.get(osd).is_some_and(|o| o.up) {
                 continue;
             }
+            for (pool, held) in &beacon.pools {
+                copies.entry(*pool).or_default().add(held);
+            }
+            recovery_pending += beacon.recovery_pending;
             used_bytes += beacon.usage.used_bytes;
             total_bytes += beacon.usage.total_bytes;
             usage.insert(*osd, beacon.usage);
@@ -156,7 +162,17 @@ impl Liveness {
         }
         read_repairs.sort();
         let health = health(map, &pgs, &read_repairs, &usage);
+        let pool_usage = map
+            .pools
+            .values()
+            .map(|pool| {
+                let held = copies.get(&pool.id).copied().unwrap_or_default();
+                (pool.id, pool_stats(map, pool, &held, &usage))
+            })
+            .collect();
         Summary {
+            pool_usage,
+            recovery_pending,
             pgs,
             pool_pgs,
             usage,
@@ -181,6 +197,48 @@ pub struct Summary {
     /// Copies each up OSD replaced on read since it started (OSDs with none left out).
     pub read_repairs: Vec<(OsdId, u64)>,
     pub health: Health,
+    /// Each pool's usage.
+    pub pool_usage: BTreeMap<PoolId, PoolStats>,
+    /// Objects the up OSDs' recovery has yet to copy.
+    pub recovery_pending: u64,
+}
+
+/// `pool`'s usage from what the up OSDs hold of it (`held`, every copy) and their space.
+fn pool_stats(
+    map: &ClusterMap,
+    pool: &PoolInfo,
+    held: &PoolUsage,
+    usage: &BTreeMap<OsdId, Usage>,
+) -> PoolStats {
+    let size = u64::from(pool.size.max(1));
+    PoolStats {
+        objects: held.objects / size,
+        stored_bytes: held.stored_bytes / size,
+        used_bytes: held.allocated_bytes,
+        max_avail_bytes: max_avail(map, size, usage),
+    }
+}
+
+/// What more a pool of `size` copies can take, one copy each, before the first OSD it
+/// writes to is full. Writes spread over the up and in OSDs by weight, so the OSD with the
+/// least room for its share bounds the whole (Ceph's MAX AVAIL). An OSD that has not
+/// reported yet counts as having no room.
+fn max_avail(map: &ClusterMap, size: u64, usage: &BTreeMap<OsdId, Usage>) -> u64 {
+    let targets: Vec<_> = map
+        .osds
+        .values()
+        .filter(|o| o.up && o.is_in && o.weight > 0)
+        .collect();
+    let total_weight: u128 = targets.iter().map(|o| u128::from(o.weight)).sum();
+    let bound = targets
+        .iter()
+        .map(|o| {
+            let room = usage.get(&o.id).map_or(0, |u| map.space_ratios.room(u));
+            u128::from(room) * total_weight / u128::from(o.weight)
+        })
+        .min()
+        .unwrap_or(0);
+    u64::try_from(bound / u128::from(size)).unwrap_or(u64::MAX)
 }
 
 /// Read repairs by one OSD past which health warns that its disk may be failing (Ceph's
@@ -530,5 +588,63 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn pool_usage_is_one_copy_of_what_the_up_osds_hold_and_room_is_bounded_by_the_fullest() {
+        let mut map = map_with(3);
+        add_pool(&mut map, "p", 3, 2);
+        add_pool(&mut map, "q", 2, 1);
+        let (p, q) = (
+            map.pools.keys().copied().min(),
+            map.pools.keys().copied().max(),
+        );
+        let (p, q) = (p.expect("p"), q.expect("q"));
+        let live = Liveness::default();
+        let held = PoolUsage {
+            objects: 10,
+            stored_bytes: 1000,
+            allocated_bytes: 4096 * 10,
+        };
+        // Room below the 95 % full ratio: 850, 450 and 850 bytes; osd.1 has the least.
+        for (osd, used) in [(0, 100), (1, 500), (2, 100)] {
+            let beacon = OsdBeacon {
+                epoch: map.epoch,
+                usage: Usage {
+                    used_bytes: used,
+                    total_bytes: 1000,
+                    host_free_bytes: u64::MAX,
+                },
+                pools: vec![(p, held)],
+                ..OsdBeacon::default()
+            };
+            live.beacon(OsdId(osd), beacon, Instant::now());
+        }
+        let usage = live.summary(&map).pool_usage;
+        assert_eq!(
+            usage[&p],
+            PoolStats {
+                objects: 10,
+                stored_bytes: 1000,
+                used_bytes: 3 * 4096 * 10,
+                max_avail_bytes: 450,
+            }
+        );
+        assert_eq!(
+            usage[&q],
+            PoolStats {
+                max_avail_bytes: 450 * 3 / 2,
+                ..PoolStats::default()
+            },
+            "a pool with nothing stored still has room"
+        );
+        // A down OSD's copies and room no longer count.
+        map.apply(&Change::OsdDown { id: OsdId(1) }).expect("down");
+        let usage = live.summary(&map).pool_usage;
+        assert_eq!(
+            usage[&p].objects, 6,
+            "two copies of ten objects over size 3"
+        );
+        assert_eq!(usage[&p].max_avail_bytes, 850 * 2 / 3);
     }
 }

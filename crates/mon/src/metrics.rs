@@ -7,7 +7,7 @@ use std::sync::{Arc, LazyLock};
 
 use map::cluster::{Seal, Space};
 use map::placement::OsdId;
-use messenger::message::{Health, MonReply};
+use messenger::message::{Health, MonReply, PoolStats};
 use openraft::RaftMetrics;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
@@ -196,6 +196,40 @@ impl Collector for Cluster {
             "Copies each pool keeps",
             None,
             pools.map(|p| (vec![("pool", p.id.0.to_string())], i64::from(p.size))),
+        )?;
+        let pool_figure = |figure: fn(&PoolStats) -> u64| {
+            summary
+                .pool_usage
+                .iter()
+                .map(move |(pool, u)| (vec![("pool", pool.0.to_string())], bytes(figure(u))))
+        };
+        metrics::encode_gauges(
+            gauges,
+            "cluster_pool_objects",
+            "Objects in each pool, one copy each (the copies the up OSDs hold over its size)",
+            None,
+            pool_figure(|u| u.objects),
+        )?;
+        metrics::encode_gauges(
+            gauges,
+            "cluster_pool_stored",
+            "Bytes of each pool's objects, one copy each",
+            Some(&Unit::Bytes),
+            pool_figure(|u| u.stored_bytes),
+        )?;
+        metrics::encode_gauges(
+            gauges,
+            "cluster_pool_used",
+            "Store bytes all copies of each pool's objects take",
+            Some(&Unit::Bytes),
+            pool_figure(|u| u.used_bytes),
+        )?;
+        metrics::encode_gauges(
+            gauges,
+            "cluster_pool_max_avail",
+            "Bytes each pool can still take, one copy each, before its first OSD is full",
+            Some(&Unit::Bytes),
+            pool_figure(|u| u.max_avail_bytes),
         )?;
         metrics::encode_gauges(
             gauges,

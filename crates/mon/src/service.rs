@@ -313,6 +313,8 @@ impl MonService {
             total_bytes: summary.total_bytes,
             read_repairs: summary.read_repairs,
             health: summary.health,
+            pool_usage: summary.pool_usage.into_iter().collect(),
+            recovery_pending: summary.recovery_pending,
         }
     }
 

@@ -84,6 +84,8 @@ pub(crate) struct Inner {
     tokens: std::sync::atomic::AtomicU64,
     /// Copies replaced by read repair since this OSD started (reported in its beacon).
     pub read_repairs: std::sync::atomic::AtomicU64,
+    /// Objects recovery has found to copy from this OSD and not copied yet.
+    pub recovery_pending: std::sync::atomic::AtomicU64,
     addr: String,
 }
 
@@ -187,6 +189,7 @@ impl Osd {
             acting_seen: Default::default(),
             tokens: Default::default(),
             read_repairs: Default::default(),
+            recovery_pending: Default::default(),
             addr,
         });
         let service = service::OsdService {
@@ -396,12 +399,23 @@ async fn send_beacons(inner: Arc<Inner>) {
         let statfs = inner.store.statfs();
         let usage = crate::service::usage(&statfs);
         crate::metrics::beacon(&pgs, &usage);
+        let pools = inner.store.pool_usage().unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "pool usage");
+            Vec::new()
+        });
         let beacon = OsdBeacon {
             epoch: inner.map.borrow().epoch,
             pgs,
             usage,
             read_repairs: inner
                 .read_repairs
+                .load(std::sync::atomic::Ordering::Relaxed),
+            pools: pools
+                .into_iter()
+                .filter(|(pool, _)| !objects::is_meta_pool(*pool))
+                .collect(),
+            recovery_pending: inner
+                .recovery_pending
                 .load(std::sync::atomic::Ordering::Relaxed),
         };
         if let Err(e) = inner.monc.call(&MonRequest::Beacon(beacon)).await {

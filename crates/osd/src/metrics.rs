@@ -3,6 +3,7 @@
 //! its store's space. Latencies are the OSD's own (request in to reply out); the NBD server,
 //! the gateway and the file system measure theirs from their clients' side.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -132,29 +133,37 @@ pub(crate) fn read_repaired() {
     METRICS.read_repairs.inc();
 }
 
-/// Objects that recovery is to copy: counted down as they are copied, and by what is left
-/// when the pass ends early.
-pub(crate) struct Pending(i64);
+/// Objects that recovery is to copy, in the metric and in the OSD's own count (its beacon
+/// reports it): counted down as they are copied, and by what is left when the pass ends
+/// early.
+pub(crate) struct Pending<'a> {
+    left: u64,
+    osd: &'a AtomicU64,
+}
 
-impl Pending {
-    pub(crate) fn new(objects: usize) -> Pending {
-        let objects = objects as i64;
-        METRICS.recovery_pending.inc_by(objects);
-        Pending(objects)
+impl<'a> Pending<'a> {
+    pub(crate) fn new(osd: &'a AtomicU64, objects: usize) -> Pending<'a> {
+        let left = objects as u64;
+        METRICS.recovery_pending.inc_by(left as i64);
+        osd.fetch_add(left, Ordering::Relaxed);
+        Pending { left, osd }
     }
 
     /// One object copied (or removed), with `bytes` of data.
     pub(crate) fn copied(&mut self, bytes: u64) {
-        self.0 -= 1;
+        debug_assert!(self.left > 0, "more objects copied than were pending");
+        self.left = self.left.saturating_sub(1);
+        self.osd.fetch_sub(1, Ordering::Relaxed);
         METRICS.recovery_pending.dec();
         METRICS.recovered_objects.inc();
         METRICS.recovered_bytes.inc_by(bytes);
     }
 }
 
-impl Drop for Pending {
+impl Drop for Pending<'_> {
     fn drop(&mut self) {
-        METRICS.recovery_pending.dec_by(self.0);
+        self.osd.fetch_sub(self.left, Ordering::Relaxed);
+        METRICS.recovery_pending.dec_by(self.left as i64);
     }
 }
 
@@ -306,4 +315,29 @@ pub fn register(registry: &mut Registry) {
         Unit::Bytes,
         METRICS.host_free.clone(),
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pending_objects_are_counted_down_as_copied_and_when_a_pass_ends_early() {
+        let osd = AtomicU64::new(0);
+        {
+            let mut pending = Pending::new(&osd, 5);
+            assert_eq!(osd.load(Ordering::Relaxed), 5);
+            pending.copied(4096);
+            pending.copied(0);
+            assert_eq!(osd.load(Ordering::Relaxed), 3);
+            let other = Pending::new(&osd, 2);
+            assert_eq!(osd.load(Ordering::Relaxed), 5);
+            drop(other);
+        }
+        assert_eq!(
+            osd.load(Ordering::Relaxed),
+            0,
+            "nothing left once the passes end"
+        );
+    }
 }

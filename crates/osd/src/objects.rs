@@ -38,6 +38,11 @@ pub fn object_ref(pg: PgId, name: &ObjectName) -> ObjectRef {
     ObjectRef::new(pg.pool, name.clone())
 }
 
+/// Whether `pool` is where the store keeps PG metadata (logs and infos), not a pool's data.
+pub fn is_meta_pool(pool: PoolId) -> bool {
+    pool.0 & META_POOL_BIT != 0
+}
+
 fn meta_ref(pg: PgId) -> ObjectRef {
     let name = ObjectName::new(format!("pg.{}", pg.number))
         .unwrap_or_else(|e| unreachable!("a PG metadata name is valid: {e}"));

@@ -299,7 +299,8 @@ impl Inner {
             .keys()
             .filter(|name| !source.contains_key(*name))
             .collect();
-        let mut pending = crate::metrics::Pending::new(stale.len() + extra.len());
+        let mut pending =
+            crate::metrics::Pending::new(&self.recovery_pending, stale.len() + extra.len());
         for name in &stale {
             self.check_claim(pg, claim).await?;
             let bytes = self.copy_object(pg, name, from, to).await?;
@@ -536,7 +537,7 @@ async fn recover_once(
             .get_mut(&target)
             .map(|r| r.dirty.drain().collect())
             .unwrap_or_default();
-        let mut pending = crate::metrics::Pending::new(dirty.len());
+        let mut pending = crate::metrics::Pending::new(&inner.recovery_pending, dirty.len());
         if dirty.len() > JOIN_DIRTY_MAX {
             drop(core);
             for name in &dirty {

@@ -639,18 +639,39 @@ async fn pools(state: &State, frame: &Frame<'_>) -> Result<String, String> {
             map::cluster::Seal::Edge { key } => format!("edge (data key {key})"),
             map::cluster::Seal::Osd => "osd (each store's at-rest mode)".into(),
         };
+        let usage = status
+            .pool_usage
+            .iter()
+            .find(|(p, _)| *p == pool.id)
+            .map(|(_, u)| *u)
+            .unwrap_or_default();
         rows.push(vec![
             id,
             escape(&pool.name),
             format!("{} copies, {} to write", pool.size, pool.min_size),
             pool.pg_num.to_string(),
             escape(&states.join(", ")),
+            usage.objects.to_string(),
+            crate::text::approximate(usage.stored_bytes),
+            crate::text::approximate(usage.used_bytes),
+            crate::text::approximate(usage.max_avail_bytes),
             escape(&seal),
         ]);
     }
     let mut body = table(
         "pools",
-        &["id", "name", "size", "PGs", "PGs by state", "sealed"],
+        &[
+            "id",
+            "name",
+            "size",
+            "PGs",
+            "PGs by state",
+            "objects",
+            "stored",
+            "used (all copies)",
+            "room",
+            "sealed",
+        ],
         &rows,
     );
     let edge = crate::admin::mon_links_secure(&state.conf).unwrap_or(false);
@@ -687,10 +708,10 @@ async fn pgs(state: &State) -> Result<String, String> {
     body.push_str("<h2>Recovery</h2>");
     let history = state.history.lock().unwrap_or_else(|p| p.into_inner());
     let recovering = status.pgs.get("active+recovering").copied().unwrap_or(0);
-    let pending: f64 = history.osds.values().map(|f| f.recovery_pending).sum();
+    let pending = status.recovery_pending;
     let _ = write!(
         body,
-        "<p id=\"recovery\">{recovering} PGs recovering; {pending:.0} objects left to copy.</p>"
+        "<p id=\"recovery\">{recovering} PGs recovering; {pending} objects left to copy.</p>"
     );
     let rows: Vec<Vec<String>> = history
         .osds
