@@ -1,4 +1,4 @@
-//! `coffer image` (create, ls, info, du, resize, rm, lock break) and `coffer nbd serve`: block
+//! `coffer image` (create, ls, info, du, resize, rm, import, export, lock break) and `coffer nbd serve`: block
 //! images over the cluster and their NBD export.
 
 use std::path::PathBuf;
@@ -55,6 +55,24 @@ pub enum ImageCommand {
     Rm {
         /// POOL/NAME
         image: String,
+    },
+    /// Creates image POOL/NAME from a raw file (a disk image) of the same size; runs of
+    /// zeros are not stored.
+    Import {
+        file: PathBuf,
+        /// POOL/NAME
+        image: String,
+        /// Bytes per data object: a power of two from 4K to 32M.
+        #[arg(long, value_parser = crate::text::parse_size, default_value = "4M")]
+        object_size: u64,
+    },
+    /// Writes an image to a new raw file (holes where it stores nothing), or to standard
+    /// output with `-`. While a writer writes, the copy mixes old and new bytes: stop it
+    /// first for a consistent one.
+    Export {
+        /// POOL/NAME
+        image: String,
+        file: PathBuf,
     },
     /// The image's exclusive lock.
     #[command(subcommand)]
@@ -278,6 +296,24 @@ pub fn image(who: &Who, command: ImageCommand) -> Result<(), String> {
                 .map_err(fail)?;
             println!("image {spec} removed");
             Ok(())
+        }
+        ImageCommand::Import {
+            file,
+            image: spec,
+            object_size,
+        } => {
+            let (pool, name) = open(&spec)?;
+            runtime.block_on(crate::transfer::import(
+                &pool,
+                &name,
+                &spec,
+                &file,
+                object_size,
+            ))
+        }
+        ImageCommand::Export { image: spec, file } => {
+            let (pool, name) = open(&spec)?;
+            runtime.block_on(crate::transfer::export(&pool, &name, &spec, &file))
         }
         ImageCommand::Lock(LockCommand::Break { image: spec }) => {
             let (pool, name) = open(&spec)?;

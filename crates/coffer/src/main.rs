@@ -16,6 +16,7 @@ mod prometheus;
 mod scrape;
 mod supervise;
 mod text;
+mod transfer;
 mod up;
 
 use std::path::PathBuf;

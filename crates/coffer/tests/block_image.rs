@@ -1,4 +1,5 @@
-//! Images as the documentation promises them: the CLI's lifecycle and its errors; unwritten
+//! Images as the documentation promises them: the CLI's lifecycle and its errors, import
+//! and export of raw files; unwritten
 //! bytes read as zeros and use no space; a discard frees space; shrinking discards the bytes
 //! past the new size, for good; one writer at a time, with a stale writer fenced off when its
 //! lock is broken.
@@ -118,10 +119,81 @@ fn image_lifecycle_through_the_cli() {
     }
     assert_eq!(cluster.ok(&["image", "ls", "data"]), "one\ntwo\n");
 
+    import_and_export(&cluster);
+
     cluster.ok(&["image", "rm", "data/one"]);
     assert_eq!(cluster.ok(&["image", "ls", "data"]), "two\n");
     let gone = cluster.cli(&["image", "info", "data/one"]);
     assert!(String::from_utf8_lossy(&gone.stderr).contains("does not exist"));
+}
+
+/// A raw file into an image and back, to a file and to standard output; zeros are stored
+/// in neither; bad files and names are refused, changing nothing.
+fn import_and_export(cluster: &LocalCluster) {
+    let dir = cluster.dir.path();
+    let raw = dir.join("disk.raw");
+    // Data, a whole object of zeros, then a tail shorter than an object.
+    let mut bytes = pattern((9 * MIB) as usize + 1536, 7).to_vec();
+    bytes[(4 * MIB) as usize..(8 * MIB) as usize].fill(0);
+    std::fs::write(&raw, &bytes).expect("raw file");
+    let raw_arg = raw.display().to_string();
+    let imported = cluster.ok(&["image", "import", &raw_arg, "data/imported"]);
+    assert!(
+        imported.starts_with(&format!("imported {raw_arg} into data/imported: ")),
+        "{imported}"
+    );
+    let du = cluster.ok(&["image", "du", "data/imported"]);
+    let stored = 5 * MIB + 1536;
+    assert!(
+        du.contains(&format!("({stored} bytes) of")),
+        "zeros are not stored: {du}"
+    );
+
+    let exported = dir.join("exported.raw");
+    let exported_arg = exported.display().to_string();
+    let said = cluster.ok(&["image", "export", "data/imported", &exported_arg]);
+    assert!(said.starts_with("exported data/imported to "), "{said}");
+    assert!(
+        std::fs::read(&exported).expect("exported") == bytes,
+        "the export differs"
+    );
+    let streamed = cluster.cli(&["image", "export", "data/imported", "-"]);
+    assert!(streamed.status.success(), "{streamed:?}");
+    assert!(
+        streamed.stdout == bytes,
+        "the export to standard output differs"
+    );
+
+    let fails = |args: &[&str], expected: &str| {
+        let output = cluster.cli(args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{args:?} must fail");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+    };
+    fails(
+        &["image", "export", "data/imported", &exported_arg],
+        "exists: export writes a new file",
+    );
+    fails(&["image", "import", &raw_arg, "data/two"], "already exists");
+    let odd = dir.join("odd.raw");
+    std::fs::write(&odd, [1u8; 1000]).expect("odd file");
+    fails(
+        &["image", "import", &odd.display().to_string(), "data/odd"],
+        "is 1000 bytes: an image is a whole number of 512-byte sectors",
+    );
+    fails(
+        &["image", "import", "/nonexistent/disk.raw", "data/none"],
+        "No such file",
+    );
+    fails(&["image", "export", "data/missing", "-"], "does not exist");
+    assert_eq!(
+        cluster.ok(&["image", "ls", "data"]),
+        "imported\none\ntwo\n",
+        "failed imports leave no image"
+    );
+    let again = cluster.cli(&["image", "export", "data/imported", "-"]);
+    assert!(again.stdout == bytes, "a refused import changed nothing");
+    cluster.ok(&["image", "rm", "data/imported"]);
 }
 
 #[test]
