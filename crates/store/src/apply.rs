@@ -819,23 +819,29 @@ impl Store {
     fn flush_group(&self, group: Vec<Batch>) -> Result<Vec<Result<(), ApplyError>>, ApplyError> {
         let outcomes = self.write_deferred(&group);
         self.device.sync()?;
-        let txn = self.db.begin_write()?;
         let mut deltas: BTreeMap<PoolId, Delta> = BTreeMap::new();
         let mut ops = Vec::new();
+        let landed = group
+            .into_iter()
+            .zip(&outcomes)
+            .filter(|(_, outcome)| outcome.is_ok());
+        for batch in landed.map(|(batch, _)| batch) {
+            for (pool, delta) in batch.usage {
+                deltas.entry(pool).or_default().add(delta);
+            }
+            ops.extend(batch.meta);
+        }
+        deltas.retain(|_, delta| *delta != Delta::default());
+        // The usage rows' nonces are taken before the commit's write transaction: taking
+        // them may durably raise the reservation, a redb write of its own, which would wait
+        // for the commit's forever.
+        let per_row = self.meta.nonces_per_value();
+        let mut nonce = self.take_nonces(deltas.len() as u64 * per_row)?;
+        let txn = self.db.begin_write()?;
         {
             let mut objects = txn.open_table(OBJECTS)?;
             let mut extents = txn.open_table(EXTENTS)?;
             let mut omap = txn.open_table(OMAP)?;
-            let landed = group
-                .into_iter()
-                .zip(&outcomes)
-                .filter(|(_, outcome)| outcome.is_ok());
-            for batch in landed.map(|(batch, _)| batch) {
-                for (pool, delta) in batch.usage {
-                    deltas.entry(pool).or_default().add(delta);
-                }
-                ops.extend(batch.meta);
-            }
             for op in ops {
                 let table = match &op {
                     MetaOp::Put { table, .. }
@@ -867,7 +873,15 @@ impl Store {
             }
         }
         usage::commit(&txn, &self.meta, &deltas, |key, plain| {
-            self.seal_meta(Table::PoolUsage, key, plain)
+            let sealed = self.meta.seal(
+                Table::PoolUsage,
+                key,
+                plain,
+                self.nonces.incarnation(),
+                nonce,
+            );
+            nonce += per_row;
+            sealed
         })?;
         txn.commit()?;
         Ok(outcomes)

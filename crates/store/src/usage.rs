@@ -125,15 +125,16 @@ pub(crate) fn count(
 }
 
 /// Adds `deltas` to the stored rows inside the group commit's transaction `txn`, after the
-/// records they count were written there. `seal` seals a row's value.
+/// records they count were written there. `seal` seals a row's value, once per delta at
+/// most, with a nonce taken before `txn` began (taking one may write to the database).
 pub(crate) fn commit(
     txn: &WriteTransaction,
     meta: &MetaSealer,
     deltas: &BTreeMap<PoolId, Delta>,
-    mut seal: impl FnMut(&[u8], Vec<u8>) -> Result<Vec<u8>, crate::ApplyError>,
+    mut seal: impl FnMut(&[u8], Vec<u8>) -> Vec<u8>,
 ) -> Result<(), crate::ApplyError> {
     let mut rows = txn.open_table(POOL_USAGE)?;
-    for (pool, delta) in deltas.iter().filter(|(_, d)| **d != Delta::default()) {
+    for (pool, delta) in deltas {
         let key = row_key(*pool);
         let stored = rows.get(&key[..])?.map(|v| v.value().to_vec());
         let usage = match stored.map(|s| decode_row(meta, &key, &s)) {
@@ -155,7 +156,7 @@ pub(crate) fn commit(
         if usage == PoolUsage::default() {
             rows.remove(&key[..])?;
         } else {
-            rows.insert(&key[..], &seal(&key, encode_row(&usage))?[..])?;
+            rows.insert(&key[..], &seal(&key, encode_row(&usage))[..])?;
         }
     }
     Ok(())

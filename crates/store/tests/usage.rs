@@ -139,3 +139,32 @@ fn a_damaged_usage_row_is_reported_and_counted_again_by_the_next_commit() {
     want[0].1.allocated_bytes += 4096;
     assert_eq!(store.pool_usage().expect("counted again"), want);
 }
+
+/// The first commit after an open takes a fresh nonce reservation, a database write of its
+/// own. A commit whose only sealed value is a usage row (a removal from a pool that keeps
+/// other objects) must take it before its own write transaction begins, not wait on itself.
+#[test]
+fn a_removal_as_the_first_commit_after_opening_does_not_wait_on_itself() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    two_pools(&mkfs(dir.path(), Mode::Gcm, 1 << 20));
+    let store = Store::open(dir.path(), &kek(7)).expect("open");
+    let (done, applied) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut txn = Transaction::new();
+        txn.remove(&obj(1, "holed"));
+        let result = store.apply(txn).map(|()| store.pool_usage());
+        let _ = done.send(result);
+    });
+    let usage = applied
+        .recv_timeout(std::time::Duration::from_secs(30))
+        .expect("the removal committed within 30 s")
+        .expect("apply")
+        .expect("usage");
+    let mut want = expected();
+    want[0].1 = PoolUsage {
+        objects: 2,
+        stored_bytes: 6144,
+        allocated_bytes: 2 * 4096,
+    };
+    assert_eq!(usage, want);
+}
