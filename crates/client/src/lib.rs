@@ -36,8 +36,8 @@ pub use messenger::message::{
 /// How long an operation keeps trying (map changes, recovering PGs, OSDs restarting) before
 /// it fails with the last reason it was given.
 pub const OP_TIMEOUT: Duration = Duration::from_secs(120);
-/// Bytes per request when an object is read or written in pieces.
-pub const PIECE_BYTES: u64 = 16 << 20;
+/// Bytes of object data per request when an object is read or written in pieces.
+pub const REQUEST_DATA_BYTES: u64 = 16 << 20;
 
 /// What a scrub of one PG found (`Pool::scrub_pg`).
 #[derive(Clone, Debug, Default)]
@@ -75,7 +75,8 @@ pub enum Error {
     /// A store that would take the write is full; nothing was written. Deletes still work.
     #[error("no space: {0}")]
     NoSpace(String),
-    /// What was read fails its integrity check, and no good copy replaced it.
+    /// What was read fails its integrity check (on an OSD, or here when the client opens
+    /// chunks it sealed), and no good copy replaced it.
     #[error("integrity: {0}")]
     Integrity(String),
     #[error("gave up after {after:?}: {why}")]
@@ -436,6 +437,7 @@ impl Inner {
                         Ok((OsdReply::Full(why), _)) => return Err(Error::NoSpace(why)),
                         Ok((OsdReply::Denied(why), _)) => return Err(Error::Denied(why)),
                         Ok((OsdReply::Failed(why), _)) => return Err(Error::Failed(why)),
+                        Ok((OsdReply::Integrity(why), _)) => return Err(Error::Integrity(why)),
                         Ok((OsdReply::NotFound, _)) => return Err(Error::NotFound),
                         Ok((OsdReply::Exists, _)) => return Err(Error::Exists),
                         Ok((OsdReply::Mismatch(why), _)) => return Err(Error::Mismatch(why)),
@@ -900,29 +902,29 @@ impl Pool {
         )))
     }
 
-    /// Replaces object `name` with `data` (in one atomic write up to [`PIECE_BYTES`], in
+    /// Replaces object `name` with `data` (in one atomic write up to [`REQUEST_DATA_BYTES`], in
     /// pieces beyond).
     pub async fn put(&self, name: &str, data: Bytes) -> Result<(), Error> {
         if let Some(keys) = self.edge_keys(None).await? {
-            let first = data.len().min(PIECE_BYTES as usize);
+            let first = data.len().min(REQUEST_DATA_BYTES as usize);
             self.write_edge(&keys, name, 0, Plain::Borrowed(&data[..first]), true)
                 .await?;
             let mut offset = first as u64;
             while offset < data.len() as u64 {
-                let end = (offset + PIECE_BYTES).min(data.len() as u64);
+                let end = (offset + REQUEST_DATA_BYTES).min(data.len() as u64);
                 let piece = Plain::Borrowed(&data[offset as usize..end as usize]);
                 self.write_edge(&keys, name, offset, piece, false).await?;
                 offset = end;
             }
             return Ok(());
         }
-        let first = data.slice(..data.len().min(PIECE_BYTES as usize));
+        let first = data.slice(..data.len().min(REQUEST_DATA_BYTES as usize));
         let len = first.len() as u64;
         self.write_ops(name, vec![ObjectOp::WriteFull { len }], first)
             .await?;
         let mut offset = len;
         while offset < data.len() as u64 {
-            let end = (offset + PIECE_BYTES).min(data.len() as u64);
+            let end = (offset + REQUEST_DATA_BYTES).min(data.len() as u64);
             self.write(name, offset, data.slice(offset as usize..end as usize))
                 .await?;
             offset = end;
@@ -938,7 +940,7 @@ impl Pool {
             }
             // One piece from a chunk boundary, in a buffer nobody else holds (an NBD write's
             // payload): sealed where it is, not copied.
-            if offset.is_multiple_of(CHUNK_BYTES) && data.len() as u64 <= PIECE_BYTES {
+            if offset.is_multiple_of(CHUNK_BYTES) && data.len() as u64 <= REQUEST_DATA_BYTES {
                 return match data.try_into_mut() {
                     Ok(owned) => {
                         let plain = Plain::Owned(owned);
@@ -953,7 +955,7 @@ impl Pool {
             let mut at = 0u64;
             while at < data.len() as u64 {
                 // Pieces end on chunk boundaries, so only the write's own ends are partial.
-                let piece_end = ((offset + at + PIECE_BYTES) / CHUNK_BYTES * CHUNK_BYTES)
+                let piece_end = ((offset + at + REQUEST_DATA_BYTES) / CHUNK_BYTES * CHUNK_BYTES)
                     .max(offset + at + 1)
                     .min(offset + data.len() as u64);
                 let bytes = Plain::Borrowed(&data[at as usize..(piece_end - offset) as usize]);
@@ -1101,7 +1103,7 @@ impl Pool {
         let mut at = offset;
         let end = offset.saturating_add(len);
         while at < end {
-            let piece = (end - at).min(PIECE_BYTES);
+            let piece = (end - at).min(REQUEST_DATA_BYTES);
             let ops = vec![ObjectOp::Read {
                 offset: at,
                 len: piece,
@@ -1134,7 +1136,7 @@ impl Pool {
             let first = at / CHUNK_BYTES;
             let last = end
                 .div_ceil(CHUNK_BYTES)
-                .min(first + PIECE_BYTES / CHUNK_BYTES);
+                .min(first + REQUEST_DATA_BYTES / CHUNK_BYTES);
             let (size, _, data) = self.read_chunks(keys, name, first, last - first).await?;
             let stop = (last * CHUNK_BYTES).min(end).min(size);
             if stop <= at {

@@ -207,10 +207,25 @@ fn written_blocks(path: &std::path::Path) -> std::collections::BTreeSet<usize> {
         .collect()
 }
 
+/// A hash of each 4 KiB block of `path`, to tell which blocks a write changed.
+fn block_hashes(path: &std::path::Path) -> Vec<u64> {
+    use std::hash::{Hash, Hasher};
+    let bytes = std::fs::read(path).expect("read the data file");
+    bytes
+        .chunks(4096)
+        .map(|block| {
+            let mut hasher = std::collections::hash_map::DefaultHasher::new();
+            block.hash(&mut hasher);
+            hasher.finish()
+        })
+        .collect()
+}
+
 /// A store that seals at rest (gcm, the default) checks each block it reads: a byte altered
 /// in the primary's copy of an object in a pool sealed by the OSDs fails that check, the
 /// primary replaces its copy with a replica's, and the read returns the object whole. The
 /// ciphertext is found as the blocks the object's write added to the primary's data file.
+/// Altered on every copy, an object's read fails as an integrity failure at the client.
 #[test]
 fn a_read_repairs_a_block_altered_in_the_primarys_sealed_store() {
     let _serial = serial();
@@ -257,6 +272,60 @@ fn a_read_repairs_a_block_altered_in_the_primarys_sealed_store() {
     wait_for_repairs(&cluster, 1);
     let (out, err, ok) = scrub(&cluster, "byosd", &[]);
     assert!(ok, "still inconsistent after read repair:\n{out}\n{err}");
+
+    // Altered on every copy: no good copy is left, and the read fails as an integrity
+    // failure all the way to the client and the CLI, never with the altered bytes.
+    let stores: Vec<_> = (0..3)
+        .map(|osd| cluster.dir.path().join(format!("osd.{osd}/store/data")))
+        .collect();
+    cluster.stop();
+    let before: Vec<_> = stores.iter().map(|path| block_hashes(path)).collect();
+    cluster.resume(3);
+    cluster.wait_for("PGs clean", Duration::from_secs(90), common::all_clean);
+    let second: Vec<u8> = (0..16 * 1024).map(|_| rand::random::<u8>()).collect();
+    runtime.block_on(async {
+        let admin = cluster.admin().await;
+        let pool = admin.pool("byosd").await.expect("pool");
+        pool.put("second", Bytes::from(second.clone()))
+            .await
+            .expect("put");
+    });
+    cluster.stop();
+    for (path, before) in stores.iter().zip(&before) {
+        // Blocks freed by the repair above may be reused: the write's blocks are those
+        // whose bytes changed.
+        let changed: Vec<usize> = block_hashes(path)
+            .iter()
+            .zip(before)
+            .enumerate()
+            .filter(|(_, (now, then))| now != then)
+            .map(|(i, _)| i * 4096)
+            .collect();
+        assert!(!changed.is_empty(), "{} holds a copy", path.display());
+        for block in changed {
+            common::flip_byte(path, block + 100);
+        }
+    }
+    cluster.resume(3);
+    cluster.wait_for("PGs clean", Duration::from_secs(90), common::all_clean);
+    runtime.block_on(async {
+        let admin = cluster.admin().await;
+        let pool = admin.pool("byosd").await.expect("pool");
+        match pool.get("second").await {
+            Err(client::Error::Integrity(why)) => assert!(
+                why.contains("second") || why.contains("integrity"),
+                "the failure names what broke: {why}"
+            ),
+            other => panic!("every copy is damaged, yet the read gave {other:?}"),
+        }
+    });
+    let output = cluster.cli(&["obj", "get", "byosd", "second"]);
+    let said = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !output.status.success() && said.contains("integrity: "),
+        "coffer obj get: {said}"
+    );
+    assert!(output.stdout.is_empty(), "no bytes are given out");
     cluster.stop();
 }
 

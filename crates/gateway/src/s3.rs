@@ -335,6 +335,12 @@ fn fail(e: Error) -> S3Error {
             full
         }
         Error::Busy(_) => S3Error::with_message(S3ErrorCode::OperationAborted, e.to_string()),
+        Error::Cluster(client::Error::Integrity(_)) => {
+            // Every copy is damaged: S3 has no code for it, so a 500 whose message says so
+            // (never the bytes).
+            tracing::error!("{e}");
+            S3Error::with_message(S3ErrorCode::InternalError, e.to_string())
+        }
         e => {
             tracing::warn!("{e}");
             S3Error::with_message(S3ErrorCode::InternalError, e.to_string())

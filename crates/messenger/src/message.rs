@@ -929,6 +929,9 @@ pub enum OsdReply {
     Mismatch(String),
     Denied(String),
     Failed(String),
+    /// What was read fails its integrity check on this OSD, and no good copy replaced it
+    /// (every copy is damaged, or none could be read): the bytes are not returned.
+    Integrity(String),
 }
 
 #[cfg(test)]

@@ -89,6 +89,7 @@ fn refusal(reply: &OsdReply) -> Option<&'static str> {
         OsdReply::Mismatch(_) => "mismatch",
         OsdReply::Denied(_) => "denied",
         OsdReply::Failed(_) => "failed",
+        OsdReply::Integrity(_) => "integrity",
         _ => return None,
     })
 }

@@ -71,9 +71,13 @@ impl Inner {
         let epoch = self.map.borrow().epoch;
         let request = OsdRequest::Peer { pg, epoch, op };
         match self.call_peer(osd, &request, data, None).await? {
-            (OsdReply::Failed(why) | OsdReply::Denied(why) | OsdReply::Busy(why), _) => {
-                Err(format!("osd.{}: {why}", osd.0))
-            }
+            (
+                OsdReply::Failed(why)
+                | OsdReply::Denied(why)
+                | OsdReply::Busy(why)
+                | OsdReply::Integrity(why),
+                _,
+            ) => Err(format!("osd.{}: {why}", osd.0)),
             reply => Ok(reply),
         }
     }

@@ -36,9 +36,14 @@ fn reply_with(message: OsdReply, data: Bytes) -> Reply {
     Reply::with(&message, data, segment)
 }
 
+/// The reply for a read of this OSD's store that failed: the store's damage stays an
+/// integrity failure on the wire, so clients and front ends can tell it from other errors.
 fn read_failure(e: ReadError) -> OsdReply {
     match e {
         ReadError::NotFound { .. } => OsdReply::NotFound,
+        e @ (ReadError::Integrity { .. } | ReadError::MetadataIntegrity { .. }) => {
+            OsdReply::Integrity(e.to_string())
+        }
         other => OsdReply::Failed(other.to_string()),
     }
 }
@@ -286,7 +291,7 @@ impl OsdService {
                 {
                     Some(finding) if finding.repaired => self.read(&op).await?,
                     Some(finding) => {
-                        return Err(OsdReply::Failed(format!("{why}; {}", finding.what)))
+                        return Err(OsdReply::Integrity(format!("{why}; {}", finding.what)))
                     }
                     None => Err(e),
                 }

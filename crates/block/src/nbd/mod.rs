@@ -44,6 +44,11 @@ pub fn errno(e: &Error) -> u32 {
             source: client::Error::NoSpace(_),
             ..
         } => wire::ENOSPC,
+        // A damaged block with no good copy: a medium error, as a disk reports one.
+        Error::Cluster {
+            source: client::Error::Integrity(_),
+            ..
+        } => wire::EIO,
         Error::NoSuchImage { .. }
         | Error::Exists { .. }
         | Error::Locked { .. }
