@@ -127,6 +127,33 @@ pub struct DashboardSection {
 /// The pool of the S3 gateway when nothing names another.
 pub const GW_POOL_DEFAULT: &str = "s3";
 
+/// The lowest port `free_loopback_port` hands out.
+const CHOSEN_PORTS_FROM: u16 = 10_000;
+
+/// A loopback port nothing listens on now, for an address written into a configuration
+/// before its daemon starts. It is drawn below the kernel's ephemeral range
+/// (`net.ipv4.ip_local_port_range`), where the ports of listeners bound to port 0 (the
+/// OSDs') and of outgoing connections come from: a port from that range could go to one
+/// of them between this choice and the daemon's bind, and a client would then reach the
+/// wrong server.
+pub fn free_loopback_port() -> std::io::Result<u16> {
+    let ephemeral_from = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32_768);
+    if ephemeral_from > CHOSEN_PORTS_FROM {
+        for _ in 0..256 {
+            let port = rand::random_range(CHOSEN_PORTS_FROM..ephemeral_from);
+            if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                return Ok(port);
+            }
+        }
+    }
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
 fn gw_pool() -> String {
     GW_POOL_DEFAULT.into()
 }
@@ -250,5 +277,29 @@ impl Conf {
 
     pub fn out_after(&self) -> Duration {
         Duration::from_secs(self.osd.out_after_secs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chosen_ports_are_free_and_below_the_ephemeral_range() {
+        let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+            .expect("the ephemeral range");
+        let ephemeral_from: u16 = range
+            .split_whitespace()
+            .next()
+            .and_then(|low| low.parse().ok())
+            .expect("its first port");
+        for _ in 0..50 {
+            let port = free_loopback_port().expect("a port");
+            assert!(
+                (CHOSEN_PORTS_FROM..ephemeral_from).contains(&port),
+                "{port}"
+            );
+            std::net::TcpListener::bind(("127.0.0.1", port)).expect("it is free");
+        }
     }
 }

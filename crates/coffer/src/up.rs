@@ -105,9 +105,9 @@ pub fn write_private(path: &Path, text: &str) -> Result<(), String> {
         .map_err(|e| format!("{}: {e}", path.display()))
 }
 
+/// A loopback port for a daemon's address (`client::conf::free_loopback_port`).
 pub fn free_loopback_port() -> Result<u16, String> {
-    let socket = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
-    Ok(socket.local_addr().map_err(|e| e.to_string())?.port())
+    client::conf::free_loopback_port().map_err(|e| format!("choosing a loopback port: {e}"))
 }
 
 fn random_fsid() -> String {

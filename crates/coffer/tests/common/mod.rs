@@ -499,10 +499,7 @@ fn is_zombie(pid: i32) -> bool {
 
 /// A loopback port nothing listens on now.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|socket| socket.local_addr())
-        .expect("a free port")
-        .port()
+    client::conf::free_loopback_port().expect("a free port")
 }
 
 fn spawn_up(dir: &Path, osds: u32, extra: &[&str], supervised: bool) -> Child {
