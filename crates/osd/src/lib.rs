@@ -316,7 +316,7 @@ impl Inner {
                 } else {
                     pg::Serving::NotPrimary
                 };
-                self.pg(id).serving.send_replace(serving);
+                self.pg(id).announce(map.epoch, serving);
                 seen.insert(id, acting);
                 tokio::spawn(recovery::peer(self.clone(), id));
             }
@@ -326,7 +326,7 @@ impl Inner {
                 return true;
             }
             // The pool is gone: peering gives up primacy and ends its recoveries.
-            self.pg(*id).serving.send_replace(pg::Serving::NotPrimary);
+            self.pg(*id).announce(map.epoch, pg::Serving::NotPrimary);
             tokio::spawn(recovery::peer(self.clone(), *id));
             false
         });

@@ -1,6 +1,7 @@
 //! One placement group on this OSD: its log, what it serves, and who else holds it.
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use map::cluster::Epoch;
@@ -20,6 +21,10 @@ pub struct Pg {
     pub core: Mutex<Core>,
     /// What the PG serves now, for ops waiting on it and for the beacon.
     pub serving: watch::Sender<Serving>,
+    /// The newest map epoch at which the map changed this PG's acting set (set with
+    /// `serving`, under its lock): a state worked out for an older interval is not
+    /// published over what that map announced.
+    announced: AtomicU64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -73,7 +78,87 @@ pub struct Recovery {
     pub dirty: HashSet<ObjectName>,
 }
 
+/// What a client write gets in its PG, decided under the PG's lock before any IO.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Order {
+    /// The same request was already applied, at this version: answer it again.
+    Duplicate(Version),
+    /// The client's instance is blocklisted: refuse.
+    Blocklisted,
+    /// Apply it as this log entry.
+    Next(LogEntry),
+}
+
+/// What a replica does with a write its primary sends.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// It already holds this write (a resend): answer done.
+    Duplicate,
+    /// Its log already has another write at this version: refuse, so the second never
+    /// passes for the first.
+    Conflict,
+    /// Apply it and append it to the log.
+    Apply,
+}
+
 impl Core {
+    /// Orders a client write: a retried request gets its version back, a blocklisted
+    /// client nothing, anything else the next version. The version's epoch never goes
+    /// below the last one's, even when this OSD's map lags the log it took over.
+    pub fn order_write(&self, reqid: ReqId, object: &ObjectName, blocklisted: bool) -> Order {
+        if let Some(version) = self.reqids.get(&reqid) {
+            return Order::Duplicate(*version);
+        }
+        if blocklisted {
+            return Order::Blocklisted;
+        }
+        let version = Version {
+            epoch: self.interval.epoch.max(self.info.last.epoch),
+            seq: self.info.last.seq + 1,
+        };
+        assert!(version > self.info.last, "versions only grow");
+        Order::Next(LogEntry {
+            version,
+            object: object.clone(),
+            reqid,
+        })
+    }
+
+    /// What a replica does with `entry` from its primary. A version past the next one
+    /// (a gap) is applied, with a warning: the primary's recovery fills the gap.
+    pub fn on_replicate(&self, entry: &LogEntry) -> Verdict {
+        if entry.version <= self.info.last {
+            let known = self
+                .log
+                .iter()
+                .any(|e| e.version == entry.version && e.reqid == entry.reqid);
+            return if known {
+                Verdict::Duplicate
+            } else {
+                Verdict::Conflict
+            };
+        }
+        if entry.version.seq != self.info.last.seq + 1 {
+            tracing::warn!(
+                last = ?self.info.last,
+                version = ?entry.version,
+                "a replicated write skips versions"
+            );
+        }
+        Verdict::Apply
+    }
+
+    /// The complete copies of the PG: this primary and its clean replicas.
+    fn copies(&self) -> usize {
+        1 + self.interval.clean.len()
+    }
+
+    /// Whether a write applied here and on every clean replica may be acknowledged: it
+    /// has at least min_size copies.
+    pub fn ack_ok(&self) -> bool {
+        self.copies() >= self.interval.min_size
+    }
+
     pub fn set_log(&mut self, info: PgInfo, log: VecDeque<LogEntry>) {
         self.reqids = log.iter().map(|e| (e.reqid, e.version)).collect();
         self.info = info;
@@ -94,8 +179,8 @@ impl Core {
 
     /// The state to report: active with enough clean copies, else why not.
     pub fn state(&self) -> PgState {
-        let copies = 1 + self.interval.clean.len();
-        if copies < self.interval.min_size {
+        let copies = self.copies();
+        if !self.ack_ok() {
             let why = if self.interval.acting.len() < self.interval.min_size {
                 format!(
                     "{} of its OSDs up, min_size {}",
@@ -125,15 +210,34 @@ impl Pg {
             id,
             core: Mutex::new(Core::default()),
             serving: watch::Sender::new(Serving::NotPrimary),
+            announced: AtomicU64::new(0),
         }
     }
 
+    /// What the map at `epoch` makes of this PG, until peering works out more: it outranks
+    /// every state worked out for an older interval.
+    pub fn announce(&self, epoch: Epoch, serving: Serving) {
+        self.serving.send_modify(|now| {
+            self.announced.fetch_max(epoch, Ordering::Relaxed);
+            *now = serving;
+        });
+    }
+
+    /// Publishes `state` for the interval that began at `epoch`, unless a newer map has
+    /// changed the PG since (then its peering publishes).
+    pub fn publish_state(&self, epoch: Epoch, state: PgState) {
+        self.serving.send_if_modified(|now| {
+            if !publishable(epoch, self.announced.load(Ordering::Relaxed)) {
+                return false;
+            }
+            *now = Serving::Primary { epoch, state };
+            true
+        });
+    }
+
+    /// Publishes what `core`'s interval serves now.
     pub fn publish(&self, core: &Core) {
-        let serving = Serving::Primary {
-            epoch: core.interval.epoch,
-            state: core.state(),
-        };
-        self.serving.send_replace(serving);
+        self.publish_state(core.interval.epoch, core.state());
     }
 
     /// Waits (up to [`SERVE_WAIT`]) until the PG serves; the reason it does not otherwise.
@@ -155,5 +259,164 @@ impl Pg {
                 }
             }),
         }
+    }
+}
+
+/// Whether a state worked out in the interval that began at `interval` may be published
+/// when the newest map that changed the PG is `announced`.
+pub fn publishable(interval: Epoch, announced: Epoch) -> bool {
+    interval >= announced
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn name(text: &str) -> ObjectName {
+        ObjectName::new(text).expect("a name")
+    }
+
+    fn reqid(seq: u64) -> ReqId {
+        ReqId { client: 7, seq }
+    }
+
+    fn version(epoch: Epoch, seq: u64) -> Version {
+        Version { epoch, seq }
+    }
+
+    /// A primary in the interval of `epoch` whose log holds one write at `last`, with
+    /// `clean` replicas of a pool of size 3, min_size 2.
+    fn primary(epoch: Epoch, last: Version, clean: usize) -> Core {
+        let mut core = Core {
+            interval: Interval {
+                epoch,
+                acting: vec![OsdId(0), OsdId(1), OsdId(2)],
+                size: 3,
+                min_size: 2,
+                clean: (1..=clean as u32).map(OsdId).collect(),
+                recovering: HashMap::new(),
+            },
+            ..Core::default()
+        };
+        let entry = LogEntry {
+            version: last,
+            object: name("a"),
+            reqid: reqid(1),
+        };
+        core.set_log(PgInfo { last }, VecDeque::from([entry]));
+        core
+    }
+
+    #[test]
+    fn a_write_takes_the_next_version_and_a_retry_gets_its_own_back() {
+        let mut core = primary(5, version(5, 9), 2);
+        assert_eq!(
+            core.order_write(reqid(1), &name("a"), false),
+            Order::Duplicate(version(5, 9))
+        );
+        let Order::Next(entry) = core.order_write(reqid(2), &name("b"), false) else {
+            panic!("a new request is ordered");
+        };
+        assert_eq!(entry.version, version(5, 10));
+        assert_eq!((entry.object.clone(), entry.reqid), (name("b"), reqid(2)));
+        core.note_logged(entry, 0);
+        assert_eq!(
+            core.order_write(reqid(2), &name("b"), false),
+            Order::Duplicate(version(5, 10))
+        );
+        assert_eq!(
+            core.order_write(reqid(3), &name("b"), true),
+            Order::Blocklisted
+        );
+        // A retry of an applied write is answered even once its client is blocklisted.
+        assert_eq!(
+            core.order_write(reqid(2), &name("b"), true),
+            Order::Duplicate(version(5, 10))
+        );
+    }
+
+    #[test]
+    fn a_map_lagging_the_log_never_lowers_the_epoch() {
+        let core = primary(4, version(6, 3), 2);
+        let Order::Next(entry) = core.order_write(reqid(2), &name("a"), false) else {
+            panic!("ordered");
+        };
+        assert_eq!(entry.version, version(6, 4));
+        let core = primary(8, version(6, 3), 2);
+        let Order::Next(entry) = core.order_write(reqid(2), &name("a"), false) else {
+            panic!("ordered");
+        };
+        assert_eq!(entry.version, version(8, 4));
+    }
+
+    #[test]
+    fn a_write_is_acknowledged_only_with_min_size_copies() {
+        assert!(primary(5, version(5, 1), 2).ack_ok());
+        assert!(primary(5, version(5, 1), 1).ack_ok());
+        let alone = primary(5, version(5, 1), 0);
+        assert!(!alone.ack_ok());
+        assert!(matches!(alone.state(), PgState::Inactive(_)));
+    }
+
+    #[test]
+    fn a_replica_applies_new_writes_answers_resends_and_refuses_reused_versions() {
+        let replica = primary(5, version(5, 9), 0);
+        let entry = |v: Version, id: u64| LogEntry {
+            version: v,
+            object: name("a"),
+            reqid: reqid(id),
+        };
+        assert_eq!(
+            replica.on_replicate(&entry(version(5, 10), 2)),
+            Verdict::Apply
+        );
+        assert_eq!(
+            replica.on_replicate(&entry(version(6, 12), 2)),
+            Verdict::Apply
+        );
+        assert_eq!(
+            replica.on_replicate(&entry(version(5, 9), 1)),
+            Verdict::Duplicate
+        );
+        assert_eq!(
+            replica.on_replicate(&entry(version(5, 9), 2)),
+            Verdict::Conflict
+        );
+        assert_eq!(
+            replica.on_replicate(&entry(version(4, 20), 3)),
+            Verdict::Conflict
+        );
+    }
+
+    #[test]
+    fn a_state_from_an_interval_a_newer_map_ended_is_not_published() {
+        let pg = Pg::new(PgId {
+            pool: map::PoolId(1),
+            number: 0,
+        });
+        let mut core = primary(5, version(5, 1), 2);
+        pg.publish(&core);
+        assert!(pg.serving.borrow().is_active());
+        // A write under the lock of the interval of epoch 5 ends after the map of epoch 6
+        // changed the PG: what it publishes must not undo the map's announcement.
+        let peering = Serving::Primary {
+            epoch: 6,
+            state: PgState::Peering,
+        };
+        pg.announce(6, peering.clone());
+        pg.publish(&core);
+        assert_eq!(*pg.serving.borrow(), peering);
+        pg.publish_state(5, PgState::Inactive("late".into()));
+        assert_eq!(*pg.serving.borrow(), peering);
+        core.interval.epoch = 6;
+        pg.publish(&core);
+        assert_eq!(
+            *pg.serving.borrow(),
+            Serving::Primary {
+                epoch: 6,
+                state: PgState::Clean
+            }
+        );
+        assert!(publishable(6, 6) && publishable(7, 6) && !publishable(5, 6));
     }
 }

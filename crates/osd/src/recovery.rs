@@ -363,20 +363,14 @@ pub async fn peer(inner: Arc<Inner>, id: PgId) {
         clean: Vec::new(),
         recovering: HashMap::new(),
     };
-    pg.serving.send_replace(Serving::Primary {
-        epoch: map.epoch,
-        state: PgState::Peering,
-    });
+    pg.publish_state(map.epoch, PgState::Peering);
     let failed = |why: String| {
         tracing::warn!(pg = %format!("{}.{}", id.pool, id.number), %why, "peering");
         PgState::Inactive(why)
     };
     if let Err(e) = inner.load(&mut core, id).await {
         let state = failed(format!("reading its log: {e}"));
-        pg.serving.send_replace(Serving::Primary {
-            epoch: map.epoch,
-            state,
-        });
+        pg.publish_state(map.epoch, state);
         return;
     }
     if acting.len() < usize::from(pool.min_size) {
@@ -391,10 +385,7 @@ pub async fn peer(inner: Arc<Inner>, id: PgId) {
             Ok((info, log)) => answers.push((*osd, info, log)),
             Err(e) => {
                 let state = failed(format!("waiting for osd.{} to answer: {e}", osd.0));
-                pg.serving.send_replace(Serving::Primary {
-                    epoch: map.epoch,
-                    state,
-                });
+                pg.publish_state(map.epoch, state);
                 drop(core);
                 retry_later(inner, id);
                 return;
@@ -413,10 +404,7 @@ pub async fn peer(inner: Arc<Inner>, id: PgId) {
         };
         if let Err(e) = caught_up {
             let state = failed(format!("copying from osd.{}: {e}", from.0));
-            pg.serving.send_replace(Serving::Primary {
-                epoch: map.epoch,
-                state,
-            });
+            pg.publish_state(map.epoch, state);
             drop(core);
             retry_later(inner, id);
             return;

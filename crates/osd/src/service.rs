@@ -1,6 +1,7 @@
 //! What an OSD serves: clients' object operations (as a PG's primary) and its peers'
 //! replication and recovery requests.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -9,8 +10,7 @@ use map::cluster::{ClusterMap, Epoch, PoolInfo, Seal, Space};
 use map::placement::{OsdId, PgId};
 use map::{ObjectName, ObjectRef};
 use messenger::message::{
-    LogEntry, ObjectOp, OpResult, OsdReply, OsdRequest, PeerOp, PgState, ReqId, Version,
-    CHUNK_BYTES,
+    ObjectOp, OpResult, OsdReply, OsdRequest, PeerOp, PgState, ReqId, CHUNK_BYTES,
 };
 use messenger::{
     CertificateDer, EntityKind, EntityName, Handler, Peer, Reply, Request, SegmentCheck,
@@ -19,7 +19,7 @@ use store::{ReadError, Transaction};
 use tokio::task::JoinSet;
 
 use crate::objects;
-use crate::pg::Serving;
+use crate::pg::{Order, Verdict};
 use crate::Inner;
 
 pub struct OsdService {
@@ -360,16 +360,18 @@ impl OsdService {
                 op.pg.pool, op.pg.number
             )));
         }
-        if let Some(version) = core.reqids.get(&op.reqid) {
-            return Ok(OsdReply::Written { version: *version });
-        }
-        if inner.map.borrow().blocklist.contains(&op.reqid.client) {
-            return Err(OsdReply::Denied(format!(
-                "client instance {:016x} is blocklisted (its image lock was broken); \
-                 reconnect to write again",
-                op.reqid.client
-            )));
-        }
+        let blocklisted = inner.map.borrow().blocklist.contains(&op.reqid.client);
+        let entry = match core.order_write(op.reqid, &op.object, blocklisted) {
+            Order::Duplicate(version) => return Ok(OsdReply::Written { version }),
+            Order::Blocklisted => {
+                return Err(OsdReply::Denied(format!(
+                    "client instance {:016x} is blocklisted (its image lock was broken); \
+                     reconnect to write again",
+                    op.reqid.client
+                )))
+            }
+            Order::Next(entry) => entry,
+        };
         if op.ops.iter().any(ObjectOp::writes_data) {
             self.check_space(op.pg)?;
         } else if op.ops.iter().any(ObjectOp::adds_metadata) {
@@ -380,21 +382,13 @@ impl OsdService {
         if inner.pool_is_edge(op.pg.pool) {
             self.check_sealed_tail(&object, &op.ops).await?;
         }
-        let entry = LogEntry {
-            // Never below the last version, even if this OSD's map lags the log it took.
-            version: Version {
-                epoch: core.interval.epoch.max(core.info.last.epoch),
-                seq: core.info.last.seq + 1,
-            },
-            object: op.object.clone(),
-            reqid: op.reqid,
-        };
         let mut txn = Transaction::new();
         objects::build_write(&mut txn, &object, &op.ops, &data, entry.version)
             .map_err(OsdReply::Failed)?;
         let trim = objects::log_append(&mut txn, op.pg, &entry, &core.log);
         let epoch = inner.map.borrow().epoch;
         let mut replicas = JoinSet::new();
+        let mut replica_of = HashMap::new();
         for osd in core.interval.clean.clone() {
             let request = OsdRequest::Peer {
                 pg: op.pg,
@@ -407,19 +401,25 @@ impl OsdService {
             let inner = inner.clone();
             let data = data.clone();
             let check = check.clone();
-            replicas.spawn(async move {
-                let answer = match inner.call_peer(osd, &request, data, check).await {
+            let task = replicas.spawn(async move {
+                match inner.call_peer(osd, &request, data, check).await {
                     Ok((OsdReply::Done, _)) => Ok(()),
                     Ok((other, _)) => Err(format!("{other:?}")),
                     Err(e) => Err(e),
-                };
-                (osd, answer)
+                }
             });
+            replica_of.insert(task.id(), osd);
         }
         let local = inner.apply(txn).await;
         let mut failed = Vec::new();
-        while let Some(joined) = replicas.join_next().await {
-            if let Ok((osd, Err(why))) = joined {
+        while let Some(joined) = replicas.join_next_with_id().await {
+            // A replica's task that panicked or was cancelled did not apply the write.
+            let (task, answer) = match joined {
+                Ok((task, answer)) => (task, answer),
+                Err(e) => (e.id(), Err(format!("its task ended: {e}"))),
+            };
+            if let Err(why) = answer {
+                let osd = replica_of[&task];
                 crate::metrics::replica_missed();
                 tracing::warn!(osd = osd.0, %why, "replica missed a write; recovering it");
                 failed.push(osd);
@@ -428,10 +428,7 @@ impl OsdService {
         if let Err(why) = local {
             // The replicas may hold this write and this OSD does not: stop serving, and let
             // peering take it from them. The client's retry is then answered from the log.
-            pg.serving.send_replace(Serving::Primary {
-                epoch: core.interval.epoch,
-                state: PgState::Peering,
-            });
+            pg.publish_state(core.interval.epoch, PgState::Peering);
             drop(core);
             tokio::spawn(crate::recovery::peer(inner.clone(), op.pg));
             return Err(OsdReply::Busy(format!(
@@ -447,9 +444,10 @@ impl OsdService {
             crate::recovery::start_recovery(inner, &mut core, op.pg, osd);
         }
         pg.publish(&core);
-        if !pg.serving.borrow().is_active() {
-            // Applied here, but on fewer than min_size OSDs: not acknowledged. The client
-            // asks again with the same id once recovery brings the copies back.
+        if !core.ack_ok() || !pg.serving.borrow().is_active() {
+            // Applied here, but on fewer than min_size OSDs, or in an interval a newer map
+            // has ended: not acknowledged. The client asks again with the same id once
+            // recovery (or the new interval's peering) has the copies.
             return Err(OsdReply::Busy(format!(
                 "pg {}.{} lost replicas during a write; recovering",
                 op.pg.pool, op.pg.number
@@ -719,17 +717,7 @@ impl OsdService {
         data: Bytes,
     ) -> Result<Reply, String> {
         let inner = &self.inner;
-        let map = inner.map_at_least(epoch).await;
-        let primary = map
-            .pools
-            .get(&id.pool)
-            .and_then(|pool| map.acting(pool, id).first().copied());
-        if primary != Some(from) {
-            return Err(format!(
-                "osd.{} is not the primary of pg {}.{} at epoch {} (this OSD's map)",
-                from.0, id.pool, id.number, map.epoch
-            ));
-        }
+        check_primary(&*inner.map_at_least(epoch).await, from, id)?;
         let pg = inner.pg(id);
         match op {
             PeerOp::Query => {
@@ -743,20 +731,16 @@ impl OsdService {
             PeerOp::Replicate { entry, ops } => {
                 let mut core = pg.core.lock().await;
                 inner.load(&mut core, id).await?;
-                if entry.version <= core.info.last {
-                    // A resent write this replica already has, or a version reused for a
-                    // different write: the second must not pass for the first.
-                    let known = core
-                        .log
-                        .iter()
-                        .any(|e| e.version == entry.version && e.reqid == entry.reqid);
-                    if known {
-                        return Ok(reply(OsdReply::Done));
+                check_primary(&inner.map.borrow(), from, id)?;
+                match core.on_replicate(&entry) {
+                    Verdict::Duplicate => return Ok(reply(OsdReply::Done)),
+                    Verdict::Conflict => {
+                        return Err(format!(
+                            "version {}.{} of pg {}.{} is already used by another write here",
+                            entry.version.epoch, entry.version.seq, id.pool, id.number
+                        ))
                     }
-                    return Err(format!(
-                        "version {}.{} of pg {}.{} is already used by another write here",
-                        entry.version.epoch, entry.version.seq, id.pool, id.number
-                    ));
+                    Verdict::Apply => {}
                 }
                 let object = objects::object_ref(id, &entry.object);
                 let mut txn = Transaction::new();
@@ -806,6 +790,7 @@ impl OsdService {
             }
             PeerOp::Activate { info, log } => {
                 let mut core = pg.core.lock().await;
+                check_primary(&inner.map.borrow(), from, id)?;
                 let log = log.into_iter().collect();
                 let mut txn = Transaction::new();
                 objects::replace_log(&mut txn, id, info, &log);
@@ -816,6 +801,25 @@ impl OsdService {
             }
         }
     }
+}
+
+/// Refuses a peer's op on `id` unless `from` is its primary in `map` (this OSD's). Writes
+/// and activations check again under the PG's lock, against the map as it is then: a new
+/// primary's query, answered under the lock, then fences the old primary's writes out (a
+/// write that passed the first check with an older map would otherwise land after the
+/// query, and the new primary would never learn of it).
+fn check_primary(map: &ClusterMap, from: OsdId, id: PgId) -> Result<(), String> {
+    let primary = map
+        .pools
+        .get(&id.pool)
+        .and_then(|pool| map.acting(pool, id).first().copied());
+    if primary != Some(from) {
+        return Err(format!(
+            "osd.{} is not the primary of pg {}.{} at epoch {} (this OSD's map)",
+            from.0, id.pool, id.number, map.epoch
+        ));
+    }
+    Ok(())
 }
 
 /// An OSD's space as its beacons report it.
