@@ -18,6 +18,24 @@ use crate::message::{Command, MonReply, MonRequest};
 pub const MON_RETRY_TIMEOUT: Duration = Duration::from_secs(30);
 /// Pause between rounds over all monitors.
 const MON_RETRY_PAUSE: Duration = Duration::from_millis(200);
+/// How long a monitor may take to answer a request it does not hold back. Past it the link
+/// counts as lost and the next monitor is asked: a monitor whose host was cut off answers
+/// nothing, and TCP would wait many minutes to say so.
+const MON_ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long `request`'s answer may take: requests for a newer map or auth table are held
+/// by the monitor until there is one, or for [`crate::message::MAP_WAIT_MS_MAX`].
+fn answer_timeout(request: &MonRequest) -> Duration {
+    match request {
+        MonRequest::GetMap {
+            newer_than: Some(_),
+        }
+        | MonRequest::GetAuth {
+            newer_than: Some(_),
+        } => MON_ANSWER_TIMEOUT + Duration::from_millis(crate::message::MAP_WAIT_MS_MAX),
+        _ => MON_ANSWER_TIMEOUT,
+    }
+}
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MonAddr {
@@ -112,6 +130,14 @@ impl MonClient {
         Ok(conn)
     }
 
+    /// Drops the link to monitor `index`, if it is the current one: it stopped answering.
+    async fn forget(&self, index: usize) {
+        let mut link = self.link.lock().await;
+        if link.as_ref().is_some_and(|(current, _)| *current == index) {
+            *link = None;
+        }
+    }
+
     /// Sends `request` to a monitor that can serve it: the current one, else the next, and for
     /// commands the leader. Retries through elections and restarts for [`MON_RETRY_TIMEOUT`].
     pub async fn call(&self, request: &MonRequest) -> Result<MonReply, MonError> {
@@ -121,11 +147,22 @@ impl MonClient {
         let mut refused_in_round = 0;
         loop {
             let outcome = match self.connection(index).await {
-                Ok(conn) => conn
-                    .request::<_, MonReply>(request, Bytes::new())
-                    .await
-                    .map(|(reply, _)| reply)
-                    .map_err(|e| Failure::Other(format!("{}: {e}", self.mons[index].entity))),
+                Ok(conn) => {
+                    let timeout = answer_timeout(request);
+                    let answer = conn.request::<_, MonReply>(request, Bytes::new());
+                    match tokio::time::timeout(timeout, answer).await {
+                        Ok(answer) => answer.map(|(reply, _)| reply).map_err(|e| {
+                            Failure::Other(format!("{}: {e}", self.mons[index].entity))
+                        }),
+                        Err(_) => {
+                            self.forget(index).await;
+                            Err(Failure::Other(format!(
+                                "{}: no answer within {timeout:?}",
+                                self.mons[index].entity
+                            )))
+                        }
+                    }
+                }
                 Err(e) => Err(e),
             };
             let last = match outcome {
