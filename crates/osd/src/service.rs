@@ -16,7 +16,7 @@ use messenger::{
     CertificateDer, EntityKind, EntityName, Handler, Peer, Reply, Request, SegmentCheck,
 };
 use store::{ReadError, Transaction};
-use tokio::task::JoinSet;
+use tokio::task::{AbortHandle, JoinSet};
 
 use crate::objects;
 use crate::pg::{Order, Verdict};
@@ -408,23 +408,10 @@ impl OsdService {
                     Err(e) => Err(e),
                 }
             });
-            replica_of.insert(task.id(), osd);
+            replica_of.insert(task.id(), (osd, task));
         }
         let local = inner.apply(txn).await;
-        let mut failed = Vec::new();
-        while let Some(joined) = replicas.join_next_with_id().await {
-            // A replica's task that panicked or was cancelled did not apply the write.
-            let (task, answer) = match joined {
-                Ok((task, answer)) => (task, answer),
-                Err(e) => (e.id(), Err(format!("its task ended: {e}"))),
-            };
-            if let Err(why) = answer {
-                let osd = replica_of[&task];
-                crate::metrics::replica_missed();
-                tracing::warn!(osd = osd.0, %why, "replica missed a write; recovering it");
-                failed.push(osd);
-            }
-        }
+        let failed = replica_answers(inner, replicas, &replica_of).await;
         if let Err(why) = local {
             // The replicas may hold this write and this OSD does not: stop serving, and let
             // peering take it from them. The client's retry is then answered from the log.
@@ -799,6 +786,48 @@ impl OsdService {
                 core.loaded = true;
                 Ok(reply(OsdReply::Done))
             }
+        }
+    }
+}
+
+/// The replicas that did not apply a write, once every one has answered. One that the map
+/// marks down meanwhile is given up on at once, not after [`crate::PEER_TIMEOUT`]: the PG's
+/// lock is held while this waits, and a host cut off answers nothing.
+async fn replica_answers(
+    inner: &Inner,
+    mut replicas: JoinSet<Result<(), String>>,
+    replica_of: &HashMap<tokio::task::Id, (OsdId, AbortHandle)>,
+) -> Vec<OsdId> {
+    let mut maps = inner.map.subscribe();
+    let give_up_on_down = |map: &ClusterMap| {
+        for (osd, task) in replica_of.values() {
+            if !map.osds.get(osd).is_some_and(|o| o.up) {
+                task.abort();
+            }
+        }
+    };
+    give_up_on_down(&maps.borrow_and_update());
+    let mut failed = Vec::new();
+    loop {
+        tokio::select! {
+            joined = replicas.join_next_with_id() => {
+                let Some(joined) = joined else {
+                    return failed;
+                };
+                // A replica's task that panicked or was given up on did not apply the write.
+                let (task, answer) = match joined {
+                    Ok((task, answer)) => (task, answer),
+                    Err(e) if e.is_cancelled() => (e.id(), Err("the map marks it down".into())),
+                    Err(e) => (e.id(), Err(format!("its task ended: {e}"))),
+                };
+                if let Err(why) = answer {
+                    let osd = replica_of[&task].0;
+                    crate::metrics::replica_missed();
+                    tracing::warn!(osd = osd.0, %why, "replica missed a write; recovering it");
+                    failed.push(osd);
+                }
+            }
+            Ok(()) = maps.changed() => give_up_on_down(&maps.borrow_and_update()),
         }
     }
 }
