@@ -43,6 +43,8 @@ ensure_test_tools() {
     command -v git >/dev/null 2>&1 || missing+=(git)
     command -v sysbench >/dev/null 2>&1 || missing+=(sysbench)
     command -v fio >/dev/null 2>&1 || missing+=(fio)
+    # The three-host test (tests/multi_host.rs): network namespaces, veths and a bridge.
+    command -v ip >/dev/null 2>&1 || missing+=(iproute2)
     command -v nbdinfo >/dev/null 2>&1 || missing+=(libnbd-bin)
     command -v qemu-img >/dev/null 2>&1 || missing+=(qemu-utils)
     /usr/bin/python3 -c 'import nbd' >/dev/null 2>&1 || missing+=(python3-libnbd)

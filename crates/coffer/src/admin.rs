@@ -27,6 +27,13 @@ pub enum OsdCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Makes a new OSD: its number and its keyring (written beside the configuration, in
+    /// DIR/osd.N/keyring); then `coffer osd --id N --listen IP` runs it (docs/deploy.md).
+    Create {
+        /// The host it runs on, its failure domain (default: this machine's host name).
+        #[arg(long)]
+        host: Option<String>,
+    },
     /// Marks an OSD out: its data moves to others.
     Out { id: u32 },
     /// Marks an OSD in again: it takes its share of the data back.
@@ -196,6 +203,35 @@ type Connected = (Conf, tokio::runtime::Runtime, Cluster);
 /// Connects for a command a person runs: when no cluster answers, it says so at once.
 pub fn connect(who: &Who) -> Result<Connected, String> {
     connect_as(who, true)
+}
+
+/// Makes OSD entity and number for `host` in the monitors, and writes its keyring beside
+/// the configuration; returns its number.
+pub async fn create_osd(cluster: &Cluster, conf: &Conf, host: &str) -> Result<u32, String> {
+    let command = MonCommand::OsdCreate {
+        host: host.into(),
+        weight: map::cluster::WEIGHT_ONE,
+    };
+    match cluster
+        .command(command)
+        .await
+        .map_err(|e| format!("creating an OSD: {e}"))?
+    {
+        MonReply::OsdCreated { id, pem } => {
+            let dir = crate::daemon::osd_dir(conf, id.0);
+            std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            crate::up::write_private(&dir.join("keyring"), &pem)?;
+            Ok(id.0)
+        }
+        other => Err(format!("creating an OSD: unexpected reply {other:?}")),
+    }
+}
+
+/// This machine's host name.
+fn hostname() -> Result<String, String> {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map_err(|e| format!("reading this machine's host name: {e} (give --host)"))?;
+    Ok(name.trim().to_string())
 }
 
 /// Connects for a server that runs for long (`nbd serve`, `gw serve`): it waits for the
@@ -505,8 +541,21 @@ fn status_json(status: &MonStatus) -> serde_json::Value {
 }
 
 pub fn osd(who: &Who, command: OsdCommand) -> Result<(), String> {
-    let (_, runtime, cluster) = connect(who)?;
+    let (conf, runtime, cluster) = connect(who)?;
     match command {
+        OsdCommand::Create { host } => {
+            let host = match host {
+                Some(host) => host,
+                None => hostname()?,
+            };
+            let id = runtime.block_on(create_osd(&cluster, &conf, &host))?;
+            println!(
+                "osd.{id} made on host {host}, its keyring in {}; run it with: coffer osd \
+                 --id {id} --listen IP (the address the other hosts reach it at)",
+                conf.keyring_path(&EntityName::osd(id)).display()
+            );
+            Ok(())
+        }
         OsdCommand::Ls { json: as_json } => {
             let map = cluster.map();
             if as_json {

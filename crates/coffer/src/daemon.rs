@@ -34,6 +34,33 @@ pub struct OsdArgs {
     /// The OSD's number; its keyring and store are in DIR/osd.ID.
     #[arg(long, required = false)]
     pub id: u32,
+    /// The address it serves clients and other OSDs on, IP[:PORT], as they reach it (any
+    /// free port by default); the monitors publish it in the map.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub listen: String,
+}
+
+/// An address other hosts reach a daemon at, from `option`'s value `text`: an IP address
+/// with a port, `default_port` when none is given. The wildcard addresses are refused:
+/// the map publishes what a daemon listens on.
+pub fn reachable_addr(
+    text: &str,
+    default_port: u16,
+    option: &str,
+) -> Result<std::net::SocketAddr, String> {
+    let addr = match text.parse::<std::net::IpAddr>() {
+        Ok(ip) => std::net::SocketAddr::new(ip, default_port),
+        Err(_) => text
+            .parse::<std::net::SocketAddr>()
+            .map_err(|e| format!("{option} {text}: {e} (give IP or IP:PORT)"))?,
+    };
+    if addr.ip().is_unspecified() {
+        return Err(format!(
+            "{option} {text}: give the address other hosts reach it at, not {}",
+            addr.ip()
+        ));
+    }
+    Ok(addr)
 }
 
 pub fn runtime() -> Result<tokio::runtime::Runtime, String> {
@@ -149,6 +176,7 @@ pub fn osd_dir(conf: &Conf, id: u32) -> PathBuf {
 pub fn run_osd(conf_path: &Path, args: OsdArgs) -> Result<(), String> {
     let conf = Conf::load(conf_path).map_err(|e| e.to_string())?;
     let entity = EntityName::osd(args.id);
+    let listen = reachable_addr(&args.listen, 0, "--listen")?;
     let identity =
         load_identity(&conf.keyring_path(&entity), &entity).map_err(|e| e.to_string())?;
     let dir = osd_dir(&conf, args.id);
@@ -199,9 +227,9 @@ pub fn run_osd(conf_path: &Path, args: OsdArgs) -> Result<(), String> {
             result = &mut stop => return result,
             () = wait_for_room(&store_dir) => {}
         }
-        let listener = TcpListener::bind("127.0.0.1:0")
+        let listener = TcpListener::bind(listen)
             .await
-            .map_err(|e| format!("{entity} cannot listen: {e}"))?;
+            .map_err(|e| format!("{entity} cannot listen on {listen}: {e}"))?;
         let daemon = tokio::select! {
             result = &mut stop => return result,
             started = osd::Osd::start(&identity, config, listener) => {
@@ -260,4 +288,21 @@ fn dedup(modes: Vec<Mode>) -> Vec<Mode> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_take_a_default_port_and_must_be_reachable() {
+        let addr = |text| reachable_addr(text, 6789, "--mon").map(|a| a.to_string());
+        assert_eq!(addr("10.0.0.1"), Ok("10.0.0.1:6789".into()));
+        assert_eq!(addr("10.0.0.1:3300"), Ok("10.0.0.1:3300".into()));
+        assert_eq!(addr("::1"), Ok("[::1]:6789".into()));
+        let refused = |text| addr(text).err().unwrap_or_default();
+        assert!(refused("0.0.0.0").contains("reach it at"));
+        assert!(refused("[::]:7000").contains("reach it at"));
+        assert!(refused("mon-a.example").contains("IP:PORT"));
+    }
 }

@@ -11,6 +11,7 @@ mod dashboard;
 mod files;
 mod gw;
 mod image;
+mod init;
 mod progress;
 mod prometheus;
 mod scrape;
@@ -57,6 +58,9 @@ enum Command {
     /// Runs a whole cluster on this machine (one monitor, N OSDs) in the foreground; creates
     /// it the first time, resumes it after.
     Up(up::UpArgs),
+    /// Makes a new cluster's configuration and keys for monitors on several hosts, to copy
+    /// to them (docs/deploy.md); `coffer up` does this itself on one machine.
+    Init(init::InitArgs),
     /// Health, monitors, OSDs, placement groups by state, usage.
     Status {
         #[arg(long)]
@@ -212,6 +216,7 @@ fn main() -> ExitCode {
             init_logging(tracing::Level::WARN);
             match command {
                 Command::Up(args) => up::run(args),
+                Command::Init(args) => init::run(args),
                 Command::Status { json } => admin::status(&who, json),
                 Command::Df { json } => admin::df(&who, json),
                 Command::Wait(WaitCommand::Clean { timeout }) => {

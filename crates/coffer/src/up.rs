@@ -7,16 +7,14 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use client::conf::{
-    Conf, DashboardSection, GwSection, MonEntry, NbdSection, OsdSection, Transit, CONF_FILE,
-    DEFAULT_DATA_DIR, GW_POOL_DEFAULT,
+    Conf, DashboardSection, GwSection, NbdSection, CONF_FILE, DEFAULT_DATA_DIR, GW_POOL_DEFAULT,
 };
 use client::{load_identity, Cluster};
 use map::auth::Caps;
-use map::cluster::WEIGHT_ONE;
-use messenger::message::{AuthEntry, Command as MonCommand, MonReply};
-use messenger::{ClusterCa, EntityName};
+use messenger::message::{Command as MonCommand, MonReply};
+use messenger::EntityName;
 
-use crate::daemon::{self, SeedFile, SEED_FILE};
+use crate::daemon::{self, SEED_FILE};
 use crate::supervise::Supervisor;
 
 /// The pool `coffer up` creates in a new cluster.
@@ -25,8 +23,8 @@ pub const DEFAULT_POOL: &str = "data";
 pub const DEFAULT_IMAGE: &str = "disk";
 /// How long the first monitor may take to bootstrap a new cluster.
 const BOOTSTRAP_WAIT: Duration = Duration::from_secs(60);
-/// Most monitors `coffer up` creates.
-const MONS_MAX: u8 = 7;
+/// Most monitors a cluster is made with.
+pub const MONS_MAX: u8 = 7;
 /// The monitors' host name for OSDs made by `coffer up` (one machine).
 const LOCAL_HOST: &str = "localhost";
 
@@ -41,17 +39,8 @@ pub struct UpArgs {
     /// Monitors of a new cluster (1 to 7; an odd number survives the most failures).
     #[arg(long, default_value_t = 1)]
     pub mons: u8,
-    /// At-rest encryption of new OSD stores: gcm, xts-4096, xts-512 or none.
-    #[arg(long, default_value = "gcm")]
-    pub at_rest: String,
-    /// Link mode for every link of a new cluster: secure or crc.
-    #[arg(long, default_value = "secure")]
-    pub in_transit: String,
-    /// Link mode to the monitors of a new cluster, if not --in-transit's (like Ceph's
-    /// ms_mon_client_mode). The KMS releases data keys over secure links only, so the S3
-    /// gateway's server-side encryption needs secure monitor links.
-    #[arg(long)]
-    pub mon_transit: Option<String>,
+    #[command(flatten)]
+    pub cluster: crate::init::ClusterArgs,
     /// Where the pools a new cluster starts with (the default pool and the S3 gateway's)
     /// seal their data: edge (clients, the NBD server and the gateway among them, seal 4 KiB
     /// chunks under the pool's data key; OSDs store them as they come and never hold the
@@ -60,10 +49,6 @@ pub struct UpArgs {
     /// are crc: edge needs them secure.
     #[arg(long)]
     pub seal: Option<String>,
-    /// Size of each new OSD's data file, in GiB, allocated on the disk in full when the OSD
-    /// is made (so a disk too small is found then, not by a write).
-    #[arg(long, default_value_t = 8)]
-    pub store_gib: u64,
     /// Where a new cluster's NBD export of the default image listens, or `none`.
     #[arg(long, default_value = "127.0.0.1:10809")]
     pub nbd: String,
@@ -110,11 +95,6 @@ pub fn free_loopback_port() -> Result<u16, String> {
     client::conf::free_loopback_port().map_err(|e| format!("choosing a loopback port: {e}"))
 }
 
-fn random_fsid() -> String {
-    let bytes: [u8; 16] = rand::random();
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 /// Writes the configuration, the monitor's and the admin's keyrings and the seed of a new
 /// cluster in `dir`.
 fn create(dir: &Path, args: &UpArgs) -> Result<Conf, String> {
@@ -130,88 +110,27 @@ fn create(dir: &Path, args: &UpArgs) -> Result<Conf, String> {
                 .map_err(|e| format!("{option} {value}: {e} (give an address, or none)"))?;
         }
     }
-    let mode_ok = |m: &str| matches!(m, "secure" | "crc");
-    if let Some(mode) = args.mon_transit.as_deref().filter(|m| !mode_ok(m)) {
-        return Err(format!("--mon-transit {mode}: use secure or crc"));
-    }
-    if !mode_ok(&args.in_transit) {
-        return Err(format!(
-            "--in-transit {}: use secure or crc",
-            args.in_transit
-        ));
-    }
-    args.at_rest
-        .parse::<store::Mode>()
-        .map_err(|e| format!("--at-rest: {e}"))?;
-    let mon_transit = args.mon_transit.as_deref().unwrap_or(&args.in_transit);
-    crate::admin::seal_at_edge(args.seal.as_deref(), mon_transit == "secure")?;
+    args.cluster.check()?;
+    crate::admin::seal_at_edge(args.seal.as_deref(), args.cluster.mon_transit() == "secure")?;
     if !(1..=MONS_MAX).contains(&args.mons) {
         return Err(format!("--mons {}: use 1 to {MONS_MAX}", args.mons));
     }
-    let fsid = random_fsid();
-    let ca = ClusterCa::generate(&fsid).map_err(|e| e.to_string())?;
-    let mut mons = Vec::new();
-    for i in 0..args.mons {
-        mons.push(MonEntry {
-            name: format!("mon.{}", char::from(b'a' + i)),
-            addr: format!("127.0.0.1:{}", free_loopback_port()?),
-        });
+    let mut addrs = Vec::new();
+    for _ in 0..args.mons {
+        addrs.push(format!("127.0.0.1:{}", free_loopback_port()?));
     }
-    let admin_name: EntityName = "client.admin".parse().map_err(|e| format!("{e}"))?;
-    let conf = Conf {
-        fsid: fsid.clone(),
-        mons,
-        transit: Transit {
-            mon: args
-                .mon_transit
-                .clone()
-                .unwrap_or_else(|| args.in_transit.clone()),
-            client: args.in_transit.clone(),
-            cluster: args.in_transit.clone(),
-        },
-        osd: OsdSection {
-            at_rest: args.at_rest.clone(),
-            store_gib: args.store_gib,
-            ..OsdSection::default()
-        },
-        nbd: (args.nbd != "none").then(|| NbdSection {
-            image: format!("{DEFAULT_POOL}/{DEFAULT_IMAGE}"),
-            listen: args.nbd.clone(),
-        }),
-        gw: (args.gw != "none").then(|| GwSection {
-            listen: args.gw.clone(),
-            pool: GW_POOL_DEFAULT.into(),
-        }),
-        dashboard: (args.dashboard != "none").then(|| DashboardSection {
-            listen: args.dashboard.clone(),
-        }),
-        metrics: Default::default(),
-        dir: dir.to_path_buf(),
-    };
-    for mon in &conf.mons {
-        let name: EntityName = mon.name.parse().map_err(|e| format!("{e}"))?;
-        let mon_dir = dir.join(name.as_str());
-        std::fs::create_dir_all(&mon_dir).map_err(|e| format!("{}: {e}", mon_dir.display()))?;
-        let identity = ca.issue(&name).map_err(|e| e.to_string())?;
-        write_private(&conf.keyring_path(&name), &identity.to_pem())?;
-    }
-    let admin = ca.issue(&admin_name).map_err(|e| e.to_string())?;
-    write_private(&conf.keyring_path(&admin_name), &admin.to_pem())?;
-    let seed = SeedFile {
-        fsid,
-        ca_key_pem: ca.key_pem(),
-        ca_cert_pem: ca.cert_pem(),
-        entities: vec![(
-            admin_name.to_string(),
-            AuthEntry {
-                cert_der: admin.cert().to_vec(),
-                caps: Caps::admin(),
-            },
-        )],
-    };
-    let seed_text = serde_json::to_string(&seed).map_err(|e| e.to_string())?;
-    // The first monitor bootstraps the cluster (raft membership of all, then the seed).
-    write_private(&dir.join(&conf.mons[0].name).join(SEED_FILE), &seed_text)?;
+    let mut conf = crate::init::new_cluster(dir, &args.cluster, &addrs)?;
+    conf.nbd = (args.nbd != "none").then(|| NbdSection {
+        image: format!("{DEFAULT_POOL}/{DEFAULT_IMAGE}"),
+        listen: args.nbd.clone(),
+    });
+    conf.gw = (args.gw != "none").then(|| GwSection {
+        listen: args.gw.clone(),
+        pool: GW_POOL_DEFAULT.into(),
+    });
+    conf.dashboard = (args.dashboard != "none").then(|| DashboardSection {
+        listen: args.dashboard.clone(),
+    });
     conf.save(&dir.join(CONF_FILE)).map_err(|e| e.to_string())?;
     Ok(conf)
 }
@@ -287,7 +206,7 @@ pub fn run(args: UpArgs) -> Result<(), String> {
             .map_err(|e| format!("reaching the monitor: {e}"))?;
         let mut ids = existing_osds(&conf);
         while (ids.len() as u32) < args.osds {
-            ids.push(create_osd(&cluster, &conf).await?);
+            ids.push(crate::admin::create_osd(&cluster, &conf, LOCAL_HOST).await?);
         }
         Ok::<_, String>((cluster, ids))
     })?;
@@ -721,26 +640,5 @@ async fn wait_osds_started(
             return Ok(());
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-/// Registers a new OSD with the monitors and writes its keyring; returns its number.
-async fn create_osd(cluster: &Cluster, conf: &Conf) -> Result<u32, String> {
-    let command = MonCommand::OsdCreate {
-        host: LOCAL_HOST.into(),
-        weight: WEIGHT_ONE,
-    };
-    match cluster
-        .command(command)
-        .await
-        .map_err(|e| format!("creating an OSD: {e}"))?
-    {
-        MonReply::OsdCreated { id, pem } => {
-            let dir = daemon::osd_dir(conf, id.0);
-            std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-            write_private(&dir.join("keyring"), &pem)?;
-            Ok(id.0)
-        }
-        other => Err(format!("creating an OSD: unexpected reply {other:?}")),
     }
 }
