@@ -159,6 +159,13 @@ impl Connection {
         self.inner.shared.lock().closed.is_some()
     }
 
+    /// Gives the link up (its peer stopped answering): every call waiting on it fails with
+    /// `reason`, and so does every later one.
+    pub fn close(&self, reason: &str) {
+        self.inner.shared.close(reason.to_owned());
+        self.inner.reader.abort();
+    }
+
     /// Sends a request and waits for its reply. Other calls may be in flight at the same time
     /// on the same connection; their replies may come in any order.
     pub async fn call(&self, meta: Bytes, data: Bytes) -> Result<Incoming, CallError> {

@@ -110,6 +110,10 @@ impl PgState {
 
 /// How long a monitor holds a map or auth request before answering with what it has.
 pub const MAP_WAIT_MS_MAX: u64 = 20_000;
+/// The longest a monitor waits for a command to commit before it answers that it did not
+/// (it may still apply): a client waits longer than this for the answer, so that it never
+/// sends a command again while its first sending may still commit.
+pub const COMMIT_WAIT_MS_MAX: u64 = 10_000;
 
 #[derive(Clone, Copy, Debug, Serialize, Deserialize)]
 pub enum RaftRpc {

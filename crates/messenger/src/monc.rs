@@ -18,23 +18,28 @@ use crate::message::{Command, MonReply, MonRequest};
 pub const MON_RETRY_TIMEOUT: Duration = Duration::from_secs(30);
 /// Pause between rounds over all monitors.
 const MON_RETRY_PAUSE: Duration = Duration::from_millis(200);
-/// How long a monitor may take to answer a request it does not hold back. Past it the link
-/// counts as lost and the next monitor is asked: a monitor whose host was cut off answers
-/// nothing, and TCP would wait many minutes to say so.
-const MON_ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a monitor may take to answer beyond what the request itself lets it wait. Past
+/// it the link counts as lost (closed, with every call waiting on it) and the next monitor
+/// is asked: a monitor whose host was cut off answers nothing, and TCP would wait many
+/// minutes to say so. A beacon stuck longer would get a live OSD marked down.
+const MON_ANSWER_TIMEOUT: Duration = Duration::from_secs(4);
 
 /// How long `request`'s answer may take: requests for a newer map or auth table are held
-/// by the monitor until there is one, or for [`crate::message::MAP_WAIT_MS_MAX`].
+/// by the monitor until there is one, or for [`crate::message::MAP_WAIT_MS_MAX`]; a command
+/// may wait [`crate::message::COMMIT_WAIT_MS_MAX`] to commit, and must not be sent again
+/// while it still may.
 fn answer_timeout(request: &MonRequest) -> Duration {
-    match request {
+    let held_ms = match request {
         MonRequest::GetMap {
             newer_than: Some(_),
         }
         | MonRequest::GetAuth {
             newer_than: Some(_),
-        } => MON_ANSWER_TIMEOUT + Duration::from_millis(crate::message::MAP_WAIT_MS_MAX),
-        _ => MON_ANSWER_TIMEOUT,
-    }
+        } => crate::message::MAP_WAIT_MS_MAX,
+        MonRequest::Command(_) => crate::message::COMMIT_WAIT_MS_MAX,
+        _ => 0,
+    };
+    MON_ANSWER_TIMEOUT + Duration::from_millis(held_ms)
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -130,11 +135,44 @@ impl MonClient {
         Ok(conn)
     }
 
-    /// Drops the link to monitor `index`, if it is the current one: it stopped answering.
-    async fn forget(&self, index: usize) {
+    /// The monitor of the live link, if there is one; else connects to every monitor at once
+    /// and keeps the first link made (as Ceph's monitor client hunts), so that a monitor whose
+    /// host is down costs a new client nothing. None if no monitor could be reached; the
+    /// caller then goes through them one by one, for their errors.
+    async fn current_or_hunt(&self) -> Option<usize> {
+        // Held through the hunt: calls made meanwhile wait for its link, not hunt again.
+        let mut link = self.link.lock().await;
+        if let Some((current, conn)) = link.as_ref() {
+            if !conn.is_closed() {
+                return Some(*current);
+            }
+        }
+        let mut attempts = tokio::task::JoinSet::new();
+        for (index, mon) in self.mons.iter().enumerate() {
+            let (endpoint, mon, modes) = (self.endpoint.clone(), mon.clone(), self.modes.clone());
+            attempts.spawn(async move {
+                let made = endpoint.connect(mon.addr, &mon.entity, &modes).await;
+                (index, made)
+            });
+        }
+        while let Some(joined) = attempts.join_next().await {
+            if let Ok((index, Ok(conn))) = joined {
+                *link = Some((index, conn));
+                return Some(index);
+            }
+        }
+        None
+    }
+
+    /// Drops and closes the link to monitor `index`, if it is the current one: it gave no
+    /// answer within `waited`. Other calls waiting on it (a held map request) fail at once
+    /// and go to another monitor.
+    async fn forget(&self, index: usize, waited: Duration) {
         let mut link = self.link.lock().await;
         if link.as_ref().is_some_and(|(current, _)| *current == index) {
-            *link = None;
+            if let Some((_, conn)) = link.take() {
+                conn.close(&format!("no answer within {waited:?}"));
+            }
         }
     }
 
@@ -142,7 +180,7 @@ impl MonClient {
     /// commands the leader. Retries through elections and restarts for [`MON_RETRY_TIMEOUT`].
     pub async fn call(&self, request: &MonRequest) -> Result<MonReply, MonError> {
         let deadline = tokio::time::Instant::now() + MON_RETRY_TIMEOUT;
-        let mut index = self.link.lock().await.as_ref().map_or(0, |(i, _)| *i);
+        let mut index = self.current_or_hunt().await.unwrap_or(0);
         let mut tried_in_round = 0;
         let mut refused_in_round = 0;
         loop {
@@ -155,7 +193,7 @@ impl MonClient {
                             Failure::Other(format!("{}: {e}", self.mons[index].entity))
                         }),
                         Err(_) => {
-                            self.forget(index).await;
+                            self.forget(index, timeout).await;
                             Err(Failure::Other(format!(
                                 "{}: no answer within {timeout:?}",
                                 self.mons[index].entity
@@ -228,5 +266,80 @@ impl MonClient {
             MonReply::Denied(why) => Err(MonError::Denied(why)),
             other => Err(MonError::Unexpected(format!("{other:?}"))),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use rustls::pki_types::CertificateDer;
+    use tokio::net::TcpListener;
+
+    use super::*;
+    use crate::{ClusterCa, Handler, Limits, Peer, Reply, Request};
+
+    /// A monitor that answers every request with an empty map of epoch 7.
+    struct Answering;
+
+    impl Handler for Answering {
+        type Grant = ();
+
+        fn authorize(&self, _: &EntityName, _: &CertificateDer<'_>) -> Result<(), String> {
+            Ok(())
+        }
+
+        async fn handle(&self, _: Arc<Peer<()>>, _: Request) -> Reply {
+            let mut map = ClusterMap::default();
+            map.epoch = 7;
+            Reply::new(&MonReply::Map(Box::new(map)), Bytes::new())
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_client_reaches_a_live_monitor_past_one_that_never_answers() {
+        let ca = ClusterCa::generate("test-cluster").expect("authority");
+        let limits = Limits {
+            // Long enough that going through the monitors in turn would outlast the test.
+            handshake_timeout: Duration::from_secs(600),
+            ..Limits::default()
+        };
+        let name = |text: &str| text.parse::<EntityName>().expect("a name");
+        let live_identity = ca.issue(&name("mon.b")).expect("issue");
+        let live = Endpoint::new(&live_identity, limits)
+            .expect("endpoint")
+            .serve(
+                TcpListener::bind("127.0.0.1:0").await.expect("bind"),
+                vec![Mode::Secure],
+                Arc::new(Answering),
+            )
+            .expect("serve");
+        // Accepts connections and never says a word: a host that is there but hung.
+        let silent = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let silent_addr = silent.local_addr().expect("addr");
+        let _held = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((stream, _)) = silent.accept().await {
+                held.push(stream);
+            }
+        });
+        let client = Endpoint::new(&ca.issue(&name("client.admin")).expect("issue"), limits)
+            .expect("endpoint");
+        let mons = vec![
+            MonAddr {
+                entity: name("mon.a"),
+                addr: silent_addr,
+            },
+            MonAddr {
+                entity: name("mon.b"),
+                addr: live.local_addr(),
+            },
+        ];
+        let monc = MonClient::new(client, mons, vec![Mode::Secure]);
+        let map = tokio::time::timeout(Duration::from_secs(20), monc.map())
+            .await
+            .expect("an answer from the live monitor")
+            .expect("a map");
+        assert_eq!(map.epoch, 7);
     }
 }

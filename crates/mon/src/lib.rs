@@ -95,6 +95,11 @@ pub struct Monitor {
 
 /// How long `shutdown` waits for openraft's tasks to release the database.
 const SHUTDOWN_WAIT: Duration = Duration::from_secs(10);
+/// How long the bootstrapping monitor tries to lead a new cluster before it gives up (its
+/// supervisor starts it again).
+const BOOTSTRAP_LEAD_WAIT: Duration = Duration::from_secs(30);
+/// How long it waits for an election's outcome before it calls another.
+const BOOTSTRAP_ELECTION_WAIT: Duration = Duration::from_secs(3);
 
 impl Monitor {
     /// Opens (or creates) the monitor's database in `config.data_dir`, joins raft, and serves
@@ -219,15 +224,34 @@ impl Monitor {
                 .await
                 .map_err(|e| MonError::Raft(e.to_string()))?;
         }
-        self.raft
-            .wait(Some(Duration::from_secs(30)))
-            .metrics(|m| m.current_leader.is_some(), "a leader")
-            .await
-            .map_err(|e| MonError::Bootstrap(e.to_string()))?;
-        if self.raft.current_leader().await != Some(self.config.rank) {
-            return Err(MonError::Bootstrap(
-                "another monitor became leader first; bootstrap there".into(),
-            ));
+        // Only this monitor holds the seed, so it must lead. A new cluster's monitors hold
+        // the same log (its membership), so an election it calls, it wins once a majority
+        // answers; another monitor may have won the first.
+        let me = self.config.rank;
+        let deadline = tokio::time::Instant::now() + BOOTSTRAP_LEAD_WAIT;
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let led = self
+                .raft
+                .wait(Some(left.min(BOOTSTRAP_ELECTION_WAIT)))
+                .metrics(|m| m.current_leader == Some(me), "leading")
+                .await;
+            if led.is_ok() {
+                break;
+            }
+            if left.is_zero() {
+                return Err(MonError::Bootstrap(format!(
+                    "not the leader after {BOOTSTRAP_LEAD_WAIT:?}: fewer than a majority of \
+                     the monitors answer"
+                )));
+            }
+            if self.raft.current_leader().await.is_some() {
+                self.raft
+                    .trigger()
+                    .elect()
+                    .await
+                    .map_err(|e| MonError::Raft(e.to_string()))?;
+            }
         }
         let proposal = Proposal::Bootstrap {
             fsid: seed.fsid,

@@ -26,7 +26,7 @@ use crate::{MonNode, TypeConfig};
 
 /// How long a command waits to be committed. Without a quorum it is not, and the caller is
 /// told so (the change may still apply if the quorum comes back before the leader changes).
-pub const COMMIT_TIMEOUT: Duration = Duration::from_secs(10);
+pub const COMMIT_TIMEOUT: Duration = Duration::from_millis(messenger::message::COMMIT_WAIT_MS_MAX);
 
 pub struct MonService {
     pub name: EntityName,
