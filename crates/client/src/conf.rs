@@ -127,31 +127,42 @@ pub struct DashboardSection {
 /// The pool of the S3 gateway when nothing names another.
 pub const GW_POOL_DEFAULT: &str = "s3";
 
-/// The lowest port `free_loopback_port` hands out.
-const CHOSEN_PORTS_FROM: u16 = 10_000;
+/// The lowest port `free_loopback_port` hands out: above the well-known defaults of
+/// Coffer's services (NBD's 10809, the gateway's 7480, the dashboard's 8443).
+const CHOSEN_PORTS_FROM: u16 = 20_000;
+/// Where the kernel's ephemeral ports start when it does not say (Linux's default).
+const EPHEMERAL_FROM_DEFAULT: u16 = 32_768;
+/// Random ports `free_loopback_port` tries before it asks the kernel for any.
+const CHOSEN_PORT_TRIES: usize = 256;
 
 /// A loopback port nothing listens on now, for an address written into a configuration
 /// before its daemon starts. It is drawn below the kernel's ephemeral range
 /// (`net.ipv4.ip_local_port_range`), where the ports of listeners bound to port 0 (the
 /// OSDs') and of outgoing connections come from: a port from that range could go to one
 /// of them between this choice and the daemon's bind, and a client would then reach the
-/// wrong server.
+/// wrong server. A process is never handed the same port twice.
 pub fn free_loopback_port() -> std::io::Result<u16> {
+    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
     let ephemeral_from = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
         .ok()
         .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
-        .unwrap_or(32_768);
+        .unwrap_or(EPHEMERAL_FROM_DEFAULT);
+    let mut given = GIVEN.lock().unwrap_or_else(|p| p.into_inner());
     if ephemeral_from > CHOSEN_PORTS_FROM {
-        for _ in 0..256 {
+        for _ in 0..CHOSEN_PORT_TRIES {
             let port = rand::random_range(CHOSEN_PORTS_FROM..ephemeral_from);
-            if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            if !given.contains(&port) && std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                given.insert(port);
                 return Ok(port);
             }
         }
     }
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
-        .port())
+        .port();
+    given.insert(port);
+    Ok(port)
 }
 
 fn gw_pool() -> String {
@@ -293,12 +304,16 @@ mod tests {
             .next()
             .and_then(|low| low.parse().ok())
             .expect("its first port");
+        let mut seen = std::collections::BTreeSet::new();
         for _ in 0..50 {
             let port = free_loopback_port().expect("a port");
-            assert!(
-                (CHOSEN_PORTS_FROM..ephemeral_from).contains(&port),
-                "{port}"
-            );
+            if ephemeral_from > CHOSEN_PORTS_FROM {
+                assert!(
+                    (CHOSEN_PORTS_FROM..ephemeral_from).contains(&port),
+                    "{port}"
+                );
+            }
+            assert!(seen.insert(port), "{port} handed out twice");
             std::net::TcpListener::bind(("127.0.0.1", port)).expect("it is free");
         }
     }

@@ -35,6 +35,7 @@ impl Hosts {
     /// Namespaces `tag-h1` to `tag-h3` and `tag-c` (the client), each with one veth to a
     /// bridge in `tag-sw`.
     fn new() -> Hosts {
+        remove_orphans();
         let tag = format!("cf{}", std::process::id());
         let subnet = format!("10.{}.{}", 100 + std::process::id() % 100, 7);
         let hosts = Hosts {
@@ -247,6 +248,33 @@ impl Drop for Hosts {
     }
 }
 
+/// Removes the namespaces (and kills the daemons in them) of an earlier run of this test
+/// that was killed before it could: their names carry the pid of a process that is gone.
+fn remove_orphans() {
+    let listed = run_ok("ip netns list", Command::new("ip").args(["netns", "list"]));
+    for name in listed
+        .lines()
+        .filter_map(|line| line.split_whitespace().next())
+    {
+        let Some(pid) = name
+            .strip_prefix("cf")
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        if let Ok(pids) = Command::new("ip").args(["netns", "pids", name]).output() {
+            for daemon in String::from_utf8_lossy(&pids.stdout).lines() {
+                let _ = Command::new("kill").args(["-9", daemon]).status();
+            }
+        }
+        let _ = Command::new("ip").args(["netns", "del", name]).status();
+    }
+}
+
 fn ip(args: &[&str]) {
     run_ok(&format!("ip {args:?}"), Command::new("ip").args(args));
 }
@@ -332,7 +360,10 @@ impl Load {
 
     /// Stops it; returns (acknowledged, not acknowledged).
     fn finish(mut self) -> (Vec<usize>, Vec<usize>) {
-        self.halt();
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            thread.join().expect("the load");
+        }
         let acked = self
             .acknowledged
             .lock()
@@ -345,19 +376,16 @@ impl Load {
             .clone();
         (acked, refused)
     }
-
-    fn halt(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(thread) = self.thread.take() {
-            thread.join().expect("the load");
-        }
-    }
 }
 
-/// A failed test stops its load too, so that the hosts (and their daemons) are dropped.
+/// A failed test stops its load too, so that the hosts (and their daemons) are dropped; a
+/// load that panicked has already said why.
 impl Drop for Load {
     fn drop(&mut self) {
-        self.halt();
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
     }
 }
 
@@ -503,6 +531,7 @@ fn three_hosts_keep_acknowledged_writes_through_host_failures() {
 
     let hosts = Arc::new(hosts);
     let mut acknowledged = Vec::new();
+    let mut unacknowledged = Vec::new();
     let mut next = 0;
     for (cut, what) in [
         (vec![3], "host 3 cut off"),
@@ -513,6 +542,12 @@ fn three_hosts_keep_acknowledged_writes_through_host_failures() {
         for h in &cut {
             hosts.link(&hosts.host(*h), false);
         }
+        let cut_osds = (cut.len() * OSDS_PER_HOST) as u64;
+        hosts.wait_status(
+            &format!("the monitors see the OSDs of {what} down"),
+            Duration::from_secs(60),
+            |s| s["osds"]["up"].as_u64() == Some((HOSTS * OSDS_PER_HOST) as u64 - cut_osds),
+        );
         let before = load.acked();
         wait_acked(&hosts, &load, before, 10, what);
         for h in &cut {
@@ -521,6 +556,7 @@ fn three_hosts_keep_acknowledged_writes_through_host_failures() {
         let (acked, refused) = load.finish();
         next = acked.iter().chain(&refused).max().expect("writes") + 1;
         acknowledged.extend(acked);
+        unacknowledged.extend(refused);
         hosts.wait_status(
             &format!("clean after {what}"),
             Duration::from_secs(120),
@@ -540,6 +576,7 @@ fn three_hosts_keep_acknowledged_writes_through_host_failures() {
             "a write was acknowledged with one host of three:\n{}",
             String::from_utf8_lossy(&output.stdout)
         );
+        unacknowledged.push(n);
     }
     next += 2;
     hosts.link(&hosts.host(2), true);
@@ -551,10 +588,12 @@ fn three_hosts_keep_acknowledged_writes_through_host_failures() {
     );
     let load = Load::start(&hosts, next);
     wait_acked(&hosts, &load, 0, 5, "after two hosts returned");
-    let (acked, _) = load.finish();
+    let (acked, refused) = load.finish();
     acknowledged.extend(acked);
+    unacknowledged.extend(refused);
 
-    // Every acknowledged write reads back with its bytes, and every copy agrees.
+    // Every acknowledged write reads back with its bytes; one that was not is whole or
+    // absent, never torn; and every copy agrees.
     for n in &acknowledged {
         let got = hosts
             .coffer(&client, &["obj", "get", POOL, &format!("o{n}")])
@@ -567,6 +606,24 @@ fn three_hosts_keep_acknowledged_writes_through_host_failures() {
         );
         assert!(got.stdout == content(*n), "o{n} read back other bytes");
     }
+    for n in &unacknowledged {
+        let got = hosts
+            .coffer(&client, &["obj", "get", POOL, &format!("o{n}")])
+            .output()
+            .expect("get");
+        let said = String::from_utf8_lossy(&got.stderr);
+        assert!(
+            (got.status.success() && got.stdout == content(*n))
+                || (!got.status.success() && said.contains("no such object")),
+            "o{n}, not acknowledged, reads back {} bytes: {said}",
+            got.stdout.len()
+        );
+    }
     let scrub = hosts.ok(&client, &["pool", "scrub", POOL]);
     assert!(scrub.contains(" 0 inconsistent, 0 repaired"), "{scrub}");
+    let scrubbed: usize = scrub
+        .split_once(": ")
+        .and_then(|(_, rest)| rest.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("a count of objects in {scrub}"));
+    assert!(scrubbed >= acknowledged.len(), "{scrub}");
 }

@@ -97,8 +97,9 @@ pub enum Verdict {
     /// Its log already has another write at this version: refuse, so the second never
     /// passes for the first.
     Conflict,
-    /// Apply it and append it to the log.
-    Apply,
+    /// Apply it and append it to the log; `skipped` versions lie between the last one here
+    /// and it (the primary's recovery brings them).
+    Apply { skipped: u64 },
 }
 
 impl Core {
@@ -124,8 +125,7 @@ impl Core {
         })
     }
 
-    /// What a replica does with `entry` from its primary. A version past the next one
-    /// (a gap) is applied, with a warning: the primary's recovery fills the gap.
+    /// What a replica does with `entry` from its primary.
     pub fn on_replicate(&self, entry: &LogEntry) -> Verdict {
         if entry.version <= self.info.last {
             let known = self
@@ -138,14 +138,9 @@ impl Core {
                 Verdict::Conflict
             };
         }
-        if entry.version.seq != self.info.last.seq + 1 {
-            tracing::warn!(
-                last = ?self.info.last,
-                version = ?entry.version,
-                "a replicated write skips versions"
-            );
+        Verdict::Apply {
+            skipped: entry.version.seq.saturating_sub(self.info.last.seq + 1),
         }
-        Verdict::Apply
     }
 
     /// The complete copies of the PG: this primary and its clean replicas.
@@ -368,11 +363,11 @@ mod tests {
         };
         assert_eq!(
             replica.on_replicate(&entry(version(5, 10), 2)),
-            Verdict::Apply
+            Verdict::Apply { skipped: 0 }
         );
         assert_eq!(
             replica.on_replicate(&entry(version(6, 12), 2)),
-            Verdict::Apply
+            Verdict::Apply { skipped: 2 }
         );
         assert_eq!(
             replica.on_replicate(&entry(version(5, 9), 1)),

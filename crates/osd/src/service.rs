@@ -704,7 +704,7 @@ impl OsdService {
         data: Bytes,
     ) -> Result<Reply, String> {
         let inner = &self.inner;
-        check_primary(&*inner.map_at_least(epoch).await, from, id)?;
+        sender_is_primary(&*inner.map_at_least(epoch).await, from, id)?;
         let pg = inner.pg(id);
         match op {
             PeerOp::Query => {
@@ -718,7 +718,7 @@ impl OsdService {
             PeerOp::Replicate { entry, ops } => {
                 let mut core = pg.core.lock().await;
                 inner.load(&mut core, id).await?;
-                check_primary(&inner.map.borrow(), from, id)?;
+                sender_is_primary(&inner.map.borrow(), from, id)?;
                 match core.on_replicate(&entry) {
                     Verdict::Duplicate => return Ok(reply(OsdReply::Done)),
                     Verdict::Conflict => {
@@ -727,7 +727,12 @@ impl OsdService {
                             entry.version.epoch, entry.version.seq, id.pool, id.number
                         ))
                     }
-                    Verdict::Apply => {}
+                    Verdict::Apply { skipped: 0 } => {}
+                    Verdict::Apply { skipped } => tracing::warn!(
+                        pg = %format!("{}.{}", id.pool, id.number),
+                        skipped,
+                        "a replicated write skips versions; recovery brings them"
+                    ),
                 }
                 let object = objects::object_ref(id, &entry.object);
                 let mut txn = Transaction::new();
@@ -777,7 +782,7 @@ impl OsdService {
             }
             PeerOp::Activate { info, log } => {
                 let mut core = pg.core.lock().await;
-                check_primary(&inner.map.borrow(), from, id)?;
+                sender_is_primary(&inner.map.borrow(), from, id)?;
                 let log = log.into_iter().collect();
                 let mut txn = Transaction::new();
                 objects::replace_log(&mut txn, id, info, &log);
@@ -837,7 +842,7 @@ async fn replica_answers(
 /// primary's query, answered under the lock, then fences the old primary's writes out (a
 /// write that passed the first check with an older map would otherwise land after the
 /// query, and the new primary would never learn of it).
-fn check_primary(map: &ClusterMap, from: OsdId, id: PgId) -> Result<(), String> {
+fn sender_is_primary(map: &ClusterMap, from: OsdId, id: PgId) -> Result<(), String> {
     let primary = map
         .pools
         .get(&id.pool)
