@@ -12,7 +12,7 @@ import sys
 
 # crate -> packages it must never reach. A front end must not see the messenger, the OSD or
 # the store; the store must not see the network; map, keys and metrics stay free of IO
-# runtimes.
+# runtimes; the binary never reaches the simulator.
 NEVER = {
     "coffer-metrics": ["tokio", "coffer-map", "coffer-keys", "coffer-store", "coffer-messenger"],
     "coffer-map": ["tokio", "coffer-keys", "coffer-store", "redb"],
@@ -26,6 +26,8 @@ NEVER = {
     "coffer-gateway": ["coffer-osd", "coffer-store", "coffer-mon"],
     "coffer-fs": ["coffer-osd", "coffer-store", "coffer-mon", "coffer-mds"],
     "coffer-mds": ["coffer-osd", "coffer-store", "coffer-mon"],
+    # The simulator is for tests: nothing shipped may be built on it.
+    "coffer": ["coffer-sim"],
 }
 # crate -> packages it must never name as a direct dependency.
 NEVER_DIRECT = {

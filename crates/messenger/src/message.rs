@@ -786,8 +786,9 @@ pub const LIST_PAGE_MAX: u32 = 1000;
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum PeerOp {
-    /// What do you hold of this PG? Answered with `Info`.
-    Query,
+    /// What do you hold of this PG? Answered with `Info`. A recovery's query carries its
+    /// claim: from then on the OSD takes no push or activation under an older one.
+    Query { claim: Option<Claim> },
     /// Apply this write, which the primary ordered as `entry`.
     Replicate { entry: LogEntry, ops: Vec<ObjectOp> },
     /// A page of (name, version) of the PG's objects, in (hash, name) order.
@@ -804,15 +805,32 @@ pub enum PeerOp {
     /// Take this copy of `object` (`None`: remove it). A copy comes in pieces from offset 0;
     /// the first replaces the object, the `last` sets its version.
     Push {
+        claim: Claim,
         object: ObjectName,
         copy: Option<ObjectCopy>,
         offset: u64,
         last: bool,
     },
     /// You now hold all of the PG: take this log and join the acting set's writes.
-    Activate { info: PgInfo, log: Vec<LogEntry> },
+    Activate {
+        claim: Claim,
+        info: PgInfo,
+        log: Vec<LogEntry>,
+    },
     /// The digest of your copy of each of `names`, in order. Answered with `Digests`.
     Digest { names: Vec<ObjectName> },
+}
+
+/// Who may write copies of a PG's objects to an OSD: a recovery (or a repair) of the
+/// primary, in the interval that began at `interval`, under `token`, which the primary draws
+/// from a counter that only grows. Later claims compare greater. An OSD refuses pushes and
+/// activations under a claim older than the newest it has seen, so a piece of a superseded
+/// recovery that arrives late cannot overwrite what a newer one copied (F3 in
+/// docs/design/pg-core.md).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Claim {
+    pub interval: Epoch,
+    pub token: u64,
 }
 
 /// What scrub compares of one copy of an object. In an edge-sealed pool the data digest is

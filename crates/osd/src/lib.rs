@@ -10,13 +10,14 @@
 
 pub mod metrics;
 mod net;
+mod node;
 mod objects;
 mod pg;
 mod recovery;
 mod scrub;
 mod service;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -34,11 +35,13 @@ use messenger::{
 use store::{MkfsOptions, Store};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
+use tokio::task::{AbortHandle, JoinHandle};
 
-pub use net::PeerNet;
+pub use net::{Call, PeerNet};
+pub use node::Node;
 pub use objects::LOG_ENTRIES_MAX;
 pub use pg::SERVE_WAIT;
+pub use service::Caller;
 
 /// How long a request to another OSD may take before it counts as failed.
 pub const PEER_TIMEOUT: Duration = Duration::from_secs(30);
@@ -73,13 +76,18 @@ pub enum OsdError {
 pub(crate) struct Inner {
     pub id: OsdId,
     pub store: Arc<Store>,
-    pub monc: MonClient,
+    /// How store work runs: on tokio's blocking pool in a daemon, inline under the
+    /// simulator, whose single thread must decide every interleaving.
+    store_calls: StoreCalls,
     pub map: watch::Sender<Arc<ClusterMap>>,
     pub auth: watch::Sender<Arc<AuthTable>>,
     pgs: std::sync::Mutex<HashMap<PgId, Arc<pg::Pg>>>,
     net: Arc<dyn net::PeerNet>,
-    /// The epoch and each PG's acting set as last seen, to peer the PGs whose set changed.
-    acting_seen: std::sync::Mutex<(Epoch, HashMap<PgId, Vec<OsdId>>)>,
+    /// The epoch and each PG's acting set as last seen, to peer the PGs whose set changed
+    /// (ordered, so PGs are peered in the same order every run).
+    acting_seen: std::sync::Mutex<(Epoch, BTreeMap<PgId, Vec<OsdId>>)>,
+    /// Peering, recovery and retry tasks, aborted when the OSD stops.
+    tasks: std::sync::Mutex<Vec<AbortHandle>>,
     /// Tokens of recovery tasks (pg::Recovery).
     tokens: std::sync::atomic::AtomicU64,
     /// Copies replaced by read repair since this OSD started (reported in its beacon).
@@ -87,6 +95,12 @@ pub(crate) struct Inner {
     /// Objects recovery has found to copy from this OSD and not copied yet.
     pub recovery_pending: std::sync::atomic::AtomicU64,
     addr: String,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum StoreCalls {
+    Blocking,
+    Inline,
 }
 
 pub struct Osd {
@@ -178,31 +192,27 @@ impl Osd {
             map: map.subscribe(),
             links: Default::default(),
         });
-        let inner = Arc::new(Inner {
-            id: config.id,
-            store: Arc::new(store),
-            monc,
+        let inner = Arc::new(Inner::new(
+            config.id,
+            store,
+            StoreCalls::Blocking,
             map,
-            auth: watch::Sender::new(Arc::new(auth)),
-            pgs: Default::default(),
+            auth,
             net,
-            acting_seen: Default::default(),
-            tokens: Default::default(),
-            read_repairs: Default::default(),
-            recovery_pending: Default::default(),
             addr,
-        });
+        ));
         let service = service::OsdService {
             inner: inner.clone(),
         };
         let server = endpoint
             .serve(listener, config.serve_modes, Arc::new(service))
             .map_err(|e| OsdError::Messenger(e.to_string()))?;
-        inner.boot().await?;
+        let monc = Arc::new(monc);
+        inner.boot(&monc).await?;
         let tasks = vec![
-            tokio::spawn(follow_map(inner.clone())),
-            tokio::spawn(follow_auth(inner.clone())),
-            tokio::spawn(send_beacons(inner.clone())),
+            tokio::spawn(follow_map(inner.clone(), monc.clone())),
+            tokio::spawn(follow_auth(inner.clone(), monc.clone())),
+            tokio::spawn(send_beacons(inner.clone(), monc)),
         ];
         tracing::info!(osd = inner.id.0, addr = %inner.addr, "up");
         Ok(Osd {
@@ -237,11 +247,53 @@ impl Osd {
         for task in &self.tasks {
             task.abort();
         }
+        self.inner.abort_tasks();
         self.server.shutdown().await;
     }
 }
 
 impl Inner {
+    fn new(
+        id: OsdId,
+        store: Store,
+        store_calls: StoreCalls,
+        map: watch::Sender<Arc<ClusterMap>>,
+        auth: AuthTable,
+        net: Arc<dyn net::PeerNet>,
+        addr: String,
+    ) -> Inner {
+        Inner {
+            id,
+            store: Arc::new(store),
+            store_calls,
+            map,
+            auth: watch::Sender::new(Arc::new(auth)),
+            pgs: Default::default(),
+            net,
+            acting_seen: Default::default(),
+            tasks: Default::default(),
+            tokens: Default::default(),
+            read_repairs: Default::default(),
+            recovery_pending: Default::default(),
+            addr,
+        }
+    }
+
+    /// Runs `task` until it ends or the OSD stops.
+    pub fn spawn(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
+        let handle = tokio::spawn(task).abort_handle();
+        let mut tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
+        tasks.retain(|t| !t.is_finished());
+        tasks.push(handle);
+    }
+
+    fn abort_tasks(&self) {
+        let tasks = std::mem::take(&mut *self.tasks.lock().unwrap_or_else(|p| p.into_inner()));
+        for task in tasks {
+            task.abort();
+        }
+    }
+
     pub fn pg(&self, id: PgId) -> Arc<pg::Pg> {
         let mut pgs = self.pgs.lock().unwrap_or_else(|p| p.into_inner());
         pgs.entry(id)
@@ -249,9 +301,8 @@ impl Inner {
             .clone()
     }
 
-    async fn boot(&self) -> Result<(), OsdError> {
-        match self
-            .monc
+    async fn boot(&self, monc: &MonClient) -> Result<(), OsdError> {
+        match monc
             .command(Command::OsdBoot {
                 addr: self.addr.clone(),
             })
@@ -261,6 +312,20 @@ impl Inner {
             MonReply::Denied(why) | MonReply::Failed(why) => Err(OsdError::Refused(why)),
             other => Err(OsdError::Refused(format!("boot: unexpected {other:?}"))),
         }
+    }
+
+    /// The state of every PG this OSD leads, by PG.
+    fn led(&self) -> Vec<(PgId, messenger::message::PgState)> {
+        let pgs = self.pgs.lock().unwrap_or_else(|p| p.into_inner());
+        let mut led: Vec<_> = pgs
+            .values()
+            .filter_map(|pg| match &*pg.serving.borrow() {
+                pg::Serving::Primary { state, .. } => Some((pg.id, state.clone())),
+                pg::Serving::NotPrimary => None,
+            })
+            .collect();
+        led.sort_by_key(|(id, _)| *id);
+        led
     }
 
     /// Waits until this OSD's map is at least `epoch` (bounded); the map it has then.
@@ -294,7 +359,7 @@ impl Inner {
         // A map that skips epochs may hide an interval with another primary: peer everything.
         let skipped = map.epoch > *last_epoch + 1;
         *last_epoch = map.epoch;
-        let mut live = std::collections::HashSet::new();
+        let mut live = std::collections::BTreeSet::new();
         for pool in map.pools.values() {
             for number in 0..pool.pg_num {
                 let id = PgId {
@@ -318,7 +383,7 @@ impl Inner {
                 };
                 self.pg(id).announce(map.epoch, serving);
                 seen.insert(id, acting);
-                tokio::spawn(recovery::peer(self.clone(), id));
+                self.spawn(recovery::peer(self.clone(), id));
             }
         }
         seen.retain(|id, _| {
@@ -327,7 +392,7 @@ impl Inner {
             }
             // The pool is gone: peering gives up primacy and ends its recoveries.
             self.pg(*id).announce(map.epoch, pg::Serving::NotPrimary);
-            tokio::spawn(recovery::peer(self.clone(), *id));
+            self.spawn(recovery::peer(self.clone(), *id));
             false
         });
     }
@@ -335,12 +400,12 @@ impl Inner {
 
 /// Follows the map by epoch, peering PGs as their acting sets change, and boots again if
 /// the monitors marked this OSD down while it was alive.
-async fn follow_map(inner: Arc<Inner>) {
+async fn follow_map(inner: Arc<Inner>, monc: Arc<MonClient>) {
     let first = inner.map.borrow().clone();
     inner.on_map(&first);
     loop {
         let epoch = inner.map.borrow().epoch;
-        match inner.monc.map_after(epoch).await {
+        match monc.map_after(epoch).await {
             Ok(map) if map.epoch > epoch => {
                 let map = Arc::new(map);
                 inner.map.send_replace(map.clone());
@@ -348,7 +413,7 @@ async fn follow_map(inner: Arc<Inner>) {
                 let marked_down = map.osds.get(&inner.id).is_some_and(|o| !o.up);
                 if marked_down {
                     tracing::warn!("the monitors marked this OSD down; booting again");
-                    if let Err(e) = inner.boot().await {
+                    if let Err(e) = inner.boot(&monc).await {
                         tracing::warn!(error = %e, "boot");
                     }
                 }
@@ -363,13 +428,13 @@ async fn follow_map(inner: Arc<Inner>) {
 }
 
 /// Keeps the auth table current, to authorise clients and peers as the monitors do.
-async fn follow_auth(inner: Arc<Inner>) {
+async fn follow_auth(inner: Arc<Inner>, monc: Arc<MonClient>) {
     loop {
         let version = inner.auth.borrow().version;
         let request = MonRequest::GetAuth {
             newer_than: Some(version),
         };
-        match inner.monc.call(&request).await {
+        match monc.call(&request).await {
             Ok(MonReply::Auth(table)) if table.version > version => {
                 inner.auth.send_replace(Arc::new(table));
             }
@@ -383,19 +448,11 @@ async fn follow_auth(inner: Arc<Inner>) {
 }
 
 /// Tells the monitors this OSD is alive, with the state of the PGs it leads.
-async fn send_beacons(inner: Arc<Inner>) {
+async fn send_beacons(inner: Arc<Inner>, monc: Arc<MonClient>) {
     let mut tick = tokio::time::interval(Duration::from_millis(BEACON_INTERVAL_MS));
     loop {
         tick.tick().await;
-        let pgs: Vec<_> = {
-            let pgs = inner.pgs.lock().unwrap_or_else(|p| p.into_inner());
-            pgs.values()
-                .filter_map(|pg| match &*pg.serving.borrow() {
-                    pg::Serving::Primary { state, .. } => Some((pg.id, state.clone())),
-                    pg::Serving::NotPrimary => None,
-                })
-                .collect()
-        };
+        let pgs = inner.led();
         let statfs = inner.store.statfs();
         let usage = crate::service::usage(&statfs);
         crate::metrics::beacon(&pgs, &usage);
@@ -418,7 +475,7 @@ async fn send_beacons(inner: Arc<Inner>) {
                 .recovery_pending
                 .load(std::sync::atomic::Ordering::Relaxed),
         };
-        if let Err(e) = inner.monc.call(&MonRequest::Beacon(beacon)).await {
+        if let Err(e) = monc.call(&MonRequest::Beacon(beacon)).await {
             tracing::warn!(error = %e, "beacon");
         }
     }

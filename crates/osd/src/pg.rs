@@ -1,13 +1,13 @@
 //! One placement group on this OSD: its log, what it serves, and who else holds it.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use map::cluster::Epoch;
 use map::placement::{OsdId, PgId};
 use map::ObjectName;
-use messenger::message::{LogEntry, PgInfo, PgState, ReqId, Version};
+use messenger::message::{Claim, LogEntry, PgInfo, PgState, ReqId, Version};
 use tokio::sync::{watch, Mutex};
 
 /// How long an op waits for its PG to serve before the client is told it is busy (the
@@ -55,6 +55,9 @@ pub struct Core {
     /// Request ids in the log, for retried writes.
     pub reqids: HashMap<ReqId, Version>,
     pub interval: Interval,
+    /// As a recovery's target: the newest claim seen ([`Core::admit`]). Kept in memory
+    /// only: after a restart the map has changed, and the next recovery's query sets it.
+    pub fence: Claim,
 }
 
 /// The acting set as this OSD last peered it (empty when not primary).
@@ -67,7 +70,7 @@ pub struct Interval {
     /// Replicas that hold everything and get every write.
     pub clean: Vec<OsdId>,
     /// Replicas being recovered, each by one task.
-    pub recovering: HashMap<OsdId, Recovery>,
+    pub recovering: BTreeMap<OsdId, Recovery>,
 }
 
 /// One recovery task's claim on a target: a task whose token is no longer here stops.
@@ -75,7 +78,7 @@ pub struct Interval {
 pub struct Recovery {
     pub token: u64,
     /// Objects written since the recovery began, to copy again before the target joins.
-    pub dirty: HashSet<ObjectName>,
+    pub dirty: BTreeSet<ObjectName>,
 }
 
 /// What a client write gets in its PG, decided under the PG's lock before any IO.
@@ -152,6 +155,21 @@ impl Core {
     /// has at least min_size copies.
     pub fn ack_ok(&self) -> bool {
         self.copies() >= self.interval.min_size
+    }
+
+    /// Whether a push, an activation or a recovery's query under `claim` may go on here:
+    /// not if a newer claim has been seen, whose copies it could overwrite (F3). A claim
+    /// admitted becomes the newest.
+    pub fn admit(&mut self, claim: Claim) -> Result<(), String> {
+        if claim < self.fence {
+            return Err(format!(
+                "a superseded recovery (interval {}, token {}) is refused: a newer one \
+                 (interval {}, token {}) has begun here",
+                claim.interval, claim.token, self.fence.interval, self.fence.token
+            ));
+        }
+        self.fence = claim;
+        Ok(())
     }
 
     pub fn set_log(&mut self, info: PgInfo, log: VecDeque<LogEntry>) {
@@ -289,7 +307,7 @@ mod tests {
                 size: 3,
                 min_size: 2,
                 clean: (1..=clean as u32).map(OsdId).collect(),
-                recovering: HashMap::new(),
+                recovering: BTreeMap::new(),
             },
             ..Core::default()
         };
@@ -381,6 +399,31 @@ mod tests {
             replica.on_replicate(&entry(version(4, 20), 3)),
             Verdict::Conflict
         );
+    }
+
+    #[test]
+    fn a_target_refuses_a_claim_older_than_the_newest_it_saw() {
+        let mut core = Core::default();
+        let claim = |interval, token| Claim { interval, token };
+        assert!(core.admit(claim(5, 10)).is_ok());
+        assert!(
+            core.admit(claim(5, 10)).is_ok(),
+            "the same recovery goes on"
+        );
+        assert!(
+            core.admit(claim(5, 9)).is_err(),
+            "an older token of the same interval"
+        );
+        assert!(
+            core.admit(claim(4, 99)).is_err(),
+            "an older interval, whatever its token"
+        );
+        assert!(
+            core.admit(claim(6, 1)).is_ok(),
+            "a newer interval, tokens counted anew"
+        );
+        assert_eq!(core.fence, claim(6, 1));
+        assert!(core.admit(claim(5, 11)).is_err());
     }
 
     #[test]

@@ -8,7 +8,7 @@
 //! that the primary does not are removed, then the objects written meanwhile, and they join.
 //! The PG serves as soon as it has min_size clean copies.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,7 +16,8 @@ use bytes::Bytes;
 use map::placement::{OsdId, PgId};
 use map::{ObjectName, PoolId};
 use messenger::message::{
-    LogEntry, ObjectCopy, OsdReply, OsdRequest, PeerOp, PgInfo, PgState, Version, LIST_PAGE_MAX,
+    Claim, LogEntry, ObjectCopy, OsdReply, OsdRequest, PeerOp, PgInfo, PgState, Version,
+    LIST_PAGE_MAX,
 };
 use store::Transaction;
 
@@ -34,11 +35,13 @@ const LIST_PAGE: u32 = 1000;
 /// remain; they are copied while writes to the PG wait.
 const JOIN_DIRTY_MAX: usize = 64;
 
-/// Where recovery reads or writes objects: this OSD's store, or another OSD.
+/// Where recovery reads or writes objects: this OSD's store, or another OSD (written to
+/// only as a `Target`, under the claim of the recovery or repair writing: [`Claim`]).
 #[derive(Clone, Copy)]
 pub enum Side {
     Local,
     Remote(OsdId),
+    Target(OsdId, Claim),
 }
 
 /// One piece of an object being copied (`copy: None` removes it).
@@ -86,6 +89,9 @@ impl Inner {
         &self,
         work: impl FnOnce(&store::Store) -> T + Send + 'static,
     ) -> Result<T, String> {
+        if self.store_calls == crate::StoreCalls::Inline {
+            return Ok(work(&self.store));
+        }
         let store = self.store.clone();
         tokio::task::spawn_blocking(move || work(&store))
             .await
@@ -143,7 +149,7 @@ impl Inner {
     ) -> Result<(Vec<(ObjectName, Version)>, bool), String> {
         match side {
             Side::Local => self.page(pg, after, limit).await,
-            Side::Remote(osd) => {
+            Side::Remote(osd) | Side::Target(osd, _) => {
                 let op = PeerOp::List { after, limit };
                 match self.peer_op(osd, pg, op, Bytes::new()).await? {
                     (OsdReply::PeerListing { entries, more }, _) => Ok((entries, more)),
@@ -205,7 +211,7 @@ impl Inner {
                     .map_err(|e| e.to_string())?;
                 Ok(piece.map(|(copy, data)| (copy, Bytes::from(data))))
             }
-            Side::Remote(osd) => {
+            Side::Remote(osd) | Side::Target(osd, _) => {
                 let op = PeerOp::Pull {
                     object: name.clone(),
                     offset,
@@ -240,8 +246,13 @@ impl Inner {
                 );
                 self.apply(txn).await
             }
-            Side::Remote(osd) => {
+            Side::Remote(osd) => Err(format!(
+                "osd.{}: copies are written to another OSD only under a claim",
+                osd.0
+            )),
+            Side::Target(osd, claim) => {
                 let op = PeerOp::Push {
+                    claim,
                     object: name.clone(),
                     copy: piece.copy,
                     offset: piece.offset,
@@ -330,8 +341,15 @@ impl Inner {
         }
     }
 
-    async fn query(&self, osd: OsdId, pg: PgId) -> Result<(PgInfo, Vec<LogEntry>), String> {
-        match self.peer_op(osd, pg, PeerOp::Query, Bytes::new()).await? {
+    /// `osd`'s info and log of the PG; a recovery's query carries its `claim`.
+    async fn query(
+        &self,
+        osd: OsdId,
+        pg: PgId,
+        claim: Option<Claim>,
+    ) -> Result<(PgInfo, Vec<LogEntry>), String> {
+        let op = PeerOp::Query { claim };
+        match self.peer_op(osd, pg, op, Bytes::new()).await? {
             (OsdReply::Info { info, log }, _) => Ok((info, log)),
             (other, _) => Err(format!("query: unexpected {other:?}")),
         }
@@ -361,7 +379,7 @@ pub async fn peer(inner: Arc<Inner>, id: PgId) {
         size: usize::from(pool.size),
         min_size: usize::from(pool.min_size),
         clean: Vec::new(),
-        recovering: HashMap::new(),
+        recovering: BTreeMap::new(),
     };
     pg.publish_state(map.epoch, PgState::Peering);
     let failed = |why: String| {
@@ -381,7 +399,7 @@ pub async fn peer(inner: Arc<Inner>, id: PgId) {
     // monitors mark it down (and the acting set changes), the PG waits.
     let mut answers = Vec::new();
     for osd in &acting[1..] {
-        match inner.query(*osd, id).await {
+        match inner.query(*osd, id, None).await {
             Ok((info, log)) => answers.push((*osd, info, log)),
             Err(e) => {
                 let state = failed(format!("waiting for osd.{} to answer: {e}", osd.0));
@@ -431,7 +449,7 @@ pub fn start_recovery(inner: &Arc<Inner>, core: &mut Core, id: PgId, target: Osd
             dirty: Default::default(),
         },
     );
-    tokio::spawn(recover(inner.clone(), id, target, token));
+    inner.spawn(recover(inner.clone(), id, target, token));
 }
 
 async fn adopt_log(
@@ -449,7 +467,7 @@ async fn adopt_log(
 }
 
 fn retry_later(inner: Arc<Inner>, id: PgId) {
-    tokio::spawn(async move {
+    inner.clone().spawn(async move {
         tokio::time::sleep(RETRY_PAUSE).await;
         peer(inner, id).await;
     });
@@ -497,7 +515,17 @@ async fn recover_once(
     token: u64,
 ) -> Result<bool, String> {
     let pg = inner.pg(id);
-    let (target_info, _) = inner.query(target, id).await?;
+    let claim = {
+        let core = pg.core.lock().await;
+        if !still_recovering(&core, target, token) {
+            return Ok(false);
+        }
+        Claim {
+            interval: core.interval.epoch,
+            token,
+        }
+    };
+    let (target_info, _) = inner.query(target, id, Some(claim)).await?;
     {
         let mut core = pg.core.lock().await;
         if !still_recovering(&core, target, token) {
@@ -507,7 +535,7 @@ async fn recover_once(
             // The target holds writes this primary lacks: peering must take them first.
             core.interval.recovering.remove(&target);
             drop(core);
-            tokio::spawn(peer(inner.clone(), id));
+            inner.spawn(peer(inner.clone(), id));
             return Ok(false);
         }
         if let Some(recovery) = core.interval.recovering.get_mut(&target) {
@@ -516,7 +544,7 @@ async fn recover_once(
     }
     let guard = Some((target, token));
     inner
-        .sync(id, Side::Local, Side::Remote(target), guard)
+        .sync(id, Side::Local, Side::Target(target, claim), guard)
         .await?;
     loop {
         let mut core = pg.core.lock().await;
@@ -527,7 +555,7 @@ async fn recover_once(
             .interval
             .recovering
             .get_mut(&target)
-            .map(|r| r.dirty.drain().collect())
+            .map(|r| std::mem::take(&mut r.dirty).into_iter().collect())
             .unwrap_or_default();
         let mut pending = crate::metrics::Pending::new(&inner.recovery_pending, dirty.len());
         if dirty.len() > JOIN_DIRTY_MAX {
@@ -535,7 +563,7 @@ async fn recover_once(
             for name in &dirty {
                 inner.check_claim(id, guard).await?;
                 let bytes = inner
-                    .copy_object(id, name, Side::Local, Side::Remote(target))
+                    .copy_object(id, name, Side::Local, Side::Target(target, claim))
                     .await?;
                 pending.copied(bytes);
             }
@@ -544,11 +572,12 @@ async fn recover_once(
         // Writes wait while the last objects are copied and the target joins.
         for name in &dirty {
             let bytes = inner
-                .copy_object(id, name, Side::Local, Side::Remote(target))
+                .copy_object(id, name, Side::Local, Side::Target(target, claim))
                 .await?;
             pending.copied(bytes);
         }
         let activate = PeerOp::Activate {
+            claim,
             info: core.info,
             log: core.log.iter().cloned().collect(),
         };

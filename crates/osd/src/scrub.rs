@@ -18,9 +18,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use map::cluster::Epoch;
 use map::placement::{OsdId, PgId};
 use map::{ObjectHash, ObjectName};
-use messenger::message::{CopyDigest, OsdReply, PeerOp, ScrubFinding, ScrubPage};
+use messenger::message::{Claim, CopyDigest, OsdReply, PeerOp, ScrubFinding, ScrubPage};
 use tokio::sync::MutexGuard;
 use tokio::task::JoinSet;
 
@@ -160,7 +161,7 @@ async fn scrub_batch(
             repair.doing()
         );
         if !matches!(repair, Repair::No) {
-            repair_copies(inner, id, &held, &mut finding, repair).await;
+            repair_copies(inner, id, core.interval.epoch, &held, &mut finding, repair).await;
         }
         page.findings.push(finding);
     }
@@ -420,6 +421,7 @@ fn difference(copy: &CopyDigest, good: Option<&CopyDigest>) -> String {
 async fn repair_copies(
     inner: &Arc<Inner>,
     id: PgId,
+    interval: Epoch,
     held: &[(OsdId, &CopyDigest)],
     finding: &mut ScrubFinding,
     repair: Repair,
@@ -432,8 +434,16 @@ async fn repair_copies(
         return;
     };
     for osd in &finding.osds {
+        let to = match inner.side(*osd) {
+            Side::Remote(osd) => {
+                // A claim of its own, newer than any recovery's the target has seen.
+                let token = inner.next_token();
+                Side::Target(osd, Claim { interval, token })
+            }
+            local => local,
+        };
         let copied = inner
-            .copy_object(id, &finding.object, inner.side(source), inner.side(*osd))
+            .copy_object(id, &finding.object, inner.side(source), to)
             .await;
         if let Err(e) = copied {
             finding

@@ -1,7 +1,7 @@
 //! What an OSD serves: clients' object operations (as a PG's primary) and its peers'
 //! replication and recovery requests.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -22,6 +22,7 @@ use crate::objects;
 use crate::pg::{Order, Verdict};
 use crate::Inner;
 
+#[derive(Clone)]
 pub struct OsdService {
     pub inner: Arc<Inner>,
 }
@@ -59,11 +60,21 @@ impl OsdService {
     fn current_caps(&self, entity: &EntityName, cert: &[u8]) -> Result<Caps, String> {
         self.inner.auth.borrow().caps_of(entity.as_str(), cert)
     }
+}
 
-    /// The capabilities `peer` holds now.
-    fn caps(&self, peer: &Peer<Presented>) -> Result<Caps, OsdReply> {
-        self.current_caps(&peer.entity, &peer.grant.cert_der)
-            .map_err(OsdReply::Denied)
+/// Who sent a request, and the capabilities it holds as the request arrives.
+pub struct Caller {
+    pub entity: EntityName,
+    caps: Result<Caps, String>,
+}
+
+impl Caller {
+    pub fn new(entity: EntityName, caps: Result<Caps, String>) -> Caller {
+        Caller { entity, caps }
+    }
+
+    fn caps(&self) -> Result<Caps, OsdReply> {
+        self.caps.clone().map_err(OsdReply::Denied)
     }
 }
 
@@ -86,6 +97,22 @@ impl Handler for OsdService {
             Ok(message) => message,
             Err(e) => return reply(OsdReply::Failed(format!("undecodable request: {e}"))),
         };
+        let caps = self.current_caps(&peer.entity, &peer.grant.cert_der);
+        let caller = Caller::new(peer.entity.clone(), caps);
+        self.serve(&caller, message, request.data, request.check)
+            .await
+    }
+}
+
+impl OsdService {
+    /// Serves one decoded request from `caller`.
+    pub async fn serve(
+        &self,
+        caller: &Caller,
+        message: OsdRequest,
+        data: Bytes,
+        check: Option<SegmentCheck>,
+    ) -> Reply {
         match message {
             OsdRequest::Op {
                 pg,
@@ -96,16 +123,14 @@ impl Handler for OsdService {
             } => {
                 let started = std::time::Instant::now();
                 let write = ops.iter().any(ObjectOp::is_write);
-                let written = request.data.len();
+                let written = data.len();
                 let op = ClientOp {
                     pg,
                     object,
                     reqid,
                     ops,
                 };
-                let answer = self
-                    .client_op(&peer, epoch, op, request.data, request.check)
-                    .await;
+                let answer = self.client_op(caller, epoch, op, data, check).await;
                 let took = started.elapsed();
                 match answer {
                     Ok(answer) => {
@@ -124,21 +149,21 @@ impl Handler for OsdService {
                 epoch,
                 after,
                 limit,
-            } => reply(self.client_list(&peer, pg, epoch, after, limit).await),
+            } => reply(self.client_list(caller, pg, epoch, after, limit).await),
             OsdRequest::Scrub {
                 pg,
                 epoch,
                 after,
                 repair,
-            } => reply(self.scrub(&peer, pg, epoch, after, repair).await),
+            } => reply(self.scrub(caller, pg, epoch, after, repair).await),
             OsdRequest::Repair { pg, epoch, object } => {
-                reply(self.read_repair(&peer, pg, epoch, object).await)
+                reply(self.read_repair(caller, pg, epoch, object).await)
             }
             OsdRequest::Peer { pg, epoch, op } => {
-                let Some(from) = osd_of(&peer.entity) else {
+                let Some(from) = osd_of(&caller.entity) else {
                     return reply(OsdReply::Denied("only OSDs send peer requests".into()));
                 };
-                match self.peer_op(from, pg, epoch, op, request.data).await {
+                match self.peer_op(from, pg, epoch, op, data).await {
                     Ok(answer) => answer,
                     Err(why) => reply(OsdReply::Failed(why)),
                 }
@@ -204,7 +229,7 @@ impl OsdService {
     /// client may touch its pool; the map on success.
     async fn check_primary(
         &self,
-        peer: &Peer<Presented>,
+        caller: &Caller,
         pg: PgId,
         epoch: Epoch,
         write: bool,
@@ -216,11 +241,11 @@ impl OsdService {
                 why: format!("pool {} does not exist", pg.pool),
             });
         };
-        if !self.caps(peer)?.osd_allows(&pool.name, write) {
+        if !caller.caps()?.osd_allows(&pool.name, write) {
             let access = if write { "write" } else { "read" };
             return Err(OsdReply::Denied(format!(
                 "{} may not {access} pool {}",
-                peer.entity, pool.name
+                caller.entity, pool.name
             )));
         }
         if pg.number >= pool.pg_num {
@@ -244,7 +269,7 @@ impl OsdService {
 
     async fn client_op(
         &self,
-        peer: &Peer<Presented>,
+        caller: &Caller,
         epoch: Epoch,
         op: ClientOp,
         data: Bytes,
@@ -264,7 +289,7 @@ impl OsdService {
                 "a request of conditions alone changes nothing".into(),
             ));
         }
-        let map = self.check_primary(peer, op.pg, epoch, write).await?;
+        let map = self.check_primary(caller, op.pg, epoch, write).await?;
         let pool = map
             .pools
             .get(&op.pg.pool)
@@ -321,12 +346,12 @@ impl OsdService {
     /// Read repair asked by a client that could not open the primary's copy of `object`.
     async fn read_repair(
         &self,
-        peer: &Peer<Presented>,
+        caller: &Caller,
         pg: PgId,
         epoch: Epoch,
         object: ObjectName,
     ) -> OsdReply {
-        let map = match self.check_primary(peer, pg, epoch, false).await {
+        let map = match self.check_primary(caller, pg, epoch, false).await {
             Ok(map) => map,
             Err(refusal) => return refusal,
         };
@@ -388,7 +413,7 @@ impl OsdService {
         let trim = objects::log_append(&mut txn, op.pg, &entry, &core.log);
         let epoch = inner.map.borrow().epoch;
         let mut replicas = JoinSet::new();
-        let mut replica_of = HashMap::new();
+        let mut replica_of = BTreeMap::new();
         for osd in core.interval.clean.clone() {
             let request = OsdRequest::Peer {
                 pg: op.pg,
@@ -417,7 +442,7 @@ impl OsdService {
             // peering take it from them. The client's retry is then answered from the log.
             pg.publish_state(core.interval.epoch, PgState::Peering);
             drop(core);
-            tokio::spawn(crate::recovery::peer(inner.clone(), op.pg));
+            inner.spawn(crate::recovery::peer(inner.clone(), op.pg));
             return Err(OsdReply::Busy(format!(
                 "pg {}.{}: applying the write on osd.{} failed ({why}); peering again",
                 op.pg.pool, op.pg.number, inner.id.0
@@ -641,13 +666,13 @@ impl OsdService {
 
     async fn client_list(
         &self,
-        peer: &Peer<Presented>,
+        caller: &Caller,
         pg: PgId,
         epoch: Epoch,
         after: Option<ObjectName>,
         limit: u32,
     ) -> OsdReply {
-        if let Err(refusal) = self.check_primary(peer, pg, epoch, false).await {
+        if let Err(refusal) = self.check_primary(caller, pg, epoch, false).await {
             return refusal;
         }
         if let Err(why) = self.inner.pg(pg).wait_active().await {
@@ -666,23 +691,23 @@ impl OsdService {
     /// command, and it makes every OSD of the PG read its copies), and `osd=rw` to repair.
     async fn scrub(
         &self,
-        peer: &Peer<Presented>,
+        caller: &Caller,
         pg: PgId,
         epoch: Epoch,
         after: Option<ObjectName>,
         repair: bool,
     ) -> OsdReply {
-        let caps = match self.caps(peer) {
+        let caps = match caller.caps() {
             Ok(caps) => caps,
             Err(refusal) => return refusal,
         };
         if !caps.mon_allows(true) {
             return OsdReply::Denied(format!(
                 "{} may not scrub: scrub is an operator's command (mon=rw)",
-                peer.entity
+                caller.entity
             ));
         }
-        if let Err(refusal) = self.check_primary(peer, pg, epoch, repair).await {
+        if let Err(refusal) = self.check_primary(caller, pg, epoch, repair).await {
             return refusal;
         }
         match crate::scrub::page(&self.inner, pg, after, repair).await {
@@ -707,9 +732,12 @@ impl OsdService {
         sender_is_primary(&*inner.map_at_least(epoch).await, from, id)?;
         let pg = inner.pg(id);
         match op {
-            PeerOp::Query => {
+            PeerOp::Query { claim } => {
                 let mut core = pg.core.lock().await;
                 inner.load(&mut core, id).await?;
+                if let Some(claim) = claim {
+                    core.admit(claim)?;
+                }
                 Ok(reply(OsdReply::Info {
                     info: core.info,
                     log: core.log.iter().cloned().collect(),
@@ -765,11 +793,16 @@ impl OsdService {
                 })
             }
             PeerOp::Push {
+                claim,
                 object,
                 copy,
                 offset,
                 last,
             } => {
+                // Under the PG's lock, so a newer recovery's query (which raises the fence)
+                // is either before this check or after this piece is applied.
+                let mut core = pg.core.lock().await;
+                core.admit(claim)?;
                 let object = objects::object_ref(id, &object);
                 let mut txn = Transaction::new();
                 objects::write_copy(&mut txn, &object, copy.as_ref(), offset, &data, last);
@@ -780,9 +813,10 @@ impl OsdService {
                 let (digests, _) = inner.digest_local(id, names).await?;
                 Ok(reply(OsdReply::Digests(digests)))
             }
-            PeerOp::Activate { info, log } => {
+            PeerOp::Activate { claim, info, log } => {
                 let mut core = pg.core.lock().await;
                 sender_is_primary(&inner.map.borrow(), from, id)?;
+                core.admit(claim)?;
                 let log = log.into_iter().collect();
                 let mut txn = Transaction::new();
                 objects::replace_log(&mut txn, id, info, &log);
@@ -801,7 +835,7 @@ impl OsdService {
 async fn replica_answers(
     inner: &Inner,
     mut replicas: JoinSet<Result<(), String>>,
-    replica_of: &HashMap<tokio::task::Id, (OsdId, AbortHandle)>,
+    replica_of: &BTreeMap<tokio::task::Id, (OsdId, AbortHandle)>,
 ) -> Vec<OsdId> {
     let mut maps = inner.map.subscribe();
     let give_up_on_down = |map: &ClusterMap| {
@@ -815,6 +849,7 @@ async fn replica_answers(
     let mut failed = Vec::new();
     loop {
         tokio::select! {
+            biased;
             joined = replicas.join_next_with_id() => {
                 let Some(joined) = joined else {
                     return failed;
