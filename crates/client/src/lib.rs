@@ -89,7 +89,8 @@ pub enum Error {
     Unreachable(String),
 }
 
-struct Inner {
+/// What a `Cluster` handle and its clones share: the links, the map, the monitor client.
+struct ClusterState {
     endpoint: Endpoint,
     monc: MonClient,
     map: watch::Sender<Arc<ClusterMap>>,
@@ -102,7 +103,7 @@ struct Inner {
     daemons: Mutex<daemon::DaemonLinks>,
 }
 
-impl Drop for Inner {
+impl Drop for ClusterState {
     fn drop(&mut self) {
         if let Some(task) = self
             .follower
@@ -127,7 +128,7 @@ pub struct DataKey {
 /// A connection to a cluster. Cheap to clone.
 #[derive(Clone)]
 pub struct Cluster {
-    inner: Arc<Inner>,
+    inner: Arc<ClusterState>,
 }
 
 /// Reads the keyring file of `entity` (its key, certificate and the cluster's authority).
@@ -153,7 +154,7 @@ impl Cluster {
             .map_err(|e| Error::Keyring(e.to_string()))?;
         let monc = MonClient::new(endpoint.clone(), conf.mon_addrs()?, conf.mon_modes()?);
         let map = monc.map().await?;
-        let inner = Arc::new(Inner {
+        let inner = Arc::new(ClusterState {
             endpoint,
             monc,
             map: watch::Sender::new(Arc::new(map)),
@@ -345,7 +346,7 @@ impl Cluster {
     }
 }
 
-impl Inner {
+impl ClusterState {
     async fn refresh(&self) -> Result<(), Error> {
         let map = self.monc.map().await?;
         self.map.send_if_modified(|current| {
@@ -477,7 +478,7 @@ enum Locate<'a> {
     Pg(u32),
 }
 
-async fn follow_map(inner: std::sync::Weak<Inner>) {
+async fn follow_map(inner: std::sync::Weak<ClusterState>) {
     loop {
         let Some(strong) = inner.upgrade() else {
             return;

@@ -44,7 +44,8 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a request for a file system waits for it to open (its journal replayed).
 const OPEN_WAIT: Duration = Duration::from_secs(60);
 
-struct Inner {
+/// What the MDS's tasks share: its cluster handle, address, auth table and file systems.
+struct MdsState {
     cluster: Cluster,
     addr: SocketAddr,
     entity: String,
@@ -55,7 +56,7 @@ struct Inner {
 
 /// A running metadata daemon.
 pub struct Mds {
-    inner: Arc<Inner>,
+    inner: Arc<MdsState>,
     server: Server,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -94,7 +95,7 @@ impl Mds {
             other => return Err(format!("reading the auth table: {other:?}")),
         };
         let (auth_tx, auth) = watch::channel(Arc::new(table));
-        let inner = Arc::new(Inner {
+        let inner = Arc::new(MdsState {
             cluster,
             addr,
             entity: identity.entity().to_string(),
@@ -169,7 +170,7 @@ async fn follow_auth(monc: MonClient, auth: watch::Sender<Arc<AuthTable>>) {
 
 /// Takes up every file system in the map (booting as its MDS, which fences the previous
 /// one, then replaying its journal), and lets go of those removed or taken over.
-async fn follow_map(inner: Arc<Inner>) {
+async fn follow_map(inner: Arc<MdsState>) {
     loop {
         let map = inner.cluster.map();
         let instance = inner.cluster.instance();
@@ -237,7 +238,7 @@ async fn answers(cluster: &Cluster, fs: &str, mds: &map::filesystem::MdsInfo) ->
     matches!(tokio::time::timeout(PROBE_TIMEOUT, call).await, Ok(Ok(_)))
 }
 
-async fn take_up(inner: &Inner, name: &str) -> Result<Arc<FsServer>, String> {
+async fn take_up(inner: &MdsState, name: &str) -> Result<Arc<FsServer>, String> {
     let command = Command::MdsBoot {
         fs: name.into(),
         addr: inner.addr.to_string(),
@@ -265,7 +266,7 @@ pub struct Presented {
 }
 
 struct Service {
-    inner: Arc<Inner>,
+    inner: Arc<MdsState>,
 }
 
 impl Service {

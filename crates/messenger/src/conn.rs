@@ -82,10 +82,11 @@ impl Shared {
 /// Cheap to clone; the link closes when the last clone is dropped.
 #[derive(Clone)]
 pub struct Connection {
-    inner: Arc<Inner>,
+    inner: Arc<ConnectionState>,
 }
 
-struct Inner {
+/// What a `Connection` and its clones share: the queue to the writer, the reply slots.
+struct ConnectionState {
     peer: EntityName,
     mode: Mode,
     queue: mpsc::UnboundedSender<Outgoing>,
@@ -95,7 +96,7 @@ struct Inner {
     reader: JoinHandle<()>,
 }
 
-impl Drop for Inner {
+impl Drop for ConnectionState {
     fn drop(&mut self) {
         self.reader.abort();
     }
@@ -134,7 +135,7 @@ impl Connection {
             reader_shared.close(reason);
         });
         Connection {
-            inner: Arc::new(Inner {
+            inner: Arc::new(ConnectionState {
                 peer,
                 mode,
                 queue,

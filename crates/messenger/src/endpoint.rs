@@ -37,10 +37,11 @@ impl Default for Limits {
 /// Cheap to clone; share one per process.
 #[derive(Clone)]
 pub struct Endpoint {
-    inner: Arc<Inner>,
+    inner: Arc<EndpointConfig>,
 }
 
-struct Inner {
+/// An endpoint's identity and TLS configurations, shared by its clones.
+struct EndpointConfig {
     entity: EntityName,
     client_tls: Arc<rustls::ClientConfig>,
     server_tls: Arc<rustls::ServerConfig>,
@@ -50,7 +51,7 @@ struct Inner {
 impl Endpoint {
     pub fn new(identity: &Identity, limits: Limits) -> Result<Self, CertError> {
         Ok(Endpoint {
-            inner: Arc::new(Inner {
+            inner: Arc::new(EndpointConfig {
                 entity: identity.entity().clone(),
                 client_tls: identity.client_config()?,
                 server_tls: identity.server_config()?,

@@ -73,7 +73,8 @@ pub enum OsdError {
     Refused(String),
 }
 
-pub(crate) struct Inner {
+/// What an OSD's tasks share: its store, map, placement groups and peers.
+pub(crate) struct OsdState {
     pub id: OsdId,
     pub store: Arc<Store>,
     /// How store work runs: on tokio's blocking pool in a daemon, inline under the
@@ -103,8 +104,30 @@ enum StoreCalls {
     Inline,
 }
 
+/// What differs between one run of an OSD and the next, or between a daemon and a
+/// simulated node: where store work runs, and the first recovery token it draws. Tokens
+/// order the claims other OSDs fence by ([`messenger::message::Claim`]), so a restarted OSD
+/// must draw above every token of its last run, even in the same map epoch: the daemon
+/// starts from the wall clock, the simulator from its virtual one.
+#[derive(Clone, Copy)]
+struct Incarnation {
+    store_calls: StoreCalls,
+    first_token: u64,
+}
+
+/// Recovery tokens an OSD may draw per millisecond it has been up before a restart could
+/// reuse them (one per recovery pass and per peering, far fewer in practice).
+const TOKENS_PER_MS: u64 = 1000;
+
+/// The first recovery token of an OSD started `since` after an epoch that only moves on.
+fn first_token(since: Duration) -> u64 {
+    u64::try_from(since.as_millis())
+        .unwrap_or(u64::MAX / TOKENS_PER_MS)
+        .saturating_mul(TOKENS_PER_MS)
+}
+
 pub struct Osd {
-    inner: Arc<Inner>,
+    inner: Arc<OsdState>,
     server: messenger::Server,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -192,10 +215,17 @@ impl Osd {
             map: map.subscribe(),
             links: Default::default(),
         });
-        let inner = Arc::new(Inner::new(
+        let since_1970 = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        let incarnation = Incarnation {
+            store_calls: StoreCalls::Blocking,
+            first_token: first_token(since_1970),
+        };
+        let inner = Arc::new(OsdState::new(
             config.id,
             store,
-            StoreCalls::Blocking,
+            incarnation,
             map,
             auth,
             net,
@@ -252,27 +282,27 @@ impl Osd {
     }
 }
 
-impl Inner {
+impl OsdState {
     fn new(
         id: OsdId,
         store: Store,
-        store_calls: StoreCalls,
+        incarnation: Incarnation,
         map: watch::Sender<Arc<ClusterMap>>,
         auth: AuthTable,
         net: Arc<dyn net::PeerNet>,
         addr: String,
-    ) -> Inner {
-        Inner {
+    ) -> OsdState {
+        OsdState {
             id,
             store: Arc::new(store),
-            store_calls,
+            store_calls: incarnation.store_calls,
             map,
             auth: watch::Sender::new(Arc::new(auth)),
             pgs: Default::default(),
             net,
             acting_seen: Default::default(),
             tasks: Default::default(),
-            tokens: Default::default(),
+            tokens: incarnation.first_token.into(),
             read_repairs: Default::default(),
             recovery_pending: Default::default(),
             addr,
@@ -400,7 +430,7 @@ impl Inner {
 
 /// Follows the map by epoch, peering PGs as their acting sets change, and boots again if
 /// the monitors marked this OSD down while it was alive.
-async fn follow_map(inner: Arc<Inner>, monc: Arc<MonClient>) {
+async fn follow_map(inner: Arc<OsdState>, monc: Arc<MonClient>) {
     let first = inner.map.borrow().clone();
     inner.on_map(&first);
     loop {
@@ -428,7 +458,7 @@ async fn follow_map(inner: Arc<Inner>, monc: Arc<MonClient>) {
 }
 
 /// Keeps the auth table current, to authorise clients and peers as the monitors do.
-async fn follow_auth(inner: Arc<Inner>, monc: Arc<MonClient>) {
+async fn follow_auth(inner: Arc<OsdState>, monc: Arc<MonClient>) {
     loop {
         let version = inner.auth.borrow().version;
         let request = MonRequest::GetAuth {
@@ -448,7 +478,7 @@ async fn follow_auth(inner: Arc<Inner>, monc: Arc<MonClient>) {
 }
 
 /// Tells the monitors this OSD is alive, with the state of the PGs it leads.
-async fn send_beacons(inner: Arc<Inner>, monc: Arc<MonClient>) {
+async fn send_beacons(inner: Arc<OsdState>, monc: Arc<MonClient>) {
     let mut tick = tokio::time::interval(Duration::from_millis(BEACON_INTERVAL_MS));
     loop {
         tick.tick().await;

@@ -15,7 +15,7 @@ use store::Store;
 use tokio::sync::watch;
 
 use crate::service::{Caller, OsdService};
-use crate::{Inner, PeerNet, StoreCalls};
+use crate::{first_token, Incarnation, OsdState, PeerNet, StoreCalls};
 
 /// How many times [`Node::stop`] lets the runtime run before it gives up waiting for the
 /// node's aborted tasks to let go of it.
@@ -28,14 +28,25 @@ pub struct Node {
 }
 
 impl Node {
-    /// An OSD over `store`, at `map`, peering the PGs the map gives it. Must be called
-    /// inside a tokio runtime.
-    pub fn new(id: OsdId, store: Store, net: Arc<dyn PeerNet>, map: ClusterMap) -> Node {
+    /// An OSD over `store`, at `map`, peering the PGs the map gives it, started
+    /// `since_start` after the simulation began (its recovery tokens start from there, above any an
+    /// earlier run of it drew). Must be called inside a tokio runtime.
+    pub fn new(
+        id: OsdId,
+        store: Store,
+        net: Arc<dyn PeerNet>,
+        map: ClusterMap,
+        since_start: Duration,
+    ) -> Node {
         let map = Arc::new(map);
-        let inner = Arc::new(Inner::new(
+        let incarnation = Incarnation {
+            store_calls: StoreCalls::Inline,
+            first_token: first_token(since_start),
+        };
+        let inner = Arc::new(OsdState::new(
             id,
             store,
-            StoreCalls::Inline,
+            incarnation,
             watch::Sender::new(map.clone()),
             AuthTable::default(),
             net,

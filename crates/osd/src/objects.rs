@@ -22,6 +22,10 @@ use store::{ChunkRecord, ReadError, Store, Transaction, OMAP_PAGE_ENTRIES_MAX};
 pub const VERSION_ATTR: &str = ".v";
 /// The PG info attribute of a PG's metadata object.
 const INFO_ATTR: &str = ".info";
+/// Set on a PG's meta object while this OSD catches up from another (peering's sync, then
+/// the log taken in one transaction, which clears it): until then its objects may be newer
+/// than its log, so an interrupted catch-up is not mistaken for a clean copy (F4).
+const UNSETTLED_ATTR: &str = ".unsettled";
 /// Pool numbers with this bit set hold PG metadata objects; the monitors' pool numbers never
 /// reach it.
 const META_POOL_BIT: u64 = 1 << 63;
@@ -61,14 +65,31 @@ fn encode<T: serde::Serialize>(value: &T) -> Vec<u8> {
 }
 
 /// A PG's info and log as stored (empty for a PG this OSD never held).
-pub fn load_pg(store: &Store, pg: PgId) -> Result<(PgInfo, VecDeque<LogEntry>), ReadError> {
+/// What this OSD's store holds of a PG: its info, its log, and whether a catch-up of it
+/// was interrupted ([`mark_unsettled`]).
+pub struct StoredPg {
+    pub info: PgInfo,
+    pub log: VecDeque<LogEntry>,
+    pub unsettled: bool,
+}
+
+pub fn load_pg(store: &Store, pg: PgId) -> Result<StoredPg, ReadError> {
     let meta = meta_ref(pg);
-    let info = match store.attrs(&meta) {
-        Ok(attrs) => match attrs.get(INFO_ATTR) {
-            Some(bytes) => postcard::from_bytes(bytes).map_err(|e| corrupt("PG info", e))?,
-            None => PgInfo::default(),
-        },
-        Err(ReadError::NotFound { .. }) => return Ok((PgInfo::default(), VecDeque::new())),
+    let (info, unsettled) = match store.attrs(&meta) {
+        Ok(attrs) => {
+            let info = match attrs.get(INFO_ATTR) {
+                Some(bytes) => postcard::from_bytes(bytes).map_err(|e| corrupt("PG info", e))?,
+                None => PgInfo::default(),
+            };
+            (info, attrs.contains_key(UNSETTLED_ATTR))
+        }
+        Err(ReadError::NotFound { .. }) => {
+            return Ok(StoredPg {
+                info: PgInfo::default(),
+                log: VecDeque::new(),
+                unsettled: false,
+            })
+        }
         Err(e) => return Err(e),
     };
     let mut log = VecDeque::new();
@@ -81,7 +102,18 @@ pub fn load_pg(store: &Store, pg: PgId) -> Result<(PgInfo, VecDeque<LogEntry>), 
             log.push_back(postcard::from_bytes(&entry.1).map_err(|e| corrupt("PG log", e))?);
         }
     }
-    Ok((info, log))
+    Ok(StoredPg {
+        info,
+        log,
+        unsettled,
+    })
+}
+
+/// Marks `pg` as catching up: its objects may get ahead of its log until [`replace_log`]
+/// (which clears the mark) commits.
+pub fn mark_unsettled(txn: &mut Transaction, pg: PgId) {
+    let meta = meta_ref(pg);
+    txn.touch(&meta).set_attr(&meta, UNSETTLED_ATTR, &[]);
 }
 
 fn corrupt(what: &str, e: postcard::Error) -> ReadError {

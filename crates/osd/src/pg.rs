@@ -37,13 +37,7 @@ pub enum Serving {
 
 impl Serving {
     pub fn is_active(&self) -> bool {
-        matches!(
-            self,
-            Serving::Primary {
-                state: PgState::Clean | PgState::Undersized | PgState::Recovering,
-                ..
-            }
-        )
+        matches!(self, Serving::Primary { state, .. } if state.is_active())
     }
 }
 
@@ -58,6 +52,9 @@ pub struct Core {
     /// As a recovery's target: the newest claim seen ([`Core::admit`]). Kept in memory
     /// only: after a restart the map has changed, and the next recovery's query sets it.
     pub fence: Claim,
+    /// A catch-up of this copy began and has not finished (kept in the store too,
+    /// `objects::mark_unsettled`): its objects may be newer than its log.
+    pub unsettled: bool,
 }
 
 /// The acting set as this OSD last peered it (empty when not primary).
@@ -79,6 +76,29 @@ pub struct Recovery {
     pub token: u64,
     /// Objects written since the recovery began, to copy again before the target joins.
     pub dirty: BTreeSet<ObjectName>,
+}
+
+/// The member of the acting set a new primary catches up from, given its own last version
+/// and whether its own last catch-up was interrupted, and each member's (last, unsettled)
+/// in `answers`: the member with the newest log, a settled one among equals. An unsettled
+/// primary catches up from a member only as new as itself too, so that its objects are made
+/// that member's again (F4).
+pub fn catch_up_source(
+    own: Version,
+    own_unsettled: bool,
+    answers: &[(Version, bool)],
+) -> Option<usize> {
+    let (best, (last, _)) = answers
+        .iter()
+        .enumerate()
+        .max_by_key(|(_, (last, unsettled))| (*last, !*unsettled))?;
+    (*last > own || (own_unsettled && *last == own)).then_some(best)
+}
+
+/// Whether a member that answered peering joins the clean replicas at once: it holds the
+/// primary's log up to the same version, and no interrupted catch-up of its own.
+pub fn is_clean(own: Version, last: Version, unsettled: bool) -> bool {
+    last == own && !unsettled
 }
 
 /// What a client write gets in its PG, decided under the PG's lock before any IO.
@@ -399,6 +419,40 @@ mod tests {
             replica.on_replicate(&entry(version(4, 20), 3)),
             Verdict::Conflict
         );
+    }
+
+    #[test]
+    fn a_primary_catches_up_from_the_newest_settled_log() {
+        let (v1, v2) = (version(1, 1), version(1, 2));
+        assert_eq!(
+            catch_up_source(v1, false, &[(v1, false), (v2, false)]),
+            Some(1)
+        );
+        assert_eq!(
+            catch_up_source(v2, false, &[(v1, false), (v2, false)]),
+            None
+        );
+        assert_eq!(catch_up_source(v1, false, &[]), None);
+        // Among equals, a member whose own catch-up was interrupted is the last choice.
+        assert_eq!(
+            catch_up_source(v1, false, &[(v2, false), (v2, true)]),
+            Some(0)
+        );
+        assert_eq!(
+            catch_up_source(v1, false, &[(v2, true), (v2, false)]),
+            Some(1)
+        );
+        // An interrupted catch-up here is finished from a member as new as this one.
+        assert_eq!(catch_up_source(v1, true, &[(v1, false)]), Some(0));
+        assert_eq!(catch_up_source(v2, true, &[(v1, false)]), None);
+    }
+
+    #[test]
+    fn only_a_settled_member_with_the_primarys_last_version_is_clean() {
+        let (v1, v2) = (version(1, 1), version(1, 2));
+        assert!(is_clean(v2, v2, false));
+        assert!(!is_clean(v2, v2, true));
+        assert!(!is_clean(v2, v1, false));
     }
 
     #[test]

@@ -23,7 +23,7 @@ use store::Transaction;
 
 use crate::objects;
 use crate::pg::{Core, Interval, Recovery, Serving};
-use crate::Inner;
+use crate::OsdState;
 
 /// Pause before a failed peering or recovery tries again.
 const RETRY_PAUSE: Duration = Duration::from_secs(1);
@@ -42,6 +42,14 @@ pub enum Side {
     Local,
     Remote(OsdId),
     Target(OsdId, Claim),
+}
+
+/// What another OSD answered a query with: its info and log of the PG, and whether a
+/// catch-up of its own was interrupted.
+struct Answer {
+    info: PgInfo,
+    log: Vec<LogEntry>,
+    unsettled: bool,
 }
 
 /// One piece of an object being copied (`copy: None` removes it).
@@ -63,7 +71,7 @@ impl Piece {
     }
 }
 
-impl Inner {
+impl OsdState {
     pub async fn peer_op(
         &self,
         osd: OsdId,
@@ -109,11 +117,12 @@ impl Inner {
         if core.loaded {
             return Ok(());
         }
-        let (info, log) = self
+        let stored = self
             .blocking(move |store| objects::load_pg(store, pg))
             .await?
             .map_err(|e| e.to_string())?;
-        core.set_log(info, log);
+        core.set_log(stored.info, stored.log);
+        core.unsettled = stored.unsettled;
         core.loaded = true;
         Ok(())
     }
@@ -341,16 +350,22 @@ impl Inner {
         }
     }
 
-    /// `osd`'s info and log of the PG; a recovery's query carries its `claim`.
-    async fn query(
-        &self,
-        osd: OsdId,
-        pg: PgId,
-        claim: Option<Claim>,
-    ) -> Result<(PgInfo, Vec<LogEntry>), String> {
+    /// What `osd` holds of the PG, asked under `claim`.
+    async fn query(&self, osd: OsdId, pg: PgId, claim: Claim) -> Result<Answer, String> {
         let op = PeerOp::Query { claim };
         match self.peer_op(osd, pg, op, Bytes::new()).await? {
-            (OsdReply::Info { info, log }, _) => Ok((info, log)),
+            (
+                OsdReply::Info {
+                    info,
+                    log,
+                    unsettled,
+                },
+                _,
+            ) => Ok(Answer {
+                info,
+                log,
+                unsettled,
+            }),
             (other, _) => Err(format!("query: unexpected {other:?}")),
         }
     }
@@ -358,7 +373,7 @@ impl Inner {
 
 /// Peers `id` against the current map: takes primacy (or gives it up), gathers the other
 /// OSDs' states, catches this OSD up if it is behind, and starts recovering the others.
-pub async fn peer(inner: Arc<Inner>, id: PgId) {
+pub async fn peer(inner: Arc<OsdState>, id: PgId) {
     let pg = inner.pg(id);
     let mut core = pg.core.lock().await;
     let map = inner.map.borrow().clone();
@@ -397,10 +412,16 @@ pub async fn peer(inner: Arc<Inner>, id: PgId) {
     }
     // Every member must answer: one that does not may hold the newest writes. Until the
     // monitors mark it down (and the acting set changes), the PG waits.
+    // The queries carry a claim newer than every recovery this OSD ran before: once a
+    // member answered, no slow piece of those lands on it.
+    let claim = Claim {
+        interval: core.interval.epoch,
+        token: inner.next_token(),
+    };
     let mut answers = Vec::new();
     for osd in &acting[1..] {
-        match inner.query(*osd, id, None).await {
-            Ok((info, log)) => answers.push((*osd, info, log)),
+        match inner.query(*osd, id, claim).await {
+            Ok(answer) => answers.push((*osd, answer)),
             Err(e) => {
                 let state = failed(format!("waiting for osd.{} to answer: {e}", osd.0));
                 pg.publish_state(map.epoch, state);
@@ -410,14 +431,19 @@ pub async fn peer(inner: Arc<Inner>, id: PgId) {
             }
         }
     }
-    let best = answers
+    let heard: Vec<(Version, bool)> = answers
         .iter()
-        .map(|(osd, info, log)| (*osd, *info, log))
-        .max_by_key(|(_, info, _)| info.last);
-    if let Some((from, info, log)) = best.filter(|(_, info, _)| info.last > core.info.last) {
+        .map(|(_, answer)| (answer.info.last, answer.unsettled))
+        .collect();
+    if let Some(best) = crate::pg::catch_up_source(core.info.last, core.unsettled, &heard) {
+        let (from, answer) = &answers[best];
+        let from = *from;
         tracing::info!(pg = %format!("{}.{}", id.pool, id.number), from = from.0, "catching up");
-        let caught_up = match inner.sync(id, Side::Remote(from), Side::Local, None).await {
-            Ok(_) => adopt_log(&inner, &mut core, id, info, log.iter().cloned().collect()).await,
+        let caught_up = match catch_up(&inner, &mut core, id, from).await {
+            Ok(()) => {
+                let log = answer.log.iter().cloned().collect();
+                adopt_log(&inner, &mut core, id, answer.info, log).await
+            }
             Err(e) => Err(e),
         };
         if let Err(e) = caught_up {
@@ -428,8 +454,8 @@ pub async fn peer(inner: Arc<Inner>, id: PgId) {
             return;
         }
     }
-    for (osd, info, _) in answers {
-        if info.last == core.info.last {
+    for (osd, answer) in answers {
+        if crate::pg::is_clean(core.info.last, answer.info.last, answer.unsettled) {
             core.interval.clean.push(osd);
         } else {
             start_recovery(&inner, &mut core, id, osd);
@@ -439,7 +465,7 @@ pub async fn peer(inner: Arc<Inner>, id: PgId) {
 }
 
 /// Starts recovering `target` (replacing any task already on it) for the current interval.
-pub fn start_recovery(inner: &Arc<Inner>, core: &mut Core, id: PgId, target: OsdId) {
+pub fn start_recovery(inner: &Arc<OsdState>, core: &mut Core, id: PgId, target: OsdId) {
     let token = inner.next_token();
     core.interval.clean.retain(|osd| *osd != target);
     core.interval.recovering.insert(
@@ -453,7 +479,7 @@ pub fn start_recovery(inner: &Arc<Inner>, core: &mut Core, id: PgId, target: Osd
 }
 
 async fn adopt_log(
-    inner: &Inner,
+    inner: &OsdState,
     core: &mut Core,
     pg: PgId,
     info: PgInfo,
@@ -463,10 +489,26 @@ async fn adopt_log(
     objects::replace_log(&mut txn, pg, info, &log);
     inner.apply(txn).await?;
     core.set_log(info, log);
+    core.unsettled = false;
     Ok(())
 }
 
-fn retry_later(inner: Arc<Inner>, id: PgId) {
+/// Makes this OSD's objects of `id` those of `from`, marked unsettled in the store until
+/// [`adopt_log`] takes `from`'s log: a catch-up cut short stays known, across a restart too.
+async fn catch_up(inner: &OsdState, core: &mut Core, id: PgId, from: OsdId) -> Result<(), String> {
+    if !core.unsettled {
+        let mut txn = Transaction::new();
+        objects::mark_unsettled(&mut txn, id);
+        inner.apply(txn).await?;
+        core.unsettled = true;
+    }
+    inner
+        .sync(id, Side::Remote(from), Side::Local, None)
+        .await
+        .map(|_| ())
+}
+
+fn retry_later(inner: Arc<OsdState>, id: PgId) {
     inner.clone().spawn(async move {
         tokio::time::sleep(RETRY_PAUSE).await;
         peer(inner, id).await;
@@ -483,14 +525,15 @@ fn still_recovering(core: &Core, target: OsdId, token: u64) -> bool {
 
 /// Recovers `target` until it joins the clean replicas, or until another task or a new
 /// interval takes over its recovery (`token` no longer current).
-pub async fn recover(inner: Arc<Inner>, id: PgId, target: OsdId, token: u64) {
+pub async fn recover(inner: Arc<OsdState>, id: PgId, target: OsdId, token: u64) {
     let pg = inner.pg(id);
     let label = format!("{}.{}", id.pool, id.number);
+    let mut token = token;
     loop {
         if !still_recovering(&*pg.core.lock().await, target, token) {
             return;
         }
-        match recover_once(&inner, id, target, token).await {
+        match recover_once(&inner, id, target, &mut token).await {
             Ok(true) => {
                 crate::metrics::recovery_ended(true);
                 tracing::info!(pg = %label, osd = target.0, "recovered");
@@ -507,25 +550,36 @@ pub async fn recover(inner: Arc<Inner>, id: PgId, target: OsdId, token: u64) {
 }
 
 /// One recovery pass; `Ok(true)` once the target joined, `Ok(false)` if the task lost its
-/// claim (or found the target newer than this OSD, and re-peering took over).
+/// claim (or found the target newer than this OSD, and re-peering took over). Each pass
+/// draws a new token (and the task keeps it in `token`): the target then refuses a slow
+/// piece of an earlier pass that arrives after this one copied the object again.
 async fn recover_once(
-    inner: &Arc<Inner>,
+    inner: &Arc<OsdState>,
     id: PgId,
     target: OsdId,
-    token: u64,
+    token: &mut u64,
 ) -> Result<bool, String> {
     let pg = inner.pg(id);
-    let claim = {
-        let core = pg.core.lock().await;
-        if !still_recovering(&core, target, token) {
+    let (token, claim) = {
+        let mut core = pg.core.lock().await;
+        let interval = core.interval.epoch;
+        let Some(recovery) = core
+            .interval
+            .recovering
+            .get_mut(&target)
+            .filter(|r| r.token == *token)
+        else {
             return Ok(false);
-        }
-        Claim {
-            interval: core.interval.epoch,
-            token,
-        }
+        };
+        recovery.token = inner.next_token();
+        *token = recovery.token;
+        let claim = Claim {
+            interval,
+            token: recovery.token,
+        };
+        (recovery.token, claim)
     };
-    let (target_info, _) = inner.query(target, id, Some(claim)).await?;
+    let target_info = inner.query(target, id, claim).await?.info;
     {
         let mut core = pg.core.lock().await;
         if !still_recovering(&core, target, token) {

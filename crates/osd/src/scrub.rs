@@ -28,7 +28,7 @@ use tokio::task::JoinSet;
 use crate::objects;
 use crate::pg::{Core, Pg};
 use crate::recovery::Side;
-use crate::Inner;
+use crate::OsdState;
 
 /// Names per page (one request).
 const PAGE_OBJECTS: u32 = 256;
@@ -37,7 +37,7 @@ const BATCH_OBJECTS: usize = 32;
 
 /// Scrubs the page of `id` after `after`. The caller checked that this OSD is the primary.
 pub async fn page(
-    inner: &Arc<Inner>,
+    inner: &Arc<OsdState>,
     id: PgId,
     after: Option<ObjectName>,
     repair: bool,
@@ -75,7 +75,7 @@ pub async fn page(
 /// differ at all). Bad copies are replaced by the majority's, as `scrub --repair` does.
 /// Returns the finding (none when every copy is alike).
 pub async fn repair_object(
-    inner: &Arc<Inner>,
+    inner: &Arc<OsdState>,
     id: PgId,
     name: ObjectName,
     primary_failed: bool,
@@ -119,7 +119,7 @@ fn busy(id: PgId, why: String) -> OsdReply {
 /// Compares the copies of `names` under the PG's lock, repairs them if asked, and adds
 /// what it found to `page`. Fails before changing anything, or not at all.
 async fn scrub_batch(
-    inner: &Arc<Inner>,
+    inner: &Arc<OsdState>,
     pg: &Pg,
     names: &[ObjectName],
     repair: Repair,
@@ -191,7 +191,7 @@ async fn lock_clean(pg: &Pg) -> Result<MutexGuard<'_, Core>, OsdReply> {
 }
 
 /// The OSDs whose copies are compared: this one (the primary) and the clean replicas.
-fn compared(inner: &Inner, core: &Core) -> Vec<OsdId> {
+fn compared(inner: &OsdState, core: &Core) -> Vec<OsdId> {
     std::iter::once(inner.id)
         .chain(core.interval.clean.iter().copied())
         .collect()
@@ -201,7 +201,7 @@ fn compared(inner: &Inner, core: &Core) -> Vec<OsdId> {
 /// which some OSD has more to list, in the listings' (hash, name) order. Returns them and
 /// where the next page starts.
 async fn names(
-    inner: &Arc<Inner>,
+    inner: &Arc<OsdState>,
     id: PgId,
     osds: &[OsdId],
     after: Option<ObjectName>,
@@ -234,7 +234,7 @@ async fn names(
 /// Each OSD's digests of `names` (one vector per OSD, in `osds` order), and the data bytes
 /// this OSD read.
 async fn digests(
-    inner: &Arc<Inner>,
+    inner: &Arc<OsdState>,
     id: PgId,
     osds: &[OsdId],
     names: &[ObjectName],
@@ -271,7 +271,7 @@ async fn digests(
     Ok((all, bytes))
 }
 
-impl Inner {
+impl OsdState {
     /// This OSD's digests of `names` in `pg`, and the data bytes read for them.
     pub async fn digest_local(
         &self,
@@ -419,7 +419,7 @@ fn difference(copy: &CopyDigest, good: Option<&CopyDigest>) -> String {
 
 /// Replaces each bad copy of `finding` with a copy from an OSD holding the majority's.
 async fn repair_copies(
-    inner: &Arc<Inner>,
+    inner: &Arc<OsdState>,
     id: PgId,
     interval: Epoch,
     held: &[(OsdId, &CopyDigest)],

@@ -20,11 +20,11 @@ use tokio::task::{AbortHandle, JoinSet};
 
 use crate::objects;
 use crate::pg::{Order, Verdict};
-use crate::Inner;
+use crate::OsdState;
 
 #[derive(Clone)]
 pub struct OsdService {
-    pub inner: Arc<Inner>,
+    pub inner: Arc<OsdState>,
 }
 
 fn reply(message: OsdReply) -> Reply {
@@ -735,12 +735,11 @@ impl OsdService {
             PeerOp::Query { claim } => {
                 let mut core = pg.core.lock().await;
                 inner.load(&mut core, id).await?;
-                if let Some(claim) = claim {
-                    core.admit(claim)?;
-                }
+                core.admit(claim)?;
                 Ok(reply(OsdReply::Info {
                     info: core.info,
                     log: core.log.iter().cloned().collect(),
+                    unsettled: core.unsettled,
                 }))
             }
             PeerOp::Replicate { entry, ops } => {
@@ -802,6 +801,7 @@ impl OsdService {
                 // Under the PG's lock, so a newer recovery's query (which raises the fence)
                 // is either before this check or after this piece is applied.
                 let mut core = pg.core.lock().await;
+                sender_is_primary(&inner.map.borrow(), from, id)?;
                 core.admit(claim)?;
                 let object = objects::object_ref(id, &object);
                 let mut txn = Transaction::new();
@@ -822,6 +822,8 @@ impl OsdService {
                 objects::replace_log(&mut txn, id, info, &log);
                 inner.apply(txn).await?;
                 core.set_log(info, log);
+                // The primary made every object this OSD holds its own before activating.
+                core.unsettled = false;
                 core.loaded = true;
                 Ok(reply(OsdReply::Done))
             }
@@ -833,7 +835,7 @@ impl OsdService {
 /// marks down meanwhile is given up on at once, not after [`crate::PEER_TIMEOUT`]: the PG's
 /// lock is held while this waits, and a host cut off answers nothing.
 async fn replica_answers(
-    inner: &Inner,
+    inner: &OsdState,
     mut replicas: JoinSet<Result<(), String>>,
     replica_of: &BTreeMap<tokio::task::Id, (OsdId, AbortHandle)>,
 ) -> Vec<OsdId> {

@@ -8,6 +8,12 @@
 //!
 //! Never a dependency of a shipped crate (checked by scripts/check-deps.py).
 
+#[cfg(not(tokio_unstable))]
+compile_error!(
+    "the simulator seeds tokio's runtime, which needs `--cfg tokio_unstable`: \
+     .cargo/config.toml sets it, unless RUSTFLAGS overrides it"
+);
+
 pub mod net;
 pub mod oracle;
 pub mod world;

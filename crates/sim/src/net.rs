@@ -1,6 +1,8 @@
 //! The simulated network: every OSD-to-OSD and client-to-OSD request goes through
 //! [`Net::call`], which delays it, may lose it or its reply, and gets no answer across a
-//! partition, all drawn from the run's seeded generator.
+//! partition, all drawn from the run's seeded generator. A request, once sent, travels on
+//! its own: it still arrives if its sender crashes or gives up meanwhile, as a message on
+//! the wire does, but never at a later run of the OSD it was sent to.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
@@ -21,9 +23,9 @@ use crate::lock;
 
 /// Longest one-way delay of a message.
 const DELAY_MS_MAX: u64 = 20;
-/// Delay of a slow message (a congested or flapping link), at most: long, but within
-/// [`PEER_TIMEOUT`], so it is answered late rather than given up on.
-const SLOW_MS_MAX: u64 = 20_000;
+/// Delay of a slow message (a congested or flapping link), at most: past [`PEER_TIMEOUT`],
+/// so some arrive after their sender gave up on them.
+const SLOW_MS_MAX: u64 = 40_000;
 /// How long a refused connection (the OSD is not running) takes to fail.
 const REFUSED_AFTER: Duration = Duration::from_millis(1);
 
@@ -60,8 +62,12 @@ struct Hold {
 
 #[derive(Default)]
 struct Links {
-    /// The running OSDs.
-    nodes: BTreeMap<OsdId, Node>,
+    /// The running OSDs, each with the number of its run (no two runs share one).
+    nodes: BTreeMap<OsdId, (u64, Node)>,
+    runs: u64,
+    /// How each held request was answered, in order: for a script to check that its race
+    /// happened as it meant.
+    held_outcomes: Vec<Result<OsdReply, String>>,
     /// OSDs cut off from everyone else (clients and monitors included).
     isolated: BTreeSet<OsdId>,
     holds: Vec<Hold>,
@@ -111,16 +117,33 @@ impl Net {
     }
 
     pub fn attach(&self, node: Node) {
-        self.links().nodes.insert(node.id(), node);
+        let mut links = self.links();
+        links.runs += 1;
+        let run = links.runs;
+        links.nodes.insert(node.id(), (run, node));
     }
 
     /// Takes `osd` off the network (it crashed); its node, to stop.
     pub fn detach(&self, osd: OsdId) -> Option<Node> {
-        self.links().nodes.remove(&osd)
+        self.links().nodes.remove(&osd).map(|(_, node)| node)
     }
 
     pub fn node(&self, osd: OsdId) -> Option<Node> {
-        self.links().nodes.get(&osd).cloned()
+        self.links().nodes.get(&osd).map(|(_, node)| node.clone())
+    }
+
+    fn run_of(&self, osd: OsdId) -> Option<u64> {
+        self.links().nodes.get(&osd).map(|(run, _)| *run)
+    }
+
+    /// `osd`'s node if it is still in run `run`.
+    fn node_in(&self, osd: OsdId, run: u64) -> Option<Node> {
+        let links = self.links();
+        links
+            .nodes
+            .get(&osd)
+            .filter(|(now, _)| *now == run)
+            .map(|(_, node)| node.clone())
     }
 
     pub fn set_isolated(&self, osd: OsdId, isolated: bool) {
@@ -156,6 +179,11 @@ impl Net {
     /// Scripted delays not yet applied.
     pub fn holds_pending(&self) -> usize {
         self.links().holds.len()
+    }
+
+    /// How each held request was answered so far (an error: no answer, and why).
+    pub fn held_outcomes(&self) -> Vec<Result<OsdReply, String>> {
+        self.links().held_outcomes.clone()
     }
 
     /// The scripted delay of this request, if one matches it (it is then used up).
@@ -218,47 +246,104 @@ impl Net {
         request: OsdRequest,
         data: Bytes,
     ) -> Result<(OsdReply, Bytes), String> {
-        if self.node(to).is_none() {
+        let Some(run) = self.run_of(to) else {
             tokio::time::sleep(REFUSED_AFTER).await;
             return Err(format!("osd.{} refused the connection", to.0));
-        }
-        let timeout = tokio::time::sleep(PEER_TIMEOUT);
-        let no_answer = || format!("osd.{} did not answer within {PEER_TIMEOUT:?}", to.0);
-        tokio::pin!(timeout);
+        };
+        let deadline = tokio::time::Instant::now() + PEER_TIMEOUT;
+        let (reply, replied) = oneshot::channel();
         let held = self.held(from, to, &request);
-        tokio::time::sleep(self.delay() + held).await;
-        if !self.reaches(from, to) || self.lost() {
-            timeout.await;
-            return Err(no_answer());
+        let courier = Courier {
+            net: self.clone(),
+            from,
+            to,
+            run,
+            held,
+        };
+        tokio::spawn(courier.carry(request, data, reply));
+        match tokio::time::timeout_at(deadline, replied).await {
+            Ok(Ok(outcome)) => outcome,
+            // Lost on the way, either way: nothing comes before the time runs out.
+            Ok(Err(_)) => {
+                tokio::time::sleep_until(deadline).await;
+                Err(format!(
+                    "osd.{} did not answer within {PEER_TIMEOUT:?}",
+                    to.0
+                ))
+            }
+            Err(_) => Err(format!(
+                "osd.{} did not answer within {PEER_TIMEOUT:?}",
+                to.0
+            )),
         }
-        // Only the serving task holds the node, so a crash can close its store while
-        // callers still wait; one that crashed while the request travelled never answers.
-        let Some(server) = self.node(to) else {
-            timeout.await;
-            return Err(no_answer());
+    }
+}
+
+/// One request's trip to its OSD and its reply's trip back, on a task of the world's own.
+struct Courier {
+    net: Arc<Net>,
+    from: Option<OsdId>,
+    to: OsdId,
+    /// The run of `to` it was sent to.
+    run: u64,
+    /// A script's extra delay on the way there.
+    held: Duration,
+}
+
+impl Courier {
+    /// Delivers `request`, and its reply to `reply` unless it is lost (dropping `reply`).
+    async fn carry(
+        self,
+        request: OsdRequest,
+        data: Bytes,
+        reply: oneshot::Sender<Result<(OsdReply, Bytes), String>>,
+    ) {
+        let outcome = self.deliver(request, data).await;
+        if !self.held.is_zero() {
+            let noted = match &outcome {
+                Some(Ok((answer, _))) => Ok(answer.clone()),
+                Some(Err(why)) => Err(why.clone()),
+                None => Err("lost".into()),
+            };
+            self.net.links().held_outcomes.push(noted);
+        }
+        if let Some(outcome) = outcome {
+            let _ = reply.send(outcome);
+        }
+    }
+
+    /// The reply, an error the sender sees at once (the link closed), or `None` if the
+    /// request or its reply was lost.
+    async fn deliver(
+        &self,
+        request: OsdRequest,
+        data: Bytes,
+    ) -> Option<Result<(OsdReply, Bytes), String>> {
+        let net = &self.net;
+        tokio::time::sleep(net.delay() + self.held).await;
+        if !net.reaches(self.from, self.to) || net.lost() {
+            return None;
+        }
+        let closed = || Some(Err(format!("osd.{}: the link closed", self.to.0)));
+        // Only the serving task holds the node, so a crash can close its store meanwhile.
+        let Some(server) = net.node_in(self.to, self.run) else {
+            return closed();
         };
         let (answer, answered) = oneshot::channel();
-        let caller = caller(from);
+        let caller = caller(self.from);
         server.clone().spawn(async move {
             let reply = server.serve(&caller, request, data).await;
             let _ = answer.send(reply);
         });
-        tokio::select! {
-            biased;
-            reply = answered => {
-                let Ok(reply) = reply else {
-                    // The OSD stopped while it served: the link closes.
-                    return Err(format!("osd.{}: the link closed", to.0));
-                };
-                tokio::time::sleep(self.delay()).await;
-                if !self.reaches(from, to) || self.lost() {
-                    timeout.await;
-                    return Err(no_answer());
-                }
-                Ok(reply)
-            }
-            () = &mut timeout => Err(no_answer()),
+        let Ok(answer) = answered.await else {
+            // The OSD stopped while it served.
+            return closed();
+        };
+        tokio::time::sleep(net.delay()).await;
+        if !net.reaches(self.from, self.to) || net.lost() {
+            return None;
         }
+        Some(Ok(answer))
     }
 }
 
