@@ -91,3 +91,16 @@ ensure_s3_tools() {
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
         awscli==1.46.3 boto3==1.44.5
 }
+
+# What scripts/fuzz needs: a nightly toolchain (cargo-fuzz builds with sanitizers, which
+# only nightly rustc offers) and cargo-fuzz itself, from crates.io.
+ensure_fuzz_tools() {
+    if ! rustup run nightly rustc --version >/dev/null 2>&1; then
+        echo "coffer: installing the nightly Rust toolchain for fuzzing" >&2
+        rustup toolchain install nightly --profile minimal
+    fi
+    if ! cargo fuzz --version >/dev/null 2>&1; then
+        echo "coffer: installing cargo-fuzz" >&2
+        cargo install --locked cargo-fuzz
+    fi
+}

@@ -10,6 +10,7 @@
 pub mod buckets;
 pub mod data;
 mod encryption;
+pub mod fuzz;
 pub mod kms;
 pub mod layout;
 pub mod maintenance;

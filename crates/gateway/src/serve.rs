@@ -107,7 +107,7 @@ where
 /// `service`, with a request id on every response (`x-amz-request-id`), and every error
 /// body carrying a `Message` and that `RequestId`: clients print the message (aws-cli says
 /// "Unknown" without one), and the operator finds the request in the gateway's log by its id.
-fn annotated(
+pub(crate) fn annotated(
     service: S3Service,
 ) -> impl hyper::service::Service<
     hyper::Request<hyper::body::Incoming>,

@@ -15,6 +15,7 @@ mod endpoint;
 mod entity;
 mod error;
 mod frame;
+pub mod fuzz;
 mod identity;
 mod link;
 pub mod message;

@@ -23,7 +23,7 @@ use crate::protect::{
     FrameKey, FrameKeys, SegmentCheck, BOUND_BIT, CHECK_BYTES, PREFIX_BYTES, TAG_BYTES,
 };
 
-const PROTOCOL_VERSION: u16 = 9;
+pub(crate) const PROTOCOL_VERSION: u16 = 9;
 /// Largest hello or answer; the exchange carries names and modes only.
 const HELLO_BYTES_MAX: usize = 4096;
 /// Frames are coalesced into writes of up to this size; larger segments go straight through.
@@ -41,14 +41,14 @@ pub(crate) const SEGMENT_ALIGN_BYTES: usize = 4096;
 pub(crate) const ALIGNED_SEGMENT_BYTES_MIN: usize = 64 << 10;
 
 #[derive(Serialize, Deserialize)]
-struct Hello {
-    version: u16,
-    entity: EntityName,
-    modes: Vec<Mode>,
+pub(crate) struct Hello {
+    pub version: u16,
+    pub entity: EntityName,
+    pub modes: Vec<Mode>,
 }
 
 #[derive(Serialize, Deserialize)]
-enum Answer {
+pub(crate) enum Answer {
     Welcome { entity: EntityName, mode: Mode },
     Refuse { reason: String },
 }
@@ -132,6 +132,20 @@ where
     postcard::from_bytes(&body).map_err(|e| ConnectError::Protocol(format!("hello: {e}")))
 }
 
+/// The hello a connecting peer sends, read as [`accept`] reads it.
+pub(crate) async fn read_hello<R: AsyncRead + Unpin>(
+    reader: &mut R,
+) -> Result<Hello, ConnectError> {
+    read_msg(reader).await
+}
+
+/// The server's answer to a hello, read as [`connect`] reads it.
+pub(crate) async fn read_answer<R: AsyncRead + Unpin>(
+    reader: &mut R,
+) -> Result<Answer, ConnectError> {
+    read_msg(reader).await
+}
+
 /// Checks that TLS holds no plaintext the peer sent after its last handshake message.
 fn check_drained(reader: &mut dyn std::io::Read) -> Result<(), ConnectError> {
     let mut probe = [0u8; 1];
@@ -203,7 +217,7 @@ pub(crate) async fn connect(
     write_msg(&mut tls, &hello)
         .await
         .map_err(ConnectError::Io)?;
-    match read_msg(&mut tls).await? {
+    match read_answer(&mut tls).await? {
         Answer::Refuse { reason } => Err(ConnectError::Refused(reason)),
         Answer::Welcome { entity, .. } if entity != *peer => Err(ConnectError::Protocol(format!(
             "expected {peer}, the peer says it is {entity}"
@@ -235,7 +249,7 @@ pub(crate) async fn accept(
     tcp.set_nodelay(true).map_err(ConnectError::Io)?;
     let acceptor = tokio_rustls::TlsAcceptor::from(endpoint.server_tls());
     let mut tls = acceptor.accept(tcp).await.map_err(ConnectError::Tls)?;
-    let hello: Hello = read_msg(&mut tls).await?;
+    let hello = read_hello(&mut tls).await?;
     let cert = tls
         .get_ref()
         .1
@@ -546,7 +560,6 @@ pub(crate) async fn write_protected<W: AsyncWrite + Unpin>(
 }
 
 /// The bytes of one secure frame, as [`write_protected`] sends them.
-#[cfg(test)]
 pub(crate) fn protect(key: &mut FrameKey, frame: &Outgoing) -> Vec<u8> {
     use std::future::Future;
     use std::task::{Context, Poll, Waker};

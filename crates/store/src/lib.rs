@@ -26,6 +26,7 @@ mod apply;
 mod commit;
 mod device;
 mod error;
+pub mod fuzz;
 mod list;
 mod metadata;
 pub mod metrics;

@@ -169,7 +169,11 @@ pub(crate) fn decode_extent(sealer: &MetaSealer, key: &[u8], stored: &[u8]) -> O
         ExtentSeal::Store { tags, .. } => tags.len() as u64 == extent.len_blocks,
         ExtentSeal::Edge { chunks } => chunks.len() as u64 == extent.len_blocks,
     };
-    (extent.len_blocks > 0 && extent.len_blocks <= EXTENT_BLOCKS_MAX && records_fit)
+    let in_range = extent
+        .physical_block
+        .checked_add(extent.len_blocks)
+        .is_some();
+    (extent.len_blocks > 0 && extent.len_blocks <= EXTENT_BLOCKS_MAX && records_fit && in_range)
         .then_some(extent)
 }
 

@@ -11,6 +11,7 @@
 //! `STARTTLS` (rustls), as `nbds://` URIs do; where TLS is required, nothing is served
 //! without it.
 
+pub mod fuzz;
 mod negotiate;
 mod transmit;
 pub mod wire;
@@ -77,8 +78,14 @@ impl Export {
         })
     }
 
-    fn answers_to(&self, name: &str) -> bool {
-        name.is_empty() || name == self.name
+    /// What negotiation offers a client: the image as it is now.
+    fn offer(&self) -> negotiate::Offer<'_> {
+        negotiate::Offer {
+            name: &self.name,
+            description: self.image.spec(),
+            size: self.image.size(),
+            read_only: self.image.is_read_only(),
+        }
     }
 
     /// A share of the gate for one request; `None` once the export is draining.
@@ -174,8 +181,13 @@ where
     let mut stream = tokio::io::join(reader, writer);
     let plain = negotiate::within(deadline, async {
         let no_zeroes = negotiate::greet(&mut stream).await?;
-        let outcome =
-            negotiate::options(&mut stream, &export, no_zeroes, tls.before_handshake()).await?;
+        let outcome = negotiate::options(
+            &mut stream,
+            &export.offer(),
+            no_zeroes,
+            tls.before_handshake(),
+        )
+        .await?;
         Ok((no_zeroes, outcome))
     })
     .await;
@@ -191,7 +203,8 @@ where
             let secured = negotiate::within(deadline, async {
                 let mut secure = acceptor.accept(stream).await?;
                 let outcome =
-                    negotiate::options(&mut secure, &export, no_zeroes, Tls::Active).await?;
+                    negotiate::options(&mut secure, &export.offer(), no_zeroes, Tls::Active)
+                        .await?;
                 Ok((secure, outcome))
             })
             .await;

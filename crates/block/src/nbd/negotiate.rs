@@ -29,7 +29,6 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::wire::*;
-use super::Export;
 
 /// Longest option data a client may send.
 pub const OPTION_BYTES_MAX: u32 = 64 << 10;
@@ -54,6 +53,23 @@ pub struct Session {
     /// The export's size when transmission began; requests are checked against it.
     pub size: u64,
     pub flags: u16,
+}
+
+/// What negotiation tells a client of the export it serves: all it needs of the image.
+#[derive(Clone, Copy, Debug)]
+pub struct Offer<'a> {
+    pub name: &'a str,
+    /// Sent as the export's description (`INFO_DESCRIPTION`): the image's pool and name.
+    pub description: &'a str,
+    pub size: u64,
+    pub read_only: bool,
+}
+
+impl Offer<'_> {
+    /// Clients may ask for the export by its name or as the default export (the empty name).
+    fn answers_to(&self, name: &str) -> bool {
+        name.is_empty() || name == self.name
+    }
 }
 
 /// Where a connection stands with TLS.
@@ -99,9 +115,9 @@ fn refused(why: String) -> io::Error {
 }
 
 /// The transmission flags of this export for a session with or without structured replies.
-fn transmission_flags(export: &Export, structured_replies: bool) -> u16 {
+fn transmission_flags(offer: &Offer, structured_replies: bool) -> u16 {
     let mut flags = TFLAG_HAS_FLAGS | TFLAG_SEND_FLUSH | TFLAG_SEND_FUA | TFLAG_CAN_MULTI_CONN;
-    if export.image.is_read_only() {
+    if offer.read_only {
         flags |= TFLAG_READ_ONLY;
     } else {
         flags |= TFLAG_SEND_TRIM | TFLAG_SEND_WRITE_ZEROES | TFLAG_SEND_FAST_ZERO;
@@ -140,7 +156,7 @@ where
 /// Negotiated state starts afresh on each stream, as the protocol asks after `STARTTLS`.
 pub async fn options<S>(
     stream: &mut S,
-    export: &Export,
+    offer: &Offer<'_>,
     no_zeroes: bool,
     tls: Tls,
 ) -> io::Result<Outcome>
@@ -165,7 +181,7 @@ where
         let mut out = Vec::new();
         let next = match gate(tls, option, &data, &mut out) {
             Some(next) => next,
-            None => answer(export, &mut session, option, &data, no_zeroes, &mut out),
+            None => answer(offer, &mut session, option, &data, no_zeroes, &mut out),
         };
         stream.write_all(&out).await?;
         stream.flush().await?;
@@ -229,7 +245,7 @@ enum Next {
 
 /// Writes the reply to one option into `out` and says what comes next.
 fn answer(
-    export: &Export,
+    offer: &Offer,
     session: &mut Session,
     option: u32,
     data: &[u8],
@@ -248,8 +264,8 @@ fn answer(
                 return Next::Continue;
             }
             let mut server = Vec::new();
-            server.extend_from_slice(&(export.name.len() as u32).to_be_bytes());
-            server.extend_from_slice(export.name.as_bytes());
+            server.extend_from_slice(&(offer.name.len() as u32).to_be_bytes());
+            server.extend_from_slice(offer.name.as_bytes());
             reply(REP_SERVER, &server);
             reply(REP_ACK, &[]);
             Next::Continue
@@ -267,10 +283,10 @@ fn answer(
             let Ok(name) = std::str::from_utf8(data) else {
                 return Next::Disconnect("export name is not UTF-8".into());
             };
-            if !export.answers_to(name) {
+            if !offer.answers_to(name) {
                 return Next::Disconnect(format!("no export named {name:?}"));
             }
-            start(export, session);
+            start(offer, session);
             out.extend_from_slice(&session.size.to_be_bytes());
             out.extend_from_slice(&session.flags.to_be_bytes());
             if !no_zeroes {
@@ -289,17 +305,17 @@ fn answer(
                 reply(REP_ERR_INVALID, b"malformed INFO/GO request");
                 return Next::Continue;
             };
-            if !export.answers_to(name) {
+            if !offer.answers_to(name) {
                 reply(
                     REP_ERR_UNKNOWN,
                     format!("no export named {name:?}").as_bytes(),
                 );
                 return Next::Continue;
             }
-            let flags = transmission_flags(export, session.structured_replies);
+            let flags = transmission_flags(offer, session.structured_replies);
             let mut info = Vec::with_capacity(12);
             info.extend_from_slice(&INFO_EXPORT.to_be_bytes());
-            info.extend_from_slice(&export.image.size().to_be_bytes());
+            info.extend_from_slice(&offer.size.to_be_bytes());
             info.extend_from_slice(&flags.to_be_bytes());
             reply(REP_INFO, &info);
             let mut block_size = Vec::with_capacity(14);
@@ -310,8 +326,8 @@ fn answer(
             reply(REP_INFO, &block_size);
             for kind in wanted {
                 let text = match kind {
-                    INFO_NAME => &export.name,
-                    INFO_DESCRIPTION => export.image.spec(),
+                    INFO_NAME => offer.name,
+                    INFO_DESCRIPTION => offer.description,
                     _ => continue,
                 };
                 let mut body = kind.to_be_bytes().to_vec();
@@ -320,14 +336,14 @@ fn answer(
             }
             reply(REP_ACK, &[]);
             if option == OPT_GO {
-                start(export, session);
+                start(offer, session);
                 Next::Transmit
             } else {
                 Next::Continue
             }
         }
         OPT_LIST_META_CONTEXT | OPT_SET_META_CONTEXT => {
-            meta_context(export, session, option, data, &mut reply);
+            meta_context(offer, session, option, data, &mut reply);
             Next::Continue
         }
         _ => {
@@ -338,14 +354,14 @@ fn answer(
 }
 
 /// Fixes the session's size and flags as transmission begins.
-fn start(export: &Export, session: &mut Session) {
-    session.size = export.image.size();
-    session.flags = transmission_flags(export, session.structured_replies);
+fn start(offer: &Offer, session: &mut Session) {
+    session.size = offer.size;
+    session.flags = transmission_flags(offer, session.structured_replies);
 }
 
 /// Answers LIST_META_CONTEXT and SET_META_CONTEXT: the only context is `base:allocation`.
 fn meta_context(
-    export: &Export,
+    offer: &Offer,
     session: &mut Session,
     option: u32,
     data: &[u8],
@@ -368,7 +384,7 @@ fn meta_context(
         reply(REP_ERR_INVALID, b"malformed metadata context request");
         return;
     };
-    if !export.answers_to(name) {
+    if !offer.answers_to(name) {
         reply(
             REP_ERR_UNKNOWN,
             format!("no export named {name:?}").as_bytes(),

@@ -266,19 +266,17 @@ fn in_range(session: &Session, request: &Request) -> bool {
         .is_some_and(|end| end <= session.size)
 }
 
-async fn handle(
-    export: &Export,
+/// Why `request` is refused before it reaches the image, if it is: the error number and a
+/// message for the client.
+pub(crate) fn refusal(
     session: &Session,
-    request: Request,
-    payload: Bytes,
-    stats: &Stats,
-    _gate: OwnedRwLockReadGuard<()>,
-) -> Vec<Part> {
-    let cookie = request.cookie;
+    read_only: bool,
+    request: &Request,
+) -> Option<(u32, String)> {
     let writes = matches!(request.kind, CMD_WRITE | CMD_TRIM | CMD_WRITE_ZEROES);
     let ranged = writes || matches!(request.kind, CMD_READ | CMD_BLOCK_STATUS);
     let undocumented = request.flags & !flags_documented(request.kind, session);
-    let refusal = if undocumented != 0 {
+    if undocumented != 0 {
         Some((
             EINVAL,
             format!(
@@ -286,7 +284,7 @@ async fn handle(
                 request.kind
             ),
         ))
-    } else if writes && export.image.is_read_only() {
+    } else if writes && read_only {
         Some((EPERM, "the export is read-only".to_string()))
     } else if request.kind == CMD_READ && request.len > PAYLOAD_BYTES_MAX {
         let error = if request.flags & CMD_FLAG_DF != 0 {
@@ -303,7 +301,7 @@ async fn handle(
         ))
     } else if ranged && request.len == 0 {
         Some((EINVAL, "a request for zero bytes".to_string()))
-    } else if ranged && !in_range(session, &request) {
+    } else if ranged && !in_range(session, request) {
         // Writes past the end are out of space; anything else past the end is invalid.
         let error = if matches!(request.kind, CMD_WRITE | CMD_WRITE_ZEROES) {
             ENOSPC
@@ -319,8 +317,19 @@ async fn handle(
         ))
     } else {
         None
-    };
-    if let Some((error, message)) = refusal {
+    }
+}
+
+async fn handle(
+    export: &Export,
+    session: &Session,
+    request: Request,
+    payload: Bytes,
+    stats: &Stats,
+    _gate: OwnedRwLockReadGuard<()>,
+) -> Vec<Part> {
+    let cookie = request.cookie;
+    if let Some((error, message)) = refusal(session, export.image.is_read_only(), &request) {
         stats.errors.fetch_add(1, Ordering::Relaxed);
         crate::metrics::failed(request.kind);
         return failure(session, cookie, error, &message);
