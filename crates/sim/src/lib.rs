@@ -4,7 +4,7 @@
 //! monitor kept by the run ([`world`]); clients write, a nemesis crashes OSDs and cuts them
 //! off, then every fault heals and the run checks what the clients were told ([`oracle`]).
 //! A seed decides every choice, so a failing seed replays exactly:
-//! `cargo run --release -p coffer-sim -- --seed N`.
+//! `scripts/sim --seed N`.
 //!
 //! Never a dependency of a shipped crate (checked by scripts/check-deps.py).
 
@@ -60,9 +60,8 @@ fn panics_here() -> Vec<String> {
 /// Runs one seed of the workload ([`world::workload`]) on this thread; the report, or what
 /// broke, with the seed and how to replay it.
 pub fn run(seed: u64, config: &Config) -> Result<Report, String> {
-    simulate(seed, config, |world| world::workload(world, config)).map_err(|failure| {
-        format!("{failure}\n  replay: cargo run --release -p coffer-sim -- --seed {seed}")
-    })
+    simulate(seed, config, |world| world::workload(world, config))
+        .map_err(|failure| format!("{failure}\n  replay: scripts/sim --seed {seed}"))
 }
 
 /// Runs `script` on a new cluster of `config` on this thread, seeded by `seed`, its stores

@@ -1,11 +1,11 @@
-//! The simulator in CI: a few hundred seeds of crashes, partitions and lost messages against
+//! The simulator in CI: a thousand seeds of crashes, partitions and lost messages against
 //! the OSD's own code (about a tenth of a second each), and proof that a seed replays.
-//! Longer searches: `cargo run --release -p coffer-sim -- --seeds 10000`.
+//! Longer searches: `scripts/sim --seeds 100000`.
 
 use coffer_sim::{run, Config};
 
 /// Seeds each CI run searches; a failure prints the seed and how to replay it.
-const SEEDS: u64 = 300;
+const SEEDS: u64 = 1000;
 
 #[test]
 fn acknowledged_writes_survive_crashes_partitions_and_lost_messages() {
