@@ -95,12 +95,17 @@ ensure_s3_tools() {
 # What scripts/fuzz needs: a nightly toolchain (cargo-fuzz builds with sanitizers, which
 # only nightly rustc offers) and cargo-fuzz itself, from crates.io.
 ensure_fuzz_tools() {
+    if ! command -v rustup >/dev/null 2>&1; then
+        echo "coffer: fuzzing needs rustup, for the nightly toolchain; install it from rustup.rs" >&2
+        exit 1
+    fi
     if ! rustup run nightly rustc --version >/dev/null 2>&1; then
         echo "coffer: installing the nightly Rust toolchain for fuzzing" >&2
         rustup toolchain install nightly --profile minimal
     fi
     if ! cargo fuzz --version >/dev/null 2>&1; then
         echo "coffer: installing cargo-fuzz" >&2
-        cargo install --locked cargo-fuzz
+        # The version the targets and scripts/fuzz were written against.
+        cargo install --locked cargo-fuzz --version 0.13.2
     fi
 }

@@ -10,6 +10,7 @@
 pub mod buckets;
 pub mod data;
 mod encryption;
+#[cfg(any(test, fuzzing))]
 pub mod fuzz;
 pub mod kms;
 pub mod layout;

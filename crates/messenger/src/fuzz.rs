@@ -1,10 +1,14 @@
 //! Entry points for the fuzz targets in `fuzz/` and for the tests that replay what they
-//! found (docs/fuzzing.md): each takes bytes as a hostile peer would send them to a link
-//! and reads them as the link does. None may panic, hang, or allocate past the limits
-//! the frame header enforces, whatever the bytes; each returns how many frames or
-//! messages it accepted, which the tests check on inputs that must pass.
+//! find (docs/fuzzing.md); compiled for tests and the fuzzer only. Each takes bytes as a
+//! hostile peer would send them to a link and reads them as the link does. None may panic,
+//! hang, or allocate past the limits the frame header enforces, whatever the bytes; each
+//! returns how many frames or messages it accepted, which the tests check on inputs that
+//! must pass.
 
 use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 
 use crate::frame::{Header, Kind, Segment};
 use crate::link::{self, FrameReader, Outgoing};
@@ -80,6 +84,42 @@ pub fn hello(bytes: &[u8]) -> usize {
         let as_answer = link::read_answer(&mut std::io::Cursor::new(bytes)).await;
         usize::from(as_hello.is_ok()) + usize::from(as_answer.is_ok())
     })
+}
+
+/// Reads `bytes` as a message of type `T`, as a frame's metadata is read. A message that
+/// decodes must encode again, and that encoding must be its own: decoded and encoded once
+/// more, the bytes are the same. Returns whether the bytes read as a `T`.
+pub fn reads<T: Serialize + DeserializeOwned>(bytes: &[u8]) -> bool {
+    let Ok(message) = postcard::from_bytes::<T>(bytes) else {
+        return false;
+    };
+    let encoded = postcard::to_allocvec(&message).expect("a decoded message encodes");
+    let again: T = postcard::from_bytes(&encoded).expect("an encoded message decodes");
+    let encoded_again = postcard::to_allocvec(&again).expect("a decoded message encodes");
+    assert_eq!(
+        encoded, encoded_again,
+        "a message's encoding is not its own"
+    );
+    true
+}
+
+/// Messages as peers send them, for the `messages` target: a monitor's request, and an
+/// OSD's reply carrying chunk seal records (the wire's hand-written encoding).
+pub fn message_seeds() -> Vec<Vec<u8>> {
+    use crate::message::{ChunkSeal, MonRequest, OpResult, OsdReply};
+    let seal = ChunkSeal {
+        key_id: 3,
+        nonce: [1; 12],
+        tag: [2; 16],
+    };
+    let chunks = OsdReply::Results(vec![OpResult::Chunks {
+        size: 3 << 16,
+        seals: vec![Some(seal), None, Some(seal)],
+    }]);
+    vec![
+        postcard::to_allocvec(&MonRequest::GetMap { newer_than: None }).expect("encodes"),
+        postcard::to_allocvec(&chunks).expect("encodes"),
+    ]
 }
 
 /// Frames as senders write them, for [`crc_frames`]: two in a row, and one whose data
@@ -177,6 +217,12 @@ mod tests {
             let expected = usize::from(segment != Segment::Open);
             assert_eq!(secure_frame(&flipped), expected, "{segment:?} flipped");
         }
+        let seeds = message_seeds();
+        assert!(reads::<crate::message::MonRequest>(&seeds[0]));
+        assert!(reads::<crate::message::OsdReply>(&seeds[1]));
+        assert!(!reads::<crate::message::OsdReply>(
+            &seeds[1][..seeds[1].len() - 1]
+        ));
         for seed in hello_seeds() {
             assert!(hello(&seed) >= 1, "{seed:?}");
             assert_eq!(hello(&seed[..seed.len() - 1]), 0);

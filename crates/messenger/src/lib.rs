@@ -15,6 +15,7 @@ mod endpoint;
 mod entity;
 mod error;
 mod frame;
+#[cfg(any(test, fuzzing))]
 pub mod fuzz;
 mod identity;
 mod link;

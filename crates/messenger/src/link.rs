@@ -560,6 +560,7 @@ pub(crate) async fn write_protected<W: AsyncWrite + Unpin>(
 }
 
 /// The bytes of one secure frame, as [`write_protected`] sends them.
+#[cfg(any(test, fuzzing))]
 pub(crate) fn protect(key: &mut FrameKey, frame: &Outgoing) -> Vec<u8> {
     use std::future::Future;
     use std::task::{Context, Poll, Waker};

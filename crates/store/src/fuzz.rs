@@ -1,8 +1,9 @@
-//! Entry points for the fuzz target in `fuzz/` and for the tests that replay what it
-//! found (docs/fuzzing.md): the metadata records a store reads back from its database,
-//! as a damaged disk may hold them. In `none` mode nothing authenticates a record, so its
-//! decoding and the checks behind it are all that stand between a damaged byte and the
-//! read path; none may panic, whatever the bytes.
+//! Entry points for the fuzz target in `fuzz/` and for the tests that replay what it finds
+//! (docs/fuzzing.md); compiled for tests and the fuzzer only. They read the metadata
+//! records a store reads back from its database, as a damaged disk may hold them. In
+//! `none` mode nothing authenticates a record, so its decoding and the checks behind it are
+//! all that stand between a damaged byte and the read path; none may panic, whatever the
+//! bytes.
 
 use std::collections::BTreeMap;
 
@@ -21,14 +22,14 @@ const ID: ObjectId = [7; 16];
 pub fn records(bytes: &[u8]) -> usize {
     let plain = MetaSealer::plain();
     let record = postcard::from_bytes::<ObjectRecord>(bytes).is_ok();
-    let logical = 3;
-    let extent = decode_extent(&plain, &extent_key(&ID, logical), bytes).inspect(|extent| {
-        let mut map = ExtentMap::from([(logical, extent.clone())]);
-        let end = logical + extent.len_blocks;
-        for first in [logical, logical + 1, end - 1] {
-            object::pieces(&map, first, end);
+    let first_block = 3;
+    let extent = decode_extent(&plain, &extent_key(&ID, first_block), bytes).inspect(|extent| {
+        let mut map = ExtentMap::from([(first_block, extent.clone())]);
+        let end_block = first_block + extent.len_blocks;
+        for from_block in [first_block, first_block + 1, end_block - 1] {
+            object::pieces(&map, from_block, end_block);
         }
-        object::punch(&mut map, logical + 1, end);
+        object::punch(&mut map, first_block + 1, end_block);
     });
     let usage = decode_row(&plain, &row_key(PoolId(1)), bytes).is_some();
     usize::from(record) + usize::from(extent.is_some()) + usize::from(usage)
@@ -54,11 +55,11 @@ pub fn record_seeds() -> Vec<Vec<u8>> {
         stored_bytes: 12 << 20,
         allocated_bytes: 12 << 20,
     };
-    let postcard = |bytes: postcard::Result<Vec<u8>>| bytes.expect("a record encodes");
+    let encoded = |bytes: postcard::Result<Vec<u8>>| bytes.expect("a record encodes");
     vec![
-        postcard(postcard::to_allocvec(&record)),
-        postcard(postcard::to_allocvec(&extent(ExtentSeal::Bare, 1024))),
-        postcard(postcard::to_allocvec(&extent(
+        encoded(postcard::to_allocvec(&record)),
+        encoded(postcard::to_allocvec(&extent(ExtentSeal::Bare, 1024))),
+        encoded(postcard::to_allocvec(&extent(
             ExtentSeal::Store {
                 incarnation: 2,
                 nonce_base: 99,
@@ -89,7 +90,8 @@ mod found {
 
     /// An extent record whose device blocks run past the last block number: slicing it (as
     /// every read and overwrite does) overflowed, a panic with overflow checks and, without
-    /// them, device blocks wrapped round to the start of the device.
+    /// them, device blocks wrapped round to the start of the device. The same for the byte
+    /// offset of a block, found by reading the code after the fuzzer's find.
     #[test]
     fn an_extent_past_the_last_block_number_is_refused() {
         let input = [
@@ -100,5 +102,12 @@ mod found {
         let plain = MetaSealer::plain();
         assert!(decode_extent(&plain, &extent_key(&ID, 3), &input).is_none());
         records(&input);
+        let past_bytes = Extent {
+            physical_block: u64::MAX / crate::BLOCK_SIZE_BYTES,
+            len_blocks: 1,
+            seal: ExtentSeal::Bare,
+        };
+        let bytes = postcard::to_allocvec(&past_bytes).expect("an extent encodes");
+        assert!(decode_extent(&plain, &extent_key(&ID, 3), &bytes).is_none());
     }
 }

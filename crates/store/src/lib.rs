@@ -26,6 +26,7 @@ mod apply;
 mod commit;
 mod device;
 mod error;
+#[cfg(any(test, fuzzing))]
 pub mod fuzz;
 mod list;
 mod metadata;

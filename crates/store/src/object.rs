@@ -169,9 +169,12 @@ pub(crate) fn decode_extent(sealer: &MetaSealer, key: &[u8], stored: &[u8]) -> O
         ExtentSeal::Store { tags, .. } => tags.len() as u64 == extent.len_blocks,
         ExtentSeal::Edge { chunks } => chunks.len() as u64 == extent.len_blocks,
     };
+    // Device blocks, and the byte offsets reads and writes compute from them, stay
+    // within u64: a damaged record must not wrap round to another place on the device.
     let in_range = extent
         .physical_block
         .checked_add(extent.len_blocks)
+        .and_then(|end| end.checked_mul(crate::device::BLOCK_SIZE_BYTES))
         .is_some();
     (extent.len_blocks > 0 && extent.len_blocks <= EXTENT_BLOCKS_MAX && records_fit && in_range)
         .then_some(extent)

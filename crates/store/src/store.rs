@@ -554,7 +554,10 @@ fn rebuild_allocator(
         used.push(extent.run());
     }
     Allocator::from_used(data_blocks, used).map_err(|o| OpenError::Corrupt {
-        what: format!("two extents claim device block {}", o.block),
+        what: format!(
+            "device block {} is claimed twice, or past the device's end",
+            o.block
+        ),
     })
 }
 

@@ -11,6 +11,7 @@
 //! `STARTTLS` (rustls), as `nbds://` URIs do; where TLS is required, nothing is served
 //! without it.
 
+#[cfg(any(test, fuzzing))]
 pub mod fuzz;
 mod negotiate;
 mod transmit;
@@ -83,7 +84,7 @@ impl Export {
         negotiate::Offer {
             name: &self.name,
             description: self.image.spec(),
-            size: self.image.size(),
+            size_bytes: self.image.size(),
             read_only: self.image.is_read_only(),
         }
     }

@@ -50,7 +50,8 @@ pub struct Session {
     pub structured_replies: bool,
     /// `base:allocation` was selected: block status requests are answered.
     pub allocation: bool,
-    /// The export's size when transmission began; requests are checked against it.
+    /// The export's size in bytes as the negotiation offered it (the image's size when the
+    /// client connected, or when it started TLS); requests are checked against it.
     pub size: u64,
     pub flags: u16,
 }
@@ -61,7 +62,7 @@ pub struct Offer<'a> {
     pub name: &'a str,
     /// Sent as the export's description (`INFO_DESCRIPTION`): the image's pool and name.
     pub description: &'a str,
-    pub size: u64,
+    pub size_bytes: u64,
     pub read_only: bool,
 }
 
@@ -315,7 +316,7 @@ fn answer(
             let flags = transmission_flags(offer, session.structured_replies);
             let mut info = Vec::with_capacity(12);
             info.extend_from_slice(&INFO_EXPORT.to_be_bytes());
-            info.extend_from_slice(&offer.size.to_be_bytes());
+            info.extend_from_slice(&offer.size_bytes.to_be_bytes());
             info.extend_from_slice(&flags.to_be_bytes());
             reply(REP_INFO, &info);
             let mut block_size = Vec::with_capacity(14);
@@ -355,7 +356,7 @@ fn answer(
 
 /// Fixes the session's size and flags as transmission begins.
 fn start(offer: &Offer, session: &mut Session) {
-    session.size = offer.size;
+    session.size = offer.size_bytes;
     session.flags = transmission_flags(offer, session.structured_replies);
 }
 

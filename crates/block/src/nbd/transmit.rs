@@ -315,10 +315,34 @@ pub(crate) fn refusal(
                 request.len, request.offset, session.size
             ),
         ))
+    } else if request.kind == CMD_WRITE_ZEROES
+        && request.flags & CMD_FLAG_NO_HOLE != 0
+        && request.flags & CMD_FLAG_FAST_ZERO != 0
+    {
+        // Zeros that must stay allocated are written like data: not fast.
+        Some((ENOTSUP, "allocated zeros are not fast".to_string()))
+    } else if request.kind == CMD_BLOCK_STATUS && !session.allocation {
+        Some((
+            EINVAL,
+            "block status needs the base:allocation context".to_string(),
+        ))
+    } else if !SERVED.contains(&request.kind) {
+        Some((EINVAL, format!("command {} is not supported", request.kind)))
     } else {
         None
     }
 }
+
+/// The commands served once a request passes [`refusal`] (`DISC` ends the connection
+/// before).
+const SERVED: [u16; 6] = [
+    CMD_READ,
+    CMD_WRITE,
+    CMD_FLUSH,
+    CMD_TRIM,
+    CMD_WRITE_ZEROES,
+    CMD_BLOCK_STATUS,
+];
 
 async fn handle(
     export: &Export,
@@ -366,17 +390,11 @@ async fn handle(
         CMD_WRITE_ZEROES => {
             stats.other.fetch_add(1, Ordering::Relaxed);
             let punch = request.flags & CMD_FLAG_NO_HOLE == 0;
-            if !punch && request.flags & CMD_FLAG_FAST_ZERO != 0 {
-                // Zeros that must stay allocated are written like data: not fast.
-                stats.errors.fetch_add(1, Ordering::Relaxed);
-                crate::metrics::failed(request.kind);
-                return failure(session, cookie, ENOTSUP, "allocated zeros are not fast");
-            }
             image
                 .zero(request.offset, u64::from(request.len), punch)
                 .await
         }
-        CMD_BLOCK_STATUS if session.allocation => {
+        CMD_BLOCK_STATUS => {
             stats.other.fetch_add(1, Ordering::Relaxed);
             match image
                 .allocation(request.offset, u64::from(request.len))
@@ -386,15 +404,7 @@ async fn handle(
                 Err(e) => Err(e),
             }
         }
-        other => {
-            stats.errors.fetch_add(1, Ordering::Relaxed);
-            crate::metrics::failed(request.kind);
-            let message = match other {
-                CMD_BLOCK_STATUS => "block status needs the base:allocation context".into(),
-                _ => format!("command {other} is not supported"),
-            };
-            return failure(session, cookie, EINVAL, &message);
-        }
+        other => unreachable!("command {other} passed refusal(), which serves only {SERVED:?}"),
     };
     match result {
         Ok(()) => done(session, cookie),
