@@ -22,39 +22,54 @@ struct NoVerbs;
 
 impl s3s::S3 for NoVerbs {}
 
+thread_local! {
+    /// Built once per thread: a fuzzer calls [`http`] thousands of times a second.
+    static SERVING: (tokio::runtime::Runtime, s3s::service::S3Service) = {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("a current-thread runtime");
+        let mut builder = S3ServiceBuilder::new(NoVerbs);
+        builder.set_auth(SimpleAuth::from_single(ACCESS_KEY_ID, SECRET_ACCESS_KEY));
+        builder.set_access(crate::metrics::NoteVerb);
+        (runtime, builder.build())
+    };
+}
+
 /// Serves one HTTP connection whose client sends `bytes` then closes its side; returns the
 /// responses the gateway wrote.
 pub fn http(bytes: &[u8]) -> Vec<u8> {
-    let mut builder = S3ServiceBuilder::new(NoVerbs);
-    builder.set_auth(SimpleAuth::from_single(ACCESS_KEY_ID, SECRET_ACCESS_KEY));
-    builder.set_access(crate::metrics::NoteVerb);
-    let service = crate::serve::annotated(builder.build());
+    SERVING.with(|(runtime, service)| serve(runtime, service.clone(), bytes))
+}
+
+fn serve(
+    runtime: &tokio::runtime::Runtime,
+    service: s3s::service::S3Service,
+    bytes: &[u8],
+) -> Vec<u8> {
+    let service = crate::serve::annotated(service);
     let (client, server) = tokio::io::duplex(64 << 10);
-    tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .expect("a current-thread runtime")
-        .block_on(async move {
-            // The client's closed side must not cut the answers off.
-            let serving = hyper::server::conn::http1::Builder::new()
-                .half_close(true)
-                .serve_connection(hyper_util::rt::TokioIo::new(server), service);
-            let (mut answers, mut requests) = tokio::io::split(client);
-            // The client writes and reads at once, so neither side waits on a full buffer.
-            let sending = async move {
-                // The server may close before it has read everything: that ends the talk.
-                if requests.write_all(bytes).await.is_ok() {
-                    let _ = requests.shutdown().await;
-                }
-            };
-            let receiving = async move {
-                let mut written = Vec::new();
-                let _ = answers.read_to_end(&mut written).await;
-                written
-            };
-            let (_, (), written) = tokio::join!(serving, sending, receiving);
+    runtime.block_on(async move {
+        // The client's closed side must not cut the answers off.
+        let serving = hyper::server::conn::http1::Builder::new()
+            .half_close(true)
+            .serve_connection(hyper_util::rt::TokioIo::new(server), service);
+        let (mut answers, mut requests) = tokio::io::split(client);
+        // The client writes and reads at once, so neither side waits on a full buffer.
+        let sending = async move {
+            // The server may close before it has read everything: that ends the talk.
+            if requests.write_all(bytes).await.is_ok() {
+                let _ = requests.shutdown().await;
+            }
+        };
+        let receiving = async move {
+            let mut written = Vec::new();
+            let _ = answers.read_to_end(&mut written).await;
             written
-        })
+        };
+        let (_, (), written) = tokio::join!(serving, sending, receiving);
+        written
+    })
 }
 
 /// Reads `bytes` as each request body the gateway's verbs take (CompleteMultipartUpload,
