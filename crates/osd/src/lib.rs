@@ -89,8 +89,9 @@ pub(crate) struct OsdState {
     acting_seen: std::sync::Mutex<(Epoch, BTreeMap<PgId, Vec<OsdId>>)>,
     /// Peering, recovery and retry tasks, aborted when the OSD stops.
     tasks: std::sync::Mutex<Vec<AbortHandle>>,
-    /// Tokens of recovery tasks (pg::Recovery).
-    tokens: std::sync::atomic::AtomicU64,
+    /// Where each PG's recovery tokens start (`pg::Core::draw_token`): counted from the
+    /// clock when this OSD started, so a restarted primary's claims are newer.
+    first_token: u64,
     /// Copies replaced by read repair since this OSD started (reported in its beacon).
     pub read_repairs: std::sync::atomic::AtomicU64,
     /// Objects recovery has found to copy from this OSD and not copied yet.
@@ -302,7 +303,7 @@ impl OsdState {
             net,
             acting_seen: Default::default(),
             tasks: Default::default(),
-            tokens: incarnation.first_token.into(),
+            first_token: incarnation.first_token,
             read_repairs: Default::default(),
             recovery_pending: Default::default(),
             addr,
@@ -327,7 +328,7 @@ impl OsdState {
     pub fn pg(&self, id: PgId) -> Arc<pg::Pg> {
         let mut pgs = self.pgs.lock().unwrap_or_else(|p| p.into_inner());
         pgs.entry(id)
-            .or_insert_with(|| Arc::new(pg::Pg::new(id)))
+            .or_insert_with(|| Arc::new(pg::Pg::new(id, self.first_token)))
             .clone()
     }
 
@@ -364,11 +365,6 @@ impl OsdState {
         let _ = tokio::time::timeout(MAP_CATCH_UP_WAIT, watch.wait_for(|m| m.epoch >= epoch)).await;
         let map = watch.borrow().clone();
         map
-    }
-
-    pub fn next_token(&self) -> u64 {
-        self.tokens
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Sends `request` to another OSD and returns its reply.

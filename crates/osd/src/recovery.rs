@@ -22,7 +22,7 @@ use messenger::message::{
 use store::Transaction;
 
 use crate::objects;
-use crate::pg::{Core, Interval, Recovery, Serving};
+use crate::pg::{Core, Interval, Serving};
 use crate::OsdState;
 
 /// Pause before a failed peering or recovery tries again.
@@ -416,7 +416,7 @@ pub async fn peer(inner: Arc<OsdState>, id: PgId) {
     // member answered, no slow piece of those lands on it.
     let claim = Claim {
         interval: core.interval.epoch,
-        token: inner.next_token(),
+        token: core.draw_token(),
     };
     let mut answers = Vec::new();
     for osd in &acting[1..] {
@@ -466,15 +466,7 @@ pub async fn peer(inner: Arc<OsdState>, id: PgId) {
 
 /// Starts recovering `target` (replacing any task already on it) for the current interval.
 pub fn start_recovery(inner: &Arc<OsdState>, core: &mut Core, id: PgId, target: OsdId) {
-    let token = inner.next_token();
-    core.interval.clean.retain(|osd| *osd != target);
-    core.interval.recovering.insert(
-        target,
-        Recovery {
-            token,
-            dirty: Default::default(),
-        },
-    );
+    let token = core.begin_recovery(target);
     inner.spawn(recover(inner.clone(), id, target, token));
 }
 
@@ -562,22 +554,21 @@ async fn recover_once(
     let pg = inner.pg(id);
     let (token, claim) = {
         let mut core = pg.core.lock().await;
-        let interval = core.interval.epoch;
-        let Some(recovery) = core
-            .interval
+        if !still_recovering(&core, target, *token) {
+            return Ok(false);
+        }
+        let fresh = core.draw_token();
+        core.interval
             .recovering
             .get_mut(&target)
-            .filter(|r| r.token == *token)
-        else {
-            return Ok(false);
-        };
-        recovery.token = inner.next_token();
-        *token = recovery.token;
+            .expect("still recovering")
+            .token = fresh;
+        *token = fresh;
         let claim = Claim {
-            interval,
-            token: recovery.token,
+            interval: core.interval.epoch,
+            token: fresh,
         };
-        (recovery.token, claim)
+        (fresh, claim)
     };
     let target_info = inner.query(target, id, claim).await?.info;
     {

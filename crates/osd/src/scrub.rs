@@ -18,7 +18,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use map::cluster::Epoch;
 use map::placement::{OsdId, PgId};
 use map::{ObjectHash, ObjectName};
 use messenger::message::{Claim, CopyDigest, OsdReply, PeerOp, ScrubFinding, ScrubPage};
@@ -126,7 +125,7 @@ async fn scrub_batch(
     page: &mut ScrubPage,
 ) -> Result<(), OsdReply> {
     let id = pg.id;
-    let core = lock_clean(pg).await?;
+    let mut core = lock_clean(pg).await?;
     let osds = &page.osds;
     if compared(inner, &core) != *osds {
         return Err(busy(id, "its clean OSDs changed; ask again".into()));
@@ -161,7 +160,12 @@ async fn scrub_batch(
             repair.doing()
         );
         if !matches!(repair, Repair::No) {
-            repair_copies(inner, id, core.interval.epoch, &held, &mut finding, repair).await;
+            // A claim of its own, newer than any recovery's the targets have seen.
+            let claim = Claim {
+                interval: core.interval.epoch,
+                token: core.draw_token(),
+            };
+            repair_copies(inner, id, claim, &held, &mut finding, repair).await;
         }
         page.findings.push(finding);
     }
@@ -421,7 +425,7 @@ fn difference(copy: &CopyDigest, good: Option<&CopyDigest>) -> String {
 async fn repair_copies(
     inner: &Arc<OsdState>,
     id: PgId,
-    interval: Epoch,
+    claim: Claim,
     held: &[(OsdId, &CopyDigest)],
     finding: &mut ScrubFinding,
     repair: Repair,
@@ -435,11 +439,7 @@ async fn repair_copies(
     };
     for osd in &finding.osds {
         let to = match inner.side(*osd) {
-            Side::Remote(osd) => {
-                // A claim of its own, newer than any recovery's the target has seen.
-                let token = inner.next_token();
-                Side::Target(osd, Claim { interval, token })
-            }
+            Side::Remote(osd) => Side::Target(osd, claim),
             local => local,
         };
         let copied = inner

@@ -1,7 +1,7 @@
 //! What an OSD serves: clients' object operations (as a PG's primary) and its peers'
 //! replication and recovery requests.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -10,16 +10,17 @@ use map::cluster::{ClusterMap, Epoch, PoolInfo, Seal, Space};
 use map::placement::{OsdId, PgId};
 use map::{ObjectName, ObjectRef};
 use messenger::message::{
-    ObjectOp, OpResult, OsdReply, OsdRequest, PeerOp, PgState, ReqId, CHUNK_BYTES,
+    LogEntry, ObjectOp, OpResult, OsdReply, OsdRequest, PeerOp, ReqId, CHUNK_BYTES,
 };
 use messenger::{
     CertificateDer, EntityKind, EntityName, Handler, Peer, Reply, Request, SegmentCheck,
 };
 use store::{ReadError, Transaction};
+use tokio::sync::watch;
 use tokio::task::{AbortHandle, JoinSet};
 
 use crate::objects;
-use crate::pg::{Order, Verdict};
+use crate::pg::{Action, Event, Verdict};
 use crate::OsdState;
 
 #[derive(Clone)]
@@ -368,8 +369,9 @@ impl OsdService {
     }
 
     /// Orders a write in its PG, applies it here and on every clean replica, and answers once
-    /// all of them (and at least min_size copies) have it. Chunks sealed at the edge go to
-    /// the replicas with the `check` they arrived with.
+    /// all of them (and at least min_size copies) have it: the PG's core decides
+    /// (pg/write.rs), this carries out its actions under the PG's lock. Chunks sealed at
+    /// the edge go to the replicas with the `check` they arrived with.
     async fn write(
         &self,
         op: ClientOp,
@@ -386,17 +388,88 @@ impl OsdService {
             )));
         }
         let blocklisted = inner.map.borrow().blocklist.contains(&op.reqid.client);
-        let entry = match core.order_write(op.reqid, &op.object, blocklisted) {
-            Order::Duplicate(version) => return Ok(OsdReply::Written { version }),
-            Order::Blocklisted => {
-                return Err(OsdReply::Denied(format!(
-                    "client instance {:016x} is blocklisted (its image lock was broken); \
-                     reconnect to write again",
-                    op.reqid.client
-                )))
-            }
-            Order::Next(entry) => entry,
+        let event = Event::Write {
+            reqid: op.reqid,
+            object: op.object.clone(),
+            blocklisted,
         };
+        let mut actions = VecDeque::from(core.on(pg.announced(), event));
+        let mut txn = None;
+        let mut replicas = Replicas::new(inner);
+        loop {
+            let Some(action) = actions.pop_front() else {
+                let (osd, answer) = replicas
+                    .next()
+                    .await
+                    .expect("the core answers once every replica has");
+                let event = match answer {
+                    Ok(()) => Event::ReplicaDone(osd),
+                    Err(why) => {
+                        crate::metrics::replica_missed();
+                        tracing::warn!(osd = osd.0, %why, "replica missed a write; recovering it");
+                        Event::ReplicaMissed(osd)
+                    }
+                };
+                actions.extend(core.on(pg.announced(), event));
+                continue;
+            };
+            let event = match action {
+                Action::Prepare(entry) => {
+                    let prepared = self.prepare(&op, &data, &entry, &core.log).await;
+                    Event::Prepared(prepared.map(|(prepared, trim)| {
+                        txn = Some(prepared);
+                        trim
+                    }))
+                }
+                Action::Replicate { to, entry } => {
+                    let request = OsdRequest::Peer {
+                        pg: op.pg,
+                        epoch: inner.map.borrow().epoch,
+                        op: PeerOp::Replicate {
+                            entry,
+                            ops: op.ops.clone(),
+                        },
+                    };
+                    replicas.send(to, request, data.clone(), check.clone());
+                    continue;
+                }
+                Action::Apply => {
+                    let txn = txn.take().expect("the core applies a prepared write");
+                    Event::Applied(inner.apply(txn).await)
+                }
+                Action::Recover { target, token } => {
+                    inner.spawn(crate::recovery::recover(
+                        inner.clone(),
+                        op.pg,
+                        target,
+                        token,
+                    ));
+                    continue;
+                }
+                Action::Repeer => {
+                    inner.spawn(crate::recovery::peer(inner.clone(), op.pg));
+                    continue;
+                }
+                Action::Publish { interval, state } => {
+                    pg.publish_state(interval, state);
+                    continue;
+                }
+                Action::Reply(reply) => return reply,
+            };
+            actions.extend(core.on(pg.announced(), event));
+        }
+    }
+
+    /// Checks a write ordered as `entry` (space, conditions, the tail of sealed chunks) and
+    /// builds its transaction, with the log entry; returns it and how many log entries it
+    /// trims.
+    async fn prepare(
+        &self,
+        op: &ClientOp,
+        data: &Bytes,
+        entry: &LogEntry,
+        log: &VecDeque<LogEntry>,
+    ) -> Result<(Transaction, usize), OsdReply> {
         if op.ops.iter().any(ObjectOp::writes_data) {
             self.check_space(op.pg)?;
         } else if op.ops.iter().any(ObjectOp::adds_metadata) {
@@ -404,70 +477,14 @@ impl OsdService {
         }
         let object = objects::object_ref(op.pg, &op.object);
         self.check_conditions(&object, &op.ops).await?;
-        if inner.pool_is_edge(op.pg.pool) {
+        if self.inner.pool_is_edge(op.pg.pool) {
             self.check_sealed_tail(&object, &op.ops).await?;
         }
         let mut txn = Transaction::new();
-        objects::build_write(&mut txn, &object, &op.ops, &data, entry.version)
+        objects::build_write(&mut txn, &object, &op.ops, data, entry.version)
             .map_err(OsdReply::Failed)?;
-        let trim = objects::log_append(&mut txn, op.pg, &entry, &core.log);
-        let epoch = inner.map.borrow().epoch;
-        let mut replicas = JoinSet::new();
-        let mut replica_of = BTreeMap::new();
-        for osd in core.interval.clean.clone() {
-            let request = OsdRequest::Peer {
-                pg: op.pg,
-                epoch,
-                op: PeerOp::Replicate {
-                    entry: entry.clone(),
-                    ops: op.ops.clone(),
-                },
-            };
-            let inner = inner.clone();
-            let data = data.clone();
-            let check = check.clone();
-            let task = replicas.spawn(async move {
-                match inner.call_peer(osd, &request, data, check).await {
-                    Ok((OsdReply::Done, _)) => Ok(()),
-                    Ok((other, _)) => Err(format!("{other:?}")),
-                    Err(e) => Err(e),
-                }
-            });
-            replica_of.insert(task.id(), (osd, task));
-        }
-        let local = inner.apply(txn).await;
-        let failed = replica_answers(inner, replicas, &replica_of).await;
-        if let Err(why) = local {
-            // The replicas may hold this write and this OSD does not: stop serving, and let
-            // peering take it from them. The client's retry is then answered from the log.
-            pg.publish_state(core.interval.epoch, PgState::Peering);
-            drop(core);
-            inner.spawn(crate::recovery::peer(inner.clone(), op.pg));
-            return Err(OsdReply::Busy(format!(
-                "pg {}.{}: applying the write on osd.{} failed ({why}); peering again",
-                op.pg.pool, op.pg.number, inner.id.0
-            )));
-        }
-        core.note_logged(entry.clone(), trim);
-        for recovery in core.interval.recovering.values_mut() {
-            recovery.dirty.insert(op.object.clone());
-        }
-        for osd in failed {
-            crate::recovery::start_recovery(inner, &mut core, op.pg, osd);
-        }
-        pg.publish(&core);
-        if !core.ack_ok() || !pg.serving.borrow().is_active() {
-            // Applied here, but on fewer than min_size OSDs, or in an interval a newer map
-            // has ended: not acknowledged. The client asks again with the same id once
-            // recovery (or the new interval's peering) has the copies.
-            return Err(OsdReply::Busy(format!(
-                "pg {}.{} lost replicas during a write; recovering",
-                op.pg.pool, op.pg.number
-            )));
-        }
-        Ok(OsdReply::Written {
-            version: entry.version,
-        })
+        let trim = objects::log_append(&mut txn, op.pg, entry, log);
+        Ok((txn, trim))
     }
 
     /// Refuses a write that may take space when an OSD of the PG is marked full in the map,
@@ -831,45 +848,64 @@ impl OsdService {
     }
 }
 
-/// The replicas that did not apply a write, once every one has answered. One that the map
-/// marks down meanwhile is given up on at once, not after [`crate::PEER_TIMEOUT`]: the PG's
-/// lock is held while this waits, and a host cut off answers nothing.
-async fn replica_answers(
-    inner: &OsdState,
-    mut replicas: JoinSet<Result<(), String>>,
-    replica_of: &BTreeMap<tokio::task::Id, (OsdId, AbortHandle)>,
-) -> Vec<OsdId> {
-    let mut maps = inner.map.subscribe();
-    let give_up_on_down = |map: &ClusterMap| {
-        for (osd, task) in replica_of.values() {
+/// A write's requests to its replicas, answered one by one. One that the map marks down
+/// meanwhile is given up on at once, not after [`crate::PEER_TIMEOUT`]: the PG's lock is
+/// held while the write waits, and a host cut off answers nothing.
+struct Replicas {
+    inner: Arc<OsdState>,
+    tasks: JoinSet<Result<(), String>>,
+    of: BTreeMap<tokio::task::Id, (OsdId, AbortHandle)>,
+    maps: watch::Receiver<Arc<ClusterMap>>,
+}
+
+impl Replicas {
+    fn new(inner: &Arc<OsdState>) -> Replicas {
+        Replicas {
+            inner: inner.clone(),
+            tasks: JoinSet::new(),
+            of: BTreeMap::new(),
+            maps: inner.map.subscribe(),
+        }
+    }
+
+    fn send(&mut self, osd: OsdId, request: OsdRequest, data: Bytes, check: Option<SegmentCheck>) {
+        let inner = self.inner.clone();
+        let task = self.tasks.spawn(async move {
+            match inner.call_peer(osd, &request, data, check).await {
+                Ok((OsdReply::Done, _)) => Ok(()),
+                Ok((other, _)) => Err(format!("{other:?}")),
+                Err(e) => Err(e),
+            }
+        });
+        self.of.insert(task.id(), (osd, task));
+        self.give_up_on_down();
+    }
+
+    fn give_up_on_down(&mut self) {
+        let map = self.maps.borrow_and_update();
+        for (osd, task) in self.of.values() {
             if !map.osds.get(osd).is_some_and(|o| o.up) {
                 task.abort();
             }
         }
-    };
-    give_up_on_down(&maps.borrow_and_update());
-    let mut failed = Vec::new();
-    loop {
-        tokio::select! {
-            biased;
-            joined = replicas.join_next_with_id() => {
-                let Some(joined) = joined else {
-                    return failed;
-                };
-                // A replica's task that panicked or was given up on did not apply the write.
-                let (task, answer) = match joined {
-                    Ok((task, answer)) => (task, answer),
-                    Err(e) if e.is_cancelled() => (e.id(), Err("the map marks it down".into())),
-                    Err(e) => (e.id(), Err(format!("its task ended: {e}"))),
-                };
-                if let Err(why) = answer {
-                    let osd = replica_of[&task].0;
-                    crate::metrics::replica_missed();
-                    tracing::warn!(osd = osd.0, %why, "replica missed a write; recovering it");
-                    failed.push(osd);
+    }
+
+    /// The next replica to answer, and whether it applied the write; `None` once all have.
+    async fn next(&mut self) -> Option<(OsdId, Result<(), String>)> {
+        loop {
+            tokio::select! {
+                biased;
+                joined = self.tasks.join_next_with_id() => {
+                    // A replica's task that panicked or was given up on did not apply the write.
+                    let (task, answer) = match joined? {
+                        Ok((task, answer)) => (task, answer),
+                        Err(e) if e.is_cancelled() => (e.id(), Err("the map marks it down".into())),
+                        Err(e) => (e.id(), Err(format!("its task ended: {e}"))),
+                    };
+                    return Some((self.of[&task].0, answer));
                 }
+                Ok(()) = self.maps.changed() => self.give_up_on_down(),
             }
-            Ok(()) = maps.changed() => give_up_on_down(&maps.borrow_and_update()),
         }
     }
 }

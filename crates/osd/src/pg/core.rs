@@ -1,48 +1,51 @@
-//! One placement group on this OSD: its log, what it serves, and who else holds it.
+//! What one PG on one OSD knows and decides: no IO, no clock, no tasks. The async shell
+//! (service.rs, recovery.rs, scrub.rs) holds the core under the PG's lock, does the IO the
+//! core asks for, and feeds back what came of it.
+//!
+//! # States
+//!
+//! A PG on an OSD is in one role, and a primary in one of the states it publishes:
+//!
+//! | role / state | what the core holds | entered | left |
+//! |---|---|---|---|
+//! | not loaded | `loaded == false` | created on first use | the first peering, query, replicated write or activation loads the log from the store |
+//! | replica or stray | `interval` empty | the map names another primary | a map that makes this OSD first in the acting set |
+//! | primary, peering | `interval` of the new acting set, nothing clean yet | a map that changed the acting set | every member answered and this OSD holds the newest log |
+//! | primary, inactive | fewer than min_size complete copies | too few OSDs up, a member silent, a catch-up failed | the next peering, or a recovery that completes a copy |
+//! | primary, recovering | a replica in `recovering` | peering found a replica behind, or a replica missed a write | the replica joins `clean`, or a new interval |
+//! | primary, undersized | fewer OSDs acting than the pool's size | the map | the map |
+//! | primary, clean | every acting OSD clean | peering or the last recovery | a missed write, a map change |
+//!
+//! A primary also has at most one client write in flight ([`Core::on`], write.rs), from
+//! its order to its answer: the PG's lock is held for all of it, so writes are applied one
+//! at a time, in version order, on every copy.
+//!
+//! # Invariants (asserted where they are decided)
+//!
+//! - **Versions only grow**: a write is ordered at `last.seq + 1` in an epoch no lower than
+//!   the last one's ([`Core::order_write`]), and a log only ever takes a newer entry
+//!   ([`Core::note_logged`]).
+//! - **Nothing is acknowledged below min_size**: a write is answered `Written` only once it
+//!   is applied here and on at least `min_size - 1` replicas (write.rs, `settle`).
+//! - **An acknowledged write is in the log of every clean replica**: a replica that did not
+//!   apply it leaves `clean` before the answer, and is recovered (write.rs, `settle`).
+//! - **A recovery's claim only grows**: every token drawn is newer than the last
+//!   ([`Core::draw_token`]); a target refuses a claim older than the newest it saw
+//!   ([`Core::admit`]), so a superseded recovery's late copy never lands on it.
+//! - **Peering picks the log that holds every acknowledged write**: the newest log among
+//!   all members, a settled one among equals ([`catch_up_source`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 
 use map::cluster::Epoch;
 use map::placement::{OsdId, PgId};
 use map::ObjectName;
 use messenger::message::{Claim, LogEntry, PgInfo, PgState, ReqId, Version};
-use tokio::sync::{watch, Mutex};
 
-/// How long an op waits for its PG to serve before the client is told it is busy (the
-/// client then asks again, so a PG that comes back is served without an error).
-pub const SERVE_WAIT: Duration = Duration::from_secs(5);
+use super::write::Write;
 
-pub struct Pg {
-    pub id: PgId,
-    /// Held for every write, and while peering: writes to a PG are applied one at a time,
-    /// in version order, on every OSD that holds it.
-    pub core: Mutex<Core>,
-    /// What the PG serves now, for ops waiting on it and for the beacon.
-    pub serving: watch::Sender<Serving>,
-    /// The newest map epoch at which the map changed this PG's acting set (set with
-    /// `serving`, under its lock): a state worked out for an older interval is not
-    /// published over what that map announced.
-    announced: AtomicU64,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Serving {
-    /// This OSD is not the PG's primary (or has not peered it yet).
-    NotPrimary,
-    /// Primary in the interval that began at `epoch`, in `state`.
-    Primary { epoch: Epoch, state: PgState },
-}
-
-impl Serving {
-    pub fn is_active(&self) -> bool {
-        matches!(self, Serving::Primary { state, .. } if state.is_active())
-    }
-}
-
-#[derive(Default)]
 pub struct Core {
+    pub pg: PgId,
     pub loaded: bool,
     pub info: PgInfo,
     pub log: VecDeque<LogEntry>,
@@ -55,6 +58,10 @@ pub struct Core {
     /// A catch-up of this copy began and has not finished (kept in the store too,
     /// `objects::mark_unsettled`): its objects may be newer than its log.
     pub unsettled: bool,
+    /// The next recovery token this primary draws ([`Core::draw_token`]).
+    tokens: u64,
+    /// The client write in flight, from its order to its answer (write.rs).
+    pub(super) write: Option<Write>,
 }
 
 /// The acting set as this OSD last peered it (empty when not primary).
@@ -126,6 +133,46 @@ pub enum Verdict {
 }
 
 impl Core {
+    /// A PG not loaded yet, whose tokens start at `first_token`: counted from the clock
+    /// when the OSD started, so a restarted primary's claims are newer than any it made
+    /// before (`OsdState::first_token`).
+    pub fn new(pg: PgId, first_token: u64) -> Core {
+        Core {
+            pg,
+            loaded: false,
+            info: PgInfo::default(),
+            log: VecDeque::new(),
+            reqids: HashMap::new(),
+            interval: Interval::default(),
+            fence: Claim::default(),
+            unsettled: false,
+            tokens: first_token,
+            write: None,
+        }
+    }
+
+    /// A new recovery token, newer than every one drawn before in this PG.
+    pub fn draw_token(&mut self) -> u64 {
+        let token = self.tokens;
+        self.tokens = token.checked_add(1).expect("recovery tokens never run out");
+        token
+    }
+
+    /// Takes `target` out of the clean replicas to recover it, under a new token (replacing
+    /// any recovery already on it); returns the token, for the shell's recovery task.
+    pub fn begin_recovery(&mut self, target: OsdId) -> u64 {
+        let token = self.draw_token();
+        self.interval.clean.retain(|osd| *osd != target);
+        self.interval.recovering.insert(
+            target,
+            Recovery {
+                token,
+                dirty: BTreeSet::new(),
+            },
+        );
+        token
+    }
+
     /// Orders a client write: a retried request gets its version back, a blocklisted
     /// client nothing, anything else the next version. The version's epoch never goes
     /// below the last one's, even when this OSD's map lags the log it took over.
@@ -200,6 +247,12 @@ impl Core {
 
     /// After a write and its log entry were applied: the log, trimmed by `trim` entries.
     pub fn note_logged(&mut self, entry: LogEntry, trim: usize) {
+        assert!(
+            entry.version > self.info.last,
+            "versions only grow: {:?} logged after {:?}",
+            entry.version,
+            self.info.last
+        );
         self.info.last = entry.version;
         self.log.drain(..trim.min(self.log.len()));
         self.reqids.insert(entry.reqid, entry.version);
@@ -237,99 +290,38 @@ impl Core {
     }
 }
 
-impl Pg {
-    pub fn new(id: PgId) -> Pg {
-        Pg {
-            id,
-            core: Mutex::new(Core::default()),
-            serving: watch::Sender::new(Serving::NotPrimary),
-            announced: AtomicU64::new(0),
-        }
-    }
-
-    /// What the map at `epoch` makes of this PG, until peering works out more: it outranks
-    /// every state worked out for an older interval.
-    pub fn announce(&self, epoch: Epoch, serving: Serving) {
-        self.serving.send_modify(|now| {
-            self.announced.fetch_max(epoch, Ordering::Relaxed);
-            *now = serving;
-        });
-    }
-
-    /// Publishes `state` for the interval that began at `epoch`, unless a newer map has
-    /// changed the PG since (then its peering publishes).
-    pub fn publish_state(&self, epoch: Epoch, state: PgState) {
-        self.serving.send_if_modified(|now| {
-            if !publishable(epoch, self.announced.load(Ordering::Relaxed)) {
-                return false;
-            }
-            *now = Serving::Primary { epoch, state };
-            true
-        });
-    }
-
-    /// Publishes what `core`'s interval serves now.
-    pub fn publish(&self, core: &Core) {
-        self.publish_state(core.interval.epoch, core.state());
-    }
-
-    /// Waits (up to [`SERVE_WAIT`]) until the PG serves; the reason it does not otherwise.
-    pub async fn wait_active(&self) -> Result<(), String> {
-        let mut watch = self.serving.subscribe();
-        let waited = tokio::time::timeout(SERVE_WAIT, watch.wait_for(Serving::is_active)).await;
-        match waited {
-            Ok(Ok(_)) => Ok(()),
-            _ => Err(match &*self.serving.borrow() {
-                Serving::NotPrimary => "this OSD is not (yet) the PG's primary".to_string(),
-                Serving::Primary {
-                    state: PgState::Inactive(why),
-                    ..
-                } => {
-                    format!("pg {}.{} is inactive: {why}", self.id.pool, self.id.number)
-                }
-                Serving::Primary { state, .. } => {
-                    format!("pg {}.{} is {}", self.id.pool, self.id.number, state.name())
-                }
-            }),
-        }
-    }
-}
-
-/// Whether a state worked out in the interval that began at `interval` may be published
-/// when the newest map that changed the PG is `announced`.
-pub fn publishable(interval: Epoch, announced: Epoch) -> bool {
-    interval >= announced
-}
-
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn name(text: &str) -> ObjectName {
+    pub(in crate::pg) const PG: PgId = PgId {
+        pool: map::PoolId(1),
+        number: 0,
+    };
+
+    pub(in crate::pg) fn name(text: &str) -> ObjectName {
         ObjectName::new(text).expect("a name")
     }
 
-    fn reqid(seq: u64) -> ReqId {
+    pub(in crate::pg) fn reqid(seq: u64) -> ReqId {
         ReqId { client: 7, seq }
     }
 
-    fn version(epoch: Epoch, seq: u64) -> Version {
+    pub(in crate::pg) fn version(epoch: Epoch, seq: u64) -> Version {
         Version { epoch, seq }
     }
 
     /// A primary in the interval of `epoch` whose log holds one write at `last`, with
     /// `clean` replicas of a pool of size 3, min_size 2.
-    fn primary(epoch: Epoch, last: Version, clean: usize) -> Core {
-        let mut core = Core {
-            interval: Interval {
-                epoch,
-                acting: vec![OsdId(0), OsdId(1), OsdId(2)],
-                size: 3,
-                min_size: 2,
-                clean: (1..=clean as u32).map(OsdId).collect(),
-                recovering: BTreeMap::new(),
-            },
-            ..Core::default()
+    pub(in crate::pg) fn primary(epoch: Epoch, last: Version, clean: usize) -> Core {
+        let mut core = Core::new(PG, 100);
+        core.interval = Interval {
+            epoch,
+            acting: vec![OsdId(0), OsdId(1), OsdId(2)],
+            size: 3,
+            min_size: 2,
+            clean: (1..=clean as u32).map(OsdId).collect(),
+            recovering: BTreeMap::new(),
         };
         let entry = LogEntry {
             version: last,
@@ -457,7 +449,7 @@ mod tests {
 
     #[test]
     fn a_target_refuses_a_claim_older_than_the_newest_it_saw() {
-        let mut core = Core::default();
+        let mut core = Core::new(PG, 1);
         let claim = |interval, token| Claim { interval, token };
         assert!(core.admit(claim(5, 10)).is_ok());
         assert!(
@@ -478,37 +470,5 @@ mod tests {
         );
         assert_eq!(core.fence, claim(6, 1));
         assert!(core.admit(claim(5, 11)).is_err());
-    }
-
-    #[test]
-    fn a_state_from_an_interval_a_newer_map_ended_is_not_published() {
-        let pg = Pg::new(PgId {
-            pool: map::PoolId(1),
-            number: 0,
-        });
-        let mut core = primary(5, version(5, 1), 2);
-        pg.publish(&core);
-        assert!(pg.serving.borrow().is_active());
-        // A write under the lock of the interval of epoch 5 ends after the map of epoch 6
-        // changed the PG: what it publishes must not undo the map's announcement.
-        let peering = Serving::Primary {
-            epoch: 6,
-            state: PgState::Peering,
-        };
-        pg.announce(6, peering.clone());
-        pg.publish(&core);
-        assert_eq!(*pg.serving.borrow(), peering);
-        pg.publish_state(5, PgState::Inactive("late".into()));
-        assert_eq!(*pg.serving.borrow(), peering);
-        core.interval.epoch = 6;
-        pg.publish(&core);
-        assert_eq!(
-            *pg.serving.borrow(),
-            Serving::Primary {
-                epoch: 6,
-                state: PgState::Clean
-            }
-        );
-        assert!(publishable(6, 6) && publishable(7, 6) && !publishable(5, 6));
     }
 }

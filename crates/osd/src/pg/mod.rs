@@ -1,0 +1,156 @@
+//! One placement group on this OSD. Its decisions are a synchronous state machine,
+//! [`Core`] (core.rs: its states and invariants; write.rs: a client write from order to
+//! answer, as events in and actions out); this file is the thin part that async code
+//! shares: the lock that holds the core, and what the PG serves, published for ops
+//! waiting on it and for the beacon.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use map::cluster::Epoch;
+use map::placement::PgId;
+use messenger::message::PgState;
+use tokio::sync::{watch, Mutex};
+
+mod core;
+mod write;
+
+pub use self::core::{catch_up_source, is_clean, Core, Interval, Verdict};
+pub use self::write::{Action, Event};
+
+/// How long an op waits for its PG to serve before the client is told it is busy (the
+/// client then asks again, so a PG that comes back is served without an error).
+pub const SERVE_WAIT: Duration = Duration::from_secs(5);
+
+pub struct Pg {
+    pub id: PgId,
+    /// Held for every write, and while peering: writes to a PG are applied one at a time,
+    /// in version order, on every OSD that holds it.
+    pub core: Mutex<Core>,
+    /// What the PG serves now, for ops waiting on it and for the beacon.
+    pub serving: watch::Sender<Serving>,
+    /// The newest map epoch at which the map changed this PG's acting set (set with
+    /// `serving`, under its lock): a state worked out for an older interval is not
+    /// published over what that map announced.
+    announced: AtomicU64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Serving {
+    /// This OSD is not the PG's primary (or has not peered it yet).
+    NotPrimary,
+    /// Primary in the interval that began at `epoch`, in `state`.
+    Primary { epoch: Epoch, state: PgState },
+}
+
+impl Serving {
+    pub fn is_active(&self) -> bool {
+        matches!(self, Serving::Primary { state, .. } if state.is_active())
+    }
+}
+
+impl Pg {
+    /// A PG whose recovery tokens start at `first_token` (`OsdState::first_token`).
+    pub fn new(id: PgId, first_token: u64) -> Pg {
+        Pg {
+            id,
+            core: Mutex::new(Core::new(id, first_token)),
+            serving: watch::Sender::new(Serving::NotPrimary),
+            announced: AtomicU64::new(0),
+        }
+    }
+
+    /// What the map at `epoch` makes of this PG, until peering works out more: it outranks
+    /// every state worked out for an older interval.
+    pub fn announce(&self, epoch: Epoch, serving: Serving) {
+        self.serving.send_modify(|now| {
+            self.announced.fetch_max(epoch, Ordering::Relaxed);
+            *now = serving;
+        });
+    }
+
+    /// The newest map epoch at which the map changed this PG's acting set: a write's answer
+    /// is decided with it ([`Event`]), since it may be newer than the interval peered.
+    pub fn announced(&self) -> Epoch {
+        self.announced.load(Ordering::Relaxed)
+    }
+
+    /// Publishes `state` for the interval that began at `epoch`, unless a newer map has
+    /// changed the PG since (then its peering publishes).
+    pub fn publish_state(&self, epoch: Epoch, state: PgState) {
+        self.serving.send_if_modified(|now| {
+            if !publishable(epoch, self.announced.load(Ordering::Relaxed)) {
+                return false;
+            }
+            *now = Serving::Primary { epoch, state };
+            true
+        });
+    }
+
+    /// Publishes what `core`'s interval serves now.
+    pub fn publish(&self, core: &Core) {
+        self.publish_state(core.interval.epoch, core.state());
+    }
+
+    /// Waits (up to [`SERVE_WAIT`]) until the PG serves; the reason it does not otherwise.
+    pub async fn wait_active(&self) -> Result<(), String> {
+        let mut watch = self.serving.subscribe();
+        let waited = tokio::time::timeout(SERVE_WAIT, watch.wait_for(Serving::is_active)).await;
+        match waited {
+            Ok(Ok(_)) => Ok(()),
+            _ => Err(match &*self.serving.borrow() {
+                Serving::NotPrimary => "this OSD is not (yet) the PG's primary".to_string(),
+                Serving::Primary {
+                    state: PgState::Inactive(why),
+                    ..
+                } => {
+                    format!("pg {}.{} is inactive: {why}", self.id.pool, self.id.number)
+                }
+                Serving::Primary { state, .. } => {
+                    format!("pg {}.{} is {}", self.id.pool, self.id.number, state.name())
+                }
+            }),
+        }
+    }
+}
+
+/// Whether a state worked out in the interval that began at `interval` may be published
+/// when the newest map that changed the PG is `announced`.
+pub fn publishable(interval: Epoch, announced: Epoch) -> bool {
+    interval >= announced
+}
+
+#[cfg(test)]
+mod tests {
+    use super::core::tests::{primary, version, PG};
+    use super::*;
+
+    #[test]
+    fn a_state_from_an_interval_a_newer_map_ended_is_not_published() {
+        let pg = Pg::new(PG, 1);
+        let mut core = primary(5, version(5, 1), 2);
+        pg.publish(&core);
+        assert!(pg.serving.borrow().is_active());
+        // A write under the lock of the interval of epoch 5 ends after the map of epoch 6
+        // changed the PG: what it publishes must not undo the map's announcement.
+        let peering = Serving::Primary {
+            epoch: 6,
+            state: PgState::Peering,
+        };
+        pg.announce(6, peering.clone());
+        pg.publish(&core);
+        assert_eq!(*pg.serving.borrow(), peering);
+        pg.publish_state(5, PgState::Inactive("late".into()));
+        assert_eq!(*pg.serving.borrow(), peering);
+        core.interval.epoch = 6;
+        pg.publish(&core);
+        assert_eq!(
+            *pg.serving.borrow(),
+            Serving::Primary {
+                epoch: 6,
+                state: PgState::Clean
+            }
+        );
+        assert!(publishable(6, 6) && publishable(7, 6) && !publishable(5, 6));
+    }
+}

@@ -1,0 +1,472 @@
+//! A client write in its PG, from its order to its answer, as events in and actions out.
+//! The shell (`OsdService::write` in service.rs) holds the PG's lock, feeds [`Event`]s to
+//! [`Core::on`] and carries out the [`Action`]s it returns, in order, until one is
+//! [`Action::Reply`]. Every action that does IO is answered by exactly one event.
+//!
+//! ```text
+//! Write ── a retried request ─────────────────────────────► Reply(Written, its version)
+//!   │   ── a blocklisted client ──────────────────────────► Reply(Denied)
+//!   ▼ ordered at the next version
+//! Prepare (space, conditions, sealed tail, transaction) ─ refused ─► Reply(the refusal)
+//!   ▼ Prepared
+//! Replicate to every clean replica, Apply here
+//!   ▼ Applied, and ReplicaDone or ReplicaMissed from each replica, in any order
+//! not applied here ───────────────────► Publish(peering), Repeer, Reply(Busy)
+//!   ▼ applied here
+//! logged; each replica that missed it leaves the clean set: Recover it
+//! Publish(the PG's state)
+//! Reply(Written) with min_size copies in the interval the map still names, else Busy
+//! ```
+//!
+//! A write answered Busy after it was applied is in the log: the client's retry, with the
+//! same request id, is answered from it once the PG serves again.
+
+use std::collections::BTreeSet;
+
+use map::cluster::Epoch;
+use map::placement::OsdId;
+use map::ObjectName;
+use messenger::message::{LogEntry, OsdReply, PgState, ReqId};
+
+use super::core::{Core, Order};
+use super::publishable;
+
+/// What happened, as the shell tells the core.
+#[derive(Debug)]
+pub enum Event {
+    /// A client's write reached the PG, which serves. `blocklisted`: the map blocklists
+    /// the client's instance.
+    Write {
+        reqid: ReqId,
+        object: ObjectName,
+        blocklisted: bool,
+    },
+    /// The shell checked the write (space, conditions, the tail of sealed chunks) and built
+    /// its transaction with its log entry, which trims this many entries off the log; or
+    /// it refused it.
+    Prepared(Result<usize, OsdReply>),
+    /// The write's transaction was applied to this OSD's store, or not.
+    Applied(Result<(), String>),
+    /// A clean replica applied the write.
+    ReplicaDone(OsdId),
+    /// A clean replica did not: it refused, failed, did not answer, or the map marks it down.
+    ReplicaMissed(OsdId),
+}
+
+/// What the core asks of the shell, in order.
+#[derive(Debug)]
+pub enum Action {
+    /// Check the write and build its transaction with this log entry; answer `Prepared`.
+    Prepare(LogEntry),
+    /// Send the write to this replica; answer `ReplicaDone` or `ReplicaMissed`.
+    Replicate { to: OsdId, entry: LogEntry },
+    /// Apply the prepared transaction here; answer `Applied`.
+    Apply,
+    /// Recover this replica under this token.
+    Recover { target: OsdId, token: u64 },
+    /// Peer the PG again, once the lock is released.
+    Repeer,
+    /// Publish this state for the interval that began at `interval`.
+    Publish { interval: Epoch, state: PgState },
+    /// Answer the client; the write is over.
+    Reply(Result<OsdReply, OsdReply>),
+}
+
+/// The write in flight.
+#[derive(Debug)]
+pub(super) struct Write {
+    entry: LogEntry,
+    /// Log entries its transaction trims, once prepared.
+    trim: Option<usize>,
+    /// Clean replicas sent the write that have not answered.
+    waiting: BTreeSet<OsdId>,
+    done: BTreeSet<OsdId>,
+    missed: BTreeSet<OsdId>,
+    /// What came of applying it here.
+    local: Option<Result<(), String>>,
+}
+
+impl Core {
+    /// Takes one event of the write in flight (or the one that starts it); returns what the
+    /// shell does next. `announced` is the newest map epoch that changed the PG's acting set
+    /// ([`super::Pg::announced`]), read as the event arrives: a write whose interval a newer
+    /// map ended is not acknowledged.
+    pub fn on(&mut self, announced: Epoch, event: Event) -> Vec<Action> {
+        match event {
+            Event::Write {
+                reqid,
+                object,
+                blocklisted,
+            } => self.order(reqid, &object, blocklisted),
+            Event::Prepared(Err(refusal)) => {
+                let write = self
+                    .write
+                    .take()
+                    .expect("a write is prepared while in flight");
+                assert!(write.trim.is_none(), "a write is prepared once");
+                vec![Action::Reply(Err(refusal))]
+            }
+            Event::Prepared(Ok(trim)) => {
+                let clean = self.interval.clean.clone();
+                let write = self.in_flight();
+                assert!(write.trim.is_none(), "a write is prepared once");
+                write.trim = Some(trim);
+                write.waiting = clean.iter().copied().collect();
+                let entry = write.entry.clone();
+                let mut actions: Vec<Action> = clean
+                    .into_iter()
+                    .map(|to| Action::Replicate {
+                        to,
+                        entry: entry.clone(),
+                    })
+                    .collect();
+                actions.push(Action::Apply);
+                actions
+            }
+            Event::Applied(result) => {
+                let write = self.in_flight();
+                assert!(write.local.is_none(), "a write is applied here once");
+                write.local = Some(result);
+                self.settle(announced)
+            }
+            Event::ReplicaDone(osd) => {
+                let write = self.in_flight();
+                assert!(write.waiting.remove(&osd), "osd.{} answers once", osd.0);
+                write.done.insert(osd);
+                self.settle(announced)
+            }
+            Event::ReplicaMissed(osd) => {
+                let write = self.in_flight();
+                assert!(write.waiting.remove(&osd), "osd.{} answers once", osd.0);
+                write.missed.insert(osd);
+                self.settle(announced)
+            }
+        }
+    }
+
+    fn order(&mut self, reqid: ReqId, object: &ObjectName, blocklisted: bool) -> Vec<Action> {
+        assert!(
+            self.write.is_none(),
+            "one write at a time: the PG's lock is held from order to answer"
+        );
+        match self.order_write(reqid, object, blocklisted) {
+            Order::Duplicate(version) => vec![Action::Reply(Ok(OsdReply::Written { version }))],
+            Order::Blocklisted => vec![Action::Reply(Err(OsdReply::Denied(format!(
+                "client instance {:016x} is blocklisted (its image lock was broken); \
+                 reconnect to write again",
+                reqid.client
+            ))))],
+            Order::Next(entry) => {
+                self.write = Some(Write {
+                    entry: entry.clone(),
+                    trim: None,
+                    waiting: BTreeSet::new(),
+                    done: BTreeSet::new(),
+                    missed: BTreeSet::new(),
+                    local: None,
+                });
+                vec![Action::Prepare(entry)]
+            }
+        }
+    }
+
+    fn in_flight(&mut self) -> &mut Write {
+        self.write
+            .as_mut()
+            .expect("an event of a write comes while it is in flight")
+    }
+
+    /// Once the write is applied here and every replica answered: logs it, takes the
+    /// replicas that missed it out of the clean set, and answers.
+    fn settle(&mut self, announced: Epoch) -> Vec<Action> {
+        let write = self.in_flight();
+        if write.local.is_none() || !write.waiting.is_empty() {
+            return Vec::new();
+        }
+        let write = self.write.take().expect("in flight");
+        let (pool, number) = (self.pg.pool, self.pg.number);
+        let interval = self.interval.epoch;
+        if let Some(Err(why)) = write.local {
+            // The replicas may hold this write and this OSD does not: stop serving, and let
+            // peering take it from them. The client's retry is then answered from the log.
+            return vec![
+                Action::Publish {
+                    interval,
+                    state: PgState::Peering,
+                },
+                Action::Repeer,
+                Action::Reply(Err(OsdReply::Busy(format!(
+                    "pg {pool}.{number}: applying the write on its primary failed ({why}); \
+                     peering again"
+                )))),
+            ];
+        }
+        let trim = write.trim.expect("a write is applied once prepared");
+        let version = write.entry.version;
+        let object = write.entry.object.clone();
+        self.note_logged(write.entry, trim);
+        for recovery in self.interval.recovering.values_mut() {
+            recovery.dirty.insert(object.clone());
+        }
+        let mut actions: Vec<Action> = write
+            .missed
+            .iter()
+            .map(|&target| Action::Recover {
+                target,
+                token: self.begin_recovery(target),
+            })
+            .collect();
+        actions.push(Action::Publish {
+            interval,
+            state: self.state(),
+        });
+        let reply = if !publishable(interval, announced) {
+            Err(OsdReply::Busy(format!(
+                "pg {pool}.{number}: a newer map changed its OSDs during the write; ask again"
+            )))
+        } else if !self.ack_ok() {
+            Err(OsdReply::Busy(format!(
+                "pg {pool}.{number} lost replicas during a write; recovering"
+            )))
+        } else {
+            assert!(
+                1 + write.done.len() >= self.interval.min_size,
+                "nothing is acknowledged below min_size"
+            );
+            assert!(
+                self.interval
+                    .clean
+                    .iter()
+                    .all(|osd| write.done.contains(osd)),
+                "an acknowledged write is on every clean replica"
+            );
+            Ok(OsdReply::Written { version })
+        };
+        actions.push(Action::Reply(reply));
+        actions
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::core::tests::{name, primary, reqid, version};
+    use super::*;
+
+    fn write(id: u64, object: &str) -> Event {
+        Event::Write {
+            reqid: reqid(id),
+            object: name(object),
+            blocklisted: false,
+        }
+    }
+
+    fn entry(core: &Core, id: u64, object: &str) -> LogEntry {
+        LogEntry {
+            version: version(core.interval.epoch, core.info.last.seq + 1),
+            object: name(object),
+            reqid: reqid(id),
+        }
+    }
+
+    fn reply(actions: &[Action]) -> &Result<OsdReply, OsdReply> {
+        match actions.last() {
+            Some(Action::Reply(reply)) => reply,
+            other => panic!("the write is answered last, not {other:?}"),
+        }
+    }
+
+    /// Actions are compared as they print: replies hold types that do not compare.
+    #[track_caller]
+    fn same(got: Vec<Action>, want: &[Action]) {
+        assert_eq!(format!("{got:?}"), format!("{want:?}"));
+    }
+
+    fn busy(actions: &[Action]) -> bool {
+        matches!(reply(actions), Err(OsdReply::Busy(_)))
+    }
+
+    #[test]
+    fn a_write_goes_to_every_clean_replica_and_is_acknowledged_once_all_applied_it() {
+        let mut core = primary(5, version(5, 9), 2);
+        let next = entry(&core, 2, "b");
+        same(core.on(5, write(2, "b")), &[Action::Prepare(next.clone())]);
+        same(
+            core.on(5, Event::Prepared(Ok(0))),
+            &[
+                Action::Replicate {
+                    to: OsdId(1),
+                    entry: next.clone(),
+                },
+                Action::Replicate {
+                    to: OsdId(2),
+                    entry: next.clone(),
+                },
+                Action::Apply,
+            ],
+        );
+        // Answers come in any order; nothing is decided before the last.
+        same(core.on(5, Event::ReplicaDone(OsdId(2))), &[]);
+        same(core.on(5, Event::Applied(Ok(()))), &[]);
+        assert_eq!(
+            core.info.last,
+            version(5, 9),
+            "logged only once all answered"
+        );
+        same(
+            core.on(5, Event::ReplicaDone(OsdId(1))),
+            &[
+                Action::Publish {
+                    interval: 5,
+                    state: PgState::Clean,
+                },
+                Action::Reply(Ok(OsdReply::Written {
+                    version: next.version,
+                })),
+            ],
+        );
+        assert_eq!(core.info.last, next.version);
+        assert_eq!(core.log.back(), Some(&next));
+        // Its retry is answered from the log, with no IO.
+        same(
+            core.on(5, write(2, "b")),
+            &[Action::Reply(Ok(OsdReply::Written {
+                version: next.version,
+            }))],
+        );
+    }
+
+    #[test]
+    fn a_replica_that_misses_a_write_is_recovered_and_the_write_counts_the_rest() {
+        let mut core = primary(5, version(5, 9), 2);
+        core.on(5, write(2, "b"));
+        core.on(5, Event::Prepared(Ok(0)));
+        core.on(5, Event::ReplicaMissed(OsdId(1)));
+        core.on(5, Event::Applied(Ok(())));
+        let actions = core.on(5, Event::ReplicaDone(OsdId(2)));
+        let Action::Recover { target, token } = actions[0] else {
+            panic!("the replica is recovered first: {actions:?}");
+        };
+        assert_eq!(target, OsdId(1));
+        assert_eq!(core.interval.clean, [OsdId(2)]);
+        assert_eq!(core.interval.recovering[&OsdId(1)].token, token);
+        assert!(matches!(
+            actions[1],
+            Action::Publish {
+                interval: 5,
+                state: PgState::Recovering
+            }
+        ));
+        assert!(matches!(reply(&actions), Ok(OsdReply::Written { .. })));
+        // The next write goes to the clean replica only, and is marked for the recovery.
+        let next = entry(&core, 3, "c");
+        core.on(5, write(3, "c"));
+        same(
+            core.on(5, Event::Prepared(Ok(0))),
+            &[
+                Action::Replicate {
+                    to: OsdId(2),
+                    entry: next,
+                },
+                Action::Apply,
+            ],
+        );
+        core.on(5, Event::Applied(Ok(())));
+        core.on(5, Event::ReplicaDone(OsdId(2)));
+        assert!(core.interval.recovering[&OsdId(1)]
+            .dirty
+            .contains(&name("c")));
+    }
+
+    #[test]
+    fn a_write_on_fewer_than_min_size_copies_is_logged_but_not_acknowledged() {
+        let mut core = primary(5, version(5, 9), 2);
+        core.on(5, write(2, "b"));
+        core.on(5, Event::Prepared(Ok(0)));
+        core.on(5, Event::ReplicaMissed(OsdId(1)));
+        core.on(5, Event::ReplicaMissed(OsdId(2)));
+        let actions = core.on(5, Event::Applied(Ok(())));
+        assert!(busy(&actions), "{actions:?}");
+        assert!(actions.iter().any(|a| matches!(
+            a,
+            Action::Publish {
+                state: PgState::Inactive(_),
+                ..
+            }
+        )));
+        assert_eq!(core.info.last, version(5, 10));
+        assert!(core.interval.clean.is_empty());
+        assert_eq!(core.interval.recovering.len(), 2);
+        // The tokens of the two recoveries are distinct and newer than any before.
+        let tokens: BTreeSet<u64> = core.interval.recovering.values().map(|r| r.token).collect();
+        assert_eq!(tokens.len(), 2);
+        assert!(core.draw_token() > *tokens.last().expect("two"));
+    }
+
+    #[test]
+    fn a_write_that_fails_here_is_not_logged_and_the_pg_peers_again() {
+        let mut core = primary(5, version(5, 9), 2);
+        core.on(5, write(2, "b"));
+        core.on(5, Event::Prepared(Ok(0)));
+        core.on(5, Event::Applied(Err("the disk is gone".into())));
+        core.on(5, Event::ReplicaDone(OsdId(1)));
+        let actions = core.on(5, Event::ReplicaDone(OsdId(2)));
+        assert!(matches!(
+            actions[..2],
+            [
+                Action::Publish {
+                    interval: 5,
+                    state: PgState::Peering
+                },
+                Action::Repeer
+            ]
+        ));
+        assert!(busy(&actions));
+        assert_eq!(core.info.last, version(5, 9));
+        assert!(core.write.is_none());
+    }
+
+    #[test]
+    fn a_write_whose_interval_a_newer_map_ended_is_not_acknowledged() {
+        let mut core = primary(5, version(5, 9), 2);
+        core.on(5, write(2, "b"));
+        core.on(5, Event::Prepared(Ok(0)));
+        core.on(5, Event::Applied(Ok(())));
+        core.on(6, Event::ReplicaDone(OsdId(1)));
+        let actions = core.on(6, Event::ReplicaDone(OsdId(2)));
+        assert!(busy(&actions), "{actions:?}");
+        assert_eq!(core.info.last, version(5, 10), "applied everywhere: logged");
+    }
+
+    #[test]
+    fn a_refused_or_blocklisted_write_takes_no_version() {
+        let mut core = primary(5, version(5, 9), 2);
+        core.on(5, write(2, "b"));
+        let refusal = OsdReply::Failed("full".into());
+        same(
+            core.on(5, Event::Prepared(Err(refusal.clone()))),
+            &[Action::Reply(Err(refusal))],
+        );
+        let actions = core.on(
+            5,
+            Event::Write {
+                reqid: reqid(3),
+                object: name("b"),
+                blocklisted: true,
+            },
+        );
+        assert!(matches!(reply(&actions), Err(OsdReply::Denied(_))));
+        same(
+            core.on(5, write(4, "b")),
+            &[Action::Prepare(entry(&core, 4, "b"))],
+        );
+        assert_eq!(core.log.back().map(|e| e.version), Some(version(5, 9)));
+    }
+
+    #[test]
+    #[should_panic(expected = "one write at a time")]
+    fn a_second_write_while_one_is_in_flight_is_a_bug() {
+        let mut core = primary(5, version(5, 9), 2);
+        core.on(5, write(2, "b"));
+        core.on(5, write(3, "c"));
+    }
+}
