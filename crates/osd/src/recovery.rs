@@ -22,7 +22,8 @@ use messenger::message::{
 use store::Transaction;
 
 use crate::objects;
-use crate::pg::{Core, Interval, Serving};
+use crate::pg::peering::{Action, Answer, Event, Placement};
+use crate::pg::{Core, Serving};
 use crate::OsdState;
 
 /// Pause before a failed peering or recovery tries again.
@@ -42,14 +43,6 @@ pub enum Side {
     Local,
     Remote(OsdId),
     Target(OsdId, Claim),
-}
-
-/// What another OSD answered a query with: its info and log of the PG, and whether a
-/// catch-up of its own was interrupted.
-struct Answer {
-    info: PgInfo,
-    log: Vec<LogEntry>,
-    unsettled: bool,
 }
 
 /// One piece of an object being copied (`copy: None` removes it).
@@ -373,100 +366,62 @@ impl OsdState {
 
 /// Peers `id` against the current map: takes primacy (or gives it up), gathers the other
 /// OSDs' states, catches this OSD up if it is behind, and starts recovering the others.
+/// The PG's core decides (pg/peering.rs); this carries out its actions under the PG's lock.
 pub async fn peer(inner: Arc<OsdState>, id: PgId) {
     let pg = inner.pg(id);
     let mut core = pg.core.lock().await;
     let map = inner.map.borrow().clone();
-    let Some(pool) = map.pools.get(&id.pool).cloned() else {
-        core.interval = Interval::default();
-        pg.serving.send_replace(Serving::NotPrimary);
-        return;
-    };
-    let acting = map.acting(&pool, id);
-    if acting.first() != Some(&inner.id) {
-        core.interval = Interval::default();
-        pg.serving.send_replace(Serving::NotPrimary);
-        return;
-    }
-    core.interval = Interval {
-        epoch: map.epoch,
-        acting: acting.clone(),
-        size: usize::from(pool.size),
-        min_size: usize::from(pool.min_size),
-        clean: Vec::new(),
-        recovering: BTreeMap::new(),
-    };
-    pg.publish_state(map.epoch, PgState::Peering);
-    let failed = |why: String| {
-        tracing::warn!(pg = %format!("{}.{}", id.pool, id.number), %why, "peering");
-        PgState::Inactive(why)
-    };
-    if let Err(e) = inner.load(&mut core, id).await {
-        let state = failed(format!("reading its log: {e}"));
-        pg.publish_state(map.epoch, state);
-        return;
-    }
-    if acting.len() < usize::from(pool.min_size) {
-        pg.publish(&core);
-        return;
-    }
-    // Every member must answer: one that does not may hold the newest writes. Until the
-    // monitors mark it down (and the acting set changes), the PG waits.
-    // The queries carry a claim newer than every recovery this OSD ran before: once a
-    // member answered, no slow piece of those lands on it.
-    let claim = Claim {
-        interval: core.interval.epoch,
-        token: core.draw_token(),
-    };
-    let mut answers = Vec::new();
-    for osd in &acting[1..] {
-        match inner.query(*osd, id, claim).await {
-            Ok(answer) => answers.push((*osd, answer)),
-            Err(e) => {
-                let state = failed(format!("waiting for osd.{} to answer: {e}", osd.0));
-                pg.publish_state(map.epoch, state);
-                drop(core);
-                retry_later(inner, id);
-                return;
+    let placement = map.pools.get(&id.pool).and_then(|pool| {
+        let acting = map.acting(pool, id);
+        (acting.first() == Some(&inner.id)).then(|| Placement {
+            epoch: map.epoch,
+            acting,
+            size: usize::from(pool.size),
+            min_size: usize::from(pool.min_size),
+        })
+    });
+    let mut actions = VecDeque::from(core.on_peering(Event::Start(placement)));
+    while let Some(action) = actions.pop_front() {
+        let event = match action {
+            Action::NotPrimary => {
+                pg.serving.send_replace(Serving::NotPrimary);
+                continue;
             }
-        }
-    }
-    let heard: Vec<(Version, bool)> = answers
-        .iter()
-        .map(|(_, answer)| (answer.info.last, answer.unsettled))
-        .collect();
-    if let Some(best) = crate::pg::catch_up_source(core.info.last, core.unsettled, &heard) {
-        let (from, answer) = &answers[best];
-        let from = *from;
-        tracing::info!(pg = %format!("{}.{}", id.pool, id.number), from = from.0, "catching up");
-        let caught_up = match catch_up(&inner, &mut core, id, from).await {
-            Ok(()) => {
-                let log = answer.log.iter().cloned().collect();
-                adopt_log(&inner, &mut core, id, answer.info, log).await
+            Action::Load => Event::Loaded(inner.load(&mut core, id).await),
+            Action::Query { to, claim } => Event::Answered {
+                osd: to,
+                answer: inner.query(to, id, claim).await,
+            },
+            Action::CatchUp { from, info, log } => {
+                tracing::info!(pg = %format!("{}.{}", id.pool, id.number), from = from.0, "catching up");
+                let caught_up = match catch_up(&inner, &mut core, id, from).await {
+                    Ok(()) => adopt_log(&inner, &mut core, id, info, log).await,
+                    Err(e) => Err(e),
+                };
+                Event::CaughtUp(caught_up)
             }
-            Err(e) => Err(e),
+            Action::Recover { target, token } => {
+                spawn_recovery(&inner, id, target, token);
+                continue;
+            }
+            Action::Publish { interval, state } => {
+                if let PgState::Inactive(why) = &state {
+                    tracing::warn!(pg = %format!("{}.{}", id.pool, id.number), %why, "peering");
+                }
+                pg.publish_state(interval, state);
+                continue;
+            }
+            Action::RetryLater => {
+                retry_later(inner.clone(), id);
+                continue;
+            }
         };
-        if let Err(e) = caught_up {
-            let state = failed(format!("copying from osd.{}: {e}", from.0));
-            pg.publish_state(map.epoch, state);
-            drop(core);
-            retry_later(inner, id);
-            return;
-        }
+        actions.extend(core.on_peering(event));
     }
-    for (osd, answer) in answers {
-        if crate::pg::is_clean(core.info.last, answer.info.last, answer.unsettled) {
-            core.interval.clean.push(osd);
-        } else {
-            start_recovery(&inner, &mut core, id, osd);
-        }
-    }
-    pg.publish(&core);
 }
 
-/// Starts recovering `target` (replacing any task already on it) for the current interval.
-pub fn start_recovery(inner: &Arc<OsdState>, core: &mut Core, id: PgId, target: OsdId) {
-    let token = core.begin_recovery(target);
+/// Starts the task that recovers `target` under `token` (`pg::Core::begin_recovery`).
+pub fn spawn_recovery(inner: &Arc<OsdState>, id: PgId, target: OsdId, token: u64) {
     inner.spawn(recover(inner.clone(), id, target, token));
 }
 
@@ -517,7 +472,7 @@ fn still_recovering(core: &Core, target: OsdId, token: u64) -> bool {
 
 /// Recovers `target` until it joins the clean replicas, or until another task or a new
 /// interval takes over its recovery (`token` no longer current).
-pub async fn recover(inner: Arc<OsdState>, id: PgId, target: OsdId, token: u64) {
+async fn recover(inner: Arc<OsdState>, id: PgId, target: OsdId, token: u64) {
     let pg = inner.pg(id);
     let label = format!("{}.{}", id.pool, id.number);
     let mut token = token;

@@ -20,7 +20,8 @@ use tokio::sync::watch;
 use tokio::task::{AbortHandle, JoinSet};
 
 use crate::objects;
-use crate::pg::{Action, Event, Verdict};
+use crate::pg::write::{Action, Event};
+use crate::pg::Verdict;
 use crate::OsdState;
 
 #[derive(Clone)]
@@ -393,7 +394,7 @@ impl OsdService {
             object: op.object.clone(),
             blocklisted,
         };
-        let mut actions = VecDeque::from(core.on(pg.announced(), event));
+        let mut actions = VecDeque::from(core.on_write(pg.announced(), event));
         let mut txn = None;
         let mut replicas = Replicas::new(inner);
         loop {
@@ -410,7 +411,7 @@ impl OsdService {
                         Event::ReplicaMissed(osd)
                     }
                 };
-                actions.extend(core.on(pg.announced(), event));
+                actions.extend(core.on_write(pg.announced(), event));
                 continue;
             };
             let event = match action {
@@ -438,12 +439,7 @@ impl OsdService {
                     Event::Applied(inner.apply(txn).await)
                 }
                 Action::Recover { target, token } => {
-                    inner.spawn(crate::recovery::recover(
-                        inner.clone(),
-                        op.pg,
-                        target,
-                        token,
-                    ));
+                    crate::recovery::spawn_recovery(inner, op.pg, target, token);
                     continue;
                 }
                 Action::Repeer => {
@@ -456,7 +452,7 @@ impl OsdService {
                 }
                 Action::Reply(reply) => return reply,
             };
-            actions.extend(core.on(pg.announced(), event));
+            actions.extend(core.on_write(pg.announced(), event));
         }
     }
 

@@ -16,9 +16,10 @@
 //! | primary, undersized | fewer OSDs acting than the pool's size | the map | the map |
 //! | primary, clean | every acting OSD clean | peering or the last recovery | a missed write, a map change |
 //!
-//! A primary also has at most one client write in flight ([`Core::on`], write.rs), from
+//! A primary also has at most one client write in flight ([`Core::on_write`], write.rs), from
 //! its order to its answer: the PG's lock is held for all of it, so writes are applied one
-//! at a time, in version order, on every copy.
+//! at a time, in version order, on every copy. Peering ([`Core::on_peering`], peering.rs)
+//! holds the lock too, from the new interval to the state it publishes.
 //!
 //! # Invariants (asserted where they are decided)
 //!
@@ -33,7 +34,8 @@
 //!   ([`Core::draw_token`]); a target refuses a claim older than the newest it saw
 //!   ([`Core::admit`]), so a superseded recovery's late copy never lands on it.
 //! - **Peering picks the log that holds every acknowledged write**: the newest log among
-//!   all members, a settled one among equals ([`catch_up_source`]).
+//!   all members, a settled one among equals ([`catch_up_source`]); once caught up, the
+//!   primary's log is that one (peering.rs).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 
@@ -42,6 +44,7 @@ use map::placement::{OsdId, PgId};
 use map::ObjectName;
 use messenger::message::{Claim, LogEntry, PgInfo, PgState, ReqId, Version};
 
+use super::peering::Peering;
 use super::write::Write;
 
 pub struct Core {
@@ -62,6 +65,8 @@ pub struct Core {
     tokens: u64,
     /// The client write in flight, from its order to its answer (write.rs).
     pub(super) write: Option<Write>,
+    /// The peering in progress, from its first query to the state published (peering.rs).
+    pub(super) peering: Option<Peering>,
 }
 
 /// The acting set as this OSD last peered it (empty when not primary).
@@ -148,6 +153,7 @@ impl Core {
             unsettled: false,
             tokens: first_token,
             write: None,
+            peering: None,
         }
     }
 

@@ -1,8 +1,9 @@
 //! One placement group on this OSD. Its decisions are a synchronous state machine,
-//! [`Core`] (core.rs: its states and invariants; write.rs: a client write from order to
-//! answer, as events in and actions out); this file is the thin part that async code
-//! shares: the lock that holds the core, and what the PG serves, published for ops
-//! waiting on it and for the beacon.
+//! [`Core`]: core.rs opens with its states and invariants; write.rs takes a client write
+//! from its order to its answer, and peering.rs a new map from the first query to the
+//! state published, each as events in and actions out. This file is the thin part that
+//! async code shares: the lock that holds the core, and what the PG serves, published for
+//! ops waiting on it and for the beacon.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -13,10 +14,10 @@ use messenger::message::PgState;
 use tokio::sync::{watch, Mutex};
 
 mod core;
-mod write;
+pub mod peering;
+pub mod write;
 
-pub use self::core::{catch_up_source, is_clean, Core, Interval, Verdict};
-pub use self::write::{Action, Event};
+pub use self::core::{Core, Verdict};
 
 /// How long an op waits for its PG to serve before the client is told it is busy (the
 /// client then asks again, so a PG that comes back is served without an error).
@@ -70,7 +71,7 @@ impl Pg {
     }
 
     /// The newest map epoch at which the map changed this PG's acting set: a write's answer
-    /// is decided with it ([`Event`]), since it may be newer than the interval peered.
+    /// is decided with it ([`write::Event`]), since it may be newer than the interval peered.
     pub fn announced(&self) -> Epoch {
         self.announced.load(Ordering::Relaxed)
     }

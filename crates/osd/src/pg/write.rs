@@ -1,6 +1,6 @@
 //! A client write in its PG, from its order to its answer, as events in and actions out.
 //! The shell (`OsdService::write` in service.rs) holds the PG's lock, feeds [`Event`]s to
-//! [`Core::on`] and carries out the [`Action`]s it returns, in order, until one is
+//! [`Core::on_write`] and carries out the [`Action`]s it returns, in order, until one is
 //! [`Action::Reply`]. Every action that does IO is answered by exactly one event.
 //!
 //! ```text
@@ -91,7 +91,7 @@ impl Core {
     /// shell does next. `announced` is the newest map epoch that changed the PG's acting set
     /// ([`super::Pg::announced`]), read as the event arrives: a write whose interval a newer
     /// map ended is not acknowledged.
-    pub fn on(&mut self, announced: Epoch, event: Event) -> Vec<Action> {
+    pub fn on_write(&mut self, announced: Epoch, event: Event) -> Vec<Action> {
         match event {
             Event::Write {
                 reqid,
@@ -289,9 +289,12 @@ mod tests {
     fn a_write_goes_to_every_clean_replica_and_is_acknowledged_once_all_applied_it() {
         let mut core = primary(5, version(5, 9), 2);
         let next = entry(&core, 2, "b");
-        same(core.on(5, write(2, "b")), &[Action::Prepare(next.clone())]);
         same(
-            core.on(5, Event::Prepared(Ok(0))),
+            core.on_write(5, write(2, "b")),
+            &[Action::Prepare(next.clone())],
+        );
+        same(
+            core.on_write(5, Event::Prepared(Ok(0))),
             &[
                 Action::Replicate {
                     to: OsdId(1),
@@ -305,15 +308,15 @@ mod tests {
             ],
         );
         // Answers come in any order; nothing is decided before the last.
-        same(core.on(5, Event::ReplicaDone(OsdId(2))), &[]);
-        same(core.on(5, Event::Applied(Ok(()))), &[]);
+        same(core.on_write(5, Event::ReplicaDone(OsdId(2))), &[]);
+        same(core.on_write(5, Event::Applied(Ok(()))), &[]);
         assert_eq!(
             core.info.last,
             version(5, 9),
             "logged only once all answered"
         );
         same(
-            core.on(5, Event::ReplicaDone(OsdId(1))),
+            core.on_write(5, Event::ReplicaDone(OsdId(1))),
             &[
                 Action::Publish {
                     interval: 5,
@@ -328,7 +331,7 @@ mod tests {
         assert_eq!(core.log.back(), Some(&next));
         // Its retry is answered from the log, with no IO.
         same(
-            core.on(5, write(2, "b")),
+            core.on_write(5, write(2, "b")),
             &[Action::Reply(Ok(OsdReply::Written {
                 version: next.version,
             }))],
@@ -338,11 +341,11 @@ mod tests {
     #[test]
     fn a_replica_that_misses_a_write_is_recovered_and_the_write_counts_the_rest() {
         let mut core = primary(5, version(5, 9), 2);
-        core.on(5, write(2, "b"));
-        core.on(5, Event::Prepared(Ok(0)));
-        core.on(5, Event::ReplicaMissed(OsdId(1)));
-        core.on(5, Event::Applied(Ok(())));
-        let actions = core.on(5, Event::ReplicaDone(OsdId(2)));
+        core.on_write(5, write(2, "b"));
+        core.on_write(5, Event::Prepared(Ok(0)));
+        core.on_write(5, Event::ReplicaMissed(OsdId(1)));
+        core.on_write(5, Event::Applied(Ok(())));
+        let actions = core.on_write(5, Event::ReplicaDone(OsdId(2)));
         let Action::Recover { target, token } = actions[0] else {
             panic!("the replica is recovered first: {actions:?}");
         };
@@ -359,9 +362,9 @@ mod tests {
         assert!(matches!(reply(&actions), Ok(OsdReply::Written { .. })));
         // The next write goes to the clean replica only, and is marked for the recovery.
         let next = entry(&core, 3, "c");
-        core.on(5, write(3, "c"));
+        core.on_write(5, write(3, "c"));
         same(
-            core.on(5, Event::Prepared(Ok(0))),
+            core.on_write(5, Event::Prepared(Ok(0))),
             &[
                 Action::Replicate {
                     to: OsdId(2),
@@ -370,8 +373,8 @@ mod tests {
                 Action::Apply,
             ],
         );
-        core.on(5, Event::Applied(Ok(())));
-        core.on(5, Event::ReplicaDone(OsdId(2)));
+        core.on_write(5, Event::Applied(Ok(())));
+        core.on_write(5, Event::ReplicaDone(OsdId(2)));
         assert!(core.interval.recovering[&OsdId(1)]
             .dirty
             .contains(&name("c")));
@@ -380,11 +383,11 @@ mod tests {
     #[test]
     fn a_write_on_fewer_than_min_size_copies_is_logged_but_not_acknowledged() {
         let mut core = primary(5, version(5, 9), 2);
-        core.on(5, write(2, "b"));
-        core.on(5, Event::Prepared(Ok(0)));
-        core.on(5, Event::ReplicaMissed(OsdId(1)));
-        core.on(5, Event::ReplicaMissed(OsdId(2)));
-        let actions = core.on(5, Event::Applied(Ok(())));
+        core.on_write(5, write(2, "b"));
+        core.on_write(5, Event::Prepared(Ok(0)));
+        core.on_write(5, Event::ReplicaMissed(OsdId(1)));
+        core.on_write(5, Event::ReplicaMissed(OsdId(2)));
+        let actions = core.on_write(5, Event::Applied(Ok(())));
         assert!(busy(&actions), "{actions:?}");
         assert!(actions.iter().any(|a| matches!(
             a,
@@ -405,11 +408,11 @@ mod tests {
     #[test]
     fn a_write_that_fails_here_is_not_logged_and_the_pg_peers_again() {
         let mut core = primary(5, version(5, 9), 2);
-        core.on(5, write(2, "b"));
-        core.on(5, Event::Prepared(Ok(0)));
-        core.on(5, Event::Applied(Err("the disk is gone".into())));
-        core.on(5, Event::ReplicaDone(OsdId(1)));
-        let actions = core.on(5, Event::ReplicaDone(OsdId(2)));
+        core.on_write(5, write(2, "b"));
+        core.on_write(5, Event::Prepared(Ok(0)));
+        core.on_write(5, Event::Applied(Err("the disk is gone".into())));
+        core.on_write(5, Event::ReplicaDone(OsdId(1)));
+        let actions = core.on_write(5, Event::ReplicaDone(OsdId(2)));
         assert!(matches!(
             actions[..2],
             [
@@ -428,11 +431,11 @@ mod tests {
     #[test]
     fn a_write_whose_interval_a_newer_map_ended_is_not_acknowledged() {
         let mut core = primary(5, version(5, 9), 2);
-        core.on(5, write(2, "b"));
-        core.on(5, Event::Prepared(Ok(0)));
-        core.on(5, Event::Applied(Ok(())));
-        core.on(6, Event::ReplicaDone(OsdId(1)));
-        let actions = core.on(6, Event::ReplicaDone(OsdId(2)));
+        core.on_write(5, write(2, "b"));
+        core.on_write(5, Event::Prepared(Ok(0)));
+        core.on_write(5, Event::Applied(Ok(())));
+        core.on_write(6, Event::ReplicaDone(OsdId(1)));
+        let actions = core.on_write(6, Event::ReplicaDone(OsdId(2)));
         assert!(busy(&actions), "{actions:?}");
         assert_eq!(core.info.last, version(5, 10), "applied everywhere: logged");
     }
@@ -440,13 +443,13 @@ mod tests {
     #[test]
     fn a_refused_or_blocklisted_write_takes_no_version() {
         let mut core = primary(5, version(5, 9), 2);
-        core.on(5, write(2, "b"));
+        core.on_write(5, write(2, "b"));
         let refusal = OsdReply::Failed("full".into());
         same(
-            core.on(5, Event::Prepared(Err(refusal.clone()))),
+            core.on_write(5, Event::Prepared(Err(refusal.clone()))),
             &[Action::Reply(Err(refusal))],
         );
-        let actions = core.on(
+        let actions = core.on_write(
             5,
             Event::Write {
                 reqid: reqid(3),
@@ -456,7 +459,7 @@ mod tests {
         );
         assert!(matches!(reply(&actions), Err(OsdReply::Denied(_))));
         same(
-            core.on(5, write(4, "b")),
+            core.on_write(5, write(4, "b")),
             &[Action::Prepare(entry(&core, 4, "b"))],
         );
         assert_eq!(core.log.back().map(|e| e.version), Some(version(5, 9)));
@@ -466,7 +469,7 @@ mod tests {
     #[should_panic(expected = "one write at a time")]
     fn a_second_write_while_one_is_in_flight_is_a_bug() {
         let mut core = primary(5, version(5, 9), 2);
-        core.on(5, write(2, "b"));
-        core.on(5, write(3, "c"));
+        core.on_write(5, write(2, "b"));
+        core.on_write(5, write(3, "c"));
     }
 }
