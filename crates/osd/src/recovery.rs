@@ -22,7 +22,8 @@ use messenger::message::{
 use store::Transaction;
 
 use crate::objects;
-use crate::pg::peering::{Action, Answer, Event, Placement};
+use crate::pg::peering::{self, Answer, Placement};
+use crate::pg::recovery::{Action, Event};
 use crate::pg::{Core, Serving};
 use crate::OsdState;
 
@@ -32,9 +33,6 @@ const RETRY_PAUSE: Duration = Duration::from_secs(1);
 const COPY_PIECE_BYTES: u64 = 8 << 20;
 /// Names per page when listing a peer's PG.
 const LIST_PAGE: u32 = 1000;
-/// A recovering replica joins once at most this many objects written during its recovery
-/// remain; they are copied while writes to the PG wait.
-const JOIN_DIRTY_MAX: usize = 64;
 
 /// Where recovery reads or writes objects: this OSD's store, or another OSD (written to
 /// only as a `Target`, under the claim of the recovery or repair writing: [`Claim`]).
@@ -336,7 +334,7 @@ impl OsdState {
         let Some((target, token)) = claim else {
             return Ok(());
         };
-        if still_recovering(&*self.pg(pg).core.lock().await, target, token) {
+        if self.pg(pg).core.lock().await.recovers(target, token) {
             Ok(())
         } else {
             Err(format!("recovery of osd.{} was superseded", target.0))
@@ -380,38 +378,38 @@ pub async fn peer(inner: Arc<OsdState>, id: PgId) {
             min_size: usize::from(pool.min_size),
         })
     });
-    let mut actions = VecDeque::from(core.on_peering(Event::Start(placement)));
+    let mut actions = VecDeque::from(core.on_peering(peering::Event::Start(placement)));
     while let Some(action) = actions.pop_front() {
         let event = match action {
-            Action::NotPrimary => {
+            peering::Action::NotPrimary => {
                 pg.serving.send_replace(Serving::NotPrimary);
                 continue;
             }
-            Action::Load => Event::Loaded(inner.load(&mut core, id).await),
-            Action::Query { to, claim } => Event::Answered {
+            peering::Action::Load => peering::Event::Loaded(inner.load(&mut core, id).await),
+            peering::Action::Query { to, claim } => peering::Event::Answered {
                 osd: to,
                 answer: inner.query(to, id, claim).await,
             },
-            Action::CatchUp { from, info, log } => {
+            peering::Action::CatchUp { from, info, log } => {
                 tracing::info!(pg = %format!("{}.{}", id.pool, id.number), from = from.0, "catching up");
                 let caught_up = match catch_up(&inner, &mut core, id, from).await {
                     Ok(()) => adopt_log(&inner, &mut core, id, info, log).await,
                     Err(e) => Err(e),
                 };
-                Event::CaughtUp(caught_up)
+                peering::Event::CaughtUp(caught_up)
             }
-            Action::Recover { target, token } => {
+            peering::Action::Recover { target, token } => {
                 spawn_recovery(&inner, id, target, token);
                 continue;
             }
-            Action::Publish { interval, state } => {
+            peering::Action::Publish { interval, state } => {
                 if let PgState::Inactive(why) = &state {
                     tracing::warn!(pg = %format!("{}.{}", id.pool, id.number), %why, "peering");
                 }
                 pg.publish_state(interval, state);
                 continue;
             }
-            Action::RetryLater => {
+            peering::Action::RetryLater => {
                 retry_later(inner.clone(), id);
                 continue;
             }
@@ -462,129 +460,110 @@ fn retry_later(inner: Arc<OsdState>, id: PgId) {
     });
 }
 
-/// Whether the recovery task holding `token` still owns `target`'s recovery.
-fn still_recovering(core: &Core, target: OsdId, token: u64) -> bool {
-    core.interval
-        .recovering
-        .get(&target)
-        .is_some_and(|r| r.token == token)
-}
-
 /// Recovers `target` until it joins the clean replicas, or until another task or a new
-/// interval takes over its recovery (`token` no longer current).
+/// interval takes over its recovery (`token` no longer current). The PG's core decides
+/// (pg/recovery.rs); this carries out its actions, without the PG's lock but for the join.
 async fn recover(inner: Arc<OsdState>, id: PgId, target: OsdId, token: u64) {
     let pg = inner.pg(id);
     let label = format!("{}.{}", id.pool, id.number);
     let mut token = token;
+    let mut event = Event::Begin;
     loop {
-        if !still_recovering(&*pg.core.lock().await, target, token) {
-            return;
-        }
-        match recover_once(&inner, id, target, &mut token).await {
-            Ok(true) => {
-                crate::metrics::recovery_ended(true);
-                tracing::info!(pg = %label, osd = target.0, "recovered");
-                return;
+        let mut core = pg.core.lock().await;
+        let mut actions = VecDeque::from(core.on_recovery(target, token, event));
+        event = loop {
+            let action = actions
+                .pop_front()
+                .expect("a recovery event is answered with IO or an end");
+            match action {
+                Action::Query { claim } => {
+                    token = claim.token;
+                    drop(core);
+                    let answer = inner.query(target, id, claim).await;
+                    break Event::TargetAnswered(answer.map(|answer| answer.info));
+                }
+                Action::Sync { claim } => {
+                    drop(core);
+                    let guard = Some((target, claim.token));
+                    let synced = inner.sync(id, Side::Local, Side::Target(target, claim), guard);
+                    break Event::Synced(synced.await.map(|_| ()));
+                }
+                Action::Copy { claim, names } => {
+                    drop(core);
+                    break Event::Copied(copy_dirty(&inner, id, target, claim, &names).await);
+                }
+                Action::Join {
+                    claim,
+                    names,
+                    info,
+                    log,
+                } => {
+                    // Writes wait while the last objects are copied and the target joins.
+                    let joined = join(&inner, id, target, claim, &names, info, log).await;
+                    actions.extend(core.on_recovery(target, token, Event::Joined(joined)));
+                }
+                Action::Publish { interval, state } => pg.publish_state(interval, state),
+                Action::Done => {
+                    crate::metrics::recovery_ended(true);
+                    tracing::info!(pg = %label, osd = target.0, "recovered");
+                    return;
+                }
+                Action::RetryLater { why } => {
+                    drop(core);
+                    crate::metrics::recovery_ended(false);
+                    tracing::warn!(pg = %label, osd = target.0, error = %why, "recovery");
+                    tokio::time::sleep(RETRY_PAUSE).await;
+                    break Event::Begin;
+                }
+                Action::Repeer => {
+                    drop(core);
+                    inner.spawn(peer(inner.clone(), id));
+                    return;
+                }
+                Action::Stop => return,
             }
-            Ok(false) => return,
-            Err(e) => {
-                crate::metrics::recovery_ended(false);
-                tracing::warn!(pg = %label, osd = target.0, error = %e, "recovery");
-                tokio::time::sleep(RETRY_PAUSE).await;
-            }
-        }
+        };
     }
 }
 
-/// One recovery pass; `Ok(true)` once the target joined, `Ok(false)` if the task lost its
-/// claim (or found the target newer than this OSD, and re-peering took over). Each pass
-/// draws a new token (and the task keeps it in `token`): the target then refuses a slow
-/// piece of an earlier pass that arrives after this one copied the object again.
-async fn recover_once(
-    inner: &Arc<OsdState>,
+/// Copies `names` to `target` without the PG's lock, as long as `claim` is current.
+async fn copy_dirty(
+    inner: &OsdState,
     id: PgId,
     target: OsdId,
-    token: &mut u64,
-) -> Result<bool, String> {
-    let pg = inner.pg(id);
-    let (token, claim) = {
-        let mut core = pg.core.lock().await;
-        if !still_recovering(&core, target, *token) {
-            return Ok(false);
-        }
-        let fresh = core.draw_token();
-        core.interval
-            .recovering
-            .get_mut(&target)
-            .expect("still recovering")
-            .token = fresh;
-        *token = fresh;
-        let claim = Claim {
-            interval: core.interval.epoch,
-            token: fresh,
-        };
-        (fresh, claim)
-    };
-    let target_info = inner.query(target, id, claim).await?.info;
-    {
-        let mut core = pg.core.lock().await;
-        if !still_recovering(&core, target, token) {
-            return Ok(false);
-        }
-        if target_info.last > core.info.last {
-            // The target holds writes this primary lacks: peering must take them first.
-            core.interval.recovering.remove(&target);
-            drop(core);
-            inner.spawn(peer(inner.clone(), id));
-            return Ok(false);
-        }
-        if let Some(recovery) = core.interval.recovering.get_mut(&target) {
-            recovery.dirty.clear();
-        }
+    claim: Claim,
+    names: &[ObjectName],
+) -> Result<(), String> {
+    let mut pending = crate::metrics::Pending::new(&inner.recovery_pending, names.len());
+    for name in names {
+        inner.check_claim(id, Some((target, claim.token))).await?;
+        let bytes = inner
+            .copy_object(id, name, Side::Local, Side::Target(target, claim))
+            .await?;
+        pending.copied(bytes);
     }
-    let guard = Some((target, token));
-    inner
-        .sync(id, Side::Local, Side::Target(target, claim), guard)
-        .await?;
-    loop {
-        let mut core = pg.core.lock().await;
-        if !still_recovering(&core, target, token) {
-            return Ok(false);
-        }
-        let dirty: Vec<ObjectName> = core
-            .interval
-            .recovering
-            .get_mut(&target)
-            .map(|r| std::mem::take(&mut r.dirty).into_iter().collect())
-            .unwrap_or_default();
-        let mut pending = crate::metrics::Pending::new(&inner.recovery_pending, dirty.len());
-        if dirty.len() > JOIN_DIRTY_MAX {
-            drop(core);
-            for name in &dirty {
-                inner.check_claim(id, guard).await?;
-                let bytes = inner
-                    .copy_object(id, name, Side::Local, Side::Target(target, claim))
-                    .await?;
-                pending.copied(bytes);
-            }
-            continue;
-        }
-        // Writes wait while the last objects are copied and the target joins.
-        for name in &dirty {
-            let bytes = inner
-                .copy_object(id, name, Side::Local, Side::Target(target, claim))
-                .await?;
-            pending.copied(bytes);
-        }
-        let activate = PeerOp::Activate {
-            claim,
-            info: core.info,
-            log: core.log.iter().cloned().collect(),
-        };
-        inner.peer_op(target, id, activate, Bytes::new()).await?;
-        core.interval.recovering.remove(&target);
-        core.interval.clean.push(target);
-        pg.publish(&core);
-        return Ok(true);
+    Ok(())
+}
+
+/// Under the PG's lock (the caller's): copies `names` to `target`, then activates it with
+/// this log.
+async fn join(
+    inner: &OsdState,
+    id: PgId,
+    target: OsdId,
+    claim: Claim,
+    names: &[ObjectName],
+    info: PgInfo,
+    log: Vec<LogEntry>,
+) -> Result<(), String> {
+    let mut pending = crate::metrics::Pending::new(&inner.recovery_pending, names.len());
+    for name in names {
+        let bytes = inner
+            .copy_object(id, name, Side::Local, Side::Target(target, claim))
+            .await?;
+        pending.copied(bytes);
     }
+    let activate = PeerOp::Activate { claim, info, log };
+    inner.peer_op(target, id, activate, Bytes::new()).await?;
+    Ok(())
 }

@@ -1,9 +1,10 @@
 //! One placement group on this OSD. Its decisions are a synchronous state machine,
 //! [`Core`]: core.rs opens with its states and invariants; write.rs takes a client write
-//! from its order to its answer, and peering.rs a new map from the first query to the
-//! state published, each as events in and actions out. This file is the thin part that
-//! async code shares: the lock that holds the core, and what the PG serves, published for
-//! ops waiting on it and for the beacon.
+//! from its order to its answer, peering.rs a new map from the first query to the state
+//! published, and recovery.rs a replica from its first copy to its join, each as events
+//! in and actions out. This file is the thin part that async code shares: the lock that
+//! holds the core, and what the PG serves, published for ops waiting on it and for the
+//! beacon.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -15,6 +16,7 @@ use tokio::sync::{watch, Mutex};
 
 mod core;
 pub mod peering;
+pub mod recovery;
 pub mod write;
 
 pub use self::core::{Core, Verdict};
@@ -88,11 +90,6 @@ impl Pg {
         });
     }
 
-    /// Publishes what `core`'s interval serves now.
-    pub fn publish(&self, core: &Core) {
-        self.publish_state(core.interval.epoch, core.state());
-    }
-
     /// Waits (up to [`SERVE_WAIT`]) until the PG serves; the reason it does not otherwise.
     pub async fn wait_active(&self) -> Result<(), String> {
         let mut watch = self.serving.subscribe();
@@ -130,7 +127,7 @@ mod tests {
     fn a_state_from_an_interval_a_newer_map_ended_is_not_published() {
         let pg = Pg::new(PG, 1);
         let mut core = primary(5, version(5, 1), 2);
-        pg.publish(&core);
+        pg.publish_state(core.interval.epoch, core.state());
         assert!(pg.serving.borrow().is_active());
         // A write under the lock of the interval of epoch 5 ends after the map of epoch 6
         // changed the PG: what it publishes must not undo the map's announcement.
@@ -139,12 +136,12 @@ mod tests {
             state: PgState::Peering,
         };
         pg.announce(6, peering.clone());
-        pg.publish(&core);
+        pg.publish_state(core.interval.epoch, core.state());
         assert_eq!(*pg.serving.borrow(), peering);
         pg.publish_state(5, PgState::Inactive("late".into()));
         assert_eq!(*pg.serving.borrow(), peering);
         core.interval.epoch = 6;
-        pg.publish(&core);
+        pg.publish_state(core.interval.epoch, core.state());
         assert_eq!(
             *pg.serving.borrow(),
             Serving::Primary {
