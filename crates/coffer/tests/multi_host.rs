@@ -1,10 +1,14 @@
 //! Three hosts for real: network namespaces joined by a bridge, each with its own address,
 //! a monitor and two OSDs, deployed as docs/deploy.md says (coffer init, copies of its files,
 //! the daemons run by the systemd units' own command lines, coffer osd create). A client in a
-//! fourth namespace writes objects to a pool whose copies are on three hosts while one host
-//! is cut off, then another (the first monitor's), then two at once (below min_size and
-//! without a monitor majority, where nothing may be acknowledged). After each heal the
-//! cluster must be clean again, every acknowledged object must read back with its bytes, and
+//! fourth namespace writes objects to a pool whose copies are on three hosts through 20
+//! trials of faults: one host cut off until marked down (first the host without the first
+//! monitor, then the first monitor's), then faults drawn from a seed that is printed: hosts
+//! cut off briefly, alone or two at once (below min_size and without a monitor majority,
+//! where nothing may be acknowledged), hosts cut off until marked down, OSDs killed with
+//! SIGKILL and started again. After each trial the cluster must be clean again and writes
+//! must go on; at the end, with two hosts cut off for longer, nothing is acknowledged; every
+//! acknowledged object must read back with its bytes, none that was not may be torn, and
 //! scrub must find the copies identical.
 
 mod common;
@@ -20,6 +24,8 @@ use common::{run_ok, COFFER};
 const HOSTS: usize = 3;
 const OSDS_PER_HOST: usize = 2;
 const POOL: &str = "rep";
+/// Faults injected per run (`schedule`).
+const TRIALS: usize = 20;
 /// The longest a client command may take before it counts as not acknowledged.
 const CLIENT_TIMEOUT_SECS: u32 = 20;
 
@@ -28,7 +34,16 @@ struct Hosts {
     tag: String,
     subnet: String,
     dir: tempfile::TempDir,
-    daemons: Mutex<Vec<Child>>,
+    daemons: Mutex<Vec<Daemon>>,
+}
+
+/// A daemon run by a unit's command line: what started it, to start it again.
+struct Daemon {
+    name: String,
+    node: String,
+    unit: String,
+    instance: String,
+    child: Child,
 }
 
 impl Hosts {
@@ -166,7 +181,12 @@ impl Hosts {
                     .replace("${COFFER_ADDR}", &host_addr)
             })
             .collect();
-        let log = std::fs::File::create(data.join(format!("{name}.log"))).expect("log");
+        // Appended to: a daemon started again keeps the log of the one before.
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(data.join(format!("{name}.log")))
+            .expect("log");
         let child = Command::new("ip")
             .args(["netns", "exec", node])
             .args(&words)
@@ -177,7 +197,31 @@ impl Hosts {
         self.daemons
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .push(child);
+            .push(Daemon {
+                name: name.to_string(),
+                node: node.to_string(),
+                unit: unit.to_string(),
+                instance: instance.to_string(),
+                child,
+            });
+    }
+
+    /// Kills daemon `name` with SIGKILL (`ip netns exec` runs it in its own process).
+    fn kill(&self, name: &str) -> Daemon {
+        let mut daemons = self.daemons.lock().unwrap_or_else(|p| p.into_inner());
+        let at = daemons
+            .iter()
+            .position(|d| d.name == name)
+            .unwrap_or_else(|| panic!("no daemon {name}"));
+        let mut daemon = daemons.remove(at);
+        daemon.child.kill().expect("SIGKILL");
+        daemon.child.wait().expect("reaped");
+        daemon
+    }
+
+    /// Starts a killed daemon again, as systemd's `Restart=` would.
+    fn restart(&self, killed: &Daemon) {
+        self.start_unit(&killed.node, &killed.unit, &killed.instance, &killed.name);
     }
 
     /// The daemons' logs, for a failure's message.
@@ -235,9 +279,9 @@ impl Hosts {
 
 impl Drop for Hosts {
     fn drop(&mut self) {
-        for child in self.daemons.get_mut().unwrap_or_else(|p| p.into_inner()) {
-            let _ = child.kill();
-            let _ = child.wait();
+        for daemon in self.daemons.get_mut().unwrap_or_else(|p| p.into_inner()) {
+            let _ = daemon.child.kill();
+            let _ = daemon.child.wait();
         }
         for node in self.nodes() {
             let _ = Command::new("ip").args(["netns", "del", &node]).status();
@@ -295,12 +339,20 @@ fn content(n: usize) -> Vec<u8> {
     bytes
 }
 
-/// A client writing objects one after another until told to stop: which were acknowledged,
-/// and which were not (timed out or refused).
+/// One write of the load: object `n`, when it was sent and answered, and whether it was
+/// acknowledged.
+#[derive(Clone, Copy)]
+struct Write {
+    n: usize,
+    sent: Instant,
+    answered: Instant,
+    acked: bool,
+}
+
+/// A client writing objects one after another until told to stop.
 struct Load {
     stop: Arc<AtomicBool>,
-    acknowledged: Arc<Mutex<Vec<usize>>>,
-    refused: Arc<Mutex<Vec<usize>>>,
+    writes: Arc<Mutex<Vec<Write>>>,
     /// What the last write that failed said.
     last_error: Arc<Mutex<String>>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -309,32 +361,36 @@ struct Load {
 impl Load {
     fn start(hosts: &Arc<Hosts>, first: usize) -> Load {
         let stop = Arc::new(AtomicBool::new(false));
-        let acknowledged = Arc::new(Mutex::new(Vec::new()));
-        let refused = Arc::new(Mutex::new(Vec::new()));
+        let writes = Arc::new(Mutex::new(Vec::new()));
         let last_error = Arc::new(Mutex::new(String::new()));
         let thread = {
-            let (hosts, stop) = (hosts.clone(), stop.clone());
-            let (acknowledged, refused) = (acknowledged.clone(), refused.clone());
+            let (hosts, stop, writes) = (hosts.clone(), stop.clone(), writes.clone());
             let last_error = last_error.clone();
             std::thread::spawn(move || {
                 let client = hosts.client();
                 let mut n = first;
                 while !stop.load(Ordering::Relaxed) {
                     let name = format!("o{n}");
-                    let started = Instant::now();
+                    let sent = Instant::now();
                     let output = put(&hosts, &client, &name, &content(n));
-                    if output.status.success() {
-                        acknowledged
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .push(n);
-                    } else {
+                    let acked = output.status.success();
+                    if !acked {
                         *last_error.lock().unwrap_or_else(|p| p.into_inner()) = format!(
                             "{name} after {:.1} s: {}",
-                            started.elapsed().as_secs_f64(),
+                            sent.elapsed().as_secs_f64(),
                             String::from_utf8_lossy(&output.stderr)
                         );
-                        refused.lock().unwrap_or_else(|p| p.into_inner()).push(n);
+                    }
+                    writes
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push(Write {
+                            n,
+                            sent,
+                            answered: Instant::now(),
+                            acked,
+                        });
+                    if !acked {
                         std::thread::sleep(Duration::from_millis(200));
                     }
                     n += 1;
@@ -343,8 +399,7 @@ impl Load {
         };
         Load {
             stop,
-            acknowledged,
-            refused,
+            writes,
             last_error,
             thread: Some(thread),
         }
@@ -352,29 +407,20 @@ impl Load {
 
     /// Acknowledged so far.
     fn acked(&self) -> usize {
-        self.acknowledged
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .len()
+        let writes = self.writes.lock().unwrap_or_else(|p| p.into_inner());
+        writes.iter().filter(|w| w.acked).count()
     }
 
-    /// Stops it; returns (acknowledged, not acknowledged).
-    fn finish(mut self) -> (Vec<usize>, Vec<usize>) {
+    /// Stops it; returns every write it made.
+    fn finish(mut self) -> Vec<Write> {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(thread) = self.thread.take() {
             thread.join().expect("the load");
         }
-        let acked = self
-            .acknowledged
+        self.writes
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        let refused = self
-            .refused
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        (acked, refused)
+            .clone()
     }
 }
 
@@ -420,6 +466,62 @@ fn wait_acked(hosts: &Hosts, load: &Load, from: usize, more: usize, what: &str) 
         );
         std::thread::sleep(Duration::from_millis(200));
     }
+}
+
+/// What one trial does to the cluster while the load writes.
+#[derive(Clone, Copy, Debug)]
+enum Fault {
+    /// Host `host` cut off for less than the monitors' down grace (6 s): writes to its
+    /// PGs pause, then go on.
+    BriefCut { host: usize, millis: u64 },
+    /// Two hosts cut off briefly: below min_size, and the monitors without a majority.
+    BriefCutTwo { pair: [usize; 2], millis: u64 },
+    /// A host cut off until the monitors mark its OSDs down; writes go on on the others.
+    LongCut { host: usize },
+    /// OSD number `osd` killed with SIGKILL, and started again after a pause.
+    Kill { osd: usize, millis: u64 },
+}
+
+impl std::fmt::Display for Fault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Fault::BriefCut { host, millis } => write!(f, "host {host} cut off for {millis} ms"),
+            Fault::BriefCutTwo { pair, millis } => {
+                write!(
+                    f,
+                    "hosts {} and {} cut off for {millis} ms",
+                    pair[0], pair[1]
+                )
+            }
+            Fault::LongCut { host } => write!(f, "host {host} cut off until marked down"),
+            Fault::Kill { osd, millis } => write!(f, "osd.{osd} killed for {millis} ms"),
+        }
+    }
+}
+
+/// The trials of a run: the host that holds no first monitor, then the first monitor's
+/// (a primary of some PGs), each cut off until marked down; then faults drawn from `seed`.
+fn schedule(seed: u64, osds: usize) -> Vec<Fault> {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut trials = vec![Fault::LongCut { host: 3 }, Fault::LongCut { host: 1 }];
+    while trials.len() < TRIALS {
+        let millis = rng.random_range(1500..3000);
+        let host = rng.random_range(1..=HOSTS);
+        trials.push(match rng.random_range(0..100) {
+            0..35 => Fault::BriefCut { host, millis },
+            35..70 => Fault::Kill {
+                osd: rng.random_range(0..osds),
+                millis: rng.random_range(200..3000),
+            },
+            70..85 => Fault::BriefCutTwo {
+                pair: [host, host % HOSTS + 1],
+                millis,
+            },
+            _ => Fault::LongCut { host },
+        });
+    }
+    trials
 }
 
 fn clean(status: &serde_json::Value) -> bool {
@@ -530,41 +632,105 @@ fn three_hosts_keep_acknowledged_writes_through_host_failures() {
     hosts.wait_status("the pool clean", Duration::from_secs(90), clean);
 
     let hosts = Arc::new(hosts);
-    let mut acknowledged = Vec::new();
-    let mut unacknowledged = Vec::new();
-    let mut next = 0;
-    for (cut, what) in [
-        (vec![3], "host 3 cut off"),
-        (vec![1], "host 1 (mon.a) cut off"),
-    ] {
-        let load = Load::start(&hosts, next);
-        wait_acked(&hosts, &load, 0, 5, "before the cut");
-        for h in &cut {
-            hosts.link(&hosts.host(*h), false);
-        }
-        let cut_osds = (cut.len() * OSDS_PER_HOST) as u64;
-        hosts.wait_status(
-            &format!("the monitors see the OSDs of {what} down"),
-            Duration::from_secs(60),
-            |s| s["osds"]["up"].as_u64() == Some((HOSTS * OSDS_PER_HOST) as u64 - cut_osds),
+    let osds: Vec<String> = osd_hosts
+        .iter()
+        .map(|(id, _)| format!("osd.{id}"))
+        .collect();
+    for (i, name) in osds.iter().enumerate() {
+        assert_eq!(
+            *name,
+            format!("osd.{i}"),
+            "a new cluster numbers its OSDs from 0"
         );
-        let before = load.acked();
-        wait_acked(&hosts, &load, before, 10, what);
-        for h in &cut {
-            hosts.link(&hosts.host(*h), true);
+    }
+    let seed = std::env::var("COFFER_TRIALS_SEED")
+        .ok()
+        .and_then(|seed| seed.parse().ok())
+        .unwrap_or_else(rand::random::<u64>);
+    let trials = schedule(seed, osds.len());
+    eprintln!(
+        "{} trials, seed {seed} (COFFER_TRIALS_SEED={seed} runs the same schedule)",
+        trials.len()
+    );
+    let load = Load::start(&hosts, 0);
+    wait_acked(&hosts, &load, 0, 5, "before the first trial");
+    let mut below_min_size = Vec::new();
+    for (i, fault) in trials.iter().enumerate() {
+        let (began, before) = (Instant::now(), load.acked());
+        match *fault {
+            Fault::BriefCut { host, millis } => {
+                hosts.link(&hosts.host(host), false);
+                std::thread::sleep(Duration::from_millis(millis));
+                hosts.link(&hosts.host(host), true);
+            }
+            Fault::BriefCutTwo { pair, millis } => {
+                for h in pair {
+                    hosts.link(&hosts.host(h), false);
+                }
+                let cut = Instant::now();
+                std::thread::sleep(Duration::from_millis(millis));
+                below_min_size.push((cut, Instant::now()));
+                for h in pair {
+                    hosts.link(&hosts.host(h), true);
+                }
+            }
+            Fault::LongCut { host } => {
+                hosts.link(&hosts.host(host), false);
+                let up = (HOSTS - 1) * OSDS_PER_HOST;
+                hosts.wait_status(
+                    &format!("trial {}, {fault}: its OSDs seen down", i + 1),
+                    Duration::from_secs(60),
+                    |s| s["osds"]["up"].as_u64() == Some(up as u64),
+                );
+                wait_acked(&hosts, &load, load.acked(), 5, &fault.to_string());
+                hosts.link(&hosts.host(host), true);
+            }
+            Fault::Kill { osd, millis } => {
+                let killed = hosts.kill(&osds[osd]);
+                std::thread::sleep(Duration::from_millis(millis));
+                hosts.restart(&killed);
+            }
         }
-        let (acked, refused) = load.finish();
-        next = acked.iter().chain(&refused).max().expect("writes") + 1;
-        acknowledged.extend(acked);
-        unacknowledged.extend(refused);
+        let healed = Instant::now();
         hosts.wait_status(
-            &format!("clean after {what}"),
+            &format!("clean after trial {}, {fault}", i + 1),
             Duration::from_secs(120),
             clean,
         );
+        wait_acked(
+            &hosts,
+            &load,
+            load.acked(),
+            3,
+            &format!("after trial {}", i + 1),
+        );
+        eprintln!(
+            "trial {}/{}: {fault}: {} writes acknowledged in {:.1} s, clean {:.1} s after the fault ended",
+            i + 1,
+            trials.len(),
+            load.acked() - before,
+            began.elapsed().as_secs_f64(),
+            (healed.elapsed()).as_secs_f64()
+        );
     }
+    let writes = load.finish();
+    // Below min_size nothing is acknowledged: no write sent while two hosts were cut off
+    // and answered before they returned.
+    for w in &writes {
+        for (cut, healed) in &below_min_size {
+            assert!(
+                !(w.acked && w.sent >= *cut && w.answered <= *healed),
+                "o{} was acknowledged while two hosts of three were cut off",
+                w.n
+            );
+        }
+    }
+    let mut acknowledged: Vec<usize> = writes.iter().filter(|w| w.acked).map(|w| w.n).collect();
+    let mut unacknowledged: Vec<usize> = writes.iter().filter(|w| !w.acked).map(|w| w.n).collect();
+    let mut next = writes.iter().map(|w| w.n).max().expect("writes") + 1;
 
-    // Two hosts of three: no monitor majority, one copy of each PG. Nothing is acknowledged.
+    // Two hosts of three for longer: no monitor majority, one copy of each PG. Nothing is
+    // acknowledged.
     hosts.link(&hosts.host(2), false);
     hosts.link(&hosts.host(3), false);
     std::thread::sleep(Duration::from_secs(2));
@@ -588,9 +754,13 @@ fn three_hosts_keep_acknowledged_writes_through_host_failures() {
     );
     let load = Load::start(&hosts, next);
     wait_acked(&hosts, &load, 0, 5, "after two hosts returned");
-    let (acked, refused) = load.finish();
-    acknowledged.extend(acked);
-    unacknowledged.extend(refused);
+    for w in load.finish() {
+        if w.acked {
+            acknowledged.push(w.n);
+        } else {
+            unacknowledged.push(w.n);
+        }
+    }
 
     // Every acknowledged write reads back with its bytes; one that was not is whole or
     // absent, never torn; and every copy agrees.
@@ -626,4 +796,11 @@ fn three_hosts_keep_acknowledged_writes_through_host_failures() {
         .and_then(|(_, rest)| rest.split_whitespace().next()?.parse().ok())
         .unwrap_or_else(|| panic!("a count of objects in {scrub}"));
     assert!(scrubbed >= acknowledged.len(), "{scrub}");
+    eprintln!(
+        "{} trials: {} writes acknowledged, all read back, 0 lost; {} not acknowledged, none \
+         torn; scrub: {scrubbed} objects, 0 inconsistent",
+        trials.len(),
+        acknowledged.len(),
+        unacknowledged.len()
+    );
 }
