@@ -10,7 +10,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use map::cluster::ClusterMap;
 use map::placement::{OsdId, PgId};
-use messenger::message::{AuthTable, OsdReply, OsdRequest, PgState};
+use messenger::message::{AuthTable, LogEntry, OsdReply, OsdRequest, PgInfo, PgState};
 use store::Store;
 use tokio::sync::watch;
 
@@ -94,6 +94,16 @@ impl Node {
     /// The state of every PG this node leads.
     pub fn led(&self) -> Vec<(PgId, PgState)> {
         self.service.inner.led()
+    }
+
+    /// What this node's copy of `pg` holds: its info and log, read from its store if the
+    /// PG is not loaded yet.
+    pub async fn log(&self, pg: PgId) -> Result<(PgInfo, Vec<LogEntry>), String> {
+        let inner = &self.service.inner;
+        let held = inner.pg(pg);
+        let mut core = held.core.lock().await;
+        inner.load(&mut core, pg).await?;
+        Ok((core.info, core.log.iter().cloned().collect()))
     }
 
     /// Stops the node as `kill -9` would: every task of it ends at its next await, and what

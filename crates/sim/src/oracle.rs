@@ -8,7 +8,8 @@
 
 use std::collections::BTreeMap;
 
-use messenger::message::Version;
+use map::placement::OsdId;
+use messenger::message::{LogEntry, PgInfo, ReqId, Version};
 
 #[derive(Default)]
 pub struct Oracle {
@@ -79,6 +80,44 @@ impl Oracle {
     }
 }
 
+/// Where the logs of one PG's copies (the primary's first) disagree, once every fault has
+/// healed: a copy whose log ends elsewhere than the primary's, or that holds another write
+/// at a version, over the entries every copy still keeps (each trims its own tail).
+pub fn diverged(logs: &[(OsdId, (PgInfo, Vec<LogEntry>))]) -> Option<String> {
+    let (primary, (info, _)) = logs.first()?;
+    if let Some((osd, (other, _))) = logs.iter().find(|(_, (i, _))| i.last != info.last) {
+        return Some(format!(
+            "osd.{}'s log ends at {:?}, the primary osd.{}'s at {:?}",
+            osd.0, other.last, primary.0, info.last
+        ));
+    }
+    let from = logs
+        .iter()
+        .filter_map(|(_, (_, log))| log.first().map(|e| e.version))
+        .max()?;
+    let kept = |log: &[LogEntry]| -> Vec<(Version, ReqId)> {
+        log.iter()
+            .filter(|e| e.version >= from)
+            .map(|e| (e.version, e.reqid))
+            .collect()
+    };
+    let theirs = kept(&logs[0].1 .1);
+    logs.iter().skip(1).find_map(|(osd, (_, log))| {
+        let mine = kept(log);
+        (mine != theirs).then(|| {
+            let at = mine.iter().zip(&theirs).position(|(a, b)| a != b);
+            let at = at.unwrap_or(mine.len().min(theirs.len()));
+            format!(
+                "osd.{} holds {:?} where the primary osd.{} holds {:?} (entry {at} from {from:?})",
+                osd.0,
+                mine.get(at),
+                primary.0,
+                theirs.get(at)
+            )
+        })
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -105,6 +144,37 @@ mod tests {
         assert!(oracle.check("never-written", None).is_ok());
         assert!(oracle.check("never-written", Some(b"a")).is_err());
         Ok(())
+    }
+
+    fn log(osd: u32, versions: &[(u64, u64)]) -> (OsdId, (PgInfo, Vec<LogEntry>)) {
+        let log: Vec<LogEntry> = versions
+            .iter()
+            .map(|&(seq, request)| LogEntry {
+                version: version(seq),
+                object: map::ObjectName::new("o").expect("a name"),
+                reqid: ReqId {
+                    client: 1,
+                    seq: request,
+                },
+            })
+            .collect();
+        let last = log.last().map(|e| e.version).unwrap_or_default();
+        (OsdId(osd), (PgInfo { last }, log))
+    }
+
+    #[test]
+    fn copies_agree_over_what_they_all_keep_and_a_diverged_one_is_named() {
+        let primary = log(0, &[(3, 3), (4, 4), (5, 5)]);
+        // A replica that trimmed more of its tail agrees.
+        assert_eq!(
+            diverged(&[primary.clone(), log(1, &[(4, 4), (5, 5)])]),
+            None
+        );
+        let behind = diverged(&[primary.clone(), log(2, &[(3, 3), (4, 4)])]);
+        assert!(behind.is_some_and(|d| d.contains("osd.2's log ends at")));
+        let other = diverged(&[primary.clone(), log(1, &[(4, 4), (5, 9)])]);
+        assert!(other.is_some_and(|d| d.starts_with("osd.1 holds")));
+        assert_eq!(diverged(&[log(0, &[]), log(1, &[])]), None);
     }
 
     #[test]

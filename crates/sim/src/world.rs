@@ -219,6 +219,7 @@ impl World {
         self.wait_clean(tokio::time::Instant::now() + SETTLE_LIMIT)
             .await?;
         self.check_objects().await?;
+        self.check_logs().await?;
         self.check_replicas().await
     }
 
@@ -555,6 +556,31 @@ impl World {
                 other => return Err(format!("reading {name}: {other:?}")),
             };
             lock(&self.oracle).check(&name, read.as_deref())?;
+        }
+        Ok(())
+    }
+
+    /// Every OSD of each PG's acting set holds the same log, read from each OSD itself rather
+    /// than trusted to the primary's report: the same last version, and the same writes
+    /// (version and request id) over the entries all of them still keep.
+    async fn check_logs(&self) -> Result<(), String> {
+        let (map, pool) = self.pool()?;
+        for number in 0..pool.pg_num {
+            let pg = PgId {
+                pool: pool.id,
+                number,
+            };
+            let mut logs = Vec::new();
+            for osd in map.acting(&pool, pg) {
+                let node = self.net.node(osd).ok_or(format!(
+                    "osd.{} of pg {}.{} is not running",
+                    osd.0, pg.pool, pg.number
+                ))?;
+                logs.push((osd, node.log(pg).await?));
+            }
+            if let Some(divergence) = crate::oracle::diverged(&logs) {
+                return Err(format!("pg {}.{}: {divergence}", pg.pool, pg.number));
+            }
         }
         Ok(())
     }
