@@ -116,8 +116,8 @@ struct Incarnation {
     first_token: u64,
 }
 
-/// Recovery tokens an OSD may draw per millisecond it has been up before a restart could
-/// reuse them (one per recovery pass and per peering, far fewer in practice).
+/// Tokens a PG may draw per millisecond its OSD has been up before a restart could reuse
+/// them (one per peering, recovery pass and scrub repair, far fewer in practice).
 const TOKENS_PER_MS: u64 = 1000;
 
 /// The first recovery token of an OSD started `since` after an epoch that only moves on.

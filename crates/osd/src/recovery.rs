@@ -20,10 +20,11 @@ use messenger::message::{
     LIST_PAGE_MAX,
 };
 use store::Transaction;
+use tokio::task::JoinSet;
 
 use crate::objects;
 use crate::pg::peering::{self, Answer, Placement};
-use crate::pg::recovery::{Action, Event};
+use crate::pg::recovery as recovering;
 use crate::pg::{Core, Serving};
 use crate::OsdState;
 
@@ -379,17 +380,41 @@ pub async fn peer(inner: Arc<OsdState>, id: PgId) {
         })
     });
     let mut actions = VecDeque::from(core.on_peering(peering::Event::Start(placement)));
-    while let Some(action) = actions.pop_front() {
+    // The queries run at once; dropped (and so aborted) with the peering.
+    let mut queries = JoinSet::new();
+    let mut asked = BTreeMap::new();
+    loop {
+        let Some(action) = actions.pop_front() else {
+            if !core.is_peering() {
+                return;
+            }
+            let joined = queries
+                .join_next_with_id()
+                .await
+                .expect("a peering in progress waits for its queries");
+            let (task, answer) = match joined {
+                Ok((task, answer)) => (task, answer),
+                Err(e) => (e.id(), Err(format!("its query ended: {e}"))),
+            };
+            let event = peering::Event::Answered {
+                osd: asked[&task],
+                answer,
+            };
+            actions.extend(core.on_peering(event));
+            continue;
+        };
         let event = match action {
             peering::Action::NotPrimary => {
                 pg.serving.send_replace(Serving::NotPrimary);
                 continue;
             }
             peering::Action::Load => peering::Event::Loaded(inner.load(&mut core, id).await),
-            peering::Action::Query { to, claim } => peering::Event::Answered {
-                osd: to,
-                answer: inner.query(to, id, claim).await,
-            },
+            peering::Action::Query { to, claim } => {
+                let inner = inner.clone();
+                let task = queries.spawn(async move { inner.query(to, id, claim).await });
+                asked.insert(task.id(), to);
+                continue;
+            }
             peering::Action::CatchUp { from, info, log } => {
                 tracing::info!(pg = %format!("{}.{}", id.pool, id.number), from = from.0, "catching up");
                 let caught_up = match catch_up(&inner, &mut core, id, from).await {
@@ -467,7 +492,7 @@ async fn recover(inner: Arc<OsdState>, id: PgId, target: OsdId, token: u64) {
     let pg = inner.pg(id);
     let label = format!("{}.{}", id.pool, id.number);
     let mut token = token;
-    let mut event = Event::Begin;
+    let mut event = recovering::Event::Begin;
     loop {
         let mut core = pg.core.lock().await;
         let mut actions = VecDeque::from(core.on_recovery(target, token, event));
@@ -476,23 +501,24 @@ async fn recover(inner: Arc<OsdState>, id: PgId, target: OsdId, token: u64) {
                 .pop_front()
                 .expect("a recovery event is answered with IO or an end");
             match action {
-                Action::Query { claim } => {
+                recovering::Action::Query { claim } => {
                     token = claim.token;
                     drop(core);
                     let answer = inner.query(target, id, claim).await;
-                    break Event::TargetAnswered(answer.map(|answer| answer.info));
+                    break recovering::Event::TargetAnswered(answer.map(|answer| answer.info));
                 }
-                Action::Sync { claim } => {
+                recovering::Action::Sync { claim } => {
                     drop(core);
                     let guard = Some((target, claim.token));
                     let synced = inner.sync(id, Side::Local, Side::Target(target, claim), guard);
-                    break Event::Synced(synced.await.map(|_| ()));
+                    break recovering::Event::Synced(synced.await.map(|_| ()));
                 }
-                Action::Copy { claim, names } => {
+                recovering::Action::Copy { claim, names } => {
                     drop(core);
-                    break Event::Copied(copy_dirty(&inner, id, target, claim, &names).await);
+                    let copied = copy_names(&inner, id, target, claim, &names, false).await;
+                    break recovering::Event::Copied(copied);
                 }
-                Action::Join {
+                recovering::Action::Join {
                     claim,
                     names,
                     info,
@@ -500,43 +526,53 @@ async fn recover(inner: Arc<OsdState>, id: PgId, target: OsdId, token: u64) {
                 } => {
                     // Writes wait while the last objects are copied and the target joins.
                     let joined = join(&inner, id, target, claim, &names, info, log).await;
-                    actions.extend(core.on_recovery(target, token, Event::Joined(joined)));
+                    actions.extend(core.on_recovery(
+                        target,
+                        token,
+                        recovering::Event::Joined(joined),
+                    ));
                 }
-                Action::Publish { interval, state } => pg.publish_state(interval, state),
-                Action::Done => {
+                recovering::Action::Publish { interval, state } => {
+                    pg.publish_state(interval, state)
+                }
+                recovering::Action::Done => {
                     crate::metrics::recovery_ended(true);
                     tracing::info!(pg = %label, osd = target.0, "recovered");
                     return;
                 }
-                Action::RetryLater { why } => {
+                recovering::Action::RetryLater { why } => {
                     drop(core);
                     crate::metrics::recovery_ended(false);
                     tracing::warn!(pg = %label, osd = target.0, error = %why, "recovery");
                     tokio::time::sleep(RETRY_PAUSE).await;
-                    break Event::Begin;
+                    break recovering::Event::Begin;
                 }
-                Action::Repeer => {
+                recovering::Action::Repeer => {
                     drop(core);
                     inner.spawn(peer(inner.clone(), id));
                     return;
                 }
-                Action::Stop => return,
+                recovering::Action::Stop => return,
             }
         };
     }
 }
 
-/// Copies `names` to `target` without the PG's lock, as long as `claim` is current.
-async fn copy_dirty(
+/// Copies `names` to `target` under `claim`. Without the PG's lock (`locked` false), each
+/// copy first checks that the claim is still current.
+async fn copy_names(
     inner: &OsdState,
     id: PgId,
     target: OsdId,
     claim: Claim,
     names: &[ObjectName],
+    locked: bool,
 ) -> Result<(), String> {
     let mut pending = crate::metrics::Pending::new(&inner.recovery_pending, names.len());
     for name in names {
-        inner.check_claim(id, Some((target, claim.token))).await?;
+        if !locked {
+            inner.check_claim(id, Some((target, claim.token))).await?;
+        }
         let bytes = inner
             .copy_object(id, name, Side::Local, Side::Target(target, claim))
             .await?;
@@ -556,13 +592,7 @@ async fn join(
     info: PgInfo,
     log: Vec<LogEntry>,
 ) -> Result<(), String> {
-    let mut pending = crate::metrics::Pending::new(&inner.recovery_pending, names.len());
-    for name in names {
-        let bytes = inner
-            .copy_object(id, name, Side::Local, Side::Target(target, claim))
-            .await?;
-        pending.copied(bytes);
-    }
+    copy_names(inner, id, target, claim, names, true).await?;
     let activate = PeerOp::Activate { claim, info, log };
     inner.peer_op(target, id, activate, Bytes::new()).await?;
     Ok(())

@@ -850,7 +850,7 @@ impl OsdService {
 struct Replicas {
     inner: Arc<OsdState>,
     tasks: JoinSet<Result<(), String>>,
-    of: BTreeMap<tokio::task::Id, (OsdId, AbortHandle)>,
+    osd_by_task: BTreeMap<tokio::task::Id, (OsdId, AbortHandle)>,
     maps: watch::Receiver<Arc<ClusterMap>>,
 }
 
@@ -859,7 +859,7 @@ impl Replicas {
         Replicas {
             inner: inner.clone(),
             tasks: JoinSet::new(),
-            of: BTreeMap::new(),
+            osd_by_task: BTreeMap::new(),
             maps: inner.map.subscribe(),
         }
     }
@@ -873,13 +873,13 @@ impl Replicas {
                 Err(e) => Err(e),
             }
         });
-        self.of.insert(task.id(), (osd, task));
+        self.osd_by_task.insert(task.id(), (osd, task));
         self.give_up_on_down();
     }
 
     fn give_up_on_down(&mut self) {
         let map = self.maps.borrow_and_update();
-        for (osd, task) in self.of.values() {
+        for (osd, task) in self.osd_by_task.values() {
             if !map.osds.get(osd).is_some_and(|o| o.up) {
                 task.abort();
             }
@@ -898,7 +898,7 @@ impl Replicas {
                         Err(e) if e.is_cancelled() => (e.id(), Err("the map marks it down".into())),
                         Err(e) => (e.id(), Err(format!("its task ended: {e}"))),
                     };
-                    return Some((self.of[&task].0, answer));
+                    return Some((self.osd_by_task[&task].0, answer));
                 }
                 Ok(()) = self.maps.changed() => self.give_up_on_down(),
             }

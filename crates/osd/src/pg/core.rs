@@ -8,12 +8,12 @@
 //!
 //! | role / state | what the core holds | entered | left |
 //! |---|---|---|---|
-//! | not loaded | `loaded == false` | created on first use | the first peering, query, replicated write or activation loads the log from the store |
+//! | not loaded | `loaded == false` | created on first use; a write whose shell ended without its answer | a peering, query or replicated write loads the log from the store; an activation replaces it |
 //! | replica or stray | `interval` empty | the map names another primary | a map that makes this OSD first in the acting set |
-//! | primary, peering | `interval` of the new acting set, nothing clean yet | a map that changed the acting set | every member answered and this OSD holds the newest log |
-//! | primary, inactive | fewer than min_size complete copies | too few OSDs up, a member silent, a catch-up failed | the next peering, or a recovery that completes a copy |
-//! | primary, recovering | a replica in `recovering` | peering found a replica behind, or a replica missed a write | the replica joins `clean`, or a new interval |
-//! | primary, undersized | fewer OSDs acting than the pool's size | the map | the map |
+//! | primary, peering | `peering` in progress, nothing clean yet | a map that changed the acting set; a write that failed here; a recovery that found its target newer; a retry after an inactive peering | every member answered and this OSD holds the newest log |
+//! | primary, inactive | fewer than min_size complete copies | too few OSDs up, the log unreadable, a member silent, a catch-up failed, a write's replicas missed it | the next peering, or a recovery that completes a copy |
+//! | primary, recovering | min_size copies, and a replica in `recovering` | peering found a replica behind, or a replica missed a write | the replica joins `clean`, or a new interval |
+//! | primary, undersized | min_size copies, fewer OSDs acting than the pool's size | the map | the map |
 //! | primary, clean | every acting OSD clean | peering or the last recovery | a missed write, a map change |
 //!
 //! A primary also has at most one client write in flight ([`Core::on_write`], write.rs), from
@@ -27,9 +27,9 @@
 //!   the last one's ([`Core::order_write`]), and a log only ever takes a newer entry
 //!   ([`Core::note_logged`]).
 //! - **Nothing is acknowledged below min_size**: a write is answered `Written` only once it
-//!   is applied here and on at least `min_size - 1` replicas (write.rs, `settle`).
+//!   is applied here and on at least `min_size - 1` replicas (write.rs, `finish`).
 //! - **An acknowledged write is in the log of every clean replica**: a replica that did not
-//!   apply it leaves `clean` before the answer, and is recovered (write.rs, `settle`).
+//!   apply it leaves `clean` before the answer, and is recovered (write.rs, `finish`).
 //! - **A recovery's claim only grows**: every token drawn is newer than the last
 //!   ([`Core::draw_token`]); a target refuses a claim older than the newest it saw
 //!   ([`Core::admit`]), so a superseded recovery's late copy never lands on it.
@@ -61,7 +61,8 @@ pub struct Core {
     /// A catch-up of this copy began and has not finished (kept in the store too,
     /// `objects::mark_unsettled`): its objects may be newer than its log.
     pub unsettled: bool,
-    /// The next recovery token this primary draws ([`Core::draw_token`]).
+    /// The next token this primary draws ([`Core::draw_token`]) for the claim of a peering's
+    /// queries, a recovery pass or a scrub's repair.
     tokens: u64,
     /// The client write in flight, from its order to its answer (write.rs).
     pub(super) write: Option<Write>,
@@ -157,7 +158,7 @@ impl Core {
         }
     }
 
-    /// A new recovery token, newer than every one drawn before in this PG.
+    /// A new token, newer than every one drawn before in this PG.
     pub fn draw_token(&mut self) -> u64 {
         let token = self.tokens;
         self.tokens = token.checked_add(1).expect("recovery tokens never run out");

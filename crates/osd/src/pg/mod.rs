@@ -73,7 +73,7 @@ impl Pg {
     }
 
     /// The newest map epoch at which the map changed this PG's acting set: a write's answer
-    /// is decided with it ([`write::Event`]), since it may be newer than the interval peered.
+    /// is decided with it (`Core::on_write`), since it may be newer than the interval peered.
     pub fn announced(&self) -> Epoch {
         self.announced.load(Ordering::Relaxed)
     }

@@ -1,7 +1,9 @@
 //! Peering a PG against a new map, as events in and actions out: the shell
 //! (`recovery::peer`) holds the PG's lock, feeds [`Event`]s to [`Core::on_peering`] and
-//! carries out the [`Action`]s it returns, in order, until there are none. Every action
-//! that does IO is answered by exactly one event.
+//! carries out the [`Action`]s it returns, in order, until the peering is over
+//! ([`Core::is_peering`]). Every action the core waits on (Load, Query, CatchUp) is answered
+//! by exactly one event, but once a peering is over the answers still on their way are
+//! dropped: the queries, the one kind of IO that runs concurrently, answer in any order.
 //!
 //! ```text
 //! Start ── this OSD does not lead the PG ──► NotPrimary
@@ -10,8 +12,8 @@
 //!   ▼ Loaded ── the store failed ─────────► Publish(inactive)
 //!   ├── fewer OSDs acting than min_size ──► Publish(inactive)
 //!   ▼
-//! Query each member in turn, under a new claim
-//!   ▼ Answered ── a member did not ───────► Publish(inactive), RetryLater
+//! Query every member at once, under a new claim
+//!   ▼ Answered ── a member did not ───────► Publish(inactive), RetryLater (the rest dropped)
 //!   ▼ all answered
 //! a member holds a newer log (or this copy's own catch-up was cut short)?
 //!   ├── yes: CatchUp from it ── failed ───► Publish(inactive), RetryLater
@@ -23,7 +25,7 @@
 //! Every member must answer: one that does not may hold the newest writes, so the PG waits
 //! (retrying) until the monitors mark it down and the acting set changes.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use map::cluster::Epoch;
 use map::placement::OsdId;
@@ -75,7 +77,8 @@ pub enum Action {
     NotPrimary,
     /// Read the PG's log from the store, unless it is in memory; answer `Loaded`.
     Load,
-    /// Ask this member what it holds, under this claim; answer `Answered`.
+    /// Ask this member what it holds, under this claim, while the other members are asked
+    /// too; answer `Answered`.
     Query { to: OsdId, claim: Claim },
     /// Make this OSD's objects those of `from` (marking the copy unsettled first), then take
     /// its log; answer `CaughtUp`.
@@ -96,9 +99,9 @@ pub enum Action {
 #[derive(Debug)]
 pub(super) struct Peering {
     claim: Claim,
-    /// Members not asked yet, in acting order.
-    to_ask: VecDeque<OsdId>,
-    /// Members that answered, in acting order.
+    /// Members asked that have not answered.
+    waiting: BTreeSet<OsdId>,
+    /// Members that answered, in the order they did.
     answers: Vec<(OsdId, Answer)>,
     /// The member caught up from, and the last version of its log.
     source: Option<(OsdId, Version)>,
@@ -117,15 +120,30 @@ impl Core {
                     self.peering = None;
                     return vec![self.publish()];
                 }
-                self.ask_next()
+                let members: Vec<OsdId> = self.interval.acting[1..].to_vec();
+                let peering = self.peering();
+                peering.waiting = members.iter().copied().collect();
+                if members.is_empty() {
+                    return self.all_answered();
+                }
+                let claim = peering.claim;
+                members
+                    .into_iter()
+                    .map(|to| Action::Query { to, claim })
+                    .collect()
             }
             Event::Answered { osd, answer } => match answer {
                 Err(why) => {
                     self.stop_peering(format!("waiting for osd.{} to answer: {why}", osd.0), true)
                 }
                 Ok(answer) => {
-                    self.peering().answers.push((osd, answer));
-                    self.ask_next()
+                    let peering = self.peering();
+                    assert!(peering.waiting.remove(&osd), "osd.{} answers once", osd.0);
+                    peering.answers.push((osd, answer));
+                    if !peering.waiting.is_empty() {
+                        return Vec::new();
+                    }
+                    self.all_answered()
                 }
             },
             Event::CaughtUp(Err(why)) => {
@@ -139,7 +157,7 @@ impl Core {
                     "a caught-up primary holds the log of osd.{}, settled",
                     from.0
                 );
-                self.settle_peering()
+                self.finish_peering()
             }
         }
     }
@@ -170,7 +188,7 @@ impl Core {
         };
         self.peering = Some(Peering {
             claim,
-            to_ask: self.interval.acting.iter().skip(1).copied().collect(),
+            waiting: BTreeSet::new(),
             answers: Vec::new(),
             source: None,
         });
@@ -189,20 +207,26 @@ impl Core {
             .expect("an event of a peering comes while it is in progress")
     }
 
-    /// The next member's query; once all answered, the catch-up or the outcome.
-    fn ask_next(&mut self) -> Vec<Action> {
+    /// Whether a peering is in progress: its shell waits for answers only then.
+    pub fn is_peering(&self) -> bool {
+        self.peering.is_some()
+    }
+
+    /// Every member answered: the catch-up, or the outcome. Answers are taken in acting
+    /// order, whatever the order they came in, so the same answers pick the same source.
+    fn all_answered(&mut self) -> Vec<Action> {
+        let acting = self.interval.acting.clone();
         let peering = self.peering();
-        if let Some(to) = peering.to_ask.pop_front() {
-            let claim = peering.claim;
-            return vec![Action::Query { to, claim }];
-        }
+        peering
+            .answers
+            .sort_by_key(|(osd, _)| acting.iter().position(|a| a == osd));
         let heard: Vec<(Version, bool)> = peering
             .answers
             .iter()
             .map(|(_, answer)| (answer.info.last, answer.unsettled))
             .collect();
         let Some(best) = catch_up_source(self.info.last, self.unsettled, &heard) else {
-            return self.settle_peering();
+            return self.finish_peering();
         };
         let peering = self.peering();
         let (from, answer) = &peering.answers[best];
@@ -227,7 +251,7 @@ impl Core {
 
     /// Every member answered and this OSD holds the newest log: the members with the same
     /// log, settled, are clean; the others are recovered.
-    fn settle_peering(&mut self) -> Vec<Action> {
+    fn finish_peering(&mut self) -> Vec<Action> {
         let peering = self.peering.take().expect("a peering in progress");
         let newest = peering.answers.iter().map(|(_, a)| a.info.last).max();
         assert!(
@@ -290,21 +314,28 @@ mod tests {
     }
 
     #[test]
-    fn a_primary_asks_each_member_in_turn_and_recovers_those_behind() {
+    fn a_primary_asks_every_member_at_once_and_recovers_those_behind() {
         let mut core = loaded(version(6, 4));
         let actions = core.on_peering(Event::Start(Some(placement(&[0, 1, 2], 2))));
         assert!(shapes(&actions).contains("Peering") && matches!(actions[1], Action::Load));
         let actions = core.on_peering(Event::Loaded(Ok(())));
-        let [Action::Query { to, claim }] = actions[..] else {
-            panic!("the first member is asked: {actions:?}");
+        let [Action::Query {
+            to: OsdId(1),
+            claim,
+        }, Action::Query {
+            to: OsdId(2),
+            claim: same,
+        }] = actions[..]
+        else {
+            panic!("every member is asked: {actions:?}");
         };
-        assert_eq!((to, claim.interval), (OsdId(1), 7));
+        assert_eq!((claim.interval, claim), (7, same));
+        assert!(core.is_peering());
         let answered = |osd, last| Event::Answered {
             osd: OsdId(osd),
             answer: Ok(answer(last, false)),
         };
-        let actions = core.on_peering(answered(1, version(6, 4)));
-        assert!(matches!(actions[..], [Action::Query { to: OsdId(2), claim: c }] if c == claim));
+        assert!(core.on_peering(answered(1, version(6, 4))).is_empty());
         let actions = core.on_peering(answered(2, version(6, 2)));
         let [Action::Recover { target, token }, Action::Publish {
             interval: 7,
@@ -319,6 +350,28 @@ mod tests {
             "a recovery's claim is newer than the queries'"
         );
         assert_eq!(core.interval.clean, [OsdId(1)]);
+        assert!(!core.is_peering());
+    }
+
+    #[test]
+    fn the_source_of_a_catch_up_does_not_depend_on_the_order_of_answers() {
+        for first in [1, 2] {
+            let mut core = loaded(version(6, 2));
+            core.on_peering(Event::Start(Some(placement(&[0, 1, 2], 2))));
+            core.on_peering(Event::Loaded(Ok(())));
+            core.on_peering(Event::Answered {
+                osd: OsdId(first),
+                answer: Ok(answer(version(6, 5), false)),
+            });
+            let actions = core.on_peering(Event::Answered {
+                osd: OsdId(3 - first),
+                answer: Ok(answer(version(6, 5), false)),
+            });
+            assert!(
+                matches!(actions[..], [Action::CatchUp { from: OsdId(2), .. }]),
+                "among equals, the last in acting order: {actions:?}"
+            );
+        }
     }
 
     #[test]
@@ -369,7 +422,7 @@ mod tests {
             actions[..],
             [Action::Publish { .. }, Action::RetryLater]
         ));
-        assert!(core.peering.is_none());
+        assert!(!core.is_peering());
 
         core.on_peering(Event::Start(Some(placement(&[0, 1], 2))));
         core.on_peering(Event::Loaded(Ok(())));

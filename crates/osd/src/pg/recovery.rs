@@ -1,7 +1,8 @@
 //! Recovering one replica, as events in and actions out. The shell (`recovery::recover`,
 //! one task per target) feeds each [`Event`] to [`Core::on_recovery`] under the PG's lock
 //! and carries out the [`Action`]s it returns: most without the lock, so writes go on
-//! while objects are copied; the last copies and the join under it.
+//! while objects are copied; the last copies and the join under it. Every action the core
+//! waits on (Query, Sync, Copy, Join) is answered by exactly one event.
 //!
 //! ```text
 //! Begin a pass: a new token ────────────────────────────► Query the target under its claim
@@ -103,13 +104,10 @@ impl Core {
         };
         match event {
             Event::Begin => {
-                let fresh = self.draw_token();
-                self.recovery(target).token = fresh;
+                let token = self.draw_token();
+                self.recovery(target).token = token;
                 vec![Action::Query {
-                    claim: Claim {
-                        interval: self.interval.epoch,
-                        token: fresh,
-                    },
+                    claim: Claim { token, ..claim },
                 }]
             }
             Event::TargetAnswered(Ok(info)) if info.last > self.info.last => {

@@ -1,7 +1,8 @@
 //! A client write in its PG, from its order to its answer, as events in and actions out.
 //! The shell (`OsdService::write` in service.rs) holds the PG's lock, feeds [`Event`]s to
 //! [`Core::on_write`] and carries out the [`Action`]s it returns, in order, until one is
-//! [`Action::Reply`]. Every action that does IO is answered by exactly one event.
+//! [`Action::Reply`]; with no action left, it waits for the next replica's answer. Every
+//! action the core waits on (Prepare, Replicate, Apply) is answered by exactly one event.
 //!
 //! ```text
 //! Write ── a retried request ─────────────────────────────► Reply(Written, its version)
@@ -127,28 +128,40 @@ impl Core {
                 let write = self.in_flight();
                 assert!(write.local.is_none(), "a write is applied here once");
                 write.local = Some(result);
-                self.settle(announced)
+                self.finish(announced)
             }
             Event::ReplicaDone(osd) => {
                 let write = self.in_flight();
                 assert!(write.waiting.remove(&osd), "osd.{} answers once", osd.0);
                 write.done.insert(osd);
-                self.settle(announced)
+                self.finish(announced)
             }
             Event::ReplicaMissed(osd) => {
                 let write = self.in_flight();
                 assert!(write.waiting.remove(&osd), "osd.{} answers once", osd.0);
                 write.missed.insert(osd);
-                self.settle(announced)
+                self.finish(announced)
             }
         }
     }
 
     fn order(&mut self, reqid: ReqId, object: &ObjectName, blocklisted: bool) -> Vec<Action> {
-        assert!(
-            self.write.is_none(),
-            "one write at a time: the PG's lock is held from order to answer"
-        );
+        if self.write.take().is_some() {
+            // The last write's shell ended without its answer (it panicked): what it applied
+            // is in the store but not known here. Read the log again, and peer.
+            self.loaded = false;
+            let (pool, number) = (self.pg.pool, self.pg.number);
+            return vec![
+                Action::Publish {
+                    interval: self.interval.epoch,
+                    state: PgState::Peering,
+                },
+                Action::Repeer,
+                Action::Reply(Err(OsdReply::Busy(format!(
+                    "pg {pool}.{number}: its last write ended without an answer; peering again"
+                )))),
+            ];
+        }
         match self.order_write(reqid, object, blocklisted) {
             Order::Duplicate(version) => vec![Action::Reply(Ok(OsdReply::Written { version }))],
             Order::Blocklisted => vec![Action::Reply(Err(OsdReply::Denied(format!(
@@ -178,7 +191,7 @@ impl Core {
 
     /// Once the write is applied here and every replica answered: logs it, takes the
     /// replicas that missed it out of the clean set, and answers.
-    fn settle(&mut self, announced: Epoch) -> Vec<Action> {
+    fn finish(&mut self, announced: Epoch) -> Vec<Action> {
         let write = self.in_flight();
         if write.local.is_none() || !write.waiting.is_empty() {
             return Vec::new();
@@ -466,10 +479,24 @@ mod tests {
     }
 
     #[test]
-    #[should_panic(expected = "one write at a time")]
-    fn a_second_write_while_one_is_in_flight_is_a_bug() {
+    fn a_write_whose_shell_ended_without_an_answer_sends_the_pg_back_to_peering() {
         let mut core = primary(5, version(5, 9), 2);
         core.on_write(5, write(2, "b"));
-        core.on_write(5, write(3, "c"));
+        core.on_write(5, Event::Prepared(Ok(0)));
+        // Its shell panicked here; the next write finds it still in flight.
+        let actions = core.on_write(5, write(3, "c"));
+        assert!(matches!(
+            actions[..2],
+            [
+                Action::Publish {
+                    state: PgState::Peering,
+                    ..
+                },
+                Action::Repeer
+            ]
+        ));
+        assert!(busy(&actions));
+        assert!(!core.loaded, "the log is read from the store again");
+        assert!(core.write.is_none());
     }
 }
