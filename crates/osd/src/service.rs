@@ -830,6 +830,8 @@ impl OsdService {
                 let mut core = pg.core.lock().await;
                 sender_is_primary(&inner.map.borrow(), from, id)?;
                 core.admit(claim)?;
+                inner.load(&mut core, id).await?;
+                core.check_activation(info)?;
                 let log = log.into_iter().collect();
                 let mut txn = Transaction::new();
                 objects::replace_log(&mut txn, id, info, &log);

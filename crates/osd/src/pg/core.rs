@@ -24,8 +24,10 @@
 //! # Invariants (asserted where they are decided)
 //!
 //! - **Versions only grow**: a write is ordered at `last.seq + 1` in an epoch no lower than
-//!   the last one's ([`Core::order_write`]), and a log only ever takes a newer entry
-//!   ([`Core::note_logged`]).
+//!   the last one's ([`Core::order_write`]), a log only ever takes a newer entry
+//!   ([`Core::note_logged`]), and a replica refuses an activation that would take its log
+//!   back ([`Core::check_activation`]: the message comes from the network, so it is a
+//!   refusal, not an assert).
 //! - **Nothing is acknowledged below min_size**: a write is answered `Written` only once it
 //!   is applied here and on at least `min_size - 1` replicas (write.rs, `finish`).
 //! - **An acknowledged write is in the log of every clean replica**: a replica that did not
@@ -246,6 +248,25 @@ impl Core {
         Ok(())
     }
 
+    /// Whether a recovery's activation may replace this copy's log with one that ends at
+    /// `info.last`: not with an older one. The primary found this copy no newer than its
+    /// own before it began (else it peers again), so an older log means a write here would
+    /// be forgotten: refused, and the recovery tries again.
+    pub fn check_activation(&self, info: PgInfo) -> Result<(), String> {
+        if info.last < self.info.last {
+            return Err(format!(
+                "pg {}.{}: an activation would take this copy's log back from {}.{} to {}.{}",
+                self.pg.pool,
+                self.pg.number,
+                self.info.last.epoch,
+                self.info.last.seq,
+                info.last.epoch,
+                info.last.seq
+            ));
+        }
+        Ok(())
+    }
+
     pub fn set_log(&mut self, info: PgInfo, log: VecDeque<LogEntry>) {
         self.reqids = log.iter().map(|e| (e.reqid, e.version)).collect();
         self.info = info;
@@ -452,6 +473,16 @@ pub(super) mod tests {
         assert!(is_clean(v2, v2, false));
         assert!(!is_clean(v2, v2, true));
         assert!(!is_clean(v2, v1, false));
+    }
+
+    #[test]
+    fn an_activation_never_takes_a_log_back() {
+        let core = primary(5, version(5, 9), 0);
+        let info = |last| PgInfo { last };
+        assert!(core.check_activation(info(version(5, 9))).is_ok());
+        assert!(core.check_activation(info(version(6, 12))).is_ok());
+        let refused = core.check_activation(info(version(5, 8)));
+        assert!(refused.is_err_and(|why| why.contains("back from 5.9 to 5.8")));
     }
 
     #[test]
