@@ -79,6 +79,9 @@ pub struct Report {
     pub loss: f64,
     pub slow: f64,
     pub epoch: u64,
+    /// Reads a client made during the run, each right after its write was acknowledged,
+    /// that a primary served: each returned that write.
+    pub reads: usize,
     pub virtual_time: Duration,
     /// The network's trace ([`Net::trace`]): equal for two runs that took the same course.
     pub trace: u64,
@@ -88,13 +91,14 @@ impl std::fmt::Display for Report {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "seed {}: {} writes acknowledged to {} objects, all read back; {} crashes, {} \
-             OSDs cut off, {:.0}% of messages lost and {:.1}% slow; map epoch {}; {:.0} s of \
+            "seed {}: {} writes acknowledged to {} objects, all read back, {} read during the \
+             faults; {} crashes, {} OSDs cut off, {:.0}% of messages lost and {:.1}% slow; map epoch {}; {:.0} s of \
              virtual time; \
              trace {:016x}",
             self.seed,
             self.writes,
             self.objects,
+            self.reads,
             self.crashes,
             self.isolations,
             self.loss * 100.0,
@@ -529,6 +533,35 @@ impl World {
             .await
     }
 
+    /// Reads object `name` from its primary in the monitors' map, as its client does right
+    /// after its write was acknowledged: a read served must return that write (the client
+    /// is the object's only writer). One not served (busy, a map to catch up with, the
+    /// network) is not judged: it says nothing of what the cluster holds.
+    pub async fn read_during(&self, name: &str) -> Result<(), String> {
+        let object = object_name(name)?;
+        let (map, pool) = self.pool()?;
+        let pg = map.pg_of(&pool, &object);
+        let Some(primary) = map.acting(&pool, pg).first().copied() else {
+            return Ok(());
+        };
+        let request = read_whole(pg, map.epoch, object);
+        let read = match self.net.call(None, primary, request, Bytes::new()).await {
+            Ok((OsdReply::Results(results), data))
+                if matches!(results[..], [OpResult::Read { .. }]) =>
+            {
+                Some(data)
+            }
+            Ok((OsdReply::NotFound, _)) => None,
+            Ok((OsdReply::Busy(_) | OsdReply::Retry { .. }, _)) | Err(_) => return Ok(()),
+            Ok((other, _)) => return Err(format!("reading {name} during the faults: {other:?}")),
+        };
+        lock(&self.oracle)
+            .check(name, read.as_deref())
+            .map_err(|e| format!("a read during the faults: {e}"))?;
+        lock(&self.report).reads += 1;
+        Ok(())
+    }
+
     /// Every object reads back, from its primary, as its last acknowledged write.
     async fn check_objects(&self) -> Result<(), String> {
         let names: Vec<String> = lock(&self.oracle).objects().map(str::to_owned).collect();
@@ -537,16 +570,7 @@ impl World {
             let object = object_name(&name)?;
             let pg = map.pg_of(&pool, &object);
             let (reply, data) = self
-                .ask(pg, |epoch| OsdRequest::Op {
-                    pg,
-                    epoch,
-                    object: object.clone(),
-                    reqid: ReqId { client: 0, seq: 0 },
-                    ops: vec![ObjectOp::Read {
-                        offset: 0,
-                        len: OBJECT_BYTES_MAX,
-                    }],
-                })
+                .ask(pg, |epoch| read_whole(pg, epoch, object.clone()))
                 .await?;
             let read = match reply {
                 OsdReply::Results(results) if matches!(results[..], [OpResult::Read { .. }]) => {
@@ -637,6 +661,20 @@ pub fn boot(id: OsdId) -> Change {
     }
 }
 
+/// A client's read of the whole of `object`.
+fn read_whole(pg: PgId, epoch: u64, object: ObjectName) -> OsdRequest {
+    OsdRequest::Op {
+        pg,
+        epoch,
+        object,
+        reqid: ReqId { client: 0, seq: 0 },
+        ops: vec![ObjectOp::Read {
+            offset: 0,
+            len: OBJECT_BYTES_MAX,
+        }],
+    }
+}
+
 fn object_name(name: &str) -> Result<ObjectName, String> {
     ObjectName::new(name).map_err(|e| format!("{name}: {e}"))
 }
@@ -692,6 +730,7 @@ async fn client(world: Arc<World>, c: u64, objects: u64, writes: u64) -> Result<
             seq: w + 1,
         };
         world.write(reqid, &name, content).await?;
+        world.read_during(&name).await?;
         tokio::time::sleep(Duration::from_millis(world.dice.below(THINK_MS_MAX))).await;
     }
     Ok(())
