@@ -12,7 +12,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 /// A run of device blocks: `[start, start + len)`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Run {
     pub start: u64,
     pub len: u64,

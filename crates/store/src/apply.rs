@@ -24,6 +24,7 @@ use crate::device::{
 use crate::error::{ApplyError, ReadError};
 use crate::metadata::{
     extent_key, object_key, omap_key, prefix_end, MetaOp, ObjectId, Table, EXTENTS, OBJECTS, OMAP,
+    SUPERBLOCK, WAL_APPLIED, WAL_START,
 };
 use crate::object::{
     pieces, punch, Extent, ExtentMap, ObjectRecord, EXTENT_BLOCKS_MAX, OBJECT_BLOCKS_MAX,
@@ -34,6 +35,7 @@ use crate::seal::{ChunkRecord, ExtentSeal};
 use crate::store::{Store, LOCK_SLOTS};
 use crate::transaction::{Op, Transaction};
 use crate::usage::{self, Delta};
+use crate::wal;
 use map::{ObjectRef, PoolId};
 use redb::ReadableDatabase;
 use std::collections::{BTreeMap, HashMap};
@@ -104,20 +106,36 @@ struct Space {
     allocated: Vec<Run>,
     freed: Vec<Run>,
     deferred: Vec<PendingWrite>,
+    /// Whether it wrote data of its own, outside the group (a write of several IO pieces):
+    /// the group must then sync the data device before its commit.
+    wrote_alone: bool,
 }
 
-/// Sealed blocks for newly allocated space, written by the group commit's leader.
+/// Sealed blocks for newly allocated space, written by the group commit's leader (unless
+/// the transaction wrote them already, to read a block back).
 pub(crate) struct PendingWrite {
     offset_bytes: u64,
     buffer: Blocks,
+    written: bool,
 }
 
-/// What one transaction hands to group commit: its small writes, then its metadata and
-/// what it changes in its pools' usage.
+/// What one transaction hands to group commit: its small writes, its metadata, what it
+/// changes in its pools' usage, and the blocks it frees once committed.
 pub(crate) struct Batch {
     writes: Vec<PendingWrite>,
+    wrote_alone: bool,
     meta: Vec<MetaOp>,
     usage: Vec<(PoolId, Delta)>,
+    freed: Vec<Run>,
+}
+
+/// How a metadata commit is made durable.
+#[derive(Clone, Copy, Debug)]
+enum Commit {
+    /// Its log record `seq` is durable: commit without a sync and note `wal_applied`.
+    Logged { seq: u64 },
+    /// Durably, as a checkpoint: every record before `next_seq` is in the database.
+    Durable { next_seq: u64 },
 }
 
 /// Where sealing happens for a run of blocks.
@@ -290,6 +308,8 @@ impl Store {
         };
         let batch = Batch {
             writes: std::mem::take(&mut space.deferred),
+            wrote_alone: space.wrote_alone,
+            freed: space.freed.clone(),
             meta: batch,
             usage: works
                 .iter()
@@ -526,10 +546,10 @@ impl Store {
         block: u64,
         space: &mut Space,
     ) -> Result<AlignedBuf, ApplyError> {
-        if !space.deferred.is_empty() {
-            self.device
-                .write_all(&write_pieces(space.deferred.iter()))?;
-            space.deferred.clear();
+        if space.deferred.iter().any(|w| !w.written) {
+            let unwritten = space.deferred.iter().filter(|w| !w.written);
+            self.device.write_all(&write_pieces(unwritten))?;
+            space.deferred.iter_mut().for_each(|w| w.written = true);
         }
         let mut buffer = AlignedBuf::for_overwrite(1);
         self.read_pieces(
@@ -659,6 +679,7 @@ impl Store {
                     space.deferred.push(PendingWrite {
                         offset_bytes: physical * BLOCK,
                         buffer: Blocks::Owned(buffer),
+                        written: false,
                     });
                 } else {
                     let mut io = Vec::with_capacity(parts.len());
@@ -673,6 +694,7 @@ impl Store {
                         rest = tail;
                     }
                     self.device.write_each(&mut io, &mut seal)?;
+                    space.wrote_alone = true;
                 }
             }
             Blocks::Shared(bytes) => {
@@ -690,16 +712,11 @@ impl Store {
                     space.deferred.push(PendingWrite {
                         offset_bytes,
                         buffer: Blocks::Shared(bytes),
+                        written: false,
                     });
                 } else {
-                    let pieces: Vec<WritePiece<'_>> = io
-                        .iter()
-                        .map(|(offset_bytes, buffer)| WritePiece {
-                            offset_bytes: *offset_bytes,
-                            buffer,
-                        })
-                        .collect();
-                    self.device.write_all(&pieces)?;
+                    self.device.write_all(&pieces_at(&io))?;
+                    space.wrote_alone = true;
                 }
             }
         }
@@ -807,8 +824,8 @@ impl Store {
         Ok(batch)
     }
 
-    /// Commits one group (see commit.rs): the batches' small writes, data sync, then every
-    /// batch whose writes landed in one metadata commit.
+    /// Commits one group (see commit.rs and wal.rs): the batches' small writes, then one log
+    /// record of every batch whose writes landed, then their metadata.
     fn flush(&self, group: Vec<Batch>) -> Result<Vec<Result<(), ApplyError>>, ApplyError> {
         let started = std::time::Instant::now();
         let flushed = self.flush_group(group);
@@ -816,28 +833,127 @@ impl Store {
         flushed
     }
 
-    fn flush_group(&self, group: Vec<Batch>) -> Result<Vec<Result<(), ApplyError>>, ApplyError> {
+    /// The small writes go to the data device without a sync. The record copies their
+    /// bytes, so its sync alone makes the group durable; when the group holds more than
+    /// `INLINE_BYTES_MAX` of them, or a batch wrote data of its own, the data device is
+    /// synced first and the record carries only metadata. A record too large for the log
+    /// is not logged: the data device is synced and the metadata committed durably.
+    fn flush_group(
+        &self,
+        mut group: Vec<Batch>,
+    ) -> Result<Vec<Result<(), ApplyError>>, ApplyError> {
         let outcomes = self.write_deferred(&group);
-        self.device.sync()?;
         let mut deltas: BTreeMap<PoolId, Delta> = BTreeMap::new();
-        let mut ops = Vec::new();
-        let landed = group
-            .into_iter()
-            .zip(&outcomes)
-            .filter(|(_, outcome)| outcome.is_ok());
-        for batch in landed.map(|(batch, _)| batch) {
-            for (pool, delta) in batch.usage {
-                deltas.entry(pool).or_default().add(delta);
+        let mut meta = Vec::new();
+        let mut freed = Vec::new();
+        let mut inline_bytes = 0;
+        let mut wrote_alone = false;
+        for (batch, _) in group.iter_mut().zip(&outcomes).filter(|(_, o)| o.is_ok()) {
+            for (pool, delta) in &batch.usage {
+                deltas.entry(*pool).or_default().add(*delta);
             }
-            ops.extend(batch.meta);
+            meta.append(&mut batch.meta);
+            freed.extend_from_slice(&batch.freed);
+            inline_bytes += batch
+                .writes
+                .iter()
+                .map(|w| w.buffer.len() as u64)
+                .sum::<u64>();
+            wrote_alone |= batch.wrote_alone;
         }
         deltas.retain(|_, delta| *delta != Delta::default());
+        let copied = !wrote_alone && inline_bytes <= wal::INLINE_BYTES_MAX;
+        if !copied {
+            self.device.sync()?;
+        }
+        let landed = group.iter().zip(&outcomes).filter(|(_, o)| o.is_ok());
+        let writes = match copied {
+            true => write_pieces(landed.flat_map(|(batch, _)| &batch.writes)),
+            false => Vec::new(),
+        };
+        let usage: Vec<(PoolId, Delta)> = deltas.iter().map(|(p, d)| (*p, *d)).collect();
+        let seq = self.wal.tail().next_seq;
+        let entry = wal::Entry {
+            meta: &meta,
+            usage: &usage,
+            freed: &freed,
+            writes: &writes,
+        };
+        let record = wal::encode(seq, &entry);
+        if !self.wal.holds(record.len() as u64) {
+            if copied {
+                self.device.sync()?;
+            }
+            self.commit_metadata(meta, &deltas, Commit::Durable { next_seq: seq })?;
+            self.wal.restart();
+            return Ok(outcomes);
+        }
+        if !self.wal.fits(record.len() as u64) {
+            self.checkpoint()?;
+        }
+        self.wal.append(&record)?;
+        self.commit_metadata(meta, &deltas, Commit::Logged { seq })?;
+        Ok(outcomes)
+    }
+
+    /// Makes everything so far durable without the log: syncs the data device, commits the
+    /// database durably, and starts the log again.
+    pub(crate) fn checkpoint(&self) -> Result<(), ApplyError> {
+        self.device.sync()?;
+        let next_seq = self.wal.tail().next_seq;
+        self.commit_metadata(Vec::new(), &BTreeMap::new(), Commit::Durable { next_seq })?;
+        self.wal.restart();
+        crate::metrics::checkpointed();
+        Ok(())
+    }
+
+    /// Replays the log after a crash (see wal.rs), from record `start`; the database holds
+    /// every record up to `applied`. Ends with a checkpoint.
+    pub(crate) fn replay_log(&self, start: u64, applied: u64) -> Result<u64, ApplyError> {
+        let log = self.wal.read_all()?;
+        let records = wal::scan(&log, start);
+        let end_bytes = self.device.len_bytes();
+        let mut copies = Vec::new();
+        for (offset_bytes, bytes) in wal::rewrites(&records) {
+            if offset_bytes + BLOCK > end_bytes {
+                return Err(invalid(format!(
+                    "a log record writes at byte {offset_bytes}, past the data device's end"
+                )));
+            }
+            let mut buffer = AlignedBuf::for_overwrite(1);
+            buffer.copy_from_slice(bytes);
+            copies.push((offset_bytes, buffer));
+        }
+        self.device.write_all(&pieces_at(&copies))?;
+        self.device.sync()?;
+        let replayed = records.len() as u64;
+        for record in records.into_iter().filter(|r| r.seq > applied) {
+            let deltas = record.usage.into_iter().collect();
+            self.commit_metadata(record.meta, &deltas, Commit::Logged { seq: record.seq })?;
+        }
+        self.wal.restart_at(start + replayed);
+        self.checkpoint()?;
+        Ok(replayed)
+    }
+
+    /// Applies `ops` and the usage `deltas` in one database commit, made durable as
+    /// `commit` says.
+    fn commit_metadata(
+        &self,
+        ops: Vec<MetaOp>,
+        deltas: &BTreeMap<PoolId, Delta>,
+        commit: Commit,
+    ) -> Result<(), ApplyError> {
         // The usage rows' nonces are taken before the commit's write transaction: taking
         // them may durably raise the reservation, a redb write of its own, which would wait
         // for the commit's forever.
         let per_row = self.meta.nonces_per_value();
         let mut nonce = self.take_nonces(deltas.len() as u64 * per_row)?;
-        let txn = self.db.begin_write()?;
+        let mut txn = self.db.begin_write()?;
+        if let Commit::Logged { .. } = commit {
+            txn.set_durability(redb::Durability::None)
+                .expect("a transaction that makes no savepoint takes any durability");
+        }
         {
             let mut objects = txn.open_table(OBJECTS)?;
             let mut extents = txn.open_table(EXTENTS)?;
@@ -871,8 +987,15 @@ impl Store {
                     },
                 }
             }
+            let mut superblock = txn.open_table(SUPERBLOCK)?;
+            match commit {
+                Commit::Logged { seq } => superblock.insert(WAL_APPLIED, &seq.to_be_bytes()[..])?,
+                Commit::Durable { next_seq } => {
+                    superblock.insert(WAL_START, &next_seq.to_be_bytes()[..])?
+                }
+            };
         }
-        usage::commit(&txn, &self.meta, &deltas, |key, plain| {
+        usage::commit(&txn, &self.meta, deltas, |key, plain| {
             let sealed = self.meta.seal(
                 Table::PoolUsage,
                 key,
@@ -884,7 +1007,7 @@ impl Store {
             sealed
         })?;
         txn.commit()?;
-        Ok(outcomes)
+        Ok(())
     }
 
     /// Writes the small writes of every batch in `group` in one submission. If the device
@@ -892,7 +1015,7 @@ impl Store {
     /// one else holds, so writing them twice is harmless), and only the batches whose writes
     /// fail get the error.
     fn write_deferred(&self, group: &[Batch]) -> Vec<Result<(), ApplyError>> {
-        let all = write_pieces(group.iter().flat_map(|b| &b.writes));
+        let all = write_pieces(group.iter().flat_map(unwritten));
         if all.is_empty() || self.device.write_all(&all).is_ok() {
             return group.iter().map(|_| Ok(())).collect();
         }
@@ -900,11 +1023,27 @@ impl Store {
             .iter()
             .map(|batch| {
                 self.device
-                    .write_all(&write_pieces(batch.writes.iter()))
+                    .write_all(&write_pieces(unwritten(batch)))
                     .map_err(ApplyError::Io)
             })
             .collect()
     }
+}
+
+/// Buffers to write, each at its device offset.
+fn pieces_at<B: std::ops::Deref<Target = [u8]>>(writes: &[(u64, B)]) -> Vec<WritePiece<'_>> {
+    writes
+        .iter()
+        .map(|(offset_bytes, buffer)| WritePiece {
+            offset_bytes: *offset_bytes,
+            buffer,
+        })
+        .collect()
+}
+
+/// The small writes of `batch` not written yet.
+fn unwritten(batch: &Batch) -> impl Iterator<Item = &PendingWrite> {
+    batch.writes.iter().filter(|w| !w.written)
 }
 
 fn write_pieces<'a>(writes: impl Iterator<Item = &'a PendingWrite>) -> Vec<WritePiece<'a>> {

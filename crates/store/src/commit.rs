@@ -2,18 +2,17 @@
 //!
 //! Each applying thread has sealed its data blocks (and written those of large writes). It
 //! queues its batch (metadata changes, and the small writes it left for the group) and
-//! waits. One waiting thread at a time becomes the leader: it takes every queued batch,
-//! writes the small writes of all of them in one submission, syncs the data device once (so
-//! every data block the batches reference is durable), then applies the batches, in queue
-//! order, in one metadata transaction committed with fsync. Every batch in that group is then
-//! durable, and its thread may acknowledge. A batch whose own writes failed is left out of
-//! the commit and its thread gets the error; the others go on.
+//! waits. One waiting thread at a time becomes the leader: it takes every queued batch and
+//! commits them as one group (`Store::flush_group` in apply.rs: the small writes in one
+//! submission, one write-ahead log record made durable with one sync, then the metadata in
+//! one database commit). Every batch in that group is then durable, and its thread may
+//! acknowledge. A batch whose own writes failed is left out of the commit and its thread
+//! gets the error; the others go on.
 //!
-//! Order matters: data sync before metadata commit, so committed metadata never points at
-//! blocks that did not reach the disk. If a sync or commit fails, the store is poisoned: the
-//! failed group and every later transaction get `ApplyError::Poisoned`, because after a
-//! failed fsync the kernel may have dropped the dirty pages and nothing written since can be
-//! trusted without reopening (and re-reading) the store.
+//! If a sync or commit fails, the store is poisoned: the failed group and every later
+//! transaction get `ApplyError::Poisoned`, because after a failed fsync the kernel may have
+//! dropped the dirty pages and nothing written since can be trusted without reopening (and
+//! replaying) the store.
 //!
 //! Bound: the queue holds at most one batch per applying thread, so its length is bounded
 //! by the caller's concurrency.

@@ -38,6 +38,7 @@ mod store;
 mod transaction;
 mod uring;
 mod usage;
+mod wal;
 
 pub use apply::{
     ATTRS_BYTES_MAX, ATTR_NAME_BYTES_MAX, OMAP_KEY_BYTES_MAX, OMAP_VALUE_BYTES_MAX,

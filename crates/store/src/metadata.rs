@@ -31,10 +31,16 @@ pub(crate) const OMAP: TableDefinition<&[u8], &[u8]> = TableDefinition::new("oma
 /// Each pool's usage, kept by the group commit (usage.rs); from format 2.
 pub(crate) const POOL_USAGE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("pool_usage");
 
+/// Superblock rows of the write-ahead log (wal.rs), u64 BE: the number of the record at the
+/// log's offset 0, set by each checkpoint, and of the last record whose changes the
+/// database holds, set by each logged commit.
+pub(crate) const WAL_START: &str = "wal_start";
+pub(crate) const WAL_APPLIED: &str = "wal_applied";
+
 pub(crate) type ObjectId = [u8; 16];
 
 /// Which table a sealed value belongs to; part of its additional data.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(crate) enum Table {
     Objects = 1,
     Extents = 2,
@@ -201,8 +207,8 @@ fn aad(table: Table, key: &[u8]) -> Vec<u8> {
 }
 
 /// One change to the metadata database, computed while preparing a transaction and applied
-/// in order inside the group commit.
-#[derive(Debug)]
+/// in order inside the group commit (and carried by the write-ahead log's records).
+#[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub(crate) enum MetaOp {
     Put {
         table: Table,

@@ -1,5 +1,6 @@
 //! The store's figures: how long transactions take to become durable, how long the group
-//! commits that carry them take, and chunks that failed their integrity check on read.
+//! commits that carry them take, checkpoints of the write-ahead log, and chunks that failed
+//! their integrity check on read.
 //! Registered by the OSD that runs it.
 
 use std::sync::LazyLock;
@@ -14,6 +15,7 @@ struct Metrics {
     commit: Histogram,
     failed: Counter,
     integrity: Counter,
+    checkpoints: Counter,
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
@@ -21,6 +23,7 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
     commit: metrics::latency_histogram(),
     failed: Counter::default(),
     integrity: Counter::default(),
+    checkpoints: Counter::default(),
 });
 
 /// A transaction `Store::apply` took `took` to make durable (or to refuse, when not `ok`).
@@ -31,9 +34,14 @@ pub(crate) fn applied(took: Duration, ok: bool) {
     }
 }
 
-/// A group commit (data sync and metadata commit) took `took`.
+/// A group commit (its writes, its log record and its metadata commit) took `took`.
 pub(crate) fn committed(took: Duration) {
     METRICS.commit.observe(took.as_secs_f64());
+}
+
+/// A checkpoint synced the data device and committed the metadata durably.
+pub(crate) fn checkpointed() {
+    METRICS.checkpoints.inc();
 }
 
 /// A read found a chunk that failed its integrity check.
@@ -53,8 +61,8 @@ pub fn register(registry: &mut Registry) {
     );
     store.register_with_unit(
         "commit_duration",
-        "Time of one group commit: the data file's sync and the metadata commit (its count \
-         over apply's: the mean group)",
+        "Time of one group commit: its small writes, its write-ahead log record and the \
+         metadata commit (its count over apply's: the mean group)",
         Unit::Seconds,
         METRICS.commit.clone(),
     );
@@ -62,6 +70,12 @@ pub fn register(registry: &mut Registry) {
         "transactions_failed",
         "Transactions refused or failed, none of whose changes took effect",
         METRICS.failed.clone(),
+    );
+    store.register(
+        "checkpoints",
+        "Checkpoints: the data file synced and the metadata committed durably, after which \
+         the write-ahead log starts again",
+        METRICS.checkpoints.clone(),
     );
     store.register(
         "integrity_errors",

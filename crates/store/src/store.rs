@@ -1,8 +1,9 @@
 //! `Store`: mkfs, open and statfs. Applying transactions is in apply.rs and commit.rs,
 //! reading in read.rs, listing in list.rs.
 //!
-//! A store is a directory holding `meta.redb` (the metadata database) and, unless mkfs was
-//! given a block device, `data` (the preallocated data file). The superblock table holds:
+//! A store is a directory holding `meta.redb` (the metadata database), `wal` (the
+//! write-ahead log of small writes, wal.rs) and, unless mkfs was given a block device,
+//! `data` (the preallocated data file). The superblock table holds:
 //!
 //! | field            | bytes                                                          |
 //! |------------------|----------------------------------------------------------------|
@@ -14,6 +15,8 @@
 //! | `wrapped_key`    | the 96-byte store secret wrapped by the caller's KEK, bound to |
 //! |                  | store_id, mode and data_blocks (so none of them can be altered)|
 //! | `nonce_reserved` | u64 BE nonce high-water mark, sealed under the metadata key    |
+//! | `wal_start`      | u64 BE, the write-ahead log's first record (wal.rs)            |
+//! | `wal_applied`    | u64 BE, the last log record the database holds                 |
 //!
 //! The store secret is 64 bytes of data key (XTS uses all, GCM the first 32) and 32 bytes of
 //! metadata key. It exists unwrapped only in this process's memory.
@@ -23,13 +26,16 @@ use crate::commit::Committer;
 use crate::device::{Device, FileDevice, BLOCK_SIZE_BYTES};
 use crate::error::ReadError;
 use crate::error::{MkfsError, OpenError};
-use crate::metadata::{MetaSealer, Table, EXTENTS, OBJECTS, OMAP, POOL_USAGE, SUPERBLOCK};
+use crate::metadata::{
+    MetaSealer, Table, EXTENTS, OBJECTS, OMAP, POOL_USAGE, SUPERBLOCK, WAL_APPLIED, WAL_START,
+};
 use crate::object::decode_extent;
 use crate::seal::nonce::{
     nonce_bytes, random_incarnation, NonceCounter, DOMAIN_RESERVATION, DOMAIN_UPGRADE,
 };
 use crate::seal::{DataSealer, Mode};
 use crate::usage::CountError;
+use crate::wal::{wal_bytes_for, Wal, WAL_FILE};
 use keys::{KeyEncryptionKey, SecretKey, WrappedKey};
 use map::cluster::PoolUsage;
 use map::PoolId;
@@ -38,8 +44,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, RwLock};
 
 /// 2 added the `pool_usage` table; a store of format 1 is counted and raised to 2 when
-/// opened.
-pub const FORMAT_VERSION: u32 = 2;
+/// opened. 3 added the write-ahead log; opening a store of format 2 creates it.
+pub const FORMAT_VERSION: u32 = 3;
+const FORMAT_POOL_USAGE: u32 = 2;
 /// The oldest format `open` upgrades.
 const FORMAT_UPGRADABLE: u32 = 1;
 /// Smallest data device mkfs accepts: 64 blocks.
@@ -81,6 +88,7 @@ pub struct Store {
     pub(crate) nonces: NonceCounter,
     pub(crate) allocator: Mutex<Allocator>,
     pub(crate) committer: Committer<crate::apply::Batch>,
+    pub(crate) wal: Wal,
     pub(crate) slots: Box<[RwLock<()>]>,
     direct_io: bool,
 }
@@ -189,6 +197,9 @@ impl Store {
             &wrap_context(&store_id, options.mode, data_blocks),
         );
         let meta = meta_sealer(options.mode, &secret);
+        let wal_path = dir.join(WAL_FILE);
+        Wal::create(&wal_path, wal_bytes_for(data_blocks * BLOCK_SIZE_BYTES))
+            .map_err(io(&wal_path))?;
         let meta_path = dir.join(META_FILE);
         let db = Database::create(&meta_path)?;
         let txn = db.begin_write()?;
@@ -204,6 +215,8 @@ impl Store {
                 "nonce_reserved",
                 &reservation_value(&meta, random_incarnation(), 0)[..],
             )?;
+            sb.insert(WAL_START, &FIRST_RECORD.to_be_bytes()[..])?;
+            sb.insert(WAL_APPLIED, &0u64.to_be_bytes()[..])?;
             txn.open_table(OBJECTS)?;
             txn.open_table(EXTENTS)?;
             txn.open_table(OMAP)?;
@@ -263,9 +276,18 @@ impl Store {
         let sb = Superblock::read(&db.begin_read()?)?;
         let secret = sb.unwrap_secret(kek)?;
         let meta = meta_sealer(sb.mode, &secret);
-        if sb.format < FORMAT_VERSION {
+        if sb.format < FORMAT_POOL_USAGE {
             count_usage(&db, &meta)?;
         }
+        let wal_path = dir.join(WAL_FILE);
+        if sb.format < FORMAT_VERSION {
+            add_wal(&db, &wal_path, sb.data_blocks)?;
+        }
+        let wal = Wal::open(&wal_path).map_err(|source| OpenError::Io {
+            path: wal_path.clone(),
+            source,
+        })?;
+        let (wal_start, wal_applied) = read_wal_rows(&db)?;
         let reserved_stored = &sb.nonce_reserved;
         let reserved = meta
             .open(Table::Superblock, b"nonce_reserved", reserved_stored)
@@ -306,9 +328,8 @@ impl Store {
                 ),
             });
         }
-        let allocator = rebuild_allocator(&db, &meta, sb.data_blocks)?;
         let slots = (0..LOCK_SLOTS).map(|_| RwLock::new(())).collect();
-        Ok(Store {
+        let store = Store {
             dir: dir.to_path_buf(),
             db: MetaDb(Some(db)),
             device,
@@ -316,11 +337,24 @@ impl Store {
             data,
             meta,
             nonces: NonceCounter::resume(reserved),
-            allocator: Mutex::new(allocator),
+            allocator: Mutex::new(Allocator::from_used(sb.data_blocks, Vec::new()).map_err(
+                |_| OpenError::Corrupt {
+                    what: "the data device's size".into(),
+                },
+            )?),
             committer: Committer::new(),
+            wal,
             slots,
             direct_io,
-        })
+        };
+        store
+            .replay_log(wal_start, wal_applied)
+            .map_err(|e| OpenError::Corrupt {
+                what: format!("the write-ahead log could not be replayed ({e})"),
+            })?;
+        let allocator = rebuild_allocator(&store.db, &store.meta, sb.data_blocks)?;
+        *store.allocator.lock().expect("allocator lock poisoned") = allocator;
+        Ok(store)
     }
 
     pub fn mode(&self) -> Mode {
@@ -399,6 +433,23 @@ impl Store {
         }
         txn.commit()?;
         Ok(())
+    }
+}
+
+/// A store closes with a checkpoint, so that the next open has no log to replay. If the
+/// checkpoint fails, the log is still whole and the next open replays it.
+impl Drop for Store {
+    fn drop(&mut self) {
+        if self.committer.poisoned().is_some() {
+            return;
+        }
+        let checkpoint =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.checkpoint()));
+        if !matches!(checkpoint, Ok(Ok(()))) {
+            eprintln!(
+                "coffer store: the checkpoint at close failed; the next open replays the log"
+            );
+        }
     }
 }
 
@@ -530,10 +581,51 @@ fn count_usage(db: &Database, meta: &MetaSealer) -> Result<(), OpenError> {
             rows.insert(&key[..], &value[..])?;
         }
         txn.open_table(SUPERBLOCK)?
-            .insert("format", &FORMAT_VERSION.to_be_bytes()[..])?;
+            .insert("format", &FORMAT_POOL_USAGE.to_be_bytes()[..])?;
     }
     txn.commit()?;
     Ok(())
+}
+
+/// The first record of a new log.
+const FIRST_RECORD: u64 = 1;
+
+/// Raises a store of format 2 to 3: a new, empty write-ahead log (made again if an earlier
+/// upgrade stopped before its commit), and its rows, in one commit with the format number.
+fn add_wal(db: &Database, wal_path: &Path, data_blocks: u64) -> Result<(), OpenError> {
+    let io = |source| OpenError::Io {
+        path: wal_path.to_path_buf(),
+        source,
+    };
+    match std::fs::remove_file(wal_path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io(e)),
+        _ => {}
+    }
+    Wal::create(wal_path, wal_bytes_for(data_blocks * BLOCK_SIZE_BYTES)).map_err(io)?;
+    let txn = db.begin_write()?;
+    {
+        let mut sb = txn.open_table(SUPERBLOCK)?;
+        sb.insert(WAL_START, &FIRST_RECORD.to_be_bytes()[..])?;
+        sb.insert(WAL_APPLIED, &0u64.to_be_bytes()[..])?;
+        sb.insert("format", &FORMAT_VERSION.to_be_bytes()[..])?;
+    }
+    txn.commit()?;
+    Ok(())
+}
+
+/// `wal_start` and `wal_applied` from the superblock.
+fn read_wal_rows(db: &Database) -> Result<(u64, u64), OpenError> {
+    let txn = db.begin_read()?;
+    let sb = txn.open_table(SUPERBLOCK)?;
+    let row = |name: &str| -> Result<u64, OpenError> {
+        sb.get(name)?
+            .and_then(|v| <[u8; 8]>::try_from(v.value()).ok())
+            .map(u64::from_be_bytes)
+            .ok_or_else(|| OpenError::Corrupt {
+                what: format!("superblock field {name}"),
+            })
+    };
+    Ok((row(WAL_START)?, row(WAL_APPLIED)?))
 }
 
 /// Every block that no committed extent references is free.

@@ -17,7 +17,7 @@ use redb::{ReadableTable, WriteTransaction};
 use std::collections::BTreeMap;
 
 /// What one transaction changes in its pools' figures.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Delta {
     pub objects: i64,
     pub stored_bytes: i64,

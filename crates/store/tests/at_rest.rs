@@ -139,7 +139,7 @@ fn gcm_does_not_reuse_nonces_after_the_store_is_rolled_back() {
     txn.touch(&obj(1, "victim"));
     store.apply(txn).expect("touch");
     drop(store);
-    let snapshot: Vec<(std::path::PathBuf, Vec<u8>)> = ["meta.redb", "data"]
+    let snapshot: Vec<(std::path::PathBuf, Vec<u8>)> = ["meta.redb", "data", "wal"]
         .iter()
         .map(|f| {
             (

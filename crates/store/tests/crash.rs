@@ -13,11 +13,15 @@
 //! and no block may remain allocated: crashes leak no space. After every crash, each pool's
 //! usage as the store kept it equals a count from its records.
 //!
+//! In every other round the child's data device loses, when killed, every write it was not
+//! asked to sync (`Volatile`), as a disk's cache does when the power goes: small writes are
+//! made durable by the write-ahead log's copy alone, so those rounds prove its replay.
+//!
 //! `COFFER_CRASH_SEED` replays a run; `COFFER_CRASH_ROUNDS` sets rounds per mode.
 
 mod common;
 
-use coffer_store::{Mode, Store, Transaction};
+use coffer_store::{Device, FileDevice, Mode, Store, Transaction, BLOCK_SIZE_BYTES};
 use common::model::{add_to, apply_model, check, check_usage, Model, ModelOp};
 use common::{kek, mkfs, obj};
 use rand::{rngs::StdRng, Rng, SeedableRng};
@@ -28,6 +32,54 @@ use std::time::{Duration, Instant};
 const THREADS: usize = 3;
 const OBJECTS_PER_THREAD: usize = 3;
 const CHILD_ENV: &str = "COFFER_CRASH_CHILD";
+const VOLATILE_ENV: &str = "COFFER_CRASH_VOLATILE";
+
+/// A data device whose writes stay in this process's memory until a sync, so a SIGKILL
+/// loses every write not synced, as a power cut loses a disk's write cache.
+struct Volatile {
+    inner: FileDevice,
+    unsynced: std::sync::Mutex<std::collections::HashMap<u64, Vec<u8>>>,
+}
+
+impl Device for Volatile {
+    fn read_at(&self, offset_bytes: u64, buffer: &mut [u8]) -> std::io::Result<()> {
+        // Locked before reading the file, so a sync cannot move a block from memory to the
+        // file between the two.
+        let unsynced = self.unsynced.lock().expect("lock");
+        self.inner.read_at(offset_bytes, buffer)?;
+        for (index, block) in buffer.chunks_mut(BLOCK_SIZE_BYTES as usize).enumerate() {
+            if let Some(bytes) = unsynced.get(&(offset_bytes + index as u64 * BLOCK_SIZE_BYTES)) {
+                block.copy_from_slice(bytes);
+            }
+        }
+        Ok(())
+    }
+
+    fn write_at(&self, offset_bytes: u64, buffer: &[u8]) -> std::io::Result<()> {
+        let mut unsynced = self.unsynced.lock().expect("lock");
+        for (index, block) in buffer.chunks(BLOCK_SIZE_BYTES as usize).enumerate() {
+            unsynced.insert(
+                offset_bytes + index as u64 * BLOCK_SIZE_BYTES,
+                block.to_vec(),
+            );
+        }
+        Ok(())
+    }
+
+    fn sync(&self) -> std::io::Result<()> {
+        let mut unsynced = self.unsynced.lock().expect("lock");
+        let mut block = coffer_store::AlignedBuf::zeroed(1);
+        for (offset_bytes, bytes) in unsynced.drain() {
+            block.copy_from_slice(&bytes);
+            self.inner.write_at(offset_bytes, &block)?;
+        }
+        self.inner.sync()
+    }
+
+    fn len_bytes(&self) -> u64 {
+        self.inner.len_bytes()
+    }
+}
 
 fn names(thread: usize) -> Vec<String> {
     (0..OBJECTS_PER_THREAD)
@@ -78,7 +130,16 @@ fn child(dir: &str, mode: Mode) {
         .split(',')
         .map(|s| s.parse().expect("index"))
         .collect();
-    let store = Store::open(std::path::Path::new(dir), &kek(7)).expect("child open");
+    let dir = std::path::Path::new(dir);
+    let store = if std::env::var_os(VOLATILE_ENV).is_some() {
+        let device = Volatile {
+            inner: FileDevice::open(&dir.join("data")).expect("data device"),
+            unsynced: Default::default(),
+        };
+        Store::open_with_device(dir, &kek(7), Box::new(device)).expect("child open")
+    } else {
+        Store::open(dir, &kek(7)).expect("child open")
+    };
     assert_eq!(store.mode(), mode);
     std::thread::scope(|scope| {
         for (thread, start) in starts.into_iter().enumerate() {
@@ -142,14 +203,16 @@ fn run_mode(mode: Mode, seed: u64, rounds: usize, rng: &mut StdRng) -> u64 {
         .collect();
     for round in 0..rounds {
         let starts: Vec<String> = tracked.iter().map(|t| t.committed.to_string()).collect();
-        let mut child = Command::new(std::env::current_exe().expect("own path"))
+        let mut child = Command::new(std::env::current_exe().expect("own path"));
+        child
             .env(CHILD_ENV, dir.path())
             .env("COFFER_CRASH_MODE", mode.as_str())
             .env("COFFER_CRASH_SEED", seed.to_string())
-            .env("COFFER_CRASH_START", starts.join(","))
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("spawn child");
+            .env("COFFER_CRASH_START", starts.join(","));
+        if round % 2 == 1 {
+            child.env(VOLATILE_ENV, "1");
+        }
+        let mut child = child.stdout(Stdio::piped()).spawn().expect("spawn child");
         let stdout = child.stdout.take().expect("piped stdout");
         let reader = std::thread::spawn(move || {
             let mut last = vec![None; THREADS];

@@ -189,8 +189,10 @@ fn a_failed_sync_poisons_the_store_and_reopening_recovers_the_committed_state() 
     txn.write(&obj(1, "kept"), 0, &pattern(1, 5000));
     store.apply(txn).expect("write");
     fail_sync.store(true, Ordering::SeqCst);
+    // Small writes are made durable by the write-ahead log's sync; a write of several IO
+    // pieces is not copied there, so its group syncs the data device.
     let mut txn = Transaction::new();
-    txn.write(&obj(1, "lost"), 0, b"never acknowledged");
+    txn.write(&obj(1, "lost"), 0, &pattern(2, 320 << 10));
     assert!(matches!(store.apply(txn), Err(ApplyError::Io(_))));
     fail_sync.store(false, Ordering::SeqCst);
     let mut txn = Transaction::new();

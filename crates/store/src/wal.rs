@@ -1,0 +1,435 @@
+//! The write-ahead log: one sync per group of small writes.
+//!
+//! Without it a group commit pays two syncs, the data device's and then the metadata
+//! database's (redb fsyncs each commit, after about nine page writes). With it, a group is
+//! durable once one record is: the group's metadata changes and, for small writes, a copy
+//! of the sealed blocks they wrote, appended to the `wal` file and synced there. redb then
+//! commits without a sync (`Durability::None`), and the data device is synced only at a
+//! checkpoint.
+//!
+//! ```text
+//!  wal file:  | record s | record s+1 | ... | record n | (older records, or zeros) ...
+//!             ^ offset 0: the record numbered `wal_start` (superblock)
+//!
+//!  record:    magic "CWAL" | head_len u32 | data_len u64 | seq u64 | hash u64   (32 bytes)
+//!             head: postcard of the metadata ops, pool usage deltas, freed runs, and
+//!                   (offset, len) of each copied write
+//!             data: the copied writes' sealed bytes, one after the other
+//!             zero padding to a whole block
+//!   hash = XXH3-64 of the header's first 24 bytes, head and data
+//! ```
+//!
+//! A checkpoint syncs the data device, commits redb durably with `wal_start` set to the next
+//! record's number, and starts the log again at offset 0. It comes when the next record
+//! would not fit, after `CHECKPOINT_RECORDS` records, and when the store closes.
+//!
+//! Opening replays: from offset 0, the records numbered `wal_start`, `wal_start + 1`, ...
+//! while each is whole (its hash matches). A torn record is always the last one: the next is
+//! written only after it was synced. Every replayed record's copied blocks are written
+//! again, except blocks that a record at or after it freed (one of those may since hold a
+//! later write's data). Then the metadata of the records past `wal_applied` (the superblock
+//! row each logged commit sets, so redb says which records it holds whatever commit of it
+//! survived) is applied in order, and a checkpoint ends the replay.
+//!
+//! The hash finds torn and stale records, not an attacker: the metadata values inside are
+//! sealed as they are in redb, the copied blocks are the same bytes the data device holds,
+//! and the keys of rows and removals are in clear in both places.
+
+use crate::allocator::Run;
+use crate::device::{AlignedBuf, Device, FileDevice, WritePiece, BLOCK_SIZE_BYTES};
+use crate::metadata::MetaOp;
+use crate::usage::Delta;
+use map::PoolId;
+use serde::{Deserialize, Serialize};
+use std::io;
+use std::path::Path;
+use std::sync::Mutex;
+
+pub(crate) const WAL_FILE: &str = "wal";
+/// The log's size: an eighth of the data device, within these bounds.
+pub(crate) const WAL_BYTES_MIN: u64 = 1 << 20;
+pub(crate) const WAL_BYTES_MAX: u64 = 64 << 20;
+/// Most bytes of small writes one record copies; a group with more syncs the data device
+/// instead and logs only its metadata.
+pub(crate) const INLINE_BYTES_MAX: u64 = 1 << 20;
+/// Records between checkpoints at most. redb keeps the pages that commits without a sync
+/// free until a durable commit, so this bounds how far its file grows meanwhile.
+pub(crate) const CHECKPOINT_RECORDS: u64 = 512;
+
+const MAGIC: &[u8; 4] = b"CWAL";
+const HEADER_BYTES: usize = 32;
+const BLOCK: u64 = BLOCK_SIZE_BYTES;
+
+/// The log's size for a data device of `data_bytes`.
+pub(crate) fn wal_bytes_for(data_bytes: u64) -> u64 {
+    (data_bytes / 8).clamp(WAL_BYTES_MIN, WAL_BYTES_MAX) / BLOCK * BLOCK
+}
+
+/// What a record holds besides the copied bytes.
+#[derive(Serialize)]
+struct HeadRef<'a> {
+    meta: &'a [MetaOp],
+    usage: &'a [(PoolId, Delta)],
+    freed: &'a [Run],
+    writes: &'a [(u64, u64)],
+}
+
+#[derive(Deserialize, Debug, PartialEq)]
+struct Head {
+    meta: Vec<MetaOp>,
+    usage: Vec<(PoolId, Delta)>,
+    freed: Vec<Run>,
+    writes: Vec<(u64, u64)>,
+}
+
+/// One group's changes, as a record carries them.
+pub(crate) struct Entry<'a> {
+    pub meta: &'a [MetaOp],
+    pub usage: &'a [(PoolId, Delta)],
+    pub freed: &'a [Run],
+    /// Small writes whose bytes the record copies (empty when the data device was synced).
+    pub writes: &'a [WritePiece<'a>],
+}
+
+/// A record read back from the log.
+#[derive(Debug, PartialEq)]
+pub(crate) struct Replayed {
+    pub seq: u64,
+    pub meta: Vec<MetaOp>,
+    pub usage: Vec<(PoolId, Delta)>,
+    pub freed: Vec<Run>,
+    /// Each copied write: its device offset and its bytes.
+    pub writes: Vec<(u64, Vec<u8>)>,
+}
+
+/// Encodes a record: whole blocks, in an aligned buffer ready for direct IO.
+pub(crate) fn encode(seq: u64, entry: &Entry<'_>) -> AlignedBuf {
+    let writes: Vec<(u64, u64)> = entry
+        .writes
+        .iter()
+        .map(|w| (w.offset_bytes, w.buffer.len() as u64))
+        .collect();
+    let head = postcard::to_allocvec(&HeadRef {
+        meta: entry.meta,
+        usage: entry.usage,
+        freed: entry.freed,
+        writes: &writes,
+    })
+    .expect("serialising a record to memory cannot fail");
+    let data_len: usize = entry.writes.iter().map(|w| w.buffer.len()).sum();
+    let len = HEADER_BYTES + head.len() + data_len;
+    let mut buffer = AlignedBuf::for_overwrite(len.div_ceil(BLOCK as usize));
+    buffer[..4].copy_from_slice(MAGIC);
+    buffer[4..8].copy_from_slice(&(head.len() as u32).to_le_bytes());
+    buffer[8..16].copy_from_slice(&(data_len as u64).to_le_bytes());
+    buffer[16..24].copy_from_slice(&seq.to_le_bytes());
+    let mut at = HEADER_BYTES;
+    buffer[at..at + head.len()].copy_from_slice(&head);
+    at += head.len();
+    for write in entry.writes {
+        buffer[at..at + write.buffer.len()].copy_from_slice(write.buffer);
+        at += write.buffer.len();
+    }
+    buffer[len..].fill(0);
+    let hash = record_hash(&buffer[..24], &buffer[HEADER_BYTES..len]);
+    buffer[24..32].copy_from_slice(&hash.to_le_bytes());
+    buffer
+}
+
+fn record_hash(header: &[u8], body: &[u8]) -> u64 {
+    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+    hasher.update(header);
+    hasher.update(body);
+    hasher.digest()
+}
+
+/// The record numbered `seq` at the start of `bytes`, and its length in whole blocks; None
+/// if what is there is not that record, whole.
+fn decode(bytes: &[u8], seq: u64) -> Option<(Replayed, u64)> {
+    let header = bytes.get(..HEADER_BYTES)?;
+    let field = |at: usize| u64::from_le_bytes(header[at..at + 8].try_into().expect("8 bytes"));
+    let head_len = u32::from_le_bytes(header[4..8].try_into().expect("4 bytes")) as usize;
+    let data_len = usize::try_from(field(8)).ok()?;
+    if &header[..4] != MAGIC || field(16) != seq {
+        return None;
+    }
+    let len = HEADER_BYTES.checked_add(head_len)?.checked_add(data_len)?;
+    let body = bytes.get(HEADER_BYTES..len)?;
+    if record_hash(&header[..24], body) != field(24) {
+        return None;
+    }
+    let head: Head = postcard::from_bytes(&body[..head_len]).ok()?;
+    let mut data = &body[head_len..];
+    let mut writes = Vec::with_capacity(head.writes.len());
+    for (offset_bytes, len) in head.writes {
+        let len = usize::try_from(len).ok().filter(|l| *l <= data.len())?;
+        let (bytes, rest) = data.split_at(len);
+        writes.push((offset_bytes, bytes.to_vec()));
+        data = rest;
+    }
+    let replayed = Replayed {
+        seq,
+        meta: head.meta,
+        usage: head.usage,
+        freed: head.freed,
+        writes,
+    };
+    Some((replayed, (len as u64).div_ceil(BLOCK) * BLOCK))
+}
+
+/// The whole records numbered `first`, `first + 1`, ... from the start of `log`.
+pub(crate) fn scan(log: &[u8], first: u64) -> Vec<Replayed> {
+    let mut records = Vec::new();
+    let mut at = 0usize;
+    while let Some((record, len)) = log
+        .get(at..)
+        .and_then(|rest| decode(rest, first + records.len() as u64))
+    {
+        records.push(record);
+        at += len as usize;
+    }
+    records
+}
+
+/// The copied blocks to write again on replay, in record order: every block of every
+/// record's writes but those freed by that record or a later one. A block freed in the log
+/// may have been taken since by a later write, whose data must stay.
+pub(crate) fn rewrites(records: &[Replayed]) -> Vec<(u64, &[u8])> {
+    let mut out = Vec::new();
+    for (at, record) in records.iter().enumerate() {
+        let freed_later = |block: u64| {
+            records[at..]
+                .iter()
+                .flat_map(|r| &r.freed)
+                .any(|run| run.start <= block && block < run.start + run.len)
+        };
+        for (offset_bytes, bytes) in &record.writes {
+            for (index, chunk) in bytes.chunks(BLOCK as usize).enumerate() {
+                let offset = offset_bytes + index as u64 * BLOCK;
+                if !freed_later(offset / BLOCK) {
+                    out.push((offset, chunk));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The log file and where the next record goes. Only a group commit's leader (or open)
+/// appends, so the lock is never contended.
+pub(crate) struct Wal {
+    device: FileDevice,
+    tail: Mutex<Tail>,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Tail {
+    /// Where the next record goes.
+    pub offset_bytes: u64,
+    /// The next record's number.
+    pub next_seq: u64,
+    /// Records since the last checkpoint.
+    pub records: u64,
+}
+
+impl Wal {
+    /// Creates the log file, zero-filled: its blocks are written once now, so appending
+    /// later changes no file metadata and a sync is a flush of data alone.
+    pub(crate) fn create(path: &Path, len_bytes: u64) -> io::Result<()> {
+        FileDevice::create(path, len_bytes)?;
+        let device = FileDevice::open(path)?;
+        let zeros = AlignedBuf::zeroed((WAL_BYTES_MIN / BLOCK) as usize);
+        let mut at = 0;
+        while at < len_bytes {
+            let len = (len_bytes - at).min(zeros.len() as u64) as usize;
+            device.write_at(at, &zeros[..len])?;
+            at += len as u64;
+        }
+        device.sync()
+    }
+
+    /// Opens the log; its tail is set by the replay that follows (`restart_at`).
+    pub(crate) fn open(path: &Path) -> io::Result<Wal> {
+        Ok(Wal {
+            device: FileDevice::open(path)?,
+            tail: Mutex::new(Tail {
+                offset_bytes: 0,
+                next_seq: 0,
+                records: 0,
+            }),
+        })
+    }
+
+    /// The whole log, read from the device.
+    pub(crate) fn read_all(&self) -> io::Result<AlignedBuf> {
+        let mut buffer = AlignedBuf::for_overwrite((self.device.len_bytes() / BLOCK) as usize);
+        self.device.read_at(0, &mut buffer)?;
+        Ok(buffer)
+    }
+
+    pub(crate) fn tail(&self) -> Tail {
+        *self.tail.lock().expect("log lock poisoned")
+    }
+
+    /// Whether a record of `len_bytes` fits before the log's end with no checkpoint first.
+    pub(crate) fn fits(&self, len_bytes: u64) -> bool {
+        let tail = self.tail();
+        tail.records < CHECKPOINT_RECORDS
+            && tail.offset_bytes + len_bytes <= self.device.len_bytes()
+    }
+
+    /// Whether a record of `len_bytes` fits in the log at all.
+    pub(crate) fn holds(&self, len_bytes: u64) -> bool {
+        len_bytes <= self.device.len_bytes()
+    }
+
+    /// Writes `record` (numbered `tail().next_seq`) at the tail and syncs it.
+    pub(crate) fn append(&self, record: &[u8]) -> io::Result<()> {
+        let mut tail = self.tail.lock().expect("log lock poisoned");
+        assert!(
+            tail.offset_bytes + record.len() as u64 <= self.device.len_bytes(),
+            "a record is appended only where it fits"
+        );
+        self.device.write_at(tail.offset_bytes, record)?;
+        self.device.sync()?;
+        tail.offset_bytes += record.len() as u64;
+        tail.next_seq += 1;
+        tail.records += 1;
+        Ok(())
+    }
+
+    /// Starts the log again at offset 0, after a checkpoint.
+    pub(crate) fn restart(&self) {
+        let next_seq = self.tail().next_seq;
+        self.restart_at(next_seq);
+    }
+
+    /// Starts the log at offset 0 with record `next_seq` (after a replay).
+    pub(crate) fn restart_at(&self, next_seq: u64) {
+        *self.tail.lock().expect("log lock poisoned") = Tail {
+            offset_bytes: 0,
+            next_seq,
+            records: 0,
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metadata::Table;
+
+    fn block(fill: u8) -> AlignedBuf {
+        let mut b = AlignedBuf::zeroed(1);
+        b.fill(fill);
+        b
+    }
+
+    fn record(seq: u64, writes: &[(u64, &AlignedBuf)], freed: &[Run]) -> AlignedBuf {
+        let meta = vec![MetaOp::Put {
+            table: Table::Objects,
+            key: seq.to_be_bytes().to_vec(),
+            value: vec![1, 2, 3],
+        }];
+        let pieces: Vec<WritePiece<'_>> = writes
+            .iter()
+            .map(|(offset_bytes, buffer)| WritePiece {
+                offset_bytes: *offset_bytes,
+                buffer,
+            })
+            .collect();
+        let usage = [(
+            PoolId(7),
+            Delta {
+                objects: 1,
+                stored_bytes: 4096,
+                blocks: 1,
+            },
+        )];
+        encode(
+            seq,
+            &Entry {
+                meta: &meta,
+                usage: &usage,
+                freed,
+                writes: &pieces,
+            },
+        )
+    }
+
+    fn log_of(records: &[AlignedBuf], len_blocks: usize) -> AlignedBuf {
+        let mut log = AlignedBuf::zeroed(len_blocks);
+        let mut at = 0;
+        for r in records {
+            log[at..at + r.len()].copy_from_slice(r);
+            at += r.len();
+        }
+        log
+    }
+
+    #[test]
+    fn records_read_back_as_written_and_in_whole_blocks() {
+        let (a, b) = (block(0xaa), block(0xbb));
+        let one = record(5, &[(8 * BLOCK, &a)], &[]);
+        let two = record(6, &[(9 * BLOCK, &b)], &[Run { start: 3, len: 2 }]);
+        assert_eq!(one.len() % BLOCK as usize, 0);
+        let log = log_of(&[one, two], 8);
+        let records = scan(&log, 5);
+        assert_eq!(records.len(), 2);
+        assert_eq!(records[0].seq, 5);
+        assert_eq!(records[0].writes, vec![(8 * BLOCK, vec![0xaa; 4096])]);
+        assert_eq!(records[1].freed, vec![Run { start: 3, len: 2 }]);
+        assert_eq!(records[1].usage[0].1.stored_bytes, 4096);
+    }
+
+    /// The scan stops at the first record that is not the next one: a torn record, a stale
+    /// one from before the last checkpoint, or zeros.
+    #[test]
+    fn a_torn_or_stale_record_ends_the_log() {
+        let a = block(1);
+        let records: Vec<AlignedBuf> = (10..14)
+            .map(|s| record(s, &[(s * BLOCK, &a)], &[]))
+            .collect();
+        let log = log_of(&records, 16);
+        assert_eq!(scan(&log, 10).len(), 4);
+        assert!(
+            scan(&log, 11).is_empty(),
+            "the log must start with the number asked for"
+        );
+        for at in [0, 24, 40, records[0].len() + 100] {
+            let mut torn = log_of(&records, 16);
+            torn[at] ^= 0x40;
+            let whole = scan(&torn, 10).len();
+            let expected = usize::from(at >= records[0].len());
+            assert_eq!(whole, expected, "a flipped byte at {at}");
+        }
+        // A restarted log: record 20 at offset 0, then a stale 11.. behind it.
+        let mut restarted = log_of(&records, 16);
+        let new = record(20, &[(2 * BLOCK, &a)], &[]);
+        restarted[..new.len()].copy_from_slice(&new);
+        let replayed = scan(&restarted, 20);
+        assert_eq!(replayed.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![20]);
+    }
+
+    /// The story: record 1 copied block 9, record 2 freed it, a large write then took it
+    /// with its own (synced) data. Writing record 1's copy again would destroy that data.
+    #[test]
+    fn replay_skips_copies_of_blocks_freed_later() {
+        let (a, b) = (block(1), block(2));
+        let log = log_of(
+            &[
+                record(1, &[(9 * BLOCK, &a), (4 * BLOCK, &b)], &[]),
+                record(2, &[], &[Run { start: 8, len: 2 }]),
+                record(3, &[(5 * BLOCK, &b)], &[Run { start: 5, len: 1 }]),
+            ],
+            16,
+        );
+        let records = scan(&log, 1);
+        let offsets: Vec<u64> = rewrites(&records).iter().map(|(o, _)| o / BLOCK).collect();
+        assert_eq!(
+            offsets,
+            vec![4],
+            "9 freed by record 2; 5 freed by its own record"
+        );
+    }
+}
