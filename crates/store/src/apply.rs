@@ -318,9 +318,13 @@ impl Store {
                 .collect(),
         };
         if let Err(e) = self.committer.commit(batch, |group| self.flush(group)) {
-            // Its own writes failed: nothing of it was committed. (After a failed group
-            // commit the store is poisoned and its allocator no longer matters.)
-            self.release(&space.allocated);
+            // Its own writes failed: nothing of it was committed, and its blocks go back.
+            // After a failed group commit the store is poisoned, and the group's log record
+            // may still be replayed when it is opened again: its blocks stay taken, so no
+            // transaction still under way here writes over them.
+            if self.committer.poisoned().is_none() {
+                self.release(&space.allocated);
+            }
             return Err(e);
         }
         self.release(&space.freed);
@@ -879,7 +883,12 @@ impl Store {
             freed: &freed,
             writes: &writes,
         };
-        let record = wal::encode(seq, &entry);
+        let nonce = self.take_nonces(self.meta.nonces_per_value())?;
+        let record = wal::encode(seq, &entry, |head| {
+            let incarnation = self.nonces.incarnation();
+            let key = wal::head_key(seq);
+            self.meta.seal(Table::Wal, &key, head, incarnation, nonce)
+        });
         if !self.wal.holds(record.len() as u64) {
             if copied {
                 self.device.sync()?;
@@ -911,11 +920,22 @@ impl Store {
     /// every record up to `applied`. Ends with a checkpoint.
     pub(crate) fn replay_log(&self, start: u64, applied: u64) -> Result<u64, ApplyError> {
         let log = self.wal.read_all()?;
-        let records = wal::scan(&log, start);
+        let open =
+            |seq: u64, head: &[u8]| self.meta.open(Table::Wal, &wal::head_key(seq), head).ok();
+        let scan = wal::scan(&log, start, &open);
+        if let Some(seq) = scan.tampered {
+            return Err(invalid(format!(
+                "log record {seq} is whole but its contents do not open: altered on the disk"
+            )));
+        }
+        let records = scan.records;
         let end_bytes = self.device.len_bytes();
         let mut copies = Vec::new();
         for (offset_bytes, bytes) in wal::rewrites(&records) {
-            if offset_bytes + BLOCK > end_bytes {
+            if offset_bytes
+                .checked_add(BLOCK)
+                .is_none_or(|end| end > end_bytes)
+            {
                 return Err(invalid(format!(
                     "a log record writes at byte {offset_bytes}, past the data device's end"
                 )));
@@ -968,7 +988,7 @@ impl Store {
                     Table::Objects => &mut objects,
                     Table::Extents => &mut extents,
                     Table::Omap => &mut omap,
-                    Table::Superblock | Table::PoolUsage => {
+                    Table::Superblock | Table::PoolUsage | Table::Wal => {
                         unreachable!("transactions never write the superblock or usage rows")
                     }
                 };

@@ -47,6 +47,8 @@ pub(crate) enum Table {
     Omap = 3,
     Superblock = 4,
     PoolUsage = 5,
+    /// The head of a write-ahead log record (wal.rs).
+    Wal = 6,
 }
 
 pub(crate) fn object_key(pool: PoolId, hash: ObjectHash, id: &ObjectId) -> [u8; 28] {

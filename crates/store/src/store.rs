@@ -91,6 +91,9 @@ pub struct Store {
     pub(crate) wal: Wal,
     pub(crate) slots: Box<[RwLock<()>]>,
     direct_io: bool,
+    /// Set once open has replayed the log: only then may closing checkpoint, since a
+    /// checkpoint in the middle of a failed replay would abandon the rest of the log.
+    replayed: bool,
 }
 
 impl std::fmt::Debug for Store {
@@ -199,6 +202,7 @@ impl Store {
         let meta = meta_sealer(options.mode, &secret);
         let wal_path = dir.join(WAL_FILE);
         Wal::create(&wal_path, wal_bytes_for(data_blocks * BLOCK_SIZE_BYTES))
+            .and_then(|()| sync_dir(dir))
             .map_err(io(&wal_path))?;
         let meta_path = dir.join(META_FILE);
         let db = Database::create(&meta_path)?;
@@ -283,11 +287,11 @@ impl Store {
         if sb.format < FORMAT_VERSION {
             add_wal(&db, &wal_path, sb.data_blocks)?;
         }
-        let wal = Wal::open(&wal_path).map_err(|source| OpenError::Io {
+        let (wal_start, wal_applied) = read_wal_rows(&db)?;
+        let wal = Wal::open(&wal_path, wal_start).map_err(|source| OpenError::Io {
             path: wal_path.clone(),
             source,
         })?;
-        let (wal_start, wal_applied) = read_wal_rows(&db)?;
         let reserved_stored = &sb.nonce_reserved;
         let reserved = meta
             .open(Table::Superblock, b"nonce_reserved", reserved_stored)
@@ -329,7 +333,7 @@ impl Store {
             });
         }
         let slots = (0..LOCK_SLOTS).map(|_| RwLock::new(())).collect();
-        let store = Store {
+        let mut store = Store {
             dir: dir.to_path_buf(),
             db: MetaDb(Some(db)),
             device,
@@ -346,12 +350,14 @@ impl Store {
             wal,
             slots,
             direct_io,
+            replayed: false,
         };
         store
             .replay_log(wal_start, wal_applied)
             .map_err(|e| OpenError::Corrupt {
                 what: format!("the write-ahead log could not be replayed ({e})"),
             })?;
+        store.replayed = true;
         let allocator = rebuild_allocator(&store.db, &store.meta, sb.data_blocks)?;
         *store.allocator.lock().expect("allocator lock poisoned") = allocator;
         Ok(store)
@@ -440,7 +446,7 @@ impl Store {
 /// checkpoint fails, the log is still whole and the next open replays it.
 impl Drop for Store {
     fn drop(&mut self) {
-        if self.committer.poisoned().is_some() {
+        if !self.replayed || self.committer.poisoned().is_some() {
             return;
         }
         let checkpoint =
@@ -602,6 +608,10 @@ fn add_wal(db: &Database, wal_path: &Path, data_blocks: u64) -> Result<(), OpenE
         _ => {}
     }
     Wal::create(wal_path, wal_bytes_for(data_blocks * BLOCK_SIZE_BYTES)).map_err(io)?;
+    // The file's name must be durable before the format that needs it.
+    if let Some(dir) = wal_path.parent() {
+        sync_dir(dir).map_err(io)?;
+    }
     let txn = db.begin_write()?;
     {
         let mut sb = txn.open_table(SUPERBLOCK)?;
@@ -611,6 +621,11 @@ fn add_wal(db: &Database, wal_path: &Path, data_blocks: u64) -> Result<(), OpenE
     }
     txn.commit()?;
     Ok(())
+}
+
+/// Makes the names in `dir` durable (fsync of the directory).
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
 }
 
 /// `wal_start` and `wal_applied` from the superblock.

@@ -13,7 +13,8 @@
 //!
 //!  record:    magic "CWAL" | head_len u32 | data_len u64 | seq u64 | hash u64   (32 bytes)
 //!             head: postcard of the metadata ops, pool usage deltas, freed runs, and
-//!                   (offset, len) of each copied write
+//!                   (offset, len) of each copied write; sealed under the metadata key
+//!                   (table tag 6, the record's number as key) in every mode but `none`
 //!             data: the copied writes' sealed bytes, one after the other
 //!             zero padding to a whole block
 //!   hash = XXH3-64 of the header's first 24 bytes, head and data
@@ -31,16 +32,19 @@
 //! row each logged commit sets, so redb says which records it holds whatever commit of it
 //! survived) is applied in order, and a checkpoint ends the replay.
 //!
-//! The hash finds torn and stale records, not an attacker: the metadata values inside are
-//! sealed as they are in redb, the copied blocks are the same bytes the data device holds,
-//! and the keys of rows and removals are in clear in both places.
+//! The hash finds torn and stale records. The sealed head keeps the usage deltas, the block
+//! layout and the row keys from being read or altered on the disk: a record whose hash
+//! matches but whose head fails to open makes the open fail (`Scan::tampered`) instead of
+//! being taken for the log's end. The copied blocks are the same bytes the data device
+//! holds (ciphertext in every mode but `none`).
 
 use crate::allocator::Run;
 use crate::device::{AlignedBuf, Device, FileDevice, WritePiece, BLOCK_SIZE_BYTES};
-use crate::metadata::MetaOp;
+use crate::metadata::{MetaOp, Table};
 use crate::usage::Delta;
 use map::PoolId;
 use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
 use std::io;
 use std::path::Path;
 use std::sync::Mutex;
@@ -102,8 +106,18 @@ pub(crate) struct Replayed {
     pub writes: Vec<(u64, Vec<u8>)>,
 }
 
-/// Encodes a record: whole blocks, in an aligned buffer ready for direct IO.
-pub(crate) fn encode(seq: u64, entry: &Entry<'_>) -> AlignedBuf {
+/// The key a record's head is sealed under: its number.
+pub(crate) fn head_key(seq: u64) -> [u8; 8] {
+    seq.to_be_bytes()
+}
+
+/// Encodes a record: whole blocks, in an aligned buffer ready for direct IO. `seal` seals
+/// the head (the identity in mode `none`).
+pub(crate) fn encode(
+    seq: u64,
+    entry: &Entry<'_>,
+    seal: impl FnOnce(Vec<u8>) -> Vec<u8>,
+) -> AlignedBuf {
     let writes: Vec<(u64, u64)> = entry
         .writes
         .iter()
@@ -116,6 +130,7 @@ pub(crate) fn encode(seq: u64, entry: &Entry<'_>) -> AlignedBuf {
         writes: &writes,
     })
     .expect("serialising a record to memory cannot fail");
+    let head = seal(head);
     let data_len: usize = entry.writes.iter().map(|w| w.buffer.len()).sum();
     let len = HEADER_BYTES + head.len() + data_len;
     let mut buffer = AlignedBuf::for_overwrite(len.div_ceil(BLOCK as usize));
@@ -143,9 +158,33 @@ fn record_hash(header: &[u8], body: &[u8]) -> u64 {
     hasher.digest()
 }
 
-/// The record numbered `seq` at the start of `bytes`, and its length in whole blocks; None
-/// if what is there is not that record, whole.
-fn decode(bytes: &[u8], seq: u64) -> Option<(Replayed, u64)> {
+/// Opens the head of record `seq`: its plain bytes, or None if it fails its check.
+pub(crate) type OpenHead<'a> = dyn Fn(u64, &[u8]) -> Option<Vec<u8>> + 'a;
+
+/// What is at one place in the log.
+enum Found {
+    /// The record asked for, whole, and its length in whole blocks.
+    Record(Replayed, u64),
+    /// Not that record whole: the log ends here.
+    End,
+    /// That record whole by its hash, but its head does not open or does not make sense.
+    Tampered,
+}
+
+/// The record numbered `seq` at the start of `bytes`.
+fn decode(bytes: &[u8], seq: u64, open: &OpenHead) -> Found {
+    match whole(bytes, seq) {
+        None => Found::End,
+        Some((head, data, len)) => match open(seq, head).and_then(|head| parse(seq, &head, data)) {
+            Some(record) => Found::Record(record, len),
+            None => Found::Tampered,
+        },
+    }
+}
+
+/// The head and data of record `seq` at the start of `bytes` and its length in whole
+/// blocks, if it is there and its hash matches.
+fn whole(bytes: &[u8], seq: u64) -> Option<(&[u8], &[u8], u64)> {
     let header = bytes.get(..HEADER_BYTES)?;
     let field = |at: usize| u64::from_le_bytes(header[at..at + 8].try_into().expect("8 bytes"));
     let head_len = u32::from_le_bytes(header[4..8].try_into().expect("4 bytes")) as usize;
@@ -158,55 +197,95 @@ fn decode(bytes: &[u8], seq: u64) -> Option<(Replayed, u64)> {
     if record_hash(&header[..24], body) != field(24) {
         return None;
     }
-    let head: Head = postcard::from_bytes(&body[..head_len]).ok()?;
-    let mut data = &body[head_len..];
+    let (head, data) = body.split_at(head_len);
+    Some((head, data, (len as u64).div_ceil(BLOCK) * BLOCK))
+}
+
+/// A record from its opened head and its data; None if they do not make sense: rows of a
+/// table a transaction never writes, copies not in whole aligned blocks, or data that does
+/// not match the copies' lengths.
+fn parse(seq: u64, head: &[u8], mut data: &[u8]) -> Option<Replayed> {
+    let head: Head = postcard::from_bytes(head).ok()?;
+    let rows_only = head.meta.iter().all(|op| {
+        let (MetaOp::Put { table, .. }
+        | MetaOp::Remove { table, .. }
+        | MetaOp::RemovePrefix { table, .. }) = op;
+        matches!(table, Table::Objects | Table::Extents | Table::Omap)
+    });
     let mut writes = Vec::with_capacity(head.writes.len());
     for (offset_bytes, len) in head.writes {
-        let len = usize::try_from(len).ok().filter(|l| *l <= data.len())?;
+        let aligned = offset_bytes % BLOCK == 0 && len % BLOCK == 0 && len > 0;
+        let len = usize::try_from(len)
+            .ok()
+            .filter(|l| aligned && *l <= data.len())?;
         let (bytes, rest) = data.split_at(len);
         writes.push((offset_bytes, bytes.to_vec()));
         data = rest;
     }
-    let replayed = Replayed {
+    (rows_only && data.is_empty()).then_some(Replayed {
         seq,
         meta: head.meta,
         usage: head.usage,
         freed: head.freed,
         writes,
-    };
-    Some((replayed, (len as u64).div_ceil(BLOCK) * BLOCK))
+    })
 }
 
-/// The whole records numbered `first`, `first + 1`, ... from the start of `log`.
-pub(crate) fn scan(log: &[u8], first: u64) -> Vec<Replayed> {
+/// What a scan of the log found.
+#[derive(Debug)]
+pub(crate) struct Scan {
+    /// The whole records numbered `first`, `first + 1`, ...
+    pub records: Vec<Replayed>,
+    /// The number of a record after them that is whole by its hash but whose head does not
+    /// open: altered on the disk, or sealed under another key.
+    pub tampered: Option<u64>,
+}
+
+/// The records numbered `first`, `first + 1`, ... from the start of `log`. `open` opens a
+/// record's head.
+pub(crate) fn scan(log: &[u8], first: u64, open: &OpenHead) -> Scan {
     let mut records = Vec::new();
     let mut at = 0usize;
-    while let Some((record, len)) = log
-        .get(at..)
-        .and_then(|rest| decode(rest, first + records.len() as u64))
-    {
-        records.push(record);
-        at += len as usize;
+    loop {
+        let seq = first + records.len() as u64;
+        match decode(log.get(at..).unwrap_or_default(), seq, open) {
+            Found::Record(record, len) => {
+                records.push(record);
+                at += len as usize;
+            }
+            Found::End => {
+                return Scan {
+                    records,
+                    tampered: None,
+                }
+            }
+            Found::Tampered => {
+                return Scan {
+                    records,
+                    tampered: Some(seq),
+                }
+            }
+        }
     }
-    records
 }
 
-/// The copied blocks to write again on replay, in record order: every block of every
-/// record's writes but those freed by that record or a later one. A block freed in the log
-/// may have been taken since by a later write, whose data must stay.
+/// The copied blocks to write again on replay: every block of every record's writes but
+/// those freed by that record or a later one. A block freed in the log may have been taken
+/// since by a later write, whose data must stay.
 pub(crate) fn rewrites(records: &[Replayed]) -> Vec<(u64, &[u8])> {
+    let mut freed_since: HashSet<u64> = HashSet::new();
     let mut out = Vec::new();
-    for (at, record) in records.iter().enumerate() {
-        let freed_later = |block: u64| {
-            records[at..]
+    for record in records.iter().rev() {
+        freed_since.extend(
+            record
+                .freed
                 .iter()
-                .flat_map(|r| &r.freed)
-                .any(|run| run.start <= block && block < run.start + run.len)
-        };
+                .flat_map(|run| run.start..run.start + run.len),
+        );
         for (offset_bytes, bytes) in &record.writes {
             for (index, chunk) in bytes.chunks(BLOCK as usize).enumerate() {
                 let offset = offset_bytes + index as u64 * BLOCK;
-                if !freed_later(offset / BLOCK) {
+                if !freed_since.contains(&(offset / BLOCK)) {
                     out.push((offset, chunk));
                 }
             }
@@ -248,13 +327,14 @@ impl Wal {
         device.sync()
     }
 
-    /// Opens the log; its tail is set by the replay that follows (`restart_at`).
-    pub(crate) fn open(path: &Path) -> io::Result<Wal> {
+    /// Opens the log, its next record numbered `next_seq` (the database's `wal_start`, so a
+    /// checkpoint before the replay is done writes back the number it read).
+    pub(crate) fn open(path: &Path, next_seq: u64) -> io::Result<Wal> {
         Ok(Wal {
             device: FileDevice::open(path)?,
             tail: Mutex::new(Tail {
                 offset_bytes: 0,
-                next_seq: 0,
+                next_seq,
                 records: 0,
             }),
         })
@@ -317,7 +397,6 @@ impl Wal {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metadata::Table;
 
     fn block(fill: u8) -> AlignedBuf {
         let mut b = AlignedBuf::zeroed(1);
@@ -346,15 +425,21 @@ mod tests {
                 blocks: 1,
             },
         )];
-        encode(
-            seq,
-            &Entry {
-                meta: &meta,
-                usage: &usage,
-                freed,
-                writes: &pieces,
-            },
-        )
+        let entry = Entry {
+            meta: &meta,
+            usage: &usage,
+            freed,
+            writes: &pieces,
+        };
+        encode(seq, &entry, |head| head)
+    }
+
+    fn plain(_: u64, head: &[u8]) -> Option<Vec<u8>> {
+        Some(head.to_vec())
+    }
+
+    fn seqs(scan: &Scan) -> Vec<u64> {
+        scan.records.iter().map(|r| r.seq).collect()
     }
 
     fn log_of(records: &[AlignedBuf], len_blocks: usize) -> AlignedBuf {
@@ -374,7 +459,7 @@ mod tests {
         let two = record(6, &[(9 * BLOCK, &b)], &[Run { start: 3, len: 2 }]);
         assert_eq!(one.len() % BLOCK as usize, 0);
         let log = log_of(&[one, two], 8);
-        let records = scan(&log, 5);
+        let records = scan(&log, 5, &plain).records;
         assert_eq!(records.len(), 2);
         assert_eq!(records[0].seq, 5);
         assert_eq!(records[0].writes, vec![(8 * BLOCK, vec![0xaa; 4096])]);
@@ -391,24 +476,37 @@ mod tests {
             .map(|s| record(s, &[(s * BLOCK, &a)], &[]))
             .collect();
         let log = log_of(&records, 16);
-        assert_eq!(scan(&log, 10).len(), 4);
+        assert_eq!(seqs(&scan(&log, 10, &plain)), vec![10, 11, 12, 13]);
         assert!(
-            scan(&log, 11).is_empty(),
+            scan(&log, 11, &plain).records.is_empty(),
             "the log must start with the number asked for"
         );
         for at in [0, 24, 40, records[0].len() + 100] {
             let mut torn = log_of(&records, 16);
             torn[at] ^= 0x40;
-            let whole = scan(&torn, 10).len();
+            let found = scan(&torn, 10, &plain);
             let expected = usize::from(at >= records[0].len());
-            assert_eq!(whole, expected, "a flipped byte at {at}");
+            assert_eq!(found.records.len(), expected, "a flipped byte at {at}");
+            assert!(found.tampered.is_none(), "a torn record is the log's end");
         }
         // A restarted log: record 20 at offset 0, then a stale 11.. behind it.
         let mut restarted = log_of(&records, 16);
         let new = record(20, &[(2 * BLOCK, &a)], &[]);
         restarted[..new.len()].copy_from_slice(&new);
-        let replayed = scan(&restarted, 20);
-        assert_eq!(replayed.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![20]);
+        assert_eq!(seqs(&scan(&restarted, 20, &plain)), vec![20]);
+    }
+
+    /// A record whose hash matches but whose head does not open is reported, not taken for
+    /// the end of the log: the replay then refuses to open the store.
+    #[test]
+    fn a_head_that_does_not_open_is_reported_as_tampered() {
+        let a = block(1);
+        let records: Vec<AlignedBuf> = (1..4).map(|s| record(s, &[(s * BLOCK, &a)], &[])).collect();
+        let log = log_of(&records, 16);
+        let refuses_two = |seq: u64, head: &[u8]| (seq != 2).then(|| head.to_vec());
+        let found = scan(&log, 1, &refuses_two);
+        assert_eq!(seqs(&found), vec![1]);
+        assert_eq!(found.tampered, Some(2));
     }
 
     /// The story: record 1 copied block 9, record 2 freed it, a large write then took it
@@ -424,7 +522,7 @@ mod tests {
             ],
             16,
         );
-        let records = scan(&log, 1);
+        let records = scan(&log, 1, &plain).records;
         let offsets: Vec<u64> = rewrites(&records).iter().map(|(o, _)| o / BLOCK).collect();
         assert_eq!(
             offsets,

@@ -15,7 +15,9 @@
 //!
 //! In every other round the child's data device loses, when killed, every write it was not
 //! asked to sync (`Volatile`), as a disk's cache does when the power goes: small writes are
-//! made durable by the write-ahead log's copy alone, so those rounds prove its replay.
+//! made durable by the write-ahead log's copy alone, so those rounds prove its replay. In
+//! every fourth round the parent first opens the store on a device that refuses writes, so
+//! the replay fails; the open after it must still find every reported commit.
 //!
 //! `COFFER_CRASH_SEED` replays a run; `COFFER_CRASH_ROUNDS` sets rounds per mode.
 
@@ -39,6 +41,28 @@ const VOLATILE_ENV: &str = "COFFER_CRASH_VOLATILE";
 struct Volatile {
     inner: FileDevice,
     unsynced: std::sync::Mutex<std::collections::HashMap<u64, Vec<u8>>>,
+}
+
+/// A data device that refuses every write: an open on it fails as soon as its replay has a
+/// block to write again.
+struct Refusing(FileDevice);
+
+impl Device for Refusing {
+    fn read_at(&self, offset_bytes: u64, buffer: &mut [u8]) -> std::io::Result<()> {
+        self.0.read_at(offset_bytes, buffer)
+    }
+
+    fn write_at(&self, _: u64, _: &[u8]) -> std::io::Result<()> {
+        Err(std::io::Error::other("refused by the test"))
+    }
+
+    fn sync(&self) -> std::io::Result<()> {
+        self.0.sync()
+    }
+
+    fn len_bytes(&self) -> u64 {
+        self.0.len_bytes()
+    }
 }
 
 impl Device for Volatile {
@@ -236,6 +260,16 @@ fn run_mode(mode: Mode, seed: u64, rounds: usize, rng: &mut StdRng) -> u64 {
             "seed {seed}: child exited by itself ({status}) instead of being killed"
         );
 
+        if round % 4 == 2 {
+            let refusing = Refusing(FileDevice::open(&dir.path().join("data")).expect("device"));
+            // Whether it opens (nothing to write again) or not, the next open must find
+            // every reported commit.
+            drop(Store::open_with_device(
+                dir.path(),
+                &kek(7),
+                Box::new(refusing),
+            ));
+        }
         let store = Store::open(dir.path(), &kek(7))
             .unwrap_or_else(|e| panic!("seed {seed} {mode} round {round}: reopen: {e}"));
         check_usage(&store, mode);

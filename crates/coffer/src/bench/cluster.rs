@@ -139,12 +139,7 @@ pub fn run(args: ClusterArgs) -> Result<(), String> {
     let runtime = crate::daemon::runtime()?;
     let mut cells: Vec<Cell> = Vec::new();
     for (at_rest, in_transit) in CORNERS {
-        let dir = args.fresh.dir.join(format!(
-            "cluster-{}-{at_rest}-{in_transit}",
-            std::process::id()
-        ));
-        let cluster =
-            FreshCluster::start(&dir, &args.fresh, at_rest, in_transit, None, None, false)?;
+        let cluster = FreshCluster::for_bench("cluster", &args.fresh, at_rest, in_transit)?;
         let conf = cluster.conf()?;
         runtime.block_on(async {
             let pools = connect_clients(&conf, clients).await?;

@@ -72,6 +72,32 @@ pub const CORNERS: [(&str, &str); 4] = [
 /// is left to it, object names and metadata.
 pub const EDGE: &str = "edge";
 
+/// A configuration as `--configs` gives it, AT-REST/IN-TRANSIT (`gcm/secure`, `edge/secure`),
+/// checked: AT-REST a store mode or [`EDGE`], IN-TRANSIT `crc` or `secure`.
+pub fn fresh_config(config: &str) -> Result<(String, String), String> {
+    let (at_rest, in_transit) = config
+        .split_once('/')
+        .ok_or_else(|| format!("--configs {config:?}: write AT-REST/IN-TRANSIT, gcm/secure"))?;
+    if at_rest == EDGE {
+        if in_transit != "secure" {
+            return Err(format!(
+                "--configs {EDGE}/{in_transit}: a pool sealed at the edge takes its key \
+                 over secure links; use {EDGE}/secure"
+            ));
+        }
+    } else {
+        at_rest
+            .parse::<store::Mode>()
+            .map_err(|e| format!("--configs {at_rest}/{in_transit}: {e}"))?;
+        if !matches!(in_transit, "crc" | "secure") {
+            return Err(format!(
+                "--configs {at_rest}/{in_transit}: in transit is crc or secure"
+            ));
+        }
+    }
+    Ok((at_rest.to_string(), in_transit.to_string()))
+}
+
 /// A `coffer up` cluster for one configuration, stopped and removed when dropped.
 pub struct FreshCluster {
     dir: PathBuf,
@@ -158,6 +184,21 @@ impl FreshCluster {
             ));
         }
         Ok(cluster)
+    }
+
+    /// A cluster with no front end for `bench` (`cluster`, `image`, ...), in a directory of
+    /// its own under `--dir`.
+    pub fn for_bench(
+        bench: &str,
+        fresh: &FreshArgs,
+        at_rest: &str,
+        in_transit: &str,
+    ) -> Result<Self, String> {
+        let dir = fresh.dir.join(format!(
+            "{bench}-{}-{at_rest}-{in_transit}",
+            std::process::id()
+        ));
+        FreshCluster::start(&dir, fresh, at_rest, in_transit, None, None, false)
     }
 
     /// Makes `command`, a server the bench starts beside the cluster, run on the cluster's
@@ -249,6 +290,16 @@ pub async fn connect_clients(conf: &Conf, count: usize) -> Result<Vec<client::Po
         );
     }
     Ok(pools)
+}
+
+/// The default pool, as client.admin, once every PG is clean.
+pub async fn clean_default_pool(conf: &Conf) -> Result<client::Pool, String> {
+    let admin = connect_admin(conf).await?;
+    wait_clean(&admin).await?;
+    admin
+        .pool(crate::up::DEFAULT_POOL)
+        .await
+        .map_err(|e| e.to_string())
 }
 
 pub async fn wait_clean(admin: &Cluster) -> Result<(), String> {

@@ -15,7 +15,7 @@ use hdrhistogram::Histogram;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
-use super::fresh::{connect_admin, wait_clean, FreshArgs, FreshCluster, CORNERS};
+use super::fresh::{clean_default_pool, FreshArgs, FreshCluster, CORNERS};
 use super::report::{
     cpu_seconds, histogram, percent_of, print_header, size_label, write_json, Rates,
 };
@@ -199,20 +199,10 @@ pub fn run(args: ImageArgs) -> Result<(), String> {
     let runtime = crate::daemon::runtime()?;
     let mut cells: Vec<Cell> = Vec::new();
     for (at_rest, in_transit) in &configs {
-        let dir = args.fresh.dir.join(format!(
-            "image-{}-{at_rest}-{in_transit}",
-            std::process::id()
-        ));
-        let cluster =
-            FreshCluster::start(&dir, &args.fresh, at_rest, in_transit, None, None, false)?;
+        let cluster = FreshCluster::for_bench("image", &args.fresh, at_rest, in_transit)?;
         let conf = cluster.conf()?;
         runtime.block_on(async {
-            let admin = connect_admin(&conf).await?;
-            wait_clean(&admin).await?;
-            let pool = admin
-                .pool(crate::up::DEFAULT_POOL)
-                .await
-                .map_err(|e| e.to_string())?;
+            let pool = clean_default_pool(&conf).await?;
             image::create(&pool, IMAGE, image_size, OBJECT_SIZE_DEFAULT)
                 .await
                 .map_err(|e| e.to_string())?;

@@ -7,6 +7,7 @@ mod cpus;
 mod files;
 mod fresh;
 mod image;
+mod latency;
 mod matrix;
 mod report;
 mod s3;
@@ -43,6 +44,10 @@ pub enum BenchCommand {
     /// plain HTTP and TLS, without SSE, with SSE-S3 and with SSE-C, each cell a percent of
     /// plain HTTP without SSE in the same run, with the gateway's CPU per GiB.
     S3(s3::S3Args),
+    /// Where the time of one synchronous 4 KiB write goes: the disk's own write and
+    /// fdatasync, then per configuration a fresh cluster's client round trip, the OSD's write
+    /// as primary, the store's apply and its group commit, each against the disk.
+    Latency(latency::LatencyArgs),
     /// One client process of `coffer bench matrix` (started by it).
     #[command(hide = true)]
     Worker(matrix::worker::WorkerArgs),
@@ -57,6 +62,7 @@ pub fn run(command: BenchCommand) -> Result<(), String> {
         BenchCommand::Matrix(args) => matrix::run(args),
         BenchCommand::S3(args) => s3::run(args),
         BenchCommand::Fs(args) => files::run(args),
+        BenchCommand::Latency(args) => latency::run(args),
         BenchCommand::Worker(args) => matrix::worker::run(args),
     }
 }

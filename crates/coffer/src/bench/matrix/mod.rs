@@ -21,7 +21,9 @@ use serde::Serialize;
 
 use crate::progress::Progress;
 
-use super::fresh::{connect_admin, wait_clean, FreshArgs, FreshCluster, CORNERS, EDGE};
+use super::fresh::{
+    connect_admin, fresh_config, wait_clean, FreshArgs, FreshCluster, CORNERS, EDGE,
+};
 use super::report::{
     machine_cores, mean_and_stddev, percent_of, print_header, size_label, write_json, LatencyUs,
 };
@@ -172,14 +174,7 @@ fn configs(args: &MatrixArgs) -> Result<Vec<Config>, String> {
     let mut pairs: Vec<(String, String)> = match &args.configs {
         Some(list) => list
             .iter()
-            .map(|config| {
-                config
-                    .split_once('/')
-                    .map(|(r, t)| (r.to_string(), t.to_string()))
-                    .ok_or_else(|| {
-                        format!("--configs {config:?}: write AT-REST/IN-TRANSIT, gcm/secure")
-                    })
-            })
+            .map(|config| fresh_config(config))
             .collect::<Result<_, _>>()?,
         None => CORNERS
             .iter()
@@ -192,25 +187,6 @@ fn configs(args: &MatrixArgs) -> Result<Vec<Config>, String> {
             for in_transit in ["crc", "secure"] {
                 pairs.push((at_rest.into(), in_transit.into()));
             }
-        }
-    }
-    for (at_rest, in_transit) in &pairs {
-        if at_rest == EDGE {
-            if in_transit != "secure" {
-                return Err(format!(
-                    "--configs {EDGE}/{in_transit}: a pool sealed at the edge takes its key \
-                     over secure links; use {EDGE}/secure"
-                ));
-            }
-            continue;
-        }
-        at_rest
-            .parse::<store::Mode>()
-            .map_err(|e| format!("--configs {at_rest}/{in_transit}: {e}"))?;
-        if !matches!(in_transit.as_str(), "crc" | "secure") {
-            return Err(format!(
-                "--configs {at_rest}/{in_transit}: in transit is crc or secure"
-            ));
         }
     }
     Ok(pairs
