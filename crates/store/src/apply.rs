@@ -837,45 +837,94 @@ impl Store {
         flushed
     }
 
-    /// The small writes go to the data device without a sync. The record copies their
-    /// bytes, so its sync alone makes the group durable; when the group holds more than
-    /// `INLINE_BYTES_MAX` of them, or a batch wrote data of its own, the data device is
-    /// synced first and the record carries only metadata. A record too large for the log
-    /// is not logged: the data device is synced and the metadata committed durably.
+    /// A group of small writes only (at most `INLINE_BYTES_MAX`, no batch wrote data of its
+    /// own) takes the short path: the record copies the writes' sealed blocks, and the
+    /// writes go to the data device while the record is written and synced, with no data
+    /// sync. If the writes fail there, the record is erased and the group takes the other
+    /// path: the writes batch by batch, a data sync, then a record of the batches whose
+    /// writes landed, with no copies. A record too large for the log is not logged: the
+    /// data device is synced and the metadata committed durably.
     fn flush_group(
         &self,
         mut group: Vec<Batch>,
     ) -> Result<Vec<Result<(), ApplyError>>, ApplyError> {
-        let outcomes = self.write_deferred(&group);
-        let mut deltas: BTreeMap<PoolId, Delta> = BTreeMap::new();
-        let mut meta = Vec::new();
-        let mut freed = Vec::new();
-        let mut inline_bytes = 0;
-        let mut wrote_alone = false;
-        for (batch, _) in group.iter_mut().zip(&outcomes).filter(|(_, o)| o.is_ok()) {
-            for (pool, delta) in &batch.usage {
-                deltas.entry(*pool).or_default().add(*delta);
+        let inline_bytes: u64 = group
+            .iter()
+            .flat_map(|b| &b.writes)
+            .map(|w| w.buffer.len() as u64)
+            .sum();
+        let short = !group.iter().any(|b| b.wrote_alone) && inline_bytes <= wal::INLINE_BYTES_MAX;
+        if short {
+            let all = vec![true; group.len()];
+            let (seq, record, deltas) = self.log_record(&group, &all, true)?;
+            let len = record.len() as u64;
+            if self.wal.holds(len) {
+                if !self.wal.fits(len) {
+                    self.checkpoint()?;
+                }
+                let pieces = write_pieces(group.iter().flat_map(unwritten));
+                let mut appended = Ok(());
+                let written = self
+                    .device
+                    .write_all_alongside(&pieces, &mut || appended = self.wal.append(&record));
+                appended?;
+                if written.is_ok() {
+                    self.commit_metadata(
+                        take_meta(&mut group, &all),
+                        &deltas,
+                        Commit::Logged { seq },
+                    )?;
+                    return Ok(group.iter().map(|_| Ok(())).collect());
+                }
+                self.wal.erase_last(len)?;
             }
-            meta.append(&mut batch.meta);
-            freed.extend_from_slice(&batch.freed);
-            inline_bytes += batch
-                .writes
+        }
+        let outcomes = self.write_deferred(&group);
+        self.device.sync()?;
+        let landed: Vec<bool> = outcomes.iter().map(Result::is_ok).collect();
+        let (seq, record, deltas) = self.log_record(&group, &landed, false)?;
+        let meta = take_meta(&mut group, &landed);
+        let len = record.len() as u64;
+        if !self.wal.holds(len) {
+            self.commit_metadata(meta, &deltas, Commit::Durable { next_seq: seq })?;
+            self.wal.restart();
+            return Ok(outcomes);
+        }
+        if !self.wal.fits(len) {
+            self.checkpoint()?;
+        }
+        self.wal.append(&record)?;
+        self.commit_metadata(meta, &deltas, Commit::Logged { seq })?;
+        Ok(outcomes)
+    }
+
+    /// The log record of the batches of `group` that `landed`, numbered as the log's next,
+    /// with copies of their small writes if `copies`; and their usage deltas summed.
+    fn log_record(
+        &self,
+        group: &[Batch],
+        landed: &[bool],
+        copies: bool,
+    ) -> Result<(u64, AlignedBuf, BTreeMap<PoolId, Delta>), ApplyError> {
+        let landed = || {
+            group
                 .iter()
-                .map(|w| w.buffer.len() as u64)
-                .sum::<u64>();
-            wrote_alone |= batch.wrote_alone;
+                .zip(landed)
+                .filter(|(_, l)| **l)
+                .map(|(b, _)| b)
+        };
+        let mut deltas: BTreeMap<PoolId, Delta> = BTreeMap::new();
+        for (pool, delta) in landed().flat_map(|b| &b.usage) {
+            deltas.entry(*pool).or_default().add(*delta);
         }
         deltas.retain(|_, delta| *delta != Delta::default());
-        let copied = !wrote_alone && inline_bytes <= wal::INLINE_BYTES_MAX;
-        if !copied {
-            self.device.sync()?;
-        }
-        let landed = group.iter().zip(&outcomes).filter(|(_, o)| o.is_ok());
-        let writes = match copied {
-            true => write_pieces(landed.flat_map(|(batch, _)| &batch.writes)),
+        let usage: Vec<(PoolId, Delta)> = deltas.iter().map(|(p, d)| (*p, *d)).collect();
+        let meta: Vec<&[MetaOp]> = landed().map(|b| &b.meta[..]).collect();
+        let freed: Vec<Run> = landed().flat_map(|b| b.freed.iter().copied()).collect();
+        let writes = match copies {
+            true => write_pieces(landed().flat_map(|b| &b.writes)),
             false => Vec::new(),
         };
-        let usage: Vec<(PoolId, Delta)> = deltas.iter().map(|(p, d)| (*p, *d)).collect();
         let seq = self.wal.tail().next_seq;
         let entry = wal::Entry {
             meta: &meta,
@@ -889,20 +938,7 @@ impl Store {
             let key = wal::head_key(seq);
             self.meta.seal(Table::Wal, &key, head, incarnation, nonce)
         });
-        if !self.wal.holds(record.len() as u64) {
-            if copied {
-                self.device.sync()?;
-            }
-            self.commit_metadata(meta, &deltas, Commit::Durable { next_seq: seq })?;
-            self.wal.restart();
-            return Ok(outcomes);
-        }
-        if !self.wal.fits(record.len() as u64) {
-            self.checkpoint()?;
-        }
-        self.wal.append(&record)?;
-        self.commit_metadata(meta, &deltas, Commit::Logged { seq })?;
-        Ok(outcomes)
+        Ok((seq, record, deltas))
     }
 
     /// Makes everything so far durable without the log: syncs the data device, commits the
@@ -1048,6 +1084,16 @@ impl Store {
             })
             .collect()
     }
+}
+
+/// The metadata changes of the batches of `group` that `landed`, in order, taken out of them.
+fn take_meta(group: &mut [Batch], landed: &[bool]) -> Vec<MetaOp> {
+    group
+        .iter_mut()
+        .zip(landed)
+        .filter(|(_, l)| **l)
+        .flat_map(|(b, _)| std::mem::take(&mut b.meta))
+        .collect()
 }
 
 /// Buffers to write, each at its device offset.

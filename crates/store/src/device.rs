@@ -70,6 +70,19 @@ pub trait Device: Send + Sync {
     fn write_all(&self, pieces: &[WritePiece<'_>]) -> io::Result<()> {
         write_ready_one_by_one(self, pieces)
     }
+
+    /// Writes pieces as `write_all` does, and calls `alongside` (IO on another file) while
+    /// they are in flight where the device can; by default, after them. `alongside` runs
+    /// whatever becomes of the writes, whose outcome is returned.
+    fn write_all_alongside(
+        &self,
+        pieces: &[WritePiece<'_>],
+        alongside: &mut dyn FnMut(),
+    ) -> io::Result<()> {
+        let written = self.write_all(pieces);
+        alongside();
+        written
+    }
 }
 
 /// `Device::write_all` without batching: one write after the other.
@@ -257,6 +270,25 @@ impl Device for FileDevice {
         match crate::uring::write_all(fd, pieces) {
             Some(result) => result,
             None => write_ready_one_by_one(self, pieces),
+        }
+    }
+
+    fn write_all_alongside(
+        &self,
+        pieces: &[WritePiece<'_>],
+        alongside: &mut dyn FnMut(),
+    ) -> io::Result<()> {
+        pieces
+            .iter()
+            .for_each(|p| assert_aligned(p.offset_bytes, p.buffer));
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&self.file);
+        match crate::uring::write_all_alongside(fd, pieces, alongside) {
+            Some(result) => result,
+            None => {
+                let written = write_ready_one_by_one(self, pieces);
+                alongside();
+                written
+            }
         }
     }
 }

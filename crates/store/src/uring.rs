@@ -74,6 +74,12 @@ impl Batch<'_> {
         done
     }
 
+    /// Submits what is queued without waiting for any of it (what is not taken now goes in
+    /// with the next wait).
+    fn submit(&mut self) {
+        let _ = self.ring.submit();
+    }
+
     fn push(&mut self, entry: io_uring::squeue::Entry) {
         // SAFETY: the entry's buffer stays valid until its completion is reaped (see the
         // module's safety argument); the queue has room because in_flight < RING_ENTRIES.
@@ -172,12 +178,30 @@ pub(crate) fn write_each(
         pieces,
         &mut |index, piece| seal(index, piece.buffer),
         true,
+        None,
     )
 }
 
 /// Writes pieces that are ready as they are, submitted together.
 pub(crate) fn write_all(fd: RawFd, pieces: &[WritePiece<'_>]) -> Option<io::Result<()>> {
-    write_pieces(fd, &mut pieces.to_vec(), &mut |_, _| {}, false)
+    write_pieces(fd, &mut pieces.to_vec(), &mut |_, _| {}, false, None)
+}
+
+/// Submits every piece, then calls `alongside` while they are in flight, then waits for
+/// them. `alongside` must not use this thread's ring (it is in use here); it runs even when
+/// the writes fail.
+pub(crate) fn write_all_alongside(
+    fd: RawFd,
+    pieces: &[WritePiece<'_>],
+    alongside: &mut dyn FnMut(),
+) -> Option<io::Result<()>> {
+    write_pieces(
+        fd,
+        &mut pieces.to_vec(),
+        &mut |_, _| {},
+        false,
+        Some(alongside),
+    )
 }
 
 /// A piece the ring writes: where it goes and its bytes once `prepare` has run on it.
@@ -211,6 +235,7 @@ fn write_pieces<P: ToWrite>(
     pieces: &mut [P],
     prepare: &mut dyn FnMut(usize, &mut P),
     submit_each: bool,
+    alongside: Option<&mut dyn FnMut()>,
 ) -> Option<io::Result<()>> {
     with_ring(|ring| {
         let mut batch = Batch { ring, in_flight: 0 };
@@ -254,6 +279,10 @@ fn write_pieces<P: ToWrite>(
                     failed = Some(e);
                 }
             }
+        }
+        if let Some(alongside) = alongside {
+            batch.submit();
+            alongside();
         }
         while batch.in_flight > 0 {
             let done = batch.submit_and_reap(1);

@@ -72,10 +72,26 @@ pub(crate) fn wal_bytes_for(data_bytes: u64) -> u64 {
 /// What a record holds besides the copied bytes.
 #[derive(Serialize)]
 struct HeadRef<'a> {
-    meta: &'a [MetaOp],
+    meta: Flat<'a>,
     usage: &'a [(PoolId, Delta)],
     freed: &'a [Run],
     writes: &'a [(u64, u64)],
+}
+
+/// The metadata changes of a group's batches, one after the other: written as one sequence,
+/// read back as a `Vec<MetaOp>`.
+struct Flat<'a>(&'a [&'a [MetaOp]]);
+
+impl Serialize for Flat<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        let len = self.0.iter().map(|ops| ops.len()).sum();
+        let mut seq = serializer.serialize_seq(Some(len))?;
+        for op in self.0.iter().flat_map(|ops| ops.iter()) {
+            seq.serialize_element(op)?;
+        }
+        seq.end()
+    }
 }
 
 #[derive(Deserialize, Debug, PartialEq)]
@@ -88,7 +104,8 @@ struct Head {
 
 /// One group's changes, as a record carries them.
 pub(crate) struct Entry<'a> {
-    pub meta: &'a [MetaOp],
+    /// Each batch's metadata changes, in order.
+    pub meta: &'a [&'a [MetaOp]],
     pub usage: &'a [(PoolId, Delta)],
     pub freed: &'a [Run],
     /// Small writes whose bytes the record copies (empty when the data device was synced).
@@ -124,7 +141,7 @@ pub(crate) fn encode(
         .map(|w| (w.offset_bytes, w.buffer.len() as u64))
         .collect();
     let head = postcard::to_allocvec(&HeadRef {
-        meta: entry.meta,
+        meta: Flat(entry.meta),
         usage: entry.usage,
         freed: entry.freed,
         writes: &writes,
@@ -378,6 +395,24 @@ impl Wal {
         Ok(())
     }
 
+    /// Takes back the last record appended, `len_bytes` long, whose group did not land after
+    /// all: its first block is zeroed and synced, so no replay finds it, and the next record
+    /// goes where it was, with its number.
+    pub(crate) fn erase_last(&self, len_bytes: u64) -> io::Result<()> {
+        let mut tail = self.tail.lock().expect("log lock poisoned");
+        assert!(
+            tail.records > 0 && tail.offset_bytes >= len_bytes,
+            "only a record appended since the last checkpoint is erased"
+        );
+        let at = tail.offset_bytes - len_bytes;
+        self.device.write_at(at, &AlignedBuf::zeroed(1))?;
+        self.device.sync()?;
+        tail.offset_bytes = at;
+        tail.next_seq -= 1;
+        tail.records -= 1;
+        Ok(())
+    }
+
     /// Starts the log again at offset 0, after a checkpoint.
     pub(crate) fn restart(&self) {
         let next_seq = self.tail().next_seq;
@@ -426,7 +461,7 @@ mod tests {
             },
         )];
         let entry = Entry {
-            meta: &meta,
+            meta: &[&meta],
             usage: &usage,
             freed,
             writes: &pieces,
@@ -507,6 +542,34 @@ mod tests {
         let found = scan(&log, 1, &refuses_two);
         assert_eq!(seqs(&found), vec![1]);
         assert_eq!(found.tampered, Some(2));
+    }
+
+    /// An erased record is gone from the log, and the next one takes its place and number.
+    #[test]
+    fn an_erased_record_is_not_replayed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join(WAL_FILE);
+        Wal::create(&path, WAL_BYTES_MIN).expect("create");
+        let wal = Wal::open(&path, 1).expect("open");
+        let a = block(7);
+        let first = record(1, &[(3 * BLOCK, &a)], &[]);
+        wal.append(&first).expect("append");
+        let second = record(2, &[(4 * BLOCK, &a)], &[]);
+        wal.append(&second).expect("append");
+        wal.erase_last(second.len() as u64).expect("erase");
+        assert_eq!(
+            seqs(&scan(&wal.read_all().expect("read"), 1, &plain)),
+            vec![1]
+        );
+        assert_eq!(wal.tail().next_seq, 2);
+        let again = record(2, &[(5 * BLOCK, &a)], &[]);
+        wal.append(&again).expect("append");
+        let records = scan(&wal.read_all().expect("read"), 1, &plain).records;
+        assert_eq!(
+            records[1].writes[0].0,
+            5 * BLOCK,
+            "the new record 2 took the old one's place"
+        );
     }
 
     /// The story: record 1 copied block 9, record 2 freed it, a large write then took it
