@@ -256,26 +256,30 @@ impl Store {
         txn.ops.iter().try_for_each(validate)?;
 
         let mut works: Vec<Work> = Vec::new();
-        let mut index: HashMap<ObjectId, usize> = HashMap::new();
+        // By name: an object's id (an HMAC in encrypting modes) is computed once per
+        // transaction, not once per operation on it.
+        let mut index: HashMap<(PoolId, &str), usize> = HashMap::new();
         let mut op_work = Vec::with_capacity(txn.ops.len());
         for op in &txn.ops {
             let object = op.object();
-            let id = self.meta.object_id(object.pool, object.name.as_str());
-            let i = *index.entry(id).or_insert_with(|| {
-                works.push(Work {
-                    object: object.clone(),
-                    id,
-                    first_block: u64::MAX,
-                    end_block: 0,
-                    original: None,
-                    record: None,
-                    loaded: ExtentMap::new(),
-                    extents: ExtentMap::new(),
-                    omap_ops: Vec::new(),
-                    touched: false,
+            let i = *index
+                .entry((object.pool, object.name.as_str()))
+                .or_insert_with(|| {
+                    let id = self.meta.object_id(object.pool, object.name.as_str());
+                    works.push(Work {
+                        object: object.clone(),
+                        id,
+                        first_block: u64::MAX,
+                        end_block: 0,
+                        original: None,
+                        record: None,
+                        loaded: ExtentMap::new(),
+                        extents: ExtentMap::new(),
+                        omap_ops: Vec::new(),
+                        touched: false,
+                    });
+                    works.len() - 1
                 });
-                works.len() - 1
-            });
             if let Some((first, end)) = block_range(op) {
                 works[i].first_block = works[i].first_block.min(first);
                 works[i].end_block = works[i].end_block.max(end);
@@ -874,6 +878,7 @@ impl Store {
                         &deltas,
                         Commit::Logged { seq },
                     )?;
+                    self.checkpoint_if_short_of_room()?;
                     return Ok(group.iter().map(|_| Ok(())).collect());
                 }
                 self.wal.erase_last(len)?;
@@ -895,7 +900,17 @@ impl Store {
         }
         self.wal.append(&record)?;
         self.commit_metadata(meta, &deltas, Commit::Logged { seq })?;
+        self.checkpoint_if_short_of_room()?;
         Ok(outcomes)
+    }
+
+    /// A checkpoint after a logged commit when the file system under the store is short of
+    /// room (`Store::short_of_room`).
+    fn checkpoint_if_short_of_room(&self) -> Result<(), ApplyError> {
+        match self.short_of_room() {
+            true => self.checkpoint(),
+            false => Ok(()),
+        }
     }
 
     /// The log record of the batches of `group` that `landed`, numbered as the log's next,

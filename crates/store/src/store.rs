@@ -37,7 +37,7 @@ use crate::seal::{DataSealer, Mode};
 use crate::usage::CountError;
 use crate::wal::{wal_bytes_for, Wal, WAL_FILE};
 use keys::{KeyEncryptionKey, SecretKey, WrappedKey};
-use map::cluster::PoolUsage;
+use map::cluster::{PoolUsage, HOST_FULL_BYTES};
 use map::PoolId;
 use redb::{Database, ReadOnlyDatabase, ReadableDatabase, ReadableTable};
 use std::path::{Path, PathBuf};
@@ -51,6 +51,8 @@ const FORMAT_POOL_USAGE: u32 = 2;
 const FORMAT_UPGRADABLE: u32 = 1;
 /// Smallest data device mkfs accepts: 64 blocks.
 pub const STORE_SIZE_BYTES_MIN: u64 = 64 * BLOCK_SIZE_BYTES;
+/// How long a look at the room under the store holds (`Store::short_of_room`).
+const ROOM_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
 /// Objects are locked through this many striped slots (by object id).
 pub(crate) const LOCK_SLOTS: usize = 1024;
 
@@ -94,6 +96,9 @@ pub struct Store {
     /// Set once open has replayed the log: only then may closing checkpoint, since a
     /// checkpoint in the middle of a failed replay would abandon the rest of the log.
     replayed: bool,
+    /// When the room on the file system under the store was last looked at, and whether it
+    /// was short (`Store::short_of_room`).
+    room: Mutex<(Option<std::time::Instant>, bool)>,
 }
 
 impl std::fmt::Debug for Store {
@@ -351,6 +356,7 @@ impl Store {
             slots,
             direct_io,
             replayed: false,
+            room: Mutex::new((None, false)),
         };
         store
             .replay_log(wal_start, wal_applied)
@@ -425,6 +431,20 @@ impl Store {
     /// be opened again, which tells what the failed commit left, as after a crash.
     pub fn failed(&self) -> Option<String> {
         self.committer.poisoned()
+    }
+
+    /// Whether the file system under the store has less than `HOST_FULL_BYTES` of room, as
+    /// of a look at most `ROOM_CHECK_INTERVAL` ago. The metadata database grows there, and
+    /// commits without a sync may not have found out that it cannot: short of room, every
+    /// group commit ends with a checkpoint, so a commit that cannot be made durable fails
+    /// at once rather than up to `CHECKPOINT_RECORDS` groups later.
+    pub(crate) fn short_of_room(&self) -> bool {
+        let mut room = self.room.lock().expect("room lock poisoned");
+        if room.0.is_none_or(|at| at.elapsed() >= ROOM_CHECK_INTERVAL) {
+            let free = host_free_bytes(&self.dir).unwrap_or(u64::MAX);
+            *room = (Some(std::time::Instant::now()), free < HOST_FULL_BYTES);
+        }
+        room.1
     }
 
     /// Durably raises the nonce reservation to `mark` (see seal/nonce.rs).
