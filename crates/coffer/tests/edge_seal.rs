@@ -370,7 +370,7 @@ fn the_s3_gateway_seals_plain_and_sse_objects_at_the_edge() {
         (sealed, kms_sealed, format!("osd.{}", primary.0))
     });
     cluster.stop();
-    let found: Vec<_> = common::occurrences(cluster.dir.path(), &sealed_chunk)
+    let found: Vec<_> = common::stored_copies(cluster.dir.path(), &sealed_chunk)
         .into_iter()
         .filter(|(path, _)| common::osd_of_path(path).is_some())
         .collect();
@@ -378,7 +378,7 @@ fn the_s3_gateway_seals_plain_and_sse_objects_at_the_edge() {
     for (path, offset) in &found {
         common::flip_byte(path, offset + 100);
     }
-    let kms_copies = common::occurrences(cluster.dir.path(), &kms_chunk);
+    let kms_copies = common::stored_copies(cluster.dir.path(), &kms_chunk);
     let (path, offset) = kms_copies
         .iter()
         .find(|(path, _)| common::osd_of_path(path).as_ref() == Some(&kms_primary))
@@ -405,7 +405,7 @@ fn the_s3_gateway_seals_plain_and_sse_objects_at_the_edge() {
         },
     );
     cluster.stop();
-    let whole: Vec<_> = common::occurrences(cluster.dir.path(), &kms_chunk)
+    let whole: Vec<_> = common::stored_copies(cluster.dir.path(), &kms_chunk)
         .into_iter()
         .filter(|(path, _)| common::osd_of_path(path).is_some())
         .collect();
@@ -422,7 +422,7 @@ fn a_chunk_altered_on_every_disk_fails_at_the_client_and_nothing_else_is_lost() 
     let (mut cluster, victim, sealed_chunk) = common::sealed_victim();
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     cluster.stop();
-    let found = common::occurrences(cluster.dir.path(), &sealed_chunk);
+    let found = common::stored_copies(cluster.dir.path(), &sealed_chunk);
     let osds: std::collections::BTreeSet<String> = found
         .iter()
         .filter_map(|(path, _)| common::osd_of_path(path))

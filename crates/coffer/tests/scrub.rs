@@ -29,7 +29,7 @@ fn acting(cluster: &LocalCluster, pool: &str, object: &str) -> Vec<u32> {
 /// With the cluster stopped, alters one byte of the one copy of `needle` that `osd` holds,
 /// after checking that `copies` OSDs hold one each.
 fn alter_copy_on(cluster: &LocalCluster, needle: &[u8], osd: u32, copies: usize) {
-    let found = common::occurrences(cluster.dir.path(), needle);
+    let found = common::stored_copies(cluster.dir.path(), needle);
     let holders: std::collections::BTreeSet<String> = found
         .iter()
         .filter_map(|(path, _)| common::osd_of_path(path))
@@ -146,7 +146,7 @@ fn a_read_repairs_sealed_chunks_altered_on_the_primary_in_pools_of_three_and_two
     }
     cluster.stop();
     for (chunk, copies) in [(&sealed_chunk, 3), (&pair_chunk, 2)] {
-        let whole = common::occurrences(cluster.dir.path(), chunk);
+        let whole = common::stored_copies(cluster.dir.path(), chunk);
         assert_eq!(whole.len(), copies, "every copy is whole again: {whole:?}");
     }
 }
@@ -188,7 +188,7 @@ fn scrub_repairs_plaintext_altered_on_a_replica() {
 
     find_and_repair(&cluster, "plain", "notes", replica);
     cluster.stop();
-    let copies = common::occurrences(cluster.dir.path(), &marker);
+    let copies = common::stored_copies(cluster.dir.path(), &marker);
     assert_eq!(
         copies.len(),
         3,

@@ -786,6 +786,17 @@ pub fn occurrences(dir: &Path, needle: &[u8]) -> Vec<(PathBuf, usize)> {
     found
 }
 
+/// Where `needle` is in the files of `dir` that hold the copies an OSD serves: every file
+/// but a store's write-ahead log (`wal`), which keeps its own copy of recent small writes
+/// until the log comes round again and is read only to replay after a crash (a closed
+/// store has nothing to replay).
+pub fn stored_copies(dir: &Path, needle: &[u8]) -> Vec<(PathBuf, usize)> {
+    occurrences(dir, needle)
+        .into_iter()
+        .filter(|(path, _)| path.file_name().is_none_or(|name| name != "wal"))
+        .collect()
+}
+
 /// The OSD (`osd.N`) whose directory holds `path`, if any.
 pub fn osd_of_path(path: &Path) -> Option<String> {
     path.ancestors()
