@@ -974,9 +974,11 @@ impl Store {
         let open =
             |seq: u64, head: &[u8]| self.meta.open(Table::Wal, &wal::head_key(seq), head).ok();
         let scan = wal::scan(&log, start, &open);
-        if let Some(seq) = scan.tampered {
+        if let Some(seq) = scan.damaged {
             return Err(invalid(format!(
-                "log record {seq} is whole but its contents do not open: altered on the disk"
+                "log record {seq} was written whole but does not read back: the log was \
+                 altered or damaged on the disk, and the records after it hold acknowledged \
+                 writes, so the store does not open past it"
             )));
         }
         let records = scan.records;

@@ -34,9 +34,12 @@
 //!
 //! The hash finds torn and stale records. The sealed head keeps the usage deltas, the block
 //! layout and the row keys from being read or altered on the disk: a record whose hash
-//! matches but whose head fails to open makes the open fail (`Scan::tampered`) instead of
-//! being taken for the log's end. The copied blocks are the same bytes the data device
-//! holds (ciphertext in every mode but `none`).
+//! matches but whose head fails to open makes the open fail (`Scan::damaged`) instead of
+//! being taken for the log's end. So does a record that is not whole while the next one
+//! is, somewhere after it: a record is written only once the one before it was synced, so
+//! that one was whole and was damaged since, and the acknowledged writes after it must not
+//! be dropped as if the log ended there. The copied blocks are the same bytes the data
+//! device holds (ciphertext in every mode but `none`).
 
 use crate::allocator::Run;
 use crate::device::{AlignedBuf, Device, FileDevice, WritePiece, BLOCK_SIZE_BYTES};
@@ -185,7 +188,7 @@ enum Found {
     /// Not that record whole: the log ends here.
     End,
     /// That record whole by its hash, but its head does not open or does not make sense.
-    Tampered,
+    Unreadable,
 }
 
 /// The record numbered `seq` at the start of `bytes`.
@@ -194,7 +197,7 @@ fn decode(bytes: &[u8], seq: u64, open: &OpenHead) -> Found {
         None => Found::End,
         Some((head, data, len)) => match open(seq, head).and_then(|head| parse(seq, &head, data)) {
             Some(record) => Found::Record(record, len),
-            None => Found::Tampered,
+            None => Found::Unreadable,
         },
     }
 }
@@ -253,9 +256,10 @@ fn parse(seq: u64, head: &[u8], mut data: &[u8]) -> Option<Replayed> {
 pub(crate) struct Scan {
     /// The whole records numbered `first`, `first + 1`, ...
     pub records: Vec<Replayed>,
-    /// The number of a record after them that is whole by its hash but whose head does not
-    /// open: altered on the disk, or sealed under another key.
-    pub tampered: Option<u64>,
+    /// The number of a record after them that was whole once but does not read now: whole
+    /// by its hash with a head that does not open (altered, or sealed under another key),
+    /// or not whole with the next record whole further on (altered or lost on the disk).
+    pub damaged: Option<u64>,
 }
 
 /// The records numbered `first`, `first + 1`, ... from the start of `log`. `open` opens a
@@ -271,19 +275,29 @@ pub(crate) fn scan(log: &[u8], first: u64, open: &OpenHead) -> Scan {
                 at += len as usize;
             }
             Found::End => {
-                return Scan {
-                    records,
-                    tampered: None,
-                }
+                let after = log.get(at..).unwrap_or_default();
+                let damaged = whole_later(after, seq + 1).then_some(seq);
+                return Scan { records, damaged };
             }
-            Found::Tampered => {
+            Found::Unreadable => {
                 return Scan {
                     records,
-                    tampered: Some(seq),
+                    damaged: Some(seq),
                 }
             }
         }
     }
+}
+
+/// Whether record `seq` is whole at some block of `log` past its first.
+fn whole_later(log: &[u8], seq: u64) -> bool {
+    log.chunks(BLOCK as usize)
+        .enumerate()
+        .skip(1)
+        .any(|(index, block)| {
+            block.get(16..24) == Some(&seq.to_le_bytes()[..])
+                && whole(&log[index * BLOCK as usize..], seq).is_some()
+        })
 }
 
 /// The copied blocks to write again on replay: every block of every record's writes but
@@ -502,8 +516,8 @@ mod tests {
         assert_eq!(records[1].usage[0].1.stored_bytes, 4096);
     }
 
-    /// The scan stops at the first record that is not the next one: a torn record, a stale
-    /// one from before the last checkpoint, or zeros.
+    /// The scan stops at the first record that is not the next one: a torn last record, a
+    /// stale one from before the last checkpoint, or zeros.
     #[test]
     fn a_torn_or_stale_record_ends_the_log() {
         let a = block(1);
@@ -516,13 +530,16 @@ mod tests {
             scan(&log, 11, &plain).records.is_empty(),
             "the log must start with the number asked for"
         );
-        for at in [0, 24, 40, records[0].len() + 100] {
+        let last = records[..3].iter().map(|r| r.len()).sum::<usize>();
+        for at in [last, last + 24, last + 40, last + 4100] {
             let mut torn = log_of(&records, 16);
             torn[at] ^= 0x40;
             let found = scan(&torn, 10, &plain);
-            let expected = usize::from(at >= records[0].len());
-            assert_eq!(found.records.len(), expected, "a flipped byte at {at}");
-            assert!(found.tampered.is_none(), "a torn record is the log's end");
+            assert_eq!(seqs(&found), vec![10, 11, 12], "a flipped byte at {at}");
+            assert!(
+                found.damaged.is_none(),
+                "a torn last record is the log's end"
+            );
         }
         // A restarted log: record 20 at offset 0, then a stale 11.. behind it.
         let mut restarted = log_of(&records, 16);
@@ -534,14 +551,43 @@ mod tests {
     /// A record whose hash matches but whose head does not open is reported, not taken for
     /// the end of the log: the replay then refuses to open the store.
     #[test]
-    fn a_head_that_does_not_open_is_reported_as_tampered() {
+    fn a_head_that_does_not_open_is_reported_as_damaged() {
         let a = block(1);
         let records: Vec<AlignedBuf> = (1..4).map(|s| record(s, &[(s * BLOCK, &a)], &[])).collect();
         let log = log_of(&records, 16);
         let refuses_two = |seq: u64, head: &[u8]| (seq != 2).then(|| head.to_vec());
         let found = scan(&log, 1, &refuses_two);
         assert_eq!(seqs(&found), vec![1]);
-        assert_eq!(found.tampered, Some(2));
+        assert_eq!(found.damaged, Some(2));
+    }
+
+    /// A record that is not whole while the next one is, further on, was damaged after it
+    /// was synced (a torn record is always the last): reported, whatever byte changed, so
+    /// the records after it are not dropped as if the log ended there.
+    #[test]
+    fn a_damaged_record_before_whole_ones_is_reported_not_taken_for_the_end() {
+        let a = block(1);
+        let records: Vec<AlignedBuf> = (10..14)
+            .map(|s| record(s, &[(s * BLOCK, &a)], &[]))
+            .collect();
+        let second = records[0].len();
+        for (at, damaged) in [
+            (0, 10),
+            (4, 10),
+            (40, 10),
+            (second, 11),
+            (second + 4100, 11),
+        ] {
+            let mut log = log_of(&records, 16);
+            log[at] ^= 0x01;
+            let found = scan(&log, 10, &plain);
+            assert_eq!(found.damaged, Some(damaged), "a flipped byte at {at}");
+            assert_eq!(found.records.len() as u64, damaged - 10);
+        }
+        // A record lost whole (zeroed) is damage too when the next one follows.
+        let mut log = log_of(&records, 16);
+        log[second..second + records[1].len()].fill(0);
+        assert_eq!(scan(&log, 10, &plain).damaged, Some(11));
     }
 
     /// An erased record is gone from the log, and the next one takes its place and number.

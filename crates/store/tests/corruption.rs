@@ -300,3 +300,67 @@ fn the_superblock_mode_cannot_be_changed_behind_the_key() {
         "a downgraded mode must not open"
     );
 }
+
+const LOG_CHILD: &str = "COFFER_LOG_CHILD";
+const LOG_WRITES: u64 = 4;
+
+/// Applies `LOG_WRITES` small writes one after the other to the store in `dir`, one log
+/// record each, and exits without closing it: the log keeps them, as after a crash.
+fn write_and_vanish(dir: &Path) -> ! {
+    let store = Store::open(dir, &kek(7)).expect("child open");
+    for i in 0..LOG_WRITES {
+        let mut txn = Transaction::new();
+        txn.write(&obj(1, &format!("o{i}")), 0, &pattern(i, 4096));
+        store.apply(txn).expect("child write");
+    }
+    std::process::exit(0)
+}
+
+/// A log record damaged on the disk while records after it hold acknowledged writes is not
+/// taken for the log's end (which would drop those writes): the open fails naming the log,
+/// in every mode, and changes nothing, so with the byte restored every write is there.
+#[test]
+fn a_damaged_log_record_before_later_ones_refuses_the_open() {
+    if let Some(dir) = std::env::var_os(LOG_CHILD) {
+        write_and_vanish(Path::new(&dir));
+    }
+    for mode in Mode::ALL {
+        let dir = tempfile::tempdir().expect("tempdir");
+        drop(mkfs(dir.path(), mode, 4 << 20));
+        let status = std::process::Command::new(std::env::current_exe().expect("own path"))
+            .args([
+                "--exact",
+                "a_damaged_log_record_before_later_ones_refuses_the_open",
+            ])
+            .env(LOG_CHILD, dir.path())
+            .stdout(std::process::Stdio::null())
+            .status()
+            .expect("run the writer");
+        assert!(status.success(), "{mode}: the writer failed: {status}");
+        let wal = dir.path().join("wal");
+        let log = std::fs::read(&wal).expect("read the log");
+        let mut damaged = log.clone();
+        damaged[40] ^= 0x01;
+        std::fs::write(&wal, &damaged).expect("damage the log");
+        match Store::open(dir.path(), &kek(7)) {
+            Err(OpenError::Corrupt { what }) => assert!(
+                what.contains("log record") && what.contains("altered or damaged"),
+                "{mode}: {what}"
+            ),
+            Err(other) => panic!("{mode}: expected the log named as corrupt, got {other}"),
+            Ok(_) => panic!("{mode}: a store whose log lost a record in its middle opened"),
+        }
+        assert!(
+            std::fs::read(&wal).expect("read the log") == damaged,
+            "{mode}: a refused open changed the log"
+        );
+        std::fs::write(&wal, &log).expect("restore the log");
+        let store = Store::open(dir.path(), &kek(7)).expect("open with the log restored");
+        for i in 0..LOG_WRITES {
+            let got = store
+                .read(&obj(1, &format!("o{i}")), 0, 4096)
+                .unwrap_or_else(|e| panic!("{mode}: write {i} lost: {e}"));
+            assert_eq!(&got[..], &pattern(i, 4096)[..], "{mode}: write {i}");
+        }
+    }
+}
