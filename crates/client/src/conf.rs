@@ -96,6 +96,10 @@ pub struct OsdSection {
     /// A down OSD is marked out (its data moves elsewhere) after this long.
     #[serde(default = "out_after")]
     pub out_after_secs: u64,
+    /// Each OSD's read cache, in MiB (0: none). Unset: a sixteenth of the machine's
+    /// memory, from 64 MiB to 2 GiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_mib: Option<u64>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -189,6 +193,7 @@ impl Default for OsdSection {
             store_gib: store_gib(),
             down_after_secs: down_after(),
             out_after_secs: out_after(),
+            cache_mib: None,
         }
     }
 }

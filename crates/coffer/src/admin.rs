@@ -11,7 +11,7 @@ use client::{load_identity, Cluster};
 use map::auth::Caps;
 use map::cluster::{Change, Space};
 use map::placement::FailureDomain;
-use messenger::message::{Command as MonCommand, Health, MonReply, MonStatus};
+use messenger::message::{CacheFigures, Command as MonCommand, Health, MonReply, MonStatus};
 use messenger::EntityName;
 
 /// PGs of a new pool (`pool create`, and the pool `coffer up` makes). A PG orders its writes
@@ -368,6 +368,9 @@ pub fn status(who: &Who, as_json: bool) -> Result<(), String> {
             crate::text::count(status.recovery_pending, "object", "objects")
         );
     }
+    if let Some(line) = cache_line(&status.cache) {
+        println!("  cache:    {line}");
+    }
     if !status.read_repairs.is_empty() {
         let total: u64 = status.read_repairs.iter().map(|(_, n)| n).sum();
         let each: Vec<String> = status
@@ -537,6 +540,27 @@ fn status_json(status: &MonStatus) -> serde_json::Value {
         "recovery_pending_objects": status.recovery_pending,
         "stored_bytes": status.pool_usage.iter().map(|(_, u)| u.stored_bytes).sum::<u64>(),
         "read_repairs": status.read_repairs.iter().map(|(osd, n)| serde_json::json!({"osd": osd.0, "copies": n})).collect::<Vec<_>>(),
+        "cache": {
+            "limit_bytes": status.cache.limit_bytes,
+            "held_bytes": status.cache.held_bytes,
+            "hit_bytes": status.cache.hit_bytes,
+            "miss_bytes": status.cache.miss_bytes,
+        },
+    })
+}
+
+/// The OSDs' read caches in one line: what they hold, and the share of the bytes read
+/// since they started that came from memory (none configured: no line).
+fn cache_line(cache: &CacheFigures) -> Option<String> {
+    (cache.limit_bytes > 0).then(|| {
+        let read = cache.hit_bytes + cache.miss_bytes;
+        format!(
+            "{} held of {}; {} of {} read from memory",
+            crate::text::approximate(cache.held_bytes),
+            crate::text::approximate(cache.limit_bytes),
+            crate::text::percent(cache.hit_bytes, read),
+            crate::text::approximate(read),
+        )
     })
 }
 

@@ -34,6 +34,10 @@ pub struct ClusterArgs {
     /// is made (so a disk too small is found then, not by a write).
     #[arg(long, default_value_t = 8)]
     pub store_gib: u64,
+    /// Each OSD's read cache, in MiB (0: none) [default: a sixteenth of the machine's
+    /// memory, from 64 MiB to 2 GiB].
+    #[arg(long)]
+    pub osd_cache_mib: Option<u64>,
 }
 
 impl ClusterArgs {
@@ -157,6 +161,7 @@ pub fn new_cluster(dir: &Path, cluster: &ClusterArgs, addrs: &[String]) -> Resul
         osd: OsdSection {
             at_rest: cluster.at_rest.clone(),
             store_gib: cluster.store_gib,
+            cache_mib: cluster.osd_cache_mib,
             ..OsdSection::default()
         },
         nbd: None,

@@ -65,6 +65,27 @@ fn objects_pools_and_capabilities_through_the_cli() {
         let stat: serde_json::Value = serde_json::from_str(&stat).expect("stat json");
         assert_eq!(stat["size"].as_u64(), Some(*size as u64));
     }
+    // Read again, the 20 MiB object comes from the primaries' read caches, which status
+    // reports.
+    let again = dir.path().join("again");
+    cluster.ok(&["obj", "get", "data", "obj-8", again.to_str().expect("path")]);
+    assert!(std::fs::read(&again).expect("read again") == pattern(sizes[8], 8));
+    cluster.wait_for(
+        "the second read served from memory",
+        std::time::Duration::from_secs(10),
+        |s| {
+            let cache = &s["cache"];
+            let held = cache["held_bytes"].as_u64().unwrap_or(0);
+            cache["hit_bytes"].as_u64().unwrap_or(0) >= 20 << 20
+                && held >= 20 << 20
+                && held <= cache["limit_bytes"].as_u64().unwrap_or(0)
+        },
+    );
+    let status = cluster.ok(&["status"]);
+    assert!(
+        status.contains("  cache:    ") && status.contains(" read from memory"),
+        "{status}"
+    );
     let listed = cluster.ok(&["obj", "ls", "data"]);
     assert_eq!(listed.lines().count(), sizes.len(), "{listed}");
     // Output for people: sizes in binary units with the exact bytes, dates in UTC.

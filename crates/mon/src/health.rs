@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use map::cluster::{Change, ClusterMap, PoolInfo, PoolUsage, Space, Usage};
 use map::placement::{FailureDomain, OsdId, PgId};
 use map::PoolId;
-use messenger::message::{Health, OsdBeacon, PgState, PoolStats};
+use messenger::message::{CacheFigures, Health, OsdBeacon, PgState, PoolStats};
 
 /// How often the leader looks for silent OSDs.
 pub const CHECK_INTERVAL: Duration = Duration::from_millis(500);
@@ -107,10 +107,12 @@ impl Liveness {
         let mut usage = BTreeMap::new();
         let mut copies: BTreeMap<PoolId, PoolUsage> = BTreeMap::new();
         let mut recovery_pending = 0;
+        let mut cache = CacheFigures::default();
         for (osd, (_, beacon)) in &seen.beacons {
             if !map.osds.get(osd).is_some_and(|o| o.up) {
                 continue;
             }
+            cache.add(&beacon.cache);
             for (pool, held) in &beacon.pools {
                 copies.entry(*pool).or_default().add(held);
             }
@@ -173,6 +175,7 @@ impl Liveness {
         Summary {
             pool_usage,
             recovery_pending,
+            cache,
             pgs,
             pool_pgs,
             usage,
@@ -201,6 +204,8 @@ pub struct Summary {
     pub pool_usage: BTreeMap<PoolId, PoolStats>,
     /// Objects the up OSDs' recovery has yet to copy.
     pub recovery_pending: u64,
+    /// The up OSDs' read caches, summed.
+    pub cache: CacheFigures,
 }
 
 /// `pool`'s usage from what the up OSDs hold of it (`held`, every copy) and their space.

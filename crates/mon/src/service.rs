@@ -315,6 +315,7 @@ impl MonService {
             health: summary.health,
             pool_usage: summary.pool_usage.into_iter().collect(),
             recovery_pending: summary.recovery_pending,
+            cache: summary.cache,
         }
     }
 

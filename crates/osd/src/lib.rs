@@ -27,7 +27,8 @@ use bytes::Bytes;
 use map::cluster::{ClusterMap, Epoch};
 use map::placement::{OsdId, PgId};
 use messenger::message::{
-    AuthTable, Command, MonReply, MonRequest, OsdBeacon, OsdReply, OsdRequest, BEACON_INTERVAL_MS,
+    AuthTable, CacheFigures, Command, MonReply, MonRequest, OsdBeacon, OsdReply, OsdRequest,
+    BEACON_INTERVAL_MS,
 };
 use messenger::{
     Endpoint, EntityName, Identity, Limits, Mode, ModePolicy, MonAddr, MonClient, SegmentCheck,
@@ -59,6 +60,8 @@ pub struct OsdConfig {
     pub serve_modes: ModePolicy,
     /// Modes offered to other OSDs.
     pub cluster_modes: Vec<Mode>,
+    /// The store's read cache limit, if not its default (`store::default_cache_bytes`).
+    pub cache_bytes: Option<u64>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -194,10 +197,17 @@ impl Osd {
         let monc = mon_client(identity, config.mons.clone(), config.mon_modes.clone()).await?;
         let kek = store_kek(identity, config.mons.clone()).await?;
         let dir = config.data_dir.clone();
-        let store = tokio::task::spawn_blocking(move || Store::open(&dir, &kek))
-            .await
-            .map_err(|e| OsdError::Store(e.to_string()))?
-            .map_err(|e| OsdError::Store(format!("{}: {e}", config.data_dir.display())))?;
+        let cache_bytes = config.cache_bytes;
+        let store = tokio::task::spawn_blocking(move || {
+            let mut store = Store::open(&dir, &kek)?;
+            if let Some(bytes) = cache_bytes {
+                store.set_cache_limit(bytes);
+            }
+            Ok::<_, store::OpenError>(store)
+        })
+        .await
+        .map_err(|e| OsdError::Store(e.to_string()))?
+        .map_err(|e| OsdError::Store(format!("{}: {e}", config.data_dir.display())))?;
         let map = monc.map().await?;
         let auth = match monc.call(&MonRequest::GetAuth { newer_than: None }).await? {
             MonReply::Auth(table) => table,
@@ -473,6 +483,15 @@ async fn follow_auth(inner: Arc<OsdState>, monc: Arc<MonClient>) {
     }
 }
 
+fn cache_figures(stats: store::CacheStats) -> CacheFigures {
+    CacheFigures {
+        limit_bytes: stats.limit_bytes,
+        held_bytes: stats.held_bytes,
+        hit_bytes: stats.hit_bytes,
+        miss_bytes: stats.miss_bytes,
+    }
+}
+
 /// Tells the monitors this OSD is alive, with the state of the PGs it leads.
 async fn send_beacons(inner: Arc<OsdState>, monc: Arc<MonClient>) {
     let mut tick = tokio::time::interval(Duration::from_millis(BEACON_INTERVAL_MS));
@@ -500,6 +519,7 @@ async fn send_beacons(inner: Arc<OsdState>, monc: Arc<MonClient>) {
             recovery_pending: inner
                 .recovery_pending
                 .load(std::sync::atomic::Ordering::Relaxed),
+            cache: cache_figures(inner.store.cache_stats()),
         };
         if let Err(e) = monc.call(&MonRequest::Beacon(beacon)).await {
             tracing::warn!(error = %e, "beacon");

@@ -16,7 +16,7 @@ use messenger::message::{
     CHUNK_BYTES,
 };
 use messenger::DATA_BYTES_MAX;
-use store::{ChunkRecord, ReadError, Store, Transaction, OMAP_PAGE_ENTRIES_MAX};
+use store::{ChunkRecord, ReadError, Store, Transaction, Via, OMAP_PAGE_ENTRIES_MAX};
 
 /// The attribute holding an object's version. Names starting with `.` are Coffer's own.
 pub const VERSION_ATTR: &str = ".v";
@@ -423,7 +423,9 @@ fn record_of(seal: ChunkSeal) -> ChunkRecord {
 
 /// `len` bytes from `offset` of an object, with its version, attributes and omap (`None`
 /// if it does not exist). In a pool sealed at the edge (`edge`), the piece is whole chunks
-/// as stored, with their records: recovery moves them without opening them.
+/// as stored, with their records: recovery moves them without opening them. Read from the
+/// device, never the store's read cache: scrub checks what the disk holds, and the sweeps
+/// of scrub and recovery would only push out of the cache what clients read.
 pub fn read_copy(
     store: &Store,
     object: &ObjectRef,
@@ -453,11 +455,14 @@ pub fn read_copy(
             .saturating_add(len)
             .min(stat.size_bytes)
             .div_ceil(CHUNK_BYTES);
-        let read = store.read_sealed(object, first, end.saturating_sub(first))?;
+        let read = store.read_sealed_via(object, first, end.saturating_sub(first), Via::Device)?;
         let seals = read.chunks.into_iter().map(|r| r.map(seal_of)).collect();
         (read.data.to_vec(), Some(seals))
     } else {
-        (store.read(object, offset, len)?.to_vec(), None)
+        (
+            store.read_via(object, offset, len, Via::Device)?.to_vec(),
+            None,
+        )
     };
     let copy = ObjectCopy {
         version: version_of(&attrs),

@@ -30,7 +30,7 @@ use crate::object::{
     pieces, punch, Extent, ExtentMap, ObjectRecord, EXTENT_BLOCKS_MAX, OBJECT_BLOCKS_MAX,
     OBJECT_SIZE_BYTES_MAX, SEALED_EXTENT_BLOCKS_MAX,
 };
-use crate::read::ReadAs;
+use crate::read::{ReadAs, Via};
 use crate::seal::{ChunkRecord, ExtentSeal};
 use crate::store::{Store, LOCK_SLOTS};
 use crate::transaction::{Op, Transaction};
@@ -335,7 +335,10 @@ impl Store {
         Ok(())
     }
 
+    /// Returns `runs` to the allocator, forgotten by the read cache first: once allocated
+    /// again their bytes change.
     fn release(&self, runs: &[Run]) {
+        runs.iter().for_each(|r| self.cache.forget(*r));
         let mut alloc = self.allocator.lock().expect("allocator lock poisoned");
         runs.iter()
             .filter(|r| r.len > 0)
@@ -567,6 +570,7 @@ impl Store {
             block,
             &mut buffer,
             ReadAs::Plaintext,
+            Via::Cache,
         )
         .map_err(|e| match e {
             ReadError::EdgeSealed {

@@ -23,6 +23,7 @@
 
 mod allocator;
 mod apply;
+mod cache;
 mod commit;
 mod device;
 mod error;
@@ -44,11 +45,16 @@ pub use apply::{
     ATTRS_BYTES_MAX, ATTR_NAME_BYTES_MAX, OMAP_KEY_BYTES_MAX, OMAP_VALUE_BYTES_MAX,
     TRANSACTION_OPS_MAX, WRITE_BYTES_MAX,
 };
+pub use cache::{
+    default_cache_bytes, memory_bytes, CacheStats, CACHE_BYTES_DEFAULT_MAX, CACHE_BYTES_DEFAULT_MIN,
+};
 pub use device::{AlignedBuf, Device, FileDevice, BLOCK_SIZE_BYTES};
 pub use error::{ApplyError, MkfsError, OpenError, ReadError};
 pub use list::{ListCursor, ListEntry, ListPage, LIST_PAGE_ENTRIES_MAX};
 pub use object::{EXTENT_BLOCKS_MAX, OBJECT_SIZE_BYTES_MAX, SEALED_EXTENT_BLOCKS_MAX};
-pub use read::{ObjectStat, OmapEntry, ReadBuf, SealedRead, OMAP_PAGE_ENTRIES_MAX, READ_BYTES_MAX};
+pub use read::{
+    ObjectStat, OmapEntry, ReadBuf, SealedRead, Via, OMAP_PAGE_ENTRIES_MAX, READ_BYTES_MAX,
+};
 pub use seal::nonce::NONCE_RESERVE_STEP;
 pub use seal::{ChunkRecord, Mode, UnknownMode, NONCE_BYTES, TAG_BYTES};
 pub use store::{

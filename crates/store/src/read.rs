@@ -2,6 +2,7 @@
 //! are, stat, attributes and omap. A read holds its object's lock shared, so no transaction
 //! can free (and another reuse) the blocks it is reading.
 
+use crate::allocator::Run;
 use crate::apply::{slot_of, WRITE_BYTES_MAX};
 use crate::device::{AlignedBuf, IoPiece, BLOCK_SIZE_BYTES, IO_PIECE_BLOCKS_MAX};
 use crate::error::ReadError;
@@ -31,6 +32,17 @@ pub(crate) enum ReadAs {
     /// Returns them as stored (`read_sealed`); chunks the store sealed are refused: their
     /// plaintext is only for `read`.
     ClientSealed,
+}
+
+/// Where a read may find its blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Via {
+    /// The read cache where it holds them (and they are kept there once read): every
+    /// read that serves data.
+    Cache,
+    /// The data device only, without keeping what was read: scrub, which checks what the
+    /// device holds, and whose sweep over every object would only push out what is used.
+    Device,
 }
 
 /// Data returned by `read`: a window into the aligned buffer the device read into, so the
@@ -119,9 +131,11 @@ impl Store {
 
     /// Reads each extent piece into `buffer` (which starts at logical block `first_block`)
     /// and, for a plaintext read, opens it in place; the blocks between pieces (holes) are
-    /// zeroed. Extents are read in parts of at most `IO_PIECE_BLOCKS_MAX` blocks, all
-    /// submitted at once, and each part is opened on this thread as soon as it arrives,
-    /// while the others are in flight.
+    /// zeroed. Extents are read in parts of at most `IO_PIECE_BLOCKS_MAX` blocks. Via the
+    /// cache, a part it holds whole is copied from it; the others are all submitted at
+    /// once, kept in the cache as they arrive, and opened on this thread while the others
+    /// are in flight.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn read_pieces(
         &self,
         object: &ObjectRef,
@@ -130,6 +144,7 @@ impl Store {
         first_block: u64,
         buffer: &mut [u8],
         read_as: ReadAs,
+        via: Via,
     ) -> Result<(), ReadError> {
         let mut parts: Vec<(u64, Extent)> = Vec::with_capacity(pieces.len());
         for (block, extent) in pieces {
@@ -154,43 +169,56 @@ impl Store {
                 skip += len;
             }
         }
+        // Opens part `index`, read into `bytes`; a part that fails its check is not kept.
+        let open = |index: usize, bytes: &mut [u8]| -> Result<(), ReadError> {
+            let (block, extent) = &parts[index];
+            if read_as == ReadAs::ClientSealed {
+                return Ok(());
+            }
+            self.data
+                .open(bytes, id, *block, extent.physical_block, &extent.seal)
+                .map_err(|e| {
+                    crate::metrics::integrity_failed();
+                    self.cache.forget(Run {
+                        start: extent.physical_block,
+                        len: extent.len_blocks,
+                    });
+                    ReadError::Integrity {
+                        object: object.to_string(),
+                        offset_bytes: (block + e.chunk as u64) * BLOCK,
+                    }
+                })
+        };
+        let cached = via == Via::Cache;
         let mut io = Vec::with_capacity(parts.len());
+        let mut from_device = Vec::with_capacity(parts.len());
         let mut rest: &mut [u8] = buffer;
         let mut at_block = first_block;
-        for (block, extent) in &parts {
+        for (index, (block, extent)) in parts.iter().enumerate() {
             let (hole, tail) =
                 std::mem::take(&mut rest).split_at_mut(((block - at_block) * BLOCK) as usize);
             hole.fill(0);
             let (mine, tail) = tail.split_at_mut((extent.len_blocks * BLOCK) as usize);
+            rest = tail;
+            at_block = block + extent.len_blocks;
+            if cached && self.cache.get(extent.physical_block, mine) {
+                open(index, mine)?;
+                continue;
+            }
             io.push(IoPiece {
                 offset_bytes: extent.physical_block * BLOCK,
                 buffer: mine,
             });
-            rest = tail;
-            at_block = block + extent.len_blocks;
+            from_device.push(index);
         }
         rest.fill(0);
         let mut failure = None;
-        self.device.read_each(&mut io, &mut |index, bytes| {
-            if read_as == ReadAs::ClientSealed {
-                return true;
+        self.device.read_each(&mut io, &mut |at, bytes| {
+            let index = from_device[at];
+            if cached {
+                self.cache.put(parts[index].1.physical_block, bytes);
             }
-            let (block, extent) = &parts[index];
-            match self
-                .data
-                .open(bytes, id, *block, extent.physical_block, &extent.seal)
-            {
-                Ok(()) => true,
-                Err(e) => {
-                    crate::metrics::integrity_failed();
-                    let offset_bytes = (block + e.chunk as u64) * BLOCK;
-                    failure = Some(ReadError::Integrity {
-                        object: object.to_string(),
-                        offset_bytes,
-                    });
-                    false
-                }
-            }
+            open(index, bytes).map_err(|e| failure = Some(e)).is_ok()
         })?;
         failure.map_or(Ok(()), Err)
     }
@@ -201,6 +229,17 @@ impl Store {
         object: &ObjectRef,
         offset_bytes: u64,
         len_bytes: u64,
+    ) -> Result<ReadBuf, ReadError> {
+        self.read_via(object, offset_bytes, len_bytes, Via::Cache)
+    }
+
+    /// `read`, finding the blocks `via` the cache or the device only.
+    pub fn read_via(
+        &self,
+        object: &ObjectRef,
+        offset_bytes: u64,
+        len_bytes: u64,
+        via: Via,
     ) -> Result<ReadBuf, ReadError> {
         if len_bytes > READ_BYTES_MAX {
             return Err(ReadError::Invalid {
@@ -233,6 +272,7 @@ impl Store {
             first,
             &mut buffer,
             ReadAs::Plaintext,
+            via,
         )?;
         Ok(ReadBuf {
             buffer,
@@ -248,6 +288,17 @@ impl Store {
         object: &ObjectRef,
         first_chunk: u64,
         count: u64,
+    ) -> Result<SealedRead, ReadError> {
+        self.read_sealed_via(object, first_chunk, count, Via::Cache)
+    }
+
+    /// `read_sealed`, finding the chunks `via` the cache or the device only.
+    pub fn read_sealed_via(
+        &self,
+        object: &ObjectRef,
+        first_chunk: u64,
+        count: u64,
+        via: Via,
     ) -> Result<SealedRead, ReadError> {
         if count
             .checked_mul(BLOCK)
@@ -285,6 +336,7 @@ impl Store {
             first_chunk,
             &mut data,
             ReadAs::ClientSealed,
+            via,
         )?;
         let mut chunks = vec![None; count as usize];
         for (block, extent) in &pieces {

@@ -22,6 +22,7 @@
 //! metadata key. It exists unwrapped only in this process's memory.
 
 use crate::allocator::Allocator;
+use crate::cache::{default_cache_bytes, memory_bytes, CacheStats, ReadCache};
 use crate::commit::Committer;
 use crate::device::{Device, FileDevice, BLOCK_SIZE_BYTES};
 use crate::error::ReadError;
@@ -99,6 +100,7 @@ pub struct Store {
     /// When the room on the file system under the store was last looked at, and whether it
     /// was short (`Store::short_of_room`).
     room: Mutex<(Option<std::time::Instant>, bool)>,
+    pub(crate) cache: ReadCache,
 }
 
 impl std::fmt::Debug for Store {
@@ -357,6 +359,7 @@ impl Store {
             direct_io,
             replayed: false,
             room: Mutex::new((None, false)),
+            cache: ReadCache::new(default_cache_bytes(memory_bytes())),
         };
         store
             .replay_log(wal_start, wal_applied)
@@ -371,6 +374,17 @@ impl Store {
 
     pub fn mode(&self) -> Mode {
         self.mode
+    }
+
+    /// Gives the read cache a limit of `bytes` (0: no cache), in place of the default
+    /// (`default_cache_bytes` of the machine's memory). What it held is let go.
+    pub fn set_cache_limit(&mut self, bytes: u64) {
+        self.cache = ReadCache::new(bytes);
+    }
+
+    /// What the read cache holds and has served since the store opened.
+    pub fn cache_stats(&self) -> CacheStats {
+        self.cache.stats()
     }
 
     /// Whether data IO bypasses the page cache (false on file systems without O_DIRECT).

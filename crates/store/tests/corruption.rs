@@ -5,7 +5,7 @@
 
 mod common;
 
-use coffer_store::{Mode, OpenError, ReadError, Store, Transaction};
+use coffer_store::{Mode, OpenError, ReadError, Store, Transaction, Via};
 use common::{kek, mkfs, obj, pattern};
 use map::PoolId;
 use rand::{Rng, SeedableRng};
@@ -65,6 +65,48 @@ fn gcm_flipped_data_byte_fails_the_read_naming_object_and_offset() {
         .read(&obj(1, "victim"), 0, 4096)
         .expect("an untouched chunk still reads");
     assert_eq!(&first[..], &bytes[..4096]);
+}
+
+/// A read through the cache serves the blocks as they were read; a read of the device only
+/// (scrub's) sees what the disk holds now, keeps nothing, and a failed check is not kept.
+#[test]
+fn the_cache_serves_blocks_as_read_and_device_reads_see_the_disk() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bytes = one_object_store(dir.path(), Mode::Gcm);
+    let blocks = used_blocks(dir.path());
+    let store = Store::open(dir.path(), &kek(7)).expect("open");
+    let victim = obj(1, "victim");
+    let first = store.read(&victim, 0, 3 * 4096).expect("read");
+    assert_eq!(&first[..], &bytes[..]);
+    edit_data(dir.path(), |d| d[blocks[1] * 4096 + 100] ^= 0x01);
+    let before = store.cache_stats();
+    let cached = store
+        .read(&victim, 0, 3 * 4096)
+        .expect("served by the cache");
+    assert_eq!(&cached[..], &bytes[..]);
+    assert_eq!(store.cache_stats().hit_bytes - before.hit_bytes, 3 * 4096);
+    match store.read_via(&victim, 0, 3 * 4096, Via::Device) {
+        Err(ReadError::Integrity { offset_bytes, .. }) => assert_eq!(offset_bytes, 4096),
+        other => panic!("a read of the device must find the flip, got {other:?}"),
+    }
+    let after = store.cache_stats();
+    assert_eq!(
+        (after.hit_bytes, after.miss_bytes),
+        (before.hit_bytes + 3 * 4096, before.miss_bytes),
+        "a device read neither uses nor counts the cache"
+    );
+    drop(store);
+    let mut store = Store::open(dir.path(), &kek(7)).expect("reopen");
+    store.set_cache_limit(1 << 20);
+    for _ in 0..2 {
+        assert!(
+            matches!(
+                store.read(&victim, 4096, 4096),
+                Err(ReadError::Integrity { .. })
+            ),
+            "a block that failed its check is not kept"
+        );
+    }
 }
 
 #[test]

@@ -121,9 +121,10 @@ pub fn run(args: ClusterArgs) -> Result<(), String> {
             (
                 "cluster",
                 format!(
-                    "fresh `coffer up` per corner: 1 monitor, {} OSDs (pool size {}), under {}",
+                    "fresh `coffer up` per corner: 1 monitor, {} OSDs (pool size {}, {}), under {}",
                     args.fresh.osds,
                     args.fresh.osds.clamp(1, 3),
+                    args.fresh.cache(),
                     args.fresh.dir.display()
                 ),
             ),

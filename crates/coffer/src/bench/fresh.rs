@@ -30,6 +30,10 @@ pub struct FreshArgs {
     /// free per OSD.
     #[arg(long, default_value_t = 16)]
     pub store_gib: u32,
+    /// Each OSD's read cache, in MiB (`coffer up --osd-cache-mib`; 0: none) [default: the
+    /// OSDs' own, from the machine's memory].
+    #[arg(long)]
+    pub osd_cache_mib: Option<u64>,
     /// CPUs the cluster's daemons run on, as `taskset -c` takes them (0, 0-1, 0,2); with
     /// --client-cpus, the clients and the cluster as on hosts of their own [default: any].
     #[arg(long, value_parser = cpus::parse_cpus)]
@@ -48,6 +52,18 @@ impl FreshArgs {
             self.cluster_cpus.as_ref().map(|c| &c.0[..]),
             self.client_cpus.as_ref().map(|c| &c.0[..]),
         )
+    }
+
+    /// Each OSD's read cache, for the report: `read cache 1.5 GiB per OSD`.
+    pub fn cache(&self) -> String {
+        let bytes = self.osd_cache_mib.map_or_else(
+            || store::default_cache_bytes(store::memory_bytes()),
+            |mib| mib << 20,
+        );
+        match bytes {
+            0 => "no read cache".into(),
+            _ => format!("read cache {} per OSD", crate::text::approximate(bytes)),
+        }
     }
 
     pub fn seconds(&self, quick: bool) -> f64 {
@@ -144,6 +160,12 @@ impl FreshCluster {
         let mut up = command
             .args(["up", "--store-gib", &fresh.store_gib.to_string()])
             .args(["--osds", &fresh.osds.to_string()])
+            .args(
+                fresh
+                    .osd_cache_mib
+                    .map(|mib| vec!["--osd-cache-mib".to_string(), mib.to_string()])
+                    .unwrap_or_default(),
+            )
             .args(match nbd {
                 Some((addr, size)) => vec![
                     "--nbd".to_string(),

@@ -177,9 +177,10 @@ pub fn run(args: ImageArgs) -> Result<(), String> {
             (
                 "cluster",
                 format!(
-                    "fresh `coffer up` per configuration: 1 monitor, {} OSDs (pool size {}), under {}",
+                    "fresh `coffer up` per configuration: 1 monitor, {} OSDs (pool size {}, {}), under {}",
                     args.fresh.osds,
                     args.fresh.osds.clamp(1, 3),
+                    args.fresh.cache(),
                     args.fresh.dir.display()
                 ),
             ),

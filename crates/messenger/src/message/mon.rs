@@ -69,6 +69,28 @@ pub struct OsdBeacon {
     pub pools: Vec<(PoolId, PoolUsage)>,
     /// Objects recovery has found to copy from this OSD and not copied yet.
     pub recovery_pending: u64,
+    /// Its store's read cache.
+    pub cache: CacheFigures,
+}
+
+/// What OSDs' read caches hold and served: one OSD's in its beacon, the up OSDs' summed in
+/// status.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CacheFigures {
+    pub limit_bytes: u64,
+    pub held_bytes: u64,
+    /// Bytes of reads served from memory, and read from the disk, since the OSD started.
+    pub hit_bytes: u64,
+    pub miss_bytes: u64,
+}
+
+impl CacheFigures {
+    pub fn add(&mut self, other: &CacheFigures) {
+        self.limit_bytes += other.limit_bytes;
+        self.held_bytes += other.held_bytes;
+        self.hit_bytes += other.hit_bytes;
+        self.miss_bytes += other.miss_bytes;
+    }
 }
 
 /// A placement group's state, as its primary reports it.
@@ -298,6 +320,8 @@ pub struct MonStatus {
     pub pool_usage: Vec<(PoolId, PoolStats)>,
     /// Objects the up OSDs' recovery has found to copy and not copied yet.
     pub recovery_pending: u64,
+    /// The up OSDs' read caches, summed.
+    pub cache: CacheFigures,
 }
 
 /// One pool's usage, as `coffer df` shows it.

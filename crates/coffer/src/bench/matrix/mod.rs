@@ -340,15 +340,17 @@ fn describe_engine(engine: Engine, configs: &[Config], args: &MatrixArgs) -> Str
         }
         (Engine::Fio, Source::Fresh { .. }) => format!(
             "fio's nbd engine through the NBD export of a fresh `coffer up` per configuration \
-             (1 monitor, {} OSDs); the \"many\" clients are fio jobs, one NBD connection each",
-            args.fresh.osds
+             (1 monitor, {} OSDs, {}); the \"many\" clients are fio jobs, one NBD connection each",
+            args.fresh.osds,
+            args.fresh.cache()
         ),
         (Engine::Library, Source::Fresh { .. }) => format!(
             "one `coffer bench worker` process per client, each on its own image through the \
              block library, on a fresh `coffer up` per configuration (1 monitor, {} OSDs, pool \
-             size {}) under {}",
+             size {}, {}) under {}",
             args.fresh.osds,
             args.fresh.osds.clamp(1, 3),
+            args.fresh.cache(),
             args.fresh.dir.display()
         ),
     }
