@@ -191,7 +191,7 @@ pub fn run_osd(conf_path: &Path, args: OsdArgs) -> Result<(), String> {
             daemons: conf.cluster_modes().map_err(|e| e.to_string())?,
         },
         cluster_modes: conf.cluster_modes().map_err(|e| e.to_string())?,
-        cache_bytes: conf.osd.cache_mib.map(|mib| mib << 20),
+        cache_bytes: conf.osd.cache_mib.map(|mib| mib.saturating_mul(1 << 20)),
     };
     runtime()?.block_on(async move {
         if !store_dir.join("meta.redb").exists() {

@@ -104,6 +104,12 @@ fn the_cache_serves_blocks_as_read_and_device_reads_see_the_disk() {
                 store.read(&victim, 4096, 4096),
                 Err(ReadError::Integrity { .. })
             ),
+            "the flip is found"
+        );
+        let stats = store.cache_stats();
+        assert_eq!(
+            (stats.hit_bytes, stats.held_bytes),
+            (0, 0),
             "a block that failed its check is not kept"
         );
     }

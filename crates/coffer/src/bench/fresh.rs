@@ -58,7 +58,7 @@ impl FreshArgs {
     pub fn cache(&self) -> String {
         let bytes = self.osd_cache_mib.map_or_else(
             || store::default_cache_bytes(store::memory_bytes()),
-            |mib| mib << 20,
+            |mib| mib.saturating_mul(1 << 20),
         );
         match bytes {
             0 => "no read cache".into(),
