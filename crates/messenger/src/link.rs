@@ -28,6 +28,10 @@ pub(crate) const PROTOCOL_VERSION: u16 = 9;
 const HELLO_BYTES_MAX: usize = 4096;
 /// Frames are coalesced into writes of up to this size; larger segments go straight through.
 const WRITE_BUFFER_BYTES: usize = 64 << 10;
+/// Reads from the socket fill a buffer of this size, so a small frame (a 4 KiB write, a
+/// reply) arrives in one system call rather than one per part (prefix, sealed part, data);
+/// reads at least this long go straight into the segment.
+const RECEIVE_BUFFER_BYTES: usize = 64 << 10;
 /// A segment is read from the socket at most this many bytes at a time, each piece checked
 /// as soon as it is read, while it is in the CPU's cache (a core's L2 holds 0.5 to 1.25 MiB
 /// on these machines); checked in one pass over a whole 4 MiB segment, the bytes came back
@@ -182,7 +186,10 @@ fn leave_tls<D>(
     let (reading, writing) = crate::metrics::link(mode);
     Ok(Link {
         reader: FrameReader {
-            stream: Box::new(reader),
+            stream: Box::new(tokio::io::BufReader::with_capacity(
+                RECEIVE_BUFFER_BYTES,
+                reader,
+            )),
             key: open,
             meter: reading,
         },

@@ -52,7 +52,7 @@ const FORMAT_POOL_USAGE: u32 = 2;
 const FORMAT_UPGRADABLE: u32 = 1;
 /// Smallest data device mkfs accepts: 64 blocks.
 pub const STORE_SIZE_BYTES_MIN: u64 = 64 * BLOCK_SIZE_BYTES;
-/// How long a look at the room under the store holds (`Store::short_of_room`).
+/// How long a look at the room under the store holds (`Store::host_free`).
 const ROOM_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
 /// Objects are locked through this many striped slots (by object id).
 pub(crate) const LOCK_SLOTS: usize = 1024;
@@ -76,8 +76,8 @@ pub struct Statfs {
     pub allocated_bytes: u64,
     pub free_bytes: u64,
     /// Room left on the file system that holds the metadata database, which grows with
-    /// the objects (the data file is allocated in full when made); `u64::MAX` when the
-    /// file system cannot say.
+    /// the objects (the data file is allocated in full when made), as looked at most
+    /// 100 ms ago; `u64::MAX` when the file system cannot say.
     pub host_free_bytes: u64,
 }
 
@@ -97,9 +97,9 @@ pub struct Store {
     /// Set once open has replayed the log: only then may closing checkpoint, since a
     /// checkpoint in the middle of a failed replay would abandon the rest of the log.
     replayed: bool,
-    /// When the room on the file system under the store was last looked at, and whether it
-    /// was short (`Store::short_of_room`).
-    room: Mutex<(Option<std::time::Instant>, bool)>,
+    /// When the room on the file system under the store was last looked at, and what it
+    /// was (`Store::host_free`).
+    room: Mutex<(Option<std::time::Instant>, u64)>,
     pub(crate) cache: ReadCache,
 }
 
@@ -358,7 +358,7 @@ impl Store {
             slots,
             direct_io,
             replayed: false,
-            room: Mutex::new((None, false)),
+            room: Mutex::new((None, u64::MAX)),
             cache: ReadCache::new(default_cache_bytes(memory_bytes())),
         };
         store
@@ -400,7 +400,7 @@ impl Store {
             total_bytes: total,
             allocated_bytes: total - free,
             free_bytes: free,
-            host_free_bytes: host_free_bytes(&self.dir).unwrap_or(u64::MAX),
+            host_free_bytes: self.host_free(),
         }
     }
 
@@ -453,10 +453,17 @@ impl Store {
     /// group commit ends with a checkpoint, so a commit that cannot be made durable fails
     /// at once rather than up to `CHECKPOINT_RECORDS` groups later.
     pub(crate) fn short_of_room(&self) -> bool {
+        self.host_free() < HOST_FULL_BYTES
+    }
+
+    /// The room on the file system under the store, as looked at most `ROOM_CHECK_INTERVAL`
+    /// ago (`u64::MAX` where it cannot be told): a look per write would be a system call
+    /// on every write's path, where the OSD checks it.
+    fn host_free(&self) -> u64 {
         let mut room = self.room.lock().expect("room lock poisoned");
         if room.0.is_none_or(|at| at.elapsed() >= ROOM_CHECK_INTERVAL) {
             let free = host_free_bytes(&self.dir).unwrap_or(u64::MAX);
-            *room = (Some(std::time::Instant::now()), free < HOST_FULL_BYTES);
+            *room = (Some(std::time::Instant::now()), free);
         }
         room.1
     }
