@@ -9,7 +9,7 @@
 
 pub mod buckets;
 pub mod data;
-mod encryption;
+
 #[cfg(any(test, fuzzing))]
 pub mod fuzz;
 pub mod kms;

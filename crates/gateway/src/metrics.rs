@@ -11,7 +11,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 use s3s::access::{S3Access, S3AccessContext};
-use s3s::{s3_error, S3Result};
+use s3s::S3Result;
 
 /// The verb of a request that never reached one: its signature or its route failed.
 const NO_VERB: &str = "None";
@@ -63,7 +63,7 @@ impl S3Access for NoteVerb {
         }
         match cx.credentials() {
             Some(_) => Ok(()),
-            None => Err(s3_error!(AccessDenied, "Signature is required")),
+            None => Err(crate::s3::Refusal::Unsigned.into()),
         }
     }
 }

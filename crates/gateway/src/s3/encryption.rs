@@ -9,13 +9,14 @@ use client::Pool;
 use keys::{KeyEncryptionKey, SecretKey, WrappedKey};
 use md5::Digest;
 use s3s::dto::ServerSideEncryption;
-use s3s::{s3_error, S3Error, S3ErrorCode, S3Result};
+use s3s::S3Result;
 
+use super::error::Refusal;
+use crate::buckets;
 use crate::data::Sealing;
-use crate::kms::{Kms, KmsError};
+use crate::kms::Kms;
 use crate::layout::{ObjectEntry, SealedKey, Sse};
 use crate::sse::{self, KeyCache};
-use crate::{buckets, Error};
 
 /// What a customer key wraps a data key under.
 const CUSTOMER_CONTEXT: &[u8] = b"coffer-sse-c";
@@ -35,33 +36,27 @@ pub fn customer_key(
 ) -> S3Result<Option<CustomerKey>> {
     let (Some(algorithm), Some(key), Some(key_md5)) = (algorithm, key, key_md5) else {
         if algorithm.is_some() || key.is_some() || key_md5.is_some() {
-            return Err(s3_error!(
-                InvalidArgument,
-                "SSE-C needs the algorithm, the key and its MD5 headers together"
-            ));
+            return Err(Refusal::Invalid(
+                "SSE-C needs the algorithm, the key and its MD5 headers together".into(),
+            )
+            .into());
         }
         return Ok(None);
     };
     if algorithm != ServerSideEncryption::AES256 {
-        return Err(s3_error!(
-            InvalidEncryptionAlgorithmError,
-            "SSE-C supports AES256 only"
-        ));
+        return Err(Refusal::EncryptionAlgorithm("SSE-C supports AES256 only").into());
     }
     let b64 = base64::engine::general_purpose::STANDARD;
     let mut bytes = b64
         .decode(key)
-        .map_err(|_| s3_error!(InvalidArgument, "the SSE-C key is not base64"))?;
+        .map_err(|_| Refusal::Invalid("the SSE-C key is not base64".into()))?;
     let array: Result<[u8; 32], _> = bytes.as_slice().try_into();
     let digest = md5::Md5::digest(&bytes);
     zeroize::Zeroize::zeroize(&mut bytes);
-    let array = array.map_err(|_| s3_error!(InvalidArgument, "the SSE-C key is not 256 bits"))?;
+    let array = array.map_err(|_| Refusal::Invalid("the SSE-C key is not 256 bits".into()))?;
     let md5_base64 = b64.encode(digest);
     if *key_md5 != md5_base64 {
-        return Err(s3_error!(
-            InvalidArgument,
-            "the SSE-C key's MD5 does not match the key"
-        ));
+        return Err(Refusal::Invalid("the SSE-C key's MD5 does not match the key".into()).into());
     }
     Ok(Some(CustomerKey {
         key: KeyEncryptionKey::from_bytes(array),
@@ -82,17 +77,17 @@ pub async fn for_write(
         .as_ref()
         .is_some_and(|a| a.as_str() == ServerSideEncryption::AWS_KMS);
     if kms_key.is_some() && !asks_kms {
-        return Err(s3_error!(
-            InvalidArgument,
-            "a KMS key id needs x-amz-server-side-encryption: aws:kms"
-        ));
+        return Err(Refusal::Invalid(
+            "a KMS key id needs x-amz-server-side-encryption: aws:kms".into(),
+        )
+        .into());
     }
     if let Some(customer) = customer {
         if asked.is_some() {
-            return Err(s3_error!(
-                InvalidArgument,
-                "ask for SSE-C or for x-amz-server-side-encryption, not both"
-            ));
+            return Err(Refusal::Invalid(
+                "ask for SSE-C or for x-amz-server-side-encryption, not both".into(),
+            )
+            .into());
         }
         let salt: [u8; 16] = rand::random();
         return Ok(Some(Sse::Customer {
@@ -102,7 +97,7 @@ pub async fn for_write(
     }
     match asked {
         Some(sse) => Ok(Some(requested(sse, kms_key)?)),
-        None => buckets::encryption(pool, bucket).await.map_err(fail),
+        None => Ok(buckets::encryption(pool, bucket).await?),
     }
 }
 
@@ -113,10 +108,10 @@ pub fn requested(sse: &ServerSideEncryption, kms_key: &Option<String>) -> S3Resu
         ServerSideEncryption::AWS_KMS => Ok(Sse::Kms {
             key: kms_key.clone().unwrap_or_else(|| sse::MANAGED_KEY.into()),
         }),
-        other => Err(s3_error!(
-            InvalidArgument,
+        other => Err(Refusal::Invalid(format!(
             "server-side encryption {other} is not served; use AES256 or aws:kms"
-        )),
+        ))
+        .into()),
     }
 }
 
@@ -127,53 +122,28 @@ pub fn check_customer(sse: &Option<Sse>, given: Option<&CustomerKey>) -> S3Resul
             if sse::customer_check(salt, &given.key) == *check {
                 Ok(())
             } else {
-                Err(s3_error!(
-                    AccessDenied,
-                    "the SSE-C key is not the one the object was stored with"
-                ))
+                Err(Refusal::WrongCustomerKey.into())
             }
         }
-        (Some(Sse::Customer { .. }), None) => Err(s3_error!(
-            InvalidRequest,
-            "the object is stored with SSE-C: give its key to read it"
-        )),
-        (_, Some(_)) => Err(s3_error!(
-            InvalidRequest,
-            "the object is not stored with SSE-C; send no customer key"
-        )),
+        (Some(Sse::Customer { .. }), None) => Err(Refusal::BadRequest(
+            "the object is stored with SSE-C: give its key to read it",
+        )
+        .into()),
+        (_, Some(_)) => Err(Refusal::BadRequest(
+            "the object is not stored with SSE-C; send no customer key",
+        )
+        .into()),
         (_, None) => Ok(()),
-    }
-}
-
-fn fail(e: Error) -> S3Error {
-    S3Error::with_message(S3ErrorCode::InternalError, e.to_string())
-}
-
-/// The S3 error for a KMS refusal: a missing or removed key (the client's to fix), the
-/// gateway not allowed data keys (the operator's: with the monitors' KMS, its entity needs
-/// mon=rw and secure links to the monitors), or no answer (clients retry a 503).
-fn kms_error(e: KmsError) -> S3Error {
-    match e {
-        KmsError::NoSuchKey(_) => {
-            S3Error::with_message(S3ErrorCode::AccessDenied, format!("KMS: {e}"))
-        }
-        KmsError::Denied(_) => {
-            tracing::warn!("{e}");
-            S3Error::with_message(S3ErrorCode::InternalError, format!("KMS: {e}"))
-        }
-        KmsError::Unavailable(_) => {
-            S3Error::with_message(S3ErrorCode::ServiceUnavailable, format!("KMS: {e}"))
-        }
     }
 }
 
 /// Refuses a KMS key that does not exist, before anything is written under it.
 pub async fn check_kms_key(kms: &dyn Kms, key: &str) -> S3Result<()> {
-    let keys = kms.keys().await.map_err(kms_error)?;
+    let keys = kms.keys().await?;
     if keys.iter().any(|k| k == key) {
         Ok(())
     } else {
-        Err(s3_error!(AccessDenied, "KMS: KMS key {key} does not exist"))
+        Err(Refusal::NoKmsKey(key.into()).into())
     }
 }
 
@@ -187,12 +157,9 @@ pub async fn new_sealing(
         Sse::S3 => sse::MANAGED_KEY,
         Sse::Kms { key } => key.as_str(),
         Sse::Customer { .. } => {
-            let customer = customer.ok_or_else(|| {
-                s3_error!(
-                    InvalidRequest,
-                    "the upload is SSE-C: give its key with each part"
-                )
-            })?;
+            let customer = customer.ok_or(Refusal::BadRequest(
+                "the upload is SSE-C: give its key with each part",
+            ))?;
             let data_key = SecretKey::<32>::generate();
             let wrapped = keys::wrap(&customer.key, &data_key, CUSTOMER_CONTEXT);
             return Ok(Sealing {
@@ -203,7 +170,7 @@ pub async fn new_sealing(
             });
         }
     };
-    let generated = kms.generate(kms_key).await.map_err(kms_error)?;
+    let generated = kms.generate(kms_key).await?;
     Ok(Sealing {
         data_key: generated.plaintext,
         stored: SealedKey::Kms {
@@ -233,27 +200,19 @@ pub async fn segment_keys(
             }) => match cache.get(wrapped) {
                 Some(found) => Some(found),
                 None => {
-                    let opened = kms
-                        .decrypt(key, *version, wrapped)
-                        .await
-                        .map_err(kms_error)?;
+                    let opened = kms.decrypt(key, *version, wrapped).await?;
                     let opened = Arc::new(opened);
                     cache.put(wrapped, key, opened.clone());
                     Some(opened)
                 }
             },
             Some(SealedKey::Customer { wrapped }) => {
-                let customer = customer.ok_or_else(|| {
-                    s3_error!(
-                        InvalidRequest,
-                        "the object is stored with SSE-C: give its key"
-                    )
-                })?;
+                let customer = customer.ok_or(Refusal::BadRequest(
+                    "the object is stored with SSE-C: give its key",
+                ))?;
                 let wrapped = WrappedKey::from_bytes(wrapped.clone());
-                let opened =
-                    keys::unwrap(&customer.key, &wrapped, CUSTOMER_CONTEXT).map_err(|_| {
-                        s3_error!(AccessDenied, "the SSE-C key does not open the object")
-                    })?;
+                let opened = keys::unwrap(&customer.key, &wrapped, CUSTOMER_CONTEXT)
+                    .map_err(|_| Refusal::WrongCustomerKey)?;
                 Some(Arc::new(opened))
             }
         };

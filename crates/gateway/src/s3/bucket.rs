@@ -1,0 +1,144 @@
+//! The bucket verbs: list, create, delete, head, location, and default encryption.
+
+use s3s::dto::*;
+use s3s::{S3Request, S3Response, S3Result};
+
+use super::error::Refusal;
+use super::{encryption, timestamp, Gateway};
+use crate::{buckets, Error};
+
+pub(super) async fn list_buckets(
+    gw: &Gateway,
+    req: S3Request<ListBucketsInput>,
+) -> S3Result<S3Response<ListBucketsOutput>> {
+    let user = gw.user(&req).await?;
+    let owned: Buckets = buckets::list(&gw.pool)
+        .await?
+        .into_iter()
+        .filter(|(_, info)| info.owner == user)
+        .map(|(name, info)| Bucket {
+            name: Some(name),
+            creation_date: Some(timestamp(info.created_ns)),
+            ..Default::default()
+        })
+        .collect();
+    Ok(S3Response::new(ListBucketsOutput {
+        buckets: Some(owned),
+        owner: Some(Owner {
+            display_name: Some(user.clone()),
+            id: Some(user),
+        }),
+        ..Default::default()
+    }))
+}
+
+pub(super) async fn create_bucket(
+    gw: &Gateway,
+    req: S3Request<CreateBucketInput>,
+) -> S3Result<S3Response<CreateBucketOutput>> {
+    let user = gw.user(&req).await?;
+    let bucket = &req.input.bucket;
+    match buckets::create(&gw.pool, bucket, &user).await {
+        Ok(()) => Ok(S3Response::new(CreateBucketOutput {
+            location: Some(format!("/{bucket}")),
+        })),
+        Err(Error::Exists(owner)) if owner == user => {
+            Err(Refusal::AlreadyOwned(bucket.clone()).into())
+        }
+        Err(Error::Exists(_)) => Err(Refusal::BucketTaken(bucket.clone()).into()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+pub(super) async fn delete_bucket(
+    gw: &Gateway,
+    req: S3Request<DeleteBucketInput>,
+) -> S3Result<S3Response<DeleteBucketOutput>> {
+    let user = gw.user(&req).await?;
+    let bucket = &req.input.bucket;
+    gw.owned(&user, bucket).await?;
+    match buckets::remove(&gw.pool, bucket).await {
+        Ok(()) => Ok(S3Response::new(DeleteBucketOutput::default())),
+        Err(Error::NotEmpty(_)) => Err(Refusal::BucketNotEmpty(bucket.clone()).into()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+pub(super) async fn head_bucket(
+    gw: &Gateway,
+    req: S3Request<HeadBucketInput>,
+) -> S3Result<S3Response<HeadBucketOutput>> {
+    let user = gw.user(&req).await?;
+    gw.owned(&user, &req.input.bucket).await?;
+    Ok(S3Response::new(HeadBucketOutput::default()))
+}
+
+pub(super) async fn get_bucket_location(
+    gw: &Gateway,
+    req: S3Request<GetBucketLocationInput>,
+) -> S3Result<S3Response<GetBucketLocationOutput>> {
+    let user = gw.user(&req).await?;
+    gw.owned(&user, &req.input.bucket).await?;
+    // No constraint means us-east-1, the one region a Coffer cluster answers as.
+    Ok(S3Response::new(GetBucketLocationOutput::default()))
+}
+
+pub(super) async fn put_bucket_encryption(
+    gw: &Gateway,
+    req: S3Request<PutBucketEncryptionInput>,
+) -> S3Result<S3Response<PutBucketEncryptionOutput>> {
+    let user = gw.user(&req).await?;
+    let input = req.input;
+    gw.owned(&user, &input.bucket).await?;
+    let rules = input.server_side_encryption_configuration.rules;
+    let default = match rules.as_slice() {
+        [rule] => rule
+            .apply_server_side_encryption_by_default
+            .as_ref()
+            .ok_or(Refusal::Malformed(
+                "the rule has no default encryption".into(),
+            ))?,
+        _ => return Err(Refusal::Malformed("give exactly one rule".into()).into()),
+    };
+    let sse = encryption::requested(&default.sse_algorithm, &default.kms_master_key_id)?;
+    buckets::set_encryption(&gw.pool, &input.bucket, Some(&sse)).await?;
+    Ok(S3Response::new(PutBucketEncryptionOutput::default()))
+}
+
+pub(super) async fn get_bucket_encryption(
+    gw: &Gateway,
+    req: S3Request<GetBucketEncryptionInput>,
+) -> S3Result<S3Response<GetBucketEncryptionOutput>> {
+    let user = gw.user(&req).await?;
+    let bucket = &req.input.bucket;
+    gw.owned(&user, bucket).await?;
+    let Some(sse) = buckets::encryption(&gw.pool, bucket).await? else {
+        return Err(Refusal::NoDefaultEncryption(bucket.clone()).into());
+    };
+    let described = encryption::describe(&Some(sse), None);
+    let rule = ServerSideEncryptionRule {
+        apply_server_side_encryption_by_default: described.sse.map(|algorithm| {
+            ServerSideEncryptionByDefault {
+                sse_algorithm: algorithm,
+                kms_master_key_id: described.kms_key,
+            }
+        }),
+        ..Default::default()
+    };
+    Ok(S3Response::new(GetBucketEncryptionOutput {
+        server_side_encryption_configuration: Some(ServerSideEncryptionConfiguration {
+            rules: vec![rule],
+        }),
+    }))
+}
+
+pub(super) async fn delete_bucket_encryption(
+    gw: &Gateway,
+    req: S3Request<DeleteBucketEncryptionInput>,
+) -> S3Result<S3Response<DeleteBucketEncryptionOutput>> {
+    let user = gw.user(&req).await?;
+    let bucket = &req.input.bucket;
+    gw.owned(&user, bucket).await?;
+    buckets::set_encryption(&gw.pool, bucket, None).await?;
+    Ok(S3Response::new(DeleteBucketEncryptionOutput::default()))
+}

@@ -1,0 +1,185 @@
+//! The copy verbs: CopyObject, and UploadPartCopy, which copies into a part of an upload.
+
+use s3s::dto::*;
+use s3s::{S3Request, S3Response, S3Result};
+
+use super::error::Refusal;
+use super::upload::part_number;
+use super::{
+    check_key, encryption, etag, modified, new_entry, sorted_metadata, timestamp, Gateway,
+};
+use crate::data;
+use crate::layout::{self, ObjectEntry};
+
+impl Gateway {
+    /// The content `range` of a copy's source, opened with the copy-source SSE-C key if it
+    /// has one.
+    async fn source_reader(
+        &self,
+        source: &ObjectEntry,
+        range: std::ops::Range<u64>,
+        algorithm: &Option<String>,
+        key: &Option<String>,
+        key_md5: &Option<String>,
+    ) -> S3Result<data::Reader> {
+        let hold = self.readers.hold(source);
+        let customer = encryption::customer_key(algorithm, key, key_md5)?;
+        encryption::check_customer(&source.sse, customer.as_ref())?;
+        let keys = self.keys(source, customer.as_ref()).await?;
+        Ok(data::read(&self.pool, source, range, keys, hold))
+    }
+}
+
+/// The byte range of an UploadPartCopy source (`bytes=FIRST-LAST`), within `size`.
+fn copy_range(text: Option<&str>, size: u64) -> S3Result<std::ops::Range<u64>> {
+    let Some(text) = text else {
+        return Ok(0..size);
+    };
+    let parsed = text.strip_prefix("bytes=").and_then(|span| {
+        let (first, last) = span.split_once('-')?;
+        Some((first.parse::<u64>().ok()?, last.parse::<u64>().ok()?))
+    });
+    match parsed {
+        Some((first, last)) if first <= last && last < size => Ok(first..last + 1),
+        _ => Err(Refusal::Range(format!(
+            "x-amz-copy-source-range {text} is not within the {size} bytes of the source"
+        ))
+        .into()),
+    }
+}
+
+pub(super) async fn copy_object(
+    gw: &Gateway,
+    req: S3Request<CopyObjectInput>,
+) -> S3Result<S3Response<CopyObjectOutput>> {
+    let user = gw.user(&req).await?;
+    let input = req.input;
+    check_key(&input.key)?;
+    let CopySource::Bucket {
+        bucket: source_bucket,
+        key: source_key,
+        ..
+    } = &input.copy_source
+    else {
+        return Err(Refusal::NotServed("copy from an access point").into());
+    };
+    gw.owned(&user, source_bucket).await?;
+    gw.owned(&user, &input.bucket).await?;
+    let source = gw.entry(source_bucket, source_key).await?;
+    let replace = input
+        .metadata_directive
+        .as_ref()
+        .is_some_and(|d| d.as_str() == MetadataDirective::REPLACE);
+    let customer = encryption::customer_key(
+        &input.sse_customer_algorithm,
+        &input.sse_customer_key,
+        &input.sse_customer_key_md5,
+    )?;
+    let changes_encryption = customer.is_some() || input.server_side_encryption.is_some();
+    if !replace
+        && !changes_encryption
+        && **source_bucket == *input.bucket
+        && **source_key == *input.key
+    {
+        return Err(Refusal::BadRequest(
+            "copying an object onto itself needs the metadata directive REPLACE",
+        )
+        .into());
+    }
+    let reader = gw
+        .source_reader(
+            &source,
+            0..source.size,
+            &input.copy_source_sse_customer_algorithm,
+            &input.copy_source_sse_customer_key,
+            &input.copy_source_sse_customer_key_md5,
+        )
+        .await?;
+    let sse = encryption::for_write(
+        &gw.pool,
+        &input.bucket,
+        &input.server_side_encryption,
+        &input.ssekms_key_id,
+        customer.as_ref(),
+    )
+    .await?;
+    let sealing = gw.sealing(&sse, customer.as_ref()).await?;
+    let written = data::write(&gw.pool, reader, sealing).await?;
+    let (content_type, metadata) = if replace {
+        (input.content_type, sorted_metadata(input.metadata))
+    } else {
+        (source.content_type.clone(), source.metadata.clone())
+    };
+    let entry = new_entry(&written, content_type, metadata, sse);
+    gw.commit(&input.bucket, &input.key, &entry).await?;
+    let described = encryption::describe(&entry.sse, customer.as_ref());
+    Ok(S3Response::new(CopyObjectOutput {
+        copy_object_result: Some(CopyObjectResult {
+            e_tag: Some(etag(&entry)),
+            last_modified: Some(modified(&entry)),
+            ..Default::default()
+        }),
+        server_side_encryption: described.sse,
+        ssekms_key_id: described.kms_key,
+        sse_customer_algorithm: described.customer_algorithm,
+        sse_customer_key_md5: described.customer_key_md5,
+        ..Default::default()
+    }))
+}
+
+pub(super) async fn upload_part_copy(
+    gw: &Gateway,
+    req: S3Request<UploadPartCopyInput>,
+) -> S3Result<S3Response<UploadPartCopyOutput>> {
+    let user = gw.user(&req).await?;
+    let input = req.input;
+    let number = part_number(input.part_number)?;
+    let CopySource::Bucket {
+        bucket: source_bucket,
+        key: source_key,
+        ..
+    } = &input.copy_source
+    else {
+        return Err(Refusal::NotServed("copy from an access point").into());
+    };
+    gw.owned(&user, source_bucket).await?;
+    gw.owned(&user, &input.bucket).await?;
+    let record = gw
+        .upload(&input.bucket, &input.key, &input.upload_id)
+        .await?;
+    let customer = encryption::customer_key(
+        &input.sse_customer_algorithm,
+        &input.sse_customer_key,
+        &input.sse_customer_key_md5,
+    )?;
+    encryption::check_customer(&record.sse, customer.as_ref())?;
+    let source = gw.entry(source_bucket, source_key).await?;
+    let range = copy_range(input.copy_source_range.as_deref(), source.size)?;
+    let reader = gw
+        .source_reader(
+            &source,
+            range,
+            &input.copy_source_sse_customer_algorithm,
+            &input.copy_source_sse_customer_key,
+            &input.copy_source_sse_customer_key_md5,
+        )
+        .await?;
+    let sealing = gw.sealing(&record.sse, customer.as_ref()).await?;
+    let written = data::write(&gw.pool, reader, sealing).await?;
+    let part = gw
+        .put_part(&input.upload_id, number, &written, &record.sse)
+        .await?;
+    let described = encryption::describe(&record.sse, customer.as_ref());
+    Ok(S3Response::new(UploadPartCopyOutput {
+        server_side_encryption: described.sse,
+        ssekms_key_id: described.kms_key,
+        sse_customer_algorithm: described.customer_algorithm,
+        sse_customer_key_md5: described.customer_key_md5,
+        copy_part_result: Some(CopyPartResult {
+            e_tag: Some(ETag::Strong(layout::hex(&part.md5))),
+            last_modified: Some(timestamp(part.mtime_ns)),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }))
+}

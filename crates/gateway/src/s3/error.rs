@@ -1,0 +1,162 @@
+//! The one place that chooses S3's error codes: the verbs say why they refuse a request
+//! ([`Refusal`]) or pass on a failure of the gateway, the cluster or the KMS; this module
+//! turns each into the code, status and message S3 clients expect.
+
+use s3s::{S3Error, S3ErrorCode};
+
+use crate::kms::KmsError;
+use crate::Error;
+
+/// Why a request is refused, in the client's terms; [`Refusal::code`] is its S3 code.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Refusal {
+    #[error("sign the request")]
+    Unsigned,
+    #[error("the access key id is not known")]
+    UnknownAccessKey,
+    #[error("bucket {0} belongs to another user")]
+    NotOwner(String),
+    #[error("bucket {0} does not exist")]
+    NoBucket(String),
+    #[error("no object {key} in bucket {bucket}")]
+    NoKey { bucket: String, key: String },
+    #[error("no upload {0} in progress")]
+    NoUpload(String),
+    #[error("you already own bucket {0}")]
+    AlreadyOwned(String),
+    #[error("bucket {0} belongs to another user")]
+    BucketTaken(String),
+    #[error("bucket {0} holds objects; delete them first")]
+    BucketNotEmpty(String),
+    #[error("bucket {0} has no default encryption")]
+    NoDefaultEncryption(String),
+    #[error("object keys are 1 to {0} bytes")]
+    KeyLength(usize),
+    #[error("{0}")]
+    Malformed(String),
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{0}")]
+    BadRequest(&'static str),
+    #[error("{0}")]
+    NotServed(&'static str),
+    #[error("{0}")]
+    PreconditionFailed(&'static str),
+    #[error("{0}")]
+    NotModified(&'static str),
+    #[error("Content-MD5 is not a base64 MD5")]
+    ContentMd5,
+    #[error("the content does not match its Content-MD5")]
+    BadDigest,
+    #[error("{0}")]
+    IncompleteBody(String),
+    #[error("a PUT or part is at most {0} bytes")]
+    TooLarge(u64),
+    #[error("parts must be listed in ascending order")]
+    PartOrder,
+    #[error("{0}")]
+    Part(String),
+    #[error("part {number} is {size} bytes; every part but the last needs {least}")]
+    PartTooSmall { number: u32, size: u64, least: u64 },
+    #[error("{0}")]
+    Range(String),
+    #[error("{0}")]
+    EncryptionAlgorithm(&'static str),
+    #[error("the SSE-C key is not the one the object was stored with")]
+    WrongCustomerKey,
+    #[error("KMS: KMS key {0} does not exist")]
+    NoKmsKey(String),
+}
+
+impl Refusal {
+    /// The S3 code that names this refusal to clients.
+    fn code(&self) -> S3ErrorCode {
+        use S3ErrorCode as C;
+        match self {
+            Refusal::Unsigned | Refusal::NotOwner(_) | Refusal::NoKmsKey(_) => C::AccessDenied,
+            Refusal::UnknownAccessKey => C::InvalidAccessKeyId,
+            Refusal::NoBucket(_) => C::NoSuchBucket,
+            Refusal::NoKey { .. } => C::NoSuchKey,
+            Refusal::NoUpload(_) => C::NoSuchUpload,
+            Refusal::AlreadyOwned(_) => C::BucketAlreadyOwnedByYou,
+            Refusal::BucketTaken(_) => C::BucketAlreadyExists,
+            Refusal::BucketNotEmpty(_) => C::BucketNotEmpty,
+            Refusal::NoDefaultEncryption(_) => C::ServerSideEncryptionConfigurationNotFoundError,
+            Refusal::KeyLength(_) => C::KeyTooLongError,
+            Refusal::Malformed(_) => C::MalformedXML,
+            Refusal::Invalid(_) => C::InvalidArgument,
+            Refusal::BadRequest(_) => C::InvalidRequest,
+            Refusal::NotServed(_) => C::NotImplemented,
+            Refusal::PreconditionFailed(_) => C::PreconditionFailed,
+            Refusal::NotModified(_) => C::NotModified,
+            Refusal::ContentMd5 => C::InvalidDigest,
+            Refusal::BadDigest => C::BadDigest,
+            Refusal::IncompleteBody(_) => C::IncompleteBody,
+            Refusal::TooLarge(_) => C::EntityTooLarge,
+            Refusal::PartOrder => C::InvalidPartOrder,
+            Refusal::Part(_) => C::InvalidPart,
+            Refusal::PartTooSmall { .. } => C::EntityTooSmall,
+            Refusal::Range(_) => C::InvalidRange,
+            Refusal::EncryptionAlgorithm(_) => C::InvalidEncryptionAlgorithmError,
+            Refusal::WrongCustomerKey => C::AccessDenied,
+        }
+    }
+}
+
+impl From<Refusal> for S3Error {
+    fn from(refusal: Refusal) -> S3Error {
+        S3Error::with_message(refusal.code(), refusal.to_string())
+    }
+}
+
+/// A failure of the gateway or the cluster: clients retry 503s; a full cluster is 507, as
+/// Ceph's gateway answers ENOSPC.
+impl From<Error> for S3Error {
+    fn from(e: Error) -> S3Error {
+        match e {
+            Error::Cluster(client::Error::Timeout { .. })
+            | Error::Cluster(client::Error::Mon(_)) => {
+                tracing::warn!("{e}");
+                S3Error::with_message(S3ErrorCode::ServiceUnavailable, e.to_string())
+            }
+            Error::Invalid(message) => S3Error::with_message(S3ErrorCode::InvalidArgument, message),
+            Error::Body(message) => S3Error::with_message(S3ErrorCode::IncompleteBody, message),
+            Error::Cluster(client::Error::NoSpace(why)) => {
+                let mut full = S3Error::with_message(
+                    S3ErrorCode::Custom("InsufficientCapacity".into()),
+                    format!("no space: {why}"),
+                );
+                full.set_status_code(hyper::StatusCode::INSUFFICIENT_STORAGE);
+                full
+            }
+            Error::Busy(_) => S3Error::with_message(S3ErrorCode::OperationAborted, e.to_string()),
+            Error::Cluster(client::Error::Integrity(_)) => {
+                // Every copy is damaged: S3 has no code for it, so a 500 whose message says
+                // so (never the bytes).
+                tracing::error!("{e}");
+                S3Error::with_message(S3ErrorCode::InternalError, e.to_string())
+            }
+            e => {
+                tracing::warn!("{e}");
+                S3Error::with_message(S3ErrorCode::InternalError, e.to_string())
+            }
+        }
+    }
+}
+
+/// A KMS refusal: a missing or removed key is the client's to fix; the gateway not allowed
+/// data keys is the operator's (with the monitors' KMS, its entity needs mon=rw and secure
+/// links to the monitors); no answer is a 503, which clients retry.
+impl From<KmsError> for S3Error {
+    fn from(e: KmsError) -> S3Error {
+        let code = match e {
+            KmsError::NoSuchKey(_) => S3ErrorCode::AccessDenied,
+            KmsError::Denied(_) => {
+                tracing::warn!("{e}");
+                S3ErrorCode::InternalError
+            }
+            KmsError::Unavailable(_) => S3ErrorCode::ServiceUnavailable,
+        };
+        S3Error::with_message(code, format!("KMS: {e}"))
+    }
+}

@@ -1,0 +1,357 @@
+//! The S3 operations, on the pool's buckets and objects. s3s has parsed the request and
+//! checked its signature before any of these runs; each checks that the signed-in user owns
+//! the bucket it touches.
+//!
+//! One file per group of verbs (buckets, objects, copies, multipart uploads, listings); the
+//! table at the end of this file routes each S3 verb to its handler, and [`error`] is the
+//! one place that chooses S3's error codes.
+
+mod bucket;
+mod copy;
+mod encryption;
+mod error;
+mod list;
+mod object;
+mod upload;
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use base64::Engine;
+use client::Pool;
+use s3s::auth::{S3Auth, SecretKey};
+use s3s::dto::*;
+use s3s::{S3Request, S3Response, S3Result, S3};
+
+use crate::kms::{Kms, MonitorKms};
+use crate::layout::{self, BucketInfo, ObjectEntry, Sse};
+use crate::sse::KeyCache;
+use crate::{buckets, data, users, Error};
+use encryption::CustomerKey;
+pub(crate) use error::Refusal;
+
+/// The keys of one listing page when the client asks for none in particular (S3's).
+const MAX_KEYS_DEFAULT: i32 = 1000;
+/// The largest single PUT or part (S3's).
+const PUT_BYTES_MAX: u64 = 5 << 30;
+
+/// The gateway's S3 implementation on one pool.
+#[derive(Clone)]
+pub struct Gateway {
+    pool: Pool,
+    /// Access key to user name: a key never changes hands, so this needs no expiry (a
+    /// removed user's key no longer signs anything: [`Gateway::secret`] looks it up anew).
+    names: std::sync::Arc<Mutex<HashMap<String, String>>>,
+    /// Where data keys come from.
+    kms: std::sync::Arc<dyn Kms>,
+    /// Unwrapped data keys of encrypted objects.
+    cache: KeyCache,
+    /// Content being streamed, and its removals waiting for that.
+    readers: crate::readers::Readers,
+}
+
+/// How often the gateway asks the KMS which keys exist, to forget the data keys of removed
+/// ones.
+const KMS_SWEEP: std::time::Duration = std::time::Duration::from_secs(5);
+
+impl Gateway {
+    /// A gateway on `pool` with the monitors' KMS.
+    pub async fn start(pool: Pool) -> Result<Gateway, Error> {
+        let kms = MonitorKms {
+            cluster: pool.cluster().clone(),
+        };
+        Gateway::with_kms(pool, std::sync::Arc::new(kms)).await
+    }
+
+    /// A gateway on `pool` with `kms`: makes sure the KMS key of SSE-S3 exists, and starts
+    /// forgetting the cached data keys of KMS keys that are removed.
+    pub async fn with_kms(pool: Pool, kms: std::sync::Arc<dyn Kms>) -> Result<Gateway, Error> {
+        kms.ensure(crate::sse::MANAGED_KEY)
+            .await
+            .map_err(|e| Error::Internal(e.to_string()))?;
+        let gateway = Gateway {
+            readers: crate::readers::Readers::new(pool.clone()),
+            pool,
+            names: Default::default(),
+            kms: kms.clone(),
+            cache: KeyCache::default(),
+        };
+        let cache = gateway.cache.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(KMS_SWEEP).await;
+                match kms.keys().await {
+                    Ok(names) => cache.keep_only(&names),
+                    Err(e) => tracing::warn!("listing KMS keys: {e}"),
+                }
+            }
+        });
+        Ok(gateway)
+    }
+
+    /// The service s3s serves: this gateway, with its users' keys checking signatures.
+    pub fn service(self) -> s3s::service::S3Service {
+        let mut builder = s3s::service::S3ServiceBuilder::new(self.clone());
+        builder.set_auth(self);
+        builder.set_access(crate::metrics::NoteVerb);
+        builder.build()
+    }
+
+    /// The name of the user who signed `req` (s3s refuses unsigned requests before this).
+    async fn user<T>(&self, req: &S3Request<T>) -> S3Result<String> {
+        let Some(credentials) = &req.credentials else {
+            return Err(Refusal::Unsigned.into());
+        };
+        let key = &credentials.access_key;
+        if let Some(name) = self.names_lock().get(key) {
+            return Ok(name.clone());
+        }
+        match users::by_access_key(&self.pool, key).await? {
+            Some(user) => {
+                self.names_lock().insert(key.clone(), user.name.clone());
+                Ok(user.name)
+            }
+            None => Err(Refusal::UnknownAccessKey.into()),
+        }
+    }
+
+    fn names_lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
+        self.names.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The bucket, if `user` owns it.
+    async fn owned(&self, user: &str, bucket: &str) -> S3Result<BucketInfo> {
+        match buckets::info(&self.pool, bucket).await {
+            Ok(info) if info.owner == user => Ok(info),
+            Ok(_) => Err(Refusal::NotOwner(bucket.into()).into()),
+            Err(Error::NotFound(_)) => Err(Refusal::NoBucket(bucket.into()).into()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn entry(&self, bucket: &str, key: &str) -> S3Result<ObjectEntry> {
+        match buckets::entry(&self.pool, bucket, key).await? {
+            Some(entry) => Ok(entry),
+            None => Err(Refusal::NoKey {
+                bucket: bucket.into(),
+                key: key.into(),
+            }
+            .into()),
+        }
+    }
+
+    /// Frees the content of `old` that `entry`, which replaced it, does not use (a completion
+    /// committed twice names the same instances).
+    async fn free_replaced(&self, old: Option<ObjectEntry>, entry: &ObjectEntry) {
+        for segment in old.iter().flat_map(|old| &old.segments) {
+            if !entry
+                .segments
+                .iter()
+                .any(|s| s.instance == segment.instance)
+            {
+                self.readers.remove_segment(segment).await;
+            }
+        }
+    }
+
+    /// Commits a written upload as `key` of `bucket`, and frees the content it replaces. If
+    /// the commit fails, the upload's own stripes are freed.
+    async fn commit(&self, bucket: &str, key: &str, entry: &ObjectEntry) -> S3Result<()> {
+        match buckets::commit(&self.pool, bucket, key, entry).await {
+            Ok(old) => {
+                self.free_replaced(old, entry).await;
+                Ok(())
+            }
+            Err(e) => {
+                data::remove(&self.pool, entry).await;
+                Err(in_bucket(e, bucket))
+            }
+        }
+    }
+
+    /// What a write asks of encryption: its SSE-C key (from the three customer headers) and
+    /// the encryption the new object gets (its headers', else the bucket's default).
+    async fn write_encryption(
+        &self,
+        bucket: &str,
+        asked: &Option<ServerSideEncryption>,
+        kms_key: &Option<String>,
+        [algorithm, key, key_md5]: [&Option<String>; 3],
+    ) -> S3Result<(Option<CustomerKey>, Option<Sse>)> {
+        let customer = encryption::customer_key(algorithm, key, key_md5)?;
+        let sse =
+            encryption::for_write(&self.pool, bucket, asked, kms_key, customer.as_ref()).await?;
+        Ok((customer, sse))
+    }
+
+    /// A fresh data key for new content encrypted as `sse`, if it is encrypted.
+    async fn sealing(
+        &self,
+        sse: &Option<Sse>,
+        customer: Option<&CustomerKey>,
+    ) -> S3Result<Option<data::Sealing>> {
+        match sse {
+            Some(sse) => Ok(Some(
+                encryption::new_sealing(self.kms.as_ref(), sse, customer).await?,
+            )),
+            None => Ok(None),
+        }
+    }
+
+    async fn keys(
+        &self,
+        entry: &ObjectEntry,
+        customer: Option<&CustomerKey>,
+    ) -> S3Result<Vec<Option<std::sync::Arc<keys::SecretKey<32>>>>> {
+        encryption::segment_keys(self.kms.as_ref(), &self.cache, entry, customer).await
+    }
+}
+
+#[async_trait::async_trait]
+impl S3Auth for Gateway {
+    async fn get_secret_key(&self, access_key: &str) -> S3Result<SecretKey> {
+        match users::by_access_key(&self.pool, access_key).await {
+            Ok(Some(user)) => Ok(SecretKey::from(user.secret_key)),
+            Ok(None) => Err(Refusal::UnknownAccessKey.into()),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+fn etag(entry: &ObjectEntry) -> ETag {
+    ETag::Strong(entry.etag.clone())
+}
+
+fn timestamp(ns: u64) -> Timestamp {
+    Timestamp::from(std::time::UNIX_EPOCH + std::time::Duration::from_nanos(ns))
+}
+
+fn modified(entry: &ObjectEntry) -> Timestamp {
+    timestamp(entry.mtime_ns)
+}
+
+/// The error of a write to `bucket`'s records: the bucket may have gone meanwhile.
+fn in_bucket(e: Error, bucket: &str) -> s3s::S3Error {
+    match e {
+        Error::NotFound(_) => Refusal::NoBucket(bucket.into()).into(),
+        e => e.into(),
+    }
+}
+
+fn check_key(key: &str) -> S3Result<()> {
+    if key.is_empty() || key.len() > layout::KEY_BYTES_MAX {
+        return Err(Refusal::KeyLength(layout::KEY_BYTES_MAX).into());
+    }
+    Ok(())
+}
+
+/// A new index entry for content just written, encrypted as `sse`.
+fn new_entry(
+    written: &data::Written,
+    content_type: Option<String>,
+    metadata: Vec<(String, String)>,
+    sse: Option<Sse>,
+) -> ObjectEntry {
+    let etag = encryption::etag_bytes(&sse, written.md5, &written.instance);
+    ObjectEntry {
+        size: written.size,
+        etag: layout::hex(&etag),
+        mtime_ns: layout::now_ns(),
+        content_type,
+        metadata,
+        segments: vec![written.segment()],
+        sse,
+    }
+}
+
+fn sorted_metadata(metadata: Option<Metadata>) -> Vec<(String, String)> {
+    let mut metadata: Vec<(String, String)> = metadata.unwrap_or_default().into_iter().collect();
+    metadata.sort();
+    metadata
+}
+
+/// The decoded Content-MD5 header, if there is one.
+fn content_md5(header: &Option<String>) -> S3Result<Option<Vec<u8>>> {
+    match header {
+        Some(text) => Ok(Some(
+            base64::engine::general_purpose::STANDARD
+                .decode(text)
+                .ok()
+                .filter(|md5| md5.len() == 16)
+                .ok_or(Refusal::ContentMd5)?,
+        )),
+        None => Ok(None),
+    }
+}
+
+/// Writes a request body as a new instance, checked against its Content-Length and
+/// Content-MD5; nothing of it stays if it fails.
+async fn write_body(
+    pool: &Pool,
+    body: Option<StreamingBlob>,
+    content_length: Option<i64>,
+    content_md5: &Option<String>,
+    sealing: Option<data::Sealing>,
+) -> S3Result<data::Written> {
+    let expected_md5 = self::content_md5(content_md5)?;
+    if content_length.is_some_and(|len| len as u64 > PUT_BYTES_MAX) {
+        return Err(Refusal::TooLarge(PUT_BYTES_MAX).into());
+    }
+    let written = match body {
+        Some(body) => data::write(pool, body, sealing).await,
+        None => data::write(pool, futures::stream::empty::<Result<_, Error>>(), sealing).await,
+    }?;
+    let short = content_length.is_some_and(|len| len as u64 != written.size);
+    let corrupt = expected_md5.is_some_and(|md5| md5 != written.md5);
+    if short || corrupt {
+        data::remove_segment(pool, &written.segment()).await;
+        return Err(if corrupt {
+            Refusal::BadDigest
+        } else {
+            Refusal::IncompleteBody("the body is not Content-Length bytes".into())
+        }
+        .into());
+    }
+    Ok(written)
+}
+
+/// Routes each S3 verb that the gateway serves to its handler, `module::verb(gateway, req)`;
+/// s3s answers NotImplemented to the rest.
+macro_rules! verbs {
+    ($($module:ident::$verb:ident($input:ident) -> $output:ident;)*) => {
+        #[async_trait::async_trait]
+        impl S3 for Gateway {
+            $(
+                async fn $verb(&self, req: S3Request<$input>) -> S3Result<S3Response<$output>> {
+                    $module::$verb(self, req).await
+                }
+            )*
+        }
+    };
+}
+
+verbs! {
+    bucket::list_buckets(ListBucketsInput) -> ListBucketsOutput;
+    bucket::create_bucket(CreateBucketInput) -> CreateBucketOutput;
+    bucket::delete_bucket(DeleteBucketInput) -> DeleteBucketOutput;
+    bucket::head_bucket(HeadBucketInput) -> HeadBucketOutput;
+    bucket::get_bucket_location(GetBucketLocationInput) -> GetBucketLocationOutput;
+    bucket::put_bucket_encryption(PutBucketEncryptionInput) -> PutBucketEncryptionOutput;
+    bucket::get_bucket_encryption(GetBucketEncryptionInput) -> GetBucketEncryptionOutput;
+    bucket::delete_bucket_encryption(DeleteBucketEncryptionInput) -> DeleteBucketEncryptionOutput;
+    object::put_object(PutObjectInput) -> PutObjectOutput;
+    object::get_object(GetObjectInput) -> GetObjectOutput;
+    object::head_object(HeadObjectInput) -> HeadObjectOutput;
+    object::delete_object(DeleteObjectInput) -> DeleteObjectOutput;
+    object::delete_objects(DeleteObjectsInput) -> DeleteObjectsOutput;
+    copy::copy_object(CopyObjectInput) -> CopyObjectOutput;
+    copy::upload_part_copy(UploadPartCopyInput) -> UploadPartCopyOutput;
+    upload::create_multipart_upload(CreateMultipartUploadInput) -> CreateMultipartUploadOutput;
+    upload::upload_part(UploadPartInput) -> UploadPartOutput;
+    upload::complete_multipart_upload(CompleteMultipartUploadInput) -> CompleteMultipartUploadOutput;
+    upload::abort_multipart_upload(AbortMultipartUploadInput) -> AbortMultipartUploadOutput;
+    upload::list_parts(ListPartsInput) -> ListPartsOutput;
+    upload::list_multipart_uploads(ListMultipartUploadsInput) -> ListMultipartUploadsOutput;
+    list::list_objects(ListObjectsInput) -> ListObjectsOutput;
+    list::list_objects_v2(ListObjectsV2Input) -> ListObjectsV2Output;
+}

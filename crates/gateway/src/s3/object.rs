@@ -1,0 +1,318 @@
+//! The object verbs: put, get, head, delete one or many; and what GET and HEAD answer of an
+//! object (its conditions, range or part, type and metadata).
+
+use s3s::dto::*;
+use s3s::{S3Request, S3Response, S3Result};
+
+use super::error::Refusal;
+use super::upload::part_number;
+use super::{
+    check_key, encryption, etag, modified, new_entry, sorted_metadata, timestamp, write_body,
+    Gateway,
+};
+use crate::layout::ObjectEntry;
+use crate::{buckets, data, Error};
+
+/// The most keys one DeleteObjects may name (S3's limit).
+const DELETE_KEYS_MAX: usize = 1000;
+
+/// The conditions of a GET or HEAD (`If-Match`, `If-None-Match`, `If-Modified-Since`,
+/// `If-Unmodified-Since`), checked in RFC 9110's order, as S3 does: a failed `If-Match` or
+/// `If-Unmodified-Since` is PreconditionFailed (412), a failed `If-None-Match` or
+/// `If-Modified-Since` is NotModified (304). A date condition is ignored when its ETag
+/// counterpart is given; dates compare to the second, as HTTP dates carry.
+struct Conditions<'a> {
+    if_match: Option<&'a ETagCondition>,
+    if_none_match: Option<&'a ETagCondition>,
+    if_modified_since: Option<&'a Timestamp>,
+    if_unmodified_since: Option<&'a Timestamp>,
+}
+
+/// The [`Conditions`] of a GetObject or HeadObject input.
+macro_rules! conditions {
+    ($input:expr) => {
+        Conditions {
+            if_match: $input.if_match.as_ref(),
+            if_none_match: $input.if_none_match.as_ref(),
+            if_modified_since: $input.if_modified_since.as_ref(),
+            if_unmodified_since: $input.if_unmodified_since.as_ref(),
+        }
+    };
+}
+
+impl Conditions<'_> {
+    fn check(&self, entry: &ObjectEntry) -> S3Result<()> {
+        let matches = |condition: &ETagCondition| match condition {
+            ETagCondition::Any => true,
+            ETagCondition::ETag(tag) => tag.value() == entry.etag,
+        };
+        let modified = timestamp(entry.mtime_ns / 1_000_000_000 * 1_000_000_000);
+        match self.if_match {
+            Some(condition) if !matches(condition) => {
+                return Err(Refusal::PreconditionFailed("the ETag does not match If-Match").into())
+            }
+            Some(_) => {}
+            None => {
+                if self
+                    .if_unmodified_since
+                    .is_some_and(|since| modified > *since)
+                {
+                    return Err(Refusal::PreconditionFailed(
+                        "the object was modified after If-Unmodified-Since",
+                    )
+                    .into());
+                }
+            }
+        }
+        match self.if_none_match {
+            Some(condition) if matches(condition) => {
+                Err(Refusal::NotModified("the ETag matches If-None-Match").into())
+            }
+            Some(_) => Ok(()),
+            None if self
+                .if_modified_since
+                .is_some_and(|since| modified <= *since) =>
+            {
+                Err(
+                    Refusal::NotModified("the object was not modified after If-Modified-Since")
+                        .into(),
+                )
+            }
+            None => Ok(()),
+        }
+    }
+}
+
+fn metadata(entry: &ObjectEntry) -> Option<Metadata> {
+    (!entry.metadata.is_empty()).then(|| entry.metadata.iter().cloned().collect())
+}
+
+/// The content type S3 reports for an object stored without one.
+const CONTENT_TYPE_DEFAULT: &str = "binary/octet-stream";
+
+fn content_type(entry: &ObjectEntry) -> Option<String> {
+    Some(
+        entry
+            .content_type
+            .clone()
+            .unwrap_or_else(|| CONTENT_TYPE_DEFAULT.into()),
+    )
+}
+
+/// The parts of a multipart object (its ETag ends in `-COUNT`); `None` for a single PUT.
+fn parts_count(entry: &ObjectEntry) -> Option<i32> {
+    let (_, count) = entry.etag.rsplit_once('-')?;
+    count.parse().ok()
+}
+
+/// What GET and HEAD return of `entry`: the whole object, a `Range` of it, or one part
+/// (`partNumber`, as S3: part 1 of a single PUT is all of it); and the Content-Range that
+/// goes with a part of it.
+fn span(
+    entry: &ObjectEntry,
+    range: Option<&Range>,
+    part: Option<i32>,
+) -> S3Result<(std::ops::Range<u64>, Option<String>)> {
+    let span = match (range, part) {
+        (Some(_), Some(_)) => {
+            return Err(Refusal::BadRequest("give a Range or a partNumber, not both").into())
+        }
+        (Some(range), None) => range.check(entry.size)?,
+        (None, Some(number)) => {
+            let number = part_number(number)? as usize;
+            match parts_count(entry) {
+                Some(_) if number <= entry.segments.len() => {
+                    let start: u64 = entry.segments[..number - 1].iter().map(|s| s.size).sum();
+                    start..start + entry.segments[number - 1].size
+                }
+                None if number == 1 => 0..entry.size,
+                _ => return Err(Refusal::Part(format!("the object has no part {number}")).into()),
+            }
+        }
+        (None, None) => return Ok((0..entry.size, None)),
+    };
+    let text = (span.end > span.start)
+        .then(|| format!("bytes {}-{}/{}", span.start, span.end - 1, entry.size));
+    Ok((span, text))
+}
+
+impl Gateway {
+    async fn delete_key(&self, bucket: &str, key: &str) -> Result<(), Error> {
+        if let Some(old) = buckets::uncommit(&self.pool, bucket, key).await? {
+            self.readers.remove(&old).await;
+        }
+        Ok(())
+    }
+}
+
+pub(super) async fn put_object(
+    gw: &Gateway,
+    req: S3Request<PutObjectInput>,
+) -> S3Result<S3Response<PutObjectOutput>> {
+    let user = gw.user(&req).await?;
+    let input = req.input;
+    check_key(&input.key)?;
+    gw.owned(&user, &input.bucket).await?;
+    let (customer, sse) = gw
+        .write_encryption(
+            &input.bucket,
+            &input.server_side_encryption,
+            &input.ssekms_key_id,
+            [
+                &input.sse_customer_algorithm,
+                &input.sse_customer_key,
+                &input.sse_customer_key_md5,
+            ],
+        )
+        .await?;
+    let sealing = gw.sealing(&sse, customer.as_ref()).await?;
+    let written = write_body(
+        &gw.pool,
+        input.body,
+        input.content_length,
+        &input.content_md5,
+        sealing,
+    )
+    .await?;
+    let entry = new_entry(
+        &written,
+        input.content_type,
+        sorted_metadata(input.metadata),
+        sse,
+    );
+    gw.commit(&input.bucket, &input.key, &entry).await?;
+    let described = encryption::describe(&entry.sse, customer.as_ref());
+    Ok(S3Response::new(PutObjectOutput {
+        e_tag: Some(etag(&entry)),
+        server_side_encryption: described.sse,
+        ssekms_key_id: described.kms_key,
+        sse_customer_algorithm: described.customer_algorithm,
+        sse_customer_key_md5: described.customer_key_md5,
+        ..Default::default()
+    }))
+}
+
+pub(super) async fn get_object(
+    gw: &Gateway,
+    req: S3Request<GetObjectInput>,
+) -> S3Result<S3Response<GetObjectOutput>> {
+    let user = gw.user(&req).await?;
+    let input = req.input;
+    gw.owned(&user, &input.bucket).await?;
+    let entry = gw.entry(&input.bucket, &input.key).await?;
+    // At once: the data key may take a round trip to the KMS.
+    let hold = gw.readers.hold(&entry);
+    conditions!(input).check(&entry)?;
+    let customer = encryption::customer_key(
+        &input.sse_customer_algorithm,
+        &input.sse_customer_key,
+        &input.sse_customer_key_md5,
+    )?;
+    encryption::check_customer(&entry.sse, customer.as_ref())?;
+    let keys = gw.keys(&entry, customer.as_ref()).await?;
+    let (range, content_range) = span(&entry, input.range.as_ref(), input.part_number)?;
+    let body = data::read(&gw.pool, &entry, range.clone(), keys, hold);
+    let described = encryption::describe(&entry.sse, customer.as_ref());
+    Ok(S3Response::new(GetObjectOutput {
+        body: Some(StreamingBlob::wrap(body)),
+        content_length: Some((range.end - range.start) as i64),
+        content_range,
+        parts_count: input.part_number.and(parts_count(&entry)),
+        accept_ranges: Some("bytes".into()),
+        e_tag: Some(etag(&entry)),
+        last_modified: Some(modified(&entry)),
+        content_type: content_type(&entry),
+        metadata: metadata(&entry),
+        server_side_encryption: described.sse,
+        ssekms_key_id: described.kms_key,
+        sse_customer_algorithm: described.customer_algorithm,
+        sse_customer_key_md5: described.customer_key_md5,
+        ..Default::default()
+    }))
+}
+
+pub(super) async fn head_object(
+    gw: &Gateway,
+    req: S3Request<HeadObjectInput>,
+) -> S3Result<S3Response<HeadObjectOutput>> {
+    let user = gw.user(&req).await?;
+    let input = req.input;
+    gw.owned(&user, &input.bucket).await?;
+    let entry = gw.entry(&input.bucket, &input.key).await?;
+    conditions!(input).check(&entry)?;
+    let customer = encryption::customer_key(
+        &input.sse_customer_algorithm,
+        &input.sse_customer_key,
+        &input.sse_customer_key_md5,
+    )?;
+    encryption::check_customer(&entry.sse, customer.as_ref())?;
+    let described = encryption::describe(&entry.sse, customer.as_ref());
+    let (range, content_range) = span(&entry, input.range.as_ref(), input.part_number)?;
+    Ok(S3Response::new(HeadObjectOutput {
+        content_length: Some((range.end - range.start) as i64),
+        content_range,
+        parts_count: input.part_number.and(parts_count(&entry)),
+        accept_ranges: Some("bytes".into()),
+        e_tag: Some(etag(&entry)),
+        last_modified: Some(modified(&entry)),
+        content_type: content_type(&entry),
+        metadata: metadata(&entry),
+        server_side_encryption: described.sse,
+        ssekms_key_id: described.kms_key,
+        sse_customer_algorithm: described.customer_algorithm,
+        sse_customer_key_md5: described.customer_key_md5,
+        ..Default::default()
+    }))
+}
+
+pub(super) async fn delete_object(
+    gw: &Gateway,
+    req: S3Request<DeleteObjectInput>,
+) -> S3Result<S3Response<DeleteObjectOutput>> {
+    let user = gw.user(&req).await?;
+    let input = req.input;
+    gw.owned(&user, &input.bucket).await?;
+    gw.delete_key(&input.bucket, &input.key).await?;
+    Ok(S3Response::new(DeleteObjectOutput::default()))
+}
+
+pub(super) async fn delete_objects(
+    gw: &Gateway,
+    req: S3Request<DeleteObjectsInput>,
+) -> S3Result<S3Response<DeleteObjectsOutput>> {
+    let user = gw.user(&req).await?;
+    let input = req.input;
+    gw.owned(&user, &input.bucket).await?;
+    if input.delete.objects.len() > DELETE_KEYS_MAX {
+        return Err(Refusal::Malformed(format!(
+            "DeleteObjects takes at most {DELETE_KEYS_MAX} keys"
+        ))
+        .into());
+    }
+    let quiet = input.delete.quiet.unwrap_or(false);
+    let mut deleted = Vec::new();
+    let mut errors = Vec::new();
+    for object in input.delete.objects {
+        match gw.delete_key(&input.bucket, &object.key).await {
+            Ok(()) if quiet => {}
+            Ok(()) => deleted.push(DeletedObject {
+                key: Some(object.key),
+                ..Default::default()
+            }),
+            Err(e) => {
+                let e = s3s::S3Error::from(e);
+                errors.push(s3s::dto::Error {
+                    code: Some(e.code().as_str().into()),
+                    message: e.message().map(Into::into),
+                    key: Some(object.key),
+                    ..Default::default()
+                })
+            }
+        }
+    }
+    Ok(S3Response::new(DeleteObjectsOutput {
+        deleted: Some(deleted),
+        errors: (!errors.is_empty()).then_some(errors),
+        ..Default::default()
+    }))
+}

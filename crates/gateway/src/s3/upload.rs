@@ -1,0 +1,404 @@
+//! The multipart upload verbs: create, upload a part, complete, abort, and list parts and
+//! uploads.
+
+use std::collections::HashMap;
+
+use s3s::dto::*;
+use s3s::{S3Error, S3Request, S3Response, S3Result};
+
+use super::error::Refusal;
+use super::list::encoder;
+use super::{
+    check_key, encryption, etag, in_bucket, sorted_metadata, timestamp, write_body, Gateway,
+    MAX_KEYS_DEFAULT,
+};
+use crate::layout::{self, ObjectEntry, PartRecord, Segment, Sse, UploadRecord};
+use crate::{buckets, data, multipart, Error};
+
+/// S3's limits on multipart uploads: part numbers, and the size of every part but the last.
+const PART_NUMBER_MAX: i32 = 10_000;
+const PART_BYTES_MIN: u64 = 5 << 20;
+
+impl Gateway {
+    /// The record of an upload in progress, or `NoSuchUpload`.
+    pub(super) async fn upload(&self, bucket: &str, key: &str, id: &str) -> S3Result<UploadRecord> {
+        match multipart::record(&self.pool, bucket, key, id).await {
+            Ok(Some(record)) => Ok(record),
+            Ok(None) => Err(Refusal::NoUpload(id.into()).into()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn upload_error(&self, e: Error, id: &str) -> S3Error {
+        match e {
+            Error::NotFound(_) => Refusal::NoUpload(id.into()).into(),
+            e => e.into(),
+        }
+    }
+
+    /// Records `written` as part `number` of upload `id`, and frees the part it replaces;
+    /// if the upload is gone, frees `written` instead.
+    pub(super) async fn put_part(
+        &self,
+        id: &str,
+        number: u32,
+        written: &data::Written,
+        sse: &Option<Sse>,
+    ) -> S3Result<PartRecord> {
+        let part = PartRecord {
+            segment: written.segment(),
+            md5: encryption::etag_bytes(sse, written.md5, &written.instance),
+            mtime_ns: layout::now_ns(),
+        };
+        match multipart::put_part(&self.pool, id, number, &part).await {
+            Ok(old) => {
+                if let Some(old) = old {
+                    data::remove_segment(&self.pool, &old.segment).await;
+                }
+                Ok(part)
+            }
+            Err(e) => {
+                data::remove_segment(&self.pool, &part.segment).await;
+                Err(self.upload_error(e, id))
+            }
+        }
+    }
+}
+
+/// The stored parts a completion names, in order, after S3's checks: ascending numbers,
+/// uploaded parts with matching ETags, every part but the last at least 5 MiB.
+fn chosen_parts<'a>(
+    asked: &[CompletedPart],
+    stored: &'a HashMap<u32, PartRecord>,
+) -> S3Result<Vec<&'a PartRecord>> {
+    let mut chosen = Vec::with_capacity(asked.len());
+    let mut previous = 0;
+    for (i, part) in asked.iter().enumerate() {
+        let number = part_number(part.part_number.unwrap_or(0))?;
+        if number <= previous {
+            return Err(Refusal::PartOrder.into());
+        }
+        previous = number;
+        let Some(stored) = stored.get(&number) else {
+            return Err(Refusal::Part(format!("part {number} was not uploaded")).into());
+        };
+        let md5_hex = layout::hex(&stored.md5);
+        if part.e_tag.as_ref().is_some_and(|e| e.value() != md5_hex) {
+            return Err(Refusal::Part(format!(
+                "part {number}'s ETag is \"{md5_hex}\", not the one given"
+            ))
+            .into());
+        }
+        if i + 1 < asked.len() && stored.segment.size < PART_BYTES_MIN {
+            return Err(Refusal::PartTooSmall {
+                number,
+                size: stored.segment.size,
+                least: PART_BYTES_MIN,
+            }
+            .into());
+        }
+        chosen.push(stored);
+    }
+    Ok(chosen)
+}
+
+/// The ETag of a completed multipart upload: the MD5 of its parts' MD5s, and their count.
+fn multipart_etag(md5s: &[[u8; 16]]) -> String {
+    use md5::Digest;
+    let digest = md5::Md5::digest(md5s.concat());
+    format!("{}-{}", layout::hex(&digest), md5s.len())
+}
+
+pub(super) fn part_number(number: i32) -> S3Result<u32> {
+    if (1..=PART_NUMBER_MAX).contains(&number) {
+        Ok(number as u32)
+    } else {
+        Err(Refusal::Invalid(format!("part numbers are 1 to {PART_NUMBER_MAX}")).into())
+    }
+}
+
+pub(super) async fn create_multipart_upload(
+    gw: &Gateway,
+    req: S3Request<CreateMultipartUploadInput>,
+) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
+    let user = gw.user(&req).await?;
+    let input = req.input;
+    check_key(&input.key)?;
+    gw.owned(&user, &input.bucket).await?;
+    let (customer, sse) = gw
+        .write_encryption(
+            &input.bucket,
+            &input.server_side_encryption,
+            &input.ssekms_key_id,
+            [
+                &input.sse_customer_algorithm,
+                &input.sse_customer_key,
+                &input.sse_customer_key_md5,
+            ],
+        )
+        .await?;
+    if let Some(Sse::Kms { key }) = &sse {
+        encryption::check_kms_key(gw.kms.as_ref(), key).await?;
+    }
+    let described = encryption::describe(&sse, customer.as_ref());
+    let record = UploadRecord {
+        initiator: user,
+        initiated_ns: layout::now_ns(),
+        content_type: input.content_type,
+        metadata: sorted_metadata(input.metadata),
+        sse,
+    };
+    let id = multipart::create(&gw.pool, &input.bucket, &input.key, &record)
+        .await
+        .map_err(|e| in_bucket(e, &input.bucket))?;
+    Ok(S3Response::new(CreateMultipartUploadOutput {
+        bucket: Some(input.bucket),
+        key: Some(input.key),
+        upload_id: Some(id),
+        server_side_encryption: described.sse,
+        ssekms_key_id: described.kms_key,
+        sse_customer_algorithm: described.customer_algorithm,
+        sse_customer_key_md5: described.customer_key_md5,
+        ..Default::default()
+    }))
+}
+
+pub(super) async fn upload_part(
+    gw: &Gateway,
+    req: S3Request<UploadPartInput>,
+) -> S3Result<S3Response<UploadPartOutput>> {
+    let user = gw.user(&req).await?;
+    let input = req.input;
+    let number = part_number(input.part_number)?;
+    gw.owned(&user, &input.bucket).await?;
+    let record = gw
+        .upload(&input.bucket, &input.key, &input.upload_id)
+        .await?;
+    let customer = encryption::customer_key(
+        &input.sse_customer_algorithm,
+        &input.sse_customer_key,
+        &input.sse_customer_key_md5,
+    )?;
+    encryption::check_customer(&record.sse, customer.as_ref())?;
+    let sealing = gw.sealing(&record.sse, customer.as_ref()).await?;
+    let written = write_body(
+        &gw.pool,
+        input.body,
+        input.content_length,
+        &input.content_md5,
+        sealing,
+    )
+    .await?;
+    let part = gw
+        .put_part(&input.upload_id, number, &written, &record.sse)
+        .await?;
+    let described = encryption::describe(&record.sse, customer.as_ref());
+    Ok(S3Response::new(UploadPartOutput {
+        e_tag: Some(ETag::Strong(layout::hex(&part.md5))),
+        server_side_encryption: described.sse,
+        ssekms_key_id: described.kms_key,
+        sse_customer_algorithm: described.customer_algorithm,
+        sse_customer_key_md5: described.customer_key_md5,
+        ..Default::default()
+    }))
+}
+
+pub(super) async fn complete_multipart_upload(
+    gw: &Gateway,
+    req: S3Request<CompleteMultipartUploadInput>,
+) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
+    let user = gw.user(&req).await?;
+    let input = req.input;
+    gw.owned(&user, &input.bucket).await?;
+    let record = gw
+        .upload(&input.bucket, &input.key, &input.upload_id)
+        .await?;
+    let asked = input
+        .multipart_upload
+        .and_then(|m| m.parts)
+        .unwrap_or_default();
+    if asked.is_empty() {
+        return Err(Refusal::Malformed("name at least one part".into()).into());
+    }
+    // Marked first, so that no part changes between the check below and the commit.
+    multipart::mark_completing(&gw.pool, &input.upload_id)
+        .await
+        .map_err(|e| gw.upload_error(e, &input.upload_id))?;
+    let stored: HashMap<u32, PartRecord> = multipart::all_parts(&gw.pool, &input.upload_id)
+        .await?
+        .into_iter()
+        .collect();
+    let chosen = match chosen_parts(&asked, &stored) {
+        Ok(chosen) => chosen,
+        Err(refused) => {
+            multipart::unmark_completing(&gw.pool, &input.upload_id).await;
+            return Err(refused);
+        }
+    };
+    let md5s: Vec<[u8; 16]> = chosen.iter().map(|p| p.md5).collect();
+    let segments: Vec<Segment> = chosen.iter().map(|p| p.segment.clone()).collect();
+    let entry = ObjectEntry {
+        size: segments.iter().map(|s| s.size).sum(),
+        etag: multipart_etag(&md5s),
+        mtime_ns: layout::now_ns(),
+        content_type: record.content_type,
+        metadata: record.metadata,
+        segments,
+        sse: record.sse,
+    };
+    // Not gw.commit: on failure the parts stay with the upload, to complete again.
+    match buckets::commit(&gw.pool, &input.bucket, &input.key, &entry).await {
+        Ok(old) => gw.free_replaced(old, &entry).await,
+        Err(e) => return Err(in_bucket(e, &input.bucket)),
+    }
+    let used: Vec<String> = entry.segments.iter().map(|s| s.instance.clone()).collect();
+    let parts: Vec<PartRecord> = stored.into_values().collect();
+    multipart::finish(
+        &gw.pool,
+        &input.bucket,
+        &input.key,
+        &input.upload_id,
+        &parts,
+        &used,
+    )
+    .await;
+    let described = encryption::describe(&entry.sse, None);
+    Ok(S3Response::new(CompleteMultipartUploadOutput {
+        location: Some(format!("/{}/{}", input.bucket, input.key)),
+        bucket: Some(input.bucket),
+        key: Some(input.key),
+        e_tag: Some(etag(&entry)),
+        server_side_encryption: described.sse,
+        ssekms_key_id: described.kms_key,
+        ..Default::default()
+    }))
+}
+
+pub(super) async fn abort_multipart_upload(
+    gw: &Gateway,
+    req: S3Request<AbortMultipartUploadInput>,
+) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
+    let user = gw.user(&req).await?;
+    let input = req.input;
+    gw.owned(&user, &input.bucket).await?;
+    gw.upload(&input.bucket, &input.key, &input.upload_id)
+        .await?;
+    multipart::abort(&gw.pool, &input.bucket, &input.key, &input.upload_id)
+        .await
+        .map_err(|e| gw.upload_error(e, &input.upload_id))?;
+    Ok(S3Response::new(AbortMultipartUploadOutput::default()))
+}
+
+pub(super) async fn list_parts(
+    gw: &Gateway,
+    req: S3Request<ListPartsInput>,
+) -> S3Result<S3Response<ListPartsOutput>> {
+    let user = gw.user(&req).await?;
+    let input = req.input;
+    gw.owned(&user, &input.bucket).await?;
+    let record = gw
+        .upload(&input.bucket, &input.key, &input.upload_id)
+        .await?;
+    let max = input
+        .max_parts
+        .unwrap_or(MAX_KEYS_DEFAULT)
+        .clamp(0, MAX_KEYS_DEFAULT);
+    let after = input.part_number_marker.unwrap_or(0).max(0) as u32;
+    let mut page = multipart::parts(&gw.pool, &input.upload_id, after, max as u32 + 1)
+        .await
+        .map_err(|e| gw.upload_error(e, &input.upload_id))?;
+    let truncated = page.len() > max as usize;
+    page.truncate(max as usize);
+    let next = page.last().map(|(number, _)| *number as i32);
+    let parts: Parts = page
+        .into_iter()
+        .map(|(number, part)| Part {
+            part_number: Some(number as i32),
+            size: Some(part.segment.size as i64),
+            e_tag: Some(ETag::Strong(layout::hex(&part.md5))),
+            last_modified: Some(timestamp(part.mtime_ns)),
+            ..Default::default()
+        })
+        .collect();
+    let who = Owner {
+        display_name: Some(record.initiator.clone()),
+        id: Some(record.initiator.clone()),
+    };
+    Ok(S3Response::new(ListPartsOutput {
+        bucket: Some(input.bucket),
+        key: Some(input.key),
+        upload_id: Some(input.upload_id),
+        parts: Some(parts),
+        is_truncated: Some(truncated),
+        next_part_number_marker: truncated.then_some(next).flatten(),
+        part_number_marker: input.part_number_marker,
+        max_parts: Some(max),
+        initiator: Some(Initiator {
+            display_name: who.display_name.clone(),
+            id: who.id.clone(),
+        }),
+        owner: Some(who),
+        ..Default::default()
+    }))
+}
+
+pub(super) async fn list_multipart_uploads(
+    gw: &Gateway,
+    req: S3Request<ListMultipartUploadsInput>,
+) -> S3Result<S3Response<ListMultipartUploadsOutput>> {
+    let user = gw.user(&req).await?;
+    let input = req.input;
+    gw.owned(&user, &input.bucket).await?;
+    let max = input
+        .max_uploads
+        .unwrap_or(MAX_KEYS_DEFAULT)
+        .clamp(0, MAX_KEYS_DEFAULT);
+    let (uploads, truncated) = multipart::list(
+        &gw.pool,
+        &input.bucket,
+        input.prefix.as_deref().unwrap_or(""),
+        input.key_marker.as_deref(),
+        input.upload_id_marker.as_deref(),
+        max as usize,
+    )
+    .await?;
+    let encode = encoder(&input.encoding_type);
+    let next = uploads.last().map(|(key, id, _)| (encode(key), id.clone()));
+    let listed: MultipartUploadList = uploads
+        .into_iter()
+        .map(|(key, id, record)| {
+            let who = Owner {
+                display_name: Some(record.initiator.clone()),
+                id: Some(record.initiator.clone()),
+            };
+            MultipartUpload {
+                key: Some(encode(&key)),
+                upload_id: Some(id),
+                initiated: Some(timestamp(record.initiated_ns)),
+                initiator: Some(Initiator {
+                    display_name: who.display_name.clone(),
+                    id: who.id.clone(),
+                }),
+                owner: Some(who),
+                ..Default::default()
+            }
+        })
+        .collect();
+    let (next_key, next_id) = match next.filter(|_| truncated) {
+        Some((key, id)) => (Some(key), Some(id)),
+        None => (None, None),
+    };
+    Ok(S3Response::new(ListMultipartUploadsOutput {
+        bucket: Some(input.bucket),
+        uploads: Some(listed),
+        is_truncated: Some(truncated),
+        next_key_marker: next_key,
+        next_upload_id_marker: next_id,
+        key_marker: input.key_marker,
+        upload_id_marker: input.upload_id_marker,
+        prefix: input.prefix,
+        max_uploads: Some(max),
+        encoding_type: input.encoding_type,
+        ..Default::default()
+    }))
+}
