@@ -81,23 +81,38 @@ pub fn access_key_key(access_key: &str) -> Vec<u8> {
     format!("key/{access_key}").into_bytes()
 }
 
-/// The first byte of every record: its format, so that a later format can be told apart.
-const FORMAT: u8 = 1;
+/// A record the gateway stores: a first byte naming its format, then postcard. A record
+/// whose fields change takes the next format, and reads the ones before in [`Record::earlier`].
+pub trait Record: Serialize + for<'de> Deserialize<'de> {
+    const FORMAT: u8 = 1;
 
-pub fn encode<T: Serialize>(value: &T) -> Vec<u8> {
-    let mut out = vec![FORMAT];
+    /// The record from its bytes (after the first) in an earlier `format`.
+    fn earlier(format: u8, _bytes: &[u8]) -> Result<Self, String> {
+        Err(format!("record format {format} is not known here"))
+    }
+}
+
+pub fn encode<T: Record>(value: &T) -> Vec<u8> {
+    let mut out = vec![T::FORMAT];
     // Serializing these plain structs into a Vec cannot fail.
     out.extend(postcard::to_allocvec(value).unwrap_or_default());
     out
 }
 
-pub fn decode<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Result<T, String> {
+pub fn decode<T: Record>(bytes: &[u8]) -> Result<T, String> {
     match bytes.split_first() {
-        Some((&FORMAT, rest)) => postcard::from_bytes(rest).map_err(|e| e.to_string()),
-        Some((other, _)) => Err(format!("record format {other} is not known here")),
+        Some((&format, rest)) if format == T::FORMAT => {
+            postcard::from_bytes(rest).map_err(|e| e.to_string())
+        }
+        Some((&format, rest)) => T::earlier(format, rest),
         None => Err("empty record".into()),
     }
 }
+
+impl Record for User {}
+impl Record for BucketInfo {}
+impl Record for Sse {}
+impl Record for PartRecord {}
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct User {
@@ -128,6 +143,52 @@ pub struct ObjectEntry {
     pub segments: Vec<Segment>,
     /// How the content is encrypted by the gateway, if it is.
     pub sse: Option<Sse>,
+    pub headers: ContentHeaders,
+}
+
+/// Format 2 added the content headers.
+impl Record for ObjectEntry {
+    const FORMAT: u8 = 2;
+
+    fn earlier(format: u8, bytes: &[u8]) -> Result<Self, String> {
+        /// An entry as format 1 stored it.
+        #[derive(Deserialize)]
+        struct First {
+            size: u64,
+            etag: String,
+            mtime_ns: u64,
+            content_type: Option<String>,
+            metadata: Vec<(String, String)>,
+            segments: Vec<Segment>,
+            sse: Option<Sse>,
+        }
+        if format != 1 {
+            return Err(format!("object entry format {format} is not known here"));
+        }
+        let first: First = postcard::from_bytes(bytes).map_err(|e| e.to_string())?;
+        Ok(ObjectEntry {
+            size: first.size,
+            etag: first.etag,
+            mtime_ns: first.mtime_ns,
+            content_type: first.content_type,
+            metadata: first.metadata,
+            segments: first.segments,
+            sse: first.sse,
+            headers: ContentHeaders::default(),
+        })
+    }
+}
+
+/// The representation headers an object was written with, returned on GET and HEAD as
+/// given (S3 keeps them as it keeps Content-Type).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ContentHeaders {
+    pub cache_control: Option<String>,
+    pub content_disposition: Option<String>,
+    pub content_encoding: Option<String>,
+    pub content_language: Option<String>,
+    /// Seconds since the epoch: HTTP dates carry no finer time.
+    pub expires: Option<i64>,
 }
 
 /// Server-side encryption of an object (the segments hold each data key).
@@ -197,6 +258,36 @@ pub struct UploadRecord {
     pub content_type: Option<String>,
     pub metadata: Vec<(String, String)>,
     pub sse: Option<Sse>,
+    pub headers: ContentHeaders,
+}
+
+/// Format 2 added the content headers.
+impl Record for UploadRecord {
+    const FORMAT: u8 = 2;
+
+    fn earlier(format: u8, bytes: &[u8]) -> Result<Self, String> {
+        /// An upload as format 1 stored it.
+        #[derive(Deserialize)]
+        struct First {
+            initiator: String,
+            initiated_ns: u64,
+            content_type: Option<String>,
+            metadata: Vec<(String, String)>,
+            sse: Option<Sse>,
+        }
+        if format != 1 {
+            return Err(format!("upload record format {format} is not known here"));
+        }
+        let first: First = postcard::from_bytes(bytes).map_err(|e| e.to_string())?;
+        Ok(UploadRecord {
+            initiator: first.initiator,
+            initiated_ns: first.initiated_ns,
+            content_type: first.content_type,
+            metadata: first.metadata,
+            sse: first.sse,
+            headers: ContentHeaders::default(),
+        })
+    }
 }
 
 /// One part of a multipart upload.
@@ -265,13 +356,38 @@ mod tests {
                 sealed: None,
             }],
             sse: None,
+            headers: ContentHeaders {
+                cache_control: Some("no-cache".into()),
+                expires: Some(1_800_000_000),
+                ..Default::default()
+            },
         };
         let bytes = encode(&entry);
-        assert_eq!(decode::<ObjectEntry>(&bytes), Ok(entry));
+        assert_eq!(bytes[0], 2);
+        assert_eq!(decode::<ObjectEntry>(&bytes), Ok(entry.clone()));
         let mut other = bytes.clone();
         other[0] = 9;
         assert!(decode::<ObjectEntry>(&other).is_err());
         assert!(decode::<ObjectEntry>(&[]).is_err());
+
+        // An entry written before the content headers (format 1) reads without them.
+        let mut first = vec![1];
+        first.extend(
+            postcard::to_allocvec(&(
+                entry.size,
+                &entry.etag,
+                entry.mtime_ns,
+                &entry.content_type,
+                &entry.metadata,
+                &entry.segments,
+                &entry.sse,
+            ))
+            .expect("serializes"),
+        );
+        let read = decode::<ObjectEntry>(&first).expect("format 1 reads");
+        assert_eq!(read.headers, ContentHeaders::default());
+        assert_eq!(read.segments, entry.segments);
+        assert_eq!(read.metadata, entry.metadata);
     }
 
     #[test]

@@ -146,7 +146,7 @@ async fn swap<T, F>(
     done: &mut Rewrapped,
 ) -> Result<(), Error>
 where
-    T: serde::Serialize + for<'de> serde::Deserialize<'de>,
+    T: layout::Record,
     F: AsyncFn(&mut T) -> Result<u64, Error>,
 {
     for _ in 0..SWAP_TRIES {

@@ -23,6 +23,7 @@ upload still in progress in them.
 import base64
 import dataclasses
 import datetime
+import email.utils
 import hashlib
 import io
 import os
@@ -133,6 +134,25 @@ def expect_error(what, codes, call, **params):
             raise AssertionError(f"{what}: the {code} error has no request id: {error.response}")
         return error
     raise AssertionError(f"{what}: expected error {' or '.join(codes)}, but the call succeeded")
+
+
+# Representation headers an object is written with, which GET and HEAD give back.
+CONTENT_HEADERS = {
+    "CacheControl": "no-cache, max-age=0",
+    "ContentDisposition": 'attachment; filename="doc.txt"',
+    "ContentEncoding": "identity",
+    "ContentLanguage": "en-GB",
+}
+EXPIRES = datetime.datetime(2031, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc)
+
+
+def expect_content_headers(what, response, present=True):
+    """`response` (of a GET or HEAD) has CONTENT_HEADERS and EXPIRES, or none of them."""
+    for name, value in CONTENT_HEADERS.items():
+        expect(f"{what} {name}", response.get(name), value if present else None)
+    expires = response["ResponseMetadata"]["HTTPHeaders"].get("expires")
+    want = email.utils.format_datetime(EXPIRES, usegmt=True) if present else None
+    expect(f"{what} Expires", expires, want)
 
 
 def status(response):
@@ -320,13 +340,25 @@ class Suite:
                 f"get_bucket_location: expected {REGION} or empty, got {location!r}"
             )
         ok(f"get_bucket_location is {location!r}")
-        expect_error(
-            "create_bucket of a bucket one already owns",
-            ["BucketAlreadyOwnedByYou", "BucketAlreadyExists"],
-            self.s3.create_bucket,
-            Bucket=self.bucket,
+        self.put("recreated", b"still here")
+        expect(
+            "create_bucket of a bucket one already owns status",
+            status(self.s3.create_bucket(Bucket=self.bucket)),
+            200,
         )
-        ok("create_bucket of an existing own bucket is refused")
+        _, body = self.get("recreated")
+        expect_body("an object of a bucket created again", body, b"still here")
+        self.s3.delete_object(Bucket=self.bucket, Key="recreated")
+        del self.objects["recreated"]
+        ok("create_bucket of one's own bucket succeeds, as in us-east-1, and keeps its objects")
+        for name in [f"{self.bucket}.-x", f"{self.bucket}-.x"]:
+            expect_error(
+                f"create_bucket {name}",
+                ["InvalidBucketName"],
+                self.s3.create_bucket,
+                Bucket=name,
+            )
+        ok("create_bucket refuses names where a dot and a dash touch")
         self.s3.delete_bucket(Bucket=self.scratch_bucket)
         expect_error(
             "head_bucket after delete_bucket",
@@ -393,15 +425,40 @@ class Suite:
         object_name = "metadata/doc"
         data = b"coffer keeps the content type and the user metadata\n"
         user_metadata = {"color": "blue", "owner-name": "alice"}
-        self.put(object_name, data, ContentType="application/x-coffer-test", Metadata=user_metadata)
+        self.put(
+            object_name,
+            data,
+            ContentType="application/x-coffer-test",
+            Metadata=user_metadata,
+            Expires=EXPIRES,
+            **CONTENT_HEADERS,
+        )
         head = self.s3.head_object(Bucket=self.bucket, Key=object_name)
         expect("head_object ContentType", head["ContentType"], "application/x-coffer-test")
         expect("head_object Metadata", head["Metadata"], user_metadata)
+        expect_content_headers("head_object", head)
         response, body = self.get(object_name)
         expect("get_object ContentType", response["ContentType"], "application/x-coffer-test")
         expect("get_object Metadata", response["Metadata"], user_metadata)
+        expect_content_headers("get_object", response)
         expect_body("get_object of the object with metadata", body, data)
-        ok("content type and x-amz-meta-* round trip")
+        ok("content type, Cache-Control, Content-Disposition, Content-Encoding, Content-Language, "
+           "Expires and x-amz-meta-* round trip")
+        response, _ = self.get(
+            object_name,
+            ResponseCacheControl="max-age=60",
+            ResponseContentType="text/csv",
+            ResponseContentLanguage="fr",
+        )
+        expect("get_object response-cache-control", response["CacheControl"], "max-age=60")
+        expect("get_object response-content-type", response["ContentType"], "text/csv")
+        expect("get_object response-content-language", response["ContentLanguage"], "fr")
+        expect(
+            "get_object with overrides keeps the rest",
+            response["ContentDisposition"],
+            CONTENT_HEADERS["ContentDisposition"],
+        )
+        ok("get_object's response-* parameters replace the stored headers in its answer")
 
     def ranges(self):
         for size in [STRIPE_BYTES + 3, 20 * MIB]:
@@ -474,7 +531,7 @@ class Suite:
             ("If-Modified-Since after its change", {"IfModifiedSince": later}, "304", "304"),
         ]
         for what, conditions, get_code, head_code in failing:
-            expect_error(
+            error = expect_error(
                 f"get_object with {what}",
                 [get_code],
                 self.s3.get_object,
@@ -482,6 +539,12 @@ class Suite:
                 Key=object_name,
                 **conditions,
             )
+            if get_code == "304":
+                expect(
+                    f"get_object with {what}: ETag of the 304",
+                    error.response["ResponseMetadata"]["HTTPHeaders"].get("etag"),
+                    tag,
+                )
             expect_error(
                 f"head_object with {what}",
                 [head_code],
@@ -504,6 +567,7 @@ class Suite:
         head = self.s3.head_object(Bucket=self.bucket, Key="copies/kept")
         expect("copy (COPY) ContentType", head["ContentType"], "application/x-coffer-test")
         expect("copy (COPY) Metadata", head["Metadata"], {"color": "blue", "owner-name": "alice"})
+        expect_content_headers("copy (COPY)", head)
         expect("copy (COPY) ETag", head["ETag"], quoted_md5(data))
         _, body = self.get("copies/kept")
         expect_body("copy (COPY) body", body, data)
@@ -521,6 +585,7 @@ class Suite:
         head = self.s3.head_object(Bucket=self.bucket, Key="copies/replaced")
         expect("copy (REPLACE) ContentType", head["ContentType"], "text/plain")
         expect("copy (REPLACE) Metadata", head["Metadata"], {"color": "red"})
+        expect_content_headers("copy (REPLACE)", head, present=False)
         _, body = self.get("copies/replaced")
         expect_body("copy (REPLACE) body", body, data)
         ok("copy_object with MetadataDirective REPLACE replaces it")
@@ -534,6 +599,48 @@ class Suite:
         _, body = self.get("copies/big")
         expect_body("copy of 20 MiB", body, self.objects[big])
         ok("copy_object of 20 MiB")
+
+        # Conditions on the source: any that fails is PreconditionFailed, even If-None-Match.
+        head = self.s3.head_object(Bucket=self.bucket, Key=source)
+        tag, changed = head["ETag"], head["LastModified"]
+        later = changed + datetime.timedelta(hours=1)
+        earlier = changed - datetime.timedelta(hours=1)
+        other = quoted_md5(b"another content")
+        holding = [
+            {"CopySourceIfMatch": tag},
+            {"CopySourceIfNoneMatch": other},
+            {"CopySourceIfModifiedSince": earlier},
+            {"CopySourceIfUnmodifiedSince": later},
+        ]
+        for conditions in holding:
+            self.s3.copy_object(
+                Bucket=self.bucket, Key="copies/conditional", CopySource=copy_source, **conditions
+            )
+        failing = [
+            {"CopySourceIfMatch": other},
+            {"CopySourceIfNoneMatch": tag},
+            {"CopySourceIfModifiedSince": later},
+            {"CopySourceIfUnmodifiedSince": earlier},
+        ]
+        for conditions in failing:
+            expect_error(
+                f"copy_object with {conditions}",
+                ["PreconditionFailed"],
+                self.s3.copy_object,
+                Bucket=self.bucket,
+                Key="copies/refused",
+                CopySource=copy_source,
+                **conditions,
+            )
+        expect_error(
+            "head_object of a copy refused by its conditions",
+            ["404"],
+            self.s3.head_object,
+            Bucket=self.bucket,
+            Key="copies/refused",
+        )
+        self.objects["copies/conditional"] = data
+        ok(f"copy_object honours {len(holding)} source conditions that hold, refuses {len(failing)}")
 
     def deletes(self):
         object_name = "delete/one"
@@ -666,7 +773,11 @@ class Suite:
         parts = [os.urandom(PART_BYTES_MIN), os.urandom(PART_BYTES_MIN), os.urandom(MIB + 7)]
         user_metadata = {"parts": "three"}
         upload_id = self.create_upload(
-            object_name, ContentType="application/x-coffer-parts", Metadata=user_metadata
+            object_name,
+            ContentType="application/x-coffer-parts",
+            Metadata=user_metadata,
+            Expires=EXPIRES,
+            **CONTENT_HEADERS,
         )
         completed = [
             self.upload_part(object_name, upload_id, number, data)
@@ -708,9 +819,10 @@ class Suite:
             "application/x-coffer-parts",
         )
         expect("head_object of the completed upload Metadata", head["Metadata"], user_metadata)
+        expect_content_headers("head_object of the completed upload", head)
         ok(
-            "complete_multipart_upload: ETag is the MD5 of the parts' MD5s and -3; content type "
-            "and metadata are those given at creation"
+            "complete_multipart_upload: ETag is the MD5 of the parts' MD5s and -3; content type, "
+            "headers and metadata are those given at creation"
         )
 
         response, body = self.get(object_name)

@@ -38,16 +38,21 @@ pub(super) async fn create_bucket(
 ) -> S3Result<S3Response<CreateBucketOutput>> {
     let user = gw.user(&req).await?;
     let bucket = &req.input.bucket;
-    match buckets::create(&gw.pool, bucket, &user).await {
-        Ok(()) => Ok(S3Response::new(CreateBucketOutput {
-            location: Some(format!("/{bucket}")),
-        })),
-        Err(Error::Exists(owner)) if owner == user => {
-            Err(Refusal::AlreadyOwned(bucket.clone()).into())
-        }
-        Err(Error::Exists(_)) => Err(Refusal::BucketTaken(bucket.clone()).into()),
-        Err(e) => Err(e.into()),
+    // s3s has checked S3's other naming rules; these two of DNS's it lets through.
+    if bucket.contains(".-") || bucket.contains("-.") {
+        return Err(Refusal::BucketName(bucket.clone()).into());
     }
+    match buckets::create(&gw.pool, bucket, &user).await {
+        Ok(()) => {}
+        // Asking again for one's own bucket succeeds, as in us-east-1, the one region a
+        // Coffer cluster answers as.
+        Err(Error::Exists(owner)) if owner == user => {}
+        Err(Error::Exists(_)) => return Err(Refusal::BucketTaken(bucket.clone()).into()),
+        Err(e) => return Err(e.into()),
+    }
+    Ok(S3Response::new(CreateBucketOutput {
+        location: Some(format!("/{bucket}")),
+    }))
 }
 
 pub(super) async fn delete_bucket(

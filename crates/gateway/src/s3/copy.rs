@@ -4,9 +4,11 @@ use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result};
 
 use super::error::Refusal;
+use super::object::Conditions;
 use super::upload::part_number;
 use super::{
-    check_key, encryption, etag, modified, new_entry, sorted_metadata, timestamp, Gateway,
+    check_key, content_headers, encryption, etag, modified, new_entry, sorted_metadata, timestamp,
+    Gateway,
 };
 use crate::data;
 use crate::layout::{self, ObjectEntry};
@@ -28,6 +30,19 @@ impl Gateway {
         let keys = self.keys(source, customer.as_ref()).await?;
         Ok(data::read(&self.pool, source, range, keys, hold))
     }
+}
+
+/// The [`Conditions`] a CopyObject or UploadPartCopy puts on its source.
+macro_rules! source_conditions {
+    ($input:expr) => {
+        Conditions {
+            if_match: $input.copy_source_if_match.as_ref(),
+            if_none_match: $input.copy_source_if_none_match.as_ref(),
+            if_modified_since: $input.copy_source_if_modified_since.as_ref(),
+            if_unmodified_since: $input.copy_source_if_unmodified_since.as_ref(),
+            on_copy_source: true,
+        }
+    };
 }
 
 /// The byte range of an UploadPartCopy source (`bytes=FIRST-LAST`), within `size`.
@@ -66,6 +81,7 @@ pub(super) async fn copy_object(
     gw.owned(&user, source_bucket).await?;
     gw.owned(&user, &input.bucket).await?;
     let source = gw.entry(source_bucket, source_key).await?;
+    source_conditions!(input).check(&source)?;
     let replace = input
         .metadata_directive
         .as_ref()
@@ -105,12 +121,14 @@ pub(super) async fn copy_object(
     .await?;
     let sealing = gw.sealing(&sse, customer.as_ref()).await?;
     let written = data::write(&gw.pool, reader, sealing).await?;
-    let (content_type, metadata) = if replace {
-        (input.content_type, sorted_metadata(input.metadata))
+    let (content_type, metadata, headers) = if replace {
+        let headers = content_headers!(input);
+        (input.content_type, sorted_metadata(input.metadata), headers)
     } else {
-        (source.content_type.clone(), source.metadata.clone())
+        let source = source.clone();
+        (source.content_type, source.metadata, source.headers)
     };
-    let entry = new_entry(&written, content_type, metadata, sse);
+    let entry = new_entry(&written, content_type, metadata, headers, sse);
     gw.commit(&input.bucket, &input.key, &entry).await?;
     let described = encryption::describe(&entry.sse, customer.as_ref());
     Ok(S3Response::new(CopyObjectOutput {
@@ -154,6 +172,7 @@ pub(super) async fn upload_part_copy(
     )?;
     encryption::check_customer(&record.sse, customer.as_ref())?;
     let source = gw.entry(source_bucket, source_key).await?;
+    source_conditions!(input).check(&source)?;
     let range = copy_range(input.copy_source_range.as_deref(), source.size)?;
     let reader = gw
         .source_reader(

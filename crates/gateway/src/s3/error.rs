@@ -22,8 +22,8 @@ pub(crate) enum Refusal {
     NoKey { bucket: String, key: String },
     #[error("no upload {0} in progress")]
     NoUpload(String),
-    #[error("you already own bucket {0}")]
-    AlreadyOwned(String),
+    #[error("{0} is not a bucket name: a dot and a dash may not touch")]
+    BucketName(String),
     #[error("bucket {0} belongs to another user")]
     BucketTaken(String),
     #[error("bucket {0} holds objects; delete them first")]
@@ -42,8 +42,9 @@ pub(crate) enum Refusal {
     NotServed(&'static str),
     #[error("{0}")]
     PreconditionFailed(&'static str),
-    #[error("{0}")]
-    NotModified(&'static str),
+    /// A 304 has no body: its ETag header is what the client compares.
+    #[error("Not Modified")]
+    NotModified { etag: String },
     #[error("Content-MD5 is not a base64 MD5")]
     ContentMd5,
     #[error("the content does not match its Content-MD5")]
@@ -78,7 +79,7 @@ impl Refusal {
             Refusal::NoBucket(_) => C::NoSuchBucket,
             Refusal::NoKey { .. } => C::NoSuchKey,
             Refusal::NoUpload(_) => C::NoSuchUpload,
-            Refusal::AlreadyOwned(_) => C::BucketAlreadyOwnedByYou,
+            Refusal::BucketName(_) => C::InvalidBucketName,
             Refusal::BucketTaken(_) => C::BucketAlreadyExists,
             Refusal::BucketNotEmpty(_) => C::BucketNotEmpty,
             Refusal::NoDefaultEncryption(_) => C::ServerSideEncryptionConfigurationNotFoundError,
@@ -88,7 +89,7 @@ impl Refusal {
             Refusal::BadRequest(_) => C::InvalidRequest,
             Refusal::NotServed(_) => C::NotImplemented,
             Refusal::PreconditionFailed(_) => C::PreconditionFailed,
-            Refusal::NotModified(_) => C::NotModified,
+            Refusal::NotModified { .. } => C::NotModified,
             Refusal::ContentMd5 => C::InvalidDigest,
             Refusal::BadDigest => C::BadDigest,
             Refusal::IncompleteBody(_) => C::IncompleteBody,
@@ -105,7 +106,15 @@ impl Refusal {
 
 impl From<Refusal> for S3Error {
     fn from(refusal: Refusal) -> S3Error {
-        S3Error::with_message(refusal.code(), refusal.to_string())
+        let mut e = S3Error::with_message(refusal.code(), refusal.to_string());
+        if let Refusal::NotModified { etag } = &refusal {
+            let mut headers = hyper::HeaderMap::new();
+            if let Ok(value) = hyper::header::HeaderValue::from_str(&format!("\"{etag}\"")) {
+                headers.insert(hyper::header::ETAG, value);
+            }
+            e.set_headers(headers);
+        }
+        e
     }
 }
 

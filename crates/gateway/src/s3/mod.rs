@@ -24,7 +24,7 @@ use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result, S3};
 
 use crate::kms::{Kms, MonitorKms};
-use crate::layout::{self, BucketInfo, ObjectEntry, Sse};
+use crate::layout::{self, BucketInfo, ContentHeaders, ObjectEntry, Sse};
 use crate::sse::KeyCache;
 use crate::{buckets, data, users, Error};
 use encryption::CustomerKey;
@@ -250,6 +250,7 @@ fn new_entry(
     written: &data::Written,
     content_type: Option<String>,
     metadata: Vec<(String, String)>,
+    headers: ContentHeaders,
     sse: Option<Sse>,
 ) -> ObjectEntry {
     let etag = encryption::etag_bytes(&sse, written.md5, &written.instance);
@@ -261,7 +262,43 @@ fn new_entry(
         metadata,
         segments: vec![written.segment()],
         sse,
+        headers,
     }
+}
+
+/// The [`ContentHeaders`] that a PutObject, CopyObject or CreateMultipartUpload input gives.
+macro_rules! content_headers {
+    ($input:expr) => {
+        crate::layout::ContentHeaders {
+            cache_control: $input.cache_control.clone(),
+            content_disposition: $input.content_disposition.clone(),
+            content_encoding: super::stored_encoding($input.content_encoding.as_deref()),
+            content_language: $input.content_language.clone(),
+            expires: $input.expires.clone().map(super::unix_seconds),
+        }
+    };
+}
+use content_headers;
+
+/// The Content-Encoding kept of a request's: without `aws-chunked`, which names how this
+/// request's body was framed (SigV4 streaming), not the object.
+fn stored_encoding(given: Option<&str>) -> Option<String> {
+    let kept: Vec<&str> = given?
+        .split(',')
+        .map(str::trim)
+        .filter(|coding| !coding.is_empty() && !coding.eq_ignore_ascii_case("aws-chunked"))
+        .collect();
+    (!kept.is_empty()).then(|| kept.join(","))
+}
+
+fn unix_seconds(time: Timestamp) -> i64 {
+    time::OffsetDateTime::from(time).unix_timestamp()
+}
+
+fn from_unix_seconds(seconds: i64) -> Option<Timestamp> {
+    time::OffsetDateTime::from_unix_timestamp(seconds)
+        .ok()
+        .map(Timestamp::from)
 }
 
 fn sorted_metadata(metadata: Option<Metadata>) -> Vec<(String, String)> {
@@ -354,4 +391,24 @@ verbs! {
     upload::list_multipart_uploads(ListMultipartUploadsInput) -> ListMultipartUploadsOutput;
     list::list_objects(ListObjectsInput) -> ListObjectsOutput;
     list::list_objects_v2(ListObjectsV2Input) -> ListObjectsV2Output;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_stored_encoding_drops_the_request_framing() {
+        assert_eq!(stored_encoding(Some("gzip")), Some("gzip".into()));
+        assert_eq!(
+            stored_encoding(Some("identity,aws-chunked")),
+            Some("identity".into())
+        );
+        assert_eq!(stored_encoding(Some("aws-chunked")), None);
+        assert_eq!(
+            stored_encoding(Some("gzip, AWS-Chunked, br")),
+            Some("gzip,br".into())
+        );
+        assert_eq!(stored_encoding(None), None);
+    }
 }

@@ -7,8 +7,8 @@ use s3s::{S3Request, S3Response, S3Result};
 use super::error::Refusal;
 use super::upload::part_number;
 use super::{
-    check_key, encryption, etag, modified, new_entry, sorted_metadata, timestamp, write_body,
-    Gateway,
+    check_key, content_headers, encryption, etag, from_unix_seconds, modified, new_entry,
+    sorted_metadata, timestamp, write_body, Gateway,
 };
 use crate::layout::ObjectEntry;
 use crate::{buckets, data, Error};
@@ -20,12 +20,14 @@ const DELETE_KEYS_MAX: usize = 1000;
 /// `If-Unmodified-Since`), checked in RFC 9110's order, as S3 does: a failed `If-Match` or
 /// `If-Unmodified-Since` is PreconditionFailed (412), a failed `If-None-Match` or
 /// `If-Modified-Since` is NotModified (304). A date condition is ignored when its ETag
-/// counterpart is given; dates compare to the second, as HTTP dates carry.
-struct Conditions<'a> {
-    if_match: Option<&'a ETagCondition>,
-    if_none_match: Option<&'a ETagCondition>,
-    if_modified_since: Option<&'a Timestamp>,
-    if_unmodified_since: Option<&'a Timestamp>,
+/// counterpart is given; dates compare to the second, as HTTP dates carry. On a copy's
+/// source (`x-amz-copy-source-if-*`) every failed condition is PreconditionFailed.
+pub(super) struct Conditions<'a> {
+    pub if_match: Option<&'a ETagCondition>,
+    pub if_none_match: Option<&'a ETagCondition>,
+    pub if_modified_since: Option<&'a Timestamp>,
+    pub if_unmodified_since: Option<&'a Timestamp>,
+    pub on_copy_source: bool,
 }
 
 /// The [`Conditions`] of a GetObject or HeadObject input.
@@ -36,12 +38,13 @@ macro_rules! conditions {
             if_none_match: $input.if_none_match.as_ref(),
             if_modified_since: $input.if_modified_since.as_ref(),
             if_unmodified_since: $input.if_unmodified_since.as_ref(),
+            on_copy_source: false,
         }
     };
 }
 
 impl Conditions<'_> {
-    fn check(&self, entry: &ObjectEntry) -> S3Result<()> {
+    pub fn check(&self, entry: &ObjectEntry) -> S3Result<()> {
         let matches = |condition: &ETagCondition| match condition {
             ETagCondition::Any => true,
             ETagCondition::ETag(tag) => tag.value() == entry.etag,
@@ -64,27 +67,60 @@ impl Conditions<'_> {
                 }
             }
         }
-        match self.if_none_match {
-            Some(condition) if matches(condition) => {
-                Err(Refusal::NotModified("the ETag matches If-None-Match").into())
-            }
-            Some(_) => Ok(()),
+        let why = match self.if_none_match {
+            Some(condition) if matches(condition) => "the ETag matches If-None-Match",
+            Some(_) => return Ok(()),
             None if self
                 .if_modified_since
                 .is_some_and(|since| modified <= *since) =>
             {
-                Err(
-                    Refusal::NotModified("the object was not modified after If-Modified-Since")
-                        .into(),
-                )
+                "the object was not modified after If-Modified-Since"
             }
-            None => Ok(()),
+            None => return Ok(()),
+        };
+        Err(if self.on_copy_source {
+            Refusal::PreconditionFailed(why)
+        } else {
+            Refusal::NotModified {
+                etag: entry.etag.clone(),
+            }
         }
+        .into())
     }
 }
 
 fn metadata(entry: &ObjectEntry) -> Option<Metadata> {
     (!entry.metadata.is_empty()).then(|| entry.metadata.iter().cloned().collect())
+}
+
+/// A GET's output with the headers its `response-*` parameters ask for in place of the
+/// stored ones.
+fn overridden(mut output: GetObjectOutput, input: &GetObjectInput) -> GetObjectOutput {
+    let asked = [
+        (&mut output.cache_control, &input.response_cache_control),
+        (
+            &mut output.content_disposition,
+            &input.response_content_disposition,
+        ),
+        (
+            &mut output.content_encoding,
+            &input.response_content_encoding,
+        ),
+        (
+            &mut output.content_language,
+            &input.response_content_language,
+        ),
+        (&mut output.content_type, &input.response_content_type),
+    ];
+    for (header, asked) in asked {
+        if asked.is_some() {
+            header.clone_from(asked);
+        }
+    }
+    if input.response_expires.is_some() {
+        output.expires.clone_from(&input.response_expires);
+    }
+    output
 }
 
 /// The content type S3 reports for an object stored without one.
@@ -174,10 +210,12 @@ pub(super) async fn put_object(
         sealing,
     )
     .await?;
+    let headers = content_headers!(input);
     let entry = new_entry(
         &written,
         input.content_type,
         sorted_metadata(input.metadata),
+        headers,
         sse,
     );
     gw.commit(&input.bucket, &input.key, &entry).await?;
@@ -213,7 +251,8 @@ pub(super) async fn get_object(
     let (range, content_range) = span(&entry, input.range.as_ref(), input.part_number)?;
     let body = data::read(&gw.pool, &entry, range.clone(), keys, hold);
     let described = encryption::describe(&entry.sse, customer.as_ref());
-    Ok(S3Response::new(GetObjectOutput {
+    let headers = &entry.headers;
+    let output = GetObjectOutput {
         body: Some(StreamingBlob::wrap(body)),
         content_length: Some((range.end - range.start) as i64),
         content_range,
@@ -222,13 +261,19 @@ pub(super) async fn get_object(
         e_tag: Some(etag(&entry)),
         last_modified: Some(modified(&entry)),
         content_type: content_type(&entry),
+        cache_control: headers.cache_control.clone(),
+        content_disposition: headers.content_disposition.clone(),
+        content_encoding: headers.content_encoding.clone(),
+        content_language: headers.content_language.clone(),
+        expires: headers.expires.and_then(from_unix_seconds),
         metadata: metadata(&entry),
         server_side_encryption: described.sse,
         ssekms_key_id: described.kms_key,
         sse_customer_algorithm: described.customer_algorithm,
         sse_customer_key_md5: described.customer_key_md5,
         ..Default::default()
-    }))
+    };
+    Ok(S3Response::new(overridden(output, &input)))
 }
 
 pub(super) async fn head_object(
@@ -256,6 +301,11 @@ pub(super) async fn head_object(
         e_tag: Some(etag(&entry)),
         last_modified: Some(modified(&entry)),
         content_type: content_type(&entry),
+        cache_control: entry.headers.cache_control.clone(),
+        content_disposition: entry.headers.content_disposition.clone(),
+        content_encoding: entry.headers.content_encoding.clone(),
+        content_language: entry.headers.content_language.clone(),
+        expires: entry.headers.expires.and_then(from_unix_seconds),
         metadata: metadata(&entry),
         server_side_encryption: described.sse,
         ssekms_key_id: described.kms_key,

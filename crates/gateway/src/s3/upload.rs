@@ -9,8 +9,8 @@ use s3s::{S3Error, S3Request, S3Response, S3Result};
 use super::error::Refusal;
 use super::list::encoder;
 use super::{
-    check_key, encryption, etag, in_bucket, sorted_metadata, timestamp, write_body, Gateway,
-    MAX_KEYS_DEFAULT,
+    check_key, content_headers, encryption, etag, in_bucket, sorted_metadata, timestamp,
+    write_body, Gateway, MAX_KEYS_DEFAULT,
 };
 use crate::layout::{self, ObjectEntry, PartRecord, Segment, Sse, UploadRecord};
 use crate::{buckets, data, multipart, Error};
@@ -144,6 +144,7 @@ pub(super) async fn create_multipart_upload(
     let record = UploadRecord {
         initiator: user,
         initiated_ns: layout::now_ns(),
+        headers: content_headers!(input),
         content_type: input.content_type,
         metadata: sorted_metadata(input.metadata),
         sse,
@@ -245,6 +246,7 @@ pub(super) async fn complete_multipart_upload(
         metadata: record.metadata,
         segments,
         sse: record.sse,
+        headers: record.headers,
     };
     // Not gw.commit: on failure the parts stay with the upload, to complete again.
     match buckets::commit(&gw.pool, &input.bucket, &input.key, &entry).await {
