@@ -144,9 +144,11 @@ pub struct ObjectEntry {
     /// How the content is encrypted by the gateway, if it is.
     pub sse: Option<Sse>,
     pub headers: ContentHeaders,
+    /// The multipart upload this entry completed, to answer a completion asked again.
+    pub upload_id: Option<String>,
 }
 
-/// Format 2 added the content headers.
+/// Format 2 added the content headers and the upload id.
 impl Record for ObjectEntry {
     const FORMAT: u8 = 2;
 
@@ -175,6 +177,7 @@ impl Record for ObjectEntry {
             segments: first.segments,
             sse: first.sse,
             headers: ContentHeaders::default(),
+            upload_id: None,
         })
     }
 }
@@ -361,6 +364,7 @@ mod tests {
                 expires: Some(1_800_000_000),
                 ..Default::default()
             },
+            upload_id: Some("0123".into()),
         };
         let bytes = encode(&entry);
         assert_eq!(bytes[0], 2);
@@ -386,6 +390,7 @@ mod tests {
         );
         let read = decode::<ObjectEntry>(&first).expect("format 1 reads");
         assert_eq!(read.headers, ContentHeaders::default());
+        assert_eq!(read.upload_id, None);
         assert_eq!(read.segments, entry.segments);
         assert_eq!(read.metadata, entry.metadata);
     }

@@ -125,7 +125,12 @@ pub(crate) fn annotated(
             let slot = crate::metrics::VerbSlot::default();
             let mut request = request;
             request.extensions_mut().insert(slot.clone());
-            let mut response = hyper::service::Service::call(&service, request).await?;
+            let mut response = match crate::s3::check_presigned_life(request.uri().query()) {
+                Ok(()) => hyper::service::Service::call(&service, request).await?,
+                Err(refused) => refused
+                    .to_http_response()
+                    .map_err(|e| HttpError::new(Box::new(e)))?,
+            };
             if let Ok(value) = hyper::http::HeaderValue::from_str(&id) {
                 response.headers_mut().insert("x-amz-request-id", value);
             }

@@ -808,6 +808,9 @@ class Suite:
         data = b"".join(parts)
         self.objects[object_name] = data
         expect("complete_multipart_upload ETag", response["ETag"], multipart_etag(parts))
+        again = self.complete(object_name, upload_id, completed)
+        expect("complete_multipart_upload asked again: ETag", again["ETag"], response["ETag"])
+        ok("complete_multipart_upload asked again answers as the first time")
         head = self.s3.head_object(Bucket=self.bucket, Key=object_name)
         expect(
             "head_object of the completed upload ContentLength", head["ContentLength"], len(data)
@@ -1337,7 +1340,7 @@ class Suite:
         )
         expect_error(
             "copy_object of an SSE-C source with a wrong key",
-            ["AccessDenied"],
+            ["InvalidArgument"],
             self.s3.copy_object,
             Bucket=self.bucket,
             Key="sse/copies/refused",
@@ -1353,7 +1356,7 @@ class Suite:
         )
         ok(
             "copy_object of an SSE-C source without its key: InvalidRequest; with a wrong key: "
-            "AccessDenied"
+            "InvalidArgument"
         )
 
         object_name = "sse/copies/sse-c-to-sse-s3"
@@ -1461,8 +1464,8 @@ class Suite:
         for name, codes, params in [
             ("without the key", ["InvalidRequest"], {}),
             ("with a range, without the key", ["InvalidRequest"], {"Range": "bytes=0-9"}),
-            ("with a wrong key", ["AccessDenied"], wrong_key),
-            ("with a range and a wrong key", ["AccessDenied"], {**wrong_key, "Range": "bytes=0-9"}),
+            ("with a wrong key", ["InvalidArgument"], wrong_key),
+            ("with a range and a wrong key", ["InvalidArgument"], {**wrong_key, "Range": "bytes=0-9"}),
         ]:
             expect_error(
                 f"get_object of an SSE-C object {name}",
@@ -1481,7 +1484,7 @@ class Suite:
         )
         expect_error(
             "head_object of an SSE-C object with a wrong key",
-            ["403"],
+            ["400"],
             self.s3.head_object,
             Bucket=self.bucket,
             Key=sealed,
@@ -1489,7 +1492,7 @@ class Suite:
         )
         ok(
             "an SSE-C object without its key: InvalidRequest (HEAD 400); with another key: "
-            "AccessDenied (HEAD 403)"
+            "InvalidArgument (HEAD 400, as Ceph's gateway answers; AWS answers 403)"
         )
 
         for name, object_name in [
@@ -1643,7 +1646,7 @@ class Suite:
         )
         expect_error(
             "upload_part of an SSE-C upload with another key",
-            ["AccessDenied"],
+            ["InvalidArgument"],
             self.s3.upload_part,
             PartNumber=1,
             Body=b"x",
@@ -1671,7 +1674,7 @@ class Suite:
         self.abort(object_name, upload_id)
         ok(
             "upload_part of an SSE-C upload without its key: InvalidRequest; with another: "
-            "AccessDenied; an SSE-C key on a part of an upload without SSE-C: InvalidRequest"
+            "InvalidArgument; an SSE-C key on a part of an upload without SSE-C: InvalidRequest"
         )
 
     def bucket_default_encryption(self):
@@ -1949,6 +1952,38 @@ class Suite:
         )
         ok("list_objects_v2 in one page reports every size")
 
+        # What the answers echo: no Delimiter when it was empty (it groups nothing), an
+        # empty Marker when none was given; owners in v1 always, in v2 when fetched.
+        owner = self.s3.list_buckets()["Owner"]["ID"]
+        for name, call in [
+            ("list_objects", self.s3.list_objects),
+            ("list_objects_v2", self.s3.list_objects_v2),
+        ]:
+            page = call(Bucket=self.listing_bucket, Delimiter="")
+            expect(f"{name} Delimiter '' echoed", "Delimiter" in page, False)
+            expect(
+                f"{name} Delimiter '' keys",
+                [o["Key"] for o in page["Contents"]],
+                everything,
+            )
+            expect(f"{name} Delimiter '' CommonPrefixes", page.get("CommonPrefixes"), None)
+        page = self.s3.list_objects(Bucket=self.listing_bucket)
+        expect("list_objects Marker when none is given", page["Marker"], "")
+        expect(
+            "list_objects owners",
+            {o["Owner"]["ID"] for o in page["Contents"]},
+            {owner},
+        )
+        page = self.s3.list_objects_v2(Bucket=self.listing_bucket)
+        expect("list_objects_v2 owners unasked", [o.get("Owner") for o in page["Contents"]][:1], [None])
+        page = self.s3.list_objects_v2(Bucket=self.listing_bucket, FetchOwner=True)
+        expect(
+            "list_objects_v2 owners with FetchOwner",
+            {o["Owner"]["ID"] for o in page["Contents"]},
+            {owner},
+        )
+        ok("listings leave out an empty delimiter, give an empty Marker, and owners as asked")
+
     # Presigned URLs ---------------------------------------------------------------------
 
     def presigned(self):
@@ -1987,9 +2022,62 @@ class Suite:
             expect(f"{version} presigned GET after it expired: status", code, 403)
             ok(f"an expired {version} presigned URL is refused with 403")
 
+        signer = client(os.environ["S3_ACCESS"], os.environ["S3_SECRET"], signature_version="s3v4")
+        for seconds in [7 * 24 * 3600 + 1, -7]:
+            url = signer.generate_presigned_url(
+                "get_object", Params={"Bucket": self.bucket, "Key": object_name}, ExpiresIn=seconds
+            )
+            code, _ = https_get(url)
+            expect(f"presigned GET with X-Amz-Expires {seconds}: status", code, 403)
+        ok("a presigned URL meant to live more than a week, or less than nothing, is refused with 403")
+
     # Errors -----------------------------------------------------------------------------
 
+    def with_headers(self, operation, headers, send, **params):
+        """`send(**params)` with `headers` added to the request of `operation` (a botocore
+        operation name), as a client that sends them by hand would."""
+        def add(params, **_):
+            params["headers"].update(headers)
+
+        event = f"before-call.s3.{operation}"
+        self.s3.meta.events.register(event, add)
+        try:
+            return send(**params)
+        finally:
+            self.s3.meta.events.unregister(event, add)
+
     def errors(self):
+        expect_error(
+            "put_object with an empty Content-MD5",
+            ["InvalidDigest"],
+            self.with_headers,
+            operation="PutObject",
+            headers={"Content-MD5": ""},
+            send=self.s3.put_object,
+            Bucket=self.bucket,
+            Key="refused/empty-md5",
+            Body=b"x",
+        )
+        for operation, call, code in [
+            ("GetObject", self.s3.get_object, "InvalidArgument"),
+            ("HeadObject", self.s3.head_object, "400"),
+        ]:
+            for name, value in [
+                ("x-amz-server-side-encryption", "AES256"),
+                ("x-amz-server-side-encryption-aws-kms-key-id", "some-key"),
+            ]:
+                expect_error(
+                    f"{operation} with {name}",
+                    [code],
+                    self.with_headers,
+                    operation=operation,
+                    headers={name: value},
+                    send=call,
+                    Bucket=self.bucket,
+                    Key=f"sizes/{STRIPE_BYTES + 3}",
+                )
+        ok("an empty Content-MD5 is InvalidDigest; a GET or HEAD naming an SSE is refused")
+
         expect_error(
             "get_object of a missing key",
             ["NoSuchKey"],

@@ -24,7 +24,7 @@ impl Gateway {
             &self.pool,
             bucket,
             prefix.unwrap_or(""),
-            delimiter,
+            delimiter.filter(|d| !d.is_empty()),
             after,
             max as usize,
         )
@@ -60,7 +60,13 @@ pub(super) fn encoder(encoding: &Option<EncodingType>) -> impl Fn(&str) -> Strin
     }
 }
 
-fn contents(listing: &buckets::Listing, encode: &impl Fn(&str) -> String) -> ObjectList {
+/// The objects of a listing page, each with `owner` if given (every object of a bucket is
+/// its owner's: only the owner writes to it).
+fn contents(
+    listing: &buckets::Listing,
+    encode: &impl Fn(&str) -> String,
+    owner: Option<&str>,
+) -> ObjectList {
     listing
         .objects
         .iter()
@@ -72,9 +78,22 @@ fn contents(listing: &buckets::Listing, encode: &impl Fn(&str) -> String) -> Obj
             storage_class: Some(ObjectStorageClass::from_static(
                 ObjectStorageClass::STANDARD,
             )),
+            owner: owner.map(|name| Owner {
+                display_name: Some(name.into()),
+                id: Some(name.into()),
+            }),
             ..Default::default()
         })
         .collect()
+}
+
+/// The delimiter a listing answers with: the one asked, unless it is empty (which groups
+/// nothing, and which S3 leaves out).
+fn echoed_delimiter(
+    delimiter: &Option<String>,
+    encode: &impl Fn(&str) -> String,
+) -> Option<String> {
+    delimiter.as_deref().filter(|d| !d.is_empty()).map(encode)
 }
 
 fn common_prefixes(
@@ -122,13 +141,15 @@ pub(super) async fn list_objects(
     let encode = encoder(&input.encoding_type);
     Ok(S3Response::new(ListObjectsOutput {
         name: Some(input.bucket),
-        contents: Some(contents(&listing, &encode)),
+        contents: Some(contents(&listing, &encode, Some(&user))),
         common_prefixes: common_prefixes(&listing, &encode),
         is_truncated: Some(listing.next.is_some()),
         next_marker: listing.next.as_deref().map(&encode),
-        marker: input.marker.as_deref().map(&encode),
-        prefix: Some(encode(input.prefix.as_deref().unwrap_or(""))),
-        delimiter: input.delimiter.as_deref().map(&encode),
+        marker: Some(encode(input.marker.as_deref().unwrap_or(""))),
+        // Version 1 gives the prefix as asked, even with encoding-type=url (clients decode
+        // only its keys, markers and delimiter).
+        prefix: Some(input.prefix.unwrap_or_default()),
+        delimiter: echoed_delimiter(&input.delimiter, &encode),
         max_keys: Some(max),
         encoding_type: input.encoding_type,
         ..Default::default()
@@ -161,7 +182,11 @@ pub(super) async fn list_objects_v2(
     let count = listing.objects.len() + listing.prefixes.len();
     Ok(S3Response::new(ListObjectsV2Output {
         name: Some(input.bucket),
-        contents: Some(contents(&listing, &encode)),
+        contents: Some(contents(
+            &listing,
+            &encode,
+            input.fetch_owner.unwrap_or(false).then_some(&user),
+        )),
         common_prefixes: common_prefixes(&listing, &encode),
         key_count: Some(count as i32),
         is_truncated: Some(listing.next.is_some()),
@@ -169,7 +194,7 @@ pub(super) async fn list_objects_v2(
         continuation_token: input.continuation_token,
         start_after: input.start_after.as_deref().map(&encode),
         prefix: Some(encode(input.prefix.as_deref().unwrap_or(""))),
-        delimiter: input.delimiter.as_deref().map(&encode),
+        delimiter: echoed_delimiter(&input.delimiter, &encode),
         max_keys: Some(max),
         encoding_type: input.encoding_type,
         ..Default::default()

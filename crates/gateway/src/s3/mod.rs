@@ -263,6 +263,7 @@ fn new_entry(
         segments: vec![written.segment()],
         sse,
         headers,
+        upload_id: None,
     }
 }
 
@@ -279,6 +280,27 @@ macro_rules! content_headers {
     };
 }
 use content_headers;
+
+/// The longest life of a presigned URL (S3's: a week).
+const PRESIGNED_SECONDS_MAX: i64 = 7 * 24 * 3600;
+
+/// Refuses a SigV4 presigned URL whose `X-Amz-Expires` is not 0 to a week, which s3s lets
+/// through (more than a week) or answers as a malformed request (a negative one): S3
+/// refuses both as not authorized.
+pub(crate) fn check_presigned_life(query: Option<&str>) -> S3Result<()> {
+    let expires = query
+        .unwrap_or("")
+        .split('&')
+        .filter_map(|pair| pair.split_once('='))
+        .find(|(name, _)| *name == "X-Amz-Expires");
+    match expires {
+        Some((_, seconds)) => match seconds.parse::<i64>() {
+            Ok(seconds) if (0..=PRESIGNED_SECONDS_MAX).contains(&seconds) => Ok(()),
+            _ => Err(Refusal::PresignedLife(seconds.into()).into()),
+        },
+        None => Ok(()),
+    }
+}
 
 /// The Content-Encoding kept of a request's: without `aws-chunked`, which names how this
 /// request's body was framed (SigV4 streaming), not the object.
@@ -307,30 +329,29 @@ fn sorted_metadata(metadata: Option<Metadata>) -> Vec<(String, String)> {
     metadata
 }
 
-/// The decoded Content-MD5 header, if there is one.
-fn content_md5(header: &Option<String>) -> S3Result<Option<Vec<u8>>> {
-    match header {
-        Some(text) => Ok(Some(
-            base64::engine::general_purpose::STANDARD
-                .decode(text)
-                .ok()
-                .filter(|md5| md5.len() == 16)
-                .ok_or(Refusal::ContentMd5)?,
-        )),
-        None => Ok(None),
-    }
+/// The request's Content-MD5, decoded, if it has one; one that is not a base64 MD5 (an
+/// empty one included, which s3s reads as none) is refused.
+fn content_md5(headers: &hyper::HeaderMap) -> S3Result<Option<[u8; 16]>> {
+    let Some(value) = headers.get("content-md5") else {
+        return Ok(None);
+    };
+    let md5 = base64::engine::general_purpose::STANDARD
+        .decode(value.as_bytes())
+        .ok()
+        .and_then(|md5| <[u8; 16]>::try_from(md5).ok())
+        .ok_or(Refusal::ContentMd5)?;
+    Ok(Some(md5))
 }
 
 /// Writes a request body as a new instance, checked against its Content-Length and
-/// Content-MD5; nothing of it stays if it fails.
+/// `expected_md5` (its Content-MD5); nothing of it stays if it fails.
 async fn write_body(
     pool: &Pool,
     body: Option<StreamingBlob>,
     content_length: Option<i64>,
-    content_md5: &Option<String>,
+    expected_md5: Option<[u8; 16]>,
     sealing: Option<data::Sealing>,
 ) -> S3Result<data::Written> {
-    let expected_md5 = self::content_md5(content_md5)?;
     if content_length.is_some_and(|len| len as u64 > PUT_BYTES_MAX) {
         return Err(Refusal::TooLarge(PUT_BYTES_MAX).into());
     }
@@ -396,6 +417,21 @@ verbs! {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn presigned_urls_live_at_most_a_week() {
+        let url = |expires: &str| {
+            format!("X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Expires={expires}&X-Amz-Signature=ab")
+        };
+        assert!(check_presigned_life(None).is_ok());
+        assert!(check_presigned_life(Some("list-type=2")).is_ok());
+        assert!(check_presigned_life(Some(&url("0"))).is_ok());
+        assert!(check_presigned_life(Some(&url("604800"))).is_ok());
+        for refused in ["604801", "-7", "", "1e3"] {
+            let e = check_presigned_life(Some(&url(refused))).expect_err(refused);
+            assert_eq!(e.code(), &s3s::S3ErrorCode::AccessDenied);
+        }
+    }
 
     #[test]
     fn the_stored_encoding_drops_the_request_framing() {

@@ -7,8 +7,8 @@ use s3s::{S3Request, S3Response, S3Result};
 use super::error::Refusal;
 use super::upload::part_number;
 use super::{
-    check_key, content_headers, encryption, etag, from_unix_seconds, modified, new_entry,
-    sorted_metadata, timestamp, write_body, Gateway,
+    check_key, content_headers, content_md5, encryption, etag, from_unix_seconds, modified,
+    new_entry, sorted_metadata, timestamp, write_body, Gateway,
 };
 use crate::layout::ObjectEntry;
 use crate::{buckets, data, Error};
@@ -86,6 +86,24 @@ impl Conditions<'_> {
             }
         }
         .into())
+    }
+}
+
+/// A GET or HEAD that names a server-side encryption is refused, as S3 does: an object is
+/// read with the encryption it was stored with (only SSE-C's key is the client's to give).
+fn refuse_encryption_headers(headers: &hyper::HeaderMap) -> S3Result<()> {
+    let named = [
+        "x-amz-server-side-encryption",
+        "x-amz-server-side-encryption-aws-kms-key-id",
+    ]
+    .into_iter()
+    .find(|name| headers.contains_key(*name));
+    match named {
+        Some(name) => Err(Refusal::Invalid(format!(
+            "{name} is for writes; a read gets the encryption the object was stored with"
+        ))
+        .into()),
+        None => Ok(()),
     }
 }
 
@@ -186,6 +204,7 @@ pub(super) async fn put_object(
     req: S3Request<PutObjectInput>,
 ) -> S3Result<S3Response<PutObjectOutput>> {
     let user = gw.user(&req).await?;
+    let md5 = content_md5(&req.headers)?;
     let input = req.input;
     check_key(&input.key)?;
     gw.owned(&user, &input.bucket).await?;
@@ -202,14 +221,7 @@ pub(super) async fn put_object(
         )
         .await?;
     let sealing = gw.sealing(&sse, customer.as_ref()).await?;
-    let written = write_body(
-        &gw.pool,
-        input.body,
-        input.content_length,
-        &input.content_md5,
-        sealing,
-    )
-    .await?;
+    let written = write_body(&gw.pool, input.body, input.content_length, md5, sealing).await?;
     let headers = content_headers!(input);
     let entry = new_entry(
         &written,
@@ -235,6 +247,7 @@ pub(super) async fn get_object(
     req: S3Request<GetObjectInput>,
 ) -> S3Result<S3Response<GetObjectOutput>> {
     let user = gw.user(&req).await?;
+    refuse_encryption_headers(&req.headers)?;
     let input = req.input;
     gw.owned(&user, &input.bucket).await?;
     let entry = gw.entry(&input.bucket, &input.key).await?;
@@ -281,6 +294,7 @@ pub(super) async fn head_object(
     req: S3Request<HeadObjectInput>,
 ) -> S3Result<S3Response<HeadObjectOutput>> {
     let user = gw.user(&req).await?;
+    refuse_encryption_headers(&req.headers)?;
     let input = req.input;
     gw.owned(&user, &input.bucket).await?;
     let entry = gw.entry(&input.bucket, &input.key).await?;

@@ -9,8 +9,8 @@ use s3s::{S3Error, S3Request, S3Response, S3Result};
 use super::error::Refusal;
 use super::list::encoder;
 use super::{
-    check_key, content_headers, encryption, etag, in_bucket, sorted_metadata, timestamp,
-    write_body, Gateway, MAX_KEYS_DEFAULT,
+    check_key, content_headers, content_md5, encryption, etag, in_bucket, sorted_metadata,
+    timestamp, write_body, Gateway, MAX_KEYS_DEFAULT,
 };
 use crate::layout::{self, ObjectEntry, PartRecord, Segment, Sse, UploadRecord};
 use crate::{buckets, data, multipart, Error};
@@ -169,6 +169,7 @@ pub(super) async fn upload_part(
     req: S3Request<UploadPartInput>,
 ) -> S3Result<S3Response<UploadPartOutput>> {
     let user = gw.user(&req).await?;
+    let md5 = content_md5(&req.headers)?;
     let input = req.input;
     let number = part_number(input.part_number)?;
     gw.owned(&user, &input.bucket).await?;
@@ -182,14 +183,7 @@ pub(super) async fn upload_part(
     )?;
     encryption::check_customer(&record.sse, customer.as_ref())?;
     let sealing = gw.sealing(&record.sse, customer.as_ref()).await?;
-    let written = write_body(
-        &gw.pool,
-        input.body,
-        input.content_length,
-        &input.content_md5,
-        sealing,
-    )
-    .await?;
+    let written = write_body(&gw.pool, input.body, input.content_length, md5, sealing).await?;
     let part = gw
         .put_part(&input.upload_id, number, &written, &record.sse)
         .await?;
@@ -211,9 +205,16 @@ pub(super) async fn complete_multipart_upload(
     let user = gw.user(&req).await?;
     let input = req.input;
     gw.owned(&user, &input.bucket).await?;
-    let record = gw
-        .upload(&input.bucket, &input.key, &input.upload_id)
-        .await?;
+    let record = match gw.upload(&input.bucket, &input.key, &input.upload_id).await {
+        Ok(record) => record,
+        // Completed already: asked again, S3 answers as it did the first time.
+        Err(gone) => match buckets::entry(&gw.pool, &input.bucket, &input.key).await? {
+            Some(entry) if entry.upload_id.as_ref() == Some(&input.upload_id) => {
+                return Ok(S3Response::new(completed(input.bucket, input.key, &entry)));
+            }
+            _ => return Err(gone),
+        },
+    };
     let asked = input
         .multipart_upload
         .and_then(|m| m.parts)
@@ -247,6 +248,7 @@ pub(super) async fn complete_multipart_upload(
         segments,
         sse: record.sse,
         headers: record.headers,
+        upload_id: Some(input.upload_id.clone()),
     };
     // Not gw.commit: on failure the parts stay with the upload, to complete again.
     match buckets::commit(&gw.pool, &input.bucket, &input.key, &entry).await {
@@ -264,16 +266,21 @@ pub(super) async fn complete_multipart_upload(
         &used,
     )
     .await;
+    Ok(S3Response::new(completed(input.bucket, input.key, &entry)))
+}
+
+/// The answer to a completion that made `entry` object `key` of `bucket`.
+fn completed(bucket: String, key: String, entry: &ObjectEntry) -> CompleteMultipartUploadOutput {
     let described = encryption::describe(&entry.sse, None);
-    Ok(S3Response::new(CompleteMultipartUploadOutput {
-        location: Some(format!("/{}/{}", input.bucket, input.key)),
-        bucket: Some(input.bucket),
-        key: Some(input.key),
-        e_tag: Some(etag(&entry)),
+    CompleteMultipartUploadOutput {
+        location: Some(format!("/{bucket}/{key}")),
+        bucket: Some(bucket),
+        key: Some(key),
+        e_tag: Some(etag(entry)),
         server_side_encryption: described.sse,
         ssekms_key_id: described.kms_key,
         ..Default::default()
-    }))
+    }
 }
 
 pub(super) async fn abort_multipart_upload(
