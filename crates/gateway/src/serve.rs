@@ -125,6 +125,12 @@ pub(crate) fn annotated(
             let slot = crate::metrics::VerbSlot::default();
             let mut request = request;
             request.extensions_mut().insert(slot.clone());
+            let authorization = request.headers().get(hyper::header::AUTHORIZATION);
+            if let Some(path) =
+                crate::s3::signed_path(authorization.map(|v| v.as_bytes()), request.uri().path())
+            {
+                *request.uri_mut() = with_path(request.uri(), &path);
+            }
             let mut response = match crate::s3::check_presigned_life(request.uri().query()) {
                 Ok(()) => hyper::service::Service::call(&service, request).await?,
                 Err(refused) => refused
@@ -151,6 +157,17 @@ pub(crate) fn annotated(
             Ok(response)
         }
     })
+}
+
+/// `uri` with its path replaced by `path`, its query kept.
+fn with_path(uri: &hyper::Uri, path: &str) -> hyper::Uri {
+    let mut parts = uri.clone().into_parts();
+    let path_and_query = match uri.query() {
+        Some(query) => format!("{path}?{query}"),
+        None => path.to_owned(),
+    };
+    parts.path_and_query = path_and_query.parse().ok();
+    hyper::Uri::from_parts(parts).unwrap_or_else(|_| uri.clone())
 }
 
 /// A message's Content-Length (0 without one).

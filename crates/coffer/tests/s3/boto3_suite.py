@@ -2031,6 +2031,32 @@ class Suite:
             expect(f"presigned GET with X-Amz-Expires {seconds}: status", code, 403)
         ok("a presigned URL meant to live more than a week, or less than nothing, is refused with 403")
 
+    def sigv2_headers(self):
+        """Requests signed with SigV2 in their Authorization header, bucket ones included
+        (which botocore signs as /BUCKET/ while it sends /BUCKET)."""
+        v2 = client(os.environ["S3_ACCESS"], os.environ["S3_SECRET"], signature_version="s3")
+        bucket = self.scratch_bucket + "-v2"
+        expect("SigV2 create_bucket status", status(v2.create_bucket(Bucket=bucket)), 200)
+        expect("SigV2 head_bucket status", status(v2.head_bucket(Bucket=bucket)), 200)
+        v2.put_object(Bucket=bucket, Key="a/b", Body=b"signed twice over")
+        expect_body(
+            "SigV2 get_object",
+            v2.get_object(Bucket=bucket, Key="a/b")["Body"].read(),
+            b"signed twice over",
+        )
+        keys = [o["Key"] for o in v2.list_objects(Bucket=bucket, Prefix="a/").get("Contents", [])]
+        expect("SigV2 list_objects", keys, ["a/b"])
+        forged = client(os.environ["S3_ACCESS"], "x" * 40, signature_version="s3")
+        expect_error(
+            "SigV2 head_bucket with a wrong secret",
+            ["403"],
+            forged.head_bucket,
+            Bucket=bucket,
+        )
+        v2.delete_object(Bucket=bucket, Key="a/b")
+        expect("SigV2 delete_bucket status", status(v2.delete_bucket(Bucket=bucket)), 204)
+        ok("SigV2 header signatures work on bucket requests as on object ones, and a wrong one is refused")
+
     # Errors -----------------------------------------------------------------------------
 
     def with_headers(self, operation, headers, send, **params):
@@ -2379,6 +2405,7 @@ def main():
         suite.bucket_default_encryption,
         suite.listing,
         suite.presigned,
+        suite.sigv2_headers,
         suite.errors,
         suite.isolation,
         suite.clean_up,

@@ -302,6 +302,16 @@ pub(crate) fn check_presigned_life(query: Option<&str>) -> S3Result<()> {
     }
 }
 
+/// The path s3s should check a SigV2 header signature against, when it is not the request's
+/// own: a path-style request for a bucket (`/BUCKET`) is signed as `/BUCKET/`, the
+/// canonical resource of a bucket, by botocore and the other SigV2 signers, where s3s takes
+/// the path as it came.
+pub(crate) fn signed_path(authorization: Option<&[u8]>, path: &str) -> Option<String> {
+    let v2 = authorization.is_some_and(|value| value.starts_with(b"AWS "));
+    let bucket = path.strip_prefix('/')?;
+    (v2 && !bucket.is_empty() && !bucket.contains('/')).then(|| format!("{path}/"))
+}
+
 /// The Content-Encoding kept of a request's: without `aws-chunked`, which names how this
 /// request's body was framed (SigV4 streaming), not the object.
 fn stored_encoding(given: Option<&str>) -> Option<String> {
@@ -417,6 +427,18 @@ verbs! {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sigv2_bucket_requests_are_checked_as_signed() {
+        let v2 = Some(&b"AWS AKID:c2lnbmF0dXJl"[..]);
+        let v4 = Some(&b"AWS4-HMAC-SHA256 Credential=AKID/20261127/us-east-1/s3/aws4_request"[..]);
+        assert_eq!(signed_path(v2, "/photos"), Some("/photos/".into()));
+        assert_eq!(signed_path(v2, "/photos/"), None);
+        assert_eq!(signed_path(v2, "/photos/cat.jpg"), None);
+        assert_eq!(signed_path(v2, "/"), None);
+        assert_eq!(signed_path(v4, "/photos"), None);
+        assert_eq!(signed_path(None, "/photos"), None);
+    }
 
     #[test]
     fn presigned_urls_live_at_most_a_week() {
