@@ -136,45 +136,80 @@ pub async fn set_encryption(pool: &Pool, bucket: &str, sse: Option<&Sse>) -> Res
 
 /// The index entry of `key` in `bucket`, if there is one.
 pub async fn entry(pool: &Pool, bucket: &str, key: &str) -> Result<Option<ObjectEntry>, Error> {
+    Ok(stored_entry(pool, bucket, key).await?.1)
+}
+
+/// The index entry of `key` in `bucket` as stored, and decoded.
+async fn stored_entry(
+    pool: &Pool,
+    bucket: &str,
+    key: &str,
+) -> Result<(Option<Vec<u8>>, Option<ObjectEntry>), Error> {
     let found = pool
         .omap_get(&layout::index_object(bucket), vec![key.as_bytes().to_vec()])
         .await?;
     match found.into_iter().next().and_then(|(_, value)| value) {
-        Some(bytes) => Ok(Some(layout::decode(&bytes).map_err(Error::Corrupt)?)),
-        None => Ok(None),
+        Some(bytes) => {
+            let entry = layout::decode(&bytes).map_err(Error::Corrupt)?;
+            Ok((Some(bytes), Some(entry)))
+        }
+        None => Ok((None, None)),
     }
 }
 
-/// Makes `entry` the object `key` of `bucket`, atomically; returns the entry it replaced.
+/// How many times a commit reads the entry it replaces again when another commit of the
+/// same key came between its read and its write.
+const COMMIT_TRIES: usize = 32;
+
+/// Makes `entry` the object `key` of `bucket`, atomically, if `check` accepts the entry it
+/// replaces (S3's conditional writes; `|_| Ok(())` for none); returns that entry. The
+/// replaced entry is the one the write found: a commit in between makes it read again.
 /// Fails with `NotFound` if the bucket is gone, and with `Busy` while it is being deleted.
 pub async fn commit(
     pool: &Pool,
     bucket: &str,
     key: &str,
     entry: &ObjectEntry,
+    check: impl Fn(Option<&ObjectEntry>) -> Result<(), Error>,
 ) -> Result<Option<ObjectEntry>, Error> {
-    let old = self::entry(pool, bucket, key).await?;
-    let ops = vec![
-        ObjectOp::AssertExists,
-        ObjectOp::AssertAttr {
-            name: layout::DELETING_ATTR.into(),
-            value: None,
-        },
-        ObjectOp::OmapSet {
-            entries: vec![(key.as_bytes().to_vec(), layout::encode(entry))],
-        },
-    ];
-    match pool
-        .operate(&layout::index_object(bucket), ops, Bytes::new())
-        .await
-    {
-        Ok(_) => Ok(old),
-        Err(client::Error::NotFound) => Err(Error::NotFound(format!("bucket {bucket}"))),
-        Err(client::Error::Mismatch(_)) => {
-            Err(Error::Busy(format!("bucket {bucket} is being deleted")))
+    let index = layout::index_object(bucket);
+    for _ in 0..COMMIT_TRIES {
+        let (stored, old) = stored_entry(pool, bucket, key).await?;
+        check(old.as_ref())?;
+        let ops = vec![
+            ObjectOp::AssertExists,
+            ObjectOp::AssertAttr {
+                name: layout::DELETING_ATTR.into(),
+                value: None,
+            },
+            ObjectOp::AssertOmap {
+                key: key.as_bytes().to_vec(),
+                value: stored,
+            },
+            ObjectOp::OmapSet {
+                entries: vec![(key.as_bytes().to_vec(), layout::encode(entry))],
+            },
+        ];
+        match pool.operate(&index, ops, Bytes::new()).await {
+            Ok(_) => return Ok(old),
+            Err(client::Error::NotFound) => {
+                return Err(Error::NotFound(format!("bucket {bucket}")))
+            }
+            Err(client::Error::Mismatch(_)) => {
+                if pool
+                    .attrs(&index)
+                    .await?
+                    .contains_key(layout::DELETING_ATTR)
+                {
+                    return Err(Error::Busy(format!("bucket {bucket} is being deleted")));
+                }
+            }
+            Err(e) => return Err(e.into()),
         }
-        Err(e) => Err(e.into()),
     }
+    Err(Error::Busy(format!(
+        "object {key} of bucket {bucket} changed under {COMMIT_TRIES} commits in a row"
+    )))
 }
 
 /// Removes object `key` from the index of `bucket`; returns its entry if it had one.

@@ -555,6 +555,61 @@ class Suite:
             )
         ok(f"get_object and head_object refuse {len(failing)} kinds of condition that fail")
 
+    def conditional_puts(self):
+        """If-None-Match and If-Match on PutObject and CompleteMultipartUpload: checked
+        against the object the write would replace, 412 when they fail, and nothing
+        changes then."""
+        object_name = "conditional/put"
+        response = self.put(object_name, b"first", IfNoneMatch="*")
+        first_tag = response["ETag"]
+        for what, conditions in [
+            ("If-None-Match * on an existing object", {"IfNoneMatch": "*"}),
+            ("If-None-Match with its ETag", {"IfNoneMatch": first_tag}),
+            ("If-Match with another ETag", {"IfMatch": quoted_md5(b"another")}),
+        ]:
+            expect_error(
+                f"put_object with {what}",
+                ["PreconditionFailed"],
+                self.s3.put_object,
+                Bucket=self.bucket,
+                Key=object_name,
+                Body=b"refused",
+                **conditions,
+            )
+        expect_error(
+            "put_object with If-Match on a missing object",
+            ["PreconditionFailed"],
+            self.s3.put_object,
+            Bucket=self.bucket,
+            Key="conditional/missing",
+            Body=b"refused",
+            IfMatch="*",
+        )
+        _, body = self.get(object_name)
+        expect_body("the object after refused conditional puts", body, b"first")
+        self.put(object_name, b"second", IfMatch=first_tag)
+        self.put(object_name, b"third", IfNoneMatch=quoted_md5(b"another"))
+        _, body = self.get(object_name)
+        expect_body("the object after conditional puts that hold", body, b"third")
+        ok("put_object with If-None-Match and If-Match: 412 when they fail, written when they hold")
+
+        upload_id = self.create_upload(object_name)
+        part = self.upload_part(object_name, upload_id, 1, b"from an upload")
+        expect_error(
+            "complete_multipart_upload with If-None-Match * on an existing object",
+            ["PreconditionFailed"],
+            self.s3.complete_multipart_upload,
+            Bucket=self.bucket,
+            Key=object_name,
+            UploadId=upload_id,
+            MultipartUpload={"Parts": [part]},
+            IfNoneMatch="*",
+        )
+        _, body = self.get(object_name)
+        expect_body("the object after a refused conditional completion", body, b"third")
+        self.abort(object_name, upload_id)
+        ok("complete_multipart_upload with a failing If-None-Match: 412, and the upload aborts")
+
     def copies(self):
         source = "metadata/doc"
         data = self.objects[source]
@@ -2389,6 +2444,7 @@ def main():
         suite.metadata,
         suite.ranges,
         suite.conditional_gets,
+        suite.conditional_puts,
         suite.copies,
         suite.deletes,
         suite.multipart_upload,

@@ -129,7 +129,8 @@ pub(super) async fn copy_object(
         (source.content_type, source.metadata, source.headers)
     };
     let entry = new_entry(&written, content_type, metadata, headers, sse);
-    gw.commit(&input.bucket, &input.key, &entry).await?;
+    gw.commit(&input.bucket, &input.key, &entry, |_| Ok(()))
+        .await?;
     let described = encryption::describe(&entry.sse, customer.as_ref());
     Ok(S3Response::new(CopyObjectOutput {
         copy_object_result: Some(CopyObjectResult {

@@ -154,10 +154,17 @@ impl Gateway {
         }
     }
 
-    /// Commits a written upload as `key` of `bucket`, and frees the content it replaces. If
-    /// the commit fails, the upload's own stripes are freed.
-    async fn commit(&self, bucket: &str, key: &str, entry: &ObjectEntry) -> S3Result<()> {
-        match buckets::commit(&self.pool, bucket, key, entry).await {
+    /// Commits a written upload as `key` of `bucket` if `check` accepts what it replaces
+    /// (see [`buckets::commit`]), and frees the content it replaces. If the commit fails,
+    /// the upload's own stripes are freed.
+    async fn commit(
+        &self,
+        bucket: &str,
+        key: &str,
+        entry: &ObjectEntry,
+        check: impl Fn(Option<&ObjectEntry>) -> Result<(), Error>,
+    ) -> S3Result<()> {
+        match buckets::commit(&self.pool, bucket, key, entry, check).await {
             Ok(old) => {
                 self.free_replaced(old, entry).await;
                 Ok(())

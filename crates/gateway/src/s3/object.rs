@@ -89,6 +89,33 @@ impl Conditions<'_> {
     }
 }
 
+/// What a conditional write (PutObject, CompleteMultipartUpload) asks of the entry it
+/// replaces, checked in its commit: `If-Match`, an object with that ETag (or any, for
+/// `*`); `If-None-Match`, no object with that ETag (or none at all, for `*`). A missing
+/// object fails `If-Match` with 412, as Ceph's gateway answers.
+pub(super) fn replacing(
+    (if_match, if_none_match): &(Option<ETagCondition>, Option<ETagCondition>),
+) -> impl Fn(Option<&ObjectEntry>) -> Result<(), Error> + '_ {
+    move |old| {
+        let matches = |condition: &ETagCondition| match (condition, old) {
+            (_, None) => false,
+            (ETagCondition::Any, Some(_)) => true,
+            (ETagCondition::ETag(tag), Some(old)) => tag.value() == old.etag,
+        };
+        if if_match.as_ref().is_some_and(|c| !matches(c)) {
+            return Err(Error::Precondition(
+                "no object with the ETag of If-Match".into(),
+            ));
+        }
+        if if_none_match.as_ref().is_some_and(matches) {
+            return Err(Error::Precondition(
+                "the object matches If-None-Match".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// A GET or HEAD that names a server-side encryption is refused, as S3 does: an object is
 /// read with the encryption it was stored with (only SSE-C's key is the client's to give).
 fn refuse_encryption_headers(headers: &hyper::HeaderMap) -> S3Result<()> {
@@ -206,6 +233,7 @@ pub(super) async fn put_object(
     let user = gw.user(&req).await?;
     let md5 = content_md5(&req.headers)?;
     let input = req.input;
+    let conditions = (input.if_match.clone(), input.if_none_match.clone());
     check_key(&input.key)?;
     gw.owned(&user, &input.bucket).await?;
     let (customer, sse) = gw
@@ -230,7 +258,8 @@ pub(super) async fn put_object(
         headers,
         sse,
     );
-    gw.commit(&input.bucket, &input.key, &entry).await?;
+    gw.commit(&input.bucket, &input.key, &entry, replacing(&conditions))
+        .await?;
     let described = encryption::describe(&entry.sse, customer.as_ref());
     Ok(S3Response::new(PutObjectOutput {
         e_tag: Some(etag(&entry)),

@@ -8,6 +8,7 @@ use s3s::{S3Error, S3Request, S3Response, S3Result};
 
 use super::error::Refusal;
 use super::list::encoder;
+use super::object::replacing;
 use super::{
     check_key, content_headers, content_md5, encryption, etag, in_bucket, sorted_metadata,
     timestamp, write_body, Gateway, MAX_KEYS_DEFAULT,
@@ -251,8 +252,14 @@ pub(super) async fn complete_multipart_upload(
         upload_id: Some(input.upload_id.clone()),
     };
     // Not gw.commit: on failure the parts stay with the upload, to complete again.
-    match buckets::commit(&gw.pool, &input.bucket, &input.key, &entry).await {
+    let conditions = (input.if_match.clone(), input.if_none_match.clone());
+    let check = replacing(&conditions);
+    match buckets::commit(&gw.pool, &input.bucket, &input.key, &entry, check).await {
         Ok(old) => gw.free_replaced(old, &entry).await,
+        Err(refused @ Error::Precondition(_)) => {
+            multipart::unmark_completing(&gw.pool, &input.upload_id).await;
+            return Err(refused.into());
+        }
         Err(e) => return Err(in_bucket(e, &input.bucket)),
     }
     let used: Vec<String> = entry.segments.iter().map(|s| s.instance.clone()).collect();
