@@ -114,7 +114,10 @@ pub async fn remove(pool: &Pool, bucket: &str) -> Result<(), Error> {
 
 /// The default encryption of `bucket`'s new objects, if it has one.
 pub async fn encryption(pool: &Pool, bucket: &str) -> Result<Option<Sse>, Error> {
-    let attrs = pool.attrs(&layout::index_object(bucket)).await?;
+    let attrs = pool
+        .attrs(&layout::index_object(bucket))
+        .await
+        .map_err(|e| missing(e, bucket))?;
     match attrs.get(layout::ENCRYPTION_ATTR) {
         Some(bytes) => Ok(Some(layout::decode(bytes).map_err(Error::Corrupt)?)),
         None => Ok(None),
@@ -134,6 +137,15 @@ pub async fn set_encryption(pool: &Pool, bucket: &str, sse: Option<&Sse>) -> Res
     Ok(())
 }
 
+/// A failure to read `bucket`'s index object: `NotFound` when the bucket is gone (it may go
+/// between a request's first look and its commit).
+fn missing(e: client::Error, bucket: &str) -> Error {
+    match e {
+        client::Error::NotFound => Error::NotFound(format!("bucket {bucket}")),
+        e => e.into(),
+    }
+}
+
 /// The index entry of `key` in `bucket`, if there is one.
 pub async fn entry(pool: &Pool, bucket: &str, key: &str) -> Result<Option<ObjectEntry>, Error> {
     Ok(stored_entry(pool, bucket, key).await?.1)
@@ -147,7 +159,8 @@ async fn stored_entry(
 ) -> Result<(Option<Vec<u8>>, Option<ObjectEntry>), Error> {
     let found = pool
         .omap_get(&layout::index_object(bucket), vec![key.as_bytes().to_vec()])
-        .await?;
+        .await
+        .map_err(|e| missing(e, bucket))?;
     match found.into_iter().next().and_then(|(_, value)| value) {
         Some(bytes) => {
             let entry = layout::decode(&bytes).map_err(Error::Corrupt)?;

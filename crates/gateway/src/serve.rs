@@ -131,7 +131,10 @@ pub(crate) fn annotated(
             {
                 *request.uri_mut() = with_path(request.uri(), &path);
             }
-            let mut response = match crate::s3::check_presigned_life(request.uri().query()) {
+            let checked = crate::s3::check_presigned_life(request.uri().query()).and_then(|()| {
+                crate::s3::check_v2_date(request.headers(), time::OffsetDateTime::now_utc())
+            });
+            let mut response = match checked {
                 Ok(()) => hyper::service::Service::call(&service, request).await?,
                 Err(refused) => refused
                     .to_http_response()

@@ -333,6 +333,20 @@ class Suite:
             if name not in listed:
                 raise AssertionError(f"list_buckets: {name} missing from {sorted(listed)}")
         ok("list_buckets shows them")
+        prefix = self.bucket.rsplit("-", 1)[0]
+        ours = sorted(name for name in listed if name.startswith(prefix))
+        paged, token = [], None
+        for _ in range(len(ours) + 1):
+            page = self.s3.list_buckets(
+                MaxBuckets=1, Prefix=prefix, **({"ContinuationToken": token} if token else {})
+            )
+            expect("list_buckets with MaxBuckets 1: buckets on a page", len(page["Buckets"]), 1)
+            paged += [b["Name"] for b in page["Buckets"]]
+            token = page.get("ContinuationToken")
+            if not token:
+                break
+        expect("list_buckets one a page", paged, ours)
+        ok(f"list_buckets with MaxBuckets 1 and a prefix pages through {len(ours)} buckets")
         # us-east-1 is reported as an empty LocationConstraint by AWS; accept it spelled out.
         location = self.s3.get_bucket_location(Bucket=self.bucket).get("LocationConstraint")
         if location not in (None, "", REGION):
@@ -1288,6 +1302,19 @@ class Suite:
                 expect_encryption(what, response, encryption.reported)
                 expect_etag(f"{what} ETag", response["ETag"], part, encryption)
                 completed.append({"PartNumber": number, "ETag": response["ETag"]})
+            if "SSECustomerKey" in encryption.key:
+                # The same content sent again under the same key keeps its ETag, so a
+                # completion may name the part's first one.
+                again = self.s3.upload_part(
+                    Bucket=self.bucket,
+                    Key=object_name,
+                    UploadId=upload_id,
+                    PartNumber=2,
+                    Body=parts[1],
+                    **encryption.key,
+                )
+                expect(f"upload_part 2 again ({label}) ETag", again["ETag"], completed[1]["ETag"])
+                ok(f"a part re-sent under {encryption.name} keeps its ETag")
             expect(
                 f"list_parts ({label})",
                 self.list_parts_pages(object_name, upload_id, 1000),
@@ -2158,6 +2185,39 @@ class Suite:
                     Key=f"sizes/{STRIPE_BYTES + 3}",
                 )
         ok("an empty Content-MD5 is InvalidDigest; a GET or HEAD naming an SSE is refused")
+
+        # A bucket deleted while a PUT's body is on its way: the PUT finds it gone.
+        doomed = self.scratch_bucket + "-doomed"
+        self.s3.create_bucket(Bucket=doomed)
+        deleter = client(os.environ["S3_ACCESS"], os.environ["S3_SECRET"])
+
+        class DeletesTheBucket(io.RawIOBase):
+            """A body whose first read deletes the bucket it is being put into."""
+
+            def __init__(self):
+                self.left = MIB
+
+            def readable(self):
+                return True
+
+            def readinto(self, buffer):
+                if self.left == MIB:
+                    deleter.delete_bucket(Bucket=doomed)
+                count = min(len(buffer), self.left)
+                buffer[:count] = b"d" * count
+                self.left -= count
+                return count
+
+        expect_error(
+            "put_object into a bucket deleted during the upload",
+            ["NoSuchBucket"],
+            self.s3.put_object,
+            Bucket=doomed,
+            Key="x",
+            Body=io.BufferedReader(DeletesTheBucket()),
+            ContentLength=MIB,
+        )
+        ok("a PUT into a bucket deleted while its body arrives: NoSuchBucket")
 
         expect_error(
             "get_object of a missing key",

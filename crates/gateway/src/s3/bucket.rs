@@ -4,31 +4,59 @@ use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result};
 
 use super::error::Refusal;
-use super::{encryption, timestamp, Gateway};
-use crate::{buckets, Error};
+use super::list::unhex;
+use super::{encryption, in_bucket, timestamp, Gateway};
+use crate::{buckets, layout, Error};
+
+/// The most buckets one ListBuckets page holds (S3's limit, and its default).
+const BUCKETS_PAGE_MAX: i32 = 10_000;
 
 pub(super) async fn list_buckets(
     gw: &Gateway,
     req: S3Request<ListBucketsInput>,
 ) -> S3Result<S3Response<ListBucketsOutput>> {
     let user = gw.user(&req).await?;
-    let owned: Buckets = buckets::list(&gw.pool)
+    let input = req.input;
+    let after = match &input.continuation_token {
+        Some(token) => {
+            Some(unhex(token).ok_or_else(|| Refusal::Invalid("not a continuation token".into()))?)
+        }
+        None => None,
+    };
+    let prefix = input.prefix.as_deref().unwrap_or("");
+    let max = input
+        .max_buckets
+        .unwrap_or(BUCKETS_PAGE_MAX)
+        .clamp(1, BUCKETS_PAGE_MAX) as usize;
+    // In name order, as the buckets' omap holds them.
+    let mut owned: Buckets = buckets::list(&gw.pool)
         .await?
         .into_iter()
-        .filter(|(_, info)| info.owner == user)
+        .filter(|(name, info)| {
+            info.owner == user
+                && name.starts_with(prefix)
+                && after.as_ref().is_none_or(|after| name > after)
+        })
+        .take(max + 1)
         .map(|(name, info)| Bucket {
             name: Some(name),
             creation_date: Some(timestamp(info.created_ns)),
             ..Default::default()
         })
         .collect();
+    let next = (owned.len() > max).then(|| {
+        owned.truncate(max);
+        let last = owned.last().and_then(|b| b.name.as_deref()).unwrap_or("");
+        layout::hex(last.as_bytes())
+    });
     Ok(S3Response::new(ListBucketsOutput {
         buckets: Some(owned),
+        continuation_token: next,
+        prefix: input.prefix,
         owner: Some(Owner {
             display_name: Some(user.clone()),
             id: Some(user),
         }),
-        ..Default::default()
     }))
 }
 
@@ -117,7 +145,10 @@ pub(super) async fn get_bucket_encryption(
     let user = gw.user(&req).await?;
     let bucket = &req.input.bucket;
     gw.owned(&user, bucket).await?;
-    let Some(sse) = buckets::encryption(&gw.pool, bucket).await? else {
+    let Some(sse) = buckets::encryption(&gw.pool, bucket)
+        .await
+        .map_err(|e| in_bucket(e, bucket))?
+    else {
         return Err(Refusal::NoDefaultEncryption(bucket.clone()).into());
     };
     let described = encryption::describe(&Some(sse), None);

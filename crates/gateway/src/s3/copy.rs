@@ -128,7 +128,14 @@ pub(super) async fn copy_object(
         let source = source.clone();
         (source.content_type, source.metadata, source.headers)
     };
-    let entry = new_entry(&written, content_type, metadata, headers, sse);
+    let entry = new_entry(
+        &written,
+        content_type,
+        metadata,
+        headers,
+        sse,
+        customer.as_ref(),
+    );
     gw.commit(&input.bucket, &input.key, &entry, |_| Ok(()))
         .await?;
     let described = encryption::describe(&entry.sse, customer.as_ref());
@@ -187,7 +194,13 @@ pub(super) async fn upload_part_copy(
     let sealing = gw.sealing(&record.sse, customer.as_ref()).await?;
     let written = data::write(&gw.pool, reader, sealing).await?;
     let part = gw
-        .put_part(&input.upload_id, number, &written, &record.sse)
+        .put_part(
+            &input.upload_id,
+            number,
+            &written,
+            &record.sse,
+            customer.as_ref(),
+        )
         .await?;
     let described = encryption::describe(&record.sse, customer.as_ref());
     Ok(S3Response::new(UploadPartCopyOutput {

@@ -97,7 +97,9 @@ pub async fn for_write(
     }
     match asked {
         Some(sse) => Ok(Some(requested(sse, kms_key)?)),
-        None => Ok(buckets::encryption(pool, bucket).await?),
+        None => Ok(buckets::encryption(pool, bucket)
+            .await
+            .map_err(|e| super::in_bucket(e, bucket))?),
     }
 }
 
@@ -221,11 +223,32 @@ pub async fn segment_keys(
     Ok(out)
 }
 
+/// What a customer key's ETags are keyed with, apart from its other uses.
+const CUSTOMER_ETAG_CONTEXT: &[u8] = b"coffer-sse-c-etag\0";
+
 /// The ETag bytes of new content: its MD5, except under SSE-C and SSE-KMS, whose ETags
-/// must not reveal a digest of the content (S3's rule): there, the MD5 of the instance.
-pub fn etag_bytes(sse: &Option<Sse>, md5: [u8; 16], instance: &str) -> [u8; 16] {
-    match sse {
-        Some(Sse::Customer { .. } | Sse::Kms { .. }) => {
+/// must not reveal a digest of the content (S3's rule). Under SSE-C it is an HMAC of the MD5
+/// under the customer's key, so the same content sent again with the same key (a part
+/// re-sent) keeps its ETag, and no one without the key learns anything from it; under
+/// SSE-KMS, the MD5 of the instance.
+pub fn etag_bytes(
+    sse: &Option<Sse>,
+    md5: [u8; 16],
+    instance: &str,
+    customer: Option<&CustomerKey>,
+) -> [u8; 16] {
+    match (sse, customer) {
+        (Some(Sse::Customer { .. }), Some(customer)) => {
+            let key =
+                aws_lc_rs::hmac::Key::new(aws_lc_rs::hmac::HMAC_SHA256, customer.key.expose());
+            let mut ctx = aws_lc_rs::hmac::Context::with_key(&key);
+            ctx.update(CUSTOMER_ETAG_CONTEXT);
+            ctx.update(&md5);
+            let mut out = [0u8; 16];
+            out.copy_from_slice(&ctx.sign().as_ref()[..16]);
+            out
+        }
+        (Some(Sse::Customer { .. } | Sse::Kms { .. }), _) => {
             md5::Md5::digest(instance.as_bytes()).into()
         }
         _ => md5,

@@ -67,6 +67,10 @@ pub(crate) enum Refusal {
     WrongCustomerKey,
     #[error("X-Amz-Expires is {0:?}; a presigned URL lives 0 to 604800 seconds (a week)")]
     PresignedLife(String),
+    #[error("the request's date {0:?} is not an HTTP date after 1970")]
+    BadDate(String),
+    #[error("the request's date is {0} s from the gateway's clock; 900 s is the most allowed")]
+    Skewed(i64),
     #[error("KMS: KMS key {0} does not exist")]
     NoKmsKey(String),
 }
@@ -79,7 +83,9 @@ impl Refusal {
             Refusal::Unsigned
             | Refusal::NotOwner(_)
             | Refusal::NoKmsKey(_)
-            | Refusal::PresignedLife(_) => C::AccessDenied,
+            | Refusal::PresignedLife(_)
+            | Refusal::BadDate(_) => C::AccessDenied,
+            Refusal::Skewed(_) => C::RequestTimeTooSkewed,
             Refusal::UnknownAccessKey => C::InvalidAccessKeyId,
             Refusal::NoBucket(_) => C::NoSuchBucket,
             Refusal::NoKey { .. } => C::NoSuchKey,

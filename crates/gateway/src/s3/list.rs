@@ -111,7 +111,7 @@ fn common_prefixes(
     })
 }
 
-fn unhex(text: &str) -> Option<String> {
+pub(super) fn unhex(text: &str) -> Option<String> {
     if !text.len().is_multiple_of(2) {
         return None;
     }

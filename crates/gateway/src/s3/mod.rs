@@ -130,7 +130,10 @@ impl Gateway {
     }
 
     async fn entry(&self, bucket: &str, key: &str) -> S3Result<ObjectEntry> {
-        match buckets::entry(&self.pool, bucket, key).await? {
+        match buckets::entry(&self.pool, bucket, key)
+            .await
+            .map_err(|e| in_bucket(e, bucket))?
+        {
             Some(entry) => Ok(entry),
             None => Err(Refusal::NoKey {
                 bucket: bucket.into(),
@@ -252,15 +255,17 @@ fn check_key(key: &str) -> S3Result<()> {
     Ok(())
 }
 
-/// A new index entry for content just written, encrypted as `sse`.
+/// A new index entry for content just written, encrypted as `sse` (with `customer`'s key
+/// under SSE-C).
 fn new_entry(
     written: &data::Written,
     content_type: Option<String>,
     metadata: Vec<(String, String)>,
     headers: ContentHeaders,
     sse: Option<Sse>,
+    customer: Option<&CustomerKey>,
 ) -> ObjectEntry {
-    let etag = encryption::etag_bytes(&sse, written.md5, &written.instance);
+    let etag = encryption::etag_bytes(&sse, written.md5, &written.instance, customer);
     ObjectEntry {
         size: written.size,
         etag: layout::hex(&etag),
@@ -317,6 +322,37 @@ pub(crate) fn signed_path(authorization: Option<&[u8]>, path: &str) -> Option<St
     let v2 = authorization.is_some_and(|value| value.starts_with(b"AWS "));
     let bucket = path.strip_prefix('/')?;
     (v2 && !bucket.is_empty() && !bucket.contains('/')).then(|| format!("{path}/"))
+}
+
+/// How far a SigV2 request's date may be from the gateway's clock (S3's 15 minutes).
+const V2_SKEW_SECONDS_MAX: i64 = 15 * 60;
+
+/// Checks the date of a request signed with SigV2 in its header, which s3s signs but never
+/// dates, so that a captured request cannot be replayed later: `x-amz-date` if given, else
+/// `Date`, must be an HTTP date (else AccessDenied) within 15 minutes of `now` (else
+/// RequestTimeTooSkewed).
+pub(crate) fn check_v2_date(headers: &hyper::HeaderMap, now: time::OffsetDateTime) -> S3Result<()> {
+    let v2 = headers
+        .get(hyper::header::AUTHORIZATION)
+        .is_some_and(|value| value.as_bytes().starts_with(b"AWS "));
+    if !v2 {
+        return Ok(());
+    }
+    let given = headers
+        .get("x-amz-date")
+        .or_else(|| headers.get(hyper::header::DATE))
+        .map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned())
+        .unwrap_or_default();
+    let date = Timestamp::parse(s3s::dto::TimestampFormat::HttpDate, given.trim())
+        .ok()
+        .map(time::OffsetDateTime::from)
+        .filter(|date| date.unix_timestamp() >= 0)
+        .ok_or(Refusal::BadDate(given))?;
+    let skew = (now - date).whole_seconds().abs();
+    if skew > V2_SKEW_SECONDS_MAX {
+        return Err(Refusal::Skewed(skew).into());
+    }
+    Ok(())
 }
 
 /// The Content-Encoding kept of a request's: without `aws-chunked`, which names how this
@@ -434,6 +470,7 @@ verbs! {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use s3s::S3ErrorCode;
 
     #[test]
     fn sigv2_bucket_requests_are_checked_as_signed() {
@@ -445,6 +482,82 @@ mod tests {
         assert_eq!(signed_path(v2, "/"), None);
         assert_eq!(signed_path(v4, "/photos"), None);
         assert_eq!(signed_path(None, "/photos"), None);
+    }
+
+    #[test]
+    fn sigv2_requests_are_dated_within_15_minutes() {
+        let now = time::OffsetDateTime::from_unix_timestamp(1_795_000_000).expect("a time");
+        let request = |date: Option<(&str, &str)>| {
+            let mut headers = hyper::HeaderMap::new();
+            headers.insert("authorization", "AWS AKID:c2ln".parse().expect("a value"));
+            if let Some((name, value)) = date {
+                let name = hyper::header::HeaderName::from_bytes(name.as_bytes()).expect("a name");
+                headers.insert(name, value.parse().expect("a value"));
+            }
+            headers
+        };
+        let code = |headers| check_v2_date(&headers, now).err().map(|e| e.code().clone());
+        let http = |at: time::OffsetDateTime| {
+            let mut text = Vec::new();
+            Timestamp::from(at)
+                .format(s3s::dto::TimestampFormat::HttpDate, &mut text)
+                .expect("formats");
+            String::from_utf8(text).expect("ascii")
+        };
+        let minute = time::Duration::minutes(1);
+        assert_eq!(code(request(Some(("date", &http(now))))), None);
+        assert_eq!(
+            code(request(Some(("x-amz-date", &http(now - 14 * minute))))),
+            None
+        );
+        assert_eq!(
+            code(request(Some(("date", &http(now + 14 * minute))))),
+            None
+        );
+        let skewed = Some(S3ErrorCode::RequestTimeTooSkewed);
+        assert_eq!(
+            code(request(Some(("date", &http(now - 16 * minute))))),
+            skewed
+        );
+        assert_eq!(
+            code(request(Some((
+                "x-amz-date",
+                "Tue, 07 Jul 2010 21:53:04 GMT"
+            )))),
+            skewed
+        );
+        assert_eq!(
+            code(request(Some((
+                "x-amz-date",
+                "Tue, 07 Jul 9999 21:53:04 GMT"
+            )))),
+            skewed
+        );
+        let denied = Some(S3ErrorCode::AccessDenied);
+        assert_eq!(code(request(Some(("x-amz-date", "Bad Date")))), denied);
+        assert_eq!(code(request(Some(("x-amz-date", "")))), denied);
+        assert_eq!(
+            code(request(Some((
+                "x-amz-date",
+                "Tue, 07 Jul 1950 21:53:04 GMT"
+            )))),
+            denied
+        );
+        assert_eq!(code(request(None)), denied);
+        // x-amz-date wins over Date, as in the signature.
+        let mut both = request(Some(("date", &http(now))));
+        both.insert("x-amz-date", "Bad Date".parse().expect("a value"));
+        assert_eq!(code(both), denied);
+        // Other signatures are not this check's.
+        let mut v4 = hyper::HeaderMap::new();
+        v4.insert(
+            "authorization",
+            "AWS4-HMAC-SHA256 Credential=x".parse().expect("a value"),
+        );
+        assert_eq!(
+            check_v2_date(&v4, now).err().map(|e| e.code().clone()),
+            None
+        );
     }
 
     #[test]

@@ -257,6 +257,7 @@ pub(super) async fn put_object(
         sorted_metadata(input.metadata),
         headers,
         sse,
+        customer.as_ref(),
     );
     gw.commit(&input.bucket, &input.key, &entry, replacing(&conditions))
         .await?;

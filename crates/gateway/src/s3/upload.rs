@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use s3s::dto::*;
 use s3s::{S3Error, S3Request, S3Response, S3Result};
 
+use super::encryption::CustomerKey;
 use super::error::Refusal;
 use super::list::encoder;
 use super::object::replacing;
@@ -37,18 +38,20 @@ impl Gateway {
         }
     }
 
-    /// Records `written` as part `number` of upload `id`, and frees the part it replaces;
-    /// if the upload is gone, frees `written` instead.
+    /// Records `written` as part `number` of upload `id` (encrypted as `sse`, with
+    /// `customer`'s key under SSE-C), and frees the part it replaces; if the upload is
+    /// gone, frees `written` instead.
     pub(super) async fn put_part(
         &self,
         id: &str,
         number: u32,
         written: &data::Written,
         sse: &Option<Sse>,
+        customer: Option<&CustomerKey>,
     ) -> S3Result<PartRecord> {
         let part = PartRecord {
             segment: written.segment(),
-            md5: encryption::etag_bytes(sse, written.md5, &written.instance),
+            md5: encryption::etag_bytes(sse, written.md5, &written.instance, customer),
             mtime_ns: layout::now_ns(),
         };
         match multipart::put_part(&self.pool, id, number, &part).await {
@@ -186,7 +189,13 @@ pub(super) async fn upload_part(
     let sealing = gw.sealing(&record.sse, customer.as_ref()).await?;
     let written = write_body(&gw.pool, input.body, input.content_length, md5, sealing).await?;
     let part = gw
-        .put_part(&input.upload_id, number, &written, &record.sse)
+        .put_part(
+            &input.upload_id,
+            number,
+            &written,
+            &record.sse,
+            customer.as_ref(),
+        )
         .await?;
     let described = encryption::describe(&record.sse, customer.as_ref());
     Ok(S3Response::new(UploadPartOutput {
@@ -209,7 +218,10 @@ pub(super) async fn complete_multipart_upload(
     let record = match gw.upload(&input.bucket, &input.key, &input.upload_id).await {
         Ok(record) => record,
         // Completed already: asked again, S3 answers as it did the first time.
-        Err(gone) => match buckets::entry(&gw.pool, &input.bucket, &input.key).await? {
+        Err(gone) => match buckets::entry(&gw.pool, &input.bucket, &input.key)
+            .await
+            .map_err(|e| in_bucket(e, &input.bucket))?
+        {
             Some(entry) if entry.upload_id.as_ref() == Some(&input.upload_id) => {
                 return Ok(S3Response::new(completed(input.bucket, input.key, &entry)));
             }
