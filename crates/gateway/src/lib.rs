@@ -39,6 +39,9 @@ pub enum Error {
     /// A conflicting operation is in progress; the client may try again.
     #[error("{0}; try again")]
     Busy(String),
+    /// The object a request needs is not there (If-Match on a write).
+    #[error("no object: {0}")]
+    NoObject(String),
     /// A condition of the request (If-Match, If-None-Match) does not hold.
     #[error("{0}")]
     Precondition(String),

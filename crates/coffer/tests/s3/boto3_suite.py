@@ -592,7 +592,7 @@ class Suite:
             )
         expect_error(
             "put_object with If-Match on a missing object",
-            ["PreconditionFailed"],
+            ["NoSuchKey"],
             self.s3.put_object,
             Bucket=self.bucket,
             Key="conditional/missing",
@@ -605,7 +605,10 @@ class Suite:
         self.put(object_name, b"third", IfNoneMatch=quoted_md5(b"another"))
         _, body = self.get(object_name)
         expect_body("the object after conditional puts that hold", body, b"third")
-        ok("put_object with If-None-Match and If-Match: 412 when they fail, written when they hold")
+        ok(
+            "put_object with If-None-Match and If-Match: 412 when they fail (404 for If-Match "
+            "with no object), written when they hold"
+        )
 
         upload_id = self.create_upload(object_name)
         part = self.upload_part(object_name, upload_id, 1, b"from an upload")
@@ -777,12 +780,13 @@ class Suite:
         expect(f"upload_part {object_name} part {number} ETag", response["ETag"], quoted_md5(data))
         return {"PartNumber": number, "ETag": response["ETag"]}
 
-    def complete(self, object_name, upload_id, parts):
+    def complete(self, object_name, upload_id, parts, **params):
         return self.s3.complete_multipart_upload(
             Bucket=self.bucket,
             Key=object_name,
             UploadId=upload_id,
             MultipartUpload={"Parts": parts},
+            **params,
         )
 
     def abort(self, object_name, upload_id):
@@ -1320,7 +1324,31 @@ class Suite:
                 self.list_parts_pages(object_name, upload_id, 1000),
                 [(p["PartNumber"], len(data), p["ETag"]) for p, data in zip(completed, parts)],
             )
-            response = self.complete(object_name, upload_id, completed)
+            if "SSECustomerKey" in encryption.key:
+                # Completing an SSE-C upload takes its key too, as its parts do.
+                for what, codes, params in [
+                    ("without the key", ["InvalidRequest"], {}),
+                    ("with another key", ["InvalidArgument"], customer_key_args(os.urandom(32))),
+                ]:
+                    expect_error(
+                        f"complete_multipart_upload ({label}) {what}",
+                        codes,
+                        self.complete,
+                        object_name=object_name,
+                        upload_id=upload_id,
+                        parts=completed,
+                        **params,
+                    )
+                ok(f"complete_multipart_upload of an {encryption.name} upload needs its key")
+            response = self.complete(object_name, upload_id, completed, **encryption.key)
+            expect_error(
+                f"get_object ({label}) of a part it does not have, without a key",
+                ["InvalidPart"],
+                self.s3.get_object,
+                Bucket=self.bucket,
+                Key=object_name,
+                PartNumber=len(parts) + 1,
+            )
             etag = response["ETag"]
             if encryption.etag_is_md5:
                 expect(f"complete_multipart_upload ({label}) ETag", etag, multipart_etag(parts))

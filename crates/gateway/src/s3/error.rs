@@ -142,6 +142,7 @@ impl From<Error> for S3Error {
             }
             Error::Invalid(message) => S3Error::with_message(S3ErrorCode::InvalidArgument, message),
             Error::Precondition(why) => S3Error::with_message(S3ErrorCode::PreconditionFailed, why),
+            Error::NoObject(_) => S3Error::with_message(S3ErrorCode::NoSuchKey, e.to_string()),
             Error::Body(message) => S3Error::with_message(S3ErrorCode::IncompleteBody, message),
             Error::Cluster(client::Error::NoSpace(why)) => {
                 let mut full = S3Error::with_message(

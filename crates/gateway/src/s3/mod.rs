@@ -363,7 +363,7 @@ fn stored_encoding(given: Option<&str>) -> Option<String> {
         .map(str::trim)
         .filter(|coding| !coding.is_empty() && !coding.eq_ignore_ascii_case("aws-chunked"))
         .collect();
-    (!kept.is_empty()).then(|| kept.join(","))
+    (!kept.is_empty()).then(|| kept.join(", "))
 }
 
 fn unix_seconds(time: Timestamp) -> i64 {
@@ -585,7 +585,7 @@ mod tests {
         assert_eq!(stored_encoding(Some("aws-chunked")), None);
         assert_eq!(
             stored_encoding(Some("gzip, AWS-Chunked, br")),
-            Some("gzip,br".into())
+            Some("gzip, br".into())
         );
         assert_eq!(stored_encoding(None), None);
     }

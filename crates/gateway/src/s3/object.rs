@@ -91,8 +91,9 @@ impl Conditions<'_> {
 
 /// What a conditional write (PutObject, CompleteMultipartUpload) asks of the entry it
 /// replaces, checked in its commit: `If-Match`, an object with that ETag (or any, for
-/// `*`); `If-None-Match`, no object with that ETag (or none at all, for `*`). A missing
-/// object fails `If-Match` with 412, as Ceph's gateway answers.
+/// `*`); `If-None-Match`, no object with that ETag (or none at all, for `*`). A failed
+/// condition is `Precondition`, except `If-Match` without an object: `NoObject`, S3's
+/// NoSuchKey.
 pub(super) fn replacing(
     (if_match, if_none_match): &(Option<ETagCondition>, Option<ETagCondition>),
 ) -> impl Fn(Option<&ObjectEntry>) -> Result<(), Error> + '_ {
@@ -102,10 +103,14 @@ pub(super) fn replacing(
             (ETagCondition::Any, Some(_)) => true,
             (ETagCondition::ETag(tag), Some(old)) => tag.value() == old.etag,
         };
-        if if_match.as_ref().is_some_and(|c| !matches(c)) {
-            return Err(Error::Precondition(
-                "no object with the ETag of If-Match".into(),
-            ));
+        match (if_match, old) {
+            (Some(_), None) => return Err(Error::NoObject("If-Match needs one".into())),
+            (Some(condition), Some(_)) if !matches(condition) => {
+                return Err(Error::Precondition(
+                    "the ETag does not match If-Match".into(),
+                ))
+            }
+            _ => {}
         }
         if if_none_match.as_ref().is_some_and(matches) {
             return Err(Error::Precondition(
@@ -284,6 +289,8 @@ pub(super) async fn get_object(
     // At once: the data key may take a round trip to the KMS.
     let hold = gw.readers.hold(&entry);
     conditions!(input).check(&entry)?;
+    // The span first: a part that does not exist is InvalidPart, key or no key.
+    let (range, content_range) = span(&entry, input.range.as_ref(), input.part_number)?;
     let customer = encryption::customer_key(
         &input.sse_customer_algorithm,
         &input.sse_customer_key,
@@ -291,7 +298,6 @@ pub(super) async fn get_object(
     )?;
     encryption::check_customer(&entry.sse, customer.as_ref())?;
     let keys = gw.keys(&entry, customer.as_ref()).await?;
-    let (range, content_range) = span(&entry, input.range.as_ref(), input.part_number)?;
     let body = data::read(&gw.pool, &entry, range.clone(), keys, hold);
     let described = encryption::describe(&entry.sse, customer.as_ref());
     let headers = &entry.headers;
@@ -329,6 +335,7 @@ pub(super) async fn head_object(
     gw.owned(&user, &input.bucket).await?;
     let entry = gw.entry(&input.bucket, &input.key).await?;
     conditions!(input).check(&entry)?;
+    let (range, content_range) = span(&entry, input.range.as_ref(), input.part_number)?;
     let customer = encryption::customer_key(
         &input.sse_customer_algorithm,
         &input.sse_customer_key,
@@ -336,7 +343,6 @@ pub(super) async fn head_object(
     )?;
     encryption::check_customer(&entry.sse, customer.as_ref())?;
     let described = encryption::describe(&entry.sse, customer.as_ref());
-    let (range, content_range) = span(&entry, input.range.as_ref(), input.part_number)?;
     Ok(S3Response::new(HeadObjectOutput {
         content_length: Some((range.end - range.start) as i64),
         content_range,

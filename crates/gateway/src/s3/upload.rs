@@ -215,6 +215,12 @@ pub(super) async fn complete_multipart_upload(
     let user = gw.user(&req).await?;
     let input = req.input;
     gw.owned(&user, &input.bucket).await?;
+    // An SSE-C upload is completed with its key, as its parts are written.
+    let customer = encryption::customer_key(
+        &input.sse_customer_algorithm,
+        &input.sse_customer_key,
+        &input.sse_customer_key_md5,
+    )?;
     let record = match gw.upload(&input.bucket, &input.key, &input.upload_id).await {
         Ok(record) => record,
         // Completed already: asked again, S3 answers as it did the first time.
@@ -223,11 +229,13 @@ pub(super) async fn complete_multipart_upload(
             .map_err(|e| in_bucket(e, &input.bucket))?
         {
             Some(entry) if entry.upload_id.as_ref() == Some(&input.upload_id) => {
+                encryption::check_customer(&entry.sse, customer.as_ref())?;
                 return Ok(S3Response::new(completed(input.bucket, input.key, &entry)));
             }
             _ => return Err(gone),
         },
     };
+    encryption::check_customer(&record.sse, customer.as_ref())?;
     let asked = input
         .multipart_upload
         .and_then(|m| m.parts)
@@ -268,7 +276,7 @@ pub(super) async fn complete_multipart_upload(
     let check = replacing(&conditions);
     match buckets::commit(&gw.pool, &input.bucket, &input.key, &entry, check).await {
         Ok(old) => gw.free_replaced(old, &entry).await,
-        Err(refused @ Error::Precondition(_)) => {
+        Err(refused @ (Error::Precondition(_) | Error::NoObject(_))) => {
             multipart::unmark_completing(&gw.pool, &input.upload_id).await;
             return Err(refused.into());
         }
