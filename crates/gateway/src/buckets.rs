@@ -211,7 +211,8 @@ pub async fn commit(
             Err(client::Error::Mismatch(_)) => {
                 if pool
                     .attrs(&index)
-                    .await?
+                    .await
+                    .map_err(|e| missing(e, bucket))?
                     .contains_key(layout::DELETING_ATTR)
                 {
                     return Err(Error::Busy(format!("bucket {bucket} is being deleted")));

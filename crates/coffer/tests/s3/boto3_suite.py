@@ -30,6 +30,7 @@ import os
 import secrets
 import ssl
 import sys
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -609,6 +610,37 @@ class Suite:
             "put_object with If-None-Match and If-Match: 412 when they fail (404 for If-Match "
             "with no object), written when they hold"
         )
+
+        # Writers racing to create one key with If-None-Match *: exactly one wins.
+        racers = 8
+        outcomes = [None] * racers
+
+        def race(i):
+            try:
+                self.s3.put_object(
+                    Bucket=self.bucket, Key="conditional/race", Body=f"racer {i}".encode(),
+                    IfNoneMatch="*",
+                )
+                outcomes[i] = "won"
+            except ClientError as error:
+                outcomes[i] = error.response.get("Error", {}).get("Code")
+
+        threads = [threading.Thread(target=race, args=(i,)) for i in range(racers)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        winners = [i for i, outcome in enumerate(outcomes) if outcome == "won"]
+        expect("racing creators with If-None-Match *: winners", len(winners), 1)
+        expect(
+            "racing creators with If-None-Match *: the others",
+            sorted(set(o for o in outcomes if o != "won")),
+            ["PreconditionFailed"],
+        )
+        self.objects["conditional/race"] = f"racer {winners[0]}".encode()
+        _, body = self.get("conditional/race")
+        expect_body("the raced object", body, self.objects["conditional/race"])
+        ok(f"{racers} writers racing with If-None-Match *: one wins, the others get 412")
 
         upload_id = self.create_upload(object_name)
         part = self.upload_part(object_name, upload_id, 1, b"from an upload")

@@ -4,7 +4,7 @@ use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result};
 
 use super::error::Refusal;
-use super::list::unhex;
+use super::list::continuation;
 use super::{encryption, in_bucket, timestamp, Gateway};
 use crate::{buckets, layout, Error};
 
@@ -17,12 +17,11 @@ pub(super) async fn list_buckets(
 ) -> S3Result<S3Response<ListBucketsOutput>> {
     let user = gw.user(&req).await?;
     let input = req.input;
-    let after = match &input.continuation_token {
-        Some(token) => {
-            Some(unhex(token).ok_or_else(|| Refusal::Invalid("not a continuation token".into()))?)
-        }
-        None => None,
-    };
+    let after = input
+        .continuation_token
+        .as_deref()
+        .map(continuation)
+        .transpose()?;
     let prefix = input.prefix.as_deref().unwrap_or("");
     let max = input
         .max_buckets

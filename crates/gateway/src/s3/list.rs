@@ -111,7 +111,12 @@ fn common_prefixes(
     })
 }
 
-pub(super) fn unhex(text: &str) -> Option<String> {
+/// The name a continuation token (of a listing of objects or buckets) carries on from.
+pub(super) fn continuation(token: &str) -> S3Result<String> {
+    Ok(unhex(token).ok_or_else(|| Refusal::Invalid("not a continuation token".into()))?)
+}
+
+fn unhex(text: &str) -> Option<String> {
     if !text.len().is_multiple_of(2) {
         return None;
     }
@@ -164,9 +169,7 @@ pub(super) async fn list_objects_v2(
     let input = req.input;
     gw.owned(&user, &input.bucket).await?;
     let after = match &input.continuation_token {
-        Some(token) => {
-            Some(unhex(token).ok_or_else(|| Refusal::Invalid("not a continuation token".into()))?)
-        }
+        Some(token) => Some(continuation(token)?),
         None => input.start_after.clone(),
     };
     let (listing, max) = gw
