@@ -3,8 +3,9 @@
 use bytes::Bytes;
 use client::{ObjectOp, Pool};
 
-use crate::layout::{self, BucketInfo, ObjectEntry, Sse};
+use crate::layout::{self, BucketInfo, Head, IndexKey, ObjectEntry, Order, Sse, Version};
 use crate::omap::{Pages, PAGE};
+use crate::versions::{self, Change, Found, Plan, VersionId, Versioning};
 use crate::Error;
 
 /// Every bucket with its owner, by name.
@@ -20,16 +21,26 @@ pub async fn list(pool: &Pool) -> Result<Vec<(String, BucketInfo)>, Error> {
     Ok(out)
 }
 
-/// The owner and creation time of `bucket`.
-pub async fn info(pool: &Pool, bucket: &str) -> Result<BucketInfo, Error> {
-    match pool.attrs(&layout::index_object(bucket)).await {
-        Ok(attrs) => match attrs.get(layout::BUCKET_ATTR) {
-            Some(bytes) => layout::decode(bytes).map_err(Error::Corrupt),
-            None => Err(Error::NotFound(format!("bucket {bucket}"))),
-        },
-        Err(client::Error::NotFound) => Err(Error::NotFound(format!("bucket {bucket}"))),
-        Err(e) => Err(e.into()),
-    }
+/// A bucket as its index object's attributes describe it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Bucket {
+    pub info: BucketInfo,
+    pub versioning: Versioning,
+}
+
+/// The owner, creation time and versioning of `bucket`.
+pub async fn info(pool: &Pool, bucket: &str) -> Result<Bucket, Error> {
+    let attrs = pool
+        .attrs(&layout::index_object(bucket))
+        .await
+        .map_err(|e| missing(e, bucket))?;
+    let Some(info) = attrs.get(layout::BUCKET_ATTR) else {
+        return Err(Error::NotFound(format!("bucket {bucket}")));
+    };
+    Ok(Bucket {
+        info: layout::decode(info).map_err(Error::Corrupt)?,
+        versioning: Versioning::from_attr(attrs.get(layout::VERSIONING_ATTR).map(Vec::as_slice))?,
+    })
 }
 
 async fn list_in_buckets(pool: &Pool, bucket: &str, info: &BucketInfo) -> Result<(), Error> {
@@ -62,7 +73,7 @@ pub async fn create(pool: &Pool, bucket: &str, owner: &str) -> Result<(), Error>
     {
         Ok(_) => list_in_buckets(pool, bucket, &record).await,
         Err(client::Error::Exists) => {
-            let current = info(pool, bucket).await?;
+            let current = info(pool, bucket).await?.info;
             // A creation that stopped between claiming the name and listing the bucket
             // is finished here, by its owner asking again.
             if current.owner == owner {
@@ -146,77 +157,135 @@ fn missing(e: client::Error, bucket: &str) -> Error {
     }
 }
 
-/// The index entry of `key` in `bucket`, if there is one.
+/// The index entry of `key` in `bucket` (its current version), if there is one.
 pub async fn entry(pool: &Pool, bucket: &str, key: &str) -> Result<Option<ObjectEntry>, Error> {
-    Ok(stored_entry(pool, bucket, key).await?.1)
-}
-
-/// The index entry of `key` in `bucket` as stored, and decoded.
-async fn stored_entry(
-    pool: &Pool,
-    bucket: &str,
-    key: &str,
-) -> Result<(Option<Vec<u8>>, Option<ObjectEntry>), Error> {
     let found = pool
         .omap_get(&layout::index_object(bucket), vec![key.as_bytes().to_vec()])
         .await
         .map_err(|e| missing(e, bucket))?;
-    match found.into_iter().next().and_then(|(_, value)| value) {
-        Some(bytes) => {
-            let entry = layout::decode(&bytes).map_err(Error::Corrupt)?;
-            Ok((Some(bytes), Some(entry)))
-        }
-        None => Ok((None, None)),
-    }
+    decoded(
+        found
+            .into_iter()
+            .next()
+            .and_then(|(_, value)| value)
+            .as_deref(),
+    )
 }
 
-/// How many times a commit reads the entry it replaces again when another commit of the
-/// same key came between its read and its write.
+/// How many times a change reads the key again when another change of the same key came
+/// between its read and its write.
 const COMMIT_TRIES: usize = 32;
 
-/// Makes `entry` the object `key` of `bucket`, atomically, if `check` accepts the entry it
-/// replaces (S3's conditional writes; `|_| Ok(())` for none); returns that entry. The
-/// replaced entry is the one the write found: a commit in between makes it read again.
-/// Fails with `NotFound` if the bucket is gone, and with `Busy` while it is being deleted.
-pub async fn commit(
+/// Makes `change` of object `key` in `bucket`, atomically, if `check` accepts the key's
+/// current object (S3's conditional writes; `|_| Ok(())` for none); returns what it did
+/// (see [`versions::plan`]), whose `freed` objects the caller removes. The change is
+/// committed on the condition that the key's entry and head, the bucket's versioning
+/// (`versioning`, as the caller read it) and the bucket itself are as read: a change in
+/// between makes it read and decide again. Fails with `NotFound` if the bucket is gone, and
+/// with `Busy` while it is being deleted.
+///
+/// A multipart completion names its upload (`ends_upload`): the upload stops being listed
+/// in the same commit, which fails with `NotFound` if it is not listed, so that of two
+/// completions of one upload only one makes an object of its parts.
+pub async fn apply(
     pool: &Pool,
     bucket: &str,
     key: &str,
-    entry: &ObjectEntry,
+    mut versioning: Versioning,
+    change: Change,
+    ends_upload: Option<&str>,
     check: impl Fn(Option<&ObjectEntry>) -> Result<(), Error>,
-) -> Result<Option<ObjectEntry>, Error> {
+) -> Result<Plan, Error> {
     let index = layout::index_object(bucket);
+    let head_key = layout::head_key(key);
+    let upload_key = ends_upload.map(|id| layout::upload_key(key, id));
     for _ in 0..COMMIT_TRIES {
-        let (stored, old) = stored_entry(pool, bucket, key).await?;
-        check(old.as_ref())?;
-        let ops = vec![
+        let mut keys = vec![key.as_bytes().to_vec(), head_key.clone()];
+        keys.extend(upload_key.clone());
+        let read = pool
+            .omap_get(&index, keys)
+            .await
+            .map_err(|e| missing(e, bucket))?;
+        let stored = |at: &[u8]| {
+            read.iter()
+                .find(|(k, _)| k.as_slice() == at)
+                .and_then(|(_, v)| v.clone())
+        };
+        let (stored_entry, stored_head) = (stored(key.as_bytes()), stored(&head_key));
+        let stored_upload = match (&upload_key, ends_upload) {
+            (Some(at), Some(id)) => match stored(at) {
+                Some(record) => Some((at.clone(), record)),
+                None => return Err(crate::multipart::no_upload(id)),
+            },
+            _ => None,
+        };
+        let mut found = Found {
+            current: decoded(stored_entry.as_deref())?,
+            head: decoded(stored_head.as_deref())?,
+            ..Found::default()
+        };
+        check(found.current.as_ref())?;
+        if let Some(order) = versions::touched(versioning, &change, found.head.as_ref()) {
+            (found.target, found.next) = around(pool, &index, key, &order).await?;
+        }
+        let plan = versions::plan(
+            key,
+            versioning,
+            found,
+            change.clone(),
+            layout::now_ns(),
+            rand::random(),
+        )?;
+        if plan.set.is_empty() && plan.remove.is_empty() && stored_upload.is_none() {
+            return Ok(plan);
+        }
+        let mut ops = vec![
             ObjectOp::AssertExists,
             ObjectOp::AssertAttr {
                 name: layout::DELETING_ATTR.into(),
                 value: None,
             },
+            ObjectOp::AssertAttr {
+                name: layout::VERSIONING_ATTR.into(),
+                value: versioning.attr(),
+            },
             ObjectOp::AssertOmap {
                 key: key.as_bytes().to_vec(),
-                value: stored,
+                value: stored_entry,
             },
-            ObjectOp::OmapSet {
-                entries: vec![(key.as_bytes().to_vec(), layout::encode(entry))],
+            ObjectOp::AssertOmap {
+                key: head_key.clone(),
+                value: stored_head,
             },
         ];
+        let mut remove = plan.remove.clone();
+        if let Some((at, record)) = stored_upload {
+            ops.push(ObjectOp::AssertOmap {
+                key: at.clone(),
+                value: Some(record),
+            });
+            remove.push(at);
+        }
+        if !remove.is_empty() {
+            ops.push(ObjectOp::OmapRemove { keys: remove });
+        }
+        if !plan.set.is_empty() {
+            ops.push(ObjectOp::OmapSet {
+                entries: plan.set.clone(),
+            });
+        }
         match pool.operate(&index, ops, Bytes::new()).await {
-            Ok(_) => return Ok(old),
+            Ok(_) => return Ok(plan),
             Err(client::Error::NotFound) => {
                 return Err(Error::NotFound(format!("bucket {bucket}")))
             }
             Err(client::Error::Mismatch(_)) => {
-                if pool
-                    .attrs(&index)
-                    .await
-                    .map_err(|e| missing(e, bucket))?
-                    .contains_key(layout::DELETING_ATTR)
-                {
+                let attrs = pool.attrs(&index).await.map_err(|e| missing(e, bucket))?;
+                if attrs.contains_key(layout::DELETING_ATTR) {
                     return Err(Error::Busy(format!("bucket {bucket} is being deleted")));
                 }
+                versioning =
+                    Versioning::from_attr(attrs.get(layout::VERSIONING_ATTR).map(Vec::as_slice))?;
             }
             Err(e) => return Err(e.into()),
         }
@@ -226,14 +295,109 @@ pub async fn commit(
     )))
 }
 
-/// Removes object `key` from the index of `bucket`; returns its entry if it had one.
-pub async fn uncommit(pool: &Pool, bucket: &str, key: &str) -> Result<Option<ObjectEntry>, Error> {
-    let old = entry(pool, bucket, key).await?;
-    if old.is_some() {
-        pool.omap_remove(&layout::index_object(bucket), vec![key.as_bytes().to_vec()])
-            .await?;
+fn decoded<T: layout::Record>(bytes: Option<&[u8]>) -> Result<Option<T>, Error> {
+    bytes
+        .map(|bytes| layout::decode(bytes).map_err(Error::Corrupt))
+        .transpose()
+}
+
+/// Version `order` of `key`, if it exists, and the version after it (the next newest).
+async fn around(
+    pool: &Pool,
+    index: &str,
+    key: &str,
+    order: &Order,
+) -> Result<(Option<Version>, Option<(Order, Version)>), Error> {
+    let at = layout::version_key(key, order);
+    let page = pool.omap_list(index, layout::before(&at), 2).await?;
+    let mut entries = page.into_iter();
+    match entries.next() {
+        Some((found, value)) if found == at => {
+            let target = layout::decode(&value).map_err(Error::Corrupt)?;
+            let next = match entries.next() {
+                Some((next, value)) => match layout::parse_index_key(&next) {
+                    IndexKey::Version(of, order) if of == key.as_bytes() => {
+                        Some((order, layout::decode(&value).map_err(Error::Corrupt)?))
+                    }
+                    _ => None,
+                },
+                None => None,
+            };
+            Ok((Some(target), next))
+        }
+        _ => Ok((None, None)),
     }
-    Ok(old)
+}
+
+/// The current object of `key` in `bucket` and the key's head (where versions are kept).
+pub async fn current(
+    pool: &Pool,
+    bucket: &str,
+    key: &str,
+) -> Result<(Option<ObjectEntry>, Option<Head>), Error> {
+    let read = pool
+        .omap_get(
+            &layout::index_object(bucket),
+            vec![key.as_bytes().to_vec(), layout::head_key(key)],
+        )
+        .await
+        .map_err(|e| missing(e, bucket))?;
+    let mut values = read.into_iter().map(|(_, value)| value);
+    let current = decoded(values.next().flatten().as_deref())?;
+    let head = decoded(values.next().flatten().as_deref())?;
+    Ok((current, head))
+}
+
+/// Version `id` of `key` in `bucket`, if it exists.
+pub async fn version(
+    pool: &Pool,
+    bucket: &str,
+    key: &str,
+    id: VersionId,
+) -> Result<Option<Version>, Error> {
+    let order = match id {
+        VersionId::Order(order) => order,
+        VersionId::Null => match current(pool, bucket, key).await? {
+            (
+                _,
+                Some(Head {
+                    null: Some(order), ..
+                }),
+            ) => order,
+            (Some(entry), None) if entry.version.is_none() => {
+                return Ok(Some(Version::Object(entry)))
+            }
+            _ => return Ok(None),
+        },
+    };
+    let found = pool
+        .omap_get(
+            &layout::index_object(bucket),
+            vec![layout::version_key(key, &order)],
+        )
+        .await
+        .map_err(|e| missing(e, bucket))?;
+    decoded(found.into_iter().next().and_then(|(_, v)| v).as_deref())
+}
+
+/// Sets the versioning state of `bucket` (S3 never returns a bucket to unversioned).
+pub async fn set_versioning(pool: &Pool, bucket: &str, state: Versioning) -> Result<(), Error> {
+    let Some(value) = state.attr() else {
+        return Err(Error::Invalid(
+            "a bucket's versioning is Enabled or Suspended".into(),
+        ));
+    };
+    let ops = vec![
+        ObjectOp::AssertExists,
+        ObjectOp::SetAttr {
+            name: layout::VERSIONING_ATTR.into(),
+            value,
+        },
+    ];
+    pool.operate(&layout::index_object(bucket), ops, Bytes::new())
+        .await
+        .map_err(|e| missing(e, bucket))?;
+    Ok(())
 }
 
 /// Index entries of `bucket` after `after` (exclusive), in key order, at most `limit`.
@@ -286,7 +450,7 @@ pub async fn listing(
         let full = page.len() == PAGE as usize;
         let mut jumped = false;
         for (key_bytes, value) in page {
-            if key_bytes.first() == Some(&layout::UPLOADS) {
+            if !matches!(layout::parse_index_key(&key_bytes), IndexKey::Object(_)) {
                 return Ok(out);
             }
             let key = String::from_utf8_lossy(&key_bytes).into_owned();
@@ -297,11 +461,7 @@ pub async fn listing(
                 }
                 continue;
             }
-            let rolled = delimiter.and_then(|d| {
-                key[prefix.len()..]
-                    .find(d)
-                    .map(|at| key[..prefix.len() + at + d.len()].to_string())
-            });
+            let rolled = common_prefix(&key, prefix, delimiter);
             if let Some(common) = rolled {
                 // Everything under this prefix is one entry; go on past all of it.
                 bound = Some(layout::past(common.as_bytes()));
@@ -330,10 +490,274 @@ pub async fn listing(
     }
 }
 
+/// The common prefix `key` (which starts with `prefix`) is rolled up into: up to the first
+/// `delimiter` past the prefix, if there is one.
+fn common_prefix(key: &str, prefix: &str, delimiter: Option<&str>) -> Option<String> {
+    let d = delimiter?;
+    key[prefix.len()..]
+        .find(d)
+        .map(|at| key[..prefix.len() + at + d.len()].to_string())
+}
+
 /// Marks a listing cut short at its limit: it goes on after its last key or prefix.
 fn finish(mut out: Listing) -> Listing {
     let last_object = out.objects.last().map(|(key, _)| key.clone());
     let last_prefix = out.prefixes.last().cloned();
     out.next = last_object.max(last_prefix);
+    out
+}
+
+/// One version in a listing of versions: `latest` if it is its key's newest. An object
+/// written while the bucket was never versioned is listed as its key's only version, "null".
+#[derive(Debug, PartialEq)]
+pub struct Listed {
+    pub key: String,
+    pub version: Version,
+    pub latest: bool,
+}
+
+impl Listed {
+    pub fn id(&self) -> VersionId {
+        self.version.tag().map_or(VersionId::Null, VersionId::from)
+    }
+}
+
+/// One page of ListObjectVersions.
+#[derive(Debug, Default, PartialEq)]
+pub struct VersionListing {
+    pub versions: Vec<Listed>,
+    pub prefixes: Vec<String>,
+    /// Set when more follow: the key and version to list on after. The version is given by
+    /// its order even for a "null" one, so that listing on finds its place when it is gone.
+    pub next: Option<(String, Option<String>)>,
+}
+
+/// Where ListObjectVersions starts: after every version of `key`, or after its version `id`.
+pub struct VersionMarker<'a> {
+    pub key: &'a str,
+    pub id: Option<VersionId>,
+}
+
+/// Index entries of one region of a bucket's index (object keys, or versions), read a page
+/// at a time from a bound that can move forward.
+struct Region<'a> {
+    pool: &'a Pool,
+    index: &'a str,
+    versions: bool,
+    after: Option<Vec<u8>>,
+    page: std::collections::VecDeque<(Vec<u8>, Vec<u8>)>,
+    done: bool,
+}
+
+impl<'a> Region<'a> {
+    fn new(pool: &'a Pool, index: &'a str, versions: bool, after: Option<Vec<u8>>) -> Self {
+        Region {
+            pool,
+            index,
+            versions,
+            after,
+            page: Default::default(),
+            done: false,
+        }
+    }
+
+    /// Moves the region on to the keys after `bound` (never back).
+    fn seek(&mut self, bound: Vec<u8>) {
+        self.page.retain(|(key, _)| *key > bound);
+        if self.page.is_empty() && self.after.as_ref().is_none_or(|after| bound > *after) {
+            self.after = Some(bound);
+        }
+    }
+
+    fn contains(&self, key: &[u8]) -> bool {
+        match key.first() {
+            Some(&layout::VERSIONS) => self.versions,
+            Some(&first) => !self.versions && first < layout::VERSIONS,
+            None => false,
+        }
+    }
+
+    /// The next entry of the region, without taking it; `None` at its end.
+    async fn peek(&mut self) -> Result<Option<&(Vec<u8>, Vec<u8>)>, Error> {
+        while self.page.is_empty() && !self.done {
+            let page = self
+                .pool
+                .omap_list(self.index, self.after.clone(), PAGE)
+                .await?;
+            self.done = page.len() < PAGE as usize;
+            if let Some((last, _)) = page.last() {
+                self.after = Some(last.clone());
+            }
+            for (key, value) in page {
+                if !self.contains(&key) {
+                    // Regions are contiguous: the first key outside ends this one.
+                    self.done = true;
+                    break;
+                }
+                self.page.push_back((key, value));
+            }
+        }
+        Ok(self.page.front())
+    }
+
+    fn take(&mut self) -> Option<(Vec<u8>, Vec<u8>)> {
+        self.page.pop_front()
+    }
+}
+
+/// Lists the versions of `bucket`'s objects the way ListObjectVersions does: keys that start
+/// with `prefix` in key order, each key's versions newest first, from after `marker`, keys
+/// with `delimiter` past the prefix rolled up into one common prefix each, at most `max`
+/// versions and prefixes in all.
+pub async fn version_listing(
+    pool: &Pool,
+    bucket: &str,
+    prefix: &str,
+    delimiter: Option<&str>,
+    marker: Option<VersionMarker<'_>>,
+    max: usize,
+) -> Result<VersionListing, Error> {
+    let mut out = VersionListing::default();
+    if max == 0 {
+        return Ok(out);
+    }
+    let index = layout::index_object(bucket);
+    let in_versions = |key: &[u8]| [&[layout::VERSIONS][..], key].concat();
+    let mut objects = Region::new(pool, &index, false, layout::before(prefix.as_bytes()));
+    let mut versions = Region::new(
+        pool,
+        &index,
+        true,
+        layout::before(&in_versions(prefix.as_bytes())),
+    );
+    // The head of the key being listed, to tell its newest version.
+    let mut head: Option<(Vec<u8>, Head)> = None;
+    let after = marker.as_ref().map(|m| m.key);
+    if let Some(marker) = &marker {
+        let key = marker.key.as_bytes();
+        objects.seek(key.to_vec());
+        let (_, marker_head) = current(pool, bucket, marker.key).await?;
+        let within = match (marker.id, &marker_head) {
+            (Some(VersionId::Order(order)), _) => Some(order),
+            (Some(VersionId::Null), Some(h)) => h.null,
+            _ => None,
+        };
+        match within {
+            Some(order) => {
+                versions.seek(layout::version_key(marker.key, &order));
+                head = marker_head.map(|h| (key.to_vec(), h));
+            }
+            None => versions.seek(layout::past(&[&in_versions(key)[..], &[0]].concat())),
+        }
+    }
+    let delimiter = delimiter.filter(|d| !d.is_empty());
+    let mut count = 0;
+    loop {
+        // The smaller key of the two regions comes first.
+        let object_key = objects.peek().await?.map(|(k, _)| k.clone());
+        let version_key = versions.peek().await?.map(|(k, _)| k.clone());
+        let version_of = version_key
+            .as_deref()
+            .and_then(|k| match layout::parse_index_key(k) {
+                IndexKey::Head(of) | IndexKey::Version(of, _) => Some(of.to_vec()),
+                _ => None,
+            });
+        let from_objects = match (&object_key, &version_of) {
+            (None, None) => return Ok(out),
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (Some(object), Some(of)) => object <= of,
+        };
+        let key_bytes = if from_objects {
+            object_key.clone().unwrap_or_default()
+        } else {
+            version_of.clone().unwrap_or_default()
+        };
+        let key = String::from_utf8_lossy(&key_bytes).into_owned();
+        if !key.starts_with(prefix) {
+            if key.as_str() > prefix {
+                return Ok(out);
+            }
+            if from_objects {
+                objects.take();
+            } else {
+                versions.take();
+            }
+            continue;
+        }
+        let rolled = common_prefix(&key, prefix, delimiter);
+        if let Some(common) = rolled {
+            // Everything under this prefix is one entry; go on past all of it.
+            objects.seek(layout::past(common.as_bytes()));
+            versions.seek(layout::past(&in_versions(common.as_bytes())));
+            if after.is_some_and(|a| common.as_str() <= a) {
+                continue;
+            }
+            if count == max {
+                return Ok(finish_versions(out));
+            }
+            out.prefixes.push(common);
+            count += 1;
+            continue;
+        }
+        let listed = if from_objects {
+            let Some((_, value)) = objects.take() else {
+                continue;
+            };
+            let entry: ObjectEntry = layout::decode(&value).map_err(Error::Corrupt)?;
+            if entry.version.is_some() {
+                // A copy of its key's newest version, which the versions list.
+                continue;
+            }
+            Listed {
+                key,
+                version: Version::Object(entry),
+                latest: true,
+            }
+        } else {
+            let Some((entry_key, value)) = versions.take() else {
+                continue;
+            };
+            match layout::parse_index_key(&entry_key) {
+                IndexKey::Head(_) => {
+                    head = Some((key_bytes, layout::decode(&value).map_err(Error::Corrupt)?));
+                    continue;
+                }
+                IndexKey::Version(_, order) => {
+                    let latest = head
+                        .as_ref()
+                        .is_some_and(|(of, h)| *of == key_bytes && h.newest == order);
+                    Listed {
+                        key,
+                        version: layout::decode(&value).map_err(Error::Corrupt)?,
+                        latest,
+                    }
+                }
+                _ => continue,
+            }
+        };
+        if count == max {
+            return Ok(finish_versions(out));
+        }
+        out.versions.push(listed);
+        count += 1;
+    }
+}
+
+/// Marks a version listing cut short at its limit: it goes on after its last version or
+/// prefix.
+fn finish_versions(mut out: VersionListing) -> VersionListing {
+    let last_version = out.versions.last().map(|listed| {
+        let marker = match listed.version.tag() {
+            Some(tag) => VersionId::Order(tag.order),
+            None => VersionId::Null,
+        };
+        (listed.key.clone(), Some(marker.to_string()))
+    });
+    let last_prefix = out.prefixes.last().map(|p| (p.clone(), None));
+    out.next = match (last_version, last_prefix) {
+        (Some(v), Some(p)) => Some(if p.0 > v.0 { p } else { v }),
+        (v, p) => v.or(p),
+    };
     out
 }

@@ -14,6 +14,12 @@
 //!   data a reader may be streaming; the index entry names the instances, and an object
 //!   becomes visible only when that entry commits.
 //! - `gw.upload.ID`: one multipart upload: its omap holds its parts by number.
+//!
+//! In a bucket whose versioning was ever enabled, the index also holds every version of
+//! every object, under a first byte of 0xfe (after every object key, before the uploads):
+//! per object key a [`Head`] ([`head_key`]), then its versions newest first
+//! ([`version_key`]). The object key itself keeps a copy of the current version, so that
+//! GET and ListObjects read as in any bucket; see `crate::versions`.
 
 use serde::{Deserialize, Serialize};
 
@@ -23,6 +29,9 @@ pub const BUCKETS: &str = "gw.buckets";
 pub const BUCKET_ATTR: &str = "bucket";
 /// The attribute of a bucket's index object that holds its default encryption ([`Sse`]).
 pub const ENCRYPTION_ATTR: &str = "encryption";
+/// The attribute of a bucket's index object that holds its versioning state
+/// (`crate::versions::Versioning`); absent in a bucket never versioned.
+pub const VERSIONING_ATTR: &str = "versioning";
 /// The attribute set on a bucket's index object while the bucket is being deleted: index
 /// updates require it absent.
 pub const DELETING_ATTR: &str = "deleting";
@@ -45,6 +54,69 @@ pub fn upload_object(upload_id: &str) -> String {
 
 /// The first byte of the index keys of uploads in progress (never the first byte of UTF-8).
 pub const UPLOADS: u8 = 0xff;
+/// The first byte of the index keys of object versions (never the first byte of UTF-8).
+pub const VERSIONS: u8 = 0xfe;
+
+/// Where a version sorts among the versions of its key: smaller is newer. The first 8 bytes
+/// are `u64::MAX` less the version's time in nanoseconds, big-endian; the rest random.
+pub type Order = [u8; 16];
+
+/// The index key of an object key's [`Head`]: before every version of the key. Keys hold no
+/// NUL (`check_key`), so the versions of a key sort in key order, as ListObjectVersions
+/// lists them.
+pub fn head_key(key: &str) -> Vec<u8> {
+    let mut out = vec![VERSIONS];
+    out.extend_from_slice(key.as_bytes());
+    out.extend_from_slice(&[0, 0]);
+    out
+}
+
+/// The index key of one version of an object key. It ends in 1, a head key in 0, so the
+/// two never parse as each other.
+pub fn version_key(key: &str, order: &Order) -> Vec<u8> {
+    let mut out = vec![VERSIONS];
+    out.extend_from_slice(key.as_bytes());
+    out.push(0);
+    out.extend_from_slice(order);
+    out.push(1);
+    out
+}
+
+/// What an index key names.
+#[derive(Debug, PartialEq)]
+pub enum IndexKey<'a> {
+    /// An object key: its current version ([`ObjectEntry`]).
+    Object(&'a [u8]),
+    /// The versions of an object key, summed up ([`Head`]).
+    Head(&'a [u8]),
+    /// One version of an object key ([`Version`]).
+    Version(&'a [u8], Order),
+    /// An upload in progress ([`UploadRecord`]).
+    Upload,
+    /// Nothing this gateway writes.
+    Unknown,
+}
+
+pub fn parse_index_key(bytes: &[u8]) -> IndexKey<'_> {
+    match bytes.split_first() {
+        Some((&UPLOADS, _)) => IndexKey::Upload,
+        Some((&VERSIONS, rest)) => match rest.split_last() {
+            Some((0, named)) => match named.split_last() {
+                Some((0, key)) => IndexKey::Head(key),
+                _ => IndexKey::Unknown,
+            },
+            Some((1, named)) if named.len() > 16 && named[named.len() - 17] == 0 => {
+                let (key, order) = named.split_at(named.len() - 16);
+                match <Order>::try_from(order) {
+                    Ok(order) => IndexKey::Version(&key[..key.len() - 1], order),
+                    Err(_) => IndexKey::Unknown,
+                }
+            }
+            _ => IndexKey::Unknown,
+        },
+        _ => IndexKey::Object(bytes),
+    }
+}
 
 /// The index key of an upload in progress: after every object key, by object key then id.
 pub fn upload_key(key: &str, upload_id: &str) -> Vec<u8> {
@@ -113,6 +185,8 @@ impl Record for User {}
 impl Record for BucketInfo {}
 impl Record for Sse {}
 impl Record for PartRecord {}
+impl Record for Head {}
+impl Record for Version {}
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct User {
@@ -146,11 +220,14 @@ pub struct ObjectEntry {
     pub headers: ContentHeaders,
     /// The multipart upload this entry completed, to answer a completion asked again.
     pub upload_id: Option<String>,
+    /// Which version of its key this is; none for an object written while its bucket was
+    /// never versioned (S3's "null" version).
+    pub version: Option<VersionTag>,
 }
 
-/// Format 2 added the content headers and the upload id.
+/// Format 2 added the content headers and the upload id, format 3 the version.
 impl Record for ObjectEntry {
-    const FORMAT: u8 = 2;
+    const FORMAT: u8 = 3;
 
     fn earlier(format: u8, bytes: &[u8]) -> Result<Self, String> {
         /// An entry as format 1 stored it.
@@ -164,10 +241,25 @@ impl Record for ObjectEntry {
             segments: Vec<Segment>,
             sse: Option<Sse>,
         }
-        if format != 1 {
-            return Err(format!("object entry format {format} is not known here"));
+        /// An entry as format 2 stored it: format 1's, then these.
+        #[derive(Deserialize)]
+        struct Second {
+            first: First,
+            headers: ContentHeaders,
+            upload_id: Option<String>,
         }
-        let first: First = postcard::from_bytes(bytes).map_err(|e| e.to_string())?;
+        let (first, headers, upload_id) = match format {
+            1 => (
+                postcard::from_bytes::<First>(bytes).map_err(|e| e.to_string())?,
+                ContentHeaders::default(),
+                None,
+            ),
+            2 => {
+                let second: Second = postcard::from_bytes(bytes).map_err(|e| e.to_string())?;
+                (second.first, second.headers, second.upload_id)
+            }
+            _ => return Err(format!("object entry format {format} is not known here")),
+        };
         Ok(ObjectEntry {
             size: first.size,
             etag: first.etag,
@@ -176,10 +268,59 @@ impl Record for ObjectEntry {
             metadata: first.metadata,
             segments: first.segments,
             sse: first.sse,
-            headers: ContentHeaders::default(),
-            upload_id: None,
+            headers,
+            upload_id,
+            version: None,
         })
     }
+}
+
+/// One version of an object key, and whether S3 names it "null" (written while the bucket's
+/// versioning was suspended, or before it was first enabled).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct VersionTag {
+    pub order: Order,
+    pub null: bool,
+}
+
+/// One version of an object key, in the bucket's index.
+// Nearly every version is an object: boxing it would add an allocation and save nothing.
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Version {
+    Object(ObjectEntry),
+    /// A delete marker: the key reads as deleted while this is its newest version.
+    Marker {
+        mtime_ns: u64,
+        tag: VersionTag,
+    },
+}
+
+impl Version {
+    pub fn tag(&self) -> Option<VersionTag> {
+        match self {
+            Version::Object(entry) => entry.version,
+            Version::Marker { tag, .. } => Some(*tag),
+        }
+    }
+
+    pub fn mtime_ns(&self) -> u64 {
+        match self {
+            Version::Object(entry) => entry.mtime_ns,
+            Version::Marker { mtime_ns, .. } => *mtime_ns,
+        }
+    }
+}
+
+/// The versions of one object key, summed up. Every change of the key's versions rewrites
+/// it (`changes` counts them), so a change that read it commits only if none came between.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Head {
+    pub changes: u64,
+    /// The newest version: the current one.
+    pub newest: Order,
+    /// The version S3 names "null", if there is one.
+    pub null: Option<Order>,
 }
 
 /// The representation headers an object was written with, returned on GET and HEAD as
@@ -365,9 +506,13 @@ mod tests {
                 ..Default::default()
             },
             upload_id: Some("0123".into()),
+            version: Some(VersionTag {
+                order: [7; 16],
+                null: false,
+            }),
         };
         let bytes = encode(&entry);
-        assert_eq!(bytes[0], 2);
+        assert_eq!(bytes[0], 3);
         assert_eq!(decode::<ObjectEntry>(&bytes), Ok(entry.clone()));
         let mut other = bytes.clone();
         other[0] = 9;
@@ -391,8 +536,59 @@ mod tests {
         let read = decode::<ObjectEntry>(&first).expect("format 1 reads");
         assert_eq!(read.headers, ContentHeaders::default());
         assert_eq!(read.upload_id, None);
+        assert_eq!(read.version, None);
         assert_eq!(read.segments, entry.segments);
         assert_eq!(read.metadata, entry.metadata);
+
+        // And one written before versions (format 2) reads with its headers, unversioned.
+        let mut second = vec![2];
+        second.extend_from_slice(&first[1..]);
+        second.extend(
+            postcard::to_allocvec(&(&entry.headers, &entry.upload_id)).expect("serializes"),
+        );
+        let read = decode::<ObjectEntry>(&second).expect("format 2 reads");
+        assert_eq!(read.headers, entry.headers);
+        assert_eq!(read.upload_id, entry.upload_id);
+        assert_eq!(read.version, None);
+    }
+
+    #[test]
+    fn index_keys_parse_back_and_versions_sort_by_key_then_age() {
+        let newer = [0x10; 16];
+        let mut older = [0x10; 16];
+        older[15] = 0x11;
+        let head = head_key("a/b");
+        let version = version_key("a/b", &newer);
+        assert_eq!(parse_index_key(&head), IndexKey::Head(b"a/b"));
+        assert_eq!(parse_index_key(&version), IndexKey::Version(b"a/b", newer));
+        assert_eq!(parse_index_key(b"a/b"), IndexKey::Object(b"a/b"));
+        assert_eq!(parse_index_key(&upload_key("a", "1")), IndexKey::Upload);
+        // An order that ends in zeros still parses as a version.
+        let zeros = version_key("k", &[0; 16]);
+        assert_eq!(parse_index_key(&zeros), IndexKey::Version(b"k", [0; 16]));
+        let mut sorted = vec![
+            version_key("a/b", &older),
+            version_key("a", &older),
+            version,
+            head_key("a"),
+            head,
+            version_key("a/", &newer),
+        ];
+        sorted.sort();
+        assert_eq!(
+            sorted,
+            vec![
+                head_key("a"),
+                version_key("a", &older),
+                version_key("a/", &newer),
+                head_key("a/b"),
+                version_key("a/b", &newer),
+                version_key("a/b", &older),
+            ]
+        );
+        assert!(head_key("zzz") < upload_key("a", "1"));
+        // After every object key, the largest character's included.
+        assert!("\u{10ffff}".as_bytes() < &head_key("")[..]);
     }
 
     #[test]

@@ -2,8 +2,9 @@
 //! keys after a KMS key's rotation (`coffer kms key rotate`), and collecting the stripes no
 //! record names (`coffer gw gc`).
 //!
-//! The records that name stripes are object index entries ([`ObjectEntry`]) and the parts of
-//! multipart uploads in progress ([`PartRecord`]); see [`layout`].
+//! The records that name stripes are object index entries ([`ObjectEntry`]), the object
+//! versions of versioned buckets ([`Version`]) and the parts of multipart uploads in
+//! progress ([`PartRecord`]); see [`layout`].
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::time::Duration;
@@ -12,7 +13,7 @@ use bytes::Bytes;
 use client::{ObjectOp, Pool};
 
 use crate::kms::{Kms, KmsError};
-use crate::layout::{self, ObjectEntry, PartRecord, SealedKey, Segment};
+use crate::layout::{self, IndexKey, ObjectEntry, PartRecord, SealedKey, Segment, Version};
 use crate::omap::Pages;
 use crate::{buckets, multipart, Error};
 
@@ -54,14 +55,29 @@ pub async fn rewrap(
         let mut pages = Pages::new(pool, &index, None);
         while let Some(page) = pages.next().await? {
             for (entry_key, value) in page {
-                if let Some((_, id)) = layout::parse_upload_key(&entry_key) {
-                    rewrap_upload(pool, kms, key, newest, &id, &mut done).await?;
-                    continue;
+                match layout::parse_index_key(&entry_key) {
+                    IndexKey::Object(_) => {
+                        let rewrap_entry = async |entry: &mut ObjectEntry| {
+                            rewrap_segments(kms, key, newest, entry.segments.iter_mut()).await
+                        };
+                        swap(pool, &index, &entry_key, value, rewrap_entry, &mut done).await?;
+                    }
+                    IndexKey::Version(..) => {
+                        let rewrap_version = async |version: &mut Version| match version {
+                            Version::Object(entry) => {
+                                rewrap_segments(kms, key, newest, entry.segments.iter_mut()).await
+                            }
+                            Version::Marker { .. } => Ok(0),
+                        };
+                        swap(pool, &index, &entry_key, value, rewrap_version, &mut done).await?;
+                    }
+                    IndexKey::Upload => {
+                        if let Some((_, id)) = layout::parse_upload_key(&entry_key) {
+                            rewrap_upload(pool, kms, key, newest, &id, &mut done).await?;
+                        }
+                    }
+                    IndexKey::Head(_) | IndexKey::Unknown => {}
                 }
-                let rewrap_entry = async |entry: &mut ObjectEntry| {
-                    rewrap_segments(kms, key, newest, entry.segments.iter_mut()).await
-                };
-                swap(pool, &index, &entry_key, value, rewrap_entry, &mut done).await?;
             }
         }
     }
@@ -278,11 +294,18 @@ pub async fn collect(
         let mut pages = Pages::new(pool, &index, None);
         'objects: while let Some(page) = pages.next().await? {
             for (key, value) in page {
-                if key.first() == Some(&layout::UPLOADS) {
-                    break 'objects;
-                }
-                let entry: ObjectEntry = layout::decode(&value)
-                    .map_err(|e| Error::Corrupt(format!("bucket {bucket}: {e}")))?;
+                let corrupt = |e| Error::Corrupt(format!("bucket {bucket}: {e}"));
+                let entry = match layout::parse_index_key(&key) {
+                    IndexKey::Object(_) => {
+                        layout::decode::<ObjectEntry>(&value).map_err(corrupt)?
+                    }
+                    IndexKey::Version(..) => match layout::decode(&value).map_err(corrupt)? {
+                        Version::Object(entry) => entry,
+                        Version::Marker { .. } => continue,
+                    },
+                    IndexKey::Upload => break 'objects,
+                    IndexKey::Head(_) | IndexKey::Unknown => continue,
+                };
                 named.extend(entry.segments.into_iter().map(|s| s.instance));
             }
         }
@@ -375,7 +398,8 @@ async fn bucket_names(pool: &Pool, listing: &[String]) -> Result<Vec<String>, Er
 /// completion after the object committed: it is marked completing, has not changed since
 /// `cutoff`, and the object `key` names some of its parts. Says whether it was (or would be)
 /// finished. A completion cut before its commit is left alone: the client may complete it
-/// again.
+/// again. (Completions commit and stop listing their upload in one request now; uploads
+/// left listed after their commit are from gateways before that.)
 async fn finish_cut_completion(
     pool: &Pool,
     bucket: &str,
@@ -400,7 +424,12 @@ async fn finish_cut_completion(
         return Ok(false);
     }
     if !dry_run {
-        multipart::finish(pool, bucket, key, id, parts, &used).await;
+        pool.omap_remove(
+            &layout::index_object(bucket),
+            vec![layout::upload_key(key, id)],
+        )
+        .await?;
+        multipart::finish(pool, id, parts, &used).await;
     }
     Ok(true)
 }

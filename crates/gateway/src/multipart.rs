@@ -18,8 +18,13 @@ use crate::{data, Error};
 /// The attribute of an upload's object once its completion has begun.
 const COMPLETING_ATTR: &str = "completing";
 
-fn no_upload(id: &str) -> Error {
+pub(crate) fn no_upload(id: &str) -> Error {
     Error::NotFound(format!("upload {id}"))
+}
+
+/// Whether `e` says that upload `id` is not (or no longer) listed.
+pub(crate) fn is_no_upload(e: &Error, id: &str) -> bool {
+    matches!(e, Error::NotFound(what) if *what == format!("upload {id}"))
 }
 
 /// Starts an upload of `key` in `bucket`; returns its id.
@@ -209,26 +214,10 @@ pub async fn completing_since(pool: &Pool, id: &str) -> Result<Option<u64>, Erro
     }
 }
 
-/// Removes the records of upload `id` and the content of its parts that `used` does not
-/// list (by instance).
-pub async fn finish(
-    pool: &Pool,
-    bucket: &str,
-    key: &str,
-    id: &str,
-    parts: &[PartRecord],
-    used: &[String],
-) {
-    if let Err(e) = pool
-        .omap_remove(
-            &layout::index_object(bucket),
-            vec![layout::upload_key(key, id)],
-        )
-        .await
-    {
-        tracing::warn!("removing the record of upload {id}: {e}; it stays listed");
-        return;
-    }
+/// Removes what is left of upload `id` once its completion committed (which stopped
+/// listing it): the content of its parts that `used` does not list (by instance), and its
+/// parts record.
+pub async fn finish(pool: &Pool, id: &str, parts: &[PartRecord], used: &[String]) {
     for part in parts {
         if !used.contains(&part.segment.instance) {
             data::remove_segment(pool, &part.segment).await;

@@ -49,14 +49,8 @@ impl Readers {
         }
     }
 
-    /// Removes the content of `entry`, which no name points to any more: now, or when its
+    /// Removes the content of `segment`, which no record names any more: now, or when its
     /// readers are done.
-    pub async fn remove(&self, entry: &ObjectEntry) {
-        for segment in &entry.segments {
-            self.remove_segment(segment).await;
-        }
-    }
-
     pub async fn remove_segment(&self, segment: &Segment) {
         {
             let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());

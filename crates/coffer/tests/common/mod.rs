@@ -374,17 +374,26 @@ impl LocalCluster {
             };
             let mut segments = Vec::new();
             for (entry_key, value) in omap(name.as_str().to_string()).await {
-                match layout::parse_upload_key(&entry_key) {
-                    Some((_, id)) => {
+                match layout::parse_index_key(&entry_key) {
+                    layout::IndexKey::Upload => {
+                        let (_, id) = layout::parse_upload_key(&entry_key).expect("an upload");
                         for (_, part) in omap(layout::upload_object(&id)).await {
                             let part: layout::PartRecord = layout::decode(&part).expect("part");
                             segments.push(part.segment);
                         }
                     }
-                    None => {
+                    layout::IndexKey::Object(_) => {
                         let entry: layout::ObjectEntry = layout::decode(&value).expect("entry");
                         segments.extend(entry.segments);
                     }
+                    layout::IndexKey::Version(..) => {
+                        if let layout::Version::Object(entry) =
+                            layout::decode(&value).expect("version")
+                        {
+                            segments.extend(entry.segments);
+                        }
+                    }
+                    layout::IndexKey::Head(_) | layout::IndexKey::Unknown => {}
                 }
             }
             out.insert(bucket.to_string(), segments);

@@ -304,6 +304,7 @@ class Suite:
         self.scratch_bucket = f"boto3-{run_id}-scratch"
         self.missing_bucket = f"boto3-{run_id}-never-created"
         self.encrypted_bucket = f"boto3-{run_id}-encrypted"
+        self.versioned_bucket = f"boto3-{run_id}-versioned"
         # Deleted by the first user with an upload in progress, then created by the other.
         self.reused_bucket = f"boto3-{run_id}-reused"
         self.kms_key = os.environ["S3_KMS_KEY"]
@@ -796,6 +797,161 @@ class Suite:
             Delete={"Objects": [{"Key": f"delete/{n}"} for n in range(1001)]},
         )
         ok("delete_objects of more than 1000 keys: MalformedXML")
+
+    # Versions ---------------------------------------------------------------------------
+
+    def versions_of(self, bucket, key=None, **params):
+        """ListObjectVersions, whole: [(key, version id, "object" or "marker", is latest)],
+        the versions in the order listed (by key, then newest first), then the markers."""
+        response = self.s3.list_object_versions(Bucket=bucket, **params)
+        expect("list_object_versions IsTruncated", response["IsTruncated"], False)
+        for name in ["Versions", "DeleteMarkers"]:
+            if name in response and not response[name]:
+                raise AssertionError(f"list_object_versions gives an empty {name}")
+        listed = [(v["Key"], v["VersionId"], "object", v["IsLatest"]) for v in response.get("Versions", [])]
+        listed += [(m["Key"], m["VersionId"], "marker", m["IsLatest"]) for m in response.get("DeleteMarkers", [])]
+        return [v for v in listed if key is None or v[0] == key]
+
+    def get_version(self, bucket, key, version_id):
+        response = self.s3.get_object(Bucket=bucket, Key=key, VersionId=version_id)
+        return response, response["Body"].read()
+
+    def versioning(self):
+        """Versioning: enable and suspend; versions written, read, copied, listed (paged)
+        and deleted by id; delete markers; the object written before versioning as the
+        "null" version; concurrent writers each get a version."""
+        bucket = self.versioned_bucket
+        s3 = self.s3
+        s3.create_bucket(Bucket=bucket)
+        expect("versioning of a new bucket", "Status" in s3.get_bucket_versioning(Bucket=bucket), False)
+        s3.put_object(Bucket=bucket, Key="doc", Body=b"v0")
+        error = expect_error("head_object of a missing key", ["404"], s3.head_object, Bucket=bucket, Key="none")
+        expect("x-amz-delete-marker of a missing key",
+               error.response["ResponseMetadata"]["HTTPHeaders"].get("x-amz-delete-marker"), "false")
+        s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled", "MFADelete": "Disabled"})
+        expect("versioning once enabled", s3.get_bucket_versioning(Bucket=bucket).get("Status"), "Enabled")
+        v1 = s3.put_object(Bucket=bucket, Key="doc", Body=b"v1")["VersionId"]
+        v2 = s3.put_object(Bucket=bucket, Key="doc", Body=b"v2")["VersionId"]
+        expect("two writes make two versions", v1 != v2 and "null" not in (v1, v2), True)
+        response = s3.get_object(Bucket=bucket, Key="doc")
+        expect_body("the current version", response["Body"].read(), b"v2")
+        expect("the current version's id", response["VersionId"], v2)
+        for version_id, data in [(v1, b"v1"), (v2, b"v2"), ("null", b"v0")]:
+            response, body = self.get_version(bucket, "doc", version_id)
+            expect_body(f"version {version_id}", body, data)
+            head = s3.head_object(Bucket=bucket, Key="doc", VersionId=version_id)
+            expect(f"head_object of version {version_id}: size", head["ContentLength"], len(data))
+        expect("the versions listed", self.versions_of(bucket, "doc"), [
+            ("doc", v2, "object", True), ("doc", v1, "object", False), ("doc", "null", "object", False),
+        ])
+        ok("an enabled bucket keeps every version: each reads by id, the one written before as null")
+
+        response = s3.delete_object(Bucket=bucket, Key="doc")
+        expect("delete_object in an enabled bucket makes a marker", response.get("DeleteMarker"), True)
+        marker = response["VersionId"]
+        expect_error("get_object under a delete marker", ["NoSuchKey"], s3.get_object, Bucket=bucket, Key="doc")
+        error = expect_error("head_object under a delete marker", ["404"], s3.head_object, Bucket=bucket, Key="doc")
+        headers = error.response["ResponseMetadata"]["HTTPHeaders"]
+        expect("x-amz-delete-marker under a marker", headers.get("x-amz-delete-marker"), "true")
+        expect("x-amz-version-id under a marker", headers.get("x-amz-version-id"), marker)
+        names = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket).get("Contents", [])]
+        expect("list_objects_v2 under a delete marker", names, [])
+        expect("the versions with a marker", self.versions_of(bucket, "doc"), [
+            ("doc", v2, "object", False), ("doc", v1, "object", False), ("doc", "null", "object", False),
+            ("doc", marker, "marker", True),
+        ])
+        expect_error("get_object of a marker's version", ["MethodNotAllowed"], s3.get_object,
+                     Bucket=bucket, Key="doc", VersionId=marker)
+        expect_error("get_object of a version that never was", ["NoSuchVersion"], s3.get_object,
+                     Bucket=bucket, Key="doc", VersionId="0" * 32)
+        expect_error("get_object of a malformed version id", ["InvalidArgument"], s3.get_object,
+                     Bucket=bucket, Key="doc", VersionId="not-a-version")
+        expect_error("delete_bucket with versions left", ["BucketNotEmpty"], s3.delete_bucket, Bucket=bucket)
+        ok("delete_object makes a delete marker: the key reads as missing, its versions stay")
+
+        response = s3.delete_object(Bucket=bucket, Key="doc", VersionId=marker)
+        expect("removing a marker by id", (response.get("DeleteMarker"), response.get("VersionId")), (True, marker))
+        expect_body("the object once its marker is removed", s3.get_object(Bucket=bucket, Key="doc")["Body"].read(), b"v2")
+        response = s3.delete_object(Bucket=bucket, Key="doc", VersionId=v2)
+        expect("removing an object's version reports no marker", "DeleteMarker" in response, False)
+        expect_body("the version before becomes current", s3.get_object(Bucket=bucket, Key="doc")["Body"].read(), b"v1")
+        # Deleting it again is not an error.
+        s3.delete_object(Bucket=bucket, Key="doc", VersionId=v2)
+        ok("deleting by version id: a marker brings the object back, the current version gives way to the one before")
+
+        response = s3.copy_object(Bucket=bucket, Key="copy", CopySource={"Bucket": bucket, "Key": "doc", "VersionId": "null"})
+        expect("copy_object of an old version: the source version", response.get("CopySourceVersionId"), "null")
+        expect("copy_object into an enabled bucket makes a version", "VersionId" in response, True)
+        expect_body("the copy of the null version", s3.get_object(Bucket=bucket, Key="copy")["Body"].read(), b"v0")
+        upload_id = s3.create_multipart_upload(Bucket=bucket, Key="doc")["UploadId"]
+        part = s3.upload_part(Bucket=bucket, Key="doc", UploadId=upload_id, PartNumber=1, Body=b"m1")
+        response = s3.complete_multipart_upload(
+            Bucket=bucket, Key="doc", UploadId=upload_id,
+            MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": part["ETag"]}]},
+        )
+        m1 = response["VersionId"]
+        expect("the completed upload is the current version", self.versions_of(bucket, "doc")[0], ("doc", m1, "object", True))
+        ok("copy_object from a version, and multipart completion as a new version")
+
+        s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Suspended"})
+        expect("versioning once suspended", s3.get_bucket_versioning(Bucket=bucket).get("Status"), "Suspended")
+        for data in [b"s1", b"s2"]:
+            response = s3.put_object(Bucket=bucket, Key="doc", Body=data)
+            expect("a suspended write reports no version id", "VersionId" in response, False)
+        expect("versions after suspended writes", self.versions_of(bucket, "doc"), [
+            ("doc", "null", "object", True), ("doc", m1, "object", False), ("doc", v1, "object", False),
+        ])
+        _, body = self.get_version(bucket, "doc", "null")
+        expect_body("the null version after suspended writes", body, b"s2")
+        response = s3.delete_object(Bucket=bucket, Key="doc")
+        expect("a suspended delete makes a null marker", (response.get("DeleteMarker"), response.get("VersionId")), (True, "null"))
+        expect("versions after a suspended delete", [v[1:3] for v in self.versions_of(bucket, "doc")],
+               [(m1, "object"), (v1, "object"), ("null", "marker")])
+        s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+        ok("a suspended bucket replaces only the null version, by writes and deletes")
+
+        racers = 6
+        ids = [None] * racers
+
+        def race(i):
+            ids[i] = s3.put_object(Bucket=bucket, Key="race", Body=f"racer {i}".encode())["VersionId"]
+
+        threads = [threading.Thread(target=race, args=(i,)) for i in range(racers)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        listed = self.versions_of(bucket, "race")
+        expect("versions of concurrent writes", sorted(v[1] for v in listed), sorted(ids))
+        expect("one of them is the latest", [v[3] for v in listed], [True] + [False] * (racers - 1))
+        ok(f"{racers} concurrent writers of one key each get a version")
+
+        everything = self.versions_of(bucket)
+        paged, params = [], {}
+        for _ in range(PAGES_MAX):
+            response = s3.list_object_versions(Bucket=bucket, MaxKeys=PAGE_ENTRIES_MAX, **params)
+            page = [(v["Key"], v["VersionId"]) for v in response.get("Versions", []) + response.get("DeleteMarkers", [])]
+            expect("a page's size", len(page) <= PAGE_ENTRIES_MAX, True)
+            paged += page
+            if not response["IsTruncated"]:
+                break
+            params = {"KeyMarker": response["NextKeyMarker"], "VersionIdMarker": response["NextVersionIdMarker"]}
+        expect("the versions listed in pages", sorted(paged), sorted(v[:2] for v in everything))
+        response = s3.list_object_versions(Bucket=bucket, Delimiter="/", Prefix="")
+        expect("list_object_versions with a delimiter and no folders", "CommonPrefixes" in response, False)
+        ok(f"list_object_versions in pages of {PAGE_ENTRIES_MAX} lists every version once")
+
+        request = {"Objects": [{"Key": key, "VersionId": version_id} for key, version_id, _, _ in everything]}
+        for attempt in ["first", "repeated"]:
+            response = s3.delete_objects(Bucket=bucket, Delete=request)
+            expect(f"delete_objects of every version ({attempt}): errors", response.get("Errors", []), [])
+            expect(f"delete_objects of every version ({attempt}): deleted", len(response["Deleted"]), len(everything))
+        expect("versions left", self.versions_of(bucket), [])
+        response = s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": "never"}]})
+        deleted = response["Deleted"][0]
+        expect("delete_objects of a missing key makes a marker", deleted.get("DeleteMarker"), True)
+        expect("the marker's id", self.versions_of(bucket), [("never", deleted["DeleteMarkerVersionId"], "marker", True)])
+        ok("delete_objects by version id removes every version, and again without errors")
 
     # Multipart uploads ------------------------------------------------------------------
 
@@ -2515,23 +2671,29 @@ class Suite:
     # Clean up ---------------------------------------------------------------------------
 
     def empty_and_delete(self, bucket, s3=None):
+        """Removes every version of every object (an unversioned bucket lists each object as
+        its null version), a page at a time, then the bucket."""
         s3 = s3 or self.s3
         uploads = s3.list_multipart_uploads(Bucket=bucket).get("Uploads", [])
         for upload in uploads:
             s3.abort_multipart_upload(Bucket=bucket, Key=upload["Key"], UploadId=upload["UploadId"])
-        # Pages of up to 1000 keys, the most one delete_objects takes.
+        params = {}
         while True:
-            object_names = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket).get("Contents", [])]
-            if not object_names:
+            # Pages of up to 1000 versions, the most one delete_objects takes.
+            listing = s3.list_object_versions(Bucket=bucket, **params)
+            versions = listing.get("Versions", []) + listing.get("DeleteMarkers", [])
+            if versions:
+                s3.delete_objects(Bucket=bucket, Delete={
+                    "Objects": [{"Key": v["Key"], "VersionId": v["VersionId"]} for v in versions],
+                    "Quiet": True,
+                })
+            if not listing["IsTruncated"]:
                 break
-            s3.delete_objects(
-                Bucket=bucket,
-                Delete={"Objects": [{"Key": object_name} for object_name in object_names]},
-            )
+            params = {"KeyMarker": listing["NextKeyMarker"], "VersionIdMarker": listing["NextVersionIdMarker"]}
         s3.delete_bucket(Bucket=bucket)
 
     def clean_up(self):
-        buckets = [self.bucket, self.listing_bucket, self.encrypted_bucket]
+        buckets = [self.bucket, self.listing_bucket, self.encrypted_bucket, self.versioned_bucket]
         for bucket in buckets:
             self.empty_and_delete(bucket)
         listed = {b["Name"] for b in self.s3.list_buckets()["Buckets"]}
@@ -2546,6 +2708,7 @@ class Suite:
             (self.s3, self.listing_bucket),
             (self.s3, self.scratch_bucket),
             (self.s3, self.encrypted_bucket),
+            (self.s3, self.versioned_bucket),
             (self.s3, self.reused_bucket),
             (self.other, self.reused_bucket),
         ]:
@@ -2567,6 +2730,7 @@ def main():
         suite.conditional_puts,
         suite.copies,
         suite.deletes,
+        suite.versioning,
         suite.multipart_upload,
         suite.multipart_part_copies,
         suite.multipart_errors,

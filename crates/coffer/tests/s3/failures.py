@@ -81,11 +81,17 @@ def part_content(number):
     return random.Random(number).randbytes(PART_BYTES)
 
 
+def draft(key):
+    return f"draft of {key}".encode()
+
+
 def load(bucket, acked_path):
-    """PUTs objects until killed, and after every third a part to two multipart uploads:
-    one the check completes, one it aborts."""
+    """PUTs objects until killed, each as a draft and then its content (two versions: the
+    bucket keeps versions), and after every third a part to two multipart uploads: one the
+    check completes, one it aborts."""
     s3 = client()
     s3.create_bucket(Bucket=bucket)
+    s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
     uploads = []
     for key in ("pending/completed", "pending/aborted"):
         uploads.append((key, s3.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]))
@@ -97,6 +103,7 @@ def load(bucket, acked_path):
         while True:
             number += 1
             key = f"objects/{number:06d}"
+            s3.put_object(Bucket=bucket, Key=key, Body=draft(key))
             s3.put_object(Bucket=bucket, Key=key, Body=content(key))
             acked.write(f"{key}\n")
             acked.flush()
@@ -125,6 +132,15 @@ def check(bucket, acked_path):
         if hashlib.sha256(body).digest() != hashlib.sha256(content(key)).digest():
             fail(f"acknowledged object {key} reads back different ({len(body)} bytes)")
     ok(f"all {len(acked_keys)} acknowledged objects read back whole")
+    for key in acked_keys:
+        versions = s3.list_object_versions(Bucket=bucket, Prefix=key).get("Versions", [])
+        older = [v["VersionId"] for v in versions if v["Key"] == key and not v["IsLatest"]]
+        if len(older) != 1:
+            fail(f"acknowledged object {key} should have one older version: {versions}")
+        body = s3.get_object(Bucket=bucket, Key=key, VersionId=older[0])["Body"].read()
+        if body != draft(key):
+            fail(f"the older version of {key} reads back different ({len(body)} bytes)")
+    ok("the older version of each acknowledged object reads back whole")
 
     listed = []
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket):
@@ -133,10 +149,10 @@ def check(bucket, acked_path):
     if missing:
         fail(f"acknowledged objects missing from the listing: {sorted(missing)}")
     for key in set(listed) - set(acked_keys):
-        # The PUT in flight at the kill may have committed before its reply was lost: then
-        # it must be whole.
+        # The PUTs in flight at the kill may have committed before their replies were lost:
+        # then the object is whole, as its draft or its content.
         body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
-        if body != content(key):
+        if body not in (draft(key), content(key)):
             fail(f"unacknowledged object {key} is visible and not whole")
     ok(f"the listing holds the acknowledged objects and nothing partial ({len(listed)} listed)")
 

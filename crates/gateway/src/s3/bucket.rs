@@ -1,4 +1,5 @@
-//! The bucket verbs: list, create, delete, head, location, and default encryption.
+//! The bucket verbs: list, create, delete, head, location, default encryption and
+//! versioning.
 
 use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result};
@@ -6,6 +7,7 @@ use s3s::{S3Request, S3Response, S3Result};
 use super::error::Refusal;
 use super::list::continuation;
 use super::{encryption, in_bucket, timestamp, Gateway};
+use crate::versions::Versioning;
 use crate::{buckets, layout, Error};
 
 /// The most buckets one ListBuckets page holds (S3's limit, and its default).
@@ -176,4 +178,51 @@ pub(super) async fn delete_bucket_encryption(
     gw.owned(&user, bucket).await?;
     buckets::set_encryption(&gw.pool, bucket, None).await?;
     Ok(S3Response::new(DeleteBucketEncryptionOutput::default()))
+}
+
+pub(super) async fn put_bucket_versioning(
+    gw: &Gateway,
+    req: S3Request<PutBucketVersioningInput>,
+) -> S3Result<S3Response<PutBucketVersioningOutput>> {
+    let user = gw.user(&req).await?;
+    let input = req.input;
+    gw.owned(&user, &input.bucket).await?;
+    let configuration = input.versioning_configuration;
+    if configuration
+        .mfa_delete
+        .as_ref()
+        .is_some_and(|m| m.as_str() == MFADelete::ENABLED)
+    {
+        return Err(Refusal::NotServed("MFA delete").into());
+    }
+    let state = match configuration.status.as_ref().map(|s| s.as_str()) {
+        Some(BucketVersioningStatus::ENABLED) => Versioning::Enabled,
+        Some(BucketVersioningStatus::SUSPENDED) => Versioning::Suspended,
+        _ => {
+            return Err(
+                Refusal::Malformed("the versioning status is Enabled or Suspended".into()).into(),
+            )
+        }
+    };
+    buckets::set_versioning(&gw.pool, &input.bucket, state)
+        .await
+        .map_err(|e| in_bucket(e, &input.bucket))?;
+    Ok(S3Response::new(PutBucketVersioningOutput::default()))
+}
+
+pub(super) async fn get_bucket_versioning(
+    gw: &Gateway,
+    req: S3Request<GetBucketVersioningInput>,
+) -> S3Result<S3Response<GetBucketVersioningOutput>> {
+    let user = gw.user(&req).await?;
+    let bucket = gw.owned(&user, &req.input.bucket).await?;
+    let status = match bucket.versioning {
+        Versioning::Unversioned => None,
+        Versioning::Enabled => Some(BucketVersioningStatus::ENABLED),
+        Versioning::Suspended => Some(BucketVersioningStatus::SUSPENDED),
+    };
+    Ok(S3Response::new(GetBucketVersioningOutput {
+        status: status.map(BucketVersioningStatus::from_static),
+        ..Default::default()
+    }))
 }

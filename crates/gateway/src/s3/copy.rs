@@ -7,11 +7,12 @@ use super::error::Refusal;
 use super::object::Conditions;
 use super::upload::part_number;
 use super::{
-    check_key, content_headers, encryption, etag, modified, new_entry, sorted_metadata, timestamp,
-    Gateway,
+    check_key, content_headers, encryption, etag, made_version, modified, new_entry,
+    sorted_metadata, timestamp, Gateway,
 };
 use crate::data;
 use crate::layout::{self, ObjectEntry};
+use crate::versions::VersionId;
 
 impl Gateway {
     /// The content `range` of a copy's source, opened with the copy-source SSE-C key if it
@@ -73,14 +74,16 @@ pub(super) async fn copy_object(
     let CopySource::Bucket {
         bucket: source_bucket,
         key: source_key,
-        ..
+        version_id: source_version,
     } = &input.copy_source
     else {
         return Err(Refusal::NotServed("copy from an access point").into());
     };
     gw.owned(&user, source_bucket).await?;
-    gw.owned(&user, &input.bucket).await?;
-    let source = gw.entry(source_bucket, source_key).await?;
+    let bucket = gw.owned(&user, &input.bucket).await?;
+    let source = gw
+        .object(source_bucket, source_key, source_version.as_deref())
+        .await?;
     source_conditions!(input).check(&source)?;
     let replace = input
         .metadata_directive
@@ -94,6 +97,7 @@ pub(super) async fn copy_object(
     let changes_encryption = customer.is_some() || input.server_side_encryption.is_some();
     if !replace
         && !changes_encryption
+        && source_version.is_none()
         && **source_bucket == *input.bucket
         && **source_key == *input.key
     {
@@ -136,10 +140,13 @@ pub(super) async fn copy_object(
         sse,
         customer.as_ref(),
     );
-    gw.commit(&input.bucket, &input.key, &entry, |_| Ok(()))
+    let made = gw
+        .commit(&bucket, &input.bucket, &input.key, &entry, |_| Ok(()))
         .await?;
     let described = encryption::describe(&entry.sse, customer.as_ref());
     Ok(S3Response::new(CopyObjectOutput {
+        version_id: made_version(made),
+        copy_source_version_id: source.version.map(|tag| VersionId::from(tag).to_string()),
         copy_object_result: Some(CopyObjectResult {
             e_tag: Some(etag(&entry)),
             last_modified: Some(modified(&entry)),
@@ -163,7 +170,7 @@ pub(super) async fn upload_part_copy(
     let CopySource::Bucket {
         bucket: source_bucket,
         key: source_key,
-        ..
+        version_id: source_version,
     } = &input.copy_source
     else {
         return Err(Refusal::NotServed("copy from an access point").into());
@@ -179,7 +186,9 @@ pub(super) async fn upload_part_copy(
         &input.sse_customer_key_md5,
     )?;
     encryption::check_customer(&record.sse, customer.as_ref())?;
-    let source = gw.entry(source_bucket, source_key).await?;
+    let source = gw
+        .object(source_bucket, source_key, source_version.as_deref())
+        .await?;
     source_conditions!(input).check(&source)?;
     let range = copy_range(input.copy_source_range.as_deref(), source.size)?;
     let reader = gw

@@ -20,6 +20,15 @@ pub(crate) enum Refusal {
     NoBucket(String),
     #[error("no object {key} in bucket {bucket}")]
     NoKey { bucket: String, key: String },
+    /// The key's newest version is a delete marker (`version`).
+    #[error("object {key} is deleted")]
+    Deleted { key: String, version: String },
+    #[error("object {key} has no version {version}")]
+    NoVersion { key: String, version: String },
+    #[error("version {version} of {key} is a delete marker")]
+    MarkerVersion { key: String, version: String },
+    #[error("{0:?} is not a version id")]
+    VersionId(String),
     #[error("no upload {0} in progress")]
     NoUpload(String),
     #[error("{0} is not a bucket name: a dot and a dash may not touch")]
@@ -88,7 +97,10 @@ impl Refusal {
             Refusal::Skewed(_) => C::RequestTimeTooSkewed,
             Refusal::UnknownAccessKey => C::InvalidAccessKeyId,
             Refusal::NoBucket(_) => C::NoSuchBucket,
-            Refusal::NoKey { .. } => C::NoSuchKey,
+            Refusal::NoKey { .. } | Refusal::Deleted { .. } => C::NoSuchKey,
+            Refusal::NoVersion { .. } => C::NoSuchVersion,
+            Refusal::MarkerVersion { .. } => C::MethodNotAllowed,
+            Refusal::VersionId(_) => C::InvalidArgument,
             Refusal::NoUpload(_) => C::NoSuchUpload,
             Refusal::BucketName(_) => C::InvalidBucketName,
             Refusal::BucketTaken(_) => C::BucketAlreadyExists,
@@ -116,15 +128,34 @@ impl Refusal {
     }
 }
 
+impl Refusal {
+    /// The headers that go with the refusal: a 304 has no body, so its ETag header is what
+    /// the client compares; a missing object says whether a delete marker hides it.
+    fn headers(&self) -> Vec<(&'static str, String)> {
+        match self {
+            Refusal::NotModified { etag } => vec![("etag", format!("\"{etag}\""))],
+            Refusal::NoKey { .. } => vec![("x-amz-delete-marker", "false".into())],
+            Refusal::Deleted { version, .. } | Refusal::MarkerVersion { version, .. } => vec![
+                ("x-amz-delete-marker", "true".into()),
+                ("x-amz-version-id", version.clone()),
+            ],
+            _ => Vec::new(),
+        }
+    }
+}
+
 impl From<Refusal> for S3Error {
     fn from(refusal: Refusal) -> S3Error {
         let mut e = S3Error::with_message(refusal.code(), refusal.to_string());
-        if let Refusal::NotModified { etag } = &refusal {
-            let mut headers = hyper::HeaderMap::new();
-            if let Ok(value) = hyper::header::HeaderValue::from_str(&format!("\"{etag}\"")) {
-                headers.insert(hyper::header::ETAG, value);
+        let headers = refusal.headers();
+        if !headers.is_empty() {
+            let mut map = hyper::HeaderMap::new();
+            for (name, value) in headers {
+                if let Ok(value) = hyper::header::HeaderValue::from_str(&value) {
+                    map.insert(name, value);
+                }
             }
-            e.set_headers(headers);
+            e.set_headers(map);
         }
         e
     }

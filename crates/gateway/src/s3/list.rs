@@ -5,8 +5,9 @@ use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result};
 
 use super::error::Refusal;
-use super::{etag, modified, Gateway, MAX_KEYS_DEFAULT};
-use crate::{buckets, layout};
+use super::{etag, in_bucket, modified, timestamp, version_id, Gateway, MAX_KEYS_DEFAULT};
+use crate::buckets;
+use crate::layout::{self, Version};
 
 impl Gateway {
     async fn list(
@@ -97,12 +98,11 @@ fn echoed_delimiter(
 }
 
 fn common_prefixes(
-    listing: &buckets::Listing,
+    prefixes: &[String],
     encode: &impl Fn(&str) -> String,
 ) -> Option<CommonPrefixList> {
-    (!listing.prefixes.is_empty()).then(|| {
-        listing
-            .prefixes
+    (!prefixes.is_empty()).then(|| {
+        prefixes
             .iter()
             .map(|p| CommonPrefix {
                 prefix: Some(encode(p)),
@@ -147,7 +147,7 @@ pub(super) async fn list_objects(
     Ok(S3Response::new(ListObjectsOutput {
         name: Some(input.bucket),
         contents: Some(contents(&listing, &encode, Some(&user))),
-        common_prefixes: common_prefixes(&listing, &encode),
+        common_prefixes: common_prefixes(&listing.prefixes, &encode),
         is_truncated: Some(listing.next.is_some()),
         next_marker: listing.next.as_deref().map(&encode),
         marker: Some(encode(input.marker.as_deref().unwrap_or(""))),
@@ -190,12 +190,97 @@ pub(super) async fn list_objects_v2(
             &encode,
             input.fetch_owner.unwrap_or(false).then_some(&user),
         )),
-        common_prefixes: common_prefixes(&listing, &encode),
+        common_prefixes: common_prefixes(&listing.prefixes, &encode),
         key_count: Some(count as i32),
         is_truncated: Some(listing.next.is_some()),
         next_continuation_token: listing.next.as_deref().map(|n| layout::hex(n.as_bytes())),
         continuation_token: input.continuation_token,
         start_after: input.start_after.as_deref().map(&encode),
+        prefix: Some(encode(input.prefix.as_deref().unwrap_or(""))),
+        delimiter: echoed_delimiter(&input.delimiter, &encode),
+        max_keys: Some(max),
+        encoding_type: input.encoding_type,
+        ..Default::default()
+    }))
+}
+
+pub(super) async fn list_object_versions(
+    gw: &Gateway,
+    req: S3Request<ListObjectVersionsInput>,
+) -> S3Result<S3Response<ListObjectVersionsOutput>> {
+    let user = gw.user(&req).await?;
+    let input = req.input;
+    gw.owned(&user, &input.bucket).await?;
+    let max = input
+        .max_keys
+        .unwrap_or(MAX_KEYS_DEFAULT)
+        .clamp(0, MAX_KEYS_DEFAULT);
+    let key_marker = input.key_marker.as_deref().filter(|k| !k.is_empty());
+    let version_marker = input
+        .version_id_marker
+        .as_deref()
+        .filter(|v| !v.is_empty())
+        .map(version_id)
+        .transpose()?;
+    let marker = key_marker.map(|key| buckets::VersionMarker {
+        key,
+        id: version_marker,
+    });
+    let listing = buckets::version_listing(
+        &gw.pool,
+        &input.bucket,
+        input.prefix.as_deref().unwrap_or(""),
+        input.delimiter.as_deref(),
+        marker,
+        max as usize,
+    )
+    .await
+    .map_err(|e| in_bucket(e, &input.bucket))?;
+    let encode = encoder(&input.encoding_type);
+    let owner = Owner {
+        display_name: Some(user.clone()),
+        id: Some(user),
+    };
+    let mut versions = Vec::new();
+    let mut markers = Vec::new();
+    for listed in &listing.versions {
+        let version_id = Some(listed.id().to_string());
+        let key = Some(encode(&listed.key));
+        let last_modified = Some(timestamp(listed.version.mtime_ns()));
+        match &listed.version {
+            Version::Object(entry) => versions.push(ObjectVersion {
+                e_tag: Some(etag(entry)),
+                is_latest: Some(listed.latest),
+                key,
+                last_modified,
+                owner: Some(owner.clone()),
+                size: Some(entry.size as i64),
+                storage_class: Some(ObjectVersionStorageClass::from_static(
+                    ObjectVersionStorageClass::STANDARD,
+                )),
+                version_id,
+                ..Default::default()
+            }),
+            Version::Marker { .. } => markers.push(DeleteMarkerEntry {
+                is_latest: Some(listed.latest),
+                key,
+                last_modified,
+                owner: Some(owner.clone()),
+                version_id,
+            }),
+        }
+    }
+    let (next_key, next_version) = listing.next.clone().unzip();
+    Ok(S3Response::new(ListObjectVersionsOutput {
+        name: Some(input.bucket),
+        versions: (!versions.is_empty()).then_some(versions),
+        delete_markers: (!markers.is_empty()).then_some(markers),
+        common_prefixes: common_prefixes(&listing.prefixes, &encode),
+        is_truncated: Some(listing.next.is_some()),
+        next_key_marker: next_key.as_deref().map(&encode),
+        next_version_id_marker: next_version.flatten(),
+        key_marker: Some(encode(key_marker.unwrap_or(""))),
+        version_id_marker: input.version_id_marker,
         prefix: Some(encode(input.prefix.as_deref().unwrap_or(""))),
         delimiter: echoed_delimiter(&input.delimiter, &encode),
         max_keys: Some(max),

@@ -24,8 +24,9 @@ use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result, S3};
 
 use crate::kms::{Kms, MonitorKms};
-use crate::layout::{self, BucketInfo, ContentHeaders, ObjectEntry, Sse};
+use crate::layout::{self, ContentHeaders, ObjectEntry, Sse, Version};
 use crate::sse::KeyCache;
+use crate::versions::{self, Change, VersionId};
 use crate::{buckets, data, users, Error};
 use encryption::CustomerKey;
 pub(crate) use error::Refusal;
@@ -120,63 +121,133 @@ impl Gateway {
     }
 
     /// The bucket, if `user` owns it.
-    async fn owned(&self, user: &str, bucket: &str) -> S3Result<BucketInfo> {
+    async fn owned(&self, user: &str, bucket: &str) -> S3Result<buckets::Bucket> {
         match buckets::info(&self.pool, bucket).await {
-            Ok(info) if info.owner == user => Ok(info),
+            Ok(found) if found.info.owner == user => Ok(found),
             Ok(_) => Err(Refusal::NotOwner(bucket.into()).into()),
             Err(Error::NotFound(_)) => Err(Refusal::NoBucket(bucket.into()).into()),
             Err(e) => Err(e.into()),
         }
     }
 
-    async fn entry(&self, bucket: &str, key: &str) -> S3Result<ObjectEntry> {
-        match buckets::entry(&self.pool, bucket, key)
+    /// The object GET, HEAD and copies read: version `version` of `key` if one is asked,
+    /// else its current version.
+    async fn object(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: Option<&str>,
+    ) -> S3Result<ObjectEntry> {
+        let no_key = || Refusal::NoKey {
+            bucket: bucket.into(),
+            key: key.into(),
+        };
+        let Some(version) = version else {
+            let (current, head) = buckets::current(&self.pool, bucket, key)
+                .await
+                .map_err(|e| in_bucket(e, bucket))?;
+            return match (current, head) {
+                (Some(entry), _) => Ok(entry),
+                // Versions but no current one: the newest is a delete marker.
+                (None, Some(head)) => Err(Refusal::Deleted {
+                    key: key.into(),
+                    version: versions::newest_id(&head).to_string(),
+                }
+                .into()),
+                (None, None) => Err(no_key().into()),
+            };
+        };
+        let id = version_id(version)?;
+        match buckets::version(&self.pool, bucket, key, id)
             .await
             .map_err(|e| in_bucket(e, bucket))?
         {
-            Some(entry) => Ok(entry),
-            None => Err(Refusal::NoKey {
-                bucket: bucket.into(),
+            Some(Version::Object(entry)) => Ok(entry),
+            Some(Version::Marker { .. }) => Err(Refusal::MarkerVersion {
                 key: key.into(),
+                version: version.into(),
+            }
+            .into()),
+            None => Err(Refusal::NoVersion {
+                key: key.into(),
+                version: version.into(),
             }
             .into()),
         }
     }
 
-    /// Frees the content of `old` that `entry`, which replaced it, does not use (a completion
-    /// committed twice names the same instances).
-    async fn free_replaced(&self, old: Option<ObjectEntry>, entry: &ObjectEntry) {
-        for segment in old.iter().flat_map(|old| &old.segments) {
-            if !entry
-                .segments
-                .iter()
-                .any(|s| s.instance == segment.instance)
-            {
+    /// Frees the content of `freed` that `entry` (the object a change made, if any) does
+    /// not use: a completion committed twice names the same instances.
+    async fn free(&self, freed: Vec<ObjectEntry>, entry: Option<&ObjectEntry>) {
+        for segment in freed.iter().flat_map(|old| &old.segments) {
+            let kept = entry.is_some_and(|entry| {
+                entry
+                    .segments
+                    .iter()
+                    .any(|s| s.instance == segment.instance)
+            });
+            if !kept {
                 self.readers.remove_segment(segment).await;
             }
         }
     }
 
-    /// Commits a written upload as `key` of `bucket` if `check` accepts what it replaces
-    /// (see [`buckets::commit`]), and frees the content it replaces. If the commit fails,
-    /// the upload's own stripes are freed.
+    /// Commits a written upload as `key` of `bucket` (a new version where versions are
+    /// kept) if `check` accepts its current object (see [`buckets::apply`]), and frees the
+    /// content it replaces; returns the version made. If the commit fails, the upload's own
+    /// stripes are freed.
     async fn commit(
         &self,
-        bucket: &str,
+        bucket: &buckets::Bucket,
+        name: &str,
         key: &str,
         entry: &ObjectEntry,
         check: impl Fn(Option<&ObjectEntry>) -> Result<(), Error>,
-    ) -> S3Result<()> {
-        match buckets::commit(&self.pool, bucket, key, entry, check).await {
-            Ok(old) => {
-                self.free_replaced(old, entry).await;
-                Ok(())
+    ) -> S3Result<Option<VersionId>> {
+        let change = Change::Put(entry.clone());
+        match buckets::apply(
+            &self.pool,
+            name,
+            key,
+            bucket.versioning,
+            change,
+            None,
+            check,
+        )
+        .await
+        {
+            Ok(plan) => {
+                self.free(plan.freed, Some(entry)).await;
+                Ok(plan.version)
             }
             Err(e) => {
                 data::remove(&self.pool, entry).await;
-                Err(in_bucket(e, bucket))
+                Err(in_bucket(e, name))
             }
         }
+    }
+
+    /// Deletes object `key` of `bucket`, or one version of it; returns what was done.
+    async fn delete(
+        &self,
+        bucket: &buckets::Bucket,
+        name: &str,
+        key: &str,
+        version: Option<VersionId>,
+    ) -> Result<versions::Plan, Error> {
+        let change = version.map_or(Change::Delete, Change::DeleteVersion);
+        let mut plan = buckets::apply(
+            &self.pool,
+            name,
+            key,
+            bucket.versioning,
+            change,
+            None,
+            |_| Ok(()),
+        )
+        .await?;
+        self.free(std::mem::take(&mut plan.freed), None).await;
+        Ok(plan)
     }
 
     /// What a write asks of encryption: its SSE-C key (from the three customer headers) and
@@ -252,7 +323,23 @@ fn check_key(key: &str) -> S3Result<()> {
     if key.is_empty() || key.len() > layout::KEY_BYTES_MAX {
         return Err(Refusal::KeyLength(layout::KEY_BYTES_MAX).into());
     }
+    // A NUL would let one key's versions sort among another's (`layout::head_key`).
+    if key.contains('\0') {
+        return Err(Refusal::Invalid("object keys may not contain NUL".into()).into());
+    }
     Ok(())
+}
+
+/// A version id a client gave.
+fn version_id(text: &str) -> S3Result<VersionId> {
+    VersionId::parse(text).ok_or_else(|| Refusal::VersionId(text.into()).into())
+}
+
+/// The version id S3 answers with for a version a write made: none where versions are not
+/// kept, nor for a "null" version.
+fn made_version(made: Option<VersionId>) -> Option<String> {
+    made.filter(|id| *id != VersionId::Null)
+        .map(|id| id.to_string())
 }
 
 /// A new index entry for content just written, encrypted as `sse` (with `customer`'s key
@@ -276,6 +363,7 @@ fn new_entry(
         sse,
         headers,
         upload_id: None,
+        version: None,
     }
 }
 
@@ -450,6 +538,8 @@ verbs! {
     bucket::put_bucket_encryption(PutBucketEncryptionInput) -> PutBucketEncryptionOutput;
     bucket::get_bucket_encryption(GetBucketEncryptionInput) -> GetBucketEncryptionOutput;
     bucket::delete_bucket_encryption(DeleteBucketEncryptionInput) -> DeleteBucketEncryptionOutput;
+    bucket::put_bucket_versioning(PutBucketVersioningInput) -> PutBucketVersioningOutput;
+    bucket::get_bucket_versioning(GetBucketVersioningInput) -> GetBucketVersioningOutput;
     object::put_object(PutObjectInput) -> PutObjectOutput;
     object::get_object(GetObjectInput) -> GetObjectOutput;
     object::head_object(HeadObjectInput) -> HeadObjectOutput;
@@ -465,6 +555,7 @@ verbs! {
     upload::list_multipart_uploads(ListMultipartUploadsInput) -> ListMultipartUploadsOutput;
     list::list_objects(ListObjectsInput) -> ListObjectsOutput;
     list::list_objects_v2(ListObjectsV2Input) -> ListObjectsV2Output;
+    list::list_object_versions(ListObjectVersionsInput) -> ListObjectVersionsOutput;
 }
 
 #[cfg(test)]

@@ -7,11 +7,12 @@ use s3s::{S3Request, S3Response, S3Result};
 use super::error::Refusal;
 use super::upload::part_number;
 use super::{
-    check_key, content_headers, content_md5, encryption, etag, from_unix_seconds, modified,
-    new_entry, sorted_metadata, timestamp, write_body, Gateway,
+    check_key, content_headers, content_md5, encryption, etag, from_unix_seconds, in_bucket,
+    made_version, modified, new_entry, sorted_metadata, timestamp, version_id, write_body, Gateway,
 };
 use crate::layout::ObjectEntry;
-use crate::{buckets, data, Error};
+use crate::versions::{self, VersionId};
+use crate::{data, Error};
 
 /// The most keys one DeleteObjects may name (S3's limit).
 const DELETE_KEYS_MAX: usize = 1000;
@@ -222,15 +223,6 @@ fn span(
     Ok((span, text))
 }
 
-impl Gateway {
-    async fn delete_key(&self, bucket: &str, key: &str) -> Result<(), Error> {
-        if let Some(old) = buckets::uncommit(&self.pool, bucket, key).await? {
-            self.readers.remove(&old).await;
-        }
-        Ok(())
-    }
-}
-
 pub(super) async fn put_object(
     gw: &Gateway,
     req: S3Request<PutObjectInput>,
@@ -240,7 +232,7 @@ pub(super) async fn put_object(
     let input = req.input;
     let conditions = (input.if_match.clone(), input.if_none_match.clone());
     check_key(&input.key)?;
-    gw.owned(&user, &input.bucket).await?;
+    let bucket = gw.owned(&user, &input.bucket).await?;
     let (customer, sse) = gw
         .write_encryption(
             &input.bucket,
@@ -264,11 +256,19 @@ pub(super) async fn put_object(
         sse,
         customer.as_ref(),
     );
-    gw.commit(&input.bucket, &input.key, &entry, replacing(&conditions))
+    let made = gw
+        .commit(
+            &bucket,
+            &input.bucket,
+            &input.key,
+            &entry,
+            replacing(&conditions),
+        )
         .await?;
     let described = encryption::describe(&entry.sse, customer.as_ref());
     Ok(S3Response::new(PutObjectOutput {
         e_tag: Some(etag(&entry)),
+        version_id: made_version(made),
         server_side_encryption: described.sse,
         ssekms_key_id: described.kms_key,
         sse_customer_algorithm: described.customer_algorithm,
@@ -285,7 +285,9 @@ pub(super) async fn get_object(
     refuse_encryption_headers(&req.headers)?;
     let input = req.input;
     gw.owned(&user, &input.bucket).await?;
-    let entry = gw.entry(&input.bucket, &input.key).await?;
+    let entry = gw
+        .object(&input.bucket, &input.key, input.version_id.as_deref())
+        .await?;
     // At once: the data key may take a round trip to the KMS.
     let hold = gw.readers.hold(&entry);
     conditions!(input).check(&entry)?;
@@ -309,6 +311,7 @@ pub(super) async fn get_object(
         accept_ranges: Some("bytes".into()),
         e_tag: Some(etag(&entry)),
         last_modified: Some(modified(&entry)),
+        version_id: entry.version.map(|tag| VersionId::from(tag).to_string()),
         content_type: content_type(&entry),
         cache_control: headers.cache_control.clone(),
         content_disposition: headers.content_disposition.clone(),
@@ -333,7 +336,9 @@ pub(super) async fn head_object(
     refuse_encryption_headers(&req.headers)?;
     let input = req.input;
     gw.owned(&user, &input.bucket).await?;
-    let entry = gw.entry(&input.bucket, &input.key).await?;
+    let entry = gw
+        .object(&input.bucket, &input.key, input.version_id.as_deref())
+        .await?;
     conditions!(input).check(&entry)?;
     let (range, content_range) = span(&entry, input.range.as_ref(), input.part_number)?;
     let customer = encryption::customer_key(
@@ -350,6 +355,7 @@ pub(super) async fn head_object(
         accept_ranges: Some("bytes".into()),
         e_tag: Some(etag(&entry)),
         last_modified: Some(modified(&entry)),
+        version_id: entry.version.map(|tag| VersionId::from(tag).to_string()),
         content_type: content_type(&entry),
         cache_control: entry.headers.cache_control.clone(),
         content_disposition: entry.headers.content_disposition.clone(),
@@ -371,9 +377,17 @@ pub(super) async fn delete_object(
 ) -> S3Result<S3Response<DeleteObjectOutput>> {
     let user = gw.user(&req).await?;
     let input = req.input;
-    gw.owned(&user, &input.bucket).await?;
-    gw.delete_key(&input.bucket, &input.key).await?;
-    Ok(S3Response::new(DeleteObjectOutput::default()))
+    let bucket = gw.owned(&user, &input.bucket).await?;
+    let version = input.version_id.as_deref().map(version_id).transpose()?;
+    let done = gw
+        .delete(&bucket, &input.bucket, &input.key, version)
+        .await
+        .map_err(|e| in_bucket(e, &input.bucket))?;
+    Ok(S3Response::new(DeleteObjectOutput {
+        delete_marker: done.delete_marker.then_some(true),
+        version_id: done.version.map(|id| id.to_string()),
+        ..Default::default()
+    }))
 }
 
 pub(super) async fn delete_objects(
@@ -382,7 +396,7 @@ pub(super) async fn delete_objects(
 ) -> S3Result<S3Response<DeleteObjectsOutput>> {
     let user = gw.user(&req).await?;
     let input = req.input;
-    gw.owned(&user, &input.bucket).await?;
+    let bucket = gw.owned(&user, &input.bucket).await?;
     if input.delete.objects.len() > DELETE_KEYS_MAX {
         return Err(Refusal::Malformed(format!(
             "DeleteObjects takes at most {DELETE_KEYS_MAX} keys"
@@ -393,21 +407,22 @@ pub(super) async fn delete_objects(
     let mut deleted = Vec::new();
     let mut errors = Vec::new();
     for object in input.delete.objects {
-        match gw.delete_key(&input.bucket, &object.key).await {
-            Ok(()) if quiet => {}
-            Ok(()) => deleted.push(DeletedObject {
+        let done = match object.version_id.as_deref().map(version_id).transpose() {
+            Ok(version) => gw
+                .delete(&bucket, &input.bucket, &object.key, version)
+                .await
+                .map_err(|e| in_bucket(e, &input.bucket)),
+            Err(e) => Err(e),
+        };
+        match done {
+            Ok(_) if quiet => {}
+            Ok(done) => deleted.push(deleted_object(object, done)),
+            Err(e) => errors.push(s3s::dto::Error {
+                code: Some(e.code().as_str().into()),
+                message: e.message().map(Into::into),
                 key: Some(object.key),
-                ..Default::default()
+                version_id: object.version_id,
             }),
-            Err(e) => {
-                let e = s3s::S3Error::from(e);
-                errors.push(s3s::dto::Error {
-                    code: Some(e.code().as_str().into()),
-                    message: e.message().map(Into::into),
-                    key: Some(object.key),
-                    ..Default::default()
-                })
-            }
         }
     }
     Ok(S3Response::new(DeleteObjectsOutput {
@@ -415,4 +430,19 @@ pub(super) async fn delete_objects(
         errors: (!errors.is_empty()).then_some(errors),
         ..Default::default()
     }))
+}
+
+/// What DeleteObjects reports of one deletion: the version asked, and for a delete marker
+/// (made, or removed by its id) that it was one and its id.
+fn deleted_object(asked: ObjectIdentifier, done: versions::Plan) -> DeletedObject {
+    let marker_id = done
+        .delete_marker
+        .then(|| done.version.map(|id| id.to_string()))
+        .flatten();
+    DeletedObject {
+        delete_marker: done.delete_marker.then_some(true),
+        delete_marker_version_id: marker_id,
+        key: Some(asked.key),
+        version_id: asked.version_id,
+    }
 }

@@ -11,10 +11,11 @@ use super::error::Refusal;
 use super::list::encoder;
 use super::object::replacing;
 use super::{
-    check_key, content_headers, content_md5, encryption, etag, in_bucket, sorted_metadata,
-    timestamp, write_body, Gateway, MAX_KEYS_DEFAULT,
+    check_key, content_headers, content_md5, encryption, etag, in_bucket, made_version,
+    sorted_metadata, timestamp, write_body, Gateway, MAX_KEYS_DEFAULT,
 };
 use crate::layout::{self, ObjectEntry, PartRecord, Segment, Sse, UploadRecord};
+use crate::versions::{Change, VersionId};
 use crate::{buckets, data, multipart, Error};
 
 /// S3's limits on multipart uploads: part numbers, and the size of every part but the last.
@@ -214,7 +215,7 @@ pub(super) async fn complete_multipart_upload(
 ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
     let user = gw.user(&req).await?;
     let input = req.input;
-    gw.owned(&user, &input.bucket).await?;
+    let bucket = gw.owned(&user, &input.bucket).await?;
     // An SSE-C upload is completed with its key, as its parts are written.
     let customer = encryption::customer_key(
         &input.sse_customer_algorithm,
@@ -223,17 +224,10 @@ pub(super) async fn complete_multipart_upload(
     )?;
     let record = match gw.upload(&input.bucket, &input.key, &input.upload_id).await {
         Ok(record) => record,
-        // Completed already: asked again, S3 answers as it did the first time.
-        Err(gone) => match buckets::entry(&gw.pool, &input.bucket, &input.key)
-            .await
-            .map_err(|e| in_bucket(e, &input.bucket))?
-        {
-            Some(entry) if entry.upload_id.as_ref() == Some(&input.upload_id) => {
-                encryption::check_customer(&entry.sse, customer.as_ref())?;
-                return Ok(S3Response::new(completed(input.bucket, input.key, &entry)));
-            }
-            _ => return Err(gone),
-        },
+        Err(gone) => {
+            let (bucket, key, id) = (input.bucket, input.key, input.upload_id);
+            return completed_before(gw, bucket, key, &id, customer.as_ref(), gone).await;
+        }
     };
     encryption::check_customer(&record.sse, customer.as_ref())?;
     let asked = input
@@ -270,34 +264,82 @@ pub(super) async fn complete_multipart_upload(
         sse: record.sse,
         headers: record.headers,
         upload_id: Some(input.upload_id.clone()),
+        version: None,
     };
-    // Not gw.commit: on failure the parts stay with the upload, to complete again.
+    // Not gw.commit: on failure the parts stay with the upload, to complete again. The
+    // commit also stops listing the upload, so that a second completion cannot commit it
+    // again (as a second version naming the same parts).
     let conditions = (input.if_match.clone(), input.if_none_match.clone());
     let check = replacing(&conditions);
-    match buckets::commit(&gw.pool, &input.bucket, &input.key, &entry, check).await {
-        Ok(old) => gw.free_replaced(old, &entry).await,
+    let change = Change::Put(entry.clone());
+    let made = match buckets::apply(
+        &gw.pool,
+        &input.bucket,
+        &input.key,
+        bucket.versioning,
+        change,
+        Some(&input.upload_id),
+        check,
+    )
+    .await
+    {
+        Ok(plan) => {
+            gw.free(plan.freed, Some(&entry)).await;
+            plan.version
+        }
         Err(refused @ (Error::Precondition(_) | Error::NoObject(_))) => {
             multipart::unmark_completing(&gw.pool, &input.upload_id).await;
             return Err(refused.into());
         }
+        Err(e) if multipart::is_no_upload(&e, &input.upload_id) => {
+            let gone = Refusal::NoUpload(input.upload_id.clone()).into();
+            let (bucket, key, id) = (input.bucket, input.key, input.upload_id);
+            return completed_before(gw, bucket, key, &id, customer.as_ref(), gone).await;
+        }
         Err(e) => return Err(in_bucket(e, &input.bucket)),
-    }
+    };
     let used: Vec<String> = entry.segments.iter().map(|s| s.instance.clone()).collect();
     let parts: Vec<PartRecord> = stored.into_values().collect();
-    multipart::finish(
-        &gw.pool,
-        &input.bucket,
-        &input.key,
-        &input.upload_id,
-        &parts,
-        &used,
-    )
-    .await;
-    Ok(S3Response::new(completed(input.bucket, input.key, &entry)))
+    multipart::finish(&gw.pool, &input.upload_id, &parts, &used).await;
+    Ok(S3Response::new(completed(
+        input.bucket,
+        input.key,
+        &entry,
+        made_version(made),
+    )))
 }
 
-/// The answer to a completion that made `entry` object `key` of `bucket`.
-fn completed(bucket: String, key: String, entry: &ObjectEntry) -> CompleteMultipartUploadOutput {
+/// The answer to a completion of an upload no longer listed: if it made the key's current
+/// object, S3 answers as it did the first time; else `gone`.
+async fn completed_before(
+    gw: &Gateway,
+    bucket: String,
+    key: String,
+    upload_id: &str,
+    customer: Option<&CustomerKey>,
+    gone: S3Error,
+) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
+    match buckets::entry(&gw.pool, &bucket, &key)
+        .await
+        .map_err(|e| in_bucket(e, &bucket))?
+    {
+        Some(entry) if entry.upload_id.as_deref() == Some(upload_id) => {
+            encryption::check_customer(&entry.sse, customer)?;
+            let version = made_version(entry.version.map(VersionId::from));
+            Ok(S3Response::new(completed(bucket, key, &entry, version)))
+        }
+        _ => Err(gone),
+    }
+}
+
+/// The answer to a completion that made `entry` object `key` of `bucket`, as version
+/// `version` where versions are kept.
+fn completed(
+    bucket: String,
+    key: String,
+    entry: &ObjectEntry,
+    version: Option<String>,
+) -> CompleteMultipartUploadOutput {
     let described = encryption::describe(&entry.sse, None);
     CompleteMultipartUploadOutput {
         location: Some(format!("/{bucket}/{key}")),
@@ -306,6 +348,7 @@ fn completed(bucket: String, key: String, entry: &ObjectEntry) -> CompleteMultip
         e_tag: Some(etag(entry)),
         server_side_encryption: described.sse,
         ssekms_key_id: described.kms_key,
+        version_id: version,
         ..Default::default()
     }
 }
