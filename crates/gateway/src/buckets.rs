@@ -148,6 +148,42 @@ pub async fn set_encryption(pool: &Pool, bucket: &str, sse: Option<&Sse>) -> Res
     Ok(())
 }
 
+/// The tags of `bucket` (none if it has none).
+pub async fn tags(pool: &Pool, bucket: &str) -> Result<Vec<(String, String)>, Error> {
+    let attrs = pool
+        .attrs(&layout::index_object(bucket))
+        .await
+        .map_err(|e| missing(e, bucket))?;
+    match attrs.get(layout::TAGS_ATTR) {
+        Some(bytes) => Ok(layout::decode::<layout::Tags>(bytes)
+            .map_err(Error::Corrupt)?
+            .0),
+        None => Ok(Vec::new()),
+    }
+}
+
+/// Sets the tags of `bucket` (none removes them).
+pub async fn set_tags(pool: &Pool, bucket: &str, tags: &[(String, String)]) -> Result<(), Error> {
+    let op = if tags.is_empty() {
+        ObjectOp::RemoveAttr {
+            name: layout::TAGS_ATTR.into(),
+        }
+    } else {
+        ObjectOp::SetAttr {
+            name: layout::TAGS_ATTR.into(),
+            value: layout::encode(&layout::Tags(tags.to_vec())),
+        }
+    };
+    pool.operate(
+        &layout::index_object(bucket),
+        vec![ObjectOp::AssertExists, op],
+        Bytes::new(),
+    )
+    .await
+    .map_err(|e| missing(e, bucket))?;
+    Ok(())
+}
+
 /// A failure to read `bucket`'s index object: `NotFound` when the bucket is gone (it may go
 /// between a request's first look and its commit).
 fn missing(e: client::Error, bucket: &str) -> Error {
@@ -176,8 +212,43 @@ pub async fn entry(pool: &Pool, bucket: &str, key: &str) -> Result<Option<Object
 /// between its read and its write.
 const COMMIT_TRIES: usize = 32;
 
-/// Makes `change` of object `key` in `bucket`, atomically, if `check` accepts the key's
-/// current object (S3's conditional writes; `|_| Ok(())` for none); returns what it did
+/// What a change's conditions are judged on: the version it removes, for a change of one
+/// version; else the key's current version.
+#[derive(Clone, Copy, Debug)]
+pub enum Judged<'a> {
+    Nothing,
+    Object(&'a ObjectEntry),
+    Marker,
+}
+
+impl<'a> Judged<'a> {
+    fn of(found: &'a Found, change: &Change) -> Judged<'a> {
+        let unversioned = found.current.as_ref().filter(|c| c.version.is_none());
+        match (change, &found.target, unversioned) {
+            (Change::DeleteVersion(_), Some(Version::Object(entry)), _) => Judged::Object(entry),
+            (Change::DeleteVersion(_), Some(Version::Marker { .. }), _) => Judged::Marker,
+            (Change::DeleteVersion(VersionId::Null), None, Some(entry)) => Judged::Object(entry),
+            (Change::DeleteVersion(_), ..) => Judged::Nothing,
+            _ => match (&found.current, &found.head) {
+                (Some(entry), _) => Judged::Object(entry),
+                (None, Some(_)) => Judged::Marker,
+                (None, None) => Judged::Nothing,
+            },
+        }
+    }
+
+    /// The object judged, if there is one (none under a delete marker).
+    pub fn object(self) -> Option<&'a ObjectEntry> {
+        match self {
+            Judged::Object(entry) => Some(entry),
+            Judged::Nothing | Judged::Marker => None,
+        }
+    }
+}
+
+/// Makes `change` of object `key` in `bucket`, atomically, if `check` accepts what it
+/// judges ([`Judged`]: S3's conditional writes and deletes; `|_| Ok(())` for none); returns
+/// what it did
 /// (see [`versions::plan`]), whose `freed` objects the caller removes. The change is
 /// committed on the condition that the key's entry and head, the bucket's versioning
 /// (`versioning`, as the caller read it) and the bucket itself are as read: a change in
@@ -194,7 +265,7 @@ pub async fn apply(
     mut versioning: Versioning,
     change: Change,
     ends_upload: Option<&str>,
-    check: impl Fn(Option<&ObjectEntry>) -> Result<(), Error>,
+    check: impl Fn(Judged) -> Result<(), Error>,
 ) -> Result<Plan, Error> {
     let index = layout::index_object(bucket);
     let head_key = layout::head_key(key);
@@ -224,10 +295,10 @@ pub async fn apply(
             head: decoded(stored_head.as_deref())?,
             ..Found::default()
         };
-        check(found.current.as_ref())?;
         if let Some(order) = versions::touched(versioning, &change, found.head.as_ref()) {
             (found.target, found.next) = around(pool, &index, key, &order).await?;
         }
+        check(Judged::of(&found, &change))?;
         let plan = versions::plan(
             key,
             versioning,

@@ -32,6 +32,8 @@ pub const ENCRYPTION_ATTR: &str = "encryption";
 /// The attribute of a bucket's index object that holds its versioning state
 /// (`crate::versions::Versioning`); absent in a bucket never versioned.
 pub const VERSIONING_ATTR: &str = "versioning";
+/// The attribute of a bucket's index object that holds its tags ([`Tags`]).
+pub const TAGS_ATTR: &str = "tags";
 /// The attribute set on a bucket's index object while the bucket is being deleted: index
 /// updates require it absent.
 pub const DELETING_ATTR: &str = "deleting";
@@ -186,6 +188,11 @@ impl Record for BucketInfo {}
 impl Record for Sse {}
 impl Record for PartRecord {}
 impl Record for Head {}
+impl Record for Tags {}
+
+/// A bucket's tags, by key.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Tags(pub Vec<(String, String)>);
 impl Record for Version {}
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -223,9 +230,11 @@ pub struct ObjectEntry {
     /// Which version of its key this is; none for an object written while its bucket was
     /// never versioned (S3's "null" version).
     pub version: Option<VersionTag>,
+    /// The object's tags, by key.
+    pub tags: Vec<(String, String)>,
 }
 
-/// Format 2 added the content headers and the upload id, format 3 the version.
+/// Format 2 added the content headers and the upload id, format 3 the version and tags.
 impl Record for ObjectEntry {
     const FORMAT: u8 = 3;
 
@@ -271,6 +280,7 @@ impl Record for ObjectEntry {
             headers,
             upload_id,
             version: None,
+            tags: Vec::new(),
         })
     }
 }
@@ -403,11 +413,13 @@ pub struct UploadRecord {
     pub metadata: Vec<(String, String)>,
     pub sse: Option<Sse>,
     pub headers: ContentHeaders,
+    /// The tags the object gets, by key.
+    pub tags: Vec<(String, String)>,
 }
 
-/// Format 2 added the content headers.
+/// Format 2 added the content headers, format 3 the tags.
 impl Record for UploadRecord {
-    const FORMAT: u8 = 2;
+    const FORMAT: u8 = 3;
 
     fn earlier(format: u8, bytes: &[u8]) -> Result<Self, String> {
         /// An upload as format 1 stored it.
@@ -419,17 +431,31 @@ impl Record for UploadRecord {
             metadata: Vec<(String, String)>,
             sse: Option<Sse>,
         }
-        if format != 1 {
-            return Err(format!("upload record format {format} is not known here"));
+        /// An upload as format 2 stored it: format 1's, then the headers.
+        #[derive(Deserialize)]
+        struct Second {
+            first: First,
+            headers: ContentHeaders,
         }
-        let first: First = postcard::from_bytes(bytes).map_err(|e| e.to_string())?;
+        let (first, headers) = match format {
+            1 => (
+                postcard::from_bytes::<First>(bytes).map_err(|e| e.to_string())?,
+                ContentHeaders::default(),
+            ),
+            2 => {
+                let second: Second = postcard::from_bytes(bytes).map_err(|e| e.to_string())?;
+                (second.first, second.headers)
+            }
+            _ => return Err(format!("upload record format {format} is not known here")),
+        };
         Ok(UploadRecord {
             initiator: first.initiator,
             initiated_ns: first.initiated_ns,
             content_type: first.content_type,
             metadata: first.metadata,
             sse: first.sse,
-            headers: ContentHeaders::default(),
+            headers,
+            tags: Vec::new(),
         })
     }
 }
@@ -510,6 +536,7 @@ mod tests {
                 order: [7; 16],
                 null: false,
             }),
+            tags: vec![("team".into(), "storage".into())],
         };
         let bytes = encode(&entry);
         assert_eq!(bytes[0], 3);
@@ -550,6 +577,31 @@ mod tests {
         assert_eq!(read.headers, entry.headers);
         assert_eq!(read.upload_id, entry.upload_id);
         assert_eq!(read.version, None);
+        assert!(read.tags.is_empty());
+
+        // An upload record of format 2 reads with its headers and no tags.
+        let upload = UploadRecord {
+            initiator: "ana".into(),
+            initiated_ns: 5,
+            content_type: None,
+            metadata: Vec::new(),
+            sse: None,
+            headers: entry.headers.clone(),
+            tags: Vec::new(),
+        };
+        let mut second = vec![2];
+        second.extend(
+            postcard::to_allocvec(&(
+                &upload.initiator,
+                upload.initiated_ns,
+                &upload.content_type,
+                &upload.metadata,
+                &upload.sse,
+                &upload.headers,
+            ))
+            .expect("serializes"),
+        );
+        assert_eq!(decode::<UploadRecord>(&second), Ok(upload));
     }
 
     #[test]

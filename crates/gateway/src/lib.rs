@@ -43,6 +43,9 @@ pub enum Error {
     /// The object a request needs is not there (If-Match on a write).
     #[error("no object: {0}")]
     NoObject(String),
+    /// The version a request names is not there.
+    #[error("no version: {0}")]
+    NoVersion(String),
     /// A condition of the request (If-Match, If-None-Match) does not hold.
     #[error("{0}")]
     Precondition(String),

@@ -116,6 +116,11 @@ pub enum Change {
     Delete,
     /// DeleteObject of one version.
     DeleteVersion(VersionId),
+    /// Sets the tags of one version (`None`: the current one).
+    Retag {
+        version: Option<VersionId>,
+        tags: Vec<(String, String)>,
+    },
 }
 
 /// What a change read of its key: the key's own entry, its head, and, when the change
@@ -132,9 +137,24 @@ pub struct Found {
 /// the change is planned.
 pub fn touched(versioning: Versioning, change: &Change, head: Option<&Head>) -> Option<Order> {
     match (versioning, change) {
-        (_, Change::DeleteVersion(VersionId::Order(order))) => Some(*order),
+        (_, Change::DeleteVersion(VersionId::Order(order)))
+        | (
+            _,
+            Change::Retag {
+                version: Some(VersionId::Order(order)),
+                ..
+            },
+        ) => Some(*order),
         (_, Change::DeleteVersion(VersionId::Null))
+        | (
+            _,
+            Change::Retag {
+                version: Some(VersionId::Null),
+                ..
+            },
+        )
         | (Versioning::Suspended, Change::Put(_) | Change::Delete) => head?.null,
+        (_, Change::Retag { version: None, .. }) => Some(head?.newest),
         _ => None,
     }
 }
@@ -206,6 +226,9 @@ pub fn plan(
             "object {key} is both unversioned and versioned"
         )));
     }
+    if let Change::Retag { version, tags } = change {
+        return retag(key, found, version, tags);
+    }
     if versioning == Versioning::Unversioned {
         match change {
             Change::Put(entry) => plan.set_entry(key, &entry),
@@ -213,7 +236,7 @@ pub fn plan(
                 plan.remove_entry(key, present)
             }
             // No version but the null one exists here.
-            Change::DeleteVersion(VersionId::Order(_)) => return Ok(plan),
+            Change::DeleteVersion(VersionId::Order(_)) | Change::Retag { .. } => return Ok(plan),
         }
         plan.freed.extend(found.current);
         return Ok(plan);
@@ -285,6 +308,7 @@ pub fn plan(
             plan.version = Some(tag.into());
             plan.delete_marker = delete_marker;
         }
+        Change::Retag { .. } => {}
         Change::DeleteVersion(id) => {
             plan.version = Some(id);
             if let (VersionId::Null, Some(old)) = (id, unversioned) {
@@ -332,6 +356,56 @@ pub fn plan(
     Ok(plan)
 }
 
+/// What setting the tags of `version` of `key` (its current one for `None`) writes: the
+/// version, and the key's entry too when that is a copy of it. A missing object is
+/// `NoObject`, a missing version (or a delete marker) `NoVersion`.
+fn retag(
+    key: &str,
+    found: Found,
+    version: Option<VersionId>,
+    tags: Vec<(String, String)>,
+) -> Result<Plan, Error> {
+    let mut plan = Plan {
+        version,
+        ..Plan::default()
+    };
+    let unversioned = found.current.as_ref().filter(|c| c.version.is_none());
+    if let (Some(entry), None | Some(VersionId::Null)) = (unversioned, version) {
+        let mut entry = entry.clone();
+        entry.tags = tags;
+        plan.set_entry(key, &entry);
+        return Ok(plan);
+    }
+    let (Some(mut head), Some(target)) = (found.head, found.target) else {
+        return Err(match version {
+            None => Error::NoObject(format!("{key} has no object to tag")),
+            Some(id) => Error::NoVersion(format!("{key} has no version {id}")),
+        });
+    };
+    let Version::Object(mut entry) = target else {
+        return Err(match version {
+            None => Error::NoObject(format!("{key} is deleted")),
+            Some(id) => Error::NoVersion(format!("version {id} of {key} is a delete marker")),
+        });
+    };
+    let Some(tag) = entry.version else {
+        return Err(Error::Corrupt(format!("a version of {key} has no tag")));
+    };
+    entry.tags = tags;
+    plan.version = Some(tag.into());
+    if head.newest == tag.order {
+        plan.set_entry(key, &entry);
+    }
+    plan.set.push((
+        layout::version_key(key, &tag.order),
+        layout::encode(&Version::Object(entry)),
+    ));
+    head.changes += 1;
+    plan.set
+        .push((layout::head_key(key), layout::encode(&head)));
+    Ok(plan)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -354,6 +428,7 @@ mod tests {
             headers: ContentHeaders::default(),
             upload_id: None,
             version: None,
+            tags: Vec::new(),
         }
     }
 
@@ -591,6 +666,69 @@ mod tests {
         index.put("u", Suspended, "u1");
         assert_eq!(index.versions("u"), vec![("u1".into(), true)]);
         assert_eq!(index.freed, vec!["n1", "n2", "u0"]);
+    }
+
+    fn tags_of(index: &Index, key: &str, version: Option<VersionId>) -> Vec<(String, String)> {
+        let found = index.found(
+            key,
+            Enabled,
+            &Change::Retag {
+                version,
+                tags: Vec::new(),
+            },
+        );
+        match (version, found.target) {
+            (_, Some(Version::Object(entry))) => entry.tags,
+            _ => found.current.expect("an object").tags,
+        }
+    }
+
+    #[test]
+    fn tags_change_one_version_and_the_current_copy_with_it() {
+        let mut index = Index::default();
+        index.put("u", Unversioned, "u0");
+        let tags = vec![("a".to_string(), "1".to_string())];
+        let retag = |version| Change::Retag {
+            version,
+            tags: tags.clone(),
+        };
+        index.apply("u", Unversioned, retag(None));
+        assert_eq!(tags_of(&index, "u", None), tags);
+
+        let old = index.put("k", Enabled, "a").version;
+        index.put("k", Enabled, "b");
+        index.apply("k", Enabled, retag(old));
+        assert_eq!(tags_of(&index, "k", old), tags);
+        assert!(
+            tags_of(&index, "k", None).is_empty(),
+            "the current version keeps none"
+        );
+        index.apply("k", Enabled, retag(None));
+        let current: ObjectEntry =
+            layout::decode(index.map.get("k".as_bytes()).expect("an entry")).expect("decodes");
+        assert_eq!(
+            current.tags, tags,
+            "the copy of the current version follows"
+        );
+
+        index.apply("k", Enabled, Change::Delete);
+        let found = index.found("k", Enabled, &retag(None));
+        assert!(matches!(
+            plan("k", Enabled, found, retag(None), 1, 1),
+            Err(Error::NoObject(_))
+        ));
+        let found = index.found("k", Enabled, &retag(Some(VersionId::Order([3; 16]))));
+        assert!(matches!(
+            plan(
+                "k",
+                Enabled,
+                found,
+                retag(Some(VersionId::Order([3; 16]))),
+                1,
+                1
+            ),
+            Err(Error::NoVersion(_))
+        ));
     }
 
     #[test]

@@ -798,6 +798,31 @@ class Suite:
         )
         ok("delete_objects of more than 1000 keys: MalformedXML")
 
+        object_name = "delete/conditional"
+        etag = self.put(object_name, b"conditional")["ETag"]
+        modified = self.s3.head_object(Bucket=self.bucket, Key=object_name)["LastModified"]
+        for what, condition in [
+            ("If-Match with another ETag", {"IfMatch": quoted_md5(b"another")}),
+            ("another last-modified time", {"IfMatchLastModifiedTime": datetime.datetime(2015, 1, 1)}),
+            ("another size", {"IfMatchSize": 3}),
+        ]:
+            expect_error(f"delete_object with {what}", ["PreconditionFailed"], self.s3.delete_object,
+                         Bucket=self.bucket, Key=object_name, **condition)
+        response = self.s3.delete_objects(
+            Bucket=self.bucket, Delete={"Objects": [{"Key": object_name, "ETag": quoted_md5(b"another")}]})
+        expect("delete_objects with another ETag", [e["Code"] for e in response.get("Errors", [])],
+               ["PreconditionFailed"])
+        _, body = self.get(object_name)
+        expect_body("the object after refused conditional deletes", body, b"conditional")
+        self.s3.delete_object(Bucket=self.bucket, Key=object_name, IfMatch=etag,
+                              IfMatchLastModifiedTime=modified, IfMatchSize=len(b"conditional"))
+        del self.objects[object_name]
+        expect_error("get_object after a conditional delete", ["NoSuchKey"], self.s3.get_object,
+                     Bucket=self.bucket, Key=object_name)
+        # Nothing there: nothing to refuse.
+        self.s3.delete_object(Bucket=self.bucket, Key=object_name, IfMatch=quoted_md5(b"another"))
+        ok("conditional delete_object and delete_objects: 412 when a condition fails, deleted when all hold")
+
     # Versions ---------------------------------------------------------------------------
 
     def versions_of(self, bucket, key=None, **params):
@@ -867,6 +892,8 @@ class Suite:
         expect_error("get_object of a malformed version id", ["InvalidArgument"], s3.get_object,
                      Bucket=bucket, Key="doc", VersionId="not-a-version")
         expect_error("delete_bucket with versions left", ["BucketNotEmpty"], s3.delete_bucket, Bucket=bucket)
+        expect_error("a conditional delete under a delete marker", ["PreconditionFailed"], s3.delete_object,
+                     Bucket=bucket, Key="doc", IfMatch=quoted_md5(b"v2"))
         ok("delete_object makes a delete marker: the key reads as missing, its versions stay")
 
         response = s3.delete_object(Bucket=bucket, Key="doc", VersionId=marker)
@@ -952,6 +979,75 @@ class Suite:
         expect("delete_objects of a missing key makes a marker", deleted.get("DeleteMarker"), True)
         expect("the marker's id", self.versions_of(bucket), [("never", deleted["DeleteMarkerVersionId"], "marker", True)])
         ok("delete_objects by version id removes every version, and again without errors")
+
+    # Tags -------------------------------------------------------------------------------
+
+    def tags_of(self, key, bucket=None, **params):
+        response = self.s3.get_object_tagging(Bucket=bucket or self.bucket, Key=key, **params)
+        return [(t["Key"], t["Value"]) for t in response["TagSet"]]
+
+    def tagging(self):
+        """Object tags (on PUT, multipart, copy, and by the tagging verbs, per version) and
+        bucket tags, with S3's limits."""
+        s3 = self.s3
+        self.put("tags/doc", b"tagged", Tagging="foo=bar&bar")
+        expect("tags given on PUT, by key", self.tags_of("tags/doc"), [("bar", ""), ("foo", "bar")])
+        head = s3.head_object(Bucket=self.bucket, Key="tags/doc")
+        expect("head_object's tag count", head["ResponseMetadata"]["HTTPHeaders"].get("x-amz-tagging-count"), "2")
+        expect("get_object's tag count", s3.get_object(Bucket=self.bucket, Key="tags/doc")["TagCount"], 2)
+        tag_set = [{"Key": f"k{i}", "Value": "v" * 256} for i in range(10)]
+        s3.put_object_tagging(Bucket=self.bucket, Key="tags/doc", Tagging={"TagSet": tag_set})
+        expect("ten tags of 256 characters", len(self.tags_of("tags/doc")), 10)
+        for what, refused in [
+            ("eleven tags", tag_set + [{"Key": "k10", "Value": ""}]),
+            ("a key of 129 characters", [{"Key": "k" * 129, "Value": ""}]),
+            ("a value of 257 characters", [{"Key": "k", "Value": "v" * 257}]),
+            ("a key given twice", [{"Key": "k", "Value": "1"}, {"Key": "k", "Value": "2"}]),
+        ]:
+            expect_error(f"put_object_tagging with {what}", ["InvalidTag"], s3.put_object_tagging,
+                         Bucket=self.bucket, Key="tags/doc", Tagging={"TagSet": refused})
+        expect("tags after refused changes", len(self.tags_of("tags/doc")), 10)
+        response = s3.delete_object_tagging(Bucket=self.bucket, Key="tags/doc")
+        expect("delete_object_tagging status", status(response), 204)
+        expect("tags after delete_object_tagging", self.tags_of("tags/doc"), [])
+        expect_error("get_object_tagging of a missing object", ["NoSuchKey"], s3.get_object_tagging,
+                     Bucket=self.bucket, Key="tags/none")
+        ok("object tags: set on PUT and replaced, 10 of 256 characters at most, removed")
+
+        s3.put_object_tagging(Bucket=self.bucket, Key="tags/doc", Tagging={"TagSet": [{"Key": "a", "Value": "1"}]})
+        s3.copy_object(Bucket=self.bucket, Key="tags/copied", CopySource={"Bucket": self.bucket, "Key": "tags/doc"})
+        self.objects["tags/copied"] = b"tagged"
+        expect("tags of a copy", self.tags_of("tags/copied"), [("a", "1")])
+        s3.copy_object(Bucket=self.bucket, Key="tags/copied", CopySource={"Bucket": self.bucket, "Key": "tags/doc"},
+                       TaggingDirective="REPLACE", Tagging="b=2")
+        expect("tags of a copy that replaces them", self.tags_of("tags/copied"), [("b", "2")])
+        upload_id = self.create_upload("tags/multipart", Tagging="Hello=World&foo=bar")
+        part = self.upload_part("tags/multipart", upload_id, 1, b"parts")
+        self.complete("tags/multipart", upload_id, [part])
+        self.objects["tags/multipart"] = b"parts"
+        expect("tags of a completed upload", self.tags_of("tags/multipart"), [("Hello", "World"), ("foo", "bar")])
+        ok("tags kept by a copy or replaced, and given to a multipart upload")
+
+        bucket = self.versioned_bucket  # versioning enabled, by the versioning step
+        first = s3.put_object(Bucket=bucket, Key="doc", Body=b"1", Tagging="v=1")["VersionId"]
+        s3.put_object(Bucket=bucket, Key="doc", Body=b"2", Tagging="v=2")
+        response = s3.put_object_tagging(Bucket=bucket, Key="doc", VersionId=first,
+                                         Tagging={"TagSet": [{"Key": "v", "Value": "old"}]})
+        expect("put_object_tagging of a version: its id", response.get("VersionId"), first)
+        expect("tags of the older version", self.tags_of("doc", bucket, VersionId=first), [("v", "old")])
+        expect("tags of the current version", self.tags_of("doc", bucket), [("v", "2")])
+        expect_error("get_object_tagging of a version that never was", ["NoSuchVersion"], s3.get_object_tagging,
+                     Bucket=bucket, Key="doc", VersionId="0" * 32)
+        ok("the tags of one version change only that version's")
+
+        expect_error("get_bucket_tagging without tags", ["NoSuchTagSet"], s3.get_bucket_tagging, Bucket=self.bucket)
+        s3.put_bucket_tagging(Bucket=self.bucket, Tagging={"TagSet": [{"Key": "team", "Value": "storage"}]})
+        tags = s3.get_bucket_tagging(Bucket=self.bucket)["TagSet"]
+        expect("bucket tags", tags, [{"Key": "team", "Value": "storage"}])
+        expect("delete_bucket_tagging status", status(s3.delete_bucket_tagging(Bucket=self.bucket)), 204)
+        expect_error("get_bucket_tagging after delete_bucket_tagging", ["NoSuchTagSet"], s3.get_bucket_tagging,
+                     Bucket=self.bucket)
+        ok("bucket tags: set, read, removed; none is NoSuchTagSet")
 
     # Multipart uploads ------------------------------------------------------------------
 
@@ -2732,6 +2828,7 @@ def main():
         suite.deletes,
         suite.versioning,
         suite.multipart_upload,
+        suite.tagging,
         suite.multipart_part_copies,
         suite.multipart_errors,
         suite.multipart_listing_and_abort,

@@ -5,6 +5,7 @@ use s3s::{S3Request, S3Response, S3Result};
 
 use super::error::Refusal;
 use super::object::Conditions;
+use super::tagging;
 use super::upload::part_number;
 use super::{
     check_key, content_headers, encryption, etag, made_version, modified, new_entry,
@@ -89,6 +90,10 @@ pub(super) async fn copy_object(
         .metadata_directive
         .as_ref()
         .is_some_and(|d| d.as_str() == MetadataDirective::REPLACE);
+    let replace_tags = input
+        .tagging_directive
+        .as_ref()
+        .is_some_and(|d| d.as_str() == TaggingDirective::REPLACE);
     let customer = encryption::customer_key(
         &input.sse_customer_algorithm,
         &input.sse_customer_key,
@@ -96,6 +101,7 @@ pub(super) async fn copy_object(
     )?;
     let changes_encryption = customer.is_some() || input.server_side_encryption.is_some();
     if !replace
+        && !replace_tags
         && !changes_encryption
         && source_version.is_none()
         && **source_bucket == *input.bucket
@@ -132,11 +138,17 @@ pub(super) async fn copy_object(
         let source = source.clone();
         (source.content_type, source.metadata, source.headers)
     };
+    let tags = if replace_tags {
+        tagging::from_header(input.tagging.as_deref())?
+    } else {
+        source.tags.clone()
+    };
     let entry = new_entry(
         &written,
         content_type,
         metadata,
         headers,
+        tags,
         sse,
         customer.as_ref(),
     );

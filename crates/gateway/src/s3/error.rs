@@ -29,6 +29,10 @@ pub(crate) enum Refusal {
     MarkerVersion { key: String, version: String },
     #[error("{0:?} is not a version id")]
     VersionId(String),
+    #[error("{0}")]
+    Tag(String),
+    #[error("bucket {0} has no tags")]
+    NoTagSet(String),
     #[error("no upload {0} in progress")]
     NoUpload(String),
     #[error("{0} is not a bucket name: a dot and a dash may not touch")]
@@ -101,6 +105,8 @@ impl Refusal {
             Refusal::NoVersion { .. } => C::NoSuchVersion,
             Refusal::MarkerVersion { .. } => C::MethodNotAllowed,
             Refusal::VersionId(_) => C::InvalidArgument,
+            Refusal::Tag(_) => C::InvalidTag,
+            Refusal::NoTagSet(_) => C::NoSuchTagSet,
             Refusal::NoUpload(_) => C::NoSuchUpload,
             Refusal::BucketName(_) => C::InvalidBucketName,
             Refusal::BucketTaken(_) => C::BucketAlreadyExists,
@@ -174,6 +180,7 @@ impl From<Error> for S3Error {
             Error::Invalid(message) => S3Error::with_message(S3ErrorCode::InvalidArgument, message),
             Error::Precondition(why) => S3Error::with_message(S3ErrorCode::PreconditionFailed, why),
             Error::NoObject(_) => S3Error::with_message(S3ErrorCode::NoSuchKey, e.to_string()),
+            Error::NoVersion(_) => S3Error::with_message(S3ErrorCode::NoSuchVersion, e.to_string()),
             Error::Body(message) => S3Error::with_message(S3ErrorCode::IncompleteBody, message),
             Error::Cluster(client::Error::NoSpace(why)) => {
                 let mut full = S3Error::with_message(

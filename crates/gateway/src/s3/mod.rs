@@ -12,6 +12,7 @@ mod encryption;
 mod error;
 mod list;
 mod object;
+mod tagging;
 mod upload;
 
 use std::collections::HashMap;
@@ -202,7 +203,7 @@ impl Gateway {
         name: &str,
         key: &str,
         entry: &ObjectEntry,
-        check: impl Fn(Option<&ObjectEntry>) -> Result<(), Error>,
+        check: impl Fn(buckets::Judged) -> Result<(), Error>,
     ) -> S3Result<Option<VersionId>> {
         let change = Change::Put(entry.clone());
         match buckets::apply(
@@ -227,13 +228,15 @@ impl Gateway {
         }
     }
 
-    /// Deletes object `key` of `bucket`, or one version of it; returns what was done.
+    /// Deletes object `key` of `bucket`, or one version of it, if `check` accepts it;
+    /// returns what was done.
     async fn delete(
         &self,
         bucket: &buckets::Bucket,
         name: &str,
         key: &str,
         version: Option<VersionId>,
+        check: impl Fn(buckets::Judged) -> Result<(), Error>,
     ) -> Result<versions::Plan, Error> {
         let change = version.map_or(Change::Delete, Change::DeleteVersion);
         let mut plan = buckets::apply(
@@ -243,7 +246,7 @@ impl Gateway {
             bucket.versioning,
             change,
             None,
-            |_| Ok(()),
+            check,
         )
         .await?;
         self.free(std::mem::take(&mut plan.freed), None).await;
@@ -349,6 +352,7 @@ fn new_entry(
     content_type: Option<String>,
     metadata: Vec<(String, String)>,
     headers: ContentHeaders,
+    tags: tagging::Tags,
     sse: Option<Sse>,
     customer: Option<&CustomerKey>,
 ) -> ObjectEntry {
@@ -364,6 +368,7 @@ fn new_entry(
         headers,
         upload_id: None,
         version: None,
+        tags,
     }
 }
 
@@ -556,6 +561,12 @@ verbs! {
     list::list_objects(ListObjectsInput) -> ListObjectsOutput;
     list::list_objects_v2(ListObjectsV2Input) -> ListObjectsV2Output;
     list::list_object_versions(ListObjectVersionsInput) -> ListObjectVersionsOutput;
+    tagging::put_object_tagging(PutObjectTaggingInput) -> PutObjectTaggingOutput;
+    tagging::get_object_tagging(GetObjectTaggingInput) -> GetObjectTaggingOutput;
+    tagging::delete_object_tagging(DeleteObjectTaggingInput) -> DeleteObjectTaggingOutput;
+    tagging::put_bucket_tagging(PutBucketTaggingInput) -> PutBucketTaggingOutput;
+    tagging::get_bucket_tagging(GetBucketTaggingInput) -> GetBucketTaggingOutput;
+    tagging::delete_bucket_tagging(DeleteBucketTaggingInput) -> DeleteBucketTaggingOutput;
 }
 
 #[cfg(test)]

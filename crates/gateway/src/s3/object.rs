@@ -5,11 +5,13 @@ use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result};
 
 use super::error::Refusal;
+use super::tagging;
 use super::upload::part_number;
 use super::{
     check_key, content_headers, content_md5, encryption, etag, from_unix_seconds, in_bucket,
     made_version, modified, new_entry, sorted_metadata, timestamp, version_id, write_body, Gateway,
 };
+use crate::buckets::Judged;
 use crate::layout::ObjectEntry;
 use crate::versions::{self, VersionId};
 use crate::{data, Error};
@@ -97,8 +99,9 @@ impl Conditions<'_> {
 /// NoSuchKey.
 pub(super) fn replacing(
     (if_match, if_none_match): &(Option<ETagCondition>, Option<ETagCondition>),
-) -> impl Fn(Option<&ObjectEntry>) -> Result<(), Error> + '_ {
-    move |old| {
+) -> impl Fn(Judged) -> Result<(), Error> + '_ {
+    move |judged| {
+        let old = judged.object();
         let matches = |condition: &ETagCondition| match (condition, old) {
             (_, None) => false,
             (ETagCondition::Any, Some(_)) => true,
@@ -119,6 +122,59 @@ pub(super) fn replacing(
             ));
         }
         Ok(())
+    }
+}
+
+/// The conditions of a conditional delete: `If-Match` (an ETag, or `*` for any object), and
+/// Ceph's `x-amz-if-match-last-modified-time` and `x-amz-if-match-size` (DeleteObject), or
+/// the ETag, LastModifiedTime and Size of one key of a DeleteObjects.
+#[derive(Default)]
+pub(super) struct DeleteIf {
+    etag: Option<ETagCondition>,
+    modified: Option<Timestamp>,
+    size: Option<i64>,
+}
+
+impl DeleteIf {
+    /// Judged on the version a delete removes (its key's current one, unless it names one):
+    /// every condition given must hold of its object. Nothing there is nothing to refuse
+    /// (deleting it is a no-op anyway); under a delete marker only `If-Match: *` holds.
+    fn check(&self, judged: Judged) -> Result<(), Error> {
+        let entry = match judged {
+            Judged::Nothing => return Ok(()),
+            Judged::Marker => {
+                let any = matches!(self.etag, None | Some(ETagCondition::Any));
+                if any && self.modified.is_none() && self.size.is_none() {
+                    return Ok(());
+                }
+                return Err(Error::Precondition(
+                    "the object is deleted (a delete marker)".into(),
+                ));
+            }
+            Judged::Object(entry) => entry,
+        };
+        let etag = match &self.etag {
+            Some(ETagCondition::ETag(tag)) => tag.value() == entry.etag,
+            Some(ETagCondition::Any) | None => true,
+        };
+        let seconds = (entry.mtime_ns / 1_000_000_000) as i64;
+        let modified = self
+            .modified
+            .clone()
+            .is_none_or(|at| super::unix_seconds(at) == seconds);
+        let size = self.size.is_none_or(|size| size == entry.size as i64);
+        match (etag, modified, size) {
+            (false, ..) => Err(Error::Precondition(
+                "the ETag does not match If-Match".into(),
+            )),
+            (_, false, _) => Err(Error::Precondition(
+                "the object was not last modified at x-amz-if-match-last-modified-time".into(),
+            )),
+            (.., false) => Err(Error::Precondition(
+                "the object's size is not x-amz-if-match-size".into(),
+            )),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -233,6 +289,7 @@ pub(super) async fn put_object(
     let conditions = (input.if_match.clone(), input.if_none_match.clone());
     check_key(&input.key)?;
     let bucket = gw.owned(&user, &input.bucket).await?;
+    let tags = tagging::from_header(input.tagging.as_deref())?;
     let (customer, sse) = gw
         .write_encryption(
             &input.bucket,
@@ -253,6 +310,7 @@ pub(super) async fn put_object(
         input.content_type,
         sorted_metadata(input.metadata),
         headers,
+        tags,
         sse,
         customer.as_ref(),
     );
@@ -319,6 +377,7 @@ pub(super) async fn get_object(
         content_language: headers.content_language.clone(),
         expires: headers.expires.and_then(from_unix_seconds),
         metadata: metadata(&entry),
+        tag_count: tagging::count(&entry.tags),
         server_side_encryption: described.sse,
         ssekms_key_id: described.kms_key,
         sse_customer_algorithm: described.customer_algorithm,
@@ -348,7 +407,7 @@ pub(super) async fn head_object(
     )?;
     encryption::check_customer(&entry.sse, customer.as_ref())?;
     let described = encryption::describe(&entry.sse, customer.as_ref());
-    Ok(S3Response::new(HeadObjectOutput {
+    let mut response = S3Response::new(HeadObjectOutput {
         content_length: Some((range.end - range.start) as i64),
         content_range,
         parts_count: input.part_number.and(parts_count(&entry)),
@@ -368,7 +427,15 @@ pub(super) async fn head_object(
         sse_customer_algorithm: described.customer_algorithm,
         sse_customer_key_md5: described.customer_key_md5,
         ..Default::default()
-    }))
+    });
+    // S3's HEAD gives the tag count as GET does; s3s's HeadObject output has no field for it.
+    if let Some(count) = tagging::count(&entry.tags) {
+        response.headers.insert(
+            "x-amz-tagging-count",
+            hyper::header::HeaderValue::from(count),
+        );
+    }
+    Ok(response)
 }
 
 pub(super) async fn delete_object(
@@ -379,8 +446,15 @@ pub(super) async fn delete_object(
     let input = req.input;
     let bucket = gw.owned(&user, &input.bucket).await?;
     let version = input.version_id.as_deref().map(version_id).transpose()?;
+    let when = DeleteIf {
+        etag: input.if_match,
+        modified: input.if_match_last_modified_time,
+        size: input.if_match_size,
+    };
     let done = gw
-        .delete(&bucket, &input.bucket, &input.key, version)
+        .delete(&bucket, &input.bucket, &input.key, version, |judged| {
+            when.check(judged)
+        })
         .await
         .map_err(|e| in_bucket(e, &input.bucket))?;
     Ok(S3Response::new(DeleteObjectOutput {
@@ -407,9 +481,16 @@ pub(super) async fn delete_objects(
     let mut deleted = Vec::new();
     let mut errors = Vec::new();
     for object in input.delete.objects {
+        let when = DeleteIf {
+            etag: object.e_tag.clone().map(ETagCondition::ETag),
+            modified: object.last_modified_time.clone(),
+            size: object.size,
+        };
         let done = match object.version_id.as_deref().map(version_id).transpose() {
             Ok(version) => gw
-                .delete(&bucket, &input.bucket, &object.key, version)
+                .delete(&bucket, &input.bucket, &object.key, version, |judged| {
+                    when.check(judged)
+                })
                 .await
                 .map_err(|e| in_bucket(e, &input.bucket)),
             Err(e) => Err(e),

@@ -10,6 +10,7 @@ use super::encryption::CustomerKey;
 use super::error::Refusal;
 use super::list::encoder;
 use super::object::replacing;
+use super::tagging;
 use super::{
     check_key, content_headers, content_md5, encryption, etag, in_bucket, made_version,
     sorted_metadata, timestamp, write_body, Gateway, MAX_KEYS_DEFAULT,
@@ -130,6 +131,7 @@ pub(super) async fn create_multipart_upload(
     let input = req.input;
     check_key(&input.key)?;
     gw.owned(&user, &input.bucket).await?;
+    let tags = tagging::from_header(input.tagging.as_deref())?;
     let (customer, sse) = gw
         .write_encryption(
             &input.bucket,
@@ -153,6 +155,7 @@ pub(super) async fn create_multipart_upload(
         content_type: input.content_type,
         metadata: sorted_metadata(input.metadata),
         sse,
+        tags,
     };
     let id = multipart::create(&gw.pool, &input.bucket, &input.key, &record)
         .await
@@ -265,6 +268,7 @@ pub(super) async fn complete_multipart_upload(
         headers: record.headers,
         upload_id: Some(input.upload_id.clone()),
         version: None,
+        tags: record.tags,
     };
     // Not gw.commit: on failure the parts stay with the upload, to complete again. The
     // commit also stops listing the upload, so that a second completion cannot commit it
@@ -301,12 +305,13 @@ pub(super) async fn complete_multipart_upload(
     let used: Vec<String> = entry.segments.iter().map(|s| s.instance.clone()).collect();
     let parts: Vec<PartRecord> = stored.into_values().collect();
     multipart::finish(&gw.pool, &input.upload_id, &parts, &used).await;
-    Ok(S3Response::new(completed(
+    Ok(completed(
         input.bucket,
         input.key,
         &entry,
         made_version(made),
-    )))
+        customer.as_ref(),
+    ))
 }
 
 /// The answer to a completion of an upload no longer listed: if it made the key's current
@@ -326,22 +331,23 @@ async fn completed_before(
         Some(entry) if entry.upload_id.as_deref() == Some(upload_id) => {
             encryption::check_customer(&entry.sse, customer)?;
             let version = made_version(entry.version.map(VersionId::from));
-            Ok(S3Response::new(completed(bucket, key, &entry, version)))
+            Ok(completed(bucket, key, &entry, version, customer))
         }
         _ => Err(gone),
     }
 }
 
 /// The answer to a completion that made `entry` object `key` of `bucket`, as version
-/// `version` where versions are kept.
+/// `version` where versions are kept, with `customer`'s key under SSE-C.
 fn completed(
     bucket: String,
     key: String,
     entry: &ObjectEntry,
     version: Option<String>,
-) -> CompleteMultipartUploadOutput {
-    let described = encryption::describe(&entry.sse, None);
-    CompleteMultipartUploadOutput {
+    customer: Option<&CustomerKey>,
+) -> S3Response<CompleteMultipartUploadOutput> {
+    let described = encryption::describe(&entry.sse, customer);
+    let mut response = S3Response::new(CompleteMultipartUploadOutput {
         location: Some(format!("/{bucket}/{key}")),
         bucket: Some(bucket),
         key: Some(key),
@@ -350,7 +356,25 @@ fn completed(
         ssekms_key_id: described.kms_key,
         version_id: version,
         ..Default::default()
+    });
+    // As every other SSE-C answer does; s3s's CompleteMultipartUpload output has no fields
+    // for them.
+    let customer_headers = [
+        (
+            "x-amz-server-side-encryption-customer-algorithm",
+            described.customer_algorithm,
+        ),
+        (
+            "x-amz-server-side-encryption-customer-key-md5",
+            described.customer_key_md5,
+        ),
+    ];
+    for (name, value) in customer_headers {
+        if let Some(value) = value.and_then(|v| hyper::header::HeaderValue::from_str(&v).ok()) {
+            response.headers.insert(name, value);
+        }
     }
+    response
 }
 
 pub(super) async fn abort_multipart_upload(
