@@ -819,7 +819,7 @@ class Suite:
         del self.objects[object_name]
         expect_error("get_object after a conditional delete", ["NoSuchKey"], self.s3.get_object,
                      Bucket=self.bucket, Key=object_name)
-        # Nothing there: nothing to refuse.
+        # Nothing there: nothing to refuse, and nothing done.
         self.s3.delete_object(Bucket=self.bucket, Key=object_name, IfMatch=quoted_md5(b"another"))
         ok("conditional delete_object and delete_objects: 412 when a condition fails, deleted when all hold")
 
@@ -894,6 +894,8 @@ class Suite:
         expect_error("delete_bucket with versions left", ["BucketNotEmpty"], s3.delete_bucket, Bucket=bucket)
         expect_error("a conditional delete under a delete marker", ["PreconditionFailed"], s3.delete_object,
                      Bucket=bucket, Key="doc", IfMatch=quoted_md5(b"v2"))
+        response = s3.delete_object(Bucket=bucket, Key="never-written", IfMatch="*")
+        expect("a conditional delete of nothing makes no marker", "DeleteMarker" in response, False)
         ok("delete_object makes a delete marker: the key reads as missing, its versions stay")
 
         response = s3.delete_object(Bucket=bucket, Key="doc", VersionId=marker)

@@ -229,7 +229,8 @@ impl Gateway {
     }
 
     /// Deletes object `key` of `bucket`, or one version of it, if `check` accepts it;
-    /// returns what was done.
+    /// returns what was done. A check that finds no object (`NoObject`) leaves nothing to
+    /// do, which is done.
     async fn delete(
         &self,
         bucket: &buckets::Bucket,
@@ -248,7 +249,11 @@ impl Gateway {
             None,
             check,
         )
-        .await?;
+        .await
+        .or_else(|e| match e {
+            Error::NoObject(_) => Ok(versions::Plan::default()),
+            e => Err(e),
+        })?;
         self.free(std::mem::take(&mut plan.freed), None).await;
         Ok(plan)
     }

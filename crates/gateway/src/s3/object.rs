@@ -137,11 +137,17 @@ pub(super) struct DeleteIf {
 
 impl DeleteIf {
     /// Judged on the version a delete removes (its key's current one, unless it names one):
-    /// every condition given must hold of its object. Nothing there is nothing to refuse
-    /// (deleting it is a no-op anyway); under a delete marker only `If-Match: *` holds.
+    /// every condition given must hold of its object; under a delete marker only
+    /// `If-Match: *` holds. With nothing there, a conditional delete does nothing (not even
+    /// a delete marker): `NoObject`, which [`Gateway::delete`] answers as done.
     fn check(&self, judged: Judged) -> Result<(), Error> {
         let entry = match judged {
-            Judged::Nothing => return Ok(()),
+            Judged::Nothing
+                if self.etag.is_none() && self.modified.is_none() && self.size.is_none() =>
+            {
+                return Ok(())
+            }
+            Judged::Nothing => return Err(Error::NoObject("nothing to delete".into())),
             Judged::Marker => {
                 let any = matches!(self.etag, None | Some(ETagCondition::Any));
                 if any && self.modified.is_none() && self.size.is_none() {
