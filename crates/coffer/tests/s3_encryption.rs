@@ -106,19 +106,20 @@ fn a_rotated_kms_key_keeps_its_objects_and_a_removed_one_shreds_them() {
         );
     };
     phase("before");
+    // The current object's entry, its two versions' records and the upload's part.
     assert_eq!(
         wrapping_versions(&cluster, "shred", "shred-key"),
-        vec![1, 1]
+        vec![1, 1, 1, 1]
     );
     let rotated = cluster.ok(&["kms", "key", "rotate", "shred-key"]);
     assert!(
-        rotated.contains("rewrapped 2 data keys of 2 objects and parts"),
+        rotated.contains("rewrapped 4 data keys of 4 objects and parts"),
         "{rotated}"
     );
-    // The object and the upload's part name version 2 now; their data was not rewritten.
+    // Every record names version 2 now; no data was rewritten.
     assert_eq!(
         wrapping_versions(&cluster, "shred", "shred-key"),
-        vec![2, 2]
+        vec![2, 2, 2, 2]
     );
     let again = cluster.ok(&["kms", "key", "rewrap", "shred-key"]);
     assert!(again.contains("rewrapped 0 data keys"), "{again}");

@@ -7,10 +7,10 @@ S3_SECRET.
         SSE-KMS, SSE-C, a multipart upload, the bucket's default) and one plain object full
         of PLAIN_MARKER, and reads each back
     shred BUCKET KMS_KEY before|rotated|after
-        before: an object under KMS_KEY, one under SSE-S3, and a multipart upload under
-        KMS_KEY with one part
+        before: in a bucket that keeps versions, an object under KMS_KEY written twice (two
+        versions), one under SSE-S3, and a multipart upload under KMS_KEY with one part
         rotated: after the key's rotation (which rewraps), a second object under it and a
-        second part; the upload completes, and all three read back
+        second part; the upload completes, and all three and the older version read back
         after: after the key's removal, its three objects are refused (within the
         gateway's cache sweep), while the SSE-S3 object still reads back
 """
@@ -150,6 +150,8 @@ def shred(bucket, kms_key, phase):
     kms = {"ServerSideEncryption": "aws:kms", "SSEKMSKeyId": kms_key}
     if phase == "before":
         s3.create_bucket(Bucket=bucket)
+        s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+        s3.put_object(Bucket=bucket, Key="old", Body=b"superseded", **kms)
         s3.put_object(Bucket=bucket, Key="old", Body=b"under the first version", **kms)
         s3.put_object(
             Bucket=bucket, Key="managed", Body=b"under SSE-S3", ServerSideEncryption="AES256"
@@ -181,7 +183,14 @@ def shred(bucket, kms_key, phase):
         ]:
             if s3.get_object(Bucket=bucket, Key=key)["Body"].read() != body:
                 fail(f"{key} reads back different after the rotation")
-        ok("after the rotation, objects and a completed upload under both versions read back")
+        versions = s3.list_object_versions(Bucket=bucket, Prefix="old")["Versions"]
+        (older,) = [v["VersionId"] for v in versions if v["Key"] == "old" and not v["IsLatest"]]
+        if s3.get_object(Bucket=bucket, Key="old", VersionId=older)["Body"].read() != b"superseded":
+            fail("the older version of old reads back different after the rotation")
+        ok(
+            "after the rotation, objects, an older version and a completed upload under both "
+            "versions of the key read back"
+        )
     elif phase == "after":
         deadline = time.monotonic() + SHRED_WITHIN_SECONDS
         while True:
