@@ -3,6 +3,8 @@
 use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result};
 
+use super::encryption::customer_key;
+use super::encryption::CustomerKey;
 use super::error::Refusal;
 use super::object::Conditions;
 use super::tagging;
@@ -22,12 +24,9 @@ impl Gateway {
         &self,
         source: &ObjectEntry,
         range: std::ops::Range<u64>,
-        algorithm: &Option<String>,
-        key: &Option<String>,
-        key_md5: &Option<String>,
+        customer: Option<CustomerKey>,
     ) -> S3Result<data::Reader> {
         let hold = self.readers.hold(source);
-        let customer = encryption::customer_key(algorithm, key, key_md5)?;
         encryption::check_customer(&source.sse, customer.as_ref())?;
         let keys = self.keys(source, customer.as_ref()).await?;
         Ok(data::read(&self.pool, source, range, keys, hold))
@@ -94,11 +93,7 @@ pub(super) async fn copy_object(
         .tagging_directive
         .as_ref()
         .is_some_and(|d| d.as_str() == TaggingDirective::REPLACE);
-    let customer = encryption::customer_key(
-        &input.sse_customer_algorithm,
-        &input.sse_customer_key,
-        &input.sse_customer_key_md5,
-    )?;
+    let customer = customer_key!(input)?;
     let changes_encryption = customer.is_some() || input.server_side_encryption.is_some();
     if !replace
         && !replace_tags
@@ -113,13 +108,7 @@ pub(super) async fn copy_object(
         .into());
     }
     let reader = gw
-        .source_reader(
-            &source,
-            0..source.size,
-            &input.copy_source_sse_customer_algorithm,
-            &input.copy_source_sse_customer_key,
-            &input.copy_source_sse_customer_key_md5,
-        )
+        .source_reader(&source, 0..source.size, customer_key!(input, copy_source)?)
         .await?;
     let sse = encryption::for_write(
         &gw.pool,
@@ -192,11 +181,7 @@ pub(super) async fn upload_part_copy(
     let record = gw
         .upload(&input.bucket, &input.key, &input.upload_id)
         .await?;
-    let customer = encryption::customer_key(
-        &input.sse_customer_algorithm,
-        &input.sse_customer_key,
-        &input.sse_customer_key_md5,
-    )?;
+    let customer = customer_key!(input)?;
     encryption::check_customer(&record.sse, customer.as_ref())?;
     let source = gw
         .object(source_bucket, source_key, source_version.as_deref())
@@ -204,13 +189,7 @@ pub(super) async fn upload_part_copy(
     source_conditions!(input).check(&source)?;
     let range = copy_range(input.copy_source_range.as_deref(), source.size)?;
     let reader = gw
-        .source_reader(
-            &source,
-            range,
-            &input.copy_source_sse_customer_algorithm,
-            &input.copy_source_sse_customer_key,
-            &input.copy_source_sse_customer_key_md5,
-        )
+        .source_reader(&source, range, customer_key!(input, copy_source)?)
         .await?;
     let sealing = gw.sealing(&record.sse, customer.as_ref()).await?;
     let written = data::write(&gw.pool, reader, sealing).await?;

@@ -27,9 +27,48 @@ pub struct CustomerKey {
     pub md5_base64: String,
 }
 
+/// The SSE-C key a request gives in its three customer headers (`customer_key!(input)`),
+/// or in the three of its copy source (`customer_key!(input, copy_source)`).
+macro_rules! customer_key {
+    ($input:expr) => {
+        $crate::s3::encryption::customer_key_of(
+            &$input.sse_customer_algorithm,
+            &$input.sse_customer_key,
+            &$input.sse_customer_key_md5,
+        )
+    };
+    ($input:expr, copy_source) => {
+        $crate::s3::encryption::customer_key_of(
+            &$input.copy_source_sse_customer_algorithm,
+            &$input.copy_source_sse_customer_key,
+            &$input.copy_source_sse_customer_key_md5,
+        )
+    };
+}
+pub(super) use customer_key;
+
+/// What a write (PutObject, CopyObject, CreateMultipartUpload) asks of encryption: its
+/// SSE-C key, and the encryption the new object gets (its headers', else the bucket's
+/// default), as `(customer, sse)`; returns from the verb if either is refused.
+macro_rules! write_encryption {
+    ($gw:expr, $input:expr) => {{
+        let customer = $crate::s3::encryption::customer_key!($input)?;
+        let sse = $crate::s3::encryption::for_write(
+            &$gw.pool,
+            &$input.bucket,
+            &$input.server_side_encryption,
+            &$input.ssekms_key_id,
+            customer.as_ref(),
+        )
+        .await?;
+        (customer, sse)
+    }};
+}
+pub(super) use write_encryption;
+
 /// The SSE-C key of a request: `None` without the headers; refused when they are
 /// inconsistent (S3's checks: AES256, 32 bytes, a matching MD5).
-pub fn customer_key(
+pub fn customer_key_of(
     algorithm: &Option<String>,
     key: &Option<String>,
     key_md5: &Option<String>,

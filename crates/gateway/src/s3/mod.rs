@@ -258,21 +258,6 @@ impl Gateway {
         Ok(plan)
     }
 
-    /// What a write asks of encryption: its SSE-C key (from the three customer headers) and
-    /// the encryption the new object gets (its headers', else the bucket's default).
-    async fn write_encryption(
-        &self,
-        bucket: &str,
-        asked: &Option<ServerSideEncryption>,
-        kms_key: &Option<String>,
-        [algorithm, key, key_md5]: [&Option<String>; 3],
-    ) -> S3Result<(Option<CustomerKey>, Option<Sse>)> {
-        let customer = encryption::customer_key(algorithm, key, key_md5)?;
-        let sse =
-            encryption::for_write(&self.pool, bucket, asked, kms_key, customer.as_ref()).await?;
-        Ok((customer, sse))
-    }
-
     /// A fresh data key for new content encrypted as `sse`, if it is encrypted.
     async fn sealing(
         &self,

@@ -4,6 +4,7 @@
 use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result};
 
+use super::encryption::{customer_key, write_encryption};
 use super::error::Refusal;
 use super::tagging;
 use super::upload::part_number;
@@ -296,18 +297,7 @@ pub(super) async fn put_object(
     check_key(&input.key)?;
     let bucket = gw.owned(&user, &input.bucket).await?;
     let tags = tagging::from_header(input.tagging.as_deref())?;
-    let (customer, sse) = gw
-        .write_encryption(
-            &input.bucket,
-            &input.server_side_encryption,
-            &input.ssekms_key_id,
-            [
-                &input.sse_customer_algorithm,
-                &input.sse_customer_key,
-                &input.sse_customer_key_md5,
-            ],
-        )
-        .await?;
+    let (customer, sse) = write_encryption!(gw, input);
     let sealing = gw.sealing(&sse, customer.as_ref()).await?;
     let written = write_body(&gw.pool, input.body, input.content_length, md5, sealing).await?;
     let headers = content_headers!(input);
@@ -357,11 +347,7 @@ pub(super) async fn get_object(
     conditions!(input).check(&entry)?;
     // The span first: a part that does not exist is InvalidPart, key or no key.
     let (range, content_range) = span(&entry, input.range.as_ref(), input.part_number)?;
-    let customer = encryption::customer_key(
-        &input.sse_customer_algorithm,
-        &input.sse_customer_key,
-        &input.sse_customer_key_md5,
-    )?;
+    let customer = customer_key!(input)?;
     encryption::check_customer(&entry.sse, customer.as_ref())?;
     let keys = gw.keys(&entry, customer.as_ref()).await?;
     let body = data::read(&gw.pool, &entry, range.clone(), keys, hold);
@@ -406,11 +392,7 @@ pub(super) async fn head_object(
         .await?;
     conditions!(input).check(&entry)?;
     let (range, content_range) = span(&entry, input.range.as_ref(), input.part_number)?;
-    let customer = encryption::customer_key(
-        &input.sse_customer_algorithm,
-        &input.sse_customer_key,
-        &input.sse_customer_key_md5,
-    )?;
+    let customer = customer_key!(input)?;
     encryption::check_customer(&entry.sse, customer.as_ref())?;
     let described = encryption::describe(&entry.sse, customer.as_ref());
     let mut response = S3Response::new(HeadObjectOutput {

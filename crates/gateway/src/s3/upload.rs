@@ -7,6 +7,7 @@ use s3s::dto::*;
 use s3s::{S3Error, S3Request, S3Response, S3Result};
 
 use super::encryption::CustomerKey;
+use super::encryption::{customer_key, write_encryption};
 use super::error::Refusal;
 use super::list::encoder;
 use super::object::replacing;
@@ -132,18 +133,7 @@ pub(super) async fn create_multipart_upload(
     check_key(&input.key)?;
     gw.owned(&user, &input.bucket).await?;
     let tags = tagging::from_header(input.tagging.as_deref())?;
-    let (customer, sse) = gw
-        .write_encryption(
-            &input.bucket,
-            &input.server_side_encryption,
-            &input.ssekms_key_id,
-            [
-                &input.sse_customer_algorithm,
-                &input.sse_customer_key,
-                &input.sse_customer_key_md5,
-            ],
-        )
-        .await?;
+    let (customer, sse) = write_encryption!(gw, input);
     if let Some(Sse::Kms { key }) = &sse {
         encryption::check_kms_key(gw.kms.as_ref(), key).await?;
     }
@@ -184,11 +174,7 @@ pub(super) async fn upload_part(
     let record = gw
         .upload(&input.bucket, &input.key, &input.upload_id)
         .await?;
-    let customer = encryption::customer_key(
-        &input.sse_customer_algorithm,
-        &input.sse_customer_key,
-        &input.sse_customer_key_md5,
-    )?;
+    let customer = customer_key!(input)?;
     encryption::check_customer(&record.sse, customer.as_ref())?;
     let sealing = gw.sealing(&record.sse, customer.as_ref()).await?;
     let written = write_body(&gw.pool, input.body, input.content_length, md5, sealing).await?;
@@ -220,11 +206,7 @@ pub(super) async fn complete_multipart_upload(
     let input = req.input;
     let bucket = gw.owned(&user, &input.bucket).await?;
     // An SSE-C upload is completed with its key, as its parts are written.
-    let customer = encryption::customer_key(
-        &input.sse_customer_algorithm,
-        &input.sse_customer_key,
-        &input.sse_customer_key_md5,
-    )?;
+    let customer = customer_key!(input)?;
     let record = match gw.upload(&input.bucket, &input.key, &input.upload_id).await {
         Ok(record) => record,
         Err(gone) => {
