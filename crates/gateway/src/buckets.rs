@@ -4,6 +4,7 @@ use bytes::Bytes;
 use client::{ObjectOp, Pool};
 
 use crate::layout::{self, BucketInfo, Head, IndexKey, ObjectEntry, Order, Sse, Version};
+use crate::lock::BucketLock;
 use crate::omap::{Pages, PAGE};
 use crate::versions::{self, Change, Found, Plan, VersionId, Versioning};
 use crate::Error;
@@ -26,9 +27,11 @@ pub async fn list(pool: &Pool) -> Result<Vec<(String, BucketInfo)>, Error> {
 pub struct Bucket {
     pub info: BucketInfo,
     pub versioning: Versioning,
+    /// Its object lock, once enabled.
+    pub lock: Option<BucketLock>,
 }
 
-/// The owner, creation time and versioning of `bucket`.
+/// The owner, creation time, versioning and object lock of `bucket`.
 pub async fn info(pool: &Pool, bucket: &str) -> Result<Bucket, Error> {
     let attrs = pool
         .attrs(&layout::index_object(bucket))
@@ -40,6 +43,7 @@ pub async fn info(pool: &Pool, bucket: &str) -> Result<Bucket, Error> {
     Ok(Bucket {
         info: layout::decode(info).map_err(Error::Corrupt)?,
         versioning: Versioning::from_attr(attrs.get(layout::VERSIONING_ATTR).map(Vec::as_slice))?,
+        lock: decoded(attrs.get(layout::LOCK_ATTR).map(Vec::as_slice))?,
     })
 }
 
@@ -54,19 +58,30 @@ async fn list_in_buckets(pool: &Pool, bucket: &str, info: &BucketInfo) -> Result
     Ok(())
 }
 
-/// Creates `bucket` owned by `owner`. `Exists` carries the current owner's name.
-pub async fn create(pool: &Pool, bucket: &str, owner: &str) -> Result<(), Error> {
+/// Creates `bucket` owned by `owner`, with object lock (and so versioning) enabled if
+/// `locked`. `Exists` carries the current owner's name.
+pub async fn create(pool: &Pool, bucket: &str, owner: &str, locked: bool) -> Result<(), Error> {
     let record = BucketInfo {
         owner: owner.into(),
         created_ns: layout::now_ns(),
     };
-    let ops = vec![
+    let mut ops = vec![
         ObjectOp::Create { exclusive: true },
         ObjectOp::SetAttr {
             name: layout::BUCKET_ATTR.into(),
             value: layout::encode(&record),
         },
     ];
+    if let (true, Some(enabled)) = (locked, Versioning::Enabled.attr()) {
+        ops.push(ObjectOp::SetAttr {
+            name: layout::VERSIONING_ATTR.into(),
+            value: enabled,
+        });
+        ops.push(ObjectOp::SetAttr {
+            name: layout::LOCK_ATTR.into(),
+            value: layout::encode(&BucketLock::default()),
+        });
+    }
     match pool
         .operate(&layout::index_object(bucket), ops, Bytes::new())
         .await
@@ -225,10 +240,19 @@ impl<'a> Judged<'a> {
     fn of(found: &'a Found, change: &Change) -> Judged<'a> {
         let unversioned = found.current.as_ref().filter(|c| c.version.is_none());
         match (change, &found.target, unversioned) {
-            (Change::DeleteVersion(_), Some(Version::Object(entry)), _) => Judged::Object(entry),
-            (Change::DeleteVersion(_), Some(Version::Marker { .. }), _) => Judged::Marker,
-            (Change::DeleteVersion(VersionId::Null), None, Some(entry)) => Judged::Object(entry),
-            (Change::DeleteVersion(_), ..) => Judged::Nothing,
+            (Change::DeleteVersion { .. }, Some(Version::Object(entry)), _) => {
+                Judged::Object(entry)
+            }
+            (Change::DeleteVersion { .. }, Some(Version::Marker { .. }), _) => Judged::Marker,
+            (
+                Change::DeleteVersion {
+                    id: VersionId::Null,
+                    ..
+                },
+                None,
+                Some(entry),
+            ) => Judged::Object(entry),
+            (Change::DeleteVersion { .. }, ..) => Judged::Nothing,
             _ => match (&found.current, &found.head) {
                 (Some(entry), _) => Judged::Object(entry),
                 (None, Some(_)) => Judged::Marker,
@@ -452,23 +476,61 @@ pub async fn version(
 }
 
 /// Sets the versioning state of `bucket` (S3 never returns a bucket to unversioned).
+/// Sets the versioning of `bucket`; suspending it is refused (`BucketState`) once object
+/// lock is enabled, in the same commit that would suspend it.
 pub async fn set_versioning(pool: &Pool, bucket: &str, state: Versioning) -> Result<(), Error> {
     let Some(value) = state.attr() else {
         return Err(Error::Invalid(
             "a bucket's versioning is Enabled or Suspended".into(),
         ));
     };
+    let mut ops = vec![ObjectOp::AssertExists];
+    if state == Versioning::Suspended {
+        ops.push(ObjectOp::AssertAttr {
+            name: layout::LOCK_ATTR.into(),
+            value: None,
+        });
+    }
+    ops.push(ObjectOp::SetAttr {
+        name: layout::VERSIONING_ATTR.into(),
+        value,
+    });
+    match pool
+        .operate(&layout::index_object(bucket), ops, Bytes::new())
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(client::Error::Mismatch(_)) => Err(Error::BucketState(format!(
+            "bucket {bucket} has object lock enabled: its versioning stays enabled"
+        ))),
+        Err(e) => Err(missing(e, bucket)),
+    }
+}
+
+/// Sets the object lock of `bucket` (enabling it, for good, if it was not), which needs its
+/// versioning enabled (`BucketState` otherwise, decided in the same commit).
+pub async fn set_lock(pool: &Pool, bucket: &str, lock: &BucketLock) -> Result<(), Error> {
     let ops = vec![
         ObjectOp::AssertExists,
-        ObjectOp::SetAttr {
+        ObjectOp::AssertAttr {
             name: layout::VERSIONING_ATTR.into(),
-            value,
+            value: Versioning::Enabled.attr(),
+        },
+        ObjectOp::SetAttr {
+            name: layout::LOCK_ATTR.into(),
+            value: layout::encode(lock),
         },
     ];
-    pool.operate(&layout::index_object(bucket), ops, Bytes::new())
+    match pool
+        .operate(&layout::index_object(bucket), ops, Bytes::new())
         .await
-        .map_err(|e| missing(e, bucket))?;
-    Ok(())
+    {
+        Ok(_) => Ok(()),
+        Err(client::Error::Mismatch(_)) => Err(Error::BucketState(format!(
+            "bucket {bucket} needs versioning enabled before object lock"
+        ))),
+        Err(e) => Err(missing(e, bucket)),
+    }
 }
 
 /// Index entries of `bucket` after `after` (exclusive), in key order, at most `limit`.

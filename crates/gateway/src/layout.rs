@@ -23,6 +23,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::lock::Lock;
+
 pub const USERS: &str = "gw.users";
 pub const BUCKETS: &str = "gw.buckets";
 /// The attribute of a bucket's index object that holds its [`BucketInfo`].
@@ -34,6 +36,9 @@ pub const ENCRYPTION_ATTR: &str = "encryption";
 pub const VERSIONING_ATTR: &str = "versioning";
 /// The attribute of a bucket's index object that holds its tags ([`Tags`]).
 pub const TAGS_ATTR: &str = "tags";
+/// The attribute of a bucket's index object that holds its object lock
+/// (`crate::lock::BucketLock`); absent where object lock was never enabled.
+pub const LOCK_ATTR: &str = "lock";
 /// The attribute set on a bucket's index object while the bucket is being deleted: index
 /// updates require it absent.
 pub const DELETING_ATTR: &str = "deleting";
@@ -232,11 +237,14 @@ pub struct ObjectEntry {
     pub version: Option<VersionTag>,
     /// The object's tags, by key.
     pub tags: Vec<(String, String)>,
+    /// The version's retention and legal hold.
+    pub lock: Lock,
 }
 
-/// Format 2 added the content headers and the upload id, format 3 the version and tags.
+/// Format 2 added the content headers and the upload id, format 3 the version and tags,
+/// format 4 the lock.
 impl Record for ObjectEntry {
-    const FORMAT: u8 = 3;
+    const FORMAT: u8 = 4;
 
     fn earlier(format: u8, bytes: &[u8]) -> Result<Self, String> {
         /// An entry as format 1 stored it.
@@ -257,15 +265,41 @@ impl Record for ObjectEntry {
             headers: ContentHeaders,
             upload_id: Option<String>,
         }
-        let (first, headers, upload_id) = match format {
+        /// An entry as format 3 stored it: format 2's, then these.
+        #[derive(Deserialize)]
+        struct Third {
+            second: Second,
+            version: Option<VersionTag>,
+            tags: Vec<(String, String)>,
+        }
+        let (first, headers, upload_id, version, tags) = match format {
             1 => (
                 postcard::from_bytes::<First>(bytes).map_err(|e| e.to_string())?,
                 ContentHeaders::default(),
                 None,
+                None,
+                Vec::new(),
             ),
             2 => {
                 let second: Second = postcard::from_bytes(bytes).map_err(|e| e.to_string())?;
-                (second.first, second.headers, second.upload_id)
+                (
+                    second.first,
+                    second.headers,
+                    second.upload_id,
+                    None,
+                    Vec::new(),
+                )
+            }
+            3 => {
+                let third: Third = postcard::from_bytes(bytes).map_err(|e| e.to_string())?;
+                let second = third.second;
+                (
+                    second.first,
+                    second.headers,
+                    second.upload_id,
+                    third.version,
+                    third.tags,
+                )
             }
             _ => return Err(format!("object entry format {format} is not known here")),
         };
@@ -279,8 +313,9 @@ impl Record for ObjectEntry {
             sse: first.sse,
             headers,
             upload_id,
-            version: None,
-            tags: Vec::new(),
+            version,
+            tags,
+            lock: Lock::default(),
         })
     }
 }
@@ -415,11 +450,14 @@ pub struct UploadRecord {
     pub headers: ContentHeaders,
     /// The tags the object gets, by key.
     pub tags: Vec<(String, String)>,
+    /// The lock the upload asked for (the bucket's default retention is added when it
+    /// completes).
+    pub lock: Lock,
 }
 
-/// Format 2 added the content headers, format 3 the tags.
+/// Format 2 added the content headers, format 3 the tags, format 4 the lock.
 impl Record for UploadRecord {
-    const FORMAT: u8 = 3;
+    const FORMAT: u8 = 4;
 
     fn earlier(format: u8, bytes: &[u8]) -> Result<Self, String> {
         /// An upload as format 1 stored it.
@@ -437,14 +475,25 @@ impl Record for UploadRecord {
             first: First,
             headers: ContentHeaders,
         }
-        let (first, headers) = match format {
+        /// An upload as format 3 stored it: format 2's, then the tags.
+        #[derive(Deserialize)]
+        struct Third {
+            second: Second,
+            tags: Vec<(String, String)>,
+        }
+        let (first, headers, tags) = match format {
             1 => (
                 postcard::from_bytes::<First>(bytes).map_err(|e| e.to_string())?,
                 ContentHeaders::default(),
+                Vec::new(),
             ),
             2 => {
                 let second: Second = postcard::from_bytes(bytes).map_err(|e| e.to_string())?;
-                (second.first, second.headers)
+                (second.first, second.headers, Vec::new())
+            }
+            3 => {
+                let third: Third = postcard::from_bytes(bytes).map_err(|e| e.to_string())?;
+                (third.second.first, third.second.headers, third.tags)
             }
             _ => return Err(format!("upload record format {format} is not known here")),
         };
@@ -455,7 +504,8 @@ impl Record for UploadRecord {
             metadata: first.metadata,
             sse: first.sse,
             headers,
-            tags: Vec::new(),
+            tags,
+            lock: Lock::default(),
         })
     }
 }
@@ -537,9 +587,16 @@ mod tests {
                 null: false,
             }),
             tags: vec![("team".into(), "storage".into())],
+            lock: Lock {
+                retention: Some(crate::lock::Retention {
+                    mode: crate::lock::Mode::Compliance,
+                    until_ns: 9,
+                }),
+                legal_hold: Some(true),
+            },
         };
         let bytes = encode(&entry);
-        assert_eq!(bytes[0], 3);
+        assert_eq!(bytes[0], 4);
         assert_eq!(decode::<ObjectEntry>(&bytes), Ok(entry.clone()));
         let mut other = bytes.clone();
         other[0] = 9;
@@ -579,6 +636,16 @@ mod tests {
         assert_eq!(read.version, None);
         assert!(read.tags.is_empty());
 
+        // And one written before object lock (format 3) reads with its version and tags,
+        // unlocked.
+        let mut third = vec![3];
+        third.extend_from_slice(&second[1..]);
+        third.extend(postcard::to_allocvec(&(&entry.version, &entry.tags)).expect("serializes"));
+        let read = decode::<ObjectEntry>(&third).expect("format 3 reads");
+        assert_eq!(read.version, entry.version);
+        assert_eq!(read.tags, entry.tags);
+        assert!(read.lock.is_none());
+
         // An upload record of format 2 reads with its headers and no tags.
         let upload = UploadRecord {
             initiator: "ana".into(),
@@ -588,6 +655,7 @@ mod tests {
             sse: None,
             headers: entry.headers.clone(),
             tags: Vec::new(),
+            lock: Lock::default(),
         };
         let mut second = vec![2];
         second.extend(
@@ -601,7 +669,16 @@ mod tests {
             ))
             .expect("serializes"),
         );
-        assert_eq!(decode::<UploadRecord>(&second), Ok(upload));
+        assert_eq!(decode::<UploadRecord>(&second), Ok(upload.clone()));
+        // And one of format 3 with its tags, unlocked.
+        let tags = vec![("a".to_string(), "1".to_string())];
+        let mut third = second.clone();
+        third[0] = 3;
+        third.extend(postcard::to_allocvec(&tags).expect("serializes"));
+        assert_eq!(
+            decode::<UploadRecord>(&third),
+            Ok(UploadRecord { tags, ..upload })
+        );
     }
 
     #[test]

@@ -14,6 +14,7 @@ pub mod data;
 pub mod fuzz;
 pub mod kms;
 pub mod layout;
+pub mod lock;
 pub mod maintenance;
 pub mod metrics;
 pub mod multipart;
@@ -51,6 +52,13 @@ pub enum Error {
     Precondition(String),
     #[error("invalid: {0}")]
     Invalid(String),
+    /// Object lock holds the version a request would remove or weaken.
+    #[error("locked: {0}")]
+    Locked(String),
+    /// The bucket's state does not allow the request (suspending versioning under object
+    /// lock, or object lock without versioning).
+    #[error("{0}")]
+    BucketState(String),
     #[error("request body: {0}")]
     Body(String),
     #[error("damaged record: {0}")]

@@ -11,6 +11,7 @@
 //! versions (a key never has both).
 
 use crate::layout::{self, Head, ObjectEntry, Order, Version, VersionTag};
+use crate::lock::Retention;
 use crate::Error;
 
 /// A bucket's versioning state.
@@ -114,13 +115,26 @@ pub enum Change {
     Put(ObjectEntry),
     /// DeleteObject without a version: removes the object, or adds a delete marker.
     Delete,
-    /// DeleteObject of one version.
-    DeleteVersion(VersionId),
-    /// Sets the tags of one version (`None`: the current one).
-    Retag {
+    /// DeleteObject of one version; `bypass` lifts its governance retention.
+    DeleteVersion { id: VersionId, bypass: bool },
+    /// Changes one version in place (`None`: the current one).
+    Amend {
         version: Option<VersionId>,
-        tags: Vec<(String, String)>,
+        amend: Amend,
     },
+}
+
+/// What [`Change::Amend`] changes of a version.
+#[derive(Clone, Debug)]
+pub enum Amend {
+    Tags(Vec<(String, String)>),
+    /// Replaces the retention; refused where that weakens a running one
+    /// ([`crate::lock::Lock::check_retention`]).
+    Retention {
+        retention: Option<Retention>,
+        bypass: bool,
+    },
+    LegalHold(bool),
 }
 
 /// What a change read of its key: the key's own entry, its head, and, when the change
@@ -137,24 +151,36 @@ pub struct Found {
 /// the change is planned.
 pub fn touched(versioning: Versioning, change: &Change, head: Option<&Head>) -> Option<Order> {
     match (versioning, change) {
-        (_, Change::DeleteVersion(VersionId::Order(order)))
+        (
+            _,
+            Change::DeleteVersion {
+                id: VersionId::Order(order),
+                ..
+            },
+        )
         | (
             _,
-            Change::Retag {
+            Change::Amend {
                 version: Some(VersionId::Order(order)),
                 ..
             },
         ) => Some(*order),
-        (_, Change::DeleteVersion(VersionId::Null))
+        (
+            _,
+            Change::DeleteVersion {
+                id: VersionId::Null,
+                ..
+            },
+        )
         | (
             _,
-            Change::Retag {
+            Change::Amend {
                 version: Some(VersionId::Null),
                 ..
             },
         )
         | (Versioning::Suspended, Change::Put(_) | Change::Delete) => head?.null,
-        (_, Change::Retag { version: None, .. }) => Some(head?.newest),
+        (_, Change::Amend { version: None, .. }) => Some(head?.newest),
         _ => None,
     }
 }
@@ -208,8 +234,29 @@ fn unversioned_order(entry: &ObjectEntry) -> Order {
 }
 
 /// What `change` of `key` writes in a bucket whose versioning is `versioning`, given what
-/// it read (`found`), at `now_ns`.
+/// it read (`found`), at `now_ns`. A change that would remove a version that object lock
+/// holds is refused (`Locked`), whatever the change: no plan frees locked content.
 pub fn plan(
+    key: &str,
+    versioning: Versioning,
+    found: Found,
+    change: Change,
+    now_ns: u64,
+    random: u64,
+) -> Result<Plan, Error> {
+    let bypass = matches!(change, Change::DeleteVersion { bypass: true, .. });
+    let plan = planned(key, versioning, found, change, now_ns, random)?;
+    for freed in &plan.freed {
+        let what = match freed.version {
+            Some(tag) => format!("version {} of {key}", VersionId::from(tag)),
+            None => format!("object {key}"),
+        };
+        freed.lock.check_removal(&what, now_ns, bypass)?;
+    }
+    Ok(plan)
+}
+
+fn planned(
     key: &str,
     versioning: Versioning,
     found: Found,
@@ -226,17 +273,23 @@ pub fn plan(
             "object {key} is both unversioned and versioned"
         )));
     }
-    if let Change::Retag { version, tags } = change {
-        return retag(key, found, version, tags);
+    if let Change::Amend { version, amend } = change {
+        return amended(key, found, version, amend, now_ns);
     }
     if versioning == Versioning::Unversioned {
         match change {
             Change::Put(entry) => plan.set_entry(key, &entry),
-            Change::Delete | Change::DeleteVersion(VersionId::Null) => {
-                plan.remove_entry(key, present)
-            }
+            Change::Delete
+            | Change::DeleteVersion {
+                id: VersionId::Null,
+                ..
+            } => plan.remove_entry(key, present),
             // No version but the null one exists here.
-            Change::DeleteVersion(VersionId::Order(_)) | Change::Retag { .. } => return Ok(plan),
+            Change::DeleteVersion {
+                id: VersionId::Order(_),
+                ..
+            }
+            | Change::Amend { .. } => return Ok(plan),
         }
         plan.freed.extend(found.current);
         return Ok(plan);
@@ -308,8 +361,8 @@ pub fn plan(
             plan.version = Some(tag.into());
             plan.delete_marker = delete_marker;
         }
-        Change::Retag { .. } => {}
-        Change::DeleteVersion(id) => {
+        Change::Amend { .. } => {}
+        Change::DeleteVersion { id, .. } => {
             plan.version = Some(id);
             if let (VersionId::Null, Some(old)) = (id, unversioned) {
                 plan.remove_entry(key, present);
@@ -356,23 +409,42 @@ pub fn plan(
     Ok(plan)
 }
 
-/// What setting the tags of `version` of `key` (its current one for `None`) writes: the
-/// version, and the key's entry too when that is a copy of it. A missing object is
-/// `NoObject`, a missing version (or a delete marker) `NoVersion`.
-fn retag(
+/// What amending `version` of `key` (its current one for `None`) writes: the version, and
+/// the key's entry too when that is a copy of it. A missing object is `NoObject`, a missing
+/// version (or a delete marker) `NoVersion`; a retention that object lock does not let
+/// change is `Locked`.
+fn amended(
     key: &str,
     found: Found,
     version: Option<VersionId>,
-    tags: Vec<(String, String)>,
+    amend: Amend,
+    now_ns: u64,
 ) -> Result<Plan, Error> {
     let mut plan = Plan {
         version,
         ..Plan::default()
     };
+    let amend = |entry: &mut ObjectEntry| -> Result<(), Error> {
+        match &amend {
+            Amend::Tags(tags) => entry.tags = tags.clone(),
+            Amend::Retention { retention, bypass } => {
+                let what = match version {
+                    Some(id) => format!("version {id} of {key}"),
+                    None => format!("object {key}"),
+                };
+                entry
+                    .lock
+                    .check_retention(&what, *retention, now_ns, *bypass)?;
+                entry.lock.retention = *retention;
+            }
+            Amend::LegalHold(on) => entry.lock.legal_hold = Some(*on),
+        }
+        Ok(())
+    };
     let unversioned = found.current.as_ref().filter(|c| c.version.is_none());
     if let (Some(entry), None | Some(VersionId::Null)) = (unversioned, version) {
         let mut entry = entry.clone();
-        entry.tags = tags;
+        amend(&mut entry)?;
         plan.set_entry(key, &entry);
         return Ok(plan);
     }
@@ -391,7 +463,7 @@ fn retag(
     let Some(tag) = entry.version else {
         return Err(Error::Corrupt(format!("a version of {key} has no tag")));
     };
-    entry.tags = tags;
+    amend(&mut entry)?;
     plan.version = Some(tag.into());
     if head.newest == tag.order {
         plan.set_entry(key, &entry);
@@ -410,6 +482,7 @@ fn retag(
 mod tests {
     use super::*;
     use crate::layout::{ContentHeaders, Segment, STRIPE_BYTES};
+    use crate::lock::Lock;
 
     fn object(instance: &str, mtime_ns: u64) -> ObjectEntry {
         ObjectEntry {
@@ -429,6 +502,7 @@ mod tests {
             upload_id: None,
             version: None,
             tags: Vec::new(),
+            lock: Lock::default(),
         }
     }
 
@@ -474,9 +548,20 @@ mod tests {
         }
 
         fn apply(&mut self, key: &str, versioning: Versioning, change: Change) -> Plan {
+            self.attempt(key, versioning, change).expect("a plan")
+        }
+
+        /// [`Index::apply`], for a change that may be refused: a refused one changes
+        /// nothing.
+        fn attempt(
+            &mut self,
+            key: &str,
+            versioning: Versioning,
+            change: Change,
+        ) -> Result<Plan, Error> {
             self.now += 1000;
             let found = self.found(key, versioning, &change);
-            let plan = plan(key, versioning, found, change, self.now, 7).expect("a plan");
+            let plan = plan(key, versioning, found, change, self.now, 7)?;
             for (k, v) in &plan.set {
                 self.map.insert(k.clone(), v.clone());
             }
@@ -486,7 +571,7 @@ mod tests {
             self.freed
                 .extend(plan.freed.iter().map(|e| e.segments[0].instance.clone()));
             self.check(key);
-            plan
+            Ok(plan)
         }
 
         fn put(&mut self, key: &str, versioning: Versioning, instance: &str) -> Plan {
@@ -608,7 +693,10 @@ mod tests {
         let removed = index.apply(
             "k",
             Enabled,
-            Change::DeleteVersion(VersionId::Order(marker_order)),
+            Change::DeleteVersion {
+                id: VersionId::Order(marker_order),
+                bypass: false,
+            },
         );
         assert!(removed.delete_marker);
         assert_eq!(index.current("k"), Some("b".into()));
@@ -616,16 +704,29 @@ mod tests {
         index.apply(
             "k",
             Enabled,
-            Change::DeleteVersion(second.version.expect("an id")),
+            Change::DeleteVersion {
+                id: second.version.expect("an id"),
+                bypass: false,
+            },
         );
         assert_eq!(index.current("k"), Some("a".into()));
-        index.apply("k", Enabled, Change::DeleteVersion(VersionId::Null));
+        index.apply(
+            "k",
+            Enabled,
+            Change::DeleteVersion {
+                id: VersionId::Null,
+                bypass: false,
+            },
+        );
         assert_eq!(index.versions("k"), vec![("a".into(), false)]);
         assert_eq!(index.freed, vec!["b", "old"]);
         index.apply(
             "k",
             Enabled,
-            Change::DeleteVersion(first.version.expect("an id")),
+            Change::DeleteVersion {
+                id: first.version.expect("an id"),
+                bypass: false,
+            },
         );
         assert!(
             index.map.is_empty(),
@@ -672,9 +773,9 @@ mod tests {
         let found = index.found(
             key,
             Enabled,
-            &Change::Retag {
+            &Change::Amend {
                 version,
-                tags: Vec::new(),
+                amend: Amend::Tags(Vec::new()),
             },
         );
         match (version, found.target) {
@@ -688,9 +789,9 @@ mod tests {
         let mut index = Index::default();
         index.put("u", Unversioned, "u0");
         let tags = vec![("a".to_string(), "1".to_string())];
-        let retag = |version| Change::Retag {
+        let retag = |version| Change::Amend {
             version,
-            tags: tags.clone(),
+            amend: Amend::Tags(tags.clone()),
         };
         index.apply("u", Unversioned, retag(None));
         assert_eq!(tags_of(&index, "u", None), tags);
@@ -752,7 +853,14 @@ mod tests {
         let mut index = Index::default();
         index.put("k", Enabled, "a");
         let gone = VersionId::Order([9; 16]);
-        let plan = index.apply("k", Enabled, Change::DeleteVersion(gone));
+        let plan = index.apply(
+            "k",
+            Enabled,
+            Change::DeleteVersion {
+                id: gone,
+                bypass: false,
+            },
+        );
         assert!(plan.set.is_empty() && plan.remove.is_empty());
         assert_eq!(plan.version, Some(gone));
         for id in [VersionId::Null, VersionId::Order([0xab; 16])] {
@@ -766,5 +874,65 @@ mod tests {
             assert_eq!(Versioning::from_attr(attr.as_deref()).ok(), Some(state));
         }
         assert!(Versioning::from_attr(Some(b"On")).is_err());
+    }
+
+    #[test]
+    fn no_change_removes_a_version_that_object_lock_holds() {
+        use crate::lock::Mode;
+        let mut index = Index::default();
+        let first = index.put("k", Enabled, "a").version.expect("an id");
+        let delete = |id, bypass| Change::DeleteVersion { id, bypass };
+        let retain = |mode, until_ns, bypass| Change::Amend {
+            version: Some(first),
+            amend: Amend::Retention {
+                retention: Some(Retention { mode, until_ns }),
+                bypass,
+            },
+        };
+        let far = 1_000_000;
+        index.apply("k", Enabled, retain(Mode::Governance, far, false));
+        let refused = index.attempt("k", Enabled, delete(first, false));
+        assert!(matches!(refused, Err(Error::Locked(_))), "{refused:?}");
+        // Shortening needs the bypass; a marker on top removes nothing and is allowed.
+        assert!(index
+            .attempt("k", Enabled, retain(Mode::Governance, far - 1, false))
+            .is_err());
+        let marker = index.apply("k", Enabled, Change::Delete);
+        assert!(marker.delete_marker);
+        assert_eq!(index.current("k"), None);
+        // Compliance: not even the bypass removes it or shortens its date.
+        index.apply("k", Enabled, retain(Mode::Compliance, far, true));
+        assert!(index.attempt("k", Enabled, delete(first, true)).is_err());
+        assert!(index
+            .attempt("k", Enabled, retain(Mode::Governance, far + 1, true))
+            .is_err());
+        // A legal hold holds whatever the retention; once its date is past and the hold
+        // is off, the version goes.
+        let hold = |on| Change::Amend {
+            version: Some(first),
+            amend: Amend::LegalHold(on),
+        };
+        index.now = far;
+        index.apply("k", Enabled, hold(true));
+        assert!(index.attempt("k", Enabled, delete(first, true)).is_err());
+        index.apply("k", Enabled, hold(false));
+        index.apply("k", Enabled, delete(first, false));
+        assert_eq!(index.versions("k"), vec![("marker".into(), false)]);
+        assert_eq!(index.freed, vec!["a"]);
+
+        // A suspended bucket's write that would replace a held null version is refused.
+        index.put("n", Suspended, "n0");
+        index.apply(
+            "n",
+            Suspended,
+            Change::Amend {
+                version: None,
+                amend: Amend::LegalHold(true),
+            },
+        );
+        assert!(index
+            .attempt("n", Suspended, Change::Put(object("n1", 1)))
+            .is_err());
+        assert_eq!(index.versions("n"), vec![("n0".into(), true)]);
     }
 }

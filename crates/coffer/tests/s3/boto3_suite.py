@@ -305,6 +305,7 @@ class Suite:
         self.missing_bucket = f"boto3-{run_id}-never-created"
         self.encrypted_bucket = f"boto3-{run_id}-encrypted"
         self.versioned_bucket = f"boto3-{run_id}-versioned"
+        self.locked_bucket = f"boto3-{run_id}-locked"
         # Deleted by the first user with an upload in progress, then created by the other.
         self.reused_bucket = f"boto3-{run_id}-reused"
         self.kms_key = os.environ["S3_KMS_KEY"]
@@ -1050,6 +1051,129 @@ class Suite:
         expect_error("get_bucket_tagging after delete_bucket_tagging", ["NoSuchTagSet"], s3.get_bucket_tagging,
                      Bucket=self.bucket)
         ok("bucket tags: set, read, removed; none is NoSuchTagSet")
+
+    # Object lock ------------------------------------------------------------------------
+
+    def object_lock(self):
+        """Object lock: a bucket created with it keeps versioning enabled; retention
+        (governance, compliance) and legal holds on versions, asked on PUT, multipart and copy
+        or set later, or given by the bucket's default; no delete path removes a held
+        version, a governance retention gives way to the bypass header, a delete marker on
+        top is allowed."""
+        s3 = self.s3
+        bucket = self.locked_bucket
+        now = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
+        day = now + datetime.timedelta(days=1)
+        s3.create_bucket(Bucket=bucket, ObjectLockEnabledForBucket=True)
+        expect("versioning of a bucket made with object lock", s3.get_bucket_versioning(Bucket=bucket).get("Status"),
+               "Enabled")
+        expect_error("suspending its versioning", ["InvalidBucketState"], s3.put_bucket_versioning, Bucket=bucket,
+                     VersioningConfiguration={"Status": "Suspended"})
+        expect_error("object lock on a bucket never versioned", ["InvalidBucketState"],
+                     s3.put_object_lock_configuration, Bucket=self.bucket,
+                     ObjectLockConfiguration={"ObjectLockEnabled": "Enabled"})
+        expect_error("get_object_lock_configuration of a bucket without it", ["ObjectLockConfigurationNotFoundError"],
+                     s3.get_object_lock_configuration, Bucket=self.bucket)
+        expect_error("a retention asked in a bucket without object lock", ["InvalidRequest"], s3.put_object,
+                     Bucket=self.bucket, Key="lock/none", Body=b"x", ObjectLockMode="GOVERNANCE",
+                     ObjectLockRetainUntilDate=day)
+        expect_error("a retention in the past", ["InvalidArgument"], s3.put_object, Bucket=bucket, Key="past",
+                     Body=b"x", ObjectLockMode="GOVERNANCE", ObjectLockRetainUntilDate=now - datetime.timedelta(days=1))
+        ok("a bucket made with object lock: versioning stays enabled; others refuse locks")
+
+        v1 = s3.put_object(Bucket=bucket, Key="doc", Body=b"one", ObjectLockMode="GOVERNANCE",
+                           ObjectLockRetainUntilDate=day)["VersionId"]
+        head = s3.head_object(Bucket=bucket, Key="doc")
+        expect("head_object's lock", (head["ObjectLockMode"], head["ObjectLockRetainUntilDate"]), ("GOVERNANCE", day))
+        expect("get_object_retention", s3.get_object_retention(Bucket=bucket, Key="doc")["Retention"],
+               {"Mode": "GOVERNANCE", "RetainUntilDate": day})
+        expect_error("deleting a version under governance retention", ["AccessDenied"], s3.delete_object,
+                     Bucket=bucket, Key="doc", VersionId=v1)
+        response = s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": "doc", "VersionId": v1}]})
+        expect("delete_objects of it", [(e["Key"], e["VersionId"], e["Code"]) for e in response.get("Errors", [])],
+               [("doc", v1, "AccessDenied")])
+        expect_error("shortening its retention", ["AccessDenied"], s3.put_object_retention, Bucket=bucket, Key="doc",
+                     Retention={"Mode": "GOVERNANCE", "RetainUntilDate": day - datetime.timedelta(hours=1)})
+        expect_error("turning it to compliance without the bypass", ["AccessDenied"], s3.put_object_retention,
+                     Bucket=bucket, Key="doc", Retention={"Mode": "COMPLIANCE", "RetainUntilDate": day})
+        longer = day + datetime.timedelta(days=1)
+        s3.put_object_retention(Bucket=bucket, Key="doc", Retention={"Mode": "GOVERNANCE", "RetainUntilDate": longer})
+        expect("a lengthened retention", s3.get_object_retention(Bucket=bucket, Key="doc", VersionId=v1)["Retention"],
+               {"Mode": "GOVERNANCE", "RetainUntilDate": longer})
+        marker = s3.delete_object(Bucket=bucket, Key="doc")
+        expect("a delete marker on a held version", marker.get("DeleteMarker"), True)
+        expect_body("the held version under the marker", self.get_version(bucket, "doc", v1)[1], b"one")
+        s3.delete_object(Bucket=bucket, Key="doc", VersionId=marker["VersionId"])
+        response = s3.delete_object(Bucket=bucket, Key="doc", VersionId=v1, BypassGovernanceRetention=True)
+        expect("deleting it with the bypass", status(response), 204)
+        expect("versions left of doc", self.versions_of(bucket, "doc"), [])
+        ok("governance retention: refused by delete_object and delete_objects, lengthened, lifted by the bypass")
+
+        soon = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0) + datetime.timedelta(seconds=4)
+        v2 = s3.put_object(Bucket=bucket, Key="kept", Body=b"two", ObjectLockMode="COMPLIANCE",
+                           ObjectLockRetainUntilDate=soon)["VersionId"]
+        expect_error("deleting a version under compliance retention with the bypass", ["AccessDenied"],
+                     s3.delete_object, Bucket=bucket, Key="kept", VersionId=v2, BypassGovernanceRetention=True)
+        expect_error("turning it to governance", ["AccessDenied"], s3.put_object_retention, Bucket=bucket, Key="kept",
+                     Retention={"Mode": "GOVERNANCE", "RetainUntilDate": soon + datetime.timedelta(days=1)},
+                     BypassGovernanceRetention=True)
+        later = soon + datetime.timedelta(seconds=1)
+        s3.put_object_retention(Bucket=bucket, Key="kept", Retention={"Mode": "COMPLIANCE", "RetainUntilDate": later})
+        time.sleep(max(0.0, (later - datetime.datetime.now(datetime.timezone.utc)).total_seconds()) + 1)
+        s3.delete_object(Bucket=bucket, Key="kept", VersionId=v2)
+        expect("versions left of kept", self.versions_of(bucket, "kept"), [])
+        ok("compliance retention: nothing removes or weakens it; once past, the version goes")
+
+        v3 = s3.put_object(Bucket=bucket, Key="held", Body=b"three", ObjectLockLegalHoldStatus="ON")["VersionId"]
+        expect("get_object_legal_hold", s3.get_object_legal_hold(Bucket=bucket, Key="held")["LegalHold"],
+               {"Status": "ON"})
+        expect_error("deleting a version under a legal hold", ["AccessDenied"], s3.delete_object, Bucket=bucket,
+                     Key="held", VersionId=v3, BypassGovernanceRetention=True)
+        expect_error("a legal hold that is neither ON nor OFF", ["MalformedXML"], s3.put_object_legal_hold,
+                     Bucket=bucket, Key="held", LegalHold={"Status": "abc"})
+        s3.put_object_legal_hold(Bucket=bucket, Key="held", VersionId=v3, LegalHold={"Status": "OFF"})
+        s3.delete_object(Bucket=bucket, Key="held", VersionId=v3)
+        ok("a legal hold holds a version whatever the bypass, until it is turned off")
+
+        rule = {"DefaultRetention": {"Mode": "GOVERNANCE", "Days": 1}}
+        configuration = {"ObjectLockEnabled": "Enabled", "Rule": rule}
+        s3.put_object_lock_configuration(Bucket=bucket, ObjectLockConfiguration=configuration)
+        expect("get_object_lock_configuration", s3.get_object_lock_configuration(Bucket=bucket)["ObjectLockConfiguration"],
+               configuration)
+        for what, retention, code in [
+            ("days and years", {"Mode": "GOVERNANCE", "Days": 1, "Years": 1}, "MalformedXML"),
+            ("no days", {"Mode": "GOVERNANCE", "Days": 0}, "InvalidRetentionPeriod"),
+            ("a mode in lower case", {"Mode": "governance", "Days": 1}, "MalformedXML"),
+        ]:
+            expect_error(f"a default retention of {what}", [code], s3.put_object_lock_configuration, Bucket=bucket,
+                         ObjectLockConfiguration={"ObjectLockEnabled": "Enabled", "Rule": {"DefaultRetention": retention}})
+        s3.put_object(Bucket=bucket, Key="default", Body=b"four")
+        head = s3.head_object(Bucket=bucket, Key="default")
+        until = head["ObjectLockRetainUntilDate"] - datetime.datetime.now(datetime.timezone.utc)
+        expect("the default retention given to a PUT", (head["ObjectLockMode"], abs(until.total_seconds() - 86400) < 600),
+               ("GOVERNANCE", True))
+        upload_id = s3.create_multipart_upload(Bucket=bucket, Key="parts", ObjectLockLegalHoldStatus="ON")["UploadId"]
+        part = s3.upload_part(Bucket=bucket, Key="parts", UploadId=upload_id, PartNumber=1, Body=b"five")
+        v5 = s3.complete_multipart_upload(Bucket=bucket, Key="parts", UploadId=upload_id,
+                                          MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": part["ETag"]}]})["VersionId"]
+        head = s3.head_object(Bucket=bucket, Key="parts")
+        expect("a completed upload's lock", (head["ObjectLockMode"], head["ObjectLockLegalHoldStatus"]),
+               ("GOVERNANCE", "ON"))
+        expect_error("deleting it", ["AccessDenied"], s3.delete_object, Bucket=bucket, Key="parts", VersionId=v5,
+                     BypassGovernanceRetention=True)
+        s3.copy_object(Bucket=bucket, Key="copied", CopySource={"Bucket": bucket, "Key": "parts"})
+        head = s3.head_object(Bucket=bucket, Key="copied")
+        expect("a copy's lock is its own, not its source's", ("ObjectLockLegalHoldStatus" in head, head["ObjectLockMode"]),
+               (False, "GOVERNANCE"))
+        s3.put_object_legal_hold(Bucket=bucket, Key="parts", LegalHold={"Status": "OFF"})
+        ok("the bucket's default retention: given to PUTs, completions and copies that ask for none")
+
+        s3.put_object_lock_configuration(Bucket=bucket, ObjectLockConfiguration={"ObjectLockEnabled": "Enabled"})
+        expect("a configuration without a default", s3.get_object_lock_configuration(Bucket=bucket)["ObjectLockConfiguration"],
+               {"ObjectLockEnabled": "Enabled"})
+        expect_error("delete_bucket with held versions", ["BucketNotEmpty"], s3.delete_bucket, Bucket=bucket)
+        self.empty_and_delete(bucket)
+        ok("held versions keep their bucket; with the bypass, the bucket empties and goes")
 
     # Multipart uploads ------------------------------------------------------------------
 
@@ -2781,10 +2905,12 @@ class Suite:
             listing = s3.list_object_versions(Bucket=bucket, **params)
             versions = listing.get("Versions", []) + listing.get("DeleteMarkers", [])
             if versions:
-                s3.delete_objects(Bucket=bucket, Delete={
+                # Versions under governance retention go too.
+                response = s3.delete_objects(Bucket=bucket, BypassGovernanceRetention=True, Delete={
                     "Objects": [{"Key": v["Key"], "VersionId": v["VersionId"]} for v in versions],
                     "Quiet": True,
                 })
+                expect(f"errors emptying {bucket}", response.get("Errors", []), [])
             if not listing["IsTruncated"]:
                 break
             params = {"KeyMarker": listing["NextKeyMarker"], "VersionIdMarker": listing["NextVersionIdMarker"]}
@@ -2795,7 +2921,7 @@ class Suite:
         for bucket in buckets:
             self.empty_and_delete(bucket)
         listed = {b["Name"] for b in self.s3.list_buckets()["Buckets"]}
-        left = listed & {*buckets, self.scratch_bucket, self.reused_bucket}
+        left = listed & {*buckets, self.scratch_bucket, self.reused_bucket, self.locked_bucket}
         expect("this run's buckets after clean-up", left, set())
         ok("buckets emptied and deleted")
 
@@ -2807,6 +2933,7 @@ class Suite:
             (self.s3, self.scratch_bucket),
             (self.s3, self.encrypted_bucket),
             (self.s3, self.versioned_bucket),
+            (self.s3, self.locked_bucket),
             (self.s3, self.reused_bucket),
             (self.other, self.reused_bucket),
         ]:
@@ -2831,6 +2958,7 @@ def main():
         suite.versioning,
         suite.multipart_upload,
         suite.tagging,
+        suite.object_lock,
         suite.multipart_part_copies,
         suite.multipart_errors,
         suite.multipart_listing_and_abort,

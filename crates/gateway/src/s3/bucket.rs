@@ -1,5 +1,5 @@
-//! The bucket verbs: list, create, delete, head, location, default encryption and
-//! versioning.
+//! The bucket verbs: list, create (with object lock if asked), delete, head, location,
+//! default encryption and versioning.
 
 use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result};
@@ -71,7 +71,8 @@ pub(super) async fn create_bucket(
     if bucket.contains(".-") || bucket.contains("-.") {
         return Err(Refusal::BucketName(bucket.clone()).into());
     }
-    match buckets::create(&gw.pool, bucket, &user).await {
+    let locked = req.input.object_lock_enabled_for_bucket.unwrap_or(false);
+    match buckets::create(&gw.pool, bucket, &user, locked).await {
         Ok(()) => {}
         // Asking again for one's own bucket succeeds, as in us-east-1, the one region a
         // Coffer cluster answers as.

@@ -6,6 +6,7 @@ use s3s::{S3Request, S3Response, S3Result};
 use super::encryption::customer_key;
 use super::encryption::CustomerKey;
 use super::error::Refusal;
+use super::lock::{self, asked_lock};
 use super::object::Conditions;
 use super::tagging;
 use super::upload::part_number;
@@ -81,6 +82,8 @@ pub(super) async fn copy_object(
     };
     gw.owned(&user, source_bucket).await?;
     let bucket = gw.owned(&user, &input.bucket).await?;
+    // The copy's own lock, never its source's.
+    let lock = lock::for_new(&bucket, asked_lock!(input)?)?;
     let source = gw
         .object(source_bucket, source_key, source_version.as_deref())
         .await?;
@@ -132,7 +135,7 @@ pub(super) async fn copy_object(
     } else {
         source.tags.clone()
     };
-    let entry = new_entry(
+    let mut entry = new_entry(
         &written,
         content_type,
         metadata,
@@ -141,6 +144,7 @@ pub(super) async fn copy_object(
         sse,
         customer.as_ref(),
     );
+    entry.lock = lock;
     let made = gw
         .commit(&bucket, &input.bucket, &input.key, &entry, |_| Ok(()))
         .await?;

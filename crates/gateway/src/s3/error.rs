@@ -86,6 +86,12 @@ pub(crate) enum Refusal {
     Skewed(i64),
     #[error("KMS: KMS key {0} does not exist")]
     NoKmsKey(String),
+    #[error("{0}")]
+    RetentionPeriod(String),
+    #[error("bucket {0} has no object lock configuration")]
+    NoLockConfiguration(String),
+    #[error("{0}")]
+    NoObjectLock(String),
 }
 
 impl Refusal {
@@ -130,6 +136,9 @@ impl Refusal {
             Refusal::EncryptionAlgorithm(_) => C::InvalidEncryptionAlgorithmError,
             // 400, as Ceph's gateway answers and s3-tests expects (AWS answers 403).
             Refusal::WrongCustomerKey => C::InvalidArgument,
+            Refusal::RetentionPeriod(_) => C::Custom("InvalidRetentionPeriod".into()),
+            Refusal::NoLockConfiguration(_) => C::ObjectLockConfigurationNotFoundError,
+            Refusal::NoObjectLock(_) => C::NoSuchObjectLockConfiguration,
         }
     }
 }
@@ -152,7 +161,13 @@ impl Refusal {
 
 impl From<Refusal> for S3Error {
     fn from(refusal: Refusal) -> S3Error {
-        let mut e = S3Error::with_message(refusal.code(), refusal.to_string());
+        let code = refusal.code();
+        // S3 codes that s3s does not know are the client's errors too.
+        let custom = matches!(code, S3ErrorCode::Custom(_));
+        let mut e = S3Error::with_message(code, refusal.to_string());
+        if custom {
+            e.set_status_code(hyper::StatusCode::BAD_REQUEST);
+        }
         let headers = refusal.headers();
         if !headers.is_empty() {
             let mut map = hyper::HeaderMap::new();
@@ -191,6 +206,8 @@ impl From<Error> for S3Error {
                 full
             }
             Error::Busy(_) => S3Error::with_message(S3ErrorCode::OperationAborted, e.to_string()),
+            Error::Locked(_) => S3Error::with_message(S3ErrorCode::AccessDenied, e.to_string()),
+            Error::BucketState(why) => S3Error::with_message(S3ErrorCode::InvalidBucketState, why),
             Error::Cluster(client::Error::Integrity(_)) => {
                 // Every copy is damaged: S3 has no code for it, so a 500 whose message says
                 // so (never the bytes).

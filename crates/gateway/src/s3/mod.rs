@@ -2,7 +2,8 @@
 //! checked its signature before any of these runs; each checks that the signed-in user owns
 //! the bucket it touches.
 //!
-//! One file per group of verbs (buckets, objects, copies, multipart uploads, listings); the
+//! One file per group of verbs (buckets, objects, copies, multipart uploads, listings, tags,
+//! object lock); the
 //! table at the end of this file routes each S3 verb to its handler, and [`error`] is the
 //! one place that chooses S3's error codes.
 
@@ -11,6 +12,7 @@ mod copy;
 mod encryption;
 mod error;
 mod list;
+mod lock;
 mod object;
 mod tagging;
 mod upload;
@@ -27,7 +29,7 @@ use s3s::{S3Request, S3Response, S3Result, S3};
 use crate::kms::{Kms, MonitorKms};
 use crate::layout::{self, ContentHeaders, ObjectEntry, Sse, Version};
 use crate::sse::KeyCache;
-use crate::versions::{self, Change, VersionId};
+use crate::versions::{self, Amend, Change, VersionId, Versioning};
 use crate::{buckets, data, users, Error};
 use encryption::CustomerKey;
 pub(crate) use error::Refusal;
@@ -228,18 +230,20 @@ impl Gateway {
         }
     }
 
-    /// Deletes object `key` of `bucket`, or one version of it, if `check` accepts it;
-    /// returns what was done. A check that finds no object (`NoObject`) leaves nothing to
-    /// do, which is done.
+    /// Deletes object `key` of `bucket`, or one version of it, if `check` accepts it and
+    /// object lock does not hold it (`bypass` lifts a governance retention); returns what
+    /// was done. A check that finds no object (`NoObject`) leaves nothing to do, which is
+    /// done.
     async fn delete(
         &self,
         bucket: &buckets::Bucket,
         name: &str,
         key: &str,
         version: Option<VersionId>,
+        bypass: bool,
         check: impl Fn(buckets::Judged) -> Result<(), Error>,
     ) -> Result<versions::Plan, Error> {
-        let change = version.map_or(Change::Delete, Change::DeleteVersion);
+        let change = version.map_or(Change::Delete, |id| Change::DeleteVersion { id, bypass });
         let mut plan = buckets::apply(
             &self.pool,
             name,
@@ -256,6 +260,35 @@ impl Gateway {
         })?;
         self.free(std::mem::take(&mut plan.freed), None).await;
         Ok(plan)
+    }
+
+    /// Amends `key` of `bucket` (version `version` if given, else the current one); returns
+    /// the id of the version amended, where versions are kept.
+    async fn amend(
+        &self,
+        bucket: &buckets::Bucket,
+        name: &str,
+        key: &str,
+        version: Option<&str>,
+        amend: Amend,
+    ) -> S3Result<Option<String>> {
+        let version = version.map(version_id).transpose()?;
+        let change = Change::Amend { version, amend };
+        let plan = buckets::apply(
+            &self.pool,
+            name,
+            key,
+            bucket.versioning,
+            change,
+            None,
+            |_| Ok(()),
+        )
+        .await
+        .map_err(|e| in_bucket(e, name))?;
+        Ok(plan
+            .version
+            .filter(|_| bucket.versioning != Versioning::Unversioned)
+            .map(|id| id.to_string()))
     }
 
     /// A fresh data key for new content encrypted as `sse`, if it is encrypted.
@@ -359,6 +392,7 @@ fn new_entry(
         upload_id: None,
         version: None,
         tags,
+        lock: crate::lock::Lock::default(),
     }
 }
 
@@ -557,6 +591,12 @@ verbs! {
     tagging::put_bucket_tagging(PutBucketTaggingInput) -> PutBucketTaggingOutput;
     tagging::get_bucket_tagging(GetBucketTaggingInput) -> GetBucketTaggingOutput;
     tagging::delete_bucket_tagging(DeleteBucketTaggingInput) -> DeleteBucketTaggingOutput;
+    lock::put_object_lock_configuration(PutObjectLockConfigurationInput) -> PutObjectLockConfigurationOutput;
+    lock::get_object_lock_configuration(GetObjectLockConfigurationInput) -> GetObjectLockConfigurationOutput;
+    lock::put_object_retention(PutObjectRetentionInput) -> PutObjectRetentionOutput;
+    lock::get_object_retention(GetObjectRetentionInput) -> GetObjectRetentionOutput;
+    lock::put_object_legal_hold(PutObjectLegalHoldInput) -> PutObjectLegalHoldOutput;
+    lock::get_object_legal_hold(GetObjectLegalHoldInput) -> GetObjectLegalHoldOutput;
 }
 
 #[cfg(test)]

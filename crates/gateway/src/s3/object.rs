@@ -6,6 +6,7 @@ use s3s::{S3Request, S3Response, S3Result};
 
 use super::encryption::{customer_key, write_encryption};
 use super::error::Refusal;
+use super::lock::{self, asked_lock};
 use super::tagging;
 use super::upload::part_number;
 use super::{
@@ -297,11 +298,12 @@ pub(super) async fn put_object(
     check_key(&input.key)?;
     let bucket = gw.owned(&user, &input.bucket).await?;
     let tags = tagging::from_header(input.tagging.as_deref())?;
+    let lock = lock::for_new(&bucket, asked_lock!(input)?)?;
     let (customer, sse) = write_encryption!(gw, input);
     let sealing = gw.sealing(&sse, customer.as_ref()).await?;
     let written = write_body(&gw.pool, input.body, input.content_length, md5, sealing).await?;
     let headers = content_headers!(input);
-    let entry = new_entry(
+    let mut entry = new_entry(
         &written,
         input.content_type,
         sorted_metadata(input.metadata),
@@ -310,6 +312,7 @@ pub(super) async fn put_object(
         sse,
         customer.as_ref(),
     );
+    entry.lock = lock;
     let made = gw
         .commit(
             &bucket,
@@ -352,6 +355,7 @@ pub(super) async fn get_object(
     let keys = gw.keys(&entry, customer.as_ref()).await?;
     let body = data::read(&gw.pool, &entry, range.clone(), keys, hold);
     let described = encryption::describe(&entry.sse, customer.as_ref());
+    let locked = lock::shown(&entry.lock);
     let headers = &entry.headers;
     let output = GetObjectOutput {
         body: Some(StreamingBlob::wrap(body)),
@@ -370,6 +374,9 @@ pub(super) async fn get_object(
         expires: headers.expires.and_then(from_unix_seconds),
         metadata: metadata(&entry),
         tag_count: tagging::count(&entry.tags),
+        object_lock_mode: locked.mode,
+        object_lock_retain_until_date: locked.until,
+        object_lock_legal_hold_status: locked.legal_hold,
         server_side_encryption: described.sse,
         ssekms_key_id: described.kms_key,
         sse_customer_algorithm: described.customer_algorithm,
@@ -395,6 +402,7 @@ pub(super) async fn head_object(
     let customer = customer_key!(input)?;
     encryption::check_customer(&entry.sse, customer.as_ref())?;
     let described = encryption::describe(&entry.sse, customer.as_ref());
+    let locked = lock::shown(&entry.lock);
     let mut response = S3Response::new(HeadObjectOutput {
         content_length: Some((range.end - range.start) as i64),
         content_range,
@@ -410,6 +418,9 @@ pub(super) async fn head_object(
         content_language: entry.headers.content_language.clone(),
         expires: entry.headers.expires.and_then(from_unix_seconds),
         metadata: metadata(&entry),
+        object_lock_mode: locked.mode,
+        object_lock_retain_until_date: locked.until,
+        object_lock_legal_hold_status: locked.legal_hold,
         server_side_encryption: described.sse,
         ssekms_key_id: described.kms_key,
         sse_customer_algorithm: described.customer_algorithm,
@@ -439,10 +450,16 @@ pub(super) async fn delete_object(
         modified: input.if_match_last_modified_time,
         size: input.if_match_size,
     };
+    let bypass = input.bypass_governance_retention.unwrap_or(false);
     let done = gw
-        .delete(&bucket, &input.bucket, &input.key, version, |judged| {
-            when.check(judged)
-        })
+        .delete(
+            &bucket,
+            &input.bucket,
+            &input.key,
+            version,
+            bypass,
+            |judged| when.check(judged),
+        )
         .await
         .map_err(|e| in_bucket(e, &input.bucket))?;
     Ok(S3Response::new(DeleteObjectOutput {
@@ -466,6 +483,7 @@ pub(super) async fn delete_objects(
         .into());
     }
     let quiet = input.delete.quiet.unwrap_or(false);
+    let bypass = input.bypass_governance_retention.unwrap_or(false);
     let mut deleted = Vec::new();
     let mut errors = Vec::new();
     for object in input.delete.objects {
@@ -476,9 +494,14 @@ pub(super) async fn delete_objects(
         };
         let done = match object.version_id.as_deref().map(version_id).transpose() {
             Ok(version) => gw
-                .delete(&bucket, &input.bucket, &object.key, version, |judged| {
-                    when.check(judged)
-                })
+                .delete(
+                    &bucket,
+                    &input.bucket,
+                    &object.key,
+                    version,
+                    bypass,
+                    |judged| when.check(judged),
+                )
                 .await
                 .map_err(|e| in_bucket(e, &input.bucket)),
             Err(e) => Err(e),

@@ -4,9 +4,9 @@ use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result};
 
 use super::error::Refusal;
-use super::{in_bucket, version_id, Gateway};
+use super::{in_bucket, Gateway};
 use crate::buckets;
-use crate::versions::Change;
+use crate::versions::Amend;
 
 /// S3's limits: tags per object and per bucket, and characters per tag key and value.
 const OBJECT_TAGS_MAX: usize = 10;
@@ -74,38 +74,6 @@ pub(super) fn count(tags: &Tags) -> Option<i32> {
     (!tags.is_empty()).then_some(tags.len() as i32)
 }
 
-impl Gateway {
-    /// Sets the tags of `key` in `bucket` (of version `version` if given); returns the id of
-    /// the version tagged, where versions are kept.
-    async fn retag(
-        &self,
-        user: &str,
-        bucket: &str,
-        key: &str,
-        version: Option<&str>,
-        tags: Tags,
-    ) -> S3Result<Option<String>> {
-        let found = self.owned(user, bucket).await?;
-        let version = version.map(version_id).transpose()?;
-        let change = Change::Retag { version, tags };
-        let plan = buckets::apply(
-            &self.pool,
-            bucket,
-            key,
-            found.versioning,
-            change,
-            None,
-            |_| Ok(()),
-        )
-        .await
-        .map_err(|e| in_bucket(e, bucket))?;
-        Ok(plan
-            .version
-            .filter(|_| found.versioning != crate::versions::Versioning::Unversioned)
-            .map(|id| id.to_string()))
-    }
-}
-
 pub(super) async fn put_object_tagging(
     gw: &Gateway,
     req: S3Request<PutObjectTaggingInput>,
@@ -113,13 +81,15 @@ pub(super) async fn put_object_tagging(
     let user = gw.user(&req).await?;
     let input = req.input;
     let tags = from_set(input.tagging.tag_set, OBJECT_TAGS_MAX)?;
+    let bucket = gw.owned(&user, &input.bucket).await?;
+    let version = input.version_id.as_deref();
     let version_id = gw
-        .retag(
-            &user,
+        .amend(
+            &bucket,
             &input.bucket,
             &input.key,
-            input.version_id.as_deref(),
-            tags,
+            version,
+            Amend::Tags(tags),
         )
         .await?;
     Ok(S3Response::new(PutObjectTaggingOutput { version_id }))
@@ -131,14 +101,11 @@ pub(super) async fn delete_object_tagging(
 ) -> S3Result<S3Response<DeleteObjectTaggingOutput>> {
     let user = gw.user(&req).await?;
     let input = req.input;
+    let bucket = gw.owned(&user, &input.bucket).await?;
+    let version = input.version_id.as_deref();
+    let untagged = Amend::Tags(Vec::new());
     let version_id = gw
-        .retag(
-            &user,
-            &input.bucket,
-            &input.key,
-            input.version_id.as_deref(),
-            Vec::new(),
-        )
+        .amend(&bucket, &input.bucket, &input.key, version, untagged)
         .await?;
     Ok(S3Response::new(DeleteObjectTaggingOutput { version_id }))
 }

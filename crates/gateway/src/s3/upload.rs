@@ -10,6 +10,7 @@ use super::encryption::CustomerKey;
 use super::encryption::{customer_key, write_encryption};
 use super::error::Refusal;
 use super::list::encoder;
+use super::lock::{self, asked_lock};
 use super::object::replacing;
 use super::tagging;
 use super::{
@@ -131,8 +132,11 @@ pub(super) async fn create_multipart_upload(
     let user = gw.user(&req).await?;
     let input = req.input;
     check_key(&input.key)?;
-    gw.owned(&user, &input.bucket).await?;
+    let bucket = gw.owned(&user, &input.bucket).await?;
     let tags = tagging::from_header(input.tagging.as_deref())?;
+    // The bucket's default retention is added at completion.
+    let lock = asked_lock!(input)?;
+    lock::check_allowed(&bucket, &lock)?;
     let (customer, sse) = write_encryption!(gw, input);
     if let Some(Sse::Kms { key }) = &sse {
         encryption::check_kms_key(gw.kms.as_ref(), key).await?;
@@ -146,6 +150,7 @@ pub(super) async fn create_multipart_upload(
         metadata: sorted_metadata(input.metadata),
         sse,
         tags,
+        lock,
     };
     let id = multipart::create(&gw.pool, &input.bucket, &input.key, &record)
         .await
@@ -215,6 +220,7 @@ pub(super) async fn complete_multipart_upload(
         }
     };
     encryption::check_customer(&record.sse, customer.as_ref())?;
+    let lock = lock::for_new(&bucket, record.lock)?;
     let asked = input
         .multipart_upload
         .and_then(|m| m.parts)
@@ -251,6 +257,7 @@ pub(super) async fn complete_multipart_upload(
         upload_id: Some(input.upload_id.clone()),
         version: None,
         tags: record.tags,
+        lock,
     };
     // Not gw.commit: on failure the parts stay with the upload, to complete again. The
     // commit also stops listing the upload, so that a second completion cannot commit it
