@@ -119,6 +119,10 @@ pub struct GwSection {
     /// The pool that holds its users, buckets and objects.
     #[serde(default = "gw_pool")]
     pub pool: String,
+    /// How long a lifecycle day lasts, in seconds (86,400): shorter only to test lifecycle
+    /// rules, as Ceph's rgw_lc_debug_interval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lifecycle_day_seconds: Option<u64>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -40,6 +40,24 @@ pub enum GwCommand {
         #[arg(long)]
         pool: Option<String>,
     },
+    /// Buckets' lifecycle rules (the gateway applies them on its own every hour).
+    #[command(subcommand)]
+    Lifecycle(LifecycleCommand),
+}
+
+#[derive(clap::Subcommand)]
+pub enum LifecycleCommand {
+    /// Applies every bucket's lifecycle rules now: expires objects and noncurrent versions,
+    /// removes delete markers left alone, aborts old incomplete uploads.
+    Run {
+        /// How long a lifecycle day lasts for this pass (s, m, h or d): shorter only to
+        /// test rules, as Ceph's rgw_lc_debug_interval.
+        #[arg(long, default_value = "1d", value_parser = parse_age)]
+        day: Duration,
+        /// The gateway's pool [default: the configuration's [gw] pool, else s3].
+        #[arg(long)]
+        pool: Option<String>,
+    },
 }
 
 /// An age such as `90s`, `30m`, `2h` or `1d` (a bare number is seconds).
@@ -85,6 +103,11 @@ pub struct GwArgs {
     /// Serve Prometheus metrics at http://ADDR/metrics (docs/metrics.md).
     #[arg(long, value_name = "ADDR")]
     metrics: Option<String>,
+    /// How long a lifecycle day lasts (s, m, h or d): shorter only to test rules, as Ceph's
+    /// rgw_lc_debug_interval [default: the configuration's [gw] lifecycle_day_seconds, else
+    /// 1d].
+    #[arg(long, value_parser = parse_age)]
+    lifecycle_day: Option<Duration>,
 }
 
 #[derive(clap::Subcommand)]
@@ -262,11 +285,16 @@ async fn rewrap(cluster: &client::Cluster, name: &str, pool_name: &str) -> Resul
 }
 
 pub fn command(who: &Who, command: GwCommand) -> Result<(), String> {
-    let GwCommand::Gc {
-        older_than,
-        dry_run,
-        pool,
-    } = command;
+    let (older_than, dry_run, pool) = match command {
+        GwCommand::Gc {
+            older_than,
+            dry_run,
+            pool,
+        } => (older_than, dry_run, pool),
+        GwCommand::Lifecycle(LifecycleCommand::Run { day, pool }) => {
+            return lifecycle_run(who, day, pool)
+        }
+    };
     let (conf, runtime, cluster) = connect(who)?;
     let pool_name = pool_name(&conf, pool);
     runtime.block_on(async {
@@ -292,6 +320,30 @@ pub fn command(who: &Who, command: GwCommand) -> Result<(), String> {
             "{verb} {} multipart completions cut after their commit",
             found.completions
         );
+        Ok(())
+    })
+}
+
+/// `coffer gw lifecycle run`: one pass of every bucket's lifecycle rules, with a day of
+/// `day`.
+fn lifecycle_run(who: &Who, day: Duration, pool: Option<String>) -> Result<(), String> {
+    let (conf, runtime, cluster) = connect(who)?;
+    let pool_name = pool_name(&conf, pool);
+    runtime.block_on(async {
+        let pool = open_pool(&cluster, &pool_name).await?;
+        let day_ns = day.as_nanos().clamp(1, u128::from(u64::MAX)) as u64;
+        let free = |freed: Vec<gateway::layout::ObjectEntry>| {
+            let pool = pool.clone();
+            Box::pin(async move {
+                for entry in &freed {
+                    gateway::data::remove(&pool, entry).await;
+                }
+            }) as _
+        };
+        let done = gateway::maintenance::lifecycle(&pool, gateway::layout::now_ns(), day_ns, &free)
+            .await
+            .map_err(|e| format!("lifecycle of pool {pool_name}: {e}"))?;
+        println!("{}", gateway::maintenance::expired_summary(&done));
         Ok(())
     })
 }
@@ -350,10 +402,20 @@ pub fn serve(who: &Who, args: GwArgs) -> Result<(), String> {
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
         let scheme = if tls.is_some() { "https" } else { "http" };
         println!("coffer gw: serving S3 on pool {pool_name} at {scheme}://{addr}");
-        let service = gateway::Gateway::start(pool)
+        let gateway = gateway::Gateway::start(pool)
             .await
-            .map_err(|e| format!("starting the gateway: {e}"))?
-            .service();
+            .map_err(|e| format!("starting the gateway: {e}"))?;
+        let day = args
+            .lifecycle_day
+            .or_else(|| {
+                conf.gw
+                    .as_ref()
+                    .and_then(|gw| gw.lifecycle_day_seconds)
+                    .map(Duration::from_secs)
+            })
+            .unwrap_or(Duration::from_secs(86_400));
+        gateway.expire_on_schedule(day);
+        let service = gateway.service();
         crate::scrape::start(args.metrics.as_ref(), |registry| {
             messenger::metrics::register(registry);
             gateway::metrics::register(registry);

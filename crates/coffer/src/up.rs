@@ -127,6 +127,7 @@ fn create(dir: &Path, args: &UpArgs) -> Result<Conf, String> {
     conf.gw = (args.gw != "none").then(|| GwSection {
         listen: args.gw.clone(),
         pool: GW_POOL_DEFAULT.into(),
+        lifecycle_day_seconds: None,
     });
     conf.dashboard = (args.dashboard != "none").then(|| DashboardSection {
         listen: args.dashboard.clone(),

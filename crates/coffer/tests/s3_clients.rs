@@ -337,7 +337,14 @@ impl S3cmd {
 /// Runs tests/s3/boto3_suite.py with the venv's Python, as `user`, with `other` as the user
 /// who must be kept out and `kms_key` as the KMS key of its SSE-KMS checks. Its `ok:` lines
 /// are printed whether it passes or not.
-fn run_boto3_suite(venv: &Path, gateway: &Gateway, user: &User, other: &User, kms_key: &str) {
+fn run_boto3_suite(
+    cluster: &LocalCluster,
+    venv: &Path,
+    gateway: &Gateway,
+    user: &User,
+    other: &User,
+    kms_key: &str,
+) {
     let suite = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/s3/boto3_suite.py");
     // Files that do not exist: botocore then reads no configuration but what the suite gives.
     let empty = tempfile::tempdir().expect("tempdir");
@@ -356,7 +363,10 @@ fn run_boto3_suite(venv: &Path, gateway: &Gateway, user: &User, other: &User, km
         .env("S3_SECRET", &user.secret_key)
         .env("S3_OTHER_ACCESS", &other.access_key)
         .env("S3_OTHER_SECRET", &other.secret_key)
-        .env("S3_KMS_KEY", kms_key);
+        .env("S3_KMS_KEY", kms_key)
+        // For `coffer gw lifecycle run`.
+        .env("COFFER_BIN", common::COFFER)
+        .env("COFFER_CONF", &cluster.conf);
     let output = run("the boto3 suite", &mut command);
     let stdout = String::from_utf8_lossy(&output.stdout);
     println!("{stdout}");
@@ -722,7 +732,7 @@ fn boto3_aws_cli_and_s3cmd_store_and_fetch_objects_through_the_gateway() {
 
     cluster.ok(&["kms", "key", "create", KMS_KEY]);
 
-    run_boto3_suite(&venv, &gateway, &alice, &bob, KMS_KEY);
+    run_boto3_suite(&cluster, &venv, &gateway, &alice, &bob, KMS_KEY);
     let dir = tempfile::tempdir().expect("tempdir");
     aws_cli_moves_a_file_up_and_down(&aws, dir.path());
     aws_cli_has_files_encrypted_by_the_server(&aws, dir.path());

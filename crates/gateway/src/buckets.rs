@@ -4,6 +4,7 @@ use bytes::Bytes;
 use client::{ObjectOp, Pool};
 
 use crate::layout::{self, BucketInfo, Head, IndexKey, ObjectEntry, Order, Sse, Version};
+use crate::lifecycle::Lifecycle;
 use crate::lock::BucketLock;
 use crate::omap::{Pages, PAGE};
 use crate::versions::{self, Change, Found, Plan, VersionId, Versioning};
@@ -29,9 +30,10 @@ pub struct Bucket {
     pub versioning: Versioning,
     /// Its object lock, once enabled.
     pub lock: Option<BucketLock>,
+    pub lifecycle: Option<Lifecycle>,
 }
 
-/// The owner, creation time, versioning and object lock of `bucket`.
+/// The owner, creation time, versioning, object lock and lifecycle of `bucket`.
 pub async fn info(pool: &Pool, bucket: &str) -> Result<Bucket, Error> {
     let attrs = pool
         .attrs(&layout::index_object(bucket))
@@ -44,6 +46,7 @@ pub async fn info(pool: &Pool, bucket: &str) -> Result<Bucket, Error> {
         info: layout::decode(info).map_err(Error::Corrupt)?,
         versioning: Versioning::from_attr(attrs.get(layout::VERSIONING_ATTR).map(Vec::as_slice))?,
         lock: decoded(attrs.get(layout::LOCK_ATTR).map(Vec::as_slice))?,
+        lifecycle: decoded(attrs.get(layout::LIFECYCLE_ATTR).map(Vec::as_slice))?,
     })
 }
 
@@ -163,6 +166,39 @@ pub async fn set_encryption(pool: &Pool, bucket: &str, sse: Option<&Sse>) -> Res
     Ok(())
 }
 
+/// Sets (or with `None`, removes) the lifecycle rules of `bucket`.
+pub async fn set_lifecycle(
+    pool: &Pool,
+    bucket: &str,
+    lifecycle: Option<&Lifecycle>,
+) -> Result<(), Error> {
+    let value = lifecycle.map(layout::encode);
+    set_bucket_attr(pool, bucket, layout::LIFECYCLE_ATTR, value).await
+}
+
+/// Sets attribute `name` of `bucket`'s index object to `value` (`None` removes it), if the
+/// bucket exists.
+async fn set_bucket_attr(
+    pool: &Pool,
+    bucket: &str,
+    name: &str,
+    value: Option<Vec<u8>>,
+) -> Result<(), Error> {
+    let name = name.to_string();
+    let op = match value {
+        Some(value) => ObjectOp::SetAttr { name, value },
+        None => ObjectOp::RemoveAttr { name },
+    };
+    pool.operate(
+        &layout::index_object(bucket),
+        vec![ObjectOp::AssertExists, op],
+        Bytes::new(),
+    )
+    .await
+    .map_err(|e| missing(e, bucket))?;
+    Ok(())
+}
+
 /// The tags of `bucket` (none if it has none).
 pub async fn tags(pool: &Pool, bucket: &str) -> Result<Vec<(String, String)>, Error> {
     let attrs = pool
@@ -179,24 +215,8 @@ pub async fn tags(pool: &Pool, bucket: &str) -> Result<Vec<(String, String)>, Er
 
 /// Sets the tags of `bucket` (none removes them).
 pub async fn set_tags(pool: &Pool, bucket: &str, tags: &[(String, String)]) -> Result<(), Error> {
-    let op = if tags.is_empty() {
-        ObjectOp::RemoveAttr {
-            name: layout::TAGS_ATTR.into(),
-        }
-    } else {
-        ObjectOp::SetAttr {
-            name: layout::TAGS_ATTR.into(),
-            value: layout::encode(&layout::Tags(tags.to_vec())),
-        }
-    };
-    pool.operate(
-        &layout::index_object(bucket),
-        vec![ObjectOp::AssertExists, op],
-        Bytes::new(),
-    )
-    .await
-    .map_err(|e| missing(e, bucket))?;
-    Ok(())
+    let value = (!tags.is_empty()).then(|| layout::encode(&layout::Tags(tags.to_vec())));
+    set_bucket_attr(pool, bucket, layout::TAGS_ATTR, value).await
 }
 
 /// A failure to read `bucket`'s index object: `NotFound` when the bucket is gone (it may go

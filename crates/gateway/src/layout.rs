@@ -39,6 +39,9 @@ pub const TAGS_ATTR: &str = "tags";
 /// The attribute of a bucket's index object that holds its object lock
 /// (`crate::lock::BucketLock`); absent where object lock was never enabled.
 pub const LOCK_ATTR: &str = "lock";
+/// The attribute of a bucket's index object that holds its lifecycle rules
+/// (`crate::lifecycle::Lifecycle`).
+pub const LIFECYCLE_ATTR: &str = "lifecycle";
 /// The attribute set on a bucket's index object while the bucket is being deleted: index
 /// updates require it absent.
 pub const DELETING_ATTR: &str = "deleting";

@@ -14,6 +14,7 @@ pub mod data;
 pub mod fuzz;
 pub mod kms;
 pub mod layout;
+pub mod lifecycle;
 pub mod lock;
 pub mod maintenance;
 pub mod metrics;

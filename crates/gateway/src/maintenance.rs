@@ -1,6 +1,7 @@
 //! Walks over everything the gateway stores, for the operator's commands: rewrapping data
-//! keys after a KMS key's rotation (`coffer kms key rotate`), and collecting the stripes no
-//! record names (`coffer gw gc`).
+//! keys after a KMS key's rotation (`coffer kms key rotate`), collecting the stripes no
+//! record names (`coffer gw gc`), and applying buckets' lifecycle rules (`coffer gw
+//! lifecycle run`, and the gateway on its schedule).
 //!
 //! The records that name stripes are object index entries ([`ObjectEntry`]), the object
 //! versions of versioned buckets ([`Version`]) and the parts of multipart uploads in
@@ -12,9 +13,12 @@ use std::time::Duration;
 use bytes::Bytes;
 use client::{ObjectOp, Pool};
 
+use crate::buckets::Judged;
 use crate::kms::{Kms, KmsError};
-use crate::layout::{self, IndexKey, ObjectEntry, PartRecord, SealedKey, Segment, Version};
+use crate::layout::{self, IndexKey, ObjectEntry, Order, PartRecord, SealedKey, Segment, Version};
+use crate::lifecycle::Lifecycle;
 use crate::omap::Pages;
+use crate::versions::{Change, VersionId, Versioning};
 use crate::{buckets, multipart, Error};
 
 /// Compare-and-swap attempts on one record that keeps changing under the walk.
@@ -432,6 +436,285 @@ async fn finish_cut_completion(
         multipart::finish(pool, id, parts, &used).await;
     }
     Ok(true)
+}
+
+/// What a lifecycle pass did.
+#[derive(Debug, Default, PartialEq)]
+pub struct Expired {
+    /// Buckets with lifecycle rules.
+    pub buckets: u64,
+    /// Current objects expired (removed, or hidden by a delete marker where versions are
+    /// kept).
+    pub objects: u64,
+    /// Noncurrent versions removed.
+    pub noncurrent: u64,
+    /// Delete markers removed, left with no version behind them.
+    pub markers: u64,
+    /// Incomplete multipart uploads aborted.
+    pub uploads: u64,
+    /// Versions that expired but that object lock holds.
+    pub held: u64,
+    /// Objects that changed between the walk and the change: left for the next pass.
+    pub changed: u64,
+}
+
+/// One line for people: what a lifecycle pass did.
+pub fn expired_summary(done: &Expired) -> String {
+    let mut line = format!(
+        "lifecycle: {} buckets with rules; expired {} objects and {} noncurrent versions, \
+         removed {} lone delete markers, aborted {} incomplete uploads",
+        done.buckets, done.objects, done.noncurrent, done.markers, done.uploads
+    );
+    if done.held > 0 {
+        line += &format!("; {} expired versions are held by object lock", done.held);
+    }
+    if done.changed > 0 {
+        line += &format!(
+            "; {} objects changed meanwhile, left for the next pass",
+            done.changed
+        );
+    }
+    line
+}
+
+/// Removes the content of objects no record names any more (the gateway waits for the
+/// reads in progress; the CLI removes at once).
+pub type Free<'a> =
+    &'a (dyn Fn(Vec<ObjectEntry>) -> futures::future::BoxFuture<'static, ()> + Send + Sync);
+
+/// Applies the lifecycle rules of every bucket that has some at `now_ns` (a day lasting
+/// `day_ns`: shorter only in tests), each removal through [`buckets::apply`] on the
+/// condition that what expired is still there as it was read; `free` removes the content
+/// of what goes.
+pub async fn lifecycle(
+    pool: &Pool,
+    now_ns: u64,
+    day_ns: u64,
+    free: Free<'_>,
+) -> Result<Expired, Error> {
+    let mut done = Expired::default();
+    for (bucket, _) in buckets::list(pool).await? {
+        let found = match buckets::info(pool, &bucket).await {
+            Ok(found) => found,
+            Err(Error::NotFound(_)) => continue,
+            Err(e) => return Err(e),
+        };
+        let Some(rules) = &found.lifecycle else {
+            continue;
+        };
+        done.buckets += 1;
+        let pass = Pass {
+            pool,
+            bucket: &bucket,
+            versioning: found.versioning,
+            rules,
+            now_ns,
+            day_ns,
+            free,
+        };
+        pass.objects(&mut done).await?;
+        pass.uploads(&mut done).await?;
+    }
+    Ok(done)
+}
+
+/// One bucket's lifecycle pass.
+struct Pass<'a> {
+    pool: &'a Pool,
+    bucket: &'a str,
+    versioning: Versioning,
+    rules: &'a Lifecycle,
+    now_ns: u64,
+    day_ns: u64,
+    free: Free<'a>,
+}
+
+/// The versions of one key, newest first, as the walk meets them.
+type KeyVersions = (Vec<u8>, Vec<(Order, Version)>);
+
+impl Pass<'_> {
+    /// Walks the bucket's index once: current objects under their keys, then each key's
+    /// versions together.
+    async fn objects(&self, done: &mut Expired) -> Result<(), Error> {
+        let index = layout::index_object(self.bucket);
+        let mut pages = Pages::new(self.pool, &index, None);
+        let mut versions: Option<KeyVersions> = None;
+        while let Some(page) = pages.next().await? {
+            for (entry_key, value) in page {
+                match layout::parse_index_key(&entry_key) {
+                    IndexKey::Object(key) => {
+                        let entry: ObjectEntry = layout::decode(&value).map_err(Error::Corrupt)?;
+                        let key = String::from_utf8_lossy(key).into_owned();
+                        self.current(&key, entry, done).await?;
+                    }
+                    IndexKey::Version(key, order) => {
+                        let version: Version = layout::decode(&value).map_err(Error::Corrupt)?;
+                        match &mut versions {
+                            Some((of, list)) if of.as_slice() == key => list.push((order, version)),
+                            _ => {
+                                if let Some(previous) = versions.take() {
+                                    self.versions(previous, done).await?;
+                                }
+                                versions = Some((key.to_vec(), vec![(order, version)]));
+                            }
+                        }
+                    }
+                    IndexKey::Head(_) | IndexKey::Upload | IndexKey::Unknown => {}
+                }
+            }
+        }
+        if let Some(last) = versions {
+            self.versions(last, done).await?;
+        }
+        Ok(())
+    }
+
+    /// Expires the current object `entry` of `key` if a rule says so by now.
+    async fn current(
+        &self,
+        key: &str,
+        entry: ObjectEntry,
+        done: &mut Expired,
+    ) -> Result<(), Error> {
+        match self.rules.expiry(key, &entry, self.day_ns) {
+            Some((at, _)) if at <= self.now_ns => {}
+            _ => return Ok(()),
+        }
+        if self.change(key, Change::Delete, Some(&entry), done).await? {
+            done.objects += 1;
+        }
+        Ok(())
+    }
+
+    /// Removes the noncurrent versions of one key that have expired, and its delete marker
+    /// if that is all that is left.
+    async fn versions(
+        &self,
+        (key, versions): KeyVersions,
+        done: &mut Expired,
+    ) -> Result<(), Error> {
+        let key = String::from_utf8_lossy(&key).into_owned();
+        let id = |order: Order, version: &Version| match version.tag() {
+            Some(tag) if tag.null => VersionId::Null,
+            _ => VersionId::Order(order),
+        };
+        if let [(order, marker @ Version::Marker { mtime_ns, .. })] = versions.as_slice() {
+            if self
+                .rules
+                .marker_expired(&key, *mtime_ns, self.now_ns, self.day_ns)
+            {
+                let change = Change::DeleteVersion {
+                    id: id(*order, marker),
+                    bypass: false,
+                };
+                if self.change(&key, change, None, done).await? {
+                    done.markers += 1;
+                }
+            }
+            return Ok(());
+        }
+        for (newer, pair) in versions.windows(2).enumerate() {
+            let [(_, replacing), (order, version)] = pair else {
+                continue;
+            };
+            let Version::Object(entry) = version else {
+                continue;
+            };
+            let since = match replacing {
+                Version::Object(newer) => newer.mtime_ns,
+                Version::Marker { mtime_ns, .. } => *mtime_ns,
+            };
+            let expired =
+                self.rules
+                    .noncurrent_expired(&key, entry, since, newer, self.now_ns, self.day_ns);
+            if !expired {
+                continue;
+            }
+            let change = Change::DeleteVersion {
+                id: id(*order, version),
+                bypass: false,
+            };
+            if self.change(&key, change, Some(entry), done).await? {
+                done.noncurrent += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes `change` of `key` if what it judges is still `expected` (an object, or for
+    /// `None` a delete marker); returns whether it was made. Object lock's refusals and
+    /// changes meanwhile are counted, not failures.
+    async fn change(
+        &self,
+        key: &str,
+        change: Change,
+        expected: Option<&ObjectEntry>,
+        done: &mut Expired,
+    ) -> Result<bool, Error> {
+        let unchanged = |judged: Judged| {
+            let same = match (judged, expected) {
+                (Judged::Object(now), Some(then)) => {
+                    now.mtime_ns == then.mtime_ns && now.etag == then.etag
+                }
+                (Judged::Marker, None) => true,
+                _ => false,
+            };
+            if same {
+                Ok(())
+            } else {
+                Err(Error::Precondition(format!("{key} changed")))
+            }
+        };
+        let versioning = self.versioning;
+        match buckets::apply(
+            self.pool,
+            self.bucket,
+            key,
+            versioning,
+            change,
+            None,
+            unchanged,
+        )
+        .await
+        {
+            Ok(plan) => {
+                (self.free)(plan.freed).await;
+                Ok(true)
+            }
+            Err(Error::Locked(why)) => {
+                tracing::debug!("lifecycle of bucket {}: {why}", self.bucket);
+                done.held += 1;
+                Ok(false)
+            }
+            Err(Error::Precondition(_)) => {
+                done.changed += 1;
+                Ok(false)
+            }
+            Err(Error::NotFound(_)) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Aborts the bucket's multipart uploads that a rule says have run too long.
+    async fn uploads(&self, done: &mut Expired) -> Result<(), Error> {
+        let (uploads, _) =
+            multipart::list(self.pool, self.bucket, "", None, None, usize::MAX).await?;
+        for (key, id, record) in uploads {
+            if !self
+                .rules
+                .upload_expired(&key, record.initiated_ns, self.now_ns, self.day_ns)
+            {
+                continue;
+            }
+            match multipart::abort(self.pool, self.bucket, &key, &id).await {
+                Ok(()) => done.uploads += 1,
+                Err(e) if multipart::is_no_upload(&e, &id) => {}
+                Err(Error::Busy(_)) => done.changed += 1,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The instance of a stripe object's name (`gw.data.INSTANCE.N`).

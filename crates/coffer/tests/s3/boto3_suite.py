@@ -29,6 +29,7 @@ import io
 import os
 import secrets
 import ssl
+import subprocess
 import sys
 import threading
 import time
@@ -306,6 +307,7 @@ class Suite:
         self.encrypted_bucket = f"boto3-{run_id}-encrypted"
         self.versioned_bucket = f"boto3-{run_id}-versioned"
         self.locked_bucket = f"boto3-{run_id}-locked"
+        self.lifecycle_buckets = [f"boto3-{run_id}-lc-{kind}" for kind in ["plain", "versions", "locked"]]
         # Deleted by the first user with an upload in progress, then created by the other.
         self.reused_bucket = f"boto3-{run_id}-reused"
         self.kms_key = os.environ["S3_KMS_KEY"]
@@ -1174,6 +1176,105 @@ class Suite:
         expect_error("delete_bucket with held versions", ["BucketNotEmpty"], s3.delete_bucket, Bucket=bucket)
         self.empty_and_delete(bucket)
         ok("held versions keep their bucket; with the bypass, the bucket empties and goes")
+
+    # Lifecycle --------------------------------------------------------------------------
+
+    def lifecycle_run(self):
+        """`coffer gw lifecycle run` with a lifecycle day of one second; its summary line."""
+        command = [os.environ["COFFER_BIN"], "--conf", os.environ["COFFER_CONF"], "gw", "lifecycle", "run",
+                   "--day", "1s"]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        if done.returncode != 0:
+            raise AssertionError(f"{' '.join(command)} failed: {done.stderr}")
+        return done.stdout.strip()
+
+    def lifecycle(self):
+        """Lifecycle rules: set (with S3's refusals), read back, removed; x-amz-expiration on
+        PUT and HEAD; `coffer gw lifecycle run` expires current objects by prefix and tags,
+        noncurrent versions, a delete marker left alone, an incomplete upload, and leaves a
+        version that object lock holds."""
+        s3 = self.s3
+        plain, versions, locked = self.lifecycle_buckets
+        s3.create_bucket(Bucket=plain)
+        expect_error("get_bucket_lifecycle_configuration without rules", ["NoSuchLifecycleConfiguration"],
+                     s3.get_bucket_lifecycle_configuration, Bucket=plain)
+        expect("delete_bucket_lifecycle without rules", status(s3.delete_bucket_lifecycle(Bucket=plain)), 204)
+        rules = [
+            {"ID": "logs", "Prefix": "logs/", "Status": "Enabled", "Expiration": {"Days": 1}},
+            {"ID": "scratch", "Status": "Enabled", "Expiration": {"Days": 1},
+             "Filter": {"And": {"Prefix": "tmp/", "Tags": [{"Key": "kind", "Value": "scratch"}]}}},
+            {"ID": "uploads", "Prefix": "", "Status": "Enabled", "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 1}},
+            {"ID": "off", "Prefix": "", "Status": "Disabled", "Expiration": {"Days": 1}},
+        ]
+        for what, refused, code in [
+            ("an id of 256 characters", [dict(rules[0], ID="i" * 256)], "InvalidArgument"),
+            ("an id given twice", [rules[0], dict(rules[1], ID="logs")], "InvalidArgument"),
+            ("a status in lower case", [dict(rules[0], Status="enabled")], "MalformedXML"),
+            ("an expiration of 0 days", [dict(rules[0], Expiration={"Days": 0})], "InvalidArgument"),
+            ("a transition", [dict(rules[0], Transitions=[{"Days": 1, "StorageClass": "GLACIER"}])], "InvalidStorageClass"),
+            ("two prefixes that match no key together", [dict(rules[1], Filter={"Prefix": "a/", "And": {
+                "Prefix": "b/", "Tags": [{"Key": "k", "Value": "v"}]}})], "MalformedXML"),
+        ]:
+            expect_error(f"lifecycle rules with {what}", [code], s3.put_bucket_lifecycle_configuration, Bucket=plain,
+                         LifecycleConfiguration={"Rules": refused})
+        s3.put_bucket_lifecycle_configuration(Bucket=plain, LifecycleConfiguration={"Rules": rules})
+        expect("the rules read back", s3.get_bucket_lifecycle_configuration(Bucket=plain)["Rules"], rules)
+        put = s3.put_object(Bucket=plain, Key="logs/a", Body=b"a")
+        expect("x-amz-expiration of a PUT a rule expires", 'rule-id="logs"' in put.get("Expiration", ""), True)
+        head = s3.head_object(Bucket=plain, Key="logs/a")
+        expect("x-amz-expiration of its HEAD", head.get("Expiration"), put["Expiration"])
+        put = s3.put_object(Bucket=plain, Key="keep/b", Body=b"b")
+        expect("x-amz-expiration of a PUT no rule expires", "Expiration" in put, False)
+        s3.put_object(Bucket=plain, Key="tmp/scratch", Body=b"c", Tagging="kind=scratch")
+        s3.put_object(Bucket=plain, Key="tmp/kept", Body=b"d")
+        s3.create_multipart_upload(Bucket=plain, Key="big/upload")
+        ok("lifecycle rules: refused as S3 refuses them, read back as given; PUT and HEAD say what expires")
+
+        s3.create_bucket(Bucket=versions)
+        s3.put_bucket_versioning(Bucket=versions, VersioningConfiguration={"Status": "Enabled"})
+        s3.put_bucket_lifecycle_configuration(Bucket=versions, LifecycleConfiguration={"Rules": [
+            {"ID": "old", "Prefix": "", "Status": "Enabled", "NoncurrentVersionExpiration": {"NoncurrentDays": 1}},
+            {"ID": "markers", "Prefix": "", "Status": "Enabled", "Expiration": {"ExpiredObjectDeleteMarker": True}},
+        ]})
+        s3.put_object(Bucket=versions, Key="doc", Body=b"1")
+        newest = s3.put_object(Bucket=versions, Key="doc", Body=b"2")["VersionId"]
+        s3.put_object(Bucket=versions, Key="gone", Body=b"3")
+        s3.delete_object(Bucket=versions, Key="gone")
+        s3.create_bucket(Bucket=locked, ObjectLockEnabledForBucket=True)
+        s3.put_bucket_lifecycle_configuration(Bucket=locked, LifecycleConfiguration={"Rules": [
+            {"ID": "old", "Prefix": "", "Status": "Enabled", "NoncurrentVersionExpiration": {"NoncurrentDays": 1}},
+        ]})
+        held = s3.put_object(Bucket=locked, Key="doc", Body=b"held", ObjectLockLegalHoldStatus="ON")["VersionId"]
+        s3.put_object(Bucket=locked, Key="doc", Body=b"after")
+        # A lifecycle day of 1 s: everything written above is more than a day old in 2.5 s.
+        time.sleep(2.5)
+
+        summary = self.lifecycle_run()
+        expect("the first pass", summary,
+               "lifecycle: 3 buckets with rules; expired 2 objects and 2 noncurrent versions, removed 0 lone "
+               "delete markers, aborted 1 incomplete uploads; 1 expired versions are held by object lock")
+        keys = [o["Key"] for o in s3.list_objects_v2(Bucket=plain).get("Contents", [])]
+        expect("objects left", keys, ["keep/b", "tmp/kept"])
+        expect("uploads left", s3.list_multipart_uploads(Bucket=plain).get("Uploads", []), [])
+        expect("versions left", [v[1:3] for v in self.versions_of(versions)],
+               [(newest, "object"), (self.versions_of(versions, "gone")[0][1], "marker")])
+        expect("the held version is kept", [v[1] for v in self.versions_of(locked)][1], held)
+        s3.put_object_legal_hold(Bucket=locked, Key="doc", VersionId=held, LegalHold={"Status": "OFF"})
+        summary = self.lifecycle_run()
+        expect("the second pass", summary,
+               "lifecycle: 3 buckets with rules; expired 0 objects and 1 noncurrent versions, removed 1 lone "
+               "delete markers, aborted 0 incomplete uploads")
+        expect("versions left", [v[1:3] for v in self.versions_of(versions)], [(newest, "object")])
+        expect("versions left in the locked bucket", len(self.versions_of(locked)), 1)
+        ok("lifecycle run: current objects by prefix and tags, noncurrent versions, then the marker left alone, "
+           "an incomplete upload; a held version waits for its hold")
+
+        expect("delete_bucket_lifecycle status", status(s3.delete_bucket_lifecycle(Bucket=plain)), 204)
+        expect_error("get_bucket_lifecycle_configuration after delete", ["NoSuchLifecycleConfiguration"],
+                     s3.get_bucket_lifecycle_configuration, Bucket=plain)
+        for bucket in self.lifecycle_buckets:
+            self.empty_and_delete(bucket)
+        ok("delete_bucket_lifecycle removes the rules")
 
     # Multipart uploads ------------------------------------------------------------------
 
@@ -2921,7 +3022,7 @@ class Suite:
         for bucket in buckets:
             self.empty_and_delete(bucket)
         listed = {b["Name"] for b in self.s3.list_buckets()["Buckets"]}
-        left = listed & {*buckets, self.scratch_bucket, self.reused_bucket, self.locked_bucket}
+        left = listed & {*buckets, self.scratch_bucket, self.reused_bucket, self.locked_bucket, *self.lifecycle_buckets}
         expect("this run's buckets after clean-up", left, set())
         ok("buckets emptied and deleted")
 
@@ -2934,6 +3035,7 @@ class Suite:
             (self.s3, self.encrypted_bucket),
             (self.s3, self.versioned_bucket),
             (self.s3, self.locked_bucket),
+            *[(self.s3, bucket) for bucket in self.lifecycle_buckets],
             (self.s3, self.reused_bucket),
             (self.other, self.reused_bucket),
         ]:
@@ -2959,6 +3061,7 @@ def main():
         suite.multipart_upload,
         suite.tagging,
         suite.object_lock,
+        suite.lifecycle,
         suite.multipart_part_copies,
         suite.multipart_errors,
         suite.multipart_listing_and_abort,

@@ -92,6 +92,10 @@ pub(crate) enum Refusal {
     NoLockConfiguration(String),
     #[error("{0}")]
     NoObjectLock(String),
+    #[error("bucket {0} has no lifecycle configuration")]
+    NoLifecycle(String),
+    #[error("{0}")]
+    StorageClass(&'static str),
 }
 
 impl Refusal {
@@ -139,6 +143,8 @@ impl Refusal {
             Refusal::RetentionPeriod(_) => C::Custom("InvalidRetentionPeriod".into()),
             Refusal::NoLockConfiguration(_) => C::ObjectLockConfigurationNotFoundError,
             Refusal::NoObjectLock(_) => C::NoSuchObjectLockConfiguration,
+            Refusal::NoLifecycle(_) => C::NoSuchLifecycleConfiguration,
+            Refusal::StorageClass(_) => C::InvalidStorageClass,
         }
     }
 }

@@ -3,7 +3,7 @@
 //! the bucket it touches.
 //!
 //! One file per group of verbs (buckets, objects, copies, multipart uploads, listings, tags,
-//! object lock); the
+//! object lock, lifecycle); the
 //! table at the end of this file routes each S3 verb to its handler, and [`error`] is the
 //! one place that chooses S3's error codes.
 
@@ -11,6 +11,7 @@ mod bucket;
 mod copy;
 mod encryption;
 mod error;
+mod lifecycle;
 mod list;
 mod lock;
 mod object;
@@ -57,6 +58,8 @@ pub struct Gateway {
 /// How often the gateway asks the KMS which keys exist, to forget the data keys of removed
 /// ones.
 const KMS_SWEEP: std::time::Duration = std::time::Duration::from_secs(5);
+/// How often the gateway applies buckets' lifecycle rules (at most).
+const LIFECYCLE_EVERY: std::time::Duration = std::time::Duration::from_secs(3600);
 
 impl Gateway {
     /// A gateway on `pool` with the monitors' KMS.
@@ -91,6 +94,36 @@ impl Gateway {
             }
         });
         Ok(gateway)
+    }
+
+    /// Applies buckets' lifecycle rules from now on, with a day of `day` (shorter only in
+    /// tests): every hour, or four times a lifecycle day if that is shorter. Several
+    /// gateways on one pool each do; their changes are conditional, so a rule applies once.
+    pub fn expire_on_schedule(&self, day: std::time::Duration) {
+        let gateway = self.clone();
+        let day_ns = day.as_nanos().clamp(1, u128::from(u64::MAX)) as u64;
+        let every = (day / 4).clamp(std::time::Duration::from_secs(1), LIFECYCLE_EVERY);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let free = |freed| {
+                    let gateway = gateway.clone();
+                    Box::pin(async move { gateway.free(freed, None).await }) as _
+                };
+                match crate::maintenance::lifecycle(&gateway.pool, layout::now_ns(), day_ns, &free)
+                    .await
+                {
+                    Ok(done) if done == crate::maintenance::Expired::default() => {}
+                    Ok(done)
+                        if done.objects + done.noncurrent + done.markers + done.uploads == 0 =>
+                    {
+                        tracing::debug!("{}", crate::maintenance::expired_summary(&done))
+                    }
+                    Ok(done) => tracing::info!("{}", crate::maintenance::expired_summary(&done)),
+                    Err(e) => tracing::warn!("lifecycle: {e}"),
+                }
+            }
+        });
     }
 
     /// The service s3s serves: this gateway, with its users' keys checking signatures.
@@ -597,6 +630,9 @@ verbs! {
     lock::get_object_retention(GetObjectRetentionInput) -> GetObjectRetentionOutput;
     lock::put_object_legal_hold(PutObjectLegalHoldInput) -> PutObjectLegalHoldOutput;
     lock::get_object_legal_hold(GetObjectLegalHoldInput) -> GetObjectLegalHoldOutput;
+    lifecycle::put_bucket_lifecycle_configuration(PutBucketLifecycleConfigurationInput) -> PutBucketLifecycleConfigurationOutput;
+    lifecycle::get_bucket_lifecycle_configuration(GetBucketLifecycleConfigurationInput) -> GetBucketLifecycleConfigurationOutput;
+    lifecycle::delete_bucket_lifecycle(DeleteBucketLifecycleInput) -> DeleteBucketLifecycleOutput;
 }
 
 #[cfg(test)]

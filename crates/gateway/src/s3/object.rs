@@ -6,6 +6,7 @@ use s3s::{S3Request, S3Response, S3Result};
 
 use super::encryption::{customer_key, write_encryption};
 use super::error::Refusal;
+use super::lifecycle;
 use super::lock::{self, asked_lock};
 use super::tagging;
 use super::upload::part_number;
@@ -325,6 +326,7 @@ pub(super) async fn put_object(
     let described = encryption::describe(&entry.sse, customer.as_ref());
     Ok(S3Response::new(PutObjectOutput {
         e_tag: Some(etag(&entry)),
+        expiration: lifecycle::expiration(&bucket, &input.key, &entry),
         version_id: made_version(made),
         server_side_encryption: described.sse,
         ssekms_key_id: described.kms_key,
@@ -341,7 +343,7 @@ pub(super) async fn get_object(
     let user = gw.user(&req).await?;
     refuse_encryption_headers(&req.headers)?;
     let input = req.input;
-    gw.owned(&user, &input.bucket).await?;
+    let bucket = gw.owned(&user, &input.bucket).await?;
     let entry = gw
         .object(&input.bucket, &input.key, input.version_id.as_deref())
         .await?;
@@ -374,6 +376,7 @@ pub(super) async fn get_object(
         expires: headers.expires.and_then(from_unix_seconds),
         metadata: metadata(&entry),
         tag_count: tagging::count(&entry.tags),
+        expiration: lifecycle::expiration(&bucket, &input.key, &entry),
         object_lock_mode: locked.mode,
         object_lock_retain_until_date: locked.until,
         object_lock_legal_hold_status: locked.legal_hold,
@@ -393,7 +396,7 @@ pub(super) async fn head_object(
     let user = gw.user(&req).await?;
     refuse_encryption_headers(&req.headers)?;
     let input = req.input;
-    gw.owned(&user, &input.bucket).await?;
+    let bucket = gw.owned(&user, &input.bucket).await?;
     let entry = gw
         .object(&input.bucket, &input.key, input.version_id.as_deref())
         .await?;
@@ -418,6 +421,7 @@ pub(super) async fn head_object(
         content_language: entry.headers.content_language.clone(),
         expires: entry.headers.expires.and_then(from_unix_seconds),
         metadata: metadata(&entry),
+        expiration: lifecycle::expiration(&bucket, &input.key, &entry),
         object_lock_mode: locked.mode,
         object_lock_retain_until_date: locked.until,
         object_lock_legal_hold_status: locked.legal_hold,
