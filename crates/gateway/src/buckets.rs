@@ -495,9 +495,9 @@ pub async fn version(
     decoded(found.into_iter().next().and_then(|(_, v)| v).as_deref())
 }
 
-/// Sets the versioning state of `bucket` (S3 never returns a bucket to unversioned).
-/// Sets the versioning of `bucket`; suspending it is refused (`BucketState`) once object
-/// lock is enabled, in the same commit that would suspend it.
+/// Sets the versioning state of `bucket` (S3 never returns a bucket to unversioned);
+/// suspending it is refused (`BucketState`) once object lock is enabled, in the same commit
+/// that would suspend it.
 pub async fn set_versioning(pool: &Pool, bucket: &str, state: Versioning) -> Result<(), Error> {
     let Some(value) = state.attr() else {
         return Err(Error::Invalid(

@@ -201,7 +201,27 @@ impl Record for Tags {}
 /// A bucket's tags, by key.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Tags(pub Vec<(String, String)>);
-impl Record for Version {}
+/// Format 2: its object entry gained the lock (format 1 holds an entry of format 3).
+impl Record for Version {
+    const FORMAT: u8 = 2;
+
+    fn earlier(format: u8, bytes: &[u8]) -> Result<Self, String> {
+        /// A version as format 1 stored it (read once per record: boxing saves nothing).
+        #[allow(clippy::large_enum_variant)]
+        #[derive(Deserialize)]
+        enum VersionV1 {
+            Object(EntryV3),
+            Marker { mtime_ns: u64, tag: VersionTag },
+        }
+        match format {
+            1 => Ok(match read::<VersionV1>(bytes)? {
+                VersionV1::Object(entry) => Version::Object(entry.into()),
+                VersionV1::Marker { mtime_ns, tag } => Version::Marker { mtime_ns, tag },
+            }),
+            _ => Err(format!("version format {format} is not known here")),
+        }
+    }
+}
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct User {
@@ -250,63 +270,77 @@ impl Record for ObjectEntry {
     const FORMAT: u8 = 4;
 
     fn earlier(format: u8, bytes: &[u8]) -> Result<Self, String> {
-        /// An entry as format 1 stored it.
-        #[derive(Deserialize)]
-        struct First {
-            size: u64,
-            etag: String,
-            mtime_ns: u64,
-            content_type: Option<String>,
-            metadata: Vec<(String, String)>,
-            segments: Vec<Segment>,
-            sse: Option<Sse>,
-        }
-        /// An entry as format 2 stored it: format 1's, then these.
-        #[derive(Deserialize)]
-        struct Second {
-            first: First,
-            headers: ContentHeaders,
-            upload_id: Option<String>,
-        }
-        /// An entry as format 3 stored it: format 2's, then these.
-        #[derive(Deserialize)]
-        struct Third {
-            second: Second,
-            version: Option<VersionTag>,
-            tags: Vec<(String, String)>,
-        }
-        let (first, headers, upload_id, version, tags) = match format {
-            1 => (
-                postcard::from_bytes::<First>(bytes).map_err(|e| e.to_string())?,
-                ContentHeaders::default(),
-                None,
-                None,
-                Vec::new(),
-            ),
-            2 => {
-                let second: Second = postcard::from_bytes(bytes).map_err(|e| e.to_string())?;
-                (
-                    second.first,
-                    second.headers,
-                    second.upload_id,
-                    None,
-                    Vec::new(),
-                )
-            }
-            3 => {
-                let third: Third = postcard::from_bytes(bytes).map_err(|e| e.to_string())?;
-                let second = third.second;
-                (
-                    second.first,
-                    second.headers,
-                    second.upload_id,
-                    third.version,
-                    third.tags,
-                )
-            }
+        let third = match format {
+            1 => EntryV2::from(read::<EntryV1>(bytes)?).into(),
+            2 => read::<EntryV2>(bytes)?.into(),
+            3 => read::<EntryV3>(bytes)?,
             _ => return Err(format!("object entry format {format} is not known here")),
         };
-        Ok(ObjectEntry {
+        Ok(third.into())
+    }
+}
+
+fn read<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, String> {
+    postcard::from_bytes(bytes).map_err(|e| e.to_string())
+}
+
+/// An object entry as format 1 stored it.
+#[derive(Deserialize)]
+struct EntryV1 {
+    size: u64,
+    etag: String,
+    mtime_ns: u64,
+    content_type: Option<String>,
+    metadata: Vec<(String, String)>,
+    segments: Vec<Segment>,
+    sse: Option<Sse>,
+}
+
+/// An object entry as format 2 stored it: format 1's, then these.
+#[derive(Deserialize)]
+struct EntryV2 {
+    first: EntryV1,
+    headers: ContentHeaders,
+    upload_id: Option<String>,
+}
+
+/// An object entry as format 3 stored it (and format 1 of [`Version`] inside it): format
+/// 2's, then these.
+#[derive(Deserialize)]
+struct EntryV3 {
+    second: EntryV2,
+    version: Option<VersionTag>,
+    tags: Vec<(String, String)>,
+}
+
+impl From<EntryV1> for EntryV2 {
+    fn from(first: EntryV1) -> EntryV2 {
+        EntryV2 {
+            first,
+            headers: ContentHeaders::default(),
+            upload_id: None,
+        }
+    }
+}
+
+impl From<EntryV2> for EntryV3 {
+    fn from(second: EntryV2) -> EntryV3 {
+        EntryV3 {
+            second,
+            version: None,
+            tags: Vec::new(),
+        }
+    }
+}
+
+impl From<EntryV3> for ObjectEntry {
+    fn from(third: EntryV3) -> ObjectEntry {
+        let EntryV2 {
+            first,
+            headers,
+            upload_id,
+        } = third.second;
+        ObjectEntry {
             size: first.size,
             etag: first.etag,
             mtime_ns: first.mtime_ns,
@@ -316,10 +350,10 @@ impl Record for ObjectEntry {
             sse: first.sse,
             headers,
             upload_id,
-            version,
-            tags,
+            version: third.version,
+            tags: third.tags,
             lock: Lock::default(),
-        })
+        }
     }
 }
 
@@ -648,6 +682,20 @@ mod tests {
         assert_eq!(read.version, entry.version);
         assert_eq!(read.tags, entry.tags);
         assert!(read.lock.is_none());
+
+        // Versions of format 1 hold such an entry (variant 0), or a marker (variant 1).
+        let mut version = vec![1, 0];
+        version.extend_from_slice(&third[1..]);
+        assert_eq!(decode::<Version>(&version), Ok(Version::Object(read)));
+        let tag = entry.version.expect("a tag");
+        let mut marker = vec![1, 1];
+        marker.extend(postcard::to_allocvec(&(7u64, tag)).expect("serializes"));
+        assert_eq!(
+            decode::<Version>(&marker),
+            Ok(Version::Marker { mtime_ns: 7, tag })
+        );
+        let current = Version::Object(entry.clone());
+        assert_eq!(decode::<Version>(&encode(&current)), Ok(current));
 
         // An upload record of format 2 reads with its headers and no tags.
         let upload = UploadRecord {

@@ -456,6 +456,8 @@ pub struct Expired {
     pub held: u64,
     /// Objects that changed between the walk and the change: left for the next pass.
     pub changed: u64,
+    /// Buckets whose pass failed (logged each); the others went on.
+    pub failed: u64,
 }
 
 /// One line for people: what a lifecycle pass did.
@@ -467,6 +469,9 @@ pub fn expired_summary(done: &Expired) -> String {
     );
     if done.held > 0 {
         line += &format!("; {} expired versions are held by object lock", done.held);
+    }
+    if done.failed > 0 {
+        line += &format!("; {} buckets failed (see the log)", done.failed);
     }
     if done.changed > 0 {
         line += &format!(
@@ -512,8 +517,14 @@ pub async fn lifecycle(
             day_ns,
             free,
         };
-        pass.objects(&mut done).await?;
-        pass.uploads(&mut done).await?;
+        let passed = match pass.objects(&mut done).await {
+            Ok(()) => pass.uploads(&mut done).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = passed {
+            tracing::warn!("lifecycle of bucket {bucket}: {e}");
+            done.failed += 1;
+        }
     }
     Ok(done)
 }
@@ -606,6 +617,7 @@ impl Pass<'_> {
                 let change = Change::DeleteVersion {
                     id: id(*order, marker),
                     bypass: false,
+                    noncurrent: false,
                 };
                 if self.change(&key, change, None, done).await? {
                     done.markers += 1;
@@ -633,6 +645,7 @@ impl Pass<'_> {
             let change = Change::DeleteVersion {
                 id: id(*order, version),
                 bypass: false,
+                noncurrent: true,
             };
             if self.change(&key, change, Some(entry), done).await? {
                 done.noncurrent += 1;
@@ -686,7 +699,7 @@ impl Pass<'_> {
                 done.held += 1;
                 Ok(false)
             }
-            Err(Error::Precondition(_)) => {
+            Err(Error::Precondition(_) | Error::Busy(_)) => {
                 done.changed += 1;
                 Ok(false)
             }

@@ -115,8 +115,14 @@ pub enum Change {
     Put(ObjectEntry),
     /// DeleteObject without a version: removes the object, or adds a delete marker.
     Delete,
-    /// DeleteObject of one version; `bypass` lifts its governance retention.
-    DeleteVersion { id: VersionId, bypass: bool },
+    /// DeleteObject of one version; `bypass` lifts its governance retention. With
+    /// `noncurrent` (lifecycle's expiration of noncurrent versions), only while it is not
+    /// its key's newest version: `Precondition` otherwise.
+    DeleteVersion {
+        id: VersionId,
+        bypass: bool,
+        noncurrent: bool,
+    },
     /// Changes one version in place (`None`: the current one).
     Amend {
         version: Option<VersionId>,
@@ -362,7 +368,7 @@ fn planned(
             plan.delete_marker = delete_marker;
         }
         Change::Amend { .. } => {}
-        Change::DeleteVersion { id, .. } => {
+        Change::DeleteVersion { id, noncurrent, .. } => {
             plan.version = Some(id);
             if let (VersionId::Null, Some(old)) = (id, unversioned) {
                 plan.remove_entry(key, present);
@@ -381,6 +387,11 @@ fn planned(
                 head.null = None;
             }
             let newest_goes = head.newest == order;
+            if newest_goes && noncurrent {
+                return Err(Error::Precondition(format!(
+                    "version {id} of {key} is its newest again"
+                )));
+            }
             plan.delete_marker = matches!(target, Version::Marker { .. });
             if let Version::Object(entry) = target {
                 plan.freed.push(entry);
@@ -450,7 +461,7 @@ fn amended(
     }
     let (Some(mut head), Some(target)) = (found.head, found.target) else {
         return Err(match version {
-            None => Error::NoObject(format!("{key} has no object to tag")),
+            None => Error::NoObject(format!("{key} has no object")),
             Some(id) => Error::NoVersion(format!("{key} has no version {id}")),
         });
     };
@@ -696,6 +707,7 @@ mod tests {
             Change::DeleteVersion {
                 id: VersionId::Order(marker_order),
                 bypass: false,
+                noncurrent: false,
             },
         );
         assert!(removed.delete_marker);
@@ -707,6 +719,7 @@ mod tests {
             Change::DeleteVersion {
                 id: second.version.expect("an id"),
                 bypass: false,
+                noncurrent: false,
             },
         );
         assert_eq!(index.current("k"), Some("a".into()));
@@ -716,6 +729,7 @@ mod tests {
             Change::DeleteVersion {
                 id: VersionId::Null,
                 bypass: false,
+                noncurrent: false,
             },
         );
         assert_eq!(index.versions("k"), vec![("a".into(), false)]);
@@ -726,6 +740,7 @@ mod tests {
             Change::DeleteVersion {
                 id: first.version.expect("an id"),
                 bypass: false,
+                noncurrent: false,
             },
         );
         assert!(
@@ -859,6 +874,7 @@ mod tests {
             Change::DeleteVersion {
                 id: gone,
                 bypass: false,
+                noncurrent: false,
             },
         );
         assert!(plan.set.is_empty() && plan.remove.is_empty());
@@ -881,7 +897,11 @@ mod tests {
         use crate::lock::Mode;
         let mut index = Index::default();
         let first = index.put("k", Enabled, "a").version.expect("an id");
-        let delete = |id, bypass| Change::DeleteVersion { id, bypass };
+        let delete = |id, bypass| Change::DeleteVersion {
+            id,
+            bypass,
+            noncurrent: false,
+        };
         let retain = |mode, until_ns, bypass| Change::Amend {
             version: Some(first),
             amend: Amend::Retention {
@@ -934,5 +954,24 @@ mod tests {
             .attempt("n", Suspended, Change::Put(object("n1", 1)))
             .is_err());
         assert_eq!(index.versions("n"), vec![("n0".into(), true)]);
+    }
+
+    #[test]
+    fn a_noncurrent_expiry_leaves_a_version_that_became_the_newest() {
+        let mut index = Index::default();
+        let first = index.put("k", Enabled, "a").version.expect("an id");
+        let expire = Change::DeleteVersion {
+            id: first,
+            bypass: false,
+            noncurrent: true,
+        };
+        let refused = index.attempt("k", Enabled, expire.clone());
+        assert!(
+            matches!(refused, Err(Error::Precondition(_))),
+            "{refused:?}"
+        );
+        index.put("k", Enabled, "b");
+        index.apply("k", Enabled, expire);
+        assert_eq!(index.versions("k"), vec![("b".into(), false)]);
     }
 }

@@ -83,7 +83,8 @@ pub(super) async fn copy_object(
     gw.owned(&user, source_bucket).await?;
     let bucket = gw.owned(&user, &input.bucket).await?;
     // The copy's own lock, never its source's.
-    let lock = lock::for_new(&bucket, asked_lock!(input)?)?;
+    let asked = asked_lock!(input)?;
+    lock::check_allowed(&bucket, &asked)?;
     let source = gw
         .object(source_bucket, source_key, source_version.as_deref())
         .await?;
@@ -144,7 +145,7 @@ pub(super) async fn copy_object(
         sse,
         customer.as_ref(),
     );
-    entry.lock = lock;
+    entry.lock = lock::for_new(&bucket, asked, entry.mtime_ns);
     let made = gw
         .commit(&bucket, &input.bucket, &input.key, &entry, |_| Ok(()))
         .await?;

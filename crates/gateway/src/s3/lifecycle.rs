@@ -268,8 +268,9 @@ fn given_back(rule: &Rule) -> LifecycleRule {
     }
 }
 
-/// The `x-amz-expiration` of `entry` (of `key`) in `bucket`, if a rule expires it: its date
-/// (in real days, whatever the gateway's lifecycle day) and the rule's id.
+/// The `x-amz-expiration` of the current object `entry` (of `key`) in `bucket`, if a rule
+/// expires it: its date (in real days, whatever the gateway's lifecycle day) and the rule's
+/// id. (Not for a version asked by id: a current-object rule does not expire those.)
 pub(super) fn expiration(bucket: &Bucket, key: &str, entry: &ObjectEntry) -> Option<String> {
     let (at, rule) = bucket
         .lifecycle

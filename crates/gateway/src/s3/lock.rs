@@ -94,14 +94,13 @@ pub(super) fn check_allowed(bucket: &Bucket, asked: &Lock) -> S3Result<()> {
     Ok(())
 }
 
-/// The lock of an object written now to `bucket` that asked for `asked`: its own, else the
-/// bucket's default retention.
-pub(super) fn for_new(bucket: &Bucket, asked: Lock) -> S3Result<Lock> {
-    check_allowed(bucket, &asked)?;
-    Ok(match &bucket.lock {
-        Some(lock) => lock.for_new(asked, layout::now_ns()),
+/// The lock of an object made at `made_ns` in `bucket` that asked for `asked` (allowed by
+/// [`check_allowed`]): its own, else the bucket's default retention, counted from then.
+pub(super) fn for_new(bucket: &Bucket, asked: Lock, made_ns: u64) -> Lock {
+    match &bucket.lock {
+        Some(lock) => lock.for_new(asked, made_ns),
         None => asked,
-    })
+    }
 }
 
 /// How GET and HEAD show an object's lock: mode, retain-until date, legal hold.

@@ -276,7 +276,11 @@ impl Gateway {
         bypass: bool,
         check: impl Fn(buckets::Judged) -> Result<(), Error>,
     ) -> Result<versions::Plan, Error> {
-        let change = version.map_or(Change::Delete, |id| Change::DeleteVersion { id, bypass });
+        let change = version.map_or(Change::Delete, |id| Change::DeleteVersion {
+            id,
+            bypass,
+            noncurrent: false,
+        });
         let mut plan = buckets::apply(
             &self.pool,
             name,

@@ -299,7 +299,8 @@ pub(super) async fn put_object(
     check_key(&input.key)?;
     let bucket = gw.owned(&user, &input.bucket).await?;
     let tags = tagging::from_header(input.tagging.as_deref())?;
-    let lock = lock::for_new(&bucket, asked_lock!(input)?)?;
+    let asked = asked_lock!(input)?;
+    lock::check_allowed(&bucket, &asked)?;
     let (customer, sse) = write_encryption!(gw, input);
     let sealing = gw.sealing(&sse, customer.as_ref()).await?;
     let written = write_body(&gw.pool, input.body, input.content_length, md5, sealing).await?;
@@ -313,7 +314,7 @@ pub(super) async fn put_object(
         sse,
         customer.as_ref(),
     );
-    entry.lock = lock;
+    entry.lock = lock::for_new(&bucket, asked, entry.mtime_ns);
     let made = gw
         .commit(
             &bucket,
@@ -376,7 +377,11 @@ pub(super) async fn get_object(
         expires: headers.expires.and_then(from_unix_seconds),
         metadata: metadata(&entry),
         tag_count: tagging::count(&entry.tags),
-        expiration: lifecycle::expiration(&bucket, &input.key, &entry),
+        expiration: input
+            .version_id
+            .is_none()
+            .then(|| lifecycle::expiration(&bucket, &input.key, &entry))
+            .flatten(),
         object_lock_mode: locked.mode,
         object_lock_retain_until_date: locked.until,
         object_lock_legal_hold_status: locked.legal_hold,
@@ -421,7 +426,11 @@ pub(super) async fn head_object(
         content_language: entry.headers.content_language.clone(),
         expires: entry.headers.expires.and_then(from_unix_seconds),
         metadata: metadata(&entry),
-        expiration: lifecycle::expiration(&bucket, &input.key, &entry),
+        expiration: input
+            .version_id
+            .is_none()
+            .then(|| lifecycle::expiration(&bucket, &input.key, &entry))
+            .flatten(),
         object_lock_mode: locked.mode,
         object_lock_retain_until_date: locked.until,
         object_lock_legal_hold_status: locked.legal_hold,

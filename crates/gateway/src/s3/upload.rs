@@ -220,7 +220,6 @@ pub(super) async fn complete_multipart_upload(
         }
     };
     encryption::check_customer(&record.sse, customer.as_ref())?;
-    let lock = lock::for_new(&bucket, record.lock)?;
     let asked = input
         .multipart_upload
         .and_then(|m| m.parts)
@@ -245,7 +244,7 @@ pub(super) async fn complete_multipart_upload(
     };
     let md5s: Vec<[u8; 16]> = chosen.iter().map(|p| p.md5).collect();
     let segments: Vec<Segment> = chosen.iter().map(|p| p.segment.clone()).collect();
-    let entry = ObjectEntry {
+    let mut entry = ObjectEntry {
         size: segments.iter().map(|s| s.size).sum(),
         etag: multipart_etag(&md5s),
         mtime_ns: layout::now_ns(),
@@ -257,8 +256,9 @@ pub(super) async fn complete_multipart_upload(
         upload_id: Some(input.upload_id.clone()),
         version: None,
         tags: record.tags,
-        lock,
+        lock: record.lock,
     };
+    entry.lock = lock::for_new(&bucket, record.lock, entry.mtime_ns);
     // Not gw.commit: on failure the parts stay with the upload, to complete again. The
     // commit also stops listing the upload, so that a second completion cannot commit it
     // again (as a second version naming the same parts).
