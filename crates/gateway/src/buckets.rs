@@ -7,6 +7,7 @@ use crate::layout::{self, BucketInfo, Head, IndexKey, ObjectEntry, Order, Sse, V
 use crate::lifecycle::Lifecycle;
 use crate::lock::BucketLock;
 use crate::omap::{Pages, PAGE};
+use crate::policy::{Policy, PublicBlock};
 use crate::versions::{self, Change, Found, Plan, VersionId, Versioning};
 use crate::Error;
 
@@ -31,9 +32,12 @@ pub struct Bucket {
     /// Its object lock, once enabled.
     pub lock: Option<BucketLock>,
     pub lifecycle: Option<Lifecycle>,
+    pub policy: Option<Policy>,
+    pub public_block: Option<PublicBlock>,
 }
 
-/// The owner, creation time, versioning, object lock and lifecycle of `bucket`.
+/// The owner, creation time, versioning, object lock, lifecycle, policy and public access
+/// block of `bucket`.
 pub async fn info(pool: &Pool, bucket: &str) -> Result<Bucket, Error> {
     let attrs = pool
         .attrs(&layout::index_object(bucket))
@@ -47,6 +51,8 @@ pub async fn info(pool: &Pool, bucket: &str) -> Result<Bucket, Error> {
         versioning: Versioning::from_attr(attrs.get(layout::VERSIONING_ATTR).map(Vec::as_slice))?,
         lock: decoded(attrs.get(layout::LOCK_ATTR).map(Vec::as_slice))?,
         lifecycle: decoded(attrs.get(layout::LIFECYCLE_ATTR).map(Vec::as_slice))?,
+        policy: decoded(attrs.get(layout::POLICY_ATTR).map(Vec::as_slice))?,
+        public_block: decoded(attrs.get(layout::PUBLIC_BLOCK_ATTR).map(Vec::as_slice))?,
     })
 }
 
@@ -174,6 +180,22 @@ pub async fn set_lifecycle(
 ) -> Result<(), Error> {
     let value = lifecycle.map(layout::encode);
     set_bucket_attr(pool, bucket, layout::LIFECYCLE_ATTR, value).await
+}
+
+/// Sets `bucket`'s policy (`None` removes it).
+pub async fn set_policy(pool: &Pool, bucket: &str, policy: Option<&Policy>) -> Result<(), Error> {
+    let value = policy.map(layout::encode);
+    set_bucket_attr(pool, bucket, layout::POLICY_ATTR, value).await
+}
+
+/// Sets `bucket`'s public access block (`None` removes it).
+pub async fn set_public_block(
+    pool: &Pool,
+    bucket: &str,
+    block: Option<&PublicBlock>,
+) -> Result<(), Error> {
+    let value = block.map(layout::encode);
+    set_bucket_attr(pool, bucket, layout::PUBLIC_BLOCK_ATTR, value).await
 }
 
 /// Sets attribute `name` of `bucket`'s index object to `value` (`None` removes it), if the

@@ -42,6 +42,12 @@ pub const LOCK_ATTR: &str = "lock";
 /// The attribute of a bucket's index object that holds its lifecycle rules
 /// (`crate::lifecycle::Lifecycle`).
 pub const LIFECYCLE_ATTR: &str = "lifecycle";
+/// The attribute of a bucket's index object that holds its policy
+/// (`crate::policy::Policy`, kept as the text given).
+pub const POLICY_ATTR: &str = "policy";
+/// The attribute of a bucket's index object that holds its public access block
+/// (`crate::policy::PublicBlock`).
+pub const PUBLIC_BLOCK_ATTR: &str = "public-block";
 /// The attribute set on a bucket's index object while the bucket is being deleted: index
 /// updates require it absent.
 pub const DELETING_ATTR: &str = "deleting";

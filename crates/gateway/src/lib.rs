@@ -20,6 +20,7 @@ pub mod maintenance;
 pub mod metrics;
 pub mod multipart;
 mod omap;
+pub mod policy;
 mod readers;
 mod s3;
 pub mod serve;

@@ -50,8 +50,8 @@ impl VerbSlot {
     }
 }
 
-/// Notes each routed request's verb in its [`VerbSlot`], and refuses unsigned requests as
-/// s3s does by default.
+/// Notes each routed request's verb in its [`VerbSlot`]. Unsigned requests go on: each
+/// verb decides whether an anonymous request may do what it asks (`crate::policy`).
 pub(crate) struct NoteVerb;
 
 #[async_trait::async_trait]
@@ -61,10 +61,7 @@ impl S3Access for NoteVerb {
         if let Some(slot) = cx.extensions_mut().get::<VerbSlot>() {
             let _ = slot.0.set(verb);
         }
-        match cx.credentials() {
-            Some(_) => Ok(()),
-            None => Err(crate::s3::Refusal::Unsigned.into()),
-        }
+        Ok(())
     }
 }
 

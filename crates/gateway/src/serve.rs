@@ -76,6 +76,14 @@ where
         let _ = stream.set_nodelay(true);
         let service = service.clone();
         let acceptor = acceptor.clone();
+        let secure = acceptor.is_some();
+        let service = hyper::service::service_fn(move |mut request: hyper::Request<_>| {
+            request.extensions_mut().insert(Peer {
+                address: peer,
+                secure,
+            });
+            hyper::service::Service::call(&service, request)
+        });
         tokio::spawn(async move {
             let mut http = hyper::server::conn::http1::Builder::new();
             http.timer(TokioTimer::new())
@@ -102,6 +110,14 @@ where
             }
         });
     }
+}
+
+/// Where a request came from, as its policy conditions see it (a request extension).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Peer {
+    pub address: std::net::SocketAddr,
+    /// Whether it came over TLS.
+    pub secure: bool,
 }
 
 /// `service`, with a request id on every response (`x-amz-request-id`), and every error

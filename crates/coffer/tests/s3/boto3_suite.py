@@ -1,8 +1,9 @@
 """The S3 gateway through boto3, as applications use it: buckets, objects of many sizes, user
 metadata, ranged reads, copies, multi-delete, multipart uploads (by hand, part by part, and
 through boto3's managed transfers), server-side encryption (SSE-S3, SSE-KMS, SSE-C and a
-bucket's default), both listing APIs page by page, presigned URLs, and the error codes clients
-act on, including those that keep one user out of another's buckets.
+bucket's default), both listing APIs page by page, presigned URLs, bucket policies and public
+access blocks, and the error codes clients act on, including those that keep one user out of
+another's buckets.
 
 Run by crates/coffer/tests/s3_clients.rs with the Python of the venv that scripts/test makes
 (`ensure_s3_tools` in scripts/setup.sh). Configured by the environment:
@@ -26,6 +27,7 @@ import datetime
 import email.utils
 import hashlib
 import io
+import json
 import os
 import secrets
 import ssl
@@ -307,6 +309,7 @@ class Suite:
         self.encrypted_bucket = f"boto3-{run_id}-encrypted"
         self.versioned_bucket = f"boto3-{run_id}-versioned"
         self.locked_bucket = f"boto3-{run_id}-locked"
+        self.policy_bucket = f"boto3-{run_id}-policy"
         self.lifecycle_buckets = [f"boto3-{run_id}-lc-{kind}" for kind in ["plain", "versions", "locked"]]
         # Deleted by the first user with an upload in progress, then created by the other.
         self.reused_bucket = f"boto3-{run_id}-reused"
@@ -2991,6 +2994,180 @@ class Suite:
         )
         ok("the first user's bucket is unchanged")
 
+    # Bucket policies and public access blocks --------------------------------------------
+
+    def policies(self):
+        """Bucket policies open a bucket to another user or to anyone, by action, resource
+        and condition; a deny holds the owner too; a public access block refuses public
+        policies or shuts them."""
+        bucket, other = self.policy_bucket, self.other
+        anonymous = client(None, None, signature_version=botocore.UNSIGNED)
+        other_name = other.list_buckets()["Owner"]["ID"]
+        self.s3.create_bucket(Bucket=bucket)
+        for key in ["public/a", "public/b", "private/c", "shared/d", "shared/e"]:
+            self.s3.put_object(Bucket=bucket, Key=key, Body=key.encode())
+        arn = f"arn:aws:s3:::{bucket}"
+        expect_error("get_bucket_policy of a bucket without one", ["NoSuchBucketPolicy"],
+                     self.s3.get_bucket_policy, Bucket=bucket)
+        expect("policy status without a policy",
+               self.s3.get_bucket_policy_status(Bucket=bucket)["PolicyStatus"]["IsPublic"], False)
+        document = json.dumps({
+            "Version": "2012-10-17",
+            "Statement": [
+                {"Sid": "read public", "Effect": "Allow", "Principal": "*",
+                 "Action": ["s3:GetObject"], "Resource": f"{arn}/public/*"},
+                {"Effect": "Allow", "Principal": {"AWS": "*"}, "Action": "s3:ListBucket",
+                 "Resource": arn, "Condition": {"StringLike": {"s3:prefix": "public/*"}}},
+                {"Effect": "Allow", "Principal": {"AWS": f"arn:aws:iam:::user/{other_name}"},
+                 "Action": ["s3:PutObject", "s3:PutObjectTagging", "s3:DeleteObject", "s3:GetObject*"],
+                 "Resource": f"{arn}/shared/*"},
+                {"Effect": "Allow", "Principal": {"AWS": other_name}, "Action": "s3:GetObject",
+                 "Resource": f"{arn}/private/*",
+                 "Condition": {"StringEquals": {"s3:ExistingObjectTag/security": "public"}}},
+                {"Effect": "Deny", "Principal": "*", "Action": "s3:PutObject",
+                 "Resource": f"{arn}/*",
+                 "Condition": {"StringNotEqualsIfExists": {"s3:x-amz-server-side-encryption": "AES256"}}},
+            ],
+        }, indent=1)
+        self.s3.put_bucket_policy(Bucket=bucket, Policy=document)
+        expect("get_bucket_policy", self.s3.get_bucket_policy(Bucket=bucket)["Policy"], document)
+        expect("policy status of a policy for anyone",
+               self.s3.get_bucket_policy_status(Bucket=bucket)["PolicyStatus"]["IsPublic"], True)
+        ok("put_bucket_policy; get_bucket_policy gives the document back as given; it is public")
+
+        for who, s3 in [("anonymous", anonymous), ("other user", other)]:
+            body = s3.get_object(Bucket=bucket, Key="public/a")["Body"].read()
+            expect_body(f"{who}: get_object public/a", body, b"public/a")
+            listed = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="public/")["Contents"]]
+            expect(f"{who}: list_objects_v2 public/", listed, ["public/a", "public/b"])
+            expect_error(f"{who}: list_objects_v2 without the prefix", ["AccessDenied"],
+                         s3.list_objects_v2, Bucket=bucket)
+            expect_error(f"{who}: get_object private/c", ["AccessDenied"],
+                         s3.get_object, Bucket=bucket, Key="private/c")
+            expect_error(f"{who}: head_object private/c", ["403"],
+                         s3.head_object, Bucket=bucket, Key="private/c")
+            expect_error(f"{who}: get_bucket_policy", ["AccessDenied"],
+                         s3.get_bucket_policy, Bucket=bucket)
+        expect_error("anonymous: head_object of a missing key it may list", ["404"],
+                     anonymous.head_object, Bucket=bucket, Key="public/missing")
+        expect_error("anonymous: head_object of a missing key it may not list", ["403"],
+                     anonymous.head_object, Bucket=bucket, Key="private/missing")
+        expect_error("anonymous: put_object public/x", ["AccessDenied"],
+                     anonymous.put_object, Bucket=bucket, Key="public/x", Body=b"x")
+        expect_error("anonymous: get_object of a bucket that does not exist", ["NoSuchBucket"],
+                     anonymous.get_object, Bucket=self.missing_bucket, Key="x")
+        ok("anyone reads public/ and lists it by prefix, nothing else; a missing key is 404 only to"
+           " those who may list it; a missing bucket is NoSuchBucket")
+
+        other.put_object(Bucket=bucket, Key="shared/f", Body=b"f", ServerSideEncryption="AES256")
+        expect_error("other user: put_object shared/g without SSE", ["AccessDenied"],
+                     other.put_object, Bucket=bucket, Key="shared/g", Body=b"g")
+        expect_error("owner: put_object without SSE, which the policy denies", ["AccessDenied"],
+                     self.s3.put_object, Bucket=bucket, Key="public/z", Body=b"z")
+        self.s3.put_object(Bucket=bucket, Key="public/z", Body=b"z", ServerSideEncryption="AES256")
+        expect_error("other user: put_object private/g", ["AccessDenied"], other.put_object,
+                     Bucket=bucket, Key="private/g", Body=b"g", ServerSideEncryption="AES256")
+        response = other.delete_objects(Bucket=bucket, Delete={"Objects": [
+            {"Key": "shared/d"}, {"Key": "private/c"}]})
+        expect("other user: delete_objects deleted", [d["Key"] for d in response.get("Deleted", [])],
+               ["shared/d"])
+        expect("other user: delete_objects refused",
+               [(e["Key"], e["Code"]) for e in response.get("Errors", [])], [("private/c", "AccessDenied")])
+        expect_error("other user: delete_object private/c", ["AccessDenied"],
+                     other.delete_object, Bucket=bucket, Key="private/c")
+        other.put_object_tagging(Bucket=bucket, Key="shared/e",
+                                 Tagging={"TagSet": [{"Key": "k", "Value": "v"}]})
+        expect_error("other user: put_object_tagging private/c", ["AccessDenied"],
+                     other.put_object_tagging, Bucket=bucket, Key="private/c",
+                     Tagging={"TagSet": [{"Key": "security", "Value": "public"}]})
+        ok("a user named by the policy writes and deletes under shared/ only, DeleteObjects key by key;"
+           " a Deny on unencrypted PUTs holds the owner too")
+
+        expect_error("other user: get_object private/c untagged", ["AccessDenied"],
+                     other.get_object, Bucket=bucket, Key="private/c")
+        self.s3.put_object_tagging(Bucket=bucket, Key="private/c",
+                                   Tagging={"TagSet": [{"Key": "security", "Value": "public"}]})
+        body = other.get_object(Bucket=bucket, Key="private/c")["Body"].read()
+        expect_body("other user: get_object private/c tagged security=public", body, b"private/c")
+        other_bucket = f"{bucket}-other"
+        other.create_bucket(Bucket=other_bucket)
+        try:
+            other.copy_object(Bucket=other_bucket, Key="copy", CopySource={"Bucket": bucket, "Key": "public/a"})
+            expect_error("other user: copy_object from shared/ into private/", ["AccessDenied"],
+                         other.copy_object, Bucket=bucket, Key="private/x",
+                         CopySource={"Bucket": bucket, "Key": "shared/e"})
+            self.s3.put_object(Bucket=bucket, Key="private/hidden", Body=b"h", ServerSideEncryption="AES256")
+            expect_error("other user: copy_object of private/hidden", ["AccessDenied"],
+                         other.copy_object, Bucket=other_bucket, Key="copy2",
+                         CopySource={"Bucket": bucket, "Key": "private/hidden"})
+        finally:
+            self.empty_and_delete(other_bucket, other)
+        ok("s3:ExistingObjectTag conditions follow the object's tags; copies need GetObject on the"
+           " source and PutObject on the target")
+
+        for name, text in [
+            ("not JSON", "{"),
+            ("another bucket's resource", json.dumps({"Statement": [{
+                "Effect": "Allow", "Principal": "*", "Action": "s3:GetObject",
+                "Resource": f"arn:aws:s3:::{self.bucket}/*"}]})),
+            ("NotPrincipal with Allow", json.dumps({"Statement": [{
+                "Effect": "Allow", "NotPrincipal": {"AWS": other_name}, "Action": "s3:GetObject",
+                "Resource": f"{arn}/*"}]})),
+            ("an unknown operator", json.dumps({"Statement": [{
+                "Effect": "Allow", "Principal": "*", "Action": "s3:GetObject", "Resource": f"{arn}/*",
+                "Condition": {"StringRoughly": {"s3:prefix": "a"}}}]})),
+        ]:
+            expect_error(f"put_bucket_policy: {name}", ["MalformedPolicy"],
+                         self.s3.put_bucket_policy, Bucket=bucket, Policy=text)
+        expect("the policy after refused ones", self.s3.get_bucket_policy(Bucket=bucket)["Policy"], document)
+        ok("malformed policies are refused (MalformedPolicy) and the policy stays")
+
+        expect_error("get_public_access_block of a bucket without one",
+                     ["NoSuchPublicAccessBlockConfiguration"], self.s3.get_public_access_block, Bucket=bucket)
+        restrict = {"BlockPublicAcls": False, "IgnorePublicAcls": False,
+                    "BlockPublicPolicy": False, "RestrictPublicBuckets": True}
+        self.s3.put_public_access_block(Bucket=bucket, PublicAccessBlockConfiguration=restrict)
+        expect("get_public_access_block",
+               self.s3.get_public_access_block(Bucket=bucket)["PublicAccessBlockConfiguration"], restrict)
+        for who, s3 in [("anonymous", anonymous), ("other user", other)]:
+            expect_error(f"{who}: get_object public/a of a restricted bucket", ["AccessDenied"],
+                         s3.get_object, Bucket=bucket, Key="public/a")
+        body = self.s3.get_object(Bucket=bucket, Key="public/a")["Body"].read()
+        expect_body("owner: get_object public/a of a restricted bucket", body, b"public/a")
+        block = {**restrict, "BlockPublicPolicy": True, "RestrictPublicBuckets": False}
+        self.s3.put_public_access_block(Bucket=bucket, PublicAccessBlockConfiguration=block)
+        expect_error("put_bucket_policy of a public policy under BlockPublicPolicy", ["AccessDenied"],
+                     self.s3.put_bucket_policy, Bucket=bucket, Policy=document)
+        named = json.dumps({"Statement": [{
+            "Effect": "Allow", "Principal": {"AWS": f"arn:aws:iam:::user/{other_name}"},
+            "Action": "s3:GetObject", "Resource": f"{arn}/*"}]})
+        self.s3.put_bucket_policy(Bucket=bucket, Policy=named)
+        expect("policy status of a policy for one user",
+               self.s3.get_bucket_policy_status(Bucket=bucket)["PolicyStatus"]["IsPublic"], False)
+        expect_error("anonymous: get_object public/a under a policy for one user", ["AccessDenied"],
+                     anonymous.get_object, Bucket=bucket, Key="public/a")
+        self.s3.delete_public_access_block(Bucket=bucket)
+        expect_error("get_public_access_block after delete", ["NoSuchPublicAccessBlockConfiguration"],
+                     self.s3.get_public_access_block, Bucket=bucket)
+        ok("public access block: RestrictPublicBuckets lets only the owner in, BlockPublicPolicy"
+           " refuses a public policy but not one for a named user")
+
+        lockout = json.dumps({"Statement": [{
+            "Effect": "Deny", "Principal": "*", "Action": ["s3:GetBucketPolicy", "s3:ListBucket"],
+            "Resource": arn}]})
+        self.s3.put_bucket_policy(Bucket=bucket, Policy=lockout)
+        expect_error("owner: list_objects_v2 denied by the policy", ["AccessDenied"],
+                     self.s3.list_objects_v2, Bucket=bucket)
+        expect("owner: get_bucket_policy despite its deny",
+               self.s3.get_bucket_policy(Bucket=bucket)["Policy"], lockout)
+        self.s3.delete_bucket_policy(Bucket=bucket)
+        expect_error("get_bucket_policy after delete", ["NoSuchBucketPolicy"],
+                     self.s3.get_bucket_policy, Bucket=bucket)
+        self.s3.list_objects_v2(Bucket=bucket)
+        expect_error("anonymous: get_object public/a without a policy", ["AccessDenied"],
+                     anonymous.get_object, Bucket=bucket, Key="public/a")
+        ok("a deny holds the owner but never keeps it from its policy; delete_bucket_policy closes the bucket")
+
     # Clean up ---------------------------------------------------------------------------
 
     def empty_and_delete(self, bucket, s3=None):
@@ -3018,7 +3195,8 @@ class Suite:
         s3.delete_bucket(Bucket=bucket)
 
     def clean_up(self):
-        buckets = [self.bucket, self.listing_bucket, self.encrypted_bucket, self.versioned_bucket]
+        buckets = [self.bucket, self.listing_bucket, self.encrypted_bucket, self.versioned_bucket,
+                   self.policy_bucket]
         for bucket in buckets:
             self.empty_and_delete(bucket)
         listed = {b["Name"] for b in self.s3.list_buckets()["Buckets"]}
@@ -3035,6 +3213,8 @@ class Suite:
             (self.s3, self.encrypted_bucket),
             (self.s3, self.versioned_bucket),
             (self.s3, self.locked_bucket),
+            (self.s3, self.policy_bucket),
+            (self.other, f"{self.policy_bucket}-other"),
             *[(self.s3, bucket) for bucket in self.lifecycle_buckets],
             (self.s3, self.reused_bucket),
             (self.other, self.reused_bucket),
@@ -3062,6 +3242,7 @@ def main():
         suite.tagging,
         suite.object_lock,
         suite.lifecycle,
+        suite.policies,
         suite.multipart_part_copies,
         suite.multipart_errors,
         suite.multipart_listing_and_abort,

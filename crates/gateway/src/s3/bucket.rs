@@ -1,6 +1,7 @@
 //! The bucket verbs: list, create (with object lock if asked), delete, head, location,
 //! default encryption and versioning.
 
+use super::policy::allowed;
 use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result};
 
@@ -89,9 +90,8 @@ pub(super) async fn delete_bucket(
     gw: &Gateway,
     req: S3Request<DeleteBucketInput>,
 ) -> S3Result<S3Response<DeleteBucketOutput>> {
-    let user = gw.user(&req).await?;
+    allowed!(gw, req, DeleteBucket);
     let bucket = &req.input.bucket;
-    gw.owned(&user, bucket).await?;
     match buckets::remove(&gw.pool, bucket).await {
         Ok(()) => Ok(S3Response::new(DeleteBucketOutput::default())),
         Err(Error::NotEmpty(_)) => Err(Refusal::BucketNotEmpty(bucket.clone()).into()),
@@ -103,8 +103,7 @@ pub(super) async fn head_bucket(
     gw: &Gateway,
     req: S3Request<HeadBucketInput>,
 ) -> S3Result<S3Response<HeadBucketOutput>> {
-    let user = gw.user(&req).await?;
-    gw.owned(&user, &req.input.bucket).await?;
+    allowed!(gw, req, ListBucket);
     Ok(S3Response::new(HeadBucketOutput::default()))
 }
 
@@ -112,8 +111,7 @@ pub(super) async fn get_bucket_location(
     gw: &Gateway,
     req: S3Request<GetBucketLocationInput>,
 ) -> S3Result<S3Response<GetBucketLocationOutput>> {
-    let user = gw.user(&req).await?;
-    gw.owned(&user, &req.input.bucket).await?;
+    allowed!(gw, req, GetBucketLocation);
     // No constraint means us-east-1, the one region a Coffer cluster answers as.
     Ok(S3Response::new(GetBucketLocationOutput::default()))
 }
@@ -122,9 +120,8 @@ pub(super) async fn put_bucket_encryption(
     gw: &Gateway,
     req: S3Request<PutBucketEncryptionInput>,
 ) -> S3Result<S3Response<PutBucketEncryptionOutput>> {
-    let user = gw.user(&req).await?;
+    allowed!(gw, req, PutEncryptionConfiguration);
     let input = req.input;
-    gw.owned(&user, &input.bucket).await?;
     let rules = input.server_side_encryption_configuration.rules;
     let default = match rules.as_slice() {
         [rule] => rule
@@ -144,9 +141,8 @@ pub(super) async fn get_bucket_encryption(
     gw: &Gateway,
     req: S3Request<GetBucketEncryptionInput>,
 ) -> S3Result<S3Response<GetBucketEncryptionOutput>> {
-    let user = gw.user(&req).await?;
+    allowed!(gw, req, GetEncryptionConfiguration);
     let bucket = &req.input.bucket;
-    gw.owned(&user, bucket).await?;
     let Some(sse) = buckets::encryption(&gw.pool, bucket)
         .await
         .map_err(|e| in_bucket(e, bucket))?
@@ -174,9 +170,8 @@ pub(super) async fn delete_bucket_encryption(
     gw: &Gateway,
     req: S3Request<DeleteBucketEncryptionInput>,
 ) -> S3Result<S3Response<DeleteBucketEncryptionOutput>> {
-    let user = gw.user(&req).await?;
+    allowed!(gw, req, PutEncryptionConfiguration);
     let bucket = &req.input.bucket;
-    gw.owned(&user, bucket).await?;
     buckets::set_encryption(&gw.pool, bucket, None).await?;
     Ok(S3Response::new(DeleteBucketEncryptionOutput::default()))
 }
@@ -185,9 +180,8 @@ pub(super) async fn put_bucket_versioning(
     gw: &Gateway,
     req: S3Request<PutBucketVersioningInput>,
 ) -> S3Result<S3Response<PutBucketVersioningOutput>> {
-    let user = gw.user(&req).await?;
+    allowed!(gw, req, PutBucketVersioning);
     let input = req.input;
-    gw.owned(&user, &input.bucket).await?;
     let configuration = input.versioning_configuration;
     if configuration
         .mfa_delete
@@ -215,8 +209,7 @@ pub(super) async fn get_bucket_versioning(
     gw: &Gateway,
     req: S3Request<GetBucketVersioningInput>,
 ) -> S3Result<S3Response<GetBucketVersioningOutput>> {
-    let user = gw.user(&req).await?;
-    let bucket = gw.owned(&user, &req.input.bucket).await?;
+    let bucket = allowed!(gw, req, GetBucketVersioning);
     let status = match bucket.versioning {
         Versioning::Unversioned => None,
         Versioning::Enabled => Some(BucketVersioningStatus::ENABLED),

@@ -1,5 +1,7 @@
 //! The copy verbs: CopyObject, and UploadPartCopy, which copies into a part of an upload.
 
+use super::policy::versioned;
+use crate::policy::Action;
 use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result};
 
@@ -65,11 +67,30 @@ fn copy_range(text: Option<&str>, size: u64) -> S3Result<std::ops::Range<u64>> {
     }
 }
 
+/// Checks that `req` may read the source of its copy.
+async fn readable_source<T>(gw: &Gateway, req: &S3Request<T>, source: &CopySource) -> S3Result<()> {
+    let CopySource::Bucket {
+        bucket,
+        key,
+        version_id,
+    } = source
+    else {
+        return Err(Refusal::NotServed("copy from an access point").into());
+    };
+    let action = versioned(version_id, Action::GetObject, Action::GetObjectVersion);
+    gw.allowed(req, action, bucket, Some(key)).await?;
+    Ok(())
+}
+
 pub(super) async fn copy_object(
     gw: &Gateway,
     req: S3Request<CopyObjectInput>,
 ) -> S3Result<S3Response<CopyObjectOutput>> {
-    let user = gw.user(&req).await?;
+    let key = Some(req.input.key.as_str());
+    let bucket = gw
+        .allowed(&req, Action::PutObject, &req.input.bucket, key)
+        .await?;
+    readable_source(gw, &req, &req.input.copy_source).await?;
     let input = req.input;
     check_key(&input.key)?;
     let CopySource::Bucket {
@@ -80,8 +101,6 @@ pub(super) async fn copy_object(
     else {
         return Err(Refusal::NotServed("copy from an access point").into());
     };
-    gw.owned(&user, source_bucket).await?;
-    let bucket = gw.owned(&user, &input.bucket).await?;
     // The copy's own lock, never its source's.
     let asked = asked_lock!(input)?;
     lock::check_allowed(&bucket, &asked)?;
@@ -170,7 +189,10 @@ pub(super) async fn upload_part_copy(
     gw: &Gateway,
     req: S3Request<UploadPartCopyInput>,
 ) -> S3Result<S3Response<UploadPartCopyOutput>> {
-    let user = gw.user(&req).await?;
+    let key = Some(req.input.key.as_str());
+    gw.allowed(&req, Action::PutObject, &req.input.bucket, key)
+        .await?;
+    readable_source(gw, &req, &req.input.copy_source).await?;
     let input = req.input;
     let number = part_number(input.part_number)?;
     let CopySource::Bucket {
@@ -181,8 +203,6 @@ pub(super) async fn upload_part_copy(
     else {
         return Err(Refusal::NotServed("copy from an access point").into());
     };
-    gw.owned(&user, source_bucket).await?;
-    gw.owned(&user, &input.bucket).await?;
     let record = gw
         .upload(&input.bucket, &input.key, &input.upload_id)
         .await?;

@@ -14,8 +14,12 @@ pub(crate) enum Refusal {
     Unsigned,
     #[error("the access key id is not known")]
     UnknownAccessKey,
-    #[error("bucket {0} belongs to another user")]
-    NotOwner(String),
+    #[error("{} may not {action} on {resource}", who.as_deref().map_or("an anonymous request".into(), |user| format!("user {user}")))]
+    Denied {
+        who: Option<String>,
+        action: &'static str,
+        resource: String,
+    },
     #[error("bucket {0} does not exist")]
     NoBucket(String),
     #[error("no object {key} in bucket {bucket}")]
@@ -96,6 +100,12 @@ pub(crate) enum Refusal {
     NoLifecycle(String),
     #[error("{0}")]
     StorageClass(&'static str),
+    #[error("{0}")]
+    MalformedPolicy(String),
+    #[error("bucket {0} has no policy")]
+    NoPolicy(String),
+    #[error("bucket {0} has no public access block")]
+    NoPublicBlock(String),
 }
 
 impl Refusal {
@@ -104,7 +114,7 @@ impl Refusal {
         use S3ErrorCode as C;
         match self {
             Refusal::Unsigned
-            | Refusal::NotOwner(_)
+            | Refusal::Denied { .. }
             | Refusal::NoKmsKey(_)
             | Refusal::PresignedLife(_)
             | Refusal::BadDate(_) => C::AccessDenied,
@@ -145,6 +155,9 @@ impl Refusal {
             Refusal::NoObjectLock(_) => C::NoSuchObjectLockConfiguration,
             Refusal::NoLifecycle(_) => C::NoSuchLifecycleConfiguration,
             Refusal::StorageClass(_) => C::InvalidStorageClass,
+            Refusal::MalformedPolicy(_) => C::MalformedPolicy,
+            Refusal::NoPolicy(_) => C::NoSuchBucketPolicy,
+            Refusal::NoPublicBlock(_) => C::Custom("NoSuchPublicAccessBlockConfiguration".into()),
         }
     }
 }
@@ -171,7 +184,9 @@ impl From<Refusal> for S3Error {
         // S3 codes that s3s does not know are the client's errors too.
         let custom = matches!(code, S3ErrorCode::Custom(_));
         let mut e = S3Error::with_message(code, refusal.to_string());
-        if custom {
+        if let Refusal::NoPublicBlock(_) = refusal {
+            e.set_status_code(hyper::StatusCode::NOT_FOUND);
+        } else if custom {
             e.set_status_code(hyper::StatusCode::BAD_REQUEST);
         }
         let headers = refusal.headers();

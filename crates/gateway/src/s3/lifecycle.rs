@@ -3,6 +3,7 @@
 //! expires. `crate::lifecycle` decides what the rules expire; `maintenance::lifecycle`
 //! applies them.
 
+use super::policy::allowed;
 use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result};
 
@@ -288,9 +289,8 @@ pub(super) async fn put_bucket_lifecycle_configuration(
     gw: &Gateway,
     req: S3Request<PutBucketLifecycleConfigurationInput>,
 ) -> S3Result<S3Response<PutBucketLifecycleConfigurationOutput>> {
-    let user = gw.user(&req).await?;
+    allowed!(gw, req, PutLifecycleConfiguration);
     let input = req.input;
-    gw.owned(&user, &input.bucket).await?;
     let given = input
         .lifecycle_configuration
         .map(|c| c.rules)
@@ -318,9 +318,9 @@ pub(super) async fn get_bucket_lifecycle_configuration(
     gw: &Gateway,
     req: S3Request<GetBucketLifecycleConfigurationInput>,
 ) -> S3Result<S3Response<GetBucketLifecycleConfigurationOutput>> {
-    let user = gw.user(&req).await?;
+    let bucket_found = allowed!(gw, req, GetLifecycleConfiguration);
     let bucket = &req.input.bucket;
-    let Some(lifecycle) = gw.owned(&user, bucket).await?.lifecycle else {
+    let Some(lifecycle) = bucket_found.lifecycle else {
         return Err(Refusal::NoLifecycle(bucket.clone()).into());
     };
     Ok(S3Response::new(GetBucketLifecycleConfigurationOutput {
@@ -333,9 +333,8 @@ pub(super) async fn delete_bucket_lifecycle(
     gw: &Gateway,
     req: S3Request<DeleteBucketLifecycleInput>,
 ) -> S3Result<S3Response<DeleteBucketLifecycleOutput>> {
-    let user = gw.user(&req).await?;
+    allowed!(gw, req, PutLifecycleConfiguration);
     let bucket = &req.input.bucket;
-    gw.owned(&user, bucket).await?;
     buckets::set_lifecycle(&gw.pool, bucket, None)
         .await
         .map_err(|e| in_bucket(e, bucket))?;

@@ -2,6 +2,7 @@
 //! hold of an object (or of one of its versions); and the lock that a PUT, a copy or a
 //! multipart upload asks for with its headers. The rules themselves are `crate::lock`'s.
 
+use super::policy::allowed;
 use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result};
 
@@ -129,26 +130,12 @@ fn hold_status(on: bool) -> ObjectLockLegalHoldStatus {
     ObjectLockLegalHoldStatus::from(status.to_owned())
 }
 
-/// The bucket of an object lock request on an object: `bucket` must have object lock.
-async fn locked_bucket(gw: &Gateway, user: &str, bucket: &str) -> S3Result<Bucket> {
-    let found = gw.owned(user, bucket).await?;
-    if found.lock.is_none() {
+/// `bucket`, which an object lock request on one of its objects needs to have object lock.
+fn locked(bucket: Bucket) -> S3Result<Bucket> {
+    if bucket.lock.is_none() {
         return Err(Refusal::BadRequest("the bucket has no object lock configuration").into());
     }
-    Ok(found)
-}
-
-/// Version `version` of `key` (else its current one) in `bucket`, which must have object
-/// lock, for GetObjectRetention and GetObjectLegalHold.
-async fn locked_version(
-    gw: &Gateway,
-    user: &str,
-    bucket: &str,
-    key: &str,
-    version: Option<&str>,
-) -> S3Result<crate::layout::ObjectEntry> {
-    locked_bucket(gw, user, bucket).await?;
-    gw.object(bucket, key, version).await
+    Ok(bucket)
 }
 
 /// A default retention as a PutObjectLockConfiguration gives it.
@@ -183,9 +170,8 @@ pub(super) async fn put_object_lock_configuration(
     gw: &Gateway,
     req: S3Request<PutObjectLockConfigurationInput>,
 ) -> S3Result<S3Response<PutObjectLockConfigurationOutput>> {
-    let user = gw.user(&req).await?;
+    allowed!(gw, req, PutBucketObjectLockConfiguration);
     let input = req.input;
-    gw.owned(&user, &input.bucket).await?;
     let Some(configuration) = input.object_lock_configuration else {
         return Err(Refusal::Malformed("give an ObjectLockConfiguration".into()).into());
     };
@@ -216,9 +202,9 @@ pub(super) async fn get_object_lock_configuration(
     gw: &Gateway,
     req: S3Request<GetObjectLockConfigurationInput>,
 ) -> S3Result<S3Response<GetObjectLockConfigurationOutput>> {
-    let user = gw.user(&req).await?;
+    let found = allowed!(gw, req, GetBucketObjectLockConfiguration);
     let bucket = &req.input.bucket;
-    let Some(lock) = gw.owned(&user, bucket).await?.lock else {
+    let Some(lock) = found.lock else {
         return Err(Refusal::NoLockConfiguration(bucket.clone()).into());
     };
     let rule = lock.default.map(|d| {
@@ -248,9 +234,9 @@ pub(super) async fn put_object_retention(
     gw: &Gateway,
     req: S3Request<PutObjectRetentionInput>,
 ) -> S3Result<S3Response<PutObjectRetentionOutput>> {
-    let user = gw.user(&req).await?;
+    let bucket = locked(allowed!(gw, req, object PutObjectRetention))?;
+    let bypass = allowed!(gw, req, bypass);
     let input = req.input;
-    let bucket = locked_bucket(gw, &user, &input.bucket).await?;
     let given = input.retention.unwrap_or_default();
     // No mode and no date removes the retention, as S3's.
     let retention = match (given.mode, given.retain_until_date) {
@@ -263,10 +249,7 @@ pub(super) async fn put_object_retention(
             .into())
         }
     };
-    let amend = Amend::Retention {
-        retention,
-        bypass: input.bypass_governance_retention.unwrap_or(false),
-    };
+    let amend = Amend::Retention { retention, bypass };
     let version = input.version_id.as_deref();
     gw.amend(&bucket, &input.bucket, &input.key, version, amend)
         .await?;
@@ -277,10 +260,10 @@ pub(super) async fn get_object_retention(
     gw: &Gateway,
     req: S3Request<GetObjectRetentionInput>,
 ) -> S3Result<S3Response<GetObjectRetentionOutput>> {
-    let user = gw.user(&req).await?;
+    locked(allowed!(gw, req, object GetObjectRetention))?;
     let input = req.input;
     let version = input.version_id.as_deref();
-    let entry = locked_version(gw, &user, &input.bucket, &input.key, version).await?;
+    let entry = gw.object(&input.bucket, &input.key, version).await?;
     let Some(retention) = entry.lock.retention else {
         return Err(Refusal::NoObjectLock(format!("{} has no retention", input.key)).into());
     };
@@ -298,9 +281,8 @@ pub(super) async fn put_object_legal_hold(
     gw: &Gateway,
     req: S3Request<PutObjectLegalHoldInput>,
 ) -> S3Result<S3Response<PutObjectLegalHoldOutput>> {
-    let user = gw.user(&req).await?;
+    let bucket = locked(allowed!(gw, req, object PutObjectLegalHold))?;
     let input = req.input;
-    let bucket = locked_bucket(gw, &user, &input.bucket).await?;
     let status = input.legal_hold.and_then(|h| h.status);
     let Some(status) = status else {
         return Err(Refusal::Malformed("a LegalHold gives its Status".into()).into());
@@ -322,10 +304,10 @@ pub(super) async fn get_object_legal_hold(
     gw: &Gateway,
     req: S3Request<GetObjectLegalHoldInput>,
 ) -> S3Result<S3Response<GetObjectLegalHoldOutput>> {
-    let user = gw.user(&req).await?;
+    locked(allowed!(gw, req, object GetObjectLegalHold))?;
     let input = req.input;
     let version = input.version_id.as_deref();
-    let entry = locked_version(gw, &user, &input.bucket, &input.key, version).await?;
+    let entry = gw.object(&input.bucket, &input.key, version).await?;
     let Some(on) = entry.lock.legal_hold else {
         return Err(Refusal::NoObjectLock(format!("{} has no legal hold", input.key)).into());
     };

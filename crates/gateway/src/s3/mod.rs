@@ -1,9 +1,9 @@
 //! The S3 operations, on the pool's buckets and objects. s3s has parsed the request and
-//! checked its signature before any of these runs; each checks that the signed-in user owns
-//! the bucket it touches.
+//! checked its signature (if it has one) before any of these runs; each asks
+//! [`policy`] whether the request's user, or an anonymous request, may do what it asks.
 //!
 //! One file per group of verbs (buckets, objects, copies, multipart uploads, listings, tags,
-//! object lock, lifecycle); the
+//! object lock, lifecycle, policies); the
 //! table at the end of this file routes each S3 verb to its handler, and [`error`] is the
 //! one place that chooses S3's error codes.
 
@@ -15,6 +15,7 @@ mod lifecycle;
 mod list;
 mod lock;
 mod object;
+mod policy;
 mod tagging;
 mod upload;
 
@@ -134,7 +135,7 @@ impl Gateway {
         builder.build()
     }
 
-    /// The name of the user who signed `req` (s3s refuses unsigned requests before this).
+    /// The name of the user who signed `req`; an unsigned request is refused.
     async fn user<T>(&self, req: &S3Request<T>) -> S3Result<String> {
         let Some(credentials) = &req.credentials else {
             return Err(Refusal::Unsigned.into());
@@ -154,16 +155,6 @@ impl Gateway {
 
     fn names_lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
         self.names.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// The bucket, if `user` owns it.
-    async fn owned(&self, user: &str, bucket: &str) -> S3Result<buckets::Bucket> {
-        match buckets::info(&self.pool, bucket).await {
-            Ok(found) if found.info.owner == user => Ok(found),
-            Ok(_) => Err(Refusal::NotOwner(bucket.into()).into()),
-            Err(Error::NotFound(_)) => Err(Refusal::NoBucket(bucket.into()).into()),
-            Err(e) => Err(e.into()),
-        }
     }
 
     /// The object GET, HEAD and copies read: version `version` of `key` if one is asked,
@@ -637,6 +628,13 @@ verbs! {
     lifecycle::put_bucket_lifecycle_configuration(PutBucketLifecycleConfigurationInput) -> PutBucketLifecycleConfigurationOutput;
     lifecycle::get_bucket_lifecycle_configuration(GetBucketLifecycleConfigurationInput) -> GetBucketLifecycleConfigurationOutput;
     lifecycle::delete_bucket_lifecycle(DeleteBucketLifecycleInput) -> DeleteBucketLifecycleOutput;
+    policy::put_bucket_policy(PutBucketPolicyInput) -> PutBucketPolicyOutput;
+    policy::get_bucket_policy(GetBucketPolicyInput) -> GetBucketPolicyOutput;
+    policy::delete_bucket_policy(DeleteBucketPolicyInput) -> DeleteBucketPolicyOutput;
+    policy::get_bucket_policy_status(GetBucketPolicyStatusInput) -> GetBucketPolicyStatusOutput;
+    policy::put_public_access_block(PutPublicAccessBlockInput) -> PutPublicAccessBlockOutput;
+    policy::get_public_access_block(GetPublicAccessBlockInput) -> GetPublicAccessBlockOutput;
+    policy::delete_public_access_block(DeletePublicAccessBlockInput) -> DeletePublicAccessBlockOutput;
 }
 
 #[cfg(test)]

@@ -1,6 +1,9 @@
 //! The object verbs: put, get, head, delete one or many; and what GET and HEAD answer of an
 //! object (its conditions, range or part, type and metadata).
 
+use super::policy::allowed;
+use super::policy::versioned;
+use crate::policy::Action;
 use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result};
 
@@ -292,12 +295,11 @@ pub(super) async fn put_object(
     gw: &Gateway,
     req: S3Request<PutObjectInput>,
 ) -> S3Result<S3Response<PutObjectOutput>> {
-    let user = gw.user(&req).await?;
+    let bucket = allowed!(gw, req, object PutObject);
     let md5 = content_md5(&req.headers)?;
     let input = req.input;
     let conditions = (input.if_match.clone(), input.if_none_match.clone());
     check_key(&input.key)?;
-    let bucket = gw.owned(&user, &input.bucket).await?;
     let tags = tagging::from_header(input.tagging.as_deref())?;
     let asked = asked_lock!(input)?;
     lock::check_allowed(&bucket, &asked)?;
@@ -341,10 +343,9 @@ pub(super) async fn get_object(
     gw: &Gateway,
     req: S3Request<GetObjectInput>,
 ) -> S3Result<S3Response<GetObjectOutput>> {
-    let user = gw.user(&req).await?;
+    let bucket = allowed!(gw, req, object GetObject / GetObjectVersion);
     refuse_encryption_headers(&req.headers)?;
     let input = req.input;
-    let bucket = gw.owned(&user, &input.bucket).await?;
     let entry = gw
         .object(&input.bucket, &input.key, input.version_id.as_deref())
         .await?;
@@ -398,10 +399,9 @@ pub(super) async fn head_object(
     gw: &Gateway,
     req: S3Request<HeadObjectInput>,
 ) -> S3Result<S3Response<HeadObjectOutput>> {
-    let user = gw.user(&req).await?;
+    let bucket = allowed!(gw, req, object GetObject / GetObjectVersion);
     refuse_encryption_headers(&req.headers)?;
     let input = req.input;
-    let bucket = gw.owned(&user, &input.bucket).await?;
     let entry = gw
         .object(&input.bucket, &input.key, input.version_id.as_deref())
         .await?;
@@ -454,16 +454,15 @@ pub(super) async fn delete_object(
     gw: &Gateway,
     req: S3Request<DeleteObjectInput>,
 ) -> S3Result<S3Response<DeleteObjectOutput>> {
-    let user = gw.user(&req).await?;
+    let bucket = allowed!(gw, req, object DeleteObject / DeleteObjectVersion);
+    let bypass = allowed!(gw, req, bypass);
     let input = req.input;
-    let bucket = gw.owned(&user, &input.bucket).await?;
     let version = input.version_id.as_deref().map(version_id).transpose()?;
     let when = DeleteIf {
         etag: input.if_match,
         modified: input.if_match_last_modified_time,
         size: input.if_match_size,
     };
-    let bypass = input.bypass_governance_retention.unwrap_or(false);
     let done = gw
         .delete(
             &bucket,
@@ -484,12 +483,15 @@ pub(super) async fn delete_object(
 
 pub(super) async fn delete_objects(
     gw: &Gateway,
-    req: S3Request<DeleteObjectsInput>,
+    mut req: S3Request<DeleteObjectsInput>,
 ) -> S3Result<S3Response<DeleteObjectsOutput>> {
-    let user = gw.user(&req).await?;
-    let input = req.input;
-    let bucket = gw.owned(&user, &input.bucket).await?;
-    if input.delete.objects.len() > DELETE_KEYS_MAX {
+    let principal = gw.principal(&req).await?;
+    let principal = principal.as_deref();
+    let name = req.input.bucket.clone();
+    let bucket = gw.bucket(&name).await?;
+    let objects = std::mem::take(&mut req.input.delete.objects);
+    let input = &req.input;
+    if objects.len() > DELETE_KEYS_MAX {
         return Err(Refusal::Malformed(format!(
             "DeleteObjects takes at most {DELETE_KEYS_MAX} keys"
         ))
@@ -499,24 +501,31 @@ pub(super) async fn delete_objects(
     let bypass = input.bypass_governance_retention.unwrap_or(false);
     let mut deleted = Vec::new();
     let mut errors = Vec::new();
-    for object in input.delete.objects {
+    for object in objects {
         let when = DeleteIf {
             etag: object.e_tag.clone().map(ETagCondition::ETag),
             modified: object.last_modified_time.clone(),
             size: object.size,
         };
-        let done = match object.version_id.as_deref().map(version_id).transpose() {
+        let key = Some(object.key.as_str());
+        let action = versioned(
+            &object.version_id,
+            Action::DeleteObject,
+            Action::DeleteObjectVersion,
+        );
+        let mut checked = gw.check(&req, principal, &bucket, action, &name, key).await;
+        if bypass && checked.is_ok() {
+            let action = Action::BypassGovernanceRetention;
+            checked = gw.check(&req, principal, &bucket, action, &name, key).await;
+        }
+        let version = object.version_id.as_deref().map(version_id).transpose();
+        let done = match checked.and(version) {
             Ok(version) => gw
-                .delete(
-                    &bucket,
-                    &input.bucket,
-                    &object.key,
-                    version,
-                    bypass,
-                    |judged| when.check(judged),
-                )
+                .delete(&bucket, &name, &object.key, version, bypass, |judged| {
+                    when.check(judged)
+                })
                 .await
-                .map_err(|e| in_bucket(e, &input.bucket)),
+                .map_err(|e| in_bucket(e, &name)),
             Err(e) => Err(e),
         };
         match done {

@@ -1,5 +1,6 @@
 //! The tagging verbs: the tags of an object (or of one of its versions), and of a bucket.
 
+use super::policy::allowed;
 use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result};
 
@@ -78,10 +79,9 @@ pub(super) async fn put_object_tagging(
     gw: &Gateway,
     req: S3Request<PutObjectTaggingInput>,
 ) -> S3Result<S3Response<PutObjectTaggingOutput>> {
-    let user = gw.user(&req).await?;
+    let bucket = allowed!(gw, req, object PutObjectTagging / PutObjectVersionTagging);
     let input = req.input;
     let tags = from_set(input.tagging.tag_set, OBJECT_TAGS_MAX)?;
-    let bucket = gw.owned(&user, &input.bucket).await?;
     let version = input.version_id.as_deref();
     let version_id = gw
         .amend(
@@ -99,9 +99,8 @@ pub(super) async fn delete_object_tagging(
     gw: &Gateway,
     req: S3Request<DeleteObjectTaggingInput>,
 ) -> S3Result<S3Response<DeleteObjectTaggingOutput>> {
-    let user = gw.user(&req).await?;
+    let bucket = allowed!(gw, req, object DeleteObjectTagging / DeleteObjectVersionTagging);
     let input = req.input;
-    let bucket = gw.owned(&user, &input.bucket).await?;
     let version = input.version_id.as_deref();
     let untagged = Amend::Tags(Vec::new());
     let version_id = gw
@@ -114,9 +113,8 @@ pub(super) async fn get_object_tagging(
     gw: &Gateway,
     req: S3Request<GetObjectTaggingInput>,
 ) -> S3Result<S3Response<GetObjectTaggingOutput>> {
-    let user = gw.user(&req).await?;
+    allowed!(gw, req, object GetObjectTagging / GetObjectVersionTagging);
     let input = req.input;
-    gw.owned(&user, &input.bucket).await?;
     let entry = gw
         .object(&input.bucket, &input.key, input.version_id.as_deref())
         .await?;
@@ -132,9 +130,8 @@ pub(super) async fn put_bucket_tagging(
     gw: &Gateway,
     req: S3Request<PutBucketTaggingInput>,
 ) -> S3Result<S3Response<PutBucketTaggingOutput>> {
-    let user = gw.user(&req).await?;
+    allowed!(gw, req, PutBucketTagging);
     let input = req.input;
-    gw.owned(&user, &input.bucket).await?;
     let tags = from_set(input.tagging.tag_set, BUCKET_TAGS_MAX)?;
     buckets::set_tags(&gw.pool, &input.bucket, &tags)
         .await
@@ -146,9 +143,8 @@ pub(super) async fn get_bucket_tagging(
     gw: &Gateway,
     req: S3Request<GetBucketTaggingInput>,
 ) -> S3Result<S3Response<GetBucketTaggingOutput>> {
-    let user = gw.user(&req).await?;
+    allowed!(gw, req, GetBucketTagging);
     let bucket = &req.input.bucket;
-    gw.owned(&user, bucket).await?;
     let tags = buckets::tags(&gw.pool, bucket)
         .await
         .map_err(|e| in_bucket(e, bucket))?;
@@ -164,9 +160,8 @@ pub(super) async fn delete_bucket_tagging(
     gw: &Gateway,
     req: S3Request<DeleteBucketTaggingInput>,
 ) -> S3Result<S3Response<DeleteBucketTaggingOutput>> {
-    let user = gw.user(&req).await?;
+    allowed!(gw, req, PutBucketTagging);
     let bucket = &req.input.bucket;
-    gw.owned(&user, bucket).await?;
     buckets::set_tags(&gw.pool, bucket, &Vec::new())
         .await
         .map_err(|e| in_bucket(e, bucket))?;

@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 
+use super::policy::allowed;
 use s3s::dto::*;
 use s3s::{S3Error, S3Request, S3Response, S3Result};
 
@@ -129,10 +130,14 @@ pub(super) async fn create_multipart_upload(
     gw: &Gateway,
     req: S3Request<CreateMultipartUploadInput>,
 ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
-    let user = gw.user(&req).await?;
+    // As S3 names an anonymous initiator.
+    let initiator = gw
+        .principal(&req)
+        .await?
+        .unwrap_or_else(|| "anonymous".into());
+    let bucket = allowed!(gw, req, object PutObject);
     let input = req.input;
     check_key(&input.key)?;
-    let bucket = gw.owned(&user, &input.bucket).await?;
     let tags = tagging::from_header(input.tagging.as_deref())?;
     // The bucket's default retention is added at completion.
     let lock = asked_lock!(input)?;
@@ -143,7 +148,7 @@ pub(super) async fn create_multipart_upload(
     }
     let described = encryption::describe(&sse, customer.as_ref());
     let record = UploadRecord {
-        initiator: user,
+        initiator,
         initiated_ns: layout::now_ns(),
         headers: content_headers!(input),
         content_type: input.content_type,
@@ -171,11 +176,10 @@ pub(super) async fn upload_part(
     gw: &Gateway,
     req: S3Request<UploadPartInput>,
 ) -> S3Result<S3Response<UploadPartOutput>> {
-    let user = gw.user(&req).await?;
+    allowed!(gw, req, object PutObject);
     let md5 = content_md5(&req.headers)?;
     let input = req.input;
     let number = part_number(input.part_number)?;
-    gw.owned(&user, &input.bucket).await?;
     let record = gw
         .upload(&input.bucket, &input.key, &input.upload_id)
         .await?;
@@ -207,9 +211,8 @@ pub(super) async fn complete_multipart_upload(
     gw: &Gateway,
     req: S3Request<CompleteMultipartUploadInput>,
 ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
-    let user = gw.user(&req).await?;
+    let bucket = allowed!(gw, req, object PutObject);
     let input = req.input;
-    let bucket = gw.owned(&user, &input.bucket).await?;
     // An SSE-C upload is completed with its key, as its parts are written.
     let customer = customer_key!(input)?;
     let record = match gw.upload(&input.bucket, &input.key, &input.upload_id).await {
@@ -370,9 +373,8 @@ pub(super) async fn abort_multipart_upload(
     gw: &Gateway,
     req: S3Request<AbortMultipartUploadInput>,
 ) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
-    let user = gw.user(&req).await?;
+    allowed!(gw, req, object AbortMultipartUpload);
     let input = req.input;
-    gw.owned(&user, &input.bucket).await?;
     gw.upload(&input.bucket, &input.key, &input.upload_id)
         .await?;
     multipart::abort(&gw.pool, &input.bucket, &input.key, &input.upload_id)
@@ -385,9 +387,8 @@ pub(super) async fn list_parts(
     gw: &Gateway,
     req: S3Request<ListPartsInput>,
 ) -> S3Result<S3Response<ListPartsOutput>> {
-    let user = gw.user(&req).await?;
+    allowed!(gw, req, object ListMultipartUploadParts);
     let input = req.input;
-    gw.owned(&user, &input.bucket).await?;
     let record = gw
         .upload(&input.bucket, &input.key, &input.upload_id)
         .await?;
@@ -438,9 +439,8 @@ pub(super) async fn list_multipart_uploads(
     gw: &Gateway,
     req: S3Request<ListMultipartUploadsInput>,
 ) -> S3Result<S3Response<ListMultipartUploadsOutput>> {
-    let user = gw.user(&req).await?;
+    allowed!(gw, req, ListBucketMultipartUploads);
     let input = req.input;
-    gw.owned(&user, &input.bucket).await?;
     let max = input
         .max_uploads
         .unwrap_or(MAX_KEYS_DEFAULT)

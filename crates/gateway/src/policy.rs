@@ -1,0 +1,1018 @@
+//! Bucket policies and public access blocks: who may do what to a bucket and its objects
+//! beyond its owner. Pure code: the gateway gives each request's principal, action,
+//! resource and condition keys ([`Asked`]), and [`allowed`] decides.
+//!
+//! A policy is the IAM policy grammar S3 takes: statements that allow or deny actions
+//! (`s3:GetObject`, `s3:*`) on resources (`arn:aws:s3:::bucket/prefix*`) to principals
+//! (`*`, a user's ARN or name), under conditions on the request (`StringEquals`,
+//! `StringLike`, `Numeric…`, `Date…`, `Bool`, `IpAddress`, `Null`, `Arn…`, with
+//! `…IfExists`, `ForAnyValue:` and `ForAllValues:`). An explicit deny wins over everything,
+//! the owner included (except over the policy verbs, so that an owner can never lock itself
+//! out); the owner needs no allow; anyone else needs one.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use serde::{Deserialize, Serialize};
+
+/// The largest policy S3 takes (20 KiB).
+pub const POLICY_BYTES_MAX: usize = 20 * 1024;
+
+/// What a request asks to do, as policies name it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    ListBucket,
+    ListBucketVersions,
+    ListBucketMultipartUploads,
+    GetBucketLocation,
+    DeleteBucket,
+    GetEncryptionConfiguration,
+    PutEncryptionConfiguration,
+    GetBucketVersioning,
+    PutBucketVersioning,
+    GetBucketTagging,
+    PutBucketTagging,
+    GetBucketObjectLockConfiguration,
+    PutBucketObjectLockConfiguration,
+    GetLifecycleConfiguration,
+    PutLifecycleConfiguration,
+    GetBucketPolicy,
+    PutBucketPolicy,
+    DeleteBucketPolicy,
+    GetBucketPolicyStatus,
+    GetBucketPublicAccessBlock,
+    PutBucketPublicAccessBlock,
+    GetObject,
+    GetObjectVersion,
+    PutObject,
+    DeleteObject,
+    DeleteObjectVersion,
+    AbortMultipartUpload,
+    ListMultipartUploadParts,
+    GetObjectTagging,
+    GetObjectVersionTagging,
+    PutObjectTagging,
+    PutObjectVersionTagging,
+    DeleteObjectTagging,
+    DeleteObjectVersionTagging,
+    GetObjectRetention,
+    PutObjectRetention,
+    GetObjectLegalHold,
+    PutObjectLegalHold,
+    BypassGovernanceRetention,
+}
+
+impl Action {
+    /// The action's name in policies.
+    pub fn name(self) -> &'static str {
+        use Action::*;
+        match self {
+            ListBucket => "s3:ListBucket",
+            ListBucketVersions => "s3:ListBucketVersions",
+            ListBucketMultipartUploads => "s3:ListBucketMultipartUploads",
+            GetBucketLocation => "s3:GetBucketLocation",
+            DeleteBucket => "s3:DeleteBucket",
+            GetEncryptionConfiguration => "s3:GetEncryptionConfiguration",
+            PutEncryptionConfiguration => "s3:PutEncryptionConfiguration",
+            GetBucketVersioning => "s3:GetBucketVersioning",
+            PutBucketVersioning => "s3:PutBucketVersioning",
+            GetBucketTagging => "s3:GetBucketTagging",
+            PutBucketTagging => "s3:PutBucketTagging",
+            GetBucketObjectLockConfiguration => "s3:GetBucketObjectLockConfiguration",
+            PutBucketObjectLockConfiguration => "s3:PutBucketObjectLockConfiguration",
+            GetLifecycleConfiguration => "s3:GetLifecycleConfiguration",
+            PutLifecycleConfiguration => "s3:PutLifecycleConfiguration",
+            GetBucketPolicy => "s3:GetBucketPolicy",
+            PutBucketPolicy => "s3:PutBucketPolicy",
+            DeleteBucketPolicy => "s3:DeleteBucketPolicy",
+            GetBucketPolicyStatus => "s3:GetBucketPolicyStatus",
+            GetBucketPublicAccessBlock => "s3:GetBucketPublicAccessBlock",
+            PutBucketPublicAccessBlock => "s3:PutBucketPublicAccessBlock",
+            GetObject => "s3:GetObject",
+            GetObjectVersion => "s3:GetObjectVersion",
+            PutObject => "s3:PutObject",
+            DeleteObject => "s3:DeleteObject",
+            DeleteObjectVersion => "s3:DeleteObjectVersion",
+            AbortMultipartUpload => "s3:AbortMultipartUpload",
+            ListMultipartUploadParts => "s3:ListMultipartUploadParts",
+            GetObjectTagging => "s3:GetObjectTagging",
+            GetObjectVersionTagging => "s3:GetObjectVersionTagging",
+            PutObjectTagging => "s3:PutObjectTagging",
+            PutObjectVersionTagging => "s3:PutObjectVersionTagging",
+            DeleteObjectTagging => "s3:DeleteObjectTagging",
+            DeleteObjectVersionTagging => "s3:DeleteObjectVersionTagging",
+            GetObjectRetention => "s3:GetObjectRetention",
+            PutObjectRetention => "s3:PutObjectRetention",
+            GetObjectLegalHold => "s3:GetObjectLegalHold",
+            PutObjectLegalHold => "s3:PutObjectLegalHold",
+            BypassGovernanceRetention => "s3:BypassGovernanceRetention",
+        }
+    }
+
+    /// The verbs on a bucket's policy, which its owner may always use.
+    fn on_policy(self) -> bool {
+        matches!(
+            self,
+            Action::GetBucketPolicy | Action::PutBucketPolicy | Action::DeleteBucketPolicy
+        )
+    }
+}
+
+/// The condition keys of a request, by lower-cased name (condition keys are not
+/// case-sensitive); a key may have several values.
+pub type Context = BTreeMap<String, Vec<String>>;
+
+/// One request, as a policy judges it.
+pub struct Asked<'a> {
+    /// The signed-in user, or `None` for an anonymous request.
+    pub principal: Option<&'a str>,
+    pub action: Action,
+    /// `arn:aws:s3:::bucket` or `arn:aws:s3:::bucket/key`.
+    pub resource: &'a str,
+    pub context: &'a Context,
+}
+
+/// The ARN of a bucket, or of one of its objects.
+pub fn resource(bucket: &str, key: Option<&str>) -> String {
+    match key {
+        Some(key) => format!("arn:aws:s3:::{bucket}/{key}"),
+        None => format!("arn:aws:s3:::{bucket}"),
+    }
+}
+
+/// A bucket's public access block, in its index object's public-block attribute.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PublicBlock {
+    /// Refuse ACLs that grant to everyone or to every signed-in user.
+    pub block_acls: bool,
+    /// Grant nothing through such ACLs.
+    pub ignore_acls: bool,
+    /// Refuse a policy that allows anyone.
+    pub block_policy: bool,
+    /// While the policy allows anyone, let only the owner in.
+    pub restrict_buckets: bool,
+}
+
+impl crate::layout::Record for PublicBlock {}
+
+/// Whether a policy allows or denies what its statement names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Effect {
+    Allow,
+    Deny,
+}
+
+/// What a policy says of one request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Allowed,
+    Denied,
+    /// No statement applies.
+    Silent,
+}
+
+/// Who a statement is about.
+#[derive(Clone, Debug, PartialEq)]
+enum Principals {
+    /// `*`: anyone, signed in or not.
+    Anyone,
+    /// These users; principals that name no user of this cluster (an account's root, a
+    /// service) are kept so that the policy reads back, and match no request.
+    Users(Vec<String>),
+}
+
+/// The operator of a condition, without its `…IfExists` and set qualifiers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Operator {
+    StringEquals,
+    StringEqualsIgnoreCase,
+    StringLike,
+    NumericEquals,
+    NumericLessThan,
+    NumericLessThanEquals,
+    NumericGreaterThan,
+    NumericGreaterThanEquals,
+    DateEquals,
+    DateLessThan,
+    DateLessThanEquals,
+    DateGreaterThan,
+    DateGreaterThanEquals,
+    Bool,
+    IpAddress,
+    ArnLike,
+    Null,
+}
+
+/// How a condition with several request values is judged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Quantifier {
+    /// The key has one value (or any of several matches).
+    Single,
+    /// `ForAnyValue:`: some value of the request's matches.
+    AnyValue,
+    /// `ForAllValues:`: every value of the request's matches (true if it has none).
+    AllValues,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+struct Condition {
+    operator: Operator,
+    /// `StringNotEquals` and the like: true where the positive operator is false.
+    negated: bool,
+    /// `…IfExists`: true when the request has no such key.
+    if_exists: bool,
+    quantifier: Quantifier,
+    /// Lower-cased.
+    key: String,
+    values: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+struct Statement {
+    effect: Effect,
+    principals: Principals,
+    /// `NotPrincipal` (with `Deny` only): everyone but `principals`.
+    not_principal: bool,
+    /// Lower-cased patterns.
+    actions: Vec<String>,
+    not_action: bool,
+    resources: Vec<String>,
+    not_resource: bool,
+    conditions: Vec<Condition>,
+}
+
+/// A bucket policy: the document as it was given (it is answered back byte for byte) and
+/// what it says. Kept as its text in the bucket's policy attribute.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct Policy {
+    text: String,
+    statements: Vec<Statement>,
+}
+
+impl crate::layout::Record for Policy {}
+
+impl From<Policy> for String {
+    fn from(policy: Policy) -> String {
+        policy.text
+    }
+}
+
+impl TryFrom<String> for Policy {
+    type Error = String;
+
+    fn try_from(text: String) -> Result<Policy, String> {
+        Policy::parse(&text)
+    }
+}
+
+/// Condition keys whose value pins a request to known callers: a policy that allows
+/// anyone under one of these is not public.
+const PINNING_KEYS: &[&str] = &[
+    "aws:sourceip",
+    "aws:sourcearn",
+    "aws:sourcevpc",
+    "aws:sourcevpce",
+    "aws:sourceaccount",
+    "aws:sourceowner",
+    "aws:principalaccount",
+    "aws:principalarn",
+    "aws:principalorgid",
+    "aws:userid",
+    "aws:username",
+];
+
+impl Policy {
+    /// Reads a policy document; the error says what is wrong with it.
+    pub fn parse(text: &str) -> Result<Policy, String> {
+        if text.len() > POLICY_BYTES_MAX {
+            return Err(format!(
+                "the policy is {} bytes, more than {POLICY_BYTES_MAX}",
+                text.len()
+            ));
+        }
+        let document: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| format!("the policy is not JSON: {e}"))?;
+        let serde_json::Value::Object(document) = document else {
+            return Err("the policy is not a JSON object".into());
+        };
+        let mut statements = Vec::new();
+        for (name, value) in &document {
+            match name.as_str() {
+                "Version" => match value.as_str() {
+                    Some("2012-10-17" | "2008-10-17") => {}
+                    _ => return Err(format!("unknown policy Version {value}")),
+                },
+                "Id" => {}
+                "Statement" => {
+                    let listed = match value {
+                        serde_json::Value::Array(items) => items.iter().collect(),
+                        single => vec![single],
+                    };
+                    for item in listed {
+                        statements.push(statement(item)?);
+                    }
+                }
+                other => return Err(format!("unknown policy element {other:?}")),
+            }
+        }
+        if statements.is_empty() {
+            return Err("the policy has no Statement".into());
+        }
+        Ok(Policy {
+            text: text.into(),
+            statements,
+        })
+    }
+
+    /// Checks that every resource of the policy is `bucket` or within it, as S3 requires of
+    /// a bucket's policy.
+    pub fn check_resources(&self, bucket: &str) -> Result<(), String> {
+        for pattern in self.statements.iter().flat_map(|s| &s.resources) {
+            let named = pattern
+                .strip_prefix("arn:aws:s3:::")
+                .map(|rest| rest.split('/').next().unwrap_or(rest));
+            match named {
+                Some(named) if glob(named, bucket) => {}
+                _ => return Err(format!("Policy has invalid resource {pattern:?}")),
+            }
+        }
+        Ok(())
+    }
+
+    /// The policy as it was given.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// Whether the policy allows anyone, signed in or not, without a condition that pins
+    /// the caller (S3's "public").
+    pub fn is_public(&self) -> bool {
+        self.statements.iter().any(|s| {
+            s.effect == Effect::Allow
+                && s.principals == Principals::Anyone
+                && !s
+                    .conditions
+                    .iter()
+                    .any(|c| PINNING_KEYS.contains(&c.key.as_str()))
+        })
+    }
+
+    /// Whether some condition of the policy reads a key starting with `prefix`
+    /// (lower-cased), so that the gateway looks up what it needs only then.
+    pub fn reads(&self, prefix: &str) -> bool {
+        self.statements
+            .iter()
+            .flat_map(|s| &s.conditions)
+            .any(|c| c.key.starts_with(prefix))
+    }
+
+    /// What the policy says of `asked`: a deny from any statement wins.
+    pub fn judge(&self, asked: &Asked) -> Verdict {
+        let mut verdict = Verdict::Silent;
+        for statement in &self.statements {
+            if statement.applies(asked) {
+                match statement.effect {
+                    Effect::Deny => return Verdict::Denied,
+                    Effect::Allow => verdict = Verdict::Allowed,
+                }
+            }
+        }
+        verdict
+    }
+}
+
+/// Whether `asked` may be done on a bucket that `owner` owns, under its `policy` and
+/// `block`.
+pub fn allowed(owner: &str, asked: &Asked, policy: Option<&Policy>, block: PublicBlock) -> bool {
+    let is_owner = asked.principal == Some(owner);
+    if is_owner && asked.action.on_policy() {
+        return true;
+    }
+    let Some(policy) = policy else {
+        return is_owner;
+    };
+    match policy.judge(asked) {
+        Verdict::Denied => false,
+        _ if is_owner => true,
+        Verdict::Allowed => !(block.restrict_buckets && policy.is_public()),
+        Verdict::Silent => false,
+    }
+}
+
+impl Statement {
+    fn applies(&self, asked: &Asked) -> bool {
+        let principal = match (&self.principals, asked.principal) {
+            (Principals::Anyone, _) => true,
+            (Principals::Users(users), Some(user)) => users.iter().any(|u| u == user),
+            (Principals::Users(_), None) => false,
+        };
+        let action = asked.action.name().to_ascii_lowercase();
+        let action = self.actions.iter().any(|a| glob(a, &action));
+        let resource = self.resources.iter().any(|r| glob(r, asked.resource));
+        principal != self.not_principal
+            && action != self.not_action
+            && resource != self.not_resource
+            && self.conditions.iter().all(|c| c.holds(asked.context))
+    }
+}
+
+impl Condition {
+    fn holds(&self, context: &Context) -> bool {
+        let given = context.get(&self.key).filter(|values| !values.is_empty());
+        if self.operator == Operator::Null {
+            let absent = given.is_none();
+            return self
+                .values
+                .iter()
+                .any(|v| v.eq_ignore_ascii_case("true") == absent);
+        }
+        let Some(given) = given else {
+            return self.if_exists || self.negated || self.quantifier == Quantifier::AllValues;
+        };
+        let matches = |value: &String| self.values.iter().any(|want| self.compare(value, want));
+        match self.quantifier {
+            Quantifier::AllValues if self.negated => given.iter().all(|v| !matches(v)),
+            Quantifier::AllValues => given.iter().all(matches),
+            _ => given.iter().any(matches) != self.negated,
+        }
+    }
+
+    /// Whether the request's `value` matches the policy's `want` under the positive
+    /// operator.
+    fn compare(&self, value: &str, want: &str) -> bool {
+        use std::cmp::Ordering::*;
+        use Operator::*;
+        let numbers = || Some((value.parse::<f64>().ok()?, want.parse::<f64>().ok()?));
+        let dates = || Some((date(value)?, date(want)?));
+        let order = match self.operator {
+            NumericEquals
+            | NumericLessThan
+            | NumericLessThanEquals
+            | NumericGreaterThan
+            | NumericGreaterThanEquals => numbers().and_then(|(a, b)| a.partial_cmp(&b)),
+            DateEquals
+            | DateLessThan
+            | DateLessThanEquals
+            | DateGreaterThan
+            | DateGreaterThanEquals => dates().map(|(a, b)| a.cmp(&b)),
+            _ => None,
+        };
+        match self.operator {
+            StringEquals => value == want,
+            StringEqualsIgnoreCase => value.eq_ignore_ascii_case(want),
+            StringLike | ArnLike => glob(want, value),
+            Bool => value.eq_ignore_ascii_case(want),
+            IpAddress => in_network(value, want),
+            NumericEquals | DateEquals => order == Some(Equal),
+            NumericLessThan | DateLessThan => order == Some(Less),
+            NumericLessThanEquals | DateLessThanEquals => matches!(order, Some(Less | Equal)),
+            NumericGreaterThan | DateGreaterThan => order == Some(Greater),
+            NumericGreaterThanEquals | DateGreaterThanEquals => {
+                matches!(order, Some(Greater | Equal))
+            }
+            Null => false,
+        }
+    }
+}
+
+/// A date in a condition: ISO 8601 (RFC 3339) or seconds since the epoch.
+fn date(text: &str) -> Option<i128> {
+    if let Ok(seconds) = text.parse::<i64>() {
+        return Some(i128::from(seconds) * 1_000_000_000);
+    }
+    time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
+        .ok()
+        .map(|at| at.unix_timestamp_nanos())
+}
+
+/// Whether address `value` is within `network` (`10.0.0.0/8`, or one address).
+fn in_network(value: &str, network: &str) -> bool {
+    let (base, bits) = match network.split_once('/') {
+        Some((base, bits)) => (base, bits.parse::<u32>().ok()),
+        None => (network, None),
+    };
+    let (Ok(address), Ok(base)) = (value.parse::<IpAddr>(), base.parse::<IpAddr>()) else {
+        return false;
+    };
+    let (address, base, width) = match (address, base) {
+        (IpAddr::V4(a), IpAddr::V4(b)) => (u128::from(a.to_bits()), u128::from(b.to_bits()), 32),
+        (IpAddr::V6(a), IpAddr::V6(b)) => (a.to_bits(), b.to_bits(), 128),
+        _ => return false,
+    };
+    let bits = bits.unwrap_or(width);
+    if bits > width {
+        return false;
+    }
+    let shift = width - bits;
+    let high = |x: u128| x.checked_shr(shift).unwrap_or(0);
+    high(address) == high(base)
+}
+
+/// Whether `text` matches `pattern`, where `*` stands for any run of characters and `?`
+/// for one.
+pub fn glob(pattern: &str, text: &str) -> bool {
+    let (pattern, text): (Vec<char>, Vec<char>) =
+        (pattern.chars().collect(), text.chars().collect());
+    let (mut p, mut t) = (0, 0);
+    // The last `*` seen, and where in the text its run ends so far.
+    let mut star: Option<(usize, usize)> = None;
+    while t < text.len() {
+        match pattern.get(p) {
+            Some('*') => {
+                star = Some((p, t));
+                p += 1;
+            }
+            Some(&c) if c == '?' || c == text[t] => {
+                p += 1;
+                t += 1;
+            }
+            _ => match star {
+                Some((at, end)) => {
+                    p = at + 1;
+                    t = end + 1;
+                    star = Some((at, end + 1));
+                }
+                None => return false,
+            },
+        }
+    }
+    pattern[p..].iter().all(|&c| c == '*')
+}
+
+/// One or several strings (numbers and booleans read as their text).
+fn strings(value: &serde_json::Value, what: &str) -> Result<Vec<String>, String> {
+    let one = |v: &serde_json::Value| match v {
+        serde_json::Value::String(s) => Ok(s.clone()),
+        serde_json::Value::Bool(b) => Ok(b.to_string()),
+        serde_json::Value::Number(n) => Ok(n.to_string()),
+        other => Err(format!("{what}: {other} is not a string")),
+    };
+    let values = match value {
+        serde_json::Value::Array(items) => items.iter().map(one).collect::<Result<Vec<_>, _>>()?,
+        single => vec![one(single)?],
+    };
+    if values.is_empty() {
+        return Err(format!("{what} is empty"));
+    }
+    Ok(values)
+}
+
+fn statement(value: &serde_json::Value) -> Result<Statement, String> {
+    let serde_json::Value::Object(fields) = value else {
+        return Err("a Statement is not a JSON object".into());
+    };
+    let mut effect = None;
+    let mut principals = None;
+    let mut not_principal = false;
+    let mut actions = None;
+    let mut not_action = false;
+    let mut resources = None;
+    let mut not_resource = false;
+    let mut conditions = Vec::new();
+    for (name, value) in fields {
+        match name.as_str() {
+            "Sid" => {}
+            "Effect" => {
+                effect = Some(match value.as_str() {
+                    Some("Allow") => Effect::Allow,
+                    Some("Deny") => Effect::Deny,
+                    _ => return Err(format!("Effect {value} is neither Allow nor Deny")),
+                })
+            }
+            "Principal" | "NotPrincipal" => {
+                not_principal = name == "NotPrincipal";
+                principals = Some(principal(value)?);
+            }
+            "Action" | "NotAction" => {
+                not_action = name == "NotAction";
+                let given = strings(value, name)?;
+                for action in &given {
+                    let known = action == "*" || action.to_ascii_lowercase().starts_with("s3:");
+                    if !known {
+                        return Err(format!("Policy has an invalid action {action:?}"));
+                    }
+                }
+                actions = Some(given.iter().map(|a| a.to_ascii_lowercase()).collect());
+            }
+            "Resource" | "NotResource" => {
+                not_resource = name == "NotResource";
+                resources = Some(strings(value, name)?);
+            }
+            "Condition" => conditions = condition_block(value)?,
+            other => return Err(format!("unknown Statement element {other:?}")),
+        }
+    }
+    let effect = effect.ok_or("a Statement has no Effect")?;
+    if not_principal && effect == Effect::Allow {
+        return Err("NotPrincipal is only taken with Deny".into());
+    }
+    Ok(Statement {
+        effect,
+        principals: principals.ok_or("a bucket policy Statement needs a Principal")?,
+        not_principal,
+        actions: actions.ok_or("a Statement has no Action")?,
+        not_action,
+        resources: resources.ok_or("a Statement has no Resource")?,
+        not_resource,
+        conditions,
+    })
+}
+
+/// A statement's principals: `"*"`, or `{"AWS": …, "CanonicalUser": …, "Service": …}`.
+fn principal(value: &serde_json::Value) -> Result<Principals, String> {
+    if value.as_str() == Some("*") {
+        return Ok(Principals::Anyone);
+    }
+    let serde_json::Value::Object(kinds) = value else {
+        return Err(format!("Principal {value} is neither \"*\" nor an object"));
+    };
+    let mut users = Vec::new();
+    for (kind, names) in kinds {
+        let names = strings(names, "Principal")?;
+        match kind.as_str() {
+            "AWS" if names.iter().any(|n| n == "*") => return Ok(Principals::Anyone),
+            "AWS" | "CanonicalUser" => users.extend(names.iter().map(|n| user_name(n))),
+            "Service" | "Federated" => users.extend(names.iter().map(|n| format!("{kind}:{n}"))),
+            other => return Err(format!("unknown Principal kind {other:?}")),
+        }
+    }
+    Ok(Principals::Users(users))
+}
+
+/// The user an AWS principal names: `arn:aws:iam::ACCOUNT:user/NAME` or a bare name. Any
+/// other ARN (an account's root) is kept whole, and so names no user.
+fn user_name(principal: &str) -> String {
+    match principal.strip_prefix("arn:aws:iam::") {
+        Some(rest) => match rest.split_once(":user/") {
+            Some((_, name)) => name.into(),
+            None => principal.into(),
+        },
+        None => principal.into(),
+    }
+}
+
+/// `{"StringEquals": {"key": value(s)}, …}`.
+fn condition_block(value: &serde_json::Value) -> Result<Vec<Condition>, String> {
+    let serde_json::Value::Object(operators) = value else {
+        return Err("a Condition is not a JSON object".into());
+    };
+    let mut conditions = Vec::new();
+    for (name, keys) in operators {
+        let (quantifier, rest) = if let Some(rest) = name.strip_prefix("ForAnyValue:") {
+            (Quantifier::AnyValue, rest)
+        } else if let Some(rest) = name.strip_prefix("ForAllValues:") {
+            (Quantifier::AllValues, rest)
+        } else {
+            (Quantifier::Single, name.as_str())
+        };
+        let (rest, if_exists) = match rest.strip_suffix("IfExists") {
+            Some(rest) => (rest, true),
+            None => (rest, false),
+        };
+        let (operator, negated) =
+            operator(rest).ok_or_else(|| format!("unknown Condition operator {name:?}"))?;
+        let serde_json::Value::Object(keys) = keys else {
+            return Err(format!("Condition {name} is not a JSON object"));
+        };
+        for (key, values) in keys {
+            conditions.push(Condition {
+                operator,
+                negated,
+                if_exists,
+                quantifier,
+                key: key.to_ascii_lowercase(),
+                values: strings(values, key)?,
+            });
+        }
+    }
+    Ok(conditions)
+}
+
+/// An operator by name, and whether it is the negation of the one returned.
+fn operator(name: &str) -> Option<(Operator, bool)> {
+    use Operator::*;
+    Some(match name {
+        "StringEquals" => (StringEquals, false),
+        "StringNotEquals" => (StringEquals, true),
+        "StringEqualsIgnoreCase" => (StringEqualsIgnoreCase, false),
+        "StringNotEqualsIgnoreCase" => (StringEqualsIgnoreCase, true),
+        "StringLike" => (StringLike, false),
+        "StringNotLike" => (StringLike, true),
+        "NumericEquals" => (NumericEquals, false),
+        "NumericNotEquals" => (NumericEquals, true),
+        "NumericLessThan" => (NumericLessThan, false),
+        "NumericLessThanEquals" => (NumericLessThanEquals, false),
+        "NumericGreaterThan" => (NumericGreaterThan, false),
+        "NumericGreaterThanEquals" => (NumericGreaterThanEquals, false),
+        "DateEquals" => (DateEquals, false),
+        "DateNotEquals" => (DateEquals, true),
+        "DateLessThan" => (DateLessThan, false),
+        "DateLessThanEquals" => (DateLessThanEquals, false),
+        "DateGreaterThan" => (DateGreaterThan, false),
+        "DateGreaterThanEquals" => (DateGreaterThanEquals, false),
+        "Bool" => (Bool, false),
+        "IpAddress" => (IpAddress, false),
+        "NotIpAddress" => (IpAddress, true),
+        "ArnEquals" | "ArnLike" => (ArnLike, false),
+        "ArnNotEquals" | "ArnNotLike" => (ArnLike, true),
+        "Null" => (Null, false),
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(statements: &str) -> Policy {
+        Policy::parse(&format!(
+            r#"{{"Version": "2012-10-17", "Statement": [{statements}]}}"#
+        ))
+        .expect("a policy")
+    }
+
+    fn judge(policy: &Policy, principal: Option<&str>, action: Action, resource: &str) -> Verdict {
+        policy.judge(&Asked {
+            principal,
+            action,
+            resource,
+            context: &Context::new(),
+        })
+    }
+
+    #[test]
+    fn globs_match_as_s3_does() {
+        assert!(glob("*", ""));
+        assert!(glob("arn:aws:s3:::b/*", "arn:aws:s3:::b/a/b/c"));
+        assert!(!glob("arn:aws:s3:::b/*", "arn:aws:s3:::b"));
+        assert!(glob("s3:get*", "s3:getobject"));
+        assert!(glob("a?c*e", "abcdde"));
+        assert!(glob("*a*a", "banana"));
+        assert!(!glob("*a*b", "banana"));
+        assert!(!glob("a", "ab"));
+    }
+
+    #[test]
+    fn addresses_are_matched_by_network() {
+        assert!(in_network("10.1.2.3", "10.0.0.0/8"));
+        assert!(!in_network("11.1.2.3", "10.0.0.0/8"));
+        assert!(in_network("10.0.0.0", "10.0.0.0/32"));
+        assert!(in_network("1.2.3.4", "0.0.0.0/0"));
+        assert!(in_network("::1", "::1"));
+        assert!(!in_network("::1", "10.0.0.0/8"));
+        assert!(!in_network("10.0.0.1", "10.0.0.0/33"));
+    }
+
+    #[test]
+    fn a_policy_allows_and_denies_by_principal_action_and_resource() {
+        let p = policy(
+            r#"{"Effect": "Allow", "Principal": {"AWS": "*"}, "Action": "s3:ListBucket",
+                "Resource": ["arn:aws:s3:::b", "arn:aws:s3:::b/*"]},
+               {"Effect": "Allow", "Principal": {"AWS": "arn:aws:iam:::user/alice"},
+                "Action": "s3:Get*", "Resource": "arn:aws:s3:::b/public/*"},
+               {"Effect": "Deny", "Principal": "*", "Action": "s3:*",
+                "Resource": "arn:aws:s3:::b/public/secret"}"#,
+        );
+        assert_eq!(
+            judge(&p, None, Action::ListBucket, "arn:aws:s3:::b"),
+            Verdict::Allowed
+        );
+        assert_eq!(
+            judge(&p, None, Action::GetObject, "arn:aws:s3:::b/public/x"),
+            Verdict::Silent
+        );
+        assert_eq!(
+            judge(
+                &p,
+                Some("alice"),
+                Action::GetObject,
+                "arn:aws:s3:::b/public/x"
+            ),
+            Verdict::Allowed
+        );
+        assert_eq!(
+            judge(
+                &p,
+                Some("bob"),
+                Action::GetObject,
+                "arn:aws:s3:::b/public/x"
+            ),
+            Verdict::Silent
+        );
+        assert_eq!(
+            judge(
+                &p,
+                Some("alice"),
+                Action::GetObject,
+                "arn:aws:s3:::b/public/secret"
+            ),
+            Verdict::Denied
+        );
+        assert!(p.is_public());
+        assert!(p.check_resources("b").is_ok());
+        assert!(p.check_resources("c").is_err());
+        let empty = Context::new();
+        let ask = |principal, action| Asked {
+            principal,
+            action,
+            resource: "arn:aws:s3:::b/public/secret",
+            context: &empty,
+        };
+        // The owner needs no allow, but a deny holds it too, except over the policy.
+        let none = PublicBlock::default();
+        assert!(!allowed(
+            "owner",
+            &ask(Some("owner"), Action::GetObject),
+            Some(&p),
+            none
+        ));
+        assert!(allowed(
+            "owner",
+            &ask(Some("owner"), Action::PutBucketPolicy),
+            Some(&p),
+            none
+        ));
+        assert!(allowed(
+            "owner",
+            &ask(Some("owner"), Action::GetObject),
+            None,
+            none
+        ));
+        assert!(!allowed(
+            "owner",
+            &ask(Some("bob"), Action::GetObject),
+            None,
+            none
+        ));
+    }
+
+    #[test]
+    fn restrict_public_buckets_lets_only_the_owner_in() {
+        let p = policy(
+            r#"{"Effect": "Allow", "Principal": "*", "Action": "s3:GetObject",
+                "Resource": "arn:aws:s3:::b/*"}"#,
+        );
+        let context = Context::new();
+        let ask = |principal| Asked {
+            principal,
+            action: Action::GetObject,
+            resource: "arn:aws:s3:::b/k",
+            context: &context,
+        };
+        let open = PublicBlock::default();
+        let restricted = PublicBlock {
+            restrict_buckets: true,
+            ..open
+        };
+        assert!(allowed("owner", &ask(None), Some(&p), open));
+        assert!(!allowed("owner", &ask(None), Some(&p), restricted));
+        assert!(!allowed("owner", &ask(Some("bob")), Some(&p), restricted));
+        assert!(allowed("owner", &ask(Some("owner")), Some(&p), restricted));
+    }
+
+    #[test]
+    fn conditions_follow_iam() {
+        let p = policy(
+            r#"{"Effect": "Deny", "Principal": "*", "Action": "s3:PutObject",
+                "Resource": "arn:aws:s3:::b/*",
+                "Condition": {"Null": {"s3:x-amz-server-side-encryption": "true"}}},
+               {"Effect": "Deny", "Principal": "*", "Action": "s3:PutObject",
+                "Resource": "arn:aws:s3:::b/*",
+                "Condition": {"StringNotEqualsIfExists":
+                    {"s3:x-amz-server-side-encryption": ["AES256", "aws:kms"]}}},
+               {"Effect": "Allow", "Principal": "*", "Action": "s3:ListBucket",
+                "Resource": "arn:aws:s3:::b",
+                "Condition": {"StringLike": {"s3:prefix": "home/*"},
+                              "NumericLessThanEquals": {"s3:max-keys": 100},
+                              "Bool": {"aws:SecureTransport": true}}},
+               {"Effect": "Allow", "Principal": "*", "Action": "s3:GetObject",
+                "Resource": "arn:aws:s3:::b/*",
+                "Condition": {"IpAddress": {"aws:SourceIp": "10.0.0.0/8"},
+                              "ForAllValues:StringEquals": {"s3:RequestObjectTagKeys": ["a", "b"]},
+                              "DateLessThan": {"aws:CurrentTime": "2030-01-01T00:00:00Z"}}}"#,
+        );
+        let verdict = |action, resource: &str, keys: &[(&str, &str)]| -> Verdict {
+            let mut context = Context::new();
+            for (key, value) in keys {
+                context
+                    .entry(key.to_ascii_lowercase())
+                    .or_default()
+                    .push(value.to_string());
+            }
+            p.judge(&Asked {
+                principal: None,
+                action,
+                resource,
+                context: &context,
+            })
+        };
+        let put = |keys: &[(&str, &str)]| verdict(Action::PutObject, "arn:aws:s3:::b/k", keys);
+        assert_eq!(put(&[]), Verdict::Denied);
+        assert_eq!(
+            put(&[("s3:x-amz-server-side-encryption", "AES256")]),
+            Verdict::Silent
+        );
+        assert_eq!(
+            put(&[("s3:x-amz-server-side-encryption", "aws:kms")]),
+            Verdict::Silent
+        );
+        assert_eq!(
+            put(&[("s3:x-amz-server-side-encryption", "DES")]),
+            Verdict::Denied
+        );
+        let list = |keys: &[(&str, &str)]| verdict(Action::ListBucket, "arn:aws:s3:::b", keys);
+        let secure = ("aws:securetransport", "true");
+        assert_eq!(
+            list(&[("s3:prefix", "home/me/"), ("s3:max-keys", "100"), secure]),
+            Verdict::Allowed
+        );
+        assert_eq!(
+            list(&[("s3:prefix", "home/me/"), ("s3:max-keys", "101"), secure]),
+            Verdict::Silent
+        );
+        assert_eq!(list(&[("s3:prefix", "etc/"), secure]), Verdict::Silent);
+        assert_eq!(
+            list(&[("s3:prefix", "home/"), ("aws:securetransport", "false")]),
+            Verdict::Silent
+        );
+        let get = |keys: &[(&str, &str)]| verdict(Action::GetObject, "arn:aws:s3:::b/k", keys);
+        let now = ("aws:currenttime", "2026-11-27T00:00:00Z");
+        assert_eq!(get(&[("aws:sourceip", "10.1.1.1"), now]), Verdict::Allowed);
+        assert_eq!(get(&[("aws:sourceip", "127.0.0.1"), now]), Verdict::Silent);
+        assert_eq!(
+            get(&[
+                ("aws:sourceip", "10.1.1.1"),
+                ("aws:currenttime", "2031-01-01T00:00:00Z")
+            ]),
+            Verdict::Silent
+        );
+        assert_eq!(
+            get(&[
+                ("aws:sourceip", "10.1.1.1"),
+                now,
+                ("s3:requestobjecttagkeys", "a")
+            ]),
+            Verdict::Allowed
+        );
+        assert_eq!(
+            get(&[
+                ("aws:sourceip", "10.1.1.1"),
+                now,
+                ("s3:requestobjecttagkeys", "c")
+            ]),
+            Verdict::Silent
+        );
+        // A condition on the caller's address makes a policy for anyone not public.
+        assert!(!policy(
+            r#"{"Effect": "Allow", "Principal": "*", "Action": "s3:GetObject",
+                "Resource": "arn:aws:s3:::b/*",
+                "Condition": {"IpAddress": {"aws:SourceIp": "10.0.0.0/32"}}}"#
+        )
+        .is_public());
+    }
+
+    #[test]
+    fn bad_policies_are_refused_with_a_reason() {
+        let refused = |text: &str| Policy::parse(text).expect_err(text);
+        let statement = |body: &str| format!(r#"{{"Statement": [{{{body}}}]}}"#);
+        assert!(refused("not json").contains("JSON"));
+        assert!(refused(r#"{"Version": "2012-10-17"}"#).contains("no Statement"));
+        assert!(refused(r#"{"Version": "2020-01-01", "Statement": []}"#).contains("Version"));
+        let full = r#""Principal": "*", "Action": "s3:GetObject", "Resource": "arn:aws:s3:::b/*""#;
+        assert!(refused(&statement(&format!(r#""Effect": "Maybe", {full}"#))).contains("Effect"));
+        assert!(refused(&statement(
+            r#""Effect": "Allow", "NotPrincipal": {"AWS": "arn:aws:iam::t:root"},
+               "Action": "s3:GetObject", "Resource": "arn:aws:s3:::b/*""#
+        ))
+        .contains("NotPrincipal"));
+        assert!(refused(&statement(
+            r#""Effect": "Allow", "Principal": "*", "Action": "iam:CreateUser",
+               "Resource": "arn:aws:s3:::b/*""#
+        ))
+        .contains("action"));
+        assert!(refused(&statement(&format!(
+            r#""Effect": "Allow", {full}, "Condition": {{"StringSortOf": {{"a": "b"}}}}"#
+        )))
+        .contains("operator"));
+        assert!(refused(&statement(&format!(
+            r#""Effect": "Allow", {full}, "Extra": 1"#
+        )))
+        .contains("Extra"));
+        let big = statement(&format!(
+            r#""Effect": "Allow", {full}, "Sid": "{}""#,
+            "x".repeat(POLICY_BYTES_MAX)
+        ));
+        assert!(refused(&big).contains("bytes"));
+        // A policy reads back byte for byte, through its record.
+        let text = statement(&format!(r#""Effect": "Allow", {full}"#));
+        let p = Policy::parse(&text).expect("a policy");
+        let stored: Policy = crate::layout::decode(&crate::layout::encode(&p)).expect("decodes");
+        assert_eq!(stored.text(), text);
+        assert!(!policy(
+            r#"{"Effect": "Allow", "Principal": {"AWS": "arn:aws:iam::t:root"},
+                "Action": "s3:ListBucket", "Resource": "arn:aws:s3:::b"}"#
+        )
+        .is_public());
+    }
+}
