@@ -3,6 +3,7 @@
 use bytes::Bytes;
 use client::{ObjectOp, Pool};
 
+use crate::acl::{Acl, Ownership};
 use crate::layout::{self, BucketInfo, Head, IndexKey, ObjectEntry, Order, Sse, Version};
 use crate::lifecycle::Lifecycle;
 use crate::lock::BucketLock;
@@ -34,10 +35,13 @@ pub struct Bucket {
     pub lifecycle: Option<Lifecycle>,
     pub policy: Option<Policy>,
     pub public_block: Option<PublicBlock>,
+    /// Its ACL; none is its owner's alone.
+    pub acl: Option<Acl>,
+    pub ownership: Option<Ownership>,
 }
 
-/// The owner, creation time, versioning, object lock, lifecycle, policy and public access
-/// block of `bucket`.
+/// The owner, creation time, versioning, object lock, lifecycle, policy, public access
+/// block, ACL and object ownership of `bucket`.
 pub async fn info(pool: &Pool, bucket: &str) -> Result<Bucket, Error> {
     let attrs = pool
         .attrs(&layout::index_object(bucket))
@@ -53,6 +57,8 @@ pub async fn info(pool: &Pool, bucket: &str) -> Result<Bucket, Error> {
         lifecycle: decoded(attrs.get(layout::LIFECYCLE_ATTR).map(Vec::as_slice))?,
         policy: decoded(attrs.get(layout::POLICY_ATTR).map(Vec::as_slice))?,
         public_block: decoded(attrs.get(layout::PUBLIC_BLOCK_ATTR).map(Vec::as_slice))?,
+        acl: decoded(attrs.get(layout::ACL_ATTR).map(Vec::as_slice))?,
+        ownership: decoded(attrs.get(layout::OWNERSHIP_ATTR).map(Vec::as_slice))?,
     })
 }
 
@@ -67,9 +73,18 @@ async fn list_in_buckets(pool: &Pool, bucket: &str, info: &BucketInfo) -> Result
     Ok(())
 }
 
-/// Creates `bucket` owned by `owner`, with object lock (and so versioning) enabled if
-/// `locked`. `Exists` carries the current owner's name.
-pub async fn create(pool: &Pool, bucket: &str, owner: &str, locked: bool) -> Result<(), Error> {
+/// How a new bucket starts, besides its owner.
+#[derive(Clone, Debug, Default)]
+pub struct Setup {
+    /// Object lock (and so versioning) enabled.
+    pub locked: bool,
+    pub acl: Option<Acl>,
+    pub ownership: Option<Ownership>,
+}
+
+/// Creates `bucket` owned by `owner`, set up as `setup` says, in one commit. `Exists`
+/// carries the current owner's name.
+pub async fn create(pool: &Pool, bucket: &str, owner: &str, setup: Setup) -> Result<(), Error> {
     let record = BucketInfo {
         owner: owner.into(),
         created_ns: layout::now_ns(),
@@ -81,7 +96,19 @@ pub async fn create(pool: &Pool, bucket: &str, owner: &str, locked: bool) -> Res
             value: layout::encode(&record),
         },
     ];
-    if let (true, Some(enabled)) = (locked, Versioning::Enabled.attr()) {
+    if let Some(acl) = &setup.acl {
+        ops.push(ObjectOp::SetAttr {
+            name: layout::ACL_ATTR.into(),
+            value: layout::encode(acl),
+        });
+    }
+    if let Some(ownership) = &setup.ownership {
+        ops.push(ObjectOp::SetAttr {
+            name: layout::OWNERSHIP_ATTR.into(),
+            value: layout::encode(ownership),
+        });
+    }
+    if let (true, Some(enabled)) = (setup.locked, Versioning::Enabled.attr()) {
         ops.push(ObjectOp::SetAttr {
             name: layout::VERSIONING_ATTR.into(),
             value: enabled,
@@ -186,6 +213,21 @@ pub async fn set_lifecycle(
 pub async fn set_policy(pool: &Pool, bucket: &str, policy: Option<&Policy>) -> Result<(), Error> {
     let value = policy.map(layout::encode);
     set_bucket_attr(pool, bucket, layout::POLICY_ATTR, value).await
+}
+
+/// Sets `bucket`'s ACL.
+pub async fn set_acl(pool: &Pool, bucket: &str, acl: &Acl) -> Result<(), Error> {
+    set_bucket_attr(pool, bucket, layout::ACL_ATTR, Some(layout::encode(acl))).await
+}
+
+/// Sets `bucket`'s object ownership (`None` removes it).
+pub async fn set_ownership(
+    pool: &Pool,
+    bucket: &str,
+    ownership: Option<Ownership>,
+) -> Result<(), Error> {
+    let value = ownership.as_ref().map(layout::encode);
+    set_bucket_attr(pool, bucket, layout::OWNERSHIP_ATTR, value).await
 }
 
 /// Sets `bucket`'s public access block (`None` removes it).

@@ -23,6 +23,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::acl::Acl;
 use crate::lock::Lock;
 
 pub const USERS: &str = "gw.users";
@@ -48,6 +49,12 @@ pub const POLICY_ATTR: &str = "policy";
 /// The attribute of a bucket's index object that holds its public access block
 /// (`crate::policy::PublicBlock`).
 pub const PUBLIC_BLOCK_ATTR: &str = "public-block";
+/// The attribute of a bucket's index object that holds its ACL (`crate::acl::Acl`);
+/// absent is its owner's alone.
+pub const ACL_ATTR: &str = "acl";
+/// The attribute of a bucket's index object that holds its object ownership
+/// (`crate::acl::Ownership`).
+pub const OWNERSHIP_ATTR: &str = "ownership";
 /// The attribute set on a bucket's index object while the bucket is being deleted: index
 /// updates require it absent.
 pub const DELETING_ATTR: &str = "deleting";
@@ -207,23 +214,33 @@ impl Record for Tags {}
 /// A bucket's tags, by key.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Tags(pub Vec<(String, String)>);
-/// Format 2: its object entry gained the lock (format 1 holds an entry of format 3).
+/// A version as an earlier format stored it, with the entry of that format (read once per
+/// record: boxing saves nothing).
+#[allow(clippy::large_enum_variant)]
+#[derive(Deserialize)]
+enum EarlierVersion<Entry> {
+    Object(Entry),
+    Marker { mtime_ns: u64, tag: VersionTag },
+}
+
+impl<Entry: Into<ObjectEntry>> From<EarlierVersion<Entry>> for Version {
+    fn from(earlier: EarlierVersion<Entry>) -> Version {
+        match earlier {
+            EarlierVersion::Object(entry) => Version::Object(entry.into()),
+            EarlierVersion::Marker { mtime_ns, tag } => Version::Marker { mtime_ns, tag },
+        }
+    }
+}
+
+/// Formats: its object entry is of format 3 in format 1, of format 4 (the lock) in format
+/// 2, of format 5 (the ACL) in format 3.
 impl Record for Version {
-    const FORMAT: u8 = 2;
+    const FORMAT: u8 = 3;
 
     fn earlier(format: u8, bytes: &[u8]) -> Result<Self, String> {
-        /// A version as format 1 stored it (read once per record: boxing saves nothing).
-        #[allow(clippy::large_enum_variant)]
-        #[derive(Deserialize)]
-        enum VersionV1 {
-            Object(EntryV3),
-            Marker { mtime_ns: u64, tag: VersionTag },
-        }
         match format {
-            1 => Ok(match read::<VersionV1>(bytes)? {
-                VersionV1::Object(entry) => Version::Object(entry.into()),
-                VersionV1::Marker { mtime_ns, tag } => Version::Marker { mtime_ns, tag },
-            }),
+            1 => Ok(read::<EarlierVersion<EntryV3>>(bytes)?.into()),
+            2 => Ok(read::<EarlierVersion<EntryV4>>(bytes)?.into()),
             _ => Err(format!("version format {format} is not known here")),
         }
     }
@@ -268,21 +285,25 @@ pub struct ObjectEntry {
     pub tags: Vec<(String, String)>,
     /// The version's retention and legal hold.
     pub lock: Lock,
+    /// The version's ACL; none for one written before ACLs were kept, which is its bucket
+    /// owner's alone.
+    pub acl: Option<Acl>,
 }
 
 /// Format 2 added the content headers and the upload id, format 3 the version and tags,
-/// format 4 the lock.
+/// format 4 the lock, format 5 the ACL.
 impl Record for ObjectEntry {
-    const FORMAT: u8 = 4;
+    const FORMAT: u8 = 5;
 
     fn earlier(format: u8, bytes: &[u8]) -> Result<Self, String> {
-        let third = match format {
-            1 => EntryV2::from(read::<EntryV1>(bytes)?).into(),
-            2 => read::<EntryV2>(bytes)?.into(),
-            3 => read::<EntryV3>(bytes)?,
+        let fourth = match format {
+            1 => EntryV3::from(EntryV2::from(read::<EntryV1>(bytes)?)).into(),
+            2 => EntryV3::from(read::<EntryV2>(bytes)?).into(),
+            3 => read::<EntryV3>(bytes)?.into(),
+            4 => read::<EntryV4>(bytes)?,
             _ => return Err(format!("object entry format {format} is not known here")),
         };
-        Ok(third.into())
+        Ok(fourth.into())
     }
 }
 
@@ -339,8 +360,32 @@ impl From<EntryV2> for EntryV3 {
     }
 }
 
+/// An object entry as format 4 stored it (and format 2 of [`Version`] inside it): format
+/// 3's, then the lock.
+#[derive(Deserialize)]
+struct EntryV4 {
+    third: EntryV3,
+    lock: Lock,
+}
+
 impl From<EntryV3> for ObjectEntry {
     fn from(third: EntryV3) -> ObjectEntry {
+        EntryV4::from(third).into()
+    }
+}
+
+impl From<EntryV3> for EntryV4 {
+    fn from(third: EntryV3) -> EntryV4 {
+        EntryV4 {
+            third,
+            lock: Lock::default(),
+        }
+    }
+}
+
+impl From<EntryV4> for ObjectEntry {
+    fn from(fourth: EntryV4) -> ObjectEntry {
+        let third = fourth.third;
         let EntryV2 {
             first,
             headers,
@@ -358,7 +403,8 @@ impl From<EntryV3> for ObjectEntry {
             upload_id,
             version: third.version,
             tags: third.tags,
-            lock: Lock::default(),
+            lock: fourth.lock,
+            acl: None,
         }
     }
 }
@@ -496,11 +542,14 @@ pub struct UploadRecord {
     /// The lock the upload asked for (the bucket's default retention is added when it
     /// completes).
     pub lock: Lock,
+    /// The ACL the object gets.
+    pub acl: Option<Acl>,
 }
 
-/// Format 2 added the content headers, format 3 the tags, format 4 the lock.
+/// Format 2 added the content headers, format 3 the tags, format 4 the lock, format 5 the
+/// ACL.
 impl Record for UploadRecord {
-    const FORMAT: u8 = 4;
+    const FORMAT: u8 = 5;
 
     fn earlier(format: u8, bytes: &[u8]) -> Result<Self, String> {
         /// An upload as format 1 stored it.
@@ -524,19 +573,35 @@ impl Record for UploadRecord {
             second: Second,
             tags: Vec<(String, String)>,
         }
-        let (first, headers, tags) = match format {
+        /// An upload as format 4 stored it: format 3's, then the lock.
+        #[derive(Deserialize)]
+        struct Fourth {
+            third: Third,
+            lock: Lock,
+        }
+        let (first, headers, tags, lock) = match format {
             1 => (
-                postcard::from_bytes::<First>(bytes).map_err(|e| e.to_string())?,
+                read::<First>(bytes)?,
                 ContentHeaders::default(),
                 Vec::new(),
+                Lock::default(),
             ),
             2 => {
-                let second: Second = postcard::from_bytes(bytes).map_err(|e| e.to_string())?;
-                (second.first, second.headers, Vec::new())
+                let second: Second = read(bytes)?;
+                (second.first, second.headers, Vec::new(), Lock::default())
             }
             3 => {
-                let third: Third = postcard::from_bytes(bytes).map_err(|e| e.to_string())?;
-                (third.second.first, third.second.headers, third.tags)
+                let third: Third = read(bytes)?;
+                (
+                    third.second.first,
+                    third.second.headers,
+                    third.tags,
+                    Lock::default(),
+                )
+            }
+            4 => {
+                let Fourth { third, lock } = read(bytes)?;
+                (third.second.first, third.second.headers, third.tags, lock)
             }
             _ => return Err(format!("upload record format {format} is not known here")),
         };
@@ -548,7 +613,8 @@ impl Record for UploadRecord {
             sse: first.sse,
             headers,
             tags,
-            lock: Lock::default(),
+            lock,
+            acl: None,
         })
     }
 }
@@ -637,9 +703,10 @@ mod tests {
                 }),
                 legal_hold: Some(true),
             },
+            acl: Some(crate::acl::Acl::canned("public-read", "bo", "ana").expect("canned")),
         };
         let bytes = encode(&entry);
-        assert_eq!(bytes[0], 4);
+        assert_eq!(bytes[0], 5);
         assert_eq!(decode::<ObjectEntry>(&bytes), Ok(entry.clone()));
         let mut other = bytes.clone();
         other[0] = 9;
@@ -703,6 +770,23 @@ mod tests {
         let current = Version::Object(entry.clone());
         assert_eq!(decode::<Version>(&encode(&current)), Ok(current));
 
+        // An entry written before ACLs (format 4) reads with its lock, and no ACL; so does
+        // a version of format 2 holding one.
+        let mut fourth = vec![4];
+        fourth.extend_from_slice(&third[1..]);
+        fourth.extend(postcard::to_allocvec(&entry.lock).expect("serializes"));
+        let read = decode::<ObjectEntry>(&fourth).expect("format 4 reads");
+        assert_eq!(
+            read,
+            ObjectEntry {
+                acl: None,
+                ..entry.clone()
+            }
+        );
+        let mut version = vec![2, 0];
+        version.extend_from_slice(&fourth[1..]);
+        assert_eq!(decode::<Version>(&version), Ok(Version::Object(read)));
+
         // An upload record of format 2 reads with its headers and no tags.
         let upload = UploadRecord {
             initiator: "ana".into(),
@@ -713,6 +797,7 @@ mod tests {
             headers: entry.headers.clone(),
             tags: Vec::new(),
             lock: Lock::default(),
+            acl: None,
         };
         let mut second = vec![2];
         second.extend(
@@ -734,7 +819,22 @@ mod tests {
         third.extend(postcard::to_allocvec(&tags).expect("serializes"));
         assert_eq!(
             decode::<UploadRecord>(&third),
-            Ok(UploadRecord { tags, ..upload })
+            Ok(UploadRecord {
+                tags: tags.clone(),
+                ..upload.clone()
+            })
+        );
+        // And one of format 4 with its lock, and no ACL.
+        let mut fourth = third.clone();
+        fourth[0] = 4;
+        fourth.extend(postcard::to_allocvec(&entry.lock).expect("serializes"));
+        assert_eq!(
+            decode::<UploadRecord>(&fourth),
+            Ok(UploadRecord {
+                tags,
+                lock: entry.lock,
+                ..upload
+            })
         );
     }
 

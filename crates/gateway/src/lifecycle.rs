@@ -197,6 +197,7 @@ mod tests {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             lock: Default::default(),
+            acl: None,
         }
     }
 

@@ -1,6 +1,7 @@
 //! Bucket policies and public access blocks: who may do what to a bucket and its objects
 //! beyond its owner. Pure code: the gateway gives each request's principal, action,
-//! resource and condition keys ([`Asked`]), and [`allowed`] decides.
+//! resource and condition keys ([`Asked`]), and [`decide`] decides, leaving to ACLs
+//! (`crate::acl`) what it does not.
 //!
 //! A policy is the IAM policy grammar S3 takes: statements that allow or deny actions
 //! (`s3:GetObject`, `s3:*`) on resources (`arn:aws:s3:::bucket/prefix*`) to principals
@@ -42,6 +43,10 @@ pub enum Action {
     GetBucketPolicyStatus,
     GetBucketPublicAccessBlock,
     PutBucketPublicAccessBlock,
+    GetBucketAcl,
+    PutBucketAcl,
+    GetBucketOwnershipControls,
+    PutBucketOwnershipControls,
     GetObject,
     GetObjectVersion,
     PutObject,
@@ -60,6 +65,10 @@ pub enum Action {
     GetObjectLegalHold,
     PutObjectLegalHold,
     BypassGovernanceRetention,
+    GetObjectAcl,
+    GetObjectVersionAcl,
+    PutObjectAcl,
+    PutObjectVersionAcl,
 }
 
 impl Action {
@@ -88,6 +97,10 @@ impl Action {
             GetBucketPolicyStatus => "s3:GetBucketPolicyStatus",
             GetBucketPublicAccessBlock => "s3:GetBucketPublicAccessBlock",
             PutBucketPublicAccessBlock => "s3:PutBucketPublicAccessBlock",
+            GetBucketAcl => "s3:GetBucketAcl",
+            PutBucketAcl => "s3:PutBucketAcl",
+            GetBucketOwnershipControls => "s3:GetBucketOwnershipControls",
+            PutBucketOwnershipControls => "s3:PutBucketOwnershipControls",
             GetObject => "s3:GetObject",
             GetObjectVersion => "s3:GetObjectVersion",
             PutObject => "s3:PutObject",
@@ -106,6 +119,10 @@ impl Action {
             GetObjectLegalHold => "s3:GetObjectLegalHold",
             PutObjectLegalHold => "s3:PutObjectLegalHold",
             BypassGovernanceRetention => "s3:BypassGovernanceRetention",
+            GetObjectAcl => "s3:GetObjectAcl",
+            GetObjectVersionAcl => "s3:GetObjectVersionAcl",
+            PutObjectAcl => "s3:PutObjectAcl",
+            PutObjectVersionAcl => "s3:PutObjectVersionAcl",
         }
     }
 
@@ -382,21 +399,30 @@ impl Policy {
     }
 }
 
-/// Whether `asked` may be done on a bucket that `owner` owns, under its `policy` and
-/// `block`.
-pub fn allowed(owner: &str, asked: &Asked, policy: Option<&Policy>, block: PublicBlock) -> bool {
+/// Whether a request may go on, as the owner and the policy see it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decision {
+    Allow,
+    Deny,
+    /// Neither the owner nor the policy lets it in: an ACL grant still may.
+    AskAcl,
+}
+
+/// What `asked`, on a bucket that `owner` owns, gets under its `policy` and `block`.
+pub fn decide(owner: &str, asked: &Asked, policy: Option<&Policy>, block: PublicBlock) -> Decision {
     let is_owner = asked.principal == Some(owner);
     if is_owner && asked.action.on_policy() {
-        return true;
+        return Decision::Allow;
     }
-    let Some(policy) = policy else {
-        return is_owner;
-    };
-    match policy.judge(asked) {
-        Verdict::Denied => false,
-        _ if is_owner => true,
-        Verdict::Allowed => !(block.restrict_buckets && policy.is_public()),
-        Verdict::Silent => false,
+    let verdict = policy.map_or(Verdict::Silent, |p| p.judge(asked));
+    match verdict {
+        Verdict::Denied => Decision::Deny,
+        _ if is_owner => Decision::Allow,
+        Verdict::Allowed if block.restrict_buckets && policy.is_some_and(Policy::is_public) => {
+            Decision::Deny
+        }
+        Verdict::Allowed => Decision::Allow,
+        Verdict::Silent => Decision::AskAcl,
     }
 }
 
@@ -821,30 +847,24 @@ mod tests {
         };
         // The owner needs no allow, but a deny holds it too, except over the policy.
         let none = PublicBlock::default();
-        assert!(!allowed(
-            "owner",
-            &ask(Some("owner"), Action::GetObject),
-            Some(&p),
-            none
-        ));
-        assert!(allowed(
-            "owner",
-            &ask(Some("owner"), Action::PutBucketPolicy),
-            Some(&p),
-            none
-        ));
-        assert!(allowed(
-            "owner",
-            &ask(Some("owner"), Action::GetObject),
-            None,
-            none
-        ));
-        assert!(!allowed(
-            "owner",
-            &ask(Some("bob"), Action::GetObject),
-            None,
-            none
-        ));
+        let decision =
+            |principal, action, policy| decide("owner", &ask(principal, action), policy, none);
+        assert_eq!(
+            decision(Some("owner"), Action::GetObject, Some(&p)),
+            Decision::Deny
+        );
+        assert_eq!(
+            decision(Some("owner"), Action::PutBucketPolicy, Some(&p)),
+            Decision::Allow
+        );
+        assert_eq!(
+            decision(Some("owner"), Action::GetObject, None),
+            Decision::Allow
+        );
+        assert_eq!(
+            decision(Some("bob"), Action::GetObject, None),
+            Decision::AskAcl
+        );
     }
 
     #[test]
@@ -865,10 +885,19 @@ mod tests {
             restrict_buckets: true,
             ..open
         };
-        assert!(allowed("owner", &ask(None), Some(&p), open));
-        assert!(!allowed("owner", &ask(None), Some(&p), restricted));
-        assert!(!allowed("owner", &ask(Some("bob")), Some(&p), restricted));
-        assert!(allowed("owner", &ask(Some("owner")), Some(&p), restricted));
+        assert_eq!(decide("owner", &ask(None), Some(&p), open), Decision::Allow);
+        assert_eq!(
+            decide("owner", &ask(None), Some(&p), restricted),
+            Decision::Deny
+        );
+        assert_eq!(
+            decide("owner", &ask(Some("bob")), Some(&p), restricted),
+            Decision::Deny
+        );
+        assert_eq!(
+            decide("owner", &ask(Some("owner")), Some(&p), restricted),
+            Decision::Allow
+        );
     }
 
     #[test]

@@ -141,6 +141,8 @@ pub enum Amend {
         bypass: bool,
     },
     LegalHold(bool),
+    /// Replaces the version's ACL.
+    Acl(crate::acl::Acl),
 }
 
 /// What a change read of its key: the key's own entry, its head, and, when the change
@@ -449,6 +451,7 @@ fn amended(
                 entry.lock.retention = *retention;
             }
             Amend::LegalHold(on) => entry.lock.legal_hold = Some(*on),
+            Amend::Acl(acl) => entry.acl = Some(acl.clone()),
         }
         Ok(())
     };
@@ -514,6 +517,7 @@ mod tests {
             version: None,
             tags: Vec::new(),
             lock: Lock::default(),
+            acl: None,
         }
     }
 

@@ -2,7 +2,7 @@
 metadata, ranged reads, copies, multi-delete, multipart uploads (by hand, part by part, and
 through boto3's managed transfers), server-side encryption (SSE-S3, SSE-KMS, SSE-C and a
 bucket's default), both listing APIs page by page, presigned URLs, bucket policies and public
-access blocks, and the error codes clients act on, including those that keep one user out of
+access blocks, ACLs, and the error codes clients act on, including those that keep one user out of
 another's buckets.
 
 Run by crates/coffer/tests/s3_clients.rs with the Python of the venv that scripts/test makes
@@ -310,6 +310,7 @@ class Suite:
         self.versioned_bucket = f"boto3-{run_id}-versioned"
         self.locked_bucket = f"boto3-{run_id}-locked"
         self.policy_bucket = f"boto3-{run_id}-policy"
+        self.acl_bucket = f"boto3-{run_id}-acl"
         self.lifecycle_buckets = [f"boto3-{run_id}-lc-{kind}" for kind in ["plain", "versions", "locked"]]
         # Deleted by the first user with an upload in progress, then created by the other.
         self.reused_bucket = f"boto3-{run_id}-reused"
@@ -3168,6 +3169,159 @@ class Suite:
                      anonymous.get_object, Bucket=bucket, Key="public/a")
         ok("a deny holds the owner but never keeps it from its policy; delete_bucket_policy closes the bucket")
 
+    # ACLs and object ownership -----------------------------------------------------------
+
+    def acls(self):
+        """Canned ACLs and grants on buckets and objects share them with another user or
+        with anyone; an object belongs to its writer; a public access block refuses or
+        ignores public grants; BucketOwnerEnforced turns ACLs off."""
+        bucket, other = self.acl_bucket, self.other
+        anonymous = client(None, None, signature_version=botocore.UNSIGNED)
+        me = self.s3.list_buckets()["Owner"]["ID"]
+        other_name = other.list_buckets()["Owner"]["ID"]
+
+        def grants(response):
+            return [(g["Grantee"].get("ID") or g["Grantee"].get("URI"), g["Permission"])
+                    for g in response["Grants"]]
+
+        all_users = "http://acs.amazonaws.com/groups/global/AllUsers"
+        self.s3.create_bucket(Bucket=bucket, ACL="public-read")
+        response = self.s3.get_bucket_acl(Bucket=bucket)
+        expect("get_bucket_acl owner", response["Owner"]["ID"], me)
+        expect("get_bucket_acl of a public-read bucket", grants(response),
+               [(all_users, "READ"), (me, "FULL_CONTROL")])
+        expect("policy status of a public-read bucket",
+               self.s3.get_bucket_policy_status(Bucket=bucket)["PolicyStatus"]["IsPublic"], True)
+        self.s3.put_object(Bucket=bucket, Key="open", Body=b"open", ACL="public-read")
+        self.s3.put_object(Bucket=bucket, Key="closed", Body=b"closed")
+        listed = [o["Key"] for o in anonymous.list_objects_v2(Bucket=bucket)["Contents"]]
+        expect("anonymous: list_objects_v2 of a public-read bucket", listed, ["closed", "open"])
+        expect_body("anonymous: get_object of a public-read object",
+                    anonymous.get_object(Bucket=bucket, Key="open")["Body"].read(), b"open")
+        expect_error("anonymous: get_object of a private object", ["AccessDenied"],
+                     anonymous.get_object, Bucket=bucket, Key="closed")
+        expect_error("anonymous: put_object into a public-read bucket", ["AccessDenied"],
+                     anonymous.put_object, Bucket=bucket, Key="x", Body=b"x")
+        expect_error("other user: get_bucket_acl", ["AccessDenied"], other.get_bucket_acl, Bucket=bucket)
+        expect("get_object_acl of a private object", grants(self.s3.get_object_acl(Bucket=bucket, Key="closed")),
+               [(me, "FULL_CONTROL")])
+        anonymous.list_objects_v2(Bucket=bucket, ExpectedBucketOwner=me)
+        expect_error("anonymous: list_objects_v2 expecting another owner", ["AccessDenied"],
+                     anonymous.list_objects_v2, Bucket=bucket, ExpectedBucketOwner=f"{me}-not")
+        expect_error("put_object expecting another owner", ["AccessDenied"], self.s3.put_object,
+                     Bucket=bucket, Key="x", Body=b"x", ExpectedBucketOwner=other_name)
+        expect_error("create_bucket again asking for an ACL", ["BucketAlreadyExists"],
+                     self.s3.create_bucket, Bucket=bucket, ACL="private")
+        ok("canned ACLs: a public-read bucket lists to anyone, a public-read object reads to anyone,"
+           " nothing else does; x-amz-expected-bucket-owner is checked")
+
+        self.s3.put_bucket_acl(Bucket=bucket, ACL="public-read-write")
+        other.put_object(Bucket=bucket, Key="theirs", Body=b"theirs")
+        expect("get_object_acl of an object another user wrote",
+               grants(other.get_object_acl(Bucket=bucket, Key="theirs")), [(other_name, "FULL_CONTROL")])
+        owners = {o["Key"]: o["Owner"]["ID"] for o in
+                  self.s3.list_objects_v2(Bucket=bucket, FetchOwner=True)["Contents"]}
+        expect("list_objects_v2 owners", owners, {"closed": me, "open": me, "theirs": other_name})
+        expect_body("the bucket owner reads an object another user wrote",
+                    self.s3.get_object(Bucket=bucket, Key="theirs")["Body"].read(), b"theirs")
+        other.put_object_acl(Bucket=bucket, Key="theirs", GrantRead=f'id="{me}"', GrantFullControl=f"id={other_name}")
+        expect("put_object_acl by the object's owner with grants",
+               grants(self.s3.get_object_acl(Bucket=bucket, Key="theirs")),
+               [(me, "READ"), (other_name, "FULL_CONTROL")])
+        expect_error("other user: put_object_acl of an object it does not own", ["AccessDenied"],
+                     other.put_object_acl, Bucket=bucket, Key="closed", ACL="public-read")
+        ok("an object belongs to its writer, who sets its ACL; listings name each object's owner")
+
+        self.s3.put_bucket_acl(Bucket=bucket, GrantRead=f"id={other_name}")
+        other.list_objects_v2(Bucket=bucket)
+        expect_error("anonymous: list_objects_v2 after the bucket's ACL names one user",
+                     ["AccessDenied"], anonymous.list_objects_v2, Bucket=bucket)
+        expect_error("put_bucket_acl granting to a user that does not exist", ["InvalidArgument"],
+                     self.s3.put_bucket_acl, Bucket=bucket, GrantRead="id=no-such-user")
+        expect_error("put_bucket_acl granting to an email address", ["UnresolvableGrantByEmailAddress"],
+                     self.s3.put_bucket_acl, Bucket=bucket, GrantRead='emailAddress="ana@example.com"')
+        expect_error("put_bucket_acl with an unknown canned ACL", ["InvalidArgument"],
+                     self.s3.put_bucket_acl, Bucket=bucket, ACL="everyone-please")
+        policy = {"Owner": {"ID": me}, "Grants": [
+            {"Grantee": {"Type": "CanonicalUser", "ID": other_name}, "Permission": "READ_ACP"},
+            {"Grantee": {"Type": "CanonicalUser", "ID": me}, "Permission": "FULL_CONTROL"}]}
+        self.s3.put_bucket_acl(Bucket=bucket, AccessControlPolicy=policy)
+        expect("other user: get_bucket_acl with READ_ACP", grants(other.get_bucket_acl(Bucket=bucket)),
+               [(other_name, "READ_ACP"), (me, "FULL_CONTROL")])
+        expect_error("other user: put_bucket_acl without WRITE_ACP", ["AccessDenied"],
+                     other.put_bucket_acl, Bucket=bucket, ACL="public-read-write")
+        expect_error("other user: list_objects_v2 with READ_ACP only", ["AccessDenied"],
+                     other.list_objects_v2, Bucket=bucket)
+        ok("grants by header and by body; unknown users, email addresses and canned names are refused")
+
+        self.s3.copy_object(Bucket=bucket, Key="copied", ACL="public-read",
+                            CopySource={"Bucket": bucket, "Key": "closed"})
+        expect_body("anonymous: get_object of a copy made public-read",
+                    anonymous.get_object(Bucket=bucket, Key="copied")["Body"].read(), b"closed")
+        upload = self.s3.create_multipart_upload(Bucket=bucket, Key="parts", ACL="public-read")
+        part = self.s3.upload_part(Bucket=bucket, Key="parts", UploadId=upload["UploadId"],
+                                   PartNumber=1, Body=b"parts")
+        self.s3.complete_multipart_upload(
+            Bucket=bucket, Key="parts", UploadId=upload["UploadId"],
+            MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": part["ETag"]}]})
+        expect_body("anonymous: get_object of a multipart upload made public-read",
+                    anonymous.get_object(Bucket=bucket, Key="parts")["Body"].read(), b"parts")
+        ok("CopyObject and multipart uploads take an ACL too")
+
+        block = {"BlockPublicAcls": True, "IgnorePublicAcls": False,
+                 "BlockPublicPolicy": False, "RestrictPublicBuckets": False}
+        self.s3.put_public_access_block(Bucket=bucket, PublicAccessBlockConfiguration=block)
+        for canned in ["public-read", "public-read-write", "authenticated-read"]:
+            expect_error(f"put_object with {canned} under BlockPublicAcls", ["AccessDenied"],
+                         self.s3.put_object, Bucket=bucket, Key="blocked", Body=b"", ACL=canned)
+            expect_error(f"put_bucket_acl {canned} under BlockPublicAcls", ["AccessDenied"],
+                         self.s3.put_bucket_acl, Bucket=bucket, ACL=canned)
+        self.s3.put_object(Bucket=bucket, Key="blocked", Body=b"", ACL="private")
+        expect_body("anonymous: a public-read object written before the block",
+                    anonymous.get_object(Bucket=bucket, Key="open")["Body"].read(), b"open")
+        ignore = {**block, "BlockPublicAcls": False, "IgnorePublicAcls": True}
+        self.s3.put_public_access_block(Bucket=bucket, PublicAccessBlockConfiguration=ignore)
+        expect_error("anonymous: get_object of a public-read object under IgnorePublicAcls",
+                     ["AccessDenied"], anonymous.get_object, Bucket=bucket, Key="open")
+        self.s3.delete_public_access_block(Bucket=bucket)
+        ok("BlockPublicAcls refuses public ACLs; IgnorePublicAcls makes them grant nothing")
+
+        expect_error("get_bucket_ownership_controls of a bucket without", ["OwnershipControlsNotFoundError"],
+                     self.s3.get_bucket_ownership_controls, Bucket=bucket)
+        self.s3.put_bucket_acl(Bucket=bucket, ACL="public-read-write")
+        self.s3.put_bucket_ownership_controls(
+            Bucket=bucket, OwnershipControls={"Rules": [{"ObjectOwnership": "BucketOwnerPreferred"}]})
+        other.put_object(Bucket=bucket, Key="given", Body=b"given", ACL="bucket-owner-full-control")
+        expect("owner of an object written with bucket-owner-full-control under BucketOwnerPreferred",
+               self.s3.get_object_acl(Bucket=bucket, Key="given")["Owner"]["ID"], me)
+        upload = other.create_multipart_upload(Bucket=bucket, Key="given-parts", ACL="bucket-owner-full-control")
+        parts = other.list_parts(Bucket=bucket, Key="given-parts", UploadId=upload["UploadId"])
+        expect("list_parts owner and initiator of an upload given to the bucket owner",
+               (parts["Owner"]["ID"], parts["Initiator"]["ID"]), (me, other_name))
+        other.abort_multipart_upload(Bucket=bucket, Key="given-parts", UploadId=upload["UploadId"])
+        enforced = {"Rules": [{"ObjectOwnership": "BucketOwnerEnforced"}]}
+        expect_error("BucketOwnerEnforced while the bucket's ACL shares it",
+                     ["InvalidBucketAclWithObjectOwnership"], self.s3.put_bucket_ownership_controls,
+                     Bucket=bucket, OwnershipControls=enforced)
+        self.s3.put_bucket_acl(Bucket=bucket, ACL="private")
+        self.s3.put_bucket_ownership_controls(Bucket=bucket, OwnershipControls=enforced)
+        expect("get_bucket_ownership_controls",
+               self.s3.get_bucket_ownership_controls(Bucket=bucket)["OwnershipControls"], enforced)
+        expect_error("put_object with an ACL under BucketOwnerEnforced", ["AccessControlListNotSupported"],
+                     self.s3.put_object, Bucket=bucket, Key="acl", Body=b"", ACL="public-read")
+        expect_error("put_bucket_acl under BucketOwnerEnforced", ["AccessControlListNotSupported"],
+                     self.s3.put_bucket_acl, Bucket=bucket, ACL="public-read")
+        self.s3.put_object(Bucket=bucket, Key="acl", Body=b"", ACL="bucket-owner-full-control")
+        expect_error("other user: put_object once ACLs are off", ["AccessDenied"],
+                     other.put_object, Bucket=bucket, Key="x", Body=b"x")
+        expect_error("anonymous: get_object of a public-read object once ACLs are off", ["AccessDenied"],
+                     anonymous.get_object, Bucket=bucket, Key="open")
+        self.s3.delete_bucket_ownership_controls(Bucket=bucket)
+        expect_body("anonymous: get_object once ACLs are on again",
+                    anonymous.get_object(Bucket=bucket, Key="open")["Body"].read(), b"open")
+        ok("object ownership: BucketOwnerPreferred takes objects given to the owner;"
+           " BucketOwnerEnforced turns ACLs off")
+
     # Clean up ---------------------------------------------------------------------------
 
     def empty_and_delete(self, bucket, s3=None):
@@ -3196,7 +3350,7 @@ class Suite:
 
     def clean_up(self):
         buckets = [self.bucket, self.listing_bucket, self.encrypted_bucket, self.versioned_bucket,
-                   self.policy_bucket]
+                   self.policy_bucket, self.acl_bucket]
         for bucket in buckets:
             self.empty_and_delete(bucket)
         listed = {b["Name"] for b in self.s3.list_buckets()["Buckets"]}
@@ -3214,6 +3368,7 @@ class Suite:
             (self.s3, self.versioned_bucket),
             (self.s3, self.locked_bucket),
             (self.s3, self.policy_bucket),
+            (self.s3, self.acl_bucket),
             (self.other, f"{self.policy_bucket}-other"),
             *[(self.s3, bucket) for bucket in self.lifecycle_buckets],
             (self.s3, self.reused_bucket),
@@ -3243,6 +3398,7 @@ def main():
         suite.object_lock,
         suite.lifecycle,
         suite.policies,
+        suite.acls,
         suite.multipart_part_copies,
         suite.multipart_errors,
         suite.multipart_listing_and_abort,

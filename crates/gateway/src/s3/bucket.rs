@@ -5,9 +5,11 @@ use super::policy::allowed;
 use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result};
 
+use super::acl::asked_acl;
 use super::error::Refusal;
 use super::list::continuation;
 use super::{encryption, in_bucket, timestamp, Gateway};
+use crate::acl::{Acl, Ownership};
 use crate::versions::Versioning;
 use crate::{buckets, layout, Error};
 
@@ -72,18 +74,46 @@ pub(super) async fn create_bucket(
     if bucket.contains(".-") || bucket.contains("-.") {
         return Err(Refusal::BucketName(bucket.clone()).into());
     }
-    let locked = req.input.object_lock_enabled_for_bucket.unwrap_or(false);
-    match buckets::create(&gw.pool, bucket, &user, locked).await {
+    let ownership = match &req.input.object_ownership {
+        Some(given) => Some(Ownership::parse(given.as_str()).ok_or_else(|| {
+            Refusal::Invalid(format!("unknown x-amz-object-ownership {}", given.as_str()))
+        })?),
+        None => None,
+    };
+    let asked = asked_acl!(req.input, bucket);
+    if ownership == Some(Ownership::BucketOwnerEnforced)
+        && asked
+            .canned
+            .as_deref()
+            .is_some_and(|c| c != "bucket-owner-full-control")
+    {
+        return Err(Refusal::AclsOff.into());
+    }
+    let acl = gw.new_acl(asked, &user, &user, None).await?;
+    let setup = buckets::Setup {
+        locked: req.input.object_lock_enabled_for_bucket.unwrap_or(false),
+        acl: acl.clone(),
+        ownership,
+    };
+    match buckets::create(&gw.pool, bucket, &user, setup).await {
         Ok(()) => {}
         // Asking again for one's own bucket succeeds, as in us-east-1, the one region a
-        // Coffer cluster answers as.
-        Err(Error::Exists(owner)) if owner == user => {}
+        // Coffer cluster answers as, unless it asks for another ACL than the bucket has
+        // (the ACL would not be applied).
+        Err(Error::Exists(owner)) if owner == user && same_acl(gw, bucket, acl, &user).await? => {}
         Err(Error::Exists(_)) => return Err(Refusal::BucketTaken(bucket.clone()).into()),
         Err(e) => return Err(e.into()),
     }
     Ok(S3Response::new(CreateBucketOutput {
         location: Some(format!("/{bucket}")),
     }))
+}
+
+/// Whether `bucket` has ACL `asked` (`None`: its owner's alone).
+async fn same_acl(gw: &Gateway, bucket: &str, asked: Option<Acl>, owner: &str) -> S3Result<bool> {
+    let current = gw.bucket(bucket).await?.acl;
+    let private = || Acl::private(owner);
+    Ok(current.unwrap_or_else(private) == asked.unwrap_or_else(private))
 }
 
 pub(super) async fn delete_bucket(

@@ -1,10 +1,11 @@
 //! The copy verbs: CopyObject, and UploadPartCopy, which copies into a part of an upload.
 
-use super::policy::versioned;
+use super::policy::{allowed, versioned, ObjectRef};
 use crate::policy::Action;
 use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result};
 
+use super::acl::asked_acl;
 use super::encryption::customer_key;
 use super::encryption::CustomerKey;
 use super::error::Refusal;
@@ -78,7 +79,11 @@ async fn readable_source<T>(gw: &Gateway, req: &S3Request<T>, source: &CopySourc
         return Err(Refusal::NotServed("copy from an access point").into());
     };
     let action = versioned(version_id, Action::GetObject, Action::GetObjectVersion);
-    gw.allowed(req, action, bucket, Some(key)).await?;
+    let object = ObjectRef {
+        key,
+        version: version_id.as_deref(),
+    };
+    gw.allowed(req, action, bucket, Some(object)).await?;
     Ok(())
 }
 
@@ -86,11 +91,9 @@ pub(super) async fn copy_object(
     gw: &Gateway,
     req: S3Request<CopyObjectInput>,
 ) -> S3Result<S3Response<CopyObjectOutput>> {
-    let key = Some(req.input.key.as_str());
-    let bucket = gw
-        .allowed(&req, Action::PutObject, &req.input.bucket, key)
-        .await?;
+    let bucket = allowed!(gw, req, object PutObject);
     readable_source(gw, &req, &req.input.copy_source).await?;
+    let writer = gw.principal(&req).await?;
     let input = req.input;
     check_key(&input.key)?;
     let CopySource::Bucket {
@@ -101,9 +104,12 @@ pub(super) async fn copy_object(
     else {
         return Err(Refusal::NotServed("copy from an access point").into());
     };
-    // The copy's own lock, never its source's.
+    // The copy's own lock and ACL, never its source's.
     let asked = asked_lock!(input)?;
     lock::check_allowed(&bucket, &asked)?;
+    let acl = gw
+        .object_acl(writer.as_deref(), asked_acl!(input), &bucket)
+        .await?;
     let source = gw
         .object(source_bucket, source_key, source_version.as_deref())
         .await?;
@@ -165,6 +171,7 @@ pub(super) async fn copy_object(
         customer.as_ref(),
     );
     entry.lock = lock::for_new(&bucket, asked, entry.mtime_ns);
+    entry.acl = acl;
     let made = gw
         .commit(&bucket, &input.bucket, &input.key, &entry, |_| Ok(()))
         .await?;
@@ -189,9 +196,7 @@ pub(super) async fn upload_part_copy(
     gw: &Gateway,
     req: S3Request<UploadPartCopyInput>,
 ) -> S3Result<S3Response<UploadPartCopyOutput>> {
-    let key = Some(req.input.key.as_str());
-    gw.allowed(&req, Action::PutObject, &req.input.bucket, key)
-        .await?;
+    allowed!(gw, req, object PutObject);
     readable_source(gw, &req, &req.input.copy_source).await?;
     let input = req.input;
     let number = part_number(input.part_number)?;

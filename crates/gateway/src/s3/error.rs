@@ -106,6 +106,18 @@ pub(crate) enum Refusal {
     NoPolicy(String),
     #[error("bucket {0} has no public access block")]
     NoPublicBlock(String),
+    #[error("the bucket's public access block refuses {0}")]
+    Blocked(&'static str),
+    #[error("the bucket's objects are all its owner's (BucketOwnerEnforced): ACLs are off")]
+    AclsOff,
+    #[error("no user has the email address {0}")]
+    GrantByEmail(String),
+    #[error("bucket {0} has no ownership controls")]
+    NoOwnershipControls(String),
+    #[error("bucket {0} does not belong to the x-amz-expected-bucket-owner")]
+    UnexpectedOwner(String),
+    #[error("bucket {0}'s ACL grants to others than its owner: make it private first")]
+    SharedAcl(String),
 }
 
 impl Refusal {
@@ -115,6 +127,8 @@ impl Refusal {
         match self {
             Refusal::Unsigned
             | Refusal::Denied { .. }
+            | Refusal::Blocked(_)
+            | Refusal::UnexpectedOwner(_)
             | Refusal::NoKmsKey(_)
             | Refusal::PresignedLife(_)
             | Refusal::BadDate(_) => C::AccessDenied,
@@ -158,6 +172,10 @@ impl Refusal {
             Refusal::MalformedPolicy(_) => C::MalformedPolicy,
             Refusal::NoPolicy(_) => C::NoSuchBucketPolicy,
             Refusal::NoPublicBlock(_) => C::Custom("NoSuchPublicAccessBlockConfiguration".into()),
+            Refusal::AclsOff => C::AccessControlListNotSupported,
+            Refusal::SharedAcl(_) => C::Custom("InvalidBucketAclWithObjectOwnership".into()),
+            Refusal::GrantByEmail(_) => C::UnresolvableGrantByEmailAddress,
+            Refusal::NoOwnershipControls(_) => C::OwnershipControlsNotFoundError,
         }
     }
 }

@@ -62,12 +62,12 @@ pub(super) fn encoder(encoding: &Option<EncodingType>) -> impl Fn(&str) -> Strin
     }
 }
 
-/// The objects of a listing page, each with `owner` if given (every object of a bucket is
-/// its owner's: only the owner writes to it).
+/// The objects of a listing page, each with its owner if `bucket_owner` is given (the owner
+/// of objects written before ACLs were kept, and of those its ACL gives no other).
 fn contents(
     listing: &buckets::Listing,
     encode: &impl Fn(&str) -> String,
-    owner: Option<&str>,
+    bucket_owner: Option<&str>,
 ) -> ObjectList {
     listing
         .objects
@@ -80,9 +80,8 @@ fn contents(
             storage_class: Some(ObjectStorageClass::from_static(
                 ObjectStorageClass::STANDARD,
             )),
-            owner: owner.map(|name| Owner {
-                display_name: Some(name.into()),
-                id: Some(name.into()),
+            owner: bucket_owner.map(|bucket_owner| {
+                super::acl::owner(entry.acl.as_ref().map_or(bucket_owner, |acl| &acl.owner))
             }),
             ..Default::default()
         })
@@ -132,7 +131,6 @@ pub(super) async fn list_objects(
     gw: &Gateway,
     req: S3Request<ListObjectsInput>,
 ) -> S3Result<S3Response<ListObjectsOutput>> {
-    // Objects are listed as the bucket owner's.
     let user = allowed!(gw, req, ListBucket).info.owner;
     let input = req.input;
     let (listing, max) = gw
@@ -166,7 +164,6 @@ pub(super) async fn list_objects_v2(
     gw: &Gateway,
     req: S3Request<ListObjectsV2Input>,
 ) -> S3Result<S3Response<ListObjectsV2Output>> {
-    // Objects are listed as the bucket owner's.
     let user = allowed!(gw, req, ListBucket).info.owner;
     let input = req.input;
     let after = match &input.continuation_token {
@@ -209,7 +206,6 @@ pub(super) async fn list_object_versions(
     gw: &Gateway,
     req: S3Request<ListObjectVersionsInput>,
 ) -> S3Result<S3Response<ListObjectVersionsOutput>> {
-    // Objects are listed as the bucket owner's.
     let user = allowed!(gw, req, ListBucketVersions).info.owner;
     let input = req.input;
     let max = input
@@ -238,10 +234,7 @@ pub(super) async fn list_object_versions(
     .await
     .map_err(|e| in_bucket(e, &input.bucket))?;
     let encode = encoder(&input.encoding_type);
-    let owner = Owner {
-        display_name: Some(user.clone()),
-        id: Some(user),
-    };
+    let owner = super::acl::owner(&user);
     let mut versions = Vec::new();
     let mut markers = Vec::new();
     for listed in &listing.versions {
@@ -254,7 +247,12 @@ pub(super) async fn list_object_versions(
                 is_latest: Some(listed.latest),
                 key,
                 last_modified,
-                owner: Some(owner.clone()),
+                owner: Some(
+                    entry
+                        .acl
+                        .as_ref()
+                        .map_or(owner.clone(), |acl| super::acl::owner(&acl.owner)),
+                ),
                 size: Some(entry.size as i64),
                 storage_class: Some(ObjectVersionStorageClass::from_static(
                     ObjectVersionStorageClass::STANDARD,

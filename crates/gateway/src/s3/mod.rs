@@ -3,10 +3,11 @@
 //! [`policy`] whether the request's user, or an anonymous request, may do what it asks.
 //!
 //! One file per group of verbs (buckets, objects, copies, multipart uploads, listings, tags,
-//! object lock, lifecycle, policies); the
+//! object lock, lifecycle, policies, ACLs); the
 //! table at the end of this file routes each S3 verb to its handler, and [`error`] is the
 //! one place that chooses S3's error codes.
 
+mod acl;
 mod bucket;
 mod copy;
 mod encryption;
@@ -421,6 +422,7 @@ fn new_entry(
         version: None,
         tags,
         lock: crate::lock::Lock::default(),
+        acl: None,
     }
 }
 
@@ -628,6 +630,13 @@ verbs! {
     lifecycle::put_bucket_lifecycle_configuration(PutBucketLifecycleConfigurationInput) -> PutBucketLifecycleConfigurationOutput;
     lifecycle::get_bucket_lifecycle_configuration(GetBucketLifecycleConfigurationInput) -> GetBucketLifecycleConfigurationOutput;
     lifecycle::delete_bucket_lifecycle(DeleteBucketLifecycleInput) -> DeleteBucketLifecycleOutput;
+    acl::get_bucket_acl(GetBucketAclInput) -> GetBucketAclOutput;
+    acl::put_bucket_acl(PutBucketAclInput) -> PutBucketAclOutput;
+    acl::get_object_acl(GetObjectAclInput) -> GetObjectAclOutput;
+    acl::put_object_acl(PutObjectAclInput) -> PutObjectAclOutput;
+    acl::put_bucket_ownership_controls(PutBucketOwnershipControlsInput) -> PutBucketOwnershipControlsOutput;
+    acl::get_bucket_ownership_controls(GetBucketOwnershipControlsInput) -> GetBucketOwnershipControlsOutput;
+    acl::delete_bucket_ownership_controls(DeleteBucketOwnershipControlsInput) -> DeleteBucketOwnershipControlsOutput;
     policy::put_bucket_policy(PutBucketPolicyInput) -> PutBucketPolicyOutput;
     policy::get_bucket_policy(GetBucketPolicyInput) -> GetBucketPolicyOutput;
     policy::delete_bucket_policy(DeleteBucketPolicyInput) -> DeleteBucketPolicyOutput;

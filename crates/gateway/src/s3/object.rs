@@ -2,11 +2,12 @@
 //! object (its conditions, range or part, type and metadata).
 
 use super::policy::allowed;
-use super::policy::versioned;
+use super::policy::{versioned, ObjectRef};
 use crate::policy::Action;
 use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result};
 
+use super::acl::asked_acl;
 use super::encryption::{customer_key, write_encryption};
 use super::error::Refusal;
 use super::lifecycle;
@@ -296,6 +297,7 @@ pub(super) async fn put_object(
     req: S3Request<PutObjectInput>,
 ) -> S3Result<S3Response<PutObjectOutput>> {
     let bucket = allowed!(gw, req, object PutObject);
+    let writer = gw.principal(&req).await?;
     let md5 = content_md5(&req.headers)?;
     let input = req.input;
     let conditions = (input.if_match.clone(), input.if_none_match.clone());
@@ -303,6 +305,9 @@ pub(super) async fn put_object(
     let tags = tagging::from_header(input.tagging.as_deref())?;
     let asked = asked_lock!(input)?;
     lock::check_allowed(&bucket, &asked)?;
+    let acl = gw
+        .object_acl(writer.as_deref(), asked_acl!(input), &bucket)
+        .await?;
     let (customer, sse) = write_encryption!(gw, input);
     let sealing = gw.sealing(&sse, customer.as_ref()).await?;
     let written = write_body(&gw.pool, input.body, input.content_length, md5, sealing).await?;
@@ -317,6 +322,7 @@ pub(super) async fn put_object(
         customer.as_ref(),
     );
     entry.lock = lock::for_new(&bucket, asked, entry.mtime_ns);
+    entry.acl = acl;
     let made = gw
         .commit(
             &bucket,
@@ -507,16 +513,23 @@ pub(super) async fn delete_objects(
             modified: object.last_modified_time.clone(),
             size: object.size,
         };
-        let key = Some(object.key.as_str());
+        let target = Some(ObjectRef {
+            key: &object.key,
+            version: object.version_id.as_deref(),
+        });
         let action = versioned(
             &object.version_id,
             Action::DeleteObject,
             Action::DeleteObjectVersion,
         );
-        let mut checked = gw.check(&req, principal, &bucket, action, &name, key).await;
+        let mut checked = gw
+            .check(&req, principal, &bucket, action, &name, target)
+            .await;
         if bypass && checked.is_ok() {
             let action = Action::BypassGovernanceRetention;
-            checked = gw.check(&req, principal, &bucket, action, &name, key).await;
+            checked = gw
+                .check(&req, principal, &bucket, action, &name, target)
+                .await;
         }
         let version = object.version_id.as_deref().map(version_id).transpose();
         let done = match checked.and(version) {

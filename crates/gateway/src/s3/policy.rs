@@ -8,9 +8,18 @@ use s3s::{S3Request, S3Response, S3Result};
 
 use super::error::Refusal;
 use super::{in_bucket, Gateway};
-use crate::policy::{self, Action, Asked, Context, Policy, PublicBlock};
+use crate::acl::{self, Ownership, Scope};
+use crate::layout::ObjectEntry;
+use crate::policy::{self, Action, Asked, Context, Decision, Policy, PublicBlock};
 use crate::serve::Peer;
 use crate::{buckets, Error};
+
+/// The object a request acts on: a key, and the version named if any.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct ObjectRef<'a> {
+    pub key: &'a str,
+    pub version: Option<&'a str>,
+}
 
 impl Gateway {
     /// The user who signed `req`, or `None` for an anonymous request.
@@ -21,17 +30,17 @@ impl Gateway {
         }
     }
 
-    /// Bucket `name`, if `req` may do `action` on it (on its object `key`, if given).
+    /// Bucket `name`, if `req` may do `action` on it (on its object `object`, if given).
     pub(super) async fn allowed<T>(
         &self,
         req: &S3Request<T>,
         action: Action,
         name: &str,
-        key: Option<&str>,
+        object: Option<ObjectRef<'_>>,
     ) -> S3Result<buckets::Bucket> {
         let principal = self.principal(req).await?;
         let bucket = self.bucket(name).await?;
-        self.check(req, principal.as_deref(), &bucket, action, name, key)
+        self.check(req, principal.as_deref(), &bucket, action, name, object)
             .await?;
         Ok(bucket)
     }
@@ -47,7 +56,8 @@ impl Gateway {
     }
 
     /// Checks that `principal`, sending `req`, may do `action` on `bucket` (named `name`),
-    /// or on its object `key`.
+    /// or on its object `object`: as the owner, under the bucket's policy, or by an ACL
+    /// grant; and, if the request names the owner it expects, that the bucket is theirs.
     pub(super) async fn check<T>(
         &self,
         req: &S3Request<T>,
@@ -55,8 +65,10 @@ impl Gateway {
         bucket: &buckets::Bucket,
         action: Action,
         name: &str,
-        key: Option<&str>,
+        object: Option<ObjectRef<'_>>,
     ) -> S3Result<()> {
+        let key = object.map(|o| o.key);
+        let version = object.and_then(|o| o.version);
         let owner = bucket.info.owner.as_str();
         let resource = policy::resource(name, key);
         let denied = || Refusal::Denied {
@@ -64,32 +76,48 @@ impl Gateway {
             action: action.name(),
             resource: resource.clone(),
         };
-        let Some(found) = &bucket.policy else {
-            // No policy: the owner only, with no need to read the request further.
-            return match principal == Some(owner) {
-                true => Ok(()),
-                false => Err(denied().into()),
-            };
-        };
-        let mut context = context(req, principal);
-        if let Some(key) = key.filter(|_| found.reads("s3:existingobjecttag/")) {
-            let version = query(req, "versionId");
-            // An object that is not there has no tags; the verb answers for it.
-            if let Ok(entry) = self.object(name, key, version.as_deref()).await {
-                for (tag, value) in entry.tags {
-                    let key = format!("s3:existingobjecttag/{}", tag.to_ascii_lowercase());
-                    context.entry(key).or_default().push(value);
-                }
-            }
+        let expected = req.headers.get("x-amz-expected-bucket-owner");
+        if expected.is_some_and(|expected| expected.as_bytes() != owner.as_bytes()) {
+            return Err(Refusal::UnexpectedOwner(name.into()).into());
         }
-        let asked = Asked {
-            principal,
-            action,
-            resource: &resource,
-            context: &context,
-        };
         let block = bucket.public_block.unwrap_or_default();
-        if policy::allowed(owner, &asked, Some(found), block) {
+        // No policy: nothing of the request needs reading for its owner.
+        let mut context = Context::new();
+        let decision = match &bucket.policy {
+            None if principal == Some(owner) => Decision::Allow,
+            None => Decision::AskAcl,
+            Some(found) => {
+                context = request_context(req, principal);
+                if let Some(key) = key.filter(|_| found.reads("s3:existingobjecttag/")) {
+                    // An object that is not there has no tags; the verb answers for it.
+                    if let Ok(entry) = self.object(name, key, version).await {
+                        for (tag, value) in entry.tags {
+                            let key = format!("s3:existingobjecttag/{}", tag.to_ascii_lowercase());
+                            context.entry(key).or_default().push(value);
+                        }
+                    }
+                }
+                let asked = Asked {
+                    principal,
+                    action,
+                    resource: &resource,
+                    context: &context,
+                };
+                policy::decide(owner, &asked, Some(found), block)
+            }
+        };
+        match decision {
+            Decision::Allow => return Ok(()),
+            Decision::Deny => return Err(denied().into()),
+            Decision::AskAcl => {}
+        }
+        let entry = match key {
+            Some(key) if acl::needed(action).is_some_and(|(scope, _)| scope == Scope::Object) => {
+                self.object(name, key, version).await.ok()
+            }
+            _ => None,
+        };
+        if acl_grants(bucket, entry.as_ref(), principal, action) {
             return Ok(());
         }
         // A caller who may list the key (s3:ListBucket with the key as prefix) learns that
@@ -99,17 +127,21 @@ impl Gateway {
         else {
             return Err(denied().into());
         };
-        context.insert("s3:prefix".into(), vec![key.into()]);
         let bucket_resource = policy::resource(name, None);
+        context.insert("s3:prefix".into(), vec![key.into()]);
         let list = Asked {
             principal,
             action: Action::ListBucket,
             resource: &bucket_resource,
             context: &context,
         };
-        if policy::allowed(owner, &list, Some(found), block) {
-            let version = query(req, "versionId");
-            self.object(name, key, version.as_deref()).await?;
+        let may_list = match policy::decide(owner, &list, bucket.policy.as_ref(), block) {
+            Decision::Allow => true,
+            Decision::Deny => false,
+            Decision::AskAcl => acl_grants(bucket, None, principal, Action::ListBucket),
+        };
+        if may_list && entry.is_none() {
+            self.object(name, key, version).await?;
         }
         Err(denied().into())
     }
@@ -127,22 +159,33 @@ macro_rules! allowed {
             crate::policy::Action::$plain,
             crate::policy::Action::$version,
         );
-        let key = Some($req.input.key.as_str());
-        $gw.allowed(&$req, action, &$req.input.bucket, key).await?
+        let object = super::policy::ObjectRef {
+            key: &$req.input.key,
+            version: $req.input.version_id.as_deref(),
+        };
+        $gw.allowed(&$req, action, &$req.input.bucket, Some(object))
+            .await?
     }};
     ($gw:ident, $req:ident, object $action:ident) => {{
-        let (action, key) = (
-            crate::policy::Action::$action,
-            Some($req.input.key.as_str()),
-        );
-        $gw.allowed(&$req, action, &$req.input.bucket, key).await?
+        let version = super::policy::query(&$req, "versionId");
+        let object = super::policy::ObjectRef {
+            key: &$req.input.key,
+            version: version.as_deref(),
+        };
+        let action = crate::policy::Action::$action;
+        $gw.allowed(&$req, action, &$req.input.bucket, Some(object))
+            .await?
     }};
     ($gw:ident, $req:ident, bypass) => {{
         let bypass = $req.input.bypass_governance_retention.unwrap_or(false);
         if bypass {
             let action = crate::policy::Action::BypassGovernanceRetention;
-            let key = Some($req.input.key.as_str());
-            $gw.allowed(&$req, action, &$req.input.bucket, key).await?;
+            let object = super::policy::ObjectRef {
+                key: &$req.input.key,
+                version: $req.input.version_id.as_deref(),
+            };
+            $gw.allowed(&$req, action, &$req.input.bucket, Some(object))
+                .await?;
         }
         bypass
     }};
@@ -153,6 +196,30 @@ macro_rules! allowed {
 }
 pub(super) use allowed;
 
+/// Whether an ACL grants `principal` what `action` needs: the bucket's, or that of the
+/// object version `object` (read by the caller when the action is on one). ACLs are off
+/// where the bucket owner owns every object; public grants count for nothing under
+/// `IgnorePublicAcls`.
+fn acl_grants(
+    bucket: &buckets::Bucket,
+    object: Option<&ObjectEntry>,
+    principal: Option<&str>,
+    action: Action,
+) -> bool {
+    if bucket.ownership == Some(Ownership::BucketOwnerEnforced) {
+        return false;
+    }
+    let Some((scope, permission)) = acl::needed(action) else {
+        return false;
+    };
+    let ignore_public = bucket.public_block.is_some_and(|b| b.ignore_acls);
+    let acl = match scope {
+        Scope::Bucket => bucket.acl.as_ref(),
+        Scope::Object => object.and_then(|entry| entry.acl.as_ref()),
+    };
+    acl.is_some_and(|acl| acl.allows(principal, permission, ignore_public))
+}
+
 /// `plain` on an object's current version, `version` when the request names a version.
 pub(super) fn versioned<V>(version: &Option<V>, plain: Action, version_action: Action) -> Action {
     match version {
@@ -162,7 +229,7 @@ pub(super) fn versioned<V>(version: &Option<V>, plain: Action, version_action: A
 }
 
 /// The value of query parameter `name` of `req`, decoded.
-fn query<T>(req: &S3Request<T>, name: &str) -> Option<String> {
+pub(super) fn query<T>(req: &S3Request<T>, name: &str) -> Option<String> {
     let query = req.uri.query()?;
     form_urlencoded::parse(query.as_bytes())
         .find(|(given, _)| given == name)
@@ -170,7 +237,7 @@ fn query<T>(req: &S3Request<T>, name: &str) -> Option<String> {
 }
 
 /// The condition keys of `req` from `principal`.
-fn context<T>(req: &S3Request<T>, principal: Option<&str>) -> Context {
+fn request_context<T>(req: &S3Request<T>, principal: Option<&str>) -> Context {
     let mut context = Context::new();
     let mut put = |key: &str, value: String| {
         context
@@ -261,12 +328,7 @@ pub(super) async fn put_bucket_policy(
         .map_err(Refusal::MalformedPolicy)?;
     let block = bucket.public_block.unwrap_or_default();
     if block.block_policy && given.is_public() {
-        return Err(Refusal::Denied {
-            who: gw.principal(&req).await?,
-            action: "set a public policy (the bucket's public access block blocks it)",
-            resource: policy::resource(name, None),
-        }
-        .into());
+        return Err(Refusal::Blocked("a policy that allows everyone").into());
     }
     buckets::set_policy(&gw.pool, name, Some(&given))
         .await
@@ -311,7 +373,8 @@ pub(super) async fn get_bucket_policy_status(
     let bucket = gw
         .allowed(&req, Action::GetBucketPolicyStatus, name, None)
         .await?;
-    let public = bucket.policy.as_ref().is_some_and(Policy::is_public);
+    let public = bucket.policy.as_ref().is_some_and(Policy::is_public)
+        || bucket.acl.as_ref().is_some_and(acl::Acl::is_public);
     Ok(S3Response::new(GetBucketPolicyStatusOutput {
         policy_status: Some(PolicyStatus {
             is_public: Some(public),

@@ -7,6 +7,7 @@ use super::policy::allowed;
 use s3s::dto::*;
 use s3s::{S3Error, S3Request, S3Response, S3Result};
 
+use super::acl::asked_acl;
 use super::encryption::CustomerKey;
 use super::encryption::{customer_key, write_encryption};
 use super::error::Refusal;
@@ -130,11 +131,7 @@ pub(super) async fn create_multipart_upload(
     gw: &Gateway,
     req: S3Request<CreateMultipartUploadInput>,
 ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
-    // As S3 names an anonymous initiator.
-    let initiator = gw
-        .principal(&req)
-        .await?
-        .unwrap_or_else(|| "anonymous".into());
+    let writer = gw.principal(&req).await?;
     let bucket = allowed!(gw, req, object PutObject);
     let input = req.input;
     check_key(&input.key)?;
@@ -142,13 +139,17 @@ pub(super) async fn create_multipart_upload(
     // The bucket's default retention is added at completion.
     let lock = asked_lock!(input)?;
     lock::check_allowed(&bucket, &lock)?;
+    let acl = gw
+        .object_acl(writer.as_deref(), asked_acl!(input), &bucket)
+        .await?;
     let (customer, sse) = write_encryption!(gw, input);
     if let Some(Sse::Kms { key }) = &sse {
         encryption::check_kms_key(gw.kms.as_ref(), key).await?;
     }
     let described = encryption::describe(&sse, customer.as_ref());
     let record = UploadRecord {
-        initiator,
+        // As S3 names an anonymous initiator.
+        initiator: writer.unwrap_or_else(|| "anonymous".into()),
         initiated_ns: layout::now_ns(),
         headers: content_headers!(input),
         content_type: input.content_type,
@@ -156,6 +157,7 @@ pub(super) async fn create_multipart_upload(
         sse,
         tags,
         lock,
+        acl,
     };
     let id = multipart::create(&gw.pool, &input.bucket, &input.key, &record)
         .await
@@ -260,6 +262,7 @@ pub(super) async fn complete_multipart_upload(
         version: None,
         tags: record.tags,
         lock: record.lock,
+        acl: record.acl,
     };
     entry.lock = lock::for_new(&bucket, record.lock, entry.mtime_ns);
     // Not gw.commit: on failure the parts stay with the upload, to complete again. The
@@ -387,7 +390,7 @@ pub(super) async fn list_parts(
     gw: &Gateway,
     req: S3Request<ListPartsInput>,
 ) -> S3Result<S3Response<ListPartsOutput>> {
-    allowed!(gw, req, object ListMultipartUploadParts);
+    let bucket = allowed!(gw, req, object ListMultipartUploadParts);
     let input = req.input;
     let record = gw
         .upload(&input.bucket, &input.key, &input.upload_id)
@@ -413,10 +416,6 @@ pub(super) async fn list_parts(
             ..Default::default()
         })
         .collect();
-    let who = Owner {
-        display_name: Some(record.initiator.clone()),
-        id: Some(record.initiator.clone()),
-    };
     Ok(S3Response::new(ListPartsOutput {
         bucket: Some(input.bucket),
         key: Some(input.key),
@@ -426,11 +425,8 @@ pub(super) async fn list_parts(
         next_part_number_marker: truncated.then_some(next).flatten(),
         part_number_marker: input.part_number_marker,
         max_parts: Some(max),
-        initiator: Some(Initiator {
-            display_name: who.display_name.clone(),
-            id: who.id.clone(),
-        }),
-        owner: Some(who),
+        initiator: Some(initiator(&record)),
+        owner: Some(upload_owner(&record, &bucket)),
         ..Default::default()
     }))
 }
@@ -439,7 +435,7 @@ pub(super) async fn list_multipart_uploads(
     gw: &Gateway,
     req: S3Request<ListMultipartUploadsInput>,
 ) -> S3Result<S3Response<ListMultipartUploadsOutput>> {
-    allowed!(gw, req, ListBucketMultipartUploads);
+    let bucket = allowed!(gw, req, ListBucketMultipartUploads);
     let input = req.input;
     let max = input
         .max_uploads
@@ -458,22 +454,13 @@ pub(super) async fn list_multipart_uploads(
     let next = uploads.last().map(|(key, id, _)| (encode(key), id.clone()));
     let listed: MultipartUploadList = uploads
         .into_iter()
-        .map(|(key, id, record)| {
-            let who = Owner {
-                display_name: Some(record.initiator.clone()),
-                id: Some(record.initiator.clone()),
-            };
-            MultipartUpload {
-                key: Some(encode(&key)),
-                upload_id: Some(id),
-                initiated: Some(timestamp(record.initiated_ns)),
-                initiator: Some(Initiator {
-                    display_name: who.display_name.clone(),
-                    id: who.id.clone(),
-                }),
-                owner: Some(who),
-                ..Default::default()
-            }
+        .map(|(key, id, record)| MultipartUpload {
+            key: Some(encode(&key)),
+            upload_id: Some(id),
+            initiated: Some(timestamp(record.initiated_ns)),
+            initiator: Some(initiator(&record)),
+            owner: Some(upload_owner(&record, &bucket)),
+            ..Default::default()
         })
         .collect();
     let (next_key, next_id) = match next.filter(|_| truncated) {
@@ -493,4 +480,21 @@ pub(super) async fn list_multipart_uploads(
         encoding_type: input.encoding_type,
         ..Default::default()
     }))
+}
+
+/// Who began an upload.
+fn initiator(record: &UploadRecord) -> Initiator {
+    Initiator {
+        display_name: Some(record.initiator.clone()),
+        id: Some(record.initiator.clone()),
+    }
+}
+
+/// Who will own the object an upload makes: as its ACL says, else the bucket's owner.
+fn upload_owner(record: &UploadRecord, bucket: &crate::buckets::Bucket) -> Owner {
+    let owner = record
+        .acl
+        .as_ref()
+        .map_or(&bucket.info.owner, |acl| &acl.owner);
+    super::acl::owner(owner)
 }
