@@ -415,12 +415,11 @@ pub fn serve(who: &Who, args: GwArgs) -> Result<(), String> {
             })
             .unwrap_or(Duration::from_secs(86_400));
         gateway.expire_on_schedule(day);
-        let service = gateway.service();
         crate::scrape::start(args.metrics.as_ref(), |registry| {
             messenger::metrics::register(registry);
             gateway::metrics::register(registry);
         });
-        let serving = tokio::spawn(gateway::serve::serve(listener, service, tls));
+        let serving = tokio::spawn(gateway::serve::serve(listener, gateway, tls));
         tokio::select! {
             result = crate::daemon::stop_signal() => result,
             result = serving => Err(match result {

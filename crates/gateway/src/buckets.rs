@@ -4,6 +4,7 @@ use bytes::Bytes;
 use client::{ObjectOp, Pool};
 
 use crate::acl::{Acl, Ownership};
+use crate::cors::Cors;
 use crate::layout::{self, BucketInfo, Head, IndexKey, ObjectEntry, Order, Sse, Version};
 use crate::lifecycle::Lifecycle;
 use crate::lock::BucketLock;
@@ -38,10 +39,11 @@ pub struct Bucket {
     /// Its ACL; none is its owner's alone.
     pub acl: Option<Acl>,
     pub ownership: Option<Ownership>,
+    pub cors: Option<Cors>,
 }
 
 /// The owner, creation time, versioning, object lock, lifecycle, policy, public access
-/// block, ACL and object ownership of `bucket`.
+/// block, ACL, object ownership and CORS rules of `bucket`.
 pub async fn info(pool: &Pool, bucket: &str) -> Result<Bucket, Error> {
     let attrs = pool
         .attrs(&layout::index_object(bucket))
@@ -59,6 +61,7 @@ pub async fn info(pool: &Pool, bucket: &str) -> Result<Bucket, Error> {
         public_block: decoded(attrs.get(layout::PUBLIC_BLOCK_ATTR).map(Vec::as_slice))?,
         acl: decoded(attrs.get(layout::ACL_ATTR).map(Vec::as_slice))?,
         ownership: decoded(attrs.get(layout::OWNERSHIP_ATTR).map(Vec::as_slice))?,
+        cors: decoded(attrs.get(layout::CORS_ATTR).map(Vec::as_slice))?,
     })
 }
 
@@ -228,6 +231,12 @@ pub async fn set_ownership(
 ) -> Result<(), Error> {
     let value = ownership.as_ref().map(layout::encode);
     set_bucket_attr(pool, bucket, layout::OWNERSHIP_ATTR, value).await
+}
+
+/// Sets `bucket`'s CORS rules (`None` removes them).
+pub async fn set_cors(pool: &Pool, bucket: &str, cors: Option<&Cors>) -> Result<(), Error> {
+    let value = cors.map(layout::encode);
+    set_bucket_attr(pool, bucket, layout::CORS_ATTR, value).await
 }
 
 /// Sets `bucket`'s public access block (`None` removes it).

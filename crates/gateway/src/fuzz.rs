@@ -47,7 +47,7 @@ fn serve(
     service: s3s::service::S3Service,
     bytes: &[u8],
 ) -> Vec<u8> {
-    let service = crate::serve::annotated(service);
+    let service = crate::serve::annotated(service, None);
     let (client, server) = tokio::io::duplex(64 << 10);
     runtime.block_on(async move {
         // The client's closed side must not cut the answers off.

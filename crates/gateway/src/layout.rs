@@ -55,6 +55,9 @@ pub const ACL_ATTR: &str = "acl";
 /// The attribute of a bucket's index object that holds its object ownership
 /// (`crate::acl::Ownership`).
 pub const OWNERSHIP_ATTR: &str = "ownership";
+/// The attribute of a bucket's index object that holds its CORS rules
+/// (`crate::cors::Cors`).
+pub const CORS_ATTR: &str = "cors";
 /// The attribute set on a bucket's index object while the bucket is being deleted: index
 /// updates require it absent.
 pub const DELETING_ATTR: &str = "deleting";

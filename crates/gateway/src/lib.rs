@@ -9,6 +9,7 @@
 
 pub mod acl;
 pub mod buckets;
+pub mod cors;
 pub mod data;
 
 #[cfg(any(test, fuzzing))]

@@ -48,6 +48,11 @@ impl VerbSlot {
     fn verb(&self) -> &str {
         self.0.get().map_or(NO_VERB, String::as_str)
     }
+
+    /// Notes the request's verb, once.
+    pub(crate) fn note(&self, verb: &str) {
+        let _ = self.0.set(verb.to_owned());
+    }
 }
 
 /// Notes each routed request's verb in its [`VerbSlot`]. Unsigned requests go on: each
@@ -59,7 +64,7 @@ impl S3Access for NoteVerb {
     async fn check(&self, cx: &mut S3AccessContext<'_>) -> S3Result<()> {
         let verb = cx.s3_op().name().to_owned();
         if let Some(slot) = cx.extensions_mut().get::<VerbSlot>() {
-            let _ = slot.0.set(verb);
+            slot.note(&verb);
         }
         Ok(())
     }

@@ -47,6 +47,10 @@ pub enum Action {
     PutBucketAcl,
     GetBucketOwnershipControls,
     PutBucketOwnershipControls,
+    /// Reading a bucket's CORS rules.
+    GetBucketCors,
+    /// Setting or removing them.
+    PutBucketCors,
     GetObject,
     GetObjectVersion,
     PutObject,
@@ -101,6 +105,8 @@ impl Action {
             PutBucketAcl => "s3:PutBucketAcl",
             GetBucketOwnershipControls => "s3:GetBucketOwnershipControls",
             PutBucketOwnershipControls => "s3:PutBucketOwnershipControls",
+            GetBucketCors => "s3:GetBucketCORS",
+            PutBucketCors => "s3:PutBucketCORS",
             GetObject => "s3:GetObject",
             GetObjectVersion => "s3:GetObjectVersion",
             PutObject => "s3:PutObject",

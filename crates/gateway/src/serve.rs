@@ -39,14 +39,15 @@ pub fn tls_config(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerConfig>, 
     Ok(Arc::new(config))
 }
 
-/// Serves `service` on `listener` until the task is dropped; with `tls`, every connection
+/// Serves `gateway` on `listener` until the task is dropped; with `tls`, every connection
 /// is TLS.
 pub async fn serve(
     listener: TcpListener,
-    service: S3Service,
+    gateway: crate::Gateway,
     tls: Option<Arc<rustls::ServerConfig>>,
 ) -> std::io::Result<()> {
-    serve_with(listener, tls, annotated(service)).await
+    let pool = gateway.pool().clone();
+    serve_with(listener, tls, annotated(gateway.service(), Some(pool))).await
 }
 
 /// Serves any HTTP `service` as the gateway serves S3: HTTP/1.1 with keep-alive, a task per
@@ -123,8 +124,11 @@ pub(crate) struct Peer {
 /// `service`, with a request id on every response (`x-amz-request-id`), and every error
 /// body carrying a `Message` and that `RequestId`: clients print the message (aws-cli says
 /// "Unknown" without one), and the operator finds the request in the gateway's log by its id.
+/// With the `pool` of the buckets, CORS too: preflight requests answered, and the responses
+/// to web pages' requests carrying what their bucket's rules allow (`crate::cors`).
 pub(crate) fn annotated(
     service: S3Service,
+    pool: Option<client::Pool>,
 ) -> impl hyper::service::Service<
     hyper::Request<hyper::body::Incoming>,
     Response = HttpResponse,
@@ -133,6 +137,7 @@ pub(crate) fn annotated(
 > + Clone {
     hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
         let service = service.clone();
+        let pool = pool.clone();
         async move {
             let started = std::time::Instant::now();
             let id = format!("{:016X}", rand::random::<u64>());
@@ -147,14 +152,35 @@ pub(crate) fn annotated(
             {
                 *request.uri_mut() = with_path(request.uri(), &path);
             }
-            let checked = crate::s3::check_presigned_life(request.uri().query()).and_then(|()| {
-                crate::s3::check_v2_date(request.headers(), time::OffsetDateTime::now_utc())
-            });
-            let mut response = match checked {
-                Ok(()) => hyper::service::Service::call(&service, request).await?,
-                Err(refused) => refused
-                    .to_http_response()
-                    .map_err(|e| HttpError::new(Box::new(e)))?,
+            let mut response = match &pool {
+                Some(pool) if request.method() == hyper::Method::OPTIONS => {
+                    slot.note("CorsPreflight");
+                    let path = request.uri().path();
+                    match crate::s3::cors::preflight(pool, path, request.headers()).await {
+                        Ok(headers) => with_headers(HttpResponse::new(s3s::Body::empty()), headers),
+                        Err(refused) => refused
+                            .to_http_response()
+                            .map_err(|e| HttpError::new(Box::new(e)))?,
+                    }
+                }
+                _ => {
+                    let cors = pool.as_ref().and_then(|pool| {
+                        let asked = crate::s3::cors::Asked::of(
+                            request.method(),
+                            request.uri().path(),
+                            request.headers(),
+                        )?;
+                        Some(crate::s3::cors::allowing(pool, asked))
+                    });
+                    let answered = answer(&service, request);
+                    match cors {
+                        Some(cors) => {
+                            let (response, headers) = tokio::join!(answered, cors);
+                            with_headers(response?, headers)
+                        }
+                        None => answered.await?,
+                    }
+                }
             };
             if let Ok(value) = hyper::http::HeaderValue::from_str(&id) {
                 response.headers_mut().insert("x-amz-request-id", value);
@@ -176,6 +202,33 @@ pub(crate) fn annotated(
             Ok(response)
         }
     })
+}
+
+/// The response of `service` to `request`, or the refusal of a presigned URL's life or a
+/// SigV2 date that s3s would let through.
+async fn answer(
+    service: &S3Service,
+    request: hyper::Request<hyper::body::Incoming>,
+) -> Result<HttpResponse, HttpError> {
+    let checked = crate::s3::check_presigned_life(request.uri().query()).and_then(|()| {
+        crate::s3::check_v2_date(request.headers(), time::OffsetDateTime::now_utc())
+    });
+    match checked {
+        Ok(()) => hyper::service::Service::call(service, request).await,
+        Err(refused) => refused
+            .to_http_response()
+            .map_err(|e| HttpError::new(Box::new(e))),
+    }
+}
+
+/// `response` with `headers` added.
+fn with_headers(mut response: HttpResponse, headers: Vec<(&'static str, String)>) -> HttpResponse {
+    for (name, value) in headers {
+        if let Ok(value) = hyper::http::HeaderValue::from_str(&value) {
+            response.headers_mut().insert(name, value);
+        }
+    }
+    response
 }
 
 /// `uri` with its path replaced by `path`, its query kept.

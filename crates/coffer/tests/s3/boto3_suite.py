@@ -26,6 +26,7 @@ import dataclasses
 import datetime
 import email.utils
 import hashlib
+import http.client
 import io
 import json
 import os
@@ -287,14 +288,26 @@ def sse_ranges(size):
     return cases
 
 
-def https_get(url):
-    """GET with urllib (no SDK involved), trusting only the gateway's CA: (status, body)."""
+def https_request(method, url, headers=None):
+    """A request with http.client (no SDK involved), trusting only the gateway's CA:
+    (status, headers with lower-case names, body)."""
+    parts = urllib.parse.urlsplit(url)
     context = ssl.create_default_context(cafile=CA)
+    connection = http.client.HTTPSConnection(parts.hostname, parts.port, context=context,
+                                             timeout=HTTP_TIMEOUT_SECONDS)
     try:
-        with urllib.request.urlopen(url, context=context, timeout=HTTP_TIMEOUT_SECONDS) as reply:
-            return reply.status, reply.read()
-    except urllib.error.HTTPError as error:
-        return error.code, error.read()
+        target = f"{parts.path}?{parts.query}" if parts.query else parts.path
+        connection.request(method, target, headers=headers or {})
+        reply = connection.getresponse()
+        return reply.status, {name.lower(): value for name, value in reply.getheaders()}, reply.read()
+    finally:
+        connection.close()
+
+
+def https_get(url):
+    """GET, as `https_request`: (status, body)."""
+    code, _, body = https_request("GET", url)
+    return code, body
 
 
 class Suite:
@@ -311,6 +324,7 @@ class Suite:
         self.locked_bucket = f"boto3-{run_id}-locked"
         self.policy_bucket = f"boto3-{run_id}-policy"
         self.acl_bucket = f"boto3-{run_id}-acl"
+        self.cors_bucket = f"boto3-{run_id}-cors"
         self.lifecycle_buckets = [f"boto3-{run_id}-lc-{kind}" for kind in ["plain", "versions", "locked"]]
         # Deleted by the first user with an upload in progress, then created by the other.
         self.reused_bucket = f"boto3-{run_id}-reused"
@@ -3322,6 +3336,96 @@ class Suite:
         ok("object ownership: BucketOwnerPreferred takes objects given to the owner;"
            " BucketOwnerEnforced turns ACLs off")
 
+    # CORS -------------------------------------------------------------------------------
+
+    def cors(self):
+        """A bucket's CORS rules answer browsers' preflight requests and give the responses
+        to a page's requests the headers that let the page read them; a preflight that no
+        rule allows is refused, and rules S3 would refuse are refused."""
+        bucket = self.cors_bucket
+        app, evil = "https://app.example", "https://evil.example"
+        self.s3.create_bucket(Bucket=bucket)
+        self.s3.put_object(Bucket=bucket, Key="page", Body=b"page")
+        page = f"{ENDPOINT}/{bucket}/page"
+
+        def preflight(origin=None, method=None, headers=None, url=page):
+            asked = {"Origin": origin, "Access-Control-Request-Method": method,
+                     "Access-Control-Request-Headers": headers}
+            return https_request("OPTIONS", url, {k: v for k, v in asked.items() if v is not None})
+
+        def refused(what, answer, status_code, code):
+            got_status, _, body = answer
+            expect(f"{what}: status", got_status, status_code)
+            if f"<Code>{code}</Code>".encode() not in body:
+                raise AssertionError(f"{what}: wanted error {code}, got {body!r}")
+
+        expect_error("get_bucket_cors of a bucket without rules", ["NoSuchCORSConfiguration"],
+                     self.s3.get_bucket_cors, Bucket=bucket)
+        refused("preflight before the bucket has rules", preflight(app, "GET"), 403, "AccessForbidden")
+        rules = [
+            {"ID": "app", "AllowedOrigins": [app], "AllowedMethods": ["GET", "PUT"],
+             "AllowedHeaders": ["content-type", "x-amz-*"], "ExposeHeaders": ["ETag"],
+             "MaxAgeSeconds": 600},
+            {"AllowedOrigins": ["*"], "AllowedMethods": ["HEAD"]},
+        ]
+        self.s3.put_bucket_cors(Bucket=bucket, CORSConfiguration={"CORSRules": rules})
+        expect("get_bucket_cors", self.s3.get_bucket_cors(Bucket=bucket)["CORSRules"], rules)
+        expect_error("other user: get_bucket_cors", ["AccessDenied"], self.other.get_bucket_cors, Bucket=bucket)
+        expect_error("other user: put_bucket_cors", ["AccessDenied"], self.other.put_bucket_cors,
+                     Bucket=bucket, CORSConfiguration={"CORSRules": rules[1:]})
+
+        status_code, headers, _ = preflight(app, "PUT", "Content-Type, X-Amz-Meta-Note")
+        expect("preflight allowed: status", status_code, 200)
+        expect("preflight allowed: headers", {name: headers.get(name) for name in [
+            "access-control-allow-origin", "access-control-allow-methods", "access-control-allow-headers",
+            "access-control-expose-headers", "access-control-max-age", "access-control-allow-credentials"]},
+            {"access-control-allow-origin": app, "access-control-allow-methods": "GET, PUT",
+             "access-control-allow-headers": "Content-Type, X-Amz-Meta-Note",
+             "access-control-expose-headers": "ETag", "access-control-max-age": "600",
+             "access-control-allow-credentials": "true"})
+        status_code, headers, _ = preflight(evil, "HEAD")
+        expect("preflight of HEAD from any origin", (status_code, headers.get("access-control-allow-origin"),
+                                                     headers.get("access-control-allow-credentials")), (200, "*", None))
+        refused("preflight from an origin no rule allows", preflight(evil, "GET"), 403, "AccessForbidden")
+        refused("preflight of a method no rule allows", preflight(app, "DELETE"), 403, "AccessForbidden")
+        refused("preflight of a header no rule allows", preflight(app, "PUT", "authorization"), 403,
+                "AccessForbidden")
+        refused("preflight without an origin", preflight(None, "GET"), 400, "BadRequest")
+        refused("preflight without a method", preflight(app), 400, "BadRequest")
+        refused("preflight to a missing bucket", preflight(app, "GET", url=f"{ENDPOINT}/{self.missing_bucket}/x"),
+                403, "AccessForbidden")
+        ok("preflight requests answered by the first rule that allows them, refused otherwise")
+
+        signed = self.s3.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": "page"},
+                                                ExpiresIn=300)
+        status_code, headers, body = https_request("GET", signed, {"Origin": app})
+        expect("GET from an allowed origin", (status_code, body, headers.get("access-control-allow-origin"),
+                                              headers.get("access-control-expose-headers")),
+               (200, b"page", app, "ETag"))
+        status_code, headers, body = https_request("GET", signed, {"Origin": evil})
+        expect("GET from another origin", (status_code, body, headers.get("access-control-allow-origin"),
+                                           "Origin" in headers.get("vary", "")), (200, b"page", None, True))
+        status_code, headers, _ = https_request("GET", page, {"Origin": app})
+        expect("unsigned GET of a private object from an allowed origin: the refusal is readable",
+               (status_code, headers.get("access-control-allow-origin")), (403, app))
+        ok("responses to pages' requests carry what the rules allow")
+
+        for what, bad in [
+            ("a method S3 does not take", [{"AllowedOrigins": [app], "AllowedMethods": ["PATCH"]}]),
+            ("an origin with two wildcards", [{"AllowedOrigins": ["https://*.*"], "AllowedMethods": ["GET"]}]),
+            ("a header with two wildcards",
+             [{"AllowedOrigins": [app], "AllowedMethods": ["GET"], "AllowedHeaders": ["x-*-*"]}]),
+            ("101 rules", [{"AllowedOrigins": [app], "AllowedMethods": ["GET"]}] * 101),
+        ]:
+            expect_error(f"put_bucket_cors with {what}", ["InvalidRequest"], self.s3.put_bucket_cors,
+                         Bucket=bucket, CORSConfiguration={"CORSRules": bad})
+        expect("rules after refused changes", self.s3.get_bucket_cors(Bucket=bucket)["CORSRules"], rules)
+        self.s3.delete_bucket_cors(Bucket=bucket)
+        expect_error("get_bucket_cors after delete_bucket_cors", ["NoSuchCORSConfiguration"],
+                     self.s3.get_bucket_cors, Bucket=bucket)
+        refused("preflight once the rules are removed", preflight(app, "GET"), 403, "AccessForbidden")
+        ok("CORS rules checked as S3 checks them, and removed")
+
     # Clean up ---------------------------------------------------------------------------
 
     def empty_and_delete(self, bucket, s3=None):
@@ -3350,7 +3454,7 @@ class Suite:
 
     def clean_up(self):
         buckets = [self.bucket, self.listing_bucket, self.encrypted_bucket, self.versioned_bucket,
-                   self.policy_bucket, self.acl_bucket]
+                   self.policy_bucket, self.acl_bucket, self.cors_bucket]
         for bucket in buckets:
             self.empty_and_delete(bucket)
         listed = {b["Name"] for b in self.s3.list_buckets()["Buckets"]}
@@ -3369,6 +3473,7 @@ class Suite:
             (self.s3, self.locked_bucket),
             (self.s3, self.policy_bucket),
             (self.s3, self.acl_bucket),
+            (self.s3, self.cors_bucket),
             (self.other, f"{self.policy_bucket}-other"),
             *[(self.s3, bucket) for bucket in self.lifecycle_buckets],
             (self.s3, self.reused_bucket),
@@ -3399,6 +3504,7 @@ def main():
         suite.lifecycle,
         suite.policies,
         suite.acls,
+        suite.cors,
         suite.multipart_part_copies,
         suite.multipart_errors,
         suite.multipart_listing_and_abort,

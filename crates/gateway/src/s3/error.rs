@@ -118,6 +118,21 @@ pub(crate) enum Refusal {
     UnexpectedOwner(String),
     #[error("bucket {0}'s ACL grants to others than its owner: make it private first")]
     SharedAcl(String),
+    #[error("{0}")]
+    CorsRule(String),
+    #[error("bucket {0} has no CORS configuration")]
+    NoCors(String),
+    #[error("a preflight request names its {0}")]
+    PreflightUnasked(&'static str),
+    #[error("CORSResponse: CORS is not enabled for bucket {0}")]
+    CorsOff(String),
+    #[error("CORSResponse: no CORS rule of bucket {bucket} allows origin {origin:?} to {method}{}", if headers.is_empty() { String::new() } else { format!(" with headers {headers}") })]
+    CorsDenied {
+        bucket: String,
+        origin: String,
+        method: String,
+        headers: String,
+    },
 }
 
 impl Refusal {
@@ -176,6 +191,10 @@ impl Refusal {
             Refusal::SharedAcl(_) => C::Custom("InvalidBucketAclWithObjectOwnership".into()),
             Refusal::GrantByEmail(_) => C::UnresolvableGrantByEmailAddress,
             Refusal::NoOwnershipControls(_) => C::OwnershipControlsNotFoundError,
+            Refusal::CorsRule(_) => C::InvalidRequest,
+            Refusal::NoCors(_) => C::NoSuchCORSConfiguration,
+            Refusal::PreflightUnasked(_) => C::Custom("BadRequest".into()),
+            Refusal::CorsOff(_) | Refusal::CorsDenied { .. } => C::Custom("AccessForbidden".into()),
         }
     }
 }
@@ -204,6 +223,8 @@ impl From<Refusal> for S3Error {
         let mut e = S3Error::with_message(code, refusal.to_string());
         if let Refusal::NoPublicBlock(_) = refusal {
             e.set_status_code(hyper::StatusCode::NOT_FOUND);
+        } else if let Refusal::CorsOff(_) | Refusal::CorsDenied { .. } = refusal {
+            e.set_status_code(hyper::StatusCode::FORBIDDEN);
         } else if custom {
             e.set_status_code(hyper::StatusCode::BAD_REQUEST);
         }

@@ -3,13 +3,14 @@
 //! [`policy`] whether the request's user, or an anonymous request, may do what it asks.
 //!
 //! One file per group of verbs (buckets, objects, copies, multipart uploads, listings, tags,
-//! object lock, lifecycle, policies, ACLs); the
+//! object lock, lifecycle, policies, ACLs, CORS); the
 //! table at the end of this file routes each S3 verb to its handler, and [`error`] is the
 //! one place that chooses S3's error codes.
 
 mod acl;
 mod bucket;
 mod copy;
+pub(crate) mod cors;
 mod encryption;
 mod error;
 mod lifecycle;
@@ -126,6 +127,11 @@ impl Gateway {
                 }
             }
         });
+    }
+
+    /// The pool the gateway serves.
+    pub(crate) fn pool(&self) -> &Pool {
+        &self.pool
     }
 
     /// The service s3s serves: this gateway, with its users' keys checking signatures.
@@ -637,6 +643,9 @@ verbs! {
     acl::put_bucket_ownership_controls(PutBucketOwnershipControlsInput) -> PutBucketOwnershipControlsOutput;
     acl::get_bucket_ownership_controls(GetBucketOwnershipControlsInput) -> GetBucketOwnershipControlsOutput;
     acl::delete_bucket_ownership_controls(DeleteBucketOwnershipControlsInput) -> DeleteBucketOwnershipControlsOutput;
+    cors::put_bucket_cors(PutBucketCorsInput) -> PutBucketCorsOutput;
+    cors::get_bucket_cors(GetBucketCorsInput) -> GetBucketCorsOutput;
+    cors::delete_bucket_cors(DeleteBucketCorsInput) -> DeleteBucketCorsOutput;
     policy::put_bucket_policy(PutBucketPolicyInput) -> PutBucketPolicyOutput;
     policy::get_bucket_policy(GetBucketPolicyInput) -> GetBucketPolicyOutput;
     policy::delete_bucket_policy(DeleteBucketPolicyInput) -> DeleteBucketPolicyOutput;
