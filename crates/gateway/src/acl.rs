@@ -173,7 +173,9 @@ pub fn needed(action: Action) -> Option<(Scope, Permission)> {
         | ListMultipartUploadParts => (Scope::Bucket, Permission::Write),
         GetBucketAcl => (Scope::Bucket, Permission::ReadAcp),
         PutBucketAcl => (Scope::Bucket, Permission::WriteAcp),
-        GetObject | GetObjectVersion => (Scope::Object, Permission::Read),
+        GetObject | GetObjectVersion | GetObjectAttributes | GetObjectVersionAttributes => {
+            (Scope::Object, Permission::Read)
+        }
         GetObjectAcl | GetObjectVersionAcl => (Scope::Object, Permission::ReadAcp),
         PutObjectAcl | PutObjectVersionAcl => (Scope::Object, Permission::WriteAcp),
         _ => return None,

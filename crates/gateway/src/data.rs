@@ -14,6 +14,7 @@ use md5::{Digest, Md5};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
+use crate::checksum::{Algorithm, Checksum, Hasher};
 use crate::layout::{self, ObjectEntry, SealedKey, Segment};
 use crate::sse::{self, ChunkKey};
 use crate::Error;
@@ -32,6 +33,8 @@ pub struct Written {
     pub instance: String,
     pub size: u64,
     pub md5: [u8; 16],
+    /// The checksum asked for, if one was.
+    pub checksum: Option<Checksum>,
     /// The wrapped data key, if the content was sealed.
     pub sealed: Option<SealedKey>,
     /// Bytes per stripe (which also tells the sealed layouts apart).
@@ -195,13 +198,15 @@ fn seal_records(key: &ChunkKey, first: u64, last: bool, data: &mut BytesMut) -> 
         .collect()
 }
 
-/// Writes `body` as the stripes of a new instance, sealed with `sealing` if given. On any
-/// failure (of the body or of the cluster) the stripes written so far are removed and the
-/// error returned: nothing of a failed upload stays.
+/// Writes `body` as the stripes of a new instance, sealed with `sealing` if given, computing
+/// its MD5 and its `checksum` as it passes. On any failure (of the body or of the cluster)
+/// the stripes written so far are removed and the error returned: nothing of a failed
+/// upload stays.
 pub async fn write<S, E>(
     pool: &Pool,
     mut body: S,
     sealing: Option<Sealing>,
+    checksum: Option<Algorithm>,
 ) -> Result<Written, Error>
 where
     S: Stream<Item = Result<Bytes, E>> + Unpin,
@@ -235,11 +240,15 @@ where
         writes: JoinSet::new(),
     };
     let mut md5 = Md5::new();
+    let mut hasher = checksum.map(Hasher::new);
     let mut size = 0u64;
     let result: Result<(), Error> = async {
         while let Some(chunk) = body.next().await {
             let chunk = chunk.map_err(|e| Error::Body(e.to_string()))?;
             md5.update(&chunk);
+            if let Some(hasher) = &mut hasher {
+                hasher.update(&chunk);
+            }
             size += chunk.len() as u64;
             striper.push(&chunk).await?;
         }
@@ -251,6 +260,9 @@ where
             instance,
             size,
             md5: md5.finalize().into(),
+            checksum: checksum
+                .zip(hasher)
+                .map(|(algorithm, hasher)| Checksum::whole(algorithm, hasher.finish())),
             sealed,
             stripe_bytes: stripe_bytes as u64,
         }),

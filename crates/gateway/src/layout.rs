@@ -24,6 +24,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::acl::Acl;
+use crate::checksum::{self, Checksum};
 use crate::lock::Lock;
 
 pub const USERS: &str = "gw.users";
@@ -210,7 +211,6 @@ pub fn decode<T: Record>(bytes: &[u8]) -> Result<T, String> {
 impl Record for User {}
 impl Record for BucketInfo {}
 impl Record for Sse {}
-impl Record for PartRecord {}
 impl Record for Head {}
 impl Record for Tags {}
 
@@ -236,14 +236,15 @@ impl<Entry: Into<ObjectEntry>> From<EarlierVersion<Entry>> for Version {
 }
 
 /// Formats: its object entry is of format 3 in format 1, of format 4 (the lock) in format
-/// 2, of format 5 (the ACL) in format 3.
+/// 2, of format 5 (the ACL) in format 3, of format 6 (the checksum) in format 4.
 impl Record for Version {
-    const FORMAT: u8 = 3;
+    const FORMAT: u8 = 4;
 
     fn earlier(format: u8, bytes: &[u8]) -> Result<Self, String> {
         match format {
             1 => Ok(read::<EarlierVersion<EntryV3>>(bytes)?.into()),
             2 => Ok(read::<EarlierVersion<EntryV4>>(bytes)?.into()),
+            3 => Ok(read::<EarlierVersion<EntryV5>>(bytes)?.into()),
             _ => Err(format!("version format {format} is not known here")),
         }
     }
@@ -291,22 +292,25 @@ pub struct ObjectEntry {
     /// The version's ACL; none for one written before ACLs were kept, which is its bucket
     /// owner's alone.
     pub acl: Option<Acl>,
+    /// The checksum the writer asked for (CRC32, SHA-256, ...), beside the MD5.
+    pub checksum: Option<Checksum>,
 }
 
 /// Format 2 added the content headers and the upload id, format 3 the version and tags,
-/// format 4 the lock, format 5 the ACL.
+/// format 4 the lock, format 5 the ACL, format 6 the checksum.
 impl Record for ObjectEntry {
-    const FORMAT: u8 = 5;
+    const FORMAT: u8 = 6;
 
     fn earlier(format: u8, bytes: &[u8]) -> Result<Self, String> {
-        let fourth = match format {
-            1 => EntryV3::from(EntryV2::from(read::<EntryV1>(bytes)?)).into(),
-            2 => EntryV3::from(read::<EntryV2>(bytes)?).into(),
-            3 => read::<EntryV3>(bytes)?.into(),
-            4 => read::<EntryV4>(bytes)?,
+        let fifth = match format {
+            1 => EntryV4::from(EntryV3::from(EntryV2::from(read::<EntryV1>(bytes)?))).into(),
+            2 => EntryV4::from(EntryV3::from(read::<EntryV2>(bytes)?)).into(),
+            3 => EntryV4::from(read::<EntryV3>(bytes)?).into(),
+            4 => read::<EntryV4>(bytes)?.into(),
+            5 => read::<EntryV5>(bytes)?,
             _ => return Err(format!("object entry format {format} is not known here")),
         };
-        Ok(fourth.into())
+        Ok(fifth.into())
     }
 }
 
@@ -371,9 +375,29 @@ struct EntryV4 {
     lock: Lock,
 }
 
+/// An object entry as format 5 stored it (and format 3 of [`Version`] inside it): format
+/// 4's, then the ACL.
+#[derive(Deserialize)]
+struct EntryV5 {
+    fourth: EntryV4,
+    acl: Option<Acl>,
+}
+
 impl From<EntryV3> for ObjectEntry {
     fn from(third: EntryV3) -> ObjectEntry {
         EntryV4::from(third).into()
+    }
+}
+
+impl From<EntryV4> for ObjectEntry {
+    fn from(fourth: EntryV4) -> ObjectEntry {
+        EntryV5::from(fourth).into()
+    }
+}
+
+impl From<EntryV4> for EntryV5 {
+    fn from(fourth: EntryV4) -> EntryV5 {
+        EntryV5 { fourth, acl: None }
     }
 }
 
@@ -386,8 +410,9 @@ impl From<EntryV3> for EntryV4 {
     }
 }
 
-impl From<EntryV4> for ObjectEntry {
-    fn from(fourth: EntryV4) -> ObjectEntry {
+impl From<EntryV5> for ObjectEntry {
+    fn from(fifth: EntryV5) -> ObjectEntry {
+        let fourth = fifth.fourth;
         let third = fourth.third;
         let EntryV2 {
             first,
@@ -407,7 +432,8 @@ impl From<EntryV4> for ObjectEntry {
             version: third.version,
             tags: third.tags,
             lock: fourth.lock,
-            acl: None,
+            acl: fifth.acl,
+            checksum: None,
         }
     }
 }
@@ -547,12 +573,14 @@ pub struct UploadRecord {
     pub lock: Lock,
     /// The ACL the object gets.
     pub acl: Option<Acl>,
+    /// The checksum its parts are given, and what the object's covers.
+    pub checksum: Option<(checksum::Algorithm, checksum::Kind)>,
 }
 
 /// Format 2 added the content headers, format 3 the tags, format 4 the lock, format 5 the
-/// ACL.
+/// ACL, format 6 the checksum.
 impl Record for UploadRecord {
-    const FORMAT: u8 = 5;
+    const FORMAT: u8 = 6;
 
     fn earlier(format: u8, bytes: &[u8]) -> Result<Self, String> {
         /// An upload as format 1 stored it.
@@ -582,16 +610,29 @@ impl Record for UploadRecord {
             third: Third,
             lock: Lock,
         }
-        let (first, headers, tags, lock) = match format {
+        /// An upload as format 5 stored it: format 4's, then the ACL.
+        #[derive(Deserialize)]
+        struct Fifth {
+            fourth: Fourth,
+            acl: Option<Acl>,
+        }
+        let (first, headers, tags, lock, acl) = match format {
             1 => (
                 read::<First>(bytes)?,
                 ContentHeaders::default(),
                 Vec::new(),
                 Lock::default(),
+                None,
             ),
             2 => {
                 let second: Second = read(bytes)?;
-                (second.first, second.headers, Vec::new(), Lock::default())
+                (
+                    second.first,
+                    second.headers,
+                    Vec::new(),
+                    Lock::default(),
+                    None,
+                )
             }
             3 => {
                 let third: Third = read(bytes)?;
@@ -600,11 +641,24 @@ impl Record for UploadRecord {
                     third.second.headers,
                     third.tags,
                     Lock::default(),
+                    None,
                 )
             }
             4 => {
                 let Fourth { third, lock } = read(bytes)?;
-                (third.second.first, third.second.headers, third.tags, lock)
+                (
+                    third.second.first,
+                    third.second.headers,
+                    third.tags,
+                    lock,
+                    None,
+                )
+            }
+            5 => {
+                let Fifth { fourth, acl } = read(bytes)?;
+                let third = fourth.third;
+                let (first, headers) = (third.second.first, third.second.headers);
+                (first, headers, third.tags, fourth.lock, acl)
             }
             _ => return Err(format!("upload record format {format} is not known here")),
         };
@@ -617,7 +671,8 @@ impl Record for UploadRecord {
             headers,
             tags,
             lock,
-            acl: None,
+            acl,
+            checksum: None,
         })
     }
 }
@@ -630,6 +685,39 @@ pub struct PartRecord {
     /// SSE-KMS, whose ETags reveal nothing of the content).
     pub md5: [u8; 16],
     pub mtime_ns: u64,
+    /// The digest of the upload's checksum algorithm, if it has one.
+    pub checksum: Option<Vec<u8>>,
+}
+
+/// Format 2 added the checksum.
+impl Record for PartRecord {
+    const FORMAT: u8 = 2;
+
+    fn earlier(format: u8, bytes: &[u8]) -> Result<Self, String> {
+        /// A part as format 1 stored it.
+        #[derive(Deserialize)]
+        struct First {
+            segment: Segment,
+            md5: [u8; 16],
+            mtime_ns: u64,
+        }
+        match format {
+            1 => {
+                let First {
+                    segment,
+                    md5,
+                    mtime_ns,
+                } = read(bytes)?;
+                Ok(PartRecord {
+                    segment,
+                    md5,
+                    mtime_ns,
+                    checksum: None,
+                })
+            }
+            _ => Err(format!("part record format {format} is not known here")),
+        }
+    }
 }
 
 /// A fresh upload instance name: 128 random bits in hex.
@@ -707,9 +795,13 @@ mod tests {
                 legal_hold: Some(true),
             },
             acl: Some(crate::acl::Acl::canned("public-read", "bo", "ana").expect("canned")),
+            checksum: Some(Checksum::whole(
+                checksum::Algorithm::Crc32,
+                vec![1, 2, 3, 4],
+            )),
         };
         let bytes = encode(&entry);
-        assert_eq!(bytes[0], 5);
+        assert_eq!(bytes[0], 6);
         assert_eq!(decode::<ObjectEntry>(&bytes), Ok(entry.clone()));
         let mut other = bytes.clone();
         other[0] = 9;
@@ -783,12 +875,48 @@ mod tests {
             read,
             ObjectEntry {
                 acl: None,
+                checksum: None,
                 ..entry.clone()
             }
         );
         let mut version = vec![2, 0];
         version.extend_from_slice(&fourth[1..]);
         assert_eq!(decode::<Version>(&version), Ok(Version::Object(read)));
+
+        // An entry written before checksums (format 5) reads with its ACL, and no checksum;
+        // so does a version of format 3 holding one.
+        let mut fifth = vec![5];
+        fifth.extend_from_slice(&fourth[1..]);
+        fifth.extend(postcard::to_allocvec(&entry.acl).expect("serializes"));
+        let read = decode::<ObjectEntry>(&fifth).expect("format 5 reads");
+        assert_eq!(
+            read,
+            ObjectEntry {
+                checksum: None,
+                ..entry.clone()
+            }
+        );
+        let mut version = vec![3, 0];
+        version.extend_from_slice(&fifth[1..]);
+        assert_eq!(decode::<Version>(&version), Ok(Version::Object(read)));
+
+        // A part written before checksums (format 1) reads with none.
+        let part = PartRecord {
+            segment: entry.segments[0].clone(),
+            md5: [3; 16],
+            mtime_ns: 11,
+            checksum: None,
+        };
+        let mut first_part = vec![1];
+        first_part.extend(
+            postcard::to_allocvec(&(&part.segment, part.md5, part.mtime_ns)).expect("serializes"),
+        );
+        assert_eq!(decode::<PartRecord>(&first_part), Ok(part.clone()));
+        let checked = PartRecord {
+            checksum: Some(vec![9; 4]),
+            ..part
+        };
+        assert_eq!(decode::<PartRecord>(&encode(&checked)), Ok(checked));
 
         // An upload record of format 2 reads with its headers and no tags.
         let upload = UploadRecord {
@@ -801,6 +929,7 @@ mod tests {
             tags: Vec::new(),
             lock: Lock::default(),
             acl: None,
+            checksum: None,
         };
         let mut second = vec![2];
         second.extend(
@@ -834,11 +963,27 @@ mod tests {
         assert_eq!(
             decode::<UploadRecord>(&fourth),
             Ok(UploadRecord {
-                tags,
+                tags: tags.clone(),
                 lock: entry.lock,
-                ..upload
+                ..upload.clone()
             })
         );
+        // And one of format 5 with its ACL, and no checksum.
+        let mut fifth = fourth.clone();
+        fifth[0] = 5;
+        fifth.extend(postcard::to_allocvec(&entry.acl).expect("serializes"));
+        let read = UploadRecord {
+            tags,
+            lock: entry.lock,
+            acl: entry.acl.clone(),
+            ..upload
+        };
+        assert_eq!(decode::<UploadRecord>(&fifth), Ok(read.clone()));
+        let checked = UploadRecord {
+            checksum: Some((checksum::Algorithm::Sha256, checksum::Kind::Composite)),
+            ..read
+        };
+        assert_eq!(decode::<UploadRecord>(&encode(&checked)), Ok(checked));
     }
 
     #[test]

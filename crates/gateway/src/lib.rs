@@ -9,6 +9,7 @@
 
 pub mod acl;
 pub mod buckets;
+pub mod checksum;
 pub mod cors;
 pub mod data;
 

@@ -198,6 +198,7 @@ mod tests {
                 .collect(),
             lock: Default::default(),
             acl: None,
+            checksum: None,
         }
     }
 

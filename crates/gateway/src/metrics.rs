@@ -45,7 +45,8 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
 pub(crate) struct VerbSlot(Arc<OnceLock<String>>);
 
 impl VerbSlot {
-    fn verb(&self) -> &str {
+    /// The verb s3s routed the request to (`None` before, or if it routed it nowhere).
+    pub(crate) fn verb(&self) -> &str {
         self.0.get().map_or(NO_VERB, String::as_str)
     }
 

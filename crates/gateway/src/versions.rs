@@ -518,6 +518,7 @@ mod tests {
             tags: Vec::new(),
             lock: Lock::default(),
             acl: None,
+            checksum: None,
         }
     }
 

@@ -39,9 +39,13 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+import zlib
 
 import boto3
 import botocore
+import botocore.auth
+import botocore.awsrequest
+import botocore.credentials
 from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
 from botocore.exceptions import ClientError
@@ -288,7 +292,7 @@ def sse_ranges(size):
     return cases
 
 
-def https_request(method, url, headers=None):
+def https_request(method, url, headers=None, body=None):
     """A request with http.client (no SDK involved), trusting only the gateway's CA:
     (status, headers with lower-case names, body)."""
     parts = urllib.parse.urlsplit(url)
@@ -297,7 +301,7 @@ def https_request(method, url, headers=None):
                                              timeout=HTTP_TIMEOUT_SECONDS)
     try:
         target = f"{parts.path}?{parts.query}" if parts.query else parts.path
-        connection.request(method, target, headers=headers or {})
+        connection.request(method, target, body=body, headers=headers or {})
         reply = connection.getresponse()
         return reply.status, {name.lower(): value for name, value in reply.getheaders()}, reply.read()
     finally:
@@ -325,6 +329,7 @@ class Suite:
         self.policy_bucket = f"boto3-{run_id}-policy"
         self.acl_bucket = f"boto3-{run_id}-acl"
         self.cors_bucket = f"boto3-{run_id}-cors"
+        self.checksum_bucket = f"boto3-{run_id}-checksums"
         self.lifecycle_buckets = [f"boto3-{run_id}-lc-{kind}" for kind in ["plain", "versions", "locked"]]
         # Deleted by the first user with an upload in progress, then created by the other.
         self.reused_bucket = f"boto3-{run_id}-reused"
@@ -3426,6 +3431,162 @@ class Suite:
         refused("preflight once the rules are removed", preflight(app, "GET"), 403, "AccessForbidden")
         ok("CORS rules checked as S3 checks them, and removed")
 
+    # Checksums --------------------------------------------------------------------------
+
+    def checksums(self):
+        """CRC32, CRC32C, CRC64NVME, SHA-1 and SHA-256 checksums given in headers or trailers
+        are checked as the body arrives and kept; GET and HEAD show them when asked (and
+        botocore checks the body against them); multipart objects get full-object or
+        composite ones; a checksum that is not the content's is BadDigest and writes
+        nothing; GetObjectAttributes shows them with the parts."""
+        bucket, s3 = self.checksum_bucket, self.s3
+        s3.create_bucket(Bucket=bucket)
+
+        def b64(digest):
+            return base64.b64encode(digest).decode()
+
+        def crc32(data):
+            return b64(zlib.crc32(data).to_bytes(4, "big"))
+
+        body = os.urandom(300_000)
+        # botocore sends a CRC32 in a trailer after an aws-chunked body unless told otherwise.
+        response = s3.put_object(Bucket=bucket, Key="trailed", Body=body)
+        expect("put_object's CRC32 (sent in a trailer)", response.get("ChecksumCRC32"), crc32(body))
+        expect("head_object without the checksum mode", "ChecksumCRC32" in s3.head_object(Bucket=bucket, Key="trailed"),
+               False)
+        head = s3.head_object(Bucket=bucket, Key="trailed", ChecksumMode="ENABLED")
+        expect("head_object's CRC32 and type", (head.get("ChecksumCRC32"), head.get("ChecksumType")),
+               (crc32(body), "FULL_OBJECT"))
+        got = s3.get_object(Bucket=bucket, Key="trailed", ChecksumMode="ENABLED")
+        expect_body("get_object checked by botocore against its CRC32", got["Body"].read(), body)
+        expect("a ranged get_object has no checksum",
+               "ChecksumCRC32" in s3.get_object(Bucket=bucket, Key="trailed", Range="bytes=0-9",
+                                                ChecksumMode="ENABLED"), False)
+
+        check = b"123456789"  # the check values of each CRC's specification
+        for algorithm, value in [
+            ("CRC32", crc32(check)),
+            ("CRC32C", "4waSgw=="),
+            ("CRC64NVME", "rosUhgp5mIg="),
+            ("SHA1", b64(hashlib.sha1(check).digest())),
+            ("SHA256", b64(hashlib.sha256(check).digest())),
+        ]:
+            field = f"Checksum{algorithm}"
+            response = s3.put_object(Bucket=bucket, Key=f"check-{algorithm}", Body=check, **{field: value})
+            expect(f"put_object with a {algorithm} header", response.get(field), value)
+            head = s3.head_object(Bucket=bucket, Key=f"check-{algorithm}", ChecksumMode="ENABLED")
+            expect(f"head_object's {algorithm}", head.get(field), value)
+            wrong = b64(bytes(len(base64.b64decode(value))))
+            expect_error(f"put_object with a wrong {algorithm}", ["BadDigest"], s3.put_object,
+                         Bucket=bucket, Key=f"check-{algorithm}", Body=b"other content", **{field: wrong})
+            expect_body(f"the object after a refused {algorithm}",
+                        s3.get_object(Bucket=bucket, Key=f"check-{algorithm}")["Body"].read(), check)
+        expect_error("put_object with two checksums", ["InvalidRequest"], s3.put_object, Bucket=bucket,
+                     Key="two", Body=check, ChecksumCRC32=crc32(check),
+                     ChecksumSHA256=b64(hashlib.sha256(check).digest()))
+        ok("checksums of every algorithm checked as bodies arrive, kept, and shown when asked")
+
+        # A trailer whose CRC32 is not the body's, sent as botocore would sign it.
+        url = f"{ENDPOINT}/{bucket}/bad-trailer"
+        payload = b"hello"
+        chunked = b"5\r\n" + payload + b"\r\n0\r\nx-amz-checksum-crc32:" + crc32(b"other").encode() + b"\r\n\r\n"
+        request = botocore.awsrequest.AWSRequest(method="PUT", url=url, data=chunked, headers={
+            "Content-Encoding": "aws-chunked", "X-Amz-Decoded-Content-Length": str(len(payload)),
+            "X-Amz-Trailer": "x-amz-checksum-crc32", "Content-Length": str(len(chunked))})
+        request.context["checksum"] = {"request_algorithm": {"in": "trailer", "algorithm": "crc32",
+                                                             "name": "x-amz-checksum-crc32"}}
+        credentials = botocore.credentials.Credentials(os.environ["S3_ACCESS"], os.environ["S3_SECRET"])
+        botocore.auth.S3SigV4Auth(credentials, "s3", REGION).add_auth(request)
+        status_code, _, answer = https_request("PUT", url, dict(request.headers.items()), chunked)
+        expect("a trailer whose CRC32 is not the body's: status", status_code, 400)
+        if b"<Code>BadDigest</Code>" not in answer:
+            raise AssertionError(f"a trailer whose CRC32 is not the body's: {answer!r}")
+        expect_error("the object a refused trailer would have written", ["404"], s3.head_object,
+                     Bucket=bucket, Key="bad-trailer")
+        ok("a trailer checksum that is not the body's is BadDigest, and writes nothing")
+
+        parts = [os.urandom(5 << 20), os.urandom(70_000)]
+        whole = b"".join(parts)
+
+        def upload(key, algorithm, kind, **complete):
+            created = s3.create_multipart_upload(Bucket=bucket, Key=key, ChecksumAlgorithm=algorithm,
+                                                 ChecksumType=kind)
+            expect(f"create_multipart_upload {algorithm} {kind}",
+                   (created.get("ChecksumAlgorithm"), created.get("ChecksumType")), (algorithm, kind))
+            upload_id = created["UploadId"]
+            listed = []
+            for number, part in enumerate(parts, 1):
+                response = s3.upload_part(Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=number,
+                                          Body=part, ChecksumAlgorithm=algorithm)
+                listed.append({"PartNumber": number, "ETag": response["ETag"],
+                               f"Checksum{algorithm}": response[f"Checksum{algorithm}"]})
+            shown = s3.list_parts(Bucket=bucket, Key=key, UploadId=upload_id)
+            expect(f"list_parts {algorithm}", [p.get(f"Checksum{algorithm}") for p in shown["Parts"]],
+                   [p[f"Checksum{algorithm}"] for p in listed])
+            return upload_id, listed
+
+        upload_id, listed = upload("full", "CRC32", "FULL_OBJECT")
+        # Naming the parts' checksums again is not needed (as Ceph's gateway takes it).
+        unnamed = [{"PartNumber": p["PartNumber"], "ETag": p["ETag"]} for p in listed]
+        done = s3.complete_multipart_upload(Bucket=bucket, Key="full", UploadId=upload_id,
+                                            MultipartUpload={"Parts": unnamed})
+        expect("complete_multipart_upload's full-object CRC32", (done.get("ChecksumCRC32"), done.get("ChecksumType")),
+               (crc32(whole), "FULL_OBJECT"))
+        got = s3.get_object(Bucket=bucket, Key="full", ChecksumMode="ENABLED")
+        expect_body("a multipart object checked by botocore against its full-object CRC32", got["Body"].read(), whole)
+        part = s3.get_object(Bucket=bucket, Key="full", PartNumber=2, ChecksumMode="ENABLED")
+        expect("get_object of part 2: its CRC32", (part.get("ChecksumCRC32"), part["Body"].read()),
+               (crc32(parts[1]), parts[1]))
+
+        upload_id, listed = upload("composite", "SHA256", "COMPOSITE")
+        wrong_part = [dict(listed[0], ChecksumSHA256=b64(hashlib.sha256(b"x").digest())), listed[1]]
+        expect_error("complete_multipart_upload naming a part's wrong SHA256", ["BadDigest"],
+                     s3.complete_multipart_upload, Bucket=bucket, Key="composite", UploadId=upload_id,
+                     MultipartUpload={"Parts": wrong_part})
+        composite = b64(hashlib.sha256(b"".join(hashlib.sha256(p).digest() for p in parts)).digest()) + "-2"
+        expect_error("complete_multipart_upload with a wrong object SHA256", ["BadDigest"],
+                     s3.complete_multipart_upload, Bucket=bucket, Key="composite", UploadId=upload_id,
+                     MultipartUpload={"Parts": listed}, ChecksumSHA256=crc32(b"x"))
+        done = s3.complete_multipart_upload(Bucket=bucket, Key="composite", UploadId=upload_id,
+                                            MultipartUpload={"Parts": listed}, ChecksumSHA256=composite)
+        expect("complete_multipart_upload's composite SHA256", (done.get("ChecksumSHA256"), done.get("ChecksumType")),
+               (composite, "COMPOSITE"))
+        head = s3.head_object(Bucket=bucket, Key="composite", ChecksumMode="ENABLED")
+        expect("head_object's composite SHA256", head.get("ChecksumSHA256"), composite)
+        expect_error("create_multipart_upload of a full-object SHA256", ["InvalidRequest"],
+                     s3.create_multipart_upload, Bucket=bucket, Key="x", ChecksumAlgorithm="SHA256",
+                     ChecksumType="FULL_OBJECT")
+        ok("multipart checksums: parts checked, full-object CRCs joined, composites of part digests")
+
+        everything = ["ETag", "Checksum", "ObjectParts", "StorageClass", "ObjectSize"]
+        put_etag = s3.head_object(Bucket=bucket, Key="trailed")["ETag"].strip('"')
+        attributes = s3.get_object_attributes(Bucket=bucket, Key="trailed", ObjectAttributes=everything)
+        expect("get_object_attributes of a PUT", (attributes["ETag"], attributes["ObjectSize"],
+                                                   attributes["StorageClass"], attributes["Checksum"].get("ChecksumCRC32"),
+                                                   "ObjectParts" in attributes),
+               (put_etag, len(body), "STANDARD", crc32(body), False))
+        attributes = s3.get_object_attributes(Bucket=bucket, Key="composite", ObjectAttributes=everything,
+                                              MaxParts=1, PartNumberMarker=1)
+        shown = attributes["ObjectParts"]
+        expect("get_object_attributes of a multipart object, from part 2",
+               (attributes["Checksum"]["ChecksumSHA256"], attributes["Checksum"]["ChecksumType"],
+                shown.get("TotalPartsCount", shown.get("PartsCount")), shown["IsTruncated"],
+                [(p["PartNumber"], p["Size"], p.get("ChecksumSHA256")) for p in shown["Parts"]]),
+               (composite, "COMPOSITE", 2, False, [(2, len(parts[1]), b64(hashlib.sha256(parts[1]).digest()))]))
+        expect("get_object_attributes' ETag, bare",
+               s3.get_object_attributes(Bucket=bucket, Key="composite", ObjectAttributes=["ETag"])["ETag"],
+               done["ETag"].strip('"'))
+        ok("get_object_attributes: ETag, size, storage class, checksum and parts")
+
+        copied = s3.copy_object(Bucket=bucket, Key="copy", CopySource={"Bucket": bucket, "Key": "full"})
+        expect("copy_object keeps the source's algorithm", copied["CopyObjectResult"].get("ChecksumCRC32"),
+               crc32(whole))
+        copied = s3.copy_object(Bucket=bucket, Key="copy-sha1", CopySource={"Bucket": bucket, "Key": "full"},
+                                ChecksumAlgorithm="SHA1")
+        expect("copy_object asked for a SHA-1", copied["CopyObjectResult"].get("ChecksumSHA1"),
+               b64(hashlib.sha1(whole).digest()))
+        ok("copies get the checksum asked for, else one of the source's algorithm")
+
     # Clean up ---------------------------------------------------------------------------
 
     def empty_and_delete(self, bucket, s3=None):
@@ -3454,7 +3615,7 @@ class Suite:
 
     def clean_up(self):
         buckets = [self.bucket, self.listing_bucket, self.encrypted_bucket, self.versioned_bucket,
-                   self.policy_bucket, self.acl_bucket, self.cors_bucket]
+                   self.policy_bucket, self.acl_bucket, self.cors_bucket, self.checksum_bucket]
         for bucket in buckets:
             self.empty_and_delete(bucket)
         listed = {b["Name"] for b in self.s3.list_buckets()["Buckets"]}
@@ -3474,6 +3635,7 @@ class Suite:
             (self.s3, self.policy_bucket),
             (self.s3, self.acl_bucket),
             (self.s3, self.cors_bucket),
+            (self.s3, self.checksum_bucket),
             (self.other, f"{self.policy_bucket}-other"),
             *[(self.s3, bucket) for bucket in self.lifecycle_buckets],
             (self.s3, self.reused_bucket),
@@ -3505,6 +3667,7 @@ def main():
         suite.policies,
         suite.acls,
         suite.cors,
+        suite.checksums,
         suite.multipart_part_copies,
         suite.multipart_errors,
         suite.multipart_listing_and_abort,

@@ -6,6 +6,7 @@ use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result};
 
 use super::acl::asked_acl;
+use super::checksum::{set_checksum, show_checksum};
 use super::encryption::customer_key;
 use super::encryption::CustomerKey;
 use super::error::Refusal;
@@ -17,6 +18,7 @@ use super::{
     check_key, content_headers, encryption, etag, made_version, modified, new_entry,
     sorted_metadata, timestamp, Gateway,
 };
+use crate::checksum::Algorithm;
 use crate::data;
 use crate::layout::{self, ObjectEntry};
 use crate::versions::VersionId;
@@ -148,7 +150,13 @@ pub(super) async fn copy_object(
     )
     .await?;
     let sealing = gw.sealing(&sse, customer.as_ref()).await?;
-    let written = data::write(&gw.pool, reader, sealing).await?;
+    // The copy's checksum: the one asked for, else one of the source's algorithm, of the
+    // whole content.
+    let algorithm = match &input.checksum_algorithm {
+        Some(asked) => Some(Algorithm::named(asked.as_str()).map_err(Refusal::Checksum)?),
+        None => source.checksum.as_ref().map(|c| c.algorithm),
+    };
+    let written = data::write(&gw.pool, reader, sealing, algorithm).await?;
     let (content_type, metadata, headers) = if replace {
         let headers = content_headers!(input);
         (input.content_type, sorted_metadata(input.metadata), headers)
@@ -179,11 +187,7 @@ pub(super) async fn copy_object(
     Ok(S3Response::new(CopyObjectOutput {
         version_id: made_version(made),
         copy_source_version_id: source.version.map(|tag| VersionId::from(tag).to_string()),
-        copy_object_result: Some(CopyObjectResult {
-            e_tag: Some(etag(&entry)),
-            last_modified: Some(modified(&entry)),
-            ..Default::default()
-        }),
+        copy_object_result: Some(copy_result(&entry)),
         server_side_encryption: described.sse,
         ssekms_key_id: described.kms_key,
         sse_customer_algorithm: described.customer_algorithm,
@@ -222,7 +226,8 @@ pub(super) async fn upload_part_copy(
         .source_reader(&source, range, customer_key!(input, copy_source)?)
         .await?;
     let sealing = gw.sealing(&record.sse, customer.as_ref()).await?;
-    let written = data::write(&gw.pool, reader, sealing).await?;
+    let algorithm = record.checksum.map(|(algorithm, _)| algorithm);
+    let written = data::write(&gw.pool, reader, sealing, algorithm).await?;
     let part = gw
         .put_part(
             &input.upload_id,
@@ -238,11 +243,26 @@ pub(super) async fn upload_part_copy(
         ssekms_key_id: described.kms_key,
         sse_customer_algorithm: described.customer_algorithm,
         sse_customer_key_md5: described.customer_key_md5,
-        copy_part_result: Some(CopyPartResult {
-            e_tag: Some(ETag::Strong(layout::hex(&part.md5))),
-            last_modified: Some(timestamp(part.mtime_ns)),
-            ..Default::default()
+        copy_part_result: Some({
+            let mut result = CopyPartResult {
+                e_tag: Some(ETag::Strong(layout::hex(&part.md5))),
+                last_modified: Some(timestamp(part.mtime_ns)),
+                ..Default::default()
+            };
+            set_checksum!(result, written.checksum.map(|c| (c.algorithm, c.shown())));
+            result
         }),
         ..Default::default()
     }))
+}
+
+/// What a CopyObject answers of the copy it made.
+fn copy_result(entry: &ObjectEntry) -> CopyObjectResult {
+    let mut result = CopyObjectResult {
+        e_tag: Some(etag(entry)),
+        last_modified: Some(modified(entry)),
+        ..Default::default()
+    };
+    show_checksum!(result, entry.checksum.as_ref());
+    result
 }

@@ -120,6 +120,15 @@ pub(crate) enum Refusal {
     SharedAcl(String),
     #[error("{0}")]
     CorsRule(String),
+    #[error("{0}")]
+    Checksum(String),
+    #[error("the {0} checksum given is not the content's")]
+    ChecksumMismatch(&'static str),
+    #[error("part {number}: the {algorithm} checksum named is not the part's, or it has none")]
+    PartChecksum {
+        number: i32,
+        algorithm: &'static str,
+    },
     #[error("bucket {0} has no CORS configuration")]
     NoCors(String),
     #[error("a preflight request names its {0}")]
@@ -191,7 +200,8 @@ impl Refusal {
             Refusal::SharedAcl(_) => C::Custom("InvalidBucketAclWithObjectOwnership".into()),
             Refusal::GrantByEmail(_) => C::UnresolvableGrantByEmailAddress,
             Refusal::NoOwnershipControls(_) => C::OwnershipControlsNotFoundError,
-            Refusal::CorsRule(_) => C::InvalidRequest,
+            Refusal::CorsRule(_) | Refusal::Checksum(_) => C::InvalidRequest,
+            Refusal::ChecksumMismatch(_) | Refusal::PartChecksum { .. } => C::BadDigest,
             Refusal::NoCors(_) => C::NoSuchCORSConfiguration,
             Refusal::PreflightUnasked(_) => C::Custom("BadRequest".into()),
             Refusal::CorsOff(_) | Refusal::CorsDenied { .. } => C::Custom("AccessForbidden".into()),

@@ -8,7 +8,9 @@
 //! one place that chooses S3's error codes.
 
 mod acl;
+pub(crate) mod attributes;
 mod bucket;
+mod checksum;
 mod copy;
 pub(crate) mod cors;
 mod encryption;
@@ -429,6 +431,7 @@ fn new_entry(
         tags,
         lock: crate::lock::Lock::default(),
         acl: None,
+        checksum: written.checksum.clone(),
     }
 }
 
@@ -549,26 +552,38 @@ fn content_md5(headers: &hyper::HeaderMap) -> S3Result<Option<[u8; 16]>> {
     Ok(Some(md5))
 }
 
-/// Writes a request body as a new instance, checked against its Content-Length and
-/// `expected_md5` (its Content-MD5); nothing of it stays if it fails.
+/// Writes a request body (and its Content-Length) as a new instance, checked against that,
+/// `expected_md5` (its Content-MD5) and the `checksum` it asks for (with the trailers that
+/// may carry its value); nothing of it stays if it fails.
 async fn write_body(
     pool: &Pool,
-    body: Option<StreamingBlob>,
-    content_length: Option<i64>,
+    (body, content_length): (Option<StreamingBlob>, Option<i64>),
     expected_md5: Option<[u8; 16]>,
+    checksum: Option<(&crate::checksum::Asked, Option<&s3s::TrailingHeaders>)>,
     sealing: Option<data::Sealing>,
 ) -> S3Result<data::Written> {
     if content_length.is_some_and(|len| len as u64 > PUT_BYTES_MAX) {
         return Err(Refusal::TooLarge(PUT_BYTES_MAX).into());
     }
+    let algorithm = checksum.map(|(asked, _)| asked.algorithm);
     let written = match body {
-        Some(body) => data::write(pool, body, sealing).await,
-        None => data::write(pool, futures::stream::empty::<Result<_, Error>>(), sealing).await,
+        Some(body) => data::write(pool, body, sealing, algorithm).await,
+        None => {
+            let empty = futures::stream::empty::<Result<_, Error>>();
+            data::write(pool, empty, sealing, algorithm).await
+        }
     }?;
     let short = content_length.is_some_and(|len| len as u64 != written.size);
     let corrupt = expected_md5.is_some_and(|md5| md5 != written.md5);
-    if short || corrupt {
+    let checked = match (checksum, &written.checksum) {
+        (Some((asked, trailers)), Some(computed)) => {
+            checksum::check_given(asked, trailers, &computed.digest)
+        }
+        _ => Ok(()),
+    };
+    if short || corrupt || checked.is_err() {
         data::remove_segment(pool, &written.segment()).await;
+        checked?;
         return Err(if corrupt {
             Refusal::BadDigest
         } else {
@@ -608,6 +623,7 @@ verbs! {
     object::put_object(PutObjectInput) -> PutObjectOutput;
     object::get_object(GetObjectInput) -> GetObjectOutput;
     object::head_object(HeadObjectInput) -> HeadObjectOutput;
+    attributes::get_object_attributes(GetObjectAttributesInput) -> GetObjectAttributesOutput;
     object::delete_object(DeleteObjectInput) -> DeleteObjectOutput;
     object::delete_objects(DeleteObjectsInput) -> DeleteObjectsOutput;
     copy::copy_object(CopyObjectInput) -> CopyObjectOutput;

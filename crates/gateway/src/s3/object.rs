@@ -8,6 +8,7 @@ use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result};
 
 use super::acl::asked_acl;
+use super::checksum::{self, asked_checksum, set_checksum, show_checksum};
 use super::encryption::{customer_key, write_encryption};
 use super::error::Refusal;
 use super::lifecycle;
@@ -308,9 +309,14 @@ pub(super) async fn put_object(
     let acl = gw
         .object_acl(writer.as_deref(), asked_acl!(input), &bucket)
         .await?;
+    let checksum = asked_checksum!(input, &req.headers)?;
     let (customer, sse) = write_encryption!(gw, input);
     let sealing = gw.sealing(&sse, customer.as_ref()).await?;
-    let written = write_body(&gw.pool, input.body, input.content_length, md5, sealing).await?;
+    let checked = checksum
+        .as_ref()
+        .map(|c| (c, req.trailing_headers.as_ref()));
+    let body = (input.body, input.content_length);
+    let written = write_body(&gw.pool, body, md5, checked, sealing).await?;
     let headers = content_headers!(input);
     let mut entry = new_entry(
         &written,
@@ -333,7 +339,7 @@ pub(super) async fn put_object(
         )
         .await?;
     let described = encryption::describe(&entry.sse, customer.as_ref());
-    Ok(S3Response::new(PutObjectOutput {
+    let mut output = PutObjectOutput {
         e_tag: Some(etag(&entry)),
         expiration: lifecycle::expiration(&bucket, &input.key, &entry),
         version_id: made_version(made),
@@ -342,7 +348,9 @@ pub(super) async fn put_object(
         sse_customer_algorithm: described.customer_algorithm,
         sse_customer_key_md5: described.customer_key_md5,
         ..Default::default()
-    }))
+    };
+    show_checksum!(output, entry.checksum.as_ref());
+    Ok(S3Response::new(output))
 }
 
 pub(super) async fn get_object(
@@ -367,7 +375,13 @@ pub(super) async fn get_object(
     let described = encryption::describe(&entry.sse, customer.as_ref());
     let locked = lock::shown(&entry.lock);
     let headers = &entry.headers;
-    let output = GetObjectOutput {
+    let shown_checksum = checksum::read(
+        entry.checksum.as_ref(),
+        input.checksum_mode.as_ref(),
+        input.part_number,
+        input.range.is_some(),
+    );
+    let mut output = GetObjectOutput {
         body: Some(StreamingBlob::wrap(body)),
         content_length: Some((range.end - range.start) as i64),
         content_range,
@@ -396,8 +410,12 @@ pub(super) async fn get_object(
         ssekms_key_id: described.kms_key,
         sse_customer_algorithm: described.customer_algorithm,
         sse_customer_key_md5: described.customer_key_md5,
+        checksum_type: shown_checksum
+            .as_ref()
+            .map(|(_, kind)| checksum::shown_type(*kind)),
         ..Default::default()
     };
+    set_checksum!(output, shown_checksum.map(|(shown, _)| shown));
     Ok(S3Response::new(overridden(output, &input)))
 }
 
@@ -417,7 +435,13 @@ pub(super) async fn head_object(
     encryption::check_customer(&entry.sse, customer.as_ref())?;
     let described = encryption::describe(&entry.sse, customer.as_ref());
     let locked = lock::shown(&entry.lock);
-    let mut response = S3Response::new(HeadObjectOutput {
+    let shown_checksum = checksum::read(
+        entry.checksum.as_ref(),
+        input.checksum_mode.as_ref(),
+        input.part_number,
+        input.range.is_some(),
+    );
+    let mut output = HeadObjectOutput {
         content_length: Some((range.end - range.start) as i64),
         content_range,
         parts_count: input.part_number.and(parts_count(&entry)),
@@ -444,8 +468,13 @@ pub(super) async fn head_object(
         ssekms_key_id: described.kms_key,
         sse_customer_algorithm: described.customer_algorithm,
         sse_customer_key_md5: described.customer_key_md5,
+        checksum_type: shown_checksum
+            .as_ref()
+            .map(|(_, kind)| checksum::shown_type(*kind)),
         ..Default::default()
-    });
+    };
+    set_checksum!(output, shown_checksum.map(|(shown, _)| shown));
+    let mut response = S3Response::new(output);
     // S3's HEAD gives the tag count as GET does; s3s's HeadObject output has no field for it.
     if let Some(count) = tagging::count(&entry.tags) {
         response.headers.insert(

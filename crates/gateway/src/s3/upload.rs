@@ -8,6 +8,7 @@ use s3s::dto::*;
 use s3s::{S3Error, S3Request, S3Response, S3Result};
 
 use super::acl::asked_acl;
+use super::checksum::{self, asked_checksum, given_checksum, set_checksum, show_checksum};
 use super::encryption::CustomerKey;
 use super::encryption::{customer_key, write_encryption};
 use super::error::Refusal;
@@ -59,6 +60,7 @@ impl Gateway {
             segment: written.segment(),
             md5: encryption::etag_bytes(sse, written.md5, &written.instance, customer),
             mtime_ns: layout::now_ns(),
+            checksum: written.checksum.as_ref().map(|c| c.digest.clone()),
         };
         match multipart::put_part(&self.pool, id, number, &part).await {
             Ok(old) => {
@@ -147,6 +149,10 @@ pub(super) async fn create_multipart_upload(
         encryption::check_kms_key(gw.kms.as_ref(), key).await?;
     }
     let described = encryption::describe(&sse, customer.as_ref());
+    let checksum = checksum::for_upload(
+        input.checksum_algorithm.as_ref(),
+        input.checksum_type.as_ref(),
+    )?;
     let record = UploadRecord {
         // As S3 names an anonymous initiator.
         initiator: writer.unwrap_or_else(|| "anonymous".into()),
@@ -158,6 +164,7 @@ pub(super) async fn create_multipart_upload(
         tags,
         lock,
         acl,
+        checksum,
     };
     let id = multipart::create(&gw.pool, &input.bucket, &input.key, &record)
         .await
@@ -170,6 +177,8 @@ pub(super) async fn create_multipart_upload(
         ssekms_key_id: described.kms_key,
         sse_customer_algorithm: described.customer_algorithm,
         sse_customer_key_md5: described.customer_key_md5,
+        checksum_algorithm: checksum.map(|(algorithm, _)| checksum::shown_algorithm(algorithm)),
+        checksum_type: checksum.map(|(_, kind)| checksum::shown_type(kind)),
         ..Default::default()
     }))
 }
@@ -187,8 +196,11 @@ pub(super) async fn upload_part(
         .await?;
     let customer = customer_key!(input)?;
     encryption::check_customer(&record.sse, customer.as_ref())?;
+    let asked = checksum::for_part(record.checksum, asked_checksum!(input, &req.headers)?)?;
     let sealing = gw.sealing(&record.sse, customer.as_ref()).await?;
-    let written = write_body(&gw.pool, input.body, input.content_length, md5, sealing).await?;
+    let checked = asked.as_ref().map(|c| (c, req.trailing_headers.as_ref()));
+    let body = (input.body, input.content_length);
+    let written = write_body(&gw.pool, body, md5, checked, sealing).await?;
     let part = gw
         .put_part(
             &input.upload_id,
@@ -199,14 +211,16 @@ pub(super) async fn upload_part(
         )
         .await?;
     let described = encryption::describe(&record.sse, customer.as_ref());
-    Ok(S3Response::new(UploadPartOutput {
+    let mut output = UploadPartOutput {
         e_tag: Some(ETag::Strong(layout::hex(&part.md5))),
         server_side_encryption: described.sse,
         ssekms_key_id: described.kms_key,
         sse_customer_algorithm: described.customer_algorithm,
         sse_customer_key_md5: described.customer_key_md5,
         ..Default::default()
-    }))
+    };
+    set_checksum!(output, written.checksum.map(|c| (c.algorithm, c.shown())));
+    Ok(S3Response::new(output))
 }
 
 pub(super) async fn complete_multipart_upload(
@@ -225,6 +239,9 @@ pub(super) async fn complete_multipart_upload(
         }
     };
     encryption::check_customer(&record.sse, customer.as_ref())?;
+    let given_checksum = record
+        .checksum
+        .and_then(|(algorithm, _)| given_checksum!(input, algorithm).map(str::to_owned));
     let asked = input
         .multipart_upload
         .and_then(|m| m.parts)
@@ -240,7 +257,17 @@ pub(super) async fn complete_multipart_upload(
         .await?
         .into_iter()
         .collect();
-    let chosen = match chosen_parts(&asked, &stored) {
+    let chosen = chosen_parts(&asked, &stored).and_then(|chosen| {
+        let checksum = checksum::completed(
+            record.checksum,
+            &asked,
+            &chosen,
+            given_checksum.as_deref(),
+            input.checksum_type.as_ref(),
+        )?;
+        Ok((chosen, checksum))
+    });
+    let (chosen, checksum) = match chosen {
         Ok(chosen) => chosen,
         Err(refused) => {
             multipart::unmark_completing(&gw.pool, &input.upload_id).await;
@@ -263,6 +290,7 @@ pub(super) async fn complete_multipart_upload(
         tags: record.tags,
         lock: record.lock,
         acl: record.acl,
+        checksum,
     };
     entry.lock = lock::for_new(&bucket, record.lock, entry.mtime_ns);
     // Not gw.commit: on failure the parts stay with the upload, to complete again. The
@@ -342,7 +370,7 @@ fn completed(
     customer: Option<&CustomerKey>,
 ) -> S3Response<CompleteMultipartUploadOutput> {
     let described = encryption::describe(&entry.sse, customer);
-    let mut response = S3Response::new(CompleteMultipartUploadOutput {
+    let mut output = CompleteMultipartUploadOutput {
         location: Some(format!("/{bucket}/{key}")),
         bucket: Some(bucket),
         key: Some(key),
@@ -351,7 +379,9 @@ fn completed(
         ssekms_key_id: described.kms_key,
         version_id: version,
         ..Default::default()
-    });
+    };
+    show_checksum!(output, entry.checksum.as_ref());
+    let mut response = S3Response::new(output);
     // As every other SSE-C answer does; s3s's CompleteMultipartUpload output has no fields
     // for them.
     let customer_headers = [
@@ -408,12 +438,20 @@ pub(super) async fn list_parts(
     let next = page.last().map(|(number, _)| *number as i32);
     let parts: Parts = page
         .into_iter()
-        .map(|(number, part)| Part {
-            part_number: Some(number as i32),
-            size: Some(part.segment.size as i64),
-            e_tag: Some(ETag::Strong(layout::hex(&part.md5))),
-            last_modified: Some(timestamp(part.mtime_ns)),
-            ..Default::default()
+        .map(|(number, part)| {
+            let mut shown = Part {
+                part_number: Some(number as i32),
+                size: Some(part.segment.size as i64),
+                e_tag: Some(ETag::Strong(layout::hex(&part.md5))),
+                last_modified: Some(timestamp(part.mtime_ns)),
+                ..Default::default()
+            };
+            let algorithm = record.checksum.map(|(algorithm, _)| algorithm);
+            set_checksum!(
+                shown,
+                algorithm.zip(part.checksum.as_deref().map(crate::checksum::encode))
+            );
+            shown
         })
         .collect();
     Ok(S3Response::new(ListPartsOutput {
@@ -427,6 +465,10 @@ pub(super) async fn list_parts(
         max_parts: Some(max),
         initiator: Some(initiator(&record)),
         owner: Some(upload_owner(&record, &bucket)),
+        checksum_algorithm: record
+            .checksum
+            .map(|(algorithm, _)| checksum::shown_algorithm(algorithm)),
+        checksum_type: record.checksum.map(|(_, kind)| checksum::shown_type(kind)),
         ..Default::default()
     }))
 }
