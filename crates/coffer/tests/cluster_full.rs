@@ -269,9 +269,13 @@ impl Drop for Tmpfs {
 fn the_file_system_under_a_store_filling_refuses_writes_and_recovers_without_a_restart() {
     let _serial = serial();
     let dir = tempfile::tempdir().expect("tempdir");
+    // Declared before the tmpfs so that it is dropped after it: the tmpfs is unmounted
+    // (lazily, under the running OSD) before the cluster's directory is removed, which a
+    // mount point inside it would stop halfway, leaving every other store on the disk.
+    let cluster: LocalCluster;
     // 1 GiB for the store's data file, the rest for its metadata, keyring and log.
     let disk = Tmpfs::mount(&dir.path().join("osd.2"), "1400m");
-    let cluster = LocalCluster::start_in(dir, 3, &["--nbd", "none", "--gw", "none"], true);
+    cluster = LocalCluster::start_in(dir, 3, &["--nbd", "none", "--gw", "none"], true);
     cluster.ok(&["obj", "put", "data", "before", "/etc/hostname"]);
 
     let filler = disk.fill(32 << 20);
