@@ -50,14 +50,16 @@ pub(super) use asked_acl;
 
 impl Gateway {
     /// The ACL `asked` describes for something `owner` owns in `bucket` (whose owner is
-    /// `bucket_owner`), checked against the bucket's object ownership and public access
-    /// block; `None` if nothing was asked.
+    /// `bucket_owner`; none for a bucket being created), checked against the object
+    /// `ownership` (the bucket's, or the one it is created with) and the bucket's public
+    /// access block; `None` if nothing was asked.
     pub(super) async fn new_acl(
         &self,
         asked: AskedAcl,
         owner: &str,
         bucket_owner: &str,
         bucket: Option<&buckets::Bucket>,
+        ownership: Option<Ownership>,
     ) -> S3Result<Option<Acl>> {
         let acl = match (asked.canned, asked.grants.is_empty()) {
             (None, true) => return Ok(None),
@@ -68,8 +70,7 @@ impl Gateway {
                 .into())
             }
             (Some(canned), true) => {
-                let enforced =
-                    bucket.is_some_and(|b| b.ownership == Some(Ownership::BucketOwnerEnforced));
+                let enforced = ownership == Some(Ownership::BucketOwnerEnforced);
                 if enforced && canned != "bucket-owner-full-control" {
                     return Err(Refusal::AclsOff.into());
                 }
@@ -107,7 +108,7 @@ impl Gateway {
         let owner =
             Ownership::object_owner(bucket.ownership, writer, canned, bucket_owner).to_owned();
         let acl = self
-            .new_acl(asked, &owner, bucket_owner, Some(bucket))
+            .new_acl(asked, &owner, bucket_owner, Some(bucket), bucket.ownership)
             .await?;
         Ok(acl.or_else(|| (owner != bucket_owner).then(|| Acl::private(&owner))))
     }
@@ -162,7 +163,13 @@ impl Gateway {
             )
             .into()),
             (true, None) => Ok(self
-                .new_acl(asked, owner, &bucket.info.owner, Some(bucket))
+                .new_acl(
+                    asked,
+                    owner,
+                    &bucket.info.owner,
+                    Some(bucket),
+                    bucket.ownership,
+                )
                 .await?
                 .unwrap_or_else(|| Acl::private(owner))),
             (false, Some(policy)) => {

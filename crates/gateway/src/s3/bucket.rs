@@ -81,15 +81,7 @@ pub(super) async fn create_bucket(
         None => None,
     };
     let asked = asked_acl!(req.input, bucket);
-    if ownership == Some(Ownership::BucketOwnerEnforced)
-        && asked
-            .canned
-            .as_deref()
-            .is_some_and(|c| c != "bucket-owner-full-control")
-    {
-        return Err(Refusal::AclsOff.into());
-    }
-    let acl = gw.new_acl(asked, &user, &user, None).await?;
+    let acl = gw.new_acl(asked, &user, &user, None, ownership).await?;
     let setup = buckets::Setup {
         locked: req.input.object_lock_enabled_for_bucket.unwrap_or(false),
         acl: acl.clone(),
