@@ -10,6 +10,7 @@
 pub mod acl;
 pub mod buckets;
 pub mod checksum;
+mod chunked;
 pub mod cors;
 pub mod data;
 

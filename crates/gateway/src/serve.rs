@@ -215,16 +215,17 @@ pub(crate) fn annotated(
 }
 
 /// The response of `service` to `request`, or the refusal of a presigned URL's life or a
-/// SigV2 date that s3s would let through.
+/// SigV2 date that s3s would let through; an anonymous request's aws-chunked body decoded
+/// on the way.
 async fn answer(
     service: &S3Service,
     request: hyper::Request<hyper::body::Incoming>,
 ) -> Result<HttpResponse, HttpError> {
-    let checked = crate::s3::check_presigned_life(request.uri().query()).and_then(|()| {
-        crate::s3::check_v2_date(request.headers(), time::OffsetDateTime::now_utc())
-    });
+    let checked = crate::s3::check_presigned_life(request.uri().query())
+        .and_then(|()| crate::s3::check_v2_date(request.headers(), time::OffsetDateTime::now_utc()))
+        .and_then(|()| crate::s3::unchunked(request.map(s3s::Body::from)));
     match checked {
-        Ok(()) => hyper::service::Service::call(service, request).await,
+        Ok(request) => service.call(request).await,
         Err(refused) => refused
             .to_http_response()
             .map_err(|e| HttpError::new(Box::new(e))),

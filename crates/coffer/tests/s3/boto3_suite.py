@@ -3251,6 +3251,37 @@ class Suite:
                      other.put_object_acl, Bucket=bucket, Key="closed", ACL="public-read")
         ok("an object belongs to its writer, who sets its ACL; listings name each object's owner")
 
+        data = secrets.token_bytes(300 * 1024 + 7)
+        anonymous.put_object(Bucket=bucket, Key="anonymous", Body=data)
+        expect_body("an anonymous upload (aws-chunked, CRC32 trailer) reads back",
+                    self.s3.get_object(Bucket=bucket, Key="anonymous")["Body"].read(), data)
+        url = f"{ENDPOINT}/{bucket}/framed"
+        framing = {"x-amz-content-sha256": "STREAMING-UNSIGNED-PAYLOAD-TRAILER",
+                   "content-encoding": "aws-chunked", "x-amz-trailer": "x-amz-checksum-crc32"}
+
+        def framed(trailer_value, decoded="5", chunks=b"5\r\nhello\r\n"):
+            headers = dict(framing, **({"x-amz-decoded-content-length": decoded} if decoded else {}))
+            body = chunks + b"0\r\nx-amz-checksum-crc32:" + trailer_value + b"\r\n\r\n"
+            code, _, reply = https_request("PUT", url, headers, body)
+            return code, reply
+
+        right = base64.b64encode(zlib.crc32(b"hello").to_bytes(4, "big"))
+        for what, sent, want_code, want_error in [
+                ("a wrong CRC32 trailer", framed(b"AAAAAA=="), 400, b"BadDigest"),
+                ("a chunk without its CRLF", framed(right, chunks=b"5\r\nhelloXX"), 400, b"IncompleteBody"),
+                ("a body longer than it declares", framed(right, decoded="4"), 400, b"IncompleteBody"),
+                ("no x-amz-decoded-content-length", framed(right, decoded=None), 411, b"MissingContentLength")]:
+            expect(f"anonymous aws-chunked PUT with {what}", (sent[0], want_error in sent[1]),
+                   (want_code, True))
+            expect_error(f"nothing stored after {what}", ["NoSuchKey"],
+                         self.s3.get_object, Bucket=bucket, Key="framed")
+        expect("anonymous aws-chunked PUT framed by hand", framed(right)[0], 200)
+        expect_body("its data", self.s3.get_object(Bucket=bucket, Key="framed")["Body"].read(), b"hello")
+        for key in ["anonymous", "framed"]:
+            self.s3.delete_object(Bucket=bucket, Key=key)
+        ok("anonymous uploads with unsigned aws-chunked bodies are decoded and their trailers"
+           " checked; malformed framing stores nothing")
+
         self.s3.put_bucket_acl(Bucket=bucket, GrantRead=f"id={other_name}")
         other.list_objects_v2(Bucket=bucket)
         expect_error("anonymous: list_objects_v2 after the bucket's ACL names one user",

@@ -8,6 +8,7 @@ use s3s::S3Result;
 
 use super::error::Refusal;
 use crate::checksum::{self, Algorithm, Asked, Checksum, Kind};
+use crate::chunked::Trailers;
 use crate::layout::PartRecord;
 
 /// What a PutObject or UploadPart input (with the request's `headers`) asks to check.
@@ -61,21 +62,13 @@ pub(super) fn asked(
 /// all, is BadDigest; a trailer announced and never sent is refused.
 pub(super) fn check_given(
     asked: &Asked,
-    trailers: Option<&s3s::TrailingHeaders>,
+    trailers: Option<&Trailers>,
     computed: &[u8],
 ) -> S3Result<()> {
     let name = asked.algorithm.header();
     let given = match &asked.given {
         Some(given) => Some(given.clone()),
-        None => trailers.and_then(|trailers| {
-            trailers
-                .read(|headers| {
-                    headers
-                        .get(name)
-                        .map(|value| value.to_str().unwrap_or_default().to_string())
-                })
-                .flatten()
-        }),
+        None => trailers.and_then(|trailers| trailers.get(name)),
     };
     match given {
         Some(given) if asked.algorithm.decode(&given).as_deref() == Some(computed) => Ok(()),

@@ -68,6 +68,8 @@ pub(crate) enum Refusal {
     BadDigest,
     #[error("{0}")]
     IncompleteBody(String),
+    #[error("an aws-chunked body needs x-amz-decoded-content-length")]
+    DecodedLength,
     #[error("a PUT or part is at most {0} bytes")]
     TooLarge(u64),
     #[error("parts must be listed in ascending order")]
@@ -180,6 +182,7 @@ impl Refusal {
             Refusal::ContentMd5 => C::InvalidDigest,
             Refusal::BadDigest => C::BadDigest,
             Refusal::IncompleteBody(_) => C::IncompleteBody,
+            Refusal::DecodedLength => C::MissingContentLength,
             Refusal::TooLarge(_) => C::EntityTooLarge,
             Refusal::PartOrder => C::InvalidPartOrder,
             Refusal::Part(_) => C::InvalidPart,

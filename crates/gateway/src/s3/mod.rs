@@ -32,6 +32,7 @@ use s3s::auth::{S3Auth, SecretKey};
 use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result, S3};
 
+use crate::chunked::Trailers;
 use crate::kms::{Kms, MonitorKms};
 use crate::layout::{self, ContentHeaders, ObjectEntry, Sse, Version};
 use crate::sse::KeyCache;
@@ -470,6 +471,41 @@ pub(crate) fn check_presigned_life(query: Option<&str>) -> S3Result<()> {
     }
 }
 
+/// `request`, with its body decoded if it is an anonymous request's unsigned aws-chunked
+/// body (`crate::chunked`), which s3s passes on still framed: its Content-Length becomes
+/// the data's, and its trailers reach the verbs as a request extension.
+pub(crate) fn unchunked(mut request: s3s::HttpRequest) -> S3Result<s3s::HttpRequest> {
+    let headers = request.headers();
+    let unsigned = headers
+        .get("x-amz-content-sha256")
+        .is_some_and(|value| value == crate::chunked::UNSIGNED_TRAILER);
+    let signed = headers.contains_key(hyper::header::AUTHORIZATION)
+        || request.uri().query().is_some_and(|query| {
+            query
+                .split('&')
+                .any(|pair| pair.starts_with("X-Amz-Signature=") || pair.starts_with("Signature="))
+        });
+    if !unsigned || signed {
+        return Ok(request);
+    }
+    let declared = headers
+        .get("x-amz-decoded-content-length")
+        .and_then(|value| value.to_str().ok()?.parse::<u64>().ok())
+        .ok_or(Refusal::DecodedLength)?;
+    let body = std::mem::take(request.body_mut());
+    let (body, trailers) = crate::chunked::Unchunked::new(body, declared);
+    *request.body_mut() = s3s::Body::from(Box::pin(body) as s3s::stream::DynByteStream);
+    request.extensions_mut().insert(trailers);
+    let headers = request.headers_mut();
+    headers.remove(hyper::header::TRANSFER_ENCODING);
+    headers.insert(hyper::header::CONTENT_LENGTH, declared.into());
+    headers.insert(
+        "x-amz-content-sha256",
+        hyper::header::HeaderValue::from_static("UNSIGNED-PAYLOAD"),
+    );
+    Ok(request)
+}
+
 /// The path s3s should check a SigV2 header signature against, when it is not the request's
 /// own: a path-style request for a bucket (`/BUCKET`) is signed as `/BUCKET/`, the
 /// canonical resource of a bucket, by botocore and the other SigV2 signers, where s3s takes
@@ -559,7 +595,7 @@ async fn write_body(
     pool: &Pool,
     (body, content_length): (Option<StreamingBlob>, Option<i64>),
     expected_md5: Option<[u8; 16]>,
-    checksum: Option<(&crate::checksum::Asked, Option<&s3s::TrailingHeaders>)>,
+    checksum: Option<(&crate::checksum::Asked, Option<&Trailers>)>,
     sealing: Option<data::Sealing>,
 ) -> S3Result<data::Written> {
     if content_length.is_some_and(|len| len as u64 > PUT_BYTES_MAX) {

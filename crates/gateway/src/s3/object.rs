@@ -20,6 +20,7 @@ use super::{
     made_version, modified, new_entry, sorted_metadata, timestamp, version_id, write_body, Gateway,
 };
 use crate::buckets::Judged;
+use crate::chunked::Trailers;
 use crate::layout::ObjectEntry;
 use crate::versions::{self, VersionId};
 use crate::{data, Error};
@@ -312,9 +313,8 @@ pub(super) async fn put_object(
     let checksum = asked_checksum!(input, &req.headers)?;
     let (customer, sse) = write_encryption!(gw, input);
     let sealing = gw.sealing(&sse, customer.as_ref()).await?;
-    let checked = checksum
-        .as_ref()
-        .map(|c| (c, req.trailing_headers.as_ref()));
+    let trailers = Trailers::of(req.trailing_headers.as_ref(), &req.extensions);
+    let checked = checksum.as_ref().map(|c| (c, trailers.as_ref()));
     let body = (input.body, input.content_length);
     let written = write_body(&gw.pool, body, md5, checked, sealing).await?;
     let headers = content_headers!(input);

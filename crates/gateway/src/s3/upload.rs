@@ -20,6 +20,7 @@ use super::{
     check_key, content_headers, content_md5, encryption, etag, in_bucket, made_version,
     sorted_metadata, timestamp, write_body, Gateway, MAX_KEYS_DEFAULT,
 };
+use crate::chunked::Trailers;
 use crate::layout::{self, ObjectEntry, PartRecord, Segment, Sse, UploadRecord};
 use crate::versions::{Change, VersionId};
 use crate::{buckets, data, multipart, Error};
@@ -198,7 +199,8 @@ pub(super) async fn upload_part(
     encryption::check_customer(&record.sse, customer.as_ref())?;
     let asked = checksum::for_part(record.checksum, asked_checksum!(input, &req.headers)?)?;
     let sealing = gw.sealing(&record.sse, customer.as_ref()).await?;
-    let checked = asked.as_ref().map(|c| (c, req.trailing_headers.as_ref()));
+    let trailers = Trailers::of(req.trailing_headers.as_ref(), &req.extensions);
+    let checked = asked.as_ref().map(|c| (c, trailers.as_ref()));
     let body = (input.body, input.content_length);
     let written = write_body(&gw.pool, body, md5, checked, sealing).await?;
     let part = gw
