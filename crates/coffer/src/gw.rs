@@ -168,27 +168,45 @@ pub enum KmsKeyCommand {
     },
 }
 
+/// The KMS the configuration names: its `[kms]` section's Vault or OpenBao transit engine,
+/// else the monitors'.
+pub fn configured_kms(
+    conf: &Conf,
+    cluster: &client::Cluster,
+) -> Result<std::sync::Arc<dyn gateway::kms::Kms>, String> {
+    let Some(section) = &conf.kms else {
+        return Ok(std::sync::Arc::new(gateway::kms::MonitorKms {
+            cluster: cluster.clone(),
+        }));
+    };
+    let token_file = conf.dir.join(&section.token_file);
+    let token = std::fs::read_to_string(&token_file)
+        .map_err(|e| format!("[kms] token_file {}: {e}", token_file.display()))?;
+    let ca = section.ca.as_ref().map(|ca| conf.dir.join(ca));
+    let kms =
+        gateway::vault::VaultKms::connect(&section.vault, &section.mount, &token, ca.as_deref())
+            .map_err(|e| format!("[kms]: {e}"))?;
+    Ok(std::sync::Arc::new(kms))
+}
+
 pub fn kms(who: &Who, command: KmsCommand) -> Result<(), String> {
     let KmsCommand::Key(command) = command;
     let (conf, runtime, cluster) = connect(who)?;
+    let kms = configured_kms(&conf, &cluster)?;
     runtime.block_on(async {
-        let done = |result: Result<(), client::Error>| result.map_err(|e| e.to_string());
+        let done = |result: Result<(), gateway::kms::KmsError>| result.map_err(|e| e.to_string());
         match command {
             KmsKeyCommand::Create { name } => {
-                done(cluster.kms_key_create(&name).await)?;
+                done(kms.create(&name).await)?;
                 println!("KMS key {name} created");
             }
             KmsKeyCommand::Rotate { name, pool } => {
-                println!(
-                    "{}",
-                    rotate(&cluster, &name, &pool_name(&conf, pool)).await?
-                );
+                let pool = pool_name(&conf, pool);
+                println!("{}", rotate(&cluster, kms.as_ref(), &name, &pool).await?);
             }
             KmsKeyCommand::Rewrap { name, pool } => {
-                println!(
-                    "{}",
-                    rewrap(&cluster, &name, &pool_name(&conf, pool)).await?
-                );
+                let pool = pool_name(&conf, pool);
+                println!("{}", rewrap(&cluster, kms.as_ref(), &name, &pool).await?);
             }
             KmsKeyCommand::Rm {
                 name,
@@ -200,21 +218,25 @@ pub fn kms(who: &Who, command: KmsCommand) -> Result<(), String> {
                          add --yes-i-really-mean-it"
                     ));
                 }
-                done(cluster.kms_key_remove(&name).await)?;
+                done(kms.remove(&name).await)?;
                 println!("KMS key {name} removed");
             }
             KmsKeyCommand::Ls { json: as_json } => {
-                let keys = cluster.kms_keys().await.map_err(|e| e.to_string())?;
+                let mut keys = Vec::new();
+                for name in kms.keys().await.map_err(|e| e.to_string())? {
+                    let newest = kms.newest(&name).await.map_err(|e| e.to_string())?;
+                    keys.push((name, newest));
+                }
                 if as_json {
                     let listed: Vec<_> = keys
                         .iter()
-                        .map(|k| serde_json::json!({"name": k.name, "versions": k.versions}))
+                        .map(|(name, versions)| serde_json::json!({"name": name, "versions": versions}))
                         .collect();
                     return json(&listed);
                 }
-                for key in keys {
-                    let versions = crate::text::count(key.versions.into(), "version", "versions");
-                    println!("{}  ({versions})", key.name);
+                for (name, versions) in keys {
+                    let versions = crate::text::count(versions.into(), "version", "versions");
+                    println!("{name}  ({versions})");
                 }
             }
         }
@@ -226,14 +248,12 @@ pub fn kms(who: &Who, command: KmsCommand) -> Result<(), String> {
 /// of the gateway's pool `pool_name` under it; returns what was done, for a person.
 pub async fn rotate(
     cluster: &client::Cluster,
+    kms: &dyn gateway::kms::Kms,
     name: &str,
     pool_name: &str,
 ) -> Result<String, String> {
-    cluster
-        .kms_key_rotate(name)
-        .await
-        .map_err(|e| e.to_string())?;
-    let rewrapped = rewrap(cluster, name, pool_name).await.map_err(|e| {
+    kms.rotate(name).await.map_err(|e| e.to_string())?;
+    let rewrapped = rewrap(cluster, kms, name, pool_name).await.map_err(|e| {
         format!(
             "KMS key {name} rotated, but {e}\nthe rotation itself is done: `coffer kms key \
              rewrap {name}` finishes the rewrap (rotating again would add another version)"
@@ -244,13 +264,13 @@ pub async fn rotate(
 
 /// Rewraps the data keys of KMS key `name` in the gateway's pool under its newest version;
 /// returns what was done, for a person.
-async fn rewrap(cluster: &client::Cluster, name: &str, pool_name: &str) -> Result<String, String> {
-    let keys = cluster.kms_keys().await.map_err(|e| e.to_string())?;
-    let newest = keys
-        .iter()
-        .find(|k| k.name == name)
-        .map(|k| k.versions)
-        .ok_or_else(|| format!("KMS key {name} does not exist"))?;
+async fn rewrap(
+    cluster: &client::Cluster,
+    kms: &dyn gateway::kms::Kms,
+    name: &str,
+    pool_name: &str,
+) -> Result<String, String> {
+    let newest = kms.newest(name).await.map_err(|e| e.to_string())?;
     let pool = match cluster.pool(pool_name).await {
         Ok(pool) => pool,
         Err(client::Error::NoSuchPool(_)) => {
@@ -258,12 +278,9 @@ async fn rewrap(cluster: &client::Cluster, name: &str, pool_name: &str) -> Resul
         }
         Err(e) => return Err(e.to_string()),
     };
-    let kms = gateway::kms::MonitorKms {
-        cluster: cluster.clone(),
-    };
     let what = format!("rewrap of KMS key {name}");
     let progress = crate::progress::Progress::new(&what, 0, "buckets");
-    let rewrapped = gateway::maintenance::rewrap(&pool, &kms, name, newest, &|done, total| {
+    let rewrapped = gateway::maintenance::rewrap(&pool, kms, name, newest, &|done, total| {
         progress.reached(done, total)
     })
     .await;
@@ -402,7 +419,8 @@ pub fn serve(who: &Who, args: GwArgs) -> Result<(), String> {
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
         let scheme = if tls.is_some() { "https" } else { "http" };
         println!("coffer gw: serving S3 on pool {pool_name} at {scheme}://{addr}");
-        let gateway = gateway::Gateway::start(pool)
+        let kms = configured_kms(&conf, &cluster)?;
+        let gateway = gateway::Gateway::with_kms(pool, kms)
             .await
             .map_err(|e| format!("starting the gateway: {e}"))?;
         let day = args

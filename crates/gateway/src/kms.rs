@@ -1,6 +1,6 @@
 //! The key management service behind server-side encryption, as a trait: the built-in
 //! backend is the monitors' KMS ([`MonitorKms`]); an external one (Vault or OpenBao
-//! transit, KMIP) implements the same five calls.
+//! transit: `crate::vault`) implements the same calls.
 
 use keys::SecretKey;
 
@@ -22,6 +22,9 @@ pub enum KmsError {
     /// The KMS did not answer, or failed; trying again may work.
     #[error("the KMS is unavailable: {0}")]
     Unavailable(String),
+    /// The KMS turned the request down for a reason of its own (a key that exists).
+    #[error("{0}")]
+    Failed(String),
 }
 
 #[async_trait::async_trait]
@@ -47,6 +50,15 @@ pub trait Kms: Send + Sync + 'static {
     async fn keys(&self) -> Result<Vec<String>, KmsError>;
     /// Creates `key`; an existing key is not an error.
     async fn ensure(&self, key: &str) -> Result<(), KmsError>;
+    /// Creates `key`; an existing key is refused.
+    async fn create(&self, key: &str) -> Result<(), KmsError>;
+    /// Adds a version to `key`, which wraps new data keys from then on; returns it.
+    async fn rotate(&self, key: &str) -> Result<u32, KmsError>;
+    /// The newest version of `key`.
+    async fn newest(&self, key: &str) -> Result<u32, KmsError>;
+    /// Removes `key` and every version of it: what its data keys protect can no longer be
+    /// read (crypto-shredding).
+    async fn remove(&self, key: &str) -> Result<(), KmsError>;
 }
 
 /// The KMS the monitors keep (design/monitors.md), reached over the cluster connection.
@@ -60,6 +72,7 @@ fn kms_error(key: &str, e: client::Error) -> KmsError {
             KmsError::NoSuchKey(key.into())
         }
         client::Error::Denied(why) => KmsError::Denied(why),
+        client::Error::Failed(why) => KmsError::Failed(why),
         e => KmsError::Unavailable(e.to_string()),
     }
 }
@@ -127,5 +140,39 @@ impl Kms for MonitorKms {
             }
             Err(e) => Err(kms_error(key, e)),
         }
+    }
+
+    async fn create(&self, key: &str) -> Result<(), KmsError> {
+        self.cluster
+            .kms_key_create(key)
+            .await
+            .map_err(|e| kms_error(key, e))
+    }
+
+    async fn rotate(&self, key: &str) -> Result<u32, KmsError> {
+        self.cluster
+            .kms_key_rotate(key)
+            .await
+            .map_err(|e| kms_error(key, e))?;
+        self.newest(key).await
+    }
+
+    async fn newest(&self, key: &str) -> Result<u32, KmsError> {
+        let keys = self
+            .cluster
+            .kms_keys()
+            .await
+            .map_err(|e| kms_error(key, e))?;
+        keys.iter()
+            .find(|k| k.name == key)
+            .map(|k| k.versions)
+            .ok_or_else(|| KmsError::NoSuchKey(key.into()))
+    }
+
+    async fn remove(&self, key: &str) -> Result<(), KmsError> {
+        self.cluster
+            .kms_key_remove(key)
+            .await
+            .map_err(|e| kms_error(key, e))
     }
 }

@@ -31,6 +31,7 @@ pub mod serve;
 pub mod sse;
 pub mod tls;
 pub mod users;
+pub mod vault;
 pub mod versions;
 
 pub use s3::Gateway;

@@ -270,8 +270,12 @@ pub async fn run(cluster: &Cluster, conf: &Conf, action: &Action) -> Done {
             // its end on a blocking thread of the runtime, as the CLI runs it.
             let (cluster, name) = (cluster.clone(), name.clone());
             let runtime = tokio::runtime::Handle::current();
+            // The page lists the monitors' keys, whatever KMS the gateway uses.
             let rotated = tokio::task::spawn_blocking(move || {
-                runtime.block_on(crate::gw::rotate(&cluster, &name, &pool_name))
+                let kms = gateway::kms::MonitorKms {
+                    cluster: cluster.clone(),
+                };
+                runtime.block_on(crate::gw::rotate(&cluster, &kms, &name, &pool_name))
             })
             .await;
             match rotated {

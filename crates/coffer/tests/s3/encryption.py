@@ -13,6 +13,8 @@ S3_SECRET.
         second part; the upload completes, and all three and the older version read back
         after: after the key's removal, its three objects are refused (within the
         gateway's cache sweep), while the SSE-S3 object still reads back
+        outage: with the KMS stopped after `after`, the SSE-S3 object (its data key cached)
+        still reads back, and a new SSE-S3 object is refused with ServiceUnavailable
 """
 
 import io
@@ -207,6 +209,15 @@ def shred(bucket, kms_key, phase):
         if s3.get_object(Bucket=bucket, Key="managed")["Body"].read() != b"under SSE-S3":
             fail("the SSE-S3 object no longer reads back")
         ok("objects under other keys still read back")
+    elif phase == "outage":
+        if s3.get_object(Bucket=bucket, Key="managed")["Body"].read() != b"under SSE-S3":
+            fail("an object whose data key the gateway holds no longer reads with the KMS down")
+        ok("with the KMS down, an object whose data key the gateway holds still reads back")
+        code = refused(lambda: s3.put_object(
+            Bucket=bucket, Key="later", Body=b"x", ServerSideEncryption="AES256"))
+        if code != "ServiceUnavailable":
+            fail(f"a new SSE-S3 object with the KMS down answered {code}, not ServiceUnavailable")
+        ok("with the KMS down, a new data key is refused with ServiceUnavailable")
     else:
         fail(f"unknown phase {phase}")
 

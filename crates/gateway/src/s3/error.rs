@@ -307,6 +307,10 @@ impl From<KmsError> for S3Error {
                 S3ErrorCode::InternalError
             }
             KmsError::Unavailable(_) => S3ErrorCode::ServiceUnavailable,
+            KmsError::Failed(_) => {
+                tracing::warn!("{e}");
+                S3ErrorCode::InternalError
+            }
         };
         S3Error::with_message(code, format!("KMS: {e}"))
     }
