@@ -10,8 +10,9 @@
 //!   (crypto-shredding) and leaves everything else readable.
 //! - The same with Vault's transit engine as the KMS (OpenBao, Vault's open fork, started
 //!   here with its own certificates): the keys live in the server and the cluster stores
-//!   only transit's ciphertexts of the data keys; with the server stopped, objects whose
-//!   data keys the gateway holds still read, and new data keys fail with a clear error.
+//!   only transit's ciphertexts of the data keys; the gateway renews its token, which would
+//!   expire otherwise; with the server stopped, objects whose data keys the gateway holds
+//!   still read, and new data keys fail with a clear error.
 
 mod common;
 
@@ -258,8 +259,12 @@ fn a_vault_transit_kms_holds_the_keys_and_its_outage_spares_cached_data_keys() {
     let mut cluster = LocalCluster::start(3, &[]);
     cluster.wait_s3();
     let mut bao = Bao::start(&cluster.dir.path().join("bao"));
+    // A token that expires unless renewed, as tokens of a role or periodic ones do.
+    let created = bao.cli(&["token", "create", "-ttl=12s", "-field=token"]);
+    assert!(created.status.success(), "bao token create: {created:?}");
+    let token = String::from_utf8(created.stdout).expect("token");
     let token_file = cluster.dir.path().join("kms-token");
-    std::fs::write(&token_file, &bao.token).expect("token file");
+    std::fs::write(&token_file, token.trim()).expect("token file");
     let mut conf = cluster.conf();
     conf.kms = Some(client::conf::KmsSection {
         vault: bao.address.clone(),
@@ -270,6 +275,7 @@ fn a_vault_transit_kms_holds_the_keys_and_its_outage_spares_cached_data_keys() {
     conf.save(&cluster.conf).expect("save conf");
     cluster.kill_daemon("gw", libc::SIGKILL);
     cluster.restart_gw();
+    let started = Instant::now();
     cluster.wait_s3();
 
     let user = rotate_then_shred(&cluster);
@@ -284,6 +290,16 @@ fn a_vault_transit_kms_holds_the_keys_and_its_outage_spares_cached_data_keys() {
                 .iter()
                 .all(|(version, wrapped)| *version == 1 && wrapped.starts_with(b"vault:v1:")),
         "SSE-S3's data keys must be stored as transit wrapped them"
+    );
+
+    // Past the token's first 12 s: the gateway has renewed it, so the CLI's calls, with
+    // the same token, still pass.
+    std::thread::sleep(Duration::from_secs(20).saturating_sub(started.elapsed()));
+    cluster.ok(&["kms", "key", "ls"]);
+    let log = std::fs::read_to_string(cluster.dir.path().join("gw/log")).unwrap_or_default();
+    assert!(
+        log.contains("Vault token renewed"),
+        "the gateway's log:\n{log}"
     );
 
     bao.stop();

@@ -59,6 +59,11 @@ pub trait Kms: Send + Sync + 'static {
     /// Removes `key` and every version of it: what its data keys protect can no longer be
     /// read (crypto-shredding).
     async fn remove(&self, key: &str) -> Result<(), KmsError>;
+    /// What the client of the KMS must do now and then (renew its token, for one); the
+    /// gateway calls it every few seconds. Nothing, unless a backend says otherwise.
+    async fn upkeep(&self) -> Result<(), KmsError> {
+        Ok(())
+    }
 }
 
 /// The KMS the monitors keep (design/monitors.md), reached over the cluster connection.

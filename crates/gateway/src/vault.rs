@@ -5,7 +5,7 @@
 //! gateway's data-key cache keeps GETs of recently used keys off it.
 
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use base64::Engine;
 use keys::SecretKey;
@@ -18,10 +18,31 @@ use crate::kms::{DataKey, Kms, KmsError};
 /// How long one call to the server may take before it counts as unavailable.
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// A transit engine: the server's client and where the engine is mounted.
+/// A transit engine: the server's client, where the engine is mounted, and when the token
+/// is to be renewed.
 pub struct VaultKms {
     client: VaultClient,
     mount: String,
+    renewal: std::sync::Mutex<Renewal>,
+}
+
+/// When a token is to be renewed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Renewal {
+    /// Not looked up yet.
+    Unknown,
+    /// It does not expire, or cannot be renewed.
+    Never,
+    At(Instant),
+}
+
+/// When to renew a token that `renewable` or not, has `ttl_seconds` left at `now` (0: it
+/// does not expire): halfway, so that one failed attempt leaves time for others.
+fn next_renewal(now: Instant, ttl_seconds: u64, renewable: bool) -> Renewal {
+    if !renewable || ttl_seconds == 0 {
+        return Renewal::Never;
+    }
+    Renewal::At(now + Duration::from_secs(ttl_seconds / 2))
 }
 
 impl VaultKms {
@@ -57,6 +78,7 @@ impl VaultKms {
         Ok(VaultKms {
             client,
             mount: mount.to_string(),
+            renewal: std::sync::Mutex::new(Renewal::Unknown),
         })
     }
 }
@@ -296,6 +318,32 @@ impl Kms for VaultKms {
             .ok_or_else(|| KmsError::Failed(format!("transit key {key} has no versions")))
     }
 
+    /// Renews the token halfway through its life: a token with a TTL (a periodic one, or
+    /// one of a role) would otherwise expire under a gateway that runs for longer.
+    async fn upkeep(&self) -> Result<(), KmsError> {
+        let now = Instant::now();
+        let state = *self.renewal.lock().unwrap_or_else(|p| p.into_inner());
+        let next = match state {
+            Renewal::Never => return Ok(()),
+            Renewal::At(at) if now < at => return Ok(()),
+            Renewal::Unknown => {
+                let token = vaultrs::token::lookup_self(&self.client)
+                    .await
+                    .map_err(|e| refused("", e))?;
+                next_renewal(now, token.ttl, token.renewable.unwrap_or(false))
+            }
+            Renewal::At(_) => {
+                let renewed = vaultrs::token::renew_self(&self.client, None)
+                    .await
+                    .map_err(|e| refused("", e))?;
+                tracing::info!(ttl_seconds = renewed.lease_duration, "Vault token renewed");
+                next_renewal(now, renewed.lease_duration, renewed.renewable)
+            }
+        };
+        *self.renewal.lock().unwrap_or_else(|p| p.into_inner()) = next;
+        Ok(())
+    }
+
     async fn remove(&self, key: &str) -> Result<(), KmsError> {
         // Transit deletes a key only once its configuration allows it.
         let mut allow = UpdateKeyConfigurationRequest::builder();
@@ -351,6 +399,15 @@ mod tests {
         assert_eq!(recorded(b"vault:v2:abc", 2).ok(), Some("vault:v2:abc"));
         assert!(recorded(b"vault:v2:abc", 1).is_err());
         assert!(recorded(b"\xff", 1).is_err());
+    }
+
+    #[test]
+    fn a_token_is_renewed_halfway_unless_it_never_expires() {
+        let now = Instant::now();
+        let halfway = Renewal::At(now + Duration::from_secs(30));
+        assert_eq!(next_renewal(now, 60, true), halfway);
+        assert_eq!(next_renewal(now, 60, false), Renewal::Never);
+        assert_eq!(next_renewal(now, 0, true), Renewal::Never);
     }
 
     #[test]

@@ -62,7 +62,7 @@ pub struct Gateway {
 }
 
 /// How often the gateway asks the KMS which keys exist, to forget the data keys of removed
-/// ones.
+/// ones, and lets its client do its upkeep.
 const KMS_SWEEP: std::time::Duration = std::time::Duration::from_secs(5);
 /// How often the gateway applies buckets' lifecycle rules (at most).
 const LIFECYCLE_EVERY: std::time::Duration = std::time::Duration::from_secs(3600);
@@ -93,6 +93,9 @@ impl Gateway {
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(KMS_SWEEP).await;
+                if let Err(e) = kms.upkeep().await {
+                    tracing::warn!("KMS upkeep: {e}");
+                }
                 match kms.keys().await {
                     Ok(names) => cache.keep_only(&names),
                     Err(e) => tracing::warn!("listing KMS keys: {e}"),
