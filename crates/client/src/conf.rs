@@ -129,22 +129,94 @@ pub struct GwSection {
     pub lifecycle_day_seconds: Option<u64>,
 }
 
-/// An external KMS: the transit engine of Vault or OpenBao.
+/// An external KMS: the transit engine of Vault or OpenBao (`vault`, `token_file`), or a
+/// KMIP server (`kmip`, `certificate`, `key`). Paths are relative to this file's directory.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KmsSection {
-    /// The server's address (`https://127.0.0.1:8200`).
-    pub vault: String,
+    /// Vault's or OpenBao's address (`https://127.0.0.1:8200`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vault: Option<String>,
     /// Where its transit engine is mounted.
     #[serde(default = "transit_mount")]
     pub mount: String,
-    /// The file that holds the token the gateway presents (relative to this file's
-    /// directory); the token needs the transit paths the README names.
-    pub token_file: PathBuf,
-    /// The PEM CA certificate the server's certificate is checked against, beside the
-    /// system's (relative to this file's directory).
+    /// The file that holds the token the gateway presents to Vault; the token needs the
+    /// transit paths the README names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_file: Option<PathBuf>,
+    /// A KMIP server's address (`127.0.0.1:5696`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kmip: Option<String>,
+    /// The PEM client certificate the gateway presents to the KMIP server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub certificate: Option<PathBuf>,
+    /// Its PEM private key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<PathBuf>,
+    /// The PEM CA certificate the server's certificate is checked against: beside the
+    /// system's for Vault, the only one for KMIP (where it is required).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ca: Option<PathBuf>,
+}
+
+/// Which external KMS a `[kms]` section names, with what it needs to reach it.
+#[derive(Debug, PartialEq, Eq)]
+pub enum KmsBackend<'a> {
+    Vault {
+        address: &'a str,
+        mount: &'a str,
+        token_file: &'a Path,
+        ca: Option<&'a Path>,
+    },
+    Kmip {
+        address: &'a str,
+        certificate: &'a Path,
+        key: &'a Path,
+        ca: &'a Path,
+    },
+}
+
+impl KmsSection {
+    /// The KMS this section names; an error says which setting is missing or misplaced.
+    pub fn backend(&self) -> Result<KmsBackend<'_>, String> {
+        fn needs<'a>(
+            setting: &'a Option<PathBuf>,
+            name: &str,
+            of: &str,
+        ) -> Result<&'a Path, String> {
+            setting
+                .as_deref()
+                .ok_or_else(|| format!("[kms]: {of} needs {name}"))
+        }
+        match (&self.vault, &self.kmip) {
+            (Some(address), None) => {
+                if self.certificate.is_some() || self.key.is_some() {
+                    return Err("[kms]: certificate and key are for kmip, not vault".into());
+                }
+                Ok(KmsBackend::Vault {
+                    address,
+                    mount: &self.mount,
+                    token_file: needs(&self.token_file, "token_file", "vault")?,
+                    ca: self.ca.as_deref(),
+                })
+            }
+            (None, Some(address)) => {
+                if self.token_file.is_some() {
+                    return Err("[kms]: token_file is for vault, not kmip".into());
+                }
+                Ok(KmsBackend::Kmip {
+                    address,
+                    certificate: needs(&self.certificate, "certificate", "kmip")?,
+                    key: needs(&self.key, "key", "kmip")?,
+                    ca: needs(&self.ca, "ca", "kmip")?,
+                })
+            }
+            (Some(_), Some(_)) => Err("[kms]: give vault or kmip, not both".into()),
+            (None, None) => {
+                Err("[kms]: give vault = \"https://HOST:PORT\" or kmip = \"HOST:PORT\"".into())
+            }
+        }
+    }
 }
 
 fn transit_mount() -> String {
@@ -350,6 +422,55 @@ mod tests {
             }
             assert!(seen.insert(port), "{port} handed out twice");
             std::net::TcpListener::bind(("127.0.0.1", port)).expect("it is free");
+        }
+    }
+
+    #[test]
+    fn a_kms_section_names_one_backend_with_what_it_needs() {
+        let section = |text: &str| toml::from_str::<KmsSection>(text).expect("a [kms] section");
+        let vault = section("vault = \"https://v:8200\"\ntoken_file = \"t\"");
+        assert_eq!(
+            vault.backend(),
+            Ok(KmsBackend::Vault {
+                address: "https://v:8200",
+                mount: "transit",
+                token_file: Path::new("t"),
+                ca: None,
+            })
+        );
+        let kmip = section("kmip = \"k:5696\"\ncertificate = \"c\"\nkey = \"k\"\nca = \"a\"");
+        assert_eq!(
+            kmip.backend(),
+            Ok(KmsBackend::Kmip {
+                address: "k:5696",
+                certificate: Path::new("c"),
+                key: Path::new("k"),
+                ca: Path::new("a"),
+            })
+        );
+        for (text, says) in [
+            ("vault = \"https://v\"", "vault needs token_file"),
+            (
+                "kmip = \"k:1\"\ncertificate = \"c\"\nkey = \"k\"",
+                "kmip needs ca",
+            ),
+            (
+                "kmip = \"k:1\"\nkey = \"k\"\nca = \"a\"",
+                "kmip needs certificate",
+            ),
+            (
+                "kmip = \"k:1\"\ntoken_file = \"t\"",
+                "token_file is for vault",
+            ),
+            (
+                "vault = \"https://v\"\ntoken_file = \"t\"\nkey = \"k\"",
+                "are for kmip",
+            ),
+            ("vault = \"https://v\"\nkmip = \"k:1\"", "not both"),
+            ("mount = \"m\"", "give vault"),
+        ] {
+            let said = section(text).backend().err().unwrap_or_default();
+            assert!(said.contains(says), "{text}: {said}");
         }
     }
 }

@@ -169,24 +169,49 @@ pub enum KmsKeyCommand {
 }
 
 /// The KMS the configuration names: its `[kms]` section's Vault or OpenBao transit engine,
-/// else the monitors'.
+/// or KMIP server; else the monitors'.
 pub fn configured_kms(
     conf: &Conf,
     cluster: &client::Cluster,
 ) -> Result<std::sync::Arc<dyn gateway::kms::Kms>, String> {
+    use client::conf::KmsBackend;
     let Some(section) = &conf.kms else {
         return Ok(std::sync::Arc::new(gateway::kms::MonitorKms {
             cluster: cluster.clone(),
         }));
     };
-    let token_file = conf.dir.join(&section.token_file);
-    let token = std::fs::read_to_string(&token_file)
-        .map_err(|e| format!("[kms] token_file {}: {e}", token_file.display()))?;
-    let ca = section.ca.as_ref().map(|ca| conf.dir.join(ca));
-    let kms =
-        gateway::vault::VaultKms::connect(&section.vault, &section.mount, &token, ca.as_deref())
-            .map_err(|e| format!("[kms]: {e}"))?;
-    Ok(std::sync::Arc::new(kms))
+    let kms: std::sync::Arc<dyn gateway::kms::Kms> = match section.backend()? {
+        KmsBackend::Vault {
+            address,
+            mount,
+            token_file,
+            ca,
+        } => {
+            let token_file = conf.dir.join(token_file);
+            let token = std::fs::read_to_string(&token_file)
+                .map_err(|e| format!("[kms] token_file {}: {e}", token_file.display()))?;
+            let ca = ca.map(|ca| conf.dir.join(ca));
+            std::sync::Arc::new(
+                gateway::vault::VaultKms::connect(address, mount, &token, ca.as_deref())
+                    .map_err(|e| format!("[kms]: {e}"))?,
+            )
+        }
+        KmsBackend::Kmip {
+            address,
+            certificate,
+            key,
+            ca,
+        } => std::sync::Arc::new(
+            gateway::kmip::KmipKms::connect(
+                address,
+                &conf.dir.join(certificate),
+                &conf.dir.join(key),
+                &conf.dir.join(ca),
+            )
+            .map_err(|e| format!("[kms]: {e}"))?,
+        ),
+    };
+    Ok(kms)
 }
 
 pub fn kms(who: &Who, command: KmsCommand) -> Result<(), String> {

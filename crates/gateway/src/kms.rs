@@ -66,6 +66,19 @@ pub trait Kms: Send + Sync + 'static {
     }
 }
 
+/// An error with its causes, which say what an external KMS's connection found (refused,
+/// a certificate).
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
 /// The KMS the monitors keep (design/monitors.md), reached over the cluster connection.
 pub struct MonitorKms {
     pub cluster: client::Cluster,

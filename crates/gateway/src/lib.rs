@@ -16,6 +16,7 @@ pub mod data;
 
 #[cfg(any(test, fuzzing))]
 pub mod fuzz;
+pub mod kmip;
 pub mod kms;
 pub mod layout;
 pub mod lifecycle;

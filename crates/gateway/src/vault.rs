@@ -13,7 +13,7 @@ use vaultrs::api::transit::requests::{DataKeyType, UpdateKeyConfigurationRequest
 use vaultrs::client::{VaultClient, VaultClientSettingsBuilder};
 use vaultrs::error::ClientError;
 
-use crate::kms::{DataKey, Kms, KmsError};
+use crate::kms::{error_chain as chain, DataKey, Kms, KmsError};
 
 /// How long one call to the server may take before it counts as unavailable.
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
@@ -197,18 +197,6 @@ fn refused(key: &str, e: ClientError) -> KmsError {
         }
         e => KmsError::Unavailable(chain(&e)),
     }
-}
-
-/// An error with its causes, which say what the connection found (refused, a certificate).
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 #[async_trait::async_trait]
