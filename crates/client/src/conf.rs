@@ -150,9 +150,9 @@ pub struct KmsSection {
     /// The PEM client certificate the gateway presents to the KMIP server.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub certificate: Option<PathBuf>,
-    /// Its PEM private key.
+    /// The certificate's PEM private key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub key: Option<PathBuf>,
+    pub private_key: Option<PathBuf>,
     /// The PEM CA certificate the server's certificate is checked against: beside the
     /// system's for Vault, the only one for KMIP (where it is required).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -162,16 +162,18 @@ pub struct KmsSection {
 /// Which external KMS a `[kms]` section names, with what it needs to reach it.
 #[derive(Debug, PartialEq, Eq)]
 pub enum KmsBackend<'a> {
+    /// Vault's or OpenBao's transit engine.
     Vault {
         address: &'a str,
         mount: &'a str,
         token_file: &'a Path,
         ca: Option<&'a Path>,
     },
+    /// A KMIP server.
     Kmip {
         address: &'a str,
         certificate: &'a Path,
-        key: &'a Path,
+        private_key: &'a Path,
         ca: &'a Path,
     },
 }
@@ -190,8 +192,8 @@ impl KmsSection {
         }
         match (&self.vault, &self.kmip) {
             (Some(address), None) => {
-                if self.certificate.is_some() || self.key.is_some() {
-                    return Err("[kms]: certificate and key are for kmip, not vault".into());
+                if self.certificate.is_some() || self.private_key.is_some() {
+                    return Err("[kms]: certificate and private_key are for kmip, not vault".into());
                 }
                 Ok(KmsBackend::Vault {
                     address,
@@ -207,7 +209,7 @@ impl KmsSection {
                 Ok(KmsBackend::Kmip {
                     address,
                     certificate: needs(&self.certificate, "certificate", "kmip")?,
-                    key: needs(&self.key, "key", "kmip")?,
+                    private_key: needs(&self.private_key, "private_key", "kmip")?,
                     ca: needs(&self.ca, "ca", "kmip")?,
                 })
             }
@@ -438,24 +440,25 @@ mod tests {
                 ca: None,
             })
         );
-        let kmip = section("kmip = \"k:5696\"\ncertificate = \"c\"\nkey = \"k\"\nca = \"a\"");
+        let kmip =
+            section("kmip = \"k:5696\"\ncertificate = \"c\"\nprivate_key = \"k\"\nca = \"a\"");
         assert_eq!(
             kmip.backend(),
             Ok(KmsBackend::Kmip {
                 address: "k:5696",
                 certificate: Path::new("c"),
-                key: Path::new("k"),
+                private_key: Path::new("k"),
                 ca: Path::new("a"),
             })
         );
         for (text, says) in [
             ("vault = \"https://v\"", "vault needs token_file"),
             (
-                "kmip = \"k:1\"\ncertificate = \"c\"\nkey = \"k\"",
+                "kmip = \"k:1\"\ncertificate = \"c\"\nprivate_key = \"k\"",
                 "kmip needs ca",
             ),
             (
-                "kmip = \"k:1\"\nkey = \"k\"\nca = \"a\"",
+                "kmip = \"k:1\"\nprivate_key = \"k\"\nca = \"a\"",
                 "kmip needs certificate",
             ),
             (
@@ -463,7 +466,7 @@ mod tests {
                 "token_file is for vault",
             ),
             (
-                "vault = \"https://v\"\ntoken_file = \"t\"\nkey = \"k\"",
+                "vault = \"https://v\"\ntoken_file = \"t\"\nprivate_key = \"k\"",
                 "are for kmip",
             ),
             ("vault = \"https://v\"\nkmip = \"k:1\"", "not both"),

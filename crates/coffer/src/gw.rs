@@ -199,13 +199,13 @@ pub fn configured_kms(
         KmsBackend::Kmip {
             address,
             certificate,
-            key,
+            private_key,
             ca,
         } => std::sync::Arc::new(
             gateway::kmip::KmipKms::connect(
                 address,
                 &conf.dir.join(certificate),
-                &conf.dir.join(key),
+                &conf.dir.join(private_key),
                 &conf.dir.join(ca),
             )
             .map_err(|e| format!("[kms]: {e}"))?,

@@ -302,7 +302,7 @@ fn a_vault_transit_kms_holds_the_keys_and_its_outage_spares_cached_data_keys() {
             token_file: Some("kms-token".into()),
             kmip: None,
             certificate: None,
-            key: None,
+            private_key: None,
             ca: Some(bao.ca()),
         },
     );
@@ -449,7 +449,7 @@ fn a_kmip_server_holds_the_keys_and_its_outage_spares_cached_data_keys() {
             token_file: None,
             kmip: Some(kmip.address.clone()),
             certificate: Some(kmip.dir.join("client.pem")),
-            key: Some(kmip.dir.join("client.key")),
+            private_key: Some(kmip.dir.join("client.key")),
             ca: Some(kmip.dir.join("ca.pem")),
         },
     );
@@ -481,6 +481,24 @@ fn a_kmip_server_holds_the_keys_and_its_outage_spares_cached_data_keys() {
                 .iter()
                 .all(|(version, wrapped)| *version == 1 && wrapped.len() == 60),
         "SSE-S3's data keys must be stored as the KMIP server wrapped them"
+    );
+
+    // A server certificate the configured authority did not sign is refused as the
+    // configuration's mistake, not as an outage.
+    let mut conf = cluster.conf();
+    let good = conf.clone();
+    if let Some(kms) = conf.kms.as_mut() {
+        kms.ca = Some(kmip.dir.join("client.pem"));
+    }
+    conf.save(&cluster.conf).expect("save conf");
+    let refused = cluster.cli(&["kms", "key", "ls"]);
+    good.save(&cluster.conf).expect("save conf");
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success()
+            && said.contains("the KMS refuses")
+            && said.contains("certificate"),
+        "kms key ls trusting another authority: {said}"
     );
 
     kmip.server.stop();

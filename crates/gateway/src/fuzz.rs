@@ -133,6 +133,86 @@ pub fn xml_seeds() -> Vec<Vec<u8>> {
     .collect()
 }
 
+/// Reads `bytes` as a KMIP server's answer to each operation the gateway's KMIP client
+/// asks for, and each payload that comes out as the client does; returns how many
+/// operations it answers, with a payload or a refusal.
+pub fn kmip(bytes: &[u8]) -> usize {
+    use crate::kmip::message::{self, Operation};
+    [
+        Operation::Create,
+        Operation::Locate,
+        Operation::GetAttributes,
+        Operation::Activate,
+        Operation::Revoke,
+        Operation::Destroy,
+        Operation::Encrypt,
+        Operation::Decrypt,
+    ]
+    .into_iter()
+    .map(|operation| message::response(bytes, operation))
+    .inspect(|answer| {
+        if let Ok(payload) = answer {
+            message::named_id(payload);
+            message::located(payload);
+            message::names(payload);
+            message::sealed(payload, &[0; message::NONCE_BYTES]);
+            message::opened(payload);
+        }
+    })
+    .filter(|answer| !matches!(answer, Err(message::Refusal::Malformed(_))))
+    .count()
+}
+
+/// Answers a KMIP server gives: to Locate, Get Attributes, Encrypt and Decrypt, and a
+/// refusal.
+pub fn kmip_seeds() -> Vec<Vec<u8>> {
+    use crate::kmip::message::{answer, tag, Operation, STATUS_SUCCESS};
+    use crate::kmip::ttlv::Item;
+    let id = || Item::text(tag::UNIQUE_IDENTIFIER, "7");
+    vec![
+        answer(
+            Some(Operation::Locate),
+            STATUS_SUCCESS,
+            vec![id(), Item::text(tag::UNIQUE_IDENTIFIER, "8")],
+        ),
+        answer(
+            Some(Operation::GetAttributes),
+            STATUS_SUCCESS,
+            vec![
+                id(),
+                Item::structure(
+                    tag::ATTRIBUTE,
+                    vec![
+                        Item::text(tag::ATTRIBUTE_NAME, "Name"),
+                        Item::structure(
+                            tag::ATTRIBUTE_VALUE,
+                            vec![
+                                Item::text(tag::NAME_VALUE, "coffer-kms:coffer/s3:v1"),
+                                Item::enumeration(tag::NAME_TYPE, 1),
+                            ],
+                        ),
+                    ],
+                ),
+            ],
+        ),
+        answer(
+            Some(Operation::Encrypt),
+            STATUS_SUCCESS,
+            vec![
+                id(),
+                Item::bytes(tag::DATA, &[1; 32]),
+                Item::bytes(tag::AUTHENTICATED_ENCRYPTION_TAG, &[2; 16]),
+            ],
+        ),
+        answer(
+            Some(Operation::Decrypt),
+            STATUS_SUCCESS,
+            vec![id(), Item::bytes(tag::DATA, &[3; 32])],
+        ),
+        answer(Some(Operation::Destroy), 1, Vec::new()),
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -151,6 +231,18 @@ mod tests {
             assert_eq!(xml(&seed), 1, "{}", String::from_utf8_lossy(&seed));
         }
         assert_eq!(xml(b"<Delete>"), 0);
+    }
+
+    #[test]
+    fn kmip_answers_are_read_and_cut_ones_refused() {
+        let answered: Vec<usize> = kmip_seeds().iter().map(|seed| kmip(seed)).collect();
+        // Each success answers its own operation; a refusal answers any.
+        assert_eq!(answered, vec![1, 1, 1, 1, 8]);
+        for seed in kmip_seeds() {
+            for cut in [1, 8, seed.len() - 8] {
+                assert_eq!(kmip(&seed[..cut]), 0, "cut at {cut}");
+            }
+        }
     }
 }
 

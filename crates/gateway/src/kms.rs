@@ -1,6 +1,7 @@
 //! The key management service behind server-side encryption, as a trait: the built-in
-//! backend is the monitors' KMS ([`MonitorKms`]); an external one (Vault or OpenBao
-//! transit: `crate::vault`) implements the same calls.
+//! backend is the monitors' KMS ([`MonitorKms`]); the external ones (Vault's or OpenBao's
+//! transit engine, `crate::vault`, and a KMIP server, `crate::kmip`) implement the same
+//! calls.
 
 use keys::SecretKey;
 

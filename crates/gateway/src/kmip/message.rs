@@ -59,7 +59,7 @@ const MODE_GCM: u32 = 0x09;
 const USAGE_ENCRYPT_DECRYPT: i32 = 0x04 | 0x08;
 const NAME_TYPE_TEXT: u32 = 0x01;
 const REVOKED_CESSATION_OF_OPERATION: u32 = 0x06;
-const STATUS_SUCCESS: u32 = 0x00;
+pub const STATUS_SUCCESS: u32 = 0x00;
 
 /// A result reason a server gives with a failure (KMIP 1.4 §9.1.3.2.29).
 pub mod reason {
@@ -68,15 +68,17 @@ pub mod reason {
     pub const PERMISSION_DENIED: u32 = 0x0C;
 }
 
-/// The GCM tag's length, and the nonce's, with which data keys are wrapped.
+/// The length of the GCM tag of a wrapped data key.
 pub const TAG_BYTES: usize = 16;
+/// The length of the GCM nonce of a wrapped data key: random, so one version should wrap
+/// no more than 2^32 data keys (NIST SP 800-38D), which rotation keeps it far from.
 pub const NONCE_BYTES: usize = 12;
 
-/// What a server's answer says, when it is not the payload asked for.
+/// Why an answer holds no payload.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Answer {
+pub enum Refusal {
     /// The server turned the operation down: its reason code, if it gave one, and message.
-    Refused {
+    Server {
         reason: Option<u32>,
         message: String,
     },
@@ -112,9 +114,9 @@ pub fn request(operation: Operation, payload: Vec<Item>) -> Vec<u8> {
 
 /// The payload of the answer `bytes` to a request for `operation` (empty when the server
 /// sent none).
-pub fn response(bytes: &[u8], operation: Operation) -> Result<Item, Answer> {
-    let malformed = |why: &str| Answer::Malformed(why.to_string());
-    let message = Item::decode(bytes).map_err(|e| Answer::Malformed(e.to_string()))?;
+pub fn response(bytes: &[u8], operation: Operation) -> Result<Item, Refusal> {
+    let malformed = |why: &str| Refusal::Malformed(why.to_string());
+    let message = Item::decode(bytes).map_err(|e| Refusal::Malformed(e.to_string()))?;
     if message.tag != tag::RESPONSE_MESSAGE {
         return Err(malformed("the answer is not a KMIP response message"));
     }
@@ -130,7 +132,7 @@ pub fn response(bytes: &[u8], operation: Operation) -> Result<Item, Answer> {
         .and_then(Item::as_enumeration)
         .ok_or_else(|| malformed("the batch item has no result status"))?;
     if status != STATUS_SUCCESS {
-        return Err(Answer::Refused {
+        return Err(Refusal::Server {
             reason: item.find(tag::RESULT_REASON).and_then(Item::as_enumeration),
             message: item
                 .find(tag::RESULT_MESSAGE)
@@ -316,35 +318,39 @@ pub fn opened(payload: &Item) -> Option<&[u8]> {
     payload.find(tag::DATA).and_then(Item::as_bytes)
 }
 
+/// The bytes of a server's answer to `operation` (none: to a request it could not read):
+/// with `payload` if `status` is success, else refused as an item not found. For tests
+/// and the fuzzer's seeds.
+#[cfg(any(test, fuzzing))]
+pub fn answer(operation: Option<Operation>, status: u32, payload: Vec<Item>) -> Vec<u8> {
+    let mut batch = Vec::new();
+    if let Some(op) = operation {
+        batch.push(Item::enumeration(tag::OPERATION, op as u32));
+    }
+    batch.push(Item::enumeration(tag::RESULT_STATUS, status));
+    if status == STATUS_SUCCESS {
+        batch.push(Item::structure(tag::RESPONSE_PAYLOAD, payload));
+    } else {
+        batch.push(Item::enumeration(
+            tag::RESULT_REASON,
+            reason::ITEM_NOT_FOUND,
+        ));
+        batch.push(Item::text(tag::RESULT_MESSAGE, "Could not locate object"));
+    }
+    Item::structure(
+        tag::RESPONSE_MESSAGE,
+        vec![
+            Item::structure(Tag(0x42007A), vec![Item::integer(tag::BATCH_COUNT, 1)]),
+            Item::structure(tag::BATCH_ITEM, batch),
+        ],
+    )
+    .encode()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::kmip::ttlv::Value;
-
-    fn answer(operation: Option<Operation>, status: u32, payload: Vec<Item>) -> Vec<u8> {
-        let mut batch = Vec::new();
-        if let Some(op) = operation {
-            batch.push(Item::enumeration(tag::OPERATION, op as u32));
-        }
-        batch.push(Item::enumeration(tag::RESULT_STATUS, status));
-        if status == STATUS_SUCCESS {
-            batch.push(Item::structure(tag::RESPONSE_PAYLOAD, payload));
-        } else {
-            batch.push(Item::enumeration(
-                tag::RESULT_REASON,
-                reason::ITEM_NOT_FOUND,
-            ));
-            batch.push(Item::text(tag::RESULT_MESSAGE, "Could not locate object"));
-        }
-        Item::structure(
-            tag::RESPONSE_MESSAGE,
-            vec![
-                Item::structure(Tag(0x42007A), vec![Item::integer(tag::BATCH_COUNT, 1)]),
-                Item::structure(tag::BATCH_ITEM, batch),
-            ],
-        )
-        .encode()
-    }
 
     #[test]
     fn a_request_carries_version_1_4_and_one_operation() {
@@ -374,12 +380,12 @@ mod tests {
         assert_eq!(super::located(&payload), vec!["1", "2"]);
         assert!(matches!(
             response(&located, Operation::Create),
-            Err(Answer::Malformed(_))
+            Err(Refusal::Malformed(_))
         ));
         let refused = answer(Some(Operation::Decrypt), 1, Vec::new());
         assert_eq!(
             response(&refused, Operation::Decrypt),
-            Err(Answer::Refused {
+            Err(Refusal::Server {
                 reason: Some(reason::ITEM_NOT_FOUND),
                 message: "Could not locate object".into()
             })
@@ -388,16 +394,16 @@ mod tests {
         let unparsed = answer(None, 1, Vec::new());
         assert!(matches!(
             response(&unparsed, Operation::Create),
-            Err(Answer::Refused { .. })
+            Err(Refusal::Server { .. })
         ));
         let anonymous = answer(None, STATUS_SUCCESS, Vec::new());
         assert!(matches!(
             response(&anonymous, Operation::Create),
-            Err(Answer::Malformed(_))
+            Err(Refusal::Malformed(_))
         ));
         assert!(matches!(
             response(&[0; 8], Operation::Create),
-            Err(Answer::Malformed(_))
+            Err(Refusal::Malformed(_))
         ));
     }
 

@@ -1,218 +1,116 @@
 //! A KMIP server as the gateway's KMS ([`Kms`]), over TLS with a client certificate. Each
 //! version of a KMS key is one 256-bit AES key on the server, made there and never sent out,
 //! named `coffer-kms:NAME:vN` in the object group `coffer-kms`. A data key is made here and
-//! wrapped by the server's Encrypt under the newest version, with AES-GCM, a fresh 12-byte
-//! nonce and the version's name as additional data; what is stored is nonce ‖ ciphertext ‖
-//! tag. Removing a key revokes and destroys every version. The gateway's data-key cache
-//! keeps GETs of recently used keys off the server.
+//! wrapped by the server's Encrypt under the newest version, with AES-GCM, a fresh random
+//! 12-byte nonce and the version's name as additional data; what is stored is nonce ‖
+//! ciphertext ‖ tag. Removing a key revokes and destroys every version. The gateway's
+//! data-key cache keeps GETs of recently used keys off the server.
 
-mod message;
+mod link;
+pub(crate) mod message;
 pub mod ttlv;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
-use std::sync::Arc;
-use std::time::Duration;
 
 use keys::SecretKey;
-use message::{Answer, Operation};
-use rustls::pki_types::ServerName;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
-use tokio_rustls::client::TlsStream;
-use ttlv::Item;
+use message::Operation;
 
-use crate::kms::{error_chain as chain, DataKey, Kms, KmsError};
+use crate::kms::{DataKey, Kms, KmsError};
 
-/// How long one call to the server (connecting included) may take before it counts as
-/// unavailable.
-const CALL_TIMEOUT: Duration = Duration::from_secs(10);
-/// The largest answer read from a server; KMIP answers to these calls are far smaller.
-const MAX_ANSWER: usize = 1 << 20;
 /// The object group every version of every KMS key is made in.
 const GROUP: &str = "coffer-kms";
 
-/// The server object that holds `version` of KMS key `key`: its name, which is also the
+/// The name of the server object that holds `version` of KMS key `key`, which is also the
 /// additional data of every wrap it makes.
-fn object_name(key: &str, version: u32) -> String {
+fn version_name(key: &str, version: u32) -> String {
     format!("{GROUP}:{key}:v{version}")
 }
 
-/// The KMS key and version an object named by [`object_name`] holds; None for other names.
-fn parse_object_name(name: &str) -> Option<(String, u32)> {
+/// The KMS key and version an object named by [`version_name`] holds; None for other names.
+fn parse_version_name(name: &str) -> Option<(String, u32)> {
     let (key, version) = name
         .strip_prefix(GROUP)?
         .strip_prefix(':')?
         .rsplit_once(":v")?;
     let number: u32 = version.parse().ok().filter(|v| *v > 0)?;
-    // Only the form object_name writes: no sign, no leading zeros.
+    // Only the form version_name writes: no sign, no leading zeros.
     (!key.is_empty() && number.to_string() == version).then(|| (key.to_string(), number))
 }
 
-/// Every KMS key on the server: its versions and the objects that hold each, in order of
-/// their ids. A version is one object, unless two gateways made it at once (each makes the
-/// key of SSE-S3 when it starts, and `coffer kms key rotate` may run beside another): then
-/// every one of them wraps with the first and unwraps with whichever opens the data key.
+/// Every KMS key on the server: its versions and the objects that hold each, their ids in
+/// string order. A version is one object, unless two gateways made it at once (each makes
+/// the key of SSE-S3 when it starts, and `coffer kms key rotate` may run beside another):
+/// then every one of them wraps with the first id in that order and unwraps with
+/// whichever object opens the data key.
 type Inventory = BTreeMap<String, BTreeMap<u32, Vec<String>>>;
 
-/// A KMIP server: where it is, how to reach it, and the names of the objects seen so far
-/// (an object's name never changes, so each is asked for once).
+/// A KMIP server, and the names of the objects seen on it so far (an object's name never
+/// changes, so each is asked for once; None for objects not of this scheme).
 pub struct KmipKms {
-    address: String,
-    server: ServerName<'static>,
-    tls: tokio_rustls::TlsConnector,
-    link: tokio::sync::Mutex<Option<TlsStream<TcpStream>>>,
+    link: link::Link,
     names: std::sync::Mutex<HashMap<String, Option<(String, u32)>>>,
+}
+
+/// A missing object, said in terms of the KMS key it held.
+fn gone(key: &str, e: KmsError) -> KmsError {
+    match e {
+        KmsError::NoSuchKey(_) => KmsError::NoSuchKey(key.into()),
+        e => e,
+    }
 }
 
 impl KmipKms {
     /// The server at `address` (`HOST:PORT`), whose certificate `ca` (PEM) signs, reached as
-    /// the client whose PEM `certificate` chain and `key` are given. Nothing is sent yet.
+    /// the client whose PEM `certificate` chain and `private_key` are given. Nothing is sent
+    /// yet.
     pub fn connect(
         address: &str,
         certificate: &Path,
-        key: &Path,
+        private_key: &Path,
         ca: &Path,
     ) -> Result<KmipKms, String> {
-        use rustls::pki_types::pem::PemObject;
-        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-        let (host, port) = address
-            .rsplit_once(':')
-            .filter(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok())
-            .ok_or_else(|| format!("KMIP address {address:?}: give HOST:PORT"))?;
-        let host = host.trim_start_matches('[').trim_end_matches(']');
-        let server = ServerName::try_from(host.to_string())
-            .map_err(|e| format!("KMIP address {address:?}: {e}"))?;
-        let pem_certs = |path: &Path| {
-            CertificateDer::pem_file_iter(path)
-                .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
-                .map_err(|e| format!("{}: {e}", path.display()))
-                .and_then(|certs| match certs.is_empty() {
-                    true => Err(format!("{}: no certificate in it", path.display())),
-                    false => Ok(certs),
-                })
-        };
-        let mut roots = rustls::RootCertStore::empty();
-        for cert in pem_certs(ca)? {
-            roots
-                .add(cert)
-                .map_err(|e| format!("{}: {e}", ca.display()))?;
-        }
-        let chain = pem_certs(certificate)?;
-        let private =
-            PrivateKeyDer::from_pem_file(key).map_err(|e| format!("{}: {e}", key.display()))?;
-        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-        // KMIP's profiles require TLS 1.2; servers often offer nothing newer.
-        let config = rustls::ClientConfig::builder_with_provider(provider)
-            .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-            .map_err(|e| e.to_string())?
-            .with_root_certificates(roots)
-            .with_client_auth_cert(chain, private)
-            .map_err(|e| format!("{}: {e}", certificate.display()))?;
-        let address = match host.contains(':') {
-            true => format!("[{host}]:{port}"),
-            false => format!("{host}:{port}"),
-        };
         Ok(KmipKms {
-            address,
-            server,
-            tls: tokio_rustls::TlsConnector::from(Arc::new(config)),
-            link: tokio::sync::Mutex::new(None),
+            link: link::Link::new(address, certificate, private_key, ca)?,
             names: Default::default(),
         })
     }
 
-    /// `operation` with `payload`: the answer's payload. One call at a time goes over the
-    /// one connection, which is made again after any failure. A call on a connection that
-    /// had served before is tried once more on a fresh one (the server may have closed it),
-    /// except Create, which must not run twice.
-    async fn call(&self, operation: Operation, payload: Vec<Item>) -> Result<Item, KmsError> {
-        let request = message::request(operation, payload);
-        let mut link = self.link.lock().await;
-        let reused = link.is_some();
-        let answer = match self.exchange(&mut link, &request).await {
-            Err(e) if reused && operation != Operation::Create => {
-                tracing::debug!(error = %e, "KMIP connection closed; calling again");
-                self.exchange(&mut link, &request).await
-            }
-            answer => answer,
-        };
-        match answer {
-            Ok(bytes) => message::response(&bytes, operation).map_err(refusal),
-            Err(e) => {
-                *link = None;
-                Err(KmsError::Unavailable(format!(
-                    "KMIP server {}: {e}",
-                    self.address
-                )))
-            }
-        }
-    }
-
-    /// Sends `request` over `link` (connecting it first if it is not) and reads the answer's
-    /// bytes, all within [`CALL_TIMEOUT`]; on failure `link` is dropped.
-    async fn exchange(
-        &self,
-        link: &mut Option<TlsStream<TcpStream>>,
-        request: &[u8],
-    ) -> Result<Vec<u8>, String> {
-        let exchanged = tokio::time::timeout(CALL_TIMEOUT, async {
-            if link.is_none() {
-                let tcp = TcpStream::connect(&self.address).await?;
-                tcp.set_nodelay(true)?;
-                *link = Some(self.tls.connect(self.server.clone(), tcp).await?);
-            }
-            let stream = link.as_mut().expect("connected above");
-            stream.write_all(request).await?;
-            stream.flush().await?;
-            let mut header = [0u8; 8];
-            stream.read_exact(&mut header).await?;
-            let length = ttlv::message_length(&header);
-            if length > MAX_ANSWER {
-                return Err(std::io::Error::other(format!(
-                    "an answer of {length} bytes is more than a KMS call gets"
-                )));
-            }
-            let mut answer = vec![0; length];
-            answer[..8].copy_from_slice(&header);
-            stream.read_exact(&mut answer[8..]).await?;
-            Ok(answer)
-        })
-        .await;
-        let failed = match exchanged {
-            Ok(Ok(answer)) => return Ok(answer),
-            Ok(Err(e)) => chain(&e),
-            Err(_) => format!("no answer within {} s", CALL_TIMEOUT.as_secs()),
-        };
-        *link = None;
-        Err(failed)
+    fn names(&self) -> std::sync::MutexGuard<'_, HashMap<String, Option<(String, u32)>>> {
+        self.names.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Every KMS key on the server and the objects of its versions: the group's objects
-    /// listed, and the names of those not seen before asked for.
+    /// listed, and the names of those not seen before asked for. An object destroyed
+    /// between the two is left out.
     async fn inventory(&self) -> Result<Inventory, KmsError> {
-        let found = self.call(Operation::Locate, message::locate(GROUP)).await?;
+        let found = self
+            .link
+            .call(Operation::Locate, message::locate(GROUP))
+            .await?;
         let ids = message::located(&found);
         let unnamed: Vec<String> = {
-            let names = self.names.lock().unwrap_or_else(|p| p.into_inner());
+            let names = self.names();
             ids.iter()
                 .filter(|id| !names.contains_key(*id))
                 .cloned()
                 .collect()
         };
         for id in unnamed {
-            let attributes = self
+            let attributes = match self
+                .link
                 .call(Operation::GetAttributes, message::get_names(&id))
-                .await?;
+                .await
+            {
+                Err(KmsError::NoSuchKey(_)) => continue,
+                attributes => attributes?,
+            };
             let ours = message::names(&attributes)
                 .iter()
-                .find_map(|name| parse_object_name(name));
-            self.names
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(id, ours);
+                .find_map(|name| parse_version_name(name));
+            self.names().insert(id, ours);
         }
-        let names = self.names.lock().unwrap_or_else(|p| p.into_inner());
+        let names = self.names();
         let mut inventory = Inventory::new();
         for id in ids {
             if let Some(Some((key, version))) = names.get(&id) {
@@ -236,26 +134,38 @@ impl KmipKms {
             .ok_or_else(|| KmsError::NoSuchKey(key.into()))
     }
 
-    /// Makes `version` of `key` on the server, ready to wrap.
+    /// Makes `version` of `key` on the server, ready to wrap. An object whose activation
+    /// fails is destroyed again if it can be; one that stays is activated on first use.
     async fn make_version(&self, key: &str, version: u32) -> Result<(), KmsError> {
-        let name = object_name(key, version);
+        let name = version_name(key, version);
         let made = self
+            .link
             .call(Operation::Create, message::create(&name, GROUP))
             .await?;
         let id = message::named_id(&made)
             .ok_or_else(|| KmsError::Failed("the KMIP server's Create named no object".into()))?;
-        self.call(Operation::Activate, message::object(&id)).await?;
-        self.names
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(id, Some((key.to_string(), version)));
+        if let Err(e) = self
+            .link
+            .call(Operation::Activate, message::object(&id))
+            .await
+        {
+            if let Err(left) = self
+                .link
+                .call(Operation::Destroy, message::object(&id))
+                .await
+            {
+                tracing::warn!(name, id, error = %left, "a KMIP object left pre-active");
+            }
+            return Err(gone(key, e));
+        }
+        self.names().insert(id, Some((key.to_string(), version)));
         Ok(())
     }
 
-    /// The objects known to hold `version` of `key`, in order of their ids.
+    /// The objects known to hold `version` of `key`, their ids in string order.
     fn known(&self, key: &str, version: u32) -> Vec<String> {
-        let names = self.names.lock().unwrap_or_else(|p| p.into_inner());
-        let mut ids: Vec<String> = names
+        let mut ids: Vec<String> = self
+            .names()
             .iter()
             .filter(|(_, named)| {
                 named
@@ -268,26 +178,25 @@ impl KmipKms {
         ids
     }
 
-    /// The data key `wrapped` by object `id`, whose name is `aad`. An object the server no
+    /// The data key `wrapped` by object `id`, whose name is `name`. An object the server no
     /// longer has is forgotten.
-    async fn open(&self, id: &str, aad: &str, wrapped: &[u8]) -> Result<SecretKey<32>, KmsError> {
-        let payload = message::decrypt(id, wrapped, aad.as_bytes())
-            .ok_or_else(|| KmsError::Failed(format!("a data key wrapped by {aad} is too short")))?;
-        let answer = self.call(Operation::Decrypt, payload).await;
+    async fn open(&self, id: &str, name: &str, wrapped: &[u8]) -> Result<SecretKey<32>, KmsError> {
+        let payload = message::decrypt(id, wrapped, name.as_bytes()).ok_or_else(|| {
+            KmsError::Failed(format!("a data key wrapped by {name} is too short"))
+        })?;
+        let answer = self.link.call(Operation::Decrypt, payload).await;
         if let Err(KmsError::NoSuchKey(_)) = answer {
-            self.names
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(id);
+            self.names().remove(id);
         }
         let opened = message::opened(&answer?)
             .and_then(|bytes| <[u8; 32]>::try_from(bytes).ok())
             .map(zeroize::Zeroizing::new)
-            .ok_or_else(|| KmsError::Failed(format!("{aad} did not unwrap a 32-byte data key")))?;
+            .ok_or_else(|| KmsError::Failed(format!("{name} did not unwrap a 32-byte data key")))?;
         Ok(SecretKey::from_bytes(*opened))
     }
 
-    /// A data key wrapped by the newest version of `key`.
+    /// `data_key` wrapped by the newest version of `key`. An object an interrupted creation
+    /// left pre-active is activated first: the server wraps only under active keys.
     async fn wrap(&self, key: &str, data_key: &SecretKey<32>) -> Result<(u32, Vec<u8>), KmsError> {
         let (version, id) = self
             .versions(key)
@@ -295,74 +204,36 @@ impl KmipKms {
             .pop_last()
             .and_then(|(version, ids)| Some((version, ids.into_iter().next()?)))
             .ok_or_else(|| KmsError::NoSuchKey(key.into()))?;
+        let name = version_name(key, version);
         let nonce: [u8; message::NONCE_BYTES] = rand::random();
-        let aad = object_name(key, version);
-        let payload = message::encrypt(&id, data_key.expose(), &nonce, aad.as_bytes());
-        let answer = self
-            .call(Operation::Encrypt, payload)
-            .await
-            .map_err(|e| gone(key, e))?;
+        let encrypt = || message::encrypt(&id, data_key.expose(), &nonce, name.as_bytes());
+        let answer = match self.link.call(Operation::Encrypt, encrypt()).await {
+            Err(KmsError::Denied(why)) => {
+                tracing::info!(name, id, "activating a KMIP object before wrapping: {why}");
+                self.link
+                    .call(Operation::Activate, message::object(&id))
+                    .await?;
+                self.link.call(Operation::Encrypt, encrypt()).await?
+            }
+            answer => answer?,
+        };
         let wrapped = message::sealed(&answer, &nonce).ok_or_else(|| {
             KmsError::Failed("the KMIP server's Encrypt gave no ciphertext and tag".into())
         })?;
         Ok((version, wrapped))
     }
-}
 
-/// What a server's refusal means to the gateway.
-fn refusal(answer: Answer) -> KmsError {
-    match answer {
-        Answer::Refused {
-            reason: Some(message::reason::ITEM_NOT_FOUND),
-            message,
-        } => KmsError::NoSuchKey(message),
-        Answer::Refused {
-            reason:
-                Some(
-                    message::reason::PERMISSION_DENIED
-                    | message::reason::AUTHENTICATION_NOT_SUCCESSFUL,
-                ),
-            message,
-        } => KmsError::Denied(message),
-        Answer::Refused { message, .. } => {
-            KmsError::Failed(format!("the KMIP server refused: {message}"))
-        }
-        Answer::Malformed(why) => {
-            KmsError::Unavailable(format!("the KMIP server's answer is malformed: {why}"))
-        }
-    }
-}
-
-/// A missing object, said in terms of the KMS key it held.
-fn gone(key: &str, e: KmsError) -> KmsError {
-    match e {
-        KmsError::NoSuchKey(_) => KmsError::NoSuchKey(key.into()),
-        e => e,
-    }
-}
-
-#[async_trait::async_trait]
-impl Kms for KmipKms {
-    async fn generate(&self, key: &str) -> Result<DataKey, KmsError> {
-        let plaintext = SecretKey::<32>::generate();
-        let (version, wrapped) = self.wrap(key, &plaintext).await?;
-        Ok(DataKey {
-            version,
-            plaintext,
-            wrapped,
-        })
-    }
-
-    async fn decrypt(
+    /// The data key `wrapped` by `version` of `key`: by the objects of that version seen
+    /// before, then (if none opens it) by those there now.
+    async fn unwrap(
         &self,
         key: &str,
         version: u32,
         wrapped: &[u8],
     ) -> Result<SecretKey<32>, KmsError> {
-        let aad = object_name(key, version);
+        let name = version_name(key, version);
         let mut tried = Vec::new();
         let mut failed = KmsError::NoSuchKey(key.into());
-        // The objects of that version seen before, then (if none opens it) those there now.
         for listed in [false, true] {
             let ids = match listed {
                 false => self.known(key, version),
@@ -376,7 +247,7 @@ impl Kms for KmipKms {
                 if tried.contains(&id) {
                     continue;
                 }
-                match self.open(&id, &aad, wrapped).await {
+                match self.open(&id, &name, wrapped).await {
                     Ok(opened) => return Ok(opened),
                     Err(KmsError::Unavailable(why)) => return Err(KmsError::Unavailable(why)),
                     Err(e) => failed = e,
@@ -384,7 +255,51 @@ impl Kms for KmipKms {
                 tried.push(id);
             }
         }
-        Err(gone(key, failed))
+        Err(failed)
+    }
+
+    /// Revokes and destroys every version of `key`. A version revoked by an earlier,
+    /// interrupted removal may be refused a second revocation; destroying it is what
+    /// matters.
+    async fn destroy(&self, key: &str) -> Result<(), KmsError> {
+        for id in self.versions(key).await?.into_values().flatten() {
+            if let Err(e) = self
+                .link
+                .call(Operation::Revoke, message::revoke(&id))
+                .await
+            {
+                tracing::debug!(key, id, error = %e, "revoking a KMIP object");
+            }
+            self.link
+                .call(Operation::Destroy, message::object(&id))
+                .await?;
+            self.names().remove(&id);
+        }
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+impl Kms for KmipKms {
+    async fn generate(&self, key: &str) -> Result<DataKey, KmsError> {
+        let plaintext = SecretKey::<32>::generate();
+        let (version, wrapped) = self.wrap(key, &plaintext).await.map_err(|e| gone(key, e))?;
+        Ok(DataKey {
+            version,
+            plaintext,
+            wrapped,
+        })
+    }
+
+    async fn decrypt(
+        &self,
+        key: &str,
+        version: u32,
+        wrapped: &[u8],
+    ) -> Result<SecretKey<32>, KmsError> {
+        self.unwrap(key, version, wrapped)
+            .await
+            .map_err(|e| gone(key, e))
     }
 
     async fn rewrap(
@@ -394,7 +309,7 @@ impl Kms for KmipKms {
         wrapped: &[u8],
     ) -> Result<(u32, Vec<u8>), KmsError> {
         let data_key = self.decrypt(key, version, wrapped).await?;
-        self.wrap(key, &data_key).await
+        self.wrap(key, &data_key).await.map_err(|e| gone(key, e))
     }
 
     async fn keys(&self) -> Result<Vec<String>, KmsError> {
@@ -402,19 +317,17 @@ impl Kms for KmipKms {
     }
 
     async fn ensure(&self, key: &str) -> Result<(), KmsError> {
-        match self.versions(key).await {
-            Ok(_) => Ok(()),
-            Err(KmsError::NoSuchKey(_)) => self.make_version(key, 1).await,
-            Err(e) => Err(e),
+        if self.inventory().await?.contains_key(key) {
+            return Ok(());
         }
+        self.make_version(key, 1).await
     }
 
     async fn create(&self, key: &str) -> Result<(), KmsError> {
-        match self.versions(key).await {
-            Ok(_) => Err(KmsError::Failed(format!("KMS key {key} exists"))),
-            Err(KmsError::NoSuchKey(_)) => self.make_version(key, 1).await,
-            Err(e) => Err(e),
+        if self.inventory().await?.contains_key(key) {
+            return Err(KmsError::Failed(format!("KMS key {key} exists")));
         }
+        self.make_version(key, 1).await
     }
 
     async fn rotate(&self, key: &str) -> Result<u32, KmsError> {
@@ -432,21 +345,7 @@ impl Kms for KmipKms {
     }
 
     async fn remove(&self, key: &str) -> Result<(), KmsError> {
-        for id in self.versions(key).await?.into_values().flatten() {
-            // A version revoked by an earlier, interrupted removal is refused a second
-            // revocation by some servers; destroying it is what matters.
-            if let Err(e) = self.call(Operation::Revoke, message::revoke(&id)).await {
-                tracing::debug!(key, id, error = %e, "revoking a KMIP object");
-            }
-            self.call(Operation::Destroy, message::object(&id))
-                .await
-                .map_err(|e| gone(key, e))?;
-            self.names
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&id);
-        }
-        Ok(())
+        self.destroy(key).await.map_err(|e| gone(key, e))
     }
 }
 
@@ -455,10 +354,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn object_names_carry_the_key_and_version() {
+    fn version_names_carry_the_key_and_version() {
         for (key, version) in [("coffer/s3", 1), ("a:vb:v", 12), ("arn:aws:kms:k/1", 3)] {
-            let name = object_name(key, version);
-            assert_eq!(parse_object_name(&name), Some((key.to_string(), version)));
+            let name = version_name(key, version);
+            assert_eq!(parse_version_name(&name), Some((key.to_string(), version)));
         }
         for other in [
             "coffer-kms:key",
@@ -470,48 +369,20 @@ mod tests {
             "coffer-kmsx:key:v1",
             "mine:key:v1",
         ] {
-            assert_eq!(parse_object_name(other), None, "{other}");
+            assert_eq!(parse_version_name(other), None, "{other}");
         }
     }
 
     #[test]
-    fn a_bad_address_or_missing_file_is_refused_before_any_call() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let missing = dir.path().join("missing.pem");
-        for bad in ["127.0.0.1", ":5696", "host:port", "host:70000"] {
-            let refused = KmipKms::connect(bad, &missing, &missing, &missing).err();
-            assert!(
-                refused.as_deref().is_some_and(|e| e.contains("HOST:PORT")),
-                "{bad}: {refused:?}"
-            );
-        }
-        let refused = KmipKms::connect("127.0.0.1:5696", &missing, &missing, &missing).err();
-        assert!(
-            refused
-                .as_deref()
-                .is_some_and(|e| e.contains("missing.pem")),
-            "{refused:?}"
+    fn a_missing_object_is_named_by_its_key() {
+        let named = gone(
+            "photos",
+            KmsError::NoSuchKey("Could not locate object: 17".into()),
         );
-    }
-
-    #[test]
-    fn refusals_keep_their_meaning() {
-        let refused = |reason| Answer::Refused {
-            reason: Some(reason),
-            message: "m".into(),
-        };
+        assert!(matches!(named, KmsError::NoSuchKey(key) if key == "photos"));
         assert!(matches!(
-            refusal(refused(message::reason::ITEM_NOT_FOUND)),
-            KmsError::NoSuchKey(_)
-        ));
-        assert!(matches!(
-            refusal(refused(message::reason::PERMISSION_DENIED)),
-            KmsError::Denied(_)
-        ));
-        assert!(matches!(refusal(refused(0x0B)), KmsError::Failed(_)));
-        assert!(matches!(
-            refusal(Answer::Malformed("x".into())),
-            KmsError::Unavailable(_)
+            gone("photos", KmsError::Failed("x".into())),
+            KmsError::Failed(_)
         ));
     }
 }

@@ -6,17 +6,24 @@
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Tag(pub u32);
 
-/// A value of each TTLV type that a KMS client meets.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// A value of each TTLV type. Byte strings carry key material (a data key on its way to
+/// be wrapped, or unwrapped): they are zeroised when dropped and never printed.
+#[derive(Clone, PartialEq, Eq)]
 pub enum Value {
+    /// Items one after the other.
     Structure(Vec<Item>),
+    /// A signed 32-bit integer (a bit mask, a length).
     Integer(i32),
+    /// A signed 64-bit integer.
     LongInteger(i64),
-    /// A big integer's bytes, big-endian two's complement, as sent.
+    /// A big integer's bytes, big-endian two's complement, a multiple of 8 long.
     BigInteger(Vec<u8>),
+    /// One of the values a tag's enumeration defines.
     Enumeration(u32),
     Boolean(bool),
+    /// UTF-8 text (a name, an object id, a message).
     Text(String),
+    /// Bytes (data, a nonce, a tag).
     Bytes(Vec<u8>),
     /// Seconds since 1970.
     DateTime(i64),
@@ -24,6 +31,33 @@ pub enum Value {
     Interval(u32),
 }
 
+impl Drop for Value {
+    fn drop(&mut self) {
+        use zeroize::Zeroize;
+        if let Value::Bytes(bytes) | Value::BigInteger(bytes) = self {
+            bytes.zeroize();
+        }
+    }
+}
+
+impl std::fmt::Debug for Value {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Value::Structure(items) => f.debug_list().entries(items).finish(),
+            Value::Integer(v) => write!(f, "Integer({v})"),
+            Value::LongInteger(v) => write!(f, "LongInteger({v})"),
+            Value::BigInteger(bytes) => write!(f, "BigInteger({} bytes)", bytes.len()),
+            Value::Enumeration(v) => write!(f, "Enumeration({v:#x})"),
+            Value::Boolean(v) => write!(f, "Boolean({v})"),
+            Value::Text(text) => write!(f, "Text({text:?})"),
+            Value::Bytes(bytes) => write!(f, "Bytes({} bytes)", bytes.len()),
+            Value::DateTime(v) => write!(f, "DateTime({v})"),
+            Value::Interval(v) => write!(f, "Interval({v})"),
+        }
+    }
+}
+
+/// A tagged value: what TTLV encodes, and what a structure holds.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Item {
     pub tag: Tag,
@@ -39,17 +73,21 @@ pub enum TtlvError {
     UnknownType { tag: u32, kind: u8 },
     #[error("TTLV item {tag:#08x} of type {kind:#04x} has length {length}")]
     BadLength { tag: u32, kind: u8, length: usize },
+    #[error("TTLV boolean {tag:#08x} is neither 0 nor 1")]
+    NotBoolean { tag: u32 },
     #[error("TTLV text of item {0:#08x} is not UTF-8")]
     NotText(u32),
-    #[error("TTLV structures nest deeper than {MAX_DEPTH}")]
+    #[error("TTLV structures nest deeper than {STRUCTURE_DEPTH_MAX}")]
     TooDeep,
     #[error("{0} bytes follow the TTLV item")]
     Trailing(usize),
 }
 
 /// How deep structures may nest in what a server sends (KMIP's own messages need 6 or 7).
-const MAX_DEPTH: usize = 16;
+const STRUCTURE_DEPTH_MAX: usize = 16;
 
+/// Items of each type, and what they hold; the accessors give None for another type, and
+/// `find` and `all` nothing in an item that is not a structure.
 impl Item {
     pub fn structure(tag: Tag, items: Vec<Item>) -> Item {
         Item {
@@ -129,6 +167,13 @@ impl Item {
     }
 
     fn encode_into(&self, out: &mut Vec<u8>) {
+        debug_assert!(self.tag.0 >> 24 == 0, "a TTLV tag is 3 bytes");
+        if let Value::BigInteger(bytes) = &self.value {
+            assert!(
+                bytes.len().is_multiple_of(8),
+                "a TTLV big integer is sign-extended to a multiple of 8 bytes"
+            );
+        }
         out.extend_from_slice(&self.tag.0.to_be_bytes()[1..]);
         out.push(self.value.kind());
         let length_at = out.len();
@@ -189,7 +234,7 @@ pub fn message_length(header: &[u8; 8]) -> usize {
 
 /// The item at the start of `bytes`, and how many bytes it took (padding included).
 fn decode_at(bytes: &[u8], depth: usize) -> Result<(Item, usize), TtlvError> {
-    if depth > MAX_DEPTH {
+    if depth > STRUCTURE_DEPTH_MAX {
         return Err(TtlvError::TooDeep);
     }
     let header = bytes
@@ -237,7 +282,7 @@ fn decode_at(bytes: &[u8], depth: usize) -> Result<(Item, usize), TtlvError> {
         0x06 => match u64::from_be_bytes(eight(fixed(8)?)) {
             0 => Value::Boolean(false),
             1 => Value::Boolean(true),
-            _ => return Err(bad_length()),
+            _ => return Err(TtlvError::NotBoolean { tag }),
         },
         0x07 => Value::Text(String::from_utf8(raw.to_vec()).map_err(|_| TtlvError::NotText(tag))?),
         0x08 => Value::Bytes(raw.to_vec()),
@@ -274,6 +319,29 @@ mod tests {
         assert_eq!(
             hex(Item::integer(Tag(0x420020), 8)),
             "42002002000000040000000800000000"
+        );
+        assert_eq!(
+            hex(Item {
+                tag: Tag(0x420020),
+                value: Value::LongInteger(123456789000000000),
+            }),
+            "420020030000000801B69B4BA5749200"
+        );
+        assert_eq!(
+            hex(Item {
+                tag: Tag(0x420020),
+                value: Value::BigInteger(vec![
+                    0, 0, 0, 0, 0, 0, 0, 0, 0x1F, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF
+                ]),
+            }),
+            "42002004000000100000000000000000 1FFFFFFFFFFFFFFF".replace(' ', "")
+        );
+        assert_eq!(
+            hex(Item {
+                tag: Tag(0x420020),
+                value: Value::Boolean(true),
+            }),
+            "42002006000000080000000000000001"
         );
         assert_eq!(
             hex(Item::enumeration(Tag(0x420020), 255)),
@@ -339,6 +407,11 @@ mod tests {
         assert_eq!(item.all(B).count(), 9);
         assert_eq!(item.find(B).map(|i| &i.value), Some(&Value::Integer(-7)));
         assert_eq!(item.find(Tag(0x420003)), None);
+        assert_eq!(
+            format!("{:?}", Item::bytes(A, &[7; 32]).value),
+            "Bytes(32 bytes)",
+            "key material is never printed"
+        );
     }
 
     #[test]
@@ -371,16 +444,16 @@ mod tests {
         }
         .encode();
         boolean[15] = 2;
-        assert!(matches!(
+        assert_eq!(
             Item::decode(&boolean),
-            Err(TtlvError::BadLength { .. })
-        ));
+            Err(TtlvError::NotBoolean { tag: 0x420001 })
+        );
         let text = Item::bytes(A, &[0xFF, 0xFE]).encode();
         let mut text = text.clone();
         text[3] = 0x07;
         assert_eq!(Item::decode(&text), Err(TtlvError::NotText(0x420001)));
         let mut deep = Item::integer(B, 0);
-        for _ in 0..=MAX_DEPTH {
+        for _ in 0..=STRUCTURE_DEPTH_MAX {
             deep = Item::structure(A, vec![deep]);
         }
         assert_eq!(Item::decode(&deep.encode()), Err(TtlvError::TooDeep));
