@@ -255,6 +255,25 @@ mod found {
         std::str::from_utf8(&answer[..answer.len().min(12)]).unwrap_or("")
     }
 
+    /// The KMIP decoder computed how many bytes an item lacked before it knew any were
+    /// missing: for every item but a structure's last, that subtraction overflowed. Builds
+    /// with overflow checks (the fuzzer's, debug builds) panicked on the first answer with
+    /// two object ids, a seed; release builds wrapped, and dropped the value unused.
+    #[test]
+    fn a_kmip_answer_with_two_items_is_read() {
+        let located = crate::kmip::message::answer(
+            Some(crate::kmip::message::Operation::Locate),
+            crate::kmip::message::STATUS_SUCCESS,
+            ["7", "8"]
+                .iter()
+                .map(|id| {
+                    crate::kmip::ttlv::Item::text(crate::kmip::message::tag::UNIQUE_IDENTIFIER, id)
+                })
+                .collect(),
+        );
+        assert_eq!(kmip(&located), 1);
+    }
+
     /// s3s 0.14.1 checks a credential's date digit by digit, subtracting `'0'` before it
     /// knows the byte is a digit: a byte below `'0'` overflows. Builds with overflow checks
     /// (the fuzzer's) panic there; the release build's arithmetic wraps and the date is

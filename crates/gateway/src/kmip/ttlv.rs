@@ -246,7 +246,7 @@ fn decode_at(bytes: &[u8], depth: usize) -> Result<(Item, usize), TtlvError> {
     let used = 8 + padded(length);
     let raw = bytes
         .get(8..8 + length)
-        .ok_or(TtlvError::Short(8 + length - bytes.len()))?;
+        .ok_or_else(|| TtlvError::Short(8 + length - bytes.len()))?;
     if bytes.len() < used {
         return Err(TtlvError::Short(used - bytes.len()));
     }
