@@ -21,6 +21,17 @@ pub const OBJECT_NAME_BYTES_MAX: usize = 2048;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct PoolId(pub u64);
 
+impl PoolId {
+    /// Pool numbers with this bit set hold an OSD's PG metadata objects (PG logs and
+    /// infos); the monitors' pool numbers never reach it.
+    pub const PG_META_BIT: u64 = 1 << 63;
+
+    /// Whether this is where an OSD keeps PG metadata, not a pool's data.
+    pub fn is_pg_meta(self) -> bool {
+        self.0 & Self::PG_META_BIT != 0
+    }
+}
+
 impl fmt::Display for PoolId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.0)

@@ -514,7 +514,7 @@ async fn send_beacons(inner: Arc<OsdState>, monc: Arc<MonClient>) {
                 .load(std::sync::atomic::Ordering::Relaxed),
             pools: pools
                 .into_iter()
-                .filter(|(pool, _)| !objects::is_meta_pool(*pool))
+                .filter(|(pool, _)| !pool.is_pg_meta())
                 .collect(),
             recovery_pending: inner
                 .recovery_pending

@@ -26,9 +26,6 @@ const INFO_ATTR: &str = ".info";
 /// the log taken in one transaction, which clears it): until then its objects may be newer
 /// than its log, so an interrupted catch-up is not mistaken for a clean copy (F4).
 const UNSETTLED_ATTR: &str = ".unsettled";
-/// Pool numbers with this bit set hold PG metadata objects; the monitors' pool numbers never
-/// reach it.
-const META_POOL_BIT: u64 = 1 << 63;
 /// Log entries kept per PG: retried requests are recognised within this window.
 pub const LOG_ENTRIES_MAX: usize = 2000;
 /// Entries trimmed at once when the log passes its limit.
@@ -42,15 +39,10 @@ pub fn object_ref(pg: PgId, name: &ObjectName) -> ObjectRef {
     ObjectRef::new(pg.pool, name.clone())
 }
 
-/// Whether `pool` is where the store keeps PG metadata (logs and infos), not a pool's data.
-pub fn is_meta_pool(pool: PoolId) -> bool {
-    pool.0 & META_POOL_BIT != 0
-}
-
 fn meta_ref(pg: PgId) -> ObjectRef {
     let name = ObjectName::new(format!("pg.{}", pg.number))
         .unwrap_or_else(|e| unreachable!("a PG metadata name is valid: {e}"));
-    ObjectRef::new(PoolId(pg.pool.0 | META_POOL_BIT), name)
+    ObjectRef::new(PoolId(pg.pool.0 | PoolId::PG_META_BIT), name)
 }
 
 fn log_key(version: Version) -> [u8; 16] {

@@ -24,12 +24,13 @@ use crate::device::{
 use crate::error::{ApplyError, ReadError};
 use crate::metadata::{
     extent_key, object_key, omap_key, prefix_end, MetaOp, ObjectId, Table, EXTENTS, OBJECTS, OMAP,
-    SUPERBLOCK, WAL_APPLIED, WAL_START,
+    OMAP_PAGED, SUPERBLOCK, WAL_APPLIED, WAL_START,
 };
 use crate::object::{
     pieces, punch, Extent, ExtentMap, ObjectRecord, EXTENT_BLOCKS_MAX, OBJECT_BLOCKS_MAX,
     OBJECT_SIZE_BYTES_MAX, SEALED_EXTENT_BLOCKS_MAX,
 };
+use crate::omap::{self, Damaged, Row};
 use crate::read::{ReadAs, Via};
 use crate::seal::{ChunkRecord, ExtentSeal};
 use crate::store::{Store, LOCK_SLOTS};
@@ -63,10 +64,25 @@ struct Work {
     loaded: ExtentMap,
     extents: ExtentMap,
     omap_ops: Vec<MetaOp>,
+    /// The keys of its paged omap (omap.rs) as this transaction changes them.
+    omap_keys: omap::Keys,
     touched: bool,
 }
 
 impl Work {
+    /// Removes every omap entry the object has (before the transaction's later changes).
+    fn clear_omap(&mut self) {
+        let table = match self.object.pool.is_pg_meta() {
+            true => Table::Omap,
+            false => Table::OmapPaged,
+        };
+        self.omap_ops.push(MetaOp::RemovePrefix {
+            table,
+            prefix: self.id.to_vec(),
+        });
+        self.omap_keys.clear();
+    }
+
     fn record_mut(&mut self) -> &mut ObjectRecord {
         let name = self.object.name.as_str();
         self.record.get_or_insert_with(|| ObjectRecord {
@@ -276,6 +292,7 @@ impl Store {
                         loaded: ExtentMap::new(),
                         extents: ExtentMap::new(),
                         omap_ops: Vec::new(),
+                        omap_keys: omap::Keys::default(),
                         touched: false,
                     });
                     works.len() - 1
@@ -473,10 +490,7 @@ impl Store {
                     .freed
                     .extend(punch(&mut w.extents, 0, OBJECT_BLOCKS_MAX));
                 if w.record.take().is_some() || w.original.is_some() {
-                    w.omap_ops.push(MetaOp::RemovePrefix {
-                        table: Table::Omap,
-                        prefix: w.id.to_vec(),
-                    });
+                    w.clear_omap();
                 }
             }
             Op::SetAttr { name, value, .. } => {
@@ -496,28 +510,40 @@ impl Store {
             }
             Op::OmapSet { key, value, .. } => {
                 w.record_mut();
-                let row = omap_key(&w.id, &key);
-                let value = self.seal_meta(Table::Omap, &row, value)?;
+                let (table, row, value) = if w.object.pool.is_pg_meta() {
+                    (Table::Omap, omap_key(&w.id, &key), value)
+                } else {
+                    let id = w.id;
+                    w.omap_keys
+                        .insert(&key, &mut |row| self.load_omap_row(&id, row))?;
+                    let slot = self.meta.omap_slot(&id, &key);
+                    let entry = omap::encode_entry(&key, &value);
+                    (Table::OmapPaged, omap::entry_key(&id, &slot), entry)
+                };
+                let value = self.seal_meta(table, &row, value)?;
                 w.omap_ops.push(MetaOp::Put {
-                    table: Table::Omap,
+                    table,
                     key: row,
                     value,
                 });
             }
             Op::OmapRemove { key, .. } => {
                 if w.record.is_some() {
-                    w.omap_ops.push(MetaOp::Remove {
-                        table: Table::Omap,
-                        key: omap_key(&w.id, &key),
-                    });
+                    let (table, row) = if w.object.pool.is_pg_meta() {
+                        (Table::Omap, omap_key(&w.id, &key))
+                    } else {
+                        let id = w.id;
+                        w.omap_keys
+                            .remove(&key, &mut |row| self.load_omap_row(&id, row))?;
+                        let slot = self.meta.omap_slot(&id, &key);
+                        (Table::OmapPaged, omap::entry_key(&id, &slot))
+                    };
+                    w.omap_ops.push(MetaOp::Remove { table, key: row });
                 }
             }
             Op::OmapClear { .. } => {
                 if w.record.is_some() {
-                    w.omap_ops.push(MetaOp::RemovePrefix {
-                        table: Table::Omap,
-                        prefix: w.id.to_vec(),
-                    });
+                    w.clear_omap();
                 }
             }
         }
@@ -776,6 +802,21 @@ impl Store {
             .map_err(ApplyError::Metadata)
     }
 
+    /// A row of an object's paged omap as committed, opened (the object is locked, so no
+    /// commit can change it meanwhile).
+    fn load_omap_row(&self, id: &ObjectId, row: Row) -> Result<Option<Vec<u8>>, ApplyError> {
+        let key = row.key(id);
+        let txn = self.db.begin_read()?;
+        let rows = txn.open_table(OMAP_PAGED)?;
+        let Some(stored) = rows.get(&key[..])? else {
+            return Ok(None);
+        };
+        self.meta
+            .open(Table::OmapPaged, &key, stored.value())
+            .map(Some)
+            .map_err(|_| Damaged("an omap row that does not open").into())
+    }
+
     fn seal_meta(&self, table: Table, key: &[u8], plain: Vec<u8>) -> Result<Vec<u8>, ApplyError> {
         let nonce = self.take_nonces(self.meta.nonces_per_value())?;
         Ok(self
@@ -832,6 +873,20 @@ impl Store {
                 }
             }
             batch.append(&mut w.omap_ops);
+            for (row, plain) in std::mem::take(&mut w.omap_keys).changes() {
+                let key = row.key(&w.id);
+                batch.push(match plain {
+                    Some(plain) => MetaOp::Put {
+                        value: self.seal_meta(Table::OmapPaged, &key, plain)?,
+                        table: Table::OmapPaged,
+                        key,
+                    },
+                    None => MetaOp::Remove {
+                        table: Table::OmapPaged,
+                        key,
+                    },
+                });
+            }
         }
         Ok(batch)
     }
@@ -1035,6 +1090,7 @@ impl Store {
             let mut objects = txn.open_table(OBJECTS)?;
             let mut extents = txn.open_table(EXTENTS)?;
             let mut omap = txn.open_table(OMAP)?;
+            let mut omap_paged = txn.open_table(OMAP_PAGED)?;
             for op in ops {
                 let table = match &op {
                     MetaOp::Put { table, .. }
@@ -1045,6 +1101,7 @@ impl Store {
                     Table::Objects => &mut objects,
                     Table::Extents => &mut extents,
                     Table::Omap => &mut omap,
+                    Table::OmapPaged => &mut omap_paged,
                     Table::Superblock | Table::PoolUsage | Table::Wal => {
                         unreachable!("transactions never write the superblock or usage rows")
                     }

@@ -87,3 +87,17 @@ redb_into!(
     redb::CommitError,
     redb::DatabaseError
 );
+
+impl From<crate::omap::Damaged> for ReadError {
+    fn from(damaged: crate::omap::Damaged) -> Self {
+        ReadError::MetadataIntegrity {
+            what: damaged.0.to_string(),
+        }
+    }
+}
+
+impl From<crate::omap::Damaged> for ApplyError {
+    fn from(damaged: crate::omap::Damaged) -> Self {
+        ApplyError::Read(damaged.into())
+    }
+}

@@ -12,13 +12,16 @@ use map::PoolId;
 
 use crate::metadata::{extent_key, MetaSealer, ObjectId};
 use crate::object::{self, decode_extent, Extent, ExtentMap, ObjectRecord};
+use crate::omap;
 use crate::seal::ExtentSeal;
 use crate::usage::{decode_row, encode_row, row_key};
 
 const ID: ObjectId = [7; 16];
 
 /// Reads `bytes` as an object record, as an extent record (then slices its map the way
-/// reads and overwrites do) and as a pool's usage row; returns how many accepted them.
+/// reads and overwrites do), as a pool's usage row, and as the root, a page and an entry
+/// of a paged omap (then lists and changes an omap whose root and pages are all `bytes`);
+/// returns how many accepted them.
 pub fn records(bytes: &[u8]) -> usize {
     let plain = MetaSealer::plain();
     let record = postcard::from_bytes::<ObjectRecord>(bytes).is_ok();
@@ -32,7 +35,28 @@ pub fn records(bytes: &[u8]) -> usize {
         object::punch(&mut map, first_block + 1, end_block);
     });
     let usage = decode_row(&plain, &row_key(PoolId(1)), bytes).is_some();
-    usize::from(record) + usize::from(extent.is_some()) + usize::from(usage)
+    let root = omap::Root::decode(bytes).is_ok();
+    let page = omap::decode_page(bytes).is_ok();
+    let entry = omap::entry_value(bytes.to_vec(), b"k").is_ok();
+    let every_row = |_: omap::Row| Ok::<_, omap::Damaged>(Some(bytes.to_vec()));
+    let listed = omap::list(None, 100, every_row).is_ok();
+    let mut keys = omap::Keys::default();
+    let changed = keys.insert(b"k", &mut { every_row }).is_ok()
+        && keys.remove(b"m", &mut { every_row }).is_ok();
+    keys.changes();
+    [
+        record,
+        extent.is_some(),
+        usage,
+        root,
+        page,
+        entry,
+        listed,
+        changed,
+    ]
+    .into_iter()
+    .map(usize::from)
+    .sum()
 }
 
 /// Records as a store writes them, for [`records`]: an object record, an extent of each
@@ -68,6 +92,16 @@ pub fn record_seeds() -> Vec<Vec<u8>> {
             4,
         ))),
         encode_row(&usage),
+        omap::build(
+            (0..400)
+                .map(|n| format!("key-{n:03}").into_bytes())
+                .collect(),
+        )
+        .pop()
+        .expect("a root")
+        .1,
+        omap::encode_page(&[b"k".to_vec(), b"m".to_vec()]),
+        omap::encode_entry(b"k", b"value"),
     ]
 }
 

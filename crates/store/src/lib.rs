@@ -33,6 +33,7 @@ mod list;
 mod metadata;
 pub mod metrics;
 mod object;
+mod omap;
 mod read;
 mod seal;
 mod store;

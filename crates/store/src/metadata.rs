@@ -7,14 +7,16 @@
 //! | `superblock` | field name                                       | see `store.rs`             |
 //! | `objects`    | pool (8) · name hash (4) · object id (16)        | sealed `ObjectRecord`      |
 //! | `extents`    | object id (16) · logical block (8)               | sealed `Extent`            |
-//! | `omap`       | object id (16) · omap key                        | sealed omap value          |
+//! | `omap`       | object id (16) · omap key (a PG log's only)      | sealed omap value          |
+//! | `omap_paged` | object id (16) · row kind · ... (omap.rs)        | sealed root, page or entry |
 //! | `pool_usage` | pool (8)                                         | sealed `PoolUsage`         |
 //!
 //! The object id is 16 bytes of HMAC-SHA256(id subkey, pool · name) in encrypting modes,
 //! so names appear nowhere in clear, and of SHA-256 in `none`. In encrypting modes every
 //! value is AES-256-GCM sealed under the value subkey: nonce (12) · ciphertext · tag (16),
 //! with the table's tag byte and the row's key as additional data, so a value altered, or
-//! moved to another row or table, fails to open. Omap keys stay in clear to keep their order
+//! moved to another row or table, fails to open. Omap keys are in the sealed values of
+//! `omap_paged` (omap.rs), except a PG log's version numbers, kept in clear for their order
 //! (see docs/design/at-rest-crypto.md, "What is not hidden").
 
 use crate::seal::nonce::{nonce_bytes, DOMAIN_METADATA};
@@ -28,6 +30,8 @@ pub(crate) const SUPERBLOCK: TableDefinition<&str, &[u8]> = TableDefinition::new
 pub(crate) const OBJECTS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("objects");
 pub(crate) const EXTENTS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("extents");
 pub(crate) const OMAP: TableDefinition<&[u8], &[u8]> = TableDefinition::new("omap");
+/// Every omap but a PG log's, with its keys sealed (omap.rs); from format 4.
+pub(crate) const OMAP_PAGED: TableDefinition<&[u8], &[u8]> = TableDefinition::new("omap_paged");
 /// Each pool's usage, kept by the group commit (usage.rs); from format 2.
 pub(crate) const POOL_USAGE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("pool_usage");
 
@@ -49,6 +53,7 @@ pub(crate) enum Table {
     PoolUsage = 5,
     /// The head of a write-ahead log record (wal.rs).
     Wal = 6,
+    OmapPaged = 7,
 }
 
 pub(crate) fn object_key(pool: PoolId, hash: ObjectHash, id: &ObjectId) -> [u8; 28] {
@@ -86,6 +91,7 @@ pub(crate) struct MetaIntegrityError;
 pub(crate) struct MetaSealer {
     aead: Option<LessSafeKey>,
     id_key: Option<hmac::Key>,
+    slot_key: Option<hmac::Key>,
 }
 
 impl MetaSealer {
@@ -93,41 +99,34 @@ impl MetaSealer {
         MetaSealer {
             aead: None,
             id_key: None,
+            slot_key: None,
         }
     }
 
-    /// Two subkeys are derived from the metadata key, one per algorithm:
-    /// HMAC-SHA256(metadata key, label) for the value AEAD and for object ids.
+    /// Subkeys are derived from the metadata key, one per use: HMAC-SHA256(metadata key,
+    /// label) for the value AEAD, for object ids and for omap entry slots.
     pub(crate) fn sealed(meta_key: &[u8; 32]) -> MetaSealer {
         let parent = hmac::Key::new(hmac::HMAC_SHA256, meta_key);
         let derive = |label: &[u8]| hmac::sign(&parent, label);
         let aead_key = derive(b"coffer metadata values v1");
         let id_key = derive(b"coffer object ids v1");
+        let slot_key = derive(b"coffer omap slots v1");
         let unbound = UnboundKey::new(&AES_256_GCM, aead_key.as_ref())
             .expect("a 32-byte key is valid for AES-256-GCM");
         MetaSealer {
             aead: Some(LessSafeKey::new(unbound)),
             id_key: Some(hmac::Key::new(hmac::HMAC_SHA256, id_key.as_ref())),
+            slot_key: Some(hmac::Key::new(hmac::HMAC_SHA256, slot_key.as_ref())),
         }
     }
 
     pub(crate) fn object_id(&self, pool: PoolId, name: &str) -> ObjectId {
-        let mut id = [0u8; 16];
-        match &self.id_key {
-            Some(key) => {
-                let mut ctx = hmac::Context::with_key(key);
-                ctx.update(&pool.0.to_be_bytes());
-                ctx.update(name.as_bytes());
-                id.copy_from_slice(&ctx.sign().as_ref()[..16]);
-            }
-            None => {
-                let mut ctx = digest::Context::new(&digest::SHA256);
-                ctx.update(&pool.0.to_be_bytes());
-                ctx.update(name.as_bytes());
-                id.copy_from_slice(&ctx.finish().as_ref()[..16]);
-            }
-        }
-        id
+        digest16(self.id_key.as_ref(), &pool.0.to_be_bytes(), name.as_bytes())
+    }
+
+    /// Where the omap entry of `key` lives among its object's rows in `omap_paged`.
+    pub(crate) fn omap_slot(&self, id: &ObjectId, key: &[u8]) -> [u8; 16] {
+        digest16(self.slot_key.as_ref(), id, key)
     }
 
     /// How many nonce counter values one `seal` takes (0 in `none`).
@@ -199,6 +198,26 @@ impl MetaSealer {
         .map_err(|_| MetaIntegrityError)?;
         Ok(plain)
     }
+}
+
+/// The first 16 bytes of HMAC-SHA256 under `key` (SHA-256 in `none`) of `head` · `tail`.
+fn digest16(key: Option<&hmac::Key>, head: &[u8], tail: &[u8]) -> [u8; 16] {
+    let mut out = [0u8; 16];
+    match key {
+        Some(key) => {
+            let mut ctx = hmac::Context::with_key(key);
+            ctx.update(head);
+            ctx.update(tail);
+            out.copy_from_slice(&ctx.sign().as_ref()[..16]);
+        }
+        None => {
+            let mut ctx = digest::Context::new(&digest::SHA256);
+            ctx.update(head);
+            ctx.update(tail);
+            out.copy_from_slice(&ctx.finish().as_ref()[..16]);
+        }
+    }
+    out
 }
 
 fn aad(table: Table, key: &[u8]) -> Vec<u8> {

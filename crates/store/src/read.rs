@@ -6,8 +6,9 @@ use crate::allocator::Run;
 use crate::apply::{slot_of, WRITE_BYTES_MAX};
 use crate::device::{AlignedBuf, IoPiece, BLOCK_SIZE_BYTES, IO_PIECE_BLOCKS_MAX};
 use crate::error::ReadError;
-use crate::metadata::{object_key, omap_key, ObjectId, Table, EXTENTS, OBJECTS, OMAP};
+use crate::metadata::{object_key, omap_key, ObjectId, Table, EXTENTS, OBJECTS, OMAP, OMAP_PAGED};
 use crate::object::{load_extents, pieces, Extent, ExtentMap, LoadError, ObjectRecord};
+use crate::omap::{self, Row};
 use crate::seal::{ChunkRecord, ExtentSeal};
 use crate::store::Store;
 use map::{ObjectHash, ObjectRef};
@@ -404,17 +405,46 @@ impl Store {
     pub fn omap_get(&self, object: &ObjectRef, key: &[u8]) -> Result<Option<Vec<u8>>, ReadError> {
         let id = self.meta.object_id(object.pool, object.name.as_str());
         let (txn, _) = self.snapshot(object, &id)?;
-        let row = omap_key(&id, key);
-        let omap = txn.open_table(OMAP)?;
-        let Some(stored) = omap.get(&row[..])? else {
+        if object.pool.is_pg_meta() {
+            let row = omap_key(&id, key);
+            return self.omap_row(&txn, Table::Omap, object, &row);
+        }
+        let row = omap::entry_key(&id, &self.meta.omap_slot(&id, key));
+        match self.omap_row(&txn, Table::OmapPaged, object, &row)? {
+            Some(entry) => omap::entry_value(entry, key)
+                .map(Some)
+                .map_err(|damaged| self.damaged_omap(object, damaged)),
+            None => Ok(None),
+        }
+    }
+
+    /// The opened value of a row of `table` (`Omap` or `OmapPaged`).
+    fn omap_row(
+        &self,
+        txn: &ReadTransaction,
+        table: Table,
+        object: &ObjectRef,
+        row: &[u8],
+    ) -> Result<Option<Vec<u8>>, ReadError> {
+        let rows = txn.open_table(match table {
+            Table::Omap => OMAP,
+            _ => OMAP_PAGED,
+        })?;
+        let Some(stored) = rows.get(row)? else {
             return Ok(None);
         };
         self.meta
-            .open(Table::Omap, &row, stored.value())
+            .open(table, row, stored.value())
             .map(Some)
             .map_err(|_| ReadError::MetadataIntegrity {
-                what: format!("object {object}, an omap value"),
+                what: format!("object {object}, an omap row"),
             })
+    }
+
+    fn damaged_omap(&self, object: &ObjectRef, damaged: omap::Damaged) -> ReadError {
+        ReadError::MetadataIntegrity {
+            what: format!("object {object}, {}", damaged.0),
+        }
     }
 
     /// Omap entries in key order, starting after `after`, at most `limit`
@@ -427,6 +457,23 @@ impl Store {
     ) -> Result<Vec<OmapEntry>, ReadError> {
         let id = self.meta.object_id(object.pool, object.name.as_str());
         let (txn, _) = self.snapshot(object, &id)?;
+        let limit = limit.min(OMAP_PAGE_ENTRIES_MAX);
+        if !object.pool.is_pg_meta() {
+            let load = |row: Row| self.omap_row(&txn, Table::OmapPaged, object, &row.key(&id));
+            let keys = omap::list(after, limit, load)?;
+            return keys
+                .into_iter()
+                .map(|key| {
+                    let row = omap::entry_key(&id, &self.meta.omap_slot(&id, &key));
+                    let entry = self
+                        .omap_row(&txn, Table::OmapPaged, object, &row)?
+                        .ok_or(omap::Damaged("an omap entry its page names"))
+                        .and_then(|entry| omap::entry_value(entry, &key))
+                        .map_err(|damaged| self.damaged_omap(object, damaged))?;
+                    Ok((key, entry))
+                })
+                .collect();
+        }
         let omap = txn.open_table(OMAP)?;
         let start = omap_key(&id, after.unwrap_or(&[]));
         let end = crate::metadata::prefix_end(&id);
@@ -441,7 +488,7 @@ impl Store {
             if after.is_some_and(|a| a == omap_key_bytes) {
                 continue;
             }
-            if out.len() >= limit.min(OMAP_PAGE_ENTRIES_MAX) {
+            if out.len() >= limit {
                 break;
             }
             let plain = self

@@ -28,7 +28,8 @@ use crate::device::{Device, FileDevice, BLOCK_SIZE_BYTES};
 use crate::error::ReadError;
 use crate::error::{MkfsError, OpenError};
 use crate::metadata::{
-    MetaSealer, Table, EXTENTS, OBJECTS, OMAP, POOL_USAGE, SUPERBLOCK, WAL_APPLIED, WAL_START,
+    MetaSealer, ObjectId, Table, EXTENTS, OBJECTS, OMAP, OMAP_PAGED, POOL_USAGE, SUPERBLOCK,
+    WAL_APPLIED, WAL_START,
 };
 use crate::object::decode_extent;
 use crate::seal::nonce::{
@@ -45,9 +46,12 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, RwLock};
 
 /// 2 added the `pool_usage` table; a store of format 1 is counted and raised to 2 when
-/// opened. 3 added the write-ahead log; opening a store of format 2 creates it.
-pub const FORMAT_VERSION: u32 = 3;
+/// opened. 3 added the write-ahead log; opening a store of format 2 creates it. 4 moved
+/// every omap but a PG log's to `omap_paged`, its keys sealed (omap.rs); opening a store
+/// of format 3 moves them once its log is replayed.
+pub const FORMAT_VERSION: u32 = 4;
 const FORMAT_POOL_USAGE: u32 = 2;
+const FORMAT_WAL: u32 = 3;
 /// The oldest format `open` upgrades.
 const FORMAT_UPGRADABLE: u32 = 1;
 /// Smallest data device mkfs accepts: 64 blocks.
@@ -231,6 +235,7 @@ impl Store {
             txn.open_table(OBJECTS)?;
             txn.open_table(EXTENTS)?;
             txn.open_table(OMAP)?;
+            txn.open_table(OMAP_PAGED)?;
             txn.open_table(POOL_USAGE)?;
         }
         txn.commit()?;
@@ -291,7 +296,7 @@ impl Store {
             count_usage(&db, &meta)?;
         }
         let wal_path = dir.join(WAL_FILE);
-        if sb.format < FORMAT_VERSION {
+        if sb.format < FORMAT_WAL {
             add_wal(&db, &wal_path, sb.data_blocks)?;
         }
         let (wal_start, wal_applied) = read_wal_rows(&db)?;
@@ -367,6 +372,9 @@ impl Store {
                 what: format!("the write-ahead log could not be replayed ({e})"),
             })?;
         store.replayed = true;
+        if sb.format < FORMAT_VERSION {
+            page_omaps(&store.db, &store.meta)?;
+        }
         let allocator = rebuild_allocator(&store.db, &store.meta, sb.data_blocks)?;
         *store.allocator.lock().expect("allocator lock poisoned") = allocator;
         Ok(store)
@@ -658,9 +666,83 @@ fn add_wal(db: &Database, wal_path: &Path, data_blocks: u64) -> Result<(), OpenE
         let mut sb = txn.open_table(SUPERBLOCK)?;
         sb.insert(WAL_START, &FIRST_RECORD.to_be_bytes()[..])?;
         sb.insert(WAL_APPLIED, &0u64.to_be_bytes()[..])?;
-        sb.insert("format", &FORMAT_VERSION.to_be_bytes()[..])?;
+        sb.insert("format", &FORMAT_WAL.to_be_bytes()[..])?;
     }
     txn.commit()?;
+    Ok(())
+}
+
+/// Raises a store of format 3 to 4: moves every omap but a PG log's from `omap`, where its
+/// keys are in clear, to `omap_paged` (omap.rs), in one commit with the format number.
+fn page_omaps(db: &Database, meta: &MetaSealer) -> Result<(), OpenError> {
+    let damaged = || OpenError::Corrupt {
+        what: "an omap value failed its integrity check".into(),
+    };
+    let txn = db.begin_write()?;
+    {
+        let mut logs = std::collections::HashSet::new();
+        for row in txn.open_table(OBJECTS)?.iter()? {
+            let key = row?.0.value().to_vec();
+            let pool = <[u8; 8]>::try_from(&key[..8]).map(u64::from_be_bytes);
+            if pool.is_ok_and(|pool| PoolId(pool).is_pg_meta()) {
+                logs.insert(key[12..].to_vec());
+            }
+        }
+        let mut old = txn.open_table(OMAP)?;
+        let mut new = txn.open_table(OMAP_PAGED)?;
+        let incarnation = random_incarnation();
+        let mut sealed = 0u64;
+        let mut seal = |key: &[u8], plain: Vec<u8>| {
+            sealed += 1;
+            let nonce = nonce_bytes(DOMAIN_UPGRADE, incarnation, sealed - 1);
+            meta.seal_with_nonce(Table::OmapPaged, key, plain, nonce)
+        };
+        let mut object: Option<(ObjectId, Vec<Vec<u8>>)> = None;
+        for row in old.iter()? {
+            let (key, value) = row?;
+            let key = key.value();
+            let Ok(id) = ObjectId::try_from(&key[..16.min(key.len())]) else {
+                return Err(damaged());
+            };
+            if logs.contains(&id[..]) {
+                continue;
+            }
+            let plain = meta
+                .open(Table::Omap, key, value.value())
+                .map_err(|_| damaged())?;
+            let omap_key = &key[16..];
+            if object.as_ref().is_none_or(|(current, _)| *current != id) {
+                write_pages(object.take(), &mut new, &mut seal)?;
+                object = Some((id, Vec::new()));
+            }
+            if let Some((_, keys)) = object.as_mut() {
+                keys.push(omap_key.to_vec());
+            }
+            let entry = crate::omap::entry_key(&id, &meta.omap_slot(&id, omap_key));
+            let sealed_entry = seal(&entry, crate::omap::encode_entry(omap_key, &plain));
+            new.insert(&entry[..], &sealed_entry[..])?;
+        }
+        write_pages(object.take(), &mut new, &mut seal)?;
+        old.retain(|key, _| key.len() >= 16 && logs.contains(&key[..16]))?;
+        txn.open_table(SUPERBLOCK)?
+            .insert("format", &FORMAT_VERSION.to_be_bytes()[..])?;
+    }
+    txn.commit()?;
+    Ok(())
+}
+
+/// Writes the root and pages of the omap of `object` (its id and keys in order).
+fn write_pages(
+    object: Option<(ObjectId, Vec<Vec<u8>>)>,
+    rows: &mut redb::Table<&[u8], &[u8]>,
+    seal: &mut impl FnMut(&[u8], Vec<u8>) -> Vec<u8>,
+) -> Result<(), OpenError> {
+    if let Some((id, keys)) = object {
+        for (row, plain) in crate::omap::build(keys) {
+            let key = row.key(&id);
+            rows.insert(&key[..], &seal(&key, plain)[..])?;
+        }
+    }
     Ok(())
 }
 
@@ -723,4 +805,130 @@ pub fn host_free_bytes(dir: &Path) -> Option<u64> {
         stat.assume_init()
     };
     Some(stat.f_bavail.saturating_mul(stat.f_frsize))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metadata::omap_key;
+    use crate::transaction::Transaction;
+    use map::{ObjectName, ObjectRef};
+    use redb::ReadableTableMetadata;
+
+    fn object(pool: u64, name: &str) -> ObjectRef {
+        ObjectRef::new(PoolId(pool), ObjectName::new(name).expect("a valid name"))
+    }
+
+    /// A store of format 3 kept every omap in `omap`, keys in clear; opening it moves all
+    /// but the PG logs' to sealed pages, and they list as before.
+    #[test]
+    fn a_format_3_store_has_its_omaps_paged_when_opened() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let kek = KeyEncryptionKey::from_bytes([3; 32]);
+        let options = MkfsOptions {
+            mode: Mode::Gcm,
+            size_bytes: 1 << 20,
+            device: None,
+        };
+        Store::mkfs(dir.path(), &options, &kek).expect("mkfs");
+        let index = object(1, "bucket-index");
+        let log = object(PoolId::PG_META_BIT | 1, "pg.0");
+        let entries: Vec<(Vec<u8>, Vec<u8>)> = (0..600)
+            .map(|i| {
+                (
+                    format!("key-{i:04}").into_bytes(),
+                    format!("value-{i}").into_bytes(),
+                )
+            })
+            .collect();
+        let logged = vec![(b"log-1".to_vec(), b"entry".to_vec())];
+        let old_rows = {
+            let store = Store::open(dir.path(), &kek).expect("open");
+            let mut txn = Transaction::new();
+            txn.touch(&index).touch(&log);
+            store.apply(txn).expect("create");
+            let incarnation = random_incarnation();
+            let mut rows = Vec::new();
+            for (object, entries) in [(&index, &entries), (&log, &logged)] {
+                let id = store.meta.object_id(object.pool, object.name.as_str());
+                for (key, value) in entries {
+                    let row = omap_key(&id, key);
+                    let nonce = nonce_bytes(DOMAIN_UPGRADE, incarnation, rows.len() as u64);
+                    let sealed =
+                        store
+                            .meta
+                            .seal_with_nonce(Table::Omap, &row, value.clone(), nonce);
+                    rows.push((row, sealed));
+                }
+            }
+            rows
+        };
+        let db = Database::open(dir.path().join(META_FILE)).expect("metadata");
+        let txn = db.begin_write().expect("write");
+        {
+            let mut omap = txn.open_table(OMAP).expect("omap");
+            for (row, value) in &old_rows {
+                omap.insert(&row[..], &value[..]).expect("an old row");
+            }
+            txn.open_table(SUPERBLOCK)
+                .expect("superblock")
+                .insert("format", &FORMAT_WAL.to_be_bytes()[..])
+                .expect("format 3");
+        }
+        txn.commit().expect("commit");
+        drop(db);
+
+        let store = Store::open(dir.path(), &kek).expect("open a format 3 store");
+        let mut listed = Vec::new();
+        loop {
+            let after = listed
+                .last()
+                .map(|(key, _): &(Vec<u8>, Vec<u8>)| key.clone());
+            let page = store
+                .omap_list(&index, after.as_deref(), 250)
+                .expect("list");
+            if page.is_empty() {
+                break;
+            }
+            listed.extend(page);
+        }
+        assert_eq!(listed, entries);
+        assert_eq!(store.omap_list(&log, None, 10).expect("the log"), logged);
+        assert_eq!(
+            store.omap_get(&index, b"key-0321").expect("get"),
+            Some(b"value-321".to_vec())
+        );
+        let mut txn = Transaction::new();
+        txn.omap_remove(&index, b"key-0000")
+            .omap_set(&index, b"key-9999", b"new");
+        store.apply(txn).expect("a change after the move");
+        let first = store.omap_list(&index, None, 1).expect("list");
+        assert_eq!(first[0].0, b"key-0001");
+        drop(store);
+
+        let db = Database::open(dir.path().join(META_FILE)).expect("metadata");
+        let txn = db.begin_read().expect("read");
+        let format = txn
+            .open_table(SUPERBLOCK)
+            .expect("superblock")
+            .get("format")
+            .expect("get");
+        assert_eq!(
+            format.map(|v| v.value().to_vec()),
+            Some(FORMAT_VERSION.to_be_bytes().to_vec())
+        );
+        let omap = txn.open_table(OMAP).expect("omap");
+        assert_eq!(
+            omap.len().expect("rows"),
+            1,
+            "only the PG log's row stays in clear"
+        );
+        let paged = txn.open_table(OMAP_PAGED).expect("paged");
+        let pages = paged
+            .iter()
+            .expect("rows")
+            .filter(|row| row.as_ref().is_ok_and(|(key, _)| key.value()[16] == 1))
+            .count();
+        assert!(pages > 1, "600 keys take several pages, not {pages}");
+    }
 }

@@ -230,7 +230,10 @@ fn parse(seq: u64, head: &[u8], mut data: &[u8]) -> Option<Replayed> {
         let (MetaOp::Put { table, .. }
         | MetaOp::Remove { table, .. }
         | MetaOp::RemovePrefix { table, .. }) = op;
-        matches!(table, Table::Objects | Table::Extents | Table::Omap)
+        matches!(
+            table,
+            Table::Objects | Table::Extents | Table::Omap | Table::OmapPaged
+        )
     });
     let mut writes = Vec::with_capacity(head.writes.len());
     for (offset_bytes, len) in head.writes {

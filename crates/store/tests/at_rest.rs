@@ -1,5 +1,5 @@
-//! What a stolen disk shows. In every encrypting mode, no data, name, attribute or omap
-//! value appears in clear in any store file; in `none` they do (proving the scan works).
+//! What a stolen disk shows. In every encrypting mode, no data, name, attribute, omap key
+//! or omap value appears in clear in any store file; in `none` they do (proving the scan works).
 //! In `gcm`, writing the same bytes to the same place twice never produces the same
 //! ciphertext (a fresh nonce per write).
 
@@ -13,6 +13,7 @@ const MARKER: &[u8] = b"COFFER-PLAINTEXT-MARKER-7f3a";
 fn store_files(dir: &std::path::Path) -> Vec<u8> {
     let mut all = std::fs::read(dir.join("data")).expect("data");
     all.extend(std::fs::read(dir.join("meta.redb")).expect("meta"));
+    all.extend(std::fs::read(dir.join("wal")).expect("wal"));
     all
 }
 
@@ -27,6 +28,14 @@ fn no_plaintext_data_names_or_values_on_disk_in_encrypting_modes() {
         txn.write(&obj(1, name), 0, &data)
             .set_attr(&obj(1, name), "owner", b"attr-value-COFFER-1")
             .omap_set(&obj(1, name), b"k", b"omap-value-COFFER-2");
+        // Enough keys for several omap pages, so the root's fences are on disk too.
+        for i in 0..500 {
+            txn.omap_set(
+                &obj(1, name),
+                format!("omap-key-COFFER-3-{i:04}").as_bytes(),
+                b"",
+            );
+        }
         store.apply(txn).expect("write");
         drop(store);
         let disk = store_files(dir.path());
@@ -35,6 +44,7 @@ fn no_plaintext_data_names_or_values_on_disk_in_encrypting_modes() {
             name.as_bytes(),
             b"attr-value-COFFER-1",
             b"omap-value-COFFER-2",
+            b"omap-key-COFFER-3",
         ]
         .iter()
         .filter(|needle| find(&disk, needle).is_some())
@@ -48,7 +58,7 @@ fn no_plaintext_data_names_or_values_on_disk_in_encrypting_modes() {
         } else {
             assert_eq!(
                 found.len(),
-                4,
+                5,
                 "{mode}: the scan must see every plaintext in `none`: {found:?}"
             );
         }

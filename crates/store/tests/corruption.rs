@@ -9,10 +9,10 @@ use coffer_store::{Mode, OpenError, ReadError, Store, Transaction, Via};
 use common::{kek, mkfs, obj, pattern};
 use map::PoolId;
 use rand::{Rng, SeedableRng};
-use redb::{ReadableTable, TableDefinition};
+use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 use std::path::Path;
 
-const TABLES: [&str; 3] = ["objects", "extents", "omap"];
+const TABLES: [&str; 4] = ["objects", "extents", "omap", "omap_paged"];
 
 /// The indexes of data-file blocks that hold anything (unused space stays zero).
 fn used_blocks(dir: &Path) -> Vec<usize> {
@@ -38,9 +38,15 @@ fn one_object_store(dir: &Path, mode: Mode) -> Vec<u8> {
     let mut txn = Transaction::new();
     txn.write(&obj(1, "victim"), 0, &bytes)
         .omap_set(&obj(1, "victim"), b"k", b"v")
-        .set_attr(&obj(1, "victim"), "a", b"1");
+        .set_attr(&obj(1, "victim"), "a", b"1")
+        .omap_set(&pg_log(), b"k", b"v");
     store.apply(txn).expect("write");
     bytes
+}
+
+/// An object of an OSD's PG metadata pool, whose omap keeps its keys in its own table.
+fn pg_log() -> map::ObjectRef {
+    obj(PoolId::PG_META_BIT | 1, "pg.0")
 }
 
 #[test]
@@ -162,19 +168,31 @@ fn without_integrity_modes_a_flip_goes_unnoticed_which_shows_the_test_reaches_th
     }
 }
 
-fn edit_row(dir: &Path, table: &str, edit: impl FnOnce(&mut Vec<u8>)) {
+fn table_rows(dir: &Path, table: &str) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let db = redb::Database::open(dir.join("meta.redb")).expect("open metadata");
+    let def: TableDefinition<&[u8], &[u8]> = TableDefinition::new(table);
+    let txn = db.begin_read().expect("read txn");
+    let t = txn.open_table(def).expect("table");
+    t.iter()
+        .expect("iter")
+        .map(|r| {
+            r.map(|(k, v)| (k.value().to_vec(), v.value().to_vec()))
+                .expect("row")
+        })
+        .collect()
+}
+
+/// Changes the value of the `nth` row of `table`.
+fn edit_row(dir: &Path, table: &str, nth: usize, edit: impl FnOnce(&mut Vec<u8>)) {
+    let (key, mut value) = table_rows(dir, table).swap_remove(nth);
     let db = redb::Database::open(dir.join("meta.redb")).expect("open metadata");
     let def: TableDefinition<&[u8], &[u8]> = TableDefinition::new(table);
     let txn = db.begin_write().expect("write txn");
-    {
-        let mut t = txn.open_table(def).expect("table");
-        let (key, mut value) = {
-            let (k, v) = t.first().expect("read").expect("a row");
-            (k.value().to_vec(), v.value().to_vec())
-        };
-        edit(&mut value);
-        t.insert(&key[..], &value[..]).expect("write row");
-    }
+    edit(&mut value);
+    txn.open_table(def)
+        .expect("table")
+        .insert(&key[..], &value[..])
+        .expect("write row");
     txn.commit().expect("commit");
 }
 
@@ -182,29 +200,40 @@ fn edit_row(dir: &Path, table: &str, edit: impl FnOnce(&mut Vec<u8>)) {
 fn altered_metadata_values_are_detected_in_every_encrypting_mode() {
     for mode in [Mode::Gcm, Mode::Xts512, Mode::Xts4096] {
         for table in TABLES {
-            let dir = tempfile::tempdir().expect("tempdir");
-            one_object_store(dir.path(), mode);
-            edit_row(dir.path(), table, |v| {
-                let at = v.len() / 2;
-                v[at] ^= 0x80;
-            });
-            let victim = obj(1, "victim");
-            let outcome = Store::open(dir.path(), &kek(7)).map(|store| {
-                (
-                    store.read(&victim, 0, 4096).map(|_| ()),
-                    store.omap_get(&victim, b"k").map(|_| ()),
-                )
-            });
-            let detected = matches!(
-                outcome,
-                Err(OpenError::Corrupt { .. })
-                    | Ok((Err(ReadError::MetadataIntegrity { .. }), _))
-                    | Ok((_, Err(ReadError::MetadataIntegrity { .. })))
-            );
-            assert!(
-                detected,
-                "{mode}: an altered {table} value was not detected: {outcome:?}"
-            );
+            let rows = {
+                let dir = tempfile::tempdir().expect("tempdir");
+                one_object_store(dir.path(), mode);
+                table_rows(dir.path(), table).len()
+            };
+            assert!(rows > 0, "{table} has rows to alter");
+            for nth in 0..rows {
+                let dir = tempfile::tempdir().expect("tempdir");
+                one_object_store(dir.path(), mode);
+                edit_row(dir.path(), table, nth, |v| {
+                    let at = v.len() / 2;
+                    v[at] ^= 0x80;
+                });
+                let victim = obj(1, "victim");
+                let outcome = Store::open(dir.path(), &kek(7)).map(|store| {
+                    [
+                        store.read(&victim, 0, 4096).map(|_| ()),
+                        store.omap_get(&victim, b"k").map(|_| ()),
+                        store.omap_list(&victim, None, 10).map(|_| ()),
+                        store.omap_get(&pg_log(), b"k").map(|_| ()),
+                    ]
+                });
+                let detected = match &outcome {
+                    Err(OpenError::Corrupt { .. }) => true,
+                    Err(_) => false,
+                    Ok(reads) => reads
+                        .iter()
+                        .any(|r| matches!(r, Err(ReadError::MetadataIntegrity { .. }))),
+                };
+                assert!(
+                    detected,
+                    "{mode}: an altered {table} value (row {nth}) was not detected: {outcome:?}"
+                );
+            }
         }
     }
 }

@@ -29,9 +29,9 @@ pub(crate) const DOMAIN_DATA: u32 = 0;
 pub(crate) const DOMAIN_METADATA: u32 = 1;
 /// The reservation record itself is sealed with its own mark as the counter: marks only grow.
 pub(crate) const DOMAIN_RESERVATION: u32 = 2;
-/// Values written by the one commit that raises a store's format, before the counter is
-/// resumed: a fresh incarnation, counting from 0. The commit also raises the format, so it
-/// happens once.
+/// Values written by a commit that raises a store's format (to 2, to 4), before the counter
+/// is resumed: a fresh incarnation each, counting from 0. Each commit also raises the
+/// format, so it happens once.
 pub(crate) const DOMAIN_UPGRADE: u32 = 3;
 
 /// Incarnations are 30 bits; the top two bits of the first word hold the domain.
