@@ -15,6 +15,9 @@
 //!   still read, and new data keys fail with a clear error.
 //! - The same with a KMIP server as the KMS (PyKMIP's, started here with an authority made
 //!   here that signs its certificate and the gateway's client certificate).
+//! - Names: a user, its access key id, a bucket and object keys (versions, a delete marker,
+//!   an upload in progress) appear in no OSD file where the stores seal (`gcm`, the
+//!   default), and in the stores of the cluster above, which keeps its metadata plain.
 
 mod common;
 
@@ -29,7 +32,7 @@ use gateway::layout;
 fn sse_keeps_markers_off_every_disk_and_wire_where_plain_objects_show() {
     let _serial = serial();
     // Secure links to the monitors only: the KMS hands out data keys on those alone.
-    let cluster = LocalCluster::start(
+    let mut cluster = LocalCluster::start(
         3,
         &[
             "--at-rest",
@@ -70,6 +73,65 @@ fn sse_keeps_markers_off_every_disk_and_wire_where_plain_objects_show() {
         sealed.len() >= 6 && sealed.iter().all(|s| !s.sealed_in_records()),
         "in a pool the OSDs seal, SSE content has its tags inline: {sealed:?}"
     );
+    let names = write_names(&cluster);
+    cluster.stop();
+    for (what, name) in names {
+        assert!(
+            !osd_files_with(&cluster, &name).is_empty(),
+            "the {what} must be in the stores that keep metadata plain, or the scan proves \
+             nothing"
+        );
+    }
+}
+
+/// Through the gateway: a user, a bucket in which it keeps versions, object keys (one
+/// overwritten, one deleted) and a multipart upload left in progress, all named with one
+/// random marker and listed back in order (tests/s3/encryption.py `names`). Returns each
+/// name to look for on the disks: the marker (in the user's, the bucket's and every key's
+/// name) and the user's access key id. Scan for them once the cluster stopped: the stores
+/// then have moved what their logs held into their databases.
+fn write_names(cluster: &LocalCluster) -> [(&'static str, String); 2] {
+    let marker = format!("name-marker-{:016x}", rand::random::<u64>());
+    let user = cluster.s3_user(&format!("user-{marker}"));
+    common::run_ok(
+        "naming objects",
+        &mut cluster.s3_script(
+            &user,
+            "encryption.py",
+            &["names", &format!("bucket-{marker}"), &marker],
+        ),
+    );
+    let access_key = user["access_key"].as_str().expect("access key").to_string();
+    [("name marker", marker), ("access key id", access_key)]
+}
+
+/// The files of the cluster's OSDs (stores, logs, everything in their directories) that hold
+/// `needle`.
+fn osd_files_with(cluster: &LocalCluster, needle: &str) -> Vec<String> {
+    (0..3)
+        .flat_map(|osd| {
+            common::on_disk(
+                &cluster.dir.path().join(format!("osd.{osd}")),
+                needle.as_bytes(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn names_are_sealed_in_every_osd_store() {
+    let _serial = serial();
+    let mut cluster = LocalCluster::start(3, &["--nbd", "none", "--fs", "none"]);
+    cluster.wait_s3();
+    let names = write_names(&cluster);
+    cluster.stop();
+    for (what, name) in names {
+        let found = osd_files_with(&cluster, &name);
+        assert!(
+            found.is_empty(),
+            "the {what} {name} is in the clear in {found:?}"
+        );
+    }
 }
 
 /// The data keys of KMS key `key` stored in `bucket`, of its objects' segments and its

@@ -6,6 +6,10 @@ S3_SECRET.
         writes objects full of SSE_MARKER with every kind of server-side encryption (SSE-S3,
         SSE-KMS, SSE-C, a multipart upload, the bucket's default) and one plain object full
         of PLAIN_MARKER, and reads each back
+    names BUCKET MARKER
+        in a bucket that keeps versions, objects whose keys hold MARKER (one overwritten, one
+        deleted: older versions and a delete marker), and a multipart upload left in
+        progress; checks that every listing returns them in order
     shred BUCKET KMS_KEY before|rotated|after
         before: in a bucket that keeps versions, an object under KMS_KEY written twice (two
         versions), one under SSE-S3, and a multipart upload under KMS_KEY with one part
@@ -222,10 +226,46 @@ def shred(bucket, kms_key, phase):
         fail(f"unknown phase {phase}")
 
 
+def names(bucket, marker):
+    s3 = client()
+    s3.create_bucket(Bucket=bucket)
+    s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+    keys = [f"{marker}/{n:03}" for n in range(40)]
+    for key in keys:
+        s3.put_object(Bucket=bucket, Key=key, Body=b"x")
+    s3.put_object(Bucket=bucket, Key=keys[0], Body=b"again")
+    s3.delete_object(Bucket=bucket, Key=keys[1])
+    upload = s3.create_multipart_upload(Bucket=bucket, Key=f"{marker}/upload")["UploadId"]
+    s3.upload_part(Bucket=bucket, Key=f"{marker}/upload", UploadId=upload, PartNumber=1, Body=b"p")
+    if bucket not in [b["Name"] for b in s3.list_buckets()["Buckets"]]:
+        fail(f"ListBuckets does not list {bucket}")
+    listed, token = [], {}
+    while True:
+        page = s3.list_objects_v2(Bucket=bucket, MaxKeys=7, **token)
+        listed += [o["Key"] for o in page.get("Contents", [])]
+        if not page["IsTruncated"]:
+            break
+        token = {"ContinuationToken": page["NextContinuationToken"]}
+    if listed != [keys[0]] + keys[2:]:
+        fail(f"ListObjectsV2 listed {listed}")
+    versions = s3.list_object_versions(Bucket=bucket)
+    listed = [(v["Key"], v["IsLatest"]) for v in versions["Versions"]]
+    if listed != [(keys[0], True), (keys[0], False), (keys[1], False)] + [(k, True) for k in keys[2:]]:
+        fail(f"ListObjectVersions listed {listed}")
+    if [m["Key"] for m in versions["DeleteMarkers"]] != [keys[1]]:
+        fail(f"ListObjectVersions listed the delete markers {versions['DeleteMarkers']}")
+    uploads = s3.list_multipart_uploads(Bucket=bucket).get("Uploads", [])
+    if [(u["Key"], u["UploadId"]) for u in uploads] != [(f"{marker}/upload", upload)]:
+        fail(f"ListMultipartUploads listed {uploads}")
+    ok(f"{len(keys)} keys, their versions and an upload listed in order")
+
+
 def main():
     command = sys.argv[1]
     if command == "markers":
         markers(*sys.argv[2:6])
+    elif command == "names":
+        names(*sys.argv[2:4])
     elif command == "altered":
         altered(*sys.argv[2:5])
     elif command == "shred":
