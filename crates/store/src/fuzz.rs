@@ -144,4 +144,18 @@ mod found {
         let bytes = postcard::to_allocvec(&past_bytes).expect("an extent encodes");
         assert!(decode_extent(&plain, &extent_key(&ID, 3), &bytes).is_none());
     }
+
+    /// A paged omap's root whose next page number is the last: the first insert's page
+    /// took it and the count after it overflowed (a panic with overflow checks; release
+    /// builds wrapped, so later pages could take numbers in use). Only a `none` store can
+    /// hold it; the root now refuses a next number a store never reaches.
+    #[test]
+    fn a_root_at_the_last_page_number_is_refused() {
+        let input = [0xff; 8];
+        assert_eq!(
+            omap::Root::decode(&input),
+            Err(omap::Damaged("an omap root"))
+        );
+        records(&input);
+    }
 }

@@ -30,6 +30,9 @@ use std::collections::{BTreeMap, BTreeSet};
 /// A page whose keys take more than this many bytes (each with a 2-byte length) is cut into
 /// pieces of at most half of it.
 pub(crate) const PAGE_BYTES_MAX: usize = 8 << 10;
+/// A root's next page number is below this: one per page ever made, so no store reaches
+/// it, and the numbers one transaction hands out after it cannot overflow.
+const PAGE_NUMBER_END: u64 = 1 << 63;
 
 /// Which row of an object's paged omap.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -97,7 +100,9 @@ impl Root {
     }
 
     pub(crate) fn decode(bytes: &[u8]) -> Result<Root, Damaged> {
-        let (next, mut rest) = take_u64(bytes).ok_or(DAMAGED_ROOT)?;
+        let (next, mut rest) = take_u64(bytes)
+            .filter(|(next, _)| *next < PAGE_NUMBER_END)
+            .ok_or(DAMAGED_ROOT)?;
         let mut pages: Vec<(Vec<u8>, u64)> = Vec::new();
         while !rest.is_empty() {
             let (number, after) = take_u64(rest).ok_or(DAMAGED_ROOT)?;
