@@ -16,6 +16,7 @@ import sys
 NEVER = {
     "coffer-metrics": ["tokio", "coffer-map", "coffer-keys", "coffer-store", "coffer-messenger"],
     "coffer-map": ["tokio", "coffer-keys", "coffer-store", "redb"],
+    "coffer-ec": ["tokio", "coffer-map", "coffer-keys", "coffer-store", "coffer-messenger"],
     "coffer-keys": ["tokio", "coffer-map", "coffer-store", "redb"],
     "coffer-store": ["tokio", "coffer-messenger", "coffer-osd", "coffer-mon", "coffer-client"],
     "coffer-messenger": ["coffer-store", "coffer-osd", "coffer-mon"],

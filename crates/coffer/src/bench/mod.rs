@@ -4,6 +4,7 @@
 mod aead;
 mod cluster;
 mod cpus;
+mod ec;
 mod files;
 mod fresh;
 mod image;
@@ -21,6 +22,10 @@ pub enum BenchCommand {
     /// and ring), sealing and opening 4 KiB and 64 KiB chunks on one core: the check of which
     /// one this CPU was given.
     Aead(aead::AeadArgs),
+    /// The erasure code as an OSD runs it, on one core: 4 MiB objects encoded and rebuilt
+    /// (one and m data shards lost) and 4 KiB overwrites' parity deltas, per profile (4+2 and
+    /// 8+3) and stripe unit, with the space stored per GiB.
+    Ec(ec::EcArgs),
     /// The local object store in every at-rest mode: 4 KiB and 4 MiB random reads and
     /// writes at queue depth 1 and high, each cell as a percent of `none` in the same run.
     Store(store::StoreArgs),
@@ -56,6 +61,7 @@ pub enum BenchCommand {
 pub fn run(command: BenchCommand) -> Result<(), String> {
     match command {
         BenchCommand::Aead(args) => aead::run(args),
+        BenchCommand::Ec(args) => ec::run(args),
         BenchCommand::Store(args) => store::run(args),
         BenchCommand::Cluster(args) => cluster::run(args),
         BenchCommand::Image(args) => image::run(args),

@@ -1,0 +1,281 @@
+//! `coffer bench ec`: the erasure code as an OSD would run it (crates/ec), on one core: a
+//! 4 MiB object cut into shards and encoded, rebuilt with one and with m data shards lost,
+//! and a 4 KiB overwrite's parity delta, per profile and stripe unit. Objects cycle through a
+//! working set larger than the caches, as a write's buffers do.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use clap::Args;
+use ec::{Coder, Profile};
+use serde::Serialize;
+
+use super::report::{print_header, size_label};
+
+#[derive(Args)]
+pub struct EcArgs {
+    /// Profiles to measure, comma-separated, as K+M.
+    #[arg(long, value_delimiter = ',', default_value = "4+2,8+3")]
+    profiles: Vec<String>,
+    /// Stripe units in KiB, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "4,64")]
+    unit_kib: Vec<u64>,
+    /// MiB of object data each cell encodes or rebuilds (a 4 KiB delta cell: a sixteenth).
+    #[arg(long, default_value_t = 512)]
+    mib: u64,
+    /// MiB of objects a cell cycles through.
+    #[arg(long, default_value_t = 64)]
+    working_set_mib: u64,
+    /// Rounds; the table shows each cell's median.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Also write every cell to this file as JSON.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+/// The object size of the encode and rebuild cells: the client library's stripe object.
+const OBJECT_BYTES: usize = 4 << 20;
+/// The overwrite of the delta cells: one sealed chunk, one block of an image.
+const OVERWRITE_BYTES: usize = 4096;
+
+#[derive(Clone, Serialize)]
+struct Cell {
+    round: usize,
+    profile: String,
+    unit_bytes: u64,
+    op: &'static str,
+    /// Object bytes (or overwritten bytes) per second, in GB/s.
+    gb_s: f64,
+    /// Microseconds per object (or per overwrite).
+    us_per_op: f64,
+    /// Bytes stored per byte of object data.
+    stored_per_byte: f64,
+}
+
+const OPS: [(&str, &str); 4] = [
+    (
+        "encode",
+        "a 4 MiB object cut into k shards, m parity shards computed",
+    ),
+    (
+        "rebuild-1",
+        "one data shard of a 4 MiB object rebuilt from the others",
+    ),
+    (
+        "rebuild-m",
+        "m data shards of a 4 MiB object rebuilt from the others",
+    ),
+    (
+        "delta-4K",
+        "a 4 KiB overwrite: old ⊕ new, its parity added to m parity pieces",
+    ),
+];
+
+pub fn run(args: EcArgs) -> Result<(), String> {
+    if args.rounds == 0 || args.mib == 0 || args.working_set_mib < 4 {
+        return Err("--rounds and --mib take at least 1, --working-set-mib at least 4".into());
+    }
+    let mut profiles = Vec::new();
+    for text in &args.profiles {
+        for &kib in &args.unit_kib {
+            profiles.push(Profile::parse(text, kib << 10).map_err(|e| e.to_string())?);
+        }
+    }
+    print_header(
+        "coffer bench ec",
+        &[
+            (
+                "code",
+                "Reed-Solomon over GF(2^16), reed-solomon-simd (AVX2/SSSE3 chosen at run time)"
+                    .into(),
+            ),
+            (
+                "cells",
+                format!(
+                    "profiles {:?} x units {:?} KiB; {} MiB per cell over a {} MiB working \
+                     set; {} round(s); one core",
+                    args.profiles, args.unit_kib, args.mib, args.working_set_mib, args.rounds
+                ),
+            ),
+            (
+                "ops",
+                OPS.iter()
+                    .map(|(op, what)| format!("{op}: {what}"))
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            ),
+        ],
+    );
+    let mut cells = Vec::new();
+    for round in 1..=args.rounds {
+        for &profile in &profiles {
+            for (op, gb_s, us_per_op) in measure(profile, &args)? {
+                cells.push(Cell {
+                    round,
+                    profile: profile.to_string(),
+                    unit_bytes: profile.unit_bytes(),
+                    op,
+                    gb_s,
+                    us_per_op,
+                    stored_per_byte: profile.stored_bytes(OBJECT_BYTES as u64) as f64
+                        / OBJECT_BYTES as f64,
+                });
+            }
+        }
+    }
+    println!();
+    println!(
+        "{:>7} {:>5} {:>10} {:>8} {:>10} {:>14}",
+        "profile", "unit", "op", "GB/s", "us per op", "stored per GiB"
+    );
+    for profile in &profiles {
+        for (op, _) in OPS {
+            let of = |value: fn(&Cell) -> f64| {
+                let mut values: Vec<f64> = cells
+                    .iter()
+                    .filter(|c| {
+                        c.profile == profile.to_string()
+                            && c.unit_bytes == profile.unit_bytes()
+                            && c.op == op
+                    })
+                    .map(value)
+                    .collect();
+                values.sort_by(f64::total_cmp);
+                values[values.len() / 2]
+            };
+            println!(
+                "{:>7} {:>5} {:>10} {:>8.2} {:>10.1} {:>10.2} GiB",
+                profile.to_string(),
+                size_label(profile.unit_bytes()),
+                op,
+                of(|c| c.gb_s),
+                of(|c| c.us_per_op),
+                of(|c| c.stored_per_byte),
+            );
+        }
+    }
+    println!(
+        "medians of {} round(s); GB/s counts object bytes (overwritten bytes for delta-4K)",
+        args.rounds
+    );
+    if let Some(path) = &args.json {
+        let config = serde_json::json!({
+            "profiles": args.profiles,
+            "unit_kib": args.unit_kib,
+            "mib": args.mib,
+            "working_set_mib": args.working_set_mib,
+            "rounds": args.rounds,
+        });
+        super::report::write_json(path, "ec", config, &cells)?;
+    }
+    Ok(())
+}
+
+/// One profile's four cells: (op, GB/s, µs per op). Every rebuild is checked against the
+/// shards it replaces, and every delta against a full encode at the end.
+fn measure(profile: Profile, args: &EcArgs) -> Result<Vec<(&'static str, f64, f64)>, String> {
+    let (k, m) = (profile.k(), profile.m());
+    let mut coder = Coder::new(profile);
+    let objects = ((args.working_set_mib << 20) as usize / OBJECT_BYTES).max(1);
+    let passes = ((args.mib << 20) as usize / OBJECT_BYTES).max(1);
+    let mut set = vec![0u8; objects * OBJECT_BYTES];
+    rand::fill(&mut set[..]);
+    let shard_bytes = profile.shard_bytes(OBJECT_BYTES as u64) as usize;
+    // Each object's shards, data then parity, filled by the encode cell.
+    let mut stored: Vec<Vec<Vec<u8>>> = vec![vec![vec![0u8; shard_bytes]; k + m]; objects];
+    let code_error = |e: ec::CodeError| format!("{profile}: {e}");
+    let mut results = Vec::new();
+
+    let start = Instant::now();
+    for pass in 0..passes {
+        let i = pass % objects;
+        let data = profile.split(&set[i * OBJECT_BYTES..(i + 1) * OBJECT_BYTES]);
+        let (data_out, parity_out) = stored[i].split_at_mut(k);
+        let refs: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
+        let mut outs: Vec<&mut [u8]> = parity_out.iter_mut().map(Vec::as_mut_slice).collect();
+        coder.encode(&refs, &mut outs).map_err(code_error)?;
+        for (slot, shard) in data_out.iter_mut().zip(data) {
+            *slot = shard;
+        }
+    }
+    results.push(rate(
+        "encode",
+        passes,
+        OBJECT_BYTES,
+        start.elapsed().as_secs_f64(),
+    ));
+
+    for (op, lost) in [("rebuild-1", 1), ("rebuild-m", m)] {
+        let mut seconds = 0.0;
+        for pass in 0..passes {
+            let i = pass % objects;
+            let mut shards: Vec<Option<Vec<u8>>> = stored[i].iter().cloned().map(Some).collect();
+            // Lose data shards, starting at a different one each pass.
+            for j in 0..lost {
+                shards[(pass + j) % k] = None;
+            }
+            let start = Instant::now();
+            coder.reconstruct(&mut shards).map_err(code_error)?;
+            seconds += start.elapsed().as_secs_f64();
+            for (rebuilt, kept) in shards.iter().zip(&stored[i]) {
+                if rebuilt.as_ref() != Some(kept) {
+                    return Err(format!("{profile}: {op} rebuilt a shard that differs"));
+                }
+            }
+        }
+        results.push(rate(op, passes, OBJECT_BYTES, seconds));
+    }
+
+    let overwrites = (passes * OBJECT_BYTES / OVERWRITE_BYTES / 16).max(1);
+    let new = vec![0x5au8; OVERWRITE_BYTES];
+    let mut delta = vec![0u8; OVERWRITE_BYTES];
+    let start = Instant::now();
+    for n in 0..overwrites {
+        let i = n % objects;
+        let at = (n * 7919 * OVERWRITE_BYTES) % OBJECT_BYTES;
+        let (shard, offset) = profile.locate(at as u64);
+        let range = offset as usize..offset as usize + OVERWRITE_BYTES;
+        let (data, parity) = stored[i].split_at_mut(k);
+        for ((d, old), new) in delta
+            .iter_mut()
+            .zip(&mut data[shard][range.clone()])
+            .zip(&new)
+        {
+            *d = *old ^ new;
+            *old = *new;
+        }
+        let mut outs: Vec<&mut [u8]> = parity.iter_mut().map(|p| &mut p[range.clone()]).collect();
+        coder
+            .add_parity_delta(shard, &delta, &mut outs)
+            .map_err(code_error)?;
+    }
+    results.push(rate(
+        "delta-4K",
+        overwrites,
+        OVERWRITE_BYTES,
+        start.elapsed().as_secs_f64(),
+    ));
+
+    for (i, shards) in stored.iter().enumerate() {
+        let refs: Vec<&[u8]> = shards[..k].iter().map(Vec::as_slice).collect();
+        let mut parity = vec![vec![0u8; shard_bytes]; m];
+        let mut outs: Vec<&mut [u8]> = parity.iter_mut().map(Vec::as_mut_slice).collect();
+        coder.encode(&refs, &mut outs).map_err(code_error)?;
+        if parity[..] != shards[k..] {
+            return Err(format!(
+                "{profile}: object {i}'s parity after deltas differs from an encode"
+            ));
+        }
+    }
+    Ok(results)
+}
+
+fn rate(op: &'static str, ops: usize, bytes: usize, seconds: f64) -> (&'static str, f64, f64) {
+    let seconds = seconds.max(1e-9);
+    (
+        op,
+        (ops * bytes) as f64 / seconds / 1e9,
+        seconds * 1e6 / ops as f64,
+    )
+}

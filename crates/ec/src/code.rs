@@ -1,0 +1,211 @@
+//! The Reed-Solomon coder of one profile: parity from the data shards, any lost shards from
+//! any k others, and parity brought up to date by a change of one data shard.
+//!
+//! Every call takes shards (or pieces of shards at the same offsets) of one length, a
+//! non-zero multiple of [`BLOCK_BYTES`]. The library's own errors cannot arise once these
+//! checks pass, so they are asserted, not returned.
+
+use std::fmt;
+
+use reed_solomon_simd::{ReedSolomonDecoder, ReedSolomonEncoder};
+
+use crate::{Profile, BLOCK_BYTES};
+
+/// Why a call was refused; nothing was computed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CodeError {
+    /// Not as many shards as the call takes.
+    Count { expected: usize, got: usize },
+    /// A shard whose length differs from the first's, or a length that is zero or not a
+    /// multiple of [`BLOCK_BYTES`].
+    Length { expected: u64, got: u64 },
+    /// Fewer than k shards are present: the lost ones cannot be rebuilt.
+    TooFew { present: usize, needed: usize },
+    /// Not a data shard's index (0 to k - 1).
+    NotData { shard: usize, k: usize },
+}
+
+impl fmt::Display for CodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CodeError::Count { expected, got } => {
+                write!(f, "{got} shards given where {expected} are needed")
+            }
+            CodeError::Length { expected, got } => write!(
+                f,
+                "a shard of {got} bytes where {expected} were expected (shards are of one \
+                 length, a non-zero multiple of {BLOCK_BYTES} bytes)"
+            ),
+            CodeError::TooFew { present, needed } => write!(
+                f,
+                "only {present} shards left where {needed} are needed to rebuild the others"
+            ),
+            CodeError::NotData { shard, k } => {
+                write!(f, "shard {shard} is not a data shard (there are {k})")
+            }
+        }
+    }
+}
+
+impl std::error::Error for CodeError {}
+
+/// A profile's encoder and decoder, with their working space kept between calls.
+pub struct Coder {
+    profile: Profile,
+    encoder: ReedSolomonEncoder,
+    decoder: ReedSolomonDecoder,
+    /// Zeros standing for the data shards a parity delta leaves unchanged.
+    zeros: Vec<u8>,
+}
+
+impl Coder {
+    pub fn new(profile: Profile) -> Coder {
+        let (k, m, unit) = (profile.k(), profile.m(), profile.unit_bytes() as usize);
+        Coder {
+            profile,
+            encoder: ReedSolomonEncoder::new(k, m, unit).expect("a valid profile's code"),
+            decoder: ReedSolomonDecoder::new(k, m, unit).expect("a valid profile's code"),
+            zeros: Vec::new(),
+        }
+    }
+
+    pub fn profile(&self) -> Profile {
+        self.profile
+    }
+
+    /// Computes the m parity shards of the k data shards into `parity`.
+    pub fn encode(&mut self, data: &[&[u8]], parity: &mut [&mut [u8]]) -> Result<(), CodeError> {
+        let (k, m) = (self.profile.k(), self.profile.m());
+        count(data.len(), k)?;
+        count(parity.len(), m)?;
+        let len = common_length(
+            data.iter()
+                .map(|s| s.len())
+                .chain(parity.iter().map(|s| s.len())),
+        )?;
+        self.encoder.reset(k, m, len).expect("checked lengths");
+        for shard in data {
+            self.encoder
+                .add_original_shard(shard)
+                .expect("checked shards");
+        }
+        let result = self.encoder.encode().expect("every original shard added");
+        for (out, computed) in parity.iter_mut().zip(result.recovery_iter()) {
+            out.copy_from_slice(computed);
+        }
+        Ok(())
+    }
+
+    /// Rebuilds every absent shard (`None`) of `shards`, the k data shards then the m parity
+    /// shards, from the present ones; at least k must be present.
+    pub fn reconstruct(&mut self, shards: &mut [Option<Vec<u8>>]) -> Result<(), CodeError> {
+        let (k, m) = (self.profile.k(), self.profile.m());
+        count(shards.len(), k + m)?;
+        let present = shards.iter().filter(|s| s.is_some()).count();
+        if present < k {
+            return Err(CodeError::TooFew { present, needed: k });
+        }
+        let len = common_length(shards.iter().flatten().map(|s| s.len()))?;
+        if shards[..k].iter().any(Option::is_none) {
+            self.decoder.reset(k, m, len).expect("checked lengths");
+            for (index, shard) in shards.iter().enumerate() {
+                if let Some(shard) = shard {
+                    if index < k {
+                        self.decoder
+                            .add_original_shard(index, shard)
+                            .expect("checked shards");
+                    } else {
+                        self.decoder
+                            .add_recovery_shard(index - k, shard)
+                            .expect("checked shards");
+                    }
+                }
+            }
+            let result = self.decoder.decode().expect("at least k shards added");
+            for (index, restored) in result.restored_original_iter() {
+                debug_assert!(shards[index].is_none());
+                shards[index] = Some(restored.to_vec());
+            }
+        }
+        if shards[k..].iter().any(Option::is_none) {
+            let mut parity = vec![vec![0u8; len]; m];
+            let data: Vec<&[u8]> = shards[..k].iter().flatten().map(Vec::as_slice).collect();
+            let mut outs: Vec<&mut [u8]> = parity.iter_mut().map(Vec::as_mut_slice).collect();
+            self.encode(&data, &mut outs)?;
+            for (slot, computed) in shards[k..].iter_mut().zip(parity) {
+                if slot.is_none() {
+                    *slot = Some(computed);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Brings parity up to date after data shard `shard` changed: `delta` is its old bytes ⊕
+    /// its new ones over a range, and `parity` the m parity shards' bytes over the same
+    /// range, which receive ⊕ the parity of the delta (the code is linear, so the other
+    /// data shards, unchanged, need not be read).
+    pub fn add_parity_delta(
+        &mut self,
+        shard: usize,
+        delta: &[u8],
+        parity: &mut [&mut [u8]],
+    ) -> Result<(), CodeError> {
+        let (k, m) = (self.profile.k(), self.profile.m());
+        if shard >= k {
+            return Err(CodeError::NotData { shard, k });
+        }
+        count(parity.len(), m)?;
+        let len =
+            common_length(std::iter::once(delta.len()).chain(parity.iter().map(|s| s.len())))?;
+        if self.zeros.len() < len {
+            self.zeros = vec![0u8; len];
+        }
+        self.encoder.reset(k, m, len).expect("checked lengths");
+        for index in 0..k {
+            let original = if index == shard {
+                delta
+            } else {
+                &self.zeros[..len]
+            };
+            self.encoder
+                .add_original_shard(original)
+                .expect("checked shards");
+        }
+        let result = self.encoder.encode().expect("every original shard added");
+        for (out, computed) in parity.iter_mut().zip(result.recovery_iter()) {
+            for (byte, change) in out.iter_mut().zip(computed) {
+                *byte ^= change;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn count(got: usize, expected: usize) -> Result<(), CodeError> {
+    if got == expected {
+        Ok(())
+    } else {
+        Err(CodeError::Count { expected, got })
+    }
+}
+
+/// The one length of all the shards given, checked to be a non-zero multiple of a block.
+fn common_length(mut lengths: impl Iterator<Item = usize>) -> Result<usize, CodeError> {
+    let first = lengths.next().unwrap_or(0);
+    if first == 0 || !(first as u64).is_multiple_of(BLOCK_BYTES) {
+        return Err(CodeError::Length {
+            expected: first
+                .next_multiple_of(BLOCK_BYTES as usize)
+                .max(BLOCK_BYTES as usize) as u64,
+            got: first as u64,
+        });
+    }
+    match lengths.find(|&len| len != first) {
+        Some(got) => Err(CodeError::Length {
+            expected: first as u64,
+            got: got as u64,
+        }),
+        None => Ok(first),
+    }
+}

@@ -1,0 +1,232 @@
+use proptest::prelude::*;
+
+use super::*;
+
+fn profiles() -> impl Strategy<Value = Profile> {
+    (1usize..=8, 1usize..=4, 1u64..=4)
+        .prop_map(|(k, m, units)| Profile::new(k, m, units * 4096).expect("valid profile"))
+}
+
+fn parity_of(coder: &mut Coder, data: &[Vec<u8>]) -> Vec<Vec<u8>> {
+    let len = data[0].len();
+    let mut parity = vec![vec![0u8; len]; coder.profile().m()];
+    let refs: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
+    let mut outs: Vec<&mut [u8]> = parity.iter_mut().map(Vec::as_mut_slice).collect();
+    coder.encode(&refs, &mut outs).expect("encode");
+    parity
+}
+
+#[test]
+fn profiles_are_parsed_as_operators_write_them() {
+    let profile = Profile::parse("8+3", 4096).expect("8+3");
+    assert_eq!((profile.k(), profile.m(), profile.shards()), (8, 3, 11));
+    assert_eq!(profile.to_string(), "8+3");
+    assert_eq!(
+        Profile::parse(" 4 + 2 ", 65536)
+            .expect("spaces")
+            .width_bytes(),
+        4 * 65536
+    );
+    for bad in ["4", "4+", "+2", "4-2", "a+2", "4+2+1", "-4+2", ""] {
+        assert_eq!(
+            Profile::parse(bad, 4096),
+            Err(ProfileError::Syntax(bad.to_owned())),
+            "{bad:?}"
+        );
+    }
+    assert_eq!(Profile::parse("0+2", 4096), Err(ProfileError::Zero));
+    assert_eq!(Profile::parse("4+0", 4096), Err(ProfileError::Zero));
+    assert_eq!(
+        Profile::parse("30+3", 4096),
+        Err(ProfileError::TooManyShards(33))
+    );
+    for unit in [0, 512, 6144, 2 << 20] {
+        assert_eq!(Profile::parse("4+2", unit), Err(ProfileError::Unit(unit)));
+    }
+    let message = Profile::parse("4x2", 4096)
+        .expect_err("refused")
+        .to_string();
+    assert!(message.contains("write K+M"), "{message}");
+}
+
+#[test]
+fn sizes_are_counted_in_whole_stripes() {
+    let profile = Profile::new(4, 2, 4096).expect("4+2");
+    assert_eq!(profile.width_bytes(), 16384);
+    assert_eq!(profile.stripes(0), 0);
+    assert_eq!(profile.stripes(1), 1);
+    assert_eq!(profile.stripes(16384), 1);
+    assert_eq!(profile.stripes(16385), 2);
+    assert_eq!(profile.shard_bytes(4 << 20), 1 << 20);
+    // 4 MiB stored as 6 shards of 1 MiB: 1.5 times the data.
+    assert_eq!(profile.stored_bytes(4 << 20), 6 << 20);
+    // One byte still costs a unit on every shard.
+    assert_eq!(profile.stored_bytes(1), 6 * 4096);
+    assert_eq!(profile.locate(0), (0, 0));
+    assert_eq!(profile.locate(4096 + 5), (1, 5));
+    assert_eq!(profile.locate(16384 * 3 + 4096 * 3 + 7), (3, 4096 * 3 + 7));
+}
+
+#[test]
+fn shards_of_the_wrong_shape_are_refused() {
+    let mut coder = Coder::new(Profile::new(2, 1, 4096).expect("2+1"));
+    let a = vec![0u8; 128];
+    let odd = vec![0u8; 100];
+    let mut p = vec![0u8; 128];
+    assert_eq!(
+        coder.encode(&[&a], &mut [&mut p]),
+        Err(CodeError::Count {
+            expected: 2,
+            got: 1
+        })
+    );
+    assert_eq!(
+        coder.encode(&[&a, &odd], &mut [&mut p]),
+        Err(CodeError::Length {
+            expected: 128,
+            got: 100
+        })
+    );
+    assert_eq!(
+        coder.encode(&[&odd, &odd], &mut [&mut odd.clone()]),
+        Err(CodeError::Length {
+            expected: 128,
+            got: 100
+        })
+    );
+    let mut shards = vec![Some(a.clone()), None, None];
+    assert_eq!(
+        coder.reconstruct(&mut shards),
+        Err(CodeError::TooFew {
+            present: 1,
+            needed: 2
+        })
+    );
+    assert_eq!(shards, vec![Some(a.clone()), None, None], "nothing changed");
+    assert_eq!(
+        coder.add_parity_delta(2, &a, &mut [&mut p]),
+        Err(CodeError::NotData { shard: 2, k: 2 })
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// Split then join gives the object back, every shard is `shard_bytes` long, and each
+    /// byte is where `locate` says.
+    #[test]
+    fn split_places_each_byte_where_locate_says(
+        profile in profiles(),
+        size in 1usize..200_000,
+        seed in any::<u8>(),
+    ) {
+        let object: Vec<u8> = (0..size).map(|i| (i as u8).wrapping_mul(31) ^ seed).collect();
+        let shards = profile.split(&object);
+        prop_assert_eq!(shards.len(), profile.k());
+        for shard in &shards {
+            prop_assert_eq!(shard.len() as u64, profile.shard_bytes(size as u64));
+        }
+        for offset in (0..size).step_by(997) {
+            let (shard, at) = profile.locate(offset as u64);
+            prop_assert_eq!(shards[shard][at as usize], object[offset]);
+        }
+        let refs: Vec<&[u8]> = shards.iter().map(Vec::as_slice).collect();
+        prop_assert_eq!(profile.join(&refs, size as u64), object);
+    }
+
+    /// Any k of the k + m shards rebuild the others exactly.
+    #[test]
+    fn any_k_shards_rebuild_the_rest(
+        profile in profiles(),
+        size in 1usize..100_000,
+        lost_seed in any::<u64>(),
+        fill in any::<u8>(),
+    ) {
+        let object: Vec<u8> = (0..size).map(|i| (i as u8) ^ fill ^ (i >> 8) as u8).collect();
+        let mut coder = Coder::new(profile);
+        let data = profile.split(&object);
+        let parity = parity_of(&mut coder, &data);
+        let all: Vec<Vec<u8>> = data.into_iter().chain(parity).collect();
+        // Lose m shards chosen by the seed (a permutation's first m).
+        let mut order: Vec<usize> = (0..profile.shards()).collect();
+        let mut state = lost_seed;
+        for i in (1..order.len()).rev() {
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            order.swap(i, (state >> 33) as usize % (i + 1));
+        }
+        let mut shards: Vec<Option<Vec<u8>>> = all.iter().cloned().map(Some).collect();
+        for &lost in &order[..profile.m()] {
+            shards[lost] = None;
+        }
+        coder.reconstruct(&mut shards).expect("k shards left");
+        let rebuilt: Vec<Vec<u8>> = shards.into_iter().map(|s| s.expect("rebuilt")).collect();
+        prop_assert_eq!(&rebuilt, &all);
+        let refs: Vec<&[u8]> = rebuilt[..profile.k()].iter().map(Vec::as_slice).collect();
+        prop_assert_eq!(profile.join(&refs, size as u64), object);
+    }
+
+    /// Parity of a run of stripes is the run of each stripe's parity: the code works block by
+    /// block, so one call covers a whole object and a partial write touches parity only
+    /// under it.
+    #[test]
+    fn parity_is_computed_block_by_block(
+        k in 1usize..=8,
+        m in 1usize..=4,
+        blocks in 1usize..=96,
+        cut_seed in any::<usize>(),
+        fill in any::<u8>(),
+    ) {
+        let profile = Profile::new(k, m, 4096).expect("profile");
+        let mut coder = Coder::new(profile);
+        let len = blocks * BLOCK_BYTES as usize;
+        let data: Vec<Vec<u8>> = (0..k)
+            .map(|s| (0..len).map(|i| (i * 7 + s * 13) as u8 ^ fill).collect())
+            .collect();
+        let whole = parity_of(&mut coder, &data);
+        let cut = (cut_seed % blocks) * BLOCK_BYTES as usize;
+        for range in [0..cut, cut..len] {
+            if range.is_empty() {
+                continue;
+            }
+            let piece: Vec<Vec<u8>> = data.iter().map(|s| s[range.clone()].to_vec()).collect();
+            let parity = parity_of(&mut coder, &piece);
+            for (j, p) in parity.iter().enumerate() {
+                prop_assert_eq!(&p[..], &whole[j][range.clone()]);
+            }
+        }
+    }
+
+    /// Changing one data shard over a range and adding the parity of old ⊕ new gives the
+    /// parity a full encode of the new data gives.
+    #[test]
+    fn a_parity_delta_equals_encoding_again(
+        profile in profiles(),
+        stripes in 1u64..=3,
+        shard_seed in any::<usize>(),
+        range_seed in any::<(u16, u16)>(),
+        fill in any::<u8>(),
+    ) {
+        let mut coder = Coder::new(profile);
+        let len = (stripes * profile.unit_bytes()) as usize;
+        let old: Vec<Vec<u8>> = (0..profile.k())
+            .map(|s| (0..len).map(|i| (i * 5 + s) as u8 ^ fill).collect())
+            .collect();
+        let mut parity = parity_of(&mut coder, &old);
+        let shard = shard_seed % profile.k();
+        let blocks = len / BLOCK_BYTES as usize;
+        let (a, b) = (range_seed.0 as usize % blocks, range_seed.1 as usize % blocks);
+        let range = a.min(b) * BLOCK_BYTES as usize..(a.max(b) + 1) * BLOCK_BYTES as usize;
+        let mut new = old.clone();
+        for byte in &mut new[shard][range.clone()] {
+            *byte = byte.wrapping_add(fill | 1);
+        }
+        let delta: Vec<u8> = old[shard][range.clone()]
+            .iter()
+            .zip(&new[shard][range.clone()])
+            .map(|(o, n)| o ^ n)
+            .collect();
+        let mut outs: Vec<&mut [u8]> = parity.iter_mut().map(|p| &mut p[range.clone()]).collect();
+        coder.add_parity_delta(shard, &delta, &mut outs).expect("delta");
+        prop_assert_eq!(parity, parity_of(&mut coder, &new));
+    }
+}
