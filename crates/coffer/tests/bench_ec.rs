@@ -3,40 +3,36 @@
 //! rebuilt shard and every delta-updated parity against the code itself, so a run that
 //! succeeds has also checked them. No timing is asserted.
 
+mod common;
+
 use std::process::Command;
+
+use common::run_ok;
 
 #[test]
 fn bench_ec_reports_every_cell_and_checks_what_it_rebuilt() {
     let dir = tempfile::tempdir().expect("tempdir");
     let json = dir.path().join("cells.json");
-    let output = Command::new(env!("CARGO_BIN_EXE_coffer"))
-        .args([
-            "bench",
-            "ec",
-            "--profiles",
-            "4+2,8+3",
-            "--unit-kib",
-            "4,64",
-            "--mib",
-            "8",
-            "--working-set-mib",
-            "8",
-            "--rounds",
-            "1",
-            "--json",
-        ])
-        .arg(&json)
-        .output()
-        .expect("run coffer bench ec");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "bench failed: {}\n{stdout}",
-        String::from_utf8_lossy(&output.stderr)
+    let stdout = run_ok(
+        "coffer bench ec",
+        Command::new(env!("CARGO_BIN_EXE_coffer"))
+            .args(["bench", "ec", "--profiles", "4+2,8+3", "--unit-kib", "4,64"])
+            .args([
+                "--mib",
+                "8",
+                "--working-set-mib",
+                "8",
+                "--rounds",
+                "1",
+                "--json",
+            ])
+            .arg(&json),
     );
     assert!(
-        stdout.contains("command: ") && stdout.contains("machine: "),
-        "the header names command and machine:\n{stdout}"
+        stdout.contains("command: ")
+            && stdout.contains(" bench ec ")
+            && stdout.contains("rebuild-m"),
+        "the header names the command, the table every op:\n{stdout}"
     );
     let doc: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).expect("json written"))

@@ -2,32 +2,21 @@
 //! this build carries, one core, so the choice made for this CPU can be checked on it. Each
 //! round measures every library back to back; ratios are taken within a round.
 
-use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::Args;
 use keys::gcm::{ChunkCipher, Implementation, NONCE_BYTES, TAG_BYTES};
 use serde::Serialize;
 
-use super::report::{print_header, size_label};
+use super::report::{median, print_header, size_label, OneCoreArgs};
 
 #[derive(Args)]
 pub struct AeadArgs {
     /// Chunk sizes in KiB, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "4,64")]
     chunk_kib: Vec<u64>,
-    /// MiB each cell seals, then opens.
-    #[arg(long, default_value_t = 1024)]
-    mib: u64,
-    /// MiB of chunks a cell cycles through (larger than the caches, as a write's buffers are).
-    #[arg(long, default_value_t = 64)]
-    working_set_mib: u64,
-    /// Rounds; each measures both libraries back to back.
-    #[arg(long, default_value_t = 3)]
-    rounds: usize,
-    /// Also write every cell to this file as JSON.
-    #[arg(long)]
-    json: Option<PathBuf>,
+    #[command(flatten)]
+    cells: OneCoreArgs,
 }
 
 #[derive(Clone, Copy, Serialize)]
@@ -43,7 +32,7 @@ struct Cell {
 const AAD_BYTES: usize = 36;
 
 pub fn run(args: AeadArgs) -> Result<(), String> {
-    if args.chunk_kib.iter().any(|&k| k == 0 || k > 64 << 10) || args.rounds == 0 {
+    if args.chunk_kib.iter().any(|&k| k == 0 || k > 64 << 10) || args.cells.rounds == 0 {
         return Err("--chunk-kib takes sizes from 1 to 65536; --rounds at least 1".into());
     }
     let chosen = Implementation::fastest();
@@ -55,14 +44,14 @@ pub fn run(args: AeadArgs) -> Result<(), String> {
                 "cells",
                 format!(
                     "chunks of {:?} KiB; {} MiB sealed then opened per cell over a {} MiB working set; {} round(s); one core",
-                    args.chunk_kib, args.mib, args.working_set_mib, args.rounds
+                    args.chunk_kib, args.cells.mib, args.cells.working_set_mib, args.cells.rounds
                 ),
             ),
             ("chosen for this CPU", chosen.to_string()),
         ],
     );
     let mut cells = Vec::new();
-    for round in 1..=args.rounds {
+    for round in 1..=args.cells.rounds {
         for &kib in &args.chunk_kib {
             let chunk_bytes = kib << 10;
             for implementation in Implementation::ALL {
@@ -115,14 +104,14 @@ pub fn run(args: AeadArgs) -> Result<(), String> {
     }
     println!(
         "medians of {} round(s); the ratio is the median of each round's",
-        args.rounds
+        args.cells.rounds
     );
-    if let Some(path) = &args.json {
+    if let Some(path) = &args.cells.json {
         let config = serde_json::json!({
             "chunk_kib": args.chunk_kib,
-            "mib": args.mib,
-            "working_set_mib": args.working_set_mib,
-            "rounds": args.rounds,
+            "mib": args.cells.mib,
+            "working_set_mib": args.cells.working_set_mib,
+            "rounds": args.cells.rounds,
             "chosen": chosen.to_string(),
         });
         super::report::write_json(path, "aead", config, &cells)?;
@@ -130,7 +119,7 @@ pub fn run(args: AeadArgs) -> Result<(), String> {
     Ok(())
 }
 
-/// Seal then open rates in GB/s: `args.mib` MiB in chunks of `chunk_bytes`, cycling
+/// Seal then open rates in GB/s: `args.cells.mib` MiB in chunks of `chunk_bytes`, cycling
 /// through the working set. Opening restores each chunk afterwards (untimed) so that the
 /// next pass opens a valid chunk again. The key is random and dropped afterwards, so sealing
 /// each chunk again under its nonce reveals nothing.
@@ -141,7 +130,7 @@ fn measure(
 ) -> Result<[f64; 2], String> {
     let cipher = ChunkCipher::with(implementation, &rand::random());
     let aad = [0x5au8; AAD_BYTES];
-    let chunks = ((args.working_set_mib << 20) / chunk_bytes).max(1) as usize;
+    let chunks = ((args.cells.working_set_mib << 20) / chunk_bytes).max(1) as usize;
     let mut set = vec![0u8; chunks * chunk_bytes as usize];
     rand::fill(&mut set[..]);
     let nonce = |i: usize| {
@@ -149,7 +138,7 @@ fn measure(
         n[4..].copy_from_slice(&(i as u64).to_be_bytes());
         n
     };
-    let passes = ((args.mib << 20) / (chunks as u64 * chunk_bytes)).max(1);
+    let passes = ((args.cells.mib << 20) / (chunks as u64 * chunk_bytes)).max(1);
     let bytes = (passes * chunks as u64 * chunk_bytes) as f64;
     let mut tags = vec![[0u8; TAG_BYTES]; chunks];
 
@@ -175,12 +164,4 @@ fn measure(
         }
     }
     Ok([seal, bytes / opening / 1e9])
-}
-
-fn median(sorted: &[f64]) -> f64 {
-    match sorted.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => sorted[n / 2],
-        n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
-    }
 }

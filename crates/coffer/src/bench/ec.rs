@@ -3,14 +3,13 @@
 //! and a 4 KiB overwrite's parity delta, per profile and stripe unit. Objects cycle through a
 //! working set larger than the caches, as a write's buffers do.
 
-use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::Args;
 use ec::{Coder, Profile};
 use serde::Serialize;
 
-use super::report::{print_header, size_label};
+use super::report::{median, print_header, size_label, OneCoreArgs};
 
 #[derive(Args)]
 pub struct EcArgs {
@@ -20,18 +19,8 @@ pub struct EcArgs {
     /// Stripe units in KiB, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "4,64")]
     unit_kib: Vec<u64>,
-    /// MiB of object data each cell encodes or rebuilds (a 4 KiB delta cell: a sixteenth).
-    #[arg(long, default_value_t = 512)]
-    mib: u64,
-    /// MiB of objects a cell cycles through.
-    #[arg(long, default_value_t = 64)]
-    working_set_mib: u64,
-    /// Rounds; the table shows each cell's median.
-    #[arg(long, default_value_t = 3)]
-    rounds: usize,
-    /// Also write every cell to this file as JSON.
-    #[arg(long)]
-    json: Option<PathBuf>,
+    #[command(flatten)]
+    cells: OneCoreArgs,
 }
 
 /// The object size of the encode and rebuild cells: the client library's stripe object.
@@ -73,7 +62,7 @@ const OPS: [(&str, &str); 4] = [
 ];
 
 pub fn run(args: EcArgs) -> Result<(), String> {
-    if args.rounds == 0 || args.mib == 0 || args.working_set_mib < 4 {
+    if args.cells.rounds == 0 || args.cells.mib == 0 || args.cells.working_set_mib < 4 {
         return Err("--rounds and --mib take at least 1, --working-set-mib at least 4".into());
     }
     let mut profiles = Vec::new();
@@ -95,7 +84,11 @@ pub fn run(args: EcArgs) -> Result<(), String> {
                 format!(
                     "profiles {:?} x units {:?} KiB; {} MiB per cell over a {} MiB working \
                      set; {} round(s); one core",
-                    args.profiles, args.unit_kib, args.mib, args.working_set_mib, args.rounds
+                    args.profiles,
+                    args.unit_kib,
+                    args.cells.mib,
+                    args.cells.working_set_mib,
+                    args.cells.rounds
                 ),
             ),
             (
@@ -108,7 +101,7 @@ pub fn run(args: EcArgs) -> Result<(), String> {
         ],
     );
     let mut cells = Vec::new();
-    for round in 1..=args.rounds {
+    for round in 1..=args.cells.rounds {
         for &profile in &profiles {
             for (op, gb_s, us_per_op) in measure(profile, &args)? {
                 cells.push(Cell {
@@ -142,7 +135,7 @@ pub fn run(args: EcArgs) -> Result<(), String> {
                     .map(value)
                     .collect();
                 values.sort_by(f64::total_cmp);
-                values[values.len() / 2]
+                median(&values)
             };
             println!(
                 "{:>7} {:>5} {:>10} {:>8.2} {:>10.1} {:>10.2} GiB",
@@ -157,15 +150,15 @@ pub fn run(args: EcArgs) -> Result<(), String> {
     }
     println!(
         "medians of {} round(s); GB/s counts object bytes (overwritten bytes for delta-4K)",
-        args.rounds
+        args.cells.rounds
     );
-    if let Some(path) = &args.json {
+    if let Some(path) = &args.cells.json {
         let config = serde_json::json!({
             "profiles": args.profiles,
             "unit_kib": args.unit_kib,
-            "mib": args.mib,
-            "working_set_mib": args.working_set_mib,
-            "rounds": args.rounds,
+            "mib": args.cells.mib,
+            "working_set_mib": args.cells.working_set_mib,
+            "rounds": args.cells.rounds,
         });
         super::report::write_json(path, "ec", config, &cells)?;
     }
@@ -177,8 +170,8 @@ pub fn run(args: EcArgs) -> Result<(), String> {
 fn measure(profile: Profile, args: &EcArgs) -> Result<Vec<(&'static str, f64, f64)>, String> {
     let (k, m) = (profile.k(), profile.m());
     let mut coder = Coder::new(profile);
-    let objects = ((args.working_set_mib << 20) as usize / OBJECT_BYTES).max(1);
-    let passes = ((args.mib << 20) as usize / OBJECT_BYTES).max(1);
+    let objects = ((args.cells.working_set_mib << 20) as usize / OBJECT_BYTES).max(1);
+    let passes = ((args.cells.mib << 20) as usize / OBJECT_BYTES).max(1);
     let mut set = vec![0u8; objects * OBJECT_BYTES];
     rand::fill(&mut set[..]);
     let shard_bytes = profile.shard_bytes(OBJECT_BYTES as u64) as usize;

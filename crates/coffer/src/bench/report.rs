@@ -240,3 +240,30 @@ pub fn percent_of(value: f64, baseline: f64) -> f64 {
         0.0
     }
 }
+
+/// The options every one-core bench (`aead`, `ec`) takes: how much each cell processes, the
+/// working set it cycles through, the rounds, and where the JSON goes.
+#[derive(clap::Args)]
+pub struct OneCoreArgs {
+    /// MiB each cell processes.
+    #[arg(long, default_value_t = 512)]
+    pub mib: u64,
+    /// MiB of buffers a cell cycles through (larger than the caches, as a write's buffers are).
+    #[arg(long, default_value_t = 64)]
+    pub working_set_mib: u64,
+    /// Rounds; each measures every cell once, and the tables show medians.
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// Also write every cell to this file as JSON.
+    #[arg(long)]
+    pub json: Option<std::path::PathBuf>,
+}
+
+/// The median of sorted values (0 for none).
+pub fn median(sorted: &[f64]) -> f64 {
+    match sorted.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => sorted[n / 2],
+        n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
+    }
+}
