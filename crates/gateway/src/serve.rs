@@ -215,12 +215,13 @@ pub(crate) fn annotated(
 }
 
 /// The response of `service` to `request`, or the refusal of a presigned URL's life or a
-/// SigV2 date that s3s would let through; an anonymous request's aws-chunked body decoded
-/// on the way.
+/// SigV2 date that s3s would let through; on the way, a SigV4 request dated by `Date` alone
+/// given the `x-amz-date` s3s reads, and an anonymous request's aws-chunked body decoded.
 async fn answer(
     service: &S3Service,
-    request: hyper::Request<hyper::body::Incoming>,
+    mut request: hyper::Request<hyper::body::Incoming>,
 ) -> Result<HttpResponse, HttpError> {
+    crate::s3::date_sigv4_by_date(request.headers_mut());
     let checked = crate::s3::check_presigned_life(request.uri().query())
         .and_then(|()| crate::s3::check_v2_date(request.headers(), time::OffsetDateTime::now_utc()))
         .and_then(|()| crate::s3::unchunked(request.map(s3s::Body::from)));

@@ -1411,10 +1411,15 @@ class Suite:
         )
         ok("complete_multipart_upload with the ETag of a replaced part: InvalidPart")
 
-        response = self.complete(object_name, upload_id, completed)
+        # Both answers for part 2 listed, the one stored last listed last (as a client that
+        # sent the part again and kept every answer lists them): that one counts.
+        response = self.complete(
+            object_name, upload_id, [completed[0], replaced, completed[1], completed[2]]
+        )
         data = b"".join(parts)
         self.objects[object_name] = data
         expect("complete_multipart_upload ETag", response["ETag"], multipart_etag(parts))
+        ok("complete_multipart_upload listing both answers of a part sent twice takes the last")
         again = self.complete(object_name, upload_id, completed)
         expect("complete_multipart_upload asked again: ETag", again["ETag"], response["ETag"])
         ok("complete_multipart_upload asked again answers as the first time")
@@ -1532,6 +1537,32 @@ class Suite:
         expect("get_object of the upload of copied parts sha256", sha256(body), sha256(data))
         ok("upload_part_copy of byte ranges of a PUT object and of a multipart object, completed")
 
+        # A range that is not of the form bytes=FIRST-LAST is a bad argument; one that is,
+        # but does not fit in the source, is a range the source cannot satisfy.
+        source, size = f"sizes/{20 * MIB}", 20 * MIB
+        upload_id = self.create_upload("multipart/bad-copy-ranges")
+        for copy_range, code in [
+            ("0-2", "InvalidArgument"),
+            ("bytes=0", "InvalidArgument"),
+            ("bytes=hello-world", "InvalidArgument"),
+            ("bytes=0-2,3-5", "InvalidArgument"),
+            (f"bytes=0-{size}", "InvalidRange"),
+            ("bytes=5-2", "InvalidRange"),
+        ]:
+            expect_error(
+                f"upload_part_copy with CopySourceRange {copy_range}",
+                [code],
+                self.s3.upload_part_copy,
+                Bucket=self.bucket,
+                Key="multipart/bad-copy-ranges",
+                UploadId=upload_id,
+                PartNumber=1,
+                CopySource={"Bucket": self.bucket, "Key": source},
+                CopySourceRange=copy_range,
+            )
+        self.abort("multipart/bad-copy-ranges", upload_id)
+        ok("upload_part_copy: a malformed range is InvalidArgument, one beyond the source InvalidRange")
+
     def multipart_errors(self):
         """The completions S3 refuses, and upload ids it does not know. A refused completion
         leaves the upload as it was."""
@@ -1572,6 +1603,17 @@ class Suite:
             Key=object_name,
         )
         ok("after refused completions the upload keeps its parts and no object was made")
+        # A part sent twice, both answers listed in a row: the part as stored last counts.
+        resent = self.upload_part(object_name, upload_id, 2, os.urandom(PART_BYTES_MIN))
+        expect_error(
+            "complete_multipart_upload listing a resent part's answers the other way round",
+            ["InvalidPart"],
+            self.complete,
+            object_name=object_name,
+            upload_id=upload_id,
+            parts=[resent, full],
+        )
+        ok("complete_multipart_upload naming a replaced part's ETag last: InvalidPart")
         # A refused completion lets go of the upload: parts can be added, and it can abort.
         self.upload_part(object_name, upload_id, 3, b"after the refusals")
         ok("upload_part after refused completions")
@@ -2701,6 +2743,36 @@ class Suite:
         expect("SigV2 delete_bucket status", status(v2.delete_bucket(Bucket=bucket)), 204)
         ok("SigV2 header signatures work on bucket requests as on object ones, and a wrong one is refused")
 
+    def sigv4_dated_by_date(self):
+        """SigV4 requests that carry a Date header, which botocore then signs with, dropping
+        X-Amz-Date (SigV4 allows either): as every other request, and a wrong secret still
+        refused."""
+        body = b"dated by its Date header"
+        for date in [email.utils.formatdate(usegmt=True), ""]:
+            headers = {"Date": date, "X-Amz-Date": email.utils.formatdate(usegmt=True)}
+            self.with_headers(
+                "PutObject",
+                headers,
+                self.s3.put_object,
+                Bucket=self.bucket,
+                Key="dated/by-date",
+                Body=body,
+            )
+            response = self.with_headers(
+                "GetObject", headers, self.s3.get_object, Bucket=self.bucket, Key="dated/by-date"
+            )
+            expect_body("get_object dated by Date", response["Body"].read(), body)
+        forged = client(os.environ["S3_ACCESS"], "x" * 40)
+        forged.meta.events.register(
+            "before-call.s3.HeadBucket",
+            lambda params, **_: params["headers"].update({"Date": "now"}),
+        )
+        expect_error(
+            "head_bucket dated by Date with a wrong secret", ["403"], forged.head_bucket, Bucket=self.bucket
+        )
+        self.s3.delete_object(Bucket=self.bucket, Key="dated/by-date")
+        ok("SigV4 requests dated by their Date header work, and a wrong secret is still refused")
+
     # Errors -----------------------------------------------------------------------------
 
     def with_headers(self, operation, headers, send, **params):
@@ -3713,6 +3785,7 @@ def main():
         suite.listing,
         suite.presigned,
         suite.sigv2_headers,
+        suite.sigv4_dated_by_date,
         suite.errors,
         suite.isolation,
         suite.clean_up,

@@ -61,12 +61,19 @@ fn copy_range(text: Option<&str>, size: u64) -> S3Result<std::ops::Range<u64>> {
         let (first, last) = span.split_once('-')?;
         Some((first.parse::<u64>().ok()?, last.parse::<u64>().ok()?))
     });
-    match parsed {
-        Some((first, last)) if first <= last && last < size => Ok(first..last + 1),
-        _ => Err(Refusal::Range(format!(
+    let Some((first, last)) = parsed else {
+        return Err(Refusal::Invalid(format!(
+            "x-amz-copy-source-range {text:?} is not of the form bytes=FIRST-LAST"
+        ))
+        .into());
+    };
+    if first <= last && last < size {
+        Ok(first..last + 1)
+    } else {
+        Err(Refusal::Range(format!(
             "x-amz-copy-source-range {text} is not within the {size} bytes of the source"
         ))
-        .into()),
+        .into())
     }
 }
 

@@ -519,6 +519,53 @@ pub(crate) fn signed_path(authorization: Option<&[u8]>, path: &str) -> Option<St
     (v2 && !bucket.is_empty() && !bucket.contains('/')).then(|| format!("{path}/"))
 }
 
+/// Dates a SigV4 request that is dated only by `Date` (SigV4 allows either header; botocore
+/// signs with `Date` whenever a request carries one), which s3s cannot read: the date is
+/// copied into `x-amz-date` in SigV4's form, so that s3s checks the signature against it and
+/// its skew. The signature does not cover the added header (it was absent when signed).
+/// Anything else (another scheme, `x-amz-date` present, a date that does not parse) is left
+/// as it came, for s3s to judge.
+pub(crate) fn date_sigv4_by_date(headers: &mut hyper::HeaderMap) {
+    let v4 = headers
+        .get(hyper::header::AUTHORIZATION)
+        .is_some_and(|value| value.as_bytes().starts_with(b"AWS4-HMAC-SHA256 "));
+    if !v4 || headers.contains_key("x-amz-date") {
+        return;
+    }
+    let Some(given) = headers
+        .get(hyper::header::DATE)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return;
+    };
+    // Python's formatdate() and others name the zone -0000 or +0000; the HTTP date s3s
+    // parses says GMT.
+    let given = given.trim();
+    let in_gmt = match given
+        .strip_suffix(" -0000")
+        .or_else(|| given.strip_suffix(" +0000"))
+    {
+        Some(rest) => format!("{rest} GMT"),
+        None => given.to_owned(),
+    };
+    let Ok(date) = Timestamp::parse(s3s::dto::TimestampFormat::HttpDate, &in_gmt) else {
+        return;
+    };
+    let date = time::OffsetDateTime::from(date);
+    let amz_date = format!(
+        "{:04}{:02}{:02}T{:02}{:02}{:02}Z",
+        date.year(),
+        u8::from(date.month()),
+        date.day(),
+        date.hour(),
+        date.minute(),
+        date.second()
+    );
+    if let Ok(value) = hyper::header::HeaderValue::from_str(&amz_date) {
+        headers.insert("x-amz-date", value);
+    }
+}
+
 /// How far a SigV2 request's date may be from the gateway's clock (S3's 15 minutes).
 const V2_SKEW_SECONDS_MAX: i64 = 15 * 60;
 
@@ -725,6 +772,44 @@ mod tests {
         assert_eq!(signed_path(v2, "/"), None);
         assert_eq!(signed_path(v4, "/photos"), None);
         assert_eq!(signed_path(None, "/photos"), None);
+    }
+
+    #[test]
+    fn a_sigv4_request_dated_by_date_alone_gets_its_x_amz_date() {
+        let v4 = "AWS4-HMAC-SHA256 Credential=AKID/20261128/us-east-1/s3/aws4_request, \
+                  SignedHeaders=date;host, Signature=00";
+        let dated = |headers: &[(&str, &str)]| {
+            let mut map = hyper::HeaderMap::new();
+            for (name, value) in headers {
+                let name = hyper::header::HeaderName::from_bytes(name.as_bytes()).expect("a name");
+                map.insert(name, value.parse().expect("a value"));
+            }
+            date_sigv4_by_date(&mut map);
+            map.get("x-amz-date")
+                .map(|v| v.to_str().expect("ascii").to_owned())
+        };
+        for date in [
+            "Sat, 28 Nov 2026 11:45:07 GMT",
+            "Sat, 28 Nov 2026 11:45:07 -0000",
+        ] {
+            assert_eq!(
+                dated(&[("authorization", v4), ("date", date)]).as_deref(),
+                Some("20261128T114507Z"),
+                "{date}"
+            );
+        }
+        // Its own x-amz-date is kept; SigV2 and unsigned requests, and dates that do not
+        // parse, are left alone.
+        let own = [
+            ("authorization", v4),
+            ("date", "Sat, 28 Nov 2026 11:45:07 GMT"),
+        ];
+        let mut with_own = own.to_vec();
+        with_own.push(("x-amz-date", "20261128T000000Z"));
+        assert_eq!(dated(&with_own).as_deref(), Some("20261128T000000Z"));
+        assert_eq!(dated(&[("authorization", "AWS AKID:c2ln"), own[1]]), None);
+        assert_eq!(dated(&[own[1]]), None);
+        assert_eq!(dated(&[("authorization", v4), ("date", "yesterday")]), None);
     }
 
     #[test]

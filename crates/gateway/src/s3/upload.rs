@@ -115,6 +115,17 @@ fn chosen_parts<'a>(
     Ok(chosen)
 }
 
+/// The parts a completion lists, with a part number listed several times in a row kept once,
+/// as its last entry: a client that sent a part again, and listed both answers, means the
+/// part as it was stored last (as RGW reads the list). Other orders are left for
+/// `chosen_parts` to refuse.
+fn last_of_each_number(mut asked: Vec<CompletedPart>) -> Vec<CompletedPart> {
+    asked.reverse();
+    asked.dedup_by_key(|part| part.part_number);
+    asked.reverse();
+    asked
+}
+
 /// The ETag of a completed multipart upload: the MD5 of its parts' MD5s, and their count.
 fn multipart_etag(md5s: &[[u8; 16]]) -> String {
     use md5::Digest;
@@ -244,10 +255,12 @@ pub(super) async fn complete_multipart_upload(
     let given_checksum = record
         .checksum
         .and_then(|(algorithm, _)| given_checksum!(input, algorithm).map(str::to_owned));
-    let asked = input
-        .multipart_upload
-        .and_then(|m| m.parts)
-        .unwrap_or_default();
+    let asked = last_of_each_number(
+        input
+            .multipart_upload
+            .and_then(|m| m.parts)
+            .unwrap_or_default(),
+    );
     if asked.is_empty() {
         return Err(Refusal::Malformed("name at least one part".into()).into());
     }
@@ -541,4 +554,48 @@ fn upload_owner(record: &UploadRecord, bucket: &crate::buckets::Bucket) -> Owner
         .as_ref()
         .map_or(&bucket.info.owner, |acl| &acl.owner);
     super::acl::owner(owner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn part(number: i32, etag: &str) -> CompletedPart {
+        CompletedPart {
+            part_number: Some(number),
+            e_tag: Some(s3s::dto::ETag::Strong(etag.to_owned())),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_part_listed_twice_in_a_row_counts_as_its_last_entry() {
+        let asked = vec![
+            part(1, "b"),
+            part(1, "a"),
+            part(2, "c"),
+            part(3, "d"),
+            part(3, "e"),
+        ];
+        let kept: Vec<(Option<i32>, String)> = last_of_each_number(asked)
+            .into_iter()
+            .map(|p| {
+                (
+                    p.part_number,
+                    p.e_tag.map(|e| e.value().to_owned()).unwrap_or_default(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            kept,
+            vec![
+                (Some(1), "a".into()),
+                (Some(2), "c".into()),
+                (Some(3), "e".into())
+            ]
+        );
+        // Out of order stays out of order, for chosen_parts to refuse.
+        let unordered = last_of_each_number(vec![part(2, "x"), part(1, "y"), part(2, "z")]);
+        assert_eq!(unordered.len(), 3);
+    }
 }
