@@ -1,3 +1,7 @@
+//! The code against the library as built: profiles parsed and refused, sizes counted in
+//! whole stripes, bad shapes refused, and the properties the rest of Coffer relies on (any k
+//! shards rebuild the rest; parity is computed block by block and is linear).
+
 use proptest::prelude::*;
 
 use super::*;
@@ -228,5 +232,44 @@ proptest! {
         let mut outs: Vec<&mut [u8]> = parity.iter_mut().map(|p| &mut p[range.clone()]).collect();
         coder.add_parity_delta(shard, &delta, &mut outs).expect("delta");
         prop_assert_eq!(parity, parity_of(&mut coder, &new));
+    }
+}
+
+/// (k, m, the first 8 bytes of each parity shard) for `parity_bytes_are_those_of_the_code_stored_on_disk`.
+#[allow(clippy::type_complexity)]
+const KNOWN_PARITY: &[(usize, usize, &[&[u8]])] = &[
+    (
+        4,
+        2,
+        &[
+            &[18, 5, 35, 232, 220, 5, 9, 18],
+            &[14, 37, 71, 200, 56, 37, 117, 34],
+        ],
+    ),
+    (
+        8,
+        3,
+        &[
+            &[111, 220, 247, 112, 139, 147, 28, 185],
+            &[182, 232, 83, 162, 160, 125, 33, 111],
+            &[146, 174, 11, 59, 51, 241, 221, 119],
+        ],
+    ),
+];
+
+/// Parity is about to be stored on disk: these bytes pin the code (reed-solomon-simd 3's
+/// GF(2^16) Leopard construction) so that a library upgrade that changed it fails here, not
+/// on a cluster's shards. Data shard s of one 64-byte block holds byte i·31 + s·7.
+#[test]
+fn parity_bytes_are_those_of_the_code_stored_on_disk() {
+    for (k, m, expected) in KNOWN_PARITY {
+        let profile = Profile::new(*k, *m, 4096).expect("profile");
+        let mut coder = Coder::new(profile);
+        let data: Vec<Vec<u8>> = (0..*k)
+            .map(|s| (0..64).map(|i| (i * 31 + s * 7) as u8).collect())
+            .collect();
+        let parity = parity_of(&mut coder, &data);
+        let heads: Vec<Vec<u8>> = parity.iter().map(|p| p[..8].to_vec()).collect();
+        assert_eq!(&heads, expected, "{profile}");
     }
 }

@@ -76,8 +76,10 @@ pub fn run(args: EcArgs) -> Result<(), String> {
         &[
             (
                 "code",
-                "Reed-Solomon over GF(2^16), reed-solomon-simd (AVX2/SSSE3 chosen at run time)"
-                    .into(),
+                format!(
+                    "Reed-Solomon over GF(2^16), reed-solomon-simd, which runs {} code on this CPU",
+                    simd_engine()
+                ),
             ),
             (
                 "cells",
@@ -154,6 +156,7 @@ pub fn run(args: EcArgs) -> Result<(), String> {
     );
     if let Some(path) = &args.cells.json {
         let config = serde_json::json!({
+            "simd": simd_engine(),
             "profiles": args.profiles,
             "unit_kib": args.unit_kib,
             "mib": args.cells.mib,
@@ -204,9 +207,10 @@ fn measure(profile: Profile, args: &EcArgs) -> Result<Vec<(&'static str, f64, f6
         for pass in 0..passes {
             let i = pass % objects;
             let mut shards: Vec<Option<Vec<u8>>> = stored[i].iter().cloned().map(Some).collect();
-            // Lose data shards, starting at a different one each pass.
+            // Lose data shards first, starting at a different one each pass, then parity
+            // shards when m is more than k.
             for j in 0..lost {
-                shards[(pass + j) % k] = None;
+                shards[if j < k { (pass + j) % k } else { j }] = None;
             }
             let start = Instant::now();
             coder.reconstruct(&mut shards).map_err(code_error)?;
@@ -221,10 +225,12 @@ fn measure(profile: Profile, args: &EcArgs) -> Result<Vec<(&'static str, f64, f6
     }
 
     let overwrites = (passes * OBJECT_BYTES / OVERWRITE_BYTES / 16).max(1);
-    let new = vec![0x5au8; OVERWRITE_BYTES];
+    // Each overwrite writes other bytes, so that no delta is zero on a second pass.
+    let mut new = vec![0u8; OVERWRITE_BYTES];
     let mut delta = vec![0u8; OVERWRITE_BYTES];
     let start = Instant::now();
     for n in 0..overwrites {
+        new.fill(n as u8 | 1);
         let i = n % objects;
         let at = (n * 7919 * OVERWRITE_BYTES) % OBJECT_BYTES;
         let (shard, offset) = profile.locate(at as u64);
@@ -262,6 +268,26 @@ fn measure(profile: Profile, args: &EcArgs) -> Result<Vec<(&'static str, f64, f6
         }
     }
     Ok(results)
+}
+
+/// The code reed-solomon-simd picks at run time on this CPU (it takes the widest it finds).
+fn simd_engine() -> &'static str {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx2") {
+            return "AVX2";
+        }
+        if std::arch::is_x86_feature_detected!("ssse3") {
+            return "SSSE3";
+        }
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        if std::arch::is_aarch64_feature_detected!("neon") {
+            return "NEON";
+        }
+    }
+    "portable"
 }
 
 fn rate(op: &'static str, ops: usize, bytes: usize, seconds: f64) -> (&'static str, f64, f64) {

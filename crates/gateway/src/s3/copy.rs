@@ -57,9 +57,13 @@ fn copy_range(text: Option<&str>, size: u64) -> S3Result<std::ops::Range<u64>> {
     let Some(text) = text else {
         return Ok(0..size);
     };
+    let number = |digits: &str| {
+        let all_digits = !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit());
+        all_digits.then(|| digits.parse::<u64>().ok()).flatten()
+    };
     let parsed = text.strip_prefix("bytes=").and_then(|span| {
         let (first, last) = span.split_once('-')?;
-        Some((first.parse::<u64>().ok()?, last.parse::<u64>().ok()?))
+        Some((number(first)?, number(last)?))
     });
     let Some((first, last)) = parsed else {
         return Err(Refusal::Invalid(format!(
@@ -71,7 +75,7 @@ fn copy_range(text: Option<&str>, size: u64) -> S3Result<std::ops::Range<u64>> {
         Ok(first..last + 1)
     } else {
         Err(Refusal::Range(format!(
-            "x-amz-copy-source-range {text} is not within the {size} bytes of the source"
+            "x-amz-copy-source-range {text:?} is not within the {size} bytes of the source"
         ))
         .into())
     }

@@ -521,10 +521,13 @@ pub(crate) fn signed_path(authorization: Option<&[u8]>, path: &str) -> Option<St
 
 /// Dates a SigV4 request that is dated only by `Date` (SigV4 allows either header; botocore
 /// signs with `Date` whenever a request carries one), which s3s cannot read: the date is
-/// copied into `x-amz-date` in SigV4's form, so that s3s checks the signature against it and
-/// its skew. The signature does not cover the added header (it was absent when signed).
-/// Anything else (another scheme, `x-amz-date` present, a date that does not parse) is left
-/// as it came, for s3s to judge.
+/// copied into `x-amz-date` in SigV4's form. That is safe because s3s builds the string to
+/// sign from `x-amz-date` and checks the credential's date and the skew against it: the
+/// copied value is the signer's own timestamp, so a `Date` changed in transit changes what
+/// is checked and the signature fails, and a stale one is refused as skewed. (The header
+/// itself is not in SignedHeaders: it was absent when signed.) Anything else (another
+/// scheme, `x-amz-date` present, a date that does not parse) is left as it came, for s3s
+/// to judge.
 pub(crate) fn date_sigv4_by_date(headers: &mut hyper::HeaderMap) {
     let v4 = headers
         .get(hyper::header::AUTHORIZATION)
