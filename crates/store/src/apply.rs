@@ -2,7 +2,8 @@
 //!
 //! 1. Validate every operation against the named limits (nothing is touched on failure).
 //! 2. Lock the objects it names (striped write locks, taken in slot order: no deadlock).
-//! 3. Load each object's record and the extents in the range its operations touch.
+//! 3. Load each object's record, its undo records (undo.rs), and the extents in the range
+//!    its operations touch.
 //! 4. Execute the operations in order on that working copy. New data always goes to newly
 //!    allocated blocks (copy on write): it is sealed in place in its aligned buffer, on this
 //!    thread, and written with direct IO, here if it spans several IO pieces, else by the
@@ -12,7 +13,8 @@
 //! 5. Hand the small writes and the metadata changes to group commit (commit.rs) and wait
 //!    until durable.
 //! 6. Return the blocks the transaction freed to the allocator (only now: until the commit,
-//!    the old extents were still the committed truth), and unlock.
+//!    the old extents were still the committed truth), and unlock. Blocks an undo record
+//!    keeps are not among them; they are freed when the record is dropped.
 //!
 //! On an error before step 5 the blocks allocated in step 4 go back to the allocator and
 //! nothing is visible: the metadata was never written.
@@ -24,7 +26,7 @@ use crate::device::{
 use crate::error::{ApplyError, ReadError};
 use crate::metadata::{
     extent_key, object_key, omap_key, prefix_end, MetaOp, ObjectId, Table, EXTENTS, OBJECTS, OMAP,
-    OMAP_PAGED, SUPERBLOCK, WAL_APPLIED, WAL_START,
+    OMAP_PAGED, SUPERBLOCK, UNDO, WAL_APPLIED, WAL_START,
 };
 use crate::object::{
     pieces, punch, Extent, ExtentMap, ObjectRecord, EXTENT_BLOCKS_MAX, OBJECT_BLOCKS_MAX,
@@ -35,6 +37,7 @@ use crate::read::{ReadAs, Via};
 use crate::seal::{ChunkRecord, ExtentSeal};
 use crate::store::{Store, LOCK_SLOTS};
 use crate::transaction::{Op, Transaction};
+use crate::undo::{self, subtract, undo_key, UndoRecord};
 use crate::usage::{self, Delta};
 use crate::wal;
 use map::{ObjectRef, PoolId};
@@ -66,7 +69,24 @@ struct Work {
     omap_ops: Vec<MetaOp>,
     /// The keys of its paged omap (omap.rs) as this transaction changes them.
     omap_keys: omap::Keys,
+    /// Whether an operation changed it (a rollback does; keeping or dropping an undo
+    /// record does not).
     touched: bool,
+    /// Whether an operation changed its omap, or cleared it (a remove), which its undo
+    /// records would not take back.
+    omap_changed: bool,
+    omap_cleared: bool,
+    /// Its undo records (undo.rs) by version, as loaded and then as operations drop them.
+    undo: BTreeMap<u64, UndoRecord>,
+    /// The versions of records this transaction removes from the `undo` table.
+    undo_dropped: Vec<u64>,
+    /// The version this transaction keeps a record under, if it does.
+    keep: Option<u64>,
+    /// Whether its last change was a rollback: its record is then the one restored, as it
+    /// was, and its remaining records still lead back from it.
+    restored: bool,
+    /// Whether the transaction rolled it back.
+    rolled_back: bool,
 }
 
 impl Work {
@@ -81,6 +101,7 @@ impl Work {
             prefix: self.id.to_vec(),
         });
         self.omap_keys.clear();
+        self.omap_cleared = true;
     }
 
     fn record_mut(&mut self) -> &mut ObjectRecord {
@@ -168,6 +189,102 @@ fn invalid(reason: impl Into<String>) -> ApplyError {
     }
 }
 
+/// Marks the transaction as keeping an undo record of `w` under `version`.
+fn keep_undo(w: &mut Work, version: u64) -> Result<(), ApplyError> {
+    let object = &w.object;
+    if w.keep.is_some_and(|kept| kept != version) || w.rolled_back {
+        return Err(invalid(format!(
+            "object {object} keeps one undo record per transaction, and none with a rollback"
+        )));
+    }
+    if let Some(newest) = w
+        .undo
+        .keys()
+        .next_back()
+        .filter(|newest| **newest >= version)
+    {
+        return Err(invalid(format!(
+            "object {object} has an undo record of version {newest}; a new one must be above it"
+        )));
+    }
+    w.keep = Some(version);
+    Ok(())
+}
+
+/// Takes back the transaction that kept `w`'s newest undo record, `version`: its record and
+/// the extents of its range come back, and the blocks written since are freed.
+fn rollback(w: &mut Work, version: u64, space: &mut Space) -> Result<(), ApplyError> {
+    let object = &w.object;
+    if w.keep.is_some() || (w.touched && !w.restored) {
+        return Err(invalid(format!(
+            "object {object}: a rollback comes before any other change in its transaction"
+        )));
+    }
+    let newest = w.undo.keys().next_back().copied();
+    if newest != Some(version) {
+        return Err(invalid(match newest {
+            Some(newest) if newest > version => format!(
+                "object {object} has an undo record of version {newest}, newer than \
+                 {version}: roll back the newest first"
+            ),
+            _ => format!("object {object} has no undo record of version {version}"),
+        }));
+    }
+    let record = w
+        .undo
+        .remove(&version)
+        .expect("the newest record was just found");
+    w.undo_dropped.push(version);
+    let mut unreferenced = punch(&mut w.extents, record.first_block, record.end_block);
+    if record.record.is_none() {
+        unreferenced.extend(punch(&mut w.extents, 0, OBJECT_BLOCKS_MAX));
+        if w.record.is_some() {
+            w.clear_omap();
+        }
+    }
+    let restored: Vec<Run> = record.extents.iter().map(|(_, e)| e.run()).collect();
+    space.freed.extend(subtract(&unreferenced, &restored));
+    w.extents.extend(record.extents);
+    w.record = record.record;
+    w.touched = true;
+    w.restored = true;
+    w.rolled_back = true;
+    Ok(())
+}
+
+/// Drops `w`'s undo records of `versions`; the blocks they kept are freed.
+fn drop_undo(w: &mut Work, versions: impl std::ops::RangeBounds<u64>, space: &mut Space) {
+    let dropped: Vec<u64> = w.undo.range(versions).map(|(v, _)| *v).collect();
+    for version in dropped {
+        let record = w.undo.remove(&version).expect("listed just above");
+        space.freed.extend(record.kept);
+        w.undo_dropped.push(version);
+    }
+}
+
+/// The undo record of the transaction's changes to `w`: its record and its extents over the
+/// range the transaction loaded, before; the blocks among them it no longer references.
+fn undo_record(w: &Work) -> UndoRecord {
+    let (first_block, end_block) = match (w.loaded.first_key_value(), w.loaded.last_key_value()) {
+        _ if w.first_block >= w.end_block => (0, 0),
+        (Some((first, _)), Some((last, extent))) => (
+            w.first_block.min(*first),
+            w.end_block.max(last + extent.len_blocks),
+        ),
+        _ => (w.first_block, w.end_block),
+    };
+    let before: Vec<Run> = w.loaded.values().map(Extent::run).collect();
+    let after: Vec<Run> = w.extents.values().map(Extent::run).collect();
+    UndoRecord {
+        name: w.object.name.as_str().to_string(),
+        record: w.original.clone(),
+        first_block,
+        end_block,
+        extents: w.loaded.iter().map(|(b, e)| (*b, e.clone())).collect(),
+        kept: subtract(&before, &after),
+    }
+}
+
 /// The blocks `[first, end)` an operation may touch, for loading extents.
 fn block_range(op: &Op) -> Option<(u64, u64)> {
     match op {
@@ -190,7 +307,7 @@ fn block_range(op: &Op) -> Option<(u64, u64)> {
             ..
         } => Some((*first_chunk, first_chunk + chunks.len() as u64)),
         Op::Truncate { size_bytes, .. } => Some((size_bytes / BLOCK, OBJECT_BLOCKS_MAX)),
-        Op::Remove { .. } => Some((0, OBJECT_BLOCKS_MAX)),
+        Op::Remove { .. } | Op::Rollback { .. } => Some((0, OBJECT_BLOCKS_MAX)),
         _ => None,
     }
 }
@@ -294,6 +411,13 @@ impl Store {
                         omap_ops: Vec::new(),
                         omap_keys: omap::Keys::default(),
                         touched: false,
+                        omap_changed: false,
+                        omap_cleared: false,
+                        undo: BTreeMap::new(),
+                        undo_dropped: Vec::new(),
+                        keep: None,
+                        restored: false,
+                        rolled_back: false,
                     });
                     works.len() - 1
                 });
@@ -319,7 +443,7 @@ impl Store {
             .into_iter()
             .zip(op_work)
             .try_for_each(|(op, i)| self.execute(&mut works[i], op, &mut space))
-            .and_then(|()| self.metadata_batch(&mut works));
+            .and_then(|()| self.metadata_batch(&mut works, &mut space));
         let batch = match prepared {
             Ok(batch) => batch,
             Err(e) => {
@@ -366,14 +490,22 @@ impl Store {
         let txn = self.db.begin_read()?;
         let objects = txn.open_table(OBJECTS)?;
         let extents = txn.open_table(EXTENTS)?;
+        let undo_rows = txn.open_table(UNDO)?;
         for w in works.iter_mut() {
+            w.undo = self.load_undo(&undo_rows, &w.object, &w.id)?;
             w.original = self.load_record(&objects, &w.object, &w.id)?;
             w.record = w.original.clone();
-            if w.first_block < w.end_block {
-                // A partial last block must be in view: growing past it is checked against it.
+            // Whether an operation names blocks, perhaps none (an empty write still grows the
+            // object): a partial last block must then be in view, as growing past it is
+            // checked against it.
+            if w.first_block <= w.end_block {
                 if let Some(record) = w.original.as_ref().filter(|r| r.size_bytes % BLOCK != 0) {
-                    w.first_block = w.first_block.min(record.size_bytes / BLOCK);
+                    let tail = record.size_bytes / BLOCK;
+                    w.first_block = w.first_block.min(tail);
+                    w.end_block = w.end_block.max(tail + 1);
                 }
+            }
+            if w.first_block < w.end_block {
                 w.loaded =
                     self.load_extent_map(&extents, &w.object, &w.id, w.first_block, w.end_block)?;
                 w.extents = w.loaded.clone();
@@ -382,8 +514,46 @@ impl Store {
         Ok(())
     }
 
+    /// The object's undo records, by version.
+    fn load_undo(
+        &self,
+        rows: &impl redb::ReadableTable<&'static [u8], &'static [u8]>,
+        object: &ObjectRef,
+        id: &ObjectId,
+    ) -> Result<BTreeMap<u64, UndoRecord>, ApplyError> {
+        let (low, high) = (undo_key(object, id, 0), undo_key(object, id, u64::MAX));
+        let mut records = BTreeMap::new();
+        for row in rows.range::<&[u8]>(&low[..]..=&high[..])? {
+            let (key, value) = row?;
+            let version = undo::undo_key_version(key.value());
+            let record = undo::decode(&self.meta, key.value(), value.value()).ok_or_else(|| {
+                ReadError::MetadataIntegrity {
+                    what: format!("object {object}, undo record of version {version}"),
+                }
+            })?;
+            records.insert(version, record);
+        }
+        Ok(records)
+    }
+
     fn execute(&self, w: &mut Work, op: Op, space: &mut Space) -> Result<(), ApplyError> {
+        match op {
+            Op::KeepUndo { version, .. } => return keep_undo(w, version),
+            Op::Rollback { version, .. } => return rollback(w, version, space),
+            Op::DropUndo { version, .. } => {
+                drop_undo(w, ..=version, space);
+                return Ok(());
+            }
+            _ => {}
+        }
         w.touched = true;
+        w.restored = false;
+        if matches!(
+            op,
+            Op::OmapSet { .. } | Op::OmapRemove { .. } | Op::OmapClear { .. }
+        ) {
+            w.omap_changed = true;
+        }
         match op {
             Op::Touch { .. } => {
                 w.record_mut();
@@ -545,6 +715,9 @@ impl Store {
                 if w.record.is_some() {
                     w.clear_omap();
                 }
+            }
+            Op::KeepUndo { .. } | Op::Rollback { .. } | Op::DropUndo { .. } => {
+                unreachable!("undo operations return above")
             }
         }
         Ok(())
@@ -824,16 +997,28 @@ impl Store {
             .seal(table, key, plain, self.nonces.incarnation(), nonce))
     }
 
-    /// The metadata changes of all touched objects: records, extent diffs, omap in order.
-    fn metadata_batch(&self, works: &mut [Work]) -> Result<Vec<MetaOp>, ApplyError> {
+    /// The metadata changes of all touched objects: records, extent diffs, omap in order;
+    /// then the undo records kept and dropped (with the blocks kept out of `space.freed`,
+    /// or put into it).
+    fn metadata_batch(
+        &self,
+        works: &mut [Work],
+        space: &mut Space,
+    ) -> Result<Vec<MetaOp>, ApplyError> {
         let mut batch = Vec::new();
         let now = now_ns();
+        for w in works.iter_mut() {
+            self.undo_batch(w, space, &mut batch)?;
+        }
         for w in works.iter_mut().filter(|w| w.touched) {
             let key = object_key(w.object.pool, w.object.name.hash(), &w.id).to_vec();
             match w.record.as_mut() {
                 Some(record) => {
-                    record.version = w.original.as_ref().map_or(0, |o| o.version) + 1;
-                    record.mtime_ns = now;
+                    // A rolled-back object gets its record back as it was.
+                    if !w.restored {
+                        record.version = w.original.as_ref().map_or(0, |o| o.version) + 1;
+                        record.mtime_ns = now;
+                    }
                     let plain = postcard::to_allocvec(record)
                         .expect("serialising a record to memory cannot fail");
                     let value = self.seal_meta(Table::Objects, &key, plain)?;
@@ -889,6 +1074,64 @@ impl Store {
             }
         }
         Ok(batch)
+    }
+
+    /// The undo records `w` keeps and drops (undo.rs), as metadata changes; the blocks a
+    /// kept record holds are taken out of `space.freed`, those of dropped records put in.
+    fn undo_batch(
+        &self,
+        w: &mut Work,
+        space: &mut Space,
+        batch: &mut Vec<MetaOp>,
+    ) -> Result<(), ApplyError> {
+        match w.keep {
+            Some(_) if w.omap_changed || (w.omap_cleared && self.has_omap(w)?) => {
+                return Err(invalid(format!(
+                    "object {} changes its omap and keeps an undo record, which does not \
+                     cover omap",
+                    w.object
+                )))
+            }
+            // Its records no longer lead back from what this transaction leaves.
+            None if w.touched && !w.restored => drop_undo(w, .., space),
+            _ => {}
+        }
+        for version in std::mem::take(&mut w.undo_dropped) {
+            batch.push(MetaOp::Remove {
+                table: Table::Undo,
+                key: undo_key(&w.object, &w.id, version).to_vec(),
+            });
+        }
+        let Some(version) = w.keep else {
+            return Ok(());
+        };
+        let record = undo_record(w);
+        assert!(
+            subtract(&record.kept, &space.freed).is_empty(),
+            "an undo record of {} keeps blocks its transaction did not free",
+            w.object
+        );
+        space.freed = subtract(&space.freed, &record.kept);
+        let key = undo_key(&w.object, &w.id, version).to_vec();
+        let plain =
+            postcard::to_allocvec(&record).expect("serialising a record to memory cannot fail");
+        batch.push(MetaOp::Put {
+            value: self.seal_meta(Table::Undo, &key, plain)?,
+            table: Table::Undo,
+            key,
+        });
+        Ok(())
+    }
+
+    /// Whether `w` has omap entries, as committed.
+    fn has_omap(&self, w: &Work) -> Result<bool, ApplyError> {
+        let txn = self.db.begin_read()?;
+        let rows = match w.object.pool.is_pg_meta() {
+            true => txn.open_table(OMAP)?,
+            false => txn.open_table(OMAP_PAGED)?,
+        };
+        let first = rows.range::<&[u8]>(&w.id[..]..)?.next().transpose()?;
+        Ok(first.is_some_and(|(key, _)| key.value().starts_with(&w.id)))
     }
 
     /// Commits one group (see commit.rs and wal.rs): the batches' small writes, then one log
@@ -1091,6 +1334,7 @@ impl Store {
             let mut extents = txn.open_table(EXTENTS)?;
             let mut omap = txn.open_table(OMAP)?;
             let mut omap_paged = txn.open_table(OMAP_PAGED)?;
+            let mut undo_rows = txn.open_table(UNDO)?;
             for op in ops {
                 let table = match &op {
                     MetaOp::Put { table, .. }
@@ -1102,6 +1346,7 @@ impl Store {
                     Table::Extents => &mut extents,
                     Table::Omap => &mut omap,
                     Table::OmapPaged => &mut omap_paged,
+                    Table::Undo => &mut undo_rows,
                     Table::Superblock | Table::PoolUsage | Table::Wal => {
                         unreachable!("transactions never write the superblock or usage rows")
                     }

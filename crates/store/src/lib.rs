@@ -38,6 +38,7 @@ mod read;
 mod seal;
 mod store;
 mod transaction;
+mod undo;
 mod uring;
 mod usage;
 mod wal;

@@ -10,6 +10,7 @@
 //! | `omap`       | object id (16) · omap key (a PG log's only)      | sealed omap value          |
 //! | `omap_paged` | object id (16) · row kind · ... (omap.rs)        | sealed root, page or entry |
 //! | `pool_usage` | pool (8)                                         | sealed `PoolUsage`         |
+//! | `undo`       | pool (8) · name hash (4) · object id (16) · version (8) | sealed `UndoRecord` |
 //!
 //! The object id is 16 bytes of HMAC-SHA256(id subkey, pool · name) in encrypting modes,
 //! so names appear nowhere in clear, and of SHA-256 in `none`. In encrypting modes every
@@ -34,6 +35,8 @@ pub(crate) const OMAP: TableDefinition<&[u8], &[u8]> = TableDefinition::new("oma
 pub(crate) const OMAP_PAGED: TableDefinition<&[u8], &[u8]> = TableDefinition::new("omap_paged");
 /// Each pool's usage, kept by the group commit (usage.rs); from format 2.
 pub(crate) const POOL_USAGE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("pool_usage");
+/// The ways back from transactions that kept them (undo.rs); from format 5.
+pub(crate) const UNDO: TableDefinition<&[u8], &[u8]> = TableDefinition::new("undo");
 
 /// Superblock rows of the write-ahead log (wal.rs), u64 BE: the number of the record at the
 /// log's offset 0, set by each checkpoint, and of the last record whose changes the
@@ -54,6 +57,7 @@ pub(crate) enum Table {
     /// The head of a write-ahead log record (wal.rs).
     Wal = 6,
     OmapPaged = 7,
+    Undo = 8,
 }
 
 pub(crate) fn object_key(pool: PoolId, hash: ObjectHash, id: &ObjectId) -> [u8; 28] {

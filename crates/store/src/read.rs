@@ -6,11 +6,14 @@ use crate::allocator::Run;
 use crate::apply::{slot_of, WRITE_BYTES_MAX};
 use crate::device::{AlignedBuf, IoPiece, BLOCK_SIZE_BYTES, IO_PIECE_BLOCKS_MAX};
 use crate::error::ReadError;
-use crate::metadata::{object_key, omap_key, ObjectId, Table, EXTENTS, OBJECTS, OMAP, OMAP_PAGED};
+use crate::metadata::{
+    object_key, omap_key, ObjectId, Table, EXTENTS, OBJECTS, OMAP, OMAP_PAGED, UNDO,
+};
 use crate::object::{load_extents, pieces, Extent, ExtentMap, LoadError, ObjectRecord};
 use crate::omap::{self, Row};
 use crate::seal::{ChunkRecord, ExtentSeal};
 use crate::store::Store;
+use crate::undo::{undo_key, undo_key_version};
 use map::{ObjectHash, ObjectRef};
 use redb::{ReadTransaction, ReadableDatabase, ReadableTable};
 use std::collections::BTreeMap;
@@ -392,6 +395,19 @@ impl Store {
     fn record(&self, object: &ObjectRef) -> Result<ObjectRecord, ReadError> {
         let id = self.meta.object_id(object.pool, object.name.as_str());
         Ok(self.snapshot(object, &id)?.1)
+    }
+
+    /// The versions of the object's undo records (undo.rs), oldest first.
+    pub fn undo_versions(&self, object: &ObjectRef) -> Result<Vec<u64>, ReadError> {
+        let id = self.meta.object_id(object.pool, object.name.as_str());
+        let (low, high) = (undo_key(object, &id, 0), undo_key(object, &id, u64::MAX));
+        let txn = self.db.begin_read()?;
+        let rows = txn.open_table(UNDO)?;
+        let versions = rows
+            .range::<&[u8]>(&low[..]..=&high[..])?
+            .map(|row| Ok(undo_key_version(row?.0.value())))
+            .collect::<Result<Vec<u64>, redb::StorageError>>()?;
+        Ok(versions)
     }
 
     pub fn exists(&self, object: &ObjectRef) -> Result<bool, ReadError> {

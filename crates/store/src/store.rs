@@ -28,7 +28,7 @@ use crate::device::{Device, FileDevice, BLOCK_SIZE_BYTES};
 use crate::error::ReadError;
 use crate::error::{MkfsError, OpenError};
 use crate::metadata::{
-    MetaSealer, ObjectId, Table, EXTENTS, OBJECTS, OMAP, OMAP_PAGED, POOL_USAGE, SUPERBLOCK,
+    MetaSealer, ObjectId, Table, EXTENTS, OBJECTS, OMAP, OMAP_PAGED, POOL_USAGE, SUPERBLOCK, UNDO,
     WAL_APPLIED, WAL_START,
 };
 use crate::object::decode_extent;
@@ -48,10 +48,13 @@ use std::sync::{Mutex, RwLock};
 /// 2 added the `pool_usage` table; a store of format 1 is counted and raised to 2 when
 /// opened. 3 added the write-ahead log; opening a store of format 2 creates it. 4 moved
 /// every omap but a PG log's to `omap_paged`, its keys sealed (omap.rs); opening a store
-/// of format 3 moves them once its log is replayed.
-pub const FORMAT_VERSION: u32 = 4;
+/// of format 3 moves them once its log is replayed. 5 added the `undo` table (undo.rs),
+/// whose records keep blocks that no extent references: a build that does not know them
+/// would count those blocks free. Opening a store of format 4 adds the table.
+pub const FORMAT_VERSION: u32 = 5;
 const FORMAT_POOL_USAGE: u32 = 2;
 const FORMAT_WAL: u32 = 3;
+const FORMAT_OMAP_PAGED: u32 = 4;
 /// The oldest format `open` upgrades.
 const FORMAT_UPGRADABLE: u32 = 1;
 /// Smallest data device mkfs accepts: 64 blocks.
@@ -237,6 +240,7 @@ impl Store {
             txn.open_table(OMAP)?;
             txn.open_table(OMAP_PAGED)?;
             txn.open_table(POOL_USAGE)?;
+            txn.open_table(UNDO)?;
         }
         txn.commit()?;
         Ok(())
@@ -372,8 +376,11 @@ impl Store {
                 what: format!("the write-ahead log could not be replayed ({e})"),
             })?;
         store.replayed = true;
-        if sb.format < FORMAT_VERSION {
+        if sb.format < FORMAT_OMAP_PAGED {
             page_omaps(&store.db, &store.meta)?;
+        }
+        if sb.format < FORMAT_VERSION {
+            add_undo(&store.db)?;
         }
         let allocator = rebuild_allocator(&store.db, &store.meta, sb.data_blocks)?;
         *store.allocator.lock().expect("allocator lock poisoned") = allocator;
@@ -725,6 +732,18 @@ fn page_omaps(db: &Database, meta: &MetaSealer) -> Result<(), OpenError> {
         write_pages(object.take(), &mut new, &mut seal)?;
         old.retain(|key, _| key.len() >= 16 && logs.contains(&key[..16]))?;
         txn.open_table(SUPERBLOCK)?
+            .insert("format", &FORMAT_OMAP_PAGED.to_be_bytes()[..])?;
+    }
+    txn.commit()?;
+    Ok(())
+}
+
+/// Raises a store of format 4 to 5: the `undo` table, empty, with the format number.
+fn add_undo(db: &Database) -> Result<(), OpenError> {
+    let txn = db.begin_write()?;
+    {
+        txn.open_table(UNDO)?;
+        txn.open_table(SUPERBLOCK)?
             .insert("format", &FORMAT_VERSION.to_be_bytes()[..])?;
     }
     txn.commit()?;
@@ -766,7 +785,7 @@ fn read_wal_rows(db: &Database) -> Result<(u64, u64), OpenError> {
     Ok((row(WAL_START)?, row(WAL_APPLIED)?))
 }
 
-/// Every block that no committed extent references is free.
+/// Every block that no committed extent and no undo record references is free.
 fn rebuild_allocator(
     db: &Database,
     meta: &MetaSealer,
@@ -782,6 +801,15 @@ fn rebuild_allocator(
                 what: "an extent record failed its integrity check".into(),
             })?;
         used.push(extent.run());
+    }
+    for row in txn.open_table(UNDO)?.iter()? {
+        let (key, value) = row?;
+        let record = crate::undo::decode(meta, key.value(), value.value()).ok_or_else(|| {
+            OpenError::Corrupt {
+                what: "an undo record failed its integrity check".into(),
+            }
+        })?;
+        used.extend(record.kept);
     }
     Allocator::from_used(data_blocks, used).map_err(|o| OpenError::Corrupt {
         what: format!(
@@ -863,20 +891,13 @@ mod tests {
             }
             rows
         };
-        let db = Database::open(dir.path().join(META_FILE)).expect("metadata");
-        let txn = db.begin_write().expect("write");
-        {
+        as_format(dir.path(), FORMAT_WAL, |txn| {
             let mut omap = txn.open_table(OMAP).expect("omap");
             for (row, value) in &old_rows {
                 omap.insert(&row[..], &value[..]).expect("an old row");
             }
-            txn.open_table(SUPERBLOCK)
-                .expect("superblock")
-                .insert("format", &FORMAT_WAL.to_be_bytes()[..])
-                .expect("format 3");
-        }
-        txn.commit().expect("commit");
-        drop(db);
+            txn.delete_table(UNDO).expect("no undo table in format 3");
+        });
 
         let store = Store::open(dir.path(), &kek).expect("open a format 3 store");
         let mut listed = Vec::new();
@@ -930,5 +951,91 @@ mod tests {
             .filter(|row| row.as_ref().is_ok_and(|(key, _)| key.value()[16] == 1))
             .count();
         assert!(pages > 1, "600 keys take several pages, not {pages}");
+    }
+
+    /// Makes the closed store in `dir` one of an older `format`, with `change` to its tables.
+    fn as_format(dir: &Path, format: u32, change: impl FnOnce(&redb::WriteTransaction)) {
+        let db = Database::open(dir.join(META_FILE)).expect("metadata");
+        let txn = db.begin_write().expect("write");
+        change(&txn);
+        txn.open_table(SUPERBLOCK)
+            .expect("superblock")
+            .insert("format", &format.to_be_bytes()[..])
+            .expect("format");
+        txn.commit().expect("commit");
+    }
+
+    fn gcm_store(dir: &Path, kek: &KeyEncryptionKey) -> Store {
+        let options = MkfsOptions {
+            mode: Mode::Gcm,
+            size_bytes: 1 << 20,
+            device: None,
+        };
+        Store::mkfs(dir, &options, kek).expect("mkfs");
+        Store::open(dir, kek).expect("open")
+    }
+
+    /// A store of format 4 has no `undo` table; opening it adds one, and writes keeping
+    /// undo records work there.
+    #[test]
+    fn a_format_4_store_gets_its_undo_table_when_opened() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let kek = KeyEncryptionKey::from_bytes([4; 32]);
+        let shard = object(1, "shard");
+        let store = gcm_store(dir.path(), &kek);
+        let mut txn = Transaction::new();
+        txn.write(&shard, 0, b"old");
+        store.apply(txn).expect("write");
+        drop(store);
+        as_format(dir.path(), FORMAT_OMAP_PAGED, |txn| {
+            txn.delete_table(UNDO).expect("no undo table in format 4");
+        });
+
+        let store = Store::open(dir.path(), &kek).expect("open a format 4 store");
+        let mut txn = Transaction::new();
+        txn.write(&shard, 0, b"new").keep_undo(&shard, 1);
+        store.apply(txn).expect("a write keeping undo");
+        let mut txn = Transaction::new();
+        txn.rollback(&shard, 1);
+        store.apply(txn).expect("rollback");
+        assert_eq!(store.read(&shard, 0, 3).expect("read")[..], b"old"[..]);
+        drop(store);
+        let db = ReadOnlyDatabase::open(dir.path().join(META_FILE)).expect("metadata");
+        let sb = Superblock::read(&db.begin_read().expect("read")).expect("superblock");
+        assert_eq!(sb.format, FORMAT_VERSION);
+    }
+
+    /// An undo record altered on disk is found when the store opens: the blocks it keeps
+    /// cannot be told, so free space cannot be rebuilt.
+    #[test]
+    fn a_damaged_undo_record_is_refused_when_the_store_opens() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let kek = KeyEncryptionKey::from_bytes([5; 32]);
+        let shard = object(1, "shard");
+        let store = gcm_store(dir.path(), &kek);
+        for version in [1, 2] {
+            let mut txn = Transaction::new();
+            txn.write(&shard, 0, &[version as u8; 8192])
+                .keep_undo(&shard, version);
+            store.apply(txn).expect("write keeping undo");
+        }
+        drop(store);
+        let db = Database::open(dir.path().join(META_FILE)).expect("metadata");
+        let txn = db.begin_write().expect("write");
+        {
+            let mut rows = txn.open_table(UNDO).expect("undo");
+            let (key, mut value) = {
+                let first = rows.first().expect("read").expect("a record");
+                (first.0.value().to_vec(), first.1.value().to_vec())
+            };
+            value[crate::seal::NONCE_BYTES] ^= 1;
+            rows.insert(&key[..], &value[..]).expect("alter");
+        }
+        txn.commit().expect("commit");
+        drop(db);
+        match Store::open(dir.path(), &kek) {
+            Err(OpenError::Corrupt { what }) => assert!(what.contains("undo record"), "{what}"),
+            other => panic!("opened with a damaged undo record: {:?}", other.err()),
+        }
     }
 }

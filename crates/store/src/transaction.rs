@@ -64,6 +64,18 @@ pub(crate) enum Op {
     OmapClear {
         object: ObjectRef,
     },
+    KeepUndo {
+        object: ObjectRef,
+        version: u64,
+    },
+    Rollback {
+        object: ObjectRef,
+        version: u64,
+    },
+    DropUndo {
+        object: ObjectRef,
+        version: u64,
+    },
 }
 
 impl Op {
@@ -79,7 +91,10 @@ impl Op {
             | Op::RemoveAttr { object, .. }
             | Op::OmapSet { object, .. }
             | Op::OmapRemove { object, .. }
-            | Op::OmapClear { object } => object,
+            | Op::OmapClear { object }
+            | Op::KeepUndo { object, .. }
+            | Op::Rollback { object, .. }
+            | Op::DropUndo { object, .. } => object,
         }
     }
 }
@@ -247,6 +262,40 @@ impl Transaction {
     pub fn omap_clear(&mut self, object: &ObjectRef) -> &mut Self {
         self.ops.push(Op::OmapClear {
             object: object.clone(),
+        });
+        self
+    }
+
+    /// Keeps, under `version`, the way back from this transaction's changes to `object`
+    /// (its record before, and the extents it replaced, whose blocks stay taken): see
+    /// undo.rs. `version` must be above every record the object has (as this transaction's
+    /// earlier operations leave them); omap operations on the object in the same
+    /// transaction, or a remove of an object that has omap entries, are refused.
+    pub fn keep_undo(&mut self, object: &ObjectRef, version: u64) -> &mut Self {
+        self.ops.push(Op::KeepUndo {
+            object: object.clone(),
+            version,
+        });
+        self
+    }
+
+    /// Takes back the transaction that kept the object's record `version`, which must be
+    /// its newest: the object's record and the extents it replaced come back, and the blocks
+    /// it wrote are freed. It comes before any other change to the object in this
+    /// transaction (drops, and rollbacks of newer records, may precede it).
+    pub fn rollback(&mut self, object: &ObjectRef, version: u64) -> &mut Self {
+        self.ops.push(Op::Rollback {
+            object: object.clone(),
+            version,
+        });
+        self
+    }
+
+    /// Drops the object's records at or below `version`, freeing the blocks they kept.
+    pub fn drop_undo(&mut self, object: &ObjectRef, version: u64) -> &mut Self {
+        self.ops.push(Op::DropUndo {
+            object: object.clone(),
+            version,
         });
         self
     }

@@ -232,7 +232,7 @@ fn parse(seq: u64, head: &[u8], mut data: &[u8]) -> Option<Replayed> {
         | MetaOp::RemovePrefix { table, .. }) = op;
         matches!(
             table,
-            Table::Objects | Table::Extents | Table::Omap | Table::OmapPaged
+            Table::Objects | Table::Extents | Table::Omap | Table::OmapPaged | Table::Undo
         )
     });
     let mut writes = Vec::with_capacity(head.writes.len());

@@ -24,7 +24,10 @@
 mod common;
 
 use coffer_store::{Device, FileDevice, Mode, Store, Transaction, BLOCK_SIZE_BYTES};
-use common::model::{add_to, apply_model, check, check_usage, Model, ModelOp};
+use common::model::{
+    add_to, apply_model, apply_undo_model, changed_object, check, check_undo, check_usage, Model,
+    ModelOp, UndoModel,
+};
 use common::{kek, mkfs, obj};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use std::io::{BufRead, BufReader, Write};
@@ -116,7 +119,7 @@ fn transaction(seed: u64, thread: usize, index: u64) -> Vec<ModelOp> {
     let mut rng =
         StdRng::seed_from_u64(seed ^ ((thread as u64) << 48) ^ index.wrapping_mul(0x9e37_79b9));
     let ops = rng.random_range(1..=4);
-    (0..ops)
+    let mut ops: Vec<ModelOp> = (0..ops)
         .map(|_| {
             let o = rng.random_range(0..OBJECTS_PER_THREAD);
             match rng.random_range(0..100) {
@@ -141,7 +144,27 @@ fn transaction(seed: u64, thread: usize, index: u64) -> Vec<ModelOp> {
                 _ => ModelOp::Touch(o),
             }
         })
-        .collect()
+        .collect();
+    // Undo records, kept by half the changes that allow one (no omap change) and
+    // dropped now and then: they must survive crashes with their blocks, and leak none.
+    for o in 0..OBJECTS_PER_THREAD {
+        let changed = ops.iter().any(|op| changed_object(op) == o);
+        // A record does not cover omap: none with omap changes, or a remove (which clears it).
+        let omap = ops.iter().any(|op| {
+            matches!(op, ModelOp::OmapSet(k, ..) | ModelOp::OmapRemove(k, _) | ModelOp::OmapClear(k) | ModelOp::Remove(k) if *k == o)
+        });
+        if changed && !omap && rng.random_ratio(1, 2) {
+            ops.push(ModelOp::KeepUndo(o, index + 1));
+        }
+    }
+    if rng.random_ratio(1, 8) {
+        let o = rng.random_range(0..OBJECTS_PER_THREAD);
+        ops.push(ModelOp::DropUndo(
+            o,
+            index.saturating_sub(rng.random_range(0..3)),
+        ));
+    }
+    ops
 }
 
 fn child(dir: &str, mode: Mode) {
@@ -189,14 +212,15 @@ fn child(dir: &str, mode: Mode) {
 struct Tracked {
     committed: u64,
     model: Model,
+    undo: UndoModel,
 }
 
 impl Tracked {
     fn advance(&mut self, seed: u64, thread: usize, to: u64) {
         while self.committed < to {
-            transaction(seed, thread, self.committed)
-                .iter()
-                .for_each(|op| apply_model(&mut self.model, op));
+            let ops = transaction(seed, thread, self.committed);
+            ops.iter().for_each(|op| apply_model(&mut self.model, op));
+            apply_undo_model(&mut self.undo, &ops);
             self.committed += 1;
         }
     }
@@ -205,11 +229,12 @@ impl Tracked {
 /// Whether the store's objects equal `model`. The model check asserts; a mismatch here is
 /// an expected outcome (the transaction in flight may or may not have committed), so its
 /// panic message is silenced and the caller decides.
-fn matches(store: &Store, model: &Model, mode: Mode, names: &[String]) -> bool {
+fn matches(store: &Store, tracked: &Tracked, mode: Mode, names: &[String]) -> bool {
     let hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(|_| {}));
     let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        check(store, model, mode, names, false)
+        check(store, &tracked.model, mode, names, false);
+        check_undo(store, &tracked.undo, mode, names);
     }))
     .is_ok();
     std::panic::set_hook(hook);
@@ -223,6 +248,7 @@ fn run_mode(mode: Mode, seed: u64, rounds: usize, rng: &mut StdRng) -> u64 {
         .map(|_| Tracked {
             committed: 0,
             model: Model::new(),
+            undo: UndoModel::new(),
         })
         .collect();
     for round in 0..rounds {
@@ -278,10 +304,10 @@ fn run_mode(mode: Mode, seed: u64, rounds: usize, rng: &mut StdRng) -> u64 {
             assert!(reported >= t.committed, "reports go forward");
             t.advance(seed, thread, reported);
             let names = names(thread);
-            if !matches(&store, &t.model, mode, &names) {
+            if !matches(&store, t, mode, &names) {
                 t.advance(seed, thread, reported + 1);
                 assert!(
-                    matches(&store, &t.model, mode, &names),
+                    matches(&store, t, mode, &names),
                     "seed {seed} {mode} round {round} thread {thread}: the store matches neither the {reported} reported \
                      commits nor one more: a commit was lost or a transaction was torn"
                 );

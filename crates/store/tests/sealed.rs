@@ -234,6 +234,18 @@ fn growing_past_a_truncated_client_sealed_chunk_is_refused_until_it_is_rewritten
                 t.zero(&obj(1, "file"), 8192, 10);
             }),
         ),
+        (
+            "an empty write further on",
+            Box::new(|t: &mut Transaction| {
+                t.write(&obj(1, "file"), 8192, b"");
+            }),
+        ),
+        (
+            "an empty zero further on",
+            Box::new(|t: &mut Transaction| {
+                t.zero(&obj(1, "file"), 8192, 0);
+            }),
+        ),
     ];
     for (what, build) in grow {
         let mut txn = Transaction::new();

@@ -19,6 +19,10 @@ pub enum ModelOp {
     OmapSet(usize, u8, u8),
     OmapRemove(usize, u8),
     OmapClear(usize),
+    /// The transaction keeps an undo record of the object under this version.
+    KeepUndo(usize, u64),
+    /// Drops the object's undo records up to this version.
+    DropUndo(usize, u64),
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -85,6 +89,63 @@ pub fn apply_model(model: &mut Model, op: &ModelOp) {
                 m.omap.clear();
             }
         }
+        ModelOp::KeepUndo(..) | ModelOp::DropUndo(..) => {}
+    }
+}
+
+/// Each object's undo record versions, oldest first.
+pub type UndoModel = BTreeMap<usize, Vec<u64>>;
+
+/// The undo records after one transaction of `ops`: records kept and dropped as asked, and
+/// every record of an object it changes without keeping one dropped.
+pub fn apply_undo_model(undo: &mut UndoModel, ops: &[ModelOp]) {
+    let keeps = |o: usize| {
+        ops.iter()
+            .any(|op| matches!(op, ModelOp::KeepUndo(k, _) if *k == o))
+    };
+    for op in ops {
+        match *op {
+            ModelOp::KeepUndo(..) => {}
+            ModelOp::DropUndo(o, version) => undo.entry(o).or_default().retain(|v| *v > version),
+            ref change => {
+                let o = changed_object(change);
+                if !keeps(o) {
+                    undo.entry(o).or_default().clear();
+                }
+            }
+        }
+    }
+    for op in ops {
+        if let ModelOp::KeepUndo(o, version) = *op {
+            undo.entry(o).or_default().push(version);
+        }
+    }
+}
+
+/// The object an operation names.
+pub fn changed_object(op: &ModelOp) -> usize {
+    match *op {
+        ModelOp::Touch(o)
+        | ModelOp::Write(o, ..)
+        | ModelOp::Zero(o, ..)
+        | ModelOp::Truncate(o, _)
+        | ModelOp::Remove(o)
+        | ModelOp::SetAttr(o, ..)
+        | ModelOp::RemoveAttr(o, _)
+        | ModelOp::OmapSet(o, ..)
+        | ModelOp::OmapRemove(o, _)
+        | ModelOp::OmapClear(o)
+        | ModelOp::KeepUndo(o, _)
+        | ModelOp::DropUndo(o, _) => o,
+    }
+}
+
+/// Compares every named object's undo records with the model.
+pub fn check_undo(store: &Store, undo: &UndoModel, mode: Mode, names: &[String]) {
+    for (o, name) in names.iter().enumerate() {
+        let want = undo.get(&o).cloned().unwrap_or_default();
+        let got = store.undo_versions(&obj(1, name)).expect("undo versions");
+        assert_eq!(got, want, "{mode}: undo records of {name}");
     }
 }
 
@@ -103,6 +164,8 @@ pub fn add_to(txn: &mut Transaction, op: &ModelOp, names: &[String]) {
         ModelOp::OmapSet(o, k, v) => txn.omap_set(&r(o), &[b'k', k], &[v; 3]),
         ModelOp::OmapRemove(o, k) => txn.omap_remove(&r(o), &[b'k', k]),
         ModelOp::OmapClear(o) => txn.omap_clear(&r(o)),
+        ModelOp::KeepUndo(o, version) => txn.keep_undo(&r(o), version),
+        ModelOp::DropUndo(o, version) => txn.drop_undo(&r(o), version),
     };
 }
 
