@@ -26,11 +26,15 @@
 //!   updates parity from the change alone ([`Coder::add_parity_delta`]), without reading the
 //!   stripe's other data units.
 //!
-//! Both are tested here (`tests`), against the library as built.
+//! Both are tested here (`tests`), against the library as built. A write is planned on
+//! them ([`plan`]): which shard bytes to read and which to write, by parity delta or by
+//! encoding the touched part of a stripe again.
 
 mod code;
+mod plan;
 
 pub use code::{CodeError, Coder};
+pub use plan::{plan, Piece, Plan, PlanError, StripePlan, Way, OBJECT_BYTES_MAX};
 
 use std::fmt;
 

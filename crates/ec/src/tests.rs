@@ -273,3 +273,161 @@ fn parity_bytes_are_those_of_the_code_stored_on_disk() {
         assert_eq!(&heads, expected, "{profile}");
     }
 }
+
+/// An object's k + m shards, as a fresh encode makes them.
+fn shards_of(coder: &mut Coder, object: &[u8]) -> Vec<Vec<u8>> {
+    let profile = coder.profile();
+    let mut shards = profile.split(object);
+    if shards[0].is_empty() {
+        return vec![Vec::new(); profile.shards()];
+    }
+    let parity = parity_of(coder, &shards);
+    shards.extend(parity);
+    shards
+}
+
+/// Plans and applies a write to `old`'s shards the way an OSD will: read the planned
+/// pieces, apply, write the results, every shard at the new length. Returns the shards and
+/// the bytes read.
+fn write_through_plan(
+    coder: &mut Coder,
+    old: &[u8],
+    offset: u64,
+    data: &[u8],
+) -> (Vec<Vec<u8>>, Plan) {
+    let mut shards = shards_of(coder, old);
+    let p = plan(coder.profile(), old.len() as u64, offset, data.len() as u64).expect("plan");
+    let reads: Vec<Vec<u8>> = p
+        .reads()
+        .iter()
+        .map(|r| {
+            let shard = &shards[r.shard];
+            assert!(
+                r.offset + r.len <= shard.len() as u64,
+                "a read past the old shard's end: {r:?} of {}",
+                shard.len()
+            );
+            shard[r.offset as usize..(r.offset + r.len) as usize].to_vec()
+        })
+        .collect();
+    let written = p.apply(coder, data, &reads).expect("apply");
+    let new_len = p.new_shard_bytes() as usize;
+    for shard in shards.iter_mut() {
+        shard.resize(new_len, 0);
+    }
+    let pieces = p.writes();
+    assert_eq!(pieces.len(), written.len());
+    for (piece, bytes) in pieces.iter().zip(written) {
+        assert_eq!(piece.len, bytes.len() as u64, "{piece:?}");
+        shards[piece.shard][piece.offset as usize..(piece.offset + piece.len) as usize]
+            .copy_from_slice(&bytes);
+    }
+    (shards, p)
+}
+
+fn overwritten(old: &[u8], offset: u64, data: &[u8]) -> Vec<u8> {
+    let mut new = old.to_vec();
+    let end = offset as usize + data.len();
+    if new.len() < end {
+        new.resize(end, 0);
+    }
+    new[offset as usize..end].copy_from_slice(data);
+    new
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+    /// Whatever the object and the write, the shards after a planned write are those of a
+    /// fresh encode of the new object.
+    #[test]
+    fn a_planned_write_leaves_the_shards_a_fresh_encode_makes(
+        profile in profiles(),
+        old_len in 0usize..60_000,
+        offset in 0u64..70_000,
+        len in 0usize..40_000,
+        seed in any::<u8>(),
+    ) {
+        let mut coder = Coder::new(profile);
+        let old: Vec<u8> = (0..old_len).map(|i| (i as u8).wrapping_mul(seed | 1)).collect();
+        let data: Vec<u8> = (0..len).map(|i| (i as u8) ^ seed ^ 0x5a).collect();
+        let (shards, p) = write_through_plan(&mut coder, &old, offset, &data);
+        let new = overwritten(&old, offset, &data);
+        prop_assert_eq!(p.new_size(), new.len() as u64);
+        let fresh = shards_of(&mut coder, &new);
+        prop_assert!(shards == fresh, "{} write of {} at {} to {} bytes", profile, len, offset, old_len);
+    }
+}
+
+/// A 4 KiB overwrite inside a large object: at 8+3 a delta (its unit and three parity
+/// pieces, 16 KiB) reads less than a rewrite (the seven other units, 28 KiB); at 4+2 they
+/// read 12 KiB each and the tie goes to the rewrite.
+#[test]
+fn a_4k_overwrite_reads_what_the_design_says() {
+    for (k, m, way, read) in [(8, 3, Way::Delta, 16), (4, 2, Way::Rewrite, 12)] {
+        let profile = Profile::new(k, m, 4096).expect("profile");
+        let size = 4 << 20;
+        let p = plan(profile, size, 1 << 20, 4096).expect("plan");
+        assert_eq!(p.stripes().len(), 1);
+        assert_eq!(p.stripes()[0].way, way, "{profile}");
+        assert_eq!(p.read_bytes(), read << 10, "{profile}");
+        assert_eq!(
+            p.writes().iter().map(|w| w.len).sum::<u64>(),
+            (1 + m as u64) << 12
+        );
+        let mut coder = Coder::new(profile);
+        let old: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
+        let (shards, _) = write_through_plan(&mut coder, &old, 1 << 20, &[7; 4096]);
+        assert!(shards == shards_of(&mut coder, &overwritten(&old, 1 << 20, &[7; 4096])));
+    }
+}
+
+/// A small write at 64 KiB units touches parity only over its own 64-byte blocks, and a
+/// write that adds stripes past the old end reads nothing there.
+#[test]
+fn a_plan_reads_and_writes_only_what_the_write_touches() {
+    let profile = Profile::new(4, 2, 65536).expect("profile");
+    let p = plan(profile, 1 << 20, 100, 10).expect("plan");
+    let s = &p.stripes()[0];
+    assert_eq!((s.lo, s.hi), (64, 128));
+    assert!(p.writes()[1..].iter().all(|w| w.len == 64));
+    let grown = plan(profile, 1000, 1 << 20, 4096).expect("plan");
+    assert!(grown.reads().is_empty(), "{:?}", grown.reads());
+    assert_eq!(grown.new_size(), (1 << 20) + 4096);
+    assert_eq!(grown.new_shard_bytes(), 5 * 65536);
+}
+
+#[test]
+fn a_plan_refuses_what_it_cannot_do() {
+    let profile = Profile::new(4, 2, 4096).expect("profile");
+    assert_eq!(
+        plan(profile, 0, OBJECT_BYTES_MAX, 1),
+        Err(PlanError::TooLarge {
+            end: OBJECT_BYTES_MAX + 1
+        })
+    );
+    assert!(plan(profile, 0, u64::MAX, 2).is_err());
+    let p = plan(profile, 8192, 0, 100).expect("plan");
+    let mut coder = Coder::new(profile);
+    assert_eq!(
+        p.apply(&mut coder, &[0; 99], &[]),
+        Err(PlanError::Length {
+            what: "the write",
+            expected: 100,
+            got: 99
+        })
+    );
+    assert!(matches!(
+        p.apply(&mut coder, &[0; 100], &[]),
+        Err(PlanError::Reads { .. })
+    ));
+    let short: Vec<Vec<u8>> = p
+        .reads()
+        .iter()
+        .map(|r| vec![0; r.len as usize - 1])
+        .collect();
+    assert!(matches!(
+        p.apply(&mut coder, &[0; 100], &short),
+        Err(PlanError::Length { what: "a read", .. })
+    ));
+}
