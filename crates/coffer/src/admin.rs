@@ -178,6 +178,7 @@ pub async fn create_pool(
         min_size: size - size / 2,
         pg_num,
         domain: FailureDomain::Osd,
+        erasure: None,
     };
     let command = if edge {
         MonCommand::PoolCreateEdge { change }
@@ -686,6 +687,7 @@ pub fn pool(who: &Who, command: PoolCommand) -> Result<(), String> {
                 min_size: min_size.unwrap_or(size - size / 2),
                 pg_num,
                 domain,
+                erasure: None,
             };
             let (command, seal) = if seal_at_edge(seal.as_deref(), mon_links_secure(&conf)?)? {
                 (MonCommand::PoolCreateEdge { change }, "edge")

@@ -208,6 +208,62 @@ pub struct PoolInfo {
     /// Where the pool's data is sealed; fixed when the pool is created.
     #[serde(default)]
     pub seal: Seal,
+    /// The code of an erasure-coded pool (its size is then k + m, one shard per
+    /// position); None for a replicated pool. Fixed when the pool is created.
+    #[serde(default)]
+    pub erasure: Option<Erasure>,
+}
+
+/// An erasure-coded pool's code (docs/design/erasure.md, §4): k data shards, m parity
+/// shards, the stripe unit. A valid `ec::Profile` by construction, and checked again when a
+/// map is decoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "ErasureFields")]
+pub struct Erasure {
+    k: u8,
+    m: u8,
+    unit_bytes: u32,
+}
+
+#[derive(Deserialize)]
+struct ErasureFields {
+    k: u8,
+    m: u8,
+    unit_bytes: u32,
+}
+
+impl TryFrom<ErasureFields> for Erasure {
+    type Error = String;
+
+    fn try_from(fields: ErasureFields) -> Result<Erasure, String> {
+        let profile = ec::Profile::new(
+            usize::from(fields.k),
+            usize::from(fields.m),
+            u64::from(fields.unit_bytes),
+        )
+        .map_err(|e| e.to_string())?;
+        Ok(Erasure::new(profile))
+    }
+}
+
+impl Erasure {
+    pub fn new(profile: ec::Profile) -> Erasure {
+        let narrow = |n: usize| u8::try_from(n).expect("a profile has at most 32 shards");
+        Erasure {
+            k: narrow(profile.k()),
+            m: narrow(profile.m()),
+            unit_bytes: u32::try_from(profile.unit_bytes()).expect("a unit is at most 1 MiB"),
+        }
+    }
+
+    pub fn profile(&self) -> ec::Profile {
+        ec::Profile::new(
+            usize::from(self.k),
+            usize::from(self.m),
+            u64::from(self.unit_bytes),
+        )
+        .expect("checked when made or decoded")
+    }
 }
 
 /// Where a pool's data is sealed (docs/design/edge-sealing.md).
@@ -305,12 +361,15 @@ pub enum Change {
     RemoveOsd {
         id: OsdId,
     },
+    /// A pool, erasure-coded if `erasure` says so (its size then k + m).
     CreatePool {
         name: String,
         size: u8,
         min_size: u8,
         pg_num: u32,
         domain: FailureDomain,
+        #[serde(default)]
+        erasure: Option<Erasure>,
     },
     RemovePool {
         name: String,
@@ -497,8 +556,9 @@ impl ClusterMap {
                 min_size,
                 pg_num,
                 domain,
+                erasure,
             } => {
-                check_pool(name, *size, *min_size, *pg_num)?;
+                check_pool(name, *size, *min_size, *pg_num, *erasure)?;
                 if self.pool_by_name(name).is_some() {
                     return Err(ChangeError::PoolExists(name.clone()));
                 }
@@ -512,6 +572,7 @@ impl ClusterMap {
                     pg_num: *pg_num,
                     domain: *domain,
                     seal: Seal::Osd,
+                    erasure: *erasure,
                 };
                 self.pools.insert(id, pool);
             }
@@ -660,8 +721,12 @@ impl ClusterMap {
     /// The OSDs a PG maps to, in order (the first is the primary when up), whether or not
     /// they are up: the "up set" before liveness.
     pub fn pg_osds(&self, pool: &PoolInfo, pg: PgId) -> Vec<OsdId> {
-        let candidates: Vec<Candidate> = self
-            .osds
+        placement::place(pg, &self.candidates(), usize::from(pool.size), pool.domain)
+    }
+
+    /// Every OSD, as placement sees it.
+    fn candidates(&self) -> Vec<Candidate> {
+        self.osds
             .values()
             .map(|osd| Candidate {
                 osd: osd.id,
@@ -669,8 +734,7 @@ impl ClusterMap {
                 weight: osd.weight,
                 is_in: osd.is_in,
             })
-            .collect();
-        placement::place(pg, &candidates, usize::from(pool.size), pool.domain)
+            .collect()
     }
 
     /// Why a write of data to PG `pg` of `pool` is refused for want of space, if it is: an
@@ -748,13 +812,38 @@ impl ClusterMap {
         set
     }
 
+    /// The OSD holding each shard of a PG of an erasure-coded pool, by position (shard i at
+    /// position i): k + m entries, None where the OSD placed there is down or none could be
+    /// placed. A down OSD leaves its position empty; no other shard moves (erasure.md, §4).
+    ///
+    /// # Panics
+    /// If `pool` is replicated.
+    pub fn shards(&self, pool: &PoolInfo, pg: PgId) -> Vec<Option<OsdId>> {
+        let profile = pool
+            .erasure
+            .expect("shards are asked of an erasure-coded pool")
+            .profile();
+        let positions =
+            placement::place_positions(pg, &self.candidates(), profile.shards(), pool.domain);
+        positions
+            .into_iter()
+            .map(|at| at.filter(|id| self.osds.get(id).is_some_and(|osd| osd.up)))
+            .collect()
+    }
+
     /// The next OSD id no OSD has.
     pub fn next_osd_id(&self) -> OsdId {
         OsdId(self.osds.keys().next_back().map_or(0, |id| id.0 + 1))
     }
 }
 
-fn check_pool(name: &str, size: u8, min_size: u8, pg_num: u32) -> Result<(), ChangeError> {
+fn check_pool(
+    name: &str,
+    size: u8,
+    min_size: u8,
+    pg_num: u32,
+    erasure: Option<Erasure>,
+) -> Result<(), ChangeError> {
     let invalid = |why: String| Err(ChangeError::InvalidPool(why));
     if name.is_empty() || name.len() > POOL_NAME_BYTES_MAX {
         return invalid(format!("a name must be 1 to {POOL_NAME_BYTES_MAX} bytes"));
@@ -765,8 +854,24 @@ fn check_pool(name: &str, size: u8, min_size: u8, pg_num: u32) -> Result<(), Cha
     {
         return invalid(format!("{name:?}: use letters, digits, '-', '_' and '.'"));
     }
-    if size == 0 || size > POOL_SIZE_MAX {
-        return invalid(format!("size {size} is not within 1..={POOL_SIZE_MAX}"));
+    match erasure.map(|e| e.profile()) {
+        None if size == 0 || size > POOL_SIZE_MAX => {
+            return invalid(format!("size {size} is not within 1..={POOL_SIZE_MAX}"));
+        }
+        Some(profile) if usize::from(size) != profile.shards() => {
+            return invalid(format!(
+                "size {size} is not k + m ({}) of the code {profile}",
+                profile.shards()
+            ));
+        }
+        // Fewer than k shards cannot be read back.
+        Some(profile) if usize::from(min_size) < profile.k() || min_size > size => {
+            return invalid(format!(
+                "min_size {min_size} is not within k..=k + m ({}..={size}) of the code {profile}",
+                profile.k()
+            ));
+        }
+        _ => {}
     }
     if min_size == 0 || min_size > size {
         return invalid(format!(
@@ -790,6 +895,7 @@ mod tests {
             min_size: 2,
             pg_num: 32,
             domain: FailureDomain::Osd,
+            erasure: None,
         }
     }
 
@@ -840,17 +946,18 @@ mod tests {
                 size: 3,
                 min_size: 2,
                 pg_num: 8,
-                domain: FailureDomain::Osd
+                domain: FailureDomain::Osd,
+                erasure: None,
             }),
             Err(ChangeError::InvalidPool(_))
         ));
         assert_eq!(map, before);
     }
 
-    #[test]
-    fn acting_sets_skip_down_osds_and_keep_order() {
+    /// A map of `count` OSDs, up and in, each on a host of its own.
+    fn up_osds_on_their_own_hosts(count: u32) -> ClusterMap {
         let mut map = ClusterMap::default();
-        for i in 0..4 {
+        for i in 0..count {
             let add = Change::AddOsd {
                 id: OsdId(i),
                 host: format!("h{i}"),
@@ -863,6 +970,86 @@ mod tests {
             })
             .expect("boot");
         }
+        map
+    }
+
+    fn erasure(k: usize, m: usize) -> Option<Erasure> {
+        Some(Erasure::new(ec::Profile::new(k, m, 4096).expect("profile")))
+    }
+
+    fn ec_pool(name: &str, size: u8, min_size: u8) -> Change {
+        Change::CreatePool {
+            name: name.into(),
+            size,
+            min_size,
+            pg_num: 16,
+            domain: FailureDomain::Host,
+            erasure: erasure(4, 2),
+        }
+    }
+
+    /// Shard i of a PG lives at position i: a down OSD leaves a hole and no shard moves; an
+    /// OSD marked out is replaced at its own position.
+    #[test]
+    fn an_erasure_coded_pool_has_a_shard_per_position_and_a_down_osd_leaves_a_hole() {
+        let mut map = up_osds_on_their_own_hosts(8);
+        map.apply(&ec_pool("ec", 6, 5))
+            .expect("an erasure-coded pool");
+        let p = map.pool_by_name("ec").expect("pool").clone();
+        assert_eq!(p.erasure, erasure(4, 2));
+        for number in 0..p.pg_num {
+            let pg = PgId { pool: p.id, number };
+            let shards = map.shards(&p, pg);
+            let placed: Vec<OsdId> = shards.iter().flatten().copied().collect();
+            assert_eq!(placed, map.pg_osds(&p, pg), "all up: every position held");
+            let mut down = map.clone();
+            down.apply(&Change::OsdDown { id: placed[2] })
+                .expect("down");
+            let mut holed = shards.clone();
+            holed[2] = None;
+            assert_eq!(down.shards(&p, pg), holed, "pg {number}");
+            down.apply(&Change::OsdOut { id: placed[2] }).expect("out");
+            let replaced = down.shards(&p, pg);
+            assert_eq!(replaced[..2], shards[..2], "pg {number}");
+            assert!(replaced[2].is_some_and(|osd| osd != placed[2]));
+        }
+    }
+
+    #[test]
+    fn erasure_coded_pools_are_checked_when_created_and_when_read() {
+        let mut map = ClusterMap::default();
+        for (change, why) in [
+            (ec_pool("a", 5, 5), "size 5 is not k + m (6)"),
+            (
+                ec_pool("a", 6, 3),
+                "min_size 3 is not within k..=k + m (4..=6)",
+            ),
+            (ec_pool("a", 6, 7), "min_size 7"),
+        ] {
+            match map.apply(&change) {
+                Err(ChangeError::InvalidPool(reason)) => assert!(reason.contains(why), "{reason}"),
+                other => panic!("{change:?} gave {other:?}"),
+            }
+        }
+        map.apply(&ec_pool("a", 6, 4))
+            .expect("min_size k is allowed");
+        let pool = map.pool_by_name("a").expect("pool").clone();
+        let json = serde_json::to_string(&pool).expect("encode");
+        let back: PoolInfo = serde_json::from_str(&json).expect("decode");
+        assert_eq!(back, pool);
+        let bad = json.replace("\"unit_bytes\":4096", "\"unit_bytes\":100");
+        assert_ne!(bad, json);
+        let refused = serde_json::from_str::<PoolInfo>(&bad).expect_err("a unit of 100 bytes");
+        assert!(refused.to_string().contains("unit"), "{refused}");
+        let replicated = json.replace(",\"erasure\":{\"k\":4,\"m\":2,\"unit_bytes\":4096}", "");
+        assert_ne!(replicated, json);
+        let old: PoolInfo = serde_json::from_str(&replicated).expect("a pool of an older map");
+        assert_eq!(old.erasure, None);
+    }
+
+    #[test]
+    fn acting_sets_skip_down_osds_and_keep_order() {
+        let mut map = up_osds_on_their_own_hosts(4);
         map.apply(&pool("p")).expect("pool");
         let p = map.pool_by_name("p").expect("pool").clone();
         let pg = map.pg_of(&p, &ObjectName::new("obj").expect("name"));

@@ -80,6 +80,26 @@ pub fn pg_of(hash: u32, pg_num: u32) -> u32 {
 /// The ordered OSDs (primary first) that hold `pg`: `size` of them where the candidates
 /// allow, fewer when there are not enough failure domains with weight.
 pub fn place(pg: PgId, candidates: &[Candidate], size: usize, domain: FailureDomain) -> Vec<OsdId> {
+    place_positions(pg, candidates, size, domain)
+        .into_iter()
+        .flatten()
+        .collect()
+}
+
+/// The OSD at each of `size` positions of `pg` (an erasure-coded pool's shard i lives at
+/// position i), None where no failure domain with weight is left for it. Position r is
+/// drawn with attempt numbers r, r + size, ... among the candidates the positions before it
+/// did not take, so a position's OSD changes only when its own draw or an earlier
+/// position's choice does: marking one OSD out moves its own position, and a later one
+/// only where the replacement (or, by host, its host) was what that position had drawn, or
+/// the freed host is. No position before it moves. [`place`] is these, closed up.
+pub fn place_positions(
+    pg: PgId,
+    candidates: &[Candidate],
+    size: usize,
+    domain: FailureDomain,
+) -> Vec<Option<OsdId>> {
+    let mut positions: Vec<Option<OsdId>> = Vec::with_capacity(size);
     let mut chosen: Vec<OsdId> = Vec::with_capacity(size);
     let mut used_hosts: Vec<&str> = Vec::with_capacity(size);
     let mut hosts: Vec<(&str, u64)> = Vec::new();
@@ -90,6 +110,7 @@ pub fn place(pg: PgId, candidates: &[Candidate], size: usize, domain: FailureDom
         }
     }
     for replica in 0..size as u32 {
+        let mut placed = None;
         for attempt in 0..PLACEMENT_TRIES_MAX {
             let r = replica + attempt * size as u32;
             let pick = match domain {
@@ -117,11 +138,13 @@ pub fn place(pg: PgId, candidates: &[Candidate], size: usize, domain: FailureDom
             if let Some(c) = pick {
                 chosen.push(c.osd);
                 used_hosts.push(&c.host);
+                placed = Some(c.osd);
                 break;
             }
         }
+        positions.push(placed);
     }
-    chosen
+    positions
 }
 
 fn item_key_osd(osd: OsdId) -> u64 {
@@ -285,6 +308,46 @@ mod tests {
             (light - 1.0 / 9.0).abs() < 0.015,
             "unit weight takes 1/9: {light}"
         );
+    }
+
+    /// `place` is the positions closed up. Marking an OSD out moves its own position and
+    /// none before it; by host, no later one either (its position keeps the host), and by
+    /// OSD, a later one only now and then (where its draws met the OSD or its replacement).
+    #[test]
+    fn positions_move_only_from_the_one_marked_out() {
+        let shards = 6;
+        for domain in [FailureDomain::Host, FailureDomain::Osd] {
+            let osds = cluster(8, 2);
+            let mut out = osds.clone();
+            out[5].is_in = false;
+            let (mut had, mut later_moved) = (0, 0);
+            for n in 0..2048 {
+                let before = place_positions(pg(n), &osds, shards, domain);
+                let closed: Vec<OsdId> = before.iter().flatten().copied().collect();
+                assert_eq!(place(pg(n), &osds, shards, domain), closed);
+                assert_eq!(
+                    closed.len(),
+                    shards,
+                    "{domain:?}: 16 OSDs on 8 hosts hold 6"
+                );
+                let after = place_positions(pg(n), &out, shards, domain);
+                let Some(at) = before.iter().position(|p| *p == Some(OsdId(5))) else {
+                    assert_eq!(after, before, "{domain:?}: PG {n} moved without osd.5");
+                    continue;
+                };
+                had += 1;
+                assert_eq!(after[..at], before[..at], "{domain:?}: PG {n}");
+                assert!(after[at].is_some_and(|osd| osd != OsdId(5)));
+                later_moved += (at + 1..shards).filter(|i| after[*i] != before[*i]).count();
+            }
+            match domain {
+                FailureDomain::Host => assert_eq!(later_moved, 0),
+                FailureDomain::Osd => assert!(
+                    later_moved * 2 < had,
+                    "{later_moved} later positions moved in {had} PGs"
+                ),
+            }
+        }
     }
 
     /// Marking one OSD out moves only PGs that had it; adding one moves only PGs that gain

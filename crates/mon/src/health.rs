@@ -351,6 +351,7 @@ mod tests {
             min_size,
             pg_num: 4,
             domain: FailureDomain::Osd,
+            erasure: None,
         })
         .expect("pool");
     }

@@ -268,6 +268,7 @@ impl World {
                 min_size: POOL_MIN_SIZE,
                 pg_num: config.pg_num,
                 domain: FailureDomain::Osd,
+                erasure: None,
             },
         )
     }

@@ -29,6 +29,7 @@ pub fn pool(name: &str) -> Command {
         min_size: 1,
         pg_num: 8,
         domain: FailureDomain::Osd,
+        erasure: None,
     })
 }
 
