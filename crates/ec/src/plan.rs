@@ -3,18 +3,21 @@
 //! (docs/design/erasure.md, §6).
 //!
 //! For each stripe the write touches, its parity changes only at the unit offsets the
-//! written bytes lie at (the code works position by position): the *hull*, those offsets
-//! rounded out to whole 64-byte blocks (the whole unit when the write covers parts of two
-//! units or more). Parity there is brought up to date one of two ways:
+//! written bytes lie at (the code works position by position): those offsets rounded out to
+//! whole 64-byte blocks, in one or two segments (the tail of one unit and the head of the
+//! next are two; a write over whole units makes the whole unit one), each a *hull*. Parity
+//! there is brought up to date one of two ways:
 //! - **Delta**: read the old bytes the write replaces and the m parity shards over the hull;
 //!   new parity = old parity ⊕ parity(old ⊕ new).
 //! - **Rewrite**: read the stripe's other data over the hull and encode it anew with the
 //!   written bytes.
 //!
-//! whichever reads fewer bytes, rewrite on a tie. Shard bytes at or past the old shards'
-//! end are zeros (an object's shards are all `shard_bytes(old_size)` long, and what lies
-//! past them reads as zeros): they are never read, so a stripe the write adds is a rewrite
-//! that reads nothing.
+//! whichever reads fewer bytes, rewrite on a tie. Shard bytes past the old object's end
+//! are zeros and are never read: a data unit's bytes past the old size (the padding of the
+//! last stripe, and whatever lies past the shards' end), and parity where every data unit
+//! is past it. So a stripe the write adds is a rewrite that reads nothing, and an append
+//! reads only the stripe's units that hold data. This relies on the padding being zeros:
+//! whatever shortens an object must zero its last stripe past the new size.
 
 use std::fmt;
 
@@ -38,7 +41,7 @@ pub enum Way {
     Rewrite,
 }
 
-/// One stripe of a plan.
+/// One hull of one stripe of a plan.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StripePlan {
     pub stripe: u64,
@@ -115,11 +118,11 @@ pub fn plan(profile: Profile, old_size: u64, offset: u64, len: u64) -> Result<Pl
     let end = offset
         .checked_add(len)
         .filter(|end| *end <= OBJECT_BYTES_MAX && old_size <= OBJECT_BYTES_MAX)
+        .filter(|end| profile.shard_bytes(old_size.max(*end)) <= OBJECT_BYTES_MAX)
         .ok_or(PlanError::TooLarge {
             end: offset.saturating_add(len).max(old_size),
         })?;
     let (k, unit, width) = (profile.k(), profile.unit_bytes(), profile.width_bytes());
-    let limit = profile.shard_bytes(old_size);
     let touched = match len {
         0 => 0..0,
         _ => offset / width..(end - 1) / width + 1,
@@ -133,33 +136,29 @@ pub fn plan(profile: Profile, old_size: u64, offset: u64, len: u64) -> Result<Pl
                 (from < to).then(|| (i, from - start, to - start, from - offset))
             })
             .collect();
-        let (lo, hi) = match written[..] {
-            [(_, from, to, _)] => (
-                from / BLOCK_BYTES * BLOCK_BYTES,
-                to.next_multiple_of(BLOCK_BYTES),
-            ),
-            _ => (0, unit),
-        };
-        let base = stripe * unit;
-        let below = |from: u64, to: u64| to.min(limit).saturating_sub(from.min(limit));
-        let hull = below(base + lo, base + hi);
-        let replaced: u64 = written
-            .iter()
-            .map(|(_, from, to, _)| below(base + from, base + to))
-            .sum();
-        let delta = replaced + profile.m() as u64 * hull;
-        let rewrite = k as u64 * hull - replaced;
-        let way = match delta < rewrite {
-            true => Way::Delta,
-            false => Way::Rewrite,
-        };
-        stripes.push(StripePlan {
-            stripe,
-            way,
-            lo,
-            hi,
-            written,
-        });
+        for (lo, hi, written) in segments(written) {
+            let limit = |shard: usize| old_limit(profile, old_size, stripe, shard);
+            let below = |shard: usize, from: u64, to: u64| {
+                to.min(limit(shard)).saturating_sub(from.min(limit(shard)))
+            };
+            let replaced: u64 = written
+                .iter()
+                .map(|&(shard, from, to, _)| below(shard, from, to))
+                .sum();
+            let others: u64 = (0..k).map(|shard| below(shard, lo, hi)).sum::<u64>() - replaced;
+            let parity = profile.m() as u64 * below(k, lo, hi);
+            let way = match replaced + parity < others {
+                true => Way::Delta,
+                false => Way::Rewrite,
+            };
+            stripes.push(StripePlan {
+                stripe,
+                way,
+                lo,
+                hi,
+                written,
+            });
+        }
     }
     Ok(Plan {
         profile,
@@ -168,6 +167,48 @@ pub fn plan(profile: Profile, old_size: u64, offset: u64, len: u64) -> Result<Pl
         len,
         stripes,
     })
+}
+
+/// The written units of one stripe grouped by where parity changes: each unit's offsets
+/// rounded out to whole blocks, overlapping ones merged. A write inside one unit is one
+/// segment; one over whole units makes the whole unit one; the tail of a unit and the head
+/// of the next, two. Each segment is (lo, hi, its units).
+#[allow(clippy::type_complexity)]
+fn segments(written: Vec<(usize, u64, u64, u64)>) -> Vec<(u64, u64, Vec<(usize, u64, u64, u64)>)> {
+    let mut rounded: Vec<(u64, u64, (usize, u64, u64, u64))> = written
+        .into_iter()
+        .map(|w| {
+            (
+                w.1 / BLOCK_BYTES * BLOCK_BYTES,
+                w.2.next_multiple_of(BLOCK_BYTES),
+                w,
+            )
+        })
+        .collect();
+    rounded.sort_by_key(|r| (r.0, r.2 .0));
+    let mut segments: Vec<(u64, u64, Vec<(usize, u64, u64, u64)>)> = Vec::new();
+    for (lo, hi, w) in rounded {
+        match segments.last_mut() {
+            Some(last) if lo < last.1 => {
+                last.1 = last.1.max(hi);
+                last.2.push(w);
+            }
+            _ => segments.push((lo, hi, vec![w])),
+        }
+    }
+    segments
+}
+
+/// How far, in unit offsets, `shard`'s unit of `stripe` holds old bytes: past it, up to the
+/// unit's end, it holds zeros (the object's bytes there are past its old size, and parity
+/// is zero where every data unit is). Only bytes below it are read.
+fn old_limit(profile: Profile, old_size: u64, stripe: u64, shard: usize) -> u64 {
+    let unit_index = match shard < profile.k() {
+        true => shard as u64,
+        false => 0,
+    };
+    let start = stripe * profile.width_bytes() + unit_index * profile.unit_bytes();
+    old_size.saturating_sub(start).min(profile.unit_bytes())
 }
 
 impl Plan {
@@ -186,7 +227,7 @@ impl Plan {
     }
 
     /// The old shard bytes to read before `apply`, in the order `apply` takes them. None
-    /// lies at or past the old shards' end.
+    /// lies past the old object's end.
     pub fn reads(&self) -> Vec<Piece> {
         let mut reads = Vec::new();
         self.each_read(|piece, _| reads.push(piece));
@@ -232,11 +273,11 @@ impl Plan {
             self.profile.m(),
             self.profile.unit_bytes(),
         );
-        let limit = self.profile.shard_bytes(self.old_size);
         for (index, s) in self.stripes.iter().enumerate() {
             let base = s.stripe * unit;
             let mut read = |shard: usize, from: u64, to: u64| {
-                let (from, to) = (base + from, (base + to).min(limit));
+                let to = to.min(old_limit(self.profile, self.old_size, s.stripe, shard));
+                let (from, to) = (base + from, base + to);
                 if from < to {
                     f(
                         Piece {
@@ -280,6 +321,11 @@ impl Plan {
         data: &[u8],
         reads: &[Vec<u8>],
     ) -> Result<Vec<Vec<u8>>, PlanError> {
+        assert_eq!(
+            coder.profile(),
+            self.profile,
+            "a plan is applied with its own profile's coder"
+        );
         if data.len() as u64 != self.len {
             return Err(PlanError::Length {
                 what: "the write",

@@ -325,6 +325,17 @@ fn write_through_plan(
     (shards, p)
 }
 
+/// Bytes that do not repeat at any period a unit or block could hide: a byte taken from the
+/// wrong shard, stripe or offset differs.
+fn unrepeating(len: usize, seed: u8) -> Vec<u8> {
+    (0..len as u64)
+        .map(|i| {
+            let x = (i ^ u64::from(seed) << 40).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            (x >> 56) as u8
+        })
+        .collect()
+}
+
 fn overwritten(old: &[u8], offset: u64, data: &[u8]) -> Vec<u8> {
     let mut new = old.to_vec();
     let end = offset as usize + data.len();
@@ -349,8 +360,8 @@ proptest! {
         seed in any::<u8>(),
     ) {
         let mut coder = Coder::new(profile);
-        let old: Vec<u8> = (0..old_len).map(|i| (i as u8).wrapping_mul(seed | 1)).collect();
-        let data: Vec<u8> = (0..len).map(|i| (i as u8) ^ seed ^ 0x5a).collect();
+        let old = unrepeating(old_len, seed);
+        let data = unrepeating(len, seed ^ 0x5a);
         let (shards, p) = write_through_plan(&mut coder, &old, offset, &data);
         let new = overwritten(&old, offset, &data);
         prop_assert_eq!(p.new_size(), new.len() as u64);
@@ -382,6 +393,38 @@ fn a_4k_overwrite_reads_what_the_design_says() {
     }
 }
 
+/// An append reads only what the object holds: at 4+2, the next 4 KiB of a 4 KiB object is
+/// its stripe encoded again from the one unit with data (4 KiB), not from the padding.
+/// The tail of one 64 KiB unit and the head of the next change parity in two 4 KiB hulls,
+/// not over the whole unit.
+#[test]
+fn a_plan_reads_no_padding_and_splits_a_write_across_two_units() {
+    let small = Profile::new(4, 2, 4096).expect("profile");
+    let p = plan(small, 4096, 4096, 4096).expect("plan");
+    assert_eq!(p.stripes()[0].way, Way::Rewrite);
+    assert_eq!(
+        p.reads(),
+        vec![Piece {
+            shard: 0,
+            offset: 0,
+            len: 4096
+        }]
+    );
+    let large = Profile::new(4, 2, 65536).expect("profile");
+    let p = plan(large, 1 << 20, 61440, 8192).expect("plan");
+    let hulls: Vec<(u64, u64)> = p.stripes().iter().map(|s| (s.lo, s.hi)).collect();
+    assert_eq!(hulls, vec![(0, 4096), (61440, 65536)]);
+    assert_eq!(
+        p.writes().iter().map(|w| w.len).sum::<u64>(),
+        8192 + 2 * 8192
+    );
+    let mut coder = Coder::new(large);
+    let old = unrepeating(1 << 20, 3);
+    let data = unrepeating(8192, 4);
+    let (shards, _) = write_through_plan(&mut coder, &old, 61440, &data);
+    assert!(shards == shards_of(&mut coder, &overwritten(&old, 61440, &data)));
+}
+
 /// A small write at 64 KiB units touches parity only over its own 64-byte blocks, and a
 /// write that adds stripes past the old end reads nothing there.
 #[test]
@@ -407,6 +450,13 @@ fn a_plan_refuses_what_it_cannot_do() {
         })
     );
     assert!(plan(profile, 0, u64::MAX, 2).is_err());
+    // Shards are rounded up to whole units: with k = 1 a shard may pass the store's limit
+    // before the object does.
+    let narrow = Profile::new(1, 1, 12288).expect("profile");
+    assert!(matches!(
+        plan(narrow, 0, OBJECT_BYTES_MAX - 1, 1),
+        Err(PlanError::TooLarge { .. })
+    ));
     let p = plan(profile, 8192, 0, 100).expect("plan");
     let mut coder = Coder::new(profile);
     assert_eq!(

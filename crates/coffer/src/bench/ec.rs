@@ -1,7 +1,9 @@
 //! `coffer bench ec`: the erasure code as an OSD would run it (crates/ec), on one core: a
 //! 4 MiB object cut into shards and encoded, rebuilt with one and with m data shards lost,
-//! and a 4 KiB overwrite's parity delta, per profile and stripe unit. Objects cycle through a
-//! working set larger than the caches, as a write's buffers do.
+//! a 4 KiB overwrite's parity delta, and a whole planned 4 KiB overwrite (`ec::plan`: the
+//! shard pieces it reads, the bytes and parity it writes), per profile and stripe unit, with
+//! the shard bytes each reads and writes. Objects cycle through a working set larger than
+//! the caches, as a write's buffers do.
 
 use std::time::Instant;
 
@@ -40,9 +42,21 @@ struct Cell {
     us_per_op: f64,
     /// Bytes stored per byte of object data.
     stored_per_byte: f64,
+    /// Shard bytes read and written per op (the data a client sends is not counted read).
+    read_per_op: f64,
+    written_per_op: f64,
 }
 
-const OPS: [(&str, &str); 4] = [
+/// One op's figures in one round.
+struct Measured {
+    op: &'static str,
+    gb_s: f64,
+    us_per_op: f64,
+    read_per_op: f64,
+    written_per_op: f64,
+}
+
+const OPS: [(&str, &str); 5] = [
     (
         "encode",
         "a 4 MiB object cut into k shards, m parity shards computed",
@@ -58,6 +72,11 @@ const OPS: [(&str, &str); 4] = [
     (
         "delta-4K",
         "a 4 KiB overwrite: old ⊕ new, its parity added to m parity pieces",
+    ),
+    (
+        "overwrite-4K",
+        "a 4 KiB overwrite as planned (ec::plan): by delta or by encoding again, whichever \
+         reads less; the pieces read gathered, the bytes and parity written placed",
     ),
 ];
 
@@ -105,24 +124,26 @@ pub fn run(args: EcArgs) -> Result<(), String> {
     let mut cells = Vec::new();
     for round in 1..=args.cells.rounds {
         for &profile in &profiles {
-            for (op, gb_s, us_per_op) in measure(profile, &args)? {
+            for m in measure(profile, &args)? {
                 cells.push(Cell {
                     round,
                     profile: profile.to_string(),
                     unit_bytes: profile.unit_bytes(),
-                    op,
-                    gb_s,
-                    us_per_op,
+                    op: m.op,
+                    gb_s: m.gb_s,
+                    us_per_op: m.us_per_op,
                     stored_per_byte: profile.stored_bytes(OBJECT_BYTES as u64) as f64
                         / OBJECT_BYTES as f64,
+                    read_per_op: m.read_per_op,
+                    written_per_op: m.written_per_op,
                 });
             }
         }
     }
     println!();
     println!(
-        "{:>7} {:>5} {:>10} {:>8} {:>10} {:>14}",
-        "profile", "unit", "op", "GB/s", "us per op", "stored per GiB"
+        "{:>7} {:>5} {:>12} {:>8} {:>10} {:>8} {:>8} {:>14}",
+        "profile", "unit", "op", "GB/s", "us per op", "read", "written", "stored per GiB"
     );
     for profile in &profiles {
         for (op, _) in OPS {
@@ -140,18 +161,21 @@ pub fn run(args: EcArgs) -> Result<(), String> {
                 median(&values)
             };
             println!(
-                "{:>7} {:>5} {:>10} {:>8.2} {:>10.1} {:>10.2} GiB",
+                "{:>7} {:>5} {:>12} {:>8.2} {:>10.1} {:>8} {:>8} {:>10.2} GiB",
                 profile.to_string(),
                 size_label(profile.unit_bytes()),
                 op,
                 of(|c| c.gb_s),
                 of(|c| c.us_per_op),
+                size_label(of(|c| c.read_per_op) as u64),
+                size_label(of(|c| c.written_per_op) as u64),
                 of(|c| c.stored_per_byte),
             );
         }
     }
     println!(
-        "medians of {} round(s); GB/s counts object bytes (overwritten bytes for delta-4K)",
+        "medians of {} round(s); GB/s counts object bytes (overwritten bytes for the 4K \
+         overwrites); read and written count shard bytes per op",
         args.cells.rounds
     );
     if let Some(path) = &args.cells.json {
@@ -168,9 +192,9 @@ pub fn run(args: EcArgs) -> Result<(), String> {
     Ok(())
 }
 
-/// One profile's four cells: (op, GB/s, µs per op). Every rebuild is checked against the
-/// shards it replaces, and every delta against a full encode at the end.
-fn measure(profile: Profile, args: &EcArgs) -> Result<Vec<(&'static str, f64, f64)>, String> {
+/// One profile's cells. Every rebuild is checked against the shards it replaces, and every
+/// delta and planned overwrite against a full encode at the end.
+fn measure(profile: Profile, args: &EcArgs) -> Result<Vec<Measured>, String> {
     let (k, m) = (profile.k(), profile.m());
     let mut coder = Coder::new(profile);
     let objects = ((args.cells.working_set_mib << 20) as usize / OBJECT_BYTES).max(1);
@@ -195,11 +219,15 @@ fn measure(profile: Profile, args: &EcArgs) -> Result<Vec<(&'static str, f64, f6
             *slot = shard;
         }
     }
+    let shards_of = |count: usize| (count * shard_bytes) as f64;
     results.push(rate(
-        "encode",
-        passes,
-        OBJECT_BYTES,
-        start.elapsed().as_secs_f64(),
+        (
+            "encode",
+            passes,
+            OBJECT_BYTES,
+            start.elapsed().as_secs_f64(),
+        ),
+        (0.0, shards_of(k + m)),
     ));
 
     for (op, lost) in [("rebuild-1", 1), ("rebuild-m", m)] {
@@ -221,7 +249,10 @@ fn measure(profile: Profile, args: &EcArgs) -> Result<Vec<(&'static str, f64, f6
                 }
             }
         }
-        results.push(rate(op, passes, OBJECT_BYTES, seconds));
+        results.push(rate(
+            (op, passes, OBJECT_BYTES, seconds),
+            (shards_of(k), shards_of(lost)),
+        ));
     }
 
     let overwrites = (passes * OBJECT_BYTES / OVERWRITE_BYTES / 16).max(1);
@@ -249,11 +280,54 @@ fn measure(profile: Profile, args: &EcArgs) -> Result<Vec<(&'static str, f64, f6
             .add_parity_delta(shard, &delta, &mut outs)
             .map_err(code_error)?;
     }
+    let pieces = ((1 + m) * OVERWRITE_BYTES) as f64;
     results.push(rate(
-        "delta-4K",
-        overwrites,
-        OVERWRITE_BYTES,
-        start.elapsed().as_secs_f64(),
+        (
+            "delta-4K",
+            overwrites,
+            OVERWRITE_BYTES,
+            start.elapsed().as_secs_f64(),
+        ),
+        (pieces, pieces),
+    ));
+
+    // The whole overwrite a primary computes: its plan, the pieces it reads gathered from
+    // the shards, the bytes and parity it writes placed back.
+    let plan_error = |e: ec::PlanError| format!("{profile}: {e}");
+    let (mut read, mut written) = (0u64, 0u64);
+    let start = Instant::now();
+    for n in 0..overwrites {
+        new.fill(n as u8 | 0x80);
+        let i = n % objects;
+        let at = ((n * 7919 + 5) * OVERWRITE_BYTES) % OBJECT_BYTES;
+        let plan = ec::plan(profile, OBJECT_BYTES as u64, at as u64, new.len() as u64)
+            .map_err(plan_error)?;
+        let gathered: Vec<Vec<u8>> = plan
+            .reads()
+            .iter()
+            .map(|p| stored[i][p.shard][p.offset as usize..(p.offset + p.len) as usize].to_vec())
+            .collect();
+        let bytes = plan
+            .apply(&mut coder, &new, &gathered)
+            .map_err(plan_error)?;
+        for (p, bytes) in plan.writes().iter().zip(bytes) {
+            stored[i][p.shard][p.offset as usize..(p.offset + p.len) as usize]
+                .copy_from_slice(&bytes);
+            written += p.len;
+        }
+        read += plan.read_bytes();
+    }
+    results.push(rate(
+        (
+            "overwrite-4K",
+            overwrites,
+            OVERWRITE_BYTES,
+            start.elapsed().as_secs_f64(),
+        ),
+        (
+            read as f64 / overwrites as f64,
+            written as f64 / overwrites as f64,
+        ),
     ));
 
     for (i, shards) in stored.iter().enumerate() {
@@ -290,11 +364,18 @@ fn simd_engine() -> &'static str {
     "portable"
 }
 
-fn rate(op: &'static str, ops: usize, bytes: usize, seconds: f64) -> (&'static str, f64, f64) {
+/// An op's figures from (op, ops done, bytes per op, seconds) and the shard bytes (read,
+/// written) per op.
+fn rate(
+    (op, ops, bytes, seconds): (&'static str, usize, usize, f64),
+    (read_per_op, written_per_op): (f64, f64),
+) -> Measured {
     let seconds = seconds.max(1e-9);
-    (
+    Measured {
         op,
-        (ops * bytes) as f64 / seconds / 1e9,
-        seconds * 1e6 / ops as f64,
-    )
+        gb_s: (ops * bytes) as f64 / seconds / 1e9,
+        us_per_op: seconds * 1e6 / ops as f64,
+        read_per_op,
+        written_per_op,
+    }
 }
