@@ -90,9 +90,10 @@ pub fn place(pg: PgId, candidates: &[Candidate], size: usize, domain: FailureDom
 /// position i), None where no failure domain with weight is left for it. Position r is
 /// drawn with attempt numbers r, r + size, ... among the candidates the positions before it
 /// did not take, so a position's OSD changes only when its own draw or an earlier
-/// position's choice does: marking one OSD out moves its own position, and a later one
-/// only where the replacement (or, by host, its host) was what that position had drawn, or
-/// the freed host is. No position before it moves. [`place`] is these, closed up.
+/// position's choice does: marking one OSD out moves its own position and none before it.
+/// By host, while another OSD of its host is in, no later one moves either (the position
+/// keeps its host); by OSD, or when the host has no other OSD in, a later one moves where
+/// its draws met the OSD or its replacement. [`place`] is these, closed up.
 pub fn place_positions(
     pg: PgId,
     candidates: &[Candidate],

@@ -188,6 +188,23 @@ impl Handler for MonService {
     }
 }
 
+/// Why a change the map would take is refused, if it is: an erasure-coded pool, which the
+/// OSDs do not serve yet (they would hold it as k + m copies).
+fn unserved(change: &Change) -> Option<String> {
+    match change {
+        Change::CreatePool {
+            name,
+            erasure: Some(code),
+            ..
+        } => Some(format!(
+            "pool {name}: erasure-coded pools ({}) are not served yet (issue #33): the \
+             OSDs' write and read paths for shards come first",
+            code.profile()
+        )),
+        _ => None,
+    }
+}
+
 /// A new version of KMS key `name` (its first unless `rotate`), made here on the leader.
 fn kms_put(name: String, rotate: bool) -> Proposal {
     Proposal::KmsPut {
@@ -414,6 +431,9 @@ impl MonService {
                 if matches!(change, Change::AddOsd { .. }) {
                     return failed("add OSDs with osd create, which also makes their keys".into());
                 }
+                if let Some(why) = unserved(&change) {
+                    return failed(why);
+                }
                 Ok((Proposal::Change(change), None))
             }
             Command::OsdBoot { addr } => {
@@ -507,6 +527,9 @@ impl MonService {
             Command::PoolCreateEdge { change } => {
                 if !matches!(change, Change::CreatePool { .. }) {
                     return failed("pool create --seal edge takes a CreatePool change".into());
+                }
+                if let Some(why) = unserved(&change) {
+                    return failed(why);
                 }
                 let id = self.shared.read(|s| s.map.next_pool_id());
                 let name = crate::state::pool_kms_name(id);
@@ -607,5 +630,29 @@ pub fn node_of(member: &MonMember) -> MonNode {
     MonNode {
         name: member.name.clone(),
         addr: member.addr.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use map::cluster::Erasure;
+    use map::placement::FailureDomain;
+
+    #[test]
+    fn erasure_coded_pools_are_refused_until_the_osds_serve_them() {
+        let pool = |erasure| Change::CreatePool {
+            name: "wide".into(),
+            size: 6,
+            min_size: 5,
+            pg_num: 8,
+            domain: FailureDomain::Osd,
+            erasure,
+        };
+        let code: Erasure =
+            serde_json::from_str(r#"{"k":4,"m":2,"unit_bytes":4096}"#).expect("a 4+2 code");
+        let why = unserved(&pool(Some(code))).expect("refused");
+        assert!(why.contains("wide") && why.contains("4+2"), "{why}");
+        assert_eq!(unserved(&pool(None)), None);
     }
 }
