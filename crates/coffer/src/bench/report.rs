@@ -146,9 +146,11 @@ pub fn print_header(title: &str, config: &[(&str, String)]) {
     }
 }
 
-/// An IO size as the tables print it: 4K, 4M.
+/// A size as the tables print it: 4K, 4M, 5.5M.
 pub fn size_label(bytes: u64) -> String {
-    if bytes >= 1 << 20 {
+    if bytes >= 1 << 20 && !bytes.is_multiple_of(1 << 20) {
+        format!("{:.1}M", bytes as f64 / f64::from(1 << 20))
+    } else if bytes >= 1 << 20 {
         format!("{}M", bytes >> 20)
     } else {
         format!("{}K", bytes >> 10)
