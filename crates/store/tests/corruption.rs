@@ -73,6 +73,49 @@ fn gcm_flipped_data_byte_fails_the_read_naming_object_and_offset() {
     assert_eq!(&first[..], &bytes[..4096]);
 }
 
+/// A block an undo record keeps is checked when its extent comes back: flipped on disk while
+/// only the record referred to it, it is not read while the object holds newer bytes, and
+/// once the write is rolled back the read fails naming the chunk. A rollback reads nothing,
+/// so it cannot tell; the next read does.
+#[test]
+fn gcm_a_kept_block_flipped_on_disk_is_detected_once_rolled_back() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bytes = one_object_store(dir.path(), Mode::Gcm);
+    let old = used_blocks(dir.path());
+    assert_eq!(old.len(), 3, "the object's three sealed blocks");
+    let victim = obj(1, "victim");
+    let newer = pattern(2, 4096);
+    {
+        let store = Store::open(dir.path(), &kek(7)).expect("open");
+        let mut txn = Transaction::new();
+        txn.write(&victim, 4096, &newer).keep_undo(&victim, 1);
+        store.apply(txn).expect("a write keeping undo");
+    }
+    assert_eq!(
+        used_blocks(dir.path()).len(),
+        4,
+        "the replaced block stays beside the new"
+    );
+    edit_data(dir.path(), |d| d[old[1] * 4096 + 100] ^= 0x01);
+    let store = Store::open(dir.path(), &kek(7)).expect("open");
+    let read = store
+        .read(&victim, 0, 3 * 4096)
+        .expect("the newer bytes read");
+    assert_eq!(&read[4096..8192], &newer[..]);
+    let mut txn = Transaction::new();
+    txn.rollback(&victim, 1);
+    store.apply(txn).expect("rollback");
+    match store.read(&victim, 0, 3 * 4096) {
+        Err(ReadError::Integrity {
+            object,
+            offset_bytes,
+        }) => assert_eq!((object.as_str(), offset_bytes), ("1/victim", 4096)),
+        other => panic!("expected an integrity error, got {other:?}"),
+    }
+    let first = store.read(&victim, 0, 4096).expect("an untouched chunk");
+    assert_eq!(&first[..], &bytes[..4096]);
+}
+
 /// A read through the cache serves the blocks as they were read; a read of the device only
 /// (scrub's) sees what the disk holds now, keeps nothing, and a failed check is not kept.
 #[test]
