@@ -8,6 +8,7 @@
 //!
 //! Must never depend on: `client`, `mon` (checked by scripts/check-deps.py).
 
+mod erasure;
 pub mod metrics;
 mod net;
 mod node;

@@ -10,6 +10,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use map::cluster::ClusterMap;
 use map::placement::{OsdId, PgId};
+use map::ObjectName;
 use messenger::message::{AuthTable, LogEntry, OsdReply, OsdRequest, PgInfo, PgState};
 use store::Store;
 use tokio::sync::watch;
@@ -104,6 +105,16 @@ impl Node {
         let mut core = held.core.lock().await;
         inner.load(&mut core, pg).await?;
         Ok((core.info, core.log.iter().cloned().collect()))
+    }
+
+    /// The versions of the undo records this OSD's shard of `object` (in `pg`) keeps.
+    pub async fn undo_versions(&self, pg: PgId, object: &ObjectName) -> Result<Vec<u64>, String> {
+        let object = crate::objects::object_ref(pg, object);
+        self.service
+            .inner
+            .blocking(move |store| store.undo_versions(&object))
+            .await?
+            .map_err(|e| e.to_string())
     }
 
     /// Stops the node as `kill -9` would: every task of it ends at its next await, and what

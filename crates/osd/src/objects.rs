@@ -12,14 +12,19 @@ use bytes::Bytes;
 use map::placement::{pg_of, PgId};
 use map::{ObjectName, ObjectRef, PoolId};
 use messenger::message::{
-    ChunkSeal, CopyDigest, LogEntry, ObjectCopy, ObjectDigest, ObjectOp, OpResult, PgInfo, Version,
-    CHUNK_BYTES,
+    ChunkSeal, CopyDigest, LogEntry, ObjectCopy, ObjectDigest, ObjectOp, OpResult, PgInfo,
+    ShardHead, Version, CHUNK_BYTES,
 };
 use messenger::DATA_BYTES_MAX;
 use store::{ChunkRecord, ReadError, Store, Transaction, Via, OMAP_PAGE_ENTRIES_MAX};
 
 /// The attribute holding an object's version. Names starting with `.` are Coffer's own.
 pub const VERSION_ATTR: &str = ".v";
+/// An erasure-coded object's logical size, on each of its shards (a shard's own length
+/// is rounded to whole stripes).
+pub const SIZE_ATTR: &str = ".size";
+/// The position a shard was written for: one found under another position is not trusted.
+pub const SHARD_ATTR: &str = ".shard";
 /// The PG info attribute of a PG's metadata object.
 const INFO_ATTR: &str = ".info";
 /// Set on a PG's meta object while this OSD catches up from another (peering's sync, then
@@ -250,6 +255,79 @@ pub fn build_write(
         txn.set_attr(object, VERSION_ATTR, &encode(&version));
     }
     Ok(())
+}
+
+/// Adds to `txn` the ops of one shard of an erasure-coded write ordered at `version`, whose
+/// object is `size` bytes after it: first the undo records `drops` ends (object, version
+/// sequence), then the ops, the shard's attributes, and an undo record of this write, kept
+/// under the version's sequence (docs/design/erasure.md, §6).
+#[allow(clippy::too_many_arguments)]
+pub fn build_shard(
+    txn: &mut Transaction,
+    object: &ObjectRef,
+    ops: &[ObjectOp],
+    data: &Bytes,
+    version: Version,
+    shard: u8,
+    size: u64,
+    drops: &[(ObjectName, u64)],
+) -> Result<(), String> {
+    for (name, seq) in drops {
+        txn.drop_undo(&ObjectRef::new(object.pool, name.clone()), *seq);
+    }
+    build_write(txn, object, ops, data, version)?;
+    if !ops.iter().any(|op| matches!(op, ObjectOp::Remove)) {
+        txn.set_attr(object, SIZE_ATTR, &size.to_le_bytes());
+        txn.set_attr(object, SHARD_ATTR, &[shard]);
+    }
+    txn.keep_undo(object, version.seq);
+    Ok(())
+}
+
+/// This store's shard of `object`: what its attributes say of it, and `pieces` (offset,
+/// length) of its bytes, each zero-padded to its length past the shard's end. `None` when
+/// the object is absent.
+pub fn read_shard(
+    store: &Store,
+    object: &ObjectRef,
+    pieces: &[(u64, u64)],
+) -> Result<Option<(ShardHead, Vec<u8>)>, ReadError> {
+    let attrs = match store.attrs(object) {
+        Ok(attrs) => attrs,
+        Err(ReadError::NotFound { .. }) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let head = shard_head(&attrs).ok_or_else(|| ReadError::MetadataIntegrity {
+        what: format!("object {object}: its shard attributes are missing or do not decode"),
+    })?;
+    let wanted = pieces
+        .iter()
+        .fold(0u64, |sum, (_, len)| sum.saturating_add(*len));
+    if wanted > DATA_BYTES_MAX as u64 {
+        return Err(ReadError::Invalid {
+            reason: format!(
+                "a shard read of {wanted} bytes; a reply carries at most {DATA_BYTES_MAX}"
+            ),
+        });
+    }
+    let mut out = Vec::with_capacity(wanted as usize);
+    for &(offset, len) in pieces {
+        let bytes = store.read(object, offset, len)?;
+        out.extend_from_slice(&bytes);
+        out.resize(out.len() + (len as usize - bytes.len()), 0);
+    }
+    Ok(Some((head, out)))
+}
+
+/// The shard attributes among an object's attributes.
+pub fn shard_head(attrs: &BTreeMap<String, Vec<u8>>) -> Option<ShardHead> {
+    let size = attrs.get(SIZE_ATTR)?;
+    let shard = attrs.get(SHARD_ATTR)?;
+    Some(ShardHead {
+        version: version_of(attrs),
+        shard: *shard.first()?,
+        size: u64::from_le_bytes(size.as_slice().try_into().ok()?),
+    })
 }
 
 pub fn check_attr_name(name: &str) -> Result<(), String> {

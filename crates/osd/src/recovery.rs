@@ -184,6 +184,15 @@ impl OsdState {
             .is_some_and(|p| matches!(p.seal, map::cluster::Seal::Edge { .. }))
     }
 
+    /// The code of `pool`, if it is erasure-coded.
+    pub fn pool_erasure(&self, pool: PoolId) -> Option<ec::Profile> {
+        self.map
+            .borrow()
+            .pools
+            .get(&pool)
+            .and_then(|p| p.erasure.map(|e| e.profile()))
+    }
+
     pub fn pg_num(&self, pg: PgId) -> Result<u32, String> {
         self.map
             .borrow()
@@ -377,6 +386,11 @@ pub async fn peer(inner: Arc<OsdState>, id: PgId) {
             acting,
             size: usize::from(pool.size),
             min_size: usize::from(pool.min_size),
+            erasure: pool.erasure.map(|e| e.profile()),
+            positions: match pool.erasure {
+                Some(_) => map.shards(pool, id),
+                None => Vec::new(),
+            },
         })
     });
     let mut actions = VecDeque::from(core.on_peering(peering::Event::Start(placement)));
@@ -445,6 +459,16 @@ pub async fn peer(inner: Arc<OsdState>, id: PgId) {
 
 /// Starts the task that recovers `target` under `token` (`pg::Core::begin_recovery`).
 pub fn spawn_recovery(inner: &Arc<OsdState>, id: PgId, target: OsdId, token: u64) {
+    if inner.pool_erasure(id.pool).is_some() {
+        // A copy of the primary's object is not a shard: the holder stays out of the
+        // clean set (the PG says recovering) until shards are rebuilt.
+        tracing::warn!(
+            pg = %format!("{}.{}", id.pool, id.number),
+            osd = target.0,
+            "a shard holder missed a write; rebuilding shards is not built yet (#33)"
+        );
+        return;
+    }
     inner.spawn(recover(inner.clone(), id, target, token));
 }
 

@@ -10,7 +10,7 @@ use map::cluster::{ClusterMap, Epoch, PoolInfo, Seal, Space};
 use map::placement::{OsdId, PgId};
 use map::{ObjectName, ObjectRef};
 use messenger::message::{
-    LogEntry, ObjectOp, OpResult, OsdReply, OsdRequest, PeerOp, ReqId, CHUNK_BYTES,
+    LogEntry, ObjectOp, OpResult, OsdReply, OsdRequest, PeerOp, ReqId, Version, CHUNK_BYTES,
 };
 use messenger::{
     CertificateDer, EntityKind, EntityName, Handler, Peer, Reply, Request, SegmentCheck,
@@ -19,10 +19,10 @@ use store::{ReadError, Transaction};
 use tokio::sync::watch;
 use tokio::task::{AbortHandle, JoinSet};
 
-use crate::objects;
 use crate::pg::write::{Action, Event};
-use crate::pg::Verdict;
+use crate::pg::{Core, Verdict};
 use crate::OsdState;
+use crate::{erasure, objects};
 
 #[derive(Clone)]
 pub struct OsdService {
@@ -41,7 +41,7 @@ fn reply_with(message: OsdReply, data: Bytes) -> Reply {
 
 /// The reply for a read of this OSD's store that failed: the store's damage stays an
 /// integrity failure on the wire, so clients and front ends can tell it from other errors.
-fn read_failure(e: ReadError) -> OsdReply {
+pub(crate) fn read_failure(e: ReadError) -> OsdReply {
     match e {
         ReadError::NotFound { .. } => OsdReply::NotFound,
         e @ (ReadError::Integrity { .. } | ReadError::MetadataIntegrity { .. }) => {
@@ -181,6 +181,16 @@ fn osd_of(entity: &EntityName) -> Option<OsdId> {
     }
 }
 
+/// A write checked and built: this OSD's transaction, with its log entry, which trims
+/// `trim` entries off the log; for an erasure-coded PG each other holder's shard write,
+/// and the version up to which the holders drop their undo records.
+struct Prepared {
+    txn: Transaction,
+    trim: usize,
+    shards: BTreeMap<OsdId, (PeerOp, Bytes)>,
+    complete_to: Option<Version>,
+}
+
 struct ClientOp {
     pg: PgId,
     object: ObjectName,
@@ -308,6 +318,10 @@ impl OsdService {
         if write {
             return self.write(op, data, check).await.map(reply);
         }
+        if pool.erasure.is_some() {
+            let (results, bytes) = self.read_shards(&op).await?;
+            return Ok(reply_with(OsdReply::Results(results), Bytes::from(bytes)));
+        }
         let (results, bytes) = match self.read(&op).await? {
             Err(e @ (ReadError::Integrity { .. } | ReadError::MetadataIntegrity { .. })) => {
                 // This copy is damaged: replace it from a good one and read again.
@@ -345,6 +359,37 @@ impl OsdService {
             .map_err(OsdReply::Failed)
     }
 
+    /// The read ops of `op` on an erasure-coded object, gathered from its shards under the
+    /// PG's lock: a write in flight changes the shards one holder at a time.
+    async fn read_shards(&self, op: &ClientOp) -> Result<(Vec<OpResult>, Vec<u8>), OsdReply> {
+        let pg = self.inner.pg(op.pg);
+        let core = pg.core.lock().await;
+        if !pg.serving.borrow().is_active() {
+            return Err(OsdReply::Busy(format!(
+                "pg {}.{} stopped serving; ask again",
+                op.pg.pool, op.pg.number
+            )));
+        }
+        let shards = self.shards(&core, op.pg)?;
+        shards.read_ops(&op.object, &op.ops).await
+    }
+
+    /// Where the shards of an erasure-coded PG this OSD leads are, as it peered them.
+    fn shards(&self, core: &Core, pg: PgId) -> Result<erasure::Shards<'_>, OsdReply> {
+        let profile = core.interval.erasure.ok_or_else(|| {
+            OsdReply::Busy(format!(
+                "pg {}.{} was peered before its pool's code was known; ask again",
+                pg.pool, pg.number
+            ))
+        })?;
+        Ok(erasure::Shards {
+            inner: &self.inner,
+            pg,
+            profile,
+            holders: core.interval.shard_holders(self.inner.id),
+        })
+    }
+
     /// Read repair asked by a client that could not open the primary's copy of `object`.
     async fn read_repair(
         &self,
@@ -362,6 +407,9 @@ impl OsdService {
                 "object {object} is not in pg {}.{}",
                 pg.pool, pg.number
             ));
+        }
+        if let Some(refusal) = self.unscrubbable(pg) {
+            return refusal;
         }
         tracing::warn!(%object, "read repair: a client could not open this OSD's copy");
         crate::scrub::repair_object(&self.inner, pg, object, true)
@@ -396,6 +444,8 @@ impl OsdService {
         };
         let mut actions = VecDeque::from(core.on_write(pg.announced(), event));
         let mut txn = None;
+        let mut shards = BTreeMap::new();
+        let mut complete_to = None;
         let mut replicas = Replicas::new(inner);
         loop {
             let Some(action) = actions.pop_front() else {
@@ -416,27 +466,45 @@ impl OsdService {
             };
             let event = match action {
                 Action::Prepare(entry) => {
-                    let prepared = self.prepare(&op, &data, &entry, &core.log).await;
-                    Event::Prepared(prepared.map(|(prepared, trim)| {
-                        txn = Some(prepared);
-                        trim
+                    let prepared = if core.interval.erasure.is_some() {
+                        self.prepare_shards(&op, &data, &entry, &core).await
+                    } else {
+                        self.prepare(&op, &data, &entry, &core.log).await
+                    };
+                    Event::Prepared(prepared.map(|prepared| {
+                        txn = Some(prepared.txn);
+                        shards = prepared.shards;
+                        complete_to = prepared.complete_to;
+                        prepared.trim
                     }))
                 }
                 Action::Replicate { to, entry } => {
+                    let (peer_op, data, check) = match shards.remove(&to) {
+                        Some((shard_op, shard_data)) => (shard_op, shard_data, None),
+                        None => (
+                            PeerOp::Replicate {
+                                entry,
+                                ops: op.ops.clone(),
+                            },
+                            data.clone(),
+                            check.clone(),
+                        ),
+                    };
                     let request = OsdRequest::Peer {
                         pg: op.pg,
                         epoch: inner.map.borrow().epoch,
-                        op: PeerOp::Replicate {
-                            entry,
-                            ops: op.ops.clone(),
-                        },
+                        op: peer_op,
                     };
-                    replicas.send(to, request, data.clone(), check.clone());
+                    replicas.send(to, request, data, check);
                     continue;
                 }
                 Action::Apply => {
                     let txn = txn.take().expect("the core applies a prepared write");
-                    Event::Applied(inner.apply(txn).await)
+                    let applied = inner.apply(txn).await;
+                    if let (Ok(()), Some(complete_to)) = (&applied, complete_to) {
+                        core.undo_dropped = core.undo_dropped.max(complete_to);
+                    }
+                    Event::Applied(applied)
                 }
                 Action::Recover { target, token } => {
                     crate::recovery::spawn_recovery(inner, op.pg, target, token);
@@ -457,22 +525,15 @@ impl OsdService {
     }
 
     /// Checks a write ordered as `entry` (space, conditions, the tail of sealed chunks) and
-    /// builds its transaction, with the log entry; returns it and how many log entries it
-    /// trims.
+    /// builds its transaction, with the log entry.
     async fn prepare(
         &self,
         op: &ClientOp,
         data: &Bytes,
         entry: &LogEntry,
         log: &VecDeque<LogEntry>,
-    ) -> Result<(Transaction, usize), OsdReply> {
-        if op.ops.iter().any(ObjectOp::writes_data) {
-            self.check_space(op.pg)?;
-        } else if op.ops.iter().any(ObjectOp::adds_metadata) {
-            self.check_room(op.pg)?;
-        }
-        let object = objects::object_ref(op.pg, &op.object);
-        self.check_conditions(&object, &op.ops).await?;
+    ) -> Result<Prepared, OsdReply> {
+        let object = self.check_write(op).await?;
         if self.inner.pool_is_edge(op.pg.pool) {
             self.check_sealed_tail(&object, &op.ops).await?;
         }
@@ -480,7 +541,124 @@ impl OsdService {
         objects::build_write(&mut txn, &object, &op.ops, data, entry.version)
             .map_err(OsdReply::Failed)?;
         let trim = objects::log_append(&mut txn, op.pg, entry, log);
-        Ok((txn, trim))
+        Ok(Prepared {
+            txn,
+            trim,
+            shards: BTreeMap::new(),
+            complete_to: None,
+        })
+    }
+
+    /// Checks a write's room and conditions; the object it writes.
+    async fn check_write(&self, op: &ClientOp) -> Result<ObjectRef, OsdReply> {
+        if op.ops.iter().any(ObjectOp::writes_data) {
+            self.check_space(op.pg)?;
+        } else if op.ops.iter().any(ObjectOp::adds_metadata) {
+            self.check_room(op.pg)?;
+        }
+        let object = objects::object_ref(op.pg, &op.object);
+        self.check_conditions(&object, &op.ops).await?;
+        Ok(object)
+    }
+
+    /// [`OsdService::prepare`] for an erasure-coded PG: plans the write (`ec::plan`), reads
+    /// the old shard bytes it needs, encodes, and builds this OSD's shard transaction and
+    /// each other holder's shard write (docs/design/erasure.md, §6).
+    async fn prepare_shards(
+        &self,
+        op: &ClientOp,
+        data: &Bytes,
+        entry: &LogEntry,
+        core: &Core,
+    ) -> Result<Prepared, OsdReply> {
+        let pool = self
+            .inner
+            .map
+            .borrow()
+            .pools
+            .get(&op.pg.pool)
+            .map(|p| p.name.clone())
+            .unwrap_or_default();
+        let change = erasure::data_change(&pool, &op.ops)?;
+        let object = self.check_write(op).await?;
+        let shards = self.shards(core, op.pg)?;
+        let profile = shards.profile;
+        let head = shards.own_head(&op.object).await?.map(|(head, _)| head);
+        let old_size = head.map_or(0, |h| h.size);
+        let (written, size) = match change {
+            erasure::DataChange::None => (Vec::new(), old_size),
+            erasure::DataChange::Remove => (Vec::new(), 0),
+            erasure::DataChange::Full { len } => (erasure::encode_whole(profile, data)?, len),
+            erasure::DataChange::Range { offset, len } => {
+                let plan = ec::plan(profile, old_size, offset, len)
+                    .map_err(|e| OsdReply::Failed(e.to_string()))?;
+                let pieces = plan.reads();
+                let reads = match head {
+                    Some(head) if !pieces.is_empty() => {
+                        shards.read(&op.object, head.version, &pieces).await?
+                    }
+                    _ => Vec::new(),
+                };
+                let changed = plan
+                    .apply(&mut ec::Coder::new(profile), data, &reads)
+                    .map_err(|e| OsdReply::Failed(e.to_string()))?;
+                (
+                    plan.writes().into_iter().zip(changed).collect(),
+                    plan.new_size(),
+                )
+            }
+        };
+        let attrs: Vec<ObjectOp> = op
+            .ops
+            .iter()
+            .filter(|o| {
+                matches!(
+                    o,
+                    ObjectOp::Create { .. }
+                        | ObjectOp::SetAttr { .. }
+                        | ObjectOp::RemoveAttr { .. }
+                )
+            })
+            .cloned()
+            .collect();
+        let writes = erasure::shard_writes(profile.shards(), change, &attrs, written);
+        let complete_to = core.info.last;
+        let drops = core.undo_to_drop(complete_to);
+        let mut txn = Transaction::new();
+        let mut peers = BTreeMap::new();
+        for (position, (holder, write)) in shards.holders.iter().zip(writes).enumerate() {
+            let Some(holder) = *holder else { continue };
+            let shard = u8::try_from(position).expect("at most 32 shards");
+            if holder == self.inner.id {
+                objects::build_shard(
+                    &mut txn,
+                    &object,
+                    &write.ops,
+                    &Bytes::from(write.data),
+                    entry.version,
+                    shard,
+                    size,
+                    &drops,
+                )
+                .map_err(OsdReply::Failed)?;
+            } else {
+                let peer_op = PeerOp::Shard {
+                    entry: entry.clone(),
+                    shard,
+                    size,
+                    complete_to,
+                    ops: write.ops,
+                };
+                peers.insert(holder, (peer_op, Bytes::from(write.data)));
+            }
+        }
+        let trim = objects::log_append(&mut txn, op.pg, entry, &core.log);
+        Ok(Prepared {
+            txn,
+            trim,
+            shards: peers,
+            complete_to: Some(complete_to),
+        })
     }
 
     /// Refuses a write that may take space when an OSD of the PG is marked full in the map,
@@ -700,6 +878,17 @@ impl OsdService {
         }
     }
 
+    /// The refusal of a scrub or a repair of an erasure-coded PG: its shards differ by
+    /// design, and are compared by encoding them again (docs/design/erasure.md, §10).
+    fn unscrubbable(&self, pg: PgId) -> Option<OsdReply> {
+        self.inner.pool_erasure(pg.pool).map(|_| {
+            OsdReply::Failed(format!(
+                "pg {}.{} is erasure-coded: scrub and repair by shards are not built yet (#33)",
+                pg.pool, pg.number
+            ))
+        })
+    }
+
     /// One page of an operator's scrub of `pg`: needs `mon=rw` (it is an operator's
     /// command, and it makes every OSD of the PG read its copies), and `osd=rw` to repair.
     async fn scrub(
@@ -721,6 +910,9 @@ impl OsdService {
             ));
         }
         if let Err(refusal) = self.check_primary(caller, pg, epoch, repair).await {
+            return refusal;
+        }
+        if let Some(refusal) = self.unscrubbable(pg) {
             return refusal;
         }
         match crate::scrub::page(&self.inner, pg, after, repair).await {
@@ -782,6 +974,59 @@ impl OsdService {
                 crate::metrics::replicated(data.len());
                 core.note_logged(entry, trim);
                 Ok(reply(OsdReply::Done))
+            }
+            PeerOp::Shard {
+                entry,
+                shard,
+                size,
+                complete_to,
+                ops,
+            } => {
+                let mut core = pg.core.lock().await;
+                inner.load(&mut core, id).await?;
+                sender_is_primary(&inner.map.borrow(), from, id)?;
+                match core.on_replicate(&entry) {
+                    Verdict::Duplicate => return Ok(reply(OsdReply::Done)),
+                    Verdict::Conflict => {
+                        return Err(format!(
+                            "version {}.{} of pg {}.{} is already used by another write here",
+                            entry.version.epoch, entry.version.seq, id.pool, id.number
+                        ))
+                    }
+                    Verdict::Apply { .. } => {}
+                }
+                let object = objects::object_ref(id, &entry.object);
+                let drops = core.undo_to_drop(complete_to);
+                let mut txn = Transaction::new();
+                objects::build_shard(
+                    &mut txn,
+                    &object,
+                    &ops,
+                    &data,
+                    entry.version,
+                    shard,
+                    size,
+                    &drops,
+                )?;
+                let trim = objects::log_append(&mut txn, id, &entry, &core.log);
+                inner.apply(txn).await?;
+                crate::metrics::replicated(data.len());
+                core.note_logged(entry, trim);
+                core.undo_dropped = core.undo_dropped.max(complete_to);
+                Ok(reply(OsdReply::Done))
+            }
+            PeerOp::ReadShard { object, pieces } => {
+                let object = objects::object_ref(id, &object);
+                let read = inner
+                    .blocking(move |store| objects::read_shard(store, &object, &pieces))
+                    .await?
+                    .map_err(|e| e.to_string())?;
+                Ok(match read {
+                    Some((head, data)) => {
+                        reply_with(OsdReply::ShardPieces(Some(head)), Bytes::from(data))
+                    }
+                    None => reply(OsdReply::ShardPieces(None)),
+                })
             }
             PeerOp::List { after, limit } => {
                 let (entries, more) = self.inner.page(id, after, limit).await?;

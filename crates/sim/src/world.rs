@@ -12,7 +12,9 @@ use bytes::Bytes;
 use map::cluster::{Change, ClusterMap, WEIGHT_ONE};
 use map::placement::{FailureDomain, OsdId, PgId};
 use map::ObjectName;
-use messenger::message::{ObjectOp, OpResult, OsdReply, OsdRequest, PgState, ReqId, Version};
+use messenger::message::{
+    ObjectOp, OpResult, OsdReply, OsdRequest, PeerOp, PgState, ReqId, ShardHead, Version,
+};
 use osd::Node;
 use store::{MkfsOptions, Store};
 
@@ -53,6 +55,9 @@ pub struct Config {
     pub writes_per_client: u64,
     /// Whether the nemesis runs (crashes, partitions, lost messages).
     pub faults: bool,
+    /// The pool is erasure-coded with this (k, m), min_size k + 1, stripe unit 4 KiB,
+    /// rather than replicated (size 3, min_size 2).
+    pub erasure: Option<(u8, u8)>,
 }
 
 impl Default for Config {
@@ -64,6 +69,7 @@ impl Default for Config {
             objects_per_client: 4,
             writes_per_client: 25,
             faults: true,
+            erasure: None,
         }
     }
 }
@@ -224,7 +230,93 @@ impl World {
             .await?;
         self.check_objects().await?;
         self.check_logs().await?;
-        self.check_replicas().await
+        match self.pool()?.1.erasure {
+            Some(erasure) => self.check_shards(erasure.profile()).await,
+            None => self.check_replicas().await,
+        }
+    }
+
+    /// Every object of an erasure-coded pool has every shard, each at the version, size
+    /// and position of the others, and its parity shards are what its data shards encode
+    /// to: read from each holder itself, as its primary reads them.
+    async fn check_shards(&self, profile: ec::Profile) -> Result<(), String> {
+        let names: Vec<String> = lock(&self.oracle).objects().map(str::to_owned).collect();
+        let (map, pool) = self.pool()?;
+        for name in names {
+            let object = object_name(&name)?;
+            let pg = map.pg_of(&pool, &object);
+            let holders = map.shards(&pool, pg);
+            let primary = *map.acting(&pool, pg).first().ok_or("a PG with no OSD up")?;
+            let read = |holder: Option<OsdId>, pieces: Vec<(u64, u64)>| {
+                let request = OsdRequest::Peer {
+                    pg,
+                    epoch: map.epoch,
+                    op: PeerOp::ReadShard {
+                        object: object.clone(),
+                        pieces,
+                    },
+                };
+                async move {
+                    let holder = holder.ok_or("a shard's OSD is down")?;
+                    match self
+                        .net
+                        .call(Some(primary), holder, request, Bytes::new())
+                        .await?
+                    {
+                        (OsdReply::ShardPieces(head), data) => Ok((head, data)),
+                        (other, _) => Err(format!("osd.{}: {other:?}", holder.0)),
+                    }
+                }
+            };
+            let (first, _) = read(holders[0], Vec::new()).await?;
+            let first = first.ok_or(format!("{name}: shard 0 is missing"))?;
+            let whole = vec![(0, profile.shard_bytes(first.size))];
+            let mut shards = Vec::new();
+            for (position, holder) in holders.iter().enumerate() {
+                let (head, data) = read(*holder, whole.clone()).await?;
+                let expected = ShardHead {
+                    shard: position as u8,
+                    ..first
+                };
+                if head != Some(expected) {
+                    return Err(format!(
+                        "{name}: shard {position} on {holder:?} is {head:?}, not {expected:?}"
+                    ));
+                }
+                shards.push(data.to_vec());
+            }
+            let mut parity = vec![vec![0u8; whole[0].1 as usize]; profile.m()];
+            if whole[0].1 > 0 {
+                let data: Vec<&[u8]> = shards[..profile.k()].iter().map(Vec::as_slice).collect();
+                let mut outs: Vec<&mut [u8]> = parity.iter_mut().map(Vec::as_mut_slice).collect();
+                ec::Coder::new(profile)
+                    .encode(&data, &mut outs)
+                    .map_err(|e| format!("{name}: {e}"))?;
+            }
+            if parity[..] != shards[profile.k()..] {
+                return Err(format!("{name}: its parity shards are not its data's"));
+            }
+            // Each write's undo records are dropped with the PG's next write: only those of
+            // the PG's last write may remain.
+            for holder in holders.iter().flatten() {
+                let node = self
+                    .net
+                    .node(*holder)
+                    .ok_or("a shard's OSD is not running")?;
+                let (info, log) = node.log(pg).await?;
+                let last = log.last().map(|e| (&e.object, e.version.seq));
+                for version in node.undo_versions(pg, &object).await? {
+                    if last != Some((&object, version)) || version != info.last.seq {
+                        return Err(format!(
+                            "{name}: osd.{} still keeps the undo record of version {version}, \
+                             below its PG's last write ({}.{})",
+                            holder.0, info.last.epoch, info.last.seq
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     fn store_dir(&self, id: OsdId) -> PathBuf {
@@ -233,12 +325,17 @@ impl World {
 
     /// Makes every OSD's store and the first map: every OSD up and in, one pool.
     fn create(&self, config: &Config) -> Result<(), String> {
-        if config.osds < u32::from(POOL_SIZE)
-            || config.pg_num == 0
-            || config.objects_per_client == 0
-        {
+        let (size, min_size, erasure) = match config.erasure {
+            Some((k, m)) => {
+                let profile = ec::Profile::new(k.into(), m.into(), 4096)
+                    .map_err(|e| format!("the pool's code: {e}"))?;
+                (k + m, k + 1, Some(map::cluster::Erasure::new(profile)))
+            }
+            None => (POOL_SIZE, POOL_MIN_SIZE, None),
+        };
+        if config.osds < u32::from(size) || config.pg_num == 0 || config.objects_per_client == 0 {
             return Err(format!(
-                "a run needs at least {POOL_SIZE} OSDs (the pool's size), a PG and an object"
+                "a run needs at least {size} OSDs (the pool's size), a PG and an object"
             ));
         }
         let mut map = lock(&self.map);
@@ -264,11 +361,11 @@ impl World {
             &mut map,
             &Change::CreatePool {
                 name: POOL.into(),
-                size: POOL_SIZE,
-                min_size: POOL_MIN_SIZE,
+                size,
+                min_size,
                 pg_num: config.pg_num,
                 domain: FailureDomain::Osd,
-                erasure: None,
+                erasure,
             },
         )
     }
@@ -469,6 +566,23 @@ impl World {
         name: &str,
         data: Bytes,
     ) -> Result<OsdReply, String> {
+        let ops = vec![ObjectOp::WriteFull {
+            len: data.len() as u64,
+        }];
+        self.send_ops(reqid, name, ops, data)
+            .await
+            .map(|(reply, _)| reply)
+    }
+
+    /// Sends `ops` on object `name`, with `data`, to its primary in the monitors' map; the
+    /// reply and its data, or why there is none. Not noted in the oracle.
+    pub async fn send_ops(
+        &self,
+        reqid: ReqId,
+        name: &str,
+        ops: Vec<ObjectOp>,
+        data: Bytes,
+    ) -> Result<(OsdReply, Bytes), String> {
         let object = object_name(name)?;
         let (map, pool) = self.pool()?;
         let pg = map.pg_of(&pool, &object);
@@ -481,14 +595,9 @@ impl World {
             epoch: map.epoch,
             object,
             reqid,
-            ops: vec![ObjectOp::WriteFull {
-                len: data.len() as u64,
-            }],
+            ops,
         };
-        self.net
-            .call(None, primary, request, data)
-            .await
-            .map(|(reply, _)| reply)
+        self.net.call(None, primary, request, data).await
     }
 
     /// Waits until the primary of object `name`'s PG in the monitors' map serves it.

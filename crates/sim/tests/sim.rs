@@ -50,3 +50,21 @@ fn without_faults_every_write_is_acknowledged_and_every_copy_alike() -> Result<(
     assert_eq!(report.writes as u64, expected, "{report}");
     Ok(())
 }
+
+#[test]
+fn an_erasure_coded_pool_without_faults_keeps_every_write_in_consistent_shards(
+) -> Result<(), String> {
+    for (k, m, osds) in [(2, 1, 4), (4, 2, 6)] {
+        let config = Config {
+            osds,
+            faults: false,
+            erasure: Some((k, m)),
+            ..Config::default()
+        };
+        let report = run(3, &config)?;
+        let expected = config.clients * config.writes_per_client;
+        assert_eq!(report.writes as u64, expected, "{k}+{m}: {report}");
+        assert_eq!(report.reads as u64, expected, "{k}+{m}: {report}");
+    }
+    Ok(())
+}

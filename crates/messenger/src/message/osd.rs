@@ -509,6 +509,34 @@ pub enum PeerOp {
     },
     /// The digest of your copy of each of `names`, in order. Answered with `Digests`.
     Digest { names: Vec<ObjectName> },
+    /// Apply your shard of this write to an erasure-coded object, which the primary ordered
+    /// as `entry`: `ops` on the shard (its bytes in the data segment), after which the
+    /// object's logical size is `size`. The store keeps the way back (an undo record) under
+    /// the entry's version, and drops those of the PG's entries up to `complete_to`, which
+    /// every holder applied (docs/design/erasure.md, §6).
+    Shard {
+        entry: LogEntry,
+        shard: u8,
+        size: u64,
+        complete_to: Version,
+        ops: Vec<ObjectOp>,
+    },
+    /// Your shard of `object`: `(offset, len)` pieces of it, each `len` bytes in the data
+    /// segment (zeros past the shard's end). Answered with `ShardPieces`.
+    ReadShard {
+        object: ObjectName,
+        pieces: Vec<(u64, u64)>,
+    },
+}
+
+/// What a shard holder says of its shard of an object, with the pieces it read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardHead {
+    pub version: Version,
+    /// The position the shard was written for.
+    pub shard: u8,
+    /// The object's logical size.
+    pub size: u64,
 }
 
 /// Who may write copies of a PG's objects to an OSD: a recovery (or a repair) of the
@@ -647,4 +675,7 @@ pub enum OsdReply {
     /// What was read fails its integrity check on this OSD, and no good copy replaced it
     /// (every copy is damaged, or none could be read): the bytes are not returned.
     Integrity(String),
+    /// The pieces of a shard read (`PeerOp::ReadShard`), in the data segment: `None` when
+    /// this OSD holds no shard of the object.
+    ShardPieces(Option<ShardHead>),
 }

@@ -70,6 +70,10 @@ pub struct Core {
     pub(super) write: Option<Write>,
     /// The peering in progress, from its first query to the state published (peering.rs).
     pub(super) peering: Option<Peering>,
+    /// An erasure-coded PG's shard here keeps undo records of its writes; those of the
+    /// log's entries up to this version are dropped ([`Core::undo_to_drop`]). In memory
+    /// only: after a restart every entry of the log is dropped again, which is harmless.
+    pub undo_dropped: Version,
 }
 
 /// The acting set as this OSD last peered it (empty when not primary).
@@ -83,6 +87,22 @@ pub struct Interval {
     pub clean: Vec<OsdId>,
     /// Replicas being recovered, each by one task.
     pub recovering: BTreeMap<OsdId, Recovery>,
+    /// An erasure-coded PG's code, and the OSD holding each shard by position (`None` where
+    /// the OSD placed there is down): `acting` is the positions filled, in order.
+    pub erasure: Option<ec::Profile>,
+    pub positions: Vec<Option<OsdId>>,
+}
+
+impl Interval {
+    /// The holders a write or a read of an erasure-coded PG uses, by position: this primary
+    /// (`me`) and its clean members; `None` where the shard is not to be trusted (no OSD,
+    /// or one being recovered).
+    pub fn shard_holders(&self, me: OsdId) -> Vec<Option<OsdId>> {
+        self.positions
+            .iter()
+            .map(|at| at.filter(|osd| *osd == me || self.clean.contains(osd)))
+            .collect()
+    }
 }
 
 /// One recovery task's claim on a target: a task whose token is no longer here stops.
@@ -157,7 +177,20 @@ impl Core {
             tokens: first_token,
             write: None,
             peering: None,
+            undo_dropped: Version::default(),
         }
+    }
+
+    /// The undo records a shard write drops, as (object, version sequence): those of the
+    /// log's entries above the last dropped, up to `complete_to`, which every holder of the
+    /// PG applied, so no peering can roll them back (docs/design/erasure.md, §6). Once
+    /// the write is applied, `undo_dropped` becomes `complete_to`.
+    pub fn undo_to_drop(&self, complete_to: Version) -> Vec<(ObjectName, u64)> {
+        self.log
+            .iter()
+            .filter(|e| e.version > self.undo_dropped && e.version <= complete_to)
+            .map(|e| (e.object.clone(), e.version.seq))
+            .collect()
     }
 
     /// A new token, newer than every one drawn before in this PG.
@@ -350,6 +383,8 @@ pub(super) mod tests {
             min_size: 2,
             clean: (1..=clean as u32).map(OsdId).collect(),
             recovering: BTreeMap::new(),
+            erasure: None,
+            positions: Vec::new(),
         };
         let entry = LogEntry {
             version: last,

@@ -41,6 +41,9 @@ pub struct Placement {
     pub acting: Vec<OsdId>,
     pub size: usize,
     pub min_size: usize,
+    /// An erasure-coded pool's code, and its shards' holders by position.
+    pub erasure: Option<ec::Profile>,
+    pub positions: Vec<Option<OsdId>>,
 }
 
 /// What a member of the acting set holds of the PG.
@@ -179,6 +182,8 @@ impl Core {
             min_size: placement.min_size,
             clean: Vec::new(),
             recovering: BTreeMap::new(),
+            erasure: placement.erasure,
+            positions: placement.positions,
         };
         // The queries carry a claim newer than every recovery this OSD ran before: once a
         // member answered, no slow piece of those lands on it.
@@ -225,6 +230,11 @@ impl Core {
             .iter()
             .map(|(_, answer)| (answer.info.last, answer.unsettled))
             .collect();
+        if self.interval.erasure.is_some() {
+            if let Some(why) = self.shards_differ() {
+                return self.stop_peering(why, true);
+            }
+        }
         let Some(best) = catch_up_source(self.info.last, self.unsettled, &heard) else {
             return self.finish_peering();
         };
@@ -233,6 +243,44 @@ impl Core {
         let (from, info, log) = (*from, answer.info, answer.log.iter().cloned().collect());
         peering.source = Some((from, info.last));
         vec![Action::CatchUp { from, info, log }]
+    }
+
+    /// Why an erasure-coded PG cannot serve yet: a member's log differs from this primary's
+    /// (or a copy's catch-up was cut short). Its shards would be rebuilt from the others and
+    /// the writes above what k holders applied rolled back (docs/design/erasure.md, §7 and
+    /// §9), which comes with the rest of #33; until then the PG waits, serving nothing a
+    /// stale shard could spoil.
+    fn shards_differ(&mut self) -> Option<String> {
+        let last = self.info.last;
+        let own_unsettled = self.unsettled;
+        let peering = self.peering();
+        let differing: Vec<String> = peering
+            .answers
+            .iter()
+            .filter(|(_, a)| !is_clean(last, a.info.last, a.unsettled))
+            .map(|(osd, a)| {
+                format!(
+                    "osd.{} (log to {}.{})",
+                    osd.0, a.info.last.epoch, a.info.last.seq
+                )
+            })
+            .collect();
+        if differing.is_empty() && !own_unsettled {
+            return None;
+        }
+        let whose = if own_unsettled {
+            "this primary's own catch-up was cut short".to_string()
+        } else {
+            format!(
+                "{} differ from this primary's log to {}.{}",
+                differing.join(", "),
+                last.epoch,
+                last.seq
+            )
+        };
+        Some(format!(
+            "erasure-coded shards disagree: {whose}; rebuilding shards is not built yet (#33)"
+        ))
     }
 
     /// Ends a peering that could not finish: the PG is inactive for `why`, and peers again
@@ -290,6 +338,8 @@ mod tests {
             acting: acting.iter().copied().map(OsdId).collect(),
             size: 3,
             min_size,
+            erasure: None,
+            positions: Vec::new(),
         }
     }
 
@@ -351,6 +401,57 @@ mod tests {
         );
         assert_eq!(core.interval.clean, [OsdId(1)]);
         assert!(!core.is_peering());
+    }
+
+    #[test]
+    fn an_erasure_coded_pg_serves_only_when_every_shard_holds_its_log() {
+        let coded = |acting: &[u32]| Placement {
+            size: 3,
+            erasure: Some(ec::Profile::new(2, 1, 4096).expect("2+1")),
+            positions: acting.iter().map(|a| Some(OsdId(*a))).collect(),
+            ..placement(acting, 3)
+        };
+        let answered = |osd, last, unsettled| Event::Answered {
+            osd: OsdId(osd),
+            answer: Ok(answer(last, unsettled)),
+        };
+        // Alike: clean, with the positions kept for its reads and writes.
+        let mut core = loaded(version(6, 4));
+        core.on_peering(Event::Start(Some(coded(&[0, 1, 2]))));
+        core.on_peering(Event::Loaded(Ok(())));
+        core.on_peering(answered(1, version(6, 4), false));
+        let actions = core.on_peering(answered(2, version(6, 4), false));
+        assert_eq!(shapes(&actions), shapes(&[core.publish()]));
+        assert_eq!(core.state(), PgState::Clean);
+        assert_eq!(
+            core.interval.shard_holders(OsdId(0)),
+            [Some(OsdId(0)), Some(OsdId(1)), Some(OsdId(2))]
+        );
+        // A member behind, ahead, or cut short in a catch-up: no copy of the primary's
+        // objects is made (they are shards), and the PG waits, saying why.
+        for (last, unsettled) in [
+            (version(6, 3), false),
+            (version(6, 5), false),
+            (version(6, 4), true),
+        ] {
+            let mut core = loaded(version(6, 4));
+            core.on_peering(Event::Start(Some(coded(&[0, 1, 2]))));
+            core.on_peering(Event::Loaded(Ok(())));
+            core.on_peering(answered(1, version(6, 4), false));
+            let actions = core.on_peering(answered(2, last, unsettled));
+            let [Action::Publish {
+                state: PgState::Inactive(ref why),
+                ..
+            }, Action::RetryLater] = actions[..]
+            else {
+                panic!("the PG waits: {actions:?}");
+            };
+            assert!(
+                why.contains("erasure-coded shards disagree: osd.2") && why.contains("#33"),
+                "{why}"
+            );
+            assert!(!core.is_peering() && core.interval.clean.is_empty());
+        }
     }
 
     #[test]

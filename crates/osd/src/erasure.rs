@@ -1,0 +1,604 @@
+//! Objects of erasure-coded PGs on their primary (docs/design/erasure.md, §5, §6 and §8):
+//! a client's write becomes one shard write per holder, planned by `ec::plan`; a read
+//! gathers the data shards' units, decoding from k shards where one cannot be read. What
+//! a write does to each shard is decided here without IO ([`data_change`],
+//! [`shard_writes`], [`data_pieces`]); the rest is the thin part that reads shards from
+//! this OSD's store and from the other holders.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use bytes::Bytes;
+use ec::{Coder, Piece, Profile, BLOCK_BYTES};
+use map::placement::{OsdId, PgId};
+use map::ObjectName;
+use messenger::message::{ObjectOp, OpResult, OsdReply, OsdRequest, PeerOp, ShardHead, Version};
+use messenger::DATA_BYTES_MAX;
+use store::ReadError;
+
+use crate::objects;
+use crate::OsdState;
+
+/// What a client's write does to an erasure-coded object's bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DataChange {
+    /// Its attributes only, or a create.
+    None,
+    Full {
+        len: u64,
+    },
+    Range {
+        offset: u64,
+        len: u64,
+    },
+    Remove,
+}
+
+/// What a write's ops do to an erasure-coded object of pool `pool`, or why the pool does
+/// not take them: omap lives in replicated pools; a request changes the bytes once.
+pub fn data_change(pool: &str, ops: &[ObjectOp]) -> Result<DataChange, OsdReply> {
+    let refuse = |why: String| {
+        Err(OsdReply::Failed(format!(
+            "pool {pool} is erasure-coded: {why}"
+        )))
+    };
+    let mut change = DataChange::None;
+    let mut others = false;
+    for op in ops {
+        let next = match op {
+            _ if op.is_condition() => continue,
+            ObjectOp::Create { .. } | ObjectOp::SetAttr { .. } | ObjectOp::RemoveAttr { .. } => {
+                others = true;
+                continue;
+            }
+            ObjectOp::WriteFull { len } => DataChange::Full { len: *len },
+            ObjectOp::Write { offset, len } => DataChange::Range {
+                offset: *offset,
+                len: *len,
+            },
+            ObjectOp::Remove => DataChange::Remove,
+            ObjectOp::OmapSet { .. } | ObjectOp::OmapRemove { .. } | ObjectOp::OmapClear => {
+                return refuse("omap lives in a replicated pool".into())
+            }
+            other => return refuse(format!("{other:?} is not served on its objects yet (#33)")),
+        };
+        if change != DataChange::None {
+            return refuse(
+                "one request changes an object's bytes once (one WriteFull, Write or Remove)"
+                    .into(),
+            );
+        }
+        change = next;
+    }
+    if change == DataChange::Remove && others {
+        return refuse("a Remove goes alone (with its conditions)".into());
+    }
+    Ok(change)
+}
+
+/// One shard's part of a write: its ops and the bytes they take, in order.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct ShardWrite {
+    pub ops: Vec<ObjectOp>,
+    pub data: Vec<u8>,
+}
+
+/// Each of the `shards` shards' part of a write that makes `change`, with the attribute
+/// ops `attrs` (create, set and remove attributes, for every shard) and the shard bytes it
+/// changes, `written` (pieces and their bytes: for a whole write, each shard whole from 0).
+pub fn shard_writes(
+    shards: usize,
+    change: DataChange,
+    attrs: &[ObjectOp],
+    written: Vec<(Piece, Vec<u8>)>,
+) -> Vec<ShardWrite> {
+    let mut out: Vec<ShardWrite> = (0..shards).map(|_| ShardWrite::default()).collect();
+    for shard in &mut out {
+        shard.ops.push(match change {
+            DataChange::Remove => ObjectOp::Remove,
+            DataChange::Full { .. } => ObjectOp::WriteFull { len: 0 },
+            DataChange::None | DataChange::Range { .. } => ObjectOp::Create { exclusive: false },
+        });
+        shard.ops.extend(attrs.iter().cloned());
+    }
+    for (piece, bytes) in written {
+        assert_eq!(
+            piece.len,
+            bytes.len() as u64,
+            "a piece's bytes are its length"
+        );
+        let shard = &mut out[piece.shard];
+        match change {
+            DataChange::Full { .. } => {
+                assert_eq!(piece.offset, 0, "a whole write's shards start at 0");
+                shard.ops[0] = ObjectOp::WriteFull { len: piece.len };
+            }
+            DataChange::Range { .. } => shard.ops.push(ObjectOp::Write {
+                offset: piece.offset,
+                len: piece.len,
+            }),
+            DataChange::None | DataChange::Remove => {
+                unreachable!("a write that changes no bytes writes no shard bytes")
+            }
+        }
+        shard.data.extend_from_slice(&bytes);
+    }
+    out
+}
+
+/// The shard bytes holding the object's bytes `[offset, end)`, in the object's order: one
+/// piece per unit touched.
+pub fn data_pieces(profile: Profile, offset: u64, end: u64) -> Vec<Piece> {
+    let unit = profile.unit_bytes();
+    let mut pieces = Vec::new();
+    let mut at = offset;
+    while at < end {
+        let (shard, shard_offset) = profile.locate(at);
+        let len = (unit - shard_offset % unit).min(end - at);
+        pieces.push(Piece {
+            shard,
+            offset: shard_offset,
+            len,
+        });
+        at += len;
+    }
+    pieces
+}
+
+/// The shard bytes of a whole write of `data`: each of the k + m shards whole, from 0.
+pub fn encode_whole(profile: Profile, data: &[u8]) -> Result<Vec<(Piece, Vec<u8>)>, OsdReply> {
+    let len = profile.shard_bytes(data.len() as u64);
+    let mut shards = profile.split(data);
+    let mut parity = vec![vec![0u8; len as usize]; profile.m()];
+    if len > 0 {
+        let refs: Vec<&[u8]> = shards.iter().map(Vec::as_slice).collect();
+        let mut outs: Vec<&mut [u8]> = parity.iter_mut().map(Vec::as_mut_slice).collect();
+        Coder::new(profile)
+            .encode(&refs, &mut outs)
+            .map_err(|e| OsdReply::Failed(format!("encoding: {e}")))?;
+    }
+    shards.extend(parity);
+    Ok(shards
+        .into_iter()
+        .enumerate()
+        .map(|(shard, bytes)| {
+            (
+                Piece {
+                    shard,
+                    offset: 0,
+                    len,
+                },
+                bytes,
+            )
+        })
+        .collect())
+}
+
+/// Where a PG's shards are read from: the primary's view, under the PG's lock.
+pub struct Shards<'a> {
+    pub inner: &'a OsdState,
+    pub pg: PgId,
+    pub profile: Profile,
+    /// Each position's holder to read from (`Interval::shard_holders`).
+    pub holders: Vec<Option<OsdId>>,
+}
+
+impl Shards<'_> {
+    /// This OSD's shard head of `object` and its attributes; `None` if it holds none.
+    pub async fn own_head(
+        &self,
+        object: &ObjectName,
+    ) -> Result<Option<(ShardHead, BTreeMap<String, Vec<u8>>)>, OsdReply> {
+        let own = objects::object_ref(self.pg, object);
+        let attrs = self
+            .inner
+            .blocking(move |store| match store.attrs(&own) {
+                Ok(attrs) => Ok(Some(attrs)),
+                Err(ReadError::NotFound { .. }) => Ok(None),
+                Err(e) => Err(e),
+            })
+            .await
+            .map_err(OsdReply::Failed)?
+            .map_err(crate::service::read_failure)?;
+        let Some(attrs) = attrs else {
+            return Ok(None);
+        };
+        let head = objects::shard_head(&attrs).ok_or_else(|| {
+            OsdReply::Integrity(format!(
+                "pg {}.{}: {object}'s shard here lacks its shard attributes",
+                self.pg.pool, self.pg.number
+            ))
+        })?;
+        Ok(Some((head, attrs)))
+    }
+
+    /// `pieces` of `object`'s shards at `version`, each read from its holder, or rebuilt
+    /// from k other shards where the holder is absent, fails, or holds another version.
+    pub async fn read(
+        &self,
+        object: &ObjectName,
+        version: Version,
+        pieces: &[Piece],
+    ) -> Result<Vec<Vec<u8>>, OsdReply> {
+        let mut by_shard: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+        for (index, piece) in pieces.iter().enumerate() {
+            by_shard.entry(piece.shard).or_default().push(index);
+        }
+        let mut out: Vec<Option<Vec<u8>>> = vec![None; pieces.len()];
+        let mut failed = BTreeSet::new();
+        for (shard, indexes) in by_shard {
+            let ranges: Vec<(u64, u64)> = indexes
+                .iter()
+                .map(|i| (pieces[*i].offset, pieces[*i].len))
+                .collect();
+            match self.read_shard(object, version, shard, &ranges).await {
+                Some(bytes) => {
+                    let mut at = 0;
+                    for (i, (_, len)) in indexes.iter().zip(&ranges) {
+                        out[*i] = Some(bytes[at..at + *len as usize].to_vec());
+                        at += *len as usize;
+                    }
+                }
+                None => {
+                    failed.insert(shard);
+                }
+            }
+        }
+        let mut result = Vec::with_capacity(pieces.len());
+        for (piece, read) in pieces.iter().zip(out) {
+            match read {
+                Some(bytes) => result.push(bytes),
+                None => result.push(self.rebuild(object, version, *piece, &mut failed).await?),
+            }
+        }
+        Ok(result)
+    }
+
+    /// `piece` of a shard that could not be read, decoded from k others over the whole
+    /// blocks around it; shards found unreadable on the way join `failed`.
+    async fn rebuild(
+        &self,
+        object: &ObjectName,
+        version: Version,
+        piece: Piece,
+        failed: &mut BTreeSet<usize>,
+    ) -> Result<Vec<u8>, OsdReply> {
+        let lo = piece.offset / BLOCK_BYTES * BLOCK_BYTES;
+        let hi = (piece.offset + piece.len).div_ceil(BLOCK_BYTES) * BLOCK_BYTES;
+        let (k, n) = (self.profile.k(), self.profile.shards());
+        let mut shards: Vec<Option<Vec<u8>>> = vec![None; n];
+        let mut present = 0;
+        for (shard, slot) in shards.iter_mut().enumerate() {
+            if present == k {
+                break;
+            }
+            if shard == piece.shard || failed.contains(&shard) {
+                continue;
+            }
+            match self
+                .read_shard(object, version, shard, &[(lo, hi - lo)])
+                .await
+            {
+                Some(bytes) => {
+                    *slot = Some(bytes);
+                    present += 1;
+                }
+                None => {
+                    failed.insert(shard);
+                }
+            }
+        }
+        if present < k {
+            return Err(OsdReply::Busy(format!(
+                "pg {}.{}: {present} shards of {object} could be read, {k} are needed to \
+                 decode it",
+                self.pg.pool, self.pg.number
+            )));
+        }
+        Coder::new(self.profile)
+            .reconstruct(&mut shards)
+            .map_err(|e| OsdReply::Failed(format!("decoding {object}: {e}")))?;
+        let whole = shards[piece.shard].take().expect("reconstructed");
+        let from = (piece.offset - lo) as usize;
+        Ok(whole[from..from + piece.len as usize].to_vec())
+    }
+
+    /// `ranges` of shard `shard` of `object` from its holder, if it holds that shard at
+    /// `version`.
+    async fn read_shard(
+        &self,
+        object: &ObjectName,
+        version: Version,
+        shard: usize,
+        ranges: &[(u64, u64)],
+    ) -> Option<Vec<u8>> {
+        let holder = self.holders.get(shard).copied().flatten()?;
+        let read = if holder == self.inner.id {
+            let object = objects::object_ref(self.pg, object);
+            let ranges = ranges.to_vec();
+            self.inner
+                .blocking(move |store| objects::read_shard(store, &object, &ranges))
+                .await
+                .and_then(|read| read.map_err(|e| e.to_string()))
+        } else {
+            let request = OsdRequest::Peer {
+                pg: self.pg,
+                epoch: self.inner.map.borrow().epoch,
+                op: PeerOp::ReadShard {
+                    object: object.clone(),
+                    pieces: ranges.to_vec(),
+                },
+            };
+            match self
+                .inner
+                .call_peer(holder, &request, Bytes::new(), None)
+                .await
+            {
+                Ok((OsdReply::ShardPieces(head), data)) => {
+                    Ok(head.map(|head| (head, data.to_vec())))
+                }
+                Ok((other, _)) => Err(format!("{other:?}")),
+                Err(e) => Err(e),
+            }
+        };
+        let wanted: u64 = ranges.iter().map(|(_, len)| len).sum();
+        let why = match read {
+            Ok(Some((head, bytes)))
+                if head.version == version
+                    && usize::from(head.shard) == shard
+                    && bytes.len() as u64 == wanted =>
+            {
+                return Some(bytes)
+            }
+            Ok(Some((head, _))) => format!(
+                "it holds shard {} at version {}.{}",
+                head.shard, head.version.epoch, head.version.seq
+            ),
+            Ok(None) => "it holds no shard of the object".to_string(),
+            Err(why) => why,
+        };
+        tracing::warn!(
+            pg = %format!("{}.{}", self.pg.pool, self.pg.number),
+            %object,
+            osd = holder.0,
+            shard,
+            %why,
+            "a shard could not be read; decoding it from the others"
+        );
+        None
+    }
+
+    /// A client's read ops on `object`: its bytes gathered from the data shards, its size
+    /// and version from this OSD's shard.
+    pub async fn read_ops(
+        &self,
+        object: &ObjectName,
+        ops: &[ObjectOp],
+    ) -> Result<(Vec<OpResult>, Vec<u8>), OsdReply> {
+        let Some((head, attrs)) = self.own_head(object).await? else {
+            return Err(OsdReply::NotFound);
+        };
+        let clamp = |offset: u64, len: u64| {
+            (
+                offset.min(head.size),
+                offset.saturating_add(len).min(head.size),
+            )
+        };
+        let requested = ops.iter().fold(0u64, |sum, op| match op {
+            ObjectOp::Read { offset, len } => {
+                let (from, to) = clamp(*offset, *len);
+                sum.saturating_add(to - from)
+            }
+            _ => sum,
+        });
+        if requested > DATA_BYTES_MAX as u64 {
+            return Err(OsdReply::Failed(format!(
+                "the reads of one request ask for {requested} bytes; a reply carries at most \
+                 {DATA_BYTES_MAX}"
+            )));
+        }
+        let mut out = Vec::with_capacity(requested as usize);
+        let mut results = Vec::with_capacity(ops.len());
+        for op in ops {
+            results.push(match op {
+                ObjectOp::Read { offset, len } => {
+                    let (from, to) = clamp(*offset, *len);
+                    let pieces = data_pieces(self.profile, from, to);
+                    for bytes in self.read(object, head.version, &pieces).await? {
+                        out.extend_from_slice(&bytes);
+                    }
+                    OpResult::Read { len: to - from }
+                }
+                ObjectOp::Stat => {
+                    let own = objects::object_ref(self.pg, object);
+                    let stat = self
+                        .inner
+                        .blocking(move |store| store.stat(&own))
+                        .await
+                        .map_err(OsdReply::Failed)?
+                        .map_err(crate::service::read_failure)?;
+                    OpResult::Stat {
+                        size: head.size,
+                        mtime_ns: stat.mtime_ns,
+                        version: head.version,
+                    }
+                }
+                ObjectOp::GetAttrs => {
+                    let mut attrs = attrs.clone();
+                    attrs.retain(|name, _| !objects::is_internal_attr(name));
+                    OpResult::Attrs(attrs)
+                }
+                ObjectOp::OmapGet { .. } | ObjectOp::OmapList { .. } => {
+                    return Err(OsdReply::Failed(
+                        "this pool is erasure-coded: omap lives in a replicated pool".into(),
+                    ))
+                }
+                other => {
+                    return Err(OsdReply::Failed(format!(
+                        "{other:?} is not served on erasure-coded pools yet (#33)"
+                    )))
+                }
+            });
+        }
+        Ok((results, out))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn profile() -> Profile {
+        Profile::new(4, 2, 4096).expect("a profile")
+    }
+
+    #[test]
+    fn omap_and_second_byte_changes_are_refused_with_the_pool_named() {
+        let refused = |ops: &[ObjectOp]| match data_change("cold", ops) {
+            Err(OsdReply::Failed(why)) => why,
+            other => panic!("{ops:?} refused, not {other:?}"),
+        };
+        assert!(refused(&[ObjectOp::OmapClear]).contains("pool cold is erasure-coded: omap"));
+        assert!(refused(&[
+            ObjectOp::WriteFull { len: 1 },
+            ObjectOp::Write { offset: 0, len: 1 }
+        ])
+        .contains("once"));
+        assert!(refused(&[ObjectOp::Truncate { size: 0 }]).contains("#33"));
+        assert!(refused(&[
+            ObjectOp::Remove,
+            ObjectOp::SetAttr {
+                name: "a".into(),
+                value: vec![]
+            }
+        ])
+        .contains("alone"));
+        let ok = data_change(
+            "cold",
+            &[
+                ObjectOp::AssertExists,
+                ObjectOp::SetAttr {
+                    name: "a".into(),
+                    value: vec![1],
+                },
+                ObjectOp::Write { offset: 5, len: 3 },
+            ],
+        );
+        assert!(matches!(ok, Ok(DataChange::Range { offset: 5, len: 3 })));
+        assert!(data_change("cold", &[ObjectOp::Stat]).is_err());
+    }
+
+    #[test]
+    fn a_whole_write_gives_each_shard_its_encoded_bytes_and_the_attributes() {
+        let data: Vec<u8> = (0..20_000u32).map(|i| (i * 7 + i / 300) as u8).collect();
+        let attrs = [ObjectOp::SetAttr {
+            name: "a".into(),
+            value: vec![1],
+        }];
+        let written = encode_whole(profile(), &data).expect("encoded");
+        let shards = shard_writes(6, DataChange::Full { len: 20_000 }, &attrs, written);
+        let shard_len = profile().shard_bytes(20_000);
+        assert_eq!(shard_len, 8192);
+        for shard in &shards {
+            assert_eq!(
+                shard.ops,
+                [ObjectOp::WriteFull { len: shard_len }, attrs[0].clone()]
+            );
+        }
+        // Any four shards give the object back.
+        let mut some: Vec<Option<Vec<u8>>> = shards.iter().map(|s| Some(s.data.clone())).collect();
+        some[0] = None;
+        some[3] = None;
+        Coder::new(profile())
+            .reconstruct(&mut some)
+            .expect("decoded");
+        let data_shards: Vec<&[u8]> = some[..4].iter().flatten().map(Vec::as_slice).collect();
+        assert_eq!(profile().join(&data_shards, 20_000), data);
+        // An empty object has empty shards.
+        let empty = shard_writes(
+            6,
+            DataChange::Full { len: 0 },
+            &[],
+            encode_whole(profile(), &[]).expect("encoded"),
+        );
+        assert!(empty
+            .iter()
+            .all(|s| s.ops == [ObjectOp::WriteFull { len: 0 }] && s.data.is_empty()));
+    }
+
+    #[test]
+    fn a_partial_write_touches_only_its_pieces_and_every_shard_gets_the_attributes() {
+        let plan = ec::plan(profile(), 50_000, 4096 + 100, 10).expect("planned");
+        let writes = plan.writes();
+        let written: Vec<(Piece, Vec<u8>)> = writes
+            .iter()
+            .map(|p| (*p, vec![p.shard as u8; p.len as usize]))
+            .collect();
+        let shards = shard_writes(
+            6,
+            DataChange::Range {
+                offset: 4196,
+                len: 10,
+            },
+            &[],
+            written,
+        );
+        for (index, shard) in shards.iter().enumerate() {
+            let mine: Vec<ObjectOp> = writes
+                .iter()
+                .filter(|p| p.shard == index)
+                .map(|p| ObjectOp::Write {
+                    offset: p.offset,
+                    len: p.len,
+                })
+                .collect();
+            assert_eq!(shard.ops[0], ObjectOp::Create { exclusive: false });
+            assert_eq!(shard.ops[1..], mine[..]);
+            assert_eq!(
+                shard.data.len() as u64,
+                mine.iter().map(|op| op.data_len()).sum::<u64>()
+            );
+        }
+        // The written unit is shard 1's; parity shards 4 and 5 change too; 0, 2, 3 only
+        // take the entry.
+        assert!(shards[1].ops.len() > 1 && shards[4].ops.len() > 1 && shards[5].ops.len() > 1);
+        assert_eq!(shards[0].ops.len(), 1);
+        let removed = shard_writes(6, DataChange::Remove, &[], Vec::new());
+        assert!(removed.iter().all(|s| s.ops == [ObjectOp::Remove]));
+    }
+
+    #[test]
+    fn a_read_takes_each_unit_it_touches_in_order() {
+        let p = profile();
+        assert_eq!(data_pieces(p, 0, 0), []);
+        assert_eq!(
+            data_pieces(p, 4000, 4096 * 4 + 10),
+            [
+                Piece {
+                    shard: 0,
+                    offset: 4000,
+                    len: 96
+                },
+                Piece {
+                    shard: 1,
+                    offset: 0,
+                    len: 4096
+                },
+                Piece {
+                    shard: 2,
+                    offset: 0,
+                    len: 4096
+                },
+                Piece {
+                    shard: 3,
+                    offset: 0,
+                    len: 4096
+                },
+                Piece {
+                    shard: 0,
+                    offset: 4096,
+                    len: 10
+                },
+            ]
+        );
+    }
+}
