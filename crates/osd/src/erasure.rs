@@ -13,7 +13,6 @@ use map::placement::{OsdId, PgId};
 use map::ObjectName;
 use messenger::message::{ObjectOp, OpResult, OsdReply, OsdRequest, PeerOp, ShardHead, Version};
 use messenger::DATA_BYTES_MAX;
-use store::ReadError;
 
 use crate::objects;
 use crate::OsdState;
@@ -188,17 +187,10 @@ impl Shards<'_> {
         &self,
         object: &ObjectName,
     ) -> Result<Option<(ShardHead, BTreeMap<String, Vec<u8>>)>, OsdReply> {
-        let own = objects::object_ref(self.pg, object);
         let attrs = self
             .inner
-            .blocking(move |store| match store.attrs(&own) {
-                Ok(attrs) => Ok(Some(attrs)),
-                Err(ReadError::NotFound { .. }) => Ok(None),
-                Err(e) => Err(e),
-            })
-            .await
-            .map_err(OsdReply::Failed)?
-            .map_err(crate::service::read_failure)?;
+            .attrs_if_any(objects::object_ref(self.pg, object))
+            .await?;
         let Some(attrs) = attrs else {
             return Ok(None);
         };
@@ -254,7 +246,8 @@ impl Shards<'_> {
     }
 
     /// `piece` of a shard that could not be read, decoded from k others over the whole
-    /// blocks around it; shards found unreadable on the way join `failed`.
+    /// blocks around it. Each holder's shard counts as the one it says it is (a holder that
+    /// moved still has its old position's); positions found unreadable join `failed`.
     async fn rebuild(
         &self,
         object: &ObjectName,
@@ -264,46 +257,52 @@ impl Shards<'_> {
     ) -> Result<Vec<u8>, OsdReply> {
         let lo = piece.offset / BLOCK_BYTES * BLOCK_BYTES;
         let hi = (piece.offset + piece.len).div_ceil(BLOCK_BYTES) * BLOCK_BYTES;
+        let from = (piece.offset - lo) as usize;
         let (k, n) = (self.profile.k(), self.profile.shards());
         let mut shards: Vec<Option<Vec<u8>>> = vec![None; n];
         let mut present = 0;
-        for (shard, slot) in shards.iter_mut().enumerate() {
+        for position in 0..n {
             if present == k {
                 break;
             }
-            if shard == piece.shard || failed.contains(&shard) {
+            if failed.contains(&position) {
                 continue;
             }
             match self
-                .read_shard(object, version, shard, &[(lo, hi - lo)])
+                .read_at(object, version, position, &[(lo, hi - lo)])
                 .await
             {
-                Some(bytes) => {
-                    *slot = Some(bytes);
-                    present += 1;
+                Ok((shard, bytes)) if shard == piece.shard => {
+                    return Ok(bytes[from..from + piece.len as usize].to_vec())
                 }
-                None => {
-                    failed.insert(shard);
+                Ok((shard, bytes)) => {
+                    if shards[shard].is_none() {
+                        shards[shard] = Some(bytes);
+                        present += 1;
+                    }
+                }
+                Err(why) => {
+                    self.warn(object, position, &why);
+                    failed.insert(position);
                 }
             }
         }
         if present < k {
             return Err(OsdReply::Busy(format!(
-                "pg {}.{}: {present} shards of {object} could be read, {k} are needed to \
-                 decode it",
-                self.pg.pool, self.pg.number
+                "pg {}.{}: {present} shards of {object} at version {}.{} could be read, {k} \
+                 are needed to decode it",
+                self.pg.pool, self.pg.number, version.epoch, version.seq
             )));
         }
         Coder::new(self.profile)
             .reconstruct(&mut shards)
             .map_err(|e| OsdReply::Failed(format!("decoding {object}: {e}")))?;
         let whole = shards[piece.shard].take().expect("reconstructed");
-        let from = (piece.offset - lo) as usize;
         Ok(whole[from..from + piece.len as usize].to_vec())
     }
 
-    /// `ranges` of shard `shard` of `object` from its holder, if it holds that shard at
-    /// `version`.
+    /// `ranges` of shard `shard` of `object` from the holder of its position, if it holds
+    /// that shard at `version`.
     async fn read_shard(
         &self,
         object: &ObjectName,
@@ -311,7 +310,41 @@ impl Shards<'_> {
         shard: usize,
         ranges: &[(u64, u64)],
     ) -> Option<Vec<u8>> {
-        let holder = self.holders.get(shard).copied().flatten()?;
+        let why = match self.read_at(object, version, shard, ranges).await {
+            Ok((held, bytes)) if held == shard => return Some(bytes),
+            Ok((held, _)) => format!("it holds shard {held}"),
+            Err(why) => why,
+        };
+        self.warn(object, shard, &why);
+        None
+    }
+
+    fn warn(&self, object: &ObjectName, position: usize, why: &str) {
+        tracing::warn!(
+            pg = %format!("{}.{}", self.pg.pool, self.pg.number),
+            %object,
+            osd = ?self.holders.get(position).copied().flatten(),
+            position,
+            %why,
+            "a shard could not be read; decoding it from the others"
+        );
+    }
+
+    /// `ranges` of the shard of `object` that the holder of `position` has at `version`,
+    /// and which shard it is; or why there is none.
+    async fn read_at(
+        &self,
+        object: &ObjectName,
+        version: Version,
+        position: usize,
+        ranges: &[(u64, u64)],
+    ) -> Result<(usize, Vec<u8>), String> {
+        let holder = self
+            .holders
+            .get(position)
+            .copied()
+            .flatten()
+            .ok_or("no holder up to read it from")?;
         let read = if holder == self.inner.id {
             let object = objects::object_ref(self.pg, object);
             let ranges = ranges.to_vec();
@@ -341,30 +374,20 @@ impl Shards<'_> {
             }
         };
         let wanted: u64 = ranges.iter().map(|(_, len)| len).sum();
-        let why = match read {
-            Ok(Some((head, bytes)))
+        match read? {
+            Some((head, bytes))
                 if head.version == version
-                    && usize::from(head.shard) == shard
+                    && usize::from(head.shard) < self.profile.shards()
                     && bytes.len() as u64 == wanted =>
             {
-                return Some(bytes)
+                Ok((usize::from(head.shard), bytes))
             }
-            Ok(Some((head, _))) => format!(
+            Some((head, _)) => Err(format!(
                 "it holds shard {} at version {}.{}",
                 head.shard, head.version.epoch, head.version.seq
-            ),
-            Ok(None) => "it holds no shard of the object".to_string(),
-            Err(why) => why,
-        };
-        tracing::warn!(
-            pg = %format!("{}.{}", self.pg.pool, self.pg.number),
-            %object,
-            osd = holder.0,
-            shard,
-            %why,
-            "a shard could not be read; decoding it from the others"
-        );
-        None
+            )),
+            None => Err("it holds no shard of the object".into()),
+        }
     }
 
     /// A client's read ops on `object`: its bytes gathered from the data shards, its size

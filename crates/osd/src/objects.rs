@@ -25,6 +25,9 @@ pub const VERSION_ATTR: &str = ".v";
 pub const SIZE_ATTR: &str = ".size";
 /// The position a shard was written for: one found under another position is not trusted.
 pub const SHARD_ATTR: &str = ".shard";
+/// On a PG's metadata object, in an erasure-coded PG: the position whose shards this OSD
+/// holds, set with each shard write and each activation.
+const POSITION_ATTR: &str = ".position";
 /// The PG info attribute of a PG's metadata object.
 const INFO_ATTR: &str = ".info";
 /// Set on a PG's meta object while this OSD catches up from another (peering's sync, then
@@ -68,23 +71,26 @@ pub struct StoredPg {
     pub info: PgInfo,
     pub log: VecDeque<LogEntry>,
     pub unsettled: bool,
+    pub position: Option<u8>,
 }
 
 pub fn load_pg(store: &Store, pg: PgId) -> Result<StoredPg, ReadError> {
     let meta = meta_ref(pg);
-    let (info, unsettled) = match store.attrs(&meta) {
+    let (info, unsettled, position) = match store.attrs(&meta) {
         Ok(attrs) => {
             let info = match attrs.get(INFO_ATTR) {
                 Some(bytes) => postcard::from_bytes(bytes).map_err(|e| corrupt("PG info", e))?,
                 None => PgInfo::default(),
             };
-            (info, attrs.contains_key(UNSETTLED_ATTR))
+            let position = attrs.get(POSITION_ATTR).and_then(|p| p.first().copied());
+            (info, attrs.contains_key(UNSETTLED_ATTR), position)
         }
         Err(ReadError::NotFound { .. }) => {
             return Ok(StoredPg {
                 info: PgInfo::default(),
                 log: VecDeque::new(),
                 unsettled: false,
+                position: None,
             })
         }
         Err(e) => return Err(e),
@@ -103,7 +109,32 @@ pub fn load_pg(store: &Store, pg: PgId) -> Result<StoredPg, ReadError> {
         info,
         log,
         unsettled,
+        position,
     })
+}
+
+/// The position noted while this OSD holds shards of more than one position (a recovery
+/// that rebuilds them for a new one is under way): no position's.
+pub const MIXED_POSITIONS: u8 = u8::MAX;
+
+/// The shard a recovery copy is, in an erasure-coded PG.
+pub fn shard_of(copy: &ObjectCopy) -> Option<u8> {
+    copy.attrs.get(SHARD_ATTR)?.first().copied()
+}
+
+/// Notes, on `pg`'s metadata object, that this OSD holds the shards of `position`.
+pub fn set_position(txn: &mut Transaction, pg: PgId, position: u8) {
+    let meta = meta_ref(pg);
+    txn.touch(&meta).set_attr(&meta, POSITION_ATTR, &[position]);
+}
+
+/// The version a listing gives an object: its own, or none (the default version) for a
+/// shard written for another position than `position`, which must be rebuilt.
+fn listed_version(attrs: &BTreeMap<String, Vec<u8>>, position: Option<u8>) -> Version {
+    match position {
+        Some(p) if attrs.get(SHARD_ATTR).map(Vec::as_slice) != Some(&[p]) => Version::default(),
+        _ => version_of(attrs),
+    }
 }
 
 /// Marks `pg` as catching up: its objects may get ahead of its log until [`replace_log`]
@@ -260,10 +291,11 @@ pub fn build_write(
 /// Adds to `txn` the ops of one shard of an erasure-coded write ordered at `version`, whose
 /// object is `size` bytes after it: first the undo records `drops` ends (object, version
 /// sequence), then the ops, the shard's attributes, and an undo record of this write, kept
-/// under the version's sequence (docs/design/erasure.md, §6).
+/// under the version's sequence (docs/design/erasure.md, §6); `pg` notes the position.
 #[allow(clippy::too_many_arguments)]
 pub fn build_shard(
     txn: &mut Transaction,
+    pg: PgId,
     object: &ObjectRef,
     ops: &[ObjectOp],
     data: &Bytes,
@@ -272,16 +304,23 @@ pub fn build_shard(
     size: u64,
     drops: &[(ObjectName, u64)],
 ) -> Result<(), String> {
-    for (name, seq) in drops {
-        txn.drop_undo(&ObjectRef::new(object.pool, name.clone()), *seq);
-    }
+    drop_undo(txn, object.pool, drops);
     build_write(txn, object, ops, data, version)?;
     if !ops.iter().any(|op| matches!(op, ObjectOp::Remove)) {
         txn.set_attr(object, SIZE_ATTR, &size.to_le_bytes());
         txn.set_attr(object, SHARD_ATTR, &[shard]);
     }
     txn.keep_undo(object, version.seq);
+    set_position(txn, pg, shard);
     Ok(())
+}
+
+/// Adds to `txn` the end of the undo records `drops` (object, version sequence) of pool
+/// `pool`.
+pub fn drop_undo(txn: &mut Transaction, pool: PoolId, drops: &[(ObjectName, u64)]) {
+    for (name, seq) in drops {
+        txn.drop_undo(&ObjectRef::new(pool, name.clone()), *seq);
+    }
 }
 
 /// This store's shard of `object`: what its attributes say of it, and `pieces` (offset,
@@ -424,10 +463,13 @@ pub fn read_ops(
 }
 
 /// Every object of `pg` this store holds, with its version, in name order.
+/// With `position` (an erasure-coded PG), a shard written for another position is listed
+/// at the default version.
 pub fn list_pg(
     store: &Store,
     pg: PgId,
     pg_num: u32,
+    position: Option<u8>,
 ) -> Result<BTreeMap<ObjectName, Version>, ReadError> {
     let mut objects = BTreeMap::new();
     let mut cursor = None;
@@ -440,7 +482,7 @@ pub fn list_pg(
             store::LIST_PAGE_ENTRIES_MAX,
         )?;
         for entry in page.entries {
-            objects.insert(entry.name, version_of(&entry.attrs));
+            objects.insert(entry.name, listed_version(&entry.attrs, position));
         }
         match page.next {
             Some(next) => cursor = Some(next),
@@ -457,6 +499,7 @@ pub fn list_pg_page(
     pg_num: u32,
     after: Option<&ObjectName>,
     limit: usize,
+    position: Option<u8>,
 ) -> Result<(Vec<(ObjectName, Version)>, bool), ReadError> {
     let (entries, more) = store.list_after(
         pg.pool,
@@ -467,7 +510,7 @@ pub fn list_pg_page(
     let page = entries
         .into_iter()
         .map(|entry| {
-            let version = version_of(&entry.attrs);
+            let version = listed_version(&entry.attrs, position);
             (entry.name, version)
         })
         .collect();

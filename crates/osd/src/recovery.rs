@@ -104,6 +104,21 @@ impl OsdState {
             .map_err(|e| e.to_string())
     }
 
+    /// The attributes of `object` in this OSD's store; `None` if it holds none.
+    pub async fn attrs_if_any(
+        &self,
+        object: map::ObjectRef,
+    ) -> Result<Option<BTreeMap<String, Vec<u8>>>, OsdReply> {
+        self.blocking(move |store| match store.attrs(&object) {
+            Ok(attrs) => Ok(Some(attrs)),
+            Err(store::ReadError::NotFound { .. }) => Ok(None),
+            Err(e) => Err(e),
+        })
+        .await
+        .map_err(OsdReply::Failed)?
+        .map_err(crate::service::read_failure)
+    }
+
     /// Loads a PG's info and log from the store the first time it is needed.
     pub async fn load(&self, core: &mut Core, pg: PgId) -> Result<(), String> {
         if core.loaded {
@@ -115,6 +130,7 @@ impl OsdState {
             .map_err(|e| e.to_string())?;
         core.set_log(stored.info, stored.log);
         core.unsettled = stored.unsettled;
+        core.position = stored.position;
         core.loaded = true;
         Ok(())
     }
@@ -122,8 +138,9 @@ impl OsdState {
     async fn list(&self, side: Side, pg: PgId) -> Result<BTreeMap<ObjectName, Version>, String> {
         if let Side::Local = side {
             let pg_num = self.pg_num(pg)?;
+            let position = self.position_in_map(pg, self.id);
             return self
-                .blocking(move |store| objects::list_pg(store, pg, pg_num))
+                .blocking(move |store| objects::list_pg(store, pg, pg_num, position))
                 .await?
                 .map_err(|e| e.to_string());
         }
@@ -149,9 +166,17 @@ impl OsdState {
         limit: u32,
     ) -> Result<(Vec<(ObjectName, Version)>, bool), String> {
         match side {
-            Side::Local => self.page(pg, after, limit).await,
+            Side::Local => {
+                let position = self.position_in_map(pg, self.id);
+                self.page(pg, after, limit, position).await
+            }
             Side::Remote(osd) | Side::Target(osd, _) => {
-                let op = PeerOp::List { after, limit };
+                let position = self.position_in_map(pg, osd);
+                let op = PeerOp::List {
+                    after,
+                    limit,
+                    position,
+                };
                 match self.peer_op(osd, pg, op, Bytes::new()).await? {
                     (OsdReply::PeerListing { entries, more }, _) => Ok((entries, more)),
                     (other, _) => Err(format!("listing: unexpected {other:?}")),
@@ -161,18 +186,21 @@ impl OsdState {
     }
 
     /// A page of this OSD's objects of the PG in (hash, name) order after `after`, and
-    /// whether more follow.
+    /// whether more follow; shards not of `position` listed at the default version.
     pub async fn page(
         &self,
         pg: PgId,
         after: Option<ObjectName>,
         limit: u32,
+        position: Option<u8>,
     ) -> Result<(Vec<(ObjectName, Version)>, bool), String> {
         let pg_num = self.pg_num(pg)?;
         let limit = limit.clamp(1, LIST_PAGE_MAX) as usize;
-        self.blocking(move |store| objects::list_pg_page(store, pg, pg_num, after.as_ref(), limit))
-            .await?
-            .map_err(|e| e.to_string())
+        self.blocking(move |store| {
+            objects::list_pg_page(store, pg, pg_num, after.as_ref(), limit, position)
+        })
+        .await?
+        .map_err(|e| e.to_string())
     }
 
     /// Whether `pool` is sealed at the edge (its objects are copied as sealed chunks).
@@ -182,6 +210,16 @@ impl OsdState {
             .pools
             .get(&pool)
             .is_some_and(|p| matches!(p.seal, map::cluster::Seal::Edge { .. }))
+    }
+
+    /// In an erasure-coded PG, `osd`'s position in this OSD's map (`u8::MAX` when it holds
+    /// none, so that every shard it has lists as another position's).
+    pub fn position_in_map(&self, pg: PgId, osd: OsdId) -> Option<u8> {
+        let map = self.map.borrow();
+        let pool = map.pools.get(&pg.pool)?;
+        pool.erasure?;
+        let position = map.shards(pool, pg).iter().position(|h| *h == Some(osd));
+        Some(position.map_or(u8::MAX, |p| p as u8))
     }
 
     /// The code of `pool`, if it is erasure-coded.
@@ -282,6 +320,10 @@ impl OsdState {
         from: Side,
         to: Side,
     ) -> Result<u64, String> {
+        if let Some(profile) = self.pool_erasure(pg.pool) {
+            // A copy of `from`'s object would be its shard, not `to`'s.
+            return self.rebuild_shard(pg, name, profile, from, to).await;
+        }
         let mut offset = 0;
         loop {
             let Some((copy, data)) = self.read_piece(from, pg, name, offset).await? else {
@@ -304,6 +346,111 @@ impl OsdState {
         }
     }
 
+    /// Makes `to`'s shard of `name` in `pg` (an erasure-coded PG) the one `from`'s shard
+    /// says it should be: its bytes at `from`'s version, read from the holder of `to`'s
+    /// position if it has them, else decoded from k other shards (a holder at another
+    /// version is passed over); or removed if `from` has none. The bytes written.
+    async fn rebuild_shard(
+        &self,
+        pg: PgId,
+        name: &ObjectName,
+        profile: ec::Profile,
+        from: Side,
+        to: Side,
+    ) -> Result<u64, String> {
+        let osd = match to {
+            Side::Local => self.id,
+            Side::Target(osd, _) => osd,
+            Side::Remote(osd) => {
+                return Err(format!(
+                    "osd.{}: shards are written to another OSD only under a claim",
+                    osd.0
+                ))
+            }
+        };
+        let holders = {
+            let map = self.map.borrow();
+            let pool = map
+                .pools
+                .get(&pg.pool)
+                .ok_or_else(|| format!("pool {} no longer exists", pg.pool))?;
+            map.shards(pool, pg)
+        };
+        let position = holders
+            .iter()
+            .position(|h| *h == Some(osd))
+            .ok_or_else(|| {
+                format!(
+                    "osd.{} holds no shard of pg {}.{}",
+                    osd.0, pg.pool, pg.number
+                )
+            })?;
+        let shards = crate::erasure::Shards {
+            inner: self,
+            pg,
+            profile,
+            holders,
+        };
+        let unreadable = |refusal: OsdReply| format!("{refusal:?}");
+        let source = match from {
+            Side::Local => shards.own_head(name).await.map_err(unreadable)?,
+            Side::Remote(osd) | Side::Target(osd, _) => {
+                let op = PeerOp::Pull {
+                    object: name.clone(),
+                    offset: 0,
+                    len: 0,
+                };
+                match self.peer_op(osd, pg, op, Bytes::new()).await? {
+                    (OsdReply::Copy(None), _) => None,
+                    (OsdReply::Copy(Some(copy)), _) => {
+                        let head = objects::shard_head(&copy.attrs).ok_or_else(|| {
+                            format!("osd.{}: {name}'s shard lacks its shard attributes", osd.0)
+                        })?;
+                        Some((head, copy.attrs))
+                    }
+                    (other, _) => return Err(format!("pull: unexpected {other:?}")),
+                }
+            }
+        };
+        let Some((head, mut attrs)) = source else {
+            self.write_piece(to, pg, name, Piece::removal()).await?;
+            return Ok(0);
+        };
+        let len = profile.shard_bytes(head.size);
+        attrs.insert(objects::SHARD_ATTR.into(), vec![position as u8]);
+        let copy = ObjectCopy {
+            version: head.version,
+            size: len,
+            attrs,
+            omap: Vec::new(),
+            chunks: None,
+        };
+        let mut offset = 0;
+        loop {
+            let wanted = ec::Piece {
+                shard: position,
+                offset,
+                len: COPY_PIECE_BYTES.min(len - offset),
+            };
+            let mut read = shards
+                .read(name, head.version, &[wanted])
+                .await
+                .map_err(unreadable)?;
+            let end = offset + wanted.len;
+            let piece = Piece {
+                copy: Some(copy.clone()),
+                offset,
+                data: Bytes::from(read.remove(0)),
+                last: end >= len,
+            };
+            self.write_piece(to, pg, name, piece).await?;
+            if end >= len {
+                return Ok(len);
+            }
+            offset = end;
+        }
+    }
+
     /// Makes `to` hold exactly `from`'s objects of the PG. With a `claim` (a recovery task's
     /// target and token), stops as soon as the task no longer owns that recovery.
     async fn sync(
@@ -315,9 +462,13 @@ impl OsdState {
     ) -> Result<usize, String> {
         let source = self.list(from, pg).await?;
         let target = self.list(to, pg).await?;
+        // An erasure-coded shard listed at the default version is another position's:
+        // rebuilt wherever it is, on the target from the others.
         let stale: Vec<&ObjectName> = source
             .iter()
-            .filter(|(name, version)| target.get(*name) != Some(*version))
+            .filter(|(name, version)| {
+                **version == Version::default() || target.get(*name) != Some(*version)
+            })
             .map(|(name, _)| name)
             .collect();
         let extra: Vec<&ObjectName> = target
@@ -360,12 +511,14 @@ impl OsdState {
                     info,
                     log,
                     unsettled,
+                    position,
                 },
                 _,
             ) => Ok(Answer {
                 info,
                 log,
                 unsettled,
+                position,
             }),
             (other, _) => Err(format!("query: unexpected {other:?}")),
         }
@@ -448,6 +601,22 @@ pub async fn peer(inner: Arc<OsdState>, id: PgId) {
                 pg.publish_state(interval, state);
                 continue;
             }
+            peering::Action::RollBack { holders, claim } => {
+                let mut rolled = Ok(());
+                for (osd, to) in holders {
+                    let result = if osd == inner.id {
+                        roll_back(&inner, &mut core, id, to).await
+                    } else {
+                        let op = PeerOp::Rollback { claim, to };
+                        inner.peer_op(osd, id, op, Bytes::new()).await.map(|_| ())
+                    };
+                    if let Err(why) = result {
+                        rolled = Err(format!("osd.{}: {why}", osd.0));
+                        break;
+                    }
+                }
+                peering::Event::RolledBack(rolled)
+            }
             peering::Action::RetryLater => {
                 retry_later(inner.clone(), id);
                 continue;
@@ -459,16 +628,6 @@ pub async fn peer(inner: Arc<OsdState>, id: PgId) {
 
 /// Starts the task that recovers `target` under `token` (`pg::Core::begin_recovery`).
 pub fn spawn_recovery(inner: &Arc<OsdState>, id: PgId, target: OsdId, token: u64) {
-    if inner.pool_erasure(id.pool).is_some() {
-        // A copy of the primary's object is not a shard: the holder stays out of the
-        // clean set (the PG says recovering) until shards are rebuilt.
-        tracing::warn!(
-            pg = %format!("{}.{}", id.pool, id.number),
-            osd = target.0,
-            "a shard holder missed a write; rebuilding shards is not built yet (#33)"
-        );
-        return;
-    }
     inner.spawn(recover(inner.clone(), id, target, token));
 }
 
@@ -481,9 +640,14 @@ async fn adopt_log(
 ) -> Result<(), String> {
     let mut txn = Transaction::new();
     objects::replace_log(&mut txn, pg, info, &log);
+    let position = core.position_of(inner.id);
+    if let Some(position) = position {
+        objects::set_position(&mut txn, pg, position);
+    }
     inner.apply(txn).await?;
     core.set_log(info, log);
     core.unsettled = false;
+    core.position = position.or(core.position);
     Ok(())
 }
 
@@ -500,6 +664,74 @@ async fn catch_up(inner: &OsdState, core: &mut Core, id: PgId, from: OsdId) -> R
         .sync(id, Side::Remote(from), Side::Local, None)
         .await
         .map(|_| ())
+}
+
+/// Takes back this OSD's writes to the erasure-coded PG `pg` above `to` from their undo
+/// records, newest first, and ends its log below them, in one transaction (its last
+/// version is then its newest entry left, which is not `to` when its log holds another
+/// history: it is then recovered as any holder behind is). An object whose
+/// undo record is gone is left as it is: its version then differs from the primary's, and
+/// recovery rebuilds its shard from the others.
+pub async fn roll_back(
+    inner: &OsdState,
+    core: &mut Core,
+    pg: PgId,
+    to: Version,
+) -> Result<(), String> {
+    let above: Vec<LogEntry> = core
+        .log
+        .iter()
+        .filter(|e| e.version > to)
+        .cloned()
+        .collect();
+    if above.is_empty() {
+        return Ok(());
+    }
+    let kept: VecDeque<LogEntry> = core
+        .log
+        .iter()
+        .filter(|e| e.version <= to)
+        .cloned()
+        .collect();
+    let info = PgInfo {
+        last: kept.back().map_or(Version::default(), |e| e.version),
+    };
+    let log = kept.clone();
+    let left = inner
+        .blocking(move |store| {
+            let mut records: BTreeMap<ObjectName, Vec<u64>> = BTreeMap::new();
+            let mut txn = Transaction::new();
+            let mut left = Vec::new();
+            for entry in above.iter().rev() {
+                let object = objects::object_ref(pg, &entry.object);
+                if !records.contains_key(&entry.object) {
+                    let versions = store.undo_versions(&object).map_err(|e| e.to_string())?;
+                    records.insert(entry.object.clone(), versions);
+                }
+                let versions = records.get_mut(&entry.object).expect("just read");
+                if versions.last() == Some(&entry.version.seq) {
+                    versions.pop();
+                    txn.rollback(&object, entry.version.seq);
+                } else {
+                    // Older records of it cannot be reached past this one.
+                    versions.clear();
+                    left.push(entry.object.clone());
+                }
+            }
+            objects::replace_log(&mut txn, pg, info, &log);
+            store.apply(txn).map_err(|e| e.to_string())?;
+            Ok::<_, String>(left)
+        })
+        .await??;
+    if !left.is_empty() {
+        tracing::warn!(
+            pg = %format!("{}.{}", pg.pool, pg.number),
+            objects = ?left,
+            "rolling back: no undo record of these objects' writes; recovery rebuilds them"
+        );
+    }
+    core.set_log(info, kept);
+    Ok(())
 }
 
 fn retry_later(inner: Arc<OsdState>, id: PgId) {
@@ -549,7 +781,14 @@ async fn recover(inner: Arc<OsdState>, id: PgId, target: OsdId, token: u64) {
                     log,
                 } => {
                     // Writes wait while the last objects are copied and the target joins.
-                    let joined = join(&inner, id, target, claim, &names, info, log).await;
+                    let activate = PeerOp::Activate {
+                        claim,
+                        info,
+                        log,
+                        complete_to: core.join_complete_to(),
+                        position: core.position_of(target),
+                    };
+                    let joined = join(&inner, id, target, claim, &names, activate).await;
                     actions.extend(core.on_recovery(
                         target,
                         token,
@@ -605,19 +844,17 @@ async fn copy_names(
     Ok(())
 }
 
-/// Under the PG's lock (the caller's): copies `names` to `target`, then activates it with
-/// this log.
+/// Under the PG's lock (the caller's): copies `names` to `target`, then activates it
+/// (`activate`, with this OSD's log).
 async fn join(
     inner: &OsdState,
     id: PgId,
     target: OsdId,
     claim: Claim,
     names: &[ObjectName],
-    info: PgInfo,
-    log: Vec<LogEntry>,
+    activate: PeerOp,
 ) -> Result<(), String> {
     copy_names(inner, id, target, claim, names, true).await?;
-    let activate = PeerOp::Activate { claim, info, log };
     inner.peer_op(target, id, activate, Bytes::new()).await?;
     Ok(())
 }

@@ -20,7 +20,7 @@ use tokio::sync::watch;
 use tokio::task::{AbortHandle, JoinSet};
 
 use crate::pg::write::{Action, Event};
-use crate::pg::{Core, Verdict};
+use crate::pg::{undo_to_drop, Core, Verdict};
 use crate::OsdState;
 use crate::{erasure, objects};
 
@@ -503,6 +503,7 @@ impl OsdService {
                     let applied = inner.apply(txn).await;
                     if let (Ok(()), Some(complete_to)) = (&applied, complete_to) {
                         core.undo_dropped = core.undo_dropped.max(complete_to);
+                        core.position = core.position_of(inner.id);
                     }
                     Event::Applied(applied)
                 }
@@ -623,7 +624,7 @@ impl OsdService {
             .collect();
         let writes = erasure::shard_writes(profile.shards(), change, &attrs, written);
         let complete_to = core.info.last;
-        let drops = core.undo_to_drop(complete_to);
+        let drops = undo_to_drop(&core.log, core.undo_dropped, complete_to);
         let mut txn = Transaction::new();
         let mut peers = BTreeMap::new();
         for (position, (holder, write)) in shards.holders.iter().zip(writes).enumerate() {
@@ -632,6 +633,7 @@ impl OsdService {
             if holder == self.inner.id {
                 objects::build_shard(
                     &mut txn,
+                    op.pg,
                     &object,
                     &write.ops,
                     &Bytes::from(write.data),
@@ -720,17 +722,7 @@ impl OsdService {
         if !needs_state {
             return Ok(());
         }
-        let probe = object.clone();
-        let attrs = self
-            .inner
-            .blocking(move |store| match store.attrs(&probe) {
-                Ok(attrs) => Ok(Some(attrs)),
-                Err(ReadError::NotFound { .. }) => Ok(None),
-                Err(e) => Err(e),
-            })
-            .await
-            .map_err(OsdReply::Failed)?
-            .map_err(read_failure)?;
+        let attrs = self.inner.attrs_if_any(object.clone()).await?;
         for op in ops {
             match op {
                 ObjectOp::AssertExists if attrs.is_none() => return Err(OsdReply::NotFound),
@@ -869,7 +861,7 @@ impl OsdService {
         if let Err(why) = self.inner.pg(pg).wait_active().await {
             return OsdReply::Busy(why);
         }
-        match self.inner.page(pg, after, limit).await {
+        match self.inner.page(pg, after, limit, None).await {
             Ok((entries, more)) => OsdReply::Listing {
                 names: entries.into_iter().map(|(name, _)| name).collect(),
                 more,
@@ -945,27 +937,13 @@ impl OsdService {
                     info: core.info,
                     log: core.log.iter().cloned().collect(),
                     unsettled: core.unsettled,
+                    position: core.position,
                 }))
             }
             PeerOp::Replicate { entry, ops } => {
-                let mut core = pg.core.lock().await;
-                inner.load(&mut core, id).await?;
-                sender_is_primary(&inner.map.borrow(), from, id)?;
-                match core.on_replicate(&entry) {
-                    Verdict::Duplicate => return Ok(reply(OsdReply::Done)),
-                    Verdict::Conflict => {
-                        return Err(format!(
-                            "version {}.{} of pg {}.{} is already used by another write here",
-                            entry.version.epoch, entry.version.seq, id.pool, id.number
-                        ))
-                    }
-                    Verdict::Apply { skipped: 0 } => {}
-                    Verdict::Apply { skipped } => tracing::warn!(
-                        pg = %format!("{}.{}", id.pool, id.number),
-                        skipped,
-                        "a replicated write skips versions; recovery brings them"
-                    ),
-                }
+                let Some(mut core) = self.replica_core(&pg, from, &entry).await? else {
+                    return Ok(reply(OsdReply::Done));
+                };
                 let object = objects::object_ref(id, &entry.object);
                 let mut txn = Transaction::new();
                 objects::build_write(&mut txn, &object, &ops, &data, entry.version)?;
@@ -982,24 +960,15 @@ impl OsdService {
                 complete_to,
                 ops,
             } => {
-                let mut core = pg.core.lock().await;
-                inner.load(&mut core, id).await?;
-                sender_is_primary(&inner.map.borrow(), from, id)?;
-                match core.on_replicate(&entry) {
-                    Verdict::Duplicate => return Ok(reply(OsdReply::Done)),
-                    Verdict::Conflict => {
-                        return Err(format!(
-                            "version {}.{} of pg {}.{} is already used by another write here",
-                            entry.version.epoch, entry.version.seq, id.pool, id.number
-                        ))
-                    }
-                    Verdict::Apply { .. } => {}
-                }
+                let Some(mut core) = self.replica_core(&pg, from, &entry).await? else {
+                    return Ok(reply(OsdReply::Done));
+                };
                 let object = objects::object_ref(id, &entry.object);
-                let drops = core.undo_to_drop(complete_to);
+                let drops = undo_to_drop(&core.log, core.undo_dropped, complete_to);
                 let mut txn = Transaction::new();
                 objects::build_shard(
                     &mut txn,
+                    id,
                     &object,
                     &ops,
                     &data,
@@ -1013,6 +982,15 @@ impl OsdService {
                 crate::metrics::replicated(data.len());
                 core.note_logged(entry, trim);
                 core.undo_dropped = core.undo_dropped.max(complete_to);
+                core.position = Some(shard);
+                Ok(reply(OsdReply::Done))
+            }
+            PeerOp::Rollback { claim, to } => {
+                let mut core = pg.core.lock().await;
+                sender_is_primary(&inner.map.borrow(), from, id)?;
+                core.admit(claim)?;
+                inner.load(&mut core, id).await?;
+                crate::recovery::roll_back(inner, &mut core, id, to).await?;
                 Ok(reply(OsdReply::Done))
             }
             PeerOp::ReadShard { object, pieces } => {
@@ -1028,8 +1006,12 @@ impl OsdService {
                     None => reply(OsdReply::ShardPieces(None)),
                 })
             }
-            PeerOp::List { after, limit } => {
-                let (entries, more) = self.inner.page(id, after, limit).await?;
+            PeerOp::List {
+                after,
+                limit,
+                position,
+            } => {
+                let (entries, more) = self.inner.page(id, after, limit, position).await?;
                 Ok(reply(OsdReply::PeerListing { entries, more }))
             }
             PeerOp::Pull {
@@ -1064,14 +1046,30 @@ impl OsdService {
                 let object = objects::object_ref(id, &object);
                 let mut txn = Transaction::new();
                 objects::write_copy(&mut txn, &object, copy.as_ref(), offset, &data, last);
+                // A shard of another position than the one this OSD notes makes its shards
+                // mixed until the recovery's activation notes the position it now holds.
+                let shard = copy.as_ref().and_then(objects::shard_of);
+                let mixed = shard.is_some() && shard != core.position;
+                if mixed {
+                    objects::set_position(&mut txn, id, objects::MIXED_POSITIONS);
+                }
                 inner.apply(txn).await?;
+                if mixed {
+                    core.position = Some(objects::MIXED_POSITIONS);
+                }
                 Ok(reply(OsdReply::Done))
             }
             PeerOp::Digest { names } => {
                 let (digests, _) = inner.digest_local(id, names).await?;
                 Ok(reply(OsdReply::Digests(digests)))
             }
-            PeerOp::Activate { claim, info, log } => {
+            PeerOp::Activate {
+                claim,
+                info,
+                log,
+                complete_to,
+                position,
+            } => {
                 let mut core = pg.core.lock().await;
                 sender_is_primary(&inner.map.borrow(), from, id)?;
                 core.admit(claim)?;
@@ -1079,9 +1077,16 @@ impl OsdService {
                 core.check_activation(info)?;
                 let log = log.into_iter().collect();
                 let mut txn = Transaction::new();
+                let drops = undo_to_drop(&log, core.undo_dropped, complete_to);
+                objects::drop_undo(&mut txn, id.pool, &drops);
                 objects::replace_log(&mut txn, id, info, &log);
+                if let Some(position) = position {
+                    objects::set_position(&mut txn, id, position);
+                }
                 inner.apply(txn).await?;
                 core.set_log(info, log);
+                core.undo_dropped = core.undo_dropped.max(complete_to);
+                core.position = position.or(core.position);
                 // The primary made every object this OSD holds its own before activating.
                 core.unsettled = false;
                 core.loaded = true;
@@ -1149,6 +1154,45 @@ impl Replicas {
                 }
                 Ok(()) = self.maps.changed() => self.give_up_on_down(),
             }
+        }
+    }
+}
+
+impl OsdService {
+    /// The PG's core, locked and loaded, for applying `entry` from its primary `from`;
+    /// `None` for a resend of a write this OSD holds (answered done). Refused if `from` no
+    /// longer leads the PG or the log has another write at that version.
+    async fn replica_core<'a>(
+        &self,
+        pg: &'a crate::pg::Pg,
+        from: OsdId,
+        entry: &LogEntry,
+    ) -> Result<Option<tokio::sync::MutexGuard<'a, Core>>, String> {
+        let mut core = pg.core.lock().await;
+        self.inner.load(&mut core, pg.id).await?;
+        sender_is_primary(&self.inner.map.borrow(), from, pg.id)?;
+        Ok(replica_applies(&core, entry, pg.id)?.then_some(core))
+    }
+}
+
+/// Whether a replica applies `entry` from its primary: not a resend of a write it holds
+/// (answered done); refused if its log has another write at that version.
+fn replica_applies(core: &Core, entry: &LogEntry, id: PgId) -> Result<bool, String> {
+    match core.on_replicate(entry) {
+        Verdict::Duplicate => Ok(false),
+        Verdict::Conflict => Err(format!(
+            "version {}.{} of pg {}.{} is already used by another write here",
+            entry.version.epoch, entry.version.seq, id.pool, id.number
+        )),
+        Verdict::Apply { skipped } => {
+            if skipped > 0 {
+                tracing::warn!(
+                    pg = %format!("{}.{}", id.pool, id.number),
+                    skipped,
+                    "a replicated write skips versions; recovery brings them"
+                );
+            }
+            Ok(true)
         }
     }
 }

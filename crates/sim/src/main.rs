@@ -33,10 +33,12 @@ struct Args {
     #[arg(long, default_value_t = coffer_sim::Config::default().writes_per_client)]
     writes: u64,
     /// An erasure-coded pool of this code, `K+M` (for example `4+2`), rather than a
-    /// replicated one. Without faults only, for now: a shard that missed writes is not
-    /// rebuilt yet (#33).
-    #[arg(long, value_parser = parse_code, requires = "no_faults")]
+    /// replicated one (min_size k + 1, stripe unit 4 KiB).
+    #[arg(long, value_parser = parse_code)]
     ec: Option<(u8, u8)>,
+    /// Print the OSDs' warnings (and their info with -vv) as a replayed seed runs.
+    #[arg(short, long, action = clap::ArgAction::Count)]
+    verbose: u8,
 }
 
 fn parse_code(text: &str) -> Result<(u8, u8), String> {
@@ -47,6 +49,17 @@ fn parse_code(text: &str) -> Result<(u8, u8), String> {
 
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
+    if args.verbose > 0 {
+        let level = if args.verbose > 1 {
+            tracing::Level::INFO
+        } else {
+            tracing::Level::WARN
+        };
+        tracing_subscriber::fmt()
+            .with_max_level(level)
+            .with_writer(std::io::stderr)
+            .init();
+    }
     let config = coffer_sim::Config {
         osds: args.osds,
         pg_num: args.pg_num,

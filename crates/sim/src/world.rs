@@ -159,7 +159,8 @@ pub async fn workload(world: Arc<World>, config: &Config) -> Result<Report, Stri
             Err(_) => {
                 return Err(format!(
                     "client {c} still had a write unacknowledged {SETTLE_LIMIT:?} after every \
-                     fault healed"
+                     fault healed; {}",
+                    world.unclean()?.join("; ")
                 ))
             }
         }
@@ -230,20 +231,22 @@ impl World {
             .await?;
         self.check_objects().await?;
         self.check_logs().await?;
-        match self.pool()?.1.erasure {
-            Some(erasure) => self.check_shards(erasure.profile()).await,
-            None => self.check_replicas().await,
+        if self.pool()?.1.erasure.is_some() {
+            let names: Vec<String> = lock(&self.oracle).objects().map(str::to_owned).collect();
+            self.check_shards(&names).await
+        } else {
+            self.check_replicas().await
         }
     }
 
-    /// Every object of an erasure-coded pool has every shard, each at the version, size
+    /// Each of `names` in the erasure-coded pool has every shard, each at the version, size
     /// and position of the others, and its parity shards are what its data shards encode
     /// to: read from each holder itself, as its primary reads them.
-    async fn check_shards(&self, profile: ec::Profile) -> Result<(), String> {
-        let names: Vec<String> = lock(&self.oracle).objects().map(str::to_owned).collect();
+    pub async fn check_shards(&self, names: &[String]) -> Result<(), String> {
         let (map, pool) = self.pool()?;
+        let profile = pool.erasure.ok_or("the pool is replicated")?.profile();
         for name in names {
-            let object = object_name(&name)?;
+            let object = object_name(name)?;
             let pg = map.pg_of(&pool, &object);
             let holders = map.shards(&pool, pg);
             let primary = *map.acting(&pool, pg).first().ok_or("a PG with no OSD up")?;
@@ -501,26 +504,7 @@ impl World {
     /// its acting set.
     async fn wait_clean(&self, deadline: tokio::time::Instant) -> Result<(), String> {
         loop {
-            let (map, pool) = self.pool()?;
-            let mut unclean = Vec::new();
-            for number in 0..pool.pg_num {
-                let pg = PgId {
-                    pool: pool.id,
-                    number,
-                };
-                let acting = map.acting(&pool, pg);
-                let state = acting
-                    .first()
-                    .and_then(|p| self.net.node(*p))
-                    .and_then(|node| node.led().into_iter().find(|(id, _)| *id == pg))
-                    .map(|(_, state)| state);
-                if acting.len() < usize::from(pool.size) || state != Some(PgState::Clean) {
-                    unclean.push(format!(
-                        "pg {}.{} on {acting:?}: {state:?}",
-                        pg.pool, pg.number
-                    ));
-                }
-            }
+            let unclean = self.unclean()?;
             if unclean.is_empty() {
                 return Ok(());
             }
@@ -532,6 +516,32 @@ impl World {
             }
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
+    }
+
+    /// The PGs whose primary does not report them clean, with every OSD of the map in its
+    /// acting set: each with its acting set and state.
+    fn unclean(&self) -> Result<Vec<String>, String> {
+        let (map, pool) = self.pool()?;
+        let mut unclean = Vec::new();
+        for number in 0..pool.pg_num {
+            let pg = PgId {
+                pool: pool.id,
+                number,
+            };
+            let acting = map.acting(&pool, pg);
+            let state = acting
+                .first()
+                .and_then(|p| self.net.node(*p))
+                .and_then(|node| node.led().into_iter().find(|(id, _)| *id == pg))
+                .map(|(_, state)| state);
+            if acting.len() < usize::from(pool.size) || state != Some(PgState::Clean) {
+                unclean.push(format!(
+                    "pg {}.{} on {acting:?}: {state:?}",
+                    pg.pool, pg.number
+                ));
+            }
+        }
+        Ok(unclean)
     }
 
     /// Writes `content` as the whole of object `name`, as a client does: sent to the primary

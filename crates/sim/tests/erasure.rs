@@ -1,6 +1,7 @@
 //! Scripted runs of the simulator on an erasure-coded pool (docs/design/erasure.md, §6
 //! and §8): writes inside an object, across its units and past its end, read back through
-//! the shards, before and after the OSD holding one of its data shards crashes.
+//! the shards, before and after the OSD holding one of its data shards crashes, and after
+//! it comes back and its shard is rebuilt.
 
 use std::time::Duration;
 
@@ -162,6 +163,11 @@ fn around_a_crash(position: usize) -> Result<(), String> {
             .await?;
             seq += 1;
         }
-        Ok(())
+        // It comes back, behind: its shard of "x" is rebuilt from the others, and the PG
+        // is clean again with every shard alike.
+        world.restart(lost)?;
+        world.settle().await?;
+        world.check_shards(&["x".to_string()]).await?;
+        read_back(&world, 300, &model, "once the lost shard was rebuilt").await
     })
 }

@@ -1,11 +1,14 @@
 //! The simulator in CI: a thousand seeds of crashes, partitions and lost messages against
-//! the OSD's own code (about a tenth of a second each), and proof that a seed replays.
+//! the OSD's own code (about a tenth of a second each), two hundred more on an
+//! erasure-coded pool, and proof that a seed replays.
 //! Longer searches: `scripts/sim --seeds 100000`.
 
 use coffer_sim::{run, Config};
 
 /// Seeds each CI run searches; a failure prints the seed and how to replay it.
 const SEEDS: u64 = 1000;
+/// Seeds each CI run searches on an erasure-coded pool (4+2 on seven OSDs).
+const ERASURE_SEEDS: u64 = 200;
 
 #[test]
 fn acknowledged_writes_survive_crashes_partitions_and_lost_messages() {
@@ -67,4 +70,18 @@ fn an_erasure_coded_pool_without_faults_keeps_every_write_in_consistent_shards(
         assert_eq!(report.reads as u64, expected, "{k}+{m}: {report}");
     }
     Ok(())
+}
+
+#[test]
+fn acknowledged_writes_to_an_erasure_coded_pool_survive_crashes_partitions_and_lost_messages() {
+    let config = Config {
+        osds: 7,
+        erasure: Some((4, 2)),
+        ..Config::default()
+    };
+    for seed in 0..ERASURE_SEEDS {
+        if let Err(failure) = run(seed, &config) {
+            panic!("{failure} --ec 4+2 --osds 7");
+        }
+    }
 }

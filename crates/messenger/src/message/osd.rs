@@ -481,10 +481,13 @@ pub enum PeerOp {
     Query { claim: Claim },
     /// Apply this write, which the primary ordered as `entry`.
     Replicate { entry: LogEntry, ops: Vec<ObjectOp> },
-    /// A page of (name, version) of the PG's objects, in (hash, name) order.
+    /// A page of (name, version) of the PG's objects, in (hash, name) order. In an
+    /// erasure-coded PG, a shard written for another position than `position` (the one
+    /// the asker's map gives you) is listed at the default version: it is to be rebuilt.
     List {
         after: Option<ObjectName>,
         limit: u32,
+        position: Option<u8>,
     },
     /// Your copy of `object`, `len` bytes of data from `offset`.
     Pull {
@@ -501,11 +504,16 @@ pub enum PeerOp {
         offset: u64,
         last: bool,
     },
-    /// You now hold all of the PG: take this log and join the acting set's writes.
+    /// You now hold all of the PG: take this log and join the acting set's writes. In an
+    /// erasure-coded PG, drop the undo records of its entries up to `complete_to`, which
+    /// min_size holders applied (as `Shard` says).
     Activate {
         claim: Claim,
         info: PgInfo,
         log: Vec<LogEntry>,
+        complete_to: Version,
+        /// In an erasure-coded PG, the position whose shards you now hold.
+        position: Option<u8>,
     },
     /// The digest of your copy of each of `names`, in order. Answered with `Digests`.
     Digest { names: Vec<ObjectName> },
@@ -513,7 +521,8 @@ pub enum PeerOp {
     /// as `entry`: `ops` on the shard (its bytes in the data segment), after which the
     /// object's logical size is `size`. The store keeps the way back (an undo record) under
     /// the entry's version, and drops those of the PG's entries up to `complete_to`, which
-    /// every holder applied (docs/design/erasure.md, §6).
+    /// min_size holders applied, so no peering can take it back (docs/design/erasure.md,
+    /// §6).
     Shard {
         entry: LogEntry,
         shard: u8,
@@ -521,6 +530,10 @@ pub enum PeerOp {
         complete_to: Version,
         ops: Vec<ObjectOp>,
     },
+    /// Take back every write of this PG above `to` (an erasure-coded PG's writes that
+    /// reached fewer than k holders) from your undo records, newest first, and end your log
+    /// at `to`; under the claim of the peering that decided it.
+    Rollback { claim: Claim, to: Version },
     /// Your shard of `object`: `(offset, len)` pieces of it, each `len` bytes in the data
     /// segment (zeros past the shard's end). Answered with `ShardPieces`.
     ReadShard {
@@ -644,6 +657,9 @@ pub enum OsdReply {
         /// A catch-up of this copy was interrupted: its objects may be newer than its log,
         /// so it is recovered, never counted clean.
         unsettled: bool,
+        /// In an erasure-coded PG, the position whose shards this OSD holds (`None` before
+        /// its first shard): one that moved holds another position's shards.
+        position: Option<u8>,
     },
     PeerListing {
         entries: Vec<(ObjectName, Version)>,

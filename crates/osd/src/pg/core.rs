@@ -71,9 +71,12 @@ pub struct Core {
     /// The peering in progress, from its first query to the state published (peering.rs).
     pub(super) peering: Option<Peering>,
     /// An erasure-coded PG's shard here keeps undo records of its writes; those of the
-    /// log's entries up to this version are dropped ([`Core::undo_to_drop`]). In memory
+    /// log's entries up to this version are dropped ([`undo_to_drop`]). In memory
     /// only: after a restart every entry of the log is dropped again, which is harmless.
     pub undo_dropped: Version,
+    /// In an erasure-coded PG, the position whose shards this OSD holds (kept in the store
+    /// too, `objects::set_position`).
+    pub position: Option<u8>,
 }
 
 /// The acting set as this OSD last peered it (empty when not primary).
@@ -130,6 +133,22 @@ pub fn catch_up_source(
     (*last > own || (own_unsettled && *last == own)).then_some(best)
 }
 
+/// The undo records an erasure-coded shard's holder drops, as (object, version sequence):
+/// those of `log`'s entries above `dropped` (the last version dropped) up to `complete_to`,
+/// which min_size holders applied, so that no peering can take them back (an
+/// acknowledgement needs as many: docs/design/erasure.md, §6 and §7). Once the transaction
+/// is applied, `Core::undo_dropped` becomes `complete_to`.
+pub fn undo_to_drop(
+    log: &VecDeque<LogEntry>,
+    dropped: Version,
+    complete_to: Version,
+) -> Vec<(ObjectName, u64)> {
+    log.iter()
+        .filter(|e| e.version > dropped && e.version <= complete_to)
+        .map(|e| (e.object.clone(), e.version.seq))
+        .collect()
+}
+
 /// Whether a member that answered peering joins the clean replicas at once: it holds the
 /// primary's log up to the same version, and no interrupted catch-up of its own.
 pub fn is_clean(own: Version, last: Version, unsettled: bool) -> bool {
@@ -178,19 +197,8 @@ impl Core {
             write: None,
             peering: None,
             undo_dropped: Version::default(),
+            position: None,
         }
-    }
-
-    /// The undo records a shard write drops, as (object, version sequence): those of the
-    /// log's entries above the last dropped, up to `complete_to`, which every holder of the
-    /// PG applied, so no peering can roll them back (docs/design/erasure.md, §6). Once
-    /// the write is applied, `undo_dropped` becomes `complete_to`.
-    pub fn undo_to_drop(&self, complete_to: Version) -> Vec<(ObjectName, u64)> {
-        self.log
-            .iter()
-            .filter(|e| e.version > self.undo_dropped && e.version <= complete_to)
-            .map(|e| (e.object.clone(), e.version.seq))
-            .collect()
     }
 
     /// A new token, newer than every one drawn before in this PG.
@@ -252,6 +260,40 @@ impl Core {
         }
         Verdict::Apply {
             skipped: entry.version.seq.saturating_sub(self.info.last.seq + 1),
+        }
+    }
+
+    /// In an erasure-coded PG, the position `osd` holds in this interval.
+    pub fn position_of(&self, osd: OsdId) -> Option<u8> {
+        let position = self
+            .interval
+            .positions
+            .iter()
+            .position(|h| *h == Some(osd))?;
+        Some(u8::try_from(position).expect("at most 32 shards"))
+    }
+
+    /// Whether a holder whose shards are those of `position`, with a log to `last`, holds
+    /// `osd`'s position's shards in this erasure-coded PG (one that never held a shard
+    /// holds any). Always true in a replicated PG.
+    pub fn holds_position(&self, osd: OsdId, position: Option<u8>, last: Version) -> bool {
+        if self.interval.erasure.is_none() {
+            return true;
+        }
+        match position {
+            Some(p) => Some(p) == self.position_of(osd),
+            None => last == Version::default(),
+        }
+    }
+
+    /// The version up to which a replica joining the clean set drops its undo records
+    /// ([`undo_to_drop`]): this primary's last, once the join makes min_size holders of
+    /// it; else what this primary dropped itself.
+    pub fn join_complete_to(&self) -> Version {
+        if self.copies() + 1 >= self.interval.min_size {
+            self.info.last
+        } else {
+            self.undo_dropped
         }
     }
 

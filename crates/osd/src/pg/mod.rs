@@ -19,7 +19,7 @@ pub mod peering;
 pub mod recovery;
 pub mod write;
 
-pub use self::core::{Core, Verdict};
+pub use self::core::{undo_to_drop, Core, Verdict};
 
 /// How long an op waits for its PG to serve before the client is told it is busy (the
 /// client then asks again, so a PG that comes back is served without an error).

@@ -25,11 +25,11 @@
 //! Every member must answer: one that does not may hold the newest writes, so the PG waits
 //! (retrying) until the monitors mark it down and the acting set changes.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use map::cluster::Epoch;
 use map::placement::OsdId;
-use messenger::message::{Claim, LogEntry, PgInfo, PgState, Version};
+use messenger::message::{Claim, LogEntry, PgInfo, PgState, ReqId, Version};
 
 use super::core::{catch_up_source, is_clean, Core, Interval};
 
@@ -53,6 +53,8 @@ pub struct Answer {
     pub log: Vec<LogEntry>,
     /// A catch-up of its copy was cut short: its objects may be newer than its log.
     pub unsettled: bool,
+    /// In an erasure-coded PG, the position whose shards it holds.
+    pub position: Option<u8>,
 }
 
 /// What happened, as the shell tells the core.
@@ -71,6 +73,8 @@ pub enum Event {
     /// This OSD's objects are the source's and its log is the source's; or the catch-up
     /// failed (the copy stays marked unsettled).
     CaughtUp(Result<(), String>),
+    /// The holders asked rolled their writes back, or one failed.
+    RolledBack(Result<(), String>),
 }
 
 /// What the core asks of the shell, in order.
@@ -92,10 +96,101 @@ pub enum Action {
     },
     /// Recover this member under this token.
     Recover { target: OsdId, token: u64 },
+    /// An erasure-coded PG: have each of `holders` (this OSD among them, maybe) take back
+    /// every write above its version from its undo records, newest first, and end its log
+    /// there; answer `RolledBack`.
+    RollBack {
+        holders: Vec<(OsdId, Version)>,
+        claim: Claim,
+    },
     /// Publish this state for the interval that began at `interval`.
     Publish { interval: Epoch, state: PgState },
     /// Peer again after a pause.
     RetryLater,
+}
+
+/// What becomes of the newest writes of an erasure-coded PG (docs/design/erasure.md, §7).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Tail {
+    /// At least k holders applied every write any holder did: each object decodes at the
+    /// newest version, and holders behind are rebuilt from the others.
+    Decodable,
+    /// Each of these holders' writes above its version reached fewer than k holders, and
+    /// even with every silent position they could not have reached min_size, so none was
+    /// acknowledged: the holder takes them back.
+    RollBack(Vec<(OsdId, Version)>),
+    /// Writes that fewer than k holders applied may have been acknowledged by holders that
+    /// are down: wait for them.
+    Wait(String),
+}
+
+/// The tail of an erasure-coded PG's history, from the log of each holder that answered
+/// peering (the primary's among them), with the position whose shards it holds. A write
+/// whose shards k distinct positions hold decodes; one with fewer cannot be rebuilt on the
+/// others, so it is rolled back if those holders and every position with no OSD up could
+/// not make min_size, and waited on otherwise. A holder's log is one history: every holder
+/// of a write applied the writes before it in that history, so the writes it rolls back are
+/// those above the newest it holds that decodes. A log's entries end where it was trimmed:
+/// a holder whose log begins after a write applied it.
+pub fn erasure_tail(
+    profile: ec::Profile,
+    min_size: usize,
+    logs: &[(OsdId, Option<u8>, &VecDeque<LogEntry>)],
+) -> Tail {
+    let k = profile.k();
+    let silent = profile.shards().saturating_sub(logs.len());
+    // The positions whose shards hold each write.
+    let shard_of = |position: Option<u8>| position.filter(|p| usize::from(*p) < profile.shards());
+    let mut holding: HashMap<(Version, ReqId), BTreeSet<u8>> = HashMap::new();
+    for (_, position, log) in logs {
+        for entry in log.iter() {
+            let positions = holding.entry((entry.version, entry.reqid)).or_default();
+            positions.extend(shard_of(*position));
+        }
+    }
+    let applied = |entry: &LogEntry| {
+        let mut positions = holding[&(entry.version, entry.reqid)].clone();
+        for (_, position, log) in logs {
+            if log
+                .front()
+                .is_some_and(|first| first.version > entry.version)
+            {
+                positions.extend(shard_of(*position));
+            }
+        }
+        positions.len()
+    };
+    let mut rollbacks = Vec::new();
+    let mut waits = Vec::new();
+    for (osd, _, log) in logs {
+        let decodable = log.iter().rposition(|entry| applied(entry) >= k);
+        let above = decodable.map_or(0, |at| at + 1);
+        let Some(first) = log.get(above) else {
+            continue;
+        };
+        let to = decodable.map_or(Version::default(), |at| log[at].version);
+        let most = applied(first);
+        if most + silent < min_size {
+            rollbacks.push((*osd, to));
+        } else {
+            waits.push(format!(
+                "osd.{} holds writes above {}.{} whose shards {most} positions hold, of the \
+                 k = {k} needed to decode them",
+                osd.0, to.epoch, to.seq
+            ));
+        }
+    }
+    if !waits.is_empty() {
+        return Tail::Wait(format!(
+            "{}; {silent} shard positions are down and may hold them: waiting for them",
+            waits.join("; ")
+        ));
+    }
+    if rollbacks.is_empty() {
+        Tail::Decodable
+    } else {
+        Tail::RollBack(rollbacks)
+    }
 }
 
 /// A peering in progress.
@@ -149,6 +244,18 @@ impl Core {
                     self.all_answered()
                 }
             },
+            Event::RolledBack(result) => {
+                // The next peering finds every log at or below what k holders applied.
+                let why = match result {
+                    Ok(()) => "writes fewer than k shard holders applied were rolled back; \
+                               peering again"
+                        .to_string(),
+                    Err(why) => {
+                        format!("rolling back writes fewer than k shard holders applied: {why}")
+                    }
+                };
+                self.stop_peering(why, true)
+            }
             Event::CaughtUp(Err(why)) => {
                 let (from, _) = self.peering().source.expect("caught up from a source");
                 self.stop_peering(format!("copying from osd.{}: {why}", from.0), true)
@@ -230,12 +337,43 @@ impl Core {
             .iter()
             .map(|(_, answer)| (answer.info.last, answer.unsettled))
             .collect();
-        if self.interval.erasure.is_some() {
-            if let Some(why) = self.shards_differ() {
-                return self.stop_peering(why, true);
+        if let Some(profile) = self.interval.erasure {
+            let peering = self.peering.as_ref().expect("a peering in progress");
+            let answers: Vec<(OsdId, Option<u8>, VecDeque<LogEntry>)> = peering
+                .answers
+                .iter()
+                .map(|(osd, a)| (*osd, a.position, a.log.iter().cloned().collect()))
+                .collect();
+            let mut logs = vec![(self.interval.acting[0], self.position, &self.log)];
+            logs.extend(
+                answers
+                    .iter()
+                    .map(|(osd, position, log)| (*osd, *position, log)),
+            );
+            match erasure_tail(profile, self.interval.min_size, &logs) {
+                Tail::Decodable => {}
+                Tail::RollBack(holders) => {
+                    let claim = peering.claim;
+                    return vec![Action::RollBack { holders, claim }];
+                }
+                Tail::Wait(why) => return self.stop_peering(why, true),
             }
         }
-        let Some(best) = catch_up_source(self.info.last, self.unsettled, &heard) else {
+        // A primary that moved holds another position's shards: its own are rebuilt as a
+        // cut-short catch-up's are, from a member as new as itself.
+        let me = self.interval.acting[0];
+        let moved = !self.holds_position(me, self.position, self.info.last);
+        let Some(best) = catch_up_source(self.info.last, self.unsettled || moved, &heard) else {
+            if moved {
+                return self.stop_peering(
+                    format!(
+                        "this primary holds the shards of position {:?}, not its own, and no \
+                         other holder is as new to rebuild them from",
+                        self.position
+                    ),
+                    true,
+                );
+            }
             return self.finish_peering();
         };
         let peering = self.peering();
@@ -243,44 +381,6 @@ impl Core {
         let (from, info, log) = (*from, answer.info, answer.log.iter().cloned().collect());
         peering.source = Some((from, info.last));
         vec![Action::CatchUp { from, info, log }]
-    }
-
-    /// Why an erasure-coded PG cannot serve yet: a member's log differs from this primary's
-    /// (or a copy's catch-up was cut short). Its shards would be rebuilt from the others and
-    /// the writes above what k holders applied rolled back (docs/design/erasure.md, §7 and
-    /// §9), which comes with the rest of #33; until then the PG waits, serving nothing a
-    /// stale shard could spoil.
-    fn shards_differ(&mut self) -> Option<String> {
-        let last = self.info.last;
-        let own_unsettled = self.unsettled;
-        let peering = self.peering();
-        let differing: Vec<String> = peering
-            .answers
-            .iter()
-            .filter(|(_, a)| !is_clean(last, a.info.last, a.unsettled))
-            .map(|(osd, a)| {
-                format!(
-                    "osd.{} (log to {}.{})",
-                    osd.0, a.info.last.epoch, a.info.last.seq
-                )
-            })
-            .collect();
-        if differing.is_empty() && !own_unsettled {
-            return None;
-        }
-        let whose = if own_unsettled {
-            "this primary's own catch-up was cut short".to_string()
-        } else {
-            format!(
-                "{} differ from this primary's log to {}.{}",
-                differing.join(", "),
-                last.epoch,
-                last.seq
-            )
-        };
-        Some(format!(
-            "erasure-coded shards disagree: {whose}; rebuilding shards is not built yet (#33)"
-        ))
     }
 
     /// Ends a peering that could not finish: the PG is inactive for `why`, and peers again
@@ -308,7 +408,9 @@ impl Core {
         );
         let mut actions = Vec::new();
         for (osd, answer) in peering.answers {
-            if is_clean(self.info.last, answer.info.last, answer.unsettled) {
+            if is_clean(self.info.last, answer.info.last, answer.unsettled)
+                && self.holds_position(osd, answer.position, answer.info.last)
+            {
                 self.interval.clean.push(osd);
             } else {
                 let token = self.begin_recovery(osd);
@@ -348,6 +450,7 @@ mod tests {
             info: PgInfo { last },
             log: Vec::new(),
             unsettled,
+            position: None,
         }
     }
 
@@ -403,55 +506,159 @@ mod tests {
         assert!(!core.is_peering());
     }
 
+    /// An erasure-coded PG peers as a replicated one does (its shell copies by rebuilding
+    /// shards), keeps its positions, and counts clean only a holder of its own position's
+    /// shards: its reads and writes use those alone.
     #[test]
-    fn an_erasure_coded_pg_serves_only_when_every_shard_holds_its_log() {
-        let coded = |acting: &[u32]| Placement {
-            size: 3,
+    fn an_erasure_coded_pg_counts_clean_only_holders_of_their_own_positions_shards() {
+        let coded = || Placement {
             erasure: Some(ec::Profile::new(2, 1, 4096).expect("2+1")),
-            positions: acting.iter().map(|a| Some(OsdId(*a))).collect(),
-            ..placement(acting, 3)
+            positions: vec![Some(OsdId(0)), None, Some(OsdId(2)), Some(OsdId(3))],
+            ..placement(&[0, 2, 3], 2)
         };
-        let answered = |osd, last, unsettled| Event::Answered {
+        let answered = |osd, last, position| Event::Answered {
             osd: OsdId(osd),
-            answer: Ok(answer(last, unsettled)),
+            answer: Ok(Answer {
+                position,
+                ..answer(last, false)
+            }),
         };
-        // Alike: clean, with the positions kept for its reads and writes.
         let mut core = loaded(version(6, 4));
-        core.on_peering(Event::Start(Some(coded(&[0, 1, 2]))));
+        core.position = Some(0);
+        core.on_peering(Event::Start(Some(coded())));
         core.on_peering(Event::Loaded(Ok(())));
-        core.on_peering(answered(1, version(6, 4), false));
-        let actions = core.on_peering(answered(2, version(6, 4), false));
-        assert_eq!(shapes(&actions), shapes(&[core.publish()]));
-        assert_eq!(core.state(), PgState::Clean);
+        // osd.2 holds position 2's shards; osd.3 is behind; both are as they should be
+        // but for osd.3's log.
+        core.on_peering(answered(2, version(6, 4), Some(2)));
+        let actions = core.on_peering(answered(3, version(6, 3), Some(3)));
+        assert!(
+            matches!(
+                actions[0],
+                Action::Recover {
+                    target: OsdId(3),
+                    ..
+                }
+            ),
+            "{actions:?}"
+        );
         assert_eq!(
             core.interval.shard_holders(OsdId(0)),
-            [Some(OsdId(0)), Some(OsdId(1)), Some(OsdId(2))]
+            [Some(OsdId(0)), None, Some(OsdId(2)), None]
         );
-        // A member behind, ahead, or cut short in a catch-up: no copy of the primary's
-        // objects is made (they are shards), and the PG waits, saying why.
-        for (last, unsettled) in [
-            (version(6, 3), false),
-            (version(6, 5), false),
-            (version(6, 4), true),
-        ] {
-            let mut core = loaded(version(6, 4));
-            core.on_peering(Event::Start(Some(coded(&[0, 1, 2]))));
-            core.on_peering(Event::Loaded(Ok(())));
-            core.on_peering(answered(1, version(6, 4), false));
-            let actions = core.on_peering(answered(2, last, unsettled));
-            let [Action::Publish {
-                state: PgState::Inactive(ref why),
-                ..
-            }, Action::RetryLater] = actions[..]
-            else {
-                panic!("the PG waits: {actions:?}");
-            };
-            assert!(
-                why.contains("erasure-coded shards disagree: osd.2") && why.contains("#33"),
-                "{why}"
-            );
-            assert!(!core.is_peering() && core.interval.clean.is_empty());
-        }
+        // osd.2 moved from position 1: its shards are rebuilt, though its log is whole.
+        let mut core = loaded(version(6, 4));
+        core.position = Some(0);
+        core.on_peering(Event::Start(Some(coded())));
+        core.on_peering(Event::Loaded(Ok(())));
+        core.on_peering(answered(2, version(6, 4), Some(1)));
+        let actions = core.on_peering(answered(3, version(6, 4), Some(3)));
+        assert!(
+            matches!(
+                actions[0],
+                Action::Recover {
+                    target: OsdId(2),
+                    ..
+                }
+            ),
+            "{actions:?}"
+        );
+        // This primary moved: it rebuilds its own shards from a member as new as itself.
+        let mut core = loaded(version(6, 4));
+        core.position = Some(2);
+        core.on_peering(Event::Start(Some(coded())));
+        core.on_peering(Event::Loaded(Ok(())));
+        core.on_peering(answered(2, version(6, 4), Some(2)));
+        let actions = core.on_peering(answered(3, version(6, 4), Some(3)));
+        assert!(
+            matches!(actions[..], [Action::CatchUp { .. }]),
+            "{actions:?}"
+        );
+    }
+
+    #[test]
+    fn the_tail_of_an_erasure_coded_pg_decodes_rolls_back_or_waits() {
+        let entry = |epoch, seq| LogEntry {
+            version: version(epoch, seq),
+            object: super::super::core::tests::name("x"),
+            reqid: ReqId { client: epoch, seq },
+        };
+        // Each holder's log: a history of (epoch, seq) from 1.
+        let logs = |histories: &[&[(u64, u64)]]| -> Vec<VecDeque<LogEntry>> {
+            histories
+                .iter()
+                .map(|h| h.iter().map(|(e, s)| entry(*e, *s)).collect())
+                .collect()
+        };
+        // Holder i holds position i's shards.
+        let tail = |profile, min_size, logs: &[VecDeque<LogEntry>]| {
+            let named: Vec<(OsdId, Option<u8>, &VecDeque<LogEntry>)> = logs
+                .iter()
+                .enumerate()
+                .map(|(i, log)| (OsdId(i as u32), Some(i as u8), log))
+                .collect();
+            erasure_tail(profile, min_size, &named)
+        };
+        let p42 = ec::Profile::new(4, 2, 4096).expect("4+2");
+        let a: &[(u64, u64)] = &[(3, 1), (3, 2)];
+        let b: &[(u64, u64)] = &[(3, 1), (3, 2), (3, 3)];
+        assert_eq!(tail(p42, 5, &logs(&[a, a, a, a, a, a])), Tail::Decodable);
+        // One holder of 3.3: rolled back to 3.2.
+        assert_eq!(
+            tail(p42, 5, &logs(&[b, a, a, a, a, a])),
+            Tail::RollBack(vec![(OsdId(0), version(3, 2))])
+        );
+        // Three holders of 3.3, three of 3.2: neither decodes alone; every position
+        // answered, so 3.3 never had min_size holders.
+        assert_eq!(
+            tail(p42, 5, &logs(&[b, b, b, a, a, a])),
+            Tail::RollBack(vec![
+                (OsdId(0), version(3, 2)),
+                (OsdId(1), version(3, 2)),
+                (OsdId(2), version(3, 2))
+            ])
+        );
+        // Three of 3.3 and one silent position: four at most, below min_size.
+        assert!(matches!(
+            tail(p42, 5, &logs(&[b, b, b, a, a])),
+            Tail::RollBack(_)
+        ));
+        // Another history: osd.0 holds 4.3 where the others went on to 5.3 (decodable).
+        let c: &[(u64, u64)] = &[(3, 1), (3, 2), (5, 3)];
+        let d: &[(u64, u64)] = &[(3, 1), (3, 2), (4, 3)];
+        assert_eq!(
+            tail(p42, 5, &logs(&[d, c, c, c, c, c])),
+            Tail::RollBack(vec![(OsdId(0), version(3, 2))])
+        );
+        // Two holders of one position's shards count once: osd.4 moved from position 3.
+        let moved = logs(&[b, b, b, b, a, a]);
+        let positions = [0, 1, 2, 2, 4, 5];
+        let named: Vec<(OsdId, Option<u8>, &VecDeque<LogEntry>)> = moved
+            .iter()
+            .enumerate()
+            .map(|(i, log)| (OsdId(i as u32), Some(positions[i]), log))
+            .collect();
+        assert_eq!(
+            erasure_tail(p42, 5, &named),
+            Tail::RollBack(vec![
+                (OsdId(0), version(3, 2)),
+                (OsdId(1), version(3, 2)),
+                (OsdId(2), version(3, 2)),
+                (OsdId(3), version(3, 2))
+            ])
+        );
+        // A holder whose log was trimmed past 3.1 counts as holding it.
+        let trimmed: &[(u64, u64)] = &[(3, 2)];
+        assert_eq!(
+            tail(p42, 5, &logs(&[a, a, a, trimmed, trimmed, trimmed])),
+            Tail::Decodable
+        );
+        // 8+3, min_size 9: seven holders of 3.3 and two silent positions could make nine.
+        let p83 = ec::Profile::new(8, 3, 4096).expect("8+3");
+        let wait = tail(p83, 9, &logs(&[b, b, b, b, b, b, b, a, a]));
+        assert!(
+            matches!(&wait, Tail::Wait(why) if why.contains("osd.6 holds writes above 3.2 whose shards 7 positions hold") && why.contains("2 shard positions are down")),
+            "{wait:?}"
+        );
     }
 
     #[test]

@@ -151,16 +151,12 @@ impl Core {
             // is in the store but not known here. Read the log again, and peer.
             self.loaded = false;
             let (pool, number) = (self.pg.pool, self.pg.number);
-            return vec![
-                Action::Publish {
-                    interval: self.interval.epoch,
-                    state: PgState::Peering,
-                },
-                Action::Repeer,
-                Action::Reply(Err(OsdReply::Busy(format!(
+            return back_to_peering(
+                self.interval.epoch,
+                format!(
                     "pg {pool}.{number}: its last write ended without an answer; peering again"
-                )))),
-            ];
+                ),
+            );
         }
         match self.order_write(reqid, object, blocklisted) {
             Order::Duplicate(version) => vec![Action::Reply(Ok(OsdReply::Written { version }))],
@@ -202,17 +198,13 @@ impl Core {
         if let Some(Err(why)) = write.local {
             // The replicas may hold this write and this OSD does not: stop serving, and let
             // peering take it from them. The client's retry is then answered from the log.
-            return vec![
-                Action::Publish {
-                    interval,
-                    state: PgState::Peering,
-                },
-                Action::Repeer,
-                Action::Reply(Err(OsdReply::Busy(format!(
+            return back_to_peering(
+                interval,
+                format!(
                     "pg {pool}.{number}: applying the write on its primary failed ({why}); \
                      peering again"
-                )))),
-            ];
+                ),
+            );
         }
         let trim = write.trim.expect("a write is applied once prepared");
         let version = write.entry.version;
@@ -220,6 +212,21 @@ impl Core {
         self.note_logged(write.entry, trim);
         for recovery in self.interval.recovering.values_mut() {
             recovery.dirty.insert(object.clone());
+        }
+        if let Some(profile) = self.interval.erasure {
+            if 1 + write.done.len() < profile.k() {
+                // Fewer than k shard holders applied it: no shard of it can be rebuilt on
+                // the others, and it was never acknowledged. Peering takes it back.
+                return back_to_peering(
+                    interval,
+                    format!(
+                        "pg {pool}.{number}: the write reached {} of its shard holders, \
+                         fewer than the {} needed to decode it; peering again",
+                        1 + write.done.len(),
+                        profile.k()
+                    ),
+                );
+            }
         }
         let mut actions: Vec<Action> = write
             .missed
@@ -258,6 +265,18 @@ impl Core {
         actions.push(Action::Reply(reply));
         actions
     }
+}
+
+/// The PG stops serving and peers again; the client is told it is busy, for `why`.
+fn back_to_peering(interval: Epoch, why: String) -> Vec<Action> {
+    vec![
+        Action::Publish {
+            interval,
+            state: PgState::Peering,
+        },
+        Action::Repeer,
+        Action::Reply(Err(OsdReply::Busy(why))),
+    ]
 }
 
 #[cfg(test)]
@@ -416,6 +435,51 @@ mod tests {
         let tokens: BTreeSet<u64> = core.interval.recovering.values().map(|r| r.token).collect();
         assert_eq!(tokens.len(), 2);
         assert!(core.draw_token() > *tokens.last().expect("two"));
+    }
+
+    /// A 2+1 PG's write, applied here, that osd.1 missed; what osd.2's answer brings.
+    fn coded_write_missed_by_osd1(osd2: Event) -> (Core, Vec<Action>) {
+        let mut core = primary(5, version(5, 9), 2);
+        core.interval.erasure = Some(ec::Profile::new(2, 1, 4096).expect("2+1"));
+        core.on_write(5, write(2, "b"));
+        core.on_write(5, Event::Prepared(Ok(0)));
+        core.on_write(5, Event::ReplicaMissed(OsdId(1)));
+        core.on_write(5, Event::Applied(Ok(())));
+        let actions = core.on_write(5, osd2);
+        (core, actions)
+    }
+
+    #[test]
+    fn an_erasure_coded_write_on_fewer_than_k_holders_sends_the_pg_back_to_peering() {
+        let (core, actions) = coded_write_missed_by_osd1(Event::ReplicaMissed(OsdId(2)));
+        assert!(
+            matches!(
+                actions[..2],
+                [
+                    Action::Publish {
+                        state: PgState::Peering,
+                        ..
+                    },
+                    Action::Repeer
+                ]
+            ),
+            "no shard of it can be rebuilt: {actions:?}"
+        );
+        assert!(busy(&actions));
+        assert_eq!(
+            core.info.last,
+            version(5, 10),
+            "logged: peering rolls it back"
+        );
+        // On two holders of three it decodes: the third is rebuilt.
+        let (_, actions) = coded_write_missed_by_osd1(Event::ReplicaDone(OsdId(2)));
+        assert!(matches!(
+            actions[0],
+            Action::Recover {
+                target: OsdId(1),
+                ..
+            }
+        ));
     }
 
     #[test]
