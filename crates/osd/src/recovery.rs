@@ -667,11 +667,10 @@ async fn catch_up(inner: &OsdState, core: &mut Core, id: PgId, from: OsdId) -> R
 }
 
 /// Takes back this OSD's writes to the erasure-coded PG `pg` above `to` from their undo
-/// records, newest first, and ends its log below them, in one transaction (its last
-/// version is then its newest entry left, which is not `to` when its log holds another
-/// history: it is then recovered as any holder behind is). An object whose
-/// undo record is gone is left as it is: its version then differs from the primary's, and
-/// recovery rebuilds its shard from the others.
+/// records, newest first, and ends its log below them, in one transaction. An object whose
+/// undo record is gone (its shard came from a recovery) is left as it is: its version then
+/// differs from the primary's, reads decode around it, and a recovery of this holder
+/// rebuilds it (docs/design/erasure.md, §7, known gaps).
 pub async fn roll_back(
     inner: &OsdState,
     core: &mut Core,
@@ -697,6 +696,7 @@ pub async fn roll_back(
         last: kept.back().map_or(Version::default(), |e| e.version),
     };
     let log = kept.clone();
+    let (position, unsettled) = (core.position, core.unsettled);
     let left = inner
         .blocking(move |store| {
             let mut records: BTreeMap<ObjectName, Vec<u64>> = BTreeMap::new();
@@ -718,7 +718,14 @@ pub async fn roll_back(
                     left.push(entry.object.clone());
                 }
             }
+            // The log is rewritten whole: the notes beside it are written again.
             objects::replace_log(&mut txn, pg, info, &log);
+            if let Some(position) = position {
+                objects::set_position(&mut txn, pg, position);
+            }
+            if unsettled {
+                objects::mark_unsettled(&mut txn, pg);
+            }
             store.apply(txn).map_err(|e| e.to_string())?;
             Ok::<_, String>(left)
         })

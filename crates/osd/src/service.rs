@@ -481,6 +481,12 @@ impl OsdService {
                 Action::Replicate { to, entry } => {
                     let (peer_op, data, check) = match shards.remove(&to) {
                         Some((shard_op, shard_data)) => (shard_op, shard_data, None),
+                        // A clean holder with no position: it is sent nothing a copy of
+                        // the object would make a wrong shard of.
+                        None if core.interval.erasure.is_some() => {
+                            actions.extend(core.on_write(pg.announced(), Event::ReplicaMissed(to)));
+                            continue;
+                        }
                         None => (
                             PeerOp::Replicate {
                                 entry,
@@ -589,6 +595,12 @@ impl OsdService {
         let (written, size) = match change {
             erasure::DataChange::None => (Vec::new(), old_size),
             erasure::DataChange::Remove => (Vec::new(), 0),
+            erasure::DataChange::Full { len } if len != data.len() as u64 => {
+                return Err(OsdReply::Failed(format!(
+                    "{} data bytes sent, the ops use {len}",
+                    data.len()
+                )))
+            }
             erasure::DataChange::Full { len } => (erasure::encode_whole(profile, data)?, len),
             erasure::DataChange::Range { offset, len } => {
                 let plan = ec::plan(profile, old_size, offset, len)
@@ -1046,17 +1058,24 @@ impl OsdService {
                 let object = objects::object_ref(id, &object);
                 let mut txn = Transaction::new();
                 objects::write_copy(&mut txn, &object, copy.as_ref(), offset, &data, last);
-                // A shard of another position than the one this OSD notes makes its shards
-                // mixed until the recovery's activation notes the position it now holds.
+                // A shard pushed makes this copy unsettled (its objects may be newer than its
+                // log, were the recovery cut short and the write it carries rolled back) and,
+                // of another position than the one noted, its shards mixed, until the
+                // recovery's activation.
                 let shard = copy.as_ref().and_then(objects::shard_of);
                 let mixed = shard.is_some() && shard != core.position;
                 if mixed {
                     objects::set_position(&mut txn, id, objects::MIXED_POSITIONS);
                 }
+                let unsettle = inner.pool_erasure(id.pool).is_some() && !core.unsettled;
+                if unsettle {
+                    objects::mark_unsettled(&mut txn, id);
+                }
                 inner.apply(txn).await?;
                 if mixed {
                     core.position = Some(objects::MIXED_POSITIONS);
                 }
+                core.unsettled |= unsettle;
                 Ok(reply(OsdReply::Done))
             }
             PeerOp::Digest { names } => {

@@ -136,16 +136,25 @@ pub fn catch_up_source(
 /// The undo records an erasure-coded shard's holder drops, as (object, version sequence):
 /// those of `log`'s entries above `dropped` (the last version dropped) up to `complete_to`,
 /// which min_size holders applied, so that no peering can take them back (an
-/// acknowledgement needs as many: docs/design/erasure.md, §6 and §7). Once the transaction
-/// is applied, `Core::undo_dropped` becomes `complete_to`.
+/// acknowledgement needs as many: docs/design/erasure.md, §6 and §7); one per object, its
+/// newest (a drop takes every record at or below it). Once the transaction is applied,
+/// `Core::undo_dropped` becomes `complete_to`.
 pub fn undo_to_drop(
     log: &VecDeque<LogEntry>,
     dropped: Version,
     complete_to: Version,
 ) -> Vec<(ObjectName, u64)> {
-    log.iter()
+    let mut newest: BTreeMap<&ObjectName, u64> = BTreeMap::new();
+    for entry in log
+        .iter()
         .filter(|e| e.version > dropped && e.version <= complete_to)
-        .map(|e| (e.object.clone(), e.version.seq))
+    {
+        let seq = newest.entry(&entry.object).or_default();
+        *seq = (*seq).max(entry.version.seq);
+    }
+    newest
+        .into_iter()
+        .map(|(object, seq)| (object.clone(), seq))
         .collect()
 }
 
@@ -287,10 +296,13 @@ impl Core {
     }
 
     /// The version up to which a replica joining the clean set drops its undo records
-    /// ([`undo_to_drop`]): this primary's last, once the join makes min_size holders of
-    /// it; else what this primary dropped itself.
+    /// ([`undo_to_drop`]): in an erasure-coded PG, this primary's last once the join makes
+    /// min_size holders of it, else what this primary dropped itself; none in a replicated
+    /// PG, which keeps no undo records.
     pub fn join_complete_to(&self) -> Version {
-        if self.copies() + 1 >= self.interval.min_size {
+        if self.interval.erasure.is_none() {
+            Version::default()
+        } else if self.copies() + 1 >= self.interval.min_size {
             self.info.last
         } else {
             self.undo_dropped
@@ -550,6 +562,31 @@ pub(super) mod tests {
         assert!(is_clean(v2, v2, false));
         assert!(!is_clean(v2, v2, true));
         assert!(!is_clean(v2, v1, false));
+    }
+
+    #[test]
+    fn undo_records_are_dropped_once_per_object_up_to_what_min_size_holders_applied() {
+        let entry = |seq, object: &str| LogEntry {
+            version: version(5, seq),
+            object: name(object),
+            reqid: reqid(seq),
+        };
+        let log = VecDeque::from([entry(1, "a"), entry(2, "b"), entry(3, "a"), entry(4, "a")]);
+        assert_eq!(
+            undo_to_drop(&log, version(5, 1), version(5, 3)),
+            [(name("a"), 3), (name("b"), 2)]
+        );
+        assert!(undo_to_drop(&log, version(5, 4), version(5, 4)).is_empty());
+        // A replicated PG keeps none; an erasure-coded one drops up to its last once a
+        // joining holder makes min_size, else what it dropped itself.
+        let mut core = primary(5, version(5, 9), 1);
+        assert_eq!(core.join_complete_to(), Version::default());
+        core.interval.erasure = Some(ec::Profile::new(2, 1, 4096).expect("2+1"));
+        core.interval.min_size = 3;
+        core.undo_dropped = version(5, 7);
+        assert_eq!(core.join_complete_to(), version(5, 9));
+        core.interval.clean.clear();
+        assert_eq!(core.join_complete_to(), version(5, 7));
     }
 
     #[test]
