@@ -96,6 +96,27 @@ impl Coder {
         Ok(())
     }
 
+    /// The m parity shards of the k data shards `data`, new; empty ones for empty shards.
+    pub fn parity(&mut self, data: &[&[u8]]) -> Result<Vec<Vec<u8>>, CodeError> {
+        let len = data.first().map_or(0, |shard| shard.len());
+        let mut parity = vec![vec![0u8; len]; self.profile.m()];
+        if len > 0 || data.len() != self.profile.k() {
+            let mut outs: Vec<&mut [u8]> = parity.iter_mut().map(Vec::as_mut_slice).collect();
+            self.encode(data, &mut outs)?;
+        }
+        Ok(parity)
+    }
+
+    /// The k + m shards of an object of `data`: its bytes split into the data shards
+    /// ([`Profile::split`]), then their parity.
+    pub fn encode_object(&mut self, data: &[u8]) -> Result<Vec<Vec<u8>>, CodeError> {
+        let mut shards = self.profile.split(data);
+        let refs: Vec<&[u8]> = shards.iter().map(Vec::as_slice).collect();
+        let parity = self.parity(&refs)?;
+        shards.extend(parity);
+        Ok(shards)
+    }
+
     /// Rebuilds every absent shard (`None`) of `shards`, the k data shards then the m parity
     /// shards, from the present ones; at least k must be present.
     pub fn reconstruct(&mut self, shards: &mut [Option<Vec<u8>>]) -> Result<(), CodeError> {

@@ -12,12 +12,8 @@ fn profiles() -> impl Strategy<Value = Profile> {
 }
 
 fn parity_of(coder: &mut Coder, data: &[Vec<u8>]) -> Vec<Vec<u8>> {
-    let len = data[0].len();
-    let mut parity = vec![vec![0u8; len]; coder.profile().m()];
     let refs: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
-    let mut outs: Vec<&mut [u8]> = parity.iter_mut().map(Vec::as_mut_slice).collect();
-    coder.encode(&refs, &mut outs).expect("encode");
-    parity
+    coder.parity(&refs).expect("encode")
 }
 
 #[test]
@@ -148,9 +144,7 @@ proptest! {
     ) {
         let object: Vec<u8> = (0..size).map(|i| (i as u8) ^ fill ^ (i >> 8) as u8).collect();
         let mut coder = Coder::new(profile);
-        let data = profile.split(&object);
-        let parity = parity_of(&mut coder, &data);
-        let all: Vec<Vec<u8>> = data.into_iter().chain(parity).collect();
+        let all = coder.encode_object(&object).expect("encoded");
         // Lose m shards chosen by the seed (a permutation's first m).
         let mut order: Vec<usize> = (0..profile.shards()).collect();
         let mut state = lost_seed;
@@ -276,14 +270,7 @@ fn parity_bytes_are_those_of_the_code_stored_on_disk() {
 
 /// An object's k + m shards, as a fresh encode makes them.
 fn shards_of(coder: &mut Coder, object: &[u8]) -> Vec<Vec<u8>> {
-    let profile = coder.profile();
-    let mut shards = profile.split(object);
-    if shards[0].is_empty() {
-        return vec![Vec::new(); profile.shards()];
-    }
-    let parity = parity_of(coder, &shards);
-    shards.extend(parity);
-    shards
+    coder.encode_object(object).expect("encoded")
 }
 
 /// Plans and applies a write to `old`'s shards the way an OSD will: read the planned

@@ -23,7 +23,7 @@ use crate::protect::{
     FrameKey, FrameKeys, SegmentCheck, BOUND_BIT, CHECK_BYTES, PREFIX_BYTES, TAG_BYTES,
 };
 
-pub(crate) const PROTOCOL_VERSION: u16 = 11;
+pub(crate) const PROTOCOL_VERSION: u16 = 12;
 /// Largest hello or answer; the exchange carries names and modes only.
 const HELLO_BYTES_MAX: usize = 4096;
 /// Frames are coalesced into writes of up to this size; larger segments go straight through.

@@ -6,16 +6,26 @@
 //! this OSD's store and from the other holders.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Mutex, MutexGuard};
 
 use bytes::Bytes;
 use ec::{Coder, Piece, Profile, BLOCK_BYTES};
 use map::placement::{OsdId, PgId};
 use map::ObjectName;
-use messenger::message::{ObjectOp, OpResult, OsdReply, OsdRequest, PeerOp, ShardHead, Version};
+use messenger::message::{
+    Claim, ObjectOp, OpResult, OsdReply, OsdRequest, PeerOp, ShardHead, Version,
+};
 use messenger::DATA_BYTES_MAX;
 
 use crate::objects;
+use crate::recovery::Side;
 use crate::OsdState;
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
 
 /// What a client's write does to an erasure-coded object's bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,7 +39,48 @@ pub enum DataChange {
         offset: u64,
         len: u64,
     },
+    /// Zeros over a range, as a write of zeros there is.
+    Zero {
+        offset: u64,
+        len: u64,
+    },
+    /// A new size: shrinking zeroes what the last stripe keeps past it (so parity stays
+    /// what the data shards encode to), then cuts every shard; growing adds zeros, whose
+    /// parity is zeros.
+    Truncate {
+        size: u64,
+    },
     Remove,
+}
+
+impl DataChange {
+    /// The range of the object this change writes, as bytes of `data` or zeros, in an object
+    /// of `old_size` bytes under `profile`.
+    pub fn written(self, profile: Profile, old_size: u64) -> Option<(u64, u64)> {
+        match self {
+            DataChange::Range { offset, len } | DataChange::Zero { offset, len } => {
+                Some((offset, len))
+            }
+            DataChange::Truncate { size } if size < old_size => {
+                let kept = profile.stripes(size) * profile.width_bytes();
+                Some((size, kept.min(old_size) - size)).filter(|(_, len)| *len > 0)
+            }
+            _ => None,
+        }
+    }
+
+    /// The object's size after this change, from `old_size`.
+    pub fn new_size(self, old_size: u64) -> u64 {
+        match self {
+            DataChange::None => old_size,
+            DataChange::Full { len } => len,
+            DataChange::Range { offset, len } | DataChange::Zero { offset, len } => {
+                old_size.max(offset.saturating_add(len))
+            }
+            DataChange::Truncate { size } => size,
+            DataChange::Remove => 0,
+        }
+    }
 }
 
 /// What a write's ops do to an erasure-coded object of pool `pool`, or why the pool does
@@ -54,6 +105,11 @@ pub fn data_change(pool: &str, ops: &[ObjectOp]) -> Result<DataChange, OsdReply>
                 offset: *offset,
                 len: *len,
             },
+            ObjectOp::Zero { offset, len } => DataChange::Zero {
+                offset: *offset,
+                len: *len,
+            },
+            ObjectOp::Truncate { size } => DataChange::Truncate { size: *size },
             ObjectOp::Remove => DataChange::Remove,
             ObjectOp::OmapSet { .. } | ObjectOp::OmapRemove { .. } | ObjectOp::OmapClear => {
                 return refuse("omap lives in a replicated pool".into())
@@ -62,7 +118,8 @@ pub fn data_change(pool: &str, ops: &[ObjectOp]) -> Result<DataChange, OsdReply>
         };
         if change != DataChange::None {
             return refuse(
-                "one request changes an object's bytes once (one WriteFull, Write or Remove)"
+                "one request changes an object's bytes once (one WriteFull, Write, Zero, \
+                 Truncate or Remove)"
                     .into(),
             );
         }
@@ -81,21 +138,27 @@ pub struct ShardWrite {
     pub data: Vec<u8>,
 }
 
-/// Each of the `shards` shards' part of a write that makes `change`, with the attribute
+/// Each of `profile`'s shards' part of a write that makes `change`, with the attribute
 /// ops `attrs` (create, set and remove attributes, for every shard) and the shard bytes it
-/// changes, `written` (pieces and their bytes: for a whole write, each shard whole from 0).
+/// changes, `written` (pieces and their bytes: for a whole write, each shard whole from 0);
+/// a truncate then cuts or extends every shard to the new size's stripes.
 pub fn shard_writes(
-    shards: usize,
+    profile: Profile,
     change: DataChange,
     attrs: &[ObjectOp],
     written: Vec<(Piece, Vec<u8>)>,
 ) -> Vec<ShardWrite> {
-    let mut out: Vec<ShardWrite> = (0..shards).map(|_| ShardWrite::default()).collect();
+    let mut out: Vec<ShardWrite> = (0..profile.shards())
+        .map(|_| ShardWrite::default())
+        .collect();
     for shard in &mut out {
         shard.ops.push(match change {
             DataChange::Remove => ObjectOp::Remove,
             DataChange::Full { .. } => ObjectOp::WriteFull { len: 0 },
-            DataChange::None | DataChange::Range { .. } => ObjectOp::Create { exclusive: false },
+            DataChange::None
+            | DataChange::Range { .. }
+            | DataChange::Zero { .. }
+            | DataChange::Truncate { .. } => ObjectOp::Create { exclusive: false },
         });
         shard.ops.extend(attrs.iter().cloned());
     }
@@ -111,15 +174,23 @@ pub fn shard_writes(
                 assert_eq!(piece.offset, 0, "a whole write's shards start at 0");
                 shard.ops[0] = ObjectOp::WriteFull { len: piece.len };
             }
-            DataChange::Range { .. } => shard.ops.push(ObjectOp::Write {
-                offset: piece.offset,
-                len: piece.len,
-            }),
+            DataChange::Range { .. } | DataChange::Zero { .. } | DataChange::Truncate { .. } => {
+                shard.ops.push(ObjectOp::Write {
+                    offset: piece.offset,
+                    len: piece.len,
+                })
+            }
             DataChange::None | DataChange::Remove => {
                 unreachable!("a write that changes no bytes writes no shard bytes")
             }
         }
         shard.data.extend_from_slice(&bytes);
+    }
+    if let DataChange::Truncate { size } = change {
+        let len = profile.shard_bytes(size);
+        for shard in &mut out {
+            shard.ops.push(ObjectOp::Truncate { size: len });
+        }
     }
     out
 }
@@ -146,16 +217,9 @@ pub fn data_pieces(profile: Profile, offset: u64, end: u64) -> Vec<Piece> {
 /// The shard bytes of a whole write of `data`: each of the k + m shards whole, from 0.
 pub fn encode_whole(profile: Profile, data: &[u8]) -> Result<Vec<(Piece, Vec<u8>)>, OsdReply> {
     let len = profile.shard_bytes(data.len() as u64);
-    let mut shards = profile.split(data);
-    let mut parity = vec![vec![0u8; len as usize]; profile.m()];
-    if len > 0 {
-        let refs: Vec<&[u8]> = shards.iter().map(Vec::as_slice).collect();
-        let mut outs: Vec<&mut [u8]> = parity.iter_mut().map(Vec::as_mut_slice).collect();
-        Coder::new(profile)
-            .encode(&refs, &mut outs)
-            .map_err(|e| OsdReply::Failed(format!("encoding: {e}")))?;
-    }
-    shards.extend(parity);
+    let shards = Coder::new(profile)
+        .encode_object(data)
+        .map_err(|e| OsdReply::Failed(format!("encoding: {e}")))?;
     Ok(shards
         .into_iter()
         .enumerate()
@@ -179,9 +243,86 @@ pub struct Shards<'a> {
     pub profile: Profile,
     /// Each position's holder to read from (`Interval::shard_holders`).
     pub holders: Vec<Option<OsdId>>,
+    /// The positions whose holder's store found its shard damaged (an integrity check
+    /// failed), since this was made.
+    damaged: Mutex<BTreeSet<usize>>,
 }
 
-impl Shards<'_> {
+impl<'a> Shards<'a> {
+    pub fn new(
+        inner: &'a OsdState,
+        pg: PgId,
+        profile: Profile,
+        holders: Vec<Option<OsdId>>,
+    ) -> Shards<'a> {
+        Shards {
+            inner,
+            pg,
+            profile,
+            holders,
+            damaged: Mutex::new(BTreeSet::new()),
+        }
+    }
+
+    /// Whether rebuilding `position`'s shard of `object` at `version` on its holder would
+    /// leave the object undecodable: it would overwrite the only shard of another position
+    /// that holder keeps (it moved) while `position`'s is held elsewhere, and fewer than k
+    /// positions' shards would be left. Such a rebuild waits until that other position's
+    /// holder has its own. (With more left, it goes ahead: two holders that swapped
+    /// positions are rebuilt one after the other.)
+    pub async fn rebuild_loses_a_shard(
+        &self,
+        object: &ObjectName,
+        version: Version,
+        position: usize,
+    ) -> bool {
+        let kept = match self.read_at(object, version, position, &[]).await {
+            Ok((kept, _)) if kept != position => kept,
+            _ => return false,
+        };
+        let mut elsewhere = BTreeSet::new();
+        for other in (0..self.profile.shards()).filter(|p| *p != position) {
+            if let Ok((shard, _)) = self.read_at(object, version, other, &[]).await {
+                elsewhere.insert(shard);
+            }
+        }
+        !elsewhere.contains(&kept)
+            && elsewhere.contains(&position)
+            && elsewhere.len() < self.profile.k()
+    }
+
+    /// Whether a read found a shard damaged.
+    pub fn found_damage(&self) -> bool {
+        !lock(&self.damaged).is_empty()
+    }
+
+    /// Rebuilds, on its holder, each shard of `object` that a read found damaged, from the
+    /// others (read repair, docs/design/erasure.md §10), under `claim`; each holder repaired
+    /// or why not.
+    pub async fn repair(
+        &self,
+        object: &ObjectName,
+        claim: Claim,
+    ) -> Vec<(OsdId, Result<(), String>)> {
+        let damaged: Vec<OsdId> = lock(&self.damaged)
+            .iter()
+            .filter_map(|position| self.holders.get(*position).copied().flatten())
+            .collect();
+        let mut repaired = Vec::with_capacity(damaged.len());
+        for holder in damaged {
+            let to = match self.inner.side(holder) {
+                Side::Remote(osd) => Side::Target(osd, claim),
+                local => local,
+            };
+            let copied = self
+                .inner
+                .copy_object(self.pg, object, Side::Local, to)
+                .await;
+            repaired.push((holder, copied.map(|_| ())));
+        }
+        repaired
+    }
+
     /// This OSD's shard head of `object` and its attributes; `None` if it holds none.
     pub async fn own_head(
         &self,
@@ -345,13 +486,23 @@ impl Shards<'_> {
             .copied()
             .flatten()
             .ok_or("no holder up to read it from")?;
+        let damaged = |why: String| {
+            lock(&self.damaged).insert(position);
+            format!("its shard is damaged: {why}")
+        };
         let read = if holder == self.inner.id {
             let object = objects::object_ref(self.pg, object);
             let ranges = ranges.to_vec();
             self.inner
                 .blocking(move |store| objects::read_shard(store, &object, &ranges))
                 .await
-                .and_then(|read| read.map_err(|e| e.to_string()))
+                .and_then(|read| {
+                    read.map_err(|e| match e {
+                        store::ReadError::Integrity { .. }
+                        | store::ReadError::MetadataIntegrity { .. } => damaged(e.to_string()),
+                        e => e.to_string(),
+                    })
+                })
         } else {
             let request = OsdRequest::Peer {
                 pg: self.pg,
@@ -369,6 +520,7 @@ impl Shards<'_> {
                 Ok((OsdReply::ShardPieces(head), data)) => {
                     Ok(head.map(|head| (head, data.to_vec())))
                 }
+                Ok((OsdReply::Integrity(why), _)) => Err(damaged(why)),
                 Ok((other, _)) => Err(format!("{other:?}")),
                 Err(e) => Err(e),
             }
@@ -486,7 +638,7 @@ mod tests {
             ObjectOp::Write { offset: 0, len: 1 }
         ])
         .contains("once"));
-        assert!(refused(&[ObjectOp::Truncate { size: 0 }]).contains("#33"));
+        assert!(refused(&[ObjectOp::ReadChunks { first: 0, count: 1 }]).contains("#33"));
         assert!(refused(&[
             ObjectOp::Remove,
             ObjectOp::SetAttr {
@@ -518,7 +670,7 @@ mod tests {
             value: vec![1],
         }];
         let written = encode_whole(profile(), &data).expect("encoded");
-        let shards = shard_writes(6, DataChange::Full { len: 20_000 }, &attrs, written);
+        let shards = shard_writes(profile(), DataChange::Full { len: 20_000 }, &attrs, written);
         let shard_len = profile().shard_bytes(20_000);
         assert_eq!(shard_len, 8192);
         for shard in &shards {
@@ -538,7 +690,7 @@ mod tests {
         assert_eq!(profile().join(&data_shards, 20_000), data);
         // An empty object has empty shards.
         let empty = shard_writes(
-            6,
+            profile(),
             DataChange::Full { len: 0 },
             &[],
             encode_whole(profile(), &[]).expect("encoded"),
@@ -557,7 +709,7 @@ mod tests {
             .map(|p| (*p, vec![p.shard as u8; p.len as usize]))
             .collect();
         let shards = shard_writes(
-            6,
+            profile(),
             DataChange::Range {
                 offset: 4196,
                 len: 10,
@@ -585,8 +737,47 @@ mod tests {
         // take the entry.
         assert!(shards[1].ops.len() > 1 && shards[4].ops.len() > 1 && shards[5].ops.len() > 1);
         assert_eq!(shards[0].ops.len(), 1);
-        let removed = shard_writes(6, DataChange::Remove, &[], Vec::new());
+        let removed = shard_writes(profile(), DataChange::Remove, &[], Vec::new());
         assert!(removed.iter().all(|s| s.ops == [ObjectOp::Remove]));
+    }
+
+    #[test]
+    fn a_truncate_zeroes_the_rest_of_its_last_stripe_then_cuts_every_shard() {
+        let p = profile();
+        let (stripe, unit) = (p.width_bytes(), p.unit_bytes());
+        let truncate = |size| DataChange::Truncate { size };
+        // Shrinking inside a stripe zeroes that stripe's bytes past the new end.
+        assert_eq!(
+            truncate(stripe + 100).written(p, 3 * stripe),
+            Some((stripe + 100, stripe - 100))
+        );
+        // ...but no further than the old end; and nothing at a stripe's end or growing.
+        assert_eq!(
+            truncate(stripe + 100).written(p, stripe + 200),
+            Some((stripe + 100, 100))
+        );
+        assert_eq!(truncate(stripe).written(p, 3 * stripe), None);
+        assert_eq!(truncate(5 * stripe).written(p, stripe), None);
+        assert_eq!(truncate(stripe + 100).new_size(3 * stripe), stripe + 100);
+        let zero = DataChange::Zero { offset: 10, len: 5 };
+        assert_eq!(zero.written(p, 0), Some((10, 5)));
+        assert_eq!(zero.new_size(0), 15);
+        let plan = ec::plan(p, 3 * stripe, stripe + 100, stripe - 100).expect("planned");
+        let written: Vec<(Piece, Vec<u8>)> = plan
+            .writes()
+            .into_iter()
+            .map(|piece| (piece, vec![0; piece.len as usize]))
+            .collect();
+        for shard in shard_writes(p, truncate(stripe + 100), &[], written) {
+            assert_eq!(
+                shard.ops.first(),
+                Some(&ObjectOp::Create { exclusive: false })
+            );
+            assert_eq!(
+                shard.ops.last(),
+                Some(&ObjectOp::Truncate { size: 2 * unit })
+            );
+        }
     }
 
     #[test]

@@ -9,11 +9,12 @@ use std::collections::{BTreeMap, VecDeque};
 
 use bytes::Bytes;
 
+use map::cluster::Epoch;
 use map::placement::{pg_of, PgId};
 use map::{ObjectName, ObjectRef, PoolId};
 use messenger::message::{
     ChunkSeal, CopyDigest, LogEntry, ObjectCopy, ObjectDigest, ObjectOp, OpResult, PgInfo,
-    ShardHead, Version, CHUNK_BYTES,
+    ShardHead, Version, Writers, CHUNK_BYTES,
 };
 use messenger::DATA_BYTES_MAX;
 use store::{ChunkRecord, ReadError, Store, Transaction, Via, OMAP_PAGE_ENTRIES_MAX};
@@ -28,6 +29,12 @@ pub const SHARD_ATTR: &str = ".shard";
 /// On a PG's metadata object, in an erasure-coded PG: the position whose shards this OSD
 /// holds, set with each shard write and each activation.
 const POSITION_ATTR: &str = ".position";
+/// On a PG's metadata object, in an erasure-coded PG: the newest write this OSD knows min_size
+/// holders applied, up to which it dropped its undo records; no peering rolls it back.
+const COMPLETE_ATTR: &str = ".complete";
+/// On a PG's metadata object, in an erasure-coded PG: the OSDs the writes of each epoch were
+/// sent to (`Core::writers`).
+const WRITERS_ATTR: &str = ".writers";
 /// The PG info attribute of a PG's metadata object.
 const INFO_ATTR: &str = ".info";
 /// Set on a PG's meta object while this OSD catches up from another (peering's sync, then
@@ -70,27 +77,51 @@ fn encode<T: serde::Serialize>(value: &T) -> Vec<u8> {
 pub struct StoredPg {
     pub info: PgInfo,
     pub log: VecDeque<LogEntry>,
+    pub notes: PgNotes,
+    pub writers: Writers,
+}
+
+/// What a PG's metadata object notes beside its log (written again whenever the log is
+/// replaced).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PgNotes {
+    /// A catch-up of this copy was cut short ([`mark_unsettled`]).
     pub unsettled: bool,
+    /// In an erasure-coded PG, the position whose shards it holds ([`set_position`]).
     pub position: Option<u8>,
+    /// In an erasure-coded PG, the newest write known complete ([`set_complete`]).
+    pub complete: Version,
 }
 
 pub fn load_pg(store: &Store, pg: PgId) -> Result<StoredPg, ReadError> {
     let meta = meta_ref(pg);
-    let (info, unsettled, position) = match store.attrs(&meta) {
+    let (info, notes, writers) = match store.attrs(&meta) {
         Ok(attrs) => {
             let info = match attrs.get(INFO_ATTR) {
                 Some(bytes) => postcard::from_bytes(bytes).map_err(|e| corrupt("PG info", e))?,
                 None => PgInfo::default(),
             };
-            let position = attrs.get(POSITION_ATTR).and_then(|p| p.first().copied());
-            (info, attrs.contains_key(UNSETTLED_ATTR), position)
+            let complete = match attrs.get(COMPLETE_ATTR) {
+                Some(bytes) => postcard::from_bytes(bytes).map_err(|e| corrupt("PG note", e))?,
+                None => Version::default(),
+            };
+            let notes = PgNotes {
+                unsettled: attrs.contains_key(UNSETTLED_ATTR),
+                position: attrs.get(POSITION_ATTR).and_then(|p| p.first().copied()),
+                complete,
+            };
+            let writers = match attrs.get(WRITERS_ATTR) {
+                Some(bytes) => postcard::from_bytes(bytes).map_err(|e| corrupt("PG note", e))?,
+                None => Writers::new(),
+            };
+            (info, notes, writers)
         }
         Err(ReadError::NotFound { .. }) => {
             return Ok(StoredPg {
                 info: PgInfo::default(),
                 log: VecDeque::new(),
-                unsettled: false,
-                position: None,
+                notes: PgNotes::default(),
+                writers: Writers::new(),
             })
         }
         Err(e) => return Err(e),
@@ -108,8 +139,8 @@ pub fn load_pg(store: &Store, pg: PgId) -> Result<StoredPg, ReadError> {
     Ok(StoredPg {
         info,
         log,
-        unsettled,
-        position,
+        notes,
+        writers,
     })
 }
 
@@ -135,6 +166,20 @@ fn listed_version(attrs: &BTreeMap<String, Vec<u8>>, position: Option<u8>) -> Ve
         Some(p) if attrs.get(SHARD_ATTR).map(Vec::as_slice) != Some(&[p]) => Version::default(),
         _ => version_of(attrs),
     }
+}
+
+/// Notes, on `pg`'s metadata object, the OSDs each epoch's writes were sent to.
+pub fn set_writers(txn: &mut Transaction, pg: PgId, writers: &Writers) {
+    let meta = meta_ref(pg);
+    txn.touch(&meta)
+        .set_attr(&meta, WRITERS_ATTR, &encode(writers));
+}
+
+/// Notes, on `pg`'s metadata object, that writes up to `complete` are complete.
+pub fn set_complete(txn: &mut Transaction, pg: PgId, complete: Version) {
+    let meta = meta_ref(pg);
+    txn.touch(&meta)
+        .set_attr(&meta, COMPLETE_ATTR, &encode(&complete));
 }
 
 /// Marks `pg` as catching up: its objects may get ahead of its log until [`replace_log`]
@@ -178,14 +223,40 @@ pub fn log_append(
     }
 }
 
-/// Replaces a PG's info and log (a replica taking its primary's after recovery).
-pub fn replace_log(txn: &mut Transaction, pg: PgId, info: PgInfo, log: &VecDeque<LogEntry>) {
+/// Replaces a PG's info, log and notes (a replica taking its primary's after recovery),
+/// and the writers of the epochs `log` still has; those writers.
+pub fn replace_log(
+    txn: &mut Transaction,
+    pg: PgId,
+    info: PgInfo,
+    log: &VecDeque<LogEntry>,
+    notes: PgNotes,
+    writers: &Writers,
+) -> Writers {
     let meta = meta_ref(pg);
     txn.remove(&meta).touch(&meta);
     txn.set_attr(&meta, INFO_ATTR, &encode(&info));
     for entry in log {
         txn.omap_set(&meta, &log_key(entry.version), &encode(entry));
     }
+    if notes.unsettled {
+        mark_unsettled(txn, pg);
+    }
+    if let Some(position) = notes.position {
+        set_position(txn, pg, position);
+    }
+    if notes.complete != Version::default() {
+        set_complete(txn, pg, notes.complete);
+    }
+    let oldest = log.front().map_or(Epoch::MAX, |e| e.version.epoch);
+    let kept: Writers = writers
+        .range(oldest..)
+        .map(|(epoch, holders)| (*epoch, holders.clone()))
+        .collect();
+    if !kept.is_empty() {
+        set_writers(txn, pg, &kept);
+    }
+    kept
 }
 
 /// Adds a client's write ops on `object` to `txn`, taking write bytes from `data` in order,
@@ -462,6 +533,31 @@ pub fn read_ops(
     Ok(results)
 }
 
+/// Calls `each` with every object of `pg` (of `pg_num`) this store holds, with its
+/// attributes.
+fn each_in_pg(
+    store: &Store,
+    pg: PgId,
+    pg_num: u32,
+    mut each: impl FnMut(store::ListEntry),
+) -> Result<(), ReadError> {
+    let mut cursor = None;
+    loop {
+        let page = store.list_where(
+            pg.pool,
+            0..=u32::MAX,
+            |hash| pg_of(hash.0, pg_num) == pg.number,
+            cursor.as_ref(),
+            store::LIST_PAGE_ENTRIES_MAX,
+        )?;
+        page.entries.into_iter().for_each(&mut each);
+        match page.next {
+            Some(next) => cursor = Some(next),
+            None => return Ok(()),
+        }
+    }
+}
+
 /// Every object of `pg` this store holds, with its version, in name order.
 /// With `position` (an erasure-coded PG), a shard written for another position is listed
 /// at the default version.
@@ -472,23 +568,31 @@ pub fn list_pg(
     position: Option<u8>,
 ) -> Result<BTreeMap<ObjectName, Version>, ReadError> {
     let mut objects = BTreeMap::new();
-    let mut cursor = None;
-    loop {
-        let page = store.list_where(
-            pg.pool,
-            0..=u32::MAX,
-            |hash| pg_of(hash.0, pg_num) == pg.number,
-            cursor.as_ref(),
-            store::LIST_PAGE_ENTRIES_MAX,
-        )?;
-        for entry in page.entries {
-            objects.insert(entry.name, listed_version(&entry.attrs, position));
+    each_in_pg(store, pg, pg_num, |entry| {
+        objects.insert(entry.name, listed_version(&entry.attrs, position));
+    })?;
+    Ok(objects)
+}
+
+/// The shards this store holds of `pg` (an erasure-coded PG of `pg_num`) written above
+/// `above`, by object, version and position: the newest [`LOG_ENTRIES_MAX`].
+pub fn shards_above(
+    store: &Store,
+    pg: PgId,
+    pg_num: u32,
+    above: Version,
+) -> Result<Vec<(ObjectName, Version, u8)>, ReadError> {
+    let mut held = Vec::new();
+    each_in_pg(store, pg, pg_num, |entry| {
+        let version = version_of(&entry.attrs);
+        let shard = entry.attrs.get(SHARD_ATTR).and_then(|s| s.first().copied());
+        if let Some(shard) = shard.filter(|_| version > above) {
+            held.push((entry.name, version, shard));
         }
-        match page.next {
-            Some(next) => cursor = Some(next),
-            None => return Ok(objects),
-        }
-    }
+    })?;
+    held.sort_by_key(|(_, version, _)| std::cmp::Reverse(*version));
+    held.truncate(LOG_ENTRIES_MAX);
+    Ok(held)
 }
 
 /// A page of `pg`'s objects in (hash, name) order after `after`, with their versions, and
@@ -634,6 +738,40 @@ pub fn digest(store: &Store, object: &ObjectRef, edge: bool) -> (CopyDigest, u64
     }
 }
 
+/// The transactions that apply one piece of a shard of an erasure-coded PG pushed by a
+/// recovery, in order: `before`, then `txn`, which writes the piece as [`write_copy`] does.
+/// With `undoable` (the write it carries is one a peering may still roll back), the first
+/// piece keeps an undo record under that write's version, so that a rollback takes the
+/// shard back to what this holder had (docs/design/erasure.md, §7), and `before` first takes
+/// back the holder's own records at or above that version (`records`, its undo records of
+/// the object), which the pushed shard replaces. Otherwise the records go.
+pub fn push_shard(
+    object: &ObjectRef,
+    copy: Option<&ObjectCopy>,
+    (offset, data, last): (u64, &Bytes, bool),
+    undoable: bool,
+    records: &[u64],
+) -> (Transaction, Transaction) {
+    let (mut before, mut txn) = (Transaction::new(), Transaction::new());
+    let first = copy.filter(|_| offset == 0);
+    match first.map(|copy| copy.version.seq) {
+        Some(seq) if undoable => {
+            for record in records.iter().rev().take_while(|r| **r >= seq) {
+                before.rollback(object, *record);
+            }
+        }
+        Some(_) if !records.is_empty() => {
+            txn.drop_undo(object, u64::MAX);
+        }
+        _ => {}
+    }
+    write_copy(&mut txn, object, copy, (offset, data, last));
+    if let Some(copy) = first.filter(|_| undoable) {
+        txn.keep_undo(object, copy.version.seq);
+    }
+    (before, txn)
+}
+
 /// Adds to `txn` one piece of a recovered object: the first piece (offset 0) replaces the
 /// object with its size, attributes (but the version) and omap; the last sets its version,
 /// so an interrupted copy never looks current.
@@ -641,9 +779,7 @@ pub fn write_copy(
     txn: &mut Transaction,
     object: &ObjectRef,
     copy: Option<&ObjectCopy>,
-    offset: u64,
-    data: &Bytes,
-    last: bool,
+    (offset, data, last): (u64, &Bytes, bool),
 ) {
     let Some(copy) = copy else {
         txn.remove(object);
@@ -693,5 +829,93 @@ pub fn write_copy(
             txn.truncate(object, copy.size);
         }
         txn.set_attr(object, VERSION_ATTR, &encode(&copy.version));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch_store() -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let kek = keys::KeyEncryptionKey::from_bytes([5; 32]);
+        let options = store::MkfsOptions {
+            mode: store::Mode::Gcm,
+            size_bytes: 8 << 20,
+            device: None,
+        };
+        Store::mkfs(dir.path(), &options, &kek).expect("mkfs");
+        let store = Store::open(dir.path(), &kek).expect("open");
+        (dir, store)
+    }
+
+    /// A holder that moved gets another position's shard of a write it applied itself; if
+    /// that write is rolled back, it gets back the shard it had before the write, not the
+    /// write's own.
+    #[test]
+    fn a_pushed_shard_is_taken_back_to_what_its_holder_had() {
+        let (_dir, store) = scratch_store();
+        let pg = PgId {
+            pool: PoolId(1),
+            number: 0,
+        };
+        let object = object_ref(pg, &ObjectName::new("x").expect("name"));
+        let version = |seq| Version { epoch: 3, seq };
+        let write = |seq, byte| {
+            let mut txn = Transaction::new();
+            let data = Bytes::from(vec![byte; 4096]);
+            let ops = [ObjectOp::WriteFull { len: 4096 }];
+            build_shard(
+                &mut txn,
+                pg,
+                &object,
+                &ops,
+                &data,
+                version(seq),
+                1,
+                8192,
+                &[],
+            )
+            .expect("built");
+            store.apply(txn).expect("applied");
+        };
+        let head = |store: &Store| {
+            let (head, bytes) = read_shard(store, &object, &[(0, 4096)])
+                .expect("read")
+                .expect("present");
+            (head.version.seq, head.shard, bytes[0])
+        };
+        write(5, 0xa);
+        write(7, 0xb);
+        let mut attrs = store.attrs(&object).expect("attrs");
+        attrs.insert(SHARD_ATTR.into(), vec![0]);
+        let copy = ObjectCopy {
+            version: version(7),
+            size: 4096,
+            attrs,
+            omap: Vec::new(),
+            chunks: None,
+        };
+        let pushed = Bytes::from(vec![0xc; 4096]);
+        let push = |undoable| {
+            let records = store.undo_versions(&object).expect("records");
+            let (before, txn) =
+                push_shard(&object, Some(&copy), (0, &pushed, true), undoable, &records);
+            if !before.is_empty() {
+                store.apply(before).expect("taken back");
+            }
+            store.apply(txn).expect("pushed");
+        };
+        push(true);
+        assert_eq!(head(&store), (7, 0, 0xc));
+        assert_eq!(store.undo_versions(&object).expect("records"), [5, 7]);
+        let mut back = Transaction::new();
+        back.rollback(&object, 7);
+        store.apply(back).expect("rolled back");
+        assert_eq!(head(&store), (5, 1, 0xa));
+        // A write no peering can roll back keeps no records under the pushed shard.
+        push(false);
+        assert_eq!(head(&store), (7, 0, 0xc));
+        assert!(store.undo_versions(&object).expect("records").is_empty());
     }
 }

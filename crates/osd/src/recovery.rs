@@ -25,7 +25,7 @@ use tokio::task::JoinSet;
 use crate::objects;
 use crate::pg::peering::{self, Answer, Placement};
 use crate::pg::recovery as recovering;
-use crate::pg::{Core, Serving};
+use crate::pg::{undo_to_drop, Core, Serving};
 use crate::OsdState;
 
 /// Pause before a failed peering or recovery tries again.
@@ -129,8 +129,10 @@ impl OsdState {
             .await?
             .map_err(|e| e.to_string())?;
         core.set_log(stored.info, stored.log);
-        core.unsettled = stored.unsettled;
-        core.position = stored.position;
+        core.unsettled = stored.notes.unsettled;
+        core.position = stored.notes.position;
+        core.undo_dropped = stored.notes.complete;
+        core.writers = stored.writers;
         core.loaded = true;
         Ok(())
     }
@@ -284,14 +286,8 @@ impl OsdState {
             Side::Local => {
                 let mut txn = Transaction::new();
                 let object = objects::object_ref(pg, name);
-                objects::write_copy(
-                    &mut txn,
-                    &object,
-                    piece.copy.as_ref(),
-                    piece.offset,
-                    &piece.data,
-                    piece.last,
-                );
+                let at = (piece.offset, &piece.data, piece.last);
+                objects::write_copy(&mut txn, &object, piece.copy.as_ref(), at);
                 self.apply(txn).await
             }
             Side::Remote(osd) => Err(format!(
@@ -385,12 +381,7 @@ impl OsdState {
                     osd.0, pg.pool, pg.number
                 )
             })?;
-        let shards = crate::erasure::Shards {
-            inner: self,
-            pg,
-            profile,
-            holders,
-        };
+        let shards = crate::erasure::Shards::new(self, pg, profile, holders);
         let unreadable = |refusal: OsdReply| format!("{refusal:?}");
         let source = match from {
             Side::Local => shards.own_head(name).await.map_err(unreadable)?,
@@ -416,6 +407,16 @@ impl OsdState {
             self.write_piece(to, pg, name, Piece::removal()).await?;
             return Ok(0);
         };
+        if shards
+            .rebuild_loses_a_shard(name, head.version, position)
+            .await
+        {
+            return Err(format!(
+                "osd.{} keeps the only shard of another position of {name} at version {}.{}, \
+                 which k shards need: it is rebuilt once that position's holder has its shard",
+                osd.0, head.version.epoch, head.version.seq
+            ));
+        }
         let len = profile.shard_bytes(head.size);
         attrs.insert(objects::SHARD_ATTR.into(), vec![position as u8]);
         let copy = ObjectCopy {
@@ -512,6 +513,8 @@ impl OsdState {
                     log,
                     unsettled,
                     position,
+                    held,
+                    writers,
                 },
                 _,
             ) => Ok(Answer {
@@ -519,6 +522,8 @@ impl OsdState {
                 log,
                 unsettled,
                 position,
+                held,
+                writers,
             }),
             (other, _) => Err(format!("query: unexpected {other:?}")),
         }
@@ -598,6 +603,9 @@ pub async fn peer(inner: Arc<OsdState>, id: PgId) {
                 if let PgState::Inactive(why) = &state {
                     tracing::warn!(pg = %format!("{}.{}", id.pool, id.number), %why, "peering");
                 }
+                if state.is_active() {
+                    drop_complete_undo(&inner, &mut core, id).await;
+                }
                 pg.publish_state(interval, state);
                 continue;
             }
@@ -626,6 +634,29 @@ pub async fn peer(inner: Arc<OsdState>, id: PgId) {
     }
 }
 
+/// Drops this primary's undo records of an erasure-coded PG's writes up to its last, once
+/// the PG is active: min_size holders, this one among them, hold every write of its log, so
+/// no peering rolls one back (docs/design/erasure.md, §6). A primary that caught up took
+/// its log without dropping any; a failure is left to the next write's drops.
+async fn drop_complete_undo(inner: &OsdState, core: &mut Core, pg: PgId) {
+    let complete = core.info.last;
+    if inner.pool_erasure(pg.pool).is_none() || complete <= core.undo_dropped {
+        return;
+    }
+    let drops = undo_to_drop(&core.log, core.undo_dropped, complete);
+    let mut txn = Transaction::new();
+    objects::drop_undo(&mut txn, pg.pool, &drops);
+    objects::set_complete(&mut txn, pg, complete);
+    match inner.apply(txn).await {
+        Ok(()) => core.undo_dropped = complete,
+        Err(why) => tracing::warn!(
+            pg = %format!("{}.{}", pg.pool, pg.number),
+            %why,
+            "dropping the undo records of complete writes"
+        ),
+    }
+}
+
 /// Starts the task that recovers `target` under `token` (`pg::Core::begin_recovery`).
 pub fn spawn_recovery(inner: &Arc<OsdState>, id: PgId, target: OsdId, token: u64) {
     inner.spawn(recover(inner.clone(), id, target, token));
@@ -639,15 +670,17 @@ async fn adopt_log(
     log: VecDeque<LogEntry>,
 ) -> Result<(), String> {
     let mut txn = Transaction::new();
-    objects::replace_log(&mut txn, pg, info, &log);
-    let position = core.position_of(inner.id);
-    if let Some(position) = position {
-        objects::set_position(&mut txn, pg, position);
-    }
+    let notes = objects::PgNotes {
+        unsettled: false,
+        position: core.position_of(inner.id).or(core.position),
+        complete: core.undo_dropped,
+    };
+    let writers = objects::replace_log(&mut txn, pg, info, &log, notes, &core.writers);
     inner.apply(txn).await?;
     core.set_log(info, log);
     core.unsettled = false;
-    core.position = position.or(core.position);
+    core.position = notes.position;
+    core.writers = writers;
     Ok(())
 }
 
@@ -696,8 +729,13 @@ pub async fn roll_back(
         last: kept.back().map_or(Version::default(), |e| e.version),
     };
     let log = kept.clone();
-    let (position, unsettled) = (core.position, core.unsettled);
-    let left = inner
+    let notes = objects::PgNotes {
+        unsettled: core.unsettled,
+        position: core.position,
+        complete: core.undo_dropped,
+    };
+    let writers = core.writers.clone();
+    let (left, writers) = inner
         .blocking(move |store| {
             let mut records: BTreeMap<ObjectName, Vec<u64>> = BTreeMap::new();
             let mut txn = Transaction::new();
@@ -718,16 +756,9 @@ pub async fn roll_back(
                     left.push(entry.object.clone());
                 }
             }
-            // The log is rewritten whole: the notes beside it are written again.
-            objects::replace_log(&mut txn, pg, info, &log);
-            if let Some(position) = position {
-                objects::set_position(&mut txn, pg, position);
-            }
-            if unsettled {
-                objects::mark_unsettled(&mut txn, pg);
-            }
+            let writers = objects::replace_log(&mut txn, pg, info, &log, notes, &writers);
             store.apply(txn).map_err(|e| e.to_string())?;
-            Ok::<_, String>(left)
+            Ok::<_, String>((left, writers))
         })
         .await??;
     if !left.is_empty() {
@@ -738,6 +769,7 @@ pub async fn roll_back(
         );
     }
     core.set_log(info, kept);
+    core.writers = writers;
     Ok(())
 }
 
@@ -794,6 +826,7 @@ async fn recover(inner: Arc<OsdState>, id: PgId, target: OsdId, token: u64) {
                         log,
                         complete_to: core.join_complete_to(),
                         position: core.position_of(target),
+                        writers: core.writers.clone(),
                     };
                     let joined = join(&inner, id, target, claim, &names, activate).await;
                     actions.extend(core.on_recovery(
@@ -803,6 +836,9 @@ async fn recover(inner: Arc<OsdState>, id: PgId, target: OsdId, token: u64) {
                     ));
                 }
                 recovering::Action::Publish { interval, state } => {
+                    if state.is_active() {
+                        drop_complete_undo(&inner, &mut core, id).await;
+                    }
                     pg.publish_state(interval, state)
                 }
                 recovering::Action::Done => {

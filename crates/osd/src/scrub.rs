@@ -299,7 +299,7 @@ impl OsdState {
         .await
     }
 
-    fn side(&self, osd: OsdId) -> Side {
+    pub(crate) fn side(&self, osd: OsdId) -> Side {
         if osd == self.id {
             Side::Local
         } else {

@@ -2,6 +2,7 @@
 //! replication and recovery requests.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -10,7 +11,8 @@ use map::cluster::{ClusterMap, Epoch, PoolInfo, Seal, Space};
 use map::placement::{OsdId, PgId};
 use map::{ObjectName, ObjectRef};
 use messenger::message::{
-    LogEntry, ObjectOp, OpResult, OsdReply, OsdRequest, PeerOp, ReqId, Version, CHUNK_BYTES,
+    Claim, LogEntry, ObjectOp, OpResult, OsdReply, OsdRequest, PeerOp, ReqId, Version, Writers,
+    CHUNK_BYTES,
 };
 use messenger::{
     CertificateDer, EntityKind, EntityName, Handler, Peer, Reply, Request, SegmentCheck,
@@ -183,12 +185,14 @@ fn osd_of(entity: &EntityName) -> Option<OsdId> {
 
 /// A write checked and built: this OSD's transaction, with its log entry, which trims
 /// `trim` entries off the log; for an erasure-coded PG each other holder's shard write,
-/// and the version up to which the holders drop their undo records.
+/// the version up to which the holders drop their undo records, and this OSD's writers
+/// once the write is applied, if they change.
 struct Prepared {
     txn: Transaction,
     trim: usize,
     shards: BTreeMap<OsdId, (PeerOp, Bytes)>,
     complete_to: Option<Version>,
+    writers: Option<Writers>,
 }
 
 struct ClientOp {
@@ -363,7 +367,7 @@ impl OsdService {
     /// PG's lock: a write in flight changes the shards one holder at a time.
     async fn read_shards(&self, op: &ClientOp) -> Result<(Vec<OpResult>, Vec<u8>), OsdReply> {
         let pg = self.inner.pg(op.pg);
-        let core = pg.core.lock().await;
+        let mut core = pg.core.lock().await;
         if !pg.serving.borrow().is_active() {
             return Err(OsdReply::Busy(format!(
                 "pg {}.{} stopped serving; ask again",
@@ -371,7 +375,30 @@ impl OsdService {
             )));
         }
         let shards = self.shards(&core, op.pg)?;
-        shards.read_ops(&op.object, &op.ops).await
+        let read = shards.read_ops(&op.object, &op.ops).await?;
+        if !shards.found_damage() {
+            return Ok(read);
+        }
+        // A damaged shard was decoded around: rebuild it on its holder from the others.
+        let claim = Claim {
+            interval: core.interval.epoch,
+            token: core.draw_token(),
+        };
+        let pg = format!("{}.{}", op.pg.pool, op.pg.number);
+        for (holder, repaired) in shards.repair(&op.object, claim).await {
+            let (object, osd) = (&op.object, holder.0);
+            match repaired {
+                Ok(()) => {
+                    self.inner.read_repairs.fetch_add(1, Ordering::Relaxed);
+                    crate::metrics::read_repaired();
+                    tracing::info!(%pg, %object, osd, "read repair: shard rebuilt from the others");
+                }
+                Err(why) => {
+                    tracing::warn!(%pg, %object, osd, %why, "read repair: shard not rebuilt");
+                }
+            }
+        }
+        Ok(read)
     }
 
     /// Where the shards of an erasure-coded PG this OSD leads are, as it peered them.
@@ -382,12 +409,8 @@ impl OsdService {
                 pg.pool, pg.number
             ))
         })?;
-        Ok(erasure::Shards {
-            inner: &self.inner,
-            pg,
-            profile,
-            holders: core.interval.shard_holders(self.inner.id),
-        })
+        let holders = core.interval.shard_holders(self.inner.id);
+        Ok(erasure::Shards::new(&self.inner, pg, profile, holders))
     }
 
     /// Read repair asked by a client that could not open the primary's copy of `object`.
@@ -446,6 +469,7 @@ impl OsdService {
         let mut txn = None;
         let mut shards = BTreeMap::new();
         let mut complete_to = None;
+        let mut writers = None;
         let mut replicas = Replicas::new(inner);
         loop {
             let Some(action) = actions.pop_front() else {
@@ -475,6 +499,7 @@ impl OsdService {
                         txn = Some(prepared.txn);
                         shards = prepared.shards;
                         complete_to = prepared.complete_to;
+                        writers = prepared.writers;
                         prepared.trim
                     }))
                 }
@@ -510,6 +535,9 @@ impl OsdService {
                     if let (Ok(()), Some(complete_to)) = (&applied, complete_to) {
                         core.undo_dropped = core.undo_dropped.max(complete_to);
                         core.position = core.position_of(inner.id);
+                        if let Some(writers) = writers.take() {
+                            core.writers = writers;
+                        }
                     }
                     Event::Applied(applied)
                 }
@@ -553,6 +581,7 @@ impl OsdService {
             trim,
             shards: BTreeMap::new(),
             complete_to: None,
+            writers: None,
         })
     }
 
@@ -602,23 +631,34 @@ impl OsdService {
                 )))
             }
             erasure::DataChange::Full { len } => (erasure::encode_whole(profile, data)?, len),
-            erasure::DataChange::Range { offset, len } => {
-                let plan = ec::plan(profile, old_size, offset, len)
-                    .map_err(|e| OsdReply::Failed(e.to_string()))?;
-                let pieces = plan.reads();
-                let reads = match head {
-                    Some(head) if !pieces.is_empty() => {
-                        shards.read(&op.object, head.version, &pieces).await?
+            range => {
+                let written = match range.written(profile, old_size) {
+                    None => Vec::new(),
+                    Some((offset, len)) => {
+                        let plan = ec::plan(profile, old_size, offset, len)
+                            .map_err(|e| OsdReply::Failed(e.to_string()))?;
+                        let pieces = plan.reads();
+                        let reads = match head {
+                            Some(head) if !pieces.is_empty() => {
+                                shards.read(&op.object, head.version, &pieces).await?
+                            }
+                            _ => Vec::new(),
+                        };
+                        let zeros;
+                        let bytes = match range {
+                            erasure::DataChange::Range { .. } => &data[..],
+                            _ => {
+                                zeros = vec![0u8; len as usize];
+                                &zeros[..]
+                            }
+                        };
+                        let changed = plan
+                            .apply(&mut ec::Coder::new(profile), bytes, &reads)
+                            .map_err(|e| OsdReply::Failed(e.to_string()))?;
+                        plan.writes().into_iter().zip(changed).collect()
                     }
-                    _ => Vec::new(),
                 };
-                let changed = plan
-                    .apply(&mut ec::Coder::new(profile), data, &reads)
-                    .map_err(|e| OsdReply::Failed(e.to_string()))?;
-                (
-                    plan.writes().into_iter().zip(changed).collect(),
-                    plan.new_size(),
-                )
+                (written, range.new_size(old_size))
             }
         };
         let attrs: Vec<ObjectOp> = op
@@ -634,10 +674,17 @@ impl OsdService {
             })
             .cloned()
             .collect();
-        let writes = erasure::shard_writes(profile.shards(), change, &attrs, written);
+        let writes = erasure::shard_writes(profile, change, &attrs, written);
         let complete_to = core.info.last;
         let drops = undo_to_drop(&core.log, core.undo_dropped, complete_to);
         let mut txn = Transaction::new();
+        if complete_to > core.undo_dropped {
+            objects::set_complete(&mut txn, op.pg, complete_to);
+        }
+        let writers = core.writers_with(entry.version.epoch, &shards.holders);
+        if let Some(writers) = &writers {
+            objects::set_writers(&mut txn, op.pg, writers);
+        }
         let mut peers = BTreeMap::new();
         for (position, (holder, write)) in shards.holders.iter().zip(writes).enumerate() {
             let Some(holder) = *holder else { continue };
@@ -661,6 +708,7 @@ impl OsdService {
                     shard,
                     size,
                     complete_to,
+                    holders: shards.holders.clone(),
                     ops: write.ops,
                 };
                 peers.insert(holder, (peer_op, Bytes::from(write.data)));
@@ -672,6 +720,7 @@ impl OsdService {
             trim,
             shards: peers,
             complete_to: Some(complete_to),
+            writers,
         })
     }
 
@@ -945,11 +994,24 @@ impl OsdService {
                 let mut core = pg.core.lock().await;
                 inner.load(&mut core, id).await?;
                 core.admit(claim)?;
+                let catching_up = core.unsettled || core.position == Some(objects::MIXED_POSITIONS);
+                let held = match inner.pool_erasure(id.pool) {
+                    Some(_) if catching_up => {
+                        let (pg_num, above) = (inner.pg_num(id)?, core.undo_dropped);
+                        inner
+                            .blocking(move |store| objects::shards_above(store, id, pg_num, above))
+                            .await?
+                            .map_err(|e| e.to_string())?
+                    }
+                    _ => Vec::new(),
+                };
                 Ok(reply(OsdReply::Info {
                     info: core.info,
                     log: core.log.iter().cloned().collect(),
                     unsettled: core.unsettled,
                     position: core.position,
+                    held,
+                    writers: core.writers.clone(),
                 }))
             }
             PeerOp::Replicate { entry, ops } => {
@@ -970,6 +1032,7 @@ impl OsdService {
                 shard,
                 size,
                 complete_to,
+                holders,
                 ops,
             } => {
                 let Some(mut core) = self.replica_core(&pg, from, &entry).await? else {
@@ -978,6 +1041,13 @@ impl OsdService {
                 let object = objects::object_ref(id, &entry.object);
                 let drops = undo_to_drop(&core.log, core.undo_dropped, complete_to);
                 let mut txn = Transaction::new();
+                if complete_to > core.undo_dropped {
+                    objects::set_complete(&mut txn, id, complete_to);
+                }
+                let writers = core.writers_with(entry.version.epoch, &holders);
+                if let Some(writers) = &writers {
+                    objects::set_writers(&mut txn, id, writers);
+                }
                 objects::build_shard(
                     &mut txn,
                     id,
@@ -995,6 +1065,9 @@ impl OsdService {
                 core.note_logged(entry, trim);
                 core.undo_dropped = core.undo_dropped.max(complete_to);
                 core.position = Some(shard);
+                if let Some(writers) = writers {
+                    core.writers = writers;
+                }
                 Ok(reply(OsdReply::Done))
             }
             PeerOp::Rollback { claim, to } => {
@@ -1009,13 +1082,13 @@ impl OsdService {
                 let object = objects::object_ref(id, &object);
                 let read = inner
                     .blocking(move |store| objects::read_shard(store, &object, &pieces))
-                    .await?
-                    .map_err(|e| e.to_string())?;
+                    .await?;
                 Ok(match read {
-                    Some((head, data)) => {
+                    Ok(Some((head, data))) => {
                         reply_with(OsdReply::ShardPieces(Some(head)), Bytes::from(data))
                     }
-                    None => reply(OsdReply::ShardPieces(None)),
+                    Ok(None) => reply(OsdReply::ShardPieces(None)),
+                    Err(e) => reply(read_failure(e)),
                 })
             }
             PeerOp::List {
@@ -1054,24 +1127,53 @@ impl OsdService {
                 // is either before this check or after this piece is applied.
                 let mut core = pg.core.lock().await;
                 sender_is_primary(&inner.map.borrow(), from, id)?;
+                inner.load(&mut core, id).await?;
                 core.admit(claim)?;
                 let object = objects::object_ref(id, &object);
-                let mut txn = Transaction::new();
-                objects::write_copy(&mut txn, &object, copy.as_ref(), offset, &data, last);
                 // A shard pushed makes this copy unsettled (its objects may be newer than its
                 // log, were the recovery cut short and the write it carries rolled back) and,
                 // of another position than the one noted, its shards mixed, until the
                 // recovery's activation.
+                let erasure = inner.pool_erasure(id.pool).is_some();
                 let shard = copy.as_ref().and_then(objects::shard_of);
                 let mixed = shard.is_some() && shard != core.position;
-                if mixed {
-                    objects::set_position(&mut txn, id, objects::MIXED_POSITIONS);
-                }
-                let unsettle = inner.pool_erasure(id.pool).is_some() && !core.unsettled;
-                if unsettle {
-                    objects::mark_unsettled(&mut txn, id);
-                }
-                inner.apply(txn).await?;
+                let unsettle = erasure && !core.unsettled;
+                let undoable = copy
+                    .as_ref()
+                    .is_some_and(|copy| copy.version > core.undo_dropped);
+                inner
+                    .blocking(move |store| {
+                        let records = match erasure && offset == 0 {
+                            true => store.undo_versions(&object).map_err(|e| e.to_string())?,
+                            false => Vec::new(),
+                        };
+                        let piece = (offset, &data, last);
+                        let (mut before, txn) = match erasure {
+                            true => objects::push_shard(
+                                &object,
+                                copy.as_ref(),
+                                piece,
+                                undoable,
+                                &records,
+                            ),
+                            false => {
+                                let mut txn = Transaction::new();
+                                objects::write_copy(&mut txn, &object, copy.as_ref(), piece);
+                                (Transaction::new(), txn)
+                            }
+                        };
+                        if mixed {
+                            objects::set_position(&mut before, id, objects::MIXED_POSITIONS);
+                        }
+                        if unsettle {
+                            objects::mark_unsettled(&mut before, id);
+                        }
+                        if !before.is_empty() {
+                            store.apply(before).map_err(|e| e.to_string())?;
+                        }
+                        store.apply(txn).map_err(|e| e.to_string())
+                    })
+                    .await??;
                 if mixed {
                     core.position = Some(objects::MIXED_POSITIONS);
                 }
@@ -1088,6 +1190,7 @@ impl OsdService {
                 log,
                 complete_to,
                 position,
+                writers,
             } => {
                 let mut core = pg.core.lock().await;
                 sender_is_primary(&inner.map.borrow(), from, id)?;
@@ -1098,15 +1201,22 @@ impl OsdService {
                 let mut txn = Transaction::new();
                 let drops = undo_to_drop(&log, core.undo_dropped, complete_to);
                 objects::drop_undo(&mut txn, id.pool, &drops);
-                objects::replace_log(&mut txn, id, info, &log);
-                if let Some(position) = position {
-                    objects::set_position(&mut txn, id, position);
+                // The primary made every object this OSD holds its own before activating.
+                let notes = objects::PgNotes {
+                    unsettled: false,
+                    position: position.or(core.position),
+                    complete: core.undo_dropped.max(complete_to),
+                };
+                let mut known = core.writers.clone();
+                for (epoch, sent) in writers {
+                    known.entry(epoch).or_insert(sent);
                 }
+                let writers = objects::replace_log(&mut txn, id, info, &log, notes, &known);
                 inner.apply(txn).await?;
                 core.set_log(info, log);
-                core.undo_dropped = core.undo_dropped.max(complete_to);
-                core.position = position.or(core.position);
-                // The primary made every object this OSD holds its own before activating.
+                core.writers = writers;
+                core.undo_dropped = notes.complete;
+                core.position = notes.position;
                 core.unsettled = false;
                 core.loaded = true;
                 Ok(reply(OsdReply::Done))

@@ -288,14 +288,10 @@ impl World {
                 }
                 shards.push(data.to_vec());
             }
-            let mut parity = vec![vec![0u8; whole[0].1 as usize]; profile.m()];
-            if whole[0].1 > 0 {
-                let data: Vec<&[u8]> = shards[..profile.k()].iter().map(Vec::as_slice).collect();
-                let mut outs: Vec<&mut [u8]> = parity.iter_mut().map(Vec::as_mut_slice).collect();
-                ec::Coder::new(profile)
-                    .encode(&data, &mut outs)
-                    .map_err(|e| format!("{name}: {e}"))?;
-            }
+            let data: Vec<&[u8]> = shards[..profile.k()].iter().map(Vec::as_slice).collect();
+            let parity = ec::Coder::new(profile)
+                .parity(&data)
+                .map_err(|e| format!("{name}: {e}"))?;
             if parity[..] != shards[profile.k()..] {
                 return Err(format!("{name}: its parity shards are not its data's"));
             }
@@ -322,7 +318,8 @@ impl World {
         Ok(())
     }
 
-    fn store_dir(&self, id: OsdId) -> PathBuf {
+    /// Where `id`'s store lives (its data file is `data` in it).
+    pub fn store_dir(&self, id: OsdId) -> PathBuf {
         self.dir.join(format!("osd.{}", id.0))
     }
 

@@ -332,9 +332,7 @@ fn measure(profile: Profile, args: &EcArgs) -> Result<Vec<Measured>, String> {
 
     for (i, shards) in stored.iter().enumerate() {
         let refs: Vec<&[u8]> = shards[..k].iter().map(Vec::as_slice).collect();
-        let mut parity = vec![vec![0u8; shard_bytes]; m];
-        let mut outs: Vec<&mut [u8]> = parity.iter_mut().map(Vec::as_mut_slice).collect();
-        coder.encode(&refs, &mut outs).map_err(code_error)?;
+        let parity = coder.parity(&refs).map_err(code_error)?;
         if parity[..] != shards[k..] {
             return Err(format!(
                 "{profile}: object {i}'s parity after deltas differs from an encode"

@@ -20,6 +20,10 @@ pub struct Version {
     pub seq: u64,
 }
 
+/// In an erasure-coded PG, the OSDs each epoch's writes were sent to, by position (`None`
+/// where no OSD was up): an acknowledged write reached min_size of them.
+pub type Writers = BTreeMap<Epoch, Vec<Option<OsdId>>>;
+
 /// A client's request id: its instance (random per connection to the cluster) and a counter.
 /// A write retried with the same id takes effect once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -514,6 +518,9 @@ pub enum PeerOp {
         complete_to: Version,
         /// In an erasure-coded PG, the position whose shards you now hold.
         position: Option<u8>,
+        /// In an erasure-coded PG, the OSDs the log's writes were sent to, as far as the
+        /// primary knows (`Writers`).
+        writers: Writers,
     },
     /// The digest of your copy of each of `names`, in order. Answered with `Digests`.
     Digest { names: Vec<ObjectName> },
@@ -528,6 +535,8 @@ pub enum PeerOp {
         shard: u8,
         size: u64,
         complete_to: Version,
+        /// The OSDs this write goes to, by position (`Writers`).
+        holders: Vec<Option<OsdId>>,
         ops: Vec<ObjectOp>,
     },
     /// Take back every write of this PG above `to` (an erasure-coded PG's writes that
@@ -660,6 +669,13 @@ pub enum OsdReply {
         /// In an erasure-coded PG, the position whose shards this OSD holds (`None` before
         /// its first shard): one that moved holds another position's shards.
         position: Option<u8>,
+        /// In an erasure-coded PG whose copy here is catching up (unsettled, or of mixed
+        /// positions): the shards it holds of writes above those it knows min_size holders
+        /// applied (object, version, position), the newest 2,000 at most (a PG log's length).
+        held: Vec<(ObjectName, Version, u8)>,
+        /// In an erasure-coded PG, the OSDs its log's writes were sent to, for the epochs
+        /// this OSD applied writes in.
+        writers: Writers,
     },
     PeerListing {
         entries: Vec<(ObjectName, Version)>,

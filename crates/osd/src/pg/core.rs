@@ -44,7 +44,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use map::cluster::Epoch;
 use map::placement::{OsdId, PgId};
 use map::ObjectName;
-use messenger::message::{Claim, LogEntry, PgInfo, PgState, ReqId, Version};
+use messenger::message::{Claim, LogEntry, PgInfo, PgState, ReqId, Version, Writers};
 
 use super::peering::Peering;
 use super::write::Write;
@@ -71,12 +71,15 @@ pub struct Core {
     /// The peering in progress, from its first query to the state published (peering.rs).
     pub(super) peering: Option<Peering>,
     /// An erasure-coded PG's shard here keeps undo records of its writes; those of the
-    /// log's entries up to this version are dropped ([`undo_to_drop`]). In memory
-    /// only: after a restart every entry of the log is dropped again, which is harmless.
+    /// log's entries up to this version are dropped ([`undo_to_drop`]) (kept in the store
+    /// too, `objects::set_complete`).
     pub undo_dropped: Version,
     /// In an erasure-coded PG, the position whose shards this OSD holds (kept in the store
     /// too, `objects::set_position`).
     pub position: Option<u8>,
+    /// In an erasure-coded PG, the OSDs the writes of each epoch it applied writes in were
+    /// sent to (kept in the store too, `objects::set_writers`).
+    pub writers: Writers,
 }
 
 /// The acting set as this OSD last peered it (empty when not primary).
@@ -207,7 +210,27 @@ impl Core {
             peering: None,
             undo_dropped: Version::default(),
             position: None,
+            writers: Writers::new(),
         }
+    }
+
+    /// The writers this OSD keeps once it applies a write of `epoch` sent to `holders`:
+    /// `None` if it knows them already. Epochs older than its log's first entry go.
+    pub fn writers_with(&self, epoch: Epoch, holders: &[Option<OsdId>]) -> Option<Writers> {
+        if self.writers.contains_key(&epoch) {
+            return None;
+        }
+        let oldest = self
+            .log
+            .front()
+            .map_or(epoch, |e| e.version.epoch.min(epoch));
+        let mut writers: Writers = self
+            .writers
+            .range(oldest..)
+            .map(|(e, h)| (*e, h.clone()))
+            .collect();
+        writers.insert(epoch, holders.to_vec());
+        Some(writers)
     }
 
     /// A new token, newer than every one drawn before in this PG.
@@ -622,5 +645,18 @@ pub(super) mod tests {
         );
         assert_eq!(core.fence, claim(6, 1));
         assert!(core.admit(claim(5, 11)).is_err());
+    }
+
+    #[test]
+    fn writers_are_kept_per_epoch_for_the_epochs_the_log_still_has() {
+        let mut core = primary(5, version(5, 9), 0);
+        let holders = |first: u32| vec![Some(OsdId(first)), None, Some(OsdId(first + 1))];
+        core.writers = core.writers_with(3, &holders(0)).expect("a new epoch");
+        core.writers = core.writers_with(5, &holders(4)).expect("a new epoch");
+        assert_eq!(core.writers_with(5, &holders(7)), None, "known already");
+        // The log begins at epoch 5: epoch 3's writers went when epoch 5's came.
+        let writers = core.writers_with(6, &holders(9)).expect("a new epoch");
+        assert_eq!(writers.keys().copied().collect::<Vec<_>>(), [5, 6]);
+        assert_eq!(writers[&6], holders(9));
     }
 }

@@ -29,7 +29,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use map::cluster::Epoch;
 use map::placement::OsdId;
-use messenger::message::{Claim, LogEntry, PgInfo, PgState, ReqId, Version};
+use map::ObjectName;
+use messenger::message::{Claim, LogEntry, PgInfo, PgState, ReqId, Version, Writers};
 
 use super::core::{catch_up_source, is_clean, Core, Interval};
 
@@ -55,6 +56,13 @@ pub struct Answer {
     pub unsettled: bool,
     /// In an erasure-coded PG, the position whose shards it holds.
     pub position: Option<u8>,
+    /// In an erasure-coded PG whose copy is catching up (unsettled, or of mixed positions):
+    /// the shards it holds of writes above those it knows complete, by object, version and
+    /// position.
+    pub held: Vec<(ObjectName, Version, u8)>,
+    /// In an erasure-coded PG, the OSDs the writes of each epoch it applied writes in were
+    /// sent to.
+    pub writers: Writers,
 }
 
 /// What happened, as the shell tells the core.
@@ -124,6 +132,19 @@ pub enum Tail {
     Wait(String),
 }
 
+/// What one holder that answered peering says of an erasure-coded PG ([`erasure_tail`]).
+pub struct TailHolder<'a> {
+    pub osd: OsdId,
+    /// The position whose shards it holds: `None` before its first, or if it holds several.
+    pub position: Option<u8>,
+    pub log: &'a VecDeque<LogEntry>,
+    /// A holder catching up: the shards it holds of writes above those it knows complete, by
+    /// object, version and position, whatever its log says (`Answer::held`).
+    pub held: &'a [(ObjectName, Version, u8)],
+    /// The OSDs the writes of each epoch it knows of were sent to (`Answer::writers`).
+    pub writers: &'a Writers,
+}
+
 /// The tail of an erasure-coded PG's history, from the log of each holder that answered
 /// peering (the primary's among them), with the position whose shards it holds. A write
 /// whose shards k distinct positions hold decodes; one with fewer cannot be rebuilt on the
@@ -131,60 +152,123 @@ pub enum Tail {
 /// not make min_size, and waited on otherwise. A holder's log is one history: every holder
 /// of a write applied the writes before it in that history, so the writes it rolls back are
 /// those above the newest it holds that decodes. A log's entries end where it was trimmed:
-/// a holder whose log begins after a write applied it.
-pub fn erasure_tail(
-    profile: ec::Profile,
-    min_size: usize,
-    logs: &[(OsdId, Option<u8>, &VecDeque<LogEntry>)],
-) -> Tail {
+/// a holder whose log begins after a write applied it. A holder catching up (unsettled, or
+/// holding shards of several positions) also holds the shards it says it `held`, whatever
+/// its log and its noted position say. Where a holder knows the OSDs a write's epoch sent
+/// its writes to, those that did not answer are the ones that may hold it besides those
+/// that do (a position's holder may have changed since); else every position with no OSD
+/// answering. A write min_size of those OSDs answer with is kept, whatever positions they
+/// now note.
+pub fn erasure_tail(profile: ec::Profile, min_size: usize, holders: &[TailHolder<'_>]) -> Tail {
     let k = profile.k();
-    let silent = profile.shards().saturating_sub(logs.len());
-    // The positions whose shards hold each write.
+    let silent = profile.shards().saturating_sub(holders.len());
+    let mut writers = Writers::new();
+    for holder in holders {
+        for (epoch, sent) in holder.writers {
+            writers.entry(*epoch).or_insert_with(|| sent.clone());
+        }
+    }
     let shard_of = |position: Option<u8>| position.filter(|p| usize::from(*p) < profile.shards());
+    // The positions whose shards hold each write: by the logs, and by what holders catching
+    // up hold.
     let mut holding: HashMap<(Version, ReqId), BTreeSet<u8>> = HashMap::new();
-    for (_, position, log) in logs {
-        for entry in log.iter() {
+    let mut held: HashMap<(Version, &ObjectName), BTreeSet<u8>> = HashMap::new();
+    for holder in holders {
+        for entry in holder.log.iter() {
             let positions = holding.entry((entry.version, entry.reqid)).or_default();
-            positions.extend(shard_of(*position));
+            positions.extend(shard_of(holder.position));
+        }
+        for (object, version, shard) in holder.held {
+            let positions = held.entry((*version, object)).or_default();
+            positions.extend(shard_of(Some(*shard)));
         }
     }
     let applied = |entry: &LogEntry| {
         let mut positions = holding[&(entry.version, entry.reqid)].clone();
-        for (_, position, log) in logs {
-            if log
+        if let Some(more) = held.get(&(entry.version, &entry.object)) {
+            positions.extend(more);
+        }
+        for holder in holders {
+            if holder
+                .log
                 .front()
                 .is_some_and(|first| first.version > entry.version)
             {
-                positions.extend(shard_of(*position));
+                positions.extend(shard_of(holder.position));
             }
         }
         positions.len()
     };
+    let has = |holder: &TailHolder<'_>, entry: &LogEntry| {
+        holder
+            .log
+            .front()
+            .is_some_and(|first| first.version > entry.version)
+            || holder
+                .log
+                .iter()
+                .any(|e| e.version == entry.version && e.reqid == entry.reqid)
+            || holder
+                .held
+                .iter()
+                .any(|(object, version, _)| *version == entry.version && *object == entry.object)
+    };
+    // How many of the OSDs a write was sent to may hold it, and those that did not answer.
+    let reached = |entry: &LogEntry| {
+        let sent = writers.get(&entry.version.epoch)?;
+        let mut may = 0;
+        let mut absent = Vec::new();
+        for osd in sent.iter().flatten() {
+            match holders.iter().find(|h| h.osd == *osd) {
+                None => {
+                    may += 1;
+                    absent.push(format!("osd.{}", osd.0));
+                }
+                Some(holder) if has(holder, entry) => may += 1,
+                Some(_) => {}
+            }
+        }
+        Some((may, absent))
+    };
     let mut rollbacks = Vec::new();
     let mut waits = Vec::new();
-    for (osd, _, log) in logs {
-        let decodable = log.iter().rposition(|entry| applied(entry) >= k);
+    // Every OSD it was sent to answered, and min_size of them hold it: acknowledged or not,
+    // it is complete, whatever positions its holders now note.
+    let complete = |entry: &LogEntry| {
+        reached(entry).is_some_and(|(may, absent)| absent.is_empty() && may >= min_size)
+    };
+    for TailHolder { osd, log, .. } in holders {
+        let decodable = log
+            .iter()
+            .rposition(|entry| applied(entry) >= k || complete(entry));
         let above = decodable.map_or(0, |at| at + 1);
         let Some(first) = log.get(above) else {
             continue;
         };
         let to = decodable.map_or(Version::default(), |at| log[at].version);
         let most = applied(first);
-        if most + silent < min_size {
+        let (may, whom) = match reached(first) {
+            Some((may, absent)) => (
+                may,
+                format!("it was sent to {}, which did not answer", absent.join(", ")),
+            ),
+            None => (
+                most + silent,
+                format!("{silent} shard positions are down and may hold them"),
+            ),
+        };
+        if may < min_size {
             rollbacks.push((*osd, to));
         } else {
             waits.push(format!(
                 "osd.{} holds writes above {}.{} whose shards {most} positions hold, of the \
-                 k = {k} needed to decode them",
+                 k = {k} needed to decode them; {whom}",
                 osd.0, to.epoch, to.seq
             ));
         }
     }
     if !waits.is_empty() {
-        return Tail::Wait(format!(
-            "{}; {silent} shard positions are down and may hold them: waiting for them",
-            waits.join("; ")
-        ));
+        return Tail::Wait(format!("{}: waiting for them", waits.join("; ")));
     }
     if rollbacks.is_empty() {
         Tail::Decodable
@@ -339,18 +423,32 @@ impl Core {
             .collect();
         if let Some(profile) = self.interval.erasure {
             let peering = self.peering.as_ref().expect("a peering in progress");
-            let answers: Vec<(OsdId, Option<u8>, VecDeque<LogEntry>)> = peering
+            let logs: Vec<VecDeque<LogEntry>> = peering
                 .answers
                 .iter()
-                .map(|(osd, a)| (*osd, a.position, a.log.iter().cloned().collect()))
+                .map(|(_, a)| a.log.iter().cloned().collect())
                 .collect();
-            let mut logs = vec![(self.interval.acting[0], self.position, &self.log)];
-            logs.extend(
-                answers
+            let mut holders = vec![TailHolder {
+                osd: self.interval.acting[0],
+                position: self.position,
+                log: &self.log,
+                held: &[],
+                writers: &self.writers,
+            }];
+            holders.extend(
+                peering
+                    .answers
                     .iter()
-                    .map(|(osd, position, log)| (*osd, *position, log)),
+                    .zip(&logs)
+                    .map(|((osd, a), log)| TailHolder {
+                        osd: *osd,
+                        position: a.position,
+                        log,
+                        held: &a.held,
+                        writers: &a.writers,
+                    }),
             );
-            match erasure_tail(profile, self.interval.min_size, &logs) {
+            match erasure_tail(profile, self.interval.min_size, &holders) {
                 Tail::Decodable => {}
                 Tail::RollBack(holders) => {
                     let claim = peering.claim;
@@ -451,6 +549,8 @@ mod tests {
             log: Vec::new(),
             unsettled,
             position: None,
+            held: Vec::new(),
+            writers: Writers::new(),
         }
     }
 
@@ -575,6 +675,26 @@ mod tests {
         );
     }
 
+    static NO_WRITERS: Writers = Writers::new();
+
+    /// Holder i of `logs` notes `positions[i]` and holds nothing else.
+    fn holders<'a>(
+        logs: &'a [VecDeque<LogEntry>],
+        positions: &[Option<u8>],
+    ) -> Vec<TailHolder<'a>> {
+        logs.iter()
+            .zip(positions)
+            .enumerate()
+            .map(|(i, (log, position))| TailHolder {
+                osd: OsdId(i as u32),
+                position: *position,
+                log,
+                held: &[],
+                writers: &NO_WRITERS,
+            })
+            .collect()
+    }
+
     #[test]
     fn the_tail_of_an_erasure_coded_pg_decodes_rolls_back_or_waits() {
         let entry = |epoch, seq| LogEntry {
@@ -591,12 +711,8 @@ mod tests {
         };
         // Holder i holds position i's shards.
         let tail = |profile, min_size, logs: &[VecDeque<LogEntry>]| {
-            let named: Vec<(OsdId, Option<u8>, &VecDeque<LogEntry>)> = logs
-                .iter()
-                .enumerate()
-                .map(|(i, log)| (OsdId(i as u32), Some(i as u8), log))
-                .collect();
-            erasure_tail(profile, min_size, &named)
+            let positions: Vec<Option<u8>> = (0..logs.len()).map(|i| Some(i as u8)).collect();
+            erasure_tail(profile, min_size, &holders(logs, &positions))
         };
         let p42 = ec::Profile::new(4, 2, 4096).expect("4+2");
         let a: &[(u64, u64)] = &[(3, 1), (3, 2)];
@@ -632,13 +748,9 @@ mod tests {
         // Two holders of one position's shards count once: osd.4 moved from position 3.
         let moved = logs(&[b, b, b, b, a, a]);
         let positions = [0, 1, 2, 2, 4, 5];
-        let named: Vec<(OsdId, Option<u8>, &VecDeque<LogEntry>)> = moved
-            .iter()
-            .enumerate()
-            .map(|(i, log)| (OsdId(i as u32), Some(positions[i]), log))
-            .collect();
+        let positions = positions.map(Some);
         assert_eq!(
-            erasure_tail(p42, 5, &named),
+            erasure_tail(p42, 5, &holders(&moved, &positions)),
             Tail::RollBack(vec![
                 (OsdId(0), version(3, 2)),
                 (OsdId(1), version(3, 2)),
@@ -646,6 +758,20 @@ mod tests {
                 (OsdId(3), version(3, 2))
             ])
         );
+        // Holders whose shards moved (mixed positions) count by the shards they say they
+        // hold: without those, each write is on two positions; with them, 3.3 is on five.
+        let mixed = logs(&[b, b, b, b, b, b]);
+        let positions = [Some(0), None, None, None, None, Some(5)];
+        let mut named = holders(&mixed, &positions);
+        assert!(matches!(erasure_tail(p42, 5, &named), Tail::RollBack(_)));
+        let x = super::super::core::tests::name("x");
+        let held: Vec<Vec<(ObjectName, Version, u8)>> = (1..4)
+            .map(|shard| vec![(x.clone(), version(3, 3), shard)])
+            .collect();
+        for (holder, held) in named[1..4].iter_mut().zip(&held) {
+            holder.held = held;
+        }
+        assert_eq!(erasure_tail(p42, 5, &named), Tail::Decodable);
         // A holder whose log was trimmed past 3.1 counts as holding it.
         let trimmed: &[(u64, u64)] = &[(3, 2)];
         assert_eq!(
@@ -659,6 +785,65 @@ mod tests {
             matches!(&wait, Tail::Wait(why) if why.contains("osd.6 holds writes above 3.2 whose shards 7 positions hold") && why.contains("2 shard positions are down")),
             "{wait:?}"
         );
+    }
+
+    /// A write acknowledged by the OSDs of its epoch, two of which then left the acting
+    /// set: their positions' new holders answer without it, yet it is waited for, not rolled
+    /// back, since the writers that did not answer may hold it; once they answer without
+    /// it, it is rolled back.
+    #[test]
+    fn the_tail_counts_the_osds_a_write_was_sent_to_not_the_positions_now() {
+        let entry = |seq| LogEntry {
+            version: version(3, seq),
+            object: super::super::core::tests::name("x"),
+            reqid: ReqId { client: 3, seq },
+        };
+        let a: VecDeque<LogEntry> = [entry(1), entry(2)].into();
+        let b: VecDeque<LogEntry> = [entry(1), entry(2), entry(3)].into();
+        let p42 = ec::Profile::new(4, 2, 4096).expect("4+2");
+        let sent: Writers = [(3, (0..6).map(|i| Some(OsdId(i))).collect())].into();
+        let holder = |osd, position, log| TailHolder {
+            osd: OsdId(osd),
+            position: Some(position),
+            log,
+            held: &[],
+            writers: &sent,
+        };
+        // osd.3 and osd.4 applied 3.3 and are gone; osd.6 and osd.7 hold their positions.
+        let mut holders = vec![
+            holder(0, 0, &b),
+            holder(1, 1, &b),
+            holder(2, 2, &b),
+            holder(6, 3, &a),
+            holder(7, 4, &a),
+            holder(5, 5, &a),
+        ];
+        let wait = erasure_tail(p42, 5, &holders);
+        assert!(
+            matches!(&wait, Tail::Wait(why) if why.contains("it was sent to osd.3, osd.4, which did not answer")),
+            "{wait:?}"
+        );
+        holders[3] = holder(3, 3, &a);
+        holders[4] = holder(4, 4, &a);
+        assert_eq!(
+            erasure_tail(p42, 5, &holders),
+            Tail::RollBack(vec![
+                (OsdId(0), version(3, 2)),
+                (OsdId(1), version(3, 2)),
+                (OsdId(2), version(3, 2))
+            ])
+        );
+        // Had they answered with it, from positions they no longer note, min_size of its
+        // writers hold it: it is kept.
+        holders[3] = TailHolder {
+            position: None,
+            ..holder(3, 3, &b)
+        };
+        holders[4] = TailHolder {
+            position: None,
+            ..holder(4, 4, &b)
+        };
+        assert_eq!(erasure_tail(p42, 5, &holders), Tail::Decodable);
     }
 
     #[test]
