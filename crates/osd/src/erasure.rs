@@ -105,10 +105,22 @@ pub fn data_change(pool: &str, ops: &[ObjectOp]) -> Result<DataChange, OsdReply>
                 offset: *offset,
                 len: *len,
             },
+            ObjectOp::Zero { len, .. } if *len > DATA_BYTES_MAX as u64 => {
+                return refuse(format!(
+                    "a Zero of {len} bytes; one zeroes at most {DATA_BYTES_MAX} bytes of an \
+                     erasure-coded object"
+                ))
+            }
             ObjectOp::Zero { offset, len } => DataChange::Zero {
                 offset: *offset,
                 len: *len,
             },
+            ObjectOp::Truncate { size } if *size > ec::OBJECT_BYTES_MAX => {
+                return refuse(format!(
+                    "a size of {size} bytes is past an object's limit of {} bytes",
+                    ec::OBJECT_BYTES_MAX
+                ))
+            }
             ObjectOp::Truncate { size } => DataChange::Truncate { size: *size },
             ObjectOp::Remove => DataChange::Remove,
             ObjectOp::OmapSet { .. } | ObjectOp::OmapRemove { .. } | ObjectOp::OmapClear => {
@@ -297,7 +309,7 @@ impl<'a> Shards<'a> {
     }
 
     /// Rebuilds, on its holder, each shard of `object` that a read found damaged, from the
-    /// others (read repair, docs/design/erasure.md §10), under `claim`; each holder repaired
+    /// others (read repair, docs/design/erasure.md §8), under `claim`; each holder repaired
     /// or why not.
     pub async fn repair(
         &self,
@@ -639,6 +651,12 @@ mod tests {
         ])
         .contains("once"));
         assert!(refused(&[ObjectOp::ReadChunks { first: 0, count: 1 }]).contains("#33"));
+        assert!(refused(&[ObjectOp::Zero {
+            offset: 0,
+            len: 1 << 30
+        }])
+        .contains("zeroes at most"));
+        assert!(refused(&[ObjectOp::Truncate { size: 1 << 50 }]).contains("past an object's limit"));
         assert!(refused(&[
             ObjectOp::Remove,
             ObjectOp::SetAttr {

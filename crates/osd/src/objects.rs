@@ -744,7 +744,8 @@ pub fn digest(store: &Store, object: &ObjectRef, edge: bool) -> (CopyDigest, u64
 /// piece keeps an undo record under that write's version, so that a rollback takes the
 /// shard back to what this holder had (docs/design/erasure.md, §7), and `before` first takes
 /// back the holder's own records at or above that version (`records`, its undo records of
-/// the object), which the pushed shard replaces. Otherwise the records go.
+/// the object), which the pushed shard replaces. Otherwise (and with any later piece, which
+/// keeps none) the store drops the object's records: they no longer lead back from it.
 pub fn push_shard(
     object: &ObjectRef,
     copy: Option<&ObjectCopy>,
@@ -753,20 +754,15 @@ pub fn push_shard(
     records: &[u64],
 ) -> (Transaction, Transaction) {
     let (mut before, mut txn) = (Transaction::new(), Transaction::new());
-    let first = copy.filter(|_| offset == 0);
-    match first.map(|copy| copy.version.seq) {
-        Some(seq) if undoable => {
-            for record in records.iter().rev().take_while(|r| **r >= seq) {
-                before.rollback(object, *record);
-            }
+    let kept = copy.filter(|_| undoable && offset == 0);
+    if let Some(copy) = kept {
+        let newer = records.iter().rev().take_while(|r| **r >= copy.version.seq);
+        for record in newer {
+            before.rollback(object, *record);
         }
-        Some(_) if !records.is_empty() => {
-            txn.drop_undo(object, u64::MAX);
-        }
-        _ => {}
     }
     write_copy(&mut txn, object, copy, (offset, data, last));
-    if let Some(copy) = first.filter(|_| undoable) {
+    if let Some(copy) = kept {
         txn.keep_undo(object, copy.version.seq);
     }
     (before, txn)

@@ -1141,43 +1141,41 @@ impl OsdService {
                 let undoable = copy
                     .as_ref()
                     .is_some_and(|copy| copy.version > core.undo_dropped);
-                inner
-                    .blocking(move |store| {
-                        let records = match erasure && offset == 0 {
-                            true => store.undo_versions(&object).map_err(|e| e.to_string())?,
-                            false => Vec::new(),
-                        };
-                        let piece = (offset, &data, last);
-                        let (mut before, txn) = match erasure {
-                            true => objects::push_shard(
-                                &object,
-                                copy.as_ref(),
-                                piece,
-                                undoable,
-                                &records,
-                            ),
-                            false => {
-                                let mut txn = Transaction::new();
-                                objects::write_copy(&mut txn, &object, copy.as_ref(), piece);
-                                (Transaction::new(), txn)
-                            }
-                        };
-                        if mixed {
-                            objects::set_position(&mut before, id, objects::MIXED_POSITIONS);
-                        }
-                        if unsettle {
-                            objects::mark_unsettled(&mut before, id);
-                        }
-                        if !before.is_empty() {
-                            store.apply(before).map_err(|e| e.to_string())?;
-                        }
-                        store.apply(txn).map_err(|e| e.to_string())
-                    })
-                    .await??;
+                let records = match erasure && offset == 0 {
+                    true => {
+                        let object = object.clone();
+                        inner
+                            .blocking(move |store| store.undo_versions(&object))
+                            .await?
+                            .map_err(|e| e.to_string())?
+                    }
+                    false => Vec::new(),
+                };
+                let piece = (offset, &data, last);
+                let (mut before, txn) = if erasure {
+                    objects::push_shard(&object, copy.as_ref(), piece, undoable, &records)
+                } else {
+                    let mut txn = Transaction::new();
+                    objects::write_copy(&mut txn, &object, copy.as_ref(), piece);
+                    (Transaction::new(), txn)
+                };
+                if mixed {
+                    objects::set_position(&mut before, id, objects::MIXED_POSITIONS);
+                }
+                if unsettle {
+                    objects::mark_unsettled(&mut before, id);
+                }
+                if !before.is_empty() {
+                    inner.apply(before).await?;
+                }
                 if mixed {
                     core.position = Some(objects::MIXED_POSITIONS);
                 }
                 core.unsettled |= unsettle;
+                inner.apply(txn).await?;
+                if let Some(copy) = copy.filter(|_| erasure && undoable && offset == 0) {
+                    core.pushed_undo.insert(object.name.clone(), copy.version);
+                }
                 Ok(reply(OsdReply::Done))
             }
             PeerOp::Digest { names } => {
@@ -1199,7 +1197,15 @@ impl OsdService {
                 core.check_activation(info)?;
                 let log = log.into_iter().collect();
                 let mut txn = Transaction::new();
-                let drops = undo_to_drop(&log, core.undo_dropped, complete_to);
+                let mut drops = undo_to_drop(&log, core.undo_dropped, complete_to);
+                // The records kept with this recovery's pushes of writes now complete.
+                let pushed = std::mem::take(&mut core.pushed_undo);
+                drops.extend(
+                    pushed
+                        .into_iter()
+                        .filter(|(_, version)| *version <= complete_to)
+                        .map(|(name, version)| (name, version.seq)),
+                );
                 objects::drop_undo(&mut txn, id.pool, &drops);
                 // The primary made every object this OSD holds its own before activating.
                 let notes = objects::PgNotes {

@@ -80,6 +80,11 @@ pub struct Core {
     /// In an erasure-coded PG, the OSDs the writes of each epoch it applied writes in were
     /// sent to (kept in the store too, `objects::set_writers`).
     pub writers: Writers,
+    /// As a recovery's target in an erasure-coded PG: the objects whose pushed shards kept an
+    /// undo record since the last activation, and the version each carries, which the next
+    /// activation drops once complete. In memory only: after a restart they stay until the
+    /// objects are written again.
+    pub pushed_undo: BTreeMap<ObjectName, Version>,
 }
 
 /// The acting set as this OSD last peered it (empty when not primary).
@@ -211,6 +216,7 @@ impl Core {
             undo_dropped: Version::default(),
             position: None,
             writers: Writers::new(),
+            pushed_undo: BTreeMap::new(),
         }
     }
 

@@ -456,6 +456,16 @@ impl Core {
                 }
                 Tail::Wait(why) => return self.stop_peering(why, true),
             }
+            // What the members know of the writers goes on with this primary's log (kept
+            // with it when it catches up, and passed on with each activation).
+            let known: Vec<(Epoch, Vec<Option<OsdId>>)> = peering
+                .answers
+                .iter()
+                .flat_map(|(_, a)| a.writers.iter().map(|(e, h)| (*e, h.clone())))
+                .collect();
+            for (epoch, sent) in known {
+                self.writers.entry(epoch).or_insert(sent);
+            }
         }
         // A primary that moved holds another position's shards: its own are rebuilt as a
         // cut-short catch-up's are, from a member as new as itself.
