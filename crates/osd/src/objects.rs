@@ -744,8 +744,9 @@ pub fn digest(store: &Store, object: &ObjectRef, edge: bool) -> (CopyDigest, u64
 /// piece keeps an undo record under that write's version, so that a rollback takes the
 /// shard back to what this holder had (docs/design/erasure.md, §7), and `before` first takes
 /// back the holder's own records at or above that version (`records`, its undo records of
-/// the object), which the pushed shard replaces. Otherwise (and with any later piece, which
-/// keeps none) the store drops the object's records: they no longer lead back from it.
+/// the object), which the pushed shard replaces; each later piece continues that record, so
+/// a rollback takes the whole shard back. Otherwise the store drops the object's records:
+/// they no longer lead back from it.
 pub fn push_shard(
     object: &ObjectRef,
     copy: Option<&ObjectCopy>,
@@ -754,16 +755,22 @@ pub fn push_shard(
     records: &[u64],
 ) -> (Transaction, Transaction) {
     let (mut before, mut txn) = (Transaction::new(), Transaction::new());
-    let kept = copy.filter(|_| undoable && offset == 0);
-    if let Some(copy) = kept {
-        let newer = records.iter().rev().take_while(|r| **r >= copy.version.seq);
-        for record in newer {
+    let seq = copy.filter(|_| undoable).map(|copy| copy.version.seq);
+    if let Some(seq) = seq.filter(|_| offset == 0) {
+        for record in records.iter().rev().take_while(|r| **r >= seq) {
             before.rollback(object, *record);
         }
     }
     write_copy(&mut txn, object, copy, (offset, data, last));
-    if let Some(copy) = kept {
-        txn.keep_undo(object, copy.version.seq);
+    match seq {
+        Some(seq) if offset == 0 => {
+            txn.keep_undo(object, seq);
+        }
+        // The first piece's record, unless the holder lost it (a restart between pieces).
+        Some(seq) if records.last() == Some(&seq) => {
+            txn.continue_undo(object, seq);
+        }
+        _ => {}
     }
     (before, txn)
 }
@@ -845,9 +852,9 @@ mod tests {
         (dir, store)
     }
 
-    /// A holder that moved gets another position's shard of a write it applied itself; if
-    /// that write is rolled back, it gets back the shard it had before the write, not the
-    /// write's own.
+    /// A holder that moved gets another position's shard of a write it applied itself, in
+    /// two pieces; if that write is rolled back, it gets back the shard it had before the
+    /// write, not the write's own nor any piece of the pushed one.
     #[test]
     fn a_pushed_shard_is_taken_back_to_what_its_holder_had() {
         let (_dir, store) = scratch_store();
@@ -887,20 +894,22 @@ mod tests {
         attrs.insert(SHARD_ATTR.into(), vec![0]);
         let copy = ObjectCopy {
             version: version(7),
-            size: 4096,
+            size: 8192,
             attrs,
             omap: Vec::new(),
             chunks: None,
         };
         let pushed = Bytes::from(vec![0xc; 4096]);
         let push = |undoable| {
-            let records = store.undo_versions(&object).expect("records");
-            let (before, txn) =
-                push_shard(&object, Some(&copy), (0, &pushed, true), undoable, &records);
-            if !before.is_empty() {
-                store.apply(before).expect("taken back");
+            for (offset, last) in [(0, false), (4096, true)] {
+                let records = store.undo_versions(&object).expect("records");
+                let piece = (offset, &pushed, last);
+                let (before, txn) = push_shard(&object, Some(&copy), piece, undoable, &records);
+                if !before.is_empty() {
+                    store.apply(before).expect("taken back");
+                }
+                store.apply(txn).expect("pushed");
             }
-            store.apply(txn).expect("pushed");
         };
         push(true);
         assert_eq!(head(&store), (7, 0, 0xc));
@@ -909,6 +918,7 @@ mod tests {
         back.rollback(&object, 7);
         store.apply(back).expect("rolled back");
         assert_eq!(head(&store), (5, 1, 0xa));
+        assert_eq!(store.stat(&object).expect("stat").size_bytes, 4096);
         // A write no peering can roll back keeps no records under the pushed shard.
         push(false);
         assert_eq!(head(&store), (7, 0, 0xc));

@@ -1141,15 +1141,14 @@ impl OsdService {
                 let undoable = copy
                     .as_ref()
                     .is_some_and(|copy| copy.version > core.undo_dropped);
-                let records = match erasure && offset == 0 {
-                    true => {
-                        let object = object.clone();
-                        inner
-                            .blocking(move |store| store.undo_versions(&object))
-                            .await?
-                            .map_err(|e| e.to_string())?
-                    }
-                    false => Vec::new(),
+                let records = if erasure {
+                    let object = object.clone();
+                    inner
+                        .blocking(move |store| store.undo_versions(&object))
+                        .await?
+                        .map_err(|e| e.to_string())?
+                } else {
+                    Vec::new()
                 };
                 let piece = (offset, &data, last);
                 let (mut before, txn) = if erasure {

@@ -82,6 +82,8 @@ struct Work {
     undo_dropped: Vec<u64>,
     /// The version this transaction keeps a record under, if it does.
     keep: Option<u64>,
+    /// The version of the record (kept by an earlier transaction) this one continues.
+    continues: Option<u64>,
     /// Whether its last change was a rollback: its record is then the one restored, as it
     /// was, and its remaining records still lead back from it.
     restored: bool,
@@ -208,6 +210,25 @@ fn keep_undo(w: &mut Work, version: u64) -> Result<(), ApplyError> {
         )));
     }
     w.keep = Some(version);
+    Ok(())
+}
+
+/// Marks the transaction as continuing `w`'s newest undo record, `version`.
+fn continue_undo(w: &mut Work, version: u64) -> Result<(), ApplyError> {
+    let object = &w.object;
+    if w.keep.is_some() || w.rolled_back {
+        return Err(invalid(format!(
+            "object {object}: a transaction continues an undo record, or keeps or rolls back \
+             one, not both"
+        )));
+    }
+    let newest = w.undo.keys().next_back().copied();
+    if newest != Some(version) {
+        return Err(invalid(format!(
+            "object {object} has no newest undo record of version {version} to continue"
+        )));
+    }
+    w.continues = Some(version);
     Ok(())
 }
 
@@ -416,6 +437,7 @@ impl Store {
                         undo: BTreeMap::new(),
                         undo_dropped: Vec::new(),
                         keep: None,
+                        continues: None,
                         restored: false,
                         rolled_back: false,
                     });
@@ -539,6 +561,7 @@ impl Store {
     fn execute(&self, w: &mut Work, op: Op, space: &mut Space) -> Result<(), ApplyError> {
         match op {
             Op::KeepUndo { version, .. } => return keep_undo(w, version),
+            Op::ContinueUndo { version, .. } => return continue_undo(w, version),
             Op::Rollback { version, .. } => return rollback(w, version, space),
             Op::DropUndo { version, .. } => {
                 drop_undo(w, ..=version, space);
@@ -716,7 +739,10 @@ impl Store {
                     w.clear_omap();
                 }
             }
-            Op::KeepUndo { .. } | Op::Rollback { .. } | Op::DropUndo { .. } => {
+            Op::KeepUndo { .. }
+            | Op::ContinueUndo { .. }
+            | Op::Rollback { .. }
+            | Op::DropUndo { .. } => {
                 unreachable!("undo operations return above")
             }
         }
@@ -1092,8 +1118,25 @@ impl Store {
                     w.object
                 )))
             }
-            // Its records no longer lead back from what this transaction leaves.
-            None if w.touched && !w.restored => drop_undo(w, .., space),
+            None if w.touched && !w.restored => {
+                match w.continues {
+                    Some(version) => {
+                        let record = &w.undo[&version];
+                        let covered = w.first_block >= w.end_block
+                            || (record.first_block <= w.first_block
+                                && w.end_block <= record.end_block);
+                        if w.omap_changed || w.omap_cleared || !covered {
+                            return Err(invalid(format!(
+                            "object {}: changes to blocks [{}, {}) or its omap continue an undo \
+                             record that covers blocks [{}, {}) only",
+                            w.object, w.first_block, w.end_block, record.first_block, record.end_block
+                        )));
+                        }
+                    }
+                    // Its records no longer lead back from what this transaction leaves.
+                    None => drop_undo(w, .., space),
+                }
+            }
             _ => {}
         }
         for version in std::mem::take(&mut w.undo_dropped) {

@@ -68,6 +68,10 @@ pub(crate) enum Op {
         object: ObjectRef,
         version: u64,
     },
+    ContinueUndo {
+        object: ObjectRef,
+        version: u64,
+    },
     Rollback {
         object: ObjectRef,
         version: u64,
@@ -93,6 +97,7 @@ impl Op {
             | Op::OmapRemove { object, .. }
             | Op::OmapClear { object }
             | Op::KeepUndo { object, .. }
+            | Op::ContinueUndo { object, .. }
             | Op::Rollback { object, .. }
             | Op::DropUndo { object, .. } => object,
         }
@@ -273,6 +278,21 @@ impl Transaction {
     /// transaction, or a remove of an object that has omap entries, are refused.
     pub fn keep_undo(&mut self, object: &ObjectRef, version: u64) -> &mut Self {
         self.ops.push(Op::KeepUndo {
+            object: object.clone(),
+            version,
+        });
+        self
+    }
+
+    /// Makes this transaction's changes to `object` part of its newest undo record,
+    /// `version`, kept by an earlier transaction: the record stays (a change without a
+    /// record of its own drops them all otherwise), and rolling it back takes these changes
+    /// back too. The record must cover every block they touch (one kept by a remove or a
+    /// whole rewrite covers them all): a write of one object in several transactions, such
+    /// as a recovery's pieces, is taken back as one. Refused with omap changes, and with a
+    /// record kept or rolled back in the same transaction.
+    pub fn continue_undo(&mut self, object: &ObjectRef, version: u64) -> &mut Self {
+        self.ops.push(Op::ContinueUndo {
             object: object.clone(),
             version,
         });

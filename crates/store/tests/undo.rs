@@ -224,6 +224,41 @@ fn a_rollback_gives_back_the_object_and_a_drop_frees_what_it_kept() {
     );
 }
 
+/// A write of one object in several transactions (a recovery's pieces) is taken back as
+/// one: the first keeps a record over the whole object, the others continue it.
+#[test]
+fn a_continued_record_takes_back_every_transaction_that_continued_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = mkfs(dir.path(), Mode::Gcm, 8 << 20);
+    let shard = obj(1, "shard");
+    let old = common::pattern(1, 3 * 4096 + 10);
+    let mut txn = Transaction::new();
+    txn.write(&shard, 0, &old).set_attr(&shard, "v", b"1");
+    store.apply(txn).expect("write");
+    let taken = store.statfs().allocated_bytes;
+
+    let mut txn = Transaction::new();
+    txn.remove(&shard)
+        .touch(&shard)
+        .write(&shard, 0, &common::pattern(2, 8192))
+        .keep_undo(&shard, 4);
+    store.apply(txn).expect("the first piece, keeping a record");
+    let mut txn = Transaction::new();
+    txn.write(&shard, 8192, &common::pattern(3, 8192))
+        .set_attr(&shard, "v", b"2")
+        .continue_undo(&shard, 4);
+    store.apply(txn).expect("the second, continuing it");
+    assert_eq!(store.undo_versions(&shard).expect("versions"), vec![4]);
+    assert_eq!(store.stat(&shard).expect("stat").size_bytes, 16384);
+
+    let mut txn = Transaction::new();
+    txn.rollback(&shard, 4);
+    store.apply(txn).expect("rollback");
+    assert_eq!(store.read(&shard, 0, 1 << 20).expect("read")[..], old[..]);
+    assert_eq!(store.attrs(&shard).expect("attrs")["v"], b"1");
+    assert_eq!(store.statfs().allocated_bytes, taken);
+}
+
 /// The rules a caller can break are refused with a reason, and change nothing.
 #[test]
 fn undo_records_refuse_what_they_cannot_take_back() {
@@ -260,6 +295,17 @@ fn undo_records_refuse_what_they_cannot_take_back() {
     let mut txn = Transaction::new();
     txn.write(&shard, 0, b"x").rollback(&shard, 7);
     refused(txn, "before any other change");
+    let mut txn = Transaction::new();
+    txn.write(&shard, 0, b"x").continue_undo(&shard, 5);
+    refused(txn, "no newest undo record of version 5");
+    let mut txn = Transaction::new();
+    txn.write(&shard, 3 * 4096, b"far").continue_undo(&shard, 7);
+    refused(txn, "that covers blocks [0, 1) only");
+    let mut txn = Transaction::new();
+    txn.write(&shard, 0, b"x")
+        .keep_undo(&shard, 8)
+        .continue_undo(&shard, 7);
+    refused(txn, "not both");
     let indexed = obj(1, "indexed");
     let mut txn = Transaction::new();
     txn.omap_set(&indexed, b"k", b"v");
