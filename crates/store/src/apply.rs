@@ -194,7 +194,7 @@ fn invalid(reason: impl Into<String>) -> ApplyError {
 /// Marks the transaction as keeping an undo record of `w` under `version`.
 fn keep_undo(w: &mut Work, version: u64) -> Result<(), ApplyError> {
     let object = &w.object;
-    if w.keep.is_some_and(|kept| kept != version) || w.rolled_back {
+    if w.keep.is_some_and(|kept| kept != version) || w.rolled_back || w.continues.is_some() {
         return Err(invalid(format!(
             "object {object} keeps one undo record per transaction, and none with a rollback"
         )));
@@ -210,6 +210,33 @@ fn keep_undo(w: &mut Work, version: u64) -> Result<(), ApplyError> {
         )));
     }
     w.keep = Some(version);
+    Ok(())
+}
+
+/// Whether this transaction's changes to `w` may join its record `version`: the record is
+/// still there, owns every block it would put back (none of them is a current extent's,
+/// which a change here could free), covers every block the changes touch, and the changes
+/// leave omap alone.
+fn continues_cleanly(w: &Work, version: u64) -> Result<(), ApplyError> {
+    let object = &w.object;
+    let Some(record) = w.undo.get(&version) else {
+        return Err(invalid(format!(
+            "object {object}: its undo record of version {version} went in the transaction \
+             that continues it"
+        )));
+    };
+    let restored: Vec<Run> = record.extents.iter().map(|(_, e)| e.run()).collect();
+    let owned = subtract(&restored, &record.kept).is_empty();
+    let covered = w.first_block >= w.end_block
+        || (record.first_block <= w.first_block && w.end_block <= record.end_block);
+    if !owned || !covered || w.omap_changed || w.omap_cleared {
+        return Err(invalid(format!(
+            "object {object}: only a record kept with the object's remove can be continued, by \
+             changes to its data and attributes (this one covers blocks [{}, {}), the changes \
+             touch [{}, {}))",
+            record.first_block, record.end_block, w.first_block, w.end_block
+        )));
+    }
     Ok(())
 }
 
@@ -1120,19 +1147,7 @@ impl Store {
             }
             None if w.touched && !w.restored => {
                 match w.continues {
-                    Some(version) => {
-                        let record = &w.undo[&version];
-                        let covered = w.first_block >= w.end_block
-                            || (record.first_block <= w.first_block
-                                && w.end_block <= record.end_block);
-                        if w.omap_changed || w.omap_cleared || !covered {
-                            return Err(invalid(format!(
-                            "object {}: changes to blocks [{}, {}) or its omap continue an undo \
-                             record that covers blocks [{}, {}) only",
-                            w.object, w.first_block, w.end_block, record.first_block, record.end_block
-                        )));
-                        }
-                    }
+                    Some(version) => continues_cleanly(w, version)?,
                     // Its records no longer lead back from what this transaction leaves.
                     None => drop_undo(w, .., space),
                 }

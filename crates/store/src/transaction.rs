@@ -287,10 +287,11 @@ impl Transaction {
     /// Makes this transaction's changes to `object` part of its newest undo record,
     /// `version`, kept by an earlier transaction: the record stays (a change without a
     /// record of its own drops them all otherwise), and rolling it back takes these changes
-    /// back too. The record must cover every block they touch (one kept by a remove or a
-    /// whole rewrite covers them all): a write of one object in several transactions, such
-    /// as a recovery's pieces, is taken back as one. Refused with omap changes, and with a
-    /// record kept or rolled back in the same transaction.
+    /// back too. Only a record kept with a remove of the object can be continued (it owns
+    /// every block it would put back, and covers them all): a write of one object in
+    /// several transactions, such as a recovery's pieces, is taken back as one. Refused
+    /// with omap changes, and with a record kept, dropped or rolled back in the same
+    /// transaction.
     pub fn continue_undo(&mut self, object: &ObjectRef, version: u64) -> &mut Self {
         self.ops.push(Op::ContinueUndo {
             object: object.clone(),

@@ -300,7 +300,12 @@ fn undo_records_refuse_what_they_cannot_take_back() {
     refused(txn, "no newest undo record of version 5");
     let mut txn = Transaction::new();
     txn.write(&shard, 3 * 4096, b"far").continue_undo(&shard, 7);
-    refused(txn, "that covers blocks [0, 1) only");
+    refused(txn, "only a record kept with the object's remove");
+    let mut txn = Transaction::new();
+    txn.continue_undo(&shard, 7)
+        .drop_undo(&shard, 7)
+        .write(&shard, 0, b"x");
+    refused(txn, "went in the transaction that continues it");
     let mut txn = Transaction::new();
     txn.write(&shard, 0, b"x")
         .keep_undo(&shard, 8)
