@@ -9,7 +9,7 @@ use bytes::Bytes;
 use client::conf::Conf;
 use client::{load_identity, Cluster};
 use map::auth::Caps;
-use map::cluster::{Change, Space};
+use map::cluster::{Change, Erasure, Space};
 use map::placement::FailureDomain;
 use messenger::message::{CacheFigures, Command as MonCommand, Health, MonReply, MonStatus};
 use messenger::EntityName;
@@ -47,26 +47,38 @@ pub enum OsdCommand {
 
 #[derive(clap::Subcommand)]
 pub enum PoolCommand {
-    /// Creates a replicated pool.
+    /// Creates a pool: replicated (three copies by default), or erasure-coded with --ec.
     Create {
         name: String,
-        /// Copies of each object.
-        #[arg(long, default_value_t = 3)]
-        size: u8,
-        /// Copies that must be written before a write is acknowledged (default: a majority
-        /// of size).
+        /// Copies of each object (replicated pools; default 3).
+        #[arg(long, conflicts_with = "ec")]
+        size: Option<u8>,
+        /// Copies (or, erasure-coded, shards) that must be written before a write is
+        /// acknowledged, and that must be up for the pool to take writes (default: a
+        /// majority of size; erasure-coded, k + 1).
         #[arg(long)]
         min_size: Option<u8>,
+        /// Erasure-coded: K data shards and M parity shards per object, on K + M distinct
+        /// OSDs (or hosts), any M of which can be lost (4+2 stores 1.5 bytes per byte,
+        /// 8+3 1.375). Object data only: omap is refused, metadata stays in replicated
+        /// pools. Sealed by the OSDs.
+        #[arg(long, value_name = "K+M")]
+        ec: Option<String>,
+        /// Erasure-coded: the bytes of one shard's piece of a stripe, a multiple of 4 KiB
+        /// up to 1 MiB (default 4K: small objects and 4 KiB overwrites cost least).
+        #[arg(long, requires = "ec", value_name = "SIZE")]
+        stripe_unit: Option<String>,
         /// Placement groups.
         #[arg(long, default_value_t = DEFAULT_PG_NUM)]
         pg_num: u32,
-        /// Failure domain: osd (replicas on different OSDs) or host.
-        #[arg(long, default_value = "osd")]
+        /// Failure domain: osd (copies or shards on different OSDs) or host.
+        #[arg(long, alias = "failure-domain", default_value = "osd")]
         domain: String,
         /// Where data is sealed: edge (clients seal 4 KiB chunks under the pool's data key
         /// from the KMS; OSDs never hold it) or osd (clients send plaintext, each OSD's store
         /// seals it). Default: edge where the monitor links are secure (the KMS releases
-        /// pool keys over those only), else osd. Fixed once the pool exists.
+        /// pool keys over those only), else osd; osd for erasure-coded pools. Fixed once the
+        /// pool exists.
         #[arg(long)]
         seal: Option<String>,
     },
@@ -341,8 +353,20 @@ pub fn status(who: &Who, as_json: bool) -> Result<(), String> {
     println!("data:");
     let pg_total: u64 = status.pgs.values().sum();
     println!("  map:      epoch {}", map.epoch);
+    let coded: Vec<String> = map
+        .pools
+        .values()
+        .filter_map(|p| {
+            p.erasure
+                .map(|code| format!("{} {}", p.name, code.profile()))
+        })
+        .collect();
+    let coded = match coded.len() {
+        0 => String::new(),
+        n => format!(" ({n} erasure-coded: {})", coded.join(", ")),
+    };
     println!(
-        "  pools:    {}, {pg_total} pgs",
+        "  pools:    {}{coded}, {pg_total} pgs",
         crate::text::count(map.pools.len() as u64, "pool", "pools")
     );
     let objects: u64 = status.pool_usage.iter().map(|(_, u)| u.objects).sum();
@@ -389,7 +413,8 @@ pub fn status(who: &Who, as_json: bool) -> Result<(), String> {
 }
 
 /// `coffer df`: the raw space of the up OSDs, then each pool's objects, stored bytes (one
-/// copy), use (every copy) and the room left before its first OSD is full.
+/// copy, or the data shards), use (every copy or shard) and the room left before its first
+/// OSD is full.
 pub fn df(who: &Who, as_json: bool) -> Result<(), String> {
     let (_, runtime, cluster) = connect(who)?;
     let status = runtime
@@ -407,6 +432,7 @@ pub fn df(who: &Who, as_json: bool) -> Result<(), String> {
                 "name": pool.name,
                 "id": pool.id.0,
                 "size": pool.size,
+                "erasure": pool.erasure.map(|code| code.profile().to_string()),
                 "objects": u.objects,
                 "stored_bytes": u.stored_bytes,
                 "used_bytes": u.used_bytes,
@@ -427,7 +453,8 @@ pub fn df(who: &Who, as_json: bool) -> Result<(), String> {
         "POOL", "ID", "OBJECTS", "STORED", "USED", "%USED", "MAX AVAIL"
     );
     for (pool, u) in pools {
-        let room = u.max_avail_bytes.saturating_mul(u64::from(pool.size));
+        let (raw, per) = pool.raw_per_byte();
+        let room = u.max_avail_bytes.saturating_mul(raw) / per;
         println!(
             "{:<16} {:>4} {:>9} {:>11} {:>11} {:>7} {:>11}",
             pool.name,
@@ -660,6 +687,79 @@ pub fn seal_at_edge(seal: Option<&str>, mon_links_secure: bool) -> Result<bool, 
     }
 }
 
+/// A new pool's size, min_size and code, from `pool create`'s options.
+#[derive(Debug, PartialEq, Eq)]
+pub struct PoolShape {
+    pub size: u8,
+    pub min_size: u8,
+    pub erasure: Option<Erasure>,
+}
+
+impl PoolShape {
+    /// Replicated: `size` copies (3 by default), `min_size` a majority unless given.
+    /// Erasure-coded (`ec` as `K+M`, with its stripe unit, 4 KiB by default): k + m shards,
+    /// min_size k + 1 unless given (Ceph's default: one shard lost still leaves a write
+    /// one more than it needs to be read back). The map checks the numbers again.
+    pub fn new(
+        size: Option<u8>,
+        min_size: Option<u8>,
+        ec: Option<&str>,
+        stripe_unit: Option<&str>,
+    ) -> Result<PoolShape, String> {
+        let Some(ec) = ec else {
+            let size = size.unwrap_or(3);
+            return Ok(PoolShape {
+                size,
+                min_size: min_size.unwrap_or(size - size / 2),
+                erasure: None,
+            });
+        };
+        if size.is_some() {
+            return Err("--size is for replicated pools: an erasure-coded pool's is k + m".into());
+        }
+        let unit = match stripe_unit {
+            Some(text) => {
+                crate::text::parse_size(text).map_err(|e| format!("--stripe-unit {e}"))?
+            }
+            None => u64::from(ec::UNIT_BYTES_DEFAULT),
+        };
+        let profile = ec::Profile::parse(ec, unit).map_err(|e| format!("--ec {ec}: {e}"))?;
+        let shards = u8::try_from(profile.shards()).expect("a profile has at most 32 shards");
+        let k = u8::try_from(profile.k()).expect("k is below k + m");
+        Ok(PoolShape {
+            size: shards,
+            min_size: min_size.unwrap_or((k + 1).min(shards)),
+            erasure: Some(Erasure::new(profile)),
+        })
+    }
+
+    /// Where the pool is sealed, as `--seal` says (`seal`), or by default: by the OSDs for
+    /// an erasure-coded pool, whose objects do not keep edge-sealed chunks yet (#33).
+    pub fn seal<'a>(&self, seal: Option<&'a str>) -> Option<&'a str> {
+        match (seal, self.erasure) {
+            (None, Some(_)) => Some("osd"),
+            (seal, _) => seal,
+        }
+    }
+
+    /// `3 copies`, or `erasure-coded 4+2 (stripe unit 4 KiB)`.
+    pub fn describe(&self) -> String {
+        match self.erasure {
+            None => crate::text::count(u64::from(self.size), "copy", "copies"),
+            Some(code) => describe_code(code),
+        }
+    }
+}
+
+/// `erasure-coded 4+2 (stripe unit 4 KiB)`.
+pub fn describe_code(code: Erasure) -> String {
+    let profile = code.profile();
+    format!(
+        "erasure-coded {profile} (stripe unit {})",
+        crate::text::size(profile.unit_bytes())
+    )
+}
+
 /// Whether `conf`'s links to the monitors are secure.
 pub fn mon_links_secure(conf: &Conf) -> Result<bool, String> {
     Ok(conf.mon_modes().map_err(|e| e.to_string())? == [messenger::Mode::Secure])
@@ -672,6 +772,8 @@ pub fn pool(who: &Who, command: PoolCommand) -> Result<(), String> {
             name,
             size,
             min_size,
+            ec,
+            stripe_unit,
             pg_num,
             domain,
             seal,
@@ -681,15 +783,17 @@ pub fn pool(who: &Who, command: PoolCommand) -> Result<(), String> {
                 "host" => FailureDomain::Host,
                 other => return Err(format!("--domain {other}: use osd or host")),
             };
+            let shape = PoolShape::new(size, min_size, ec.as_deref(), stripe_unit.as_deref())?;
             let change = Change::CreatePool {
                 name: name.clone(),
-                size,
-                min_size: min_size.unwrap_or(size - size / 2),
+                size: shape.size,
+                min_size: shape.min_size,
                 pg_num,
                 domain,
-                erasure: None,
+                erasure: shape.erasure,
             };
-            let (command, seal) = if seal_at_edge(seal.as_deref(), mon_links_secure(&conf)?)? {
+            let seal = shape.seal(seal.as_deref());
+            let (command, seal) = if seal_at_edge(seal, mon_links_secure(&conf)?)? {
                 (MonCommand::PoolCreateEdge { change }, "edge")
             } else {
                 (MonCommand::Change(change), "osd")
@@ -697,12 +801,22 @@ pub fn pool(who: &Who, command: PoolCommand) -> Result<(), String> {
             runtime
                 .block_on(cluster.command(command))
                 .map_err(|e| e.to_string())?;
-            println!("pool {name} created (sealed at the {seal})");
+            println!(
+                "pool {name} created: {}, min_size {}, {pg_num} pgs, sealed at the {seal}",
+                shape.describe(),
+                shape.min_size
+            );
             let places = cluster.map().domains_in(domain);
-            if usize::from(size) > places {
+            if usize::from(shape.size) > places {
                 eprintln!(
-                    "warning: pool {name} wants {size} copies, but the cluster has {places} \
-                     {} to hold them: its PGs stay undersized until there are more",
+                    "warning: pool {name} wants {} {}, but the cluster has {places} {} to hold \
+                     them: its PGs stay undersized until there are more",
+                    shape.size,
+                    if shape.erasure.is_some() {
+                        "shards"
+                    } else {
+                        "copies"
+                    },
                     match domain {
                         FailureDomain::Osd => "OSDs in",
                         FailureDomain::Host => "hosts with OSDs in",
@@ -734,8 +848,13 @@ pub fn pool(who: &Who, command: PoolCommand) -> Result<(), String> {
                     map::cluster::Seal::Osd => "osd".to_string(),
                     map::cluster::Seal::Edge { key } => format!("edge (data key {key})"),
                 };
+                let kind = match pool.erasure {
+                    Some(code) => describe_code(code),
+                    None => "replicated".into(),
+                };
                 println!(
-                    "{} (id {}): size {}, min_size {}, {} pgs, domain {:?}, sealed at {seal}",
+                    "{} (id {}): {kind}, size {}, min_size {}, {} pgs, domain {:?}, sealed at \
+                     {seal}",
                     pool.name, pool.id, pool.size, pool.min_size, pool.pg_num, pool.domain
                 );
             }
@@ -1063,5 +1182,42 @@ mod tests {
         let refused = seal_at_edge(Some("edge"), false).expect_err("crc monitor links");
         assert!(refused.contains("secure monitor links"), "{refused}");
         assert!(seal_at_edge(Some("client"), true).is_err());
+    }
+
+    #[test]
+    fn a_pool_is_replicated_three_times_unless_an_erasure_code_is_given() {
+        let replicated = PoolShape::new(None, None, None, None).expect("replicated");
+        assert_eq!((replicated.size, replicated.min_size), (3, 2));
+        assert_eq!(replicated.describe(), "3 copies");
+        assert_eq!(replicated.seal(None), None);
+        let two = PoolShape::new(Some(2), Some(1), None, None).expect("two copies");
+        assert_eq!((two.size, two.min_size, two.erasure), (2, 1, None));
+
+        let coded = PoolShape::new(None, None, Some("4+2"), None).expect("4+2");
+        assert_eq!((coded.size, coded.min_size), (6, 5), "min_size k + 1");
+        assert_eq!(coded.describe(), "erasure-coded 4+2 (stripe unit 4 KiB)");
+        assert_eq!(coded.seal(None), Some("osd"));
+        assert_eq!(
+            coded.seal(Some("edge")),
+            Some("edge"),
+            "the monitors refuse it"
+        );
+        let wide = PoolShape::new(None, Some(9), Some("8+3"), Some("64K")).expect("8+3");
+        let profile = wide.erasure.expect("coded").profile();
+        assert_eq!(
+            (wide.size, wide.min_size, profile.unit_bytes()),
+            (11, 9, 65_536)
+        );
+
+        for (size, ec, unit, why) in [
+            (Some(3), "4+2", None, "--size is for replicated pools"),
+            (None, "4", None, "is not an erasure-code profile"),
+            (None, "4+0", None, "k ≥ 1 and m ≥ 1"),
+            (None, "4+2", Some("5000"), "multiple of 4 KiB"),
+            (None, "4+2", Some("lots"), "--stripe-unit"),
+        ] {
+            let refused = PoolShape::new(size, None, Some(ec), unit).expect_err(ec);
+            assert!(refused.contains(why), "{ec} {unit:?}: {refused}");
+        }
     }
 }

@@ -10,52 +10,8 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use common::load::{check_all, content, paused_put, start_writers};
 use common::{all_clean, serial, LocalCluster};
-
-fn content(n: u64) -> Bytes {
-    let len = 1 + (n * 7919 % 65_536) as usize;
-    Bytes::from((0..len).map(|i| (i as u64 ^ n) as u8).collect::<Vec<u8>>())
-}
-
-/// Writers putting objects until `stop`; returns the names whose put was acknowledged.
-fn start_writers(
-    runtime: &tokio::runtime::Runtime,
-    pool: client::Pool,
-    writers: u64,
-    stop: Arc<std::sync::atomic::AtomicBool>,
-    acked: Arc<Mutex<BTreeMap<String, (u64, Instant)>>>,
-) -> Vec<tokio::task::JoinHandle<()>> {
-    (0..writers)
-        .map(|w| {
-            let pool = pool.clone();
-            let stop = stop.clone();
-            let acked = acked.clone();
-            runtime.spawn(async move {
-                let mut n = w;
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    let name = format!("obj-{n}");
-                    pool.put(&name, content(n)).await.expect("put must succeed");
-                    acked
-                        .lock()
-                        .expect("acked")
-                        .insert(name, (n, Instant::now()));
-                    n += writers;
-                }
-            })
-        })
-        .collect()
-}
-
-async fn check_all(pool: &client::Pool, acked: &BTreeMap<String, (u64, Instant)>) {
-    for (name, (n, _)) in acked {
-        let got = pool.get(name).await.expect("acknowledged object readable");
-        assert!(
-            got == content(*n),
-            "{name} differs from what was acknowledged"
-        );
-    }
-}
 
 #[test]
 fn kill_one_osd_during_writes_then_it_catches_up() {
@@ -158,15 +114,7 @@ fn two_osds_down_pauses_writes_until_one_returns() {
     );
 
     // A write now waits (it is not refused, and not acknowledged) ...
-    let paused = {
-        let pool = pool.clone();
-        runtime.spawn(async move { pool.put("during-outage", content(999)).await })
-    };
-    std::thread::sleep(Duration::from_secs(3));
-    assert!(
-        !paused.is_finished(),
-        "a write must not be acknowledged with one copy"
-    );
+    let paused = paused_put(&runtime, &pool, "with one copy");
     // ... until a second OSD returns.
     cluster.restart_osd(1);
     runtime

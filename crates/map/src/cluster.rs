@@ -214,6 +214,18 @@ pub struct PoolInfo {
     pub erasure: Option<Erasure>,
 }
 
+impl PoolInfo {
+    /// What storing one byte in this pool takes of the OSDs' space, as a fraction
+    /// (numerator, denominator): `size` bytes for a replicated pool, (k + m) / k for an
+    /// erasure-coded one (padding of a last stripe aside).
+    pub fn raw_per_byte(&self) -> (u64, u64) {
+        match self.erasure.map(|e| e.profile()) {
+            Some(profile) => (profile.shards() as u64, profile.k() as u64),
+            None => (u64::from(self.size.max(1)), 1),
+        }
+    }
+}
+
 /// An erasure-coded pool's code (docs/design/erasure.md, §4): k data shards, m parity
 /// shards, the stripe unit. A valid `ec::Profile` by construction, and checked again when a
 /// map is decoded.
@@ -668,10 +680,17 @@ impl ClusterMap {
         }
         let mut ids = [PoolId(0); 2];
         for (slot, pool) in ids.iter_mut().zip([meta_pool, data_pool]) {
-            let id = self
+            let info = self
                 .pool_by_name(pool)
-                .ok_or_else(|| ChangeError::NoSuchPool(pool.into()))?
-                .id;
+                .ok_or_else(|| ChangeError::NoSuchPool(pool.into()))?;
+            if pool == meta_pool && info.erasure.is_some() {
+                return Err(ChangeError::InvalidFs(format!(
+                    "the metadata pool {pool} is erasure-coded: the namespace lives in omap, \
+                     which only replicated pools keep (an erasure-coded pool can be the data \
+                     pool)"
+                )));
+            }
+            let id = info.id;
             self.check_pool_unused(id, pool)?;
             *slot = id;
         }
@@ -1134,6 +1153,16 @@ mod tests {
             })
         );
         assert_eq!(map, before, "refused changes leave the map as it was");
+        map.apply(&ec_pool("coded", 6, 5))
+            .expect("an erasure-coded pool");
+        let refused = map.apply(&create("wide", "coded", "other"));
+        assert!(
+            matches!(&refused, Err(ChangeError::InvalidFs(why))
+                if why.contains("metadata pool coded is erasure-coded")),
+            "{refused:?}"
+        );
+        map.apply(&create("wide", "other", "coded"))
+            .expect("an erasure-coded data pool");
 
         let boot = |instance: u64| Change::MdsBoot {
             fs: "fs".into(),

@@ -14,7 +14,7 @@ use messenger::message::{CacheFigures, Health, OsdBeacon, PgState, PoolStats};
 
 /// How often the leader looks for silent OSDs.
 pub const CHECK_INTERVAL: Duration = Duration::from_millis(500);
-/// Most reasons for inactive PGs that status lists.
+/// Most lines of inactive PGs, by pool and reason, that status lists.
 const INACTIVE_LISTED_MAX: usize = 8;
 
 #[derive(Clone, Copy, Debug)]
@@ -139,7 +139,7 @@ impl Liveness {
         }
         let mut pgs: BTreeMap<String, u64> = BTreeMap::new();
         let mut pool_pgs: BTreeMap<(PoolId, &'static str), u64> = BTreeMap::new();
-        let mut inactive = Vec::new();
+        let mut inactive: BTreeMap<(PoolId, &str), Vec<u32>> = BTreeMap::new();
         for pool in map.pools.values() {
             for number in 0..pool.pg_num {
                 let pg = PgId {
@@ -149,9 +149,7 @@ impl Liveness {
                 let name = match reported.get(&pg) {
                     Some(state) => {
                         if let PgState::Inactive(why) = state {
-                            if inactive.len() < INACTIVE_LISTED_MAX {
-                                inactive.push(format!("pg {}.{number}: {why}", pool.id));
-                            }
+                            inactive.entry((pool.id, why)).or_default().push(number);
                         }
                         state.name()
                     }
@@ -179,7 +177,7 @@ impl Liveness {
             pgs,
             pool_pgs,
             usage,
-            inactive,
+            inactive: inactive_lines(map, &inactive),
             used_bytes,
             total_bytes,
             read_repairs,
@@ -208,27 +206,56 @@ pub struct Summary {
     pub cache: CacheFigures,
 }
 
-/// `pool`'s usage from what the up OSDs hold of it (`held`, every copy) and their space.
+/// The inactive PGs as status lists them: one line per pool and reason, naming the first
+/// few PGs (`pool cold: 16 PGs (3.0, 3.1, 3.2, 3.3, …): 4 of its OSDs up, min_size 5`), at
+/// most [`INACTIVE_LISTED_MAX`] lines.
+fn inactive_lines(map: &ClusterMap, inactive: &BTreeMap<(PoolId, &str), Vec<u32>>) -> Vec<String> {
+    const NAMED_MAX: usize = 4;
+    inactive
+        .iter()
+        .take(INACTIVE_LISTED_MAX)
+        .map(|((pool, why), numbers)| {
+            let name = map.pools.get(pool).map_or("?", |p| p.name.as_str());
+            let mut named: Vec<String> = numbers
+                .iter()
+                .take(NAMED_MAX)
+                .map(|n| format!("{pool}.{n}"))
+                .collect();
+            if numbers.len() > NAMED_MAX {
+                named.push("…".into());
+            }
+            let pgs = match numbers.len() {
+                1 => format!("pg {}", named.join("")),
+                n => format!("{n} PGs ({})", named.join(", ")),
+            };
+            format!("pool {name}: {pgs}: {why}")
+        })
+        .collect()
+}
+
+/// `pool`'s usage from what the up OSDs hold of it (`held`, every copy or shard) and
+/// their space.
 fn pool_stats(
     map: &ClusterMap,
     pool: &PoolInfo,
     held: &PoolUsage,
     usage: &BTreeMap<OsdId, Usage>,
 ) -> PoolStats {
-    let size = u64::from(pool.size.max(1));
+    let (raw, per) = pool.raw_per_byte();
+    let scale = |bytes: u64| u64::try_from(u128::from(bytes) * u128::from(per) / u128::from(raw));
     PoolStats {
-        objects: held.objects / size,
-        stored_bytes: held.stored_bytes / size,
+        objects: held.objects / u64::from(pool.size.max(1)),
+        stored_bytes: scale(held.stored_bytes).unwrap_or(u64::MAX),
         used_bytes: held.allocated_bytes,
-        max_avail_bytes: max_avail(map, size, usage),
+        max_avail_bytes: scale(max_raw_avail(map, usage)).unwrap_or(u64::MAX),
     }
 }
 
-/// What more a pool of `size` copies can take, one copy each, before the first OSD it
-/// writes to is full. Writes spread over the up and in OSDs by weight, so the OSD with the
-/// least room for its share bounds the whole (Ceph's MAX AVAIL). An OSD that has not
+/// What more the up and in OSDs can take, in raw bytes, before the first is full. Writes
+/// spread over them by weight, so the OSD with the least room for its share bounds the
+/// whole (Ceph's MAX AVAIL is this, over what a pool stores per byte). An OSD that has not
 /// reported yet counts as having no room.
-fn max_avail(map: &ClusterMap, size: u64, usage: &BTreeMap<OsdId, Usage>) -> u64 {
+fn max_raw_avail(map: &ClusterMap, usage: &BTreeMap<OsdId, Usage>) -> u64 {
     let targets: Vec<_> = map
         .osds
         .values()
@@ -243,7 +270,7 @@ fn max_avail(map: &ClusterMap, size: u64, usage: &BTreeMap<OsdId, Usage>) -> u64
         })
         .min()
         .unwrap_or(0);
-    u64::try_from(bound / u128::from(size)).unwrap_or(u64::MAX)
+    u64::try_from(bound).unwrap_or(u64::MAX)
 }
 
 /// Read repairs by one OSD past which health warns that its disk may be failing (Ceph's
@@ -297,8 +324,13 @@ fn health(
                 FailureDomain::Osd => "OSDs are in",
                 FailureDomain::Host => "hosts have OSDs in",
             };
+            let held = if pool.erasure.is_some() {
+                "shards"
+            } else {
+                "copies"
+            };
             warnings.push(format!(
-                "pool {} wants {} copies but only {places} {what}: its PGs stay undersized",
+                "pool {} wants {} {held} but only {places} {what}: its PGs stay undersized",
                 pool.name, pool.size
             ));
         }
@@ -435,7 +467,7 @@ mod tests {
         assert_eq!(summary.pgs.get("active+clean"), Some(&3));
         assert_eq!(summary.pgs.get("inactive"), Some(&1));
         assert!(matches!(summary.health, Health::Err(_)));
-        assert_eq!(summary.inactive.len(), 1);
+        assert_eq!(summary.inactive, ["pool p: pg 1.0: 1 of min_size 2"]);
 
         // Reports from before the latest map change do not count.
         let primary = map.acting(
@@ -652,5 +684,52 @@ mod tests {
             "two copies of ten objects over size 3"
         );
         assert_eq!(usage[&p].max_avail_bytes, 850 * 2 / 3);
+    }
+
+    #[test]
+    fn an_erasure_coded_pool_stores_and_has_room_for_k_bytes_of_every_k_plus_m() {
+        let mut map = map_with(3);
+        let code: map::cluster::Erasure =
+            serde_json::from_str(r#"{"k":4,"m":2,"unit_bytes":4096}"#).expect("a 4+2 code");
+        map.apply(&Change::CreatePool {
+            name: "wide".into(),
+            size: 6,
+            min_size: 5,
+            pg_num: 4,
+            domain: FailureDomain::Osd,
+            erasure: Some(code),
+        })
+        .expect("pool");
+        let pool = map.pools.keys().copied().max().expect("wide");
+        let live = Liveness::default();
+        // Two objects of 16 KiB (one stripe each): six shards of 4 KiB, four on each OSD.
+        let held = PoolUsage {
+            objects: 4,
+            stored_bytes: 4 * 4096,
+            allocated_bytes: 4 * 4096,
+        };
+        for osd in 0..3 {
+            let beacon = OsdBeacon {
+                epoch: map.epoch,
+                usage: Usage {
+                    used_bytes: 100,
+                    total_bytes: 1000,
+                    host_free_bytes: u64::MAX,
+                },
+                pools: vec![(pool, held)],
+                ..OsdBeacon::default()
+            };
+            live.beacon(OsdId(osd), beacon, Instant::now());
+        }
+        let usage = live.summary(&map).pool_usage;
+        assert_eq!(
+            usage[&pool],
+            PoolStats {
+                objects: 2,
+                stored_bytes: 2 * 16_384,
+                used_bytes: 3 * 4 * 4096,
+                max_avail_bytes: 850 * 3 * 4 / 6,
+            }
+        );
     }
 }

@@ -188,17 +188,17 @@ impl Handler for MonService {
     }
 }
 
-/// Why a change the map would take is refused, if it is: an erasure-coded pool, which the
-/// OSDs do not serve yet (they would hold it as k + m copies).
-fn unserved(change: &Change) -> Option<String> {
+/// Why a pool sealed at the edge cannot be created as `change` asks: its clients write
+/// sealed 4 KiB chunks with their records, which erasure-coded objects do not keep yet.
+fn unserved_at_edge(change: &Change) -> Option<String> {
     match change {
         Change::CreatePool {
             name,
             erasure: Some(code),
             ..
         } => Some(format!(
-            "pool {name}: erasure-coded pools ({}) are not served yet (issue #33): the \
-             OSDs' write and read paths for shards come first",
+            "pool {name}: an erasure-coded pool ({}) is sealed by its OSDs (--seal osd): \
+             chunks sealed at the edge are not kept on erasure-coded objects yet (issue #33)",
             code.profile()
         )),
         _ => None,
@@ -431,9 +431,6 @@ impl MonService {
                 if matches!(change, Change::AddOsd { .. }) {
                     return failed("add OSDs with osd create, which also makes their keys".into());
                 }
-                if let Some(why) = unserved(&change) {
-                    return failed(why);
-                }
                 Ok((Proposal::Change(change), None))
             }
             Command::OsdBoot { addr } => {
@@ -528,7 +525,7 @@ impl MonService {
                 if !matches!(change, Change::CreatePool { .. }) {
                     return failed("pool create --seal edge takes a CreatePool change".into());
                 }
-                if let Some(why) = unserved(&change) {
+                if let Some(why) = unserved_at_edge(&change) {
                     return failed(why);
                 }
                 let id = self.shared.read(|s| s.map.next_pool_id());
@@ -640,7 +637,7 @@ mod tests {
     use map::placement::FailureDomain;
 
     #[test]
-    fn erasure_coded_pools_are_refused_until_the_osds_serve_them() {
+    fn erasure_coded_pools_are_refused_at_the_edge_only() {
         let pool = |erasure| Change::CreatePool {
             name: "wide".into(),
             size: 6,
@@ -651,8 +648,11 @@ mod tests {
         };
         let code: Erasure =
             serde_json::from_str(r#"{"k":4,"m":2,"unit_bytes":4096}"#).expect("a 4+2 code");
-        let why = unserved(&pool(Some(code))).expect("refused");
-        assert!(why.contains("wide") && why.contains("4+2"), "{why}");
-        assert_eq!(unserved(&pool(None)), None);
+        let why = unserved_at_edge(&pool(Some(code))).expect("refused");
+        assert!(
+            why.contains("wide") && why.contains("4+2") && why.contains("--seal osd"),
+            "{why}"
+        );
+        assert_eq!(unserved_at_edge(&pool(None)), None);
     }
 }

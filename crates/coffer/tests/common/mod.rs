@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod load;
 pub mod mounts;
 
 use std::collections::BTreeMap;
@@ -411,15 +412,33 @@ impl LocalCluster {
             .collect()
     }
 
-    /// Every object of pool `pool` in OSD `osd`'s store, with its data and version attribute:
-    /// the OSD must be stopped (the store is opened directly, with the key the monitors
-    /// release to that OSD). In a pool sealed at the edge, whose key no store holds, the
-    /// data is the copy as recovery moves it: the sealed chunks, then their records.
+    /// Every object of pool `pool` in OSD `osd`'s store, with its data and version attribute
+    /// ([`LocalCluster::osd_objects`]).
     pub async fn osd_contents(
         &self,
         osd: u32,
         pool: map::PoolId,
     ) -> BTreeMap<String, (Vec<u8>, Vec<u8>)> {
+        self.osd_objects(osd, pool)
+            .await
+            .into_iter()
+            .map(|(name, (data, attrs))| {
+                let version = attrs.get(".v").cloned().unwrap_or_default();
+                (name, (data, version))
+            })
+            .collect()
+    }
+
+    /// Every object of pool `pool` in OSD `osd`'s store (in an erasure-coded pool, each
+    /// shard it holds), with its data and attributes: the OSD must be stopped (the store is
+    /// opened directly, with the key the monitors release to that OSD). In a pool sealed at
+    /// the edge, whose key no store holds, the data is the copy as recovery moves it: the
+    /// sealed chunks, then their records.
+    pub async fn osd_objects(
+        &self,
+        osd: u32,
+        pool: map::PoolId,
+    ) -> BTreeMap<String, (Vec<u8>, BTreeMap<String, Vec<u8>>)> {
         let conf = self.conf();
         let entity = EntityName::osd(osd);
         let identity =
@@ -461,13 +480,8 @@ impl LocalCluster {
                     }
                     Err(e) => panic!("reading {object} on osd.{osd}: {e}"),
                 };
-                let version = store
-                    .attrs(&object)
-                    .expect("attrs")
-                    .get(".v")
-                    .cloned()
-                    .unwrap_or_default();
-                out.insert(entry.name.as_str().to_string(), (data, version));
+                let attrs = store.attrs(&object).expect("attrs");
+                out.insert(entry.name.as_str().to_string(), (data, attrs));
             }
             match page.next {
                 Some(next) => cursor = Some(next),

@@ -1,0 +1,391 @@
+//! Erasure-coded pools on a real cluster of processes (issue #33): `pool create --ec`, objects
+//! of many sizes put, overwritten in place and read back; a file system's data on the pool
+//! (files written, patched in 4 KiB pieces, read after a remount); omap refused, so images
+//! and file system metadata stay on replicated pools; kill -9 of OSDs during writes, which
+//! go on while min_size shards can be written and wait, with a status that says why, when
+//! they cannot; and once the OSDs are stopped, every shard on disk checked against the
+//! code: each position held once, at the object's version, the bytes the encoder gives.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::load::{check_all, content, paused_put, start_writers};
+use common::{all_clean, serial, LocalCluster};
+
+/// Sizes around the stripe (16 KiB at 4+2, 32 KiB at 8+3 with 4 KiB units) and beyond.
+const SIZES: [usize; 10] = [
+    1,
+    4095,
+    4096,
+    16_383,
+    16_384,
+    16_385,
+    32_769,
+    100_000,
+    (1 << 20) + 1,
+    4 << 20,
+];
+
+fn sized(size: usize) -> Bytes {
+    Bytes::from(
+        (0..size)
+            .map(|i| (i.wrapping_mul(31) ^ (i >> 8) ^ size) as u8)
+            .collect::<Vec<u8>>(),
+    )
+}
+
+/// Creates erasure-coded pool `name` with `options`, and waits for its PGs to be clean.
+fn create_pool(cluster: &LocalCluster, name: &str, code: &str, options: &[&str]) -> String {
+    let mut args = vec!["pool", "create", name, "--ec", code, "--pg-num", "16"];
+    args.extend_from_slice(options);
+    let said = cluster.ok(&args);
+    cluster.wait_for(
+        "the new pool's PGs clean",
+        Duration::from_secs(60),
+        all_clean,
+    );
+    said
+}
+
+/// Puts an object of each of [`SIZES`] and reads it back whole; returns them by name.
+async fn put_sizes(pool: &client::Pool) -> BTreeMap<String, Bytes> {
+    let mut objects = BTreeMap::new();
+    for size in SIZES {
+        let name = format!("sized-{size}");
+        let data = sized(size);
+        pool.put(&name, data.clone()).await.expect("put");
+        let got = pool.get(&name).await.expect("get");
+        assert!(got == data, "{name} reads back differently");
+        objects.insert(name, data);
+    }
+    objects
+}
+
+/// Every object in `expected`, checked in the stores of the stopped OSDs `osds`: each of the
+/// code's positions held exactly once, with the object's size and one version on every
+/// shard, and the bytes the encoder gives for that position.
+fn check_shards(
+    cluster: &LocalCluster,
+    runtime: &tokio::runtime::Runtime,
+    pool: map::PoolId,
+    osds: std::ops::Range<u32>,
+    profile: ec::Profile,
+    expected: &BTreeMap<String, Bytes>,
+) {
+    let stores: Vec<_> = osds
+        .clone()
+        .map(|osd| runtime.block_on(cluster.osd_objects(osd, pool)))
+        .collect();
+    let mut coder = ec::Coder::new(profile);
+    for (name, data) in expected {
+        let mut held: BTreeMap<u8, (u32, &[u8])> = BTreeMap::new();
+        let mut versions = Vec::new();
+        for (osd, store) in osds.clone().zip(&stores) {
+            let Some((shard, attrs)) = store.get(name) else {
+                continue;
+            };
+            let position = attrs.get(".shard").and_then(|p| p.first().copied());
+            let position =
+                position.unwrap_or_else(|| panic!("{name} on osd.{osd} has no position"));
+            let size = attrs
+                .get(".size")
+                .map(|s| u64::from_le_bytes(s.as_slice().try_into().expect("a size is 8 bytes")));
+            assert_eq!(
+                size,
+                Some(data.len() as u64),
+                "{name}'s shard {position} on osd.{osd} has the wrong size"
+            );
+            versions.push(attrs.get(".v").cloned());
+            if let Some((other, _)) = held.insert(position, (osd, shard)) {
+                panic!("{name}'s shard {position} is on osd.{other} and osd.{osd}");
+            }
+        }
+        assert_eq!(
+            held.keys().copied().collect::<Vec<_>>(),
+            (0..profile.shards() as u8).collect::<Vec<_>>(),
+            "{name} lacks shards"
+        );
+        versions.dedup();
+        assert_eq!(
+            versions.len(),
+            1,
+            "{name}'s shards are of different versions"
+        );
+        let shards = coder.encode_object(data).expect("encode");
+        for (position, (osd, shard)) in held {
+            assert!(
+                shard == shards[usize::from(position)].as_slice(),
+                "{name}'s shard {position} on osd.{osd} is not what the code gives"
+            );
+        }
+    }
+}
+
+fn erasure_profile(admin: &client::Cluster, pool: &client::Pool) -> ec::Profile {
+    admin.map().pools[&pool.id()]
+        .erasure
+        .expect("an erasure-coded pool")
+        .profile()
+}
+
+/// The cluster's JSON status lists all 16 PGs of pool `pool` as inactive because `why`.
+fn inactive_because(status: &serde_json::Value, pool: &str, why: &str) -> bool {
+    let lines = status["health"]["inactive"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    lines
+        .iter()
+        .filter_map(|l| l.as_str())
+        .any(|l| l.starts_with(&format!("pool {pool}: 16 PGs ")) && l.ends_with(why))
+}
+
+#[test]
+fn four_plus_two_on_six_osds_keeps_what_it_acknowledged_through_kill_9() {
+    let _serial = serial();
+    let mut cluster = LocalCluster::start(6, &["--fs", "fs"]);
+    let said = create_pool(&cluster, "cold", "4+2", &[]);
+    assert!(
+        said.contains("erasure-coded 4+2 (stripe unit 4 KiB), min_size 5")
+            && said.contains("sealed at the osd"),
+        "{said}"
+    );
+    let listed = cluster.ok(&["pool", "ls"]);
+    assert!(
+        listed.contains("cold (id 5): erasure-coded 4+2 (stripe unit 4 KiB), size 6, min_size 5"),
+        "{listed}"
+    );
+    let status = cluster.ok(&["status"]);
+    assert!(status.contains("(1 erasure-coded: cold 4+2)"), "{status}");
+    // What erasure-coded pools do not take is refused, saying why.
+    for (args, why) in [
+        (
+            &["pool", "create", "hot", "--ec", "4+2", "--seal", "edge"][..],
+            "is sealed by its OSDs (--seal osd)",
+        ),
+        (
+            &["pool", "create", "hot", "--ec", "4-2"],
+            "is not an erasure-code profile",
+        ),
+        (
+            &[
+                "pool",
+                "create",
+                "hot",
+                "--ec",
+                "4+2",
+                "--stripe-unit",
+                "6K",
+            ],
+            "must be a multiple of 4 KiB",
+        ),
+        (
+            &["pool", "create", "hot", "--ec", "4+2", "--min-size", "3"],
+            "min_size 3",
+        ),
+    ] {
+        let out = cluster.cli(args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && stderr.contains(why),
+            "{args:?}: {stderr}"
+        );
+    }
+
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let admin = runtime.block_on(cluster.admin());
+    let pool = runtime.block_on(admin.pool("cold")).expect("pool");
+    let profile = erasure_profile(&admin, &pool);
+    let mut expected = runtime.block_on(put_sizes(&pool));
+    // A 4 KiB overwrite inside a stripe, a write across two, and one that grows the object.
+    let mut grown = expected["sized-100000"].to_vec();
+    for (offset, len) in [(20_480usize, 4096usize), (30_000, 6000), (99_998, 5000)] {
+        let patch = sized(len + 7).slice(7..);
+        runtime
+            .block_on(pool.write("sized-100000", offset as u64, patch.clone()))
+            .expect("write");
+        grown.resize(grown.len().max(offset + len), 0);
+        grown[offset..offset + len].copy_from_slice(&patch);
+        let got = runtime
+            .block_on(pool.read("sized-100000", offset as u64, len as u64))
+            .expect("read");
+        assert!(
+            got == patch,
+            "{len} bytes at {offset} read back differently"
+        );
+    }
+    let grown = Bytes::from(grown);
+    assert!(runtime.block_on(pool.get("sized-100000")).expect("get") == grown);
+    expected.insert("sized-100000".into(), grown);
+    // Files on the pool: written whole, patched in 4 KiB pieces, read back after a remount.
+    cluster.ok(&["fs", "create", "ecfs", "--data-pool", "cold"]);
+    let file = sized(3 << 20).to_vec();
+    let mut patched = file.clone();
+    {
+        use std::io::{Seek, SeekFrom, Write};
+        let mount = common::mounts::FsMount::new(&cluster, "ecfs", &[]);
+        std::fs::write(mount.join("whole"), &file).expect("write a file");
+        std::fs::write(mount.join("patched"), &file).expect("write a file");
+        let mut handle = std::fs::OpenOptions::new()
+            .write(true)
+            .open(mount.join("patched"))
+            .expect("open");
+        for (at, byte) in [(4096usize, 1u8), (70_000, 2), (3 << 20, 3)] {
+            handle.seek(SeekFrom::Start(at as u64)).expect("seek");
+            handle.write_all(&[byte; 4096]).expect("patch");
+            patched.resize(patched.len().max(at + 4096), 0);
+            patched[at..at + 4096].fill(byte);
+        }
+        drop(handle);
+        assert!(mount.unmount(), "the mount exits cleanly");
+    }
+    let mount = common::mounts::FsMount::new(&cluster, "ecfs", &[]);
+    assert!(std::fs::read(mount.join("whole")).expect("read") == file);
+    assert!(std::fs::read(mount.join("patched")).expect("read") == patched);
+    assert!(mount.unmount(), "the mount exits cleanly");
+    let refused = cluster.cli(&[
+        "fs",
+        "create",
+        "bad",
+        "--meta-pool",
+        "cold",
+        "--data-pool",
+        "data",
+    ]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("the metadata pool cold is erasure-coded"),
+        "{stderr}"
+    );
+    let refused = cluster.cli(&["image", "create", "cold/disk", "--size", "64M"]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("pool cold is erasure-coded: omap lives in a replicated pool"),
+        "{stderr}"
+    );
+    let refused = runtime
+        .block_on(pool.omap_set("index", vec![(b"k".to_vec(), b"v".to_vec())]))
+        .expect_err("omap on an erasure-coded pool");
+    assert!(
+        refused
+            .to_string()
+            .contains("erasure-coded: omap lives in a replicated pool"),
+        "{refused}"
+    );
+
+    // Kill -9 one OSD under a write load: writes go on with five shards of six.
+    let stop = Arc::new(AtomicBool::new(false));
+    let acked = Arc::new(Mutex::new(BTreeMap::new()));
+    let writers = start_writers(&runtime, pool.clone(), 3, stop.clone(), acked.clone());
+    std::thread::sleep(Duration::from_secs(2));
+    let killed_at = Instant::now();
+    cluster.kill(1, libc::SIGKILL);
+    cluster.wait_for("osd.1 marked down", Duration::from_secs(30), |s| {
+        s["osds"]["up"].as_u64() == Some(5)
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    stop.store(true, Ordering::Relaxed);
+    for writer in writers {
+        runtime.block_on(writer).expect("writer");
+    }
+    let acked = acked.lock().expect("acked").clone();
+    let after_kill = acked.values().filter(|(_, at)| *at > killed_at).count();
+    assert!(after_kill > 0, "writes must go on with one OSD of six down");
+    // Every read now decodes around the missing shard where it is a data shard.
+    runtime.block_on(check_all(&pool, &acked));
+
+    // A second OSD down leaves four shards, below min_size 5: writes wait, saying why.
+    cluster.kill(2, libc::SIGKILL);
+    cluster.wait_for("writes waiting for shards", Duration::from_secs(40), |s| {
+        inactive_because(s, "cold", "4 of its OSDs up, min_size 5")
+    });
+    let status = cluster.ok(&["status"]);
+    assert!(
+        status.contains("HEALTH_ERR")
+            && status.contains("pool cold: 16 PGs (5.0, 5.1, 5.2, 5.3, …): 4 of its OSDs up"),
+        "{status}"
+    );
+    let paused = paused_put(&runtime, &pool, "on four shards of six");
+    cluster.restart_osd(2);
+    runtime
+        .block_on(paused)
+        .expect("join")
+        .expect("the paused write completes once five shards can be written");
+    cluster.restart_osd(1);
+    cluster.wait_for("every PG clean again", Duration::from_secs(120), all_clean);
+    runtime.block_on(check_all(&pool, &acked));
+    assert!(runtime.block_on(pool.get("during-outage")).expect("get") == content(999));
+
+    drop(admin);
+    for osd in 0..6 {
+        cluster.kill(osd, libc::SIGTERM);
+    }
+    for (name, (n, _)) in &acked {
+        expected.insert(name.clone(), content(*n));
+    }
+    expected.insert("during-outage".into(), content(999));
+    check_shards(&cluster, &runtime, pool.id(), 0..6, profile, &expected);
+}
+
+#[test]
+fn eight_plus_three_on_eleven_osds_reads_and_writes_with_two_down() {
+    let _serial = serial();
+    let mut cluster = LocalCluster::start(11, &[]);
+    create_pool(&cluster, "wide", "8+3", &["--stripe-unit", "8K"]);
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let admin = runtime.block_on(cluster.admin());
+    let pool = runtime.block_on(admin.pool("wide")).expect("pool");
+    let profile = erasure_profile(&admin, &pool);
+    assert_eq!(
+        (profile.k(), profile.m(), profile.unit_bytes()),
+        (8, 3, 8192)
+    );
+    let mut expected = runtime.block_on(put_sizes(&pool));
+
+    // Two of eleven down leaves nine shards, min_size: reads decode, writes go on.
+    cluster.kill(4, libc::SIGKILL);
+    cluster.kill(9, libc::SIGKILL);
+    cluster.wait_for("two OSDs marked down", Duration::from_secs(30), |s| {
+        s["osds"]["up"].as_u64() == Some(9)
+    });
+    for (name, data) in &expected {
+        let got = runtime.block_on(pool.get(name)).expect("degraded get");
+        assert!(
+            got == *data,
+            "{name} decodes differently with two shards down"
+        );
+    }
+    for n in 0..20u64 {
+        let name = format!("degraded-{n}");
+        runtime
+            .block_on(pool.put(&name, content(n)))
+            .expect("put with two down");
+        expected.insert(name, content(n));
+    }
+    // A third leaves eight, below min_size 9: reads and writes wait until one returns.
+    cluster.kill(0, libc::SIGKILL);
+    cluster.wait_for(
+        "reads and writes waiting for shards",
+        Duration::from_secs(40),
+        |s| inactive_because(s, "wide", "8 of its OSDs up, min_size 9"),
+    );
+    for osd in [0, 4, 9] {
+        cluster.restart_osd(osd);
+    }
+    cluster.wait_for("every PG clean again", Duration::from_secs(120), all_clean);
+    for (name, data) in &expected {
+        let got = runtime.block_on(pool.get(name)).expect("get");
+        assert!(got == *data, "{name} reads back differently after recovery");
+    }
+
+    drop(admin);
+    for osd in 0..11 {
+        cluster.kill(osd, libc::SIGTERM);
+    }
+    check_shards(&cluster, &runtime, pool.id(), 0..11, profile, &expected);
+}
