@@ -226,6 +226,56 @@ pub fn data_pieces(profile: Profile, offset: u64, end: u64) -> Vec<Piece> {
     pieces
 }
 
+/// `ranges` (offset, length) with each run of adjacent ones merged: the same bytes in the
+/// same order, in fewer reads. A read of many stripes asks each shard for one unit per
+/// stripe, which lie end to end on the shard: 256 ranges of a 4 MiB object's data shard at
+/// 4+2 become one.
+pub fn coalesce(ranges: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let mut merged: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
+    for &(offset, len) in ranges {
+        match merged.last_mut() {
+            Some((at, run)) if *at + *run == offset => *run += len,
+            _ => merged.push((offset, len)),
+        }
+    }
+    merged
+}
+
+/// The whole code blocks ([`BLOCK_BYTES`]) around `ranges` of a shard, in offset order,
+/// overlapping and adjacent ones merged: what to read of k other shards to decode them
+/// (the code works block by block, so the same spans of each shard decode as one).
+pub fn block_spans(ranges: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let mut blocks: Vec<(u64, u64)> = ranges
+        .iter()
+        .map(|&(offset, len)| {
+            let lo = offset / BLOCK_BYTES * BLOCK_BYTES;
+            (lo, (offset + len).div_ceil(BLOCK_BYTES) * BLOCK_BYTES - lo)
+        })
+        .collect();
+    blocks.sort_unstable();
+    let mut spans: Vec<(u64, u64)> = Vec::with_capacity(blocks.len());
+    for (offset, len) in blocks {
+        match spans.last_mut() {
+            Some((at, run)) if *at + *run >= offset => *run = (*run).max(offset + len - *at),
+            _ => spans.push((offset, len)),
+        }
+    }
+    spans
+}
+
+/// Where shard offset `offset` lies in the bytes of `spans` read end to end; it must lie
+/// in one of them.
+fn span_position(spans: &[(u64, u64)], offset: u64) -> usize {
+    let mut before = 0;
+    for &(at, len) in spans {
+        if (at..at + len).contains(&offset) {
+            return (before + offset - at) as usize;
+        }
+        before += len;
+    }
+    unreachable!("offset {offset} lies in the spans made around it")
+}
+
 /// The shard bytes of a whole write of `data`: each of the k + m shards whole, from 0.
 pub fn encode_whole(profile: Profile, data: &[u8]) -> Result<Vec<(Piece, Vec<u8>)>, OsdReply> {
     let len = profile.shard_bytes(data.len() as u64);
@@ -370,17 +420,25 @@ impl<'a> Shards<'a> {
         }
         let mut out: Vec<Option<Vec<u8>>> = vec![None; pieces.len()];
         let mut failed = BTreeSet::new();
-        for (shard, indexes) in by_shard {
+        // Every shard at once, each in as few ranges as its pieces allow.
+        let reads = by_shard.into_iter().map(|(shard, indexes)| async move {
             let ranges: Vec<(u64, u64)> = indexes
                 .iter()
                 .map(|i| (pieces[*i].offset, pieces[*i].len))
                 .collect();
-            match self.read_shard(object, version, shard, &ranges).await {
+            let read = self
+                .read_shard(object, version, shard, &coalesce(&ranges))
+                .await;
+            (shard, indexes, read)
+        });
+        for (shard, indexes, read) in futures::future::join_all(reads).await {
+            match read {
                 Some(bytes) => {
                     let mut at = 0;
-                    for (i, (_, len)) in indexes.iter().zip(&ranges) {
-                        out[*i] = Some(bytes[at..at + *len as usize].to_vec());
-                        at += *len as usize;
+                    for i in indexes {
+                        let len = pieces[i].len as usize;
+                        out[i] = Some(bytes[at..at + len].to_vec());
+                        at += len;
                     }
                 }
                 None => {
@@ -388,29 +446,54 @@ impl<'a> Shards<'a> {
                 }
             }
         }
-        let mut result = Vec::with_capacity(pieces.len());
-        for (piece, read) in pieces.iter().zip(out) {
-            match read {
-                Some(bytes) => result.push(bytes),
-                None => result.push(self.rebuild(object, version, *piece, &mut failed).await?),
+        // What could not be read, rebuilt shard by shard: all of one shard's pieces from
+        // one read of each other shard it is decoded from.
+        let mut missing: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+        for (index, read) in out.iter().enumerate() {
+            if read.is_none() {
+                missing.entry(pieces[index].shard).or_default().push(index);
             }
         }
-        Ok(result)
+        for (shard, indexes) in missing {
+            let wanted: Vec<(u64, u64)> = indexes
+                .iter()
+                .map(|i| (pieces[*i].offset, pieces[*i].len))
+                .collect();
+            let rebuilt = self
+                .rebuild(object, version, shard, &wanted, &mut failed)
+                .await?;
+            for (i, bytes) in indexes.into_iter().zip(rebuilt) {
+                out[i] = Some(bytes);
+            }
+        }
+        Ok(out
+            .into_iter()
+            .map(|read| read.expect("every piece read or rebuilt"))
+            .collect())
     }
 
-    /// `piece` of a shard that could not be read, decoded from k others over the whole
-    /// blocks around it. Each holder's shard counts as the one it says it is (a holder that
-    /// moved still has its old position's); positions found unreadable join `failed`.
+    /// The `wanted` ranges of shard `shard`, which could not be read, decoded from k other
+    /// shards over the whole blocks around them ([`block_spans`]), in one read of each.
+    /// Each holder's shard counts as the one it says it is (a holder that moved still has
+    /// its old position's); positions found unreadable join `failed`.
     async fn rebuild(
         &self,
         object: &ObjectName,
         version: Version,
-        piece: Piece,
+        shard: usize,
+        wanted: &[(u64, u64)],
         failed: &mut BTreeSet<usize>,
-    ) -> Result<Vec<u8>, OsdReply> {
-        let lo = piece.offset / BLOCK_BYTES * BLOCK_BYTES;
-        let hi = (piece.offset + piece.len).div_ceil(BLOCK_BYTES) * BLOCK_BYTES;
-        let from = (piece.offset - lo) as usize;
+    ) -> Result<Vec<Vec<u8>>, OsdReply> {
+        let spans = block_spans(wanted);
+        let cut = |bytes: &[u8]| -> Vec<Vec<u8>> {
+            wanted
+                .iter()
+                .map(|&(offset, len)| {
+                    let at = span_position(&spans, offset);
+                    bytes[at..at + len as usize].to_vec()
+                })
+                .collect()
+        };
         let (k, n) = (self.profile.k(), self.profile.shards());
         let mut shards: Vec<Option<Vec<u8>>> = vec![None; n];
         let mut present = 0;
@@ -421,16 +504,11 @@ impl<'a> Shards<'a> {
             if failed.contains(&position) {
                 continue;
             }
-            match self
-                .read_at(object, version, position, &[(lo, hi - lo)])
-                .await
-            {
-                Ok((shard, bytes)) if shard == piece.shard => {
-                    return Ok(bytes[from..from + piece.len as usize].to_vec())
-                }
-                Ok((shard, bytes)) => {
-                    if shards[shard].is_none() {
-                        shards[shard] = Some(bytes);
+            match self.read_at(object, version, position, &spans).await {
+                Ok((held, bytes)) if held == shard => return Ok(cut(&bytes)),
+                Ok((held, bytes)) => {
+                    if shards[held].is_none() {
+                        shards[held] = Some(bytes);
                         present += 1;
                     }
                 }
@@ -450,8 +528,8 @@ impl<'a> Shards<'a> {
         Coder::new(self.profile)
             .reconstruct(&mut shards)
             .map_err(|e| OsdReply::Failed(format!("decoding {object}: {e}")))?;
-        let whole = shards[piece.shard].take().expect("reconstructed");
-        Ok(whole[from..from + piece.len as usize].to_vec())
+        let whole = shards[shard].take().expect("reconstructed");
+        Ok(cut(&whole))
     }
 
     /// `ranges` of shard `shard` of `object` from the holder of its position, if it holds
@@ -796,6 +874,39 @@ mod tests {
                 Some(&ObjectOp::Truncate { size: 2 * unit })
             );
         }
+    }
+
+    #[test]
+    fn a_rebuild_reads_the_whole_blocks_around_its_pieces_once() {
+        let spans = block_spans(&[(8192, 4096), (100, 10), (0, 4096), (4096, 64), (130, 1)]);
+        assert_eq!(spans, [(0, 4160), (8192, 4096)]);
+        assert_eq!(span_position(&spans, 100), 100);
+        assert_eq!(span_position(&spans, 8192), 4160);
+        assert_eq!(span_position(&spans, 8200), 4168);
+        assert_eq!(block_spans(&[(70, 1)]), [(64, 64)]);
+    }
+
+    #[test]
+    fn adjacent_ranges_are_read_as_one() {
+        assert_eq!(coalesce(&[]), []);
+        assert_eq!(
+            coalesce(&[(0, 4096), (4096, 4096), (8192, 100), (9000, 5), (9005, 1)]),
+            [(0, 8292), (9000, 6)]
+        );
+        assert_eq!(
+            coalesce(&[(8192, 1), (0, 1)]),
+            [(8192, 1), (0, 1)],
+            "order is kept"
+        );
+        // A whole 4 MiB object at 4+2: each data shard's 256 units are one range.
+        let pieces = data_pieces(profile(), 0, 4 << 20);
+        let shard_one: Vec<(u64, u64)> = pieces
+            .iter()
+            .filter(|p| p.shard == 1)
+            .map(|p| (p.offset, p.len))
+            .collect();
+        assert_eq!(shard_one.len(), 256);
+        assert_eq!(coalesce(&shard_one), [(0, 1 << 20)]);
     }
 
     #[test]
