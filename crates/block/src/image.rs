@@ -10,6 +10,10 @@
 //!   zeros past its end;
 //! - an entry NAME in the omap of the pool's directory object `coffer.images`.
 //!
+//! With a data pool (`image create --data-pool`, the feature [`FEATURE_DATA_POOL`]), the
+//! data objects live in that pool and the rest in the image's own: an erasure-coded pool,
+//! which keeps no omap, holds the data of images whose headers live in a replicated one.
+//!
 //! Data objects are named by the image's random id, not its name, so an image made again
 //! under the name of one removed half-way never sees the old one's bytes.
 //!
@@ -50,8 +54,12 @@ pub const OBJECTS_IN_FLIGHT_MAX: usize = 16;
 static ZEROS: [u8; OBJECT_SIZE_MAX as usize] = [0u8; OBJECT_SIZE_MAX as usize];
 /// Header format this build writes and reads.
 const HEADER_FORMAT: u32 = 1;
-/// Feature bits this build understands; an image with others is refused (none yet).
-const FEATURES_KNOWN: u64 = 0;
+/// Feature bit: the image's data objects live in the pool its header names
+/// ([`Header::data_pool`]), not its own. A build without it refuses the image rather than
+/// read zeros from the wrong pool.
+pub const FEATURE_DATA_POOL: u64 = 1;
+/// Feature bits this build understands; an image with others is refused.
+const FEATURES_KNOWN: u64 = FEATURE_DATA_POOL;
 const DIRECTORY_OBJECT: &str = "coffer.images";
 const HEADER_PREFIX: &str = "coffer.image.";
 const HEADER_ATTR: &str = "image";
@@ -72,6 +80,10 @@ pub struct Header {
     /// A shrink from this size in progress: data objects past `size` may still hold bytes.
     /// The trim is finished before the image serves a writer again or grows.
     pub trimming_from: Option<u64>,
+    /// The id of the pool holding the data objects, when not the image's own (with the
+    /// feature bit [`FEATURE_DATA_POOL`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_pool: Option<u64>,
 }
 
 impl Header {
@@ -150,6 +162,38 @@ async fn read_header(pool: &Pool, name: &str) -> Result<(Header, Vec<u8>), Error
     Ok((header, raw))
 }
 
+/// The pool holding `header`'s data objects: its own pool (`pool`), or its data pool.
+async fn data_pool(pool: &Pool, image: &str, header: &Header) -> Result<Pool, Error> {
+    let Some(id) = header.data_pool else {
+        return Ok(pool.clone());
+    };
+    let cluster = pool.cluster();
+    let name = cluster
+        .map()
+        .pools
+        .get(&map::PoolId(id))
+        .map(|info| info.name.clone())
+        .ok_or_else(|| Error::Header {
+            image: image.into(),
+            why: format!("its data pool (id {id}) does not exist"),
+        })?;
+    cluster.pool(&name).await.map_err(Error::cluster(image))
+}
+
+/// Why images cannot live in `pool` (one that keeps no omap), if they cannot.
+fn check_header_pool(pool: &Pool) -> Result<(), Error> {
+    let map = pool.cluster().map();
+    match map.pools.get(&pool.id()) {
+        Some(info) if info.erasure.is_some() => Err(Error::Invalid(format!(
+            "pool {0} is erasure-coded: an image's header and the pool's image directory \
+             live in omap, which only replicated pools keep; create the image in a \
+             replicated pool with --data-pool {0}",
+            info.name
+        ))),
+        _ => Ok(()),
+    }
+}
+
 fn encode_header(header: &Header) -> Vec<u8> {
     serde_json::to_vec(header).unwrap_or_else(|e| unreachable!("a header encodes: {e}"))
 }
@@ -178,9 +222,22 @@ async fn swap_header(
     }
 }
 
-/// Makes image `name` of `size` bytes over objects of `object_size` bytes.
+/// Makes image `name` of `size` bytes over objects of `object_size` bytes, in `pool`.
 pub async fn create(pool: &Pool, name: &str, size: u64, object_size: u64) -> Result<Header, Error> {
+    create_with_data(pool, name, size, object_size, None).await
+}
+
+/// Makes image `name` of `size` bytes over objects of `object_size` bytes: its header in
+/// `pool`, its data objects in `data` if given (an erasure-coded pool, say), else in `pool`.
+pub async fn create_with_data(
+    pool: &Pool,
+    name: &str,
+    size: u64,
+    object_size: u64,
+    data: Option<&Pool>,
+) -> Result<Header, Error> {
     check_name(name)?;
+    check_header_pool(pool)?;
     check_size(size)?;
     if !object_size.is_power_of_two() || !(OBJECT_SIZE_MIN..=OBJECT_SIZE_MAX).contains(&object_size)
     {
@@ -190,16 +247,22 @@ pub async fn create(pool: &Pool, name: &str, size: u64, object_size: u64) -> Res
         )));
     }
     let image = spec(pool, name);
+    let data_pool = data.map(Pool::id).filter(|id| *id != pool.id());
     let header = Header {
         format: HEADER_FORMAT,
         id: rand::random(),
         size,
         object_size,
-        features: 0,
+        features: if data_pool.is_some() {
+            FEATURE_DATA_POOL
+        } else {
+            0
+        },
         created_unix_secs: SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
         trimming_from: None,
+        data_pool: data_pool.map(|id| id.0),
     };
     let ops = vec![
         ObjectOp::Create { exclusive: true },
@@ -308,7 +371,15 @@ async fn finish_trim(pool: &Pool, name: &str) -> Result<Header, Error> {
             return Ok(header);
         };
         let end = stripe::object_count(from, header.object_size);
-        trim(pool, &spec(pool, name), &header, header.size, end).await?;
+        let image = spec(pool, name);
+        trim(
+            &data_pool(pool, &image, &header).await?,
+            &image,
+            &header,
+            header.size,
+            end,
+        )
+        .await?;
         let done = Header {
             trimming_from: None,
             ..header.clone()
@@ -392,7 +463,14 @@ pub async fn remove(pool: &Pool, name: &str) -> Result<(), Error> {
     let extent = header.size.max(header.trimming_from.unwrap_or(0));
     let end = stripe::object_count(extent, header.object_size);
     let result = async {
-        trim(pool, &image, &header, 0, end).await?;
+        trim(
+            &data_pool(pool, &image, &header).await?,
+            &image,
+            &header,
+            0,
+            end,
+        )
+        .await?;
         pool.omap_remove(DIRECTORY_OBJECT, vec![name.as_bytes().to_vec()])
             .await
             .map_err(Error::cluster(&image))?;
@@ -445,7 +523,10 @@ impl Extent {
 
 /// An open image.
 pub struct Image {
+    /// The pool of its header.
     pool: Pool,
+    /// The pool of its data objects: `pool`, or its data pool.
+    data: Pool,
     name: String,
     spec: String,
     header: Header,
@@ -478,8 +559,18 @@ impl Image {
                 Some(lock)
             }
         };
+        let data = match data_pool(pool, &image, &header).await {
+            Ok(data) => data,
+            Err(e) => {
+                if let Some(lock) = &lock {
+                    lock.release().await?;
+                }
+                return Err(e);
+            }
+        };
         let opened = Arc::new(Image {
             pool: pool.clone(),
+            data,
             name: name.into(),
             spec: image,
             size: AtomicU64::new(header.size),
@@ -560,7 +651,7 @@ impl Image {
 
     async fn read_piece(&self, piece: Piece) -> Result<Vec<Extent>, Error> {
         let object = self.header.data_object(piece.index);
-        match self.pool.read(&object, piece.offset, piece.len).await {
+        match self.data.read(&object, piece.offset, piece.len).await {
             Ok(bytes) => {
                 let short = piece.len - bytes.len() as u64;
                 let mut out = Vec::with_capacity(2);
@@ -587,7 +678,7 @@ impl Image {
             // can seal it where it is if the caller no longer holds it (an NBD payload).
             let object = self.header.data_object(piece.index);
             return self
-                .pool
+                .data
                 .write(&object, piece.offset, data)
                 .await
                 .map_err(|e| self.write_failure(lock, e));
@@ -597,7 +688,7 @@ impl Image {
                 let start = piece.range_offset as usize;
                 let bytes = data.slice(start..start + piece.len as usize);
                 let object = self.header.data_object(piece.index);
-                async move { self.pool.write(&object, piece.offset, bytes).await }
+                async move { self.data.write(&object, piece.offset, bytes).await }
             })
             .buffer_unordered(OBJECTS_IN_FLIGHT_MAX)
             .try_collect::<Vec<()>>()
@@ -619,11 +710,11 @@ impl Image {
                 async move {
                     let result = if !punch {
                         let zeros = Bytes::from_static(&ZEROS[..piece.len as usize]);
-                        self.pool.write(&object, piece.offset, zeros).await
+                        self.data.write(&object, piece.offset, zeros).await
                     } else if piece.is_whole(object_size) {
-                        self.pool.remove(&object).await
+                        self.data.remove(&object).await
                     } else {
-                        self.pool.zero(&object, piece.offset, piece.len).await
+                        self.data.zero(&object, piece.offset, piece.len).await
                     };
                     match result {
                         // Nothing stored there: it reads as zeros already.
@@ -658,7 +749,7 @@ impl Image {
         let per_object: Vec<[(u64, bool); 2]> = futures::stream::iter(self.pieces(offset, len))
             .map(|piece| async move {
                 let object = self.header.data_object(piece.index);
-                let stored = match self.pool.stat(&object).await {
+                let stored = match self.data.stat(&object).await {
                     Ok(stat) => stat.size.saturating_sub(piece.offset).min(piece.len),
                     Err(client::Error::NotFound) => 0,
                     Err(e) => return Err(Error::cluster(&self.spec)(e)),
@@ -716,5 +807,30 @@ async fn keep(image: Weak<Image>) {
             }
             Err(e) => tracing::warn!(image = %image.spec, "renewing the lock: {e}"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_header_names_its_data_pool_only_when_it_has_one() {
+        let stored_before = r#"{"format":1,"id":7,"size":4096,"object_size":4194304,"features":0,"created_unix_secs":1,"trimming_from":null}"#;
+        let header: Header = serde_json::from_str(stored_before).expect("decodes");
+        assert_eq!(header.data_pool, None);
+        assert_eq!(
+            encode_header(&header),
+            stored_before.as_bytes(),
+            "an image without a data pool keeps its header's bytes"
+        );
+        let coded = Header {
+            features: FEATURE_DATA_POOL,
+            data_pool: Some(5),
+            ..header
+        };
+        let encoded = String::from_utf8(encode_header(&coded)).expect("JSON");
+        assert!(encoded.contains(r#""data_pool":5"#), "{encoded}");
+        assert_eq!(FEATURES_KNOWN & FEATURE_DATA_POOL, FEATURE_DATA_POOL);
     }
 }

@@ -24,6 +24,10 @@ pub enum ImageCommand {
         /// Bytes per data object: a power of two from 4K to 32M.
         #[arg(long, value_parser = crate::text::parse_size, default_value = "4M")]
         object_size: u64,
+        /// A pool for the image's data objects (an erasure-coded one, say); the header
+        /// stays in POOL, which must be replicated.
+        #[arg(long)]
+        data_pool: Option<String>,
     },
     /// The pool's images.
     Ls {
@@ -196,15 +200,31 @@ pub fn image(who: &Who, command: ImageCommand) -> Result<(), String> {
             image: spec,
             size,
             object_size,
+            data_pool,
         } => {
             let (pool, name) = open(&spec)?;
+            let data = match &data_pool {
+                Some(data) => Some(
+                    runtime
+                        .block_on(cluster.pool(data))
+                        .map_err(|e| e.to_string())?,
+                ),
+                None => None,
+            };
             runtime
-                .block_on(image::create(&pool, &name, size, object_size))
+                .block_on(image::create_with_data(
+                    &pool,
+                    &name,
+                    size,
+                    object_size,
+                    data.as_ref(),
+                ))
                 .map_err(fail)?;
             println!(
-                "image {spec} created: {}, {} objects",
+                "image {spec} created: {}, {} objects{}",
                 crate::text::size(size),
-                crate::text::size(object_size)
+                crate::text::size(object_size),
+                data_pool.map_or(String::new(), |data| format!(" in pool {data}"))
             );
             Ok(())
         }
@@ -231,6 +251,15 @@ pub fn image(who: &Who, command: ImageCommand) -> Result<(), String> {
             let (pool, name) = open(&spec)?;
             let info = runtime.block_on(image::info(&pool, &name)).map_err(fail)?;
             let header = &info.header;
+            let data_pool = header.data_pool.map(|id| {
+                cluster
+                    .map()
+                    .pools
+                    .get(&map::PoolId(id))
+                    .map_or(format!("pool id {id}, which does not exist"), |p| {
+                        p.name.clone()
+                    })
+            });
             if as_json {
                 return json(&serde_json::json!({
                     "image": spec,
@@ -240,13 +269,18 @@ pub fn image(who: &Who, command: ImageCommand) -> Result<(), String> {
                     "features": header.features,
                     "created_unix_secs": header.created_unix_secs,
                     "trimming_from": header.trimming_from,
+                    "data_pool": data_pool,
                     "lock": info.lock,
                 }));
             }
             println!("image {spec}");
             println!("  size:         {}", crate::text::size(header.size));
             println!("  object size:  {}", crate::text::size(header.object_size));
-            println!("  objects:      coffer.data.{:016x}.*", header.id);
+            println!(
+                "  objects:      coffer.data.{:016x}.* in pool {}",
+                header.id,
+                data_pool.as_deref().unwrap_or(pool.name())
+            );
             println!("  features:     {:#x}", header.features);
             println!(
                 "  created:      {}",

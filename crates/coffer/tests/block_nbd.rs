@@ -9,55 +9,7 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::{serial, LocalCluster};
-
-fn run(program: &str, args: &[&str]) -> String {
-    let output = Command::new(program)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("{program}: {e} (scripts/test installs it)"));
-    assert!(
-        output.status.success(),
-        "{program} {args:?} failed:\n{}\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-/// fio with the nbd engine: random writes of `bs` over `size` bytes at queue depth `qd`,
-/// each block carrying a crc32c that fio checks when it reads everything back.
-fn fio_verify(uri: &str, bs: &str, qd: u32, size: &str, io_size: &str, offset: &str) {
-    let output = run(
-        "fio",
-        &[
-            "--name=verify",
-            "--ioengine=nbd",
-            &format!("--uri={uri}"),
-            "--rw=randwrite",
-            &format!("--bs={bs}"),
-            &format!("--iodepth={qd}"),
-            &format!("--offset={offset}"),
-            &format!("--size={size}"),
-            &format!("--io_size={io_size}"),
-            "--verify=crc32c",
-            "--verify_fatal=1",
-            "--do_verify=1",
-            "--randrepeat=0",
-            "--verify_state_save=0",
-            "--output-format=json",
-        ],
-    );
-    // fio may print notes before its report.
-    let json = &output[output.find('{').expect("fio's JSON report")..];
-    let report: serde_json::Value = serde_json::from_str(json).expect("fio's JSON report");
-    let job = &report["jobs"][0];
-    assert_eq!(job["error"], 0, "fio reported an error: {job:#}");
-    let written = job["write"]["io_bytes"].as_u64().unwrap_or(0);
-    let read = job["read"]["io_bytes"].as_u64().unwrap_or(0);
-    assert!(written > 0, "fio wrote nothing: {job:#}");
-    assert_eq!(read, written, "fio must read back all it wrote: {job:#}");
-}
+use common::{fio_verify, run, serial, LocalCluster};
 
 #[test]
 fn fio_writes_random_blocks_and_reads_them_back_verified() {

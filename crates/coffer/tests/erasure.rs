@@ -1,7 +1,8 @@
 //! Erasure-coded pools on a real cluster of processes (issue #33): `pool create --ec`, objects
 //! of many sizes put, overwritten in place and read back; a file system's data on the pool
-//! (files written, patched in 4 KiB pieces, read after a remount); omap refused, so images
-//! and file system metadata stay on replicated pools; kill -9 of OSDs during writes, which
+//! (files written, patched in 4 KiB pieces, read after a remount) and an image's (fio
+//! verifying random writes through NBD), whose metadata stays on replicated pools, as omap
+//! is refused on erasure-coded ones; kill -9 of OSDs during writes, which
 //! go on while min_size shards can be written and wait, with a status that says why, when
 //! they cannot; and once the OSDs are stopped, every shard on disk checked against the
 //! code: each position held once, at the object's version, the bytes the encoder gives.
@@ -15,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::load::{check_all, content, paused_put, start_writers};
-use common::{all_clean, serial, LocalCluster};
+use common::{all_clean, fio_verify, serial, LocalCluster};
 
 /// Sizes around the stripe (16 KiB at 4+2, 32 KiB at 8+3 with 4 KiB units) and beyond.
 const SIZES: [usize; 10] = [
@@ -262,10 +263,47 @@ fn four_plus_two_on_six_osds_keeps_what_it_acknowledged_through_kill_9() {
         stderr.contains("the metadata pool cold is erasure-coded"),
         "{stderr}"
     );
+    // An image whose data objects live in the pool: fio writes random blocks through NBD
+    // and reads them back verified; its header stays in a replicated pool.
+    let said = cluster.ok(&[
+        "image",
+        "create",
+        "data/coded",
+        "--size",
+        "256M",
+        "--data-pool",
+        "cold",
+    ]);
+    assert!(said.contains("in pool cold"), "{said}");
+    let info = cluster.ok(&["image", "info", "data/coded"]);
+    assert!(
+        info.contains("in pool cold") && info.contains("features:     0x1"),
+        "{info}"
+    );
+    let (server, addr) = cluster.serve_nbd("data/coded", &[]);
+    cluster.wait_listening(&addr);
+    let uri = format!("nbd://{addr}/coded");
+    fio_verify(&uri, "4k", 16, "64m", "4m", "0");
+    fio_verify(&uri, "64k", 8, "64m", "16m", "64m");
+    fio_verify(&uri, "4m", 4, "128m", "64m", "128m");
+    assert!(cluster.ok(&["obj", "ls", "cold"]).contains("coffer.data."));
+    // SAFETY: kill(2) on the NBD server this test started, so that its lock is released.
+    unsafe { libc::kill(server, libc::SIGTERM) };
+    cluster.wait_for(
+        "the NBD server's lock released",
+        Duration::from_secs(30),
+        |_| cluster.cli(&["image", "rm", "data/coded"]).status.success(),
+    );
+    let left = cluster.ok(&["obj", "ls", "cold"]);
+    assert!(
+        !left.contains("coffer.data."),
+        "image rm leaves data objects: {left}"
+    );
     let refused = cluster.cli(&["image", "create", "cold/disk", "--size", "64M"]);
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(
-        stderr.contains("pool cold is erasure-coded: omap lives in a replicated pool"),
+        stderr.contains("pool cold is erasure-coded: an image's header")
+            && stderr.contains("--data-pool cold"),
         "{stderr}"
     );
     let refused = runtime
