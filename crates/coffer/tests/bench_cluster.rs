@@ -1,5 +1,6 @@
-//! `coffer bench cluster` runs end to end on tiny cells and reports every corner it promises:
-//! numbers present and positive, the baseline at 100 %. No timing is asserted.
+//! `coffer bench cluster` runs end to end on tiny cells and reports every corner it promises,
+//! in a replicated and an erasure-coded pool: numbers present and positive, the baseline at
+//! 100 %, the space each put used. No timing is asserted.
 
 use std::process::Command;
 
@@ -19,6 +20,8 @@ fn bench_cluster_reports_every_corner() {
             "4k",
             "--clients",
             "2",
+            "--pool-types",
+            "replicated,ec:2+1",
         ])
         .arg("--json")
         .arg(&json)
@@ -36,8 +39,14 @@ fn bench_cluster_reports_every_corner() {
     let doc: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).expect("json written")).expect("json");
     let cells = doc["cells"].as_array().expect("cells");
-    assert_eq!(cells.len(), 8, "4 corners x put/get");
+    assert_eq!(cells.len(), 16, "4 corners x 2 pools x put/get");
     for cell in cells {
+        // A 4 KiB object takes a 4 KiB block per copy, and at 2+1 a 4 KiB unit per shard.
+        let used = cell["used_per_byte"].as_f64();
+        match cell["op"].as_str() {
+            Some("put") => assert!(used.is_some_and(|u| (2.9..4.0).contains(&u)), "{cell}"),
+            _ => assert_eq!(used, None, "{cell}"),
+        }
         assert!(cell["ops"].as_u64().unwrap_or(0) > 0, "{cell}");
         assert!(
             cell["cluster_cpu_s_per_gib"].as_f64().unwrap_or(0.0) > 0.0,
@@ -45,7 +54,10 @@ fn bench_cluster_reports_every_corner() {
         );
         let pct = cell["pct_of_baseline"].as_f64().unwrap_or(0.0);
         assert!(pct.is_finite() && pct > 0.0, "{cell}");
-        if cell["at_rest"] == "none" && cell["in_transit"] == "crc" {
+        if cell["at_rest"] == "none"
+            && cell["in_transit"] == "crc"
+            && cell["pool_type"] == "replicated"
+        {
             assert!((pct - 100.0).abs() < 1e-9, "{cell}");
         }
     }

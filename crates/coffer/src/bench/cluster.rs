@@ -1,7 +1,9 @@
 //! `coffer bench cluster`: N clients putting, then getting, 4 KiB and 4 MiB objects for a
 //! fixed time against a fresh `coffer up` cluster, in the four corners of at-rest (none,
-//! gcm) by in-transit (crc, secure) encryption. Each cell is a percent of none/crc from the
-//! same run, with the CPU seconds per GiB of all cluster processes (monitor and OSDs).
+//! gcm) by in-transit (crc, secure) encryption, in a replicated pool and in the
+//! erasure-coded pools `--pool-types` names (`ec:4+2`). Each cell is a percent of the
+//! first pool type in none/crc from the same run, with the CPU seconds per GiB of all
+//! cluster processes (monitor and OSDs) and, for puts, the raw space used per byte stored.
 
 use std::time::{Duration, Instant};
 
@@ -30,6 +32,106 @@ pub struct ClusterArgs {
     /// Object sizes, comma-separated (4k, 4m).
     #[arg(long, value_delimiter = ',', default_value = "4k,4m", value_parser = parse_size)]
     io_sizes: Vec<u64>,
+    /// Pools, comma-separated: replicated (the cluster's default pool, min(3, OSDs)
+    /// copies), or ec:K+M (an erasure-coded pool made for the run; needs K + M OSDs).
+    #[arg(long, value_delimiter = ',', default_value = "replicated", value_parser = parse_pool_type)]
+    pool_types: Vec<PoolType>,
+}
+
+/// The kind of pool a cell measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PoolType {
+    Replicated,
+    Erasure(ec::Profile),
+}
+
+fn parse_pool_type(text: &str) -> Result<PoolType, String> {
+    if text == "replicated" {
+        return Ok(PoolType::Replicated);
+    }
+    let code = text
+        .strip_prefix("ec:")
+        .ok_or_else(|| format!("{text:?}: a pool type is replicated or ec:K+M (ec:4+2)"))?;
+    ec::Profile::parse(code, u64::from(ec::UNIT_BYTES_DEFAULT))
+        .map(PoolType::Erasure)
+        .map_err(|e| format!("{text:?}: {e}"))
+}
+
+impl PoolType {
+    fn label(&self) -> String {
+        match self {
+            PoolType::Replicated => "replicated".into(),
+            PoolType::Erasure(profile) => format!("ec:{profile}"),
+        }
+    }
+
+    /// The shape of an erasure-coded pool made for the run (as `pool create --ec`'s).
+    fn shape(profile: ec::Profile) -> Result<crate::admin::PoolShape, String> {
+        crate::admin::PoolShape::new(None, None, Some(&profile.to_string()), None)
+    }
+
+    /// The pool as the bench's header shows it, on a cluster of `osds` OSDs.
+    fn describe(&self, osds: u32) -> Result<String, String> {
+        Ok(match self {
+            PoolType::Replicated => format!("replicated, size {}", osds.clamp(1, 3)),
+            PoolType::Erasure(profile) => {
+                let shape = PoolType::shape(*profile)?;
+                format!(
+                    "{}, min_size {}, {} PGs",
+                    shape.describe(),
+                    shape.min_size,
+                    crate::admin::DEFAULT_PG_NUM
+                )
+            }
+        })
+    }
+
+    /// The pool this type is measured in, made (and waited clean) if it is erasure-coded.
+    async fn pool(&self, admin: &client::Cluster) -> Result<String, String> {
+        let PoolType::Erasure(profile) = self else {
+            return Ok(crate::up::DEFAULT_POOL.into());
+        };
+        let name = format!("bench-ec-{}-{}", profile.k(), profile.m());
+        let shape = PoolType::shape(*profile)?;
+        let change = map::cluster::Change::CreatePool {
+            name: name.clone(),
+            size: shape.size,
+            min_size: shape.min_size,
+            pg_num: crate::admin::DEFAULT_PG_NUM,
+            domain: map::placement::FailureDomain::Osd,
+            erasure: shape.erasure,
+        };
+        admin
+            .command(messenger::message::Command::Change(change))
+            .await
+            .map_err(|e| format!("creating pool {name}: {e}"))?;
+        wait_clean(admin).await?;
+        Ok(name)
+    }
+}
+
+/// Pool `pool`'s usage once the OSDs' reports count at least `objects` objects in it
+/// (they report every few seconds), or after 30 s as it is then.
+async fn settled_usage(
+    admin: &client::Cluster,
+    pool: &str,
+    objects: u64,
+) -> Result<messenger::message::PoolStats, String> {
+    let id = admin.pool(pool).await.map_err(|e| e.to_string())?.id();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let status = admin.status().await.map_err(|e| e.to_string())?;
+        let usage = status
+            .pool_usage
+            .iter()
+            .find(|(p, _)| *p == id)
+            .map(|(_, u)| *u)
+            .unwrap_or_default();
+        if usage.objects >= objects || Instant::now() > deadline {
+            return Ok(usage);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }
 
 fn parse_size(text: &str) -> Result<u64, String> {
@@ -44,12 +146,15 @@ fn parse_size(text: &str) -> Result<u64, String> {
 struct Cell {
     at_rest: String,
     in_transit: String,
+    pool_type: String,
     object_size: u64,
     op: String,
     clients: usize,
     #[serde(flatten)]
     rates: Rates,
     pct_of_baseline: f64,
+    /// Puts: the raw bytes the OSDs' stores allocated for the cell's objects, per byte put.
+    used_per_byte: Option<f64>,
 }
 
 /// One phase: every client runs `op` back to back for `seconds`.
@@ -109,6 +214,17 @@ async fn phase(
 
 pub fn run(args: ClusterArgs) -> Result<(), String> {
     args.fresh.place()?;
+    for pool_type in &args.pool_types {
+        if let PoolType::Erasure(profile) = pool_type {
+            if (args.fresh.osds as usize) < profile.shards() {
+                return Err(format!(
+                    "--pool-types ec:{profile} needs {} OSDs, one per shard: add --osds {}",
+                    profile.shards(),
+                    profile.shards()
+                ));
+            }
+        }
+    }
     let seconds = args.fresh.seconds(args.quick);
     let clients = args.clients.max(1);
     print_header(
@@ -116,17 +232,24 @@ pub fn run(args: ClusterArgs) -> Result<(), String> {
         &[
             (
                 "corners",
-                "at rest none|gcm x in transit crc|secure; baseline none/crc".into(),
+                "at rest none|gcm x in transit crc|secure; baseline none/crc, first pool".into(),
             ),
             (
                 "cluster",
                 format!(
-                    "fresh `coffer up` per corner: 1 monitor, {} OSDs (pool size {}, {}), under {}",
+                    "fresh `coffer up` per corner: 1 monitor, {} OSDs ({}), under {}",
                     args.fresh.osds,
-                    args.fresh.osds.clamp(1, 3),
                     args.fresh.cache(),
                     args.fresh.dir.display()
                 ),
+            ),
+            (
+                "pools",
+                args.pool_types
+                    .iter()
+                    .map(|t| t.describe(args.fresh.osds))
+                    .collect::<Result<Vec<_>, _>>()?
+                    .join("; "),
             ),
             (
                 "load",
@@ -143,56 +266,72 @@ pub fn run(args: ClusterArgs) -> Result<(), String> {
         let cluster = FreshCluster::for_bench("cluster", &args.fresh, at_rest, in_transit)?;
         let conf = cluster.conf()?;
         runtime.block_on(async {
-            let pools = connect_clients(&conf, clients).await?;
             let admin = connect_admin(&conf).await?;
             wait_clean(&admin).await?;
-            for size in &args.io_sizes {
-                let mut written = Vec::new();
-                for put in [true, false] {
-                    let (cpu_cluster, cpu_client) = (cluster.cpu_seconds(), cpu_seconds());
-                    let started = Instant::now();
-                    let (ops, hist, per_client) =
-                        phase(&pools, put, *size, seconds, &written).await?;
-                    let elapsed = started.elapsed().as_secs_f64();
-                    if put {
-                        written = per_client;
-                    }
-                    let cell = Cell {
-                        at_rest: at_rest.into(),
-                        in_transit: in_transit.into(),
-                        object_size: *size,
-                        op: if put { "put" } else { "get" }.into(),
-                        clients,
-                        rates: Rates::new(
+            for pool_type in &args.pool_types {
+                let pool = pool_type.pool(&admin).await?;
+                let pools = connect_clients(&conf, clients, &pool).await?;
+                let mut objects = 0;
+                for size in &args.io_sizes {
+                    let mut written = Vec::new();
+                    for put in [true, false] {
+                        let used_before = settled_usage(&admin, &pool, objects).await?.used_bytes;
+                        let (cpu_cluster, cpu_client) = (cluster.cpu_seconds(), cpu_seconds());
+                        let started = Instant::now();
+                        let (ops, hist, per_client) =
+                            phase(&pools, put, *size, seconds, &written).await?;
+                        let elapsed = started.elapsed().as_secs_f64();
+                        let rates = Rates::new(
                             ops,
                             *size,
                             elapsed,
                             &hist,
                             cluster.cpu_seconds() - cpu_cluster,
                             cpu_seconds() - cpu_client,
-                        ),
-                        pct_of_baseline: 0.0,
-                    };
-                    eprintln!(
-                        "{at_rest:>4}/{in_transit:<6} {:>3} {}: {:>8.0} ops/s {:>8.1} MiB/s, cluster CPU {:.1} s/GiB",
-                        size_label(*size),
-                        cell.op,
-                        cell.rates.ops_s,
-                        cell.rates.mib_s,
-                        cell.rates.cluster_cpu_s_per_gib
-                    );
-                    cells.push(cell);
+                        );
+                        let mut used_per_byte = None;
+                        if put {
+                            written = per_client;
+                            objects += ops;
+                            let used = settled_usage(&admin, &pool, objects).await?.used_bytes;
+                            let put_bytes = (ops * size).max(1) as f64;
+                            used_per_byte = Some(used.saturating_sub(used_before) as f64 / put_bytes);
+                        }
+                        let cell = Cell {
+                            at_rest: at_rest.into(),
+                            in_transit: in_transit.into(),
+                            pool_type: pool_type.label(),
+                            object_size: *size,
+                            op: if put { "put" } else { "get" }.into(),
+                            clients,
+                            rates,
+                            pct_of_baseline: 0.0,
+                            used_per_byte,
+                        };
+                        eprintln!(
+                            "{at_rest:>4}/{in_transit:<6} {:<10} {:>3} {}: {:>8.0} ops/s {:>8.1} MiB/s, cluster CPU {:.1} s/GiB",
+                            cell.pool_type,
+                            size_label(*size),
+                            cell.op,
+                            cell.rates.ops_s,
+                            cell.rates.mib_s,
+                            cell.rates.cluster_cpu_s_per_gib
+                        );
+                        cells.push(cell);
+                    }
                 }
             }
             Ok::<_, String>(())
         })?;
         drop(cluster);
     }
+    let first_type = args.pool_types[0].label();
     for i in 0..cells.len() {
         let baseline = cells
             .iter()
             .find(|c| {
                 (c.at_rest.as_str(), c.in_transit.as_str()) == CORNERS[0]
+                    && c.pool_type == first_type
                     && c.object_size == cells[i].object_size
                     && c.op == cells[i].op
             })
@@ -205,6 +344,7 @@ pub fn run(args: ClusterArgs) -> Result<(), String> {
             "seconds_per_cell": seconds,
             "clients": clients,
             "osds": args.fresh.osds,
+            "pool_types": args.pool_types.iter().map(PoolType::label).collect::<Vec<_>>(),
         });
         write_json(path, "cluster", config, &cells)?;
     }
@@ -214,21 +354,33 @@ pub fn run(args: ClusterArgs) -> Result<(), String> {
 fn print_table(cells: &[Cell]) {
     println!();
     println!(
-        "{:<5} {:<4} {:<13} {:>9} {:>9} {:>8} {:>9} {:>9} {:>11}",
-        "size", "op", "at-rest/wire", "ops/s", "MiB/s", "% base", "p50 us", "p99 us", "CPU s/GiB"
+        "{:<5} {:<4} {:<13} {:<10} {:>9} {:>9} {:>8} {:>9} {:>9} {:>11} {:>10}",
+        "size",
+        "op",
+        "at-rest/wire",
+        "pool",
+        "ops/s",
+        "MiB/s",
+        "% base",
+        "p50 us",
+        "p99 us",
+        "CPU s/GiB",
+        "raw/byte"
     );
     for c in cells {
         println!(
-            "{:<5} {:<4} {:<13} {:>9.0} {:>9.1} {:>7.0}% {:>9.0} {:>9.0} {:>11.2}",
+            "{:<5} {:<4} {:<13} {:<10} {:>9.0} {:>9.1} {:>7.0}% {:>9.0} {:>9.0} {:>11.2} {:>10}",
             size_label(c.object_size),
             c.op,
             format!("{}/{}", c.at_rest, c.in_transit),
+            c.pool_type,
             c.rates.ops_s,
             c.rates.mib_s,
             c.pct_of_baseline,
             c.rates.lat_us.p50,
             c.rates.lat_us.p99,
-            c.rates.cluster_cpu_s_per_gib
+            c.rates.cluster_cpu_s_per_gib,
+            c.used_per_byte.map_or("-".into(), |u| format!("{u:.2}"))
         );
     }
 }

@@ -299,17 +299,16 @@ pub async fn connect_admin(conf: &Conf) -> Result<Cluster, String> {
         .map_err(|e| e.to_string())
 }
 
-/// `count` connections as client.admin, each with a handle on the default pool.
-pub async fn connect_clients(conf: &Conf, count: usize) -> Result<Vec<client::Pool>, String> {
+/// `count` connections as client.admin, each with a handle on pool `pool`.
+pub async fn connect_clients(
+    conf: &Conf,
+    count: usize,
+    pool: &str,
+) -> Result<Vec<client::Pool>, String> {
     let mut pools = Vec::new();
     for _ in 0..count {
         let cluster = connect_admin(conf).await?;
-        pools.push(
-            cluster
-                .pool(crate::up::DEFAULT_POOL)
-                .await
-                .map_err(|e| e.to_string())?,
-        );
+        pools.push(cluster.pool(pool).await.map_err(|e| e.to_string())?);
     }
     Ok(pools)
 }
