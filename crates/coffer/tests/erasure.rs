@@ -4,8 +4,13 @@
 //! verifying random writes through NBD), whose metadata stays on replicated pools, as omap
 //! is refused on erasure-coded ones; kill -9 of OSDs during writes, which
 //! go on while min_size shards can be written and wait, with a status that says why, when
-//! they cannot; and once the OSDs are stopped, every shard on disk checked against the
+//! they cannot; scrub, which encodes each object's shards again, consistent after
+//! recovery; and once the OSDs are stopped, every shard on disk checked against the
 //! code: each position held once, at the object's version, the bytes the encoder gives.
+//! On stores that encrypt nothing, a byte flipped on disk in a data shard and then in a
+//! parity shard is found by scrub alone (nothing else can tell), named by OSD and
+//! position, and rebuilt from the others by `--repair`; two altered in one stripe cannot
+//! be told apart, and scrub says so rather than rebuild from a bad one.
 
 mod common;
 
@@ -144,6 +149,26 @@ fn inactive_because(status: &serde_json::Value, pool: &str, why: &str) -> bool {
         .iter()
         .filter_map(|l| l.as_str())
         .any(|l| l.starts_with(&format!("pool {pool}: 16 PGs ")) && l.ends_with(why))
+}
+
+/// Scrub encodes every object's shards again and finds them all consistent.
+fn scrubbed_consistent(cluster: &LocalCluster, pool: &str) {
+    let (out, err, ok) = common::scrub(cluster, pool, &[]);
+    assert!(
+        ok && out.contains(" 0 inconsistent, 0 repaired"),
+        "{out}\n{err}"
+    );
+}
+
+/// Flips a byte of the one stored shard that begins with `shard`'s first 64 bytes, under
+/// its running OSD (a disk's silent error: the stores encrypt nothing, so nothing but the
+/// code can tell); returns the OSD (`osd.N`).
+fn alter_shard(cluster: &LocalCluster, shard: &[u8]) -> String {
+    let found = common::stored_copies(cluster.dir.path(), &shard[..64]);
+    assert_eq!(found.len(), 1, "the shard is stored once: {found:?}");
+    let (path, offset) = &found[0];
+    common::flip_byte(path, offset + 100);
+    common::osd_of_path(path).expect("an OSD's file")
 }
 
 #[test]
@@ -358,6 +383,7 @@ fn four_plus_two_on_six_osds_keeps_what_it_acknowledged_through_kill_9() {
     cluster.wait_for("every PG clean again", Duration::from_secs(120), all_clean);
     runtime.block_on(check_all(&pool, &acked));
     assert!(runtime.block_on(pool.get("during-outage")).expect("get") == content(999));
+    scrubbed_consistent(&cluster, "cold");
 
     drop(admin);
     for osd in 0..6 {
@@ -420,10 +446,74 @@ fn eight_plus_three_on_eleven_osds_reads_and_writes_with_two_down() {
         let got = runtime.block_on(pool.get(name)).expect("get");
         assert!(got == *data, "{name} reads back differently after recovery");
     }
+    scrubbed_consistent(&cluster, "wide");
 
     drop(admin);
     for osd in 0..11 {
         cluster.kill(osd, libc::SIGTERM);
     }
     check_shards(&cluster, &runtime, pool.id(), 0..11, profile, &expected);
+}
+
+#[test]
+fn scrub_finds_a_shard_altered_on_disk_by_its_code_and_rebuilds_it() {
+    let _serial = serial();
+    let cluster = LocalCluster::start(6, &["--at-rest", "none"]);
+    create_pool(&cluster, "plain", "4+2", &[]);
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let admin = runtime.block_on(cluster.admin());
+    let pool = runtime.block_on(admin.pool("plain")).expect("pool");
+    let data = Bytes::from(
+        (0..64 * 1024)
+            .map(|_| rand::random::<u8>())
+            .collect::<Vec<u8>>(),
+    );
+    runtime
+        .block_on(pool.put("notes", data.clone()))
+        .expect("put");
+    runtime
+        .block_on(pool.put("bystander", sized(100_000)))
+        .expect("put");
+    scrubbed_consistent(&cluster, "plain");
+    let shards = ec::Coder::new(erasure_profile(&admin, &pool))
+        .encode_object(&data)
+        .expect("encode");
+
+    // A data shard, then a parity shard: each found by encoding the others again, rebuilt
+    // from them on its OSD, and the object whole again.
+    for position in [0, 5] {
+        let osd = alter_shard(&cluster, &shards[position]);
+        let (out, err, ok) = common::scrub(&cluster, "plain", &[]);
+        let named =
+            format!("notes: {osd}: shard {position} differs from what the others encode to");
+        assert!(!ok && out.contains(&named), "{out}");
+        assert!(out.contains("1 inconsistent, 0 repaired"), "{out}");
+        assert!(err.contains("--repair"), "the error says what to do: {err}");
+        let (out, err, ok) = common::scrub(&cluster, "plain", &["--repair"]);
+        assert!(
+            ok && out.contains(&named) && out.contains("[repaired]"),
+            "{out}\n{err}"
+        );
+        scrubbed_consistent(&cluster, "plain");
+        assert!(runtime.block_on(pool.get("notes")).expect("get") == data);
+        assert_eq!(
+            common::stored_copies(cluster.dir.path(), &shards[position][..4096]).len(),
+            1,
+            "shard {position} is whole again"
+        );
+    }
+
+    // Two shards altered in one stripe: the others cannot tell which, and scrub says so
+    // rather than rebuild from a bad one.
+    alter_shard(&cluster, &shards[1]);
+    alter_shard(&cluster, &shards[2]);
+    let (out, err, ok) = common::scrub(&cluster, "plain", &["--repair"]);
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("notes: the shards disagree with their code")
+            && out.contains("[not repairable by scrub]")
+            && out.contains("1 inconsistent, 0 repaired"),
+        "{out}\n{err}"
+    );
+    assert!(runtime.block_on(pool.get("bystander")).expect("get") == sized(100_000));
 }

@@ -12,7 +12,7 @@ mod common;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{serial, LocalCluster};
+use common::{scrub, serial, LocalCluster};
 
 /// The acting set of the PG holding `object` in `pool`, the primary first.
 fn acting(cluster: &LocalCluster, pool: &str, object: &str) -> Vec<u32> {
@@ -41,18 +41,6 @@ fn alter_copy_on(cluster: &LocalCluster, needle: &[u8], osd: u32, copies: usize)
         .find(|(path, _)| common::osd_of_path(path) == Some(format!("osd.{osd}")))
         .expect("osd's copy");
     common::flip_byte(path, offset + 100);
-}
-
-/// `coffer pool scrub POOL [more]`: its standard output and whether it succeeded.
-fn scrub(cluster: &LocalCluster, pool: &str, more: &[&str]) -> (String, String, bool) {
-    let mut args = vec!["pool", "scrub", pool];
-    args.extend_from_slice(more);
-    let output = cluster.cli(&args);
-    (
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-        output.status.success(),
-    )
 }
 
 /// Scrub finds the altered copy, repair replaces it, and a second scrub finds every copy alike.

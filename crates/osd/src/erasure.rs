@@ -17,6 +17,8 @@ use messenger::message::{
 };
 use messenger::DATA_BYTES_MAX;
 
+use store::Via;
+
 use crate::objects;
 use crate::recovery::Side;
 use crate::OsdState;
@@ -308,6 +310,8 @@ pub struct Shards<'a> {
     /// The positions whose holder's store found its shard damaged (an integrity check
     /// failed), since this was made.
     damaged: Mutex<BTreeSet<usize>>,
+    /// Where the holders read: the data device itself for scrub.
+    via: Via,
 }
 
 impl<'a> Shards<'a> {
@@ -323,6 +327,16 @@ impl<'a> Shards<'a> {
             profile,
             holders,
             damaged: Mutex::new(BTreeSet::new()),
+            via: Via::Cache,
+        }
+    }
+
+    /// The same shards read from their holders' data devices, neither using nor filling
+    /// their read caches: scrub checks what the disks hold.
+    pub fn reading_devices(self) -> Shards<'a> {
+        Shards {
+            via: Via::Device,
+            ..self
         }
     }
 
@@ -563,13 +577,50 @@ impl<'a> Shards<'a> {
 
     /// `ranges` of the shard of `object` that the holder of `position` has at `version`,
     /// and which shard it is; or why there is none.
-    async fn read_at(
+    pub async fn read_at(
         &self,
         object: &ObjectName,
         version: Version,
         position: usize,
         ranges: &[(u64, u64)],
     ) -> Result<(usize, Vec<u8>), String> {
+        let wanted: u64 = ranges.iter().map(|(_, len)| len).sum();
+        match self.fetch(object, position, ranges).await? {
+            Some((head, bytes))
+                if head.version == version
+                    && usize::from(head.shard) < self.profile.shards()
+                    && bytes.len() as u64 == wanted =>
+            {
+                Ok((usize::from(head.shard), bytes))
+            }
+            Some((head, _)) => Err(format!(
+                "it holds shard {} at version {}.{}",
+                head.shard, head.version.epoch, head.version.seq
+            )),
+            None => Err("it holds no shard of the object".into()),
+        }
+    }
+
+    /// The head of the shard of `object` that the holder of `position` has (`None`: it has
+    /// none), or why it cannot be read.
+    pub async fn head_at(
+        &self,
+        object: &ObjectName,
+        position: usize,
+    ) -> Result<Option<ShardHead>, String> {
+        Ok(self
+            .fetch(object, position, &[])
+            .await?
+            .map(|(head, _)| head))
+    }
+
+    /// `ranges` of whatever shard of `object` the holder of `position` has, with its head.
+    async fn fetch(
+        &self,
+        object: &ObjectName,
+        position: usize,
+        ranges: &[(u64, u64)],
+    ) -> Result<Option<(ShardHead, Vec<u8>)>, String> {
         let holder = self
             .holders
             .get(position)
@@ -580,11 +631,11 @@ impl<'a> Shards<'a> {
             lock(&self.damaged).insert(position);
             format!("its shard is damaged: {why}")
         };
-        let read = if holder == self.inner.id {
+        if holder == self.inner.id {
             let object = objects::object_ref(self.pg, object);
-            let ranges = ranges.to_vec();
+            let (ranges, via) = (ranges.to_vec(), self.via);
             self.inner
-                .blocking(move |store| objects::read_shard(store, &object, &ranges))
+                .blocking(move |store| objects::read_shard(store, &object, &ranges, via))
                 .await
                 .and_then(|read| {
                     read.map_err(|e| match e {
@@ -600,6 +651,7 @@ impl<'a> Shards<'a> {
                 op: PeerOp::ReadShard {
                     object: object.clone(),
                     pieces: ranges.to_vec(),
+                    device: self.via == Via::Device,
                 },
             };
             match self
@@ -614,21 +666,6 @@ impl<'a> Shards<'a> {
                 Ok((other, _)) => Err(format!("{other:?}")),
                 Err(e) => Err(e),
             }
-        };
-        let wanted: u64 = ranges.iter().map(|(_, len)| len).sum();
-        match read? {
-            Some((head, bytes))
-                if head.version == version
-                    && usize::from(head.shard) < self.profile.shards()
-                    && bytes.len() as u64 == wanted =>
-            {
-                Ok((usize::from(head.shard), bytes))
-            }
-            Some((head, _)) => Err(format!(
-                "it holds shard {} at version {}.{}",
-                head.shard, head.version.epoch, head.version.seq
-            )),
-            None => Err("it holds no shard of the object".into()),
         }
     }
 

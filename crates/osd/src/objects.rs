@@ -401,6 +401,7 @@ pub fn read_shard(
     store: &Store,
     object: &ObjectRef,
     pieces: &[(u64, u64)],
+    via: Via,
 ) -> Result<Option<(ShardHead, Vec<u8>)>, ReadError> {
     let attrs = match store.attrs(object) {
         Ok(attrs) => attrs,
@@ -422,7 +423,7 @@ pub fn read_shard(
     }
     let mut out = Vec::with_capacity(wanted as usize);
     for &(offset, len) in pieces {
-        let bytes = store.read(object, offset, len)?;
+        let bytes = store.read_via(object, offset, len, via)?;
         out.extend_from_slice(&bytes);
         out.resize(out.len() + (len as usize - bytes.len()), 0);
     }
@@ -883,7 +884,7 @@ mod tests {
             store.apply(txn).expect("applied");
         };
         let head = |store: &Store| {
-            let (head, bytes) = read_shard(store, &object, &[(0, 4096)])
+            let (head, bytes) = read_shard(store, &object, &[(0, 4096)], Via::Cache)
                 .expect("read")
                 .expect("present");
             (head.version.seq, head.shard, bytes[0])

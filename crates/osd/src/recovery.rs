@@ -8,7 +8,7 @@
 //! that the primary does not are removed, then the objects written meanwhile, and they join.
 //! The PG serves as soon as it has min_size clean copies.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -318,7 +318,9 @@ impl OsdState {
     ) -> Result<u64, String> {
         if let Some(profile) = self.pool_erasure(pg.pool) {
             // A copy of `from`'s object would be its shard, not `to`'s.
-            return self.rebuild_shard(pg, name, profile, from, to).await;
+            return self
+                .rebuild_shard(pg, name, profile, from, to, &BTreeSet::new())
+                .await;
         }
         let mut offset = 0;
         loop {
@@ -345,14 +347,17 @@ impl OsdState {
     /// Makes `to`'s shard of `name` in `pg` (an erasure-coded PG) the one `from`'s shard
     /// says it should be: its bytes at `from`'s version, read from the holder of `to`'s
     /// position if it has them, else decoded from k other shards (a holder at another
-    /// version is passed over); or removed if `from` has none. The bytes written.
-    async fn rebuild_shard(
+    /// version is passed over); or removed if `from` has none. The shards of the positions
+    /// in `distrusted` (found bad by scrub) are neither read nor decoded from. The bytes
+    /// written.
+    pub(crate) async fn rebuild_shard(
         &self,
         pg: PgId,
         name: &ObjectName,
         profile: ec::Profile,
         from: Side,
         to: Side,
+        distrusted: &BTreeSet<usize>,
     ) -> Result<u64, String> {
         let osd = match to {
             Side::Local => self.id,
@@ -364,7 +369,7 @@ impl OsdState {
                 ))
             }
         };
-        let holders = {
+        let mut holders = {
             let map = self.map.borrow();
             let pool = map
                 .pools
@@ -381,6 +386,9 @@ impl OsdState {
                     osd.0, pg.pool, pg.number
                 )
             })?;
+        for position in distrusted {
+            holders[*position] = None;
+        }
         let shards = crate::erasure::Shards::new(self, pg, profile, holders);
         let unreadable = |refusal: OsdReply| format!("{refusal:?}");
         let source = match from {

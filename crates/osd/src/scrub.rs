@@ -12,6 +12,9 @@
 //! disagreement, and only the client's tag check can find it. A client whose check fails on
 //! the primary's copy asks for read repair: where copies differ, the primary's then counts
 //! as unreadable, so a pool of two copies is repaired from the other.
+//!
+//! In an erasure-coded pool the shards differ by design: [`shards`] compares them with
+//! what the code gives instead.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
@@ -24,10 +27,13 @@ use messenger::message::{Claim, CopyDigest, OsdReply, PeerOp, ScrubFinding, Scru
 use tokio::sync::MutexGuard;
 use tokio::task::JoinSet;
 
+use crate::erasure::Shards;
 use crate::objects;
 use crate::pg::{Core, Pg};
 use crate::recovery::Side;
 use crate::OsdState;
+
+mod shards;
 
 /// Names per page (one request).
 const PAGE_OBJECTS: u32 = 256;
@@ -130,6 +136,33 @@ async fn scrub_batch(
     if compared(inner, &core) != *osds {
         return Err(busy(id, "its clean OSDs changed; ask again".into()));
     }
+    if let Some(profile) = inner.pool_erasure(id.pool) {
+        if core.interval.erasure != Some(profile) {
+            return Err(busy(
+                id,
+                "it was peered before its pool's code was known".into(),
+            ));
+        }
+        let holders = core.interval.shard_holders(inner.id);
+        let shards = Shards::new(inner, id, profile, holders).reading_devices();
+        for name in names {
+            let (found, read) = shards::object(&shards, name).await;
+            page.bytes += read;
+            let Some(mut found) = found else {
+                continue;
+            };
+            warn_finding(id, &found.finding, repair);
+            if !matches!(repair, Repair::No) {
+                let claim = Claim {
+                    interval: core.interval.epoch,
+                    token: core.draw_token(),
+                };
+                shards::repair(inner, &shards, &mut found, claim).await;
+            }
+            page.findings.push(found.finding);
+        }
+        return Ok(());
+    }
     let (copies, read) = digests(inner, id, osds, names)
         .await
         .map_err(|e| busy(id, e))?;
@@ -152,13 +185,7 @@ async fn scrub_batch(
         let Some(mut finding) = compare(name, &held) else {
             continue;
         };
-        tracing::warn!(
-            pg = %format!("{}.{}", id.pool, id.number),
-            object = %name,
-            what = %finding.what,
-            "{}: copies disagree",
-            repair.doing()
-        );
+        warn_finding(id, &finding, repair);
         if !matches!(repair, Repair::No) {
             // A claim of its own, newer than any recovery's the targets have seen.
             let claim = Claim {
@@ -171,6 +198,16 @@ async fn scrub_batch(
     }
     drop(core);
     Ok(())
+}
+
+fn warn_finding(id: PgId, finding: &ScrubFinding, repair: Repair) {
+    tracing::warn!(
+        pg = %format!("{}.{}", id.pool, id.number),
+        object = %finding.object,
+        what = %finding.what,
+        "{}: copies disagree",
+        repair.doing()
+    );
 }
 
 /// Waits for the PG to serve, and locks it: no write is half applied while it is held.

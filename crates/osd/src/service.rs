@@ -17,7 +17,7 @@ use messenger::message::{
 use messenger::{
     CertificateDer, EntityKind, EntityName, Handler, Peer, Reply, Request, SegmentCheck,
 };
-use store::{ReadError, Transaction};
+use store::{ReadError, Transaction, Via};
 use tokio::sync::watch;
 use tokio::task::{AbortHandle, JoinSet};
 
@@ -431,7 +431,7 @@ impl OsdService {
                 pg.pool, pg.number
             ));
         }
-        if let Some(refusal) = self.unscrubbable(pg) {
+        if let Some(refusal) = self.no_read_repair(pg) {
             return refusal;
         }
         tracing::warn!(%object, "read repair: a client could not open this OSD's copy");
@@ -931,12 +931,12 @@ impl OsdService {
         }
     }
 
-    /// The refusal of a scrub or a repair of an erasure-coded PG: its shards differ by
-    /// design, and are compared by encoding them again (docs/design/erasure.md, §10).
-    fn unscrubbable(&self, pg: PgId) -> Option<OsdReply> {
+    /// The refusal of a client's read repair in an erasure-coded PG: its primary's reads
+    /// check and repair the shards themselves (docs/design/erasure.md, §8).
+    fn no_read_repair(&self, pg: PgId) -> Option<OsdReply> {
         self.inner.pool_erasure(pg.pool).map(|_| {
             OsdReply::Failed(format!(
-                "pg {}.{} is erasure-coded: scrub and repair by shards are not built yet (#33)",
+                "pg {}.{} is erasure-coded: its reads repair the shards they find damaged",
                 pg.pool, pg.number
             ))
         })
@@ -963,9 +963,6 @@ impl OsdService {
             ));
         }
         if let Err(refusal) = self.check_primary(caller, pg, epoch, repair).await {
-            return refusal;
-        }
-        if let Some(refusal) = self.unscrubbable(pg) {
             return refusal;
         }
         match crate::scrub::page(&self.inner, pg, after, repair).await {
@@ -1078,10 +1075,15 @@ impl OsdService {
                 crate::recovery::roll_back(inner, &mut core, id, to).await?;
                 Ok(reply(OsdReply::Done))
             }
-            PeerOp::ReadShard { object, pieces } => {
+            PeerOp::ReadShard {
+                object,
+                pieces,
+                device,
+            } => {
                 let object = objects::object_ref(id, &object);
+                let via = if device { Via::Device } else { Via::Cache };
                 let read = inner
-                    .blocking(move |store| objects::read_shard(store, &object, &pieces))
+                    .blocking(move |store| objects::read_shard(store, &object, &pieces, via))
                     .await?;
                 Ok(match read {
                     Ok(Some((head, data))) => {

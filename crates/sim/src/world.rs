@@ -257,6 +257,7 @@ impl World {
                     op: PeerOp::ReadShard {
                         object: object.clone(),
                         pieces,
+                        device: false,
                     },
                 };
                 async move {

@@ -787,7 +787,7 @@ pub fn files_under(dir: &Path) -> Vec<PathBuf> {
             let path = entry.path();
             if path.is_dir() {
                 stack.push(path);
-            } else {
+            } else if path.is_file() {
                 files.push(path);
             }
         }
@@ -797,16 +797,75 @@ pub fn files_under(dir: &Path) -> Vec<PathBuf> {
 
 /// Every file under `dir` that holds `needle`, with each of its offsets.
 pub fn occurrences(dir: &Path, needle: &[u8]) -> Vec<(PathBuf, usize)> {
+    files_under(dir)
+        .into_iter()
+        .flat_map(|path| {
+            find_in(&path, needle, false)
+                .into_iter()
+                .map(move |at| (path.clone(), at as usize))
+        })
+        .collect()
+}
+
+/// The offsets of `needle` in the file at `path` (only the first with `first`; none if the
+/// file cannot be opened). Only the parts that hold data are read: a store's device file
+/// is mostly preallocated space.
+fn find_in(path: &Path, needle: &[u8], first: bool) -> Vec<u64> {
+    use std::os::unix::fs::FileExt;
+    const PIECE: u64 = 16 << 20;
+    let Ok(file) = std::fs::File::open(path) else {
+        return Vec::new();
+    };
     let mut found = Vec::new();
-    for path in files_under(dir) {
-        let bytes = std::fs::read(&path).expect("read store file");
-        let mut at = 0;
-        while let Some(i) = bytes[at..].windows(needle.len()).position(|w| w == needle) {
-            found.push((path.clone(), at + i));
-            at += i + 1;
+    for (start, end) in data_extents(&file) {
+        let mut at = start;
+        while at < end {
+            let len = (PIECE + needle.len() as u64 - 1).min(end - at);
+            let mut bytes = vec![0u8; len as usize];
+            if file.read_exact_at(&mut bytes, at).is_err() {
+                return found;
+            }
+            let mut from = 0;
+            while let Some(i) = bytes[from..]
+                .windows(needle.len())
+                .position(|w| w == needle)
+            {
+                found.push(at + (from + i) as u64);
+                if first {
+                    return found;
+                }
+                from += i + 1;
+            }
+            at += PIECE.min(len);
         }
     }
     found
+}
+
+/// The `(start, end)` ranges of `file` that hold data: holes and unwritten preallocated
+/// space are skipped where the file system tells them apart (else the whole file).
+fn data_extents(file: &std::fs::File) -> Vec<(u64, u64)> {
+    use std::os::unix::io::AsRawFd;
+    let fd = file.as_raw_fd();
+    let Ok(meta) = file.metadata() else {
+        return Vec::new();
+    };
+    let len = meta.len() as i64;
+    let mut extents = Vec::new();
+    let mut at = 0;
+    while at < len {
+        // SAFETY: lseek(2) on a descriptor `file` keeps open.
+        let start = unsafe { libc::lseek(fd, at, libc::SEEK_DATA) };
+        if start < 0 {
+            break;
+        }
+        // SAFETY: as above.
+        let end = unsafe { libc::lseek(fd, start, libc::SEEK_HOLE) };
+        let end = if end < 0 { len } else { end.min(len) };
+        extents.push((start as u64, end as u64));
+        at = end;
+    }
+    extents
 }
 
 /// Where `needle` is in the files of `dir` that hold the copies an OSD serves: every file
@@ -826,6 +885,18 @@ pub fn osd_of_path(path: &Path) -> Option<String> {
         .filter_map(|a| a.file_name()?.to_str())
         .find(|name| name.starts_with("osd."))
         .map(String::from)
+}
+
+/// `coffer pool scrub POOL [more]`: its standard output and error, and whether it succeeded.
+pub fn scrub(cluster: &LocalCluster, pool: &str, more: &[&str]) -> (String, String, bool) {
+    let mut args = vec!["pool", "scrub", pool];
+    args.extend_from_slice(more);
+    let output = cluster.cli(&args);
+    (
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+        output.status.success(),
+    )
 }
 
 /// Inverts one bit of the byte at `offset` of the file at `path` (a disk's silent error).
@@ -852,27 +923,9 @@ pub fn on_disk(dir: &Path, marker: &[u8]) -> Vec<String> {
         .collect()
 }
 
-/// Whether the file at `path` holds `marker`, read in pieces that overlap by its length.
+/// Whether the file at `path` holds `marker`.
 fn file_holds(path: &Path, marker: &[u8]) -> bool {
-    use std::io::Read;
-    const PIECE: usize = 16 << 20;
-    let Ok(mut file) = std::fs::File::open(path) else {
-        return false;
-    };
-    let mut buffer = vec![0u8; PIECE + marker.len()];
-    let mut kept = 0;
-    loop {
-        let read = match file.read(&mut buffer[kept..]) {
-            Ok(0) | Err(_) => return false,
-            Ok(read) => read,
-        };
-        let filled = kept + read;
-        if contains(&buffer[..filled], marker) {
-            return true;
-        }
-        kept = (marker.len() - 1).min(filled);
-        buffer.copy_within(filled - kept..filled, 0);
-    }
+    !find_in(path, marker, true).is_empty()
 }
 
 /// Runs `program` with `args`, which must succeed; its standard output.

@@ -544,10 +544,12 @@ pub enum PeerOp {
     /// at `to`; under the claim of the peering that decided it.
     Rollback { claim: Claim, to: Version },
     /// Your shard of `object`: `(offset, len)` pieces of it, each `len` bytes in the data
-    /// segment (zeros past the shard's end). Answered with `ShardPieces`.
+    /// segment (zeros past the shard's end). Answered with `ShardPieces`. With `device`,
+    /// read from the data device, neither using nor filling the read cache (scrub).
     ReadShard {
         object: ObjectName,
         pieces: Vec<(u64, u64)>,
+        device: bool,
     },
 }
 
