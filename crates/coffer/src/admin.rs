@@ -184,14 +184,8 @@ pub async fn create_pool(
     edge: bool,
 ) -> Result<(), String> {
     let size = (cluster.map().osds.len() as u8).clamp(1, 3);
-    let change = Change::CreatePool {
-        name: name.into(),
-        size,
-        min_size: size - size / 2,
-        pg_num,
-        domain: FailureDomain::Osd,
-        erasure: None,
-    };
+    let change =
+        PoolShape::new(Some(size), None, None, None)?.change(name, pg_num, FailureDomain::Osd);
     let command = if edge {
         MonCommand::PoolCreateEdge { change }
     } else {
@@ -733,6 +727,18 @@ impl PoolShape {
         })
     }
 
+    /// The map change that creates pool `name` of this shape.
+    pub fn change(&self, name: &str, pg_num: u32, domain: FailureDomain) -> Change {
+        Change::CreatePool {
+            name: name.into(),
+            size: self.size,
+            min_size: self.min_size,
+            pg_num,
+            domain,
+            erasure: self.erasure,
+        }
+    }
+
     /// Where the pool is sealed, as `--seal` says (`seal`), or by default: by the OSDs for
     /// an erasure-coded pool, whose objects do not keep edge-sealed chunks yet (#33).
     pub fn seal<'a>(&self, seal: Option<&'a str>) -> Option<&'a str> {
@@ -784,14 +790,7 @@ pub fn pool(who: &Who, command: PoolCommand) -> Result<(), String> {
                 other => return Err(format!("--domain {other}: use osd or host")),
             };
             let shape = PoolShape::new(size, min_size, ec.as_deref(), stripe_unit.as_deref())?;
-            let change = Change::CreatePool {
-                name: name.clone(),
-                size: shape.size,
-                min_size: shape.min_size,
-                pg_num,
-                domain,
-                erasure: shape.erasure,
-            };
+            let change = shape.change(&name, pg_num, domain);
             let seal = shape.seal(seal.as_deref());
             let (command, seal) = if seal_at_edge(seal, mon_links_secure(&conf)?)? {
                 (MonCommand::PoolCreateEdge { change }, "edge")

@@ -93,14 +93,8 @@ impl PoolType {
         };
         let name = format!("bench-ec-{}-{}", profile.k(), profile.m());
         let shape = PoolType::shape(*profile)?;
-        let change = map::cluster::Change::CreatePool {
-            name: name.clone(),
-            size: shape.size,
-            min_size: shape.min_size,
-            pg_num: crate::admin::DEFAULT_PG_NUM,
-            domain: map::placement::FailureDomain::Osd,
-            erasure: shape.erasure,
-        };
+        let domain = map::placement::FailureDomain::Osd;
+        let change = shape.change(&name, crate::admin::DEFAULT_PG_NUM, domain);
         admin
             .command(messenger::message::Command::Change(change))
             .await
