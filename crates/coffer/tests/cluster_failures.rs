@@ -7,10 +7,9 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::load::{check_all, content, paused_put, start_writers};
+use common::load::{check_all, content, kill_under_writers, paused_put};
 use common::{all_clean, serial, LocalCluster};
 
 #[test]
@@ -20,24 +19,7 @@ fn kill_one_osd_during_writes_then_it_catches_up() {
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     let admin = runtime.block_on(cluster.admin());
     let pool = runtime.block_on(admin.pool("data")).expect("pool");
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let acked = Arc::new(Mutex::new(BTreeMap::new()));
-    let writers = start_writers(&runtime, pool.clone(), 4, stop.clone(), acked.clone());
-
-    std::thread::sleep(Duration::from_secs(2));
-    let killed_at = Instant::now();
-    cluster.kill(1, libc::SIGKILL);
-    cluster.wait_for("osd.1 marked down", Duration::from_secs(30), |s| {
-        s["osds"]["up"].as_u64() == Some(2)
-    });
-    std::thread::sleep(Duration::from_secs(2));
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    for writer in writers {
-        runtime.block_on(writer).expect("writer");
-    }
-    let acked = acked.lock().expect("acked").clone();
-    let after_kill = acked.values().filter(|(_, at)| *at > killed_at).count();
-    assert!(after_kill > 0, "writes must go on while an OSD is down");
+    let acked = kill_under_writers(&mut cluster, &runtime, &pool, 4, 1, 2);
     runtime.block_on(check_all(&pool, &acked));
 
     cluster.restart_osd(1);

@@ -15,12 +15,10 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
-use common::load::{check_all, content, paused_put, start_writers};
+use common::load::{check_all, content, kill_under_writers, paused_put};
 use common::{all_clean, fio_verify, serial, LocalCluster};
 
 /// Sizes around the stripe (16 KiB at 4+2, 32 KiB at 8+3 with 4 KiB units) and beyond.
@@ -342,23 +340,7 @@ fn four_plus_two_on_six_osds_keeps_what_it_acknowledged_through_kill_9() {
     );
 
     // Kill -9 one OSD under a write load: writes go on with five shards of six.
-    let stop = Arc::new(AtomicBool::new(false));
-    let acked = Arc::new(Mutex::new(BTreeMap::new()));
-    let writers = start_writers(&runtime, pool.clone(), 3, stop.clone(), acked.clone());
-    std::thread::sleep(Duration::from_secs(2));
-    let killed_at = Instant::now();
-    cluster.kill(1, libc::SIGKILL);
-    cluster.wait_for("osd.1 marked down", Duration::from_secs(30), |s| {
-        s["osds"]["up"].as_u64() == Some(5)
-    });
-    std::thread::sleep(Duration::from_secs(2));
-    stop.store(true, Ordering::Relaxed);
-    for writer in writers {
-        runtime.block_on(writer).expect("writer");
-    }
-    let acked = acked.lock().expect("acked").clone();
-    let after_kill = acked.values().filter(|(_, at)| *at > killed_at).count();
-    assert!(after_kill > 0, "writes must go on with one OSD of six down");
+    let acked = kill_under_writers(&mut cluster, &runtime, &pool, 3, 1, 5);
     // Every read now decodes around the missing shard where it is a data shard.
     runtime.block_on(check_all(&pool, &acked));
 

@@ -4,12 +4,14 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
+use super::LocalCluster;
+
 /// The objects whose put was acknowledged: name → (number, when).
-pub type Acked = Arc<Mutex<BTreeMap<String, (u64, Instant)>>>;
+type Acked = Arc<Mutex<BTreeMap<String, (u64, Instant)>>>;
 
 /// Object `n`'s contents: 1 to 64 KiB, different for each `n`.
 pub fn content(n: u64) -> Bytes {
@@ -17,20 +19,23 @@ pub fn content(n: u64) -> Bytes {
     Bytes::from((0..len).map(|i| (i as u64 ^ n) as u8).collect::<Vec<u8>>())
 }
 
-/// `writers` writers putting objects `obj-N` until `stop`, noting each acknowledged put in
-/// `acked`; a put that fails fails the test.
-pub fn start_writers(
+/// Kills `osd` with SIGKILL under `writers` writers putting objects `obj-N` to `pool`,
+/// waits until the monitors mark it down (`up` OSDs left), lets the writers go on for 2 s
+/// more, and stops them: what they had acknowledged, some of it after the kill. A put that
+/// fails fails the test.
+pub fn kill_under_writers(
+    cluster: &mut LocalCluster,
     runtime: &tokio::runtime::Runtime,
-    pool: client::Pool,
+    pool: &client::Pool,
     writers: u64,
-    stop: Arc<AtomicBool>,
-    acked: Acked,
-) -> Vec<tokio::task::JoinHandle<()>> {
-    (0..writers)
+    osd: u32,
+    up: u64,
+) -> BTreeMap<String, (u64, Instant)> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let acked: Acked = Arc::new(Mutex::new(BTreeMap::new()));
+    let tasks: Vec<_> = (0..writers)
         .map(|w| {
-            let pool = pool.clone();
-            let stop = stop.clone();
-            let acked = acked.clone();
+            let (pool, stop, acked) = (pool.clone(), stop.clone(), acked.clone());
             runtime.spawn(async move {
                 let mut n = w;
                 while !stop.load(Ordering::Relaxed) {
@@ -44,7 +49,24 @@ pub fn start_writers(
                 }
             })
         })
-        .collect()
+        .collect();
+    std::thread::sleep(Duration::from_secs(2));
+    let killed_at = Instant::now();
+    cluster.kill(osd, libc::SIGKILL);
+    cluster.wait_for(
+        &format!("osd.{osd} marked down"),
+        Duration::from_secs(30),
+        |s| s["osds"]["up"].as_u64() == Some(up),
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    stop.store(true, Ordering::Relaxed);
+    for task in tasks {
+        runtime.block_on(task).expect("writer");
+    }
+    let acked = acked.lock().expect("acked").clone();
+    let after_kill = acked.values().filter(|(_, at)| *at > killed_at).count();
+    assert!(after_kill > 0, "writes must go on with osd.{osd} down");
+    acked
 }
 
 /// Every acknowledged object reads back as it was written.
