@@ -151,7 +151,7 @@ async fn scrub_batch(
             let Some(mut found) = found else {
                 continue;
             };
-            warn_finding(id, &found.finding, repair);
+            warn_finding(id, &found.finding, repair, "shards");
             if !matches!(repair, Repair::No) {
                 let claim = Claim {
                     interval: core.interval.epoch,
@@ -185,7 +185,7 @@ async fn scrub_batch(
         let Some(mut finding) = compare(name, &held) else {
             continue;
         };
-        warn_finding(id, &finding, repair);
+        warn_finding(id, &finding, repair, "copies");
         if !matches!(repair, Repair::No) {
             // A claim of its own, newer than any recovery's the targets have seen.
             let claim = Claim {
@@ -200,12 +200,13 @@ async fn scrub_batch(
     Ok(())
 }
 
-fn warn_finding(id: PgId, finding: &ScrubFinding, repair: Repair) {
+/// Logs what a scrub found: `held` says of what (copies or shards).
+fn warn_finding(id: PgId, finding: &ScrubFinding, repair: Repair, held: &str) {
     tracing::warn!(
         pg = %format!("{}.{}", id.pool, id.number),
         object = %finding.object,
         what = %finding.what,
-        "{}: copies disagree",
+        "{}: {held} disagree",
         repair.doing()
     );
 }

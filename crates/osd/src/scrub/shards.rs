@@ -58,6 +58,11 @@ pub fn agreement(coder: &mut Coder, shards: &[Option<&[u8]>]) -> Agreement {
         .collect();
     match suspects.as_slice() {
         [bad] => Agreement::Except(*bad),
+        _ if present.len() == k + 1 => Agreement::Undecided(format!(
+            "the {} shards compared disagree with their code: one is wrong, and telling \
+             which needs one more",
+            k + 1
+        )),
         _ => Agreement::Undecided(
             "the shards disagree with their code, and leaving out no single one makes the \
              others agree"
@@ -85,12 +90,18 @@ fn agree(coder: &mut Coder, shards: &[Option<&[u8]>], positions: &[usize]) -> bo
         .all(|p| decoded[*p].as_deref() == shards[*p])
 }
 
-/// The head of an object most positions agree on, and each position's head that differs
-/// from it, in words. `None` when no position holds a shard (the object is gone
-/// everywhere).
+/// The object's head: the primary's (at position `primary`), which its reads go by, if it
+/// holds its own position's shard; else the head most positions agree on. With each
+/// position's head that differs from it, in words. `None` when no position holds a shard
+/// (the object is gone everywhere).
 pub fn common_head(
     heads: &[Result<Option<ShardHead>, String>],
+    primary: Option<usize>,
 ) -> Option<(ShardHead, BTreeMap<usize, String>)> {
+    let own = primary.and_then(|p| match heads.get(p) {
+        Some(Ok(Some(h))) if usize::from(h.shard) == p => Some(*h),
+        _ => None,
+    });
     let mut counts: BTreeMap<(u64, u64, u64), usize> = BTreeMap::new();
     for (position, head) in heads.iter().enumerate() {
         if let Ok(Some(h)) = head {
@@ -101,7 +112,10 @@ pub fn common_head(
             }
         }
     }
-    let (&(epoch, seq, size), _) = counts.iter().max_by_key(|(key, count)| (**count, **key))?;
+    let (epoch, seq, size) = match own {
+        Some(h) => (h.version.epoch, h.version.seq, h.size),
+        None => *counts.iter().max_by_key(|(key, count)| (**count, **key))?.0,
+    };
     let common = heads
         .iter()
         .enumerate()
@@ -175,7 +189,11 @@ pub async fn object(shards: &Shards<'_>, name: &ObjectName) -> (Option<Found>, u
                 })
         }))
         .await;
-    let Some((common, mut bad)) = common_head(&heads) else {
+    let primary = shards
+        .holders
+        .iter()
+        .position(|h| *h == Some(shards.inner.id));
+    let Some((common, mut bad)) = common_head(&heads, primary) else {
         return (None, 0);
     };
     let mut undecided = None;
@@ -184,12 +202,10 @@ pub async fn object(shards: &Shards<'_>, name: &ObjectName) -> (Option<Found>, u
     }
     let mut read = 0;
     if undecided.is_none() {
-        let (found, bytes) = windows(shards, name, &common, &bad).await;
+        let (found, why, bytes) = windows(shards, name, &common, &bad).await;
         read = bytes;
-        match found {
-            Ok(more) => bad.extend(more),
-            Err(why) => undecided = Some(why),
-        }
+        bad.extend(found);
+        undecided = why;
     }
     if bad.is_empty() && undecided.is_none() {
         return (None, read);
@@ -261,14 +277,14 @@ pub async fn repair(inner: &OsdState, shards: &Shards<'_>, found: &mut Found, cl
 }
 
 /// Reads the shards of `name` at `head` not yet found bad (`bad`), window by window, and
-/// encodes them again: the further positions found bad, with why, and the bytes read; or
-/// why it cannot be decided.
+/// encodes them again: the further positions found bad, with why; why the rest cannot be
+/// decided, if a window cannot; and the bytes read.
 async fn windows(
     shards: &Shards<'_>,
     name: &ObjectName,
     head: &ShardHead,
     bad: &BTreeMap<usize, String>,
-) -> (Result<BTreeMap<usize, String>, String>, u64) {
+) -> (BTreeMap<usize, String>, Option<String>, u64) {
     let profile: Profile = shards.profile;
     let mut coder = Coder::new(profile);
     let len = profile.shard_bytes(head.size);
@@ -308,11 +324,11 @@ async fn windows(
                     ),
                 );
             }
-            Agreement::Undecided(why) => return (Err(why), read),
+            Agreement::Undecided(why) => return (found, Some(why), read),
         }
         offset += range[0].1;
     }
-    (Ok(found), read)
+    (found, None, read)
 }
 
 #[cfg(test)]
@@ -394,7 +410,7 @@ mod tests {
             Err("integrity".into()),
             Err(String::new()),
         ];
-        let (common, bad) = common_head(&heads).expect("a head");
+        let (common, bad) = common_head(&heads, None).expect("a head");
         assert_eq!((common.version.seq, common.size), (7, 100));
         assert_eq!(bad[&1], "version 2.6 (others 2.7)");
         assert_eq!(bad[&2], "missing");
@@ -406,6 +422,17 @@ mod tests {
         );
         assert!(!newer_than(&heads, &common));
         assert!(newer_than(&[head(0, 8, 100)], &common));
-        assert_eq!(common_head(&[Ok(None), Err(String::new())]), None);
+        assert_eq!(common_head(&[Ok(None), Err(String::new())], None), None);
+        // The primary's own head is the object's, as its reads go by it, even against a
+        // majority (a rollback its holders did not all apply).
+        let split = [
+            head(0, 7, 100),
+            head(1, 8, 100),
+            head(2, 8, 100),
+            head(3, 7, 100),
+        ];
+        let (common, bad) = common_head(&split, Some(0)).expect("a head");
+        assert_eq!(common.version.seq, 7);
+        assert_eq!(bad.keys().copied().collect::<Vec<_>>(), [1, 2]);
     }
 }
