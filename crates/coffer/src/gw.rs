@@ -87,6 +87,11 @@ pub struct GwArgs {
     /// The pool of users, buckets and objects [default: the configuration's [gw] pool, else s3].
     #[arg(long)]
     pool: Option<String>,
+    /// The pool that holds the objects' content, an erasure-coded one for example; chosen
+    /// when the gateway first starts on its pool, before any bucket exists, and kept
+    /// [default: the gateway's pool].
+    #[arg(long)]
+    data_pool: Option<String>,
     /// PEM certificate chain to serve [default: gw/cert.pem beside the configuration, as
     /// `coffer up` makes it].
     #[arg(long, requires = "tls_key")]
@@ -112,7 +117,8 @@ pub struct GwArgs {
 
 #[derive(clap::Subcommand)]
 pub enum UserCommand {
-    /// Creates a user and prints its access and secret keys.
+    /// Creates a user and prints its access and secret keys (and, for the gateway of the
+    /// configuration's pool, the settings of the usual clients).
     Create {
         name: String,
         #[arg(long)]
@@ -340,11 +346,11 @@ pub fn command(who: &Who, command: GwCommand) -> Result<(), String> {
     let (conf, runtime, cluster) = connect(who)?;
     let pool_name = pool_name(&conf, pool);
     runtime.block_on(async {
-        let pool = cluster.pool(&pool_name).await.map_err(|e| e.to_string())?;
+        let pools = open_pools(&cluster, &pool_name, None).await?;
         let what = format!("garbage collection in pool {pool_name}");
         let progress = crate::progress::Progress::new(&what, 0, "steps");
         let collected =
-            gateway::maintenance::collect(&pool, older_than, dry_run, &|done, total| {
+            gateway::maintenance::collect(&pools, older_than, dry_run, &|done, total| {
                 progress.reached(done, total)
             })
             .await;
@@ -372,19 +378,20 @@ fn lifecycle_run(who: &Who, day: Duration, pool: Option<String>) -> Result<(), S
     let (conf, runtime, cluster) = connect(who)?;
     let pool_name = pool_name(&conf, pool);
     runtime.block_on(async {
-        let pool = open_pool(&cluster, &pool_name).await?;
+        let pools = open_pools(&cluster, &pool_name, None).await?;
         let day_ns = day.as_nanos().clamp(1, u128::from(u64::MAX)) as u64;
         let free = |freed: Vec<gateway::layout::ObjectEntry>| {
-            let pool = pool.clone();
+            let data = pools.data.clone();
             Box::pin(async move {
                 for entry in &freed {
-                    gateway::data::remove(&pool, entry).await;
+                    gateway::data::remove(&data, entry).await;
                 }
             }) as _
         };
-        let done = gateway::maintenance::lifecycle(&pool, gateway::layout::now_ns(), day_ns, &free)
-            .await
-            .map_err(|e| format!("lifecycle of pool {pool_name}: {e}"))?;
+        let done =
+            gateway::maintenance::lifecycle(&pools, gateway::layout::now_ns(), day_ns, &free)
+                .await
+                .map_err(|e| format!("lifecycle of pool {pool_name}: {e}"))?;
         println!("{}", gateway::maintenance::expired_summary(&done));
         Ok(())
     })
@@ -404,6 +411,21 @@ async fn open_pool(cluster: &client::Cluster, name: &str) -> Result<client::Pool
         }
         e => e.to_string(),
     })
+}
+
+/// The gateway pool `name` and its data pool (`data` if it has none yet).
+async fn open_pools(
+    cluster: &client::Cluster,
+    name: &str,
+    data: Option<&str>,
+) -> Result<gateway::Pools, String> {
+    let pool = open_pool(cluster, name).await?;
+    if let Some(data) = data {
+        open_pool(cluster, data).await?;
+    }
+    gateway::Pools::open(pool, data)
+        .await
+        .map_err(|e| format!("the data pool of gateway pool {name}: {e}"))
 }
 
 pub fn serve(who: &Who, args: GwArgs) -> Result<(), String> {
@@ -432,7 +454,7 @@ pub fn serve(who: &Who, args: GwArgs) -> Result<(), String> {
     };
     let pool_name = pool_name(&conf, args.pool);
     runtime.block_on(async {
-        let pool = open_pool(&cluster, &pool_name).await?;
+        let pools = open_pools(&cluster, &pool_name, args.data_pool.as_deref()).await?;
         // Before the socket exists, so that whoever finds it listening finds the pid too.
         if let Some(path) = &args.pid_file {
             std::fs::write(path, format!("{}\n", std::process::id()))
@@ -443,9 +465,13 @@ pub fn serve(who: &Who, args: GwArgs) -> Result<(), String> {
             .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
         let scheme = if tls.is_some() { "https" } else { "http" };
-        println!("coffer gw: serving S3 on pool {pool_name} at {scheme}://{addr}");
+        let data = match pools.data.name() {
+            same if same == pool_name => String::new(),
+            other => format!(" (data in pool {other})"),
+        };
+        println!("coffer gw: serving S3 on pool {pool_name}{data} at {scheme}://{addr}");
         let kms = configured_kms(&conf, &cluster)?;
-        let gateway = gateway::Gateway::with_kms(pool, kms)
+        let gateway = gateway::Gateway::with_kms(pools, kms)
             .await
             .map_err(|e| format!("starting the gateway: {e}"))?;
         let day = args
@@ -473,9 +499,21 @@ pub fn serve(who: &Who, args: GwArgs) -> Result<(), String> {
     })
 }
 
-pub fn user(who: &Who, command: UserCommand) -> Result<(), String> {
+#[derive(clap::Args)]
+pub struct UserCli {
+    /// The gateway's pool, where its users are [default: the configuration's [gw] pool,
+    /// else s3].
+    #[arg(long, global = true)]
+    pool: Option<String>,
+    #[command(subcommand)]
+    command: UserCommand,
+}
+
+pub fn user(who: &Who, cli: UserCli) -> Result<(), String> {
     let (conf, runtime, cluster) = connect(who)?;
-    let pool_name = pool_name(&conf, None);
+    let configured = pool_name(&conf, None);
+    let pool_name = pool_name(&conf, cli.pool);
+    let command = cli.command;
     runtime.block_on(async {
         let pool = open_pool(&cluster, &pool_name).await?;
         match command {
@@ -496,7 +534,7 @@ pub fn user(who: &Who, command: UserCommand) -> Result<(), String> {
                 println!("user:       {}", user.name);
                 println!("access key: {}", user.access_key);
                 println!("secret key: {}", user.secret_key);
-                if let Some(gw) = &conf.gw {
+                if let Some(gw) = conf.gw.as_ref().filter(|_| pool_name == configured) {
                     let ca = conf.dir.join(GW_DIR).join(gateway::tls::CA_FILE);
                     let endpoint = format!("https://{}", gw.listen);
                     print!(

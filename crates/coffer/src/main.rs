@@ -96,8 +96,7 @@ enum Command {
     /// Runs the S3 gateway (coffer up starts one), or collects its garbage (gc).
     Gw(gw::GwCli),
     /// Users of the S3 gateway: create (prints their keys), ls, rm.
-    #[command(subcommand)]
-    User(gw::UserCommand),
+    User(gw::UserCli),
     /// The monitors' KMS: keys for the gateway's server-side encryption.
     #[command(subcommand)]
     Kms(gw::KmsCommand),

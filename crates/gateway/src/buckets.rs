@@ -11,7 +11,7 @@ use crate::lock::BucketLock;
 use crate::omap::{Pages, PAGE};
 use crate::policy::{Policy, PublicBlock};
 use crate::versions::{self, Change, Found, Plan, VersionId, Versioning};
-use crate::Error;
+use crate::{Error, Pools};
 
 /// Every bucket with its owner, by name.
 pub async fn list(pool: &Pool) -> Result<Vec<(String, BucketInfo)>, Error> {
@@ -141,7 +141,8 @@ pub async fn create(pool: &Pool, bucket: &str, owner: &str, setup: Setup) -> Res
 
 /// Removes `bucket` if it holds no object. The bucket is marked first, so that a PUT that
 /// commits after the emptiness check is refused rather than removed with the index.
-pub async fn remove(pool: &Pool, bucket: &str) -> Result<(), Error> {
+pub async fn remove(pools: &Pools, bucket: &str) -> Result<(), Error> {
+    let pool = &pools.meta;
     let index = layout::index_object(bucket);
     let mark = ObjectOp::SetAttr {
         name: layout::DELETING_ATTR.into(),
@@ -164,7 +165,7 @@ pub async fn remove(pool: &Pool, bucket: &str) -> Result<(), Error> {
     // Uploads in progress go with the bucket (no new one can start now).
     let (uploads, _) = crate::multipart::list(pool, bucket, "", None, None, usize::MAX).await?;
     for (key, id, _) in uploads {
-        if let Err(e) = crate::multipart::abort(pool, bucket, &key, &id).await {
+        if let Err(e) = crate::multipart::abort(pools, bucket, &key, &id).await {
             pool.remove_attr(&index, layout::DELETING_ATTR).await?;
             return Err(e);
         }

@@ -2,8 +2,8 @@
 //! SigV4 signatures) on one pool of a cluster, served over HTTPS by default.
 //!
 //! Users, buckets, bucket indexes and object data are all objects of that pool (see
-//! [`layout`]), so the gateway keeps no state of its own and several gateways can serve one
-//! pool.
+//! [`layout`]), or the data of another ([`pools`]), so the gateway keeps no state of its own
+//! and several gateways can serve one pool.
 //!
 //! Must never depend on: `osd`, `store` (checked by scripts/check-deps.py).
 
@@ -26,6 +26,7 @@ pub mod metrics;
 pub mod multipart;
 mod omap;
 pub mod policy;
+pub mod pools;
 mod readers;
 mod s3;
 pub mod serve;
@@ -35,6 +36,7 @@ pub mod users;
 pub mod vault;
 pub mod versions;
 
+pub use pools::Pools;
 pub use s3::Gateway;
 
 #[derive(Debug, thiserror::Error)]

@@ -19,7 +19,7 @@ use crate::layout::{self, IndexKey, ObjectEntry, Order, PartRecord, SealedKey, S
 use crate::lifecycle::Lifecycle;
 use crate::omap::Pages;
 use crate::versions::{Change, VersionId, Versioning};
-use crate::{buckets, multipart, Error};
+use crate::{buckets, multipart, Error, Pools};
 
 /// Compare-and-swap attempts on one record that keeps changing under the walk.
 const SWAP_TRIES: usize = 3;
@@ -245,16 +245,23 @@ pub struct Collected {
 /// `progress` hears how far the walk is, in steps (each bucket twice, then each write
 /// whose stripes no record names), as (done, total so far).
 pub async fn collect(
-    pool: &Pool,
+    pools: &Pools,
     older_than: Duration,
     dry_run: bool,
     progress: &(dyn Fn(u64, u64) + Sync),
 ) -> Result<Collected, Error> {
+    let (pool, data) = (&pools.meta, &pools.data);
     // Before anything is read: whatever is recorded while the walk runs is newer than this.
     let older_than = u64::try_from(older_than.as_nanos()).unwrap_or(u64::MAX);
     let cutoff = layout::now_ns().saturating_sub(older_than);
     // Listed first: what a write adds later is not a candidate at all.
     let listing = object_names(pool).await?;
+    // The data pool's own, if it is another.
+    let data_listing = if data.id() == pool.id() {
+        Vec::new()
+    } else {
+        object_names(data).await?
+    };
     let bucket_names = bucket_names(pool, &listing).await?;
     let mut out = Collected::default();
     let mut named = HashSet::new();
@@ -281,7 +288,7 @@ pub async fn collect(
             };
             let parts: Vec<PartRecord> = parts.into_iter().map(|(_, part)| part).collect();
             let finished =
-                finish_cut_completion(pool, bucket, &key, &id, &parts, cutoff, dry_run).await?;
+                finish_cut_completion(pools, bucket, &key, &id, &parts, cutoff, dry_run).await?;
             if finished {
                 out.completions += 1;
             }
@@ -317,7 +324,7 @@ pub async fn collect(
 
     let mut instances: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut stray_uploads = Vec::new();
-    for name in &listing {
+    for name in listing.iter().chain(&data_listing) {
         if let Some(instance) = stripe_instance(name) {
             if !named.contains(instance) {
                 instances
@@ -339,7 +346,7 @@ pub async fn collect(
         let mut newest = 0;
         let mut bytes = 0;
         for name in &stripes {
-            match pool.stat(name).await {
+            match data.stat(name).await {
                 Ok(stat) => {
                     newest = newest.max(stat.mtime_ns);
                     bytes += stat.size;
@@ -356,7 +363,7 @@ pub async fn collect(
         out.bytes += bytes;
         if !dry_run {
             for name in &stripes {
-                remove(pool, name).await?;
+                remove(data, name).await?;
             }
         }
     }
@@ -405,7 +412,7 @@ async fn bucket_names(pool: &Pool, listing: &[String]) -> Result<Vec<String>, Er
 /// again. (Completions commit and stop listing their upload in one request now; uploads
 /// left listed after their commit are from gateways before that.)
 async fn finish_cut_completion(
-    pool: &Pool,
+    pools: &Pools,
     bucket: &str,
     key: &str,
     id: &str,
@@ -413,6 +420,7 @@ async fn finish_cut_completion(
     cutoff: u64,
     dry_run: bool,
 ) -> Result<bool, Error> {
+    let pool = &pools.meta;
     match multipart::completing_since(pool, id).await? {
         Some(since) if since <= cutoff => {}
         _ => return Ok(false),
@@ -433,7 +441,7 @@ async fn finish_cut_completion(
             vec![layout::upload_key(key, id)],
         )
         .await?;
-        multipart::finish(pool, id, parts, &used).await;
+        multipart::finish(pools, id, parts, &used).await;
     }
     Ok(true)
 }
@@ -492,11 +500,12 @@ pub type Free<'a> =
 /// condition that what expired is still there as it was read; `free` removes the content
 /// of what goes.
 pub async fn lifecycle(
-    pool: &Pool,
+    pools: &Pools,
     now_ns: u64,
     day_ns: u64,
     free: Free<'_>,
 ) -> Result<Expired, Error> {
+    let pool = &pools.meta;
     let mut done = Expired::default();
     for (bucket, _) in buckets::list(pool).await? {
         let found = match buckets::info(pool, &bucket).await {
@@ -510,6 +519,7 @@ pub async fn lifecycle(
         done.buckets += 1;
         let pass = Pass {
             pool,
+            pools,
             bucket: &bucket,
             versioning: found.versioning,
             rules,
@@ -531,7 +541,9 @@ pub async fn lifecycle(
 
 /// One bucket's lifecycle pass.
 struct Pass<'a> {
+    /// The gateway's own pool (`pools.meta`).
     pool: &'a Pool,
+    pools: &'a Pools,
     bucket: &'a str,
     versioning: Versioning,
     rules: &'a Lifecycle,
@@ -719,7 +731,7 @@ impl Pass<'_> {
             {
                 continue;
             }
-            match multipart::abort(self.pool, self.bucket, &key, &id).await {
+            match multipart::abort(self.pools, self.bucket, &key, &id).await {
                 Ok(()) => done.uploads += 1,
                 Err(e) if multipart::is_no_upload(&e, &id) => {}
                 Err(Error::Busy(_)) => done.changed += 1,

@@ -13,7 +13,7 @@ use client::{ObjectOp, Pool};
 
 use crate::layout::{self, PartRecord, UploadRecord};
 use crate::omap::PAGE;
-use crate::{data, Error};
+use crate::{data, Error, Pools};
 
 /// The attribute of an upload's object once its completion has begun.
 const COMPLETING_ATTR: &str = "completing";
@@ -217,20 +217,21 @@ pub async fn completing_since(pool: &Pool, id: &str) -> Result<Option<u64>, Erro
 /// Removes what is left of upload `id` once its completion committed (which stopped
 /// listing it): the content of its parts that `used` does not list (by instance), and its
 /// parts record.
-pub async fn finish(pool: &Pool, id: &str, parts: &[PartRecord], used: &[String]) {
+pub async fn finish(pools: &Pools, id: &str, parts: &[PartRecord], used: &[String]) {
     for part in parts {
         if !used.contains(&part.segment.instance) {
-            data::remove_segment(pool, &part.segment).await;
+            data::remove_segment(&pools.data, &part.segment).await;
         }
     }
-    if let Err(e) = pool.remove(&layout::upload_object(id)).await {
+    if let Err(e) = pools.meta.remove(&layout::upload_object(id)).await {
         tracing::warn!("removing upload {id}'s parts record: {e}; it stays as garbage");
     }
 }
 
 /// Aborts upload `id`: its parts are removed and it is no longer listed. Refused once its
 /// completion has begun.
-pub async fn abort(pool: &Pool, bucket: &str, key: &str, id: &str) -> Result<(), Error> {
+pub async fn abort(pools: &Pools, bucket: &str, key: &str, id: &str) -> Result<(), Error> {
+    let pool = &pools.meta;
     let parts = all_parts(pool, id).await?;
     let ops = vec![
         ObjectOp::AssertAttr {
@@ -256,7 +257,7 @@ pub async fn abort(pool: &Pool, bucket: &str, key: &str, id: &str) -> Result<(),
     )
     .await?;
     for (_, part) in parts {
-        data::remove_segment(pool, &part.segment).await;
+        data::remove_segment(&pools.data, &part.segment).await;
     }
     Ok(())
 }

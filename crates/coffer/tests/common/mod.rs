@@ -250,23 +250,44 @@ impl LocalCluster {
     /// process of its own (stopped with the cluster); returns its pid and its address.
     pub fn serve_nbd(&mut self, image: &str, extra: &[&str]) -> (i32, String) {
         let addr = format!("127.0.0.1:{}", free_port());
+        let pid = self.spawn_extra(
+            "nbd-extra.log",
+            &["nbd", "serve", image, "--listen", &addr],
+            extra,
+        );
+        (pid, addr)
+    }
+
+    /// Runs `coffer gw` with `extra` arguments on a free loopback port as a process of its
+    /// own (stopped with the cluster), with `coffer up`'s certificate; once it listens,
+    /// returns its HTTPS endpoint.
+    pub fn serve_gw(&mut self, extra: &[&str]) -> String {
+        let addr = format!("127.0.0.1:{}", free_port());
+        self.spawn_extra("gw-extra.log", &["gw", "--listen", &addr], extra);
+        self.wait_listening(&addr);
+        format!("https://{addr}")
+    }
+
+    /// Runs `coffer ARGS EXTRA` as a process of its own, stopped with the cluster, logging
+    /// to `log` in the cluster's directory; its pid.
+    fn spawn_extra(&mut self, log: &str, args: &[&str], extra: &[&str]) -> i32 {
         let log = std::fs::OpenOptions::new()
             .append(true)
             .create(true)
-            .open(self.dir.path().join("nbd-extra.log"))
-            .expect("nbd log");
+            .open(self.dir.path().join(log))
+            .expect("log");
         let child = Command::new(COFFER)
             .arg("--conf")
             .arg(&self.conf)
-            .args(["nbd", "serve", image, "--listen", &addr])
+            .args(args)
             .args(extra)
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
-            .expect("start coffer nbd serve");
+            .unwrap_or_else(|e| panic!("start coffer {args:?}: {e}"));
         let pid = child.id() as i32;
         self.restarted.push(child);
-        (pid, addr)
+        pid
     }
 
     /// Starts OSD `osd` again, as its own process.

@@ -14,6 +14,9 @@ Run by crates/coffer/tests/s3_clients.rs with the Python of the venv that script
     S3_OTHER_ACCESS, S3_OTHER_SECRET  a second user's, who must not reach the first one's data
     S3_KMS_KEY                        a key of the cluster's KMS (`coffer kms key create NAME`)
                                       for SSE-KMS
+    S3_STEPS                          the steps to run, by name, comma-separated (default:
+                                      all), in the suite's order; later steps may need
+                                      earlier ones (`buckets` makes the buckets)
 
 Each check prints one line `ok: <what>`. The first mismatch raises an AssertionError that
 names the check, the value expected and the value seen, and the script exits non-zero.
@@ -3806,6 +3809,13 @@ def main():
         suite.isolation,
         suite.clean_up,
     ]
+    only = os.environ.get("S3_STEPS")
+    if only:
+        names = only.split(",")
+        unknown = set(names) - {step.__name__ for step in steps}
+        if unknown:
+            raise SystemExit(f"S3_STEPS names no step of the suite: {sorted(unknown)}")
+        steps = [step for step in steps if step.__name__ in names]
     try:
         for step in steps:
             step()

@@ -114,7 +114,7 @@ pub(super) async fn delete_bucket(
 ) -> S3Result<S3Response<DeleteBucketOutput>> {
     allowed!(gw, req, DeleteBucket);
     let bucket = &req.input.bucket;
-    match buckets::remove(&gw.pool, bucket).await {
+    match buckets::remove(&gw.pools(), bucket).await {
         Ok(()) => Ok(S3Response::new(DeleteBucketOutput::default())),
         Err(Error::NotEmpty(_)) => Err(Refusal::BucketNotEmpty(bucket.clone()).into()),
         Err(e) => Err(e.into()),

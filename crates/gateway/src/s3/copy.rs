@@ -35,7 +35,7 @@ impl Gateway {
         let hold = self.readers.hold(source);
         encryption::check_customer(&source.sse, customer.as_ref())?;
         let keys = self.keys(source, customer.as_ref()).await?;
-        Ok(data::read(&self.pool, source, range, keys, hold))
+        Ok(data::read(&self.data, source, range, keys, hold))
     }
 }
 
@@ -167,7 +167,7 @@ pub(super) async fn copy_object(
         Some(asked) => Some(Algorithm::named(asked.as_str()).map_err(Refusal::Checksum)?),
         None => source.checksum.as_ref().map(|c| c.algorithm),
     };
-    let written = data::write(&gw.pool, reader, sealing, algorithm).await?;
+    let written = data::write(&gw.data, reader, sealing, algorithm).await?;
     let (content_type, metadata, headers) = if replace {
         let headers = content_headers!(input);
         (input.content_type, sorted_metadata(input.metadata), headers)
@@ -238,7 +238,7 @@ pub(super) async fn upload_part_copy(
         .await?;
     let sealing = gw.sealing(&record.sse, customer.as_ref()).await?;
     let algorithm = record.checksum.map(|(algorithm, _)| algorithm);
-    let written = data::write(&gw.pool, reader, sealing, algorithm).await?;
+    let written = data::write(&gw.data, reader, sealing, algorithm).await?;
     let part = gw
         .put_part(
             &input.upload_id,

@@ -37,7 +37,7 @@ use crate::kms::{Kms, MonitorKms};
 use crate::layout::{self, ContentHeaders, ObjectEntry, Sse, Version};
 use crate::sse::KeyCache;
 use crate::versions::{self, Amend, Change, VersionId, Versioning};
-use crate::{buckets, data, users, Error};
+use crate::{buckets, data, users, Error, Pools};
 use encryption::CustomerKey;
 pub(crate) use error::Refusal;
 
@@ -49,7 +49,10 @@ const PUT_BYTES_MAX: u64 = 5 << 30;
 /// The gateway's S3 implementation on one pool.
 #[derive(Clone)]
 pub struct Gateway {
+    /// Users, buckets, indexes and upload records.
     pool: Pool,
+    /// The content's stripes ([`crate::pools`]).
+    data: Pool,
     /// Access key to user name: a key never changes hands, so this needs no expiry (a
     /// removed user's key no longer signs anything: [`Gateway::secret`] looks it up anew).
     names: std::sync::Arc<Mutex<HashMap<String, String>>>,
@@ -68,23 +71,24 @@ const KMS_SWEEP: std::time::Duration = std::time::Duration::from_secs(5);
 const LIFECYCLE_EVERY: std::time::Duration = std::time::Duration::from_secs(3600);
 
 impl Gateway {
-    /// A gateway on `pool` with the monitors' KMS.
-    pub async fn start(pool: Pool) -> Result<Gateway, Error> {
+    /// A gateway on `pools` with the monitors' KMS.
+    pub async fn start(pools: Pools) -> Result<Gateway, Error> {
         let kms = MonitorKms {
-            cluster: pool.cluster().clone(),
+            cluster: pools.meta.cluster().clone(),
         };
-        Gateway::with_kms(pool, std::sync::Arc::new(kms)).await
+        Gateway::with_kms(pools, std::sync::Arc::new(kms)).await
     }
 
-    /// A gateway on `pool` with `kms`: makes sure the KMS key of SSE-S3 exists, and starts
+    /// A gateway on `pools` with `kms`: makes sure the KMS key of SSE-S3 exists, and starts
     /// forgetting the cached data keys of KMS keys that are removed.
-    pub async fn with_kms(pool: Pool, kms: std::sync::Arc<dyn Kms>) -> Result<Gateway, Error> {
+    pub async fn with_kms(pools: Pools, kms: std::sync::Arc<dyn Kms>) -> Result<Gateway, Error> {
         kms.ensure(crate::sse::MANAGED_KEY)
             .await
             .map_err(|e| Error::Internal(e.to_string()))?;
         let gateway = Gateway {
-            readers: crate::readers::Readers::new(pool.clone()),
-            pool,
+            readers: crate::readers::Readers::new(pools.data.clone()),
+            pool: pools.meta,
+            data: pools.data,
             names: Default::default(),
             kms: kms.clone(),
             cache: KeyCache::default(),
@@ -119,8 +123,13 @@ impl Gateway {
                     let gateway = gateway.clone();
                     Box::pin(async move { gateway.free(freed, None).await }) as _
                 };
-                match crate::maintenance::lifecycle(&gateway.pool, layout::now_ns(), day_ns, &free)
-                    .await
+                match crate::maintenance::lifecycle(
+                    &gateway.pools(),
+                    layout::now_ns(),
+                    day_ns,
+                    &free,
+                )
+                .await
                 {
                     Ok(done) if done == crate::maintenance::Expired::default() => {}
                     Ok(done)
@@ -216,6 +225,14 @@ impl Gateway {
         }
     }
 
+    /// Its pools, for what works on both.
+    fn pools(&self) -> Pools {
+        Pools {
+            meta: self.pool.clone(),
+            data: self.data.clone(),
+        }
+    }
+
     /// Frees the content of `freed` that `entry` (the object a change made, if any) does
     /// not use: a completion committed twice names the same instances.
     async fn free(&self, freed: Vec<ObjectEntry>, entry: Option<&ObjectEntry>) {
@@ -261,7 +278,7 @@ impl Gateway {
                 Ok(plan.version)
             }
             Err(e) => {
-                data::remove(&self.pool, entry).await;
+                data::remove(&self.data, entry).await;
                 Err(in_bucket(e, name))
             }
         }

@@ -316,7 +316,7 @@ pub(super) async fn put_object(
     let trailers = Trailers::of(req.trailing_headers.as_ref(), &req.extensions);
     let checked = checksum.as_ref().map(|c| (c, trailers.as_ref()));
     let body = (input.body, input.content_length);
-    let written = write_body(&gw.pool, body, md5, checked, sealing).await?;
+    let written = write_body(&gw.data, body, md5, checked, sealing).await?;
     let headers = content_headers!(input);
     let mut entry = new_entry(
         &written,
@@ -371,7 +371,7 @@ pub(super) async fn get_object(
     let customer = customer_key!(input)?;
     encryption::check_customer(&entry.sse, customer.as_ref())?;
     let keys = gw.keys(&entry, customer.as_ref()).await?;
-    let body = data::read(&gw.pool, &entry, range.clone(), keys, hold);
+    let body = data::read(&gw.data, &entry, range.clone(), keys, hold);
     let described = encryption::describe(&entry.sse, customer.as_ref());
     let locked = lock::shown(&entry.lock);
     let headers = &entry.headers;

@@ -66,12 +66,12 @@ impl Gateway {
         match multipart::put_part(&self.pool, id, number, &part).await {
             Ok(old) => {
                 if let Some(old) = old {
-                    data::remove_segment(&self.pool, &old.segment).await;
+                    data::remove_segment(&self.data, &old.segment).await;
                 }
                 Ok(part)
             }
             Err(e) => {
-                data::remove_segment(&self.pool, &part.segment).await;
+                data::remove_segment(&self.data, &part.segment).await;
                 Err(self.upload_error(e, id))
             }
         }
@@ -213,7 +213,7 @@ pub(super) async fn upload_part(
     let trailers = Trailers::of(req.trailing_headers.as_ref(), &req.extensions);
     let checked = asked.as_ref().map(|c| (c, trailers.as_ref()));
     let body = (input.body, input.content_length);
-    let written = write_body(&gw.pool, body, md5, checked, sealing).await?;
+    let written = write_body(&gw.data, body, md5, checked, sealing).await?;
     let part = gw
         .put_part(
             &input.upload_id,
@@ -342,7 +342,7 @@ pub(super) async fn complete_multipart_upload(
     };
     let used: Vec<String> = entry.segments.iter().map(|s| s.instance.clone()).collect();
     let parts: Vec<PartRecord> = stored.into_values().collect();
-    multipart::finish(&gw.pool, &input.upload_id, &parts, &used).await;
+    multipart::finish(&gw.pools(), &input.upload_id, &parts, &used).await;
     Ok(completed(
         input.bucket,
         input.key,
@@ -425,7 +425,7 @@ pub(super) async fn abort_multipart_upload(
     let input = req.input;
     gw.upload(&input.bucket, &input.key, &input.upload_id)
         .await?;
-    multipart::abort(&gw.pool, &input.bucket, &input.key, &input.upload_id)
+    multipart::abort(&gw.pools(), &input.bucket, &input.key, &input.upload_id)
         .await
         .map_err(|e| gw.upload_error(e, &input.upload_id))?;
     Ok(S3Response::new(AbortMultipartUploadOutput::default()))
