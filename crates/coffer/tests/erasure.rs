@@ -5,9 +5,10 @@
 //! ranges, copies, multipart uploads, every kind of SSE), whose metadata stays on replicated
 //! pools, as omap is refused on erasure-coded ones; kill -9 of OSDs during writes, which
 //! go on while min_size shards can be written and wait, with a status that says why, when
-//! they cannot; scrub, which encodes each object's shards again, consistent after
-//! recovery; and once the OSDs are stopped, every shard on disk checked against the
-//! code: each position held once, at the object's version, the bytes the encoder gives.
+//! they cannot, while reads go on from any k shards (and wait below k); scrub, which
+//! encodes each object's shards again, consistent after recovery; and once the OSDs are
+//! stopped, every shard on disk checked against the code: each position held once, at the
+//! object's version, the bytes the encoder gives.
 //! On stores that encrypt nothing, a byte flipped on disk in a data shard and then in a
 //! parity shard is found by scrub alone (nothing else can tell), named by OSD and
 //! position, and rebuilt from the others by `--repair`; two altered in one stripe cannot
@@ -405,19 +406,51 @@ fn four_plus_two_on_six_osds_keeps_what_it_acknowledged_through_kill_9() {
     // Every read now decodes around the missing shard where it is a data shard.
     runtime.block_on(check_all(&pool, &acked));
 
-    // A second OSD down leaves four shards, below min_size 5: writes wait, saying why.
+    // A second OSD down leaves four shards, k but below min_size 5: reads go on, decoded
+    // from the four; writes wait, saying why.
     cluster.kill(2, libc::SIGKILL);
     cluster.wait_for("writes waiting for shards", Duration::from_secs(40), |s| {
-        inactive_because(s, "cold", "4 of its OSDs up, min_size 5")
+        inactive_because(
+            s,
+            "cold",
+            "4 of its OSDs up, min_size 5; reads are served, writes wait",
+        )
     });
     let status = cluster.ok(&["status"]);
     assert!(
         status.contains("HEALTH_ERR")
+            && status.contains("16 PGs readonly: writes to them wait")
             && status.contains("pool cold: 16 PGs (5.0, 5.1, 5.2, 5.3, …): 4 of its OSDs up"),
         "{status}"
     );
+    runtime.block_on(check_all(&pool, &acked));
     let paused = paused_put(&runtime, &pool, "on four shards of six");
+
+    // A third down (M + 1) leaves three, fewer than k: nothing decodes, so reads wait too,
+    // saying why, and go on with the writes once the OSDs return.
+    cluster.kill(3, libc::SIGKILL);
+    cluster.wait_for(
+        "reads and writes waiting for shards",
+        Duration::from_secs(40),
+        |s| inactive_because(s, "cold", "3 of its OSDs up, min_size 5"),
+    );
+    let (name, (n, _)) = acked.iter().next().expect("acknowledged writes");
+    let paused_get = {
+        let (pool, name) = (pool.clone(), name.clone());
+        runtime.spawn(async move { pool.get(&name).await })
+    };
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(
+        !paused_get.is_finished(),
+        "a read must not be served from three shards of six"
+    );
+    cluster.restart_osd(3);
     cluster.restart_osd(2);
+    let got = runtime
+        .block_on(paused_get)
+        .expect("join")
+        .expect("the paused read completes once k shards are up");
+    assert!(got == content(*n), "{name} reads back differently");
     runtime
         .block_on(paused)
         .expect("join")
@@ -474,16 +507,34 @@ fn eight_plus_three_on_eleven_osds_reads_and_writes_with_two_down() {
             .expect("put with two down");
         expected.insert(name, content(n));
     }
-    // A third leaves eight, below min_size 9: reads and writes wait until one returns.
+    // A third leaves eight, k but below min_size 9: reads go on, writes wait until one
+    // returns. A read-only PG reads only objects whose last write it knows to be on
+    // min_size shards, which a primary tells the holders once its writes pause for 0.1 s:
+    // an object written just before its primary died would wait for it to return.
+    std::thread::sleep(Duration::from_secs(1));
     cluster.kill(0, libc::SIGKILL);
-    cluster.wait_for(
-        "reads and writes waiting for shards",
-        Duration::from_secs(40),
-        |s| inactive_because(s, "wide", "8 of its OSDs up, min_size 9"),
-    );
+    cluster.wait_for("writes waiting for shards", Duration::from_secs(40), |s| {
+        inactive_because(
+            s,
+            "wide",
+            "8 of its OSDs up, min_size 9; reads are served, writes wait",
+        )
+    });
+    for (name, data) in &expected {
+        let got = runtime
+            .block_on(pool.get(name))
+            .expect("get with three down");
+        assert!(got == *data, "{name} decodes differently with three down");
+    }
+    let paused = paused_put(&runtime, &pool, "on eight shards of eleven");
     for osd in [0, 4, 9] {
         cluster.restart_osd(osd);
     }
+    runtime
+        .block_on(paused)
+        .expect("join")
+        .expect("the paused write completes once nine shards can be written");
+    expected.insert("during-outage".into(), content(999));
     cluster.wait_for("every PG clean again", Duration::from_secs(120), all_clean);
     for (name, data) in &expected {
         let got = runtime.block_on(pool.get(name)).expect("get");

@@ -148,7 +148,7 @@ impl Liveness {
                 };
                 let name = match reported.get(&pg) {
                     Some(state) => {
-                        if let PgState::Inactive(why) = state {
+                        if let Some(why) = state.not_writable() {
                             inactive.entry((pool.id, why)).or_default().push(number);
                         }
                         state.name()
@@ -314,6 +314,7 @@ fn health(
         match state.as_str() {
             "active+clean" => {}
             "inactive" | "down" => errors.push(format!("{count} PGs {state}: I/O to them waits")),
+            "readonly" => errors.push(format!("{count} PGs {state}: writes to them wait")),
             _ => warnings.push(format!("{count} PGs {state}")),
         }
     }
@@ -448,10 +449,10 @@ mod tests {
                 number,
             };
             let primary = map.acting(&pool, pg)[0];
-            let state = if number == 0 {
-                PgState::Inactive("1 of min_size 2".into())
-            } else {
-                PgState::Clean
+            let state = match number {
+                0 => PgState::Inactive("1 of min_size 2".into()),
+                1 => PgState::ReadOnly("4 of its OSDs up, min_size 5; reads are served".into()),
+                _ => PgState::Clean,
             };
             let mut beacon = live
                 .lock()
@@ -464,10 +465,20 @@ mod tests {
             live.beacon(primary, beacon, Instant::now());
         }
         let summary = live.summary(&map);
-        assert_eq!(summary.pgs.get("active+clean"), Some(&3));
+        assert_eq!(summary.pgs.get("active+clean"), Some(&2));
         assert_eq!(summary.pgs.get("inactive"), Some(&1));
-        assert!(matches!(summary.health, Health::Err(_)));
-        assert_eq!(summary.inactive, ["pool p: pg 1.0: 1 of min_size 2"]);
+        assert_eq!(summary.pgs.get("readonly"), Some(&1));
+        let Health::Err(errors) = &summary.health else {
+            panic!("{:?}", summary.health);
+        };
+        assert!(errors.contains(&"1 PGs readonly: writes to them wait".to_string()));
+        assert_eq!(
+            summary.inactive,
+            [
+                "pool p: pg 1.0: 1 of min_size 2",
+                "pool p: pg 1.1: 4 of its OSDs up, min_size 5; reads are served"
+            ]
+        );
 
         // Reports from before the latest map change do not count.
         let primary = map.acting(

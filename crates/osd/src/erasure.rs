@@ -670,15 +670,20 @@ impl<'a> Shards<'a> {
     }
 
     /// A client's read ops on `object`: its bytes gathered from the data shards, its size
-    /// and version from this OSD's shard.
+    /// and version from this OSD's shard. With `complete`, an object at a newer version is
+    /// not read: its version is returned instead.
     pub async fn read_ops(
         &self,
         object: &ObjectName,
         ops: &[ObjectOp],
-    ) -> Result<(Vec<OpResult>, Vec<u8>), OsdReply> {
+        complete: Option<Version>,
+    ) -> Result<Result<(Vec<OpResult>, Vec<u8>), Version>, OsdReply> {
         let Some((head, attrs)) = self.own_head(object).await? else {
             return Err(OsdReply::NotFound);
         };
+        if complete.is_some_and(|complete| head.version > complete) {
+            return Ok(Err(head.version));
+        }
         let clamp = |offset: u64, len: u64| {
             (
                 offset.min(head.size),
@@ -741,7 +746,7 @@ impl<'a> Shards<'a> {
                 }
             });
         }
-        Ok((results, out))
+        Ok(Ok((results, out)))
     }
 }
 

@@ -9,6 +9,7 @@
 //! The PG serves as soon as it has min_size clean copies.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,8 +17,7 @@ use bytes::Bytes;
 use map::placement::{OsdId, PgId};
 use map::{ObjectName, PoolId};
 use messenger::message::{
-    Claim, LogEntry, ObjectCopy, OsdReply, OsdRequest, PeerOp, PgInfo, PgState, Version,
-    LIST_PAGE_MAX,
+    Claim, LogEntry, ObjectCopy, OsdReply, OsdRequest, PeerOp, PgInfo, Version, LIST_PAGE_MAX,
 };
 use store::Transaction;
 use tokio::task::JoinSet;
@@ -523,6 +523,7 @@ impl OsdState {
                     position,
                     held,
                     writers,
+                    complete,
                 },
                 _,
             ) => Ok(Answer {
@@ -532,6 +533,7 @@ impl OsdState {
                 position,
                 held,
                 writers,
+                complete,
             }),
             (other, _) => Err(format!("query: unexpected {other:?}")),
         }
@@ -608,11 +610,12 @@ pub async fn peer(inner: Arc<OsdState>, id: PgId) {
                 continue;
             }
             peering::Action::Publish { interval, state } => {
-                if let PgState::Inactive(why) = &state {
+                if let Some(why) = state.not_writable() {
                     tracing::warn!(pg = %format!("{}.{}", id.pool, id.number), %why, "peering");
                 }
                 if state.is_active() {
                     drop_complete_undo(&inner, &mut core, id).await;
+                    note_complete(&inner, &core, id);
                 }
                 pg.publish_state(interval, state);
                 continue;
@@ -662,6 +665,57 @@ async fn drop_complete_undo(inner: &OsdState, core: &mut Core, pg: PgId) {
             %why,
             "dropping the undo records of complete writes"
         ),
+    }
+}
+
+/// How long an erasure-coded PG's writes pause before its primary tells the holders that
+/// they are complete ([`note_complete`]).
+const NOTE_AFTER: Duration = Duration::from_millis(100);
+
+/// Once the writes of the erasure-coded PG `id` pause for [`NOTE_AFTER`] after a write was
+/// acknowledged or the PG became active (`core` under the PG's lock), tells its clean
+/// holders that every write of its log is on min_size holders (`PeerOp::Complete`), so
+/// that a peering without this primary knows them complete and a read-only PG reads their
+/// objects (docs/design/erasure.md, §7). Writes that go on say it themselves
+/// (`PeerOp::Shard::complete_to`). One such task per PG at a time (`Pg::noting`); a note
+/// lost only leaves a lower bound lower.
+pub fn note_complete(inner: &Arc<OsdState>, core: &Core, id: PgId) {
+    if core.interval.erasure.is_some() && !inner.pg(id).noting.swap(true, Ordering::Relaxed) {
+        inner.spawn(note_once_paused(inner.clone(), id, core.info.last));
+    }
+}
+
+async fn note_once_paused(inner: Arc<OsdState>, id: PgId, mut seen: Version) {
+    let pg = inner.pg(id);
+    let (to, holders) = loop {
+        tokio::time::sleep(NOTE_AFTER).await;
+        let mut core = pg.core.lock().await;
+        if core.info.last != seen {
+            seen = core.info.last;
+            continue;
+        }
+        pg.noting.store(false, Ordering::Relaxed);
+        // Active, and no write in flight under the lock: this primary and its clean
+        // members, min_size of them, hold every write of its log.
+        let active = core.ack_ok() && pg.serving.borrow().is_active();
+        if !active || core.known_complete >= seen {
+            return;
+        }
+        core.known_complete = seen;
+        break (seen, core.interval.clean.clone());
+    };
+    let notes = holders.into_iter().map(|osd| {
+        let inner = inner.clone();
+        async move {
+            let op = PeerOp::Complete { to };
+            (osd, inner.peer_op(osd, id, op, Bytes::new()).await)
+        }
+    });
+    for (osd, noted) in futures::future::join_all(notes).await {
+        if let Err(why) = noted {
+            let pg = format!("{}.{}", id.pool, id.number);
+            tracing::debug!(%pg, osd = osd.0, %why, "noting complete writes");
+        }
     }
 }
 

@@ -202,6 +202,16 @@ struct ClientOp {
     ops: Vec<ObjectOp>,
 }
 
+/// The refusal of a read, in a read-only PG, of an object whose newest write (at
+/// `version`) is not known to be on min_size shards: the client asks again.
+fn not_yet_complete(op: &ClientOp, version: Version) -> OsdReply {
+    OsdReply::Busy(format!(
+        "pg {}.{} is read-only, and {}'s last write ({}.{}) is not known to be on min_size \
+         shards: it is read once the PG takes writes again",
+        op.pg.pool, op.pg.number, op.object, version.epoch, version.seq
+    ))
+}
+
 /// In a pool sealed at the edge, data moves only as sealed chunks: plaintext data ops are
 /// refused, so a client that does not seal cannot hand a daemon plaintext by mistake. In
 /// other pools, chunk ops are refused.
@@ -318,10 +328,11 @@ impl OsdService {
             )));
         }
         let pg = self.inner.pg(op.pg);
-        pg.wait_active().await.map_err(OsdReply::Busy)?;
         if write {
+            pg.wait_active().await.map_err(OsdReply::Busy)?;
             return self.write(op, data, check).await.map(reply);
         }
+        pg.wait_readable().await.map_err(OsdReply::Busy)?;
         if pool.erasure.is_some() {
             let (results, bytes) = self.read_shards(&op).await?;
             return Ok(reply_with(OsdReply::Results(results), Bytes::from(bytes)));
@@ -368,14 +379,27 @@ impl OsdService {
     async fn read_shards(&self, op: &ClientOp) -> Result<(Vec<OpResult>, Vec<u8>), OsdReply> {
         let pg = self.inner.pg(op.pg);
         let mut core = pg.core.lock().await;
-        if !pg.serving.borrow().is_active() {
+        if !pg.serving.borrow().serves_reads() {
             return Err(OsdReply::Busy(format!(
                 "pg {}.{} stopped serving; ask again",
                 op.pg.pool, op.pg.number
             )));
         }
         let shards = self.shards(&core, op.pg)?;
-        let read = shards.read_ops(&op.object, &op.ops).await?;
+        // Read-only: writes above what min_size holders are known to have applied may be
+        // rolled back by the next peering, so their objects are not read until then.
+        let complete = if pg.serving.borrow().is_active() {
+            None
+        } else {
+            if let Some(version) = core.not_known_complete(&op.object) {
+                return Err(not_yet_complete(op, version));
+            }
+            Some(core.readable_to())
+        };
+        let read = match shards.read_ops(&op.object, &op.ops, complete).await? {
+            Ok(read) => read,
+            Err(version) => return Err(not_yet_complete(op, version)),
+        };
         if !shards.found_damage() {
             return Ok(read);
         }
@@ -553,7 +577,12 @@ impl OsdService {
                     pg.publish_state(interval, state);
                     continue;
                 }
-                Action::Reply(reply) => return reply,
+                Action::Reply(reply) => {
+                    if matches!(reply, Ok(OsdReply::Written { .. })) {
+                        crate::recovery::note_complete(inner, &core, op.pg);
+                    }
+                    return reply;
+                }
             };
             actions.extend(core.on_write(pg.announced(), event));
         }
@@ -919,7 +948,7 @@ impl OsdService {
         if let Err(refusal) = self.check_primary(caller, pg, epoch, false).await {
             return refusal;
         }
-        if let Err(why) = self.inner.pg(pg).wait_active().await {
+        if let Err(why) = self.inner.pg(pg).wait_readable().await {
             return OsdReply::Busy(why);
         }
         match self.inner.page(pg, after, limit, None).await {
@@ -1009,6 +1038,7 @@ impl OsdService {
                     position: core.position,
                     held,
                     writers: core.writers.clone(),
+                    complete: core.known_complete.max(core.undo_dropped),
                 }))
             }
             PeerOp::Replicate { entry, ops } => {
@@ -1226,6 +1256,11 @@ impl OsdService {
                 core.position = notes.position;
                 core.unsettled = false;
                 core.loaded = true;
+                Ok(reply(OsdReply::Done))
+            }
+            PeerOp::Complete { to } => {
+                let mut core = pg.core.lock().await;
+                core.known_complete = core.known_complete.max(to);
                 Ok(reply(OsdReply::Done))
             }
         }

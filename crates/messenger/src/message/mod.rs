@@ -27,6 +27,7 @@ mod tests {
             PgState::Recovering,
             PgState::Peering,
             PgState::Inactive(String::new()),
+            PgState::ReadOnly(String::new()),
         ];
         let names: Vec<&str> = states.iter().map(PgState::name).collect();
         assert_eq!(names, PgState::NAMES);

@@ -106,24 +106,41 @@ pub enum PgState {
     Peering,
     /// Not serving: fewer up OSDs hold it than the pool's min_size, or it cannot be peered.
     Inactive(String),
+    /// Serving reads, not writes: an erasure-coded PG with fewer complete shards than its
+    /// pool's min_size, but at least k to decode its objects from.
+    ReadOnly(String),
 }
 
 impl PgState {
     /// Every name [`PgState::name`] gives.
-    pub const NAMES: [&'static str; 5] = [
+    pub const NAMES: [&'static str; 6] = [
         "active+clean",
         "active+undersized",
         "active+recovering",
         "peering",
         "inactive",
+        "readonly",
     ];
 
-    /// Whether the PG serves ops in this state.
+    /// Whether the PG serves ops (writes and reads) in this state.
     pub fn is_active(&self) -> bool {
         matches!(
             self,
             PgState::Clean | PgState::Undersized | PgState::Recovering
         )
+    }
+
+    /// Whether the PG serves reads in this state.
+    pub fn serves_reads(&self) -> bool {
+        self.is_active() || matches!(self, PgState::ReadOnly(_))
+    }
+
+    /// Why the PG does not serve writes, when it is inactive or read-only.
+    pub fn not_writable(&self) -> Option<&str> {
+        match self {
+            PgState::Inactive(why) | PgState::ReadOnly(why) => Some(why),
+            _ => None,
+        }
     }
 
     pub fn name(&self) -> &'static str {
@@ -133,6 +150,7 @@ impl PgState {
             PgState::Recovering => "active+recovering",
             PgState::Peering => "peering",
             PgState::Inactive(_) => "inactive",
+            PgState::ReadOnly(_) => "readonly",
         }
     }
 }

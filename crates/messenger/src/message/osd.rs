@@ -551,6 +551,11 @@ pub enum PeerOp {
         pieces: Vec<(u64, u64)>,
         device: bool,
     },
+    /// Every write of this erasure-coded PG up to `to` is on min_size holders: sent once
+    /// its writes pause (the next write says as much in `Shard::complete_to`), kept in
+    /// memory and answered to the next peering's query, so a read-only PG led by another
+    /// primary reads the objects those writes left (docs/design/erasure.md, §7).
+    Complete { to: Version },
 }
 
 /// What a shard holder says of its shard of an object, with the pieces it read.
@@ -678,6 +683,9 @@ pub enum OsdReply {
         /// In an erasure-coded PG, the OSDs its log's writes were sent to, for the epochs
         /// this OSD applied writes in.
         writers: Writers,
+        /// In an erasure-coded PG, the newest version this OSD knows min_size holders
+        /// applied (every write up to it), as far as it heard (`PeerOp::Complete`).
+        complete: Version,
     },
     PeerListing {
         entries: Vec<(ObjectName, Version)>,

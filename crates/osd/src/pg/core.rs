@@ -11,7 +11,8 @@
 //! | not loaded | `loaded == false` | created on first use; a write whose shell ended without its answer | a peering, query or replicated write loads the log from the store; an activation replaces it |
 //! | replica or stray | `interval` empty | the map names another primary | a map that makes this OSD first in the acting set |
 //! | primary, peering | `peering` in progress, nothing clean yet | a map that changed the acting set; a write that failed here; a recovery that found its target newer; a retry after an inactive peering | every member answered and this OSD holds the newest log |
-//! | primary, inactive | fewer than min_size complete copies | too few OSDs up, the log unreadable, a member silent, a catch-up failed, a write's replicas missed it | the next peering, or a recovery that completes a copy |
+//! | primary, inactive | fewer than min_size complete copies (k shards in an erasure-coded PG) | too few OSDs up, the log unreadable, a member silent, a catch-up failed, a write's replicas missed it | the next peering, or a recovery that completes a copy |
+//! | primary, read-only | an erasure-coded PG with at least k complete shards but fewer than min_size: reads are served, writes wait | peering or a missed write left it so | the next peering, or a recovery that completes a shard |
 //! | primary, recovering | min_size copies, and a replica in `recovering` | peering found a replica behind, or a replica missed a write | the replica joins `clean`, or a new interval |
 //! | primary, undersized | min_size copies, fewer OSDs acting than the pool's size | the map | the map |
 //! | primary, clean | every acting OSD clean | peering or the last recovery | a missed write, a map change |
@@ -85,6 +86,11 @@ pub struct Core {
     /// activation drops once complete. In memory only: after a restart they stay until the
     /// objects are written again.
     pub pushed_undo: BTreeMap<ObjectName, Version>,
+    /// In an erasure-coded PG, the newest version known to be on min_size holders, with
+    /// every write before it: `undo_dropped`, or newer from a primary's note
+    /// (`PeerOp::Complete`) or a member's answer in peering. In memory only, as a lower
+    /// bound needs no sync. A read-only PG reads only objects written at or below it.
+    pub known_complete: Version,
 }
 
 /// The acting set as this OSD last peered it (empty when not primary).
@@ -217,6 +223,7 @@ impl Core {
             position: None,
             writers: Writers::new(),
             pushed_undo: BTreeMap::new(),
+            known_complete: Version::default(),
         }
     }
 
@@ -343,6 +350,41 @@ impl Core {
         1 + self.interval.clean.len()
     }
 
+    /// Whether reads may be served without min_size copies: an erasure-coded PG whose
+    /// complete shards (this primary's and its clean holders') decode its objects.
+    fn reads_ok(&self) -> bool {
+        self.interval
+            .erasure
+            .is_some_and(|profile| self.copies() >= profile.k())
+    }
+
+    /// The fewest OSDs acting with which a peering may make the PG serve anything: min_size;
+    /// in an erasure-coded PG, which serves reads with k complete shards, k, but no fewer
+    /// than n - min_size + 1, so that at least one of them holds every write min_size
+    /// holders acknowledged (with 2+3 and min_size 3, the two others than those three
+    /// could hold none of it).
+    pub fn fewest_to_peer(&self) -> usize {
+        let min_size = self.interval.min_size;
+        self.interval.erasure.map_or(min_size, |profile| {
+            let overlap = (profile.shards() + 1).saturating_sub(min_size);
+            profile.k().max(overlap).min(min_size)
+        })
+    }
+
+    /// The newest version whose writes a read-only PG returns: the newest known to be on
+    /// min_size holders. A write above it may be on fewer, and a later peering with other
+    /// holders may roll it back (docs/design/erasure.md, §7).
+    pub fn readable_to(&self) -> Version {
+        self.known_complete.max(self.undo_dropped)
+    }
+
+    /// The version of `object`'s newest write in the log, if it is above
+    /// [`Core::readable_to`]: a read-only PG does not read the object then.
+    pub fn not_known_complete(&self, object: &ObjectName) -> Option<Version> {
+        let newest = self.log.iter().rev().find(|e| e.object == *object)?;
+        (newest.version > self.readable_to()).then_some(newest.version)
+    }
+
     /// Whether a write applied here and on every clean replica may be acknowledged: it
     /// has at least min_size copies.
     pub fn ack_ok(&self) -> bool {
@@ -423,7 +465,11 @@ impl Core {
                     self.interval.min_size
                 )
             };
-            PgState::Inactive(why)
+            if self.reads_ok() {
+                PgState::ReadOnly(format!("{why}; reads are served, writes wait"))
+            } else {
+                PgState::Inactive(why)
+            }
         } else if !self.interval.recovering.is_empty() {
             PgState::Recovering
         } else if self.interval.acting.len() < self.interval.size {

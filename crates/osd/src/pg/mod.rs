@@ -6,7 +6,7 @@
 //! holds the core, and what the PG serves, published for ops waiting on it and for the
 //! beacon.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use map::cluster::Epoch;
@@ -36,6 +36,10 @@ pub struct Pg {
     /// `serving`, under its lock): a state worked out for an older interval is not
     /// published over what that map announced.
     announced: AtomicU64,
+    /// An erasure-coded PG's primary has a task that tells the holders what is complete once
+    /// its writes pause (service.rs, `note_complete`): set by the write that starts it,
+    /// cleared by the task under the PG's lock.
+    pub noting: AtomicBool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -50,6 +54,10 @@ impl Serving {
     pub fn is_active(&self) -> bool {
         matches!(self, Serving::Primary { state, .. } if state.is_active())
     }
+
+    pub fn serves_reads(&self) -> bool {
+        matches!(self, Serving::Primary { state, .. } if state.serves_reads())
+    }
 }
 
 impl Pg {
@@ -60,6 +68,7 @@ impl Pg {
             core: Mutex::new(Core::new(id, first_token)),
             serving: watch::Sender::new(Serving::NotPrimary),
             announced: AtomicU64::new(0),
+            noting: AtomicBool::new(false),
         }
     }
 
@@ -90,10 +99,21 @@ impl Pg {
         });
     }
 
-    /// Waits (up to [`SERVE_WAIT`]) until the PG serves; the reason it does not otherwise.
+    /// Waits (up to [`SERVE_WAIT`]) until the PG serves writes and reads; the reason it
+    /// does not otherwise.
     pub async fn wait_active(&self) -> Result<(), String> {
+        self.wait_serving(Serving::is_active).await
+    }
+
+    /// Waits (up to [`SERVE_WAIT`]) until the PG serves reads; the reason it does not
+    /// otherwise.
+    pub async fn wait_readable(&self) -> Result<(), String> {
+        self.wait_serving(Serving::serves_reads).await
+    }
+
+    async fn wait_serving(&self, serves: fn(&Serving) -> bool) -> Result<(), String> {
         let mut watch = self.serving.subscribe();
-        let waited = tokio::time::timeout(SERVE_WAIT, watch.wait_for(Serving::is_active)).await;
+        let waited = tokio::time::timeout(SERVE_WAIT, watch.wait_for(serves)).await;
         match waited {
             Ok(Ok(_)) => Ok(()),
             _ => Err(match &*self.serving.borrow() {
@@ -103,6 +123,12 @@ impl Pg {
                     ..
                 } => {
                     format!("pg {}.{} is inactive: {why}", self.id.pool, self.id.number)
+                }
+                Serving::Primary {
+                    state: PgState::ReadOnly(why),
+                    ..
+                } => {
+                    format!("pg {}.{} is read-only: {why}", self.id.pool, self.id.number)
                 }
                 Serving::Primary { state, .. } => {
                     format!("pg {}.{} is {}", self.id.pool, self.id.number, state.name())

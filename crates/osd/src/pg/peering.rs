@@ -11,6 +11,8 @@
 //! Publish(peering), Load
 //!   ▼ Loaded ── the store failed ─────────► Publish(inactive)
 //!   ├── fewer OSDs acting than min_size ──► Publish(inactive)
+//!   │   (than k in an erasure-coded PG, which with k to min_size - 1 complete shards
+//!   │   publishes read-only at the end: reads served, writes wait)
 //!   ▼
 //! Query every member at once, under a new claim
 //!   ▼ Answered ── a member did not ───────► Publish(inactive), RetryLater (the rest dropped)
@@ -63,6 +65,8 @@ pub struct Answer {
     /// In an erasure-coded PG, the OSDs the writes of each epoch it applied writes in were
     /// sent to.
     pub writers: Writers,
+    /// In an erasure-coded PG, the newest version it knows to be on min_size holders.
+    pub complete: Version,
 }
 
 /// What happened, as the shell tells the core.
@@ -298,7 +302,7 @@ impl Core {
             Event::Loaded(Err(why)) => self.stop_peering(format!("reading its log: {why}"), false),
             Event::Loaded(Ok(())) => {
                 assert!(self.loaded, "a PG's log is in memory once loaded");
-                if self.interval.acting.len() < self.interval.min_size {
+                if self.interval.acting.len() < self.fewest_to_peer() {
                     self.peering = None;
                     return vec![self.publish()];
                 }
@@ -319,6 +323,8 @@ impl Core {
                     self.stop_peering(format!("waiting for osd.{} to answer: {why}", osd.0), true)
                 }
                 Ok(answer) => {
+                    // A write min_size holders applied stays in every later history.
+                    self.known_complete = self.known_complete.max(answer.complete);
                     let peering = self.peering();
                     assert!(peering.waiting.remove(&osd), "osd.{} answers once", osd.0);
                     peering.answers.push((osd, answer));
@@ -539,7 +545,7 @@ impl Core {
 
 #[cfg(test)]
 mod tests {
-    use super::super::core::tests::{version, PG};
+    use super::super::core::tests::{name, reqid, version, PG};
     use super::*;
 
     fn placement(acting: &[u32], min_size: usize) -> Placement {
@@ -561,6 +567,7 @@ mod tests {
             position: None,
             held: Vec::new(),
             writers: Writers::new(),
+            complete: Version::default(),
         }
     }
 
@@ -685,6 +692,114 @@ mod tests {
         );
     }
 
+    #[test]
+    fn an_erasure_coded_pg_with_k_shards_but_not_min_size_serves_reads_only() {
+        let coded = |acting: &[u32], positions| Placement {
+            erasure: Some(ec::Profile::new(2, 1, 4096).expect("2+1")),
+            positions,
+            ..placement(acting, 3)
+        };
+        let log = vec![
+            LogEntry {
+                version: version(6, 2),
+                object: name("a"),
+                reqid: reqid(2),
+            },
+            LogEntry {
+                version: version(6, 4),
+                object: name("b"),
+                reqid: reqid(4),
+            },
+        ];
+        let mut core = loaded(version(6, 4));
+        core.set_log(
+            PgInfo {
+                last: version(6, 4),
+            },
+            log.clone().into(),
+        );
+        core.position = Some(0);
+        let positions = vec![Some(OsdId(0)), Some(OsdId(1)), None];
+        core.on_peering(Event::Start(Some(coded(&[0, 1], positions))));
+        let actions = core.on_peering(Event::Loaded(Ok(())));
+        assert!(
+            matches!(actions[..], [Action::Query { to: OsdId(1), .. }]),
+            "k members are peered, though fewer than min_size: {actions:?}"
+        );
+        let actions = core.on_peering(Event::Answered {
+            osd: OsdId(1),
+            answer: Ok(Answer {
+                position: Some(1),
+                complete: version(6, 3),
+                log,
+                ..answer(version(6, 4), false)
+            }),
+        });
+        let [Action::Publish { ref state, .. }] = actions[..] else {
+            panic!("{actions:?}");
+        };
+        assert_eq!(
+            *state,
+            PgState::ReadOnly("2 of its OSDs up, min_size 3; reads are served, writes wait".into())
+        );
+        assert!(state.serves_reads() && !state.is_active());
+        assert!(!core.ack_ok(), "no write is acknowledged below min_size");
+        // The member knew writes up to 6.3 complete: their objects are read, not one
+        // written last at 6.4, which a later peering with other holders may roll back.
+        assert_eq!(core.readable_to(), version(6, 3));
+        assert_eq!(core.not_known_complete(&name("a")), None);
+        assert_eq!(core.not_known_complete(&name("b")), Some(version(6, 4)));
+
+        // Fewer than k: nothing to decode from, so not even peered.
+        let mut core = loaded(version(6, 4));
+        core.position = Some(0);
+        core.on_peering(Event::Start(Some(coded(
+            &[0],
+            vec![Some(OsdId(0)), None, None],
+        ))));
+        let actions = core.on_peering(Event::Loaded(Ok(())));
+        let [Action::Publish { ref state, .. }] = actions[..] else {
+            panic!("{actions:?}");
+        };
+        assert_eq!(
+            *state,
+            PgState::Inactive("1 of its OSDs up, min_size 3".into())
+        );
+        assert!(!core.is_peering());
+
+        // 2+3 with min_size 3: two members are k, but the three that acknowledged the last
+        // write may be the others; three share at least one with them.
+        let wide = |acting: &[u32]| Placement {
+            erasure: Some(ec::Profile::new(2, 3, 4096).expect("2+3")),
+            positions: (0..5)
+                .map(|p| acting.contains(&p).then_some(OsdId(p)))
+                .collect(),
+            ..placement(acting, 3)
+        };
+        let mut core = loaded(version(6, 4));
+        core.position = Some(3);
+        core.on_peering(Event::Start(Some(wide(&[3, 4]))));
+        let actions = core.on_peering(Event::Loaded(Ok(())));
+        assert!(
+            matches!(
+                &actions[..],
+                [Action::Publish {
+                    state: PgState::Inactive(_),
+                    ..
+                }]
+            ),
+            "{actions:?}"
+        );
+        let mut core = loaded(version(6, 4));
+        core.position = Some(2);
+        core.on_peering(Event::Start(Some(wide(&[2, 3, 4]))));
+        let actions = core.on_peering(Event::Loaded(Ok(())));
+        assert!(
+            matches!(actions[..], [Action::Query { .. }, Action::Query { .. }]),
+            "{actions:?}"
+        );
+    }
+
     static NO_WRITERS: Writers = Writers::new();
 
     /// Holder i of `logs` notes `positions[i]` and holds nothing else.
@@ -709,7 +824,7 @@ mod tests {
     fn the_tail_of_an_erasure_coded_pg_decodes_rolls_back_or_waits() {
         let entry = |epoch, seq| LogEntry {
             version: version(epoch, seq),
-            object: super::super::core::tests::name("x"),
+            object: name("x"),
             reqid: ReqId { client: epoch, seq },
         };
         // Each holder's log: a history of (epoch, seq) from 1.
@@ -774,7 +889,7 @@ mod tests {
         let positions = [Some(0), None, None, None, None, Some(5)];
         let mut named = holders(&mixed, &positions);
         assert!(matches!(erasure_tail(p42, 5, &named), Tail::RollBack(_)));
-        let x = super::super::core::tests::name("x");
+        let x = name("x");
         let held: Vec<Vec<(ObjectName, Version, u8)>> = (1..4)
             .map(|shard| vec![(x.clone(), version(3, 3), shard)])
             .collect();
@@ -805,7 +920,7 @@ mod tests {
     fn the_tail_counts_the_osds_a_write_was_sent_to_not_the_positions_now() {
         let entry = |seq| LogEntry {
             version: version(3, seq),
-            object: super::super::core::tests::name("x"),
+            object: name("x"),
             reqid: ReqId { client: 3, seq },
         };
         let a: VecDeque<LogEntry> = [entry(1), entry(2)].into();
