@@ -699,7 +699,7 @@ async fn pgs(state: &State) -> Result<String, String> {
         .collect();
     let mut body = table("pg-states", &["state", "PGs"], &rows);
     if !status.inactive.is_empty() {
-        body.push_str("<h2>Not serving</h2><ul>");
+        body.push_str("<h2>Not taking writes</h2><ul>");
         for line in &status.inactive {
             let _ = write!(body, "<li>{}</li>", escape(line));
         }
