@@ -124,6 +124,51 @@ fn quick_matrix_reports_every_cell_with_a_table_and_a_plot() {
     );
 }
 
+/// Each configuration again with the images' data in an erasure-coded pool (none sealed at
+/// the edge: the monitors refuse such a pool), with the raw space the filled images take.
+#[test]
+fn pool_types_measure_images_whose_data_is_in_an_erasure_coded_pool() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (stdout, doc) = run_matrix(
+        dir.path(),
+        &[
+            "--configs",
+            "gcm/secure,edge/secure",
+            "--pool-types",
+            "replicated,ec:2+1",
+            "--shapes",
+            "sync",
+            "--io-sizes",
+            "4k",
+            "--seconds",
+            "0.3",
+            "--store-gib",
+            "2",
+            "--image-size",
+            "32M",
+        ],
+    );
+    let configs = ["gcm/secure", "edge/secure", "gcm/secure ec:2+1"];
+    check_cells(&doc, &configs, 2, true);
+    let cells = doc["cells"].as_array().expect("cells");
+    let space = |config: &str| {
+        let cell = cells.iter().find(|c| c["config"] == config).expect(config);
+        cell["space_raw_per_byte"].as_f64().unwrap_or(0.0)
+    };
+    // Three copies, and 2+1 keeps 1.5 bytes per byte (plus the stores' own records).
+    assert!((2.9..3.5).contains(&space("gcm/secure")), "{doc:#}");
+    assert!((1.45..1.8).contains(&space("gcm/secure ec:2+1")), "{doc:#}");
+    assert!(
+        stdout.contains("space: gcm/secure ec:2+1: 1."),
+        "the table says the space: {stdout}"
+    );
+    assert!(
+        stdout.contains("ec:2+1 (erasure-coded 2+1"),
+        "the header names the pool: {stdout}"
+    );
+}
+
 /// fio through the NBD export, here of a pool sealed at the edge: the NBD server is the
 /// client that seals.
 #[test]
@@ -208,6 +253,12 @@ fn targets_are_any_nbd_exports_and_bad_arguments_are_refused_up_front() {
         (&["--configs", "none/crc,edge/crc"][..], "use edge/secure"),
         (&["--shapes", "lots"][..], "use many, one or sync"),
         (&["--plot", "matrix.gif"][..], ".svg or .png"),
+        (&["--pool-types", "ec:4+2"][..], "needs 6 OSDs"),
+        (
+            &["--pool-types", "ec:2+1", "--engine", "fio"][..],
+            "use --engine library",
+        ),
+        (&["--pool-types", "raid5"][..], "replicated or ec:K+M"),
         (&["--cluster-cpus", "0-x"][..], "not a CPU list"),
         (
             &["--client-cpus", "100000"][..],

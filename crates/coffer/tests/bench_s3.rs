@@ -1,6 +1,7 @@
-//! `coffer bench s3` runs end to end on tiny cells, twice, and reports every configuration
-//! it promises: numbers present and positive, the baseline at 100 % in each repetition, the
-//! gateway's CPU counted.
+//! `coffer bench s3` runs end to end on tiny cells, twice, in a replicated pool and with the
+//! content in an erasure-coded one, and reports every configuration it promises: numbers
+//! present and positive, the baseline at 100 % in each repetition, the gateway's CPU
+//! counted, each pool's raw space per byte stored.
 //! No timing is asserted.
 
 use std::process::Command;
@@ -23,6 +24,8 @@ fn bench_s3_reports_every_configuration() {
             "2",
             "--repeat",
             "2",
+            "--pool-types",
+            "replicated,ec:2+1",
         ])
         .arg("--json")
         .arg(&json)
@@ -42,8 +45,8 @@ fn bench_s3_reports_every_configuration() {
     let cells = doc["cells"].as_array().expect("cells");
     assert_eq!(
         cells.len(),
-        24,
-        "2 repetitions x 6 configurations x put/get"
+        48,
+        "2 pool types x 2 repetitions x 6 configurations x put/get"
     );
     let mut configs: Vec<&str> = cells
         .iter()
@@ -59,9 +62,21 @@ fn bench_s3_reports_every_configuration() {
             "http/sse-s3",
             "https/sse-s3",
             "http/sse-c",
-            "https/sse-c"
+            "https/sse-c",
+            "http/none ec:2+1",
+            "https/none ec:2+1",
+            "http/sse-s3 ec:2+1",
+            "https/sse-s3 ec:2+1",
+            "http/sse-c ec:2+1",
+            "https/sse-c ec:2+1"
         ]
     );
+    // Three copies, and 2+1 keeps 1.5 bytes per byte (plus the stores' own records).
+    let space = &doc["config"]["space_raw_per_byte"];
+    let replicated = space["replicated"].as_f64().unwrap_or(0.0);
+    let coded = space["ec:2+1"].as_f64().unwrap_or(0.0);
+    assert!((2.9..3.5).contains(&replicated), "{space}");
+    assert!((1.45..1.8).contains(&coded), "{space}");
     for cell in cells {
         assert!(cell["ops"].as_u64().unwrap_or(0) > 0, "{cell}");
         assert!(cell["mib_s"].as_f64().unwrap_or(0.0) > 0.0, "{cell}");

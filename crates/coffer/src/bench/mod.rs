@@ -10,6 +10,7 @@ mod fresh;
 mod image;
 mod latency;
 mod matrix;
+mod pool_type;
 mod report;
 mod s3;
 mod store;

@@ -1,8 +1,10 @@
 //! `coffer bench s3`: N concurrent S3 clients doing PUT, then GET, of 4 MiB and 64 KiB
 //! objects for a set time against a fresh `coffer up` cluster's gateway, over plain HTTP and
-//! over TLS, without server-side encryption, with SSE-S3 and with SSE-C. Each cell is a
-//! percent of plain HTTP without SSE from the same run, with MiB/s, ops/s, latency and the
-//! gateway's CPU seconds per GiB.
+//! over TLS, without server-side encryption, with SSE-S3 and with SSE-C, with the content
+//! in a replicated pool and in the erasure-coded data pools `--pool-types` names. Each
+//! cell is a percent of plain HTTP without SSE in the first pool type from the same run,
+//! with MiB/s, ops/s, latency and the gateway's CPU seconds per GiB, and each pool type's
+//! raw space per byte stored.
 //!
 //! The clients are this process: each holds one HTTP/1.1 keep-alive connection (TLS through
 //! rustls when the cell says so) and signs every request with SigV4 (aws-sigv4), as any S3
@@ -22,6 +24,7 @@ use md5::Digest;
 use serde::Serialize;
 
 use super::fresh::{FreshArgs, FreshCluster};
+use super::pool_type::{parse_pool_type, settled_usage, PoolType};
 use super::report::{
     cpu_seconds, histogram, mean_and_stddev, percent_of, print_header, size_label, write_json,
     Rates,
@@ -55,6 +58,12 @@ pub struct S3Args {
     /// stores seal, at rest gcm).
     #[arg(long, default_value = "edge", value_parser = ["edge", "osd"])]
     seal: String,
+    /// Where the objects' content is kept, comma-separated: replicated (the gateway's own
+    /// pool, as `coffer up` makes it) or ec:K+M (an erasure-coded data pool made for the
+    /// run, with a gateway pool of its own, sealed by the OSDs; needs K + M OSDs). Every
+    /// configuration is measured in each.
+    #[arg(long, value_delimiter = ',', default_value = "replicated", value_parser = parse_pool_type)]
+    pool_types: Vec<PoolType>,
 }
 
 fn parse_size(text: &str) -> Result<u64, String> {
@@ -122,6 +131,8 @@ const CONFIGS: [Config; 6] = [
 struct Cell {
     repetition: usize,
     config: String,
+    /// Where the objects' content is kept (`replicated`, `ec:4+2`).
+    pool_type: String,
     transport: String,
     sse: String,
     object_size: u64,
@@ -396,32 +407,48 @@ async fn phase(
     Ok((total, merged))
 }
 
-/// A plain-HTTP gateway on the same pool, beside the cluster's HTTPS one; stopped when
-/// dropped.
-struct PlainGateway {
+/// A gateway the bench starts beside the cluster's own, logging to a file of its own in the
+/// cluster's directory; stopped when dropped.
+struct BenchGateway {
     child: std::process::Child,
     pid_file: std::path::PathBuf,
     log: std::path::PathBuf,
 }
 
-impl PlainGateway {
-    fn start(cluster: &FreshCluster, addr: &str) -> Result<PlainGateway, String> {
+impl BenchGateway {
+    /// `coffer gw` named `name` on `addr`, for the gateway pool `pool` and its content in
+    /// `data` if given, over plain HTTP or over TLS with the certificate `coffer up` made
+    /// for its own gateway (for this address too).
+    fn start(
+        cluster: &FreshCluster,
+        name: &str,
+        addr: &str,
+        tls: bool,
+        (pool, data): (&str, Option<&str>),
+    ) -> Result<BenchGateway, String> {
         let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-        let pid_file = cluster.dir().join("gw-plain.pid");
-        let log_path = cluster.dir().join("gw-plain.log");
+        let pid_file = cluster.dir().join(format!("{name}.pid"));
+        let log_path = cluster.dir().join(format!("{name}.log"));
         let log = std::fs::File::create(&log_path).map_err(|e| e.to_string())?;
         let mut command = std::process::Command::new(exe);
         cluster.pin(&mut command);
-        let child = command
+        command
             .arg("--conf")
             .arg(cluster.conf_path())
-            .args(["gw", "--plain-http", "--listen", addr, "--pid-file"])
-            .arg(&pid_file)
+            .args(["gw", "--listen", addr, "--pool", pool, "--pid-file"])
+            .arg(&pid_file);
+        if !tls {
+            command.arg("--plain-http");
+        }
+        if let Some(data) = data {
+            command.args(["--data-pool", data]);
+        }
+        let child = command
             .stdout(std::process::Stdio::null())
             .stderr(log)
             .spawn()
-            .map_err(|e| format!("starting a plain-HTTP gateway: {e}"))?;
-        Ok(PlainGateway {
+            .map_err(|e| format!("starting gateway {name}: {e}"))?;
+        Ok(BenchGateway {
             child,
             pid_file,
             log: log_path,
@@ -433,11 +460,90 @@ impl PlainGateway {
     }
 }
 
-impl Drop for PlainGateway {
+impl Drop for BenchGateway {
     fn drop(&mut self) {
         // SAFETY: kill(2) on our own child, which has not been reaped.
         unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
         let _ = self.child.wait();
+    }
+}
+
+/// One pool type's gateways, HTTPS and plain HTTP on one gateway pool, and its user.
+struct Front {
+    /// The pool holding the objects' content.
+    data_pool: String,
+    https_addr: String,
+    /// The HTTPS gateway the bench started (`None`: `coffer up`'s own).
+    https: Option<BenchGateway>,
+    http_addr: String,
+    http: BenchGateway,
+    user: gateway::layout::User,
+}
+
+impl Front {
+    /// Starts `pool_type`'s gateways: for a replicated one, a plain-HTTP gateway beside
+    /// `coffer up`'s on its pool; for an erasure-coded one, both on a gateway pool made
+    /// for it, sealed by the OSDs, whose content goes to the coded pool.
+    async fn start(
+        cluster: &FreshCluster,
+        admin: &client::Cluster,
+        pool_type: PoolType,
+        https_addr: &str,
+    ) -> Result<Front, String> {
+        let http_addr = format!("127.0.0.1:{}", crate::up::free_loopback_port()?);
+        let name = pool_type.slug();
+        let (gw_pool, data_pool, https) = match pool_type {
+            PoolType::Replicated => {
+                let pool = client::conf::GW_POOL_DEFAULT.to_string();
+                (pool.clone(), pool, None)
+            }
+            PoolType::Erasure(_) => {
+                let data = pool_type.pool(admin).await?;
+                let pool = format!("bench-gw-{name}");
+                crate::admin::create_pool(admin, &pool, crate::admin::DEFAULT_PG_NUM, false)
+                    .await?;
+                super::fresh::wait_clean(admin).await?;
+                let gateway = BenchGateway::start(
+                    cluster,
+                    &format!("gw-https-{name}"),
+                    https_addr,
+                    true,
+                    (&pool, Some(&data)),
+                )?;
+                wait_listening(https_addr, &gateway.log).await?;
+                (pool, data, Some(gateway))
+            }
+        };
+        let data = (gw_pool != data_pool).then_some(data_pool.as_str());
+        let http = BenchGateway::start(
+            cluster,
+            &format!("gw-http-{name}"),
+            &http_addr,
+            false,
+            (&gw_pool, data),
+        )?;
+        wait_listening(&http_addr, &http.log).await?;
+        let pool = admin.pool(&gw_pool).await.map_err(|e| e.to_string())?;
+        let user = gateway::users::create(&pool, "bench")
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(Front {
+            data_pool,
+            https_addr: https_addr.to_string(),
+            https,
+            http_addr,
+            http,
+            user,
+        })
+    }
+
+    /// The CPU seconds of the gateway serving `tls` or plain HTTP so far.
+    fn gateway_cpu(&self, cluster: &FreshCluster, tls: bool) -> f64 {
+        match (&self.https, tls) {
+            (_, false) => self.http.cpu_seconds(),
+            (Some(https), true) => https.cpu_seconds(),
+            (None, true) => cluster.daemon_cpu_seconds(crate::gw::GW_DIR),
+        }
     }
 }
 
@@ -466,21 +572,37 @@ async fn wait_listening(addr: &str, log: &std::path::Path) -> Result<(), String>
 
 pub fn run(args: S3Args) -> Result<(), String> {
     args.fresh.place()?;
+    for pool_type in &args.pool_types {
+        pool_type.check_osds(args.fresh.osds)?;
+    }
     let seconds = args.fresh.seconds(args.quick);
     let clients = args.clients.max(1);
+    let pools = args
+        .pool_types
+        .iter()
+        .map(|t| {
+            t.describe(args.fresh.osds)
+                .map(|d| format!("{} ({d})", t.label()))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     print_header(
         "coffer bench s3",
         &[
             (
                 "configurations",
-                "http|https x no SSE|SSE-S3|SSE-C; baseline http/none".into(),
+                format!(
+                    "http|https x no SSE|SSE-S3|SSE-C, in each of {}; baseline http/none in {}",
+                    pools.join(", "),
+                    args.pool_types[0].label()
+                ),
             ),
             (
                 "cluster",
                 format!(
-                    "one fresh `coffer up` (at rest gcm, in transit secure, pools sealed at the \
-                     {}): 1 monitor, {} OSDs, its HTTPS gateway and a plain-HTTP one on the same \
-                     pool, under {}",
+                    "one fresh `coffer up` (at rest gcm, in transit secure, its pools sealed at \
+                     the {}): 1 monitor, {} OSDs, its HTTPS gateway and a plain-HTTP one on the \
+                     same pool; for a coded pool, both on a gateway pool of its own, sealed by \
+                     the OSDs; under {}",
                     args.seal,
                     args.fresh.osds,
                     args.fresh.dir.display()
@@ -498,7 +620,6 @@ pub fn run(args: S3Args) -> Result<(), String> {
     );
     let dir = args.fresh.dir.join(format!("s3-{}", std::process::id()));
     let https_addr = format!("127.0.0.1:{}", crate::up::free_loopback_port()?);
-    let http_addr = format!("127.0.0.1:{}", crate::up::free_loopback_port()?);
     let at_rest = match args.seal.as_str() {
         "edge" => super::fresh::EDGE,
         _ => "gcm",
@@ -512,116 +633,132 @@ pub fn run(args: S3Args) -> Result<(), String> {
         Some(&https_addr),
         false,
     )?;
-    let plain = PlainGateway::start(&cluster, &http_addr)?;
     let conf = cluster.conf()?;
     let runtime = crate::daemon::runtime()?;
     let mut cells: Vec<Cell> = Vec::new();
+    let mut spaces = Vec::new();
     runtime.block_on(async {
         let admin = super::fresh::connect_admin(&conf).await?;
         super::fresh::wait_clean(&admin).await?;
-        let pool = admin
-            .pool(client::conf::GW_POOL_DEFAULT)
-            .await
-            .map_err(|e| e.to_string())?;
-        let user = gateway::users::create(&pool, "bench")
-            .await
-            .map_err(|e| e.to_string())?;
         let https_log = cluster.dir().join(crate::gw::GW_DIR).join("log");
         wait_listening(&https_addr, &https_log).await?;
-        wait_listening(&http_addr, &plain.log).await?;
         let customer_key: [u8; 32] = rand::random();
         let b64 = base64::engine::general_purpose::STANDARD;
         let tls = tls_config(&conf.dir.join(crate::gw::GW_DIR).join(gateway::tls::CA_FILE))?;
-        for (repetition, config) in
-            (0..args.repeat.max(1)).flat_map(|r| CONFIGS.iter().map(move |c| (r, *c)))
-        {
-            let target = Target {
-                addr: if config.tls { &https_addr } else { &http_addr }.clone(),
-                tls: config.tls.then(|| tls.clone()),
-                access_key: user.access_key.clone(),
-                secret_key: user.secret_key.clone(),
-                customer: (
-                    b64.encode(customer_key),
-                    b64.encode(md5::Md5::digest(customer_key)),
-                ),
+        for pool_type in &args.pool_types {
+            let https_addr = match pool_type {
+                PoolType::Replicated => https_addr.clone(),
+                PoolType::Erasure(_) => {
+                    format!("127.0.0.1:{}", crate::up::free_loopback_port()?)
+                }
             };
-            let mut pool_of_clients = Vec::new();
-            for _ in 0..clients {
-                pool_of_clients.push(S3Client::connect(&target).await?);
-            }
-            let bucket = config.label().replace('/', "-");
-            if repetition == 0 {
-                pool_of_clients[0]
-                    .call("PUT", &format!("/{bucket}"), Bytes::new(), Sse::None)
-                    .await?;
-            }
-            for size in &args.io_sizes {
-                for put in [true, false] {
-                    let gateway_cpu = || {
-                        if config.tls {
-                            cluster.daemon_cpu_seconds(crate::gw::GW_DIR)
-                        } else {
-                            plain.cpu_seconds()
-                        }
-                    };
-                    let (cpu_cluster, cpu_gateway, cpu_client) =
-                        (cluster.cpu_seconds(), gateway_cpu(), cpu_seconds());
-                    let started = Instant::now();
-                    let (ops, hist) = phase(
-                        &mut pool_of_clients,
-                        &bucket,
-                        put,
-                        *size,
-                        config.sse,
-                        seconds,
-                    )
-                    .await?;
-                    let elapsed = started.elapsed().as_secs_f64();
-                    let rates = Rates::new(
-                        ops,
-                        *size,
-                        elapsed,
-                        &hist,
-                        cluster.cpu_seconds() - cpu_cluster,
-                        cpu_seconds() - cpu_client,
-                    );
-                    let gib = rates.mib_s * elapsed / 1024.0;
-                    let gateway_s = gateway_cpu() - cpu_gateway;
-                    let cell = Cell {
-                        repetition,
-                        config: config.label(),
-                        transport: if config.tls { "https" } else { "http" }.into(),
-                        sse: config.label().split('/').nth(1).unwrap_or_default().into(),
-                        object_size: *size,
-                        op: if put { "put" } else { "get" }.into(),
-                        clients,
-                        rates,
-                        gateway_cpu_s_per_gib: if gib > 0.0 { gateway_s / gib } else { 0.0 },
-                        pct_of_baseline: 0.0,
-                    };
-                    eprintln!(
-                        "{:<12} {:>3} {}: {:>7.0} ops/s {:>8.1} MiB/s, gateway CPU {:.2} s/GiB",
-                        cell.config,
-                        size_label(*size),
-                        cell.op,
-                        cell.rates.ops_s,
-                        cell.rates.mib_s,
-                        cell.gateway_cpu_s_per_gib
-                    );
-                    cells.push(cell);
+            let front = Front::start(&cluster, &admin, *pool_type, &https_addr).await?;
+            for (repetition, config) in
+                (0..args.repeat.max(1)).flat_map(|r| CONFIGS.iter().map(move |c| (r, *c)))
+            {
+                let target = Target {
+                    addr: if config.tls {
+                        &front.https_addr
+                    } else {
+                        &front.http_addr
+                    }
+                    .clone(),
+                    tls: config.tls.then(|| tls.clone()),
+                    access_key: front.user.access_key.clone(),
+                    secret_key: front.user.secret_key.clone(),
+                    customer: (
+                        b64.encode(customer_key),
+                        b64.encode(md5::Md5::digest(customer_key)),
+                    ),
+                };
+                let mut pool_of_clients = Vec::new();
+                for _ in 0..clients {
+                    pool_of_clients.push(S3Client::connect(&target).await?);
+                }
+                let bucket = config.label().replace('/', "-");
+                if repetition == 0 {
+                    pool_of_clients[0]
+                        .call("PUT", &format!("/{bucket}"), Bytes::new(), Sse::None)
+                        .await?;
+                }
+                for size in &args.io_sizes {
+                    for put in [true, false] {
+                        let gateway_cpu = || front.gateway_cpu(&cluster, config.tls);
+                        let (cpu_cluster, cpu_gateway, cpu_client) =
+                            (cluster.cpu_seconds(), gateway_cpu(), cpu_seconds());
+                        let started = Instant::now();
+                        let (ops, hist) = phase(
+                            &mut pool_of_clients,
+                            &bucket,
+                            put,
+                            *size,
+                            config.sse,
+                            seconds,
+                        )
+                        .await?;
+                        let elapsed = started.elapsed().as_secs_f64();
+                        let rates = Rates::new(
+                            ops,
+                            *size,
+                            elapsed,
+                            &hist,
+                            cluster.cpu_seconds() - cpu_cluster,
+                            cpu_seconds() - cpu_client,
+                        );
+                        let gib = rates.mib_s * elapsed / 1024.0;
+                        let gateway_s = gateway_cpu() - cpu_gateway;
+                        let cell = Cell {
+                            repetition,
+                            config: match pool_type {
+                                PoolType::Replicated => config.label(),
+                                other => format!("{} {}", config.label(), other.label()),
+                            },
+                            pool_type: pool_type.label(),
+                            transport: if config.tls { "https" } else { "http" }.into(),
+                            sse: config.label().split('/').nth(1).unwrap_or_default().into(),
+                            object_size: *size,
+                            op: if put { "put" } else { "get" }.into(),
+                            clients,
+                            rates,
+                            gateway_cpu_s_per_gib: if gib > 0.0 { gateway_s / gib } else { 0.0 },
+                            pct_of_baseline: 0.0,
+                        };
+                        eprintln!(
+                            "{:<20} {:>3} {}: {:>7.0} ops/s {:>8.1} MiB/s, gateway CPU {:.2} s/GiB",
+                            cell.config,
+                            size_label(*size),
+                            cell.op,
+                            cell.rates.ops_s,
+                            cell.rates.mib_s,
+                            cell.gateway_cpu_s_per_gib
+                        );
+                        cells.push(cell);
+                    }
                 }
             }
+            // The OSDs report usage every few seconds: the last cells were reads.
+            let usage = settled_usage(&admin, &front.data_pool, 1).await?;
+            let per_byte = usage.used_bytes as f64 / usage.stored_bytes.max(1) as f64;
+            eprintln!(
+                "{}: {} stored take {} in pool {}: {per_byte:.2} bytes per byte",
+                pool_type.label(),
+                crate::text::approximate(usage.stored_bytes),
+                crate::text::approximate(usage.used_bytes),
+                front.data_pool
+            );
+            spaces.push((pool_type.label(), per_byte));
         }
         Ok::<_, String>(())
     })?;
-    drop(plain);
     drop(cluster);
     let baseline_label = CONFIGS[0].label();
+    let baseline_type = args.pool_types[0].label();
     for i in 0..cells.len() {
         let baseline = cells
             .iter()
             .find(|c| {
-                c.config == baseline_label
+                c.config.split(' ').next() == Some(baseline_label.as_str())
+                    && c.pool_type == baseline_type
                     && c.repetition == cells[i].repetition
                     && c.object_size == cells[i].object_size
                     && c.op == cells[i].op
@@ -630,6 +767,9 @@ pub fn run(args: S3Args) -> Result<(), String> {
         cells[i].pct_of_baseline = percent_of(cells[i].rates.mib_s, baseline);
     }
     print_table(&cells);
+    for (pool_type, per_byte) in &spaces {
+        println!("space: {pool_type}: {per_byte:.2} raw bytes per byte stored");
+    }
     if let Some(path) = &args.fresh.json {
         let config = serde_json::json!({
             "seconds_per_cell": seconds,
@@ -637,6 +777,11 @@ pub fn run(args: S3Args) -> Result<(), String> {
             "osds": args.fresh.osds,
             "repeat": args.repeat.max(1),
             "seal": args.seal,
+            "pool_types": args.pool_types.iter().map(PoolType::label).collect::<Vec<_>>(),
+            "space_raw_per_byte": spaces
+                .iter()
+                .map(|(t, r)| (t.clone(), *r))
+                .collect::<std::collections::BTreeMap<_, _>>(),
         });
         write_json(path, "s3", config, &cells)?;
     }
@@ -648,7 +793,7 @@ pub fn run(args: S3Args) -> Result<(), String> {
 fn print_table(cells: &[Cell]) {
     println!();
     println!(
-        "{:<5} {:<4} {:<13} {:>8} {:>9} {:>13} {:>9} {:>9} {:>11} {:>10}",
+        "{:<5} {:<4} {:<20} {:>8} {:>9} {:>13} {:>9} {:>9} {:>11} {:>11} {:>10}",
         "size",
         "op",
         "config",
@@ -658,6 +803,7 @@ fn print_table(cells: &[Cell]) {
         "p50 us",
         "p99 us",
         "gw s/GiB",
+        "OSDs s/GiB",
         "load CPU"
     );
     let mut seen: Vec<(u64, &str, &str)> = Vec::new();
@@ -677,7 +823,7 @@ fn print_table(cells: &[Cell]) {
         let (pct, pct_sd) =
             mean_and_stddev(&same.iter().map(|c| c.pct_of_baseline).collect::<Vec<_>>());
         println!(
-            "{:<5} {:<4} {:<13} {:>8.0} {:>9.1} {:>7.0}% ({:>3.0}) {:>9.0} {:>9.0} {:>11.2} {:>9.2}s",
+            "{:<5} {:<4} {:<20} {:>8.0} {:>9.1} {:>7.0}% ({:>3.0}) {:>9.0} {:>9.0} {:>11.2} {:>11.2} {:>9.2}s",
             size_label(cell.object_size),
             cell.op,
             cell.config,
@@ -688,6 +834,7 @@ fn print_table(cells: &[Cell]) {
             mean(&|c| c.rates.lat_us.p50),
             mean(&|c| c.rates.lat_us.p99),
             mean(&|c| c.gateway_cpu_s_per_gib),
+            mean(&|c| c.rates.cluster_cpu_s_per_gib),
             mean(&|c| c.rates.client_cpu_s)
         );
     }

@@ -780,16 +780,7 @@ mod tests {
         core.position = Some(3);
         core.on_peering(Event::Start(Some(wide(&[3, 4]))));
         let actions = core.on_peering(Event::Loaded(Ok(())));
-        assert!(
-            matches!(
-                &actions[..],
-                [Action::Publish {
-                    state: PgState::Inactive(_),
-                    ..
-                }]
-            ),
-            "{actions:?}"
-        );
+        assert!(publishes_inactive(&actions), "{actions:?}");
         let mut core = loaded(version(6, 4));
         core.position = Some(2);
         core.on_peering(Event::Start(Some(wide(&[2, 3, 4]))));
@@ -1056,21 +1047,23 @@ mod tests {
         ));
     }
 
+    /// Whether `actions` publish the PG inactive and do nothing else.
+    fn publishes_inactive(actions: &[Action]) -> bool {
+        matches!(
+            actions,
+            [Action::Publish {
+                state: PgState::Inactive(_),
+                ..
+            }]
+        )
+    }
+
     #[test]
     fn too_few_osds_or_an_unreadable_log_leave_the_pg_inactive_without_queries() {
         let mut core = loaded(version(6, 2));
         core.on_peering(Event::Start(Some(placement(&[0], 2))));
         let actions = core.on_peering(Event::Loaded(Ok(())));
-        assert!(
-            matches!(
-                &actions[..],
-                [Action::Publish {
-                    state: PgState::Inactive(_),
-                    ..
-                }]
-            ),
-            "{actions:?}"
-        );
+        assert!(publishes_inactive(&actions), "{actions:?}");
         let mut core = Core::new(PG, 50);
         core.on_peering(Event::Start(Some(placement(&[0, 1], 1))));
         let actions = core.on_peering(Event::Loaded(Err("a bad page".into())));

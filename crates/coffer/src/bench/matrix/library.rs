@@ -23,20 +23,23 @@ pub fn image_many(i: usize) -> String {
     format!("bench-{i}")
 }
 
-/// Creates and fills the images the cells drive: with `one`, the single client's image
-/// (`size_bytes`); and one image per client of the "many" shape (`size_bytes / many` each,
-/// at least one object).
+/// Creates and fills the images the cells drive, their headers in the default pool and
+/// their data in pool `data`: with `one`, the single client's image (`size_bytes`); and
+/// one image per client of the "many" shape (`size_bytes / many` each, at least one
+/// object). Returns the bytes written.
 pub async fn prepare_images(
     conf: &client::Conf,
     size_bytes: u64,
     one: bool,
     many: usize,
-) -> Result<(), String> {
+    data: &str,
+) -> Result<u64, String> {
     let admin = connect_admin(conf).await?;
     let pool = admin
         .pool(crate::up::DEFAULT_POOL)
         .await
         .map_err(|e| e.to_string())?;
+    let data = admin.pool(data).await.map_err(|e| e.to_string())?;
     let share = (size_bytes / many.max(1) as u64)
         .div_ceil(OBJECT_SIZE_DEFAULT)
         .max(1)
@@ -45,10 +48,12 @@ pub async fn prepare_images(
         .then(|| (IMAGE_ONE.to_string(), size_bytes))
         .into_iter()
         .chain((0..many).map(|i| (image_many(i), share)));
+    let mut filled = 0;
     for (name, size) in images {
-        image::create(&pool, &name, size, OBJECT_SIZE_DEFAULT)
+        image::create_with_data(&pool, &name, size, OBJECT_SIZE_DEFAULT, Some(&data))
             .await
             .map_err(|e| format!("creating image {name}: {e}"))?;
+        filled += size;
         let writer = Access::Write {
             purpose: "bench prefill",
             wait_stale: false,
@@ -59,7 +64,7 @@ pub async fn prepare_images(
         prefill(&disk).await?;
         disk.close().await.map_err(|e| e.to_string())?;
     }
-    Ok(())
+    Ok(filled)
 }
 
 /// A started worker: its process and the lines it prints.

@@ -4,9 +4,10 @@
 //! a fresh cluster with images filled by large writes, then random reads and writes of
 //! 4 MiB and 4 KiB in three client shapes: "many" (several client processes, each with many
 //! IOs in flight), "one" (one client, queue depth 128) and "sync" (one client at queue depth
-//! one). Every cell is a percent of the first configuration measured in the same
-//! repetition, with latency percentiles and the CPU time of the cluster per GiB and per
-//! 1,000 IOs.
+//! one). `--pool-types ec:4+2` measures each configuration again with the images' data in
+//! an erasure-coded pool. Every cell is a percent of the first configuration measured in
+//! the same repetition, with latency percentiles and the CPU time of the cluster per GiB
+//! and per 1,000 IOs.
 
 mod fio;
 mod library;
@@ -24,6 +25,7 @@ use crate::progress::Progress;
 use super::fresh::{
     connect_admin, fresh_config, wait_clean, FreshArgs, FreshCluster, CORNERS, EDGE,
 };
+use super::pool_type::{parse_pool_type, settled_usage, PoolType};
 use super::report::{
     machine_cores, mean_and_stddev, percent_of, print_header, size_label, write_json, LatencyUs,
 };
@@ -89,6 +91,12 @@ pub struct MatrixArgs {
     /// Client shapes, comma-separated: many, one, sync.
     #[arg(long, value_delimiter = ',', default_value = "many,one,sync")]
     shapes: Vec<String>,
+    /// Where the images keep their data, comma-separated: replicated (the default pool,
+    /// min(3, OSDs) copies) or ec:K+M (an erasure-coded data pool made for the run, the
+    /// images' headers staying in the default pool; needs K + M OSDs and the library
+    /// engine). Each configuration is measured in each.
+    #[arg(long, value_delimiter = ',', default_value = "replicated", value_parser = parse_pool_type, conflicts_with = "target")]
+    pool_types: Vec<PoolType>,
 }
 
 /// What one cell measured, whichever engine drove it.
@@ -105,8 +113,14 @@ pub struct Measured {
 }
 
 enum Source {
-    Fresh { at_rest: String, in_transit: String },
-    Target { uri: String },
+    Fresh {
+        at_rest: String,
+        in_transit: String,
+        pool_type: PoolType,
+    },
+    Target {
+        uri: String,
+    },
 }
 
 struct Config {
@@ -126,6 +140,11 @@ struct Cell {
     config: String,
     at_rest: Option<String>,
     in_transit: Option<String>,
+    /// Where the images keep their data (`replicated`, `ec:4+2`; null for a target).
+    pool_type: Option<String>,
+    /// The raw bytes the OSDs' stores took for the filled images, per byte of image data
+    /// (null for a target or fio).
+    space_raw_per_byte: Option<f64>,
     engine: &'static str,
     shape: &'static str,
     clients: usize,
@@ -189,16 +208,38 @@ fn configs(args: &MatrixArgs) -> Result<Vec<Config>, String> {
             }
         }
     }
-    Ok(pairs
-        .into_iter()
-        .map(|(at_rest, in_transit)| Config {
-            label: format!("{at_rest}/{in_transit}"),
-            source: Source::Fresh {
-                at_rest,
-                in_transit,
-            },
-        })
-        .collect())
+    for pool_type in &args.pool_types {
+        pool_type.check_osds(args.fresh.osds)?;
+        if *pool_type != PoolType::Replicated && args.engine == Engine::Fio {
+            return Err(format!(
+                "--pool-types {}: use --engine library (the NBD export `coffer up` makes \
+                 keeps its data in the replicated default pool)",
+                pool_type.label()
+            ));
+        }
+    }
+    let mut configs = Vec::new();
+    for pool_type in &args.pool_types {
+        for (at_rest, in_transit) in &pairs {
+            // The monitors refuse an erasure-coded pool sealed at the edge (#33).
+            if at_rest == EDGE && *pool_type != PoolType::Replicated {
+                continue;
+            }
+            let label = match pool_type {
+                PoolType::Replicated => format!("{at_rest}/{in_transit}"),
+                other => format!("{at_rest}/{in_transit} {}", other.label()),
+            };
+            configs.push(Config {
+                label,
+                source: Source::Fresh {
+                    at_rest: at_rest.clone(),
+                    in_transit: in_transit.clone(),
+                    pool_type: *pool_type,
+                },
+            });
+        }
+    }
+    Ok(configs)
 }
 
 fn shapes(args: &MatrixArgs) -> Result<Vec<Shape>, String> {
@@ -346,12 +387,19 @@ fn describe_engine(engine: Engine, configs: &[Config], args: &MatrixArgs) -> Str
         ),
         (Engine::Library, Source::Fresh { .. }) => format!(
             "one `coffer bench worker` process per client, each on its own image through the \
-             block library, on a fresh `coffer up` per configuration (1 monitor, {} OSDs, pool \
-             size {}, {}) under {}",
+             block library, on a fresh `coffer up` per configuration (1 monitor, {} OSDs, {}) \
+             under {}; the images' data in {}",
             args.fresh.osds,
-            args.fresh.osds.clamp(1, 3),
             args.fresh.cache(),
-            args.fresh.dir.display()
+            args.fresh.dir.display(),
+            args.pool_types
+                .iter()
+                .map(|t| t
+                    .describe(args.fresh.osds)
+                    .map(|d| format!("{} ({d})", t.label())))
+                .collect::<Result<Vec<_>, _>>()
+                .unwrap_or_default()
+                .join(", ")
         ),
     }
 }
@@ -392,11 +440,13 @@ impl Plan<'_> {
             Source::Fresh {
                 at_rest,
                 in_transit,
+                pool_type,
             } => {
                 let dir = self.args.fresh.dir.join(format!(
-                    "matrix-{}-{}-{at_rest}-{in_transit}",
+                    "matrix-{}-{}-{at_rest}-{in_transit}-{}",
                     std::process::id(),
-                    self.repeat
+                    self.repeat,
+                    pool_type.slug()
                 ));
                 let nbd = match self.engine {
                     Engine::Fio => Some(crate::up::free_loopback_port()?),
@@ -419,14 +469,26 @@ impl Plan<'_> {
                     .find(|s| s.name == "many")
                     .map_or(0, |s| s.clients);
                 let one = self.shapes.iter().any(|s| s.name != "many");
-                runtime.block_on(async {
+                let space = runtime.block_on(async {
                     let admin = connect_admin(&conf).await?;
                     wait_clean(&admin).await?;
-                    if self.engine == Engine::Library {
-                        progress.set_message(&format!("{}: filling images", config.label));
-                        library::prepare_images(&conf, self.image_size, one, many).await?;
+                    if self.engine != Engine::Library {
+                        return Ok(None);
                     }
-                    Ok::<_, String>(())
+                    let data = pool_type.pool(&admin).await?;
+                    progress.set_message(&format!("{}: filling images", config.label));
+                    let filled =
+                        library::prepare_images(&conf, self.image_size, one, many, &data).await?;
+                    let objects = filled / block::image::OBJECT_SIZE_DEFAULT;
+                    let used = settled_usage(&admin, &data, objects).await?.used_bytes;
+                    let per_byte = used as f64 / filled.max(1) as f64;
+                    progress.eprintln(&format!(
+                        "{}: {} of images take {} in pool {data}: {per_byte:.2} bytes per byte",
+                        config.label,
+                        crate::text::approximate(filled),
+                        crate::text::approximate(used)
+                    ));
+                    Ok::<_, String>(Some(per_byte))
                 })?;
                 let cluster_cpu = || Some(cluster.cpu_seconds());
                 match export {
@@ -449,22 +511,27 @@ impl Plan<'_> {
                     }
                     None => {
                         let conf_path = cluster.conf_path();
-                        self.cells(config, progress, &|shape, io_size, write| {
-                            let images: Vec<String> = if shape.name == "many" {
-                                (0..shape.clients).map(library::image_many).collect()
-                            } else {
-                                vec![library::IMAGE_ONE.to_string()]
-                            };
-                            library::run_cell(
-                                &cluster_cpu,
-                                &conf_path,
-                                &images,
-                                write,
-                                io_size,
-                                shape.qd,
-                                self.seconds,
-                            )
-                        })
+                        let mut cells =
+                            self.cells(config, progress, &|shape, io_size, write| {
+                                let images: Vec<String> = if shape.name == "many" {
+                                    (0..shape.clients).map(library::image_many).collect()
+                                } else {
+                                    vec![library::IMAGE_ONE.to_string()]
+                                };
+                                library::run_cell(
+                                    &cluster_cpu,
+                                    &conf_path,
+                                    &images,
+                                    write,
+                                    io_size,
+                                    shape.qd,
+                                    self.seconds,
+                                )
+                            })?;
+                        for cell in &mut cells {
+                            cell.space_raw_per_byte = space;
+                        }
+                        Ok(cells)
                     }
                 }
             }
@@ -478,12 +545,17 @@ impl Plan<'_> {
         progress: &Progress,
         drive: &dyn Fn(Shape, u64, bool) -> Result<Measured, String>,
     ) -> Result<Vec<Cell>, String> {
-        let (at_rest, in_transit) = match &config.source {
+        let labels = match &config.source {
             Source::Fresh {
                 at_rest,
                 in_transit,
-            } => (Some(at_rest.clone()), Some(in_transit.clone())),
-            Source::Target { .. } => (None, None),
+                pool_type,
+            } => (
+                Some(at_rest.clone()),
+                Some(in_transit.clone()),
+                Some(pool_type.label()),
+            ),
+            Source::Target { .. } => (None, None, None),
         };
         let mut cells = Vec::new();
         for shape in self.shapes {
@@ -500,7 +572,7 @@ impl Plan<'_> {
                     let measured = drive(*shape, io_size, write)?;
                     let cell = cell_of(
                         config,
-                        (at_rest.clone(), in_transit.clone()),
+                        labels.clone(),
                         self.engine,
                         *shape,
                         io_size,
@@ -526,7 +598,7 @@ impl Plan<'_> {
 
 fn cell_of(
     config: &Config,
-    (at_rest, in_transit): (Option<String>, Option<String>),
+    (at_rest, in_transit, pool_type): (Option<String>, Option<String>, Option<String>),
     engine: Engine,
     shape: Shape,
     io_size: u64,
@@ -543,6 +615,8 @@ fn cell_of(
         config: config.label.clone(),
         at_rest,
         in_transit,
+        pool_type,
+        space_raw_per_byte: None,
         engine: match engine {
             Engine::Library => "library",
             Engine::Fio => "fio",
@@ -675,7 +749,7 @@ mod tests {
         };
         cell_of(
             &config,
-            (None, None),
+            (None, None, None),
             Engine::Library,
             shape,
             4096,

@@ -53,7 +53,12 @@ pub fn print(cells: &[Cell], configs: &[&str]) {
             String::new()
         }
     );
-    let width = if repeats > 1 { 25 } else { 15 };
+    let width = others
+        .iter()
+        .map(|c| c.len())
+        .max()
+        .unwrap_or(0)
+        .max(if repeats > 1 { 25 } else { 15 });
     print!("{:<26}", "clients / IO");
     for config in others {
         print!(" {config:>width$}");
@@ -72,15 +77,21 @@ pub fn print(cells: &[Cell], configs: &[&str]) {
         println!();
     }
     println!();
+    let cw = cells
+        .iter()
+        .map(|c| c.config.len())
+        .max()
+        .unwrap_or(0)
+        .max(16);
     println!(
-        "{:<16} {:<5} {:>3} {:<5} {:>9} {:>8} {:>8} {:>8} {:>9} {:>9} {:>9} {:>9} {:>8} {:>7} {:>7}",
+        "{:<cw$} {:<5} {:>3} {:<5} {:>9} {:>8} {:>8} {:>8} {:>9} {:>9} {:>9} {:>9} {:>8} {:>7} {:>7}",
         "config", "shape", "IO", "op", "IOPS", "MiB/s", "mean us", "p50 us", "p99 us",
         "p99.9 us", "max us", "CPU s/GiB", "s/kIO", "client", "% base"
     );
     for c in cells {
         let cpu = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}"));
         println!(
-            "{:<16} {:<5} {:>3} {:<5} {:>9.0} {:>8.1} {:>8.0} {:>8.0} {:>9.0} {:>9.0} {:>9.0} {:>9} {:>8} {:>6.0}% {:>6.1}%",
+            "{:<cw$} {:<5} {:>3} {:<5} {:>9.0} {:>8.1} {:>8.0} {:>8.0} {:>9.0} {:>9.0} {:>9.0} {:>9} {:>8} {:>6.0}% {:>6.1}%",
             c.config,
             c.shape,
             size_label(c.io_size),
@@ -102,4 +113,15 @@ pub fn print(cells: &[Cell], configs: &[&str]) {
         "CPU s/GiB and s/kIO: the cluster's daemons per GiB moved and per 1,000 IOs; \
          client: the load generator's CPU as a share of all cores."
     );
+    let mut spaces: Vec<(&str, f64)> = Vec::new();
+    for c in cells {
+        if let Some(space) = c.space_raw_per_byte {
+            if !spaces.iter().any(|(config, _)| *config == c.config) {
+                spaces.push((&c.config, space));
+            }
+        }
+    }
+    for (config, space) in spaces {
+        println!("space: {config}: {space:.2} raw bytes per byte of image data");
+    }
 }
