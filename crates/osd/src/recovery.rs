@@ -614,8 +614,7 @@ pub async fn peer(inner: Arc<OsdState>, id: PgId) {
                     tracing::warn!(pg = %format!("{}.{}", id.pool, id.number), %why, "peering");
                 }
                 if state.is_active() {
-                    drop_complete_undo(&inner, &mut core, id).await;
-                    note_complete(&inner, &core, id);
+                    became_active(&inner, &mut core, id).await;
                 }
                 pg.publish_state(interval, state);
                 continue;
@@ -643,6 +642,14 @@ pub async fn peer(inner: Arc<OsdState>, id: PgId) {
         };
         actions.extend(core.on_peering(event));
     }
+}
+
+/// Once an erasure-coded PG is active (a peering or a recovery's join made it so), min_size
+/// holders, this one among them, hold every write of its log: its own undo records of them
+/// go, and its holders are told they are complete.
+async fn became_active(inner: &Arc<OsdState>, core: &mut Core, pg: PgId) {
+    drop_complete_undo(inner, core, pg).await;
+    note_complete(inner, core, pg);
 }
 
 /// Drops this primary's undo records of an erasure-coded PG's writes up to its last, once
@@ -899,7 +906,7 @@ async fn recover(inner: Arc<OsdState>, id: PgId, target: OsdId, token: u64) {
                 }
                 recovering::Action::Publish { interval, state } => {
                     if state.is_active() {
-                        drop_complete_undo(&inner, &mut core, id).await;
+                        became_active(&inner, &mut core, id).await;
                     }
                     pg.publish_state(interval, state)
                 }

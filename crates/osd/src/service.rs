@@ -948,8 +948,18 @@ impl OsdService {
         if let Err(refusal) = self.check_primary(caller, pg, epoch, false).await {
             return refusal;
         }
-        if let Err(why) = self.inner.pg(pg).wait_readable().await {
+        let held = self.inner.pg(pg);
+        if let Err(why) = held.wait_readable().await {
             return OsdReply::Busy(why);
+        }
+        if !held.serving.borrow().is_active() {
+            if let Some(last) = held.core.lock().await.unknown_complete_tail() {
+                return OsdReply::Busy(format!(
+                    "pg {}.{} is read-only, and its writes up to {}.{} are not known to be on \
+                     min_size shards: it is listed once the PG takes writes again",
+                    pg.pool, pg.number, last.epoch, last.seq
+                ));
+            }
         }
         match self.inner.page(pg, after, limit, None).await {
             Ok((entries, more)) => OsdReply::Listing {

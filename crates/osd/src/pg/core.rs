@@ -350,12 +350,14 @@ impl Core {
         1 + self.interval.clean.len()
     }
 
-    /// Whether reads may be served without min_size copies: an erasure-coded PG whose
-    /// complete shards (this primary's and its clean holders') decode its objects.
+    /// Whether reads may be served without min_size copies: an erasure-coded PG peered
+    /// with enough members ([`Core::fewest_to_peer`]; with k = 1 a lone primary would count
+    /// k copies without having asked anyone), whose complete shards (this primary's and its
+    /// clean holders') decode its objects.
     fn reads_ok(&self) -> bool {
-        self.interval
-            .erasure
-            .is_some_and(|profile| self.copies() >= profile.k())
+        self.interval.erasure.is_some_and(|profile| {
+            self.interval.acting.len() >= self.fewest_to_peer() && self.copies() >= profile.k()
+        })
     }
 
     /// The fewest OSDs acting with which a peering may make the PG serve anything: min_size;
@@ -383,6 +385,13 @@ impl Core {
     pub fn not_known_complete(&self, object: &ObjectName) -> Option<Version> {
         let newest = self.log.iter().rev().find(|e| e.object == *object)?;
         (newest.version > self.readable_to()).then_some(newest.version)
+    }
+
+    /// The last version of the log, if it is above [`Core::readable_to`]: a read-only PG
+    /// then lists nothing, since the names those writes made or removed may be rolled
+    /// back.
+    pub fn unknown_complete_tail(&self) -> Option<Version> {
+        (self.info.last > self.readable_to()).then_some(self.info.last)
     }
 
     /// Whether a write applied here and on every clean replica may be acknowledged: it

@@ -749,6 +749,11 @@ mod tests {
         assert_eq!(core.readable_to(), version(6, 3));
         assert_eq!(core.not_known_complete(&name("a")), None);
         assert_eq!(core.not_known_complete(&name("b")), Some(version(6, 4)));
+        assert_eq!(
+            core.unknown_complete_tail(),
+            Some(version(6, 4)),
+            "nothing is listed while a write may be rolled back"
+        );
 
         // Fewer than k: nothing to decode from, so not even peered.
         let mut core = loaded(version(6, 4));
@@ -779,6 +784,17 @@ mod tests {
         let mut core = loaded(version(6, 4));
         core.position = Some(3);
         core.on_peering(Event::Start(Some(wide(&[3, 4]))));
+        let actions = core.on_peering(Event::Loaded(Ok(())));
+        assert!(publishes_inactive(&actions), "{actions:?}");
+        // 1+2 with min_size 2: a lone primary is k, but may be a holder that missed every
+        // write the two others acknowledged; it asks no one, so it serves nothing.
+        let mut core = loaded(version(6, 4));
+        core.position = Some(0);
+        core.on_peering(Event::Start(Some(Placement {
+            erasure: Some(ec::Profile::new(1, 2, 4096).expect("1+2")),
+            positions: vec![Some(OsdId(0)), None, None],
+            ..placement(&[0], 2)
+        })));
         let actions = core.on_peering(Event::Loaded(Ok(())));
         assert!(publishes_inactive(&actions), "{actions:?}");
         let mut core = loaded(version(6, 4));
