@@ -189,10 +189,18 @@ pub fn shard_writes(
                 shard.ops[0] = ObjectOp::WriteFull { len: piece.len };
             }
             DataChange::Range { .. } | DataChange::Zero { .. } | DataChange::Truncate { .. } => {
-                shard.ops.push(ObjectOp::Write {
-                    offset: piece.offset,
-                    len: piece.len,
-                })
+                // A shard's pieces come stripe after stripe: one that begins where the
+                // last ended extends it (a 4 MiB write at 4+2 is one write per shard, not
+                // 256 of one unit each), its bytes following the last's in `data`.
+                match shard.ops.last_mut() {
+                    Some(ObjectOp::Write { offset, len }) if *offset + *len == piece.offset => {
+                        *len += piece.len;
+                    }
+                    _ => shard.ops.push(ObjectOp::Write {
+                        offset: piece.offset,
+                        len: piece.len,
+                    }),
+                }
             }
             DataChange::None | DataChange::Remove => {
                 unreachable!("a write that changes no bytes writes no shard bytes")
@@ -877,6 +885,36 @@ mod tests {
         assert_eq!(shards[0].ops.len(), 1);
         let removed = shard_writes(profile(), DataChange::Remove, &[], Vec::new());
         assert!(removed.iter().all(|s| s.ops == [ObjectOp::Remove]));
+    }
+
+    #[test]
+    fn a_write_over_whole_stripes_is_one_write_per_shard() {
+        let unit = profile().unit_bytes();
+        let stripe = unit * profile().k() as u64;
+        let (offset, len) = (2 * stripe, 8 * stripe);
+        let plan = ec::plan(profile(), 50 * stripe, offset, len).expect("planned");
+        let written: Vec<(Piece, Vec<u8>)> = plan
+            .writes()
+            .iter()
+            .map(|p| (*p, vec![(p.offset / unit) as u8; p.len as usize]))
+            .collect();
+        let change = DataChange::Range { offset, len };
+        for (index, shard) in shard_writes(profile(), change, &[], written)
+            .iter()
+            .enumerate()
+        {
+            let one = ObjectOp::Write {
+                offset: 2 * unit,
+                len: 8 * unit,
+            };
+            assert_eq!(shard.ops[1..], [one], "shard {index}");
+            let units: Vec<u8> = shard.data.chunks(unit as usize).map(|c| c[0]).collect();
+            assert_eq!(
+                units,
+                (2..10).collect::<Vec<u8>>(),
+                "shard {index}, in order"
+            );
+        }
     }
 
     #[test]
