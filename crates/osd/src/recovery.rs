@@ -25,7 +25,7 @@ use tokio::task::JoinSet;
 use crate::objects;
 use crate::pg::peering::{self, Answer, Placement};
 use crate::pg::recovery as recovering;
-use crate::pg::{undo_to_drop, Core, Serving};
+use crate::pg::{undo_to_drop, Core, Pg, Serving};
 use crate::OsdState;
 
 /// Pause before a failed peering or recovery tries again.
@@ -614,7 +614,7 @@ pub async fn peer(inner: Arc<OsdState>, id: PgId) {
                     tracing::warn!(pg = %format!("{}.{}", id.pool, id.number), %why, "peering");
                 }
                 if state.is_active() {
-                    became_active(&inner, &mut core, id).await;
+                    became_active(&inner, &pg, &mut core).await;
                 }
                 pg.publish_state(interval, state);
                 continue;
@@ -647,9 +647,9 @@ pub async fn peer(inner: Arc<OsdState>, id: PgId) {
 /// Once an erasure-coded PG is active (a peering or a recovery's join made it so), min_size
 /// holders, this one among them, hold every write of its log: its own undo records of them
 /// go, and its holders are told they are complete.
-async fn became_active(inner: &Arc<OsdState>, core: &mut Core, pg: PgId) {
-    drop_complete_undo(inner, core, pg).await;
-    note_complete(inner, core, pg);
+async fn became_active(inner: &Arc<OsdState>, pg: &Arc<Pg>, core: &mut Core) {
+    drop_complete_undo(inner, core, pg.id).await;
+    note_complete(inner, pg, core);
 }
 
 /// Drops this primary's undo records of an erasure-coded PG's writes up to its last, once
@@ -686,14 +686,15 @@ const NOTE_AFTER: Duration = Duration::from_millis(100);
 /// objects (docs/design/erasure.md, §7). Writes that go on say it themselves
 /// (`PeerOp::Shard::complete_to`). One such task per PG at a time (`Pg::noting`); a note
 /// lost only leaves a lower bound lower.
-pub fn note_complete(inner: &Arc<OsdState>, core: &Core, id: PgId) {
-    if core.interval.erasure.is_some() && !inner.pg(id).noting.swap(true, Ordering::Relaxed) {
-        inner.spawn(note_once_paused(inner.clone(), id, core.info.last));
+pub fn note_complete(inner: &Arc<OsdState>, pg: &Arc<Pg>, core: &Core) {
+    if core.interval.erasure.is_some() && !pg.noting.swap(true, Ordering::Relaxed) {
+        let last = core.info.last;
+        inner.spawn(note_once_paused(inner.clone(), pg.clone(), last));
     }
 }
 
-async fn note_once_paused(inner: Arc<OsdState>, id: PgId, mut seen: Version) {
-    let pg = inner.pg(id);
+async fn note_once_paused(inner: Arc<OsdState>, pg: Arc<Pg>, mut seen: Version) {
+    let id = pg.id;
     let (to, holders) = loop {
         tokio::time::sleep(NOTE_AFTER).await;
         let mut core = pg.core.lock().await;
@@ -720,8 +721,8 @@ async fn note_once_paused(inner: Arc<OsdState>, id: PgId, mut seen: Version) {
     });
     for (osd, noted) in futures::future::join_all(notes).await {
         if let Err(why) = noted {
-            let pg = format!("{}.{}", id.pool, id.number);
-            tracing::debug!(%pg, osd = osd.0, %why, "noting complete writes");
+            let label = format!("{}.{}", id.pool, id.number);
+            tracing::debug!(pg = %label, osd = osd.0, %why, "noting complete writes");
         }
     }
 }
@@ -906,7 +907,7 @@ async fn recover(inner: Arc<OsdState>, id: PgId, target: OsdId, token: u64) {
                 }
                 recovering::Action::Publish { interval, state } => {
                     if state.is_active() {
-                        became_active(&inner, &mut core, id).await;
+                        became_active(&inner, &pg, &mut core).await;
                     }
                     pg.publish_state(interval, state)
                 }

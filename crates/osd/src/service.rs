@@ -579,7 +579,7 @@ impl OsdService {
                 }
                 Action::Reply(reply) => {
                     if matches!(reply, Ok(OsdReply::Written { .. })) {
-                        crate::recovery::note_complete(inner, &core, op.pg);
+                        crate::recovery::note_complete(inner, &pg, &core);
                     }
                     return reply;
                 }
@@ -1048,7 +1048,7 @@ impl OsdService {
                     position: core.position,
                     held,
                     writers: core.writers.clone(),
-                    complete: core.known_complete.max(core.undo_dropped),
+                    complete: core.readable_to(),
                 }))
             }
             PeerOp::Replicate { entry, ops } => {

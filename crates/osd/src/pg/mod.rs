@@ -37,7 +37,7 @@ pub struct Pg {
     /// published over what that map announced.
     announced: AtomicU64,
     /// An erasure-coded PG's primary has a task that tells the holders what is complete once
-    /// its writes pause (service.rs, `note_complete`): set by the write that starts it,
+    /// its writes pause (recovery.rs, `note_complete`): set by the write that starts it,
     /// cleared by the task under the PG's lock.
     pub noting: AtomicBool,
 }
