@@ -83,13 +83,7 @@ impl Coder {
                 .map(|s| s.len())
                 .chain(parity.iter().map(|s| s.len())),
         )?;
-        self.encoder.reset(k, m, len).expect("checked lengths");
-        for shard in data {
-            self.encoder
-                .add_original_shard(shard)
-                .expect("checked shards");
-        }
-        let result = self.encoder.encode().expect("every original shard added");
+        let result = self.encoded(len, data.iter().copied());
         for (out, computed) in parity.iter_mut().zip(result.recovery_iter()) {
             out.copy_from_slice(computed);
         }
@@ -128,24 +122,13 @@ impl Coder {
         }
         let len = common_length(shards.iter().flatten().map(|s| s.len()))?;
         if shards[..k].iter().any(Option::is_none) {
-            self.decoder.reset(k, m, len).expect("checked lengths");
-            for (index, shard) in shards.iter().enumerate() {
-                if let Some(shard) = shard {
-                    if index < k {
-                        self.decoder
-                            .add_original_shard(index, shard)
-                            .expect("checked shards");
-                    } else {
-                        self.decoder
-                            .add_recovery_shard(index - k, shard)
-                            .expect("checked shards");
-                    }
-                }
-            }
-            let result = self.decoder.decode().expect("at least k shards added");
-            for (index, restored) in result.restored_original_iter() {
+            let present = shards
+                .iter()
+                .enumerate()
+                .filter_map(|(index, shard)| Some((index, shard.as_deref()?)));
+            for (index, restored) in self.decode(len, present) {
                 debug_assert!(shards[index].is_none());
-                shards[index] = Some(restored.to_vec());
+                shards[index] = Some(restored);
             }
         }
         if shards[k..].iter().any(Option::is_none) {
@@ -200,6 +183,112 @@ impl Coder {
             }
         }
         Ok(())
+    }
+}
+
+impl Coder {
+    /// The m parity words of the k data words `data`, each `W` bytes (even): a word is a
+    /// code word of its own, so the parity of words kept one per block (the records of
+    /// chunks sealed at the edge, docs/design/erasure.md §11) follows only the words of
+    /// the same block in the other shards. Zero words have zero parity.
+    pub fn word_parity<const W: usize>(
+        &mut self,
+        data: &[[u8; W]],
+    ) -> Result<Vec<[u8; W]>, CodeError> {
+        const {
+            assert!(
+                W > 0 && W.is_multiple_of(2),
+                "a word is an even number of bytes"
+            )
+        };
+        let (k, m) = (self.profile.k(), self.profile.m());
+        count(data.len(), k)?;
+        if data.iter().all(|word| word.iter().all(|b| *b == 0)) {
+            return Ok(vec![[0u8; W]; m]);
+        }
+        let result = self.encoded(W, data.iter().map(|word| &word[..]));
+        Ok(result
+            .recovery_iter()
+            .map(|word| word.try_into().expect("a word's length"))
+            .collect())
+    }
+
+    /// Rebuilds every absent word (`None`) of `words`, the k data words then the m parity
+    /// words of one code word of `W` bytes each ([`Coder::word_parity`]), from the present
+    /// ones; at least k must be present.
+    pub fn reconstruct_words<const W: usize>(
+        &mut self,
+        words: &mut [Option<[u8; W]>],
+    ) -> Result<(), CodeError> {
+        let (k, m) = (self.profile.k(), self.profile.m());
+        count(words.len(), k + m)?;
+        let present = words.iter().filter(|w| w.is_some()).count();
+        if present < k {
+            return Err(CodeError::TooFew { present, needed: k });
+        }
+        if words[..k].iter().any(Option::is_none) {
+            let present = words
+                .iter()
+                .enumerate()
+                .filter_map(|(index, word)| Some((index, &word.as_ref()?[..])));
+            for (index, restored) in self.decode(W, present) {
+                words[index] = Some(restored.try_into().expect("a word's length"));
+            }
+        }
+        if words[k..].iter().any(Option::is_none) {
+            let data: Vec<[u8; W]> = words[..k].iter().flatten().copied().collect();
+            let parity = self.word_parity(&data)?;
+            for (slot, computed) in words[k..].iter_mut().zip(parity) {
+                slot.get_or_insert(computed);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Coder {
+    /// The encoder's result for the k data shards `data`, of `len` bytes each (checked by
+    /// the caller).
+    fn encoded<'a>(
+        &mut self,
+        len: usize,
+        data: impl Iterator<Item = &'a [u8]>,
+    ) -> reed_solomon_simd::EncoderResult<'_> {
+        let (k, m) = (self.profile.k(), self.profile.m());
+        self.encoder.reset(k, m, len).expect("checked lengths");
+        for shard in data {
+            self.encoder
+                .add_original_shard(shard)
+                .expect("checked shards");
+        }
+        self.encoder.encode().expect("every original shard added")
+    }
+
+    /// The absent data shards, decoded from `present` (position, bytes of length `len`; at
+    /// least k of them, checked by the caller), with their positions.
+    fn decode<'a>(
+        &mut self,
+        len: usize,
+        present: impl Iterator<Item = (usize, &'a [u8])>,
+    ) -> Vec<(usize, Vec<u8>)> {
+        let (k, m) = (self.profile.k(), self.profile.m());
+        self.decoder.reset(k, m, len).expect("checked lengths");
+        for (index, shard) in present {
+            if index < k {
+                self.decoder
+                    .add_original_shard(index, shard)
+                    .expect("checked shards");
+            } else {
+                self.decoder
+                    .add_recovery_shard(index - k, shard)
+                    .expect("checked shards");
+            }
+        }
+        let result = self.decoder.decode().expect("at least k shards added");
+        result
+            .restored_original_iter()
+            .map(|(index, restored)| (index, restored.to_vec()))
+            .collect()
     }
 }
 

@@ -134,6 +134,50 @@ proptest! {
         prop_assert_eq!(profile.join(&refs, size as u64), object);
     }
 
+    /// Words of 36 bytes (a chunk's seal record): any k of a code word's k + m rebuild the
+    /// others, zero words have zero parity, and the code is linear, so a parity word
+    /// changes by the parity of a data word's change.
+    #[test]
+    fn any_k_words_rebuild_the_rest(
+        profile in profiles(),
+        seed in any::<u64>(),
+        lost_seed in any::<u64>(),
+    ) {
+        let (k, m) = (profile.k(), profile.m());
+        let mut coder = Coder::new(profile);
+        let word = |i: u64| -> [u8; 36] {
+            std::array::from_fn(|b| (seed.wrapping_mul(i + 7) >> (b % 56)) as u8 ^ b as u8)
+        };
+        let data: Vec<[u8; 36]> = (0..k as u64).map(word).collect();
+        let parity = coder.word_parity(&data).expect("encoded");
+        prop_assert_eq!(parity.len(), m);
+        let mut words: Vec<Option<[u8; 36]>> =
+            data.iter().chain(&parity).copied().map(Some).collect();
+        let mut lost = 0;
+        let mut at = lost_seed;
+        while lost < m {
+            let index = (at % (k + m) as u64) as usize;
+            if words[index].take().is_some() {
+                lost += 1;
+            }
+            at = at.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407) >> 3;
+        }
+        coder.reconstruct_words(&mut words).expect("rebuilt");
+        let all: Vec<[u8; 36]> = data.iter().chain(&parity).copied().collect();
+        prop_assert_eq!(words.into_iter().map(Option::unwrap).collect::<Vec<_>>(), all);
+        prop_assert_eq!(coder.word_parity(&vec![[0u8; 36]; k]).expect("zeros"), vec![[0u8; 36]; m]);
+        let mut changed = data.clone();
+        changed[0][3] ^= 0x5a;
+        let mut delta = vec![[0u8; 36]; k];
+        delta[0][3] = 0x5a;
+        let moved = coder.word_parity(&changed).expect("encoded");
+        let by_delta = coder.word_parity(&delta).expect("encoded");
+        for ((new, old), d) in moved.iter().zip(&parity).zip(&by_delta) {
+            let xored: Vec<u8> = old.iter().zip(d).map(|(a, b)| a ^ b).collect();
+            prop_assert_eq!(new.to_vec(), xored);
+        }
+    }
+
     /// Any k of the k + m shards rebuild the others exactly.
     #[test]
     fn any_k_shards_rebuild_the_rest(
