@@ -739,15 +739,6 @@ impl PoolShape {
         }
     }
 
-    /// Where the pool is sealed, as `--seal` says (`seal`), or by default: by the OSDs for
-    /// an erasure-coded pool, whose objects do not keep edge-sealed chunks yet (#33).
-    pub fn seal<'a>(&self, seal: Option<&'a str>) -> Option<&'a str> {
-        match (seal, self.erasure) {
-            (None, Some(_)) => Some("osd"),
-            (seal, _) => seal,
-        }
-    }
-
     /// `3 copies`, or `erasure-coded 4+2 (stripe unit 4 KiB)`.
     pub fn describe(&self) -> String {
         match self.erasure {
@@ -791,8 +782,7 @@ pub fn pool(who: &Who, command: PoolCommand) -> Result<(), String> {
             };
             let shape = PoolShape::new(size, min_size, ec.as_deref(), stripe_unit.as_deref())?;
             let change = shape.change(&name, pg_num, domain);
-            let seal = shape.seal(seal.as_deref());
-            let (command, seal) = if seal_at_edge(seal, mon_links_secure(&conf)?)? {
+            let (command, seal) = if seal_at_edge(seal.as_deref(), mon_links_secure(&conf)?)? {
                 (MonCommand::PoolCreateEdge { change }, "edge")
             } else {
                 (MonCommand::Change(change), "osd")
@@ -1188,19 +1178,12 @@ mod tests {
         let replicated = PoolShape::new(None, None, None, None).expect("replicated");
         assert_eq!((replicated.size, replicated.min_size), (3, 2));
         assert_eq!(replicated.describe(), "3 copies");
-        assert_eq!(replicated.seal(None), None);
         let two = PoolShape::new(Some(2), Some(1), None, None).expect("two copies");
         assert_eq!((two.size, two.min_size, two.erasure), (2, 1, None));
 
         let coded = PoolShape::new(None, None, Some("4+2"), None).expect("4+2");
         assert_eq!((coded.size, coded.min_size), (6, 5), "min_size k + 1");
         assert_eq!(coded.describe(), "erasure-coded 4+2 (stripe unit 4 KiB)");
-        assert_eq!(coded.seal(None), Some("osd"));
-        assert_eq!(
-            coded.seal(Some("edge")),
-            Some("edge"),
-            "the monitors refuse it"
-        );
         let wide = PoolShape::new(None, Some(9), Some("8+3"), Some("64K")).expect("8+3");
         let profile = wide.erasure.expect("coded").profile();
         assert_eq!(

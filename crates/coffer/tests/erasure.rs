@@ -72,6 +72,28 @@ async fn put_sizes(pool: &client::Pool) -> BTreeMap<String, Bytes> {
     objects
 }
 
+/// Writes into `sized-100000` (whose bytes are `old`) a 4 KiB overwrite inside a stripe,
+/// a write across two, and one that grows the object, each read back; its bytes after.
+fn patch_sized(runtime: &tokio::runtime::Runtime, pool: &client::Pool, old: &[u8]) -> Vec<u8> {
+    let mut grown = old.to_vec();
+    for (offset, len) in [(20_480usize, 4096usize), (30_000, 6000), (99_998, 5000)] {
+        let patch = sized(len + 7).slice(7..);
+        runtime
+            .block_on(pool.write("sized-100000", offset as u64, patch.clone()))
+            .expect("write");
+        grown.resize(grown.len().max(offset + len), 0);
+        grown[offset..offset + len].copy_from_slice(&patch);
+        let got = runtime
+            .block_on(pool.read("sized-100000", offset as u64, len as u64))
+            .expect("read");
+        assert!(
+            got == patch,
+            "{len} bytes at {offset} read back differently"
+        );
+    }
+    grown
+}
+
 /// Every object in `expected`, checked in the stores of the stopped OSDs `osds`: each of the
 /// code's positions held exactly once, with the object's size and one version on every
 /// shard, and the bytes the encoder gives for that position.
@@ -171,11 +193,85 @@ fn alter_shard(cluster: &LocalCluster, shard: &[u8]) -> String {
     common::osd_of_path(path).expect("an OSD's file")
 }
 
+/// An image whose data objects live in the coded pool `coded`, its header in the
+/// replicated default pool: fio writes random blocks through NBD and reads them back
+/// verified; removing the image removes its data objects.
+fn image_verified_on(cluster: &mut LocalCluster, coded: &str) {
+    let said = cluster.ok(&[
+        "image",
+        "create",
+        "data/coded",
+        "--size",
+        "256M",
+        "--data-pool",
+        coded,
+    ]);
+    assert!(said.contains(&format!("in pool {coded}")), "{said}");
+    let info = cluster.ok(&["image", "info", "data/coded"]);
+    assert!(
+        info.contains(&format!("in pool {coded}")) && info.contains("features:     0x1"),
+        "{info}"
+    );
+    let (server, addr) = cluster.serve_nbd("data/coded", &[]);
+    cluster.wait_listening(&addr);
+    let uri = format!("nbd://{addr}/coded");
+    fio_verify(&uri, "4k", 16, "64m", "4m", "0");
+    fio_verify(&uri, "64k", 8, "64m", "16m", "64m");
+    fio_verify(&uri, "4m", 4, "128m", "64m", "128m");
+    assert!(cluster.ok(&["obj", "ls", coded]).contains("coffer.data."));
+    // SAFETY: kill(2) on the NBD server this test started, so that its lock is released.
+    unsafe { libc::kill(server, libc::SIGTERM) };
+    cluster.wait_for(
+        "the NBD server's lock released",
+        Duration::from_secs(30),
+        |_| cluster.cli(&["image", "rm", "data/coded"]).status.success(),
+    );
+    let left = cluster.ok(&["obj", "ls", coded]);
+    assert!(
+        !left.contains("coffer.data."),
+        "image rm leaves data objects: {left}"
+    );
+}
+
+/// S3 on the coded pool `coded`: a gateway whose own pool `own` (replicated, made here)
+/// keeps users, buckets and indexes, through boto3: objects of many sizes, ranges, copies,
+/// deletes, multipart uploads (by hand and managed), every kind of SSE.
+fn boto3_on(cluster: &mut LocalCluster, own: &str, coded: &str) {
+    cluster.ok(&["pool", "create", own, "--pg-num", "16"]);
+    cluster.wait_for("PGs clean", Duration::from_secs(60), all_clean);
+    let endpoint = cluster.serve_gw(&["--pool", own, "--data-pool", coded]);
+    let user = |name: &str| -> serde_json::Value {
+        let made = cluster.ok(&["user", "create", name, "--pool", own, "--json"]);
+        serde_json::from_str(&made).expect("user json")
+    };
+    let (alice, bob) = (user("alice"), user("bob"));
+    let key = format!("{coded}-key");
+    cluster.ok(&["kms", "key", "create", &key]);
+    let mut suite = cluster.s3_script(&alice, "boto3_suite.py", &[]);
+    suite
+        .env("S3_ENDPOINT", &endpoint)
+        .env("S3_OTHER_ACCESS", bob["access_key"].as_str().expect("key"))
+        .env("S3_OTHER_SECRET", bob["secret_key"].as_str().expect("key"))
+        .env("S3_KMS_KEY", &key)
+        .env(
+            "S3_STEPS",
+            "buckets,objects_of_many_sizes,metadata,ranges,copies,deletes,multipart_upload,\
+             managed_transfer,encrypted_objects,encrypted_multipart",
+        );
+    common::run_ok("the boto3 suite on an erasure-coded data pool", &mut suite);
+    let stripes = |pool: &str| {
+        let listed = cluster.ok(&["obj", "ls", pool]);
+        listed.lines().filter(|l| l.starts_with("gw.data.")).count()
+    };
+    assert!(stripes(coded) > 0, "the content is in the coded pool");
+    assert_eq!(stripes(own), 0, "no content in the gateway's own pool");
+}
+
 #[test]
 fn four_plus_two_on_six_osds_keeps_what_it_acknowledged_through_kill_9() {
     let _serial = serial();
     let mut cluster = LocalCluster::start(6, &["--fs", "fs"]);
-    let said = create_pool(&cluster, "cold", "4+2", &[]);
+    let said = create_pool(&cluster, "cold", "4+2", &["--seal", "osd"]);
     assert!(
         said.contains("erasure-coded 4+2 (stripe unit 4 KiB), min_size 5")
             && said.contains("sealed at the osd"),
@@ -191,11 +287,7 @@ fn four_plus_two_on_six_osds_keeps_what_it_acknowledged_through_kill_9() {
     // What erasure-coded pools do not take is refused, saying why.
     for (args, why) in [
         (
-            &["pool", "create", "hot", "--ec", "4+2", "--seal", "edge"][..],
-            "is sealed by its OSDs (--seal osd)",
-        ),
-        (
-            &["pool", "create", "hot", "--ec", "4-2"],
+            &["pool", "create", "hot", "--ec", "4-2"][..],
             "is not an erasure-code profile",
         ),
         (
@@ -228,24 +320,7 @@ fn four_plus_two_on_six_osds_keeps_what_it_acknowledged_through_kill_9() {
     let pool = runtime.block_on(admin.pool("cold")).expect("pool");
     let profile = erasure_profile(&admin, &pool);
     let mut expected = runtime.block_on(put_sizes(&pool));
-    // A 4 KiB overwrite inside a stripe, a write across two, and one that grows the object.
-    let mut grown = expected["sized-100000"].to_vec();
-    for (offset, len) in [(20_480usize, 4096usize), (30_000, 6000), (99_998, 5000)] {
-        let patch = sized(len + 7).slice(7..);
-        runtime
-            .block_on(pool.write("sized-100000", offset as u64, patch.clone()))
-            .expect("write");
-        grown.resize(grown.len().max(offset + len), 0);
-        grown[offset..offset + len].copy_from_slice(&patch);
-        let got = runtime
-            .block_on(pool.read("sized-100000", offset as u64, len as u64))
-            .expect("read");
-        assert!(
-            got == patch,
-            "{len} bytes at {offset} read back differently"
-        );
-    }
-    let grown = Bytes::from(grown);
+    let grown = Bytes::from(patch_sized(&runtime, &pool, &expected["sized-100000"]));
     assert!(runtime.block_on(pool.get("sized-100000")).expect("get") == grown);
     expected.insert("sized-100000".into(), grown);
     // Files on the pool: written whole, patched in 4 KiB pieces, read back after a remount.
@@ -288,42 +363,7 @@ fn four_plus_two_on_six_osds_keeps_what_it_acknowledged_through_kill_9() {
         stderr.contains("the metadata pool cold is erasure-coded"),
         "{stderr}"
     );
-    // An image whose data objects live in the pool: fio writes random blocks through NBD
-    // and reads them back verified; its header stays in a replicated pool.
-    let said = cluster.ok(&[
-        "image",
-        "create",
-        "data/coded",
-        "--size",
-        "256M",
-        "--data-pool",
-        "cold",
-    ]);
-    assert!(said.contains("in pool cold"), "{said}");
-    let info = cluster.ok(&["image", "info", "data/coded"]);
-    assert!(
-        info.contains("in pool cold") && info.contains("features:     0x1"),
-        "{info}"
-    );
-    let (server, addr) = cluster.serve_nbd("data/coded", &[]);
-    cluster.wait_listening(&addr);
-    let uri = format!("nbd://{addr}/coded");
-    fio_verify(&uri, "4k", 16, "64m", "4m", "0");
-    fio_verify(&uri, "64k", 8, "64m", "16m", "64m");
-    fio_verify(&uri, "4m", 4, "128m", "64m", "128m");
-    assert!(cluster.ok(&["obj", "ls", "cold"]).contains("coffer.data."));
-    // SAFETY: kill(2) on the NBD server this test started, so that its lock is released.
-    unsafe { libc::kill(server, libc::SIGTERM) };
-    cluster.wait_for(
-        "the NBD server's lock released",
-        Duration::from_secs(30),
-        |_| cluster.cli(&["image", "rm", "data/coded"]).status.success(),
-    );
-    let left = cluster.ok(&["obj", "ls", "cold"]);
-    assert!(
-        !left.contains("coffer.data."),
-        "image rm leaves data objects: {left}"
-    );
+    image_verified_on(&mut cluster, "cold");
     let refused = cluster.cli(&["image", "create", "cold/disk", "--size", "64M"]);
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(
@@ -341,40 +381,7 @@ fn four_plus_two_on_six_osds_keeps_what_it_acknowledged_through_kill_9() {
         "{refused}"
     );
 
-    // S3 on the coded pool: a gateway whose own pool (replicated) keeps users, buckets and
-    // indexes, and whose data pool is `cold`, through boto3: objects of many sizes, ranges,
-    // copies, deletes, multipart uploads (by hand and managed), every kind of SSE.
-    cluster.ok(&["pool", "create", "objects", "--pg-num", "16"]);
-    cluster.wait_for("PGs clean", Duration::from_secs(60), all_clean);
-    let endpoint = cluster.serve_gw(&["--pool", "objects", "--data-pool", "cold"]);
-    let user = |name: &str| -> serde_json::Value {
-        let made = cluster.ok(&["user", "create", name, "--pool", "objects", "--json"]);
-        serde_json::from_str(&made).expect("user json")
-    };
-    let (alice, bob) = (user("alice"), user("bob"));
-    cluster.ok(&["kms", "key", "create", "cold-key"]);
-    let mut suite = cluster.s3_script(&alice, "boto3_suite.py", &[]);
-    suite
-        .env("S3_ENDPOINT", &endpoint)
-        .env("S3_OTHER_ACCESS", bob["access_key"].as_str().expect("key"))
-        .env("S3_OTHER_SECRET", bob["secret_key"].as_str().expect("key"))
-        .env("S3_KMS_KEY", "cold-key")
-        .env(
-            "S3_STEPS",
-            "buckets,objects_of_many_sizes,metadata,ranges,copies,deletes,multipart_upload,\
-             managed_transfer,encrypted_objects,encrypted_multipart",
-        );
-    common::run_ok("the boto3 suite on an erasure-coded data pool", &mut suite);
-    let stripes = |pool: &str| {
-        let listed = cluster.ok(&["obj", "ls", pool]);
-        listed.lines().filter(|l| l.starts_with("gw.data.")).count()
-    };
-    assert!(stripes("cold") > 0, "the content is in the coded pool");
-    assert_eq!(
-        stripes("objects"),
-        0,
-        "no content in the gateway's own pool"
-    );
+    boto3_on(&mut cluster, "objects", "cold");
     // Refused before it listens (the timeout only keeps a wrong acceptance from hanging).
     let refused = std::process::Command::new("timeout")
         .arg("60")
@@ -476,7 +483,10 @@ fn four_plus_two_on_six_osds_keeps_what_it_acknowledged_through_kill_9() {
 fn eight_plus_three_on_eleven_osds_reads_and_writes_with_two_down() {
     let _serial = serial();
     let mut cluster = LocalCluster::start(11, &[]);
-    create_pool(&cluster, "wide", "8+3", &["--stripe-unit", "8K"]);
+    // Sealed at the edge, the default: the OSDs keep and code only sealed chunks and
+    // their records.
+    let said = create_pool(&cluster, "wide", "8+3", &["--stripe-unit", "8K"]);
+    assert!(said.contains("sealed at the edge"), "{said}");
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     let admin = runtime.block_on(cluster.admin());
     let pool = runtime.block_on(admin.pool("wide")).expect("pool");
@@ -486,9 +496,35 @@ fn eight_plus_three_on_eleven_osds_reads_and_writes_with_two_down() {
         (8, 3, 8192)
     );
     let mut expected = runtime.block_on(put_sizes(&pool));
+    // Writes inside chunks (each chunk read, merged, sealed again and its condition checked
+    // on the shard that holds it), one that grows the object past a partial last chunk,
+    // and a truncate inside a chunk.
+    let mut patched = patch_sized(&runtime, &pool, &expected["sized-100000"]);
+    runtime
+        .block_on(pool.truncate("sized-100000", 70_001))
+        .expect("truncate");
+    patched.truncate(70_001);
+    runtime
+        .block_on(pool.write("sized-100000", 90_000, Bytes::from_static(b"end")))
+        .expect("write past the cut");
+    patched.resize(90_003, 0);
+    patched[90_000..].copy_from_slice(b"end");
+    let patched = Bytes::from(patched);
+    assert!(runtime.block_on(pool.get("sized-100000")).expect("get") == patched);
+    expected.insert("sized-100000".into(), patched);
+    // Images (an NBD client's 4 KiB writes inside chunks' rows) and S3 (the gateway's SSE
+    // stripes, sealed under keys of its own) on the pool.
+    image_verified_on(&mut cluster, "wide");
+    boto3_on(&mut cluster, "objects", "wide");
 
-    // Two of eleven down leaves nine shards, min_size: reads decode, writes go on.
-    cluster.kill(4, libc::SIGKILL);
+    // Two of eleven down, one of them under a write load, leaves nine shards, min_size:
+    // reads decode (the records of a missing data shard's chunks too), writes go on.
+    let acked = kill_under_writers(&mut cluster, &runtime, &pool, 3, 4, 10);
+    expected.extend(
+        acked
+            .iter()
+            .map(|(name, (n, _))| (name.clone(), content(*n))),
+    );
     cluster.kill(9, libc::SIGKILL);
     cluster.wait_for("two OSDs marked down", Duration::from_secs(30), |s| {
         s["osds"]["up"].as_u64() == Some(9)
@@ -541,19 +577,30 @@ fn eight_plus_three_on_eleven_osds_reads_and_writes_with_two_down() {
         assert!(got == *data, "{name} reads back differently after recovery");
     }
     scrubbed_consistent(&cluster, "wide");
-
     drop(admin);
     for osd in 0..11 {
         cluster.kill(osd, libc::SIGTERM);
     }
-    check_shards(&cluster, &runtime, pool.id(), 0..11, profile, &expected);
+    // No OSD kept the plaintext: the start of each object put at the outset, of the one
+    // written inside chunks and of one written under the kill, is on no disk.
+    let probed = SIZES
+        .iter()
+        .map(|size| format!("sized-{size}"))
+        .chain(acked.keys().next().cloned());
+    for name in probed {
+        let data = &expected[&name];
+        if data.len() >= 64 {
+            let found = common::stored_copies(cluster.dir.path(), &data[..64]);
+            assert!(found.is_empty(), "{name}'s bytes are on disk: {found:?}");
+        }
+    }
 }
 
 #[test]
 fn scrub_finds_a_shard_altered_on_disk_by_its_code_and_rebuilds_it() {
     let _serial = serial();
     let cluster = LocalCluster::start(6, &["--at-rest", "none"]);
-    create_pool(&cluster, "plain", "4+2", &[]);
+    create_pool(&cluster, "plain", "4+2", &["--seal", "osd"]);
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     let admin = runtime.block_on(cluster.admin());
     let pool = runtime.block_on(admin.pool("plain")).expect("pool");
@@ -610,4 +657,102 @@ fn scrub_finds_a_shard_altered_on_disk_by_its_code_and_rebuilds_it() {
         "{out}\n{err}"
     );
     assert!(runtime.block_on(pool.get("bystander")).expect("get") == sized(100_000));
+}
+
+/// In a pool sealed at the edge the OSDs cannot open a chunk, and a shard's blocks are
+/// bytes they code with the chunks' records: a block altered on disk is found by encoding
+/// the others again (scrub) and rebuilt from them with its record, a data shard's and a
+/// parity shard's alike; one a client reads fails its tag check, and the read repair it
+/// asks for finds and rebuilds the shard the same way.
+#[test]
+fn a_shard_of_an_edge_sealed_pool_altered_on_disk_is_found_by_its_code_and_rebuilt() {
+    let _serial = serial();
+    let mut cluster = LocalCluster::start(6, &[]);
+    create_pool(&cluster, "sealed", "4+2", &[]);
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let data = Bytes::from(
+        (0..64 * 1024)
+            .map(|_| rand::random::<u8>())
+            .collect::<Vec<u8>>(),
+    );
+    let (profile, stored) = runtime.block_on(async {
+        let admin = cluster.admin().await;
+        let pool = admin.pool("sealed").await.expect("pool");
+        pool.put("notes", data.clone()).await.expect("put");
+        let read = vec![client::ObjectOp::ReadChunks { first: 0, count: 8 }];
+        let (_, sealed) = pool
+            .operate("notes", read, Bytes::new())
+            .await
+            .expect("read sealed");
+        // A record of zeros stands for a hole in the code: no chunk is taken with one, and
+        // the object is unchanged.
+        let zeros = client::ChunkSeal {
+            key_id: 0,
+            nonce: [0; 12],
+            tag: [0; 16],
+        };
+        let refused = pool
+            .operate(
+                "notes",
+                vec![client::ObjectOp::WriteChunks {
+                    first: 0,
+                    seals: vec![zeros],
+                    end: 4096,
+                }],
+                Bytes::from(vec![0u8; 4096]),
+            )
+            .await
+            .expect_err("a seal of zeros");
+        assert!(
+            refused.to_string().contains("stands for a hole"),
+            "{refused}"
+        );
+        (erasure_profile(&admin, &pool), sealed)
+    });
+    // The stored chunks are the data shards' blocks; the parity blocks are their code.
+    let chunks: Vec<&[u8]> = stored.chunks(4096).collect();
+    let mut coder = ec::Coder::new(profile);
+    let parity = coder.parity(&chunks[..4]).expect("parity");
+    let get = |cluster: &LocalCluster| {
+        runtime.block_on(async {
+            let admin = cluster.admin().await;
+            let pool = admin.pool("sealed").await.expect("pool");
+            pool.get("notes").await.expect("get")
+        })
+    };
+
+    for (position, block) in [(1, chunks[1]), (5, parity[1].as_slice())] {
+        let osd = alter_shard(&cluster, block);
+        let (out, _, ok) = common::scrub(&cluster, "sealed", &[]);
+        let named =
+            format!("notes: {osd}: shard {position} differs from what the others encode to");
+        assert!(!ok && out.contains(&named), "{out}");
+        let (out, err, ok) = common::scrub(&cluster, "sealed", &["--repair"]);
+        assert!(
+            ok && out.contains(&named) && out.contains("[repaired]"),
+            "{out}\n{err}"
+        );
+        scrubbed_consistent(&cluster, "sealed");
+        assert_eq!(
+            common::stored_copies(cluster.dir.path(), &block[..4096]).len(),
+            1,
+            "shard {position}'s block is whole again"
+        );
+    }
+    assert!(get(&cluster) == data);
+
+    // Altered while its OSD is down (so no cache holds the block): the client's read fails
+    // the tag check, asks for a repair, and reads the object whole.
+    cluster.stop();
+    alter_shard(&cluster, chunks[6]);
+    cluster.resume(6);
+    cluster.wait_for("PGs clean", Duration::from_secs(90), all_clean);
+    assert!(get(&cluster) == data, "read repaired");
+    scrubbed_consistent(&cluster, "sealed");
+    cluster.stop();
+    assert_eq!(
+        common::stored_copies(cluster.dir.path(), &chunks[6][..4096]).len(),
+        1,
+        "the chunk is whole again"
+    );
 }

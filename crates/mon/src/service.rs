@@ -188,23 +188,6 @@ impl Handler for MonService {
     }
 }
 
-/// Why a pool sealed at the edge cannot be created as `change` asks: its clients write
-/// sealed 4 KiB chunks with their records, which erasure-coded objects do not keep yet.
-fn unserved_at_edge(change: &Change) -> Option<String> {
-    match change {
-        Change::CreatePool {
-            name,
-            erasure: Some(code),
-            ..
-        } => Some(format!(
-            "pool {name}: an erasure-coded pool ({}) is sealed by its OSDs (--seal osd): \
-             chunks sealed at the edge are not kept on erasure-coded objects yet (issue #33)",
-            code.profile()
-        )),
-        _ => None,
-    }
-}
-
 /// A new version of KMS key `name` (its first unless `rotate`), made here on the leader.
 fn kms_put(name: String, rotate: bool) -> Proposal {
     Proposal::KmsPut {
@@ -525,9 +508,6 @@ impl MonService {
                 if !matches!(change, Change::CreatePool { .. }) {
                     return failed("pool create --seal edge takes a CreatePool change".into());
                 }
-                if let Some(why) = unserved_at_edge(&change) {
-                    return failed(why);
-                }
                 let id = self.shared.read(|s| s.map.next_pool_id());
                 let name = crate::state::pool_kms_name(id);
                 let Proposal::KmsPut {
@@ -627,32 +607,5 @@ pub fn node_of(member: &MonMember) -> MonNode {
     MonNode {
         name: member.name.clone(),
         addr: member.addr.clone(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use map::cluster::Erasure;
-    use map::placement::FailureDomain;
-
-    #[test]
-    fn erasure_coded_pools_are_refused_at_the_edge_only() {
-        let pool = |erasure| Change::CreatePool {
-            name: "wide".into(),
-            size: 6,
-            min_size: 5,
-            pg_num: 8,
-            domain: FailureDomain::Osd,
-            erasure,
-        };
-        let code: Erasure =
-            serde_json::from_str(r#"{"k":4,"m":2,"unit_bytes":4096}"#).expect("a 4+2 code");
-        let why = unserved_at_edge(&pool(Some(code))).expect("refused");
-        assert!(
-            why.contains("wide") && why.contains("4+2") && why.contains("--seal osd"),
-            "{why}"
-        );
-        assert_eq!(unserved_at_edge(&pool(None)), None);
     }
 }

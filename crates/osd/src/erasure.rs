@@ -13,7 +13,8 @@ use ec::{Coder, Piece, Profile, BLOCK_BYTES};
 use map::placement::{OsdId, PgId};
 use map::ObjectName;
 use messenger::message::{
-    Claim, ObjectOp, OpResult, OsdReply, OsdRequest, PeerOp, ShardHead, Version,
+    ChunkSeal, Claim, ObjectOp, OpResult, OsdReply, OsdRequest, PeerOp, ShardHead, Version,
+    CHUNK_BYTES, CHUNK_SEAL_BYTES,
 };
 use messenger::DATA_BYTES_MAX;
 
@@ -27,6 +28,47 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// A chunk's seal record as a code word: parity shards of a pool sealed at the edge keep,
+/// beside each block, the parity of the data shards' words at that block
+/// (docs/design/erasure.md, §11). A hole's word is zeros.
+pub type Word = [u8; CHUNK_SEAL_BYTES];
+
+/// Bytes of pieces of shards, with the words of their blocks in a pool sealed at the edge.
+pub type Sealed = (Vec<u8>, Vec<Word>);
+
+pub fn word_of(seal: Option<ChunkSeal>) -> Word {
+    seal.map_or([0; CHUNK_SEAL_BYTES], |seal| seal.to_bytes())
+}
+
+/// The seal a word stands for; zeros are a hole.
+pub fn seal_of_word(word: &Word) -> Option<ChunkSeal> {
+    (word != &[0; CHUNK_SEAL_BYTES]).then(|| ChunkSeal::from_bytes(word))
+}
+
+fn words_of(seals: &[Option<ChunkSeal>]) -> Vec<Word> {
+    seals.iter().map(|seal| word_of(*seal)).collect()
+}
+
+/// The words of shard `shard`, rebuilt block by block from the words of the shards read
+/// (`words`, by position; `None` where not read), each block's words one code word.
+fn rebuild_words(
+    coder: &mut Coder,
+    words: &[Option<Vec<Word>>],
+    shard: usize,
+) -> Result<Vec<Word>, ec::CodeError> {
+    let blocks = words.iter().flatten().map(Vec::len).next().unwrap_or(0);
+    (0..blocks)
+        .map(|block| {
+            let mut row: Vec<Option<Word>> = words
+                .iter()
+                .map(|read| read.as_ref().map(|read| read[block]))
+                .collect();
+            coder.reconstruct_words(&mut row)?;
+            Ok(row[shard].expect("reconstructed"))
+        })
+        .collect()
 }
 
 /// What a client's write does to an erasure-coded object's bytes.
@@ -308,6 +350,456 @@ pub fn encode_whole(profile: Profile, data: &[u8]) -> Result<Vec<(Piece, Vec<u8>
         .collect())
 }
 
+/// One byte change of a request to an object of a pool sealed at the edge, in the
+/// request's order (a client may send several: a replace truncates to 0 then writes, a
+/// retry rewrites an old partial tail chunk before its own chunks, a truncate rewrites the
+/// chunk it cuts inside).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EdgeStep {
+    /// Chunks from `first`, their bytes from byte `at` of the request's data; the object
+    /// becomes at least `end` bytes.
+    Chunks {
+        first: u64,
+        seals: Vec<ChunkSeal>,
+        end: u64,
+        at: usize,
+    },
+    /// Whole chunks `[first, first + count)` become holes; the object becomes at least
+    /// their end.
+    Zero {
+        first: u64,
+        count: u64,
+    },
+    Truncate {
+        size: u64,
+    },
+}
+
+/// The byte changes of a request to an object of a pool sealed at the edge, in order, or
+/// `None` when it changes none (it creates, removes, or sets attributes only).
+pub fn edge_steps(ops: &[ObjectOp]) -> Option<Vec<EdgeStep>> {
+    let mut at = 0usize;
+    let steps: Vec<EdgeStep> = ops
+        .iter()
+        .filter_map(|op| match op {
+            ObjectOp::WriteChunks { first, seals, end } => {
+                let step = EdgeStep::Chunks {
+                    first: *first,
+                    seals: seals.clone(),
+                    end: *end,
+                    at,
+                };
+                at += seals.len() * CHUNK_BYTES as usize;
+                Some(step)
+            }
+            // Whole chunks: `check_seal` refuses any other Zero in an edge pool.
+            ObjectOp::Zero { offset, len } => Some(EdgeStep::Zero {
+                first: offset / CHUNK_BYTES,
+                count: len / CHUNK_BYTES,
+            }),
+            ObjectOp::Truncate { size } => Some(EdgeStep::Truncate { size: *size }),
+            _ => None,
+        })
+        .collect();
+    (!steps.is_empty()).then_some(steps)
+}
+
+/// Refuses what an erasure-coded pool sealed at the edge does not take in a request that
+/// changes bytes (`WriteChunks`, `Zero`, `Truncate`): omap, which lives in a replicated
+/// pool; a remove beside them; a zero of more than one request's data.
+pub fn check_edge_ops(pool: &str, ops: &[ObjectOp]) -> Result<(), OsdReply> {
+    if edge_steps(ops).is_none() {
+        return Ok(());
+    }
+    for op in ops {
+        let why = match op {
+            ObjectOp::OmapSet { .. } | ObjectOp::OmapRemove { .. } | ObjectOp::OmapClear => {
+                "omap lives in a replicated pool".to_string()
+            }
+            ObjectOp::Remove => "a Remove goes alone (with its conditions)".into(),
+            ObjectOp::Zero { len, .. } if *len > DATA_BYTES_MAX as u64 => format!(
+                "a Zero of {len} bytes; one zeroes at most {DATA_BYTES_MAX} bytes of an \
+                 erasure-coded object"
+            ),
+            _ => continue,
+        };
+        return Err(OsdReply::Failed(format!(
+            "pool {pool} is erasure-coded: {why}"
+        )));
+    }
+    Ok(())
+}
+
+/// Rows one request may change: each parity shard's part of it is a block per row, and
+/// travels in one message.
+const ROWS_MAX: u64 = DATA_BYTES_MAX as u64 / CHUNK_BYTES;
+
+/// The partial last chunk of an object of `size` bytes that `step` grows it past without
+/// replacing it (a chunk write over it, or a zero of it, replaces it), if any.
+fn exposed_tail(step: &EdgeStep, size: u64) -> Option<u64> {
+    let (grows_to, replaced) = match step {
+        EdgeStep::Chunks {
+            first, seals, end, ..
+        } => (*end, *first..first + seals.len() as u64),
+        EdgeStep::Zero { first, count } => ((first + count) * CHUNK_BYTES, *first..first + count),
+        EdgeStep::Truncate { size: to } => (*to, 0..0),
+    };
+    let tail = size / CHUNK_BYTES;
+    (grows_to > size && !size.is_multiple_of(CHUNK_BYTES) && !replaced.contains(&tail))
+        .then_some(tail)
+}
+
+/// The chunks a step writes or zeroes.
+fn step_chunks(step: &EdgeStep) -> u64 {
+    match step {
+        EdgeStep::Chunks { seals, .. } => seals.len() as u64,
+        EdgeStep::Zero { count, .. } => *count,
+        EdgeStep::Truncate { .. } => 0,
+    }
+}
+
+/// A chunk's content after a write: its bytes from the request's data with its seal, or a
+/// hole.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum NewChunk {
+    Written { at: usize, seal: ChunkSeal },
+    Hole,
+}
+
+/// A write to an object of a pool sealed at the edge, planned row by row: a row is one
+/// block of every shard at the same shard offset, k chunks and their m parity blocks, and
+/// its parity (of the bytes, and of the chunks' records as words) depends on that row
+/// alone. Every row a write touches is encoded whole from its k chunks: those the write
+/// sets, holes, and the old ones read (docs/design/erasure.md, §11).
+#[derive(Debug)]
+pub struct EdgePlan {
+    profile: Profile,
+    old_size: u64,
+    /// The smallest size the object had during the request: chunks from it on that the
+    /// request does not set are holes.
+    cut: u64,
+    size: u64,
+    chunks: BTreeMap<u64, NewChunk>,
+    /// Old partial last chunks the request grows the object past without replacing them:
+    /// it is refused if one is sealed (its bytes past the old end are the client's to
+    /// zero), as a replicated pool's store refuses it.
+    tails: Vec<u64>,
+}
+
+impl EdgePlan {
+    pub fn new(profile: Profile, old_size: u64, steps: &[EdgeStep]) -> Result<EdgePlan, OsdReply> {
+        let (mut size, mut cut) = (old_size, old_size);
+        let mut chunks = BTreeMap::new();
+        let mut tails = Vec::new();
+        let past_limit = |first: u64, count: u64| {
+            first
+                .checked_add(count)
+                .and_then(|end| end.checked_mul(CHUNK_BYTES))
+                .is_none_or(|end| end > ec::OBJECT_BYTES_MAX)
+        };
+        for step in steps {
+            match step {
+                EdgeStep::Chunks { first, .. } | EdgeStep::Zero { first, .. }
+                    if past_limit(*first, step_chunks(step)) =>
+                {
+                    return Err(OsdReply::Failed(format!(
+                        "chunks {first} to {} are past an object's limit of {} bytes",
+                        first.saturating_add(step_chunks(step)),
+                        ec::OBJECT_BYTES_MAX
+                    )));
+                }
+                EdgeStep::Chunks {
+                    first, seals, end, ..
+                } if *end <= (first + seals.len() as u64 - 1) * CHUNK_BYTES
+                    || *end > (first + seals.len() as u64) * CHUNK_BYTES =>
+                {
+                    return Err(OsdReply::Failed(format!(
+                        "a chunk write's end ({end}) lies outside its last chunk ({})",
+                        first + seals.len() as u64 - 1
+                    )));
+                }
+                _ => {}
+            }
+            if let Some(tail) = exposed_tail(step, size) {
+                match chunks.get(&tail) {
+                    Some(NewChunk::Written { .. }) => {
+                        return Err(OsdReply::Failed(format!(
+                            "the request grows the object past chunk {tail}, which it writes \
+                             up to byte {size}: write that chunk whole, zeros past the end"
+                        )))
+                    }
+                    Some(NewChunk::Hole) => {}
+                    None if tail < cut.div_ceil(CHUNK_BYTES) => tails.push(tail),
+                    None => {}
+                }
+            }
+            match step {
+                EdgeStep::Chunks {
+                    first,
+                    seals,
+                    end,
+                    at,
+                } => {
+                    for (i, seal) in seals.iter().enumerate() {
+                        let at = at + i * CHUNK_BYTES as usize;
+                        chunks.insert(first + i as u64, NewChunk::Written { at, seal: *seal });
+                    }
+                    size = size.max(*end);
+                }
+                EdgeStep::Zero { first, count } => {
+                    chunks.extend((*first..first + count).map(|c| (c, NewChunk::Hole)));
+                    size = size.max((first + count) * CHUNK_BYTES);
+                }
+                EdgeStep::Truncate { size: to } => {
+                    size = *to;
+                    cut = cut.min(size);
+                    chunks.retain(|c, _| *c < size.div_ceil(CHUNK_BYTES));
+                }
+            }
+        }
+        if size > ec::OBJECT_BYTES_MAX {
+            return Err(OsdReply::Failed(format!(
+                "a size of {size} bytes is past an object's limit of {} bytes",
+                ec::OBJECT_BYTES_MAX
+            )));
+        }
+        let plan = EdgePlan {
+            profile,
+            old_size,
+            cut,
+            size,
+            chunks,
+            tails,
+        };
+        // Each parity shard gets a block per row: one request's rows fit in one message.
+        let rows = plan.rows().len() as u64;
+        if rows > ROWS_MAX {
+            return Err(OsdReply::Failed(format!(
+                "the request changes {rows} rows of the object's shards; one changes at most \
+                 {ROWS_MAX} ({} MiB of each shard)",
+                (ROWS_MAX * CHUNK_BYTES) >> 20
+            )));
+        }
+        Ok(plan)
+    }
+
+    /// The old partial last chunks to check before the write: it is refused
+    /// (`Mismatch`) if one is sealed.
+    pub fn tails(&self) -> &[u64] {
+        &self.tails
+    }
+
+    /// The object's size after the write.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    fn blocks_per_unit(&self) -> u64 {
+        self.profile.unit_bytes() / CHUNK_BYTES
+    }
+
+    /// The row and data position of chunk `chunk`.
+    fn place(&self, chunk: u64) -> (u64, usize) {
+        let (position, offset) = self.profile.locate(chunk * CHUNK_BYTES);
+        (offset / CHUNK_BYTES, position)
+    }
+
+    /// The chunk at data position `position` of row `row`.
+    fn chunk_at(&self, row: u64, position: usize) -> u64 {
+        let per_unit = self.blocks_per_unit();
+        let (stripe, block) = (row / per_unit, row % per_unit);
+        (stripe * self.profile.k() as u64 + position as u64) * per_unit + block
+    }
+
+    /// Chunks past the cut that held bytes before it, in the rows the shards keep past the
+    /// cut: they become holes although no step names them.
+    fn cut_chunks(&self) -> std::ops::Range<u64> {
+        let kept_rows = self.profile.shard_bytes(self.cut) / CHUNK_BYTES;
+        let from = self.cut.div_ceil(CHUNK_BYTES);
+        let to = self.old_size.div_ceil(CHUNK_BYTES);
+        // Only the cut's own stripe keeps rows past it.
+        let stripe_end =
+            kept_rows / self.blocks_per_unit() * self.blocks_per_unit() * self.profile.k() as u64;
+        from..to.min(stripe_end).max(from)
+    }
+
+    /// The new content of chunk `chunk`, or `None` when it keeps its old bytes.
+    fn new_chunk(&self, chunk: u64) -> Option<NewChunk> {
+        match self.chunks.get(&chunk) {
+            Some(new) => Some(*new),
+            None if chunk >= self.cut.div_ceil(CHUNK_BYTES) => Some(NewChunk::Hole),
+            None => None,
+        }
+    }
+
+    /// The rows the write encodes again, in order.
+    pub fn rows(&self) -> BTreeSet<u64> {
+        self.chunks
+            .keys()
+            .copied()
+            .chain(self.cut_chunks())
+            .map(|c| self.place(c).0)
+            .collect()
+    }
+
+    /// The old chunks the rows need: one block of a data shard each.
+    pub fn reads(&self) -> Vec<Piece> {
+        let mut pieces = Vec::new();
+        for row in self.rows() {
+            for position in 0..self.profile.k() {
+                if self.new_chunk(self.chunk_at(row, position)).is_none() {
+                    pieces.push(Piece {
+                        shard: position,
+                        offset: row * CHUNK_BYTES,
+                        len: CHUNK_BYTES,
+                    });
+                }
+            }
+        }
+        pieces
+    }
+
+    /// Each shard's part of the write, with the attribute ops `attrs`: the request's
+    /// `data`, and `old`, what was read of [`EdgePlan::reads`] (bytes and one word each).
+    pub fn shard_writes(
+        &self,
+        attrs: &[ObjectOp],
+        data: &[u8],
+        old: Vec<Sealed>,
+    ) -> Result<Vec<ShardWrite>, OsdReply> {
+        let (k, n) = (self.profile.k(), self.profile.shards());
+        let block = CHUNK_BYTES as usize;
+        let mut old = old.into_iter();
+        let mut coder = Coder::new(self.profile);
+        let mut out: Vec<ShardWrite> = (0..n)
+            .map(|_| ShardWrite {
+                ops: std::iter::once(ObjectOp::Create { exclusive: false })
+                    .chain(attrs.iter().cloned())
+                    .collect(),
+                data: Vec::new(),
+            })
+            .collect();
+        // The shards' length: cut first, so the rows past the cut are holes, then set to
+        // the new size's once the rows are written.
+        let mut len = self.profile.shard_bytes(self.old_size);
+        let cut_len = self.profile.shard_bytes(self.cut);
+        if cut_len < len {
+            for shard in &mut out {
+                shard.ops.push(ObjectOp::Truncate { size: cut_len });
+            }
+            len = cut_len;
+        }
+        let zeros = vec![0u8; block];
+        let old_chunks = self.old_size.div_ceil(CHUNK_BYTES);
+        for row in self.rows() {
+            let mut bytes: Vec<Vec<u8>> = Vec::with_capacity(k);
+            let mut words: Vec<Word> = Vec::with_capacity(k);
+            let mut changed = Vec::with_capacity(k);
+            for position in 0..k {
+                let chunk = self.chunk_at(row, position);
+                let (b, w, change) = match self.new_chunk(chunk) {
+                    Some(NewChunk::Written { at, seal }) => {
+                        let piece = data.get(at..at + block).ok_or_else(|| {
+                            OsdReply::Failed(format!(
+                                "{} data bytes sent, the chunk ops use more",
+                                data.len()
+                            ))
+                        })?;
+                        (piece.to_vec(), seal.to_bytes(), Some(Some(seal)))
+                    }
+                    // Past the old end, or in a row the cut took, nothing is stored: a hole
+                    // there needs no write.
+                    Some(NewChunk::Hole)
+                        if (chunk >= old_chunks || row >= len / CHUNK_BYTES)
+                            && !self.chunks.contains_key(&chunk) =>
+                    {
+                        (zeros.clone(), [0; CHUNK_SEAL_BYTES], None)
+                    }
+                    Some(NewChunk::Hole) => (zeros.clone(), [0; CHUNK_SEAL_BYTES], Some(None)),
+                    None => {
+                        let (b, w) = old.next().expect("a read for each old chunk");
+                        (b, w[0], None)
+                    }
+                };
+                bytes.push(b);
+                words.push(w);
+                changed.push(change);
+            }
+            for (position, change) in changed.into_iter().enumerate() {
+                match change {
+                    Some(Some(seal)) => push_block(&mut out[position], row, seal, &bytes[position]),
+                    Some(None) => push_zero(&mut out[position], row),
+                    None => {}
+                }
+            }
+            // A row of holes (a written chunk's seal is never zeros, `check_seal`) has zero
+            // parity: holes too, where the shards hold the row.
+            if words.iter().all(|w| w == &[0; CHUNK_SEAL_BYTES]) {
+                if row < len / CHUNK_BYTES {
+                    for shard in &mut out[k..] {
+                        push_zero(shard, row);
+                    }
+                }
+                continue;
+            }
+            let refs: Vec<&[u8]> = bytes.iter().map(Vec::as_slice).collect();
+            let parity = coder
+                .parity(&refs)
+                .map_err(|e| OsdReply::Failed(format!("encoding: {e}")))?;
+            let parity_words = coder
+                .word_parity(&words)
+                .map_err(|e| OsdReply::Failed(format!("encoding records: {e}")))?;
+            for (i, (p, w)) in parity.iter().zip(&parity_words).enumerate() {
+                push_block(&mut out[k + i], row, ChunkSeal::from_bytes(w), p);
+            }
+        }
+        // Each shard whose writes leave it another length is cut or extended to the new
+        // size's.
+        let new_len = self.profile.shard_bytes(self.size);
+        for shard in &mut out {
+            let end = shard.ops.iter().fold(len, |end, op| match op {
+                ObjectOp::WriteChunks { end: to, .. } => end.max(*to),
+                ObjectOp::Zero { offset, len } => end.max(offset + len),
+                _ => end,
+            });
+            if end != new_len {
+                shard.ops.push(ObjectOp::Truncate { size: new_len });
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Adds block `row` of a shard, sealed as `seal`, to its write: to the chunk write that
+/// ends there, or as a new one.
+fn push_block(shard: &mut ShardWrite, row: u64, seal: ChunkSeal, bytes: &[u8]) {
+    match shard.ops.last_mut() {
+        Some(ObjectOp::WriteChunks { first, seals, end }) if *first + seals.len() as u64 == row => {
+            seals.push(seal);
+            *end += CHUNK_BYTES;
+        }
+        _ => shard.ops.push(ObjectOp::WriteChunks {
+            first: row,
+            seals: vec![seal],
+            end: (row + 1) * CHUNK_BYTES,
+        }),
+    }
+    shard.data.extend_from_slice(bytes);
+}
+
+/// Makes block `row` of a shard a hole.
+fn push_zero(shard: &mut ShardWrite, row: u64) {
+    match shard.ops.last_mut() {
+        Some(ObjectOp::Zero { offset, len }) if *offset + *len == row * CHUNK_BYTES => {
+            *len += CHUNK_BYTES;
+        }
+        _ => shard.ops.push(ObjectOp::Zero {
+            offset: row * CHUNK_BYTES,
+            len: CHUNK_BYTES,
+        }),
+    }
+}
+
 /// Where a PG's shards are read from: the primary's view, under the PG's lock.
 pub struct Shards<'a> {
     pub inner: &'a OsdState,
@@ -320,6 +812,9 @@ pub struct Shards<'a> {
     damaged: Mutex<BTreeSet<usize>>,
     /// Where the holders read: the data device itself for scrub.
     via: Via,
+    /// The pool is sealed at the edge: every block of a shard is kept sealed with a record,
+    /// read with its bytes (parity shards keep the parity of the data shards' records).
+    edge: bool,
 }
 
 impl<'a> Shards<'a> {
@@ -336,6 +831,7 @@ impl<'a> Shards<'a> {
             holders,
             damaged: Mutex::new(BTreeSet::new()),
             via: Via::Cache,
+            edge: inner.pool_is_edge(pg.pool),
         }
     }
 
@@ -361,12 +857,12 @@ impl<'a> Shards<'a> {
         position: usize,
     ) -> bool {
         let kept = match self.read_at(object, version, position, &[]).await {
-            Ok((kept, _)) if kept != position => kept,
+            Ok((kept, _, _)) if kept != position => kept,
             _ => return false,
         };
         let mut elsewhere = BTreeSet::new();
         for other in (0..self.profile.shards()).filter(|p| *p != position) {
-            if let Ok((shard, _)) = self.read_at(object, version, other, &[]).await {
+            if let Ok((shard, _, _)) = self.read_at(object, version, other, &[]).await {
                 elsewhere.insert(shard);
             }
         }
@@ -407,6 +903,54 @@ impl<'a> Shards<'a> {
         repaired
     }
 
+    /// The record of chunk `chunk` of `object` at `head` (`None`: a hole, or past its end).
+    async fn chunk_seal(
+        &self,
+        object: &ObjectName,
+        head: Option<ShardHead>,
+        chunk: u64,
+    ) -> Result<Option<ChunkSeal>, OsdReply> {
+        let Some(head) = head.filter(|h| chunk < h.size.div_ceil(CHUNK_BYTES)) else {
+            return Ok(None);
+        };
+        let (shard, offset) = self.profile.locate(chunk * CHUNK_BYTES);
+        let piece = Piece {
+            shard,
+            offset,
+            len: CHUNK_BYTES,
+        };
+        let mut read = self.read_sealed(object, head.version, &[piece]).await?;
+        Ok(read.pop().and_then(|(_, words)| seal_of_word(&words[0])))
+    }
+
+    /// Checks the chunk conditions of a write of `ops` to `object` (at `head`) in a pool
+    /// sealed at the edge, as a replicated PG's primary checks them on its copy: each
+    /// `AssertChunk`, and that none of the partial last chunks `tails` ([`EdgePlan::tails`])
+    /// the write grows the object past is sealed.
+    pub async fn check_chunks(
+        &self,
+        object: &ObjectName,
+        head: Option<ShardHead>,
+        ops: &[ObjectOp],
+        tails: &[u64],
+    ) -> Result<(), OsdReply> {
+        for op in ops {
+            if let ObjectOp::AssertChunk { index, seal } = op {
+                if self.chunk_seal(object, head, *index).await? != *seal {
+                    return Err(OsdReply::Mismatch(format!(
+                        "chunk {index} of {object} changed since it was read"
+                    )));
+                }
+            }
+        }
+        for tail in tails {
+            if self.chunk_seal(object, head, *tail).await?.is_some() {
+                return Err(objects::tail_not_replaced(object, *tail));
+            }
+        }
+        Ok(())
+    }
+
     /// This OSD's shard head of `object` and its attributes; `None` if it holds none.
     pub async fn own_head(
         &self,
@@ -436,11 +980,23 @@ impl<'a> Shards<'a> {
         version: Version,
         pieces: &[Piece],
     ) -> Result<Vec<Vec<u8>>, OsdReply> {
+        let read = self.read_sealed(object, version, pieces).await?;
+        Ok(read.into_iter().map(|(bytes, _)| bytes).collect())
+    }
+
+    /// [`Shards::read`] with, in a pool sealed at the edge, the record words of each
+    /// piece's blocks (pieces are then whole blocks); no words otherwise.
+    pub async fn read_sealed(
+        &self,
+        object: &ObjectName,
+        version: Version,
+        pieces: &[Piece],
+    ) -> Result<Vec<Sealed>, OsdReply> {
         let mut by_shard: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
         for (index, piece) in pieces.iter().enumerate() {
             by_shard.entry(piece.shard).or_default().push(index);
         }
-        let mut out: Vec<Option<Vec<u8>>> = vec![None; pieces.len()];
+        let mut out: Vec<Option<Sealed>> = vec![None; pieces.len()];
         let mut failed = BTreeSet::new();
         // Every shard at once, each in as few ranges as its pieces allow.
         let reads = by_shard.into_iter().map(|(shard, indexes)| async move {
@@ -455,11 +1011,12 @@ impl<'a> Shards<'a> {
         });
         for (shard, indexes, read) in futures::future::join_all(reads).await {
             match read {
-                Some(bytes) => {
+                Some((bytes, words)) => {
                     let mut at = 0;
                     for i in indexes {
                         let len = pieces[i].len as usize;
-                        out[i] = Some(bytes[at..at + len].to_vec());
+                        out[i] =
+                            Some((bytes[at..at + len].to_vec(), self.words_at(&words, at, len)));
                         at += len;
                     }
                 }
@@ -484,8 +1041,8 @@ impl<'a> Shards<'a> {
             let rebuilt = self
                 .rebuild(object, version, shard, &wanted, &mut failed)
                 .await?;
-            for (i, bytes) in indexes.into_iter().zip(rebuilt) {
-                out[i] = Some(bytes);
+            for (i, read) in indexes.into_iter().zip(rebuilt) {
+                out[i] = Some(read);
             }
         }
         Ok(out
@@ -505,19 +1062,21 @@ impl<'a> Shards<'a> {
         shard: usize,
         wanted: &[(u64, u64)],
         failed: &mut BTreeSet<usize>,
-    ) -> Result<Vec<Vec<u8>>, OsdReply> {
+    ) -> Result<Vec<Sealed>, OsdReply> {
         let spans = block_spans(wanted);
-        let cut = |bytes: &[u8]| -> Vec<Vec<u8>> {
+        let cut = |bytes: &[u8], words: &[Word]| -> Vec<Sealed> {
             wanted
                 .iter()
                 .map(|&(offset, len)| {
                     let at = span_position(&spans, offset);
-                    bytes[at..at + len as usize].to_vec()
+                    let len = len as usize;
+                    (bytes[at..at + len].to_vec(), self.words_at(words, at, len))
                 })
                 .collect()
         };
         let (k, n) = (self.profile.k(), self.profile.shards());
         let mut shards: Vec<Option<Vec<u8>>> = vec![None; n];
+        let mut words: Vec<Option<Vec<Word>>> = vec![None; n];
         let mut present = 0;
         for position in 0..n {
             if present == k {
@@ -527,10 +1086,11 @@ impl<'a> Shards<'a> {
                 continue;
             }
             match self.read_at(object, version, position, &spans).await {
-                Ok((held, bytes)) if held == shard => return Ok(cut(&bytes)),
-                Ok((held, bytes)) => {
+                Ok((held, bytes, read)) if held == shard => return Ok(cut(&bytes, &read)),
+                Ok((held, bytes, read)) => {
                     if shards[held].is_none() {
                         shards[held] = Some(bytes);
+                        words[held] = Some(read);
                         present += 1;
                     }
                 }
@@ -547,11 +1107,28 @@ impl<'a> Shards<'a> {
                 self.pg.pool, self.pg.number, version.epoch, version.seq
             )));
         }
-        Coder::new(self.profile)
+        let mut coder = Coder::new(self.profile);
+        coder
             .reconstruct(&mut shards)
             .map_err(|e| OsdReply::Failed(format!("decoding {object}: {e}")))?;
         let whole = shards[shard].take().expect("reconstructed");
-        Ok(cut(&whole))
+        let rebuilt = if self.edge {
+            rebuild_words(&mut coder, &words, shard)
+                .map_err(|e| OsdReply::Failed(format!("decoding {object}'s records: {e}")))?
+        } else {
+            Vec::new()
+        };
+        Ok(cut(&whole, &rebuilt))
+    }
+
+    /// The words of the blocks of `len` bytes at byte `at` of a read whose blocks' words
+    /// are `words` (none outside a pool sealed at the edge).
+    fn words_at(&self, words: &[Word], at: usize, len: usize) -> Vec<Word> {
+        if !self.edge {
+            return Vec::new();
+        }
+        let block = CHUNK_BYTES as usize;
+        words[at / block..(at + len) / block].to_vec()
     }
 
     /// `ranges` of shard `shard` of `object` from the holder of its position, if it holds
@@ -562,10 +1139,10 @@ impl<'a> Shards<'a> {
         version: Version,
         shard: usize,
         ranges: &[(u64, u64)],
-    ) -> Option<Vec<u8>> {
+    ) -> Option<(Vec<u8>, Vec<Word>)> {
         let why = match self.read_at(object, version, shard, ranges).await {
-            Ok((held, bytes)) if held == shard => return Some(bytes),
-            Ok((held, _)) => format!("it holds shard {held}"),
+            Ok((held, bytes, words)) if held == shard => return Some((bytes, words)),
+            Ok((held, _, _)) => format!("it holds shard {held}"),
             Err(why) => why,
         };
         self.warn(object, shard, &why);
@@ -591,17 +1168,19 @@ impl<'a> Shards<'a> {
         version: Version,
         position: usize,
         ranges: &[(u64, u64)],
-    ) -> Result<(usize, Vec<u8>), String> {
+    ) -> Result<(usize, Vec<u8>, Vec<Word>), String> {
         let wanted: u64 = ranges.iter().map(|(_, len)| len).sum();
+        let words = if self.edge { wanted / CHUNK_BYTES } else { 0 };
         match self.fetch(object, position, ranges).await? {
-            Some((head, bytes))
+            Some((head, bytes, read))
                 if head.version == version
                     && usize::from(head.shard) < self.profile.shards()
-                    && bytes.len() as u64 == wanted =>
+                    && bytes.len() as u64 == wanted
+                    && read.len() as u64 == words =>
             {
-                Ok((usize::from(head.shard), bytes))
+                Ok((usize::from(head.shard), bytes, read))
             }
-            Some((head, _)) => Err(format!(
+            Some((head, _, _)) => Err(format!(
                 "it holds shard {} at version {}.{}",
                 head.shard, head.version.epoch, head.version.seq
             )),
@@ -619,7 +1198,7 @@ impl<'a> Shards<'a> {
         Ok(self
             .fetch(object, position, &[])
             .await?
-            .map(|(head, _)| head))
+            .map(|(head, _, _)| head))
     }
 
     /// `ranges` of whatever shard of `object` the holder of `position` has, with its head.
@@ -628,7 +1207,7 @@ impl<'a> Shards<'a> {
         object: &ObjectName,
         position: usize,
         ranges: &[(u64, u64)],
-    ) -> Result<Option<(ShardHead, Vec<u8>)>, String> {
+    ) -> Result<Option<(ShardHead, Vec<u8>, Vec<Word>)>, String> {
         let holder = self
             .holders
             .get(position)
@@ -641,9 +1220,9 @@ impl<'a> Shards<'a> {
         };
         if holder == self.inner.id {
             let object = objects::object_ref(self.pg, object);
-            let (ranges, via) = (ranges.to_vec(), self.via);
+            let (ranges, via, edge) = (ranges.to_vec(), self.via, self.edge);
             self.inner
-                .blocking(move |store| objects::read_shard(store, &object, &ranges, via))
+                .blocking(move |store| objects::read_shard(store, &object, &ranges, via, edge))
                 .await
                 .and_then(|read| {
                     read.map_err(|e| match e {
@@ -652,6 +1231,7 @@ impl<'a> Shards<'a> {
                         e => e.to_string(),
                     })
                 })
+                .map(|read| read.map(|(head, bytes, seals)| (head, bytes, words_of(&seals))))
         } else {
             let request = OsdRequest::Peer {
                 pg: self.pg,
@@ -667,8 +1247,8 @@ impl<'a> Shards<'a> {
                 .call_peer(holder, &request, Bytes::new(), None)
                 .await
             {
-                Ok((OsdReply::ShardPieces(head), data)) => {
-                    Ok(head.map(|head| (head, data.to_vec())))
+                Ok((OsdReply::ShardPieces(head, seals), data)) => {
+                    Ok(head.map(|head| (head, data.to_vec(), words_of(&seals))))
                 }
                 Ok((OsdReply::Integrity(why), _)) => Err(damaged(why)),
                 Ok((other, _)) => Err(format!("{other:?}")),
@@ -702,6 +1282,9 @@ impl<'a> Shards<'a> {
             ObjectOp::Read { offset, len } => {
                 let (from, to) = clamp(*offset, *len);
                 sum.saturating_add(to - from)
+            }
+            ObjectOp::ReadChunks { count, .. } => {
+                sum.saturating_add(u64::from(*count) * CHUNK_BYTES)
             }
             _ => sum,
         });
@@ -741,6 +1324,37 @@ impl<'a> Shards<'a> {
                     let mut attrs = attrs.clone();
                     attrs.retain(|name, _| !objects::is_internal_attr(name));
                     OpResult::Attrs(attrs)
+                }
+                ObjectOp::ReadChunks { first, count } => {
+                    let count = u64::from(*count);
+                    let end = first
+                        .saturating_add(count)
+                        .min(head.size.div_ceil(CHUNK_BYTES));
+                    let pieces: Vec<Piece> = (*first..end.max(*first))
+                        .map(|chunk| {
+                            let (shard, offset) = self.profile.locate(chunk * CHUNK_BYTES);
+                            Piece {
+                                shard,
+                                offset,
+                                len: CHUNK_BYTES,
+                            }
+                        })
+                        .collect();
+                    let mut seals = Vec::with_capacity(count as usize);
+                    for (bytes, words) in self.read_sealed(object, head.version, &pieces).await? {
+                        out.extend_from_slice(&bytes);
+                        seals.push(seal_of_word(&words[0]));
+                    }
+                    // Chunks past the end are holes, as a replicated pool answers them.
+                    out.resize(
+                        out.len() + (count as usize - seals.len()) * CHUNK_BYTES as usize,
+                        0,
+                    );
+                    seals.resize(count as usize, None);
+                    OpResult::Chunks {
+                        size: head.size,
+                        seals,
+                    }
                 }
                 ObjectOp::OmapGet { .. } | ObjectOp::OmapList { .. } => {
                     return Err(OsdReply::Failed(
@@ -1023,5 +1637,288 @@ mod tests {
                 },
             ]
         );
+    }
+
+    fn seal(n: u64) -> ChunkSeal {
+        ChunkSeal {
+            key_id: 0x1_0000 + n,
+            nonce: [n as u8; 12],
+            tag: [(n * 3) as u8; 16],
+        }
+    }
+
+    fn chunk(n: u64) -> Vec<u8> {
+        (0..CHUNK_BYTES)
+            .map(|i| (i as u8) ^ (n as u8).wrapping_mul(37))
+            .collect()
+    }
+
+    /// A request's chunk steps: `WriteChunks` of chunks `first..first + count` (seals and
+    /// bytes from [`seal`] and [`chunk`]) ending at `end`, and the request's data.
+    fn chunks(first: u64, count: u64, end: u64) -> (ObjectOp, Vec<u8>) {
+        let data: Vec<u8> = (first..first + count).flat_map(chunk).collect();
+        let op = ObjectOp::WriteChunks {
+            first,
+            seals: (first..first + count).map(seal).collect(),
+            end,
+        };
+        (op, data)
+    }
+
+    /// The row each shard's `WriteChunks` ops write, with the bytes and word of each.
+    fn written(shard: &ShardWrite) -> Vec<(u64, Vec<u8>, Word)> {
+        let mut out = Vec::new();
+        let mut at = 0;
+        for op in &shard.ops {
+            if let ObjectOp::WriteChunks { first, seals, end } = op {
+                assert_eq!(*end, (first + seals.len() as u64) * CHUNK_BYTES);
+                for (i, seal) in seals.iter().enumerate() {
+                    let bytes = shard.data[at..at + CHUNK_BYTES as usize].to_vec();
+                    out.push((first + i as u64, bytes, seal.to_bytes()));
+                    at += CHUNK_BYTES as usize;
+                }
+            }
+        }
+        assert_eq!(at, shard.data.len(), "every byte sent is written");
+        out
+    }
+
+    #[test]
+    fn a_chunk_write_over_whole_rows_codes_bytes_and_records_with_nothing_read() {
+        let (op, data) = chunks(0, 8, 8 * CHUNK_BYTES - 100);
+        let steps = edge_steps(std::slice::from_ref(&op)).expect("a byte change");
+        let plan = EdgePlan::new(profile(), 0, &steps).expect("planned");
+        assert_eq!(plan.size(), 8 * CHUNK_BYTES - 100);
+        assert_eq!(plan.rows(), BTreeSet::from([0, 1]));
+        assert!(plan.reads().is_empty());
+        let writes = plan.shard_writes(&[], &data, Vec::new()).expect("written");
+        let mut coder = Coder::new(profile());
+        for row in 0..2u64 {
+            let data_words: Vec<Word> = (0..4).map(|d| seal(row * 4 + d).to_bytes()).collect();
+            let data_bytes: Vec<Vec<u8>> = (0..4).map(|d| chunk(row * 4 + d)).collect();
+            let refs: Vec<&[u8]> = data_bytes.iter().map(Vec::as_slice).collect();
+            let parity = coder.parity(&refs).expect("parity");
+            let parity_words = coder.word_parity(&data_words).expect("parity words");
+            for (position, shard) in writes.iter().enumerate() {
+                let (at, bytes, word) = written(shard)[row as usize].clone();
+                assert_eq!(at, row);
+                if position < 4 {
+                    assert_eq!(
+                        (bytes, word),
+                        (data_bytes[position].clone(), data_words[position])
+                    );
+                } else {
+                    assert_eq!(
+                        (bytes, word),
+                        (parity[position - 4].clone(), parity_words[position - 4])
+                    );
+                }
+            }
+        }
+        // The shards keep the object's stripes, no more: no truncate for a new object
+        // whose chunks end where its last stripe does.
+        assert!(writes.iter().all(|w| !w
+            .ops
+            .iter()
+            .any(|op| matches!(op, ObjectOp::Truncate { .. }))));
+    }
+
+    #[test]
+    fn a_chunk_overwrite_reads_its_row_and_writes_its_shard_and_the_parity_only() {
+        let old_size = 12 * CHUNK_BYTES;
+        let (op, data) = chunks(6, 1, 7 * CHUNK_BYTES);
+        let steps = edge_steps(&[ObjectOp::AssertExists, op]).expect("a byte change");
+        let plan = EdgePlan::new(profile(), old_size, &steps).expect("planned");
+        assert_eq!(plan.size(), old_size);
+        // Chunk 6 is position 2 of row 1; the row's other chunks are 4, 5 and 7.
+        assert_eq!(plan.rows(), BTreeSet::from([1]));
+        let reads: Vec<usize> = plan.reads().iter().map(|p| p.shard).collect();
+        assert_eq!(reads, [0, 1, 3]);
+        assert!(plan
+            .reads()
+            .iter()
+            .all(|p| (p.offset, p.len) == (CHUNK_BYTES, CHUNK_BYTES)));
+        let old: Vec<Sealed> = [4, 5, 7]
+            .into_iter()
+            .map(|c| (chunk(c), vec![seal(c).to_bytes()]))
+            .collect();
+        let writes = plan.shard_writes(&[], &data, old).expect("written");
+        let touched: Vec<usize> = (0..6)
+            .filter(|p| !written(&writes[*p]).is_empty())
+            .collect();
+        assert_eq!(touched, [2, 4, 5]);
+        let words: Vec<Word> = (4..8).map(|c| seal(c).to_bytes()).collect();
+        let parity_words = Coder::new(profile()).word_parity(&words).expect("words");
+        assert_eq!(written(&writes[4])[0].2, parity_words[0]);
+        assert_eq!(written(&writes[5])[0].2, parity_words[1]);
+    }
+
+    #[test]
+    fn a_truncate_inside_a_chunk_makes_the_rest_of_its_stripe_holes_then_cuts_the_shards() {
+        // 10 chunks (3 stripes); the cut inside chunk 5 keeps it (the client rewrote its
+        // tail), makes chunks 6 and 7 holes and cuts every shard to 2 stripes.
+        let cut = 5 * CHUNK_BYTES + 100;
+        let steps = edge_steps(&[ObjectOp::Truncate { size: cut }]).expect("a byte change");
+        let plan = EdgePlan::new(profile(), 10 * CHUNK_BYTES, &steps).expect("planned");
+        assert_eq!(plan.rows(), BTreeSet::from([1]));
+        let reads: Vec<usize> = plan.reads().iter().map(|p| p.shard).collect();
+        assert_eq!(reads, [0, 1], "chunks 4 and 5 are kept");
+        let old: Vec<Sealed> = [4, 5]
+            .into_iter()
+            .map(|c| (chunk(c), vec![seal(c).to_bytes()]))
+            .collect();
+        let writes = plan.shard_writes(&[], &[], old).expect("written");
+        for (position, shard) in writes.iter().enumerate() {
+            assert_eq!(
+                shard.ops.first(),
+                Some(&ObjectOp::Create { exclusive: false })
+            );
+            assert_eq!(
+                shard.ops[1],
+                ObjectOp::Truncate {
+                    size: 2 * CHUNK_BYTES
+                }
+            );
+            let rest = &shard.ops[2..];
+            match position {
+                0 | 1 => assert!(rest.is_empty(), "{rest:?}"),
+                2 | 3 => assert_eq!(
+                    rest,
+                    [ObjectOp::Zero {
+                        offset: CHUNK_BYTES,
+                        len: CHUNK_BYTES
+                    }]
+                ),
+                _ => assert!(matches!(rest, [ObjectOp::WriteChunks { first: 1, .. }])),
+            }
+        }
+    }
+
+    #[test]
+    fn a_replace_truncates_to_nothing_then_writes_with_no_read() {
+        let (op, data) = chunks(0, 2, 2 * CHUNK_BYTES);
+        let steps = edge_steps(&[ObjectOp::Truncate { size: 0 }, op]).expect("a byte change");
+        let plan = EdgePlan::new(profile(), 40 * CHUNK_BYTES, &steps).expect("planned");
+        assert_eq!(plan.size(), 2 * CHUNK_BYTES);
+        assert!(plan.reads().is_empty(), "the rest of the row is holes now");
+        let writes = plan.shard_writes(&[], &data, Vec::new()).expect("written");
+        for (position, shard) in writes.iter().enumerate() {
+            assert_eq!(shard.ops[1], ObjectOp::Truncate { size: 0 });
+            let last = shard.ops.last().expect("ops");
+            if position == 2 || position == 3 {
+                // Holes now, written nowhere: only the shard's length says the row is there.
+                assert_eq!(shard.ops.len(), 3);
+                assert_eq!(last, &ObjectOp::Truncate { size: CHUNK_BYTES });
+            } else {
+                assert!(
+                    matches!(last, ObjectOp::WriteChunks { first: 0, .. }),
+                    "{last:?}"
+                );
+            }
+        }
+        assert_eq!(written(&writes[1])[0].1, chunk(1));
+    }
+
+    #[test]
+    fn chunk_steps_outside_their_chunks_or_past_the_limit_are_refused() {
+        let refused = |ops: &[ObjectOp]| {
+            let steps = edge_steps(ops).expect("a byte change");
+            match EdgePlan::new(profile(), 0, &steps) {
+                Err(OsdReply::Failed(why)) => why,
+                other => panic!("{ops:?} planned: {other:?}"),
+            }
+        };
+        let (short, _) = chunks(3, 2, 4 * CHUNK_BYTES);
+        assert!(refused(&[short]).contains("outside its last chunk"));
+        let (long, _) = chunks(3, 2, 5 * CHUNK_BYTES + 1);
+        assert!(refused(&[long]).contains("outside its last chunk"));
+        let far = ObjectOp::Zero {
+            offset: u64::MAX / CHUNK_BYTES * CHUNK_BYTES,
+            len: CHUNK_BYTES,
+        };
+        assert!(refused(&[far]).contains("past an object's limit"));
+        assert!(edge_steps(&[ObjectOp::Create { exclusive: false }]).is_none());
+        let (write, _) = chunks(0, 1, 10);
+        assert!(matches!(
+            check_edge_ops("cold", &[ObjectOp::Remove, write]),
+            Err(OsdReply::Failed(why)) if why.contains("alone")
+        ));
+    }
+
+    #[test]
+    fn a_zero_of_whole_rows_writes_holes_and_no_parity_bytes() {
+        let zero = ObjectOp::Zero {
+            offset: 4 * CHUNK_BYTES,
+            len: 4 * CHUNK_BYTES,
+        };
+        let steps = edge_steps(&[zero]).expect("a byte change");
+        let plan = EdgePlan::new(profile(), 8 * CHUNK_BYTES, &steps).expect("planned");
+        assert!(plan.reads().is_empty());
+        let writes = plan.shard_writes(&[], &[], Vec::new()).expect("written");
+        for shard in &writes {
+            assert_eq!(
+                &shard.ops[1..],
+                [ObjectOp::Zero {
+                    offset: CHUNK_BYTES,
+                    len: CHUNK_BYTES
+                }]
+            );
+            assert!(shard.data.is_empty());
+        }
+    }
+
+    #[test]
+    fn growing_past_a_partial_last_chunk_checks_it_unless_the_request_replaces_it() {
+        let old_size = 5 * CHUNK_BYTES + 100;
+        let tails = |ops: &[ObjectOp]| {
+            let steps = edge_steps(ops).expect("a byte change");
+            EdgePlan::new(profile(), old_size, &steps).map(|plan| plan.tails().to_vec())
+        };
+        let (past, _) = chunks(8, 1, 9 * CHUNK_BYTES);
+        assert_eq!(tails(std::slice::from_ref(&past)).expect("planned"), [5]);
+        assert_eq!(
+            tails(&[ObjectOp::Truncate {
+                size: 10 * CHUNK_BYTES
+            }])
+            .expect("planned"),
+            [5]
+        );
+        let (over, _) = chunks(5, 1, 6 * CHUNK_BYTES);
+        assert!(tails(&[over, past.clone()]).expect("planned").is_empty());
+        // Cut inside chunk 2, then grown: chunk 2's old bytes past the cut would show.
+        assert_eq!(
+            tails(&[
+                ObjectOp::Truncate {
+                    size: 2 * CHUNK_BYTES + 1
+                },
+                past
+            ])
+            .expect("planned"),
+            [2]
+        );
+        // A tail the request itself seals short of its end is refused outright.
+        let (short, _) = chunks(5, 1, 5 * CHUNK_BYTES + 200);
+        let grow = ObjectOp::Truncate {
+            size: 10 * CHUNK_BYTES,
+        };
+        assert!(matches!(
+            tails(&[short, grow]),
+            Err(OsdReply::Failed(why)) if why.contains("past chunk 5")
+        ));
+        let shrink = ObjectOp::Truncate { size: 100 };
+        assert!(tails(&[shrink]).expect("planned").is_empty());
+    }
+
+    #[test]
+    fn a_request_changes_at_most_one_message_of_rows() {
+        let zero = ObjectOp::Zero {
+            offset: 0,
+            len: (ROWS_MAX + 1) * 4 * CHUNK_BYTES,
+        };
+        let steps = edge_steps(&[zero]).expect("a byte change");
+        assert!(matches!(
+            EdgePlan::new(profile(), 0, &steps),
+            Err(OsdReply::Failed(why)) if why.contains("at most")
+        ));
     }
 }

@@ -13,8 +13,8 @@ use map::cluster::Epoch;
 use map::placement::{pg_of, PgId};
 use map::{ObjectName, ObjectRef, PoolId};
 use messenger::message::{
-    ChunkSeal, CopyDigest, LogEntry, ObjectCopy, ObjectDigest, ObjectOp, OpResult, PgInfo,
-    ShardHead, Version, Writers, CHUNK_BYTES,
+    ChunkSeal, CopyDigest, LogEntry, ObjectCopy, ObjectDigest, ObjectOp, OpResult, OsdReply,
+    PgInfo, ShardHead, Version, Writers, CHUNK_BYTES,
 };
 use messenger::DATA_BYTES_MAX;
 use store::{ChunkRecord, ReadError, Store, Transaction, Via, OMAP_PAGE_ENTRIES_MAX};
@@ -394,15 +394,21 @@ pub fn drop_undo(txn: &mut Transaction, pool: PoolId, drops: &[(ObjectName, u64)
     }
 }
 
+/// A shard's head, the bytes of pieces of it, and in a pool sealed at the edge the record
+/// beside each of their blocks (`None` for a hole).
+pub type ShardRead = (ShardHead, Vec<u8>, Vec<Option<ChunkSeal>>);
+
 /// This store's shard of `object`: what its attributes say of it, and `pieces` (offset,
 /// length) of its bytes, each zero-padded to its length past the shard's end. `None` when
-/// the object is absent.
+/// the object is absent. In a pool sealed at the edge (`edge`) every block of a shard is
+/// kept sealed with a record, and pieces are whole blocks, read as stored with the records.
 pub fn read_shard(
     store: &Store,
     object: &ObjectRef,
     pieces: &[(u64, u64)],
     via: Via,
-) -> Result<Option<(ShardHead, Vec<u8>)>, ReadError> {
+    edge: bool,
+) -> Result<Option<ShardRead>, ReadError> {
     let attrs = match store.attrs(object) {
         Ok(attrs) => attrs,
         Err(ReadError::NotFound { .. }) => return Ok(None),
@@ -422,12 +428,79 @@ pub fn read_shard(
         });
     }
     let mut out = Vec::with_capacity(wanted as usize);
+    let mut seals = Vec::new();
     for &(offset, len) in pieces {
+        if edge {
+            let (first, count) = whole_blocks(object, offset, len)?;
+            let read = store.read_sealed_via(object, first, count, via)?;
+            out.extend_from_slice(&read.data);
+            seals.extend(read.chunks.into_iter().map(|r| r.map(seal_of)));
+            continue;
+        }
         let bytes = store.read_via(object, offset, len, via)?;
         out.extend_from_slice(&bytes);
         out.resize(out.len() + (len as usize - bytes.len()), 0);
     }
-    Ok(Some((head, out)))
+    // Each piece is its own snapshot: a write applied between them (a recovery reads
+    // without the PG's lock) would pass new bytes off as the head's version.
+    if !pieces.is_empty()
+        && shard_head(&store.attrs(object)?).map(|h| h.version) != Some(head.version)
+    {
+        return Err(ReadError::Invalid {
+            reason: format!("{object} changed while its shard was read"),
+        });
+    }
+    Ok(Some((head, out, seals)))
+}
+
+/// The blocks `(first, count)` of a piece of a shard sealed at the edge, which must be
+/// whole blocks.
+fn whole_blocks(object: &ObjectRef, offset: u64, len: u64) -> Result<(u64, u64), ReadError> {
+    if !offset.is_multiple_of(CHUNK_BYTES) || !len.is_multiple_of(CHUNK_BYTES) {
+        return Err(ReadError::Invalid {
+            reason: format!(
+                "{object}: a piece of {len} bytes at {offset} of a shard sealed at the edge; \
+                 its pieces are whole blocks of {CHUNK_BYTES}"
+            ),
+        });
+    }
+    Ok((offset / CHUNK_BYTES, len / CHUNK_BYTES))
+}
+
+/// The partial last chunk of an object of `size` bytes, sealed at the edge, that `ops`
+/// grow the object past without replacing it, if any: its bytes past the old size are the
+/// client's to zero, so such a write is refused unless that chunk is a hole. A truncate
+/// makes its own tail (the client rewrites the chunk it cuts inside).
+pub fn unreplaced_tail(ops: &[ObjectOp], size: u64) -> Option<u64> {
+    if ops.iter().any(|op| matches!(op, ObjectOp::Truncate { .. })) {
+        return None;
+    }
+    let grows_to = ops
+        .iter()
+        .filter_map(|op| match op {
+            ObjectOp::WriteChunks { end, .. } => Some(*end),
+            ObjectOp::Zero { offset, len } => Some(offset.saturating_add(*len)),
+            _ => None,
+        })
+        .max()?;
+    if size.is_multiple_of(CHUNK_BYTES) || grows_to <= size {
+        return None;
+    }
+    let tail = size / CHUNK_BYTES;
+    let replaced = ops.iter().any(|op| match op {
+        ObjectOp::WriteChunks { first, seals, .. } => {
+            (*first..first.saturating_add(seals.len() as u64)).contains(&tail)
+        }
+        _ => false,
+    });
+    (!replaced).then_some(tail)
+}
+
+/// The refusal of a write that grows `object` past its sealed partial last chunk `tail`.
+pub fn tail_not_replaced(object: &ObjectName, tail: u64) -> OsdReply {
+    OsdReply::Mismatch(format!(
+        "{object} grows past its partial last chunk {tail}: rewrite that chunk in the same write"
+    ))
 }
 
 /// The shard attributes among an object's attributes.
@@ -884,7 +957,7 @@ mod tests {
             store.apply(txn).expect("applied");
         };
         let head = |store: &Store| {
-            let (head, bytes) = read_shard(store, &object, &[(0, 4096)], Via::Cache)
+            let (head, bytes, _) = read_shard(store, &object, &[(0, 4096)], Via::Cache, false)
                 .expect("read")
                 .expect("present");
             (head.version.seq, head.shard, bytes[0])

@@ -441,15 +441,24 @@ impl OsdState {
                 offset,
                 len: COPY_PIECE_BYTES.min(len - offset),
             };
-            let mut read = shards
-                .read(name, head.version, &[wanted])
+            let (bytes, words) = shards
+                .read_sealed(name, head.version, &[wanted])
                 .await
-                .map_err(unreadable)?;
+                .map_err(unreadable)?
+                .remove(0);
             let end = offset + wanted.len;
+            // In a pool sealed at the edge, each block goes with its record (a parity
+            // shard's, the parity of the data shards' records); a zero word is a hole.
+            let chunks = self
+                .pool_is_edge(pg.pool)
+                .then(|| words.iter().map(crate::erasure::seal_of_word).collect());
             let piece = Piece {
-                copy: Some(copy.clone()),
+                copy: Some(ObjectCopy {
+                    chunks,
+                    ..copy.clone()
+                }),
                 offset,
-                data: Bytes::from(read.remove(0)),
+                data: Bytes::from(bytes),
                 last: end >= len,
             };
             self.write_piece(to, pg, name, piece).await?;

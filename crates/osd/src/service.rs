@@ -11,8 +11,8 @@ use map::cluster::{ClusterMap, Epoch, PoolInfo, Seal, Space};
 use map::placement::{OsdId, PgId};
 use map::{ObjectName, ObjectRef};
 use messenger::message::{
-    Claim, LogEntry, ObjectOp, OpResult, OsdReply, OsdRequest, PeerOp, ReqId, Version, Writers,
-    CHUNK_BYTES,
+    ChunkSeal, Claim, LogEntry, ObjectOp, OpResult, OsdReply, OsdRequest, PeerOp, ReqId, Version,
+    Writers, CHUNK_BYTES,
 };
 use messenger::{
     CertificateDer, EntityKind, EntityName, Handler, Peer, Reply, Request, SegmentCheck,
@@ -221,6 +221,14 @@ fn check_seal(pool: &PoolInfo, ops: &[ObjectOp]) -> Result<(), OsdReply> {
         if matches!(op, ObjectOp::WriteChunks { seals, .. } if seals.is_empty()) {
             return Err(OsdReply::Failed(
                 "a chunk write (WriteChunks) carries at least one chunk".into(),
+            ));
+        }
+        // An erasure-coded pool codes a hole's record as zeros (docs/design/erasure.md §11);
+        // no client seals a chunk so.
+        let zero = ChunkSeal::from_bytes(&[0; messenger::message::CHUNK_SEAL_BYTES]);
+        if matches!(op, ObjectOp::WriteChunks { seals, .. } if seals.contains(&zero)) {
+            return Err(OsdReply::Failed(
+                "a chunk write carries a seal record of zeros, which stands for a hole".into(),
             ));
         }
         let refused = match op {
@@ -597,7 +605,7 @@ impl OsdService {
         entry: &LogEntry,
         log: &VecDeque<LogEntry>,
     ) -> Result<Prepared, OsdReply> {
-        let object = self.check_write(op).await?;
+        let object = self.check_write(op.pg, &op.object, &op.ops).await?;
         if self.inner.pool_is_edge(op.pg.pool) {
             self.check_sealed_tail(&object, &op.ops).await?;
         }
@@ -614,15 +622,21 @@ impl OsdService {
         })
     }
 
-    /// Checks a write's room and conditions; the object it writes.
-    async fn check_write(&self, op: &ClientOp) -> Result<ObjectRef, OsdReply> {
-        if op.ops.iter().any(ObjectOp::writes_data) {
-            self.check_space(op.pg)?;
-        } else if op.ops.iter().any(ObjectOp::adds_metadata) {
-            self.check_room(op.pg)?;
+    /// Checks the room and conditions of a write of `ops` to `object` in `pg`; the object
+    /// it writes.
+    async fn check_write(
+        &self,
+        pg: PgId,
+        object: &ObjectName,
+        ops: &[ObjectOp],
+    ) -> Result<ObjectRef, OsdReply> {
+        if ops.iter().any(ObjectOp::writes_data) {
+            self.check_space(pg)?;
+        } else if ops.iter().any(ObjectOp::adds_metadata) {
+            self.check_room(pg)?;
         }
-        let object = objects::object_ref(op.pg, &op.object);
-        self.check_conditions(&object, &op.ops).await?;
+        let object = objects::object_ref(pg, object);
+        self.check_conditions(&object, ops).await?;
         Ok(object)
     }
 
@@ -644,12 +658,59 @@ impl OsdService {
             .get(&op.pg.pool)
             .map(|p| p.name.clone())
             .unwrap_or_default();
-        let change = erasure::data_change(&pool, &op.ops)?;
-        let object = self.check_write(op).await?;
+        let edge = self.inner.pool_is_edge(op.pg.pool);
+        let steps = if edge {
+            erasure::check_edge_ops(&pool, &op.ops)?;
+            erasure::edge_steps(&op.ops)
+        } else {
+            None
+        };
+        // A request that changes chunks is planned by rows (`EdgePlan`, below); any other,
+        // by its one change.
+        let change = match steps {
+            Some(_) => erasure::DataChange::None,
+            None => erasure::data_change(&pool, &op.ops)?,
+        };
+        // A chunk's record is on its data shard's holder, not necessarily here.
+        let local: Vec<ObjectOp> = op
+            .ops
+            .iter()
+            .filter(|o| !matches!(o, ObjectOp::AssertChunk { .. }))
+            .cloned()
+            .collect();
+        self.check_write(op.pg, &op.object, &local).await?;
         let shards = self.shards(core, op.pg)?;
         let profile = shards.profile;
         let head = shards.own_head(&op.object).await?.map(|(head, _)| head);
         let old_size = head.map_or(0, |h| h.size);
+        let attrs: Vec<ObjectOp> = op
+            .ops
+            .iter()
+            .filter(|o| {
+                matches!(
+                    o,
+                    ObjectOp::Create { .. }
+                        | ObjectOp::SetAttr { .. }
+                        | ObjectOp::RemoveAttr { .. }
+                )
+            })
+            .cloned()
+            .collect();
+        if edge {
+            let plan = match &steps {
+                Some(steps) => Some(erasure::EdgePlan::new(profile, old_size, steps)?),
+                None => None,
+            };
+            let tails = plan.as_ref().map_or(&[][..], |plan| plan.tails());
+            shards
+                .check_chunks(&op.object, head, &op.ops, tails)
+                .await?;
+            if let Some(plan) = plan {
+                return self
+                    .prepare_edge(op, data, entry, core, &shards, head, plan, &attrs)
+                    .await;
+            }
+        }
         let (written, size) = match change {
             erasure::DataChange::None => (Vec::new(), old_size),
             erasure::DataChange::Remove => (Vec::new(), 0),
@@ -690,20 +751,52 @@ impl OsdService {
                 (written, range.new_size(old_size))
             }
         };
-        let attrs: Vec<ObjectOp> = op
-            .ops
-            .iter()
-            .filter(|o| {
-                matches!(
-                    o,
-                    ObjectOp::Create { .. }
-                        | ObjectOp::SetAttr { .. }
-                        | ObjectOp::RemoveAttr { .. }
-                )
-            })
-            .cloned()
-            .collect();
         let writes = erasure::shard_writes(profile, change, &attrs, written);
+        self.prepare_shard_writes(op, entry, core, &shards, writes, size)
+            .await
+    }
+
+    /// [`OsdService::prepare_shards`] for a pool sealed at the edge, once `plan` is made and
+    /// the chunk conditions hold: reads the old chunks its rows need, with their records,
+    /// and builds each shard's part (docs/design/erasure.md, §11).
+    #[allow(clippy::too_many_arguments)]
+    async fn prepare_edge(
+        &self,
+        op: &ClientOp,
+        data: &Bytes,
+        entry: &LogEntry,
+        core: &Core,
+        shards: &erasure::Shards<'_>,
+        head: Option<messenger::message::ShardHead>,
+        plan: erasure::EdgePlan,
+        attrs: &[ObjectOp],
+    ) -> Result<Prepared, OsdReply> {
+        let pieces = plan.reads();
+        let old = match head {
+            Some(head) if !pieces.is_empty() => {
+                shards
+                    .read_sealed(&op.object, head.version, &pieces)
+                    .await?
+            }
+            _ => Vec::new(),
+        };
+        let writes = plan.shard_writes(attrs, data, old)?;
+        self.prepare_shard_writes(op, entry, core, shards, writes, plan.size())
+            .await
+    }
+
+    /// This OSD's shard transaction of a write ordered as `entry`, which leaves the object
+    /// `size` bytes, and each other holder's shard write, from each shard's part `writes`.
+    async fn prepare_shard_writes(
+        &self,
+        op: &ClientOp,
+        entry: &LogEntry,
+        core: &Core,
+        shards: &erasure::Shards<'_>,
+        writes: Vec<erasure::ShardWrite>,
+        size: u64,
+    ) -> Result<Prepared, OsdReply> {
+        let object = objects::object_ref(op.pg, &op.object);
         let complete_to = core.info.last;
         let drops = undo_to_drop(&core.log, core.undo_dropped, complete_to);
         let mut txn = Transaction::new();
@@ -884,20 +977,12 @@ impl OsdService {
         object: &ObjectRef,
         ops: &[ObjectOp],
     ) -> Result<(), OsdReply> {
-        if ops.iter().any(|op| matches!(op, ObjectOp::Truncate { .. })) {
+        if !ops
+            .iter()
+            .any(|op| op.writes_data() || matches!(op, ObjectOp::Zero { .. }))
+        {
             return Ok(());
         }
-        let grows_to = ops
-            .iter()
-            .filter_map(|op| match op {
-                ObjectOp::WriteChunks { end, .. } => Some(*end),
-                ObjectOp::Zero { offset, len } => Some(offset.saturating_add(*len)),
-                _ => None,
-            })
-            .max();
-        let Some(grows_to) = grows_to else {
-            return Ok(());
-        };
         // The size is one record from redb's cache, read here: a blocking thread's
         // wake-up would cost more, on every edge write. Reading the tail chunk goes to the
         // device, so it does take one, and only when the object ends inside a chunk.
@@ -906,10 +991,9 @@ impl OsdService {
             Err(ReadError::NotFound { .. }) => return Ok(()),
             Err(e) => return Err(read_failure(e)),
         };
-        if size.is_multiple_of(CHUNK_BYTES) || grows_to <= size {
+        let Some(tail) = objects::unreplaced_tail(ops, size) else {
             return Ok(());
-        }
-        let tail = size / CHUNK_BYTES;
+        };
         let probe = object.clone();
         let sealed = self
             .inner
@@ -922,19 +1006,7 @@ impl OsdService {
         if !sealed {
             return Ok(());
         }
-        let replaced = ops.iter().any(|op| match op {
-            ObjectOp::WriteChunks { first, seals, .. } => {
-                (*first..first + seals.len() as u64).contains(&tail)
-            }
-            _ => false,
-        });
-        if replaced {
-            return Ok(());
-        }
-        Err(OsdReply::Mismatch(format!(
-            "{} grows past its partial last chunk {tail}: rewrite that chunk in the same write",
-            object.name
-        )))
+        Err(objects::tail_not_replaced(&object.name, tail))
     }
 
     async fn client_list(
@@ -970,10 +1042,14 @@ impl OsdService {
         }
     }
 
-    /// The refusal of a client's read repair in an erasure-coded PG: its primary's reads
-    /// check and repair the shards themselves (docs/design/erasure.md, §8).
+    /// The refusal of a client's read repair in an erasure-coded PG sealed by its OSDs: its
+    /// primary's reads check and repair the shards themselves (docs/design/erasure.md, §8).
+    /// In one sealed at the edge only a client can tell that a chunk was altered: its read
+    /// repair has the primary encode the object's shards again, as scrub does, and rebuild
+    /// the one found bad (§11).
     fn no_read_repair(&self, pg: PgId) -> Option<OsdReply> {
-        self.inner.pool_erasure(pg.pool).map(|_| {
+        let sealed_here = !self.inner.pool_is_edge(pg.pool);
+        (self.inner.pool_erasure(pg.pool).is_some() && sealed_here).then(|| {
             OsdReply::Failed(format!(
                 "pg {}.{} is erasure-coded: its reads repair the shards they find damaged",
                 pg.pool, pg.number
@@ -1122,14 +1198,15 @@ impl OsdService {
             } => {
                 let object = objects::object_ref(id, &object);
                 let via = if device { Via::Device } else { Via::Cache };
+                let edge = inner.pool_is_edge(id.pool);
                 let read = inner
-                    .blocking(move |store| objects::read_shard(store, &object, &pieces, via))
+                    .blocking(move |store| objects::read_shard(store, &object, &pieces, via, edge))
                     .await?;
                 Ok(match read {
-                    Ok(Some((head, data))) => {
-                        reply_with(OsdReply::ShardPieces(Some(head)), Bytes::from(data))
+                    Ok(Some((head, data, seals))) => {
+                        reply_with(OsdReply::ShardPieces(Some(head), seals), Bytes::from(data))
                     }
-                    Ok(None) => reply(OsdReply::ShardPieces(None)),
+                    Ok(None) => reply(OsdReply::ShardPieces(None, Vec::new())),
                     Err(e) => reply(read_failure(e)),
                 })
             }

@@ -267,7 +267,7 @@ impl World {
                         .call(Some(primary), holder, request, Bytes::new())
                         .await?
                     {
-                        (OsdReply::ShardPieces(head), data) => Ok((head, data)),
+                        (OsdReply::ShardPieces(head, _), data) => Ok((head, data)),
                         (other, _) => Err(format!("osd.{}: {other:?}", holder.0)),
                     }
                 }

@@ -50,13 +50,25 @@ pub struct ChunkSeal {
 }
 
 /// Bytes of one [`ChunkSeal`] in a list on the wire: key id (little-endian), nonce, tag.
-const CHUNK_SEAL_BYTES: usize = 36;
+pub const CHUNK_SEAL_BYTES: usize = 36;
 
 impl ChunkSeal {
     fn put(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.key_id.to_le_bytes());
-        out.extend_from_slice(&self.nonce);
-        out.extend_from_slice(&self.tag);
+        out.extend_from_slice(&self.to_bytes());
+    }
+
+    /// Its wire form: key id (little-endian), nonce, tag. In an erasure-coded pool sealed
+    /// at the edge, parity shards keep the code words of these bytes as their records.
+    pub fn to_bytes(&self) -> [u8; CHUNK_SEAL_BYTES] {
+        let mut out = [0u8; CHUNK_SEAL_BYTES];
+        out[..8].copy_from_slice(&self.key_id.to_le_bytes());
+        out[8..20].copy_from_slice(&self.nonce);
+        out[20..].copy_from_slice(&self.tag);
+        out
+    }
+
+    pub fn from_bytes(bytes: &[u8; CHUNK_SEAL_BYTES]) -> ChunkSeal {
+        ChunkSeal::take(bytes)
     }
 
     fn take(bytes: &[u8]) -> ChunkSeal {
@@ -544,7 +556,8 @@ pub enum PeerOp {
     /// at `to`; under the claim of the peering that decided it.
     Rollback { claim: Claim, to: Version },
     /// Your shard of `object`: `(offset, len)` pieces of it, each `len` bytes in the data
-    /// segment (zeros past the shard's end). Answered with `ShardPieces`. With `device`,
+    /// segment (zeros past the shard's end; in a pool sealed at the edge, whole blocks as
+    /// stored, with their records). Answered with `ShardPieces`. With `device`,
     /// read from the data device, neither using nor filling the read cache (scrub).
     ReadShard {
         object: ObjectName,
@@ -718,6 +731,7 @@ pub enum OsdReply {
     /// (every copy is damaged, or none could be read): the bytes are not returned.
     Integrity(String),
     /// The pieces of a shard read (`PeerOp::ReadShard`), in the data segment: `None` when
-    /// this OSD holds no shard of the object.
-    ShardPieces(Option<ShardHead>),
+    /// this OSD holds no shard of the object. In a pool sealed at the edge, with the record
+    /// kept beside each block of the pieces (`None` for a hole); otherwise no records.
+    ShardPieces(Option<ShardHead>, Vec<Option<ChunkSeal>>),
 }

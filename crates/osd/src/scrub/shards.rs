@@ -15,7 +15,7 @@ use map::placement::OsdId;
 use map::ObjectName;
 use messenger::message::{Claim, ScrubFinding, ShardHead};
 
-use crate::erasure::Shards;
+use crate::erasure::{Shards, Word};
 use crate::recovery::Side;
 use crate::OsdState;
 
@@ -35,8 +35,14 @@ pub enum Agreement {
 }
 
 /// Compares the present shards of one window (`None`: not compared) with what the code
-/// gives, and names the one bad shard when leaving it out makes the others agree.
-pub fn agreement(coder: &mut Coder, shards: &[Option<&[u8]>]) -> Agreement {
+/// gives, and names the one bad shard when leaving it out makes the others agree. In a
+/// pool sealed at the edge, `words` holds each present shard's block records, each block's
+/// words one code word of their own; empty otherwise.
+pub fn agreement(
+    coder: &mut Coder,
+    shards: &[Option<&[u8]>],
+    words: &[Option<&[Word]>],
+) -> Agreement {
     let k = coder.profile().k();
     let present: Vec<usize> = (0..shards.len()).filter(|p| shards[*p].is_some()).collect();
     if present.len() < k {
@@ -45,7 +51,7 @@ pub fn agreement(coder: &mut Coder, shards: &[Option<&[u8]>]) -> Agreement {
             present.len()
         ));
     }
-    if agree(coder, shards, &present) {
+    if agree(coder, shards, words, &present) {
         return Agreement::Agree;
     }
     let suspects: Vec<usize> = present
@@ -53,7 +59,7 @@ pub fn agreement(coder: &mut Coder, shards: &[Option<&[u8]>]) -> Agreement {
         .copied()
         .filter(|left_out| {
             let rest: Vec<usize> = present.iter().copied().filter(|p| p != left_out).collect();
-            rest.len() > k && agree(coder, shards, &rest)
+            rest.len() > k && agree(coder, shards, words, &rest)
         })
         .collect();
     match suspects.as_slice() {
@@ -72,8 +78,13 @@ pub fn agreement(coder: &mut Coder, shards: &[Option<&[u8]>]) -> Agreement {
 }
 
 /// Whether the shards at `positions` are one codeword: the shards decoded from the first k
-/// of them are the others.
-fn agree(coder: &mut Coder, shards: &[Option<&[u8]>], positions: &[usize]) -> bool {
+/// of them are the others; and so are their words, block by block.
+fn agree(
+    coder: &mut Coder,
+    shards: &[Option<&[u8]>],
+    words: &[Option<&[Word]>],
+    positions: &[usize],
+) -> bool {
     let k = coder.profile().k();
     if positions.len() <= k {
         return true;
@@ -85,9 +96,21 @@ fn agree(coder: &mut Coder, shards: &[Option<&[u8]>], positions: &[usize]) -> bo
     if coder.reconstruct(&mut decoded).is_err() {
         return false;
     }
-    positions[k..]
+    let bytes_agree = positions[k..]
         .iter()
-        .all(|p| decoded[*p].as_deref() == shards[*p])
+        .all(|p| decoded[*p].as_deref() == shards[*p]);
+    let blocks = words.iter().flatten().map(|w| w.len()).next().unwrap_or(0);
+    bytes_agree
+        && (0..blocks).all(|block| {
+            let mut row: Vec<Option<Word>> = vec![None; shards.len()];
+            for p in &positions[..k] {
+                row[*p] = words[*p].map(|w| w[block]);
+            }
+            coder.reconstruct_words(&mut row).is_ok()
+                && positions[k..]
+                    .iter()
+                    .all(|p| row[*p] == words[*p].map(|w| w[block]))
+        })
 }
 
 /// The object's head: the primary's (at position `primary`), which its reads go by, if it
@@ -302,11 +325,13 @@ async fn windows(
             .iter()
             .map(|p| async move { (*p, shards.read_at(name, head.version, *p, &range).await) });
         let mut window_shards: Vec<Option<Vec<u8>>> = vec![None; profile.shards()];
+        let mut window_words: Vec<Option<Vec<Word>>> = vec![None; profile.shards()];
         for (p, got) in futures::future::join_all(reads).await {
             match got {
-                Ok((_, bytes)) => {
+                Ok((_, bytes, words)) => {
                     read += bytes.len() as u64;
                     window_shards[p] = Some(bytes);
+                    window_words[p] = Some(words);
                 }
                 Err(why) => {
                     found.insert(p, format!("unreadable ({why})"));
@@ -314,7 +339,8 @@ async fn windows(
             }
         }
         let views: Vec<Option<&[u8]>> = window_shards.iter().map(|s| s.as_deref()).collect();
-        match agreement(&mut coder, &views) {
+        let words: Vec<Option<&[Word]>> = window_words.iter().map(|w| w.as_deref()).collect();
+        match agreement(&mut coder, &views, &words) {
             Agreement::Agree => {}
             Agreement::Except(p) => {
                 found.insert(
@@ -351,7 +377,7 @@ mod tests {
             .enumerate()
             .map(|(p, s)| (!absent.contains(&p)).then_some(s.as_slice()))
             .collect();
-        agreement(&mut Coder::new(profile()), &views)
+        agreement(&mut Coder::new(profile()), &views, &[])
     }
 
     #[test]
