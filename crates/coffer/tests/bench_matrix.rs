@@ -124,8 +124,8 @@ fn quick_matrix_reports_every_cell_with_a_table_and_a_plot() {
     );
 }
 
-/// Each configuration again with the images' data in an erasure-coded pool (none sealed at
-/// the edge: the monitors refuse such a pool), with the raw space the filled images take.
+/// Each configuration again with the images' data in an erasure-coded pool (sealed at the
+/// edge in the edge configuration), with the raw space the filled images take.
 #[test]
 fn pool_types_measure_images_whose_data_is_in_an_erasure_coded_pool() {
     let _serial = serial();
@@ -149,7 +149,12 @@ fn pool_types_measure_images_whose_data_is_in_an_erasure_coded_pool() {
             "32M",
         ],
     );
-    let configs = ["gcm/secure", "edge/secure", "gcm/secure ec:2+1"];
+    let configs = [
+        "gcm/secure",
+        "edge/secure",
+        "gcm/secure ec:2+1",
+        "edge/secure ec:2+1",
+    ];
     check_cells(&doc, &configs, 2, true);
     let cells = doc["cells"].as_array().expect("cells");
     let space = |config: &str| {
@@ -159,6 +164,10 @@ fn pool_types_measure_images_whose_data_is_in_an_erasure_coded_pool() {
     // Three copies, and 2+1 keeps 1.5 bytes per byte (plus the stores' own records).
     assert!((2.9..3.5).contains(&space("gcm/secure")), "{doc:#}");
     assert!((1.45..1.8).contains(&space("gcm/secure ec:2+1")), "{doc:#}");
+    assert!(
+        (1.45..1.8).contains(&space("edge/secure ec:2+1")),
+        "{doc:#}"
+    );
     assert!(
         stdout.contains("space: gcm/secure ec:2+1: 1."),
         "the table says the space: {stdout}"

@@ -166,7 +166,7 @@ pub fn run(args: ClusterArgs) -> Result<(), String> {
             let admin = connect_admin(&conf).await?;
             wait_clean(&admin).await?;
             for pool_type in &args.pool_types {
-                let pool = pool_type.pool(&admin).await?;
+                let pool = pool_type.pool(&admin, false).await?;
                 let pools = connect_clients(&conf, clients, &pool).await?;
                 let mut objects = 0;
                 for size in &args.io_sizes {

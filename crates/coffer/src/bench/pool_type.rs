@@ -69,8 +69,10 @@ impl PoolType {
         })
     }
 
-    /// The pool this type is measured in, made (and waited clean) if it is erasure-coded.
-    pub async fn pool(&self, admin: &client::Cluster) -> Result<String, String> {
+    /// The pool this type is measured in, made (and waited clean) if it is erasure-coded:
+    /// sealed at the edge with `edge` (as the configuration's default pool is), else by
+    /// the OSDs.
+    pub async fn pool(&self, admin: &client::Cluster, edge: bool) -> Result<String, String> {
         let PoolType::Erasure(profile) = self else {
             return Ok(crate::up::DEFAULT_POOL.into());
         };
@@ -78,8 +80,13 @@ impl PoolType {
         let shape = PoolType::shape(*profile)?;
         let domain = map::placement::FailureDomain::Osd;
         let change = shape.change(&name, crate::admin::DEFAULT_PG_NUM, domain);
+        let command = if edge {
+            messenger::message::Command::PoolCreateEdge { change }
+        } else {
+            messenger::message::Command::Change(change)
+        };
         admin
-            .command(messenger::message::Command::Change(change))
+            .command(command)
             .await
             .map_err(|e| format!("creating pool {name}: {e}"))?;
         super::fresh::wait_clean(admin).await?;

@@ -60,7 +60,7 @@ pub struct S3Args {
     seal: String,
     /// Where the objects' content is kept, comma-separated: replicated (the gateway's own
     /// pool, as `coffer up` makes it) or ec:K+M (an erasure-coded data pool made for the
-    /// run, with a gateway pool of its own, sealed by the OSDs; needs K + M OSDs). Every
+    /// run, with a gateway pool of its own, both sealed as --seal says; needs K + M OSDs). Every
     /// configuration is measured in each.
     #[arg(long, value_delimiter = ',', default_value = "replicated", value_parser = parse_pool_type)]
     pool_types: Vec<PoolType>,
@@ -483,12 +483,14 @@ struct Front {
 impl Front {
     /// Starts `pool_type`'s gateways: for a replicated one, a plain-HTTP gateway beside
     /// `coffer up`'s on its pool; for an erasure-coded one, both on a gateway pool made
-    /// for it, sealed by the OSDs, whose content goes to the coded pool.
+    /// for it, whose content goes to the coded pool, both sealed at the edge with `edge`
+    /// (as `coffer up`'s pools are), else by the OSDs.
     async fn start(
         cluster: &FreshCluster,
         admin: &client::Cluster,
         pool_type: PoolType,
         https_addr: &str,
+        edge: bool,
     ) -> Result<Front, String> {
         let http_addr = format!("127.0.0.1:{}", crate::up::free_loopback_port()?);
         let name = pool_type.slug();
@@ -498,10 +500,9 @@ impl Front {
                 (pool.clone(), pool, None)
             }
             PoolType::Erasure(_) => {
-                let data = pool_type.pool(admin).await?;
+                let data = pool_type.pool(admin, edge).await?;
                 let pool = format!("bench-gw-{name}");
-                crate::admin::create_pool(admin, &pool, crate::admin::DEFAULT_PG_NUM, false)
-                    .await?;
+                crate::admin::create_pool(admin, &pool, crate::admin::DEFAULT_PG_NUM, edge).await?;
                 super::fresh::wait_clean(admin).await?;
                 let gateway = BenchGateway::start(
                     cluster,
@@ -601,8 +602,8 @@ pub fn run(args: S3Args) -> Result<(), String> {
                 format!(
                     "one fresh `coffer up` (at rest gcm, in transit secure, its pools sealed at \
                      the {}): 1 monitor, {} OSDs, its HTTPS gateway and a plain-HTTP one on the \
-                     same pool; for a coded pool, both on a gateway pool of its own, sealed by \
-                     the OSDs; under {}",
+                     same pool; for a coded pool, both on a gateway pool of its own, sealed \
+                     alike; under {}",
                     args.seal,
                     args.fresh.osds,
                     args.fresh.dir.display()
@@ -652,7 +653,14 @@ pub fn run(args: S3Args) -> Result<(), String> {
                     format!("127.0.0.1:{}", crate::up::free_loopback_port()?)
                 }
             };
-            let front = Front::start(&cluster, &admin, *pool_type, &https_addr).await?;
+            let front = Front::start(
+                &cluster,
+                &admin,
+                *pool_type,
+                &https_addr,
+                args.seal == "edge",
+            )
+            .await?;
             for (repetition, config) in
                 (0..args.repeat.max(1)).flat_map(|r| CONFIGS.iter().map(move |c| (r, *c)))
             {

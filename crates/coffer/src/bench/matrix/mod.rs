@@ -221,10 +221,6 @@ fn configs(args: &MatrixArgs) -> Result<Vec<Config>, String> {
     let mut configs = Vec::new();
     for pool_type in &args.pool_types {
         for (at_rest, in_transit) in &pairs {
-            // The monitors refuse an erasure-coded pool sealed at the edge (#33).
-            if at_rest == EDGE && *pool_type != PoolType::Replicated {
-                continue;
-            }
             let label = match pool_type {
                 PoolType::Replicated => format!("{at_rest}/{in_transit}"),
                 other => format!("{at_rest}/{in_transit} {}", other.label()),
@@ -475,7 +471,11 @@ impl Plan<'_> {
                     if self.engine != Engine::Library {
                         return Ok(None);
                     }
-                    let data = pool_type.pool(&admin).await?;
+                    let edge = matches!(
+                        &config.source,
+                        Source::Fresh { at_rest, .. } if at_rest == EDGE
+                    );
+                    let data = pool_type.pool(&admin, edge).await?;
                     progress.set_message(&format!("{}: filling images", config.label));
                     let filled =
                         library::prepare_images(&conf, self.image_size, one, many, &data).await?;
