@@ -669,7 +669,7 @@ impl EdgePlan {
     ) -> Result<Vec<ShardWrite>, OsdReply> {
         let (k, n) = (self.profile.k(), self.profile.shards());
         let block = CHUNK_BYTES as usize;
-        let mut old = old.into_iter();
+        let mut old = old.iter();
         let mut coder = Coder::new(self.profile);
         let mut out: Vec<ShardWrite> = (0..n)
             .map(|_| ShardWrite {
@@ -692,7 +692,9 @@ impl EdgePlan {
         let zeros = vec![0u8; block];
         let old_chunks = self.old_size.div_ceil(CHUNK_BYTES);
         for row in self.rows() {
-            let mut bytes: Vec<Vec<u8>> = Vec::with_capacity(k);
+            // The row's chunks where they lie (the request's data, the reads, zeros): only
+            // the shards' parts copy them.
+            let mut bytes: Vec<&[u8]> = Vec::with_capacity(k);
             let mut words: Vec<Word> = Vec::with_capacity(k);
             let mut changed = Vec::with_capacity(k);
             for position in 0..k {
@@ -705,7 +707,7 @@ impl EdgePlan {
                                 data.len()
                             ))
                         })?;
-                        (piece.to_vec(), seal.to_bytes(), Some(Some(seal)))
+                        (piece, seal.to_bytes(), Some(Some(seal)))
                     }
                     // Past the old end, or in a row the cut took, nothing is stored: a hole
                     // there needs no write.
@@ -713,12 +715,12 @@ impl EdgePlan {
                         if (chunk >= old_chunks || row >= len / CHUNK_BYTES)
                             && !self.chunks.contains_key(&chunk) =>
                     {
-                        (zeros.clone(), [0; CHUNK_SEAL_BYTES], None)
+                        (&zeros[..], [0; CHUNK_SEAL_BYTES], None)
                     }
-                    Some(NewChunk::Hole) => (zeros.clone(), [0; CHUNK_SEAL_BYTES], Some(None)),
+                    Some(NewChunk::Hole) => (&zeros[..], [0; CHUNK_SEAL_BYTES], Some(None)),
                     None => {
                         let (b, w) = old.next().expect("a read for each old chunk");
-                        (b, w[0], None)
+                        (&b[..], w[0], None)
                     }
                 };
                 bytes.push(b);
@@ -727,7 +729,7 @@ impl EdgePlan {
             }
             for (position, change) in changed.into_iter().enumerate() {
                 match change {
-                    Some(Some(seal)) => push_block(&mut out[position], row, seal, &bytes[position]),
+                    Some(Some(seal)) => push_block(&mut out[position], row, seal, bytes[position]),
                     Some(None) => push_zero(&mut out[position], row),
                     None => {}
                 }
@@ -742,9 +744,8 @@ impl EdgePlan {
                 }
                 continue;
             }
-            let refs: Vec<&[u8]> = bytes.iter().map(Vec::as_slice).collect();
             let parity = coder
-                .parity(&refs)
+                .parity(&bytes)
                 .map_err(|e| OsdReply::Failed(format!("encoding: {e}")))?;
             let parity_words = coder
                 .word_parity(&words)
