@@ -756,3 +756,71 @@ fn a_shard_of_an_edge_sealed_pool_altered_on_disk_is_found_by_its_code_and_rebui
         "the chunk is whole again"
     );
 }
+
+/// The sum over the cluster's OSDs of the counter `name` in their metrics.
+fn osds_counter(cluster: &LocalCluster, name: &str) -> f64 {
+    let conf = cluster.conf();
+    conf.metrics
+        .iter()
+        .filter(|(daemon, _)| daemon.starts_with("osd."))
+        .map(|(daemon, addr)| {
+            let mut stream = std::net::TcpStream::connect(addr)
+                .unwrap_or_else(|e| panic!("{daemon}'s metrics at {addr}: {e}"));
+            std::io::Write::write_all(&mut stream, b"GET /metrics HTTP/1.0\r\n\r\n")
+                .expect("request sent");
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut stream, &mut text).expect("metrics read");
+            text.lines()
+                .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+                .map_or(0.0, |value| value.trim().parse().expect("a number"))
+        })
+        .sum()
+}
+
+/// Reads of an erasure-coded object run beside its PG's writes (the lock is let go once the
+/// PG's holders are noted), and a read that a write raced is read again under the lock:
+/// however the reads and writes of one object interleave, every read gives one version
+/// whole, never shards of two, and no reader goes back to an older version.
+#[test]
+fn reads_beside_writes_give_one_version_whole() {
+    const WRITES: u8 = 120;
+    let _serial = serial();
+    let cluster = LocalCluster::start(6, &[]);
+    create_pool(&cluster, "beside", "4+2", &[]);
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let admin = runtime.block_on(cluster.admin());
+    let pool = runtime.block_on(admin.pool("beside")).expect("pool");
+    // 64 KiB: four stripes, every data shard holds some of each version.
+    let version = |n: u8| Bytes::from(vec![n; 64 * 1024]);
+    runtime.block_on(pool.put("torn", version(0))).expect("put");
+    let reads: Vec<usize> = runtime.block_on(async {
+        let writer = async {
+            for n in 1..=WRITES {
+                pool.put("torn", version(n)).await.expect("put");
+            }
+        };
+        let reader = || async {
+            let (mut last, mut reads) = (0u8, 0usize);
+            while last < WRITES {
+                let got = pool.get("torn").await.expect("get");
+                let n = got[0];
+                assert!(
+                    got.len() == 64 * 1024 && got.iter().all(|b| *b == n),
+                    "a read gave bytes of two versions (first {n}, read {reads})"
+                );
+                assert!(n >= last, "a reader went back from version {last} to {n}");
+                (last, reads) = (n, reads + 1);
+            }
+            reads
+        };
+        let ((), reads) =
+            futures::join!(writer, futures::future::join_all((0..4).map(|_| reader())));
+        reads
+    });
+    assert!(reads.iter().all(|r| *r > 1), "{reads:?}");
+    let again = osds_counter(&cluster, "coffer_osd_shard_reads_again_total");
+    assert!(
+        again > 0.0,
+        "no read met a write ({reads:?} reads): the race this test is for never happened"
+    );
+}

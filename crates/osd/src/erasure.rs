@@ -6,6 +6,7 @@
 //! this OSD's store and from the other holders.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use bytes::Bytes;
@@ -801,7 +802,7 @@ fn push_zero(shard: &mut ShardWrite, row: u64) {
     }
 }
 
-/// Where a PG's shards are read from: the primary's view, under the PG's lock.
+/// Where a PG's shards are read from: the primary's view, taken under the PG's lock.
 pub struct Shards<'a> {
     pub inner: &'a OsdState,
     pub pg: PgId,
@@ -816,6 +817,11 @@ pub struct Shards<'a> {
     /// The pool is sealed at the edge: every block of a shard is kept sealed with a record,
     /// read with its bytes (parity shards keep the parity of the data shards' records).
     edge: bool,
+    /// Read without the PG's lock ([`Shards::beside_writes`]): a holder whose shard is at
+    /// another version, or who has none, was changed by a write since the read began.
+    beside_writes: bool,
+    /// Such a holder was found: what was read is not all of one version.
+    raced: AtomicBool,
 }
 
 impl<'a> Shards<'a> {
@@ -833,7 +839,25 @@ impl<'a> Shards<'a> {
             damaged: Mutex::new(BTreeSet::new()),
             via: Via::Cache,
             edge: inner.pool_is_edge(pg.pool),
+            beside_writes: false,
+            raced: AtomicBool::new(false),
         }
+    }
+
+    /// The same shards read once the PG's lock is released, while writes may change them:
+    /// a shard at another version than the object's head is not decoded around (it is not
+    /// damaged, a write moved it) but ends the read, and [`Shards::raced`] says so, for the
+    /// caller to read again under the lock.
+    pub fn beside_writes(self) -> Shards<'a> {
+        Shards {
+            beside_writes: true,
+            ..self
+        }
+    }
+
+    /// Whether a read beside writes found a shard a write had changed.
+    pub fn raced(&self) -> bool {
+        self.raced.load(Ordering::Relaxed)
     }
 
     /// The same shards read from their holders' data devices, neither using nor filling
@@ -1010,7 +1034,11 @@ impl<'a> Shards<'a> {
                 .await;
             (shard, indexes, read)
         });
-        for (shard, indexes, read) in futures::future::join_all(reads).await {
+        let read = futures::future::join_all(reads).await;
+        if self.raced() {
+            return Err(self.race());
+        }
+        for (shard, indexes, read) in read {
             match read {
                 Some((bytes, words)) => {
                     let mut at = 0;
@@ -1041,7 +1069,11 @@ impl<'a> Shards<'a> {
                 .collect();
             let rebuilt = self
                 .rebuild(object, version, shard, &wanted, &mut failed)
-                .await?;
+                .await;
+            if self.raced() {
+                return Err(self.race());
+            }
+            let rebuilt = rebuilt?;
             for (i, read) in indexes.into_iter().zip(rebuilt) {
                 out[i] = Some(read);
             }
@@ -1151,6 +1183,9 @@ impl<'a> Shards<'a> {
     }
 
     fn warn(&self, object: &ObjectName, position: usize, why: &str) {
+        if self.raced() {
+            return;
+        }
         tracing::warn!(
             pg = %format!("{}.{}", self.pg.pool, self.pg.number),
             %object,
@@ -1181,12 +1216,29 @@ impl<'a> Shards<'a> {
             {
                 Ok((usize::from(head.shard), bytes, read))
             }
-            Some((head, _, _)) => Err(format!(
-                "it holds shard {} at version {}.{}",
-                head.shard, head.version.epoch, head.version.seq
-            )),
-            None => Err("it holds no shard of the object".into()),
+            found => {
+                if self.beside_writes && found.as_ref().is_none_or(|(h, _, _)| h.version != version)
+                {
+                    self.raced.store(true, Ordering::Relaxed);
+                }
+                Err(match found {
+                    Some((head, _, _)) => format!(
+                        "it holds shard {} at version {}.{}",
+                        head.shard, head.version.epoch, head.version.seq
+                    ),
+                    None => "it holds no shard of the object".into(),
+                })
+            }
         }
+    }
+
+    /// What a read beside writes that found a changed shard answers, if the caller does
+    /// not read again.
+    fn race(&self) -> OsdReply {
+        OsdReply::Busy(format!(
+            "pg {}.{}: a write changed the shards being read; ask again",
+            self.pg.pool, self.pg.number
+        ))
     }
 
     /// The head of the shard of `object` that the holder of `position` has (`None`: it has
@@ -1315,6 +1367,15 @@ impl<'a> Shards<'a> {
                         .await
                         .map_err(OsdReply::Failed)?
                         .map_err(crate::service::read_failure)?;
+                    // Beside writes, the time is of the head's version if the head is
+                    // still of it after.
+                    if self.beside_writes
+                        && self.own_head(object).await?.map(|(now, _)| now.version)
+                            != Some(head.version)
+                    {
+                        self.raced.store(true, Ordering::Relaxed);
+                        return Err(self.race());
+                    }
                     OpResult::Stat {
                         size: head.size,
                         mtime_ns: stat.mtime_ns,

@@ -36,6 +36,7 @@ struct Metrics {
     replica_bytes: Counter,
     replica_misses: Counter,
     read_repairs: Counter,
+    shard_reads_again: Counter,
     recovered_objects: Counter,
     recovered_bytes: Counter,
     recovery_pending: Gauge,
@@ -63,6 +64,7 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         replica_bytes: Counter::default(),
         replica_misses: Counter::default(),
         read_repairs: Counter::default(),
+        shard_reads_again: Counter::default(),
         recovered_objects: Counter::default(),
         recovered_bytes: Counter::default(),
         recovery_pending: Gauge::default(),
@@ -132,6 +134,12 @@ pub(crate) fn replica_missed() {
 /// A damaged copy was replaced on read.
 pub(crate) fn read_repaired() {
     METRICS.read_repairs.inc();
+}
+
+/// A read of an erasure-coded object, made beside its PG's writes, found a shard a write
+/// had changed and was read again under the PG's lock.
+pub(crate) fn shard_read_again() {
+    METRICS.shard_reads_again.inc();
 }
 
 /// Objects that recovery is to copy, in the metric and in the OSD's own count (its beacon
@@ -250,6 +258,11 @@ pub fn register(registry: &mut Registry) {
         "read_repairs",
         "Damaged copies replaced when a read found them",
         METRICS.read_repairs.clone(),
+    );
+    osd.register(
+        "shard_reads_again",
+        "Reads of erasure-coded objects that a write raced, read again under the PG's lock",
+        METRICS.shard_reads_again.clone(),
     );
     osd.register(
         "recovered_objects",

@@ -382,11 +382,35 @@ impl OsdService {
             .map_err(OsdReply::Failed)
     }
 
-    /// The read ops of `op` on an erasure-coded object, gathered from its shards under the
-    /// PG's lock: a write in flight changes the shards one holder at a time.
+    /// The read ops of `op` on an erasure-coded object, gathered from its shards. A write in
+    /// flight changes the shards one holder at a time, so the PG's lock is taken first:
+    /// with no write in flight, an active PG's holders and newest version are noted and the
+    /// lock let go, so reads run beside each other and beside the next write. A read that
+    /// finds a shard or the object's head moved past the noted version (a write began
+    /// since) is read again under the lock, as are one that found a damaged shard (to
+    /// repair it), one that found no shard here (a remove may be in flight) and every read
+    /// of a PG that is not active.
     async fn read_shards(&self, op: &ClientOp) -> Result<(Vec<OpResult>, Vec<u8>), OsdReply> {
         let pg = self.inner.pg(op.pg);
         let mut core = pg.core.lock().await;
+        if pg.serving.borrow().is_active() {
+            let shards = self.shards(&core, op.pg)?.beside_writes();
+            let newest = core.info.last;
+            drop(core);
+            let read = shards.read_ops(&op.object, &op.ops, Some(newest)).await;
+            let raced = shards.raced() || matches!(read, Ok(Err(_written_since)));
+            if raced {
+                crate::metrics::shard_read_again();
+            } else if !shards.found_damage() {
+                match read {
+                    Ok(Ok(read)) => return Ok(read),
+                    // No shard here: the object may be a remove in flight.
+                    Err(OsdReply::NotFound) | Ok(Err(_)) => {}
+                    Err(refusal) => return Err(refusal),
+                }
+            }
+            core = pg.core.lock().await;
+        }
         if !pg.serving.borrow().serves_reads() {
             return Err(OsdReply::Busy(format!(
                 "pg {}.{} stopped serving; ask again",
