@@ -1112,7 +1112,7 @@ impl<'a> Shards<'a> {
         let mut words: Vec<Option<Vec<Word>>> = vec![None; n];
         let mut present = 0;
         for position in 0..n {
-            if present == k {
+            if present == k || self.raced() {
                 break;
             }
             if failed.contains(&position) {
@@ -1324,6 +1324,12 @@ impl<'a> Shards<'a> {
         };
         if complete.is_some_and(|complete| head.version > complete) {
             return Ok(Err(head.version));
+        }
+        // A shard a repair is rebuilding piece by piece is at no version until it is whole:
+        // beside writes, that is a change under way.
+        if self.beside_writes && head.version == Version::default() {
+            self.raced.store(true, Ordering::Relaxed);
+            return Err(self.race());
         }
         let clamp = |offset: u64, len: u64| {
             (

@@ -399,9 +399,12 @@ pub fn drop_undo(txn: &mut Transaction, pool: PoolId, drops: &[(ObjectName, u64)
 pub type ShardRead = (ShardHead, Vec<u8>, Vec<Option<ChunkSeal>>);
 
 /// This store's shard of `object`: what its attributes say of it, and `pieces` (offset,
-/// length) of its bytes, each zero-padded to its length past the shard's end. `None` when
-/// the object is absent. In a pool sealed at the edge (`edge`) every block of a shard is
-/// kept sealed with a record, and pieces are whole blocks, read as stored with the records.
+/// length) of its bytes, each zero-padded to its length past the shard's end, all from one
+/// snapshot of the object (recovery and reads beside writes go without the PG's lock: a
+/// write landing between the head and the bytes would pass new bytes off as the head's
+/// version). `None` when the object is absent. In a pool sealed at the edge (`edge`) every
+/// block of a shard is kept sealed with a record, and pieces are whole blocks, read as
+/// stored with the records.
 pub fn read_shard(
     store: &Store,
     object: &ObjectRef,
@@ -409,14 +412,6 @@ pub fn read_shard(
     via: Via,
     edge: bool,
 ) -> Result<Option<ShardRead>, ReadError> {
-    let attrs = match store.attrs(object) {
-        Ok(attrs) => attrs,
-        Err(ReadError::NotFound { .. }) => return Ok(None),
-        Err(e) => return Err(e),
-    };
-    let head = shard_head(&attrs).ok_or_else(|| ReadError::MetadataIntegrity {
-        what: format!("object {object}: its shard attributes are missing or do not decode"),
-    })?;
     let wanted = pieces
         .iter()
         .fold(0u64, |sum, (_, len)| sum.saturating_add(*len));
@@ -427,44 +422,16 @@ pub fn read_shard(
             ),
         });
     }
-    let mut out = Vec::with_capacity(wanted as usize);
-    let mut seals = Vec::new();
-    for &(offset, len) in pieces {
-        if edge {
-            let (first, count) = whole_blocks(object, offset, len)?;
-            let read = store.read_sealed_via(object, first, count, via)?;
-            out.extend_from_slice(&read.data);
-            seals.extend(read.chunks.into_iter().map(|r| r.map(seal_of)));
-            continue;
-        }
-        let bytes = store.read_via(object, offset, len, via)?;
-        out.extend_from_slice(&bytes);
-        out.resize(out.len() + (len as usize - bytes.len()), 0);
-    }
-    // Each piece is its own snapshot: a write applied between them (a recovery reads
-    // without the PG's lock) would pass new bytes off as the head's version.
-    if !pieces.is_empty()
-        && shard_head(&store.attrs(object)?).map(|h| h.version) != Some(head.version)
-    {
-        return Err(ReadError::Invalid {
-            reason: format!("{object} changed while its shard was read"),
-        });
-    }
-    Ok(Some((head, out, seals)))
-}
-
-/// The blocks `(first, count)` of a piece of a shard sealed at the edge, which must be
-/// whole blocks.
-fn whole_blocks(object: &ObjectRef, offset: u64, len: u64) -> Result<(u64, u64), ReadError> {
-    if !offset.is_multiple_of(CHUNK_BYTES) || !len.is_multiple_of(CHUNK_BYTES) {
-        return Err(ReadError::Invalid {
-            reason: format!(
-                "{object}: a piece of {len} bytes at {offset} of a shard sealed at the edge; \
-                 its pieces are whole blocks of {CHUNK_BYTES}"
-            ),
-        });
-    }
-    Ok((offset / CHUNK_BYTES, len / CHUNK_BYTES))
+    let read = match store.read_ranges_via(object, pieces, edge, via) {
+        Ok(read) => read,
+        Err(ReadError::NotFound { .. }) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let head = shard_head(&read.attrs).ok_or_else(|| ReadError::MetadataIntegrity {
+        what: format!("object {object}: its shard attributes are missing or do not decode"),
+    })?;
+    let seals = read.chunks.into_iter().map(|r| r.map(seal_of)).collect();
+    Ok(Some((head, read.data, seals)))
 }
 
 /// The partial last chunk of an object of `size` bytes, sealed at the edge, that `ops`

@@ -55,7 +55,8 @@ pub use error::{ApplyError, MkfsError, OpenError, ReadError};
 pub use list::{ListCursor, ListEntry, ListPage, LIST_PAGE_ENTRIES_MAX};
 pub use object::{EXTENT_BLOCKS_MAX, OBJECT_SIZE_BYTES_MAX, SEALED_EXTENT_BLOCKS_MAX};
 pub use read::{
-    ObjectStat, OmapEntry, ReadBuf, SealedRead, Via, OMAP_PAGE_ENTRIES_MAX, READ_BYTES_MAX,
+    ObjectStat, OmapEntry, RangesRead, ReadBuf, SealedRead, Via, OMAP_PAGE_ENTRIES_MAX,
+    READ_BYTES_MAX,
 };
 pub use seal::nonce::NONCE_RESERVE_STEP;
 pub use seal::{ChunkRecord, Mode, UnknownMode, NONCE_BYTES, TAG_BYTES};

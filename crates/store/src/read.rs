@@ -9,7 +9,9 @@ use crate::error::ReadError;
 use crate::metadata::{
     object_key, omap_key, ObjectId, Table, EXTENTS, OBJECTS, OMAP, OMAP_PAGED, UNDO,
 };
-use crate::object::{load_extents, pieces, Extent, ExtentMap, LoadError, ObjectRecord};
+use crate::object::{
+    load_extents, pieces, Extent, ExtentMap, LoadError, ObjectRecord, OBJECT_BLOCKS_MAX,
+};
 use crate::omap::{self, Row};
 use crate::seal::{ChunkRecord, ExtentSeal};
 use crate::store::Store;
@@ -90,7 +92,120 @@ pub struct SealedRead {
     pub size_bytes: u64,
 }
 
+/// What [`Store::read_ranges_via`] read: the object's attributes and size, and the bytes of
+/// each range asked for, all of one state of the object.
+pub struct RangesRead {
+    pub attrs: BTreeMap<String, Vec<u8>>,
+    pub size_bytes: u64,
+    /// The ranges' bytes one after another, each as long as asked: zeros past the
+    /// object's end (and where it has holes).
+    pub data: Vec<u8>,
+    /// Read `sealed`: the record of each chunk read, in order (`None`: a hole); else empty.
+    pub chunks: Vec<Option<ChunkRecord>>,
+}
+
 impl Store {
+    /// The object's attributes and `ranges` (offset, length in bytes) of it, from one
+    /// snapshot under the object's lock, so no transaction on it lands between them.
+    /// `sealed`: the ranges are whole chunks, returned as a client sealed them with their
+    /// records ([`Store::read_sealed`]); else plaintext ([`Store::read`]).
+    pub fn read_ranges_via(
+        &self,
+        object: &ObjectRef,
+        ranges: &[(u64, u64)],
+        sealed: bool,
+        via: Via,
+    ) -> Result<RangesRead, ReadError> {
+        let wanted = ranges
+            .iter()
+            .try_fold(0u64, |sum, (_, len)| sum.checked_add(*len))
+            .filter(|bytes| *bytes <= READ_BYTES_MAX)
+            .ok_or_else(|| ReadError::Invalid {
+                reason: format!(
+                    "a read of {} ranges over {READ_BYTES_MAX} bytes in all",
+                    ranges.len()
+                ),
+            })?;
+        if sealed
+            && ranges
+                .iter()
+                .any(|(at, len)| at % BLOCK != 0 || len % BLOCK != 0)
+        {
+            return Err(ReadError::Invalid {
+                reason: format!("{object}: a read of sealed chunks takes whole chunks"),
+            });
+        }
+        let id = self.meta.object_id(object.pool, object.name.as_str());
+        let _lock = self.slots[slot_of(&id)]
+            .read()
+            .expect("object lock poisoned");
+        let (txn, record) = self.snapshot(object, &id)?;
+        let table = txn.open_table(EXTENTS)?;
+        // Each range's blocks [first, end), the bytes of it they hold from its offset, and
+        // their extents, planned in the snapshot. A plaintext range stops at the object's
+        // end (bytes past it in its last block are not the object's); sealed chunks past
+        // it are holes.
+        let mut planned = Vec::with_capacity(ranges.len());
+        for &(offset, len) in ranges {
+            let (first, end, held) = if sealed {
+                let (first, end) = (offset / BLOCK, offset.saturating_add(len) / BLOCK);
+                let end = end.min(OBJECT_BLOCKS_MAX).max(first);
+                (first, end, (end - first) * BLOCK)
+            } else {
+                let end_bytes = offset.saturating_add(len).min(record.size_bytes);
+                match end_bytes.checked_sub(offset) {
+                    Some(held) if held > 0 => (offset / BLOCK, end_bytes.div_ceil(BLOCK), held),
+                    _ => (0, 0, 0),
+                }
+            };
+            let pieces = if end > first {
+                pieces(
+                    &self.load_extent_map(&table, object, &id, first, end)?,
+                    first,
+                    end,
+                )
+            } else {
+                Vec::new()
+            };
+            planned.push((first, end, held, pieces));
+        }
+        drop(table);
+        drop(txn);
+        let read_as = if sealed {
+            ReadAs::ClientSealed
+        } else {
+            ReadAs::Plaintext
+        };
+        let mut data = Vec::with_capacity(wanted as usize);
+        let mut chunks = Vec::new();
+        for (&(offset, len), (first, end, held, pieces)) in ranges.iter().zip(&planned) {
+            if end > first {
+                let mut buffer = AlignedBuf::for_overwrite((end - first) as usize);
+                self.read_pieces(object, &id, pieces, *first, &mut buffer, read_as, via)?;
+                let from = (offset - first * BLOCK) as usize;
+                data.extend_from_slice(&buffer[from..from + *held as usize]);
+            }
+            data.resize(data.len() + (len - held) as usize, 0);
+            if sealed {
+                let at = chunks.len();
+                chunks.resize(at + (len / BLOCK) as usize, None);
+                for (block, extent) in pieces {
+                    if let ExtentSeal::Edge { chunks: records } = &extent.seal {
+                        for (i, record) in records.iter().enumerate() {
+                            chunks[at + (block - first) as usize + i] = Some(*record);
+                        }
+                    }
+                }
+            }
+        }
+        Ok(RangesRead {
+            attrs: record.attrs,
+            size_bytes: record.size_bytes,
+            data,
+            chunks,
+        })
+    }
+
     pub(crate) fn load_record(
         &self,
         objects: &impl ReadableTable<&'static [u8], &'static [u8]>,
@@ -320,9 +435,7 @@ impl Store {
             .read()
             .expect("object lock poisoned");
         let (txn, record) = self.snapshot(object, &id)?;
-        let end = first_chunk
-            .saturating_add(count)
-            .min(crate::object::OBJECT_BLOCKS_MAX);
+        let end = first_chunk.saturating_add(count).min(OBJECT_BLOCKS_MAX);
         let extents = self.load_extent_map(
             &txn.open_table(EXTENTS)?,
             object,

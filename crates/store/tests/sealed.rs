@@ -7,7 +7,7 @@ mod common;
 use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM};
 use bytes::Bytes;
 use coffer_store::{
-    AlignedBuf, ApplyError, ChunkRecord, Mode, ReadError, Transaction, BLOCK_SIZE_BYTES,
+    AlignedBuf, ApplyError, ChunkRecord, Mode, ReadError, Transaction, Via, BLOCK_SIZE_BYTES,
 };
 use common::{aligned, find, mkfs, obj, pattern};
 
@@ -282,4 +282,87 @@ fn growing_past_a_truncated_client_sealed_chunk_is_refused_until_it_is_rewritten
     );
     store.apply(txn).expect("the client rewrote its last chunk");
     assert_eq!(store.stat(&o).expect("stat").size_bytes, 2 * CHUNK as u64);
+}
+
+/// `read_ranges_via` gives what `read` and `read_sealed` give, range by range, with the
+/// attributes and size of the same state: sealed chunks with their records, holes and
+/// chunks past the largest object as `None`; plaintext zero past the object's end (after a
+/// truncate inside a block, and far past it); and malformed requests refused.
+#[test]
+fn ranges_read_in_one_snapshot_agree_with_single_reads() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = mkfs(dir.path(), Mode::Gcm, 1 << 20);
+    let client = Client::new();
+    let o = obj(1, "image.1");
+    let (sealed, records) = client.seal("image.1", 2, &pattern(9, 4 * CHUNK));
+    let mut txn = Transaction::new();
+    txn.write_sealed(&o, 2, aligned(&sealed), records);
+    txn.set_attr(&o, "shard", b"3");
+    store.apply(txn).expect("sealed write");
+    let chunk = CHUNK as u64;
+    let read = store
+        .read_ranges_via(
+            &o,
+            &[(chunk, 2 * chunk), (5 * chunk, 3 * chunk)],
+            true,
+            Via::Cache,
+        )
+        .expect("ranges");
+    assert_eq!(read.attrs.get("shard").map(Vec::as_slice), Some(&b"3"[..]));
+    assert_eq!(read.size_bytes, 6 * chunk);
+    let (first, second) = (
+        store.read_sealed(&o, 1, 2).expect("read"),
+        store.read_sealed(&o, 5, 3).expect("read"),
+    );
+    assert!(read.data[..2 * CHUNK] == first.data[..] && read.data[2 * CHUNK..] == second.data[..]);
+    assert_eq!(
+        read.chunks,
+        [&first.chunks[..], &second.chunks[..]].concat()
+    );
+    assert_eq!(read.chunks[0], None, "chunk 1 is a hole");
+    assert_eq!(
+        read.chunks[3..],
+        [None, None],
+        "chunks 6 and 7 lie past the end"
+    );
+    let past = store
+        .read_ranges_via(&o, &[(1 << 40, chunk)], true, Via::Device)
+        .expect("past the largest object");
+    assert!(past.data == vec![0; CHUNK] && past.chunks == [None]);
+    assert!(
+        matches!(
+            store.read_ranges_via(&o, &[(100, chunk)], true, Via::Cache),
+            Err(ReadError::Invalid { .. })
+        ),
+        "sealed chunks are read whole"
+    );
+
+    let p = obj(1, "plain");
+    let plain = pattern(10, 2 * CHUNK);
+    let mut txn = Transaction::new();
+    txn.write(&p, 0, &plain);
+    txn.truncate(&p, 4500);
+    store.apply(txn).expect("write and truncate");
+    let ranges = [(0, 4096), (4000, 2000), (6000, 100), (1 << 40, 10), (10, 0)];
+    let read = store
+        .read_ranges_via(&p, &ranges, false, Via::Cache)
+        .expect("ranges");
+    assert_eq!(read.size_bytes, 4500);
+    let mut want = plain[..4096].to_vec();
+    want.extend_from_slice(&plain[4000..4500]);
+    want.resize(want.len() + 1500 + 100 + 10, 0);
+    assert!(
+        read.data == want,
+        "bytes past the end of the object read as zeros"
+    );
+    assert!(read.chunks.is_empty());
+    assert!(store.read(&p, 4000, 2000).expect("read")[..] == plain[4000..4500]);
+    assert!(matches!(
+        store.read_ranges_via(&obj(1, "absent"), &[], false, Via::Cache),
+        Err(ReadError::NotFound { .. })
+    ));
+    assert!(matches!(
+        store.read_ranges_via(&p, &[(0, u64::MAX), (0, 1)], false, Via::Cache),
+        Err(ReadError::Invalid { .. })
+    ));
 }
