@@ -9,7 +9,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use common::load::{check_all, content, kill_under_writers, paused_put};
+use common::load::{check_all, content, kill_under_writers_of, paused_put};
 use common::{all_clean, serial, LocalCluster};
 
 #[test]
@@ -19,19 +19,27 @@ fn kill_one_osd_during_writes_then_it_catches_up() {
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     let admin = runtime.block_on(cluster.admin());
     let pool = runtime.block_on(admin.pool("data")).expect("pool");
-    let acked = kill_under_writers(&mut cluster, &runtime, &pool, 4, 1, 2);
+    let acked = kill_under_writers_of(&mut cluster, &runtime, &pool, (4, Some(4096)), 1, 2);
     runtime.block_on(check_all(&pool, &acked));
 
     cluster.restart_osd(1);
     cluster.wait_for("every PG clean again", Duration::from_secs(90), all_clean);
     runtime.block_on(check_all(&pool, &acked));
-
-    // Stop the OSDs (the monitor stays, to release their store keys) and compare stores.
     drop(admin);
+    same_on_every_osd(&cluster, &runtime, pool.id(), &acked);
+}
+
+/// Stops the OSDs (the monitor stays, to release their store keys) and compares their
+/// stores: every one holds what was acknowledged, and the same objects.
+fn same_on_every_osd(
+    cluster: &LocalCluster,
+    runtime: &tokio::runtime::Runtime,
+    pool: map::PoolId,
+    acked: &BTreeMap<String, (u64, Instant)>,
+) {
     for osd in 0..3 {
         cluster.kill(osd, libc::SIGTERM);
     }
-    let pool = pool.id();
     let stores: Vec<_> = (0..3)
         .map(|osd| runtime.block_on(cluster.osd_contents(osd, pool)))
         .collect();
@@ -46,6 +54,35 @@ fn kill_one_osd_during_writes_then_it_catches_up() {
             stores[0].len()
         );
     }
+}
+
+/// Writes that queue in a PG behind the one in flight go to the replicas together, in one
+/// transaction each: with sixteen writers rewriting 512 objects of a pool of one PG, its
+/// primaries' groups hold several writes each, killing one of its three OSDs (the primary
+/// or a replica) under them loses nothing acknowledged, and once it is back every copy
+/// holds the same objects.
+#[test]
+fn writes_queued_in_one_pg_go_as_groups_and_survive_a_kill() {
+    let _serial = serial();
+    let mut cluster = LocalCluster::start(3, &[]);
+    cluster.ok(&["pool", "create", "one", "--pg-num", "1"]);
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let admin = runtime.block_on(cluster.admin());
+    let pool = runtime.block_on(admin.pool("one")).expect("pool");
+    let acked = kill_under_writers_of(&mut cluster, &runtime, &pool, (16, Some(512)), 1, 2);
+    runtime.block_on(check_all(&pool, &acked));
+
+    cluster.restart_osd(1);
+    cluster.wait_for("every PG clean again", Duration::from_secs(90), all_clean);
+    runtime.block_on(check_all(&pool, &acked));
+    let groups = cluster.osds_counter("coffer_osd_write_groups_total");
+    let grouped = cluster.osds_counter("coffer_osd_write_group_writes_total");
+    assert!(
+        groups > 0.0 && grouped >= 2.0 * groups,
+        "{grouped} writes in {groups} groups: sixteen writers on one PG make groups of several"
+    );
+    drop(admin);
+    same_on_every_osd(&cluster, &runtime, pool.id(), &acked);
 }
 
 #[test]

@@ -757,26 +757,6 @@ fn a_shard_of_an_edge_sealed_pool_altered_on_disk_is_found_by_its_code_and_rebui
     );
 }
 
-/// The sum over the cluster's OSDs of the counter `name` in their metrics.
-fn osds_counter(cluster: &LocalCluster, name: &str) -> f64 {
-    let conf = cluster.conf();
-    conf.metrics
-        .iter()
-        .filter(|(daemon, _)| daemon.starts_with("osd."))
-        .map(|(daemon, addr)| {
-            let mut stream = std::net::TcpStream::connect(addr)
-                .unwrap_or_else(|e| panic!("{daemon}'s metrics at {addr}: {e}"));
-            std::io::Write::write_all(&mut stream, b"GET /metrics HTTP/1.0\r\n\r\n")
-                .expect("request sent");
-            let mut text = String::new();
-            std::io::Read::read_to_string(&mut stream, &mut text).expect("metrics read");
-            text.lines()
-                .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
-                .map_or(0.0, |value| value.trim().parse().expect("a number"))
-        })
-        .sum()
-}
-
 /// Reads of an erasure-coded object run beside its PG's writes (the lock is let go once the
 /// PG's holders are noted), and a read that a write raced is read again under the lock:
 /// however the reads and writes of one object interleave, every read gives one version
@@ -818,7 +798,7 @@ fn reads_beside_writes_give_one_version_whole() {
         reads
     });
     assert!(reads.iter().all(|r| *r > 1), "{reads:?}");
-    let again = osds_counter(&cluster, "coffer_osd_shard_reads_again_total");
+    let again = cluster.osds_counter("coffer_osd_shard_reads_again_total");
     assert!(
         again > 0.0,
         "no read met a write ({reads:?} reads): the race this test is for never happened"

@@ -32,6 +32,8 @@ struct Metrics {
     read_duration: Histogram,
     write_duration: Histogram,
     op_errors: Family<Labels, Counter>,
+    write_groups: Counter,
+    write_group_writes: Counter,
     replica_ops: Counter,
     replica_bytes: Counter,
     replica_misses: Counter,
@@ -60,6 +62,8 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         ops: Family::default(),
         op_bytes: Family::default(),
         op_errors: Family::default(),
+        write_groups: Counter::default(),
+        write_group_writes: Counter::default(),
         replica_ops: Counter::default(),
         replica_bytes: Counter::default(),
         replica_misses: Counter::default(),
@@ -120,9 +124,16 @@ pub(crate) fn client_op(
     METRICS.op_bytes.get_or_create(&labels).inc_by(bytes as u64);
 }
 
-/// A write of `bytes` applied here as a replica.
-pub(crate) fn replicated(bytes: usize) {
-    METRICS.replica_ops.inc();
+/// A group of `writes` client writes closed here as their primary, to be applied in one
+/// transaction.
+pub(crate) fn write_group(writes: usize) {
+    METRICS.write_groups.inc();
+    METRICS.write_group_writes.inc_by(writes as u64);
+}
+
+/// `writes` writes of `bytes` in all applied here as a replica.
+pub(crate) fn replicated(writes: usize, bytes: usize) {
+    METRICS.replica_ops.inc_by(writes as u64);
     METRICS.replica_bytes.inc_by(bytes as u64);
 }
 
@@ -237,6 +248,16 @@ pub fn register(registry: &mut Registry) {
         "op_errors",
         "Client operations refused or failed, by reason",
         METRICS.op_errors.clone(),
+    );
+    osd.register(
+        "write_groups",
+        "Groups of client writes this OSD took as primary, each in one transaction",
+        METRICS.write_groups.clone(),
+    );
+    osd.register(
+        "write_group_writes",
+        "Client writes in those groups (this over write_groups: writes per group)",
+        METRICS.write_group_writes.clone(),
     );
     osd.register(
         "replica_ops",

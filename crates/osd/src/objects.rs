@@ -195,29 +195,28 @@ fn corrupt(what: &str, e: postcard::Error) -> ReadError {
     }
 }
 
-/// Adds to `txn` the new log entry and the PG's new info, and trims the oldest entries once
-/// the log is past its limit. Returns how many entries the caller drops from the front of
-/// `log` once the transaction is applied.
+/// Adds to `txn` the new log entries (in version order, at least one) and the PG's new
+/// info, and trims the oldest entries once the log is past its limit. Returns how many
+/// entries the caller drops from the front of `log` once the transaction is applied.
 pub fn log_append(
     txn: &mut Transaction,
     pg: PgId,
-    entry: &LogEntry,
+    entries: &[LogEntry],
     log: &VecDeque<LogEntry>,
 ) -> usize {
+    let last = entries.last().expect("a log takes at least one entry");
     let meta = meta_ref(pg);
-    txn.omap_set(&meta, &log_key(entry.version), &encode(entry));
-    txn.set_attr(
-        &meta,
-        INFO_ATTR,
-        &encode(&PgInfo {
-            last: entry.version,
-        }),
-    );
-    if log.len() + 1 > LOG_ENTRIES_MAX + LOG_TRIM_BATCH {
-        for old in log.iter().take(LOG_TRIM_BATCH) {
+    for entry in entries {
+        txn.omap_set(&meta, &log_key(entry.version), &encode(entry));
+    }
+    txn.set_attr(&meta, INFO_ATTR, &encode(&PgInfo { last: last.version }));
+    let len = log.len() + entries.len();
+    if len > LOG_ENTRIES_MAX + LOG_TRIM_BATCH {
+        let trim = (len - LOG_ENTRIES_MAX).min(log.len());
+        for old in log.iter().take(trim) {
             txn.omap_remove(&meta, &log_key(old.version));
         }
-        LOG_TRIM_BATCH
+        trim
     } else {
         0
     }

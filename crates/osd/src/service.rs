@@ -1,28 +1,28 @@
 //! What an OSD serves: clients' object operations (as a PG's primary) and its peers'
 //! replication and recovery requests.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use map::auth::Caps;
 use map::cluster::{ClusterMap, Epoch, PoolInfo, Seal, Space};
 use map::placement::{OsdId, PgId};
 use map::{ObjectName, ObjectRef};
 use messenger::message::{
-    ChunkSeal, Claim, LogEntry, ObjectOp, OpResult, OsdReply, OsdRequest, PeerOp, ReqId, Version,
-    Writers, CHUNK_BYTES,
+    ChunkSeal, Claim, LogEntry, ObjectOp, OpResult, OsdReply, OsdRequest, PeerOp, Replicated,
+    ReqId, Version, Writers, CHUNK_BYTES,
 };
 use messenger::{
     CertificateDer, EntityKind, EntityName, Handler, Peer, Reply, Request, SegmentCheck,
 };
 use store::{ReadError, Transaction, Via};
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch, MutexGuard};
 use tokio::task::{AbortHandle, JoinSet};
 
 use crate::pg::write::{Action, Event};
-use crate::pg::{undo_to_drop, Core, Verdict};
+use crate::pg::{undo_to_drop, Core, Pg, Queued, Verdict};
 use crate::OsdState;
 use crate::{erasure, objects};
 
@@ -183,13 +183,12 @@ fn osd_of(entity: &EntityName) -> Option<OsdId> {
     }
 }
 
-/// A write checked and built: this OSD's transaction, with its log entry, which trims
-/// `trim` entries off the log; for an erasure-coded PG each other holder's shard write,
-/// the version up to which the holders drop their undo records, and this OSD's writers
-/// once the write is applied, if they change.
+/// A write checked and built: this OSD's transaction (its log entry is added once its
+/// group closes); for an erasure-coded PG each other holder's shard write, the version up
+/// to which the holders drop their undo records, and this OSD's writers once the write is
+/// applied, if they change.
 struct Prepared {
     txn: Transaction,
-    trim: usize,
     shards: BTreeMap<OsdId, (PeerOp, Bytes)>,
     complete_to: Option<Version>,
     writers: Option<Writers>,
@@ -496,70 +495,156 @@ impl OsdService {
             .map_or_else(|refusal| refusal, OsdReply::Repaired)
     }
 
-    /// Orders a write in its PG, applies it here and on every clean replica, and answers once
-    /// all of them (and at least min_size copies) have it: the PG's core decides
-    /// (pg/write.rs), this carries out its actions under the PG's lock. Chunks sealed at
-    /// the edge go to the replicas with the `check` they arrived with.
+    /// Queues a write in its PG and waits for its answer. The writer that takes the PG's
+    /// lock next leads: it takes the writes queued as one group ([`Pg::next_group`]) and
+    /// carries it through ([`OsdService::write_group`]); one whose own write is still
+    /// queued after that leads again.
     async fn write(
         &self,
         op: ClientOp,
         data: Bytes,
         check: Option<SegmentCheck>,
     ) -> Result<OsdReply, OsdReply> {
-        let inner = &self.inner;
-        let pg = inner.pg(op.pg);
-        let mut core = pg.core.lock().await;
-        if !pg.serving.borrow().is_active() {
-            return Err(OsdReply::Busy(format!(
-                "pg {}.{} stopped serving; ask again",
-                op.pg.pool, op.pg.number
-            )));
-        }
-        let blocklisted = inner.map.borrow().blocklist.contains(&op.reqid.client);
-        let event = Event::Write {
+        let pg = self.inner.pg(op.pg);
+        let (answer, mut answered) = oneshot::channel();
+        let meta_bytes = postcard::to_allocvec(&op.ops).map_or(usize::MAX, |ops| ops.len());
+        pg.queue_write(Queued {
             reqid: op.reqid,
-            object: op.object.clone(),
-            blocklisted,
-        };
-        let mut actions = VecDeque::from(core.on_write(pg.announced(), event));
-        let mut txn = None;
+            object: op.object,
+            ops: op.ops,
+            meta_bytes,
+            data,
+            check,
+            answer,
+        });
+        loop {
+            let core = tokio::select! {
+                biased;
+                answer = &mut answered => {
+                    return answer.unwrap_or_else(|_| {
+                        Err(OsdReply::Busy(format!(
+                            "pg {}.{}: the write's group ended without its answer; ask again",
+                            op.pg.pool, op.pg.number
+                        )))
+                    });
+                }
+                core = pg.core.lock() => core,
+            };
+            // A coded PG's write goes alone: its holders take one shard write at a time.
+            let group = pg.next_group(core.interval.erasure.is_some());
+            self.write_group(&pg, core, group).await;
+        }
+    }
+
+    /// Orders the writes of `group` in their PG, applies them here and on every clean
+    /// replica in one transaction each, and answers each once all of them (and at least
+    /// min_size copies) have it: the PG's core decides (pg/write.rs), this carries out its
+    /// actions under the PG's lock. A write alone goes to the replicas with the `check` its
+    /// chunks sealed at the edge arrived with.
+    async fn write_group(&self, pg: &Arc<Pg>, mut core: MutexGuard<'_, Core>, group: Vec<Queued>) {
+        let inner = &self.inner;
+        let mut group = group.into_iter();
+        let mut answers = HashMap::new();
+        // The write being ordered, and those prepared, in version order.
+        let mut current = None;
+        let mut prepared: Vec<(ClientOp, Bytes, Option<SegmentCheck>)> = Vec::new();
+        let mut entries = Vec::new();
+        let mut txn = Transaction::new();
         let mut shards = BTreeMap::new();
         let mut complete_to = None;
         let mut writers = None;
+        // Whether this shell has started a group in the core: its first write starts one
+        // (and so finds a group a panicked shell left), the others join it.
+        let mut started = false;
+        let mut closed = false;
+        let mut sent = None;
         let mut replicas = Replicas::new(inner);
+        let mut actions = VecDeque::new();
         loop {
             let Some(action) = actions.pop_front() else {
-                let (osd, answer) = replicas
-                    .next()
-                    .await
-                    .expect("the core answers once every replica has");
-                let event = match answer {
-                    Ok(()) => Event::ReplicaDone(osd),
-                    Err(why) => {
-                        crate::metrics::replica_missed();
-                        tracing::warn!(osd = osd.0, %why, "replica missed a write; recovering it");
-                        Event::ReplicaMissed(osd)
+                let event = if closed {
+                    if !core.writing() {
+                        return;
                     }
+                    let (osd, answer) = replicas
+                        .next()
+                        .await
+                        .expect("the core answers once every replica has");
+                    match answer {
+                        Ok(()) => Event::ReplicaDone(osd),
+                        Err(why) => {
+                            crate::metrics::replica_missed();
+                            tracing::warn!(osd = osd.0, %why, "replica missed a write; recovering it");
+                            Event::ReplicaMissed(osd)
+                        }
+                    }
+                } else if let Some(write) = group.next() {
+                    if !pg.serving.borrow().is_active() {
+                        let _ = write.answer.send(Err(OsdReply::Busy(format!(
+                            "pg {}.{} stopped serving; ask again",
+                            pg.id.pool, pg.id.number
+                        ))));
+                        continue;
+                    }
+                    let (reqid, object) = (write.reqid, write.object.clone());
+                    let blocklisted = inner.map.borrow().blocklist.contains(&reqid.client);
+                    answers.insert(reqid, write.answer);
+                    let op = ClientOp {
+                        pg: pg.id,
+                        object: write.object,
+                        reqid,
+                        ops: write.ops,
+                    };
+                    current = Some((op, write.data, write.check));
+                    if std::mem::replace(&mut started, true) && core.writing() {
+                        Event::Join {
+                            reqid,
+                            object,
+                            blocklisted,
+                        }
+                    } else {
+                        Event::Write {
+                            reqid,
+                            object,
+                            blocklisted,
+                        }
+                    }
+                } else {
+                    closed = true;
+                    if !started || !core.writing() {
+                        return;
+                    }
+                    let trim = match entries.is_empty() {
+                        true => 0,
+                        false => {
+                            crate::metrics::write_group(entries.len());
+                            objects::log_append(&mut txn, pg.id, &entries, &core.log)
+                        }
+                    };
+                    sent = Some(replica_data(&prepared));
+                    Event::Close { trim }
                 };
                 actions.extend(core.on_write(pg.announced(), event));
                 continue;
             };
             let event = match action {
                 Action::Prepare(entry) => {
-                    let prepared = if core.interval.erasure.is_some() {
+                    let (op, data, check) = current.take().expect("the write ordered last");
+                    let made = if core.interval.erasure.is_some() {
                         self.prepare_shards(&op, &data, &entry, &core).await
                     } else {
-                        self.prepare(&op, &data, &entry, &core.log).await
+                        self.prepare(&op, &data, &entry).await
                     };
-                    Event::Prepared(prepared.map(|prepared| {
-                        txn = Some(prepared.txn);
-                        shards = prepared.shards;
-                        complete_to = prepared.complete_to;
-                        writers = prepared.writers;
-                        prepared.trim
+                    Event::Prepared(made.map(|made| {
+                        txn.append(made.txn);
+                        shards = made.shards;
+                        complete_to = made.complete_to;
+                        writers = made.writers;
+                        entries.push(entry);
+                        prepared.push((op, data, check));
                     }))
                 }
-                Action::Replicate { to, entry } => {
+                Action::Replicate { to, entries } => {
                     let (peer_op, data, check) = match shards.remove(&to) {
                         Some((shard_op, shard_data)) => (shard_op, shard_data, None),
                         // A clean holder with no position: it is sent nothing a copy of
@@ -568,17 +653,28 @@ impl OsdService {
                             actions.extend(core.on_write(pg.announced(), Event::ReplicaMissed(to)));
                             continue;
                         }
-                        None => (
-                            PeerOp::Replicate {
-                                entry,
-                                ops: op.ops.clone(),
-                            },
-                            data.clone(),
-                            check.clone(),
-                        ),
+                        None => {
+                            let writes = entries
+                                .into_iter()
+                                .zip(&prepared)
+                                .map(|(entry, (op, data, _))| {
+                                    assert_eq!(
+                                        entry.reqid, op.reqid,
+                                        "the writes prepared, in order"
+                                    );
+                                    Replicated {
+                                        entry,
+                                        ops: op.ops.clone(),
+                                        len: data.len() as u64,
+                                    }
+                                })
+                                .collect();
+                            let (data, check) = sent.clone().expect("sent once closed");
+                            (PeerOp::Replicate { writes }, data, check)
+                        }
                     };
                     let request = OsdRequest::Peer {
-                        pg: op.pg,
+                        pg: pg.id,
                         epoch: inner.map.borrow().epoch,
                         op: peer_op,
                     };
@@ -586,8 +682,7 @@ impl OsdService {
                     continue;
                 }
                 Action::Apply => {
-                    let txn = txn.take().expect("the core applies a prepared write");
-                    let applied = inner.apply(txn).await;
+                    let applied = inner.apply(std::mem::take(&mut txn)).await;
                     if let (Ok(()), Some(complete_to)) = (&applied, complete_to) {
                         core.undo_dropped = core.undo_dropped.max(complete_to);
                         core.position = core.position_of(inner.id);
@@ -598,22 +693,25 @@ impl OsdService {
                     Event::Applied(applied)
                 }
                 Action::Recover { target, token } => {
-                    crate::recovery::spawn_recovery(inner, op.pg, target, token);
+                    crate::recovery::spawn_recovery(inner, pg.id, target, token);
                     continue;
                 }
                 Action::Repeer => {
-                    inner.spawn(crate::recovery::peer(inner.clone(), op.pg));
+                    inner.spawn(crate::recovery::peer(inner.clone(), pg.id));
                     continue;
                 }
                 Action::Publish { interval, state } => {
                     pg.publish_state(interval, state);
                     continue;
                 }
-                Action::Reply(reply) => {
+                Action::Reply { reqid, reply } => {
                     if matches!(reply, Ok(OsdReply::Written { .. })) {
-                        crate::recovery::note_complete(inner, &pg, &core);
+                        crate::recovery::note_complete(inner, pg, &core);
                     }
-                    return reply;
+                    if let Some(answer) = answers.remove(&reqid) {
+                        let _ = answer.send(reply);
+                    }
+                    continue;
                 }
             };
             actions.extend(core.on_write(pg.announced(), event));
@@ -621,13 +719,12 @@ impl OsdService {
     }
 
     /// Checks a write ordered as `entry` (space, conditions, the tail of sealed chunks) and
-    /// builds its transaction, with the log entry.
+    /// builds its transaction.
     async fn prepare(
         &self,
         op: &ClientOp,
         data: &Bytes,
         entry: &LogEntry,
-        log: &VecDeque<LogEntry>,
     ) -> Result<Prepared, OsdReply> {
         let object = self.check_write(op.pg, &op.object, &op.ops).await?;
         if self.inner.pool_is_edge(op.pg.pool) {
@@ -636,10 +733,8 @@ impl OsdService {
         let mut txn = Transaction::new();
         objects::build_write(&mut txn, &object, &op.ops, data, entry.version)
             .map_err(OsdReply::Failed)?;
-        let trim = objects::log_append(&mut txn, op.pg, entry, log);
         Ok(Prepared {
             txn,
-            trim,
             shards: BTreeMap::new(),
             complete_to: None,
             writers: None,
@@ -860,10 +955,8 @@ impl OsdService {
                 peers.insert(holder, (peer_op, Bytes::from(write.data)));
             }
         }
-        let trim = objects::log_append(&mut txn, op.pg, entry, &core.log);
         Ok(Prepared {
             txn,
-            trim,
             shards: peers,
             complete_to: Some(complete_to),
             writers,
@@ -1151,17 +1244,25 @@ impl OsdService {
                     complete: core.readable_to(),
                 }))
             }
-            PeerOp::Replicate { entry, ops } => {
-                let Some(mut core) = self.replica_core(&pg, from, &entry).await? else {
+            PeerOp::Replicate { writes } => {
+                let writes = split_group(writes, &data)?;
+                let entries: Vec<LogEntry> =
+                    writes.iter().map(|(entry, ..)| entry.clone()).collect();
+                let Some(mut core) = self.replica_core(&pg, from, &entries).await? else {
                     return Ok(reply(OsdReply::Done));
                 };
-                let object = objects::object_ref(id, &entry.object);
                 let mut txn = Transaction::new();
-                objects::build_write(&mut txn, &object, &ops, &data, entry.version)?;
-                let trim = objects::log_append(&mut txn, id, &entry, &core.log);
+                for (entry, ops, data) in &writes {
+                    let object = objects::object_ref(id, &entry.object);
+                    objects::build_write(&mut txn, &object, ops, data, entry.version)?;
+                }
+                let mut trim = objects::log_append(&mut txn, id, &entries, &core.log);
                 inner.apply(txn).await?;
-                crate::metrics::replicated(data.len());
-                core.note_logged(entry, trim);
+                crate::metrics::replicated(entries.len(), data.len());
+                for entry in entries {
+                    core.note_logged(entry, trim);
+                    trim = 0;
+                }
                 Ok(reply(OsdReply::Done))
             }
             PeerOp::Shard {
@@ -1172,7 +1273,10 @@ impl OsdService {
                 holders,
                 ops,
             } => {
-                let Some(mut core) = self.replica_core(&pg, from, &entry).await? else {
+                let Some(mut core) = self
+                    .replica_core(&pg, from, std::slice::from_ref(&entry))
+                    .await?
+                else {
                     return Ok(reply(OsdReply::Done));
                 };
                 let object = objects::object_ref(id, &entry.object);
@@ -1196,9 +1300,10 @@ impl OsdService {
                     size,
                     &drops,
                 )?;
-                let trim = objects::log_append(&mut txn, id, &entry, &core.log);
+                let trim =
+                    objects::log_append(&mut txn, id, std::slice::from_ref(&entry), &core.log);
                 inner.apply(txn).await?;
-                crate::metrics::replicated(data.len());
+                crate::metrics::replicated(1, data.len());
                 core.note_logged(entry, trim);
                 core.undo_dropped = core.undo_dropped.max(complete_to);
                 core.position = Some(shard);
@@ -1378,6 +1483,23 @@ impl OsdService {
     }
 }
 
+/// The data a group's prepared writes send a replica, in order; a write alone keeps the
+/// check its data arrived with.
+fn replica_data(
+    prepared: &[(ClientOp, Bytes, Option<SegmentCheck>)],
+) -> (Bytes, Option<SegmentCheck>) {
+    match prepared {
+        [(_, data, check)] => (data.clone(), check.clone()),
+        _ => {
+            let mut all = BytesMut::with_capacity(prepared.iter().map(|(_, d, _)| d.len()).sum());
+            for (_, data, _) in prepared {
+                all.extend_from_slice(data);
+            }
+            (all.freeze(), None)
+        }
+    }
+}
+
 /// A write's requests to its replicas, answered one by one. One that the map marks down
 /// meanwhile is given up on at once, not after [`crate::PEER_TIMEOUT`]: the PG's lock is
 /// held while the write waits, and a host cut off answers nothing.
@@ -1441,42 +1563,97 @@ impl Replicas {
 }
 
 impl OsdService {
-    /// The PG's core, locked and loaded, for applying `entry` from its primary `from`;
-    /// `None` for a resend of a write this OSD holds (answered done). Refused if `from` no
-    /// longer leads the PG or the log has another write at that version.
+    /// The PG's core, locked and loaded, for applying `entries` (a group, in version order)
+    /// from its primary `from`; `None` for a resend of writes this OSD holds (answered
+    /// done). Refused if `from` no longer leads the PG or the log has another write at one
+    /// of their versions.
     async fn replica_core<'a>(
         &self,
-        pg: &'a crate::pg::Pg,
+        pg: &'a Pg,
         from: OsdId,
-        entry: &LogEntry,
-    ) -> Result<Option<tokio::sync::MutexGuard<'a, Core>>, String> {
+        entries: &[LogEntry],
+    ) -> Result<Option<MutexGuard<'a, Core>>, String> {
         let mut core = pg.core.lock().await;
         self.inner.load(&mut core, pg.id).await?;
         sender_is_primary(&self.inner.map.borrow(), from, pg.id)?;
-        Ok(replica_applies(&core, entry, pg.id)?.then_some(core))
+        Ok(replica_applies(&core, entries, pg.id)?.then_some(core))
     }
 }
 
-/// Whether a replica applies `entry` from its primary: not a resend of a write it holds
-/// (answered done); refused if its log has another write at that version.
-fn replica_applies(core: &Core, entry: &LogEntry, id: PgId) -> Result<bool, String> {
-    match core.on_replicate(entry) {
-        Verdict::Duplicate => Ok(false),
-        Verdict::Conflict => Err(format!(
-            "version {}.{} of pg {}.{} is already used by another write here",
-            entry.version.epoch, entry.version.seq, id.pool, id.number
-        )),
-        Verdict::Apply { skipped } => {
-            if skipped > 0 {
-                tracing::warn!(
-                    pg = %format!("{}.{}", id.pool, id.number),
-                    skipped,
-                    "a replicated write skips versions; recovery brings them"
-                );
+/// A replicated group's writes with their data (each the next `len` bytes of `data`),
+/// refused unless it holds at least one write, at growing versions, with all of `data`.
+fn split_group(
+    writes: Vec<Replicated>,
+    data: &Bytes,
+) -> Result<Vec<(LogEntry, Vec<ObjectOp>, Bytes)>, String> {
+    if writes.is_empty() {
+        return Err("a replicated group holds at least one write".into());
+    }
+    if writes
+        .windows(2)
+        .any(|w| w[1].entry.version <= w[0].entry.version)
+    {
+        return Err("a replicated group's versions grow from one write to the next".into());
+    }
+    let mut offset = 0usize;
+    let mut split = Vec::with_capacity(writes.len());
+    for write in writes {
+        let end = usize::try_from(write.len)
+            .ok()
+            .and_then(|len| offset.checked_add(len))
+            .filter(|&end| end <= data.len())
+            .ok_or_else(|| {
+                format!(
+                    "a replicated group's writes take more than its {} data bytes",
+                    data.len()
+                )
+            })?;
+        split.push((write.entry, write.ops, data.slice(offset..end)));
+        offset = end;
+    }
+    if offset != data.len() {
+        return Err(format!(
+            "a replicated group's writes take {offset} of its {} data bytes",
+            data.len()
+        ));
+    }
+    Ok(split)
+}
+
+/// Whether a replica applies `entries` (a group, in version order) from its primary: not
+/// a resend of writes it holds (answered done); refused if its log has another write at
+/// one of their versions, or holds some of the group and not the rest (the primary then
+/// recovers it).
+fn replica_applies(core: &Core, entries: &[LogEntry], id: PgId) -> Result<bool, String> {
+    let mut applies = None;
+    for (i, entry) in entries.iter().enumerate() {
+        let this = match core.on_replicate(entry) {
+            Verdict::Duplicate => false,
+            Verdict::Conflict => {
+                return Err(format!(
+                    "version {}.{} of pg {}.{} is already used by another write here",
+                    entry.version.epoch, entry.version.seq, id.pool, id.number
+                ))
             }
-            Ok(true)
+            Verdict::Apply { skipped } => {
+                if i == 0 && skipped > 0 {
+                    tracing::warn!(
+                        pg = %format!("{}.{}", id.pool, id.number),
+                        skipped,
+                        "a replicated write skips versions; recovery brings them"
+                    );
+                }
+                true
+            }
+        };
+        if applies.replace(this).is_some_and(|before| before != this) {
+            return Err(format!(
+                "pg {}.{}: this copy's log holds part of a replicated group",
+                id.pool, id.number
+            ));
         }
     }
+    Ok(applies == Some(true))
 }
 
 /// Refuses a peer's op on `id` unless `from` is its primary in `map` (this OSD's). Writes

@@ -1,6 +1,7 @@
 //! The simulator in CI: a thousand seeds of crashes, partitions and lost messages against
-//! the OSD's own code (about a tenth of a second each), two hundred more on an
-//! erasure-coded pool, and proof that a seed replays.
+//! the OSD's own code (about a tenth of a second each), two hundred more with twelve
+//! clients on one PG (writes in groups), two hundred on an erasure-coded pool, and proof
+//! that a seed replays.
 //! Longer searches: `scripts/sim --seeds 100000`.
 
 use coffer_sim::{run, Config};
@@ -14,6 +15,24 @@ const ERASURE_SEEDS: u64 = 200;
 fn acknowledged_writes_survive_crashes_partitions_and_lost_messages() {
     let config = Config::default();
     for seed in 0..SEEDS {
+        if let Err(failure) = run(seed, &config) {
+            panic!("{failure}");
+        }
+    }
+}
+
+/// Seeds each CI run searches with twelve clients on one PG, whose writes queue behind
+/// each other and go to the replicas as groups.
+const GROUPED_SEEDS: u64 = 200;
+
+#[test]
+fn writes_grouped_in_one_pg_survive_crashes_partitions_and_lost_messages() {
+    let config = Config {
+        pg_num: 1,
+        clients: 12,
+        ..Config::default()
+    };
+    for seed in 0..GROUPED_SEEDS {
         if let Err(failure) = run(seed, &config) {
             panic!("{failure}");
         }

@@ -118,6 +118,12 @@ impl Transaction {
         self.ops.is_empty()
     }
 
+    /// Adds `other`'s ops after this one's, to be applied in the same commit.
+    pub fn append(&mut self, other: Transaction) -> &mut Self {
+        self.ops.extend(other.ops);
+        self
+    }
+
     /// Creates the object if it does not exist.
     pub fn touch(&mut self, object: &ObjectRef) -> &mut Self {
         self.ops.push(Op::Touch {

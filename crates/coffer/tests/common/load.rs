@@ -31,6 +31,24 @@ pub fn kill_under_writers(
     osd: u32,
     up: u64,
 ) -> BTreeMap<String, (u64, Instant)> {
+    kill_under_writers_of(cluster, runtime, pool, (writers, None), osd, up)
+}
+
+/// [`kill_under_writers`], with the writers' objects `obj-N` taken modulo `names` if
+/// given (a multiple of `writers`, so each object has one writer): each writer rewrites
+/// its objects in turn, and the load stays within a small store however fast it goes.
+pub fn kill_under_writers_of(
+    cluster: &mut LocalCluster,
+    runtime: &tokio::runtime::Runtime,
+    pool: &client::Pool,
+    (writers, names): (u64, Option<u64>),
+    osd: u32,
+    up: u64,
+) -> BTreeMap<String, (u64, Instant)> {
+    assert!(
+        names.is_none_or(|names| names % writers == 0),
+        "each object has one writer"
+    );
     let stop = Arc::new(AtomicBool::new(false));
     let acked: Acked = Arc::new(Mutex::new(BTreeMap::new()));
     let tasks: Vec<_> = (0..writers)
@@ -39,7 +57,7 @@ pub fn kill_under_writers(
             runtime.spawn(async move {
                 let mut n = w;
                 while !stop.load(Ordering::Relaxed) {
-                    let name = format!("obj-{n}");
+                    let name = format!("obj-{}", names.map_or(n, |names| n % names));
                     pool.put(&name, content(n)).await.expect("put must succeed");
                     acked
                         .lock()

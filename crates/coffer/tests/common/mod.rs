@@ -364,6 +364,26 @@ impl LocalCluster {
         Conf::load(&self.conf).expect("conf")
     }
 
+    /// The sum over the cluster's OSDs of the counter `name` in their metrics.
+    pub fn osds_counter(&self, name: &str) -> f64 {
+        let conf = self.conf();
+        conf.metrics
+            .iter()
+            .filter(|(daemon, _)| daemon.starts_with("osd."))
+            .map(|(daemon, addr)| {
+                let mut stream = std::net::TcpStream::connect(addr)
+                    .unwrap_or_else(|e| panic!("{daemon}'s metrics at {addr}: {e}"));
+                std::io::Write::write_all(&mut stream, b"GET /metrics HTTP/1.0\r\n\r\n")
+                    .expect("request sent");
+                let mut text = String::new();
+                std::io::Read::read_to_string(&mut stream, &mut text).expect("metrics read");
+                text.lines()
+                    .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+                    .map_or(0.0, |value| value.trim().parse().expect("a number"))
+            })
+            .sum()
+    }
+
     /// A client library connection as client.admin.
     pub async fn admin(&self) -> Cluster {
         let conf = self.conf();

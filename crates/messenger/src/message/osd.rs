@@ -455,9 +455,9 @@ impl OsdRequest {
         match self {
             OsdRequest::Op { ops, .. } => writes_chunks(ops),
             OsdRequest::Peer {
-                op: PeerOp::Replicate { ops, .. },
+                op: PeerOp::Replicate { writes },
                 ..
-            } => writes_chunks(ops),
+            } => writes.iter().any(|write| writes_chunks(&write.ops)),
             OsdRequest::Peer {
                 op: PeerOp::Push {
                     copy: Some(copy), ..
@@ -487,6 +487,15 @@ impl OsdReply {
     }
 }
 
+/// One write of a group a primary replicates ([`PeerOp::Replicate`]).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Replicated {
+    pub entry: LogEntry,
+    pub ops: Vec<ObjectOp>,
+    /// Its bytes of the data segment.
+    pub len: u64,
+}
+
 /// Most names in one page of a listing.
 pub const LIST_PAGE_MAX: u32 = 1000;
 
@@ -495,8 +504,9 @@ pub enum PeerOp {
     /// What do you hold of this PG? Answered with `Info`. Peering's and recovery's queries
     /// carry a claim: from then on the OSD takes no push or activation under an older one.
     Query { claim: Claim },
-    /// Apply this write, which the primary ordered as `entry`.
-    Replicate { entry: LogEntry, ops: Vec<ObjectOp> },
+    /// Apply these writes, which the primary ordered at consecutive versions, in one
+    /// transaction: each takes the next `len` bytes of the data segment.
+    Replicate { writes: Vec<Replicated> },
     /// A page of (name, version) of the PG's objects, in (hash, name) order. In an
     /// erasure-coded PG, a shard written for another position than `position` (the one
     /// the asker's map gives you) is listed at the default version: it is to be rebuilt.

@@ -17,9 +17,10 @@
 //! | primary, undersized | min_size copies, fewer OSDs acting than the pool's size | the map | the map |
 //! | primary, clean | every acting OSD clean | peering or the last recovery | a missed write, a map change |
 //!
-//! A primary also has at most one client write in flight ([`Core::on_write`], write.rs), from
-//! its order to its answer: the PG's lock is held for all of it, so writes are applied one
-//! at a time, in version order, on every copy. Peering ([`Core::on_peering`], peering.rs)
+//! A primary also has at most one group of client writes in flight ([`Core::on_write`],
+//! write.rs), from their order to their answers: the PG's lock is held for all of it, so
+//! groups are applied one at a time, each in one transaction, in version order, on every
+//! copy. Peering ([`Core::on_peering`], peering.rs)
 //! holds the lock too, from the new interval to the state it publishes.
 //!
 //! # Invariants (asserted where they are decided)
@@ -269,8 +270,9 @@ impl Core {
     }
 
     /// Orders a client write: a retried request gets its version back, a blocklisted
-    /// client nothing, anything else the next version. The version's epoch never goes
-    /// below the last one's, even when this OSD's map lags the log it took over.
+    /// client nothing, anything else the version after the last one ordered (in the group
+    /// in flight, else in the log). The version's epoch never goes below the last one's,
+    /// even when this OSD's map lags the log it took over.
     pub fn order_write(&self, reqid: ReqId, object: &ObjectName, blocklisted: bool) -> Order {
         if let Some(version) = self.reqids.get(&reqid) {
             return Order::Duplicate(*version);
@@ -278,11 +280,16 @@ impl Core {
         if blocklisted {
             return Order::Blocklisted;
         }
+        let last = self
+            .write
+            .as_ref()
+            .and_then(Write::last_ordered)
+            .unwrap_or(self.info.last);
         let version = Version {
-            epoch: self.interval.epoch.max(self.info.last.epoch),
-            seq: self.info.last.seq + 1,
+            epoch: self.interval.epoch.max(last.epoch),
+            seq: last.seq + 1,
         };
-        assert!(version > self.info.last, "versions only grow");
+        assert!(version > last, "versions only grow");
         Order::Next(LogEntry {
             version,
             object: object.clone(),

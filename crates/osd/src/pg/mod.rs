@@ -6,13 +6,17 @@
 //! holds the core, and what the PG serves, published for ops waiting on it and for the
 //! beacon.
 
+use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
+use bytes::Bytes;
 use map::cluster::Epoch;
 use map::placement::PgId;
-use messenger::message::PgState;
-use tokio::sync::{watch, Mutex};
+use map::ObjectName;
+use messenger::message::{ObjectOp, OsdReply, PgState, ReqId};
+use messenger::SegmentCheck;
+use tokio::sync::{oneshot, watch, Mutex};
 
 mod core;
 pub mod peering;
@@ -25,11 +29,23 @@ pub use self::core::{undo_to_drop, Core, Verdict};
 /// client then asks again, so a PG that comes back is served without an error).
 pub const SERVE_WAIT: Duration = Duration::from_secs(5);
 
+/// Most writes one group takes (write.rs): a PG that many clients wait on drains its queue
+/// in a few rounds.
+pub const GROUP_WRITES_MAX: usize = 64;
+/// Most data bytes one group takes; a larger write goes alone. A group's transaction and
+/// message stay a few MiB.
+pub const GROUP_BYTES_MAX: usize = 4 << 20;
+/// Most bytes of encoded ops (attributes, omap entries, chunk records) one group takes: a
+/// quarter of a frame's metadata segment, which also carries each write's log entry.
+pub const GROUP_META_BYTES_MAX: usize = 256 << 10;
+
 pub struct Pg {
     pub id: PgId,
-    /// Held for every write, and while peering: writes to a PG are applied one at a time,
-    /// in version order, on every OSD that holds it.
+    /// Held for every group of writes, and while peering: groups of writes to a PG are
+    /// applied one at a time, in version order, on every OSD that holds it.
     pub core: Mutex<Core>,
+    /// Client writes waiting for the next group, in the order they came.
+    queue: std::sync::Mutex<VecDeque<Queued>>,
     /// What the PG serves now, for ops waiting on it and for the beacon.
     pub serving: watch::Sender<Serving>,
     /// The newest map epoch at which the map changed this PG's acting set (set with
@@ -66,10 +82,27 @@ impl Pg {
         Pg {
             id,
             core: Mutex::new(Core::new(id, first_token)),
+            queue: Default::default(),
             serving: watch::Sender::new(Serving::NotPrimary),
             announced: AtomicU64::new(0),
             noting: AtomicBool::new(false),
         }
+    }
+
+    /// Queues a client write for the next group.
+    pub fn queue_write(&self, write: Queued) {
+        self.queue
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push_back(write);
+    }
+
+    /// The next group of the writes queued ([`take_group`]).
+    pub fn next_group(&self, alone: bool) -> Vec<Queued> {
+        take_group(
+            &mut self.queue.lock().unwrap_or_else(|p| p.into_inner()),
+            alone,
+        )
     }
 
     /// What the map at `epoch` makes of this PG, until peering works out more: it outranks
@@ -138,6 +171,57 @@ impl Pg {
     }
 }
 
+/// A client write queued in its PG, and where its answer goes.
+pub struct Queued {
+    pub reqid: ReqId,
+    pub object: ObjectName,
+    pub ops: Vec<ObjectOp>,
+    /// The size of `ops` encoded, as they go to the replicas.
+    pub meta_bytes: usize,
+    pub data: Bytes,
+    /// The check its data arrived with, if sealed at the edge.
+    pub check: Option<SegmentCheck>,
+    pub answer: oneshot::Sender<Result<OsdReply, OsdReply>>,
+}
+
+/// Takes the next group off `queue`: from its front, every write whose object and request
+/// no write before it in the queue has, up to [`GROUP_WRITES_MAX`] writes,
+/// [`GROUP_BYTES_MAX`] data bytes and [`GROUP_META_BYTES_MAX`] bytes of ops (the first
+/// write always); with `alone`, the first write only. A write left keeps its place, so
+/// the writes to one object go in the order they came.
+fn take_group(queue: &mut VecDeque<Queued>, alone: bool) -> Vec<Queued> {
+    let mut group: Vec<Queued> = Vec::new();
+    let mut objects: HashSet<ObjectName> = HashSet::new();
+    let mut reqids: HashSet<ReqId> = HashSet::new();
+    let (mut bytes, mut meta_bytes) = (0usize, 0usize);
+    let mut left = VecDeque::new();
+    while let Some(write) = queue.pop_front() {
+        let full = !group.is_empty()
+            && (alone
+                || group.len() == GROUP_WRITES_MAX
+                || bytes.saturating_add(write.data.len()) > GROUP_BYTES_MAX
+                || meta_bytes.saturating_add(write.meta_bytes) > GROUP_META_BYTES_MAX);
+        if full {
+            queue.push_front(write);
+            break;
+        }
+        // Both noted either way: a later write to an object, or of a request, left behind
+        // stays behind it.
+        let new_object = objects.insert(write.object.clone());
+        let new_request = reqids.insert(write.reqid);
+        if new_object && new_request {
+            bytes += write.data.len();
+            meta_bytes = meta_bytes.saturating_add(write.meta_bytes);
+            group.push(write);
+        } else {
+            left.push_back(write);
+        }
+    }
+    left.append(queue);
+    *queue = left;
+    group
+}
+
 /// Whether a state worked out in the interval that began at `interval` may be published
 /// when the newest map that changed the PG is `announced`.
 pub fn publishable(interval: Epoch, announced: Epoch) -> bool {
@@ -148,6 +232,70 @@ pub fn publishable(interval: Epoch, announced: Epoch) -> bool {
 mod tests {
     use super::core::tests::{primary, version, PG};
     use super::*;
+
+    /// A queued write of `len` data bytes to `object` from request `seq`.
+    fn queued(seq: u64, object: &str, len: usize) -> Queued {
+        Queued {
+            reqid: super::core::tests::reqid(seq),
+            object: super::core::tests::name(object),
+            ops: Vec::new(),
+            meta_bytes: 100,
+            data: Bytes::from(vec![0; len]),
+            check: None,
+            answer: oneshot::channel().0,
+        }
+    }
+
+    fn seqs(writes: &[Queued]) -> Vec<u64> {
+        writes.iter().map(|w| w.reqid.seq).collect()
+    }
+
+    #[test]
+    fn a_group_takes_distinct_objects_in_order_and_leaves_the_rest_in_place() {
+        let mut queue: VecDeque<Queued> = [
+            queued(1, "a", 10),
+            queued(2, "b", 10),
+            queued(3, "a", 10),
+            queued(4, "c", 10),
+            queued(5, "b", 10),
+            queued(6, "d", 10),
+        ]
+        .into();
+        assert_eq!(seqs(&take_group(&mut queue, false)), [1, 2, 4, 6]);
+        assert_eq!(seqs(queue.make_contiguous()), [3, 5]);
+        assert_eq!(seqs(&take_group(&mut queue, false)), [3, 5]);
+        assert!(take_group(&mut queue, false).is_empty());
+        // A request queued twice goes once per group.
+        queue.extend([queued(7, "e", 1), queued(7, "f", 1)]);
+        assert_eq!(seqs(&take_group(&mut queue, false)), [7]);
+        assert_eq!(queue.len(), 1);
+        queue.clear();
+        // Alone: one write per group.
+        queue.extend([queued(1, "a", 1), queued(2, "b", 1)]);
+        assert_eq!(seqs(&take_group(&mut queue, true)), [1]);
+        assert_eq!(seqs(queue.make_contiguous()), [2]);
+        queue.clear();
+        // Bounded by writes and by bytes; a large write goes alone, and first.
+        queue.extend((0..GROUP_WRITES_MAX as u64 + 1).map(|i| queued(i, &format!("o{i}"), 1)));
+        assert_eq!(take_group(&mut queue, false).len(), GROUP_WRITES_MAX);
+        queue.clear();
+        queue.extend([
+            queued(1, "a", GROUP_BYTES_MAX + 1),
+            queued(2, "b", 1),
+            queued(3, "c", GROUP_BYTES_MAX),
+        ]);
+        assert_eq!(seqs(&take_group(&mut queue, false)), [1]);
+        assert_eq!(seqs(&take_group(&mut queue, false)), [2]);
+        assert_eq!(seqs(&take_group(&mut queue, false)), [3]);
+        // And by the bytes of their ops, which travel in a frame's metadata.
+        let big = |seq, object| Queued {
+            meta_bytes: GROUP_META_BYTES_MAX / 2 + 1,
+            ..queued(seq, object, 1)
+        };
+        queue.extend([big(1, "a"), big(2, "b"), queued(3, "c", 1)]);
+        assert_eq!(seqs(&take_group(&mut queue, false)), [1]);
+        assert_eq!(seqs(&take_group(&mut queue, false)), [2, 3]);
+    }
 
     #[test]
     fn a_state_from_an_interval_a_newer_map_ended_is_not_published() {
