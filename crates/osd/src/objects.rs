@@ -358,6 +358,21 @@ pub fn build_write(
     Ok(())
 }
 
+/// At most how many store operations [`build_write`] makes of `ops` (an omap op one per
+/// key), with the version attribute: what a write counts against the store's limit on one
+/// transaction when it goes in a group.
+pub fn store_ops(ops: &[ObjectOp]) -> usize {
+    let ops: usize = ops
+        .iter()
+        .map(|op| match op {
+            ObjectOp::OmapSet { entries } => entries.len(),
+            ObjectOp::OmapRemove { keys } => keys.len(),
+            _ => 3,
+        })
+        .sum();
+    ops + 1
+}
+
 /// Adds to `txn` the ops of one shard of an erasure-coded write ordered at `version`, whose
 /// object is `size` bytes after it: first the undo records `drops` ends (object, version
 /// sequence), then the ops, the shard's attributes, and an undo record of this write, kept
@@ -890,6 +905,59 @@ mod tests {
         Store::mkfs(dir.path(), &options, &kek).expect("mkfs");
         let store = Store::open(dir.path(), &kek).expect("open");
         (dir, store)
+    }
+
+    /// A group counts each write's store operations before building it: never fewer than
+    /// `build_write` makes.
+    #[test]
+    fn store_ops_bound_what_a_write_builds() {
+        let object = object_ref(
+            PgId {
+                pool: PoolId(1),
+                number: 0,
+            },
+            &ObjectName::new("x").expect("name"),
+        );
+        let keys = |n: u8| (0..n).map(|i| vec![i]).collect::<Vec<_>>();
+        let cases: Vec<(Vec<ObjectOp>, usize)> = vec![
+            (vec![ObjectOp::WriteFull { len: 8 }], 8),
+            (
+                vec![
+                    ObjectOp::Create { exclusive: false },
+                    ObjectOp::Write { offset: 4, len: 4 },
+                    ObjectOp::Zero { offset: 0, len: 2 },
+                    ObjectOp::Truncate { size: 6 },
+                    ObjectOp::SetAttr {
+                        name: "a".into(),
+                        value: vec![1],
+                    },
+                ],
+                4,
+            ),
+            (
+                vec![
+                    ObjectOp::OmapSet {
+                        entries: keys(40).into_iter().map(|k| (k, vec![0])).collect(),
+                    },
+                    ObjectOp::OmapRemove { keys: keys(30) },
+                    ObjectOp::OmapClear,
+                ],
+                0,
+            ),
+            (vec![ObjectOp::Remove], 0),
+        ];
+        for (ops, len) in cases {
+            let mut txn = Transaction::new();
+            build_write(
+                &mut txn,
+                &object,
+                &ops,
+                &Bytes::from(vec![0; len]),
+                Version::default(),
+            )
+            .expect("built");
+            assert!(store_ops(&ops) >= txn.len(), "{ops:?}: {}", txn.len());
+        }
     }
 
     /// A holder that moved gets another position's shard of a write it applied itself, in

@@ -511,6 +511,7 @@ impl OsdService {
         pg.queue_write(Queued {
             reqid: op.reqid,
             object: op.object,
+            store_ops: objects::store_ops(&op.ops),
             ops: op.ops,
             meta_bytes,
             data,

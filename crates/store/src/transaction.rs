@@ -118,6 +118,11 @@ impl Transaction {
         self.ops.is_empty()
     }
 
+    /// How many operations it holds (the store takes at most `TRANSACTION_OPS_MAX`).
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+
     /// Adds `other`'s ops after this one's, to be applied in the same commit.
     pub fn append(&mut self, other: Transaction) -> &mut Self {
         self.ops.extend(other.ops);

@@ -38,6 +38,9 @@ pub const GROUP_BYTES_MAX: usize = 4 << 20;
 /// Most bytes of encoded ops (attributes, omap entries, chunk records) one group takes: a
 /// quarter of a frame's metadata segment, which also carries each write's log entry.
 pub const GROUP_META_BYTES_MAX: usize = 256 << 10;
+/// Most store operations one group's writes make (`objects::store_ops`): half the store's
+/// limit on one transaction, which also takes the group's log entries and trim.
+pub const GROUP_STORE_OPS_MAX: usize = store::TRANSACTION_OPS_MAX / 2;
 
 pub struct Pg {
     pub id: PgId,
@@ -178,6 +181,8 @@ pub struct Queued {
     pub ops: Vec<ObjectOp>,
     /// The size of `ops` encoded, as they go to the replicas.
     pub meta_bytes: usize,
+    /// At most how many store operations its ops make.
+    pub store_ops: usize,
     pub data: Bytes,
     /// The check its data arrived with, if sealed at the edge.
     pub check: Option<SegmentCheck>,
@@ -186,21 +191,23 @@ pub struct Queued {
 
 /// Takes the next group off `queue`: from its front, every write whose object and request
 /// no write before it in the queue has, up to [`GROUP_WRITES_MAX`] writes,
-/// [`GROUP_BYTES_MAX`] data bytes and [`GROUP_META_BYTES_MAX`] bytes of ops (the first
-/// write always); with `alone`, the first write only. A write left keeps its place, so
+/// [`GROUP_BYTES_MAX`] data bytes, [`GROUP_META_BYTES_MAX`] bytes of ops and
+/// [`GROUP_STORE_OPS_MAX`] store operations (the first write always); with `alone`, the
+/// first write only. A write left keeps its place, so
 /// the writes to one object go in the order they came.
 fn take_group(queue: &mut VecDeque<Queued>, alone: bool) -> Vec<Queued> {
     let mut group: Vec<Queued> = Vec::new();
     let mut objects: HashSet<ObjectName> = HashSet::new();
     let mut reqids: HashSet<ReqId> = HashSet::new();
-    let (mut bytes, mut meta_bytes) = (0usize, 0usize);
+    let (mut bytes, mut meta_bytes, mut store_ops) = (0usize, 0usize, 0usize);
     let mut left = VecDeque::new();
     while let Some(write) = queue.pop_front() {
         let full = !group.is_empty()
             && (alone
                 || group.len() == GROUP_WRITES_MAX
                 || bytes.saturating_add(write.data.len()) > GROUP_BYTES_MAX
-                || meta_bytes.saturating_add(write.meta_bytes) > GROUP_META_BYTES_MAX);
+                || meta_bytes.saturating_add(write.meta_bytes) > GROUP_META_BYTES_MAX
+                || store_ops.saturating_add(write.store_ops) > GROUP_STORE_OPS_MAX);
         if full {
             queue.push_front(write);
             break;
@@ -212,6 +219,7 @@ fn take_group(queue: &mut VecDeque<Queued>, alone: bool) -> Vec<Queued> {
         if new_object && new_request {
             bytes += write.data.len();
             meta_bytes = meta_bytes.saturating_add(write.meta_bytes);
+            store_ops = store_ops.saturating_add(write.store_ops);
             group.push(write);
         } else {
             left.push_back(write);
@@ -240,6 +248,7 @@ mod tests {
             object: super::core::tests::name(object),
             ops: Vec::new(),
             meta_bytes: 100,
+            store_ops: 4,
             data: Bytes::from(vec![0; len]),
             check: None,
             answer: oneshot::channel().0,
@@ -293,6 +302,14 @@ mod tests {
             ..queued(seq, object, 1)
         };
         queue.extend([big(1, "a"), big(2, "b"), queued(3, "c", 1)]);
+        assert_eq!(seqs(&take_group(&mut queue, false)), [1]);
+        assert_eq!(seqs(&take_group(&mut queue, false)), [2, 3]);
+        // And by the store operations they make (an omap op makes one per key).
+        let keys = |seq, object| Queued {
+            store_ops: GROUP_STORE_OPS_MAX / 2 + 1,
+            ..queued(seq, object, 1)
+        };
+        queue.extend([keys(1, "a"), keys(2, "b"), queued(3, "c", 1)]);
         assert_eq!(seqs(&take_group(&mut queue, false)), [1]);
         assert_eq!(seqs(&take_group(&mut queue, false)), [2, 3]);
     }
