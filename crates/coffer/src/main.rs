@@ -27,6 +27,12 @@ use std::process::ExitCode;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 
+/// Every daemon allocates and frees per request (frames, transactions, redb's pages); glibc's
+/// malloc and free took about a tenth of a cluster's CPU under 4 KiB writes
+/// (docs/benchmarks.md, "The allocator").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "coffer",
