@@ -86,6 +86,69 @@ fn object_operations_through_the_library() {
     });
 }
 
+/// Writes queued in a PG are applied as one store transaction. A write that passed the
+/// OSD's own checks but not the store's (an omap key over its size, more operations than a
+/// transaction takes) used to fail its group's commit: the PG went back to peering and every
+/// write of the group was answered Busy, again on each retry. Each is now refused alone,
+/// and the writes grouped with it are applied.
+#[test]
+fn a_write_the_store_would_refuse_is_refused_alone_beside_the_writes_grouped_with_it() {
+    let _serial = serial();
+    let cluster = LocalCluster::start(3, &[]);
+    // One PG: the writes below queue in it and go as groups.
+    cluster.ok(&["pool", "create", "one", "--pg-num", "1"]);
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let admin = cluster.admin().await;
+        let pool = admin.pool("one").await.expect("pool");
+        let key_over_the_limit = vec![(vec![b'k'; store::OMAP_KEY_BYTES_MAX + 1], b"v".to_vec())];
+        let too_many_keys: Vec<_> = (0..store::TRANSACTION_OPS_MAX / 2 + 1)
+            .map(|n: usize| (n.to_be_bytes().to_vec(), b"v".to_vec()))
+            .collect();
+        for (round, (bad, why)) in [
+            (&key_over_the_limit, "omap keys"),
+            (&too_many_keys, "store operations"),
+        ]
+        .into_iter()
+        .cycle()
+        .take(4)
+        .enumerate()
+        {
+            let good = (0..12).map(|i| {
+                let pool = pool.clone();
+                async move {
+                    let name = format!("good-{round}-{i}");
+                    pool.omap_set(&name, vec![(b"k".to_vec(), b"v".to_vec())])
+                        .await
+                        .map(|()| name)
+                }
+            });
+            let bad_name = format!("bad-{round}");
+            let bad = pool.omap_set(&bad_name, bad.clone());
+            let (good, bad) = futures::join!(futures::future::join_all(good), bad);
+            assert!(
+                matches!(bad, Err(Error::Failed(ref reason)) if reason.contains(why)),
+                "{bad:?}"
+            );
+            for name in good {
+                let name = name.expect("a write grouped with the refused one");
+                let found = pool.omap_get(&name, vec![b"k".to_vec()]).await;
+                assert_eq!(
+                    found.expect("omap get"),
+                    vec![(b"k".to_vec(), Some(b"v".to_vec()))]
+                );
+            }
+            assert!(matches!(pool.stat(&bad_name).await, Err(Error::NotFound)));
+        }
+    });
+    let groups = cluster.osds_counter("coffer_osd_write_groups_total");
+    let grouped = cluster.osds_counter("coffer_osd_write_group_writes_total");
+    assert!(
+        grouped > groups,
+        "{grouped} writes in {groups} groups: thirteen writers on one PG make a group of several"
+    );
+}
+
 #[test]
 fn conditional_writes_apply_only_when_their_conditions_hold() {
     let _serial = serial();

@@ -22,7 +22,7 @@ use tokio::sync::{oneshot, watch, MutexGuard};
 use tokio::task::{AbortHandle, JoinSet};
 
 use crate::pg::write::{Action, Event};
-use crate::pg::{undo_to_drop, Core, Pg, Queued, Verdict};
+use crate::pg::{undo_to_drop, Core, Pg, Queued, Verdict, GROUP_STORE_OPS_MAX};
 use crate::OsdState;
 use crate::{erasure, objects};
 
@@ -507,7 +507,8 @@ impl OsdService {
     ) -> Result<OsdReply, OsdReply> {
         let pg = self.inner.pg(op.pg);
         let (answer, mut answered) = oneshot::channel();
-        let meta_bytes = postcard::to_allocvec(&op.ops).map_or(usize::MAX, |ops| ops.len());
+        let meta_bytes = postcard::ser_flavors::Size::default();
+        let meta_bytes = postcard::serialize_with_flavor(&op.ops, meta_bytes).unwrap_or(usize::MAX);
         pg.queue_write(Queued {
             reqid: op.reqid,
             object: op.object,
@@ -636,6 +637,7 @@ impl OsdService {
                     } else {
                         self.prepare(&op, &data, &entry).await
                     };
+                    let made = made.and_then(within_store_limits);
                     Event::Prepared(made.map(|made| {
                         txn.append(made.txn);
                         shards = made.shards;
@@ -720,7 +722,8 @@ impl OsdService {
     }
 
     /// Checks a write ordered as `entry` (space, conditions, the tail of sealed chunks) and
-    /// builds its transaction.
+    /// builds its transaction; `write_group` then checks it against the store's limits
+    /// ([`within_store_limits`]).
     async fn prepare(
         &self,
         op: &ClientOp,
@@ -1482,6 +1485,22 @@ impl OsdService {
             }
         }
     }
+}
+
+/// A write's transaction, if the store would take it (`Transaction::check`) with room left
+/// for its group's log entries (half the store's operations). A write the store would
+/// refuse is refused alone here: in its group's transaction it would fail the commit, send
+/// the PG back to peering and have every write of the group answered Busy.
+fn within_store_limits(made: Prepared) -> Result<Prepared, OsdReply> {
+    let refused = match made.txn.check() {
+        Err(refused) => refused.to_string(),
+        Ok(()) if made.txn.len() > GROUP_STORE_OPS_MAX => format!(
+            "a write of {} store operations; one write makes at most {GROUP_STORE_OPS_MAX}",
+            made.txn.len()
+        ),
+        Ok(()) => return Ok(made),
+    };
+    Err(OsdReply::Failed(refused))
 }
 
 /// The data a group's prepared writes send a replica, in order; a write alone keeps the

@@ -405,6 +405,23 @@ fn validate(op: &Op) -> Result<(), ApplyError> {
     }
 }
 
+impl Transaction {
+    /// Checks what [`Store::apply`] refuses before it reads anything: the count of
+    /// operations and each one's own limits (ranges, key, value and name sizes). A caller
+    /// that joins several requests' transactions into one commit checks each alone first,
+    /// so that one bad request is refused without the others. Limits that depend on what
+    /// the object holds (its attributes' total size) are checked only when it is applied.
+    pub fn check(&self) -> Result<(), ApplyError> {
+        if self.ops.len() > TRANSACTION_OPS_MAX {
+            return Err(invalid(format!(
+                "{} operations; the limit is {TRANSACTION_OPS_MAX}",
+                self.ops.len()
+            )));
+        }
+        self.ops.iter().try_for_each(validate)
+    }
+}
+
 fn now_ns() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -428,13 +445,7 @@ impl Store {
         if let Some(cause) = self.committer.poisoned() {
             return Err(ApplyError::Poisoned { cause });
         }
-        if txn.ops.len() > TRANSACTION_OPS_MAX {
-            return Err(invalid(format!(
-                "{} operations; the limit is {TRANSACTION_OPS_MAX}",
-                txn.ops.len()
-            )));
-        }
-        txn.ops.iter().try_for_each(validate)?;
+        txn.check()?;
 
         let mut works: Vec<Work> = Vec::new();
         // By name: an object's id (an HMAC in encrypting modes) is computed once per

@@ -4,7 +4,8 @@
 mod common;
 
 use coffer_store::{
-    ApplyError, Device, FileDevice, Mode, ReadError, Store, Transaction, WRITE_BYTES_MAX,
+    ApplyError, Device, FileDevice, Mode, ReadError, Store, Transaction, OMAP_KEY_BYTES_MAX,
+    TRANSACTION_OPS_MAX, WRITE_BYTES_MAX,
 };
 use common::{kek, mkfs, obj, pattern};
 use std::io;
@@ -230,6 +231,20 @@ fn invalid_operations_are_refused_whole_with_a_reason() {
             }),
         ),
         (
+            "huge omap key",
+            Box::new(|t: &mut Transaction| {
+                t.omap_set(&obj(1, "o"), &[b'k'; OMAP_KEY_BYTES_MAX + 1], b"v");
+            }),
+        ),
+        (
+            "more operations than a transaction takes",
+            Box::new(|t: &mut Transaction| {
+                for _ in 0..TRANSACTION_OPS_MAX {
+                    t.touch(&obj(1, "o"));
+                }
+            }),
+        ),
+        (
             "write past the size limit",
             Box::new(|t: &mut Transaction| {
                 t.write(&obj(1, "o"), (1 << 40) - 1, b"xy");
@@ -252,6 +267,11 @@ fn invalid_operations_are_refused_whole_with_a_reason() {
         let mut txn = Transaction::new();
         txn.touch(&o);
         build(&mut txn);
+        let checked = txn.check().expect_err(what);
+        assert!(
+            matches!(checked, ApplyError::Invalid { .. }),
+            "{what}: {checked:?}"
+        );
         let err = store.apply(txn).expect_err(what);
         assert!(matches!(err, ApplyError::Invalid { .. }), "{what}: {err:?}");
         assert!(
@@ -269,7 +289,16 @@ fn invalid_operations_are_refused_whole_with_a_reason() {
     ));
     let mut txn = Transaction::new();
     txn.touch(&o);
+    txn.check().expect("a touch is within every limit");
     store.apply(txn).expect("touch");
+    // The attributes' total depends on what the object holds: `check` passes it, the store
+    // refuses it when applied.
+    let mut txn = Transaction::new();
+    txn.set_attr(&o, "a", &vec![0u8; 200 << 10]);
+    txn.set_attr(&o, "b", &vec![0u8; 100 << 10]);
+    txn.check().expect("each attribute within the limits");
+    let err = store.apply(txn).expect_err("attributes over their total");
+    assert!(matches!(err, ApplyError::Invalid { .. }), "{err:?}");
     assert!(matches!(
         store.read(&o, 0, WRITE_BYTES_MAX + 1),
         Err(ReadError::Invalid { .. })

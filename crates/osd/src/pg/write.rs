@@ -16,7 +16,7 @@
 //! Write (starts a group) / Join ─ a retried request ───────► Reply(Written, its version)
 //!   │                           ─ a blocklisted client ────► Reply(Denied)
 //!   ▼ ordered at the next version
-//! Prepare (space, conditions, sealed tail, transaction) ─ refused ─► Reply(the refusal)
+//! Prepare (space, conditions, sealed tail, store limits) ─ refused ─► Reply(the refusal)
 //!   ▼ Prepared; more writes Join, or the shell closes the group (none prepared: over)
 //! Close: Replicate to every clean replica, Apply here
 //!   ▼ Applied, and ReplicaDone or ReplicaMissed from each replica, in any order
@@ -59,7 +59,8 @@ pub enum Event {
         blocklisted: bool,
     },
     /// The shell checked the write last ordered (space, conditions, the tail of sealed
-    /// chunks) and added it to the group's transaction; or it refused it.
+    /// chunks, the store's limits) and added it to the group's transaction; or it refused
+    /// it.
     Prepared(Result<(), OsdReply>),
     /// No more writes join: the group's log entries are in its transaction, which trims
     /// this many entries off the log.
