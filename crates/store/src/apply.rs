@@ -33,6 +33,7 @@ use crate::object::{
     OBJECT_SIZE_BYTES_MAX, SEALED_EXTENT_BLOCKS_MAX,
 };
 use crate::omap::{self, Damaged, Row};
+use crate::pending::{self, Pending, View};
 use crate::read::{ReadAs, Via};
 use crate::seal::{ChunkRecord, ExtentSeal};
 use crate::store::{Store, LOCK_SLOTS};
@@ -43,6 +44,7 @@ use crate::wal;
 use map::{ObjectRef, PoolId};
 use redb::ReadableDatabase;
 use std::collections::{BTreeMap, HashMap};
+use std::ops::Bound;
 
 /// Largest single write (or sealed write), in bytes.
 pub const WRITE_BYTES_MAX: u64 = 64 << 20;
@@ -166,6 +168,8 @@ pub(crate) struct Batch {
     meta: Vec<MetaOp>,
     usage: Vec<(PoolId, Delta)>,
     freed: Vec<Run>,
+    /// The objects `meta` changes.
+    ids: Vec<ObjectId>,
 }
 
 /// How a metadata commit is made durable.
@@ -521,6 +525,7 @@ impl Store {
                 .filter(|w| w.touched)
                 .map(|w| (w.object.pool, w.usage_delta()))
                 .collect(),
+            ids: works.iter().map(|w| w.id).collect(),
         };
         if let Err(e) = self.committer.commit(batch, |group| self.flush(group)) {
             // Its own writes failed: nothing of it was committed, and its blocks go back.
@@ -547,10 +552,18 @@ impl Store {
     }
 
     fn load_works(&self, works: &mut [Work]) -> Result<(), ApplyError> {
+        // The changes not yet committed first, then a snapshot begun while none of them can
+        // move into the database (pending.rs).
+        let pending = self.pending.read().expect("pending lock poisoned");
         let txn = self.db.begin_read()?;
-        let objects = txn.open_table(OBJECTS)?;
-        let extents = txn.open_table(EXTENTS)?;
-        let undo_rows = txn.open_table(UNDO)?;
+        let (objects, extents, undo_rows) = (
+            txn.open_table(OBJECTS)?,
+            txn.open_table(EXTENTS)?,
+            txn.open_table(UNDO)?,
+        );
+        let objects = pending.view(Table::Objects, &objects);
+        let extents = pending.view(Table::Extents, &extents);
+        let undo_rows = pending.view(Table::Undo, &undo_rows);
         for w in works.iter_mut() {
             w.undo = self.load_undo(&undo_rows, &w.object, &w.id)?;
             w.original = self.load_record(&objects, &w.object, &w.id)?;
@@ -575,18 +588,17 @@ impl Store {
     }
 
     /// The object's undo records, by version.
-    fn load_undo(
+    fn load_undo<T: redb::ReadableTable<&'static [u8], &'static [u8]>>(
         &self,
-        rows: &impl redb::ReadableTable<&'static [u8], &'static [u8]>,
+        rows: &View<'_, T>,
         object: &ObjectRef,
         id: &ObjectId,
     ) -> Result<BTreeMap<u64, UndoRecord>, ApplyError> {
         let (low, high) = (undo_key(object, id, 0), undo_key(object, id, u64::MAX));
         let mut records = BTreeMap::new();
-        for row in rows.range::<&[u8]>(&low[..]..=&high[..])? {
-            let (key, value) = row?;
-            let version = undo::undo_key_version(key.value());
-            let record = undo::decode(&self.meta, key.value(), value.value()).ok_or_else(|| {
+        for (key, value) in rows.all_rows(Bound::Included(&low[..]), Bound::Included(&high[..]))? {
+            let version = undo::undo_key_version(&key);
+            let record = undo::decode(&self.meta, &key, &value).ok_or_else(|| {
                 ReadError::MetadataIntegrity {
                     what: format!("object {object}, undo record of version {version}"),
                 }
@@ -1043,13 +1055,14 @@ impl Store {
     /// commit can change it meanwhile).
     fn load_omap_row(&self, id: &ObjectId, row: Row) -> Result<Option<Vec<u8>>, ApplyError> {
         let key = row.key(id);
+        let pending = self.pending.read().expect("pending lock poisoned");
         let txn = self.db.begin_read()?;
         let rows = txn.open_table(OMAP_PAGED)?;
-        let Some(stored) = rows.get(&key[..])? else {
+        let Some(stored) = pending.view(Table::OmapPaged, &rows).get(&key)? else {
             return Ok(None);
         };
         self.meta
-            .open(Table::OmapPaged, &key, stored.value())
+            .open(Table::OmapPaged, &key, &stored)
             .map(Some)
             .map_err(|_| Damaged("an omap row that does not open").into())
     }
@@ -1194,13 +1207,19 @@ impl Store {
 
     /// Whether `w` has omap entries, as committed.
     fn has_omap(&self, w: &Work) -> Result<bool, ApplyError> {
+        let pending = self.pending.read().expect("pending lock poisoned");
         let txn = self.db.begin_read()?;
-        let rows = match w.object.pool.is_pg_meta() {
-            true => txn.open_table(OMAP)?,
-            false => txn.open_table(OMAP_PAGED)?,
+        let (table, rows) = match w.object.pool.is_pg_meta() {
+            true => (Table::Omap, txn.open_table(OMAP)?),
+            false => (Table::OmapPaged, txn.open_table(OMAP_PAGED)?),
         };
-        let first = rows.range::<&[u8]>(&w.id[..]..)?.next().transpose()?;
-        Ok(first.is_some_and(|(key, _)| key.value().starts_with(&w.id)))
+        let first = pending.view(table, &rows).rows(
+            Bound::Included(&w.id[..]),
+            Bound::Unbounded,
+            false,
+            1,
+        )?;
+        Ok(first.first().is_some_and(|(key, _)| key.starts_with(&w.id)))
     }
 
     /// Commits one group (see commit.rs and wal.rs): the batches' small writes, then one log
@@ -1244,11 +1263,7 @@ impl Store {
                     .write_all_alongside(&pieces, &mut || appended = self.wal.append(&record));
                 appended?;
                 if written.is_ok() {
-                    self.commit_metadata(
-                        take_meta(&mut group, &all),
-                        &deltas,
-                        Commit::Logged { seq },
-                    )?;
+                    self.apply_logged(&mut group, &all, &deltas, seq)?;
                     self.checkpoint_if_short_of_room()?;
                     return Ok(group.iter().map(|_| Ok(())).collect());
                 }
@@ -1259,10 +1274,16 @@ impl Store {
         self.device.sync()?;
         let landed: Vec<bool> = outcomes.iter().map(Result::is_ok).collect();
         let (seq, record, deltas) = self.log_record(&group, &landed, false)?;
-        let meta = take_meta(&mut group, &landed);
         let len = record.len() as u64;
         if !self.wal.holds(len) {
-            self.commit_metadata(meta, &deltas, Commit::Durable { next_seq: seq })?;
+            let mut pending = self.pending.write().expect("pending lock poisoned");
+            let meta = take_meta(&mut group, &landed);
+            self.commit_metadata(
+                &mut pending,
+                meta,
+                &deltas,
+                Commit::Durable { next_seq: seq },
+            )?;
             self.wal.restart();
             return Ok(outcomes);
         }
@@ -1270,7 +1291,7 @@ impl Store {
             self.checkpoint()?;
         }
         self.wal.append(&record)?;
-        self.commit_metadata(meta, &deltas, Commit::Logged { seq })?;
+        self.apply_logged(&mut group, &landed, &deltas, seq)?;
         self.checkpoint_if_short_of_room()?;
         Ok(outcomes)
     }
@@ -1332,7 +1353,13 @@ impl Store {
     pub(crate) fn checkpoint(&self) -> Result<(), ApplyError> {
         self.device.sync()?;
         let next_seq = self.wal.tail().next_seq;
-        self.commit_metadata(Vec::new(), &BTreeMap::new(), Commit::Durable { next_seq })?;
+        let mut pending = self.pending.write().expect("pending lock poisoned");
+        self.commit_metadata(
+            &mut pending,
+            Vec::new(),
+            &BTreeMap::new(),
+            Commit::Durable { next_seq },
+        )?;
         self.wal.restart();
         crate::metrics::checkpointed();
         Ok(())
@@ -1373,21 +1400,87 @@ impl Store {
         let replayed = records.len() as u64;
         for record in records.into_iter().filter(|r| r.seq > applied) {
             let deltas = record.usage.into_iter().collect();
-            self.commit_metadata(record.meta, &deltas, Commit::Logged { seq: record.seq })?;
+            self.commit_metadata(
+                &mut Pending::default(),
+                record.meta,
+                &deltas,
+                Commit::Logged { seq: record.seq },
+            )?;
         }
         self.wal.restart_at(start + replayed);
         self.checkpoint()?;
         Ok(replayed)
     }
 
-    /// Applies `ops` and the usage `deltas` in one database commit, made durable as
-    /// `commit` says.
+    /// Puts the metadata of the batches of `group` that `landed`, logged in record `seq`,
+    /// into the database, or keeps it with the changes waiting (pending.rs) until enough
+    /// wait.
+    fn apply_logged(
+        &self,
+        group: &mut [Batch],
+        landed: &[bool],
+        deltas: &BTreeMap<PoolId, Delta>,
+        seq: u64,
+    ) -> Result<(), ApplyError> {
+        let ids: Vec<ObjectId> = group
+            .iter()
+            .zip(landed)
+            .filter(|(_, l)| **l)
+            .flat_map(|(b, _)| b.ids.iter().copied())
+            .collect();
+        let meta = take_meta(group, landed);
+        let mut pending = self.pending.write().expect("pending lock poisoned");
+        if !pending::deferrable(&meta) {
+            return self.commit_metadata(&mut pending, meta, deltas, Commit::Logged { seq });
+        }
+        pending.add(meta, deltas, seq, ids);
+        match pending.due() {
+            true => self.commit_metadata(
+                &mut pending,
+                Vec::new(),
+                &BTreeMap::new(),
+                Commit::Logged { seq },
+            ),
+            false => Ok(()),
+        }
+    }
+
+    /// Commits the changes waiting, those of object `id` or, with `None`, all of them: a
+    /// reader that does not look at them (pending.rs) calls this before it begins a
+    /// database snapshot. A failed commit poisons the store, and reads that need the
+    /// changes are refused until it is opened again (and replays them from the log).
+    pub(crate) fn settle(&self, id: Option<&ObjectId>) -> Result<(), ReadError> {
+        let needed = |p: &Pending| !p.is_empty() && id.is_none_or(|id| p.touches(id));
+        if !needed(&self.pending.read().expect("pending lock poisoned")) {
+            return Ok(());
+        }
+        let mut pending = self.pending.write().expect("pending lock poisoned");
+        if !needed(&pending) {
+            return Ok(());
+        }
+        if let Some(cause) = self.committer.poisoned() {
+            return Err(ReadError::Poisoned { cause });
+        }
+        let seq = pending.seq().expect("changes wait");
+        let commit = Commit::Logged { seq };
+        self.commit_metadata(&mut pending, Vec::new(), &BTreeMap::new(), commit)
+            .map_err(|e| {
+                let cause = format!("committing logged changes for a read: {e}");
+                self.committer.poison(cause.clone());
+                ReadError::Poisoned { cause }
+            })
+    }
+
+    /// Applies the changes in `pending`, then `ops`, and the usage deltas of both in one
+    /// database commit, made durable as `commit` says; `pending` is emptied once it is in.
     fn commit_metadata(
         &self,
+        pending: &mut Pending,
         ops: Vec<MetaOp>,
         deltas: &BTreeMap<PoolId, Delta>,
         commit: Commit,
     ) -> Result<(), ApplyError> {
+        let deltas = &pending.usage_with(deltas);
         // The usage rows' nonces are taken before the commit's write transaction: taking
         // them may durably raise the reservation, a redb write of its own, which would wait
         // for the commit's forever.
@@ -1404,6 +1497,24 @@ impl Store {
             let mut omap = txn.open_table(OMAP)?;
             let mut omap_paged = txn.open_table(OMAP_PAGED)?;
             let mut undo_rows = txn.open_table(UNDO)?;
+            for (table, changes) in pending.tables() {
+                let t = match table {
+                    Table::Objects => &mut objects,
+                    Table::Extents => &mut extents,
+                    Table::Omap => &mut omap,
+                    Table::OmapPaged => &mut omap_paged,
+                    Table::Undo => &mut undo_rows,
+                    Table::Superblock | Table::PoolUsage | Table::Wal => {
+                        unreachable!("changes waiting are never of the superblock or usage")
+                    }
+                };
+                for (key, change) in changes {
+                    match change {
+                        Some(value) => t.insert(&key[..], &value[..])?,
+                        None => t.remove(&key[..])?,
+                    };
+                }
+            }
             for op in ops {
                 let table = match &op {
                     MetaOp::Put { table, .. }
@@ -1455,6 +1566,7 @@ impl Store {
             sealed
         })?;
         txn.commit()?;
+        pending.clear();
         Ok(())
     }
 

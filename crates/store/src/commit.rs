@@ -171,6 +171,14 @@ impl<B> Committer<B> {
         state
     }
 
+    /// Stops the store taking transactions after a commit outside a group failed (a
+    /// reader's, pending.rs), as a failed group commit does.
+    pub(crate) fn poison(&self, cause: String) {
+        let mut state = self.state.lock().expect("commit lock poisoned");
+        state.poisoned.get_or_insert(cause);
+        state.wake();
+    }
+
     pub(crate) fn poisoned(&self) -> Option<String> {
         self.state
             .lock()

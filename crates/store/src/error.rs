@@ -51,6 +51,8 @@ pub enum ReadError {
     Io(#[from] io::Error),
     #[error("metadata database: {0}")]
     Metadata(#[from] redb::Error),
+    #[error("the store stopped after a failed commit ({cause}); reopen it to read what it logged")]
+    Poisoned { cause: String },
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -34,6 +34,7 @@ mod metadata;
 pub mod metrics;
 mod object;
 mod omap;
+mod pending;
 mod read;
 mod seal;
 mod store;

@@ -66,6 +66,7 @@ impl Store {
             Some(ListCursor(key)) if *key > low => key.clone(),
             _ => low,
         };
+        self.settle(None)?;
         let txn = self.db.begin_read()?;
         let objects = txn.open_table(OBJECTS)?;
         let mut entries = Vec::new();
@@ -106,6 +107,7 @@ impl Store {
         let after = after.map(|name| (name.hash(), name));
         let low = object_key(pool, after.map_or(ObjectHash(0), |a| a.0), &[0u8; 16]);
         let high = object_key(pool, ObjectHash(u32::MAX), &[0xffu8; 16]);
+        self.settle(None)?;
         let txn = self.db.begin_read()?;
         let objects = txn.open_table(OBJECTS)?;
         let mut entries: Vec<ListEntry> = Vec::new();

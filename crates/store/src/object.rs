@@ -8,10 +8,12 @@
 
 use crate::allocator::Run;
 use crate::metadata::{extent_key, extent_key_block, MetaSealer, ObjectId, Table};
+use crate::pending::View;
 use crate::seal::ExtentSeal;
 use redb::ReadableTable;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::ops::Bound;
 
 /// Longest extent, in blocks (4 MiB): bounds the work of splitting one.
 pub const EXTENT_BLOCKS_MAX: u64 = 1024;
@@ -128,8 +130,8 @@ impl From<redb::StorageError> for LoadError {
 /// Reads from the `extents` table every extent of `id` that overlaps `[first, end)`.
 /// Extents are at most `EXTENT_BLOCKS_MAX` long and never overlap, so only the one that
 /// starts at or before `first` can reach in from below.
-pub(crate) fn load_extents(
-    table: &impl ReadableTable<&'static [u8], &'static [u8]>,
+pub(crate) fn load_extents<T: ReadableTable<&'static [u8], &'static [u8]>>(
+    table: &View<'_, T>,
     sealer: &MetaSealer,
     id: &ObjectId,
     first: u64,
@@ -142,18 +144,19 @@ pub(crate) fn load_extents(
     let mut map = ExtentMap::new();
     let low = extent_key(id, 0);
     let at_first = extent_key(id, first);
-    let before = table
-        .range::<&[u8]>(&low[..]..=&at_first[..])?
-        .next_back()
-        .transpose()?;
+    let before = table.rows(
+        Bound::Included(&low[..]),
+        Bound::Included(&at_first[..]),
+        true,
+        1,
+    )?;
     let from = extent_key(id, first + 1);
     let to = extent_key(id, end.max(first + 1));
-    let after = table.range::<&[u8]>(&from[..]..&to[..])?;
-    for row in before.into_iter().map(Ok).chain(after) {
-        let (key, value) = row?;
-        let logical_block = extent_key_block(key.value());
-        let extent = decode_extent(sealer, key.value(), value.value())
-            .ok_or(LoadError::Integrity { logical_block })?;
+    let after = table.all_rows(Bound::Included(&from[..]), Bound::Excluded(&to[..]))?;
+    for (key, value) in before.into_iter().chain(after) {
+        let logical_block = extent_key_block(&key);
+        let extent =
+            decode_extent(sealer, &key, &value).ok_or(LoadError::Integrity { logical_block })?;
         if logical_block + extent.len_blocks > first && logical_block < end {
             map.insert(logical_block, extent);
         }

@@ -13,6 +13,7 @@ use crate::object::{
     load_extents, pieces, Extent, ExtentMap, LoadError, ObjectRecord, OBJECT_BLOCKS_MAX,
 };
 use crate::omap::{self, Row};
+use crate::pending::View;
 use crate::seal::{ChunkRecord, ExtentSeal};
 use crate::store::Store;
 use crate::undo::{undo_key, undo_key_version};
@@ -160,7 +161,7 @@ impl Store {
             };
             let pieces = if end > first {
                 pieces(
-                    &self.load_extent_map(&table, object, &id, first, end)?,
+                    &self.load_extent_map(&View::committed(&table), object, &id, first, end)?,
                     first,
                     end,
                 )
@@ -206,9 +207,9 @@ impl Store {
         })
     }
 
-    pub(crate) fn load_record(
+    pub(crate) fn load_record<T: ReadableTable<&'static [u8], &'static [u8]>>(
         &self,
-        objects: &impl ReadableTable<&'static [u8], &'static [u8]>,
+        objects: &View<'_, T>,
         object: &ObjectRef,
         id: &ObjectId,
     ) -> Result<Option<ObjectRecord>, ReadError> {
@@ -218,7 +219,7 @@ impl Store {
         };
         let record: Option<ObjectRecord> = self
             .meta
-            .open(Table::Objects, &key, stored.value())
+            .open(Table::Objects, &key, &stored)
             .ok()
             .and_then(|plain| postcard::from_bytes(&plain).ok());
         match record {
@@ -229,9 +230,9 @@ impl Store {
         }
     }
 
-    pub(crate) fn load_extent_map(
+    pub(crate) fn load_extent_map<T: ReadableTable<&'static [u8], &'static [u8]>>(
         &self,
-        extents: &impl ReadableTable<&'static [u8], &'static [u8]>,
+        extents: &View<'_, T>,
         object: &ObjectRef,
         id: &ObjectId,
         first: u64,
@@ -381,7 +382,8 @@ impl Store {
             });
         }
         let (first, end) = (offset_bytes / BLOCK, end_bytes.div_ceil(BLOCK));
-        let extents = self.load_extent_map(&txn.open_table(EXTENTS)?, object, &id, first, end)?;
+        let table = txn.open_table(EXTENTS)?;
+        let extents = self.load_extent_map(&View::committed(&table), object, &id, first, end)?;
         drop(txn);
         let mut buffer = AlignedBuf::for_overwrite((end - first) as usize);
         self.read_pieces(
@@ -437,7 +439,7 @@ impl Store {
         let (txn, record) = self.snapshot(object, &id)?;
         let end = first_chunk.saturating_add(count).min(OBJECT_BLOCKS_MAX);
         let extents = self.load_extent_map(
-            &txn.open_table(EXTENTS)?,
+            &View::committed(&txn.open_table(EXTENTS)?),
             object,
             &id,
             first_chunk.min(end),
@@ -490,11 +492,12 @@ impl Store {
         object: &ObjectRef,
         id: &ObjectId,
     ) -> Result<(ReadTransaction, ObjectRecord), ReadError> {
+        self.settle(Some(id))?;
         let txn = self.db.begin_read()?;
         // redb panics on some damaged files instead of failing: a damaged metadata file is
         // an integrity failure of the read, not a crash of the store.
         let loaded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            self.load_record(&txn.open_table(OBJECTS)?, object, id)
+            self.load_record(&View::committed(&txn.open_table(OBJECTS)?), object, id)
         }))
         .map_err(|_| ReadError::MetadataIntegrity {
             what: format!("{object} (the metadata database is damaged)"),
@@ -505,15 +508,30 @@ impl Store {
         Ok((txn, record))
     }
 
+    /// The object's record, with its changes not yet committed (pending.rs): a write path
+    /// that asks for an object's size (the OSD's, on every write of client-sealed chunks)
+    /// does not wait for a commit.
     fn record(&self, object: &ObjectRef) -> Result<ObjectRecord, ReadError> {
         let id = self.meta.object_id(object.pool, object.name.as_str());
-        Ok(self.snapshot(object, &id)?.1)
+        let pending = self.pending.read().expect("pending lock poisoned");
+        let txn = self.db.begin_read()?;
+        let loaded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let objects = txn.open_table(OBJECTS)?;
+            self.load_record(&pending.view(Table::Objects, &objects), object, &id)
+        }))
+        .map_err(|_| ReadError::MetadataIntegrity {
+            what: format!("{object} (the metadata database is damaged)"),
+        })?;
+        loaded?.ok_or_else(|| ReadError::NotFound {
+            object: object.to_string(),
+        })
     }
 
     /// The versions of the object's undo records (undo.rs), oldest first.
     pub fn undo_versions(&self, object: &ObjectRef) -> Result<Vec<u64>, ReadError> {
         let id = self.meta.object_id(object.pool, object.name.as_str());
         let (low, high) = (undo_key(object, &id, 0), undo_key(object, &id, u64::MAX));
+        self.settle(Some(&id))?;
         let txn = self.db.begin_read()?;
         let rows = txn.open_table(UNDO)?;
         let versions = rows

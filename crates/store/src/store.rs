@@ -100,6 +100,8 @@ pub struct Store {
     pub(crate) committer: Committer<crate::apply::Batch>,
     pub(crate) wal: Wal,
     pub(crate) slots: Box<[RwLock<()>]>,
+    /// Logged metadata changes not yet in the database (pending.rs).
+    pub(crate) pending: RwLock<crate::pending::Pending>,
     direct_io: bool,
     /// Set once open has replayed the log: only then may closing checkpoint, since a
     /// checkpoint in the middle of a failed replay would abandon the rest of the log.
@@ -363,6 +365,7 @@ impl Store {
                 },
             )?),
             committer: Committer::new(),
+            pending: RwLock::default(),
             wal,
             slots,
             direct_io,
@@ -422,6 +425,7 @@ impl Store {
     /// Each pool's objects, their bytes and the store's bytes allocated to them, as of the
     /// last commit (pools with nothing in this store left out).
     pub fn pool_usage(&self) -> Result<Vec<(PoolId, PoolUsage)>, ReadError> {
+        self.settle(None)?;
         let txn = self.db.begin_read()?;
         let rows = txn.open_table(POOL_USAGE)?;
         let mut out = Vec::new();
@@ -446,6 +450,7 @@ impl Store {
     /// Each pool's usage counted from every object record and extent (slow: it reads all of
     /// them). Equals `pool_usage` unless the metadata is damaged; the checks use it.
     pub fn count_pool_usage(&self) -> Result<Vec<(PoolId, PoolUsage)>, ReadError> {
+        self.settle(None)?;
         let txn = self.db.begin_read()?;
         let objects = txn.open_table(OBJECTS)?;
         let extents = txn.open_table(EXTENTS)?;

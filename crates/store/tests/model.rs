@@ -31,7 +31,10 @@ fn op_strategy() -> impl Strategy<Value = ModelOp> {
     ]
 }
 
-fn run_sequence(mode: Mode, txns: &[Vec<ModelOp>]) {
+/// Applies `txns` in order and checks the store against the model after every `every`-th
+/// transaction (after the last, and around a reopen halfway, always): between checks, a
+/// transaction reads what earlier ones left waiting to be committed (pending.rs).
+fn run_sequence(mode: Mode, txns: &[Vec<ModelOp>], every: usize) {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut store = mkfs(dir.path(), mode, 8 << 20);
     let names: Vec<String> = NAMES.iter().map(|n| n.to_string()).collect();
@@ -41,7 +44,9 @@ fn run_sequence(mode: Mode, txns: &[Vec<ModelOp>]) {
         ops.iter().for_each(|op| add_to(&mut txn, op, &names));
         store.apply(txn).expect("apply");
         ops.iter().for_each(|op| apply_model(&mut model, op));
-        check(&store, &model, mode, &names, true);
+        if (i + 1) % every == 0 || i + 1 == txns.len() {
+            check(&store, &model, mode, &names, true);
+        }
         if i == txns.len() / 2 {
             drop(store);
             store = Store::open(dir.path(), &kek(7)).expect("reopen");
@@ -64,7 +69,9 @@ proptest! {
         txns in prop::collection::vec(prop::collection::vec(op_strategy(), 1..4), 1..30)
     ) {
         for mode in Mode::ALL {
-            run_sequence(mode, &txns);
+            for every in [1, 7, usize::MAX] {
+                run_sequence(mode, &txns, every);
+            }
         }
     }
 }
