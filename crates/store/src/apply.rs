@@ -33,7 +33,7 @@ use crate::object::{
     OBJECT_SIZE_BYTES_MAX, SEALED_EXTENT_BLOCKS_MAX,
 };
 use crate::omap::{self, Damaged, Row};
-use crate::pending::{self, Pending, View};
+use crate::pending::{self, Pending, View, Waiting};
 use crate::read::{ReadAs, Via};
 use crate::seal::{ChunkRecord, ExtentSeal};
 use crate::store::{Store, LOCK_SLOTS};
@@ -45,6 +45,7 @@ use map::{ObjectRef, PoolId};
 use redb::ReadableDatabase;
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
+use std::sync::{PoisonError, RwLockReadGuard, RwLockWriteGuard};
 
 /// Largest single write (or sealed write), in bytes.
 pub const WRITE_BYTES_MAX: u64 = 64 << 20;
@@ -554,7 +555,7 @@ impl Store {
     fn load_works(&self, works: &mut [Work]) -> Result<(), ApplyError> {
         // The changes not yet committed first, then a snapshot begun while none of them can
         // move into the database (pending.rs).
-        let pending = self.pending.read().expect("pending lock poisoned");
+        let pending = self.waiting();
         let txn = self.db.begin_read()?;
         let (objects, extents, undo_rows) = (
             txn.open_table(OBJECTS)?,
@@ -1055,7 +1056,7 @@ impl Store {
     /// commit can change it meanwhile).
     fn load_omap_row(&self, id: &ObjectId, row: Row) -> Result<Option<Vec<u8>>, ApplyError> {
         let key = row.key(id);
-        let pending = self.pending.read().expect("pending lock poisoned");
+        let pending = self.waiting();
         let txn = self.db.begin_read()?;
         let rows = txn.open_table(OMAP_PAGED)?;
         let Some(stored) = pending.view(Table::OmapPaged, &rows).get(&key)? else {
@@ -1207,15 +1208,16 @@ impl Store {
 
     /// Whether `w` has omap entries, as committed.
     fn has_omap(&self, w: &Work) -> Result<bool, ApplyError> {
-        let pending = self.pending.read().expect("pending lock poisoned");
+        let pending = self.waiting();
         let txn = self.db.begin_read()?;
         let (table, rows) = match w.object.pool.is_pg_meta() {
             true => (Table::Omap, txn.open_table(OMAP)?),
             false => (Table::OmapPaged, txn.open_table(OMAP_PAGED)?),
         };
+        let end = prefix_end(&w.id).expect("an object id is not all 0xff");
         let first = pending.view(table, &rows).rows(
             Bound::Included(&w.id[..]),
-            Bound::Unbounded,
+            Bound::Excluded(&end[..]),
             false,
             1,
         )?;
@@ -1276,14 +1278,9 @@ impl Store {
         let (seq, record, deltas) = self.log_record(&group, &landed, false)?;
         let len = record.len() as u64;
         if !self.wal.holds(len) {
-            let mut pending = self.pending.write().expect("pending lock poisoned");
             let meta = take_meta(&mut group, &landed);
-            self.commit_metadata(
-                &mut pending,
-                meta,
-                &deltas,
-                Commit::Durable { next_seq: seq },
-            )?;
+            let commit = Commit::Durable { next_seq: seq };
+            self.commit_with_waiting(meta, &deltas, Some(commit))?;
             self.wal.restart();
             return Ok(outcomes);
         }
@@ -1351,15 +1348,13 @@ impl Store {
     /// Makes everything so far durable without the log: syncs the data device, commits the
     /// database durably, and starts the log again.
     pub(crate) fn checkpoint(&self) -> Result<(), ApplyError> {
+        // Only a group's leader (or a store being opened or closed) gets here: nothing is
+        // logged meanwhile, so none of the changes waiting is left out when the log starts
+        // again.
         self.device.sync()?;
         let next_seq = self.wal.tail().next_seq;
-        let mut pending = self.pending.write().expect("pending lock poisoned");
-        self.commit_metadata(
-            &mut pending,
-            Vec::new(),
-            &BTreeMap::new(),
-            Commit::Durable { next_seq },
-        )?;
+        let commit = Commit::Durable { next_seq };
+        self.commit_with_waiting(Vec::new(), &BTreeMap::new(), Some(commit))?;
         self.wal.restart();
         crate::metrics::checkpointed();
         Ok(())
@@ -1401,7 +1396,7 @@ impl Store {
         for record in records.into_iter().filter(|r| r.seq > applied) {
             let deltas = record.usage.into_iter().collect();
             self.commit_metadata(
-                &mut Pending::default(),
+                &Pending::default(),
                 record.meta,
                 &deltas,
                 Commit::Logged { seq: record.seq },
@@ -1429,18 +1424,16 @@ impl Store {
             .flat_map(|(b, _)| b.ids.iter().copied())
             .collect();
         let meta = take_meta(group, landed);
-        let mut pending = self.pending.write().expect("pending lock poisoned");
         if !pending::deferrable(&meta) {
-            return self.commit_metadata(&mut pending, meta, deltas, Commit::Logged { seq });
+            return self.commit_with_waiting(meta, deltas, Some(Commit::Logged { seq }));
         }
-        pending.add(meta, deltas, seq, ids);
-        match pending.due() {
-            true => self.commit_metadata(
-                &mut pending,
-                Vec::new(),
-                &BTreeMap::new(),
-                Commit::Logged { seq },
-            ),
+        let due = {
+            let mut waiting = self.waiting_mut();
+            waiting.add(meta, deltas, seq, ids);
+            waiting.due()
+        };
+        match due {
+            true => self.commit_with_waiting(Vec::new(), &BTreeMap::new(), None),
             false => Ok(()),
         }
     }
@@ -1450,32 +1443,77 @@ impl Store {
     /// database snapshot. A failed commit poisons the store, and reads that need the
     /// changes are refused until it is opened again (and replays them from the log).
     pub(crate) fn settle(&self, id: Option<&ObjectId>) -> Result<(), ReadError> {
-        let needed = |p: &Pending| !p.is_empty() && id.is_none_or(|id| p.touches(id));
-        if !needed(&self.pending.read().expect("pending lock poisoned")) {
+        let waiting = self.waiting();
+        if waiting.is_empty() || id.is_some_and(|id| !waiting.touches(id)) {
             return Ok(());
         }
-        let mut pending = self.pending.write().expect("pending lock poisoned");
-        if !needed(&pending) {
-            return Ok(());
-        }
+        drop(waiting);
         if let Some(cause) = self.committer.poisoned() {
             return Err(ReadError::Poisoned { cause });
         }
-        let seq = pending.seq().expect("changes wait");
-        let commit = Commit::Logged { seq };
-        self.commit_metadata(&mut pending, Vec::new(), &BTreeMap::new(), commit)
-            .map_err(|e| {
-                let cause = format!("committing logged changes for a read: {e}");
-                self.committer.poison(cause.clone());
-                ReadError::Poisoned { cause }
-            })
+        // redb panics on some damaged files: that is a failed commit here too.
+        let committed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.commit_with_waiting(Vec::new(), &BTreeMap::new(), None)
+        }));
+        let cause = match committed {
+            Ok(Ok(())) => return Ok(()),
+            Ok(Err(e)) => format!("committing logged changes for a read: {e}"),
+            Err(_) => "committing logged changes for a read panicked".to_string(),
+        };
+        self.committer.poison(cause.clone());
+        Err(ReadError::Poisoned { cause })
+    }
+
+    /// Commits the changes waiting, then `ops`, and the usage deltas of both, in one
+    /// database commit made durable as `commit` says; with `None`, as logged up to the last
+    /// record whose changes wait (nothing, if none wait). One commit at a time, and readers
+    /// go on meanwhile (pending.rs). If it fails, the changes stay in view and no later
+    /// commit is made.
+    fn commit_with_waiting(
+        &self,
+        ops: Vec<MetaOp>,
+        deltas: &BTreeMap<PoolId, Delta>,
+        commit: Option<Commit>,
+    ) -> Result<(), ApplyError> {
+        let _one_at_a_time = self.commits.lock().unwrap_or_else(PoisonError::into_inner);
+        let changes = self
+            .waiting_mut()
+            .begin_commit()
+            .ok_or_else(|| ApplyError::Poisoned {
+                cause: "an earlier commit of logged changes failed".to_string(),
+            })?;
+        let commit = match (commit, changes.seq()) {
+            (Some(Commit::Logged { seq }), Some(waiting)) => {
+                assert!(waiting < seq, "log record {seq} committed after {waiting}");
+                Commit::Logged { seq }
+            }
+            (Some(commit), _) => commit,
+            (None, Some(seq)) => Commit::Logged { seq },
+            (None, None) => {
+                self.waiting_mut().end_commit();
+                return Ok(());
+            }
+        };
+        self.commit_metadata(&changes, ops, deltas, commit)?;
+        self.waiting_mut().end_commit();
+        Ok(())
+    }
+
+    /// The changes waiting (pending.rs), to read. They are dropped only once committed, so
+    /// a panic during a commit leaves them whole, and a poisoned lock is taken as it is.
+    pub(crate) fn waiting(&self) -> RwLockReadGuard<'_, Waiting> {
+        self.pending.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn waiting_mut(&self) -> RwLockWriteGuard<'_, Waiting> {
+        self.pending.write().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Applies the changes in `pending`, then `ops`, and the usage deltas of both in one
-    /// database commit, made durable as `commit` says; `pending` is emptied once it is in.
+    /// database commit, made durable as `commit` says.
     fn commit_metadata(
         &self,
-        pending: &mut Pending,
+        pending: &Pending,
         ops: Vec<MetaOp>,
         deltas: &BTreeMap<PoolId, Delta>,
         commit: Commit,
@@ -1566,7 +1604,6 @@ impl Store {
             sealed
         })?;
         txn.commit()?;
-        pending.clear();
         Ok(())
     }
 

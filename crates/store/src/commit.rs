@@ -116,14 +116,16 @@ impl<B> Committer<B> {
             if state.durable_through >= ticket {
                 return state.failed.remove(&ticket).map_or(Ok(()), Err);
             }
+            // A leader under way may be committing this batch: the store may be poisoned
+            // meanwhile from outside the group (`poison`), and the batch still be durable.
+            if state.leader {
+                state = self.sleep(state, ticket);
+                continue;
+            }
             if let Some(cause) = &state.poisoned {
                 return Err(ApplyError::Poisoned {
                     cause: cause.clone(),
                 });
-            }
-            if state.leader {
-                state = self.sleep(state, ticket);
-                continue;
             }
             state.leader = true;
             let group = std::mem::take(&mut state.queue);
@@ -252,6 +254,50 @@ mod tests {
             }
         });
         assert!(committer.poisoned().is_none());
+    }
+
+    /// A reader's commit failed (pending.rs) while a group was being committed: the
+    /// group's batches are durable and answered so, and only later ones are refused.
+    #[test]
+    fn a_store_poisoned_during_a_group_answers_that_group_by_its_outcome() {
+        let committer = Committer::<u32>::new();
+        let (leading, led) = std::sync::mpsc::channel::<Vec<u32>>();
+        let (go, gone) = std::sync::mpsc::channel::<()>();
+        let (leading, gone) = (Mutex::new(leading), Mutex::new(gone));
+        let flush = |group: Vec<u32>| {
+            let outcomes = group.iter().map(|_| Ok(())).collect();
+            leading.lock().expect("lock").send(group).expect("send");
+            gone.lock().expect("lock").recv().expect("recv");
+            Ok(outcomes)
+        };
+        std::thread::scope(|scope| {
+            let (committer, flush) = (&committer, &flush);
+            let first = scope.spawn(move || committer.commit(0, flush));
+            assert_eq!(led.recv().expect("first group"), [0]);
+            let followers: Vec<_> = [1, 2]
+                .map(|n| scope.spawn(move || committer.commit(n, flush)))
+                .into();
+            while committer.state.lock().expect("lock").waiting.len() < 2 {
+                std::thread::yield_now();
+            }
+            go.send(()).expect("go");
+            let outcome = first.join().expect("first");
+            assert!(outcome.is_ok(), "{outcome:?}");
+            let mut second = led.recv().expect("second group");
+            second.sort_unstable();
+            assert_eq!(second, [1, 2]);
+            committer.poison("a reader's commit failed".into());
+            go.send(()).expect("go");
+            for follower in followers {
+                let outcome = follower.join().expect("follower");
+                assert!(outcome.is_ok(), "{outcome:?}");
+            }
+        });
+        let after = committer.commit(3, |_| Ok(vec![Ok(())]));
+        assert!(
+            matches!(after, Err(ApplyError::Poisoned { .. })),
+            "{after:?}"
+        );
     }
 
     /// The story: a leader's flush panicked, something caught the panic, and every later

@@ -7,12 +7,14 @@
 //! `Pending::due` says so, before a checkpoint, or before a read that needs them.
 //!
 //! Who sees what:
-//! - The write path reads through a [`View`]: the changes here over the database, each key
-//!   as its last change left it. It looks here first and begins its database snapshot after
-//!   (while holding the lock that a commit of these changes takes exclusively), so a change
-//!   moved from here into the database is seen in one place or the other, never neither.
-//! - Every other reader first has the changes of its object (or all of them, for listings
-//!   and usage) committed (`Store::settle`), then reads the database as before.
+//! - The write path, and a record's reader, read through a [`View`]: the changes here over
+//!   the database, each key as its last change left it. A commit takes the changes out of
+//!   `Waiting::newer` into `Waiting::committing`, commits them without a lock on them, and
+//!   only then drops them (`Store::commit_with_waiting`); a reader looks here under a read
+//!   lock and begins its database snapshot while holding it, so a change is seen in one
+//!   place or the other (or both, alike), never neither, and no reader waits for a commit.
+//! - Every other reader first has the changes of its object (or all of them, for listings)
+//!   committed (`Store::settle`), then reads the database as before.
 //!
 //! A crash loses only this memory: the records are in the log above `wal_applied`, and
 //! replay applies them in order, as it did for the one record a crash could leave before.
@@ -26,6 +28,7 @@ use redb::{ReadableTable, StorageError};
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, HashSet};
 use std::ops::Bound;
+use std::sync::Arc;
 
 /// Groups kept before they are committed. A commit of this many groups costs a few times
 /// one of a single group (their rows share pages), and a reader that needs them waits for
@@ -145,24 +148,83 @@ impl Pending {
         sum.retain(|_, delta| *delta != Delta::default());
         sum
     }
+}
 
-    /// Forgets everything here, once it is in the database.
-    pub(crate) fn clear(&mut self) {
-        *self = Pending::default();
+/// The changes waiting: those a commit under way is putting into the database, and those
+/// logged since (or all of them, with no commit under way).
+#[derive(Default)]
+pub(crate) struct Waiting {
+    newer: Pending,
+    committing: Option<Arc<Pending>>,
+}
+
+impl Waiting {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.newer.is_empty() && self.committing.is_none()
     }
 
-    /// A view of `table` as the database `base` holds it with the changes here over it.
+    /// Whether a change of object `id` waits (or is being committed).
+    pub(crate) fn touches(&self, id: &ObjectId) -> bool {
+        self.newer.touches(id) || self.committing.as_ref().is_some_and(|c| c.touches(id))
+    }
+
+    /// Keeps the changes of log record `seq` (see `Pending::add`).
+    pub(crate) fn add(
+        &mut self,
+        ops: Vec<MetaOp>,
+        deltas: &BTreeMap<PoolId, Delta>,
+        seq: u64,
+        ids: impl IntoIterator<Item = ObjectId>,
+    ) {
+        self.newer.add(ops, deltas, seq, ids);
+    }
+
+    /// Whether enough waits to commit it.
+    pub(crate) fn due(&self) -> bool {
+        self.newer.due()
+    }
+
+    /// Takes the newer changes to be committed; `None` if the last commit of changes
+    /// failed (its changes stay in view: they are logged, and acknowledged).
+    pub(crate) fn begin_commit(&mut self) -> Option<Arc<Pending>> {
+        if self.committing.is_some() {
+            return None;
+        }
+        let changes = Arc::new(std::mem::take(&mut self.newer));
+        self.committing = Some(Arc::clone(&changes));
+        Some(changes)
+    }
+
+    /// The changes taken by `begin_commit` are in the database.
+    pub(crate) fn end_commit(&mut self) {
+        assert!(self.committing.take().is_some(), "no commit under way");
+    }
+
+    /// The usage deltas of every change waiting, by pool.
+    pub(crate) fn usage(&self) -> BTreeMap<PoolId, Delta> {
+        let committing = self
+            .committing
+            .as_ref()
+            .map(|c| c.usage_with(&BTreeMap::new()));
+        self.newer.usage_with(&committing.unwrap_or_default())
+    }
+
+    /// A view of `table` as the database `base` holds it with the changes waiting over it.
     pub(crate) fn view<'a, T>(&'a self, table: Table, base: &'a T) -> View<'a, T> {
+        let slot = table_slot(table);
         View {
-            changes: Some(&self.tables[table_slot(table)]),
+            newer: Some(&self.newer.tables[slot]),
+            committing: self.committing.as_ref().map(|c| &c.tables[slot]),
             base,
         }
     }
 }
 
-/// A table as read by the store: a database table, with changes not yet in it over it.
+/// A table as read by the store: a database table, with changes not yet in it over it
+/// (`newer` over `committing`).
 pub(crate) struct View<'a, T> {
-    changes: Option<&'a Changes>,
+    newer: Option<&'a Changes>,
+    committing: Option<&'a Changes>,
     base: &'a T,
 }
 
@@ -172,13 +234,18 @@ impl<'a, T: ReadableTable<&'static [u8], &'static [u8]>> View<'a, T> {
     /// The database table alone.
     pub(crate) fn committed(base: &'a T) -> View<'a, T> {
         View {
-            changes: None,
+            newer: None,
+            committing: None,
             base,
         }
     }
 
     pub(crate) fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
-        if let Some(change) = self.changes.and_then(|c| c.get(key)) {
+        let change = [self.newer, self.committing]
+            .into_iter()
+            .flatten()
+            .find_map(|c| c.get(key));
+        if let Some(change) = change {
             return Ok(change.clone());
         }
         Ok(self.base.get(key)?.map(|v| v.value().to_vec()))
@@ -197,12 +264,16 @@ impl<'a, T: ReadableTable<&'static [u8], &'static [u8]>> View<'a, T> {
             .base
             .range::<&[u8]>((low, high))?
             .map(|row| row.map(|(k, v)| (k.value().to_vec(), v.value().to_vec())));
-        let empty = Changes::new();
-        let changes = self
-            .changes
-            .unwrap_or(&empty)
-            .range::<[u8], _>((low, high))
-            .map(|(k, v)| (&k[..], v.as_deref()));
+        // The newer change of a key over the one being committed.
+        let mut over: BTreeMap<&[u8], Option<&[u8]>> = BTreeMap::new();
+        for changes in [self.committing, self.newer].into_iter().flatten() {
+            over.extend(
+                changes
+                    .range::<[u8], _>((low, high))
+                    .map(|(k, v)| (&k[..], v.as_deref())),
+            );
+        }
+        let changes = over.into_iter();
         match rev {
             false => merge(base, changes, false, limit),
             true => merge(base.rev(), changes.rev(), true, limit),
@@ -371,8 +442,72 @@ mod tests {
         )]);
         assert!(pending.usage_with(&minus_two).is_empty());
         assert!(!pending.due());
-        pending.clear();
-        assert!(pending.is_empty() && !pending.touches(&[1u8; 16]));
+    }
+
+    #[test]
+    fn changes_being_committed_stay_in_view_under_newer_ones_until_they_are_in() {
+        use redb::{ReadableDatabase, TableDefinition};
+        const ROWS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("rows");
+        let db = redb::Database::builder()
+            .create_with_backend(redb::backends::InMemoryBackend::new())
+            .expect("database");
+        let txn = db.begin_write().expect("write");
+        {
+            let mut rows = txn.open_table(ROWS).expect("table");
+            rows.insert(&b"a"[..], &b"0"[..]).expect("insert");
+            rows.insert(&b"d"[..], &b"0"[..]).expect("insert");
+        }
+        txn.commit().expect("commit");
+        let put = |key: &[u8], value: &[u8]| MetaOp::Put {
+            table: Table::Objects,
+            key: key.to_vec(),
+            value: value.to_vec(),
+        };
+        let remove = |key: &[u8]| MetaOp::Remove {
+            table: Table::Objects,
+            key: key.to_vec(),
+        };
+        let mut waiting = Waiting::default();
+        let one = vec![put(b"a", b"1"), put(b"b", b"1")];
+        waiting.add(one, &BTreeMap::new(), 1, [[1u8; 16]]);
+        let committing = waiting.begin_commit().expect("nothing under way");
+        assert_eq!(committing.seq(), Some(1));
+        let two = vec![put(b"b", b"2"), put(b"c", b"2"), remove(b"d")];
+        waiting.add(two, &BTreeMap::new(), 2, [[2u8; 16]]);
+        assert!(waiting.touches(&[1u8; 16]) && waiting.touches(&[2u8; 16]));
+        assert!(waiting.begin_commit().is_none(), "one commit at a time");
+
+        let read = db.begin_read().expect("read");
+        let rows = read.open_table(ROWS).expect("table");
+        let view = waiting.view(Table::Objects, &rows);
+        let get = |k: &[u8]| view.get(k).expect("get");
+        assert_eq!(
+            get(b"a"),
+            Some(b"1".to_vec()),
+            "being committed, over the table"
+        );
+        assert_eq!(
+            get(b"b"),
+            Some(b"2".to_vec()),
+            "newer, over being committed"
+        );
+        assert_eq!(get(b"d"), None, "removed by a newer change");
+        let row = |k: &[u8], v: &[u8]| (k.to_vec(), v.to_vec());
+        let all = view
+            .all_rows(Bound::Unbounded, Bound::Unbounded)
+            .expect("rows");
+        assert_eq!(all, [row(b"a", b"1"), row(b"b", b"2"), row(b"c", b"2")]);
+        let last = view
+            .rows(Bound::Unbounded, Bound::Included(&b"d"[..]), true, 1)
+            .expect("rows");
+        assert_eq!(last, [row(b"c", b"2")]);
+
+        waiting.end_commit();
+        assert!(!waiting.touches(&[1u8; 16]) && waiting.touches(&[2u8; 16]));
+        let next = waiting.begin_commit().expect("the first is in");
+        assert_eq!(next.seq(), Some(2));
+        waiting.end_commit();
+        assert!(waiting.is_empty());
     }
 
     #[test]

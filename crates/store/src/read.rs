@@ -513,7 +513,7 @@ impl Store {
     /// does not wait for a commit.
     fn record(&self, object: &ObjectRef) -> Result<ObjectRecord, ReadError> {
         let id = self.meta.object_id(object.pool, object.name.as_str());
-        let pending = self.pending.read().expect("pending lock poisoned");
+        let pending = self.waiting();
         let txn = self.db.begin_read()?;
         let loaded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let objects = txn.open_table(OBJECTS)?;

@@ -42,6 +42,7 @@ use keys::{KeyEncryptionKey, SecretKey, WrappedKey};
 use map::cluster::{PoolUsage, HOST_FULL_BYTES};
 use map::PoolId;
 use redb::{Database, ReadOnlyDatabase, ReadableDatabase, ReadableTable};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, RwLock};
 
@@ -101,7 +102,9 @@ pub struct Store {
     pub(crate) wal: Wal,
     pub(crate) slots: Box<[RwLock<()>]>,
     /// Logged metadata changes not yet in the database (pending.rs).
-    pub(crate) pending: RwLock<crate::pending::Pending>,
+    pub(crate) pending: RwLock<crate::pending::Waiting>,
+    /// Held by the one commit of the changes waiting under way.
+    pub(crate) commits: Mutex<()>,
     direct_io: bool,
     /// Set once open has replayed the log: only then may closing checkpoint, since a
     /// checkpoint in the middle of a failed replay would abandon the rest of the log.
@@ -366,6 +369,7 @@ impl Store {
             )?),
             committer: Committer::new(),
             pending: RwLock::default(),
+            commits: Mutex::new(()),
             wal,
             slots,
             direct_io,
@@ -423,12 +427,25 @@ impl Store {
     }
 
     /// Each pool's objects, their bytes and the store's bytes allocated to them, as of the
-    /// last commit (pools with nothing in this store left out).
+    /// last commit (pools with nothing in this store left out). Changes logged and not yet
+    /// in the database (pending.rs) are counted without waiting for their commit: the OSD
+    /// asks every second, on its network thread. A damaged row is counted again by the
+    /// next commit, which is then made at once if changes wait.
     pub fn pool_usage(&self) -> Result<Vec<(PoolId, PoolUsage)>, ReadError> {
-        self.settle(None)?;
+        match self.usage_with_waiting() {
+            Err(ReadError::MetadataIntegrity { .. }) if !self.waiting().is_empty() => {
+                self.settle(None)?;
+                self.usage_with_waiting()
+            }
+            usage => usage,
+        }
+    }
+
+    fn usage_with_waiting(&self) -> Result<Vec<(PoolId, PoolUsage)>, ReadError> {
+        let waiting = self.waiting();
         let txn = self.db.begin_read()?;
         let rows = txn.open_table(POOL_USAGE)?;
-        let mut out = Vec::new();
+        let mut out = BTreeMap::new();
         for row in rows.iter()? {
             let (key, value) = row?;
             let usage = crate::usage::decode_row(&self.meta, key.value(), value.value());
@@ -436,7 +453,9 @@ impl Store {
                 .ok()
                 .map(u64::from_be_bytes);
             match (pool, usage) {
-                (Some(pool), Some(usage)) => out.push((PoolId(pool), usage)),
+                (Some(pool), Some(usage)) => {
+                    out.insert(PoolId(pool), usage);
+                }
                 _ => {
                     return Err(ReadError::MetadataIntegrity {
                         what: "a pool's usage record".into(),
@@ -444,7 +463,12 @@ impl Store {
                 }
             }
         }
-        Ok(out)
+        for (pool, delta) in &waiting.usage() {
+            let usage = out.entry(*pool).or_default();
+            *usage = delta.applied_to(*usage);
+        }
+        out.retain(|_, usage| *usage != PoolUsage::default());
+        Ok(out.into_iter().collect())
     }
 
     /// Each pool's usage counted from every object record and extent (slow: it reads all of

@@ -33,7 +33,7 @@ impl Delta {
 
     /// `usage` with this change made. A result below zero means the row and the records
     /// disagree, which the commit that wrote them rules out.
-    fn applied_to(self, usage: PoolUsage) -> PoolUsage {
+    pub(crate) fn applied_to(self, usage: PoolUsage) -> PoolUsage {
         let apply = |value: u64, delta: i64| {
             let sum = i128::from(value) + i128::from(delta);
             debug_assert!(sum >= 0, "pool usage below zero: {usage:?} {self:?}");

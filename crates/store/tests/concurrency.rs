@@ -65,3 +65,61 @@ fn concurrent_writers_on_shared_objects_lose_nothing() {
         );
     }
 }
+
+/// Records are read through the changes that wait for their commit (pending.rs) while
+/// writers keep logging more and commits move them into the database: a record read after
+/// a write was acknowledged is never older than that write.
+#[test]
+fn a_record_read_while_commits_run_is_never_older_than_an_acknowledged_write() {
+    use coffer_store::ReadError;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    const OBJECTS: usize = 4;
+    const APPENDS: u64 = 150;
+    for mode in Mode::ALL {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = mkfs(dir.path(), mode, 16 << 20);
+        let names: Vec<_> = (0..OBJECTS).map(|t| obj(1, &format!("grow-{t}"))).collect();
+        let acknowledged: Vec<AtomicU64> = (0..OBJECTS).map(|_| AtomicU64::new(0)).collect();
+        let done = AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            let writers: Vec<_> = (0..OBJECTS)
+                .map(|t| {
+                    let (store, names, acknowledged) = (&store, &names, &acknowledged);
+                    scope.spawn(move || {
+                        for i in 0..APPENDS {
+                            let mut txn = Transaction::new();
+                            txn.write(&names[t], i * 512, &[t as u8; 512]);
+                            store.apply(txn).expect("apply");
+                            acknowledged[t].store((i + 1) * 512, Ordering::SeqCst);
+                        }
+                    })
+                })
+                .collect();
+            for _ in 0..2 {
+                let (store, names, acknowledged, done) = (&store, &names, &acknowledged, &done);
+                scope.spawn(move || {
+                    while !done.load(Ordering::SeqCst) {
+                        for (name, acked) in names.iter().zip(acknowledged) {
+                            let floor = acked.load(Ordering::SeqCst);
+                            match store.stat(name) {
+                                Ok(stat) => assert!(
+                                    stat.size_bytes >= floor,
+                                    "{mode}: {name} read at {} bytes after {floor} were acknowledged",
+                                    stat.size_bytes
+                                ),
+                                Err(ReadError::NotFound { .. }) => assert_eq!(floor, 0, "{mode}"),
+                                Err(e) => panic!("{mode}: {e}"),
+                            }
+                        }
+                    }
+                });
+            }
+            writers.into_iter().for_each(|w| w.join().expect("writer"));
+            done.store(true, Ordering::SeqCst);
+        });
+        for name in &names {
+            let stat = store.stat(name).expect("stat");
+            assert_eq!(stat.size_bytes, APPENDS * 512, "{mode}");
+        }
+    }
+}
