@@ -436,9 +436,10 @@ fn now_ns() -> u64 {
 impl Store {
     /// Applies `txn` atomically. When this returns `Ok`, the transaction is durable: the
     /// caller may acknowledge it. On `Err`, nothing of it is visible, with one exception:
-    /// when the metadata commit itself fails (`Io` or `Metadata` from the commit, after
-    /// which the store is poisoned), the commit may or may not have reached the disk, and
-    /// reopening the store tells which, as after a crash.
+    /// when a commit fails once its group's log record was written (`Io`, `Metadata` or
+    /// `Poisoned` from that commit, after which the store is poisoned), the transaction may
+    /// or may not have reached the disk, and reopening the store tells which, as after a
+    /// crash.
     pub fn apply(&self, txn: Transaction) -> Result<(), ApplyError> {
         let started = std::time::Instant::now();
         let applied = self.transact(txn);
@@ -1432,10 +1433,15 @@ impl Store {
             waiting.add(meta, deltas, seq, ids);
             waiting.due()
         };
-        match due {
-            true => self.commit_with_waiting(Vec::new(), &BTreeMap::new(), None),
-            false => Ok(()),
+        if due {
+            if let Err(e) = self.commit_with_waiting(Vec::new(), &BTreeMap::new(), None) {
+                // The group is logged and in view: durable, and answered so. The store takes
+                // nothing more until it is opened again and replays the log.
+                self.committer
+                    .poison(format!("committing logged changes: {e}"));
+            }
         }
+        Ok(())
     }
 
     /// Commits the changes waiting, those of object `id` or, with `None`, all of them: a

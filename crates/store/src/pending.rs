@@ -200,11 +200,14 @@ impl Waiting {
         assert!(self.committing.take().is_some(), "no commit under way");
     }
 
-    /// The usage deltas of every change waiting, by pool.
-    pub(crate) fn usage(&self) -> BTreeMap<PoolId, Delta> {
+    /// The usage deltas of every change waiting and not in the database snapshot that holds
+    /// every log record up to `in_snapshot` (those being committed may already be in it:
+    /// their commit is dropped from here only after it is made).
+    pub(crate) fn usage(&self, in_snapshot: u64) -> BTreeMap<PoolId, Delta> {
         let committing = self
             .committing
             .as_ref()
+            .filter(|c| c.seq().is_some_and(|seq| seq > in_snapshot))
             .map(|c| c.usage_with(&BTreeMap::new()));
         self.newer.usage_with(&committing.unwrap_or_default())
     }
@@ -264,14 +267,17 @@ impl<'a, T: ReadableTable<&'static [u8], &'static [u8]>> View<'a, T> {
             .base
             .range::<&[u8]>((low, high))?
             .map(|row| row.map(|(k, v)| (k.value().to_vec(), v.value().to_vec())));
+        if let (Some(only), None) | (None, Some(only)) = (self.newer, self.committing) {
+            let changes = changes_in(only, low, high);
+            return match rev {
+                false => merge(base, changes, false, limit),
+                true => merge(base.rev(), changes.rev(), true, limit),
+            };
+        }
         // The newer change of a key over the one being committed.
         let mut over: BTreeMap<&[u8], Option<&[u8]>> = BTreeMap::new();
         for changes in [self.committing, self.newer].into_iter().flatten() {
-            over.extend(
-                changes
-                    .range::<[u8], _>((low, high))
-                    .map(|(k, v)| (&k[..], v.as_deref())),
-            );
+            over.extend(changes_in(changes, low, high));
         }
         let changes = over.into_iter();
         match rev {
@@ -288,6 +294,17 @@ impl<'a, T: ReadableTable<&'static [u8], &'static [u8]>> View<'a, T> {
     ) -> Result<Vec<Row>, StorageError> {
         self.rows(low, high, false, usize::MAX)
     }
+}
+
+/// The changes of keys between `low` and `high`, in order.
+fn changes_in<'c>(
+    changes: &'c Changes,
+    low: Bound<&[u8]>,
+    high: Bound<&[u8]>,
+) -> impl DoubleEndedIterator<Item = (&'c [u8], Option<&'c [u8]>)> + use<'c> {
+    changes
+        .range::<[u8], _>((low, high))
+        .map(|(k, v)| (&k[..], v.as_deref()))
 }
 
 /// Up to `limit` rows of `base` with `changes` over it, both in the same direction (keys

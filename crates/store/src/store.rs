@@ -308,7 +308,7 @@ impl Store {
         if sb.format < FORMAT_WAL {
             add_wal(&db, &wal_path, sb.data_blocks)?;
         }
-        let (wal_start, wal_applied) = read_wal_rows(&db)?;
+        let (wal_start, wal_applied) = read_wal_rows(&db.begin_read()?)?;
         let wal = Wal::open(&wal_path, wal_start).map_err(|source| OpenError::Io {
             path: wal_path.clone(),
             source,
@@ -444,6 +444,13 @@ impl Store {
     fn usage_with_waiting(&self) -> Result<Vec<(PoolId, PoolUsage)>, ReadError> {
         let waiting = self.waiting();
         let txn = self.db.begin_read()?;
+        // The last log record whose changes the snapshot holds (a durable commit holds every
+        // record before `wal_start`).
+        let (wal_start, wal_applied) =
+            read_wal_rows(&txn).map_err(|e| ReadError::MetadataIntegrity {
+                what: e.to_string(),
+            })?;
+        let in_snapshot = wal_applied.max(wal_start.saturating_sub(1));
         let rows = txn.open_table(POOL_USAGE)?;
         let mut out = BTreeMap::new();
         for row in rows.iter()? {
@@ -463,7 +470,7 @@ impl Store {
                 }
             }
         }
-        for (pool, delta) in &waiting.usage() {
+        for (pool, delta) in &waiting.usage(in_snapshot) {
             let usage = out.entry(*pool).or_default();
             *usage = delta.applied_to(*usage);
         }
@@ -800,8 +807,7 @@ fn sync_dir(dir: &Path) -> std::io::Result<()> {
 }
 
 /// `wal_start` and `wal_applied` from the superblock.
-fn read_wal_rows(db: &Database) -> Result<(u64, u64), OpenError> {
-    let txn = db.begin_read()?;
+fn read_wal_rows(txn: &redb::ReadTransaction) -> Result<(u64, u64), OpenError> {
     let sb = txn.open_table(SUPERBLOCK)?;
     let row = |name: &str| -> Result<u64, OpenError> {
         sb.get(name)?

@@ -66,11 +66,12 @@ fn concurrent_writers_on_shared_objects_lose_nothing() {
     }
 }
 
-/// Records are read through the changes that wait for their commit (pending.rs) while
-/// writers keep logging more and commits move them into the database: a record read after
-/// a write was acknowledged is never older than that write.
+/// Records and pool usage are read through the changes that wait for their commit
+/// (pending.rs) while writers keep logging more and commits move them into the database: a
+/// record read after a write was acknowledged is never older than that write, and the usage
+/// counts each acknowledged write once.
 #[test]
-fn a_record_read_while_commits_run_is_never_older_than_an_acknowledged_write() {
+fn records_and_usage_read_while_commits_run_count_each_acknowledged_write_once() {
     use coffer_store::ReadError;
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     const OBJECTS: usize = 4;
@@ -80,13 +81,16 @@ fn a_record_read_while_commits_run_is_never_older_than_an_acknowledged_write() {
         let store = mkfs(dir.path(), mode, 16 << 20);
         let names: Vec<_> = (0..OBJECTS).map(|t| obj(1, &format!("grow-{t}"))).collect();
         let acknowledged: Vec<AtomicU64> = (0..OBJECTS).map(|_| AtomicU64::new(0)).collect();
+        let started: Vec<AtomicU64> = (0..OBJECTS).map(|_| AtomicU64::new(0)).collect();
         let done = AtomicBool::new(false);
         std::thread::scope(|scope| {
             let writers: Vec<_> = (0..OBJECTS)
                 .map(|t| {
-                    let (store, names, acknowledged) = (&store, &names, &acknowledged);
+                    let (store, names, acknowledged, started) =
+                        (&store, &names, &acknowledged, &started);
                     scope.spawn(move || {
                         for i in 0..APPENDS {
+                            started[t].store((i + 1) * 512, Ordering::SeqCst);
                             let mut txn = Transaction::new();
                             txn.write(&names[t], i * 512, &[t as u8; 512]);
                             store.apply(txn).expect("apply");
@@ -96,9 +100,21 @@ fn a_record_read_while_commits_run_is_never_older_than_an_acknowledged_write() {
                 })
                 .collect();
             for _ in 0..2 {
-                let (store, names, acknowledged, done) = (&store, &names, &acknowledged, &done);
+                let (store, names, acknowledged, started, done) =
+                    (&store, &names, &acknowledged, &started, &done);
+                let sum = |counts: &[AtomicU64]| -> u64 {
+                    counts.iter().map(|c| c.load(Ordering::SeqCst)).sum()
+                };
                 scope.spawn(move || {
                     while !done.load(Ordering::SeqCst) {
+                        let floor = sum(acknowledged);
+                        let usage = store.pool_usage().expect("usage");
+                        let ceiling = sum(started);
+                        let stored = usage.first().map_or(0, |(_, u)| u.stored_bytes);
+                        assert!(
+                            (floor..=ceiling).contains(&stored),
+                            "{mode}: usage of {stored} bytes with {floor} to {ceiling} written"
+                        );
                         for (name, acked) in names.iter().zip(acknowledged) {
                             let floor = acked.load(Ordering::SeqCst);
                             match store.stat(name) {
