@@ -1430,8 +1430,9 @@ impl Store {
         }
         let due = {
             let mut waiting = self.waiting_mut();
-            waiting.add(meta, deltas, seq, ids);
-            waiting.due()
+            let newer = waiting.newer();
+            newer.add(meta, deltas, seq, ids);
+            newer.due()
         };
         if due {
             if let Err(e) = self.commit_with_waiting(Vec::new(), &BTreeMap::new(), None) {
@@ -1536,22 +1537,16 @@ impl Store {
                 .expect("a transaction that makes no savepoint takes any durability");
         }
         {
-            let mut objects = txn.open_table(OBJECTS)?;
-            let mut extents = txn.open_table(EXTENTS)?;
-            let mut omap = txn.open_table(OMAP)?;
-            let mut omap_paged = txn.open_table(OMAP_PAGED)?;
-            let mut undo_rows = txn.open_table(UNDO)?;
+            // In the order of `pending::table_slot`.
+            let mut tables = [
+                txn.open_table(OBJECTS)?,
+                txn.open_table(EXTENTS)?,
+                txn.open_table(OMAP)?,
+                txn.open_table(OMAP_PAGED)?,
+                txn.open_table(UNDO)?,
+            ];
             for (table, changes) in pending.tables() {
-                let t = match table {
-                    Table::Objects => &mut objects,
-                    Table::Extents => &mut extents,
-                    Table::Omap => &mut omap,
-                    Table::OmapPaged => &mut omap_paged,
-                    Table::Undo => &mut undo_rows,
-                    Table::Superblock | Table::PoolUsage | Table::Wal => {
-                        unreachable!("changes waiting are never of the superblock or usage")
-                    }
-                };
+                let t = &mut tables[pending::table_slot(table)];
                 for (key, change) in changes {
                     match change {
                         Some(value) => t.insert(&key[..], &value[..])?,
@@ -1565,16 +1560,7 @@ impl Store {
                     | MetaOp::Remove { table, .. }
                     | MetaOp::RemovePrefix { table, .. } => *table,
                 };
-                let t = match table {
-                    Table::Objects => &mut objects,
-                    Table::Extents => &mut extents,
-                    Table::Omap => &mut omap,
-                    Table::OmapPaged => &mut omap_paged,
-                    Table::Undo => &mut undo_rows,
-                    Table::Superblock | Table::PoolUsage | Table::Wal => {
-                        unreachable!("transactions never write the superblock or usage rows")
-                    }
-                };
+                let t = &mut tables[pending::table_slot(table)];
                 match op {
                     MetaOp::Put { key, value, .. } => {
                         t.insert(&key[..], &value[..])?;

@@ -55,7 +55,8 @@ pub(crate) struct Pending {
     bytes: usize,
 }
 
-fn table_slot(table: Table) -> usize {
+/// Where `table` is among the tables a transaction writes.
+pub(crate) fn table_slot(table: Table) -> usize {
     match table {
         Table::Objects => 0,
         Table::Extents => 1,
@@ -168,20 +169,10 @@ impl Waiting {
         self.newer.touches(id) || self.committing.as_ref().is_some_and(|c| c.touches(id))
     }
 
-    /// Keeps the changes of log record `seq` (see `Pending::add`).
-    pub(crate) fn add(
-        &mut self,
-        ops: Vec<MetaOp>,
-        deltas: &BTreeMap<PoolId, Delta>,
-        seq: u64,
-        ids: impl IntoIterator<Item = ObjectId>,
-    ) {
-        self.newer.add(ops, deltas, seq, ids);
-    }
-
-    /// Whether enough waits to commit it.
-    pub(crate) fn due(&self) -> bool {
-        self.newer.due()
+    /// The changes logged since the commit under way began (all of them, with none under
+    /// way): where a group's changes are kept (`Pending::add`).
+    pub(crate) fn newer(&mut self) -> &mut Pending {
+        &mut self.newer
     }
 
     /// Takes the newer changes to be committed; `None` if the last commit of changes
@@ -486,11 +477,11 @@ mod tests {
         };
         let mut waiting = Waiting::default();
         let one = vec![put(b"a", b"1"), put(b"b", b"1")];
-        waiting.add(one, &BTreeMap::new(), 1, [[1u8; 16]]);
+        waiting.newer().add(one, &BTreeMap::new(), 1, [[1u8; 16]]);
         let committing = waiting.begin_commit().expect("nothing under way");
         assert_eq!(committing.seq(), Some(1));
         let two = vec![put(b"b", b"2"), put(b"c", b"2"), remove(b"d")];
-        waiting.add(two, &BTreeMap::new(), 2, [[2u8; 16]]);
+        waiting.newer().add(two, &BTreeMap::new(), 2, [[2u8; 16]]);
         assert!(waiting.touches(&[1u8; 16]) && waiting.touches(&[2u8; 16]));
         assert!(waiting.begin_commit().is_none(), "one commit at a time");
 
