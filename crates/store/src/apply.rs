@@ -36,7 +36,7 @@ use crate::omap::{self, Damaged, Row};
 use crate::pending::{self, Pending, View, Waiting};
 use crate::read::{ReadAs, Via};
 use crate::seal::{ChunkRecord, ExtentSeal};
-use crate::store::{Store, LOCK_SLOTS};
+use crate::store::{Shared, Store, LOCK_SLOTS};
 use crate::transaction::{Op, Transaction};
 use crate::undo::{self, subtract, undo_key, UndoRecord};
 use crate::usage::{self, Delta};
@@ -448,7 +448,7 @@ impl Store {
     }
 
     fn transact(&self, txn: Transaction) -> Result<(), ApplyError> {
-        if let Some(cause) = self.committer.poisoned() {
+        if let Some(cause) = self.shared.committer.poisoned() {
             return Err(ApplyError::Poisoned { cause });
         }
         txn.check()?;
@@ -463,7 +463,10 @@ impl Store {
             let i = *index
                 .entry((object.pool, object.name.as_str()))
                 .or_insert_with(|| {
-                    let id = self.meta.object_id(object.pool, object.name.as_str());
+                    let id = self
+                        .shared
+                        .meta
+                        .object_id(object.pool, object.name.as_str());
                     works.push(Work {
                         object: object.clone(),
                         id,
@@ -529,12 +532,16 @@ impl Store {
                 .collect(),
             ids: works.iter().map(|w| w.id).collect(),
         };
-        if let Err(e) = self.committer.commit(batch, |group| self.flush(group)) {
+        if let Err(e) = self
+            .shared
+            .committer
+            .commit(batch, |group| self.flush(group))
+        {
             // Its own writes failed: nothing of it was committed, and its blocks go back.
             // After a failed group commit the store is poisoned, and the group's log record
             // may still be replayed when it is opened again: its blocks stay taken, so no
             // transaction still under way here writes over them.
-            if self.committer.poisoned().is_none() {
+            if self.shared.committer.poisoned().is_none() {
                 self.release(&space.allocated);
             }
             return Err(e);
@@ -556,8 +563,8 @@ impl Store {
     fn load_works(&self, works: &mut [Work]) -> Result<(), ApplyError> {
         // The changes not yet committed first, then a snapshot begun while none of them can
         // move into the database (pending.rs).
-        let pending = self.waiting();
-        let txn = self.db.begin_read()?;
+        let pending = self.shared.waiting();
+        let txn = self.shared.db.begin_read()?;
         let (objects, extents, undo_rows) = (
             txn.open_table(OBJECTS)?,
             txn.open_table(EXTENTS)?,
@@ -600,7 +607,7 @@ impl Store {
         let mut records = BTreeMap::new();
         for (key, value) in rows.all_rows(Bound::Included(&low[..]), Bound::Included(&high[..]))? {
             let version = undo::undo_key_version(&key);
-            let record = undo::decode(&self.meta, &key, &value).ok_or_else(|| {
+            let record = undo::decode(&self.shared.meta, &key, &value).ok_or_else(|| {
                 ReadError::MetadataIntegrity {
                     what: format!("object {object}, undo record of version {version}"),
                 }
@@ -761,7 +768,7 @@ impl Store {
                     let id = w.id;
                     w.omap_keys
                         .insert(&key, &mut |row| self.load_omap_row(&id, row))?;
-                    let slot = self.meta.omap_slot(&id, &key);
+                    let slot = self.shared.meta.omap_slot(&id, &key);
                     let entry = omap::encode_entry(&key, &value);
                     (Table::OmapPaged, omap::entry_key(&id, &slot), entry)
                 };
@@ -780,7 +787,7 @@ impl Store {
                         let id = w.id;
                         w.omap_keys
                             .remove(&key, &mut |row| self.load_omap_row(&id, row))?;
-                        let slot = self.meta.omap_slot(&id, &key);
+                        let slot = self.shared.meta.omap_slot(&id, &key);
                         (Table::OmapPaged, omap::entry_key(&id, &slot))
                     };
                     w.omap_ops.push(MetaOp::Remove { table, key: row });
@@ -922,7 +929,7 @@ impl Store {
         };
         space.allocated.extend_from_slice(&runs);
         let nonce_base = match sealing {
-            Sealing::Store => self.take_nonces(self.data.nonces_needed(blocks))?,
+            Sealing::Store => self.shared.take_nonces(self.data.nonces_needed(blocks))?,
             Sealing::Edge(_) => 0,
         };
         let extent_blocks_max = match sealing {
@@ -942,7 +949,7 @@ impl Store {
             }
         }
         let id = w.id;
-        let incarnation = self.nonces.incarnation();
+        let incarnation = self.shared.nonces.incarnation();
         let mut seals: Vec<Option<ExtentSeal>> = vec![None; parts.len()];
         let mut seal = |index: usize, bytes: &mut [u8]| {
             let (logical, physical, len) = parts[index];
@@ -1044,36 +1051,31 @@ impl Store {
         Ok(())
     }
 
-    fn take_nonces(&self, count: u64) -> Result<u64, ApplyError> {
-        if count == 0 {
-            return Ok(0);
-        }
-        self.nonces
-            .take(count, |mark| self.persist_nonce_reservation(mark))
-            .map_err(ApplyError::Metadata)
-    }
-
     /// A row of an object's paged omap as committed, opened (the object is locked, so no
     /// commit can change it meanwhile).
     fn load_omap_row(&self, id: &ObjectId, row: Row) -> Result<Option<Vec<u8>>, ApplyError> {
         let key = row.key(id);
-        let pending = self.waiting();
-        let txn = self.db.begin_read()?;
+        let pending = self.shared.waiting();
+        let txn = self.shared.db.begin_read()?;
         let rows = txn.open_table(OMAP_PAGED)?;
         let Some(stored) = pending.view(Table::OmapPaged, &rows).get(&key)? else {
             return Ok(None);
         };
-        self.meta
+        self.shared
+            .meta
             .open(Table::OmapPaged, &key, &stored)
             .map(Some)
             .map_err(|_| Damaged("an omap row that does not open").into())
     }
 
     fn seal_meta(&self, table: Table, key: &[u8], plain: Vec<u8>) -> Result<Vec<u8>, ApplyError> {
-        let nonce = self.take_nonces(self.meta.nonces_per_value())?;
+        let nonce = self
+            .shared
+            .take_nonces(self.shared.meta.nonces_per_value())?;
         Ok(self
+            .shared
             .meta
-            .seal(table, key, plain, self.nonces.incarnation(), nonce))
+            .seal(table, key, plain, self.shared.nonces.incarnation(), nonce))
     }
 
     /// The metadata changes of all touched objects: records, extent diffs, omap in order;
@@ -1209,8 +1211,8 @@ impl Store {
 
     /// Whether `w` has omap entries, as committed.
     fn has_omap(&self, w: &Work) -> Result<bool, ApplyError> {
-        let pending = self.waiting();
-        let txn = self.db.begin_read()?;
+        let pending = self.shared.waiting();
+        let txn = self.shared.db.begin_read()?;
         let (table, rows) = match w.object.pool.is_pg_meta() {
             true => (Table::Omap, txn.open_table(OMAP)?),
             false => (Table::OmapPaged, txn.open_table(OMAP_PAGED)?),
@@ -1281,7 +1283,8 @@ impl Store {
         if !self.wal.holds(len) {
             let meta = take_meta(&mut group, &landed);
             let commit = Commit::Durable { next_seq: seq };
-            self.commit_with_waiting(meta, &deltas, Some(commit))?;
+            self.shared
+                .commit_with_waiting(meta, &deltas, Some(commit))?;
             self.wal.restart();
             return Ok(outcomes);
         }
@@ -1337,11 +1340,15 @@ impl Store {
             freed: &freed,
             writes: &writes,
         };
-        let nonce = self.take_nonces(self.meta.nonces_per_value())?;
+        let nonce = self
+            .shared
+            .take_nonces(self.shared.meta.nonces_per_value())?;
         let record = wal::encode(seq, &entry, |head| {
-            let incarnation = self.nonces.incarnation();
+            let incarnation = self.shared.nonces.incarnation();
             let key = wal::head_key(seq);
-            self.meta.seal(Table::Wal, &key, head, incarnation, nonce)
+            self.shared
+                .meta
+                .seal(Table::Wal, &key, head, incarnation, nonce)
         });
         Ok((seq, record, deltas))
     }
@@ -1355,7 +1362,8 @@ impl Store {
         self.device.sync()?;
         let next_seq = self.wal.tail().next_seq;
         let commit = Commit::Durable { next_seq };
-        self.commit_with_waiting(Vec::new(), &BTreeMap::new(), Some(commit))?;
+        self.shared
+            .commit_with_waiting(Vec::new(), &BTreeMap::new(), Some(commit))?;
         self.wal.restart();
         crate::metrics::checkpointed();
         Ok(())
@@ -1365,8 +1373,12 @@ impl Store {
     /// every record up to `applied`. Ends with a checkpoint.
     pub(crate) fn replay_log(&self, start: u64, applied: u64) -> Result<u64, ApplyError> {
         let log = self.wal.read_all()?;
-        let open =
-            |seq: u64, head: &[u8]| self.meta.open(Table::Wal, &wal::head_key(seq), head).ok();
+        let open = |seq: u64, head: &[u8]| {
+            self.shared
+                .meta
+                .open(Table::Wal, &wal::head_key(seq), head)
+                .ok()
+        };
         let scan = wal::scan(&log, start, &open);
         if let Some(seq) = scan.damaged {
             return Err(invalid(format!(
@@ -1396,7 +1408,7 @@ impl Store {
         let replayed = records.len() as u64;
         for record in records.into_iter().filter(|r| r.seq > applied) {
             let deltas = record.usage.into_iter().collect();
-            self.commit_metadata(
+            self.shared.commit_metadata(
                 &Pending::default(),
                 record.meta,
                 &deltas,
@@ -1409,8 +1421,8 @@ impl Store {
     }
 
     /// Puts the metadata of the batches of `group` that `landed`, logged in record `seq`,
-    /// into the database, or keeps it with the changes waiting (pending.rs) until enough
-    /// wait.
+    /// into the database, or keeps it with the changes waiting (pending.rs) and asks the
+    /// store's thread to commit them once enough wait (behind.rs).
     fn apply_logged(
         &self,
         group: &mut [Batch],
@@ -1426,21 +1438,24 @@ impl Store {
             .collect();
         let meta = take_meta(group, landed);
         if !pending::deferrable(&meta) {
-            return self.commit_with_waiting(meta, deltas, Some(Commit::Logged { seq }));
+            return self
+                .shared
+                .commit_with_waiting(meta, deltas, Some(Commit::Logged { seq }));
         }
-        let due = {
-            let mut waiting = self.waiting_mut();
+        let (due, overdue) = {
+            let mut waiting = self.shared.waiting_mut();
             let newer = waiting.newer();
             newer.add(meta, deltas, seq, ids);
-            newer.due()
+            (newer.due(), newer.overdue())
         };
-        if due {
-            if let Err(e) = self.commit_with_waiting(Vec::new(), &BTreeMap::new(), None) {
-                // The group is logged and in view: durable, and answered so. The store takes
-                // nothing more until it is opened again and replays the log.
-                self.committer
-                    .poison(format!("committing logged changes: {e}"));
-            }
+        if overdue {
+            // Writers outrun the store's thread: this one commits, after the thread's
+            // commit. The group is logged and in view: durable, and answered so whatever
+            // the commit does; a failed commit poisons the store, which takes nothing more
+            // until it is opened again and replays the log.
+            let _ = self.shared.commit_waiting("committing logged changes");
+        } else if due {
+            self.behind.ask();
         }
         Ok(())
     }
@@ -1450,25 +1465,53 @@ impl Store {
     /// database snapshot. A failed commit poisons the store, and reads that need the
     /// changes are refused until it is opened again (and replays them from the log).
     pub(crate) fn settle(&self, id: Option<&ObjectId>) -> Result<(), ReadError> {
-        let waiting = self.waiting();
+        let waiting = self.shared.waiting();
         if waiting.is_empty() || id.is_some_and(|id| !waiting.touches(id)) {
             return Ok(());
         }
         drop(waiting);
-        if let Some(cause) = self.committer.poisoned() {
+        if let Some(cause) = self.shared.committer.poisoned() {
             return Err(ReadError::Poisoned { cause });
         }
-        // redb panics on some damaged files: that is a failed commit here too.
+        self.shared
+            .commit_waiting("committing logged changes for a read")
+            .map_err(|cause| ReadError::Poisoned { cause })
+    }
+
+    /// Writes the small writes of every batch in `group` in one submission. If the device
+    /// refuses any, each batch's writes are tried again on their own (they go to blocks no
+    /// one else holds, so writing them twice is harmless), and only the batches whose writes
+    /// fail get the error.
+    fn write_deferred(&self, group: &[Batch]) -> Vec<Result<(), ApplyError>> {
+        let all = write_pieces(group.iter().flat_map(unwritten));
+        if all.is_empty() || self.device.write_all(&all).is_ok() {
+            return group.iter().map(|_| Ok(())).collect();
+        }
+        group
+            .iter()
+            .map(|batch| {
+                self.device
+                    .write_all(&write_pieces(unwritten(batch)))
+                    .map_err(ApplyError::Io)
+            })
+            .collect()
+    }
+}
+
+impl Shared {
+    /// Commits all the changes waiting. If that fails (redb panics on some damaged files:
+    /// that is a failed commit too), poisons the store and returns why.
+    pub(crate) fn commit_waiting(&self, what: &str) -> Result<(), String> {
         let committed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             self.commit_with_waiting(Vec::new(), &BTreeMap::new(), None)
         }));
         let cause = match committed {
             Ok(Ok(())) => return Ok(()),
-            Ok(Err(e)) => format!("committing logged changes for a read: {e}"),
-            Err(_) => "committing logged changes for a read panicked".to_string(),
+            Ok(Err(e)) => format!("{what}: {e}"),
+            Err(_) => format!("{what} panicked"),
         };
         self.committer.poison(cause.clone());
-        Err(ReadError::Poisoned { cause })
+        Err(cause)
     }
 
     /// Commits the changes waiting, then `ops`, and the usage deltas of both, in one
@@ -1599,23 +1642,13 @@ impl Store {
         Ok(())
     }
 
-    /// Writes the small writes of every batch in `group` in one submission. If the device
-    /// refuses any, each batch's writes are tried again on their own (they go to blocks no
-    /// one else holds, so writing them twice is harmless), and only the batches whose writes
-    /// fail get the error.
-    fn write_deferred(&self, group: &[Batch]) -> Vec<Result<(), ApplyError>> {
-        let all = write_pieces(group.iter().flat_map(unwritten));
-        if all.is_empty() || self.device.write_all(&all).is_ok() {
-            return group.iter().map(|_| Ok(())).collect();
+    fn take_nonces(&self, count: u64) -> Result<u64, ApplyError> {
+        if count == 0 {
+            return Ok(0);
         }
-        group
-            .iter()
-            .map(|batch| {
-                self.device
-                    .write_all(&write_pieces(unwritten(batch)))
-                    .map_err(ApplyError::Io)
-            })
-            .collect()
+        self.nonces
+            .take(count, |mark| self.persist_nonce_reservation(mark))
+            .map_err(ApplyError::Metadata)
     }
 }
 

@@ -23,6 +23,7 @@
 
 mod allocator;
 mod apply;
+mod behind;
 mod cache;
 mod commit;
 mod device;

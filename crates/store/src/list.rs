@@ -67,7 +67,7 @@ impl Store {
             _ => low,
         };
         self.settle(None)?;
-        let txn = self.db.begin_read()?;
+        let txn = self.shared.db.begin_read()?;
         let objects = txn.open_table(OBJECTS)?;
         let mut entries = Vec::new();
         let mut last_key = None;
@@ -108,7 +108,7 @@ impl Store {
         let low = object_key(pool, after.map_or(ObjectHash(0), |a| a.0), &[0u8; 16]);
         let high = object_key(pool, ObjectHash(u32::MAX), &[0xffu8; 16]);
         self.settle(None)?;
-        let txn = self.db.begin_read()?;
+        let txn = self.shared.db.begin_read()?;
         let objects = txn.open_table(OBJECTS)?;
         let mut entries: Vec<ListEntry> = Vec::new();
         let mut more = false;
@@ -139,6 +139,7 @@ impl Store {
 
     fn entry(&self, key: &[u8], value: &[u8], hash: ObjectHash) -> Result<ListEntry, ReadError> {
         let record: ObjectRecord = self
+            .shared
             .meta
             .open(Table::Objects, key, value)
             .ok()

@@ -3,14 +3,15 @@
 //! A group's log record, synced, is its commit point (wal.rs); putting its metadata into
 //! the database is a redb commit of its own, which a synchronous writer pays whole: at one
 //! write in flight it was about a third of an OSD's CPU per write. So a logged group's
-//! changes wait here and several groups go into the database in one commit, when
-//! `Pending::due` says so, before a checkpoint, or before a read that needs them.
+//! changes wait here and several groups go into the database in one commit, made by the
+//! store's own thread when `Pending::due` says so (behind.rs), before a checkpoint, or
+//! before a read that needs them.
 //!
 //! Who sees what:
 //! - The write path, and a record's reader, read through a [`View`]: the changes here over
 //!   the database, each key as its last change left it. A commit takes the changes out of
 //!   `Waiting::newer` into `Waiting::committing`, commits them without a lock on them, and
-//!   only then drops them (`Store::commit_with_waiting`); a reader looks here under a read
+//!   only then drops them (`Shared::commit_with_waiting`); a reader looks here under a read
 //!   lock and begins its database snapshot while holding it, so a change is seen in one
 //!   place or the other (or both, alike), never neither, and no reader waits for a commit.
 //! - Every other reader first has the changes of its object (or all of them, for listings)
@@ -37,6 +38,11 @@ pub(crate) const PENDING_GROUPS_MAX: usize = 32;
 
 /// Bytes of keys and values kept before they are committed.
 pub(crate) const PENDING_BYTES_MAX: usize = 1 << 20;
+
+/// How many times what is due may wait while the store's thread commits (behind.rs)
+/// before a writer commits it itself: the bound on this memory when writes come faster
+/// than the thread commits them.
+pub(crate) const OVERDUE_FACTOR: usize = 4;
 
 /// The tables a transaction writes, in the order of `table_slot`.
 const TABLES: usize = 5;
@@ -133,6 +139,13 @@ impl Pending {
     /// Whether enough waits here to commit it.
     pub(crate) fn due(&self) -> bool {
         self.groups >= PENDING_GROUPS_MAX || self.bytes >= PENDING_BYTES_MAX
+    }
+
+    /// Whether so much waits here that a writer should not wait for the store's thread to
+    /// commit it.
+    pub(crate) fn overdue(&self) -> bool {
+        self.groups >= PENDING_GROUPS_MAX * OVERDUE_FACTOR
+            || self.bytes >= PENDING_BYTES_MAX * OVERDUE_FACTOR
     }
 
     /// Each table's changes, in key order.

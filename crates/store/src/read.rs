@@ -136,7 +136,10 @@ impl Store {
                 reason: format!("{object}: a read of sealed chunks takes whole chunks"),
             });
         }
-        let id = self.meta.object_id(object.pool, object.name.as_str());
+        let id = self
+            .shared
+            .meta
+            .object_id(object.pool, object.name.as_str());
         let _lock = self.slots[slot_of(&id)]
             .read()
             .expect("object lock poisoned");
@@ -218,6 +221,7 @@ impl Store {
             return Ok(None);
         };
         let record: Option<ObjectRecord> = self
+            .shared
             .meta
             .open(Table::Objects, &key, &stored)
             .ok()
@@ -238,7 +242,7 @@ impl Store {
         first: u64,
         end: u64,
     ) -> Result<ExtentMap, ReadError> {
-        load_extents(extents, &self.meta, id, first, end).map_err(|e| match e {
+        load_extents(extents, &self.shared.meta, id, first, end).map_err(|e| match e {
             LoadError::Storage(e) => ReadError::from(e),
             LoadError::Integrity { logical_block } => ReadError::MetadataIntegrity {
                 what: format!(
@@ -366,7 +370,10 @@ impl Store {
                 reason: format!("read of {len_bytes} bytes; the limit is {READ_BYTES_MAX}"),
             });
         }
-        let id = self.meta.object_id(object.pool, object.name.as_str());
+        let id = self
+            .shared
+            .meta
+            .object_id(object.pool, object.name.as_str());
         let _lock = self.slots[slot_of(&id)]
             .read()
             .expect("object lock poisoned");
@@ -432,7 +439,10 @@ impl Store {
                 ),
             });
         }
-        let id = self.meta.object_id(object.pool, object.name.as_str());
+        let id = self
+            .shared
+            .meta
+            .object_id(object.pool, object.name.as_str());
         let _lock = self.slots[slot_of(&id)]
             .read()
             .expect("object lock poisoned");
@@ -493,7 +503,7 @@ impl Store {
         id: &ObjectId,
     ) -> Result<(ReadTransaction, ObjectRecord), ReadError> {
         self.settle(Some(id))?;
-        let txn = self.db.begin_read()?;
+        let txn = self.shared.db.begin_read()?;
         // redb panics on some damaged files instead of failing: a damaged metadata file is
         // an integrity failure of the read, not a crash of the store.
         let loaded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -512,9 +522,12 @@ impl Store {
     /// that asks for an object's size (the OSD's, on every write of client-sealed chunks)
     /// does not wait for a commit.
     fn record(&self, object: &ObjectRef) -> Result<ObjectRecord, ReadError> {
-        let id = self.meta.object_id(object.pool, object.name.as_str());
-        let pending = self.waiting();
-        let txn = self.db.begin_read()?;
+        let id = self
+            .shared
+            .meta
+            .object_id(object.pool, object.name.as_str());
+        let pending = self.shared.waiting();
+        let txn = self.shared.db.begin_read()?;
         let loaded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let objects = txn.open_table(OBJECTS)?;
             self.load_record(&pending.view(Table::Objects, &objects), object, &id)
@@ -529,10 +542,13 @@ impl Store {
 
     /// The versions of the object's undo records (undo.rs), oldest first.
     pub fn undo_versions(&self, object: &ObjectRef) -> Result<Vec<u64>, ReadError> {
-        let id = self.meta.object_id(object.pool, object.name.as_str());
+        let id = self
+            .shared
+            .meta
+            .object_id(object.pool, object.name.as_str());
         let (low, high) = (undo_key(object, &id, 0), undo_key(object, &id, u64::MAX));
         self.settle(Some(&id))?;
-        let txn = self.db.begin_read()?;
+        let txn = self.shared.db.begin_read()?;
         let rows = txn.open_table(UNDO)?;
         let versions = rows
             .range::<&[u8]>(&low[..]..=&high[..])?
@@ -550,13 +566,16 @@ impl Store {
     }
 
     pub fn omap_get(&self, object: &ObjectRef, key: &[u8]) -> Result<Option<Vec<u8>>, ReadError> {
-        let id = self.meta.object_id(object.pool, object.name.as_str());
+        let id = self
+            .shared
+            .meta
+            .object_id(object.pool, object.name.as_str());
         let (txn, _) = self.snapshot(object, &id)?;
         if object.pool.is_pg_meta() {
             let row = omap_key(&id, key);
             return self.omap_row(&txn, Table::Omap, object, &row);
         }
-        let row = omap::entry_key(&id, &self.meta.omap_slot(&id, key));
+        let row = omap::entry_key(&id, &self.shared.meta.omap_slot(&id, key));
         match self.omap_row(&txn, Table::OmapPaged, object, &row)? {
             Some(entry) => omap::entry_value(entry, key)
                 .map(Some)
@@ -580,7 +599,8 @@ impl Store {
         let Some(stored) = rows.get(row)? else {
             return Ok(None);
         };
-        self.meta
+        self.shared
+            .meta
             .open(table, row, stored.value())
             .map(Some)
             .map_err(|_| ReadError::MetadataIntegrity {
@@ -602,7 +622,10 @@ impl Store {
         after: Option<&[u8]>,
         limit: usize,
     ) -> Result<Vec<OmapEntry>, ReadError> {
-        let id = self.meta.object_id(object.pool, object.name.as_str());
+        let id = self
+            .shared
+            .meta
+            .object_id(object.pool, object.name.as_str());
         let (txn, _) = self.snapshot(object, &id)?;
         let limit = limit.min(OMAP_PAGE_ENTRIES_MAX);
         if !object.pool.is_pg_meta() {
@@ -611,7 +634,7 @@ impl Store {
             return keys
                 .into_iter()
                 .map(|key| {
-                    let row = omap::entry_key(&id, &self.meta.omap_slot(&id, &key));
+                    let row = omap::entry_key(&id, &self.shared.meta.omap_slot(&id, &key));
                     let entry = self
                         .omap_row(&txn, Table::OmapPaged, object, &row)?
                         .ok_or(omap::Damaged("an omap entry its page names"))
@@ -639,6 +662,7 @@ impl Store {
                 break;
             }
             let plain = self
+                .shared
                 .meta
                 .open(Table::Omap, key.value(), value.value())
                 .map_err(|_| ReadError::MetadataIntegrity {

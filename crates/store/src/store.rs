@@ -22,6 +22,7 @@
 //! metadata key. It exists unwrapped only in this process's memory.
 
 use crate::allocator::Allocator;
+use crate::behind::Behind;
 use crate::cache::{default_cache_bytes, memory_bytes, CacheStats, ReadCache};
 use crate::commit::Committer;
 use crate::device::{Device, FileDevice, BLOCK_SIZE_BYTES};
@@ -44,7 +45,7 @@ use map::PoolId;
 use redb::{Database, ReadOnlyDatabase, ReadableDatabase, ReadableTable};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 /// 2 added the `pool_usage` table; a store of format 1 is counted and raised to 2 when
 /// opened. 3 added the write-ahead log; opening a store of format 2 creates it. 4 moved
@@ -91,20 +92,15 @@ pub struct Statfs {
 
 pub struct Store {
     pub(crate) dir: PathBuf,
-    pub(crate) db: MetaDb,
+    pub(crate) shared: Arc<Shared>,
     pub(crate) device: Box<dyn Device>,
     pub(crate) mode: Mode,
     pub(crate) data: DataSealer,
-    pub(crate) meta: MetaSealer,
-    pub(crate) nonces: NonceCounter,
     pub(crate) allocator: Mutex<Allocator>,
-    pub(crate) committer: Committer<crate::apply::Batch>,
     pub(crate) wal: Wal,
     pub(crate) slots: Box<[RwLock<()>]>,
-    /// Logged metadata changes not yet in the database (pending.rs).
-    pub(crate) pending: RwLock<crate::pending::Waiting>,
-    /// Held by the one commit of the changes waiting under way.
-    pub(crate) commits: Mutex<()>,
+    /// The thread that commits the changes waiting once enough wait (behind.rs).
+    pub(crate) behind: Behind,
     direct_io: bool,
     /// Set once open has replayed the log: only then may closing checkpoint, since a
     /// checkpoint in the middle of a failed replay would abandon the rest of the log.
@@ -113,6 +109,35 @@ pub struct Store {
     /// was (`Store::host_free`).
     room: Mutex<(Option<std::time::Instant>, u64)>,
     pub(crate) cache: ReadCache,
+}
+
+/// The metadata database and what its commits need: shared by the store and the thread
+/// that commits the changes waiting (behind.rs).
+pub(crate) struct Shared {
+    pub(crate) db: MetaDb,
+    pub(crate) meta: MetaSealer,
+    pub(crate) nonces: NonceCounter,
+    pub(crate) committer: Committer<crate::apply::Batch>,
+    /// Logged metadata changes not yet in the database (pending.rs).
+    pub(crate) pending: RwLock<crate::pending::Waiting>,
+    /// Held by the one commit of the changes waiting under way.
+    pub(crate) commits: Mutex<()>,
+}
+
+impl Shared {
+    /// Durably raises the nonce reservation to `mark` (see seal/nonce.rs).
+    pub(crate) fn persist_nonce_reservation(&self, mark: u64) -> Result<(), redb::Error> {
+        let txn = self.db.begin_write()?;
+        {
+            let mut sb = txn.open_table(SUPERBLOCK)?;
+            sb.insert(
+                "nonce_reserved",
+                &reservation_value(&self.meta, self.nonces.incarnation(), mark)[..],
+            )?;
+        }
+        txn.commit()?;
+        Ok(())
+    }
 }
 
 impl std::fmt::Debug for Store {
@@ -354,22 +379,29 @@ impl Store {
             });
         }
         let slots = (0..LOCK_SLOTS).map(|_| RwLock::new(())).collect();
+        let shared = Arc::new(Shared {
+            db: MetaDb(Some(db)),
+            meta,
+            nonces: NonceCounter::resume(reserved),
+            committer: Committer::new(),
+            pending: RwLock::default(),
+            commits: Mutex::new(()),
+        });
         let mut store = Store {
             dir: dir.to_path_buf(),
-            db: MetaDb(Some(db)),
+            shared: Arc::clone(&shared),
             device,
             mode: sb.mode,
             data,
-            meta,
-            nonces: NonceCounter::resume(reserved),
             allocator: Mutex::new(Allocator::from_used(sb.data_blocks, Vec::new()).map_err(
                 |_| OpenError::Corrupt {
                     what: "the data device's size".into(),
                 },
             )?),
-            committer: Committer::new(),
-            pending: RwLock::default(),
-            commits: Mutex::new(()),
+            behind: Behind::start(Arc::clone(&shared)).map_err(|source| OpenError::Io {
+                path: dir.to_path_buf(),
+                source,
+            })?,
             wal,
             slots,
             direct_io,
@@ -384,12 +416,12 @@ impl Store {
             })?;
         store.replayed = true;
         if sb.format < FORMAT_OMAP_PAGED {
-            page_omaps(&store.db, &store.meta)?;
+            page_omaps(&store.shared.db, &store.shared.meta)?;
         }
         if sb.format < FORMAT_VERSION {
-            add_undo(&store.db)?;
+            add_undo(&store.shared.db)?;
         }
-        let allocator = rebuild_allocator(&store.db, &store.meta, sb.data_blocks)?;
+        let allocator = rebuild_allocator(&store.shared.db, &store.shared.meta, sb.data_blocks)?;
         *store.allocator.lock().expect("allocator lock poisoned") = allocator;
         Ok(store)
     }
@@ -433,7 +465,7 @@ impl Store {
     /// next commit, which is then made at once if changes wait.
     pub fn pool_usage(&self) -> Result<Vec<(PoolId, PoolUsage)>, ReadError> {
         match self.usage_with_waiting() {
-            Err(ReadError::MetadataIntegrity { .. }) if !self.waiting().is_empty() => {
+            Err(ReadError::MetadataIntegrity { .. }) if !self.shared.waiting().is_empty() => {
                 self.settle(None)?;
                 self.usage_with_waiting()
             }
@@ -442,8 +474,8 @@ impl Store {
     }
 
     fn usage_with_waiting(&self) -> Result<Vec<(PoolId, PoolUsage)>, ReadError> {
-        let waiting = self.waiting();
-        let txn = self.db.begin_read()?;
+        let waiting = self.shared.waiting();
+        let txn = self.shared.db.begin_read()?;
         // The last log record whose changes the snapshot holds (a durable commit holds every
         // record before `wal_start`).
         let (wal_start, wal_applied) =
@@ -455,7 +487,7 @@ impl Store {
         let mut out = BTreeMap::new();
         for row in rows.iter()? {
             let (key, value) = row?;
-            let usage = crate::usage::decode_row(&self.meta, key.value(), value.value());
+            let usage = crate::usage::decode_row(&self.shared.meta, key.value(), value.value());
             let pool = <[u8; 8]>::try_from(key.value())
                 .ok()
                 .map(u64::from_be_bytes);
@@ -482,10 +514,10 @@ impl Store {
     /// them). Equals `pool_usage` unless the metadata is damaged; the checks use it.
     pub fn count_pool_usage(&self) -> Result<Vec<(PoolId, PoolUsage)>, ReadError> {
         self.settle(None)?;
-        let txn = self.db.begin_read()?;
+        let txn = self.shared.db.begin_read()?;
         let objects = txn.open_table(OBJECTS)?;
         let extents = txn.open_table(EXTENTS)?;
-        match crate::usage::count(&objects, &extents, &self.meta, None) {
+        match crate::usage::count(&objects, &extents, &self.shared.meta, None) {
             Ok(counted) => Ok(counted.into_iter().collect()),
             Err(CountError::Storage(e)) => Err(e.into()),
             Err(CountError::Integrity(what)) => Err(ReadError::MetadataIntegrity { what }),
@@ -495,7 +527,7 @@ impl Store {
     /// Why the store refuses every transaction, if a commit failed (see commit.rs): it must
     /// be opened again, which tells what the failed commit left, as after a crash.
     pub fn failed(&self) -> Option<String> {
-        self.committer.poisoned()
+        self.shared.committer.poisoned()
     }
 
     /// Whether the file system under the store has less than `HOST_FULL_BYTES` of room, as
@@ -518,27 +550,14 @@ impl Store {
         }
         room.1
     }
-
-    /// Durably raises the nonce reservation to `mark` (see seal/nonce.rs).
-    pub(crate) fn persist_nonce_reservation(&self, mark: u64) -> Result<(), redb::Error> {
-        let txn = self.db.begin_write()?;
-        {
-            let mut sb = txn.open_table(SUPERBLOCK)?;
-            sb.insert(
-                "nonce_reserved",
-                &reservation_value(&self.meta, self.nonces.incarnation(), mark)[..],
-            )?;
-        }
-        txn.commit()?;
-        Ok(())
-    }
 }
 
 /// A store closes with a checkpoint, so that the next open has no log to replay. If the
 /// checkpoint fails, the log is still whole and the next open replays it.
 impl Drop for Store {
     fn drop(&mut self) {
-        if !self.replayed || self.committer.poisoned().is_some() {
+        self.behind.stop();
+        if !self.replayed || self.shared.committer.poisoned().is_some() {
             return;
         }
         let checkpoint =
@@ -913,12 +932,16 @@ mod tests {
             let incarnation = random_incarnation();
             let mut rows = Vec::new();
             for (object, entries) in [(&index, &entries), (&log, &logged)] {
-                let id = store.meta.object_id(object.pool, object.name.as_str());
+                let id = store
+                    .shared
+                    .meta
+                    .object_id(object.pool, object.name.as_str());
                 for (key, value) in entries {
                     let row = omap_key(&id, key);
                     let nonce = nonce_bytes(DOMAIN_UPGRADE, incarnation, rows.len() as u64);
                     let sealed =
                         store
+                            .shared
                             .meta
                             .seal_with_nonce(Table::Omap, &row, value.clone(), nonce);
                     rows.push((row, sealed));

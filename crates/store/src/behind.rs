@@ -1,0 +1,190 @@
+//! The store's committing thread: it puts the changes waiting (pending.rs) into the
+//! database once enough wait, so that the write that makes them due is answered without
+//! waiting for their commit. At one write in flight that write is every write's leader,
+//! and the commit of 32 groups on its path put half a millisecond on every 32nd write.
+//!
+//! A group's leader asks (`Behind::ask`) and goes on; the thread commits everything waiting
+//! when it wakes, in one database commit (`Shared::commit_with_waiting`, one commit at a
+//! time, so a reader's or a checkpoint's commit and the thread's take turns). Asks made
+//! while it commits are answered by one more round. If writers log changes faster than
+//! the thread commits them, the leader that finds them overdue (`Pending::overdue`)
+//! commits them itself, after the thread's commit: what waits in memory stays bounded.
+//! A failed commit poisons the store, as one made by a writer does. The store stops and
+//! joins its thread before its closing checkpoint.
+
+use crate::store::Shared;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+
+pub(crate) struct Behind {
+    signal: Arc<Signal>,
+    thread: Option<JoinHandle<()>>,
+}
+
+#[derive(Default)]
+struct Signal {
+    asked: Mutex<Ask>,
+    wake: Condvar,
+}
+
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+enum Ask {
+    #[default]
+    Nothing,
+    Commit,
+    Stop,
+}
+
+impl Signal {
+    fn asked(&self) -> MutexGuard<'_, Ask> {
+        // Only plain values are written under this lock: a panic cannot leave it half-set.
+        self.asked.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn set(&self, ask: Ask) {
+        let mut asked = self.asked();
+        if *asked != Ask::Stop {
+            *asked = ask;
+        }
+        self.wake.notify_one();
+    }
+
+    /// Waits for the next ask; `false` once the store stops the thread.
+    fn next(&self) -> bool {
+        let mut asked = self.asked();
+        while *asked == Ask::Nothing {
+            asked = self
+                .wake
+                .wait(asked)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        let go = *asked == Ask::Commit;
+        if go {
+            *asked = Ask::Nothing;
+        }
+        go
+    }
+}
+
+impl Behind {
+    /// Starts the thread for the store whose database is `shared`.
+    pub(crate) fn start(shared: Arc<Shared>) -> std::io::Result<Behind> {
+        let signal = Arc::new(Signal::default());
+        let asked = Arc::clone(&signal);
+        let thread = std::thread::Builder::new()
+            .name("store-commit".into())
+            .spawn(move || {
+                while asked.next() {
+                    // A failed commit poisons the store; the writers find out from it.
+                    let _ = shared.commit_waiting("committing logged changes");
+                }
+            })?;
+        Ok(Behind {
+            signal,
+            thread: Some(thread),
+        })
+    }
+
+    /// Asks the thread to commit what waits, and returns at once.
+    pub(crate) fn ask(&self) {
+        self.signal.set(Ask::Commit);
+    }
+
+    /// Stops the thread once its commit under way, if any, is made (the store's closing
+    /// checkpoint commits what is left).
+    pub(crate) fn stop(&mut self) {
+        self.signal.set(Ask::Stop);
+        if let Some(thread) = self.thread.take() {
+            // Its commits catch their panics (`Shared::commit_waiting`).
+            let _ = thread.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::pending::PENDING_GROUPS_MAX;
+    use crate::seal::Mode;
+    use crate::store::{MkfsOptions, Store};
+    use crate::transaction::Transaction;
+    use keys::KeyEncryptionKey;
+    use map::{ObjectName, ObjectRef, PoolId};
+    use std::time::{Duration, Instant};
+
+    fn store(dir: &std::path::Path) -> Store {
+        let kek = KeyEncryptionKey::from_bytes([6; 32]);
+        let options = MkfsOptions {
+            mode: Mode::Gcm,
+            size_bytes: 4 << 20,
+            device: None,
+        };
+        Store::mkfs(dir, &options, &kek).expect("mkfs");
+        Store::open(dir, &kek).expect("open")
+    }
+
+    /// One small write to its own object: one logged group whose changes wait.
+    fn write(store: &Store, n: usize) {
+        let name = ObjectName::new(format!("object-{n}")).expect("a valid name");
+        let mut txn = Transaction::new();
+        txn.write(&ObjectRef::new(PoolId(1), name), 0, &[n as u8; 512]);
+        store.apply(txn).expect("write");
+    }
+
+    fn wait_until_committed(store: &Store) {
+        let started = Instant::now();
+        while !store.shared.waiting().is_empty() {
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "the changes waiting were not committed"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Writes below what is due leave their changes waiting; the write that makes them due
+    /// returns, and the store's thread commits them with no reader asking.
+    #[test]
+    fn the_stores_thread_commits_the_changes_once_they_are_due() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = store(dir.path());
+        for n in 0..PENDING_GROUPS_MAX - 1 {
+            write(&store, n);
+        }
+        assert!(!store.shared.waiting().is_empty());
+        write(&store, PENDING_GROUPS_MAX);
+        wait_until_committed(&store);
+    }
+
+    /// While the thread's commit cannot run, writes go on until the changes are overdue;
+    /// the write that finds them so commits them itself, once the commit under way is done.
+    #[test]
+    fn a_writer_commits_the_changes_itself_when_the_thread_falls_behind() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = store(dir.path());
+        let held = store.shared.commits.lock().expect("commit lock");
+        let overdue = PENDING_GROUPS_MAX * crate::pending::OVERDUE_FACTOR;
+        for n in 0..overdue - 1 {
+            write(&store, n);
+        }
+        std::thread::scope(|s| {
+            let (done, finished) = std::sync::mpsc::channel();
+            let store = &store;
+            s.spawn(move || {
+                write(store, overdue);
+                done.send(()).expect("the test waits");
+            });
+            assert!(
+                finished.recv_timeout(Duration::from_millis(300)).is_err(),
+                "a write went on with the changes overdue and no commit made"
+            );
+            drop(held);
+            finished
+                .recv_timeout(Duration::from_secs(20))
+                .expect("the overdue write returns once it can commit");
+        });
+        wait_until_committed(&store);
+        let name = ObjectName::new(format!("object-{overdue}")).expect("a valid name");
+        let read = store.read(&ObjectRef::new(PoolId(1), name), 0, 512);
+        assert_eq!(read.expect("read")[..], [overdue as u8; 512][..]);
+    }
+}
