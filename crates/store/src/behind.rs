@@ -67,6 +67,15 @@ impl Signal {
 }
 
 impl Behind {
+    /// No thread yet: while a store opens (and replays its log, committing on its own
+    /// thread), nothing is asked.
+    pub(crate) fn not_started() -> Behind {
+        Behind {
+            signal: Arc::default(),
+            thread: None,
+        }
+    }
+
     /// Starts the thread for the store whose database is `shared`.
     pub(crate) fn start(shared: Arc<Shared>) -> std::io::Result<Behind> {
         let signal = Arc::new(Signal::default());
@@ -85,7 +94,8 @@ impl Behind {
         })
     }
 
-    /// Asks the thread to commit what waits, and returns at once.
+    /// Asks the thread to commit what waits, and returns at once. Once a store is open
+    /// its thread runs: until then, what is due waits until it is overdue.
     pub(crate) fn ask(&self) {
         self.signal.set(Ask::Commit);
     }
@@ -101,6 +111,13 @@ impl Behind {
     }
 }
 
+/// A thread left running would hold the database open (and its keys in memory).
+impl Drop for Behind {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use crate::pending::PENDING_GROUPS_MAX;
@@ -111,15 +128,20 @@ mod tests {
     use map::{ObjectName, ObjectRef, PoolId};
     use std::time::{Duration, Instant};
 
+    fn kek() -> KeyEncryptionKey {
+        KeyEncryptionKey::from_bytes([6; 32])
+    }
+
+    /// A store whose log holds several hundred small groups, so none of these tests
+    /// checkpoints (a checkpoint commits on the writer's thread).
     fn store(dir: &std::path::Path) -> Store {
-        let kek = KeyEncryptionKey::from_bytes([6; 32]);
         let options = MkfsOptions {
             mode: Mode::Gcm,
-            size_bytes: 4 << 20,
+            size_bytes: 32 << 20,
             device: None,
         };
-        Store::mkfs(dir, &options, &kek).expect("mkfs");
-        Store::open(dir, &kek).expect("open")
+        Store::mkfs(dir, &options, &kek()).expect("mkfs");
+        Store::open(dir, &kek()).expect("open")
     }
 
     /// One small write to its own object: one logged group whose changes wait.
@@ -141,18 +163,46 @@ mod tests {
         }
     }
 
-    /// Writes below what is due leave their changes waiting; the write that makes them due
-    /// returns, and the store's thread commits them with no reader asking.
+    /// Runs `writes` on a thread of its own while the commit lock is held (so no commit can
+    /// be made), and says whether they returned within `wait`; the lock is let go before
+    /// anything is asserted, so a write that waits for a commit cannot hang the test.
+    fn return_with_commits_held(
+        store: &Store,
+        wait: Duration,
+        writes: std::ops::Range<usize>,
+    ) -> bool {
+        let held = store.shared.commits.lock().expect("commit lock");
+        std::thread::scope(|s| {
+            let (done, finished) = std::sync::mpsc::channel();
+            s.spawn(move || {
+                writes.for_each(|n| write(store, n));
+                // The test may have stopped waiting.
+                let _ = done.send(());
+            });
+            let returned = finished.recv_timeout(wait).is_ok();
+            drop(held);
+            returned
+        })
+    }
+
+    /// Writes up to and including the one that makes the changes due return without a
+    /// commit being made (none can be, meanwhile); the store's thread then commits them
+    /// with no reader asking, and they are there after the store is closed and opened again.
     #[test]
     fn the_stores_thread_commits_the_changes_once_they_are_due() {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = store(dir.path());
-        for n in 0..PENDING_GROUPS_MAX - 1 {
-            write(&store, n);
-        }
-        assert!(!store.shared.waiting().is_empty());
-        write(&store, PENDING_GROUPS_MAX);
+        let due = PENDING_GROUPS_MAX;
+        assert!(
+            return_with_commits_held(&store, Duration::from_secs(20), 0..due),
+            "the write that made the changes due waited for their commit"
+        );
         wait_until_committed(&store);
+        drop(store);
+        let store = Store::open(dir.path(), &kek()).expect("open again");
+        let name = ObjectName::new(format!("object-{}", due - 1)).expect("a valid name");
+        let read = store.read(&ObjectRef::new(PoolId(1), name), 0, 512);
+        assert_eq!(read.expect("read")[..], [(due - 1) as u8; 512][..]);
     }
 
     /// While the thread's commit cannot run, writes go on until the changes are overdue;
@@ -161,30 +211,14 @@ mod tests {
     fn a_writer_commits_the_changes_itself_when_the_thread_falls_behind() {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = store(dir.path());
-        let held = store.shared.commits.lock().expect("commit lock");
         let overdue = PENDING_GROUPS_MAX * crate::pending::OVERDUE_FACTOR;
-        for n in 0..overdue - 1 {
-            write(&store, n);
-        }
-        std::thread::scope(|s| {
-            let (done, finished) = std::sync::mpsc::channel();
-            let store = &store;
-            s.spawn(move || {
-                write(store, overdue);
-                done.send(()).expect("the test waits");
-            });
-            assert!(
-                finished.recv_timeout(Duration::from_millis(300)).is_err(),
-                "a write went on with the changes overdue and no commit made"
-            );
-            drop(held);
-            finished
-                .recv_timeout(Duration::from_secs(20))
-                .expect("the overdue write returns once it can commit");
-        });
+        assert!(
+            !return_with_commits_held(&store, Duration::from_secs(1), 0..overdue),
+            "writes went on with the changes overdue and no commit made"
+        );
         wait_until_committed(&store);
-        let name = ObjectName::new(format!("object-{overdue}")).expect("a valid name");
+        let name = ObjectName::new(format!("object-{}", overdue - 1)).expect("a valid name");
         let read = store.read(&ObjectRef::new(PoolId(1), name), 0, 512);
-        assert_eq!(read.expect("read")[..], [overdue as u8; 512][..]);
+        assert_eq!(read.expect("read")[..], [(overdue - 1) as u8; 512][..]);
     }
 }

@@ -4,8 +4,9 @@
 //! queues its batch (metadata changes, and the small writes it left for the group) and
 //! waits. One waiting thread at a time becomes the leader: it takes every queued batch and
 //! commits them as one group (`Store::flush_group` in apply.rs: the small writes in one
-//! submission, one write-ahead log record made durable with one sync, then the metadata in
-//! one database commit). Every batch in that group is then durable, and its thread may
+//! submission, one write-ahead log record made durable with one sync, then the metadata
+//! kept in memory until enough waits for one database commit: pending.rs, behind.rs).
+//! Every batch in that group is then durable, and its thread may
 //! acknowledge. A batch whose own writes failed is left out of the commit and its thread
 //! gets the error; the others go on.
 //!
@@ -173,8 +174,9 @@ impl<B> Committer<B> {
         state
     }
 
-    /// Stops the store taking transactions after a commit outside a group failed (a
-    /// reader's, pending.rs), as a failed group commit does.
+    /// Stops the store taking transactions after a commit outside a group failed (the
+    /// store's thread's, a reader's or an overdue writer's: pending.rs, behind.rs), as a
+    /// failed group commit does.
     pub(crate) fn poison(&self, cause: String) {
         let mut state = self.state.lock().expect("commit lock poisoned");
         state.poisoned.get_or_insert(cause);

@@ -389,7 +389,7 @@ impl Store {
         });
         let mut store = Store {
             dir: dir.to_path_buf(),
-            shared: Arc::clone(&shared),
+            shared,
             device,
             mode: sb.mode,
             data,
@@ -398,10 +398,7 @@ impl Store {
                     what: "the data device's size".into(),
                 },
             )?),
-            behind: Behind::start(Arc::clone(&shared)).map_err(|source| OpenError::Io {
-                path: dir.to_path_buf(),
-                source,
-            })?,
+            behind: Behind::not_started(),
             wal,
             slots,
             direct_io,
@@ -423,6 +420,11 @@ impl Store {
         }
         let allocator = rebuild_allocator(&store.shared.db, &store.shared.meta, sb.data_blocks)?;
         *store.allocator.lock().expect("allocator lock poisoned") = allocator;
+        store.behind =
+            Behind::start(Arc::clone(&store.shared)).map_err(|source| OpenError::Io {
+                path: dir.to_path_buf(),
+                source,
+            })?;
         Ok(store)
     }
 
