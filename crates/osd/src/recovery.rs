@@ -85,6 +85,34 @@ impl OsdState {
         }
     }
 
+    /// Runs `work`, a read of `object` that `objects::is_small_read` lets through, on this
+    /// thread when no other read runs on one of this OSD's network threads and it needs no
+    /// commit first; on the blocking pool otherwise. At one read in flight the hand-off to
+    /// a pool thread and back cost more than the read's own work (docs/benchmarks.md). A
+    /// read here holds up this thread's other tasks while it runs (a 4 KiB read of the
+    /// data device: tens of microseconds), so one at a time runs here, and a store that
+    /// would commit first (`Store::read_waits_for_commit`) is left to the pool.
+    pub async fn small_read<T: Send + 'static>(
+        &self,
+        object: &map::ObjectRef,
+        work: impl FnOnce(&store::Store) -> T + Send + 'static,
+    ) -> Result<T, String> {
+        use std::sync::atomic::Ordering;
+        let here = self.store_calls == crate::StoreCalls::Blocking
+            && !self.store.read_waits_for_commit(object)
+            && self
+                .reading_here
+                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok();
+        if !here {
+            return self.blocking(work).await;
+        }
+        let store = &self.store;
+        let read = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(store)));
+        self.reading_here.store(false, Ordering::Release);
+        read.map_err(|_| "store read panicked".to_string())
+    }
+
     pub async fn blocking<T: Send + 'static>(
         &self,
         work: impl FnOnce(&store::Store) -> T + Send + 'static,

@@ -371,14 +371,17 @@ impl OsdService {
         op: &ClientOp,
     ) -> Result<Result<(Vec<OpResult>, Vec<u8>), ReadError>, OsdReply> {
         let object = objects::object_ref(op.pg, &op.object);
+        let at = object.clone();
         let ops = op.ops.clone();
-        self.inner
-            .blocking(move |store| {
-                let mut out = Vec::new();
-                objects::read_ops(store, &object, &ops, &mut out).map(|r| (r, out))
-            })
-            .await
-            .map_err(OsdReply::Failed)
+        let read = move |store: &store::Store| {
+            let mut out = Vec::new();
+            objects::read_ops(store, &object, &ops, &mut out).map(|r| (r, out))
+        };
+        let read = match objects::is_small_read(&op.ops) {
+            true => self.inner.small_read(&at, read).await,
+            false => self.inner.blocking(read).await,
+        };
+        read.map_err(OsdReply::Failed)
     }
 
     /// The read ops of `op` on an erasure-coded object, gathered from its shards. A write in

@@ -482,6 +482,18 @@ impl Store {
         })
     }
 
+    /// Whether a read of `object`'s data or omap would first commit the changes waiting for
+    /// it (pending.rs): a caller that should not wait for a commit (a network thread) hands
+    /// such a read to another thread. A write may leave changes for it just after: the
+    /// answer holds as of the call.
+    pub fn read_waits_for_commit(&self, object: &ObjectRef) -> bool {
+        let id = self
+            .shared
+            .meta
+            .object_id(object.pool, object.name.as_str());
+        self.shared.waiting().touches(&id)
+    }
+
     pub fn stat(&self, object: &ObjectRef) -> Result<ObjectStat, ReadError> {
         let record = self.record(object)?;
         Ok(ObjectStat {

@@ -1,17 +1,24 @@
-//! `coffer bench latency`: where the time of one synchronous 4 KiB write goes, against the
-//! disk's own.
+//! `coffer bench latency`: where the time of one synchronous 4 KiB write, and of one 4 KiB
+//! read, goes, against the disk's own.
 //!
 //! First the disk: 4 KiB O_DIRECT writes at random offsets of a file in the bench directory,
-//! each followed by fdatasync, as fio's `--direct=1 --fdatasync=1` does. Then, per
-//! configuration, a fresh cluster and one client writing 4 KiB at random offsets of 4 MiB
-//! objects, one write at a time (an image's synchronous writes). The daemons' own histograms
-//! (docs/metrics.md), read before and after, split each write's time into stages:
+//! each followed by fdatasync, as fio's `--direct=1 --fdatasync=1` does, then 4 KiB O_DIRECT
+//! reads at random offsets of it. Then, per configuration, a fresh cluster and one client
+//! writing 4 KiB at random offsets of 4 MiB objects, one write at a time (an image's
+//! synchronous writes); then the objects written whole and read 4 KiB at a time, each block
+//! once in a random order, so that no read finds its block in the OSD's read cache (as a
+//! random read of an image larger than the cache mostly does not). The daemons' own
+//! histograms (docs/metrics.md), read before and after, split each operation's time into
+//! stages:
 //!
 //! ```text
 //!  client round trip  ─┬─ client and messenger, both ways
 //!                      └─ OSD write as primary (arrival to reply) ─┬─ store apply, its own copy
 //!                                                                  └─ replicas: hop, their apply, hop
 //!  store apply ── its group commit: small writes, write-ahead log record and sync, metadata
+//!
+//!  client round trip  ─┬─ client and messenger, both ways (and the chunk opened, if edge sealed)
+//!                      └─ OSD read as primary (arrival to reply): metadata, the data device
 //! ```
 //!
 //! The store's figures are over every OSD, primary and replicas alike.
@@ -59,11 +66,18 @@ struct Cell {
     store_apply: Stage,
     store_commit: Stage,
     disk_write_and_sync: LatencyUs,
+    reads: u64,
+    client_read: LatencyUs,
+    osd_read: Stage,
+    /// Bytes the OSDs' read caches served and did not, over the reads.
+    cache_hit_bytes: f64,
+    cache_miss_bytes: f64,
+    disk_read: LatencyUs,
 }
 
 /// The disk's 4 KiB O_DIRECT write followed by fdatasync, for `seconds`, on a file laid out
-/// first (so no write changes the file's extents).
-fn disk_anchor(dir: &Path, seconds: f64) -> Result<Histogram<u64>, String> {
+/// first (so no write changes the file's extents); then its 4 KiB O_DIRECT read, as long.
+fn disk_anchor(dir: &Path, seconds: f64) -> Result<(Histogram<u64>, Histogram<u64>), String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let path = dir.join(format!("latency-anchor-{}", std::process::id()));
     let file = std::fs::OpenOptions::new()
@@ -79,18 +93,25 @@ fn disk_anchor(dir: &Path, seconds: f64) -> Result<Histogram<u64>, String> {
         file.write_all_at(&zeros, 0)?;
         file.sync_all()?;
         let mut block = store::AlignedBuf::zeroed(1);
-        let mut hist = histogram();
         let mut offsets = Offsets::new(0x9e37_79b9);
-        let deadline = Instant::now() + Duration::from_secs_f64(seconds);
-        while Instant::now() < deadline {
+        let timed = |op: &mut dyn FnMut() -> std::io::Result<()>| {
+            let mut hist = histogram();
+            let deadline = Instant::now() + Duration::from_secs_f64(seconds);
+            while Instant::now() < deadline {
+                let started = Instant::now();
+                op()?;
+                hist.record(started.elapsed().as_nanos() as u64)
+                    .map_err(std::io::Error::other)?;
+            }
+            Ok::<_, std::io::Error>(hist)
+        };
+        let writes = timed(&mut || {
             block[0] = block[0].wrapping_add(1);
-            let started = Instant::now();
             file.write_all_at(&block, offsets.next_block())?;
-            file.sync_data()?;
-            hist.record(started.elapsed().as_nanos() as u64)
-                .map_err(std::io::Error::other)?;
-        }
-        Ok::<_, std::io::Error>(hist)
+            file.sync_data()
+        })?;
+        let reads = timed(&mut || file.read_exact_at(&mut block, offsets.next_block()))?;
+        Ok::<_, std::io::Error>((writes, reads))
     })();
     let _ = std::fs::remove_file(&path);
     measured.map_err(|e| format!("measuring the disk on {}: {e}", path.display()))
@@ -113,6 +134,19 @@ impl Offsets {
 
     fn next_block(&mut self) -> u64 {
         self.next() % (SPAN_BYTES / BLOCK) * BLOCK
+    }
+
+    /// Every block of `OBJECTS` objects once, as (object, offset), in a random order.
+    fn every_block_once(&mut self) -> Vec<(u64, u64)> {
+        let per_object = SPAN_BYTES / BLOCK;
+        let mut blocks: Vec<(u64, u64)> = (0..OBJECTS * per_object)
+            .map(|n| (n / per_object, n % per_object * BLOCK))
+            .collect();
+        for i in (1..blocks.len()).rev() {
+            let j = (self.next() % (i as u64 + 1)) as usize;
+            blocks.swap(i, j);
+        }
+        blocks
     }
 }
 
@@ -153,6 +187,9 @@ struct Totals {
     osd_write: (f64, f64),
     store_apply: (f64, f64),
     store_commit: (f64, f64),
+    osd_read: (f64, f64),
+    /// Bytes the read caches served, and did not.
+    cache: (f64, f64),
 }
 
 fn totals(osds: &[String]) -> Result<Totals, String> {
@@ -180,6 +217,17 @@ fn totals(osds: &[String]) -> Result<Totals, String> {
         add(
             &mut totals.store_commit,
             pair("coffer_store_commit_duration_seconds", None),
+        );
+        add(
+            &mut totals.osd_read,
+            pair("coffer_osd_op_duration_seconds", Some("kind=\"read\"")),
+        );
+        add(
+            &mut totals.cache,
+            (
+                series_sum(&text, "coffer_store_cache_hit_bytes_total", None),
+                series_sum(&text, "coffer_store_cache_miss_bytes_total", None),
+            ),
         );
     }
     Ok(totals)
@@ -228,15 +276,19 @@ pub fn run(args: LatencyArgs) -> Result<(), String> {
                 "load",
                 format!(
                     "one client, one 4 KiB write at a time at random offsets of {OBJECTS} \
-                     objects of 4 MiB, for {seconds} s; stages from the OSDs' histograms"
+                     objects of 4 MiB, for {seconds} s; then the objects written whole and \
+                     one 4 KiB read at a time, each block once in a random order, for \
+                     {seconds} s; stages from the OSDs' histograms"
                 ),
             ),
         ],
     );
-    let disk = LatencyUs::of(&disk_anchor(&args.fresh.dir, seconds)?);
+    let (disk_writes, disk_reads) = disk_anchor(&args.fresh.dir, seconds)?;
+    let (disk, disk_read) = (LatencyUs::of(&disk_writes), LatencyUs::of(&disk_reads));
     println!(
-        "disk: a 4 KiB write and its fdatasync take {:.0} us (mean), {:.0} us (p50)",
-        disk.mean, disk.p50
+        "disk: a 4 KiB write and its fdatasync take {:.0} us (mean), {:.0} us (p50); a 4 KiB \
+         read {:.0} us (mean), {:.0} us (p50)",
+        disk.mean, disk.p50, disk_read.mean, disk_read.p50
     );
     let runtime = crate::daemon::runtime()?;
     let mut cells = Vec::new();
@@ -256,36 +308,69 @@ pub fn run(args: LatencyArgs) -> Result<(), String> {
                 cluster.conf_path().display()
             ));
         }
-        let (writes, client, before, after) = runtime.block_on(async {
-            let pool = clean_default_pool(&conf).await?;
-            let data = Bytes::from(vec![0x5a; BLOCK as usize]);
-            let mut offsets = Offsets::new(0x2545_f491);
-            for object in 0..OBJECTS {
-                pool.write(
-                    &format!("latency-{object}"),
-                    SPAN_BYTES - BLOCK,
-                    data.clone(),
-                )
-                .await
-                .map_err(|e| e.to_string())?;
-            }
-            let before = totals(&osds)?;
-            let mut hist = histogram();
-            let mut writes = 0u64;
-            let deadline = Instant::now() + Duration::from_secs_f64(seconds);
-            while Instant::now() < deadline {
-                let object = format!("latency-{}", offsets.next() % OBJECTS);
-                let started = Instant::now();
-                pool.write(&object, offsets.next_block(), data.clone())
+        let (writes, client, [before, after], (reads, client_read), [before_reads, after_reads]) =
+            runtime.block_on(async {
+                let pool = clean_default_pool(&conf).await?;
+                let data = Bytes::from(vec![0x5a; BLOCK as usize]);
+                let mut offsets = Offsets::new(0x2545_f491);
+                for object in 0..OBJECTS {
+                    pool.write(
+                        &format!("latency-{object}"),
+                        SPAN_BYTES - BLOCK,
+                        data.clone(),
+                    )
                     .await
                     .map_err(|e| e.to_string())?;
-                hist.record(started.elapsed().as_nanos() as u64)
-                    .map_err(|e| e.to_string())?;
-                writes += 1;
-            }
-            let after = totals(&osds)?;
-            Ok::<_, String>((writes, LatencyUs::of(&hist), before, after))
-        })?;
+                }
+                let before = totals(&osds)?;
+                let mut hist = histogram();
+                let mut writes = 0u64;
+                let deadline = Instant::now() + Duration::from_secs_f64(seconds);
+                while Instant::now() < deadline {
+                    let object = format!("latency-{}", offsets.next() % OBJECTS);
+                    let started = Instant::now();
+                    pool.write(&object, offsets.next_block(), data.clone())
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    hist.record(started.elapsed().as_nanos() as u64)
+                        .map_err(|e| e.to_string())?;
+                    writes += 1;
+                }
+                let after = totals(&osds)?;
+                let whole = Bytes::from(vec![0xa5; SPAN_BYTES as usize]);
+                for object in 0..OBJECTS {
+                    pool.write(&format!("latency-{object}"), 0, whole.clone())
+                        .await
+                        .map_err(|e| e.to_string())?;
+                }
+                let before_reads = totals(&osds)?;
+                let mut read_hist = histogram();
+                let deadline = Instant::now() + Duration::from_secs_f64(seconds);
+                for (object, offset) in offsets.every_block_once() {
+                    if Instant::now() >= deadline {
+                        break;
+                    }
+                    let started = Instant::now();
+                    let read = pool
+                        .read(&format!("latency-{object}"), offset, BLOCK)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    read_hist
+                        .record(started.elapsed().as_nanos() as u64)
+                        .map_err(|e| e.to_string())?;
+                    if read[..] != whole[..BLOCK as usize] {
+                        return Err(format!("latency-{object} at {offset} read back altered"));
+                    }
+                }
+                let after_reads = totals(&osds)?;
+                Ok::<_, String>((
+                    writes,
+                    LatencyUs::of(&hist),
+                    [before, after],
+                    (read_hist.len(), LatencyUs::of(&read_hist)),
+                    [before_reads, after_reads],
+                ))
+            })?;
         drop(cluster);
         let cell = Cell {
             config: label,
@@ -295,6 +380,12 @@ pub fn run(args: LatencyArgs) -> Result<(), String> {
             store_apply: stage(before.store_apply, after.store_apply),
             store_commit: stage(before.store_commit, after.store_commit),
             disk_write_and_sync: disk,
+            reads,
+            client_read,
+            osd_read: stage(before_reads.osd_read, after_reads.osd_read),
+            cache_hit_bytes: after_reads.cache.0 - before_reads.cache.0,
+            cache_miss_bytes: after_reads.cache.1 - before_reads.cache.1,
+            disk_read,
         };
         print_cell(&cell);
         cells.push(cell);
@@ -338,6 +429,44 @@ fn print_cell(cell: &Cell) {
             cell.store_commit.events,
         ),
     ];
+    print_stages(&rows, disk);
+    println!(
+        "client p50 {:.0} us, p99 {:.0} us",
+        cell.client.p50, cell.client.p99
+    );
+    let disk_read = cell.disk_read.mean;
+    println!(
+        "\n{}: {} reads, one at a time, each block once; mean of each stage, and its multiple of the disk's read ({disk_read:.0} us)",
+        cell.config, cell.reads
+    );
+    let rows = [
+        (
+            "client: the read's round trip",
+            cell.client_read.mean,
+            cell.reads as f64,
+        ),
+        (
+            "OSD: a read as primary, arrival to reply",
+            cell.osd_read.mean_us,
+            cell.osd_read.events,
+        ),
+    ];
+    print_stages(&rows, disk_read);
+    let cached = cell.cache_hit_bytes + cell.cache_miss_bytes;
+    println!(
+        "client p50 {:.0} us, p99 {:.0} us; the OSDs' read caches served {:.0} % of the bytes read",
+        cell.client_read.p50,
+        cell.client_read.p99,
+        if cached > 0.0 {
+            cell.cache_hit_bytes / cached * 100.0
+        } else {
+            0.0
+        }
+    );
+}
+
+/// One line per stage: its events, its mean and that mean as a multiple of the disk's.
+fn print_stages(rows: &[(&str, f64, f64)], disk_us: f64) {
     println!(
         "{:<44} {:>9} {:>9} {:>8}",
         "stage", "events", "mean us", "x disk"
@@ -345,13 +474,9 @@ fn print_cell(cell: &Cell) {
     for (name, mean, events) in rows {
         println!(
             "{name:<44} {events:>9.0} {mean:>9.0} {:>8.2}",
-            mean / disk.max(1.0)
+            mean / disk_us.max(1.0)
         );
     }
-    println!(
-        "client p50 {:.0} us, p99 {:.0} us",
-        cell.client.p50, cell.client.p99
-    );
 }
 
 #[cfg(test)]

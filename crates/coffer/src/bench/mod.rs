@@ -50,9 +50,10 @@ pub enum BenchCommand {
     /// plain HTTP and TLS, without SSE, with SSE-S3 and with SSE-C, each cell a percent of
     /// plain HTTP without SSE in the same run, with the gateway's CPU per GiB.
     S3(s3::S3Args),
-    /// Where the time of one synchronous 4 KiB write goes: the disk's own write and
-    /// fdatasync, then per configuration a fresh cluster's client round trip, the OSD's write
-    /// as primary, the store's apply and its group commit, each against the disk.
+    /// Where the time of one synchronous 4 KiB write, and of one 4 KiB read, goes: the
+    /// disk's own write and fdatasync and its read, then per configuration a fresh
+    /// cluster's client round trip, the OSD's write as primary, the store's apply and its
+    /// group commit, the OSD's read as primary, each against the disk.
     Latency(latency::LatencyArgs),
     /// One client process of `coffer bench matrix` (started by it).
     #[command(hide = true)]
