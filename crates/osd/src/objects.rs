@@ -511,14 +511,21 @@ pub fn version_of(attrs: &BTreeMap<String, Vec<u8>>) -> Version {
         .unwrap_or_default()
 }
 
-/// Runs read ops; read bytes are appended to `out` in order.
 /// The most bytes a request may read to be served on a network thread
 /// (`OsdState::small_read`).
 const SMALL_READ_BYTES: u64 = 64 << 10;
 
-/// Whether the read `ops` are small enough to be served on a network thread: data and
-/// record reads of at most `SMALL_READ_BYTES` in all (an omap's reads may scan pages).
+/// The most ops such a request may hold: each costs a lookup, and a read of even one byte
+/// a device read.
+const SMALL_READ_OPS: usize = 4;
+
+/// Whether the read `ops` are small enough to be served on a network thread: at most
+/// `SMALL_READ_OPS` data and record reads of at most `SMALL_READ_BYTES` in all (an omap's
+/// reads may scan pages).
 pub fn is_small_read(ops: &[ObjectOp]) -> bool {
+    if ops.len() > SMALL_READ_OPS {
+        return false;
+    }
     let mut bytes = 0u64;
     for op in ops {
         bytes = bytes.saturating_add(match op {
@@ -531,6 +538,7 @@ pub fn is_small_read(ops: &[ObjectOp]) -> bool {
     bytes <= SMALL_READ_BYTES
 }
 
+/// Runs read ops; read bytes are appended to `out` in order.
 pub fn read_ops(
     store: &Store,
     object: &ObjectRef,
@@ -926,10 +934,9 @@ mod tests {
         (dir, store)
     }
 
-    /// A group counts each write's store operations before building it: never fewer than
-    /// `build_write` makes.
-    /// Data and record reads of up to 64 KiB in all are served on a network thread; a
-    /// larger read, or one of an omap (which may scan pages), goes to the blocking pool.
+    /// Up to four data and record reads of up to 64 KiB in all are served on a network
+    /// thread; more ops, a larger read, or one of an omap (which may scan pages), go to the
+    /// blocking pool.
     #[test]
     fn only_small_data_and_record_reads_are_small() {
         let read = |len| ObjectOp::Read { offset: 0, len };
@@ -942,27 +949,36 @@ mod tests {
         assert!(is_small_read(&[read(32 << 10), chunks(8)]));
         assert!(!is_small_read(&[read(32 << 10), chunks(9)]));
         assert!(!is_small_read(&[read(u64::MAX), read(u64::MAX)]));
+        assert!(!is_small_read(&[
+            read(1),
+            read(1),
+            read(1),
+            read(1),
+            read(1)
+        ]));
         assert!(!is_small_read(&[ObjectOp::OmapGet { keys: Vec::new() }]));
     }
 
     /// A written object's changes wait for their commit: a read of it would commit first,
     /// so it is not one for a network thread, until a read has had them committed.
     #[test]
-    fn a_read_of_an_object_with_changes_waiting_waits_for_a_commit() {
+    fn a_read_of_an_object_with_changes_waiting_would_wait() {
         let (_dir, store) = scratch_store();
         let object = ObjectRef::new(PoolId(1), ObjectName::new("waiting").expect("a name"));
-        assert!(!store.read_waits_for_commit(&object));
+        assert!(!store.read_would_wait(&object));
         let mut txn = Transaction::new();
         txn.write(&object, 0, &[7; 4096]);
         store.apply(txn).expect("write");
-        assert!(store.read_waits_for_commit(&object));
+        assert!(store.read_would_wait(&object));
         assert_eq!(
             store.read(&object, 0, 4096).expect("read")[..],
             [7; 4096][..]
         );
-        assert!(!store.read_waits_for_commit(&object));
+        assert!(!store.read_would_wait(&object));
     }
 
+    /// A group counts each write's store operations before building it: never fewer than
+    /// `build_write` makes.
     #[test]
     fn store_ops_bound_what_a_write_builds() {
         let object = object_ref(

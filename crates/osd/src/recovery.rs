@@ -86,12 +86,13 @@ impl OsdState {
     }
 
     /// Runs `work`, a read of `object` that `objects::is_small_read` lets through, on this
-    /// thread when no other read runs on one of this OSD's network threads and it needs no
-    /// commit first; on the blocking pool otherwise. At one read in flight the hand-off to
-    /// a pool thread and back cost more than the read's own work (docs/benchmarks.md). A
-    /// read here holds up this thread's other tasks while it runs (a 4 KiB read of the
-    /// data device: tens of microseconds), so one at a time runs here, and a store that
-    /// would commit first (`Store::read_waits_for_commit`) is left to the pool.
+    /// thread when no other read runs on one of this OSD's network threads and the store
+    /// says it would not wait (`Store::read_would_wait`: for a write holding the object,
+    /// or to commit its changes first); on the blocking pool otherwise. At one read in
+    /// flight the hand-off to a pool thread and back cost more than the read's own work
+    /// (docs/benchmarks.md). A read here holds up this thread's other tasks while it runs
+    /// (a 4 KiB read of an SSD: tens of microseconds; of a disk, milliseconds), so one at
+    /// a time runs here.
     pub async fn small_read<T: Send + 'static>(
         &self,
         object: &map::ObjectRef,
@@ -99,7 +100,7 @@ impl OsdState {
     ) -> Result<T, String> {
         use std::sync::atomic::Ordering;
         let here = self.store_calls == crate::StoreCalls::Blocking
-            && !self.store.read_waits_for_commit(object)
+            && !self.store.read_would_wait(object)
             && self
                 .reading_here
                 .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)

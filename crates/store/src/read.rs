@@ -482,15 +482,19 @@ impl Store {
         })
     }
 
-    /// Whether a read of `object`'s data or omap would first commit the changes waiting for
-    /// it (pending.rs): a caller that should not wait for a commit (a network thread) hands
-    /// such a read to another thread. A write may leave changes for it just after: the
-    /// answer holds as of the call.
-    pub fn read_waits_for_commit(&self, object: &ObjectRef) -> bool {
+    /// Whether a read of `object`'s data or omap would wait: for a transaction holding the
+    /// object's lock (through its group commit), or to commit the changes waiting for it
+    /// (pending.rs). A caller that should not wait (a network thread) hands such a read to
+    /// another thread. The answer holds as of the call: a write that begins just after
+    /// makes the read wait for its group commit, as it would anywhere.
+    pub fn read_would_wait(&self, object: &ObjectRef) -> bool {
         let id = self
             .shared
             .meta
             .object_id(object.pool, object.name.as_str());
+        if self.slots[slot_of(&id)].try_read().is_err() {
+            return true;
+        }
         self.shared.waiting().touches(&id)
     }
 

@@ -1035,6 +1035,24 @@ mod tests {
         Store::open(dir, kek).expect("open")
     }
 
+    /// A read would wait while a transaction holds its object (through its group commit),
+    /// and not once it lets go.
+    #[test]
+    fn a_read_would_wait_for_a_transaction_holding_its_object() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let kek = KeyEncryptionKey::from_bytes([7; 32]);
+        let store = gcm_store(dir.path(), &kek);
+        let held = object(1, "held");
+        assert!(!store.read_would_wait(&held));
+        let id = store.shared.meta.object_id(held.pool, held.name.as_str());
+        let lock = store.slots[crate::apply::slot_of(&id)]
+            .write()
+            .expect("object lock");
+        assert!(store.read_would_wait(&held));
+        drop(lock);
+        assert!(!store.read_would_wait(&held));
+    }
+
     /// A store of format 4 has no `undo` table; opening it adds one, and writes keeping
     /// undo records work there.
     #[test]

@@ -3,12 +3,13 @@
 //!
 //! First the disk: 4 KiB O_DIRECT writes at random offsets of a file in the bench directory,
 //! each followed by fdatasync, as fio's `--direct=1 --fdatasync=1` does, then 4 KiB O_DIRECT
-//! reads at random offsets of it. Then, per configuration, a fresh cluster and one client
-//! writing 4 KiB at random offsets of 4 MiB objects, one write at a time (an image's
-//! synchronous writes); then the objects written whole and read 4 KiB at a time, each block
-//! once in a random order, so that no read finds its block in the OSD's read cache (as a
-//! random read of an image larger than the cache mostly does not). The daemons' own
-//! histograms (docs/metrics.md), read before and after, split each operation's time into
+//! reads of each of its blocks at most once, in a random order. Then, per configuration, a
+//! fresh cluster and one client writing 4 KiB at random offsets of 4 MiB objects, one write
+//! at a time (an image's synchronous writes); then the objects written whole and read 4 KiB
+//! at a time, each block at most once in a random order, so that no read finds its block in
+//! the OSD's read cache (as a random read of an image larger than the cache mostly does
+//! not). The daemons' own histograms (docs/metrics.md), read before and after, split each
+//! operation's time into
 //! stages:
 //!
 //! ```text
@@ -76,7 +77,8 @@ struct Cell {
 }
 
 /// The disk's 4 KiB O_DIRECT write followed by fdatasync, for `seconds`, on a file laid out
-/// first (so no write changes the file's extents); then its 4 KiB O_DIRECT read, as long.
+/// first (so no write changes the file's extents); then its 4 KiB O_DIRECT read of every
+/// block of a file as large as the cluster's objects once, for as long (or until done).
 fn disk_anchor(dir: &Path, seconds: f64) -> Result<(Histogram<u64>, Histogram<u64>), String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let path = dir.join(format!("latency-anchor-{}", std::process::id()));
@@ -89,17 +91,20 @@ fn disk_anchor(dir: &Path, seconds: f64) -> Result<(Histogram<u64>, Histogram<u6
         .open(&path)
         .map_err(|e| format!("{}: {e}", path.display()))?;
     let measured = (|| {
-        let zeros = store::AlignedBuf::zeroed((SPAN_BYTES / BLOCK) as usize);
+        let zeros = store::AlignedBuf::zeroed((OBJECTS * SPAN_BYTES / BLOCK) as usize);
         file.write_all_at(&zeros, 0)?;
         file.sync_all()?;
         let mut block = store::AlignedBuf::zeroed(1);
         let mut offsets = Offsets::new(0x9e37_79b9);
-        let timed = |op: &mut dyn FnMut() -> std::io::Result<()>| {
+        // Times `op` until `seconds` pass or it says there is no more to do.
+        let timed = |op: &mut dyn FnMut() -> std::io::Result<bool>| {
             let mut hist = histogram();
             let deadline = Instant::now() + Duration::from_secs_f64(seconds);
             while Instant::now() < deadline {
                 let started = Instant::now();
-                op()?;
+                if !op()? {
+                    break;
+                }
                 hist.record(started.elapsed().as_nanos() as u64)
                     .map_err(std::io::Error::other)?;
             }
@@ -108,9 +113,18 @@ fn disk_anchor(dir: &Path, seconds: f64) -> Result<(Histogram<u64>, Histogram<u6
         let writes = timed(&mut || {
             block[0] = block[0].wrapping_add(1);
             file.write_all_at(&block, offsets.next_block())?;
-            file.sync_data()
+            file.sync_data()?;
+            Ok(true)
         })?;
-        let reads = timed(&mut || file.read_exact_at(&mut block, offsets.next_block()))?;
+        // Every block of the file once, as the cluster's reads below.
+        let mut blocks = offsets.every_block_once().into_iter();
+        let reads = timed(&mut || match blocks.next() {
+            Some((n, offset)) => {
+                file.read_exact_at(&mut block, n * SPAN_BYTES + offset)?;
+                Ok(true)
+            }
+            None => Ok(false),
+        })?;
         Ok::<_, std::io::Error>((writes, reads))
     })();
     let _ = std::fs::remove_file(&path);
@@ -277,7 +291,7 @@ pub fn run(args: LatencyArgs) -> Result<(), String> {
                 format!(
                     "one client, one 4 KiB write at a time at random offsets of {OBJECTS} \
                      objects of 4 MiB, for {seconds} s; then the objects written whole and \
-                     one 4 KiB read at a time, each block once in a random order, for \
+                     one 4 KiB read at a time, each block at most once in a random order, for \
                      {seconds} s; stages from the OSDs' histograms"
                 ),
             ),
@@ -337,9 +351,9 @@ pub fn run(args: LatencyArgs) -> Result<(), String> {
                     writes += 1;
                 }
                 let after = totals(&osds)?;
-                let whole = Bytes::from(vec![0xa5; SPAN_BYTES as usize]);
-                for object in 0..OBJECTS {
-                    pool.write(&format!("latency-{object}"), 0, whole.clone())
+                let stamped: Vec<Bytes> = (0..OBJECTS).map(stamped).collect();
+                for (object, bytes) in stamped.iter().enumerate() {
+                    pool.write(&format!("latency-{object}"), 0, bytes.clone())
                         .await
                         .map_err(|e| e.to_string())?;
                 }
@@ -358,7 +372,8 @@ pub fn run(args: LatencyArgs) -> Result<(), String> {
                     read_hist
                         .record(started.elapsed().as_nanos() as u64)
                         .map_err(|e| e.to_string())?;
-                    if read[..] != whole[..BLOCK as usize] {
+                    let at = offset as usize;
+                    if read[..] != stamped[object as usize][at..at + BLOCK as usize] {
                         return Err(format!("latency-{object} at {offset} read back altered"));
                     }
                 }
@@ -436,7 +451,7 @@ fn print_cell(cell: &Cell) {
     );
     let disk_read = cell.disk_read.mean;
     println!(
-        "\n{}: {} reads, one at a time, each block once; mean of each stage, and its multiple of the disk's read ({disk_read:.0} us)",
+        "\n{}: {} reads, one at a time, each block at most once; mean of each stage, and its multiple of the disk's read ({disk_read:.0} us)",
         cell.config, cell.reads
     );
     let rows = [
@@ -463,6 +478,17 @@ fn print_cell(cell: &Cell) {
             0.0
         }
     );
+}
+
+/// Object `object`'s bytes for the reads: each block begins with the object's number and
+/// its own offset, so a read of the wrong block does not pass for the right one.
+fn stamped(object: u64) -> Bytes {
+    let mut bytes = vec![0xa5; SPAN_BYTES as usize];
+    for (n, block) in bytes.chunks_exact_mut(BLOCK as usize).enumerate() {
+        block[..8].copy_from_slice(&object.to_be_bytes());
+        block[8..16].copy_from_slice(&(n as u64 * BLOCK).to_be_bytes());
+    }
+    Bytes::from(bytes)
 }
 
 /// One line per stage: its events, its mean and that mean as a multiple of the disk's.
