@@ -273,6 +273,27 @@ pub fn free_loopback_port() -> std::io::Result<u16> {
     Ok(port)
 }
 
+impl Conf {
+    /// The ports of every address this configuration names: its monitors', its front ends'
+    /// and its metrics'. A port chosen for another address must not be one of these: the
+    /// daemon named with it may not have bound it yet.
+    pub fn named_ports(&self) -> std::collections::BTreeSet<u16> {
+        let front_ends = [
+            self.nbd.as_ref().map(|s| &s.listen),
+            self.gw.as_ref().map(|s| &s.listen),
+            self.dashboard.as_ref().map(|s| &s.listen),
+        ];
+        self.mons
+            .iter()
+            .map(|m| &m.addr)
+            .chain(front_ends.into_iter().flatten())
+            .chain(self.metrics.values())
+            .filter_map(|addr| addr.parse::<std::net::SocketAddr>().ok())
+            .map(|addr| addr.port())
+            .collect()
+    }
+}
+
 fn gw_pool() -> String {
     GW_POOL_DEFAULT.into()
 }

@@ -462,7 +462,7 @@ pub fn serve(who: &Who, args: GwArgs) -> Result<(), String> {
         }
         let listener = tokio::net::TcpListener::bind(&listen)
             .await
-            .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+            .map_err(|e| format!("the S3 gateway cannot listen on {listen}: {e}"))?;
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
         let scheme = if tls.is_some() { "https" } else { "http" };
         let data = match pools.data.name() {

@@ -413,7 +413,7 @@ pub fn nbd(who: &Who, command: NbdCommand) -> Result<(), String> {
             None => {
                 let listener = tokio::net::TcpListener::bind(&args.listen)
                     .await
-                    .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
+                    .map_err(|e| format!("the NBD server cannot listen on {}: {e}", args.listen))?;
                 let addr = listener.local_addr().map_err(|e| e.to_string())?;
                 let uri = match (&tls.acceptor, tls.required, &args.tls_dir) {
                     (None, _, _) | (_, _, None) => format!("nbd://{addr}/{name}"),

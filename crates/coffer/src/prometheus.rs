@@ -22,7 +22,7 @@ pub fn assign(conf: &mut Conf, path: &Path, names: &[String]) -> Result<(), Stri
     let mut added = false;
     for name in names {
         if !conf.metrics.contains_key(name) {
-            let port = crate::up::free_loopback_port()?;
+            let port = unnamed_port(conf, crate::up::free_loopback_port)?;
             conf.metrics
                 .insert(name.clone(), format!("127.0.0.1:{port}"));
             added = true;
@@ -32,6 +32,24 @@ pub fn assign(conf: &mut Conf, path: &Path, names: &[String]) -> Result<(), Stri
         conf.save(path).map_err(|e| e.to_string())?;
     }
     Ok(())
+}
+
+/// A port from `free` that no address of `conf` names. A front end's port given to
+/// `coffer up` (`--gw`, `--nbd`) is free until its daemon starts, after the metrics'
+/// listeners may have; a metrics port equal to it would leave the front end unable to
+/// listen. `free` never gives the same port twice, so the named ports bound the tries.
+fn unnamed_port(conf: &Conf, mut free: impl FnMut() -> Result<u16, String>) -> Result<u16, String> {
+    let named = conf.named_ports();
+    for _ in 0..=named.len() {
+        let port = free()?;
+        if !named.contains(&port) {
+            return Ok(port);
+        }
+    }
+    Err(format!(
+        "choosing a metrics port: every port offered is named in {}",
+        conf.dir.display()
+    ))
 }
 
 /// The targets file's text: every daemon's address, labelled `daemon` with its name.
@@ -97,5 +115,23 @@ mod tests {
         let text = config(Path::new("/d/prometheus/targets.json"));
         assert!(text.contains("--config.file=/d/prometheus/prometheus.yml"));
         assert!(text.contains("          - /d/prometheus/targets.json\n"));
+    }
+
+    #[test]
+    fn a_metrics_port_is_never_one_the_configuration_names() {
+        let dir = tempfile::tempdir().expect("a directory");
+        let path = dir.path().join("coffer.toml");
+        let text = "fsid = \"f00d\"\n[[mon]]\nname = \"mon.a\"\naddr = \"127.0.0.1:6789\"\n\
+                    [nbd]\nimage = \"rbd/disk\"\nlisten = \"127.0.0.1:23033\"\n\
+                    [gw]\nlisten = \"127.0.0.1:23034\"\n";
+        std::fs::write(&path, text).expect("written");
+        let mut conf = Conf::load(&path).expect("a configuration");
+        conf.metrics.insert("mon.a".into(), "127.0.0.1:9001".into());
+        let mut offered = [6789, 23033, 23034, 9001, 24000].into_iter();
+        let port = unnamed_port(&conf, || Ok(offered.next().expect("a port left")));
+        assert_eq!(port, Ok(24000));
+        let mut same = std::iter::repeat(23034);
+        let refused = unnamed_port(&conf, || Ok(same.next().expect("a port")));
+        assert!(refused.is_err(), "{refused:?}");
     }
 }

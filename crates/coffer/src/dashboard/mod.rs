@@ -170,7 +170,7 @@ fn serve(who: &Who, args: ServeArgs) -> Result<(), String> {
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(&listen)
             .await
-            .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+            .map_err(|e| format!("the dashboard cannot listen on {listen}: {e}"))?;
         if let Some(path) = &args.pid_file {
             std::fs::write(path, format!("{}\n", std::process::id()))
                 .map_err(|e| format!("{}: {e}", path.display()))?;
