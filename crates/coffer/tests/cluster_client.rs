@@ -147,6 +147,12 @@ fn a_write_the_store_would_refuse_is_refused_alone_beside_the_writes_grouped_wit
         grouped > groups,
         "{grouped} writes in {groups} groups: thirteen writers on one PG make a group of several"
     );
+    let sent = cluster.osds_counter("coffer_osd_replication_duration_seconds_count");
+    let applied = cluster.osds_counter("coffer_osd_replica_duration_seconds_count");
+    assert!(
+        sent > 0.0 && sent == applied,
+        "{sent} groups answered by replicas, {applied} applied by them: each is timed on both sides"
+    );
 }
 
 #[test]

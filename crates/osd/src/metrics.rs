@@ -36,6 +36,11 @@ struct Metrics {
     write_group_writes: Counter,
     replica_ops: Counter,
     replica_bytes: Counter,
+    /// As primary: a replicated group from its send to a replica until that replica's
+    /// answer.
+    replication_duration: Histogram,
+    /// As replica: a replicated group (or a shard) from its handling to the reply.
+    replica_duration: Histogram,
     replica_misses: Counter,
     read_repairs: Counter,
     shard_reads_again: Counter,
@@ -66,6 +71,8 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         write_group_writes: Counter::default(),
         replica_ops: Counter::default(),
         replica_bytes: Counter::default(),
+        replication_duration: metrics::latency_histogram(),
+        replica_duration: metrics::latency_histogram(),
         replica_misses: Counter::default(),
         read_repairs: Counter::default(),
         shard_reads_again: Counter::default(),
@@ -131,10 +138,17 @@ pub(crate) fn write_group(writes: usize) {
     METRICS.write_group_writes.inc_by(writes as u64);
 }
 
-/// `writes` writes of `bytes` in all applied here as a replica.
-pub(crate) fn replicated(writes: usize, bytes: usize) {
+/// `writes` writes of `bytes` in all applied here as a replica, `took` from the group's
+/// handling to its application.
+pub(crate) fn replicated(writes: usize, bytes: usize, took: Duration) {
     METRICS.replica_ops.inc_by(writes as u64);
     METRICS.replica_bytes.inc_by(bytes as u64);
+    METRICS.replica_duration.observe(took.as_secs_f64());
+}
+
+/// A replica answered that it applied a group `took` after this OSD, its primary, sent it.
+pub(crate) fn replica_answered(took: Duration) {
+    METRICS.replication_duration.observe(took.as_secs_f64());
 }
 
 /// A replica did not take a write; it is recovered.
@@ -269,6 +283,18 @@ pub fn register(registry: &mut Registry) {
         "Bytes of writes applied as a replica",
         Unit::Bytes,
         METRICS.replica_bytes.clone(),
+    );
+    osd.register_with_unit(
+        "replica_duration",
+        "Time from a replicated group's handling on a replica to its reply (the replica's part)",
+        Unit::Seconds,
+        METRICS.replica_duration.clone(),
+    );
+    osd.register_with_unit(
+        "replication_duration",
+        "Time from a primary's send of a replicated group to one replica until its answer",
+        Unit::Seconds,
+        METRICS.replication_duration.clone(),
     );
     osd.register(
         "replica_misses",

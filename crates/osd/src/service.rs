@@ -1252,6 +1252,7 @@ impl OsdService {
                 }))
             }
             PeerOp::Replicate { writes } => {
+                let handled = std::time::Instant::now();
                 let writes = split_group(writes, &data)?;
                 let entries: Vec<LogEntry> =
                     writes.iter().map(|(entry, ..)| entry.clone()).collect();
@@ -1265,7 +1266,7 @@ impl OsdService {
                 }
                 let mut trim = objects::log_append(&mut txn, id, &entries, &core.log);
                 inner.apply(txn).await?;
-                crate::metrics::replicated(entries.len(), data.len());
+                crate::metrics::replicated(entries.len(), data.len(), handled.elapsed());
                 for entry in entries {
                     core.note_logged(entry, trim);
                     trim = 0;
@@ -1280,6 +1281,7 @@ impl OsdService {
                 holders,
                 ops,
             } => {
+                let handled = std::time::Instant::now();
                 let Some(mut core) = self
                     .replica_core(&pg, from, std::slice::from_ref(&entry))
                     .await?
@@ -1310,7 +1312,7 @@ impl OsdService {
                 let trim =
                     objects::log_append(&mut txn, id, std::slice::from_ref(&entry), &core.log);
                 inner.apply(txn).await?;
-                crate::metrics::replicated(1, data.len());
+                crate::metrics::replicated(1, data.len(), handled.elapsed());
                 core.note_logged(entry, trim);
                 core.undo_dropped = core.undo_dropped.max(complete_to);
                 core.position = Some(shard);
@@ -1546,8 +1548,12 @@ impl Replicas {
     fn send(&mut self, osd: OsdId, request: OsdRequest, data: Bytes, check: Option<SegmentCheck>) {
         let inner = self.inner.clone();
         let task = self.tasks.spawn(async move {
+            let sent = std::time::Instant::now();
             match inner.call_peer(osd, &request, data, check).await {
-                Ok((OsdReply::Done, _)) => Ok(()),
+                Ok((OsdReply::Done, _)) => {
+                    crate::metrics::replica_answered(sent.elapsed());
+                    Ok(())
+                }
                 Ok((other, _)) => Err(format!("{other:?}")),
                 Err(e) => Err(e),
             }

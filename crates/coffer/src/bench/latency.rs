@@ -64,6 +64,10 @@ struct Cell {
     writes: u64,
     client: LatencyUs,
     osd_write: Stage,
+    /// As primary, a replicated group from its send to one replica until that replica's
+    /// answer; and the replica's own part of it.
+    replication: Stage,
+    replica: Stage,
     store_apply: Stage,
     store_commit: Stage,
     disk_write_and_sync: LatencyUs,
@@ -199,6 +203,8 @@ fn series_sum(text: &str, name: &str, label: Option<&str>) -> f64 {
 #[derive(Clone, Copy, Default)]
 struct Totals {
     osd_write: (f64, f64),
+    replication: (f64, f64),
+    replica: (f64, f64),
     store_apply: (f64, f64),
     store_commit: (f64, f64),
     osd_read: (f64, f64),
@@ -223,6 +229,14 @@ fn totals(osds: &[String]) -> Result<Totals, String> {
         add(
             &mut totals.osd_write,
             pair("coffer_osd_op_duration_seconds", Some("kind=\"write\"")),
+        );
+        add(
+            &mut totals.replication,
+            pair("coffer_osd_replication_duration_seconds", None),
+        );
+        add(
+            &mut totals.replica,
+            pair("coffer_osd_replica_duration_seconds", None),
         );
         add(
             &mut totals.store_apply,
@@ -392,6 +406,8 @@ pub fn run(args: LatencyArgs) -> Result<(), String> {
             writes,
             client,
             osd_write: stage(before.osd_write, after.osd_write),
+            replication: stage(before.replication, after.replication),
+            replica: stage(before.replica, after.replica),
             store_apply: stage(before.store_apply, after.store_apply),
             store_commit: stage(before.store_commit, after.store_commit),
             disk_write_and_sync: disk,
@@ -432,6 +448,16 @@ fn print_cell(cell: &Cell) {
             "OSD: a write as primary, arrival to reply",
             cell.osd_write.mean_us,
             cell.osd_write.events,
+        ),
+        (
+            "OSD: a replica's answer, primary's send to it",
+            cell.replication.mean_us,
+            cell.replication.events,
+        ),
+        (
+            "OSD: a replica's part, handling to reply",
+            cell.replica.mean_us,
+            cell.replica.events,
         ),
         (
             "store: a transaction applied (every OSD)",

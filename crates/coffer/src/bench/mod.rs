@@ -52,8 +52,9 @@ pub enum BenchCommand {
     S3(s3::S3Args),
     /// Where the time of one synchronous 4 KiB write, and of one 4 KiB read, goes: the
     /// disk's own write and fdatasync and its read, then per configuration a fresh
-    /// cluster's client round trip, the OSD's write as primary, the store's apply and its
-    /// group commit, the OSD's read as primary, each against the disk.
+    /// cluster's client round trip, the OSD's write as primary, a replica's answer and its
+    /// own part, the store's apply and its group commit, the OSD's read as primary, each
+    /// against the disk.
     Latency(latency::LatencyArgs),
     /// One client process of `coffer bench matrix` (started by it).
     #[command(hide = true)]
