@@ -519,13 +519,14 @@ fn stamped(object: u64) -> Bytes {
 
 /// One line per stage: its events, its mean and that mean as a multiple of the disk's.
 fn print_stages(rows: &[(&str, f64, f64)], disk_us: f64) {
+    let width = rows.iter().map(|(name, ..)| name.len()).max().unwrap_or(0);
     println!(
-        "{:<44} {:>9} {:>9} {:>8}",
+        "{:<width$} {:>9} {:>9} {:>8}",
         "stage", "events", "mean us", "x disk"
     );
     for (name, mean, events) in rows {
         println!(
-            "{name:<44} {events:>9.0} {mean:>9.0} {:>8.2}",
+            "{name:<width$} {events:>9.0} {mean:>9.0} {:>8.2}",
             mean / disk_us.max(1.0)
         );
     }
