@@ -100,8 +100,9 @@ pub(crate) struct OsdState {
     pub read_repairs: std::sync::atomic::AtomicU64,
     /// Objects recovery has found to copy from this OSD and not copied yet.
     pub recovery_pending: std::sync::atomic::AtomicU64,
-    /// Set while a read runs on a network thread (`OsdState::small_read`).
-    reading_here: std::sync::atomic::AtomicBool,
+    /// Set while a store call runs on a network thread (`OsdState::small_read`,
+    /// `OsdState::apply_here`).
+    working_here: std::sync::atomic::AtomicBool,
     addr: String,
 }
 
@@ -319,7 +320,7 @@ impl OsdState {
             first_token: incarnation.first_token,
             read_repairs: Default::default(),
             recovery_pending: Default::default(),
-            reading_here: Default::default(),
+            working_here: Default::default(),
             addr,
         }
     }

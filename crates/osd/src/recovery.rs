@@ -63,6 +63,11 @@ impl Piece {
     }
 }
 
+/// The most data a transaction applied on a network thread writes (`OsdState::apply_here`):
+/// sealing and writing more would hold up the thread's other tasks for longer than a hand-off
+/// to the blocking pool costs.
+const APPLY_HERE_BYTES: u64 = 64 << 10;
+
 impl OsdState {
     pub async fn peer_op(
         &self,
@@ -86,32 +91,61 @@ impl OsdState {
     }
 
     /// Runs `work`, a read of `object` that `objects::is_small_read` lets through, on this
-    /// thread when no other read runs on one of this OSD's network threads and the store
-    /// says it would not wait (`Store::read_would_wait`: for a write holding the object,
-    /// or to commit its changes first); on the blocking pool otherwise. At one read in
-    /// flight the hand-off to a pool thread and back cost more than the read's own work
-    /// (docs/benchmarks.md). A read here holds up this thread's other tasks while it runs
-    /// (a 4 KiB read of an SSD: tens of microseconds; of a disk, milliseconds), so one at
-    /// a time runs here.
+    /// thread when the store says it would not wait (`Store::read_would_wait`: for a write
+    /// holding the object, or to commit its changes first); on the blocking pool otherwise.
+    /// At one read in flight the hand-off to a pool thread and back cost more than the
+    /// read's own work (docs/benchmarks.md).
     pub async fn small_read<T: Send + 'static>(
         &self,
         object: &map::ObjectRef,
         work: impl FnOnce(&store::Store) -> T + Send + 'static,
     ) -> Result<T, String> {
-        use std::sync::atomic::Ordering;
+        self.here_or_blocking(|store| store.read_would_wait(object), work)
+            .await
+    }
+
+    /// Applies `txn` on this thread when it writes at most `APPLY_HERE_BYTES` and the store
+    /// says it would not wait for anything but its own work and its group's write and sync
+    /// (`Store::apply_would_wait`); on the blocking pool otherwise. At one write in flight
+    /// that is every OSD's apply, and the hand-off to a pool thread and back was a third of
+    /// a replica's part (docs/benchmarks.md). A primary's sends to its replicas are tasks of
+    /// this thread: it lets them go out before it applies here.
+    pub async fn apply_here(&self, txn: Transaction) -> Result<(), String> {
+        let applied = match txn.data_bytes() <= APPLY_HERE_BYTES {
+            true => {
+                self.here_or_blocking(store::Store::apply_would_wait, move |store| {
+                    store.apply(txn)
+                })
+                .await?
+            }
+            false => self.blocking(move |store| store.apply(txn)).await?,
+        };
+        applied.map_err(|e| e.to_string())
+    }
+
+    /// Runs `work` on this thread when `waits` says the store would not make it wait and
+    /// no other store call runs on one of this OSD's network threads; on the blocking pool
+    /// otherwise. Work here holds up this thread's other tasks while it runs (a 4 KiB read
+    /// or a small write's group commit of an SSD: tens of microseconds; of a disk,
+    /// milliseconds), so one at a time runs here.
+    async fn here_or_blocking<T: Send + 'static>(
+        &self,
+        waits: impl FnOnce(&store::Store) -> bool,
+        work: impl FnOnce(&store::Store) -> T + Send + 'static,
+    ) -> Result<T, String> {
         let here = self.store_calls == crate::StoreCalls::Blocking
-            && !self.store.read_would_wait(object)
+            && !waits(&self.store)
             && self
-                .reading_here
+                .working_here
                 .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
                 .is_ok();
         if !here {
             return self.blocking(work).await;
         }
         let store = &self.store;
-        let read = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(store)));
-        self.reading_here.store(false, Ordering::Release);
-        read.map_err(|_| "store read panicked".to_string())
+        let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(store)));
+        self.working_here.store(false, Ordering::Release);
+        done.map_err(|_| "store call panicked".to_string())
     }
 
     pub async fn blocking<T: Send + 'static>(

@@ -688,7 +688,10 @@ impl OsdService {
                     continue;
                 }
                 Action::Apply => {
-                    let applied = inner.apply(std::mem::take(&mut txn)).await;
+                    // The sends to the replicas are tasks of this thread, queued behind this
+                    // one: they go out before it applies (`OsdState::apply_here`).
+                    tokio::task::yield_now().await;
+                    let applied = inner.apply_here(std::mem::take(&mut txn)).await;
                     if let (Ok(()), Some(complete_to)) = (&applied, complete_to) {
                         core.undo_dropped = core.undo_dropped.max(complete_to);
                         core.position = core.position_of(inner.id);
@@ -1265,7 +1268,7 @@ impl OsdService {
                     objects::build_write(&mut txn, &object, ops, data, entry.version)?;
                 }
                 let mut trim = objects::log_append(&mut txn, id, &entries, &core.log);
-                inner.apply(txn).await?;
+                inner.apply_here(txn).await?;
                 crate::metrics::replicated(entries.len(), data.len(), handled.elapsed());
                 for entry in entries {
                     core.note_logged(entry, trim);
@@ -1311,7 +1314,7 @@ impl OsdService {
                 )?;
                 let trim =
                     objects::log_append(&mut txn, id, std::slice::from_ref(&entry), &core.log);
-                inner.apply(txn).await?;
+                inner.apply_here(txn).await?;
                 crate::metrics::replicated(1, data.len(), handled.elapsed());
                 core.note_logged(entry, trim);
                 core.undo_dropped = core.undo_dropped.max(complete_to);

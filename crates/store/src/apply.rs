@@ -427,6 +427,22 @@ impl Transaction {
     }
 }
 
+/// Counts a transaction as under way from `begin` until dropped, even if it panics.
+struct Applying<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl<'a> Applying<'a> {
+    fn begin(count: &'a std::sync::atomic::AtomicUsize) -> Applying<'a> {
+        count.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        Applying(count)
+    }
+}
+
+impl Drop for Applying<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
 fn now_ns() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -442,9 +458,22 @@ impl Store {
     /// crash.
     pub fn apply(&self, txn: Transaction) -> Result<(), ApplyError> {
         let started = std::time::Instant::now();
+        let _under_way = Applying::begin(&self.applying);
         let applied = self.transact(txn);
         crate::metrics::applied(started.elapsed(), applied.is_ok());
         applied
+    }
+
+    /// Whether a transaction applied now would wait beyond its own work and its group's
+    /// write and sync: for another transaction under way (whose group it would join, or
+    /// whose objects it may need), for a checkpoint its group would make first, or to
+    /// commit the changes waiting because the store's thread fell behind. A caller that
+    /// should not wait long (a network thread) hands such a transaction to another
+    /// thread. The answer holds as of the call.
+    pub fn apply_would_wait(&self) -> bool {
+        self.applying.load(std::sync::atomic::Ordering::Acquire) > 0
+            || self.wal.checkpoint_near()
+            || self.shared.waiting().overdue()
     }
 
     fn transact(&self, txn: Transaction) -> Result<(), ApplyError> {

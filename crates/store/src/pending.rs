@@ -182,6 +182,12 @@ impl Waiting {
         self.newer.touches(id) || self.committing.as_ref().is_some_and(|c| c.touches(id))
     }
 
+    /// Whether the changes logged since the last commit began are overdue
+    /// (`Pending::overdue`): the next group's leader would commit them itself.
+    pub(crate) fn overdue(&self) -> bool {
+        self.newer.overdue()
+    }
+
     /// The changes logged since the commit under way began (all of them, with none under
     /// way): where a group's changes are kept (`Pending::add`).
     pub(crate) fn newer(&mut self) -> &mut Pending {

@@ -109,6 +109,9 @@ pub struct Store {
     /// was (`Store::host_free`).
     room: Mutex<(Option<std::time::Instant>, u64)>,
     pub(crate) cache: ReadCache,
+    /// Transactions under way (`Store::apply`), so a caller can tell whether one more
+    /// would wait for them (`Store::apply_would_wait`).
+    pub(crate) applying: std::sync::atomic::AtomicUsize,
 }
 
 /// The metadata database and what its commits need: shared by the store and the thread
@@ -405,6 +408,7 @@ impl Store {
             replayed: false,
             room: Mutex::new((None, u64::MAX)),
             cache: ReadCache::new(default_cache_bytes(memory_bytes())),
+            applying: Default::default(),
         };
         store
             .replay_log(wal_start, wal_applied)
@@ -1051,6 +1055,62 @@ mod tests {
         assert!(store.read_would_wait(&held));
         drop(lock);
         assert!(!store.read_would_wait(&held));
+    }
+
+    /// A transaction would wait while another is under way (here held at its object's
+    /// lock) and while the log's next records would make a checkpoint, and not otherwise.
+    #[test]
+    fn a_transaction_would_wait_for_another_under_way_or_a_checkpoint_near() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let kek = KeyEncryptionKey::from_bytes([7; 32]);
+        let options = MkfsOptions {
+            mode: Mode::Gcm,
+            size_bytes: 256 << 20,
+            device: None,
+        };
+        Store::mkfs(dir.path(), &options, &kek).expect("mkfs");
+        let store = Store::open(dir.path(), &kek).expect("open");
+        let held = object(1, "held");
+        let write = |fill: u8| {
+            let mut txn = Transaction::new();
+            txn.write(&held, 0, &[fill; 512]);
+            store.apply(txn).expect("write");
+        };
+        write(0);
+        assert!(!store.apply_would_wait());
+
+        let id = store.shared.meta.object_id(held.pool, held.name.as_str());
+        std::thread::scope(|scope| {
+            let lock = store.slots[crate::apply::slot_of(&id)]
+                .write()
+                .expect("object lock");
+            let applying = scope.spawn(|| write(1));
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while !store.apply_would_wait() {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "a transaction waiting for its object's lock is not counted as under way"
+                );
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            drop(lock);
+            applying.join().expect("the writing thread");
+        });
+        assert!(!store.apply_would_wait());
+
+        let checkpoint = crate::wal::CHECKPOINT_RECORDS;
+        for fill in 0..checkpoint {
+            if store.apply_would_wait() {
+                break;
+            }
+            write(fill as u8);
+        }
+        assert_eq!(store.wal.tail().records, checkpoint - 1);
+        write(2);
+        assert!(store.apply_would_wait(), "the next group checkpoints first");
+        write(3);
+        assert_eq!(store.wal.tail().records, 1, "that group made a checkpoint");
+        assert!(!store.apply_would_wait());
     }
 
     /// A store of format 4 has no `undo` table; opening it adds one, and writes keeping

@@ -123,6 +123,17 @@ impl Transaction {
         self.ops.len()
     }
 
+    /// The bytes of data its writes carry.
+    pub fn data_bytes(&self) -> u64 {
+        self.ops
+            .iter()
+            .map(|op| match op {
+                Op::Write { len_bytes, .. } | Op::WriteSealed { len_bytes, .. } => *len_bytes,
+                _ => 0,
+            })
+            .sum()
+    }
+
     /// Adds `other`'s ops after this one's, to be applied in the same commit.
     pub fn append(&mut self, other: Transaction) -> &mut Self {
         self.ops.extend(other.ops);

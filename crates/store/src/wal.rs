@@ -392,6 +392,14 @@ impl Wal {
             && tail.offset_bytes + len_bytes <= self.device.len_bytes()
     }
 
+    /// Whether a checkpoint is near: the next group whose record is as large as a short
+    /// group's may be, or the one after, would make one first.
+    pub(crate) fn checkpoint_near(&self) -> bool {
+        let tail = self.tail();
+        tail.records + 1 >= CHECKPOINT_RECORDS
+            || tail.offset_bytes + 2 * (INLINE_BYTES_MAX + BLOCK) > self.device.len_bytes()
+    }
+
     /// Whether a record of `len_bytes` fits in the log at all.
     pub(crate) fn holds(&self, len_bytes: u64) -> bool {
         len_bytes <= self.device.len_bytes()
