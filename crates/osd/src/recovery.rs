@@ -100,41 +100,52 @@ impl OsdState {
         object: &map::ObjectRef,
         work: impl FnOnce(&store::Store) -> T + Send + 'static,
     ) -> Result<T, String> {
-        self.here_or_blocking(|store| store.read_would_wait(object), work)
+        self.here_or_blocking(self.store.read_would_wait(object), work)
             .await
     }
 
     /// Applies `txn` on this thread when it writes at most `APPLY_HERE_BYTES` and the store
     /// says it would not wait for anything but its own work and its group's write and sync
     /// (`Store::apply_would_wait`); on the blocking pool otherwise. At one write in flight
-    /// that is every OSD's apply, and the hand-off to a pool thread and back was a third of
-    /// a replica's part (docs/benchmarks.md). A primary's sends to its replicas are tasks of
-    /// this thread: it lets them go out before it applies here.
+    /// that is every replica's apply, and the hand-off to a pool thread and back was a
+    /// third of a replica's part (docs/benchmarks.md).
     pub async fn apply_here(&self, txn: Transaction) -> Result<(), String> {
-        let applied = match txn.data_bytes() <= APPLY_HERE_BYTES {
-            true => {
-                self.here_or_blocking(store::Store::apply_would_wait, move |store| {
-                    store.apply(txn)
-                })
-                .await?
-            }
-            false => self.blocking(move |store| store.apply(txn)).await?,
-        };
-        applied.map_err(|e| e.to_string())
+        let waits = self.apply_waits(&txn);
+        self.here_or_blocking(waits, move |store| store.apply(txn))
+            .await?
+            .map_err(|e| e.to_string())
     }
 
-    /// Runs `work` on this thread when `waits` says the store would not make it wait and
-    /// no other store call runs on one of this OSD's network threads; on the blocking pool
+    /// [`OsdState::apply_here`] for a primary, whose sends to its replicas are tasks of this
+    /// thread queued behind the caller: when it is to apply here, it first yields, so that
+    /// they go out before this thread is busy with the apply.
+    pub async fn apply_after_sends(&self, txn: Transaction) -> Result<(), String> {
+        let here = self.store_calls == crate::StoreCalls::Blocking
+            && !self.working_here.load(Ordering::Relaxed)
+            && !self.apply_waits(&txn);
+        if here {
+            tokio::task::yield_now().await;
+        }
+        self.apply_here(txn).await
+    }
+
+    fn apply_waits(&self, txn: &Transaction) -> bool {
+        txn.data_bytes() > APPLY_HERE_BYTES || self.store.apply_would_wait(txn)
+    }
+
+    /// Runs `work` on this thread unless `waits` (the store would make it wait) or another
+    /// store call runs on one of this OSD's network threads; on the blocking pool
     /// otherwise. Work here holds up this thread's other tasks while it runs (a 4 KiB read
     /// or a small write's group commit of an SSD: tens of microseconds; of a disk,
-    /// milliseconds), so one at a time runs here.
+    /// milliseconds), and tokio may leave the other network thread asleep meanwhile, so
+    /// one at a time runs here.
     async fn here_or_blocking<T: Send + 'static>(
         &self,
-        waits: impl FnOnce(&store::Store) -> bool,
+        waits: bool,
         work: impl FnOnce(&store::Store) -> T + Send + 'static,
     ) -> Result<T, String> {
         let here = self.store_calls == crate::StoreCalls::Blocking
-            && !waits(&self.store)
+            && !waits
             && self
                 .working_here
                 .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)

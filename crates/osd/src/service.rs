@@ -688,10 +688,7 @@ impl OsdService {
                     continue;
                 }
                 Action::Apply => {
-                    // The sends to the replicas are tasks of this thread, queued behind this
-                    // one: they go out before it applies (`OsdState::apply_here`).
-                    tokio::task::yield_now().await;
-                    let applied = inner.apply_here(std::mem::take(&mut txn)).await;
+                    let applied = inner.apply_after_sends(std::mem::take(&mut txn)).await;
                     if let (Ok(()), Some(complete_to)) = (&applied, complete_to) {
                         core.undo_dropped = core.undo_dropped.max(complete_to);
                         core.position = core.position_of(inner.id);

@@ -464,16 +464,21 @@ impl Store {
         applied
     }
 
-    /// Whether a transaction applied now would wait beyond its own work and its group's
-    /// write and sync: for another transaction under way (whose group it would join, or
-    /// whose objects it may need), for a checkpoint its group would make first, or to
-    /// commit the changes waiting because the store's thread fell behind. A caller that
-    /// should not wait long (a network thread) hands such a transaction to another
-    /// thread. The answer holds as of the call.
-    pub fn apply_would_wait(&self) -> bool {
+    /// Whether `txn` applied now would wait beyond its own work and its group's write and
+    /// sync: for another transaction under way (whose group it would join, or whose objects
+    /// it may need), for a checkpoint its group would make first (the log nearly full, or
+    /// the host short of room), to commit the changes waiting because the store's thread
+    /// fell behind, or to commit its own group to the database at once (it removes a key
+    /// range). A caller that should not wait long (a network thread) hands such a
+    /// transaction to another thread. The answer holds as of the call. `applying` is
+    /// looked at first: the log's tail is locked across a record's write and sync, and
+    /// only a transaction under way appends.
+    pub fn apply_would_wait(&self, txn: &Transaction) -> bool {
         self.applying.load(std::sync::atomic::Ordering::Acquire) > 0
+            || txn.removes_ranges()
             || self.wal.checkpoint_near()
-            || self.shared.waiting().overdue()
+            || self.short_of_room()
+            || self.shared.waiting().overdue_after_one_more()
     }
 
     fn transact(&self, txn: Transaction) -> Result<(), ApplyError> {

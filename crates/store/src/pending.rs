@@ -44,6 +44,10 @@ pub(crate) const PENDING_BYTES_MAX: usize = 1 << 20;
 /// than the thread commits them.
 pub(crate) const OVERDUE_FACTOR: usize = 4;
 
+/// The metadata a group of small writes is taken to add here at most when telling whether
+/// it would make the changes overdue (`Pending::overdue_after_one_more`).
+const GROUP_META_BYTES: usize = 64 << 10;
+
 /// The tables a transaction writes, in the order of `table_slot`.
 const TABLES: usize = 5;
 
@@ -148,6 +152,13 @@ impl Pending {
             || self.bytes >= PENDING_BYTES_MAX * OVERDUE_FACTOR
     }
 
+    /// Whether one more group (its metadata taken as at most `GROUP_META_BYTES`) would make
+    /// the changes here overdue: that group's leader would commit them itself.
+    pub(crate) fn overdue_after_one_more(&self) -> bool {
+        self.groups + 1 >= PENDING_GROUPS_MAX * OVERDUE_FACTOR
+            || self.bytes + GROUP_META_BYTES >= PENDING_BYTES_MAX * OVERDUE_FACTOR
+    }
+
     /// Each table's changes, in key order.
     pub(crate) fn tables(&self) -> impl Iterator<Item = (Table, &Changes)> {
         SLOT_TABLES.into_iter().zip(&self.tables)
@@ -182,10 +193,10 @@ impl Waiting {
         self.newer.touches(id) || self.committing.as_ref().is_some_and(|c| c.touches(id))
     }
 
-    /// Whether the changes logged since the last commit began are overdue
-    /// (`Pending::overdue`): the next group's leader would commit them itself.
-    pub(crate) fn overdue(&self) -> bool {
-        self.newer.overdue()
+    /// Whether the next group would make the changes logged since the last commit began
+    /// overdue (`Pending::overdue_after_one_more`).
+    pub(crate) fn overdue_after_one_more(&self) -> bool {
+        self.newer.overdue_after_one_more()
     }
 
     /// The changes logged since the commit under way began (all of them, with none under

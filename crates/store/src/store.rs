@@ -1077,7 +1077,18 @@ mod tests {
             store.apply(txn).expect("write");
         };
         write(0);
-        assert!(!store.apply_would_wait());
+        let small = |fill: u8| {
+            let mut txn = Transaction::new();
+            txn.write(&held, 0, &[fill; 512]);
+            txn
+        };
+        assert!(!store.apply_would_wait(&small(0)));
+        let mut remove = Transaction::new();
+        remove.remove(&held);
+        assert!(
+            store.apply_would_wait(&remove),
+            "a removal's group is committed at once"
+        );
 
         let id = store.shared.meta.object_id(held.pool, held.name.as_str());
         std::thread::scope(|scope| {
@@ -1086,7 +1097,7 @@ mod tests {
                 .expect("object lock");
             let applying = scope.spawn(|| write(1));
             let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-            while !store.apply_would_wait() {
+            while !store.apply_would_wait(&small(1)) {
                 assert!(
                     std::time::Instant::now() < deadline,
                     "a transaction waiting for its object's lock is not counted as under way"
@@ -1096,21 +1107,24 @@ mod tests {
             drop(lock);
             applying.join().expect("the writing thread");
         });
-        assert!(!store.apply_would_wait());
+        assert!(!store.apply_would_wait(&small(1)));
 
         let checkpoint = crate::wal::CHECKPOINT_RECORDS;
         for fill in 0..checkpoint {
-            if store.apply_would_wait() {
+            if store.apply_would_wait(&small(2)) {
                 break;
             }
             write(fill as u8);
         }
         assert_eq!(store.wal.tail().records, checkpoint - 1);
         write(2);
-        assert!(store.apply_would_wait(), "the next group checkpoints first");
+        assert!(
+            store.apply_would_wait(&small(3)),
+            "the next group checkpoints first"
+        );
         write(3);
         assert_eq!(store.wal.tail().records, 1, "that group made a checkpoint");
-        assert!(!store.apply_would_wait());
+        assert!(!store.apply_would_wait(&small(4)));
     }
 
     /// A store of format 4 has no `undo` table; opening it adds one, and writes keeping

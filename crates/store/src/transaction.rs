@@ -123,6 +123,17 @@ impl Transaction {
         self.ops.len()
     }
 
+    /// Whether it removes a range of keys (an object or its omap; a rollback may remove
+    /// the object): its group is committed to the database at once, not kept waiting.
+    pub(crate) fn removes_ranges(&self) -> bool {
+        self.ops.iter().any(|op| {
+            matches!(
+                op,
+                Op::Remove { .. } | Op::OmapClear { .. } | Op::Rollback { .. }
+            )
+        })
+    }
+
     /// The bytes of data its writes carry.
     pub fn data_bytes(&self) -> u64 {
         self.ops
