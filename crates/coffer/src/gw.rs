@@ -130,6 +130,27 @@ pub enum UserCommand {
     },
     /// Removes a user (refused while it owns buckets).
     Rm { name: String },
+    /// A user's own policies (IAM inline user policies): put, get, ls, rm. A user whose
+    /// policies allow `iam:PutUserPolicy` and the like may then manage them over IAM's API.
+    #[command(subcommand)]
+    Policy(UserPolicyCommand),
+}
+
+#[derive(clap::Subcommand)]
+pub enum UserPolicyCommand {
+    /// Attaches policy NAME to USER, replacing one of that name: an IAM policy document
+    /// (JSON) from FILE, or from standard input with `-`.
+    Put {
+        user: String,
+        name: String,
+        file: PathBuf,
+    },
+    /// Prints policy NAME of USER.
+    Get { user: String, name: String },
+    /// Lists USER's policies.
+    Ls { user: String },
+    /// Removes policy NAME from USER.
+    Rm { user: String, name: String },
 }
 
 #[derive(clap::Subcommand)]
@@ -567,8 +588,57 @@ pub fn user(who: &Who, cli: UserCli) -> Result<(), String> {
                 println!("user {name} removed");
                 Ok(())
             }
+            UserCommand::Policy(command) => user_policy(&pool, command).await,
         }
     })
+}
+
+async fn user_policy(pool: &client::Pool, command: UserPolicyCommand) -> Result<(), String> {
+    let found = |user: String| async move {
+        gateway::users::get(pool, &user)
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| format!("user {user} does not exist"))
+    };
+    match command {
+        UserPolicyCommand::Put { user, name, file } => {
+            let document = if file.as_os_str() == "-" {
+                std::io::read_to_string(std::io::stdin())
+            } else {
+                std::fs::read_to_string(&file)
+            }
+            .map_err(|e| format!("{}: {e}", file.display()))?;
+            gateway::users::put_policy(pool, &user, &name, &document)
+                .await
+                .map_err(|e| e.to_string())?;
+            println!(
+                "policy {name} of user {user} set ({} bytes)",
+                document.len()
+            );
+        }
+        UserPolicyCommand::Get { user, name } => {
+            let document = found(user.clone())
+                .await?
+                .policies
+                .into_iter()
+                .find(|(given, _)| *given == name)
+                .ok_or_else(|| format!("user {user} has no policy {name}"))?
+                .1;
+            println!("{document}");
+        }
+        UserPolicyCommand::Ls { user } => {
+            for (name, document) in found(user).await?.policies {
+                println!("{name}  ({} bytes)", document.len());
+            }
+        }
+        UserPolicyCommand::Rm { user, name } => {
+            gateway::users::delete_policy(pool, &user, &name)
+                .await
+                .map_err(|e| e.to_string())?;
+            println!("policy {name} of user {user} removed");
+        }
+    }
+    Ok(())
 }
 
 /// The settings that point the usual S3 clients at a gateway, ready to paste: aws-cli,

@@ -208,7 +208,17 @@ pub fn decode<T: Record>(bytes: &[u8]) -> Result<T, String> {
     }
 }
 
-impl Record for User {}
+/// Format 2 added the user's policies.
+impl Record for User {
+    const FORMAT: u8 = 2;
+
+    fn earlier(format: u8, bytes: &[u8]) -> Result<Self, String> {
+        match format {
+            1 => Ok(read::<UserV1>(bytes)?.into()),
+            _ => Err(format!("user format {format} is not known here")),
+        }
+    }
+}
 impl Record for BucketInfo {}
 impl Record for Sse {}
 impl Record for Head {}
@@ -256,6 +266,30 @@ pub struct User {
     pub access_key: String,
     pub secret_key: String,
     pub created_ns: u64,
+    /// The user's own (inline) policies, by name, in name order: each document as it was
+    /// given (`crate::policy::Policy::parse_identity` reads it).
+    pub policies: Vec<(String, String)>,
+}
+
+/// A user as format 1 stored it, before policies.
+#[derive(Deserialize)]
+struct UserV1 {
+    name: String,
+    access_key: String,
+    secret_key: String,
+    created_ns: u64,
+}
+
+impl From<UserV1> for User {
+    fn from(first: UserV1) -> User {
+        User {
+            name: first.name,
+            access_key: first.access_key,
+            secret_key: first.secret_key,
+            created_ns: first.created_ns,
+            policies: Vec::new(),
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -760,6 +794,28 @@ pub fn past(prefix: &[u8]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_user_of_the_first_format_reads_with_no_policies() {
+        #[derive(Serialize)]
+        struct First<'a>(&'a str, &'a str, &'a str, u64);
+        let mut bytes = vec![1];
+        bytes.extend(postcard::to_allocvec(&First("ann", "CKA", "secret", 5)).expect("encoded"));
+        let user: User = decode(&bytes).expect("decoded");
+        let want = User {
+            name: "ann".into(),
+            access_key: "CKA".into(),
+            secret_key: "secret".into(),
+            created_ns: 5,
+            policies: Vec::new(),
+        };
+        assert_eq!(user, want);
+        let with_one = User {
+            policies: vec![("all".into(), "{}".into())],
+            ..want
+        };
+        assert_eq!(decode::<User>(&encode(&with_one)), Ok(with_one));
+    }
 
     #[test]
     fn records_round_trip_and_unknown_formats_are_refused() {

@@ -16,6 +16,7 @@ pub mod data;
 
 #[cfg(any(test, fuzzing))]
 pub mod fuzz;
+mod iam;
 pub mod kmip;
 pub mod kms;
 pub mod layout;
@@ -77,4 +78,7 @@ pub enum Error {
     Internal(String),
     #[error("cluster: {0}")]
     Cluster(#[from] client::Error),
+    /// A user's policy refused, for a reason IAM names.
+    #[error("{0}")]
+    UserPolicy(users::PolicyRefusal),
 }

@@ -1,15 +1,20 @@
-//! Bucket policies and public access blocks: who may do what to a bucket and its objects
-//! beyond its owner. Pure code: the gateway gives each request's principal, action,
-//! resource and condition keys ([`Asked`]), and [`decide`] decides, leaving to ACLs
-//! (`crate::acl`) what it does not.
+//! Bucket policies, users' own policies and public access blocks: who may do what to a
+//! bucket and its objects beyond its owner. Pure code: the gateway gives each request's
+//! principal, action, resource and condition keys ([`Asked`]), and [`decide`] decides,
+//! leaving to ACLs (`crate::acl`) what it does not.
 //!
 //! A policy is the IAM policy grammar S3 takes: statements that allow or deny actions
 //! (`s3:GetObject`, `s3:*`) on resources (`arn:aws:s3:::bucket/prefix*`) to principals
 //! (`*`, a user's ARN or name), under conditions on the request (`StringEquals`,
 //! `StringLike`, `Numeric…`, `Date…`, `Bool`, `IpAddress`, `Null`, `Arn…`, with
 //! `…IfExists`, `ForAnyValue:` and `ForAllValues:`). An explicit deny wins over everything,
-//! the owner included (except over the policy verbs, so that an owner can never lock itself
-//! out); the owner needs no allow; anyone else needs one.
+//! the owner included (except a bucket policy's over the policy verbs, so that an owner can
+//! never lock itself out); the owner needs no allow; anyone else needs one.
+//!
+//! A user's own policies (IAM inline user policies, [`Policy::parse_identity`]) are the same
+//! grammar without principals: they speak of the user they are attached to. Their deny wins
+//! as a bucket policy's does, over the owner too; their allow opens other users' buckets, as
+//! in Ceph's gateway, whose users are one account's.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -75,6 +80,14 @@ pub enum Action {
     GetObjectVersionAcl,
     PutObjectAcl,
     PutObjectVersionAcl,
+    /// ListBuckets, on the resource [`ALL_BUCKETS`].
+    ListAllMyBuckets,
+    CreateBucket,
+    /// The IAM verbs on a user's policies, on the resource [`user_resource`].
+    PutUserPolicy,
+    GetUserPolicy,
+    ListUserPolicies,
+    DeleteUserPolicy,
 }
 
 impl Action {
@@ -133,6 +146,12 @@ impl Action {
             GetObjectVersionAcl => "s3:GetObjectVersionAcl",
             PutObjectAcl => "s3:PutObjectAcl",
             PutObjectVersionAcl => "s3:PutObjectVersionAcl",
+            ListAllMyBuckets => "s3:ListAllMyBuckets",
+            CreateBucket => "s3:CreateBucket",
+            PutUserPolicy => "iam:PutUserPolicy",
+            GetUserPolicy => "iam:GetUserPolicy",
+            ListUserPolicies => "iam:ListUserPolicies",
+            DeleteUserPolicy => "iam:DeleteUserPolicy",
         }
     }
 
@@ -157,6 +176,47 @@ pub struct Asked<'a> {
     /// `arn:aws:s3:::bucket` or `arn:aws:s3:::bucket/key`.
     pub resource: &'a str,
     pub context: &'a Context,
+}
+
+/// The condition keys of any request: the time `now`, how it came (`from`: over TLS or
+/// not, and from which address) and who sent it.
+pub fn common_context(
+    now: time::OffsetDateTime,
+    from: Option<(bool, IpAddr)>,
+    principal: Option<&str>,
+) -> Context {
+    let mut context = Context::new();
+    let mut put = |key: &str, value: String| {
+        context
+            .entry(key.to_ascii_lowercase())
+            .or_default()
+            .push(value)
+    };
+    if let Ok(text) = now.format(&time::format_description::well_known::Rfc3339) {
+        put("aws:CurrentTime", text);
+    }
+    put("aws:EpochTime", now.unix_timestamp().to_string());
+    if let Some((secure, address)) = from {
+        put("aws:SecureTransport", secure.to_string());
+        put("aws:SourceIp", address.to_canonical().to_string());
+    }
+    match principal {
+        Some(user) => {
+            put("aws:username", user.into());
+            put("aws:userid", user.into());
+            put("aws:PrincipalType", "User".into());
+        }
+        None => put("aws:PrincipalType", "Anonymous".into()),
+    }
+    context
+}
+
+/// The resource of ListBuckets: `arn:aws:s3:::*` and `*` match it.
+pub const ALL_BUCKETS: &str = "arn:aws:s3:::";
+
+/// The ARN of user `name`, which the IAM verbs on its policies act on.
+pub fn user_resource(name: &str) -> String {
+    format!("arn:aws:iam:::user/{name}")
 }
 
 /// The ARN of a bucket, or of one of its objects.
@@ -309,9 +369,27 @@ const PINNING_KEYS: &[&str] = &[
     "aws:username",
 ];
 
+/// Which kind of policy a document is read as.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// A bucket's: each statement names its principals; S3 actions only.
+    Bucket,
+    /// A user's own: no principals, distinct `Sid`s, S3 and IAM actions.
+    Identity,
+}
+
 impl Policy {
-    /// Reads a policy document; the error says what is wrong with it.
+    /// Reads a bucket policy document; the error says what is wrong with it.
     pub fn parse(text: &str) -> Result<Policy, String> {
+        Policy::read(text, Kind::Bucket)
+    }
+
+    /// Reads a user's own policy document (IAM's grammar for identity policies).
+    pub fn parse_identity(text: &str) -> Result<Policy, String> {
+        Policy::read(text, Kind::Identity)
+    }
+
+    fn read(text: &str, kind: Kind) -> Result<Policy, String> {
         if text.len() > POLICY_BYTES_MAX {
             return Err(format!(
                 "the policy is {} bytes, more than {POLICY_BYTES_MAX}",
@@ -324,6 +402,7 @@ impl Policy {
             return Err("the policy is not a JSON object".into());
         };
         let mut statements = Vec::new();
+        let mut sids = std::collections::BTreeSet::new();
         for (name, value) in &document {
             match name.as_str() {
                 "Version" => match value.as_str() {
@@ -337,7 +416,11 @@ impl Policy {
                         single => vec![single],
                     };
                     for item in listed {
-                        statements.push(statement(item)?);
+                        let sid = item.get("Sid").map(|sid| sid.to_string());
+                        if kind == Kind::Identity && sid.is_some_and(|sid| !sids.insert(sid)) {
+                            return Err("two Statements have the same Sid".into());
+                        }
+                        statements.push(statement(item, kind)?);
                     }
                 }
                 other => return Err(format!("unknown policy element {other:?}")),
@@ -418,8 +501,33 @@ pub enum Decision {
     AskAcl,
 }
 
-/// What `asked`, on a bucket that `owner` owns, gets under its `policy` and `block`.
-pub fn decide(owner: &str, asked: &Asked, policy: Option<&Policy>, block: PublicBlock) -> Decision {
+/// What the policies of the user who asks (`identity`) say of `asked`: a deny from any
+/// wins, and without a deny an allow from any.
+pub fn judge_all(identity: &[Policy], asked: &Asked) -> Verdict {
+    let mut verdict = Verdict::Silent;
+    for policy in identity {
+        match policy.judge(asked) {
+            Verdict::Denied => return Verdict::Denied,
+            Verdict::Allowed => verdict = Verdict::Allowed,
+            Verdict::Silent => {}
+        }
+    }
+    verdict
+}
+
+/// What `asked`, on a bucket that `owner` owns, gets under its `policy` and `block` and
+/// the policies of the user who asks (`identity`, none for an anonymous request).
+pub fn decide(
+    owner: &str,
+    asked: &Asked,
+    policy: Option<&Policy>,
+    block: PublicBlock,
+    identity: &[Policy],
+) -> Decision {
+    let mine = judge_all(identity, asked);
+    if mine == Verdict::Denied {
+        return Decision::Deny;
+    }
     let is_owner = asked.principal == Some(owner);
     if is_owner && asked.action.on_policy() {
         return Decision::Allow;
@@ -427,7 +535,7 @@ pub fn decide(owner: &str, asked: &Asked, policy: Option<&Policy>, block: Public
     let verdict = policy.map_or(Verdict::Silent, |p| p.judge(asked));
     match verdict {
         Verdict::Denied => Decision::Deny,
-        _ if is_owner => Decision::Allow,
+        _ if is_owner || mine == Verdict::Allowed => Decision::Allow,
         Verdict::Allowed if block.restrict_buckets && policy.is_some_and(Policy::is_public) => {
             Decision::Deny
         }
@@ -594,7 +702,7 @@ fn strings(value: &serde_json::Value, what: &str) -> Result<Vec<String>, String>
     Ok(values)
 }
 
-fn statement(value: &serde_json::Value) -> Result<Statement, String> {
+fn statement(value: &serde_json::Value, kind: Kind) -> Result<Statement, String> {
     let serde_json::Value::Object(fields) = value else {
         return Err("a Statement is not a JSON object".into());
     };
@@ -616,6 +724,9 @@ fn statement(value: &serde_json::Value) -> Result<Statement, String> {
                     _ => return Err(format!("Effect {value} is neither Allow nor Deny")),
                 })
             }
+            "Principal" | "NotPrincipal" if kind == Kind::Identity => {
+                return Err(format!("a user's policy names no {name}: it is the user's"))
+            }
             "Principal" | "NotPrincipal" => {
                 not_principal = name == "NotPrincipal";
                 principals = Some(principal(value)?);
@@ -624,7 +735,10 @@ fn statement(value: &serde_json::Value) -> Result<Statement, String> {
                 not_action = name == "NotAction";
                 let given = strings(value, name)?;
                 for action in &given {
-                    let known = action == "*" || action.to_ascii_lowercase().starts_with("s3:");
+                    let lower = action.to_ascii_lowercase();
+                    let known = action == "*"
+                        || lower.starts_with("s3:")
+                        || (kind == Kind::Identity && lower.starts_with("iam:"));
                     if !known {
                         return Err(format!("Policy has an invalid action {action:?}"));
                     }
@@ -643,9 +757,13 @@ fn statement(value: &serde_json::Value) -> Result<Statement, String> {
     if not_principal && effect == Effect::Allow {
         return Err("NotPrincipal is only taken with Deny".into());
     }
+    let principals = match kind {
+        Kind::Bucket => principals.ok_or("a bucket policy Statement needs a Principal")?,
+        Kind::Identity => Principals::Anyone,
+    };
     Ok(Statement {
         effect,
-        principals: principals.ok_or("a bucket policy Statement needs a Principal")?,
+        principals,
         not_principal,
         actions: actions.ok_or("a Statement has no Action")?,
         not_action,
@@ -858,7 +976,7 @@ mod tests {
         // The owner needs no allow, but a deny holds it too, except over the policy.
         let none = PublicBlock::default();
         let decision =
-            |principal, action, policy| decide("owner", &ask(principal, action), policy, none);
+            |principal, action, policy| decide("owner", &ask(principal, action), policy, none, &[]);
         assert_eq!(
             decision(Some("owner"), Action::GetObject, Some(&p)),
             Decision::Deny
@@ -895,19 +1013,110 @@ mod tests {
             restrict_buckets: true,
             ..open
         };
-        assert_eq!(decide("owner", &ask(None), Some(&p), open), Decision::Allow);
         assert_eq!(
-            decide("owner", &ask(None), Some(&p), restricted),
-            Decision::Deny
-        );
-        assert_eq!(
-            decide("owner", &ask(Some("bob")), Some(&p), restricted),
-            Decision::Deny
-        );
-        assert_eq!(
-            decide("owner", &ask(Some("owner")), Some(&p), restricted),
+            decide("owner", &ask(None), Some(&p), open, &[]),
             Decision::Allow
         );
+        assert_eq!(
+            decide("owner", &ask(None), Some(&p), restricted, &[]),
+            Decision::Deny
+        );
+        assert_eq!(
+            decide("owner", &ask(Some("bob")), Some(&p), restricted, &[]),
+            Decision::Deny
+        );
+        assert_eq!(
+            decide("owner", &ask(Some("owner")), Some(&p), restricted, &[]),
+            Decision::Allow
+        );
+    }
+
+    #[test]
+    fn a_users_own_policies_deny_over_ownership_and_allow_into_others_buckets() {
+        let identity = |statements: &str| {
+            Policy::parse_identity(&format!(
+                r#"{{"Version": "2012-10-17", "Statement": [{statements}]}}"#
+            ))
+            .expect("a user policy")
+        };
+        let deny = identity(
+            r#"{"Effect": "Deny", "Action": ["s3:ListAllMyBuckets", "s3:DeleteBucket"],
+                "Resource": "arn:aws:s3:::*"}"#,
+        );
+        let allow = identity(
+            r#"{"Sid": "a", "Effect": "Allow", "Action": "s3:ListBucket",
+                "Resource": "arn:aws:s3:::b"},
+               {"Sid": "b", "Effect": "Allow", "Action": "iam:*", "Resource": "*"}"#,
+        );
+        let context = Context::new();
+        let ask = |principal, action, resource| Asked {
+            principal,
+            action,
+            resource,
+            context: &context,
+        };
+        let none = PublicBlock::default();
+        let delete = ask(Some("owner"), Action::DeleteBucket, "arn:aws:s3:::b");
+        assert_eq!(decide("owner", &delete, None, none, &[]), Decision::Allow);
+        assert_eq!(
+            decide("owner", &delete, None, none, std::slice::from_ref(&deny)),
+            Decision::Deny
+        );
+        let everything = ask(Some("owner"), Action::ListAllMyBuckets, ALL_BUCKETS);
+        assert_eq!(
+            judge_all(std::slice::from_ref(&deny), &everything),
+            Verdict::Denied
+        );
+        let list = ask(Some("bob"), Action::ListBucket, "arn:aws:s3:::b");
+        assert_eq!(decide("owner", &list, None, none, &[]), Decision::AskAcl);
+        assert_eq!(
+            decide("owner", &list, None, none, std::slice::from_ref(&allow)),
+            Decision::Allow
+        );
+        // A deny in any of the user's policies wins over an allow in another.
+        let both = [allow.clone(), deny.clone()];
+        let delete_other = ask(Some("bob"), Action::DeleteBucket, "arn:aws:s3:::b");
+        assert_eq!(
+            decide("owner", &delete_other, None, none, &both),
+            Decision::Deny
+        );
+        let user = user_resource("carol");
+        let manage = ask(Some("bob"), Action::PutUserPolicy, &user);
+        assert_eq!(judge_all(&[allow], &manage), Verdict::Allowed);
+        assert_eq!(judge_all(&[deny], &manage), Verdict::Silent);
+
+        for (bad, why) in [
+            (
+                r#"{"Version": "2010-10-17", "Statement": {"Effect": "Allow", "Action": "*", "Resource": "*"}}"#,
+                "Version",
+            ),
+            (r#"{"Version": "2012-10-17"}"#, "no Statement"),
+            (
+                r#"{"Version": "2012-10-17", "Statement": [
+                {"Sid": "x", "Effect": "Allow", "Action": "*", "Resource": "*"},
+                {"Sid": "x", "Effect": "Allow", "Action": "*", "Resource": "*"}]}"#,
+                "same Sid",
+            ),
+            (
+                r#"{"Version": "2012-10-17", "Statement": {"Effect": "Allow", "Action": "*",
+                "Resource": "*", "Principal": "arn:aws:iam:::username"}}"#,
+                "Principal",
+            ),
+            (
+                r#"{"Version": "2012-10-17", "Statement": {"Effect": "Allow", "Action": "sqs:*",
+                "Resource": "*"}}"#,
+                "invalid action",
+            ),
+        ] {
+            let refused = Policy::parse_identity(bad).expect_err(bad);
+            assert!(refused.contains(why), "{bad}: {refused}");
+        }
+        // A bucket policy takes no IAM action.
+        assert!(Policy::parse(
+            r#"{"Statement": {"Effect": "Allow", "Principal": "*", "Action": "iam:*",
+                "Resource": "*"}}"#
+        )
+        .is_err());
     }
 
     #[test]

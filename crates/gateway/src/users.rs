@@ -1,4 +1,5 @@
-//! S3 users: a name, an access key and a secret key, kept in the gateway's pool.
+//! S3 users: a name, an access key, a secret key and the user's own policies, kept in the
+//! gateway's pool.
 
 use bytes::Bytes;
 use client::{ObjectOp, Pool};
@@ -6,9 +7,33 @@ use rand::Rng;
 
 use crate::layout::{self, User};
 use crate::omap::Pages;
+use crate::policy::Policy;
 use crate::Error;
 
 const NAME_BYTES_MAX: usize = 64;
+/// The longest policy name (IAM's).
+pub const POLICY_NAME_MAX: usize = 128;
+/// The most bytes of policy documents one user holds, all together: the user's record,
+/// policies included, is read for every request the user signs.
+pub const USER_POLICIES_BYTES_MAX: usize = 20 * 1024;
+/// How many times a change to a user's record is tried while others change it too.
+const UPDATE_TRIES: usize = 8;
+
+/// Why a user's policy is refused, as IAM tells these apart.
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyRefusal {
+    /// The policy's name (IAM's ValidationError).
+    #[error("policy name {0:?}: use 1 to 128 letters, digits or '+=,.@_-'")]
+    Name(String),
+    /// The document (IAM's MalformedPolicyDocument).
+    #[error("{0}")]
+    Document(String),
+    /// The user's policies would be too large together (IAM's LimitExceeded).
+    #[error(
+        "user {user}'s policies would take {bytes} bytes, more than {USER_POLICIES_BYTES_MAX}"
+    )]
+    TooLarge { user: String, bytes: usize },
+}
 
 fn check_name(name: &str) -> Result<(), Error> {
     let ok = !name.is_empty()
@@ -47,6 +72,7 @@ pub async fn create(pool: &Pool, name: &str) -> Result<User, Error> {
             b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789",
         ),
         created_ns: layout::now_ns(),
+        policies: Vec::new(),
     };
     let record = layout::encode(&user);
     let ops = vec![
@@ -120,4 +146,145 @@ pub async fn remove(pool: &Pool, name: &str) -> Result<(), Error> {
     ];
     pool.omap_remove(layout::USERS, keys).await?;
     Ok(())
+}
+
+/// `user` with policy `name` set to `document` (replacing one of that name), or why not.
+pub fn with_policy(mut user: User, name: &str, document: &str) -> Result<User, PolicyRefusal> {
+    let named = !name.is_empty()
+        && name.len() <= POLICY_NAME_MAX
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"+=,.@_-".contains(&b));
+    if !named {
+        return Err(PolicyRefusal::Name(name.into()));
+    }
+    Policy::parse_identity(document).map_err(PolicyRefusal::Document)?;
+    match user
+        .policies
+        .binary_search_by(|(given, _)| given.as_str().cmp(name))
+    {
+        Ok(at) => user.policies[at].1 = document.into(),
+        Err(at) => user.policies.insert(at, (name.into(), document.into())),
+    }
+    let bytes = user.policies.iter().map(|(_, text)| text.len()).sum();
+    if bytes > USER_POLICIES_BYTES_MAX {
+        return Err(PolicyRefusal::TooLarge {
+            user: user.name,
+            bytes,
+        });
+    }
+    Ok(user)
+}
+
+/// Sets user `user`'s policy `name` to `document`.
+pub async fn put_policy(pool: &Pool, user: &str, name: &str, document: &str) -> Result<(), Error> {
+    update(pool, user, |found| {
+        with_policy(found, name, document).map_err(Error::UserPolicy)
+    })
+    .await
+}
+
+/// Removes user `user`'s policy `name`.
+pub async fn delete_policy(pool: &Pool, user: &str, name: &str) -> Result<(), Error> {
+    update(pool, user, |mut found| {
+        let before = found.policies.len();
+        found.policies.retain(|(given, _)| given != name);
+        if found.policies.len() == before {
+            return Err(Error::NotFound(format!("policy {name} of user {user}")));
+        }
+        Ok(found)
+    })
+    .await
+}
+
+/// Rewrites user `name`'s record as `change` makes it, under both its keys, provided no one
+/// changed or removed it meanwhile (else it reads it again).
+async fn update(
+    pool: &Pool,
+    name: &str,
+    change: impl Fn(User) -> Result<User, Error>,
+) -> Result<(), Error> {
+    let key = layout::user_key(name);
+    for _ in 0..UPDATE_TRIES {
+        let found = match pool.omap_get(layout::USERS, vec![key.clone()]).await {
+            Ok(found) => found.into_iter().next().and_then(|(_, value)| value),
+            Err(client::Error::NotFound) => None,
+            Err(e) => return Err(e.into()),
+        };
+        let Some(bytes) = found else {
+            return Err(Error::NotFound(format!("user {name}")));
+        };
+        let user = change(layout::decode(&bytes).map_err(Error::Corrupt)?)?;
+        let record = layout::encode(&user);
+        let ops = vec![
+            ObjectOp::AssertOmap {
+                key: key.clone(),
+                value: Some(bytes),
+            },
+            ObjectOp::OmapSet {
+                entries: vec![
+                    (key.clone(), record.clone()),
+                    (layout::access_key_key(&user.access_key), record),
+                ],
+            },
+        ];
+        match pool.operate(layout::USERS, ops, Bytes::new()).await {
+            Ok(_) => return Ok(()),
+            Err(client::Error::Mismatch(_)) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(Error::Busy(format!(
+        "user {name} is being changed by others"
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn user() -> User {
+        User {
+            name: "ann".into(),
+            access_key: "CKA".into(),
+            secret_key: "s".into(),
+            created_ns: 1,
+            policies: Vec::new(),
+        }
+    }
+
+    const ALL: &str = r#"{"Version": "2012-10-17",
+        "Statement": {"Effect": "Allow", "Action": "*", "Resource": "*"}}"#;
+
+    #[test]
+    fn policies_are_kept_by_name_and_refused_with_the_reason() {
+        let one = with_policy(user(), "b", ALL).expect("set");
+        let two = with_policy(one, "a", ALL).expect("set");
+        let again = with_policy(two, "b", ALL).expect("replaced");
+        let names: Vec<_> = again.policies.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["a", "b"]);
+        let long = "P".repeat(POLICY_NAME_MAX + 1);
+        for bad in ["", "a b", long.as_str()] {
+            assert!(matches!(
+                with_policy(user(), bad, ALL),
+                Err(PolicyRefusal::Name(_))
+            ));
+        }
+        assert!(matches!(
+            with_policy(user(), "a", r#"{"Version": "2012-10-17"}"#),
+            Err(PolicyRefusal::Document(_))
+        ));
+        let statement = r#"{"Effect": "Allow", "Action": "*", "Resource": "*"}"#;
+        // Two documents of about 10 KiB each: the first fits, the second not beside it.
+        let half = format!(
+            r#"{{"Version": "2012-10-17", "Statement": [{}]}}"#,
+            vec![statement; 200].join(",")
+        );
+        assert!(half.len() < USER_POLICIES_BYTES_MAX && 2 * half.len() > USER_POLICIES_BYTES_MAX);
+        let once = with_policy(user(), "a", &half).expect("under the limit");
+        assert!(matches!(
+            with_policy(once, "b", &half),
+            Err(PolicyRefusal::TooLarge { .. })
+        ));
+    }
 }

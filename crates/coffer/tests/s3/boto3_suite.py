@@ -333,6 +333,7 @@ class Suite:
         self.acl_bucket = f"boto3-{run_id}-acl"
         self.cors_bucket = f"boto3-{run_id}-cors"
         self.checksum_bucket = f"boto3-{run_id}-checksums"
+        self.user_policy_buckets = [f"boto3-{run_id}-user-policy-{who}" for who in ["first", "other"]]
         self.lifecycle_buckets = [f"boto3-{run_id}-lc-{kind}" for kind in ["plain", "versions", "locked"]]
         # Deleted by the first user with an upload in progress, then created by the other.
         self.reused_bucket = f"boto3-{run_id}-reused"
@@ -3281,6 +3282,109 @@ class Suite:
 
     # ACLs and object ownership -----------------------------------------------------------
 
+    def coffer(self, *args, stdin=None):
+        """A `coffer` command on the suite's cluster; its standard output."""
+        command = [os.environ["COFFER_BIN"], "--conf", os.environ["COFFER_CONF"], *args]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120, input=stdin)
+        if done.returncode != 0:
+            raise AssertionError(f"{' '.join(command)} failed: {done.stderr}")
+        return done.stdout
+
+    def iam(self, access, secret):
+        """An IAM client of the gateway, as boto3 makes one for IAM's API."""
+        return boto3.client(
+            "iam", endpoint_url=ENDPOINT, region_name=REGION, aws_access_key_id=access,
+            aws_secret_access_key=secret, verify=CA,
+            config=Config(retries={"mode": "standard", "max_attempts": 1}))
+
+    def user_policies(self):
+        """Users' own policies over IAM's API (Put, Get, List, DeleteUserPolicy), by a user the
+        operator allowed it with `coffer user policy put`: a deny holds a bucket's owner, an
+        allow opens another user's bucket, a deny wins over an allow, a removal holds at
+        once; refusals with IAM's codes."""
+        mine, theirs = self.user_policy_buckets
+        me = self.s3.list_buckets()["Owner"]["ID"]
+        other = self.other.list_buckets()["Owner"]["ID"]
+        iam = self.iam(os.environ["S3_ACCESS"], os.environ["S3_SECRET"])
+        other_iam = self.iam(os.environ["S3_OTHER_ACCESS"], os.environ["S3_OTHER_SECRET"])
+        document = lambda *statements: json.dumps({"Version": "2012-10-17", "Statement": list(statements)})
+        expect_error("put_user_policy by a user no policy allows it", ["AccessDenied"],
+                     iam.put_user_policy, UserName=other, PolicyName="p", PolicyDocument=document(
+                         {"Effect": "Allow", "Action": "*", "Resource": "*"}))
+        admin = document({"Effect": "Allow", "Action": "iam:*", "Resource": "arn:aws:iam:::user/*"})
+        self.coffer("user", "policy", "put", me, "iam-admin", "-", stdin=admin)
+        expect("coffer user policy ls", self.coffer("user", "policy", "ls", me).split()[0], "iam-admin")
+        try:
+            expect_error("put_user_policy by the other user", ["AccessDenied"],
+                         other_iam.put_user_policy, UserName=me, PolicyName="p",
+                         PolicyDocument=document({"Effect": "Allow", "Action": "*", "Resource": "*"}))
+            ok("IAM's API refuses a user no policy allows it; the operator allows one with"
+               " `coffer user policy put`")
+
+            self.other.create_bucket(Bucket=theirs)
+            deny = document({"Effect": "Deny", "Action": ["s3:ListAllMyBuckets", "s3:DeleteBucket"],
+                             "Resource": "arn:aws:s3:::*"})
+            expect("put_user_policy status", status(iam.put_user_policy(
+                UserName=other, PolicyName="deny-buckets", PolicyDocument=deny)), 200)
+            expect_error("list_buckets under a deny", ["AccessDenied"], self.other.list_buckets)
+            expect_error("delete_bucket of one's own bucket under a deny", ["AccessDenied"],
+                         self.other.delete_bucket, Bucket=theirs)
+            got = iam.get_user_policy(UserName=other, PolicyName="deny-buckets")
+            expect("get_user_policy", (got["UserName"], got["PolicyName"], got["PolicyDocument"]),
+                   (other, "deny-buckets", json.loads(deny)))
+            iam.delete_user_policy(UserName=other, PolicyName="deny-buckets")
+            self.other.delete_bucket(Bucket=theirs)
+            ok("a user's deny holds their own bucket; get_user_policy gives it back; removed, it"
+               " holds no more at once")
+
+            self.s3.create_bucket(Bucket=mine)
+            self.s3.put_object(Bucket=mine, Key="shared/a", Body=b"a")
+            expect_error("the other user lists a bucket not theirs", ["AccessDenied"],
+                         self.other.list_objects_v2, Bucket=mine)
+            allow = document({"Sid": "list", "Effect": "Allow", "Action": "s3:ListBucket",
+                              "Resource": f"arn:aws:s3:::{mine}"},
+                             {"Sid": "read", "Effect": "Allow", "Action": ["s3:GetObject"],
+                              "Resource": f"arn:aws:s3:::{mine}/shared/*"})
+            iam.put_user_policy(UserName=other, PolicyName="read-shared", PolicyDocument=allow)
+            listed = [o["Key"] for o in self.other.list_objects_v2(Bucket=mine)["Contents"]]
+            expect("the other user lists under an allow", listed, ["shared/a"])
+            body = self.other.get_object(Bucket=mine, Key="shared/a")["Body"].read()
+            expect_body("the other user reads under an allow", body, b"a")
+            expect_error("the other user writes, which no policy allows", ["AccessDenied"],
+                         self.other.put_object, Bucket=mine, Key="shared/b", Body=b"b")
+            iam.put_user_policy(UserName=other, PolicyName="no-reads", PolicyDocument=document(
+                {"Effect": "Deny", "Action": "s3:GetObject", "Resource": "*"}))
+            expect_error("a read one policy allows and another denies", ["AccessDenied"],
+                         self.other.get_object, Bucket=mine, Key="shared/a")
+            expect("list_user_policies", iam.list_user_policies(UserName=other)["PolicyNames"],
+                   ["no-reads", "read-shared"])
+            ok("a user's allow opens another user's bucket, as far as it says; a deny in another"
+               " of their policies wins")
+
+            expect_error("put_user_policy of a user who does not exist", ["NoSuchEntity"],
+                         iam.put_user_policy, UserName="no-such-user", PolicyName="p",
+                         PolicyDocument=allow)
+            expect_error("get_user_policy of a policy that does not exist", ["NoSuchEntity"],
+                         iam.get_user_policy, UserName=other, PolicyName="never")
+            expect_error("delete_user_policy of a policy that does not exist", ["NoSuchEntity"],
+                         iam.delete_user_policy, UserName=other, PolicyName="never")
+            expect_error("a policy naming a principal", ["MalformedPolicyDocument"],
+                         iam.put_user_policy, UserName=other, PolicyName="p", PolicyDocument=document(
+                             {"Effect": "Allow", "Action": "*", "Resource": "*", "Principal": "*"}))
+            expect_error("a policy name of 129 characters", ["ValidationError"],
+                         iam.put_user_policy, UserName=other, PolicyName="p" * 129, PolicyDocument=allow)
+            for name in ["no-reads", "read-shared"]:
+                iam.delete_user_policy(UserName=other, PolicyName=name)
+            expect("list_user_policies after removals",
+                   iam.list_user_policies(UserName=other)["PolicyNames"], [])
+            expect_error("the other user lists once the allow is gone", ["AccessDenied"],
+                         self.other.list_objects_v2, Bucket=mine)
+            ok("a user or policy that does not exist is NoSuchEntity, a principal in a user's"
+               " policy MalformedPolicyDocument, a long name ValidationError")
+        finally:
+            self.coffer("user", "policy", "rm", me, "iam-admin")
+        self.empty_and_delete(mine)
+
     def acls(self):
         """Canned ACLs and grants on buckets and objects share them with another user or
         with anyone; an object belongs to its writer; a public access block refuses or
@@ -3759,6 +3863,8 @@ class Suite:
             (self.s3, self.cors_bucket),
             (self.s3, self.checksum_bucket),
             (self.other, f"{self.policy_bucket}-other"),
+            (self.s3, self.user_policy_buckets[0]),
+            (self.other, self.user_policy_buckets[1]),
             *[(self.s3, bucket) for bucket in self.lifecycle_buckets],
             (self.s3, self.reused_bucket),
             (self.other, self.reused_bucket),
@@ -3787,6 +3893,7 @@ def main():
         suite.object_lock,
         suite.lifecycle,
         suite.policies,
+        suite.user_policies,
         suite.acls,
         suite.cors,
         suite.checksums,

@@ -10,6 +10,7 @@ use super::error::Refusal;
 use super::list::continuation;
 use super::{encryption, in_bucket, timestamp, Gateway};
 use crate::acl::{Acl, Ownership};
+use crate::policy::{self, Action};
 use crate::versions::Versioning;
 use crate::{buckets, layout, Error};
 
@@ -21,6 +22,8 @@ pub(super) async fn list_buckets(
     req: S3Request<ListBucketsInput>,
 ) -> S3Result<S3Response<ListBucketsOutput>> {
     let user = gw.user(&req).await?;
+    gw.check_identity(&req, Action::ListAllMyBuckets, policy::ALL_BUCKETS)
+        .await?;
     let input = req.input;
     let after = input
         .continuation_token
@@ -74,6 +77,8 @@ pub(super) async fn create_bucket(
     if bucket.contains(".-") || bucket.contains("-.") {
         return Err(Refusal::BucketName(bucket.clone()).into());
     }
+    gw.check_identity(&req, Action::CreateBucket, &policy::resource(bucket, None))
+        .await?;
     let ownership = match &req.input.object_ownership {
         Some(given) => Some(Ownership::parse(given.as_str()).ok_or_else(|| {
             Refusal::Invalid(format!("unknown x-amz-object-ownership {}", given.as_str()))

@@ -34,7 +34,7 @@ use s3s::{S3Request, S3Response, S3Result, S3};
 
 use crate::chunked::Trailers;
 use crate::kms::{Kms, MonitorKms};
-use crate::layout::{self, ContentHeaders, ObjectEntry, Sse, Version};
+use crate::layout::{self, ContentHeaders, ObjectEntry, Sse, User, Version};
 use crate::sse::KeyCache;
 use crate::versions::{self, Amend, Change, VersionId, Versioning};
 use crate::{buckets, data, users, Error, Pools};
@@ -53,9 +53,10 @@ pub struct Gateway {
     pool: Pool,
     /// The content's stripes ([`crate::pools`]).
     data: Pool,
-    /// Access key to user name: a key never changes hands, so this needs no expiry (a
-    /// removed user's key no longer signs anything: [`Gateway::secret`] looks it up anew).
-    names: std::sync::Arc<Mutex<HashMap<String, String>>>,
+    /// Access key to the user who holds it, as the last signature check read them (every
+    /// signed request's check reads the user anew, so a change to a user's policies holds
+    /// from the next request on, and a removed user's key signs nothing).
+    signers: std::sync::Arc<Mutex<HashMap<String, std::sync::Arc<Signer>>>>,
     /// Where data keys come from.
     kms: std::sync::Arc<dyn Kms>,
     /// Unwrapped data keys of encrypted objects.
@@ -89,7 +90,7 @@ impl Gateway {
             readers: crate::readers::Readers::new(pools.data.clone()),
             pool: pools.meta,
             data: pools.data,
-            names: Default::default(),
+            signers: Default::default(),
             kms: kms.clone(),
             cache: KeyCache::default(),
         };
@@ -159,24 +160,43 @@ impl Gateway {
 
     /// The name of the user who signed `req`; an unsigned request is refused.
     async fn user<T>(&self, req: &S3Request<T>) -> S3Result<String> {
+        Ok(self.signer(req).await?.name.clone())
+    }
+
+    /// The user who signed `req`, with their policies; an unsigned request is refused.
+    async fn signer<T>(&self, req: &S3Request<T>) -> S3Result<std::sync::Arc<Signer>> {
         let Some(credentials) = &req.credentials else {
             return Err(Refusal::Unsigned.into());
         };
         let key = &credentials.access_key;
-        if let Some(name) = self.names_lock().get(key) {
-            return Ok(name.clone());
+        if let Some(signer) = self.signers_lock().get(key) {
+            return Ok(signer.clone());
         }
         match users::by_access_key(&self.pool, key).await? {
-            Some(user) => {
-                self.names_lock().insert(key.clone(), user.name.clone());
-                Ok(user.name)
-            }
+            Some(user) => Ok(self.remember(user)?.1),
             None => Err(Refusal::UnknownAccessKey.into()),
         }
     }
 
-    fn names_lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
-        self.names.lock().unwrap_or_else(|p| p.into_inner())
+    /// Keeps `user` as the holder of their access key; their secret key, and what the
+    /// gateway needs of them to decide their requests.
+    fn remember(&self, user: User) -> S3Result<(String, std::sync::Arc<Signer>)> {
+        let mut policies = Vec::with_capacity(user.policies.len());
+        for (name, text) in &user.policies {
+            let policy = crate::policy::Policy::parse_identity(text)
+                .map_err(|e| Error::Corrupt(format!("policy {name} of user {}: {e}", user.name)))?;
+            policies.push(policy);
+        }
+        let signer = std::sync::Arc::new(Signer {
+            name: user.name,
+            policies,
+        });
+        self.signers_lock().insert(user.access_key, signer.clone());
+        Ok((user.secret_key, signer))
+    }
+
+    fn signers_lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, std::sync::Arc<Signer>>> {
+        self.signers.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The object GET, HEAD and copies read: version `version` of `key` if one is asked,
@@ -372,11 +392,18 @@ impl Gateway {
     }
 }
 
+/// A user as the gateway decides the requests they sign: their name and their own
+/// policies.
+pub(crate) struct Signer {
+    pub name: String,
+    pub policies: Vec<crate::policy::Policy>,
+}
+
 #[async_trait::async_trait]
 impl S3Auth for Gateway {
     async fn get_secret_key(&self, access_key: &str) -> S3Result<SecretKey> {
         match users::by_access_key(&self.pool, access_key).await {
-            Ok(Some(user)) => Ok(SecretKey::from(user.secret_key)),
+            Ok(Some(user)) => Ok(SecretKey::from(self.remember(user)?.0)),
             Ok(None) => Err(Refusal::UnknownAccessKey.into()),
             Err(e) => Err(e.into()),
         }

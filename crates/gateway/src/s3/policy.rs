@@ -3,14 +3,16 @@
 //! decide. Here too are the verbs on policies (Put, Get and DeleteBucketPolicy,
 //! GetBucketPolicyStatus) and on public access blocks.
 
+use std::sync::Arc;
+
 use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result};
 
 use super::error::Refusal;
-use super::{in_bucket, Gateway};
+use super::{in_bucket, Gateway, Signer};
 use crate::acl::{self, Ownership, Scope};
 use crate::layout::ObjectEntry;
-use crate::policy::{self, Action, Asked, Context, Decision, Policy, PublicBlock};
+use crate::policy::{self, Action, Asked, Context, Decision, Policy, PublicBlock, Verdict};
 use crate::serve::Peer;
 use crate::{buckets, Error};
 
@@ -27,6 +29,46 @@ impl Gateway {
         match &req.credentials {
             Some(_) => self.user(req).await.map(Some),
             None => Ok(None),
+        }
+    }
+
+    /// The own policies of the user who signed `req` (none for an anonymous request).
+    async fn identity<T>(&self, req: &S3Request<T>) -> S3Result<Option<Arc<Signer>>> {
+        match &req.credentials {
+            Some(_) => self.signer(req).await.map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Refuses `req` where its signer's own policies deny `action` on `resource`: for the
+    /// verbs that act on no bucket yet (ListBuckets, CreateBucket).
+    pub(super) async fn check_identity<T>(
+        &self,
+        req: &S3Request<T>,
+        action: Action,
+        resource: &str,
+    ) -> S3Result<()> {
+        let Some(signer) = self.identity(req).await? else {
+            return Ok(());
+        };
+        if signer.policies.is_empty() {
+            return Ok(());
+        }
+        let context = request_context(req, Some(&signer.name));
+        let asked = Asked {
+            principal: Some(&signer.name),
+            action,
+            resource,
+            context: &context,
+        };
+        match policy::judge_all(&signer.policies, &asked) {
+            Verdict::Denied => Err(Refusal::Denied {
+                who: Some(signer.name.clone()),
+                action: action.name(),
+                resource: resource.into(),
+            }
+            .into()),
+            Verdict::Allowed | Verdict::Silent => Ok(()),
         }
     }
 
@@ -81,14 +123,20 @@ impl Gateway {
             return Err(Refusal::UnexpectedOwner(name.into()).into());
         }
         let block = bucket.public_block.unwrap_or_default();
+        let signer = self.identity(req).await?;
+        let identity = signer.as_ref().map_or(&[][..], |s| &s.policies[..]);
         // No policy: nothing of the request needs reading for its owner.
         let mut context = Context::new();
         let decision = match &bucket.policy {
-            None if principal == Some(owner) => Decision::Allow,
-            None => Decision::AskAcl,
-            Some(found) => {
+            None if identity.is_empty() && principal == Some(owner) => Decision::Allow,
+            None if identity.is_empty() => Decision::AskAcl,
+            found => {
                 context = request_context(req, principal);
-                if let Some(key) = key.filter(|_| found.reads("s3:existingobjecttag/")) {
+                let reads_tags = found
+                    .iter()
+                    .chain(identity)
+                    .any(|p| p.reads("s3:existingobjecttag/"));
+                if let Some(key) = key.filter(|_| reads_tags) {
                     // An object that is not there has no tags; the verb answers for it.
                     if let Ok(entry) = self.object(name, key, version).await {
                         for (tag, value) in entry.tags {
@@ -103,7 +151,7 @@ impl Gateway {
                     resource: &resource,
                     context: &context,
                 };
-                policy::decide(owner, &asked, Some(found), block)
+                policy::decide(owner, &asked, found.as_ref(), block, identity)
             }
         };
         match decision {
@@ -135,7 +183,7 @@ impl Gateway {
             resource: &bucket_resource,
             context: &context,
         };
-        let may_list = match policy::decide(owner, &list, bucket.policy.as_ref(), block) {
+        let may_list = match policy::decide(owner, &list, bucket.policy.as_ref(), block, identity) {
             Decision::Allow => true,
             Decision::Deny => false,
             Decision::AskAcl => acl_grants(bucket, None, principal, Action::ListBucket),
@@ -238,30 +286,18 @@ pub(super) fn query<T>(req: &S3Request<T>, name: &str) -> Option<String> {
 
 /// The condition keys of `req` from `principal`.
 fn request_context<T>(req: &S3Request<T>, principal: Option<&str>) -> Context {
-    let mut context = Context::new();
+    let peer = req.extensions.get::<Peer>();
+    let mut context = policy::common_context(
+        time::OffsetDateTime::now_utc(),
+        peer.map(|peer| (peer.secure, peer.address.ip())),
+        principal,
+    );
     let mut put = |key: &str, value: String| {
         context
             .entry(key.to_ascii_lowercase())
             .or_default()
             .push(value)
     };
-    let now = time::OffsetDateTime::now_utc();
-    if let Ok(text) = now.format(&time::format_description::well_known::Rfc3339) {
-        put("aws:CurrentTime", text);
-    }
-    put("aws:EpochTime", now.unix_timestamp().to_string());
-    if let Some(peer) = req.extensions.get::<Peer>() {
-        put("aws:SecureTransport", peer.secure.to_string());
-        put("aws:SourceIp", peer.address.ip().to_canonical().to_string());
-    }
-    match principal {
-        Some(user) => {
-            put("aws:username", user.into());
-            put("aws:userid", user.into());
-            put("aws:PrincipalType", "User".into());
-        }
-        None => put("aws:PrincipalType", "Anonymous".into()),
-    }
     for (name, value) in &req.headers {
         let Ok(value) = value.to_str() else { continue };
         let name = name.as_str();
