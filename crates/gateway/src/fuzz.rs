@@ -213,6 +213,56 @@ pub fn kmip_seeds() -> Vec<Vec<u8>> {
     ]
 }
 
+/// The date the IAM requests of [`iam_sigv4`] are checked at.
+const IAM_NOW: &str = "20261130T120000Z";
+
+/// Reads `bytes` as a request to IAM's API is checked (`crate::sigv4`): its first line the
+/// `Authorization` header, its second `X-Amz-Date`, its third `Host`, the rest its body;
+/// checks the signature with [`SECRET_ACCESS_KEY`] at [`IAM_NOW`]. Returns whether it
+/// matched.
+pub fn iam_sigv4(bytes: &[u8]) -> bool {
+    let mut lines = bytes.splitn(4, |&b| b == b'\n');
+    let (authorization, date, host) = (lines.next(), lines.next(), lines.next());
+    let body = lines.next().unwrap_or(b"");
+    let mut headers = hyper::HeaderMap::new();
+    for (name, value) in [
+        ("authorization", authorization),
+        ("x-amz-date", date),
+        ("host", host),
+    ] {
+        if let Some(value) = value.and_then(|v| hyper::http::HeaderValue::from_bytes(v).ok()) {
+            headers.insert(name, value);
+        }
+    }
+    let signed = crate::sigv4::Signed {
+        method: "POST",
+        path: "/",
+        query: "",
+        headers: &headers,
+        body,
+    };
+    let Some(now) = crate::sigv4::date(IAM_NOW) else {
+        return false;
+    };
+    match signed.read(now) {
+        Ok((authorization, stamp)) => signed
+            .check(&authorization, stamp, SECRET_ACCESS_KEY)
+            .is_ok(),
+        Err(_) => false,
+    }
+}
+
+/// IAM requests for [`iam_sigv4`]: one signed as boto3 signs a ListUserPolicies, and the
+/// same with its body changed.
+pub fn iam_sigv4_seeds() -> Vec<Vec<u8>> {
+    let body = b"Action=ListUserPolicies&UserName=bob&Version=2010-05-08";
+    let host = "127.0.0.1:7480";
+    let signed = crate::sigv4::sign(ACCESS_KEY_ID, SECRET_ACCESS_KEY, IAM_NOW, host, body);
+    let request =
+        |body: &[u8]| [format!("{signed}\n{IAM_NOW}\n{host}\n").as_bytes(), body].concat();
+    vec![request(body), request(b"Action=DeleteUserPolicy")]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -231,6 +281,19 @@ mod tests {
             assert_eq!(xml(&seed), 1, "{}", String::from_utf8_lossy(&seed));
         }
         assert_eq!(xml(b"<Delete>"), 0);
+    }
+
+    #[test]
+    fn an_iam_request_matches_its_signature_and_a_changed_one_not() {
+        let answered: Vec<bool> = iam_sigv4_seeds()
+            .iter()
+            .map(|seed| iam_sigv4(seed))
+            .collect();
+        assert_eq!(answered, vec![true, false]);
+        let seed = &iam_sigv4_seeds()[0];
+        for cut in [0, 10, seed.len() - 1] {
+            assert!(!iam_sigv4(&seed[..cut]), "cut at {cut}");
+        }
     }
 
     #[test]

@@ -31,6 +31,7 @@ pub mod pools;
 mod readers;
 mod s3;
 pub mod serve;
+mod sigv4;
 pub mod sse;
 pub mod tls;
 pub mod users;

@@ -12,7 +12,7 @@ use crate::Error;
 
 const NAME_BYTES_MAX: usize = 64;
 /// The longest policy name (IAM's).
-pub const POLICY_NAME_MAX: usize = 128;
+pub const POLICY_NAME_BYTES_MAX: usize = 128;
 /// The most bytes of policy documents one user holds, all together: the user's record,
 /// policies included, is read for every request the user signs.
 pub const USER_POLICIES_BYTES_MAX: usize = 20 * 1024;
@@ -149,9 +149,9 @@ pub async fn remove(pool: &Pool, name: &str) -> Result<(), Error> {
 }
 
 /// `user` with policy `name` set to `document` (replacing one of that name), or why not.
-pub fn with_policy(mut user: User, name: &str, document: &str) -> Result<User, PolicyRefusal> {
+fn with_policy(mut user: User, name: &str, document: &str) -> Result<User, PolicyRefusal> {
     let named = !name.is_empty()
-        && name.len() <= POLICY_NAME_MAX
+        && name.len() <= POLICY_NAME_BYTES_MAX
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"+=,.@_-".contains(&b));
@@ -174,6 +174,15 @@ pub fn with_policy(mut user: User, name: &str, document: &str) -> Result<User, P
         });
     }
     Ok(user)
+}
+
+/// `user`'s own policies, read.
+pub fn policies_of(user: &User) -> Result<Vec<Policy>, Error> {
+    let read = |(name, text): &(String, String)| {
+        Policy::parse_identity(text)
+            .map_err(|e| Error::Corrupt(format!("policy {name} of user {}: {e}", user.name)))
+    };
+    user.policies.iter().map(read).collect()
 }
 
 /// Sets user `user`'s policy `name` to `document`.
@@ -263,7 +272,7 @@ mod tests {
         let again = with_policy(two, "b", ALL).expect("replaced");
         let names: Vec<_> = again.policies.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(names, ["a", "b"]);
-        let long = "P".repeat(POLICY_NAME_MAX + 1);
+        let long = "P".repeat(POLICY_NAME_BYTES_MAX + 1);
         for bad in ["", "a b", long.as_str()] {
             assert!(matches!(
                 with_policy(user(), bad, ALL),

@@ -77,7 +77,8 @@ pub(super) async fn create_bucket(
     if bucket.contains(".-") || bucket.contains("-.") {
         return Err(Refusal::BucketName(bucket.clone()).into());
     }
-    gw.check_identity(&req, Action::CreateBucket, &policy::resource(bucket, None))
+    let resource = policy::resource(bucket, None);
+    gw.check_identity(&req, Action::CreateBucket, &resource)
         .await?;
     let ownership = match &req.input.object_ownership {
         Some(given) => Some(Ownership::parse(given.as_str()).ok_or_else(|| {
@@ -86,9 +87,23 @@ pub(super) async fn create_bucket(
         None => None,
     };
     let asked = asked_acl!(req.input, bucket);
+    let locked = req.input.object_lock_enabled_for_bucket.unwrap_or(false);
+    // What the creation sets beyond the bucket, as the verbs that set it later are asked.
+    for (setting, action) in [
+        (
+            asked.canned.is_some() || !asked.grants.is_empty(),
+            Action::PutBucketAcl,
+        ),
+        (locked, Action::PutBucketObjectLockConfiguration),
+        (ownership.is_some(), Action::PutBucketOwnershipControls),
+    ] {
+        if setting {
+            gw.check_identity(&req, action, &resource).await?;
+        }
+    }
     let acl = gw.new_acl(asked, &user, &user, None, ownership).await?;
     let setup = buckets::Setup {
-        locked: req.input.object_lock_enabled_for_bucket.unwrap_or(false),
+        locked,
         acl: acl.clone(),
         ownership,
     };

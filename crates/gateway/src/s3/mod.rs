@@ -34,7 +34,7 @@ use s3s::{S3Request, S3Response, S3Result, S3};
 
 use crate::chunked::Trailers;
 use crate::kms::{Kms, MonitorKms};
-use crate::layout::{self, ContentHeaders, ObjectEntry, Sse, User, Version};
+use crate::layout::{self, ContentHeaders, ObjectEntry, Sse, Version};
 use crate::sse::KeyCache;
 use crate::versions::{self, Amend, Change, VersionId, Versioning};
 use crate::{buckets, data, users, Error, Pools};
@@ -56,7 +56,7 @@ pub struct Gateway {
     /// Access key to the user who holds it, as the last signature check read them (every
     /// signed request's check reads the user anew, so a change to a user's policies holds
     /// from the next request on, and a removed user's key signs nothing).
-    signers: std::sync::Arc<Mutex<HashMap<String, std::sync::Arc<Signer>>>>,
+    signers: std::sync::Arc<Mutex<Signers>>,
     /// Where data keys come from.
     kms: std::sync::Arc<dyn Kms>,
     /// Unwrapped data keys of encrypted objects.
@@ -169,33 +169,52 @@ impl Gateway {
             return Err(Refusal::Unsigned.into());
         };
         let key = &credentials.access_key;
-        if let Some(signer) = self.signers_lock().get(key) {
+        if let Some((_, signer)) = self.signers_lock().by_key.get(key) {
             return Ok(signer.clone());
         }
-        match users::by_access_key(&self.pool, key).await? {
-            Some(user) => Ok(self.remember(user)?.1),
-            None => Err(Refusal::UnknownAccessKey.into()),
+        match self.read_signer(key).await? {
+            (_, Some(signer)) => Ok(signer),
+            (_, None) => Err(Refusal::UnknownAccessKey.into()),
         }
     }
 
-    /// Keeps `user` as the holder of their access key; their secret key, and what the
-    /// gateway needs of them to decide their requests.
-    fn remember(&self, user: User) -> S3Result<(String, std::sync::Arc<Signer>)> {
-        let mut policies = Vec::with_capacity(user.policies.len());
-        for (name, text) in &user.policies {
-            let policy = crate::policy::Policy::parse_identity(text)
-                .map_err(|e| Error::Corrupt(format!("policy {name} of user {}: {e}", user.name)))?;
-            policies.push(policy);
+    /// Reads the holder of access key `key` anew and keeps them, unless a read begun later
+    /// was kept first: their secret key and what the gateway needs of them to decide their
+    /// requests, or `None` for a key no one holds.
+    async fn read_signer(&self, key: &str) -> S3Result<(String, Option<std::sync::Arc<Signer>>)> {
+        let begun = {
+            let mut signers = self.signers_lock();
+            signers.reads += 1;
+            signers.reads
+        };
+        let Some(user) = users::by_access_key(&self.pool, key).await? else {
+            return Ok((String::new(), None));
+        };
+        let mut signers = self.signers_lock();
+        let kept = signers.by_key.get(key);
+        if let Some((_, newer)) = kept.filter(|(read, _)| *read > begun) {
+            return Ok((user.secret_key, Some(newer.clone())));
         }
-        let signer = std::sync::Arc::new(Signer {
-            name: user.name,
-            policies,
-        });
-        self.signers_lock().insert(user.access_key, signer.clone());
-        Ok((user.secret_key, signer))
+        let signer = match kept {
+            // The same policies as last read: kept as they were read then.
+            Some((_, signer)) if signer.texts == user.policies => signer.clone(),
+            _ => {
+                let policies = users::policies_of(&user).map_err(|e| {
+                    tracing::error!("{e}");
+                    Error::Internal("a policy of the signer cannot be read".into())
+                })?;
+                std::sync::Arc::new(Signer {
+                    name: user.name,
+                    texts: user.policies,
+                    policies,
+                })
+            }
+        };
+        signers.by_key.insert(key.into(), (begun, signer.clone()));
+        Ok((user.secret_key, Some(signer)))
     }
 
-    fn signers_lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, std::sync::Arc<Signer>>> {
+    fn signers_lock(&self) -> std::sync::MutexGuard<'_, Signers> {
         self.signers.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -393,19 +412,27 @@ impl Gateway {
 }
 
 /// A user as the gateway decides the requests they sign: their name and their own
-/// policies.
+/// policies, as given and read.
 pub(crate) struct Signer {
     pub name: String,
+    texts: Vec<(String, String)>,
     pub policies: Vec<crate::policy::Policy>,
+}
+
+/// The holders of access keys, each with the number of the read that found them.
+#[derive(Default)]
+struct Signers {
+    /// Reads begun so far.
+    reads: u64,
+    by_key: HashMap<String, (u64, std::sync::Arc<Signer>)>,
 }
 
 #[async_trait::async_trait]
 impl S3Auth for Gateway {
     async fn get_secret_key(&self, access_key: &str) -> S3Result<SecretKey> {
-        match users::by_access_key(&self.pool, access_key).await {
-            Ok(Some(user)) => Ok(SecretKey::from(self.remember(user)?.0)),
-            Ok(None) => Err(Refusal::UnknownAccessKey.into()),
-            Err(e) => Err(e.into()),
+        match self.read_signer(access_key).await? {
+            (secret, Some(_)) => Ok(SecretKey::from(secret)),
+            (_, None) => Err(Refusal::UnknownAccessKey.into()),
         }
     }
 }
