@@ -1,8 +1,9 @@
-//! The IAM query API, as far as users' own (inline) policies go: PutUserPolicy,
-//! GetUserPolicy, ListUserPolicies and DeleteUserPolicy, as aws-cli, boto3 and the SDKs send
-//! them: a form-encoded POST to `/`, signed with SigV4 for the service `iam`. s3s checks
-//! signatures for S3 alone, so this module checks these itself (`crate::sigv4`) and answers
-//! in IAM's XML, with IAM's error codes chosen in [`IamRefusal`].
+//! The IAM query API, as far as users' own (inline) policies go (PutUserPolicy,
+//! GetUserPolicy, ListUserPolicies and DeleteUserPolicy), and STS's GetCallerIdentity and
+//! GetSessionToken, as aws-cli, boto3 and the SDKs send them: a form-encoded POST to `/`,
+//! signed with SigV4 for the service `iam` or `sts`. s3s checks signatures for S3 alone,
+//! so this module checks these itself (`crate::sigv4`) and answers in IAM's and STS's XML,
+//! with their error codes chosen in [`IamRefusal`].
 //!
 //! A caller may use a verb on user U when their own policies allow `iam:VERB` on
 //! `arn:aws:iam:::user/U`; the operator attaches the first such policy with
@@ -14,24 +15,45 @@ use client::Pool;
 use hyper::{HeaderMap, StatusCode};
 use s3s::HttpResponse;
 
-use crate::layout::User;
+use crate::layout::{Session, User};
 use crate::policy::{self, Action, Asked, Verdict};
 use crate::serve::Peer;
 use crate::sigv4::{Authorization, SigError, Signed};
+use crate::users::Holder;
 use crate::{users, Error};
 
 /// The largest request body taken: a policy of 20 KiB, form-encoded, and the rest.
 const BODY_BYTES_MAX: usize = 128 * 1024;
-/// IAM's XML namespace.
-const NAMESPACE: &str = "https://iam.amazonaws.com/doc/2010-05-08/";
+/// IAM's and STS's XML namespaces.
+const IAM_NAMESPACE: &str = "https://iam.amazonaws.com/doc/2010-05-08/";
+const STS_NAMESPACE: &str = "https://sts.amazonaws.com/doc/2011-06-15/";
 
-/// Whether `headers` carry a SigV4 signature for the service `iam`.
-pub(crate) fn is_iam(headers: &HeaderMap) -> bool {
-    headers
+/// The services answered here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Service {
+    Iam,
+    Sts,
+}
+
+impl Service {
+    fn namespace(self) -> &'static str {
+        match self {
+            Service::Iam => IAM_NAMESPACE,
+            Service::Sts => STS_NAMESPACE,
+        }
+    }
+}
+
+/// The service that `headers` carry a SigV4 signature for, if it is IAM or STS.
+pub(crate) fn service(headers: &HeaderMap) -> Option<Service> {
+    let authorization = headers
         .get(hyper::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| Authorization::parse(v).ok())
-        .is_some_and(|a| a.service == "iam")
+        .and_then(|v| v.to_str().ok())?;
+    match Authorization::parse(authorization).ok()?.service {
+        "iam" => Some(Service::Iam),
+        "sts" => Some(Service::Sts),
+        _ => None,
+    }
 }
 
 /// Why an IAM request is refused: the one place IAM's codes are chosen.
@@ -42,6 +64,10 @@ enum IamRefusal {
     Signature(String),
     /// Another change to the user was under way each time (IAM's ConcurrentModification).
     Busy(String),
+    /// A session's request without its token.
+    Token(String),
+    /// A session's request after it expired.
+    Expired,
     Denied {
         who: String,
         action: &'static str,
@@ -61,6 +87,12 @@ impl IamRefusal {
         match self {
             Incomplete(why) => (StatusCode::BAD_REQUEST, "IncompleteSignature", why.clone()),
             Busy(why) => (StatusCode::CONFLICT, "ConcurrentModification", why.clone()),
+            Token(why) => (StatusCode::FORBIDDEN, "InvalidClientTokenId", why.clone()),
+            Expired => (
+                StatusCode::BAD_REQUEST,
+                "ExpiredToken",
+                "The security token included in the request is expired".into(),
+            ),
             UnknownKey => (
                 StatusCode::FORBIDDEN,
                 "InvalidClientTokenId",
@@ -117,6 +149,7 @@ impl From<Error> for IamRefusal {
         match e {
             Error::NotFound(what) => IamRefusal::NoSuchEntity(what),
             Error::Busy(why) => IamRefusal::Busy(why),
+            Error::Invalid(why) => IamRefusal::Invalid(why),
             Error::UserPolicy(name @ users::PolicyRefusal::Name(_)) => {
                 IamRefusal::Invalid(name.to_string())
             }
@@ -130,25 +163,27 @@ impl From<Error> for IamRefusal {
     }
 }
 
-/// The answer to the IAM request `request`, which [`is_iam`] picked out; `id` is its
-/// request id.
+/// The answer to the request `request` for `service`, which [`service`] picked out; `id`
+/// is its request id.
 pub(crate) async fn answer(
     pool: &Pool,
+    service: Service,
     request: hyper::Request<hyper::body::Incoming>,
     id: &str,
 ) -> HttpResponse {
     let (parts, body) = request.into_parts();
     let mut body = s3s::Body::from(body);
     let outcome = match body.store_all_limited(BODY_BYTES_MAX).await {
-        Ok(body) => act(pool, &parts, &body).await,
+        Ok(body) => act(pool, service, &parts, &body).await,
         Err(e) => Err(IamRefusal::Invalid(format!("the request body: {e}"))),
     };
+    let namespace = service.namespace();
     let (status, xml) = match outcome {
-        Ok(answered) => (StatusCode::OK, answered.xml(id)),
+        Ok(answered) => (StatusCode::OK, answered.xml(namespace, id)),
         Err(refused) => {
             let (status, code, message) = refused.parts();
-            tracing::debug!(request_id = id, code, message, "IAM error");
-            (status, error_xml(status, code, &message, id))
+            tracing::debug!(request_id = id, code, message, ?service, "IAM or STS error");
+            (status, error_xml(namespace, status, code, &message, id))
         }
     };
     let mut response = HttpResponse::new(s3s::Body::from(xml));
@@ -170,11 +205,50 @@ enum Answered {
         document: String,
     },
     Names(Vec<String>),
+    /// GetCallerIdentity's: the user a key acts as.
+    Caller(String),
+    /// GetSessionToken's: the new session and its access key.
+    Session {
+        access_key: String,
+        session: Session,
+    },
 }
 
 impl Answered {
-    fn xml(&self, id: &str) -> String {
+    fn xml(&self, namespace: &str, id: &str) -> String {
         let (verb, result) = match self {
+            Answered::Caller(user) => (
+                "GetCallerIdentity",
+                format!(
+                    "<GetCallerIdentityResult><Arn>{}</Arn><UserId>{}</UserId>\
+                     </GetCallerIdentityResult>",
+                    escape(&policy::user_resource(user)),
+                    escape(user)
+                ),
+            ),
+            Answered::Session {
+                access_key,
+                session,
+            } => {
+                let expires = session.expires_ns / 1_000_000_000;
+                let expiration = time::OffsetDateTime::from_unix_timestamp(expires as i64)
+                    .ok()
+                    .and_then(|at| {
+                        at.format(&time::format_description::well_known::Rfc3339)
+                            .ok()
+                    })
+                    .unwrap_or_default();
+                (
+                    "GetSessionToken",
+                    format!(
+                        "<GetSessionTokenResult><Credentials><AccessKeyId>{access_key}\
+                         </AccessKeyId><SecretAccessKey>{}</SecretAccessKey><SessionToken>{}\
+                         </SessionToken><Expiration>{expiration}</Expiration></Credentials>\
+                         </GetSessionTokenResult>",
+                        session.secret_key, session.token
+                    ),
+                )
+            }
             Answered::Done(verb) => (*verb, String::new()),
             Answered::Policy {
                 user,
@@ -210,22 +284,23 @@ impl Answered {
             }
         };
         format!(
-            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<{verb}Response xmlns=\"{NAMESPACE}\">\
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<{verb}Response xmlns=\"{namespace}\">\
              {result}<ResponseMetadata><RequestId>{id}</RequestId></ResponseMetadata>\
              </{verb}Response>"
         )
     }
 }
 
-/// IAM's error body: the fault is the sender's, or the gateway's (`Receiver`) for a 5xx.
-fn error_xml(status: StatusCode, code: &str, message: &str, id: &str) -> String {
+/// IAM's and STS's error body: the fault is the sender's, or the gateway's (`Receiver`) for
+/// a 5xx.
+fn error_xml(namespace: &str, status: StatusCode, code: &str, message: &str, id: &str) -> String {
     let fault = if status.is_server_error() {
         "Receiver"
     } else {
         "Sender"
     };
     format!(
-        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<ErrorResponse xmlns=\"{NAMESPACE}\">\
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<ErrorResponse xmlns=\"{namespace}\">\
          <Error><Type>{fault}</Type><Code>{code}</Code><Message>{}</Message></Error>\
          <RequestId>{id}</RequestId></ErrorResponse>",
         escape(message)
@@ -251,10 +326,11 @@ enum Verb {
 /// Checks the request's signature and whether its signer may do what it asks, then does it.
 async fn act(
     pool: &Pool,
+    service: Service,
     parts: &hyper::http::request::Parts,
     body: &[u8],
 ) -> Result<Answered, IamRefusal> {
-    let signer = signed_by(pool, parts, body, time::OffsetDateTime::now_utc()).await?;
+    let holder = signed_by(pool, parts, body, time::OffsetDateTime::now_utc()).await?;
     let mut params: BTreeMap<String, String> = BTreeMap::new();
     let query = parts.uri.query().unwrap_or("").as_bytes();
     for (name, value) in form_urlencoded::parse(query).chain(form_urlencoded::parse(body)) {
@@ -267,6 +343,20 @@ async fn act(
             .ok_or(IamRefusal::Missing(name))
     };
     let verb = param("Action")?;
+    let from = parts
+        .extensions
+        .get::<Peer>()
+        .map(|peer| (peer.secure, peer.address.ip()));
+    if service == Service::Sts {
+        return sts(pool, &holder, verb, param("DurationSeconds").ok(), from).await;
+    }
+    // As in AWS, a session's keys do not reach IAM.
+    let Holder::User(signer) = holder else {
+        return Err(IamRefusal::Denied {
+            who: holder.user().name.clone(),
+            action: "IAM's API with a session's keys",
+        });
+    };
     let (verb, action) = match verb {
         "PutUserPolicy" => (Verb::Put, Action::PutUserPolicy),
         "GetUserPolicy" => (Verb::Get, Action::GetUserPolicy),
@@ -275,11 +365,7 @@ async fn act(
         other => return Err(IamRefusal::UnknownAction(other.into())),
     };
     let user = param("UserName")?;
-    let from = parts
-        .extensions
-        .get::<Peer>()
-        .map(|peer| (peer.secure, peer.address.ip()));
-    may(&signer, action, user, from)?;
+    may(&signer, action, &policy::user_resource(user), from)?;
     let target = || async {
         users::get(pool, user)
             .await?
@@ -320,23 +406,75 @@ async fn act(
     })
 }
 
-/// Refuses `action` on user `user` unless the signer's own policies allow it.
-fn may(
+/// STS's verbs: GetCallerIdentity for any signer, GetSessionToken for a user (not a
+/// session) whose own policies do not deny it, for `seconds` (STS's default without).
+async fn sts(
+    pool: &Pool,
+    holder: &Holder,
+    verb: &str,
+    seconds: Option<&str>,
+    from: Option<(bool, std::net::IpAddr)>,
+) -> Result<Answered, IamRefusal> {
+    let user = holder.user();
+    match verb {
+        "GetCallerIdentity" => Ok(Answered::Caller(user.name.clone())),
+        "GetSessionToken" => {
+            if holder.session().is_some() {
+                return Err(IamRefusal::Denied {
+                    who: user.name.clone(),
+                    action: "GetSessionToken with a session's keys",
+                });
+            }
+            let action = Action::GetSessionToken;
+            if verdict(user, action, "*", from)? == Verdict::Denied {
+                return Err(IamRefusal::Denied {
+                    who: user.name.clone(),
+                    action: action.name(),
+                });
+            }
+            let seconds = match seconds {
+                Some(text) => text.parse().map_err(|_| {
+                    IamRefusal::Invalid(format!("DurationSeconds {text:?} is not a number"))
+                })?,
+                None => users::SESSION_SECONDS_DEFAULT,
+            };
+            let (access_key, session) =
+                users::create_session(pool, &user.name, seconds, crate::layout::now_ns()).await?;
+            Ok(Answered::Session {
+                access_key,
+                session,
+            })
+        }
+        other => Err(IamRefusal::UnknownAction(other.into())),
+    }
+}
+
+/// What `signer`'s own policies say of `action` on `resource`.
+fn verdict(
     signer: &User,
     action: Action,
-    user: &str,
+    resource: &str,
     from: Option<(bool, std::net::IpAddr)>,
-) -> Result<(), IamRefusal> {
+) -> Result<Verdict, IamRefusal> {
     let policies = users::policies_of(signer)?;
     let context = policy::common_context(time::OffsetDateTime::now_utc(), from, Some(&signer.name));
-    let resource = policy::user_resource(user);
     let asked = Asked {
         principal: Some(&signer.name),
         action,
-        resource: &resource,
+        resource,
         context: &context,
     };
-    match policy::judge_all(&policies, &asked) {
+    Ok(policy::judge_all(&policies, &asked))
+}
+
+/// Refuses `action` on `resource` unless the signer's own policies allow it.
+fn may(
+    signer: &User,
+    action: Action,
+    resource: &str,
+    from: Option<(bool, std::net::IpAddr)>,
+) -> Result<(), IamRefusal> {
+    match verdict(signer, action, resource, from)? {
         Verdict::Allowed => Ok(()),
         Verdict::Denied | Verdict::Silent => Err(IamRefusal::Denied {
             who: signer.name.clone(),
@@ -345,13 +483,14 @@ fn may(
     }
 }
 
-/// The user whose SigV4 signature `parts` and `body` carry, checked at `now`.
+/// Who holds the key whose SigV4 signature `parts` and `body` carry, checked at `now`;
+/// a session's request must carry its token, before the session expires.
 async fn signed_by(
     pool: &Pool,
     parts: &hyper::http::request::Parts,
     body: &[u8],
     now: time::OffsetDateTime,
-) -> Result<User, IamRefusal> {
+) -> Result<Holder, IamRefusal> {
     let signed = Signed {
         method: parts.method.as_str(),
         path: parts.uri.path(),
@@ -360,11 +499,25 @@ async fn signed_by(
         body,
     };
     let (authorization, stamp) = signed.read(now)?;
-    let user = users::by_access_key(pool, authorization.access_key)
+    let holder = users::holder(pool, authorization.access_key)
         .await?
         .ok_or(IamRefusal::UnknownKey)?;
-    signed.check(&authorization, stamp, &user.secret_key)?;
-    Ok(user)
+    signed.check(&authorization, stamp, holder.secret_key())?;
+    if let Some(session) = holder.session() {
+        let token = parts
+            .headers
+            .get("x-amz-security-token")
+            .map(|v| v.as_bytes());
+        if token != Some(session.token.as_bytes()) {
+            return Err(IamRefusal::Token(
+                "the request does not carry its session's token".into(),
+            ));
+        }
+        if session.is_expired(u64::try_from(now.unix_timestamp_nanos()).unwrap_or(u64::MAX)) {
+            return Err(IamRefusal::Expired);
+        }
+    }
+    Ok(holder)
 }
 
 #[cfg(test)]
@@ -378,7 +531,7 @@ mod tests {
             name: "all".into(),
             document: r#"{"a": "b&c"}"#.into(),
         }
-        .xml("ID");
+        .xml(IAM_NAMESPACE, "ID");
         assert!(
             got.contains(
                 "<GetUserPolicyResult><UserName>bob</UserName><PolicyName>all</PolicyName>\
@@ -391,17 +544,44 @@ mod tests {
         ));
         let (status, code, _) = IamRefusal::from(Error::NotFound("user x".into())).parts();
         assert_eq!((status, code), (StatusCode::NOT_FOUND, "NoSuchEntity"));
-        let error = error_xml(status, code, "user x does not exist", "ID");
+        let error = error_xml(IAM_NAMESPACE, status, code, "user x does not exist", "ID");
         assert!(
             error.contains("<Type>Sender</Type><Code>NoSuchEntity</Code>"),
             "{error}"
         );
+        let (status, code, _) = IamRefusal::from(Error::Invalid("DurationSeconds".into())).parts();
+        assert_eq!((status, code), (StatusCode::BAD_REQUEST, "ValidationError"));
         let (status, code, _) = IamRefusal::from(Error::Busy("user x".into())).parts();
         assert_eq!(
             (status, code),
             (StatusCode::CONFLICT, "ConcurrentModification")
         );
+        let caller = Answered::Caller("ann".into()).xml(STS_NAMESPACE, "ID");
+        assert!(caller.contains(
+            "<GetCallerIdentityResult><Arn>arn:aws:iam:::user/ann</Arn><UserId>ann</UserId>"
+        ));
+        let session = Answered::Session {
+            access_key: "CSKEY".into(),
+            session: Session {
+                user: "ann".into(),
+                secret_key: "SECRET".into(),
+                token: "TOKEN".into(),
+                expires_ns: 1_796_040_000_000_000_000,
+            },
+        }
+        .xml(STS_NAMESPACE, "ID");
+        assert!(
+            session.contains(
+                "<Credentials><AccessKeyId>CSKEY</AccessKeyId><SecretAccessKey>SECRET\
+             </SecretAccessKey><SessionToken>TOKEN</SessionToken><Expiration>\
+             2026-11-30T12:00:00Z</Expiration></Credentials>"
+            ),
+            "{session}"
+        );
         let failed = IamRefusal::Internal("x".into()).parts();
-        assert!(error_xml(failed.0, failed.1, &failed.2, "ID").contains("<Type>Receiver</Type>"));
+        assert!(
+            error_xml(STS_NAMESPACE, failed.0, failed.1, &failed.2, "ID")
+                .contains("<Type>Receiver</Type>")
+        );
     }
 }

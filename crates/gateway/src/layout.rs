@@ -180,6 +180,11 @@ pub fn access_key_key(access_key: &str) -> Vec<u8> {
     format!("key/{access_key}").into_bytes()
 }
 
+/// The key of a session's record (temporary credentials, STS's GetSessionToken).
+pub fn session_key(access_key: &str) -> Vec<u8> {
+    format!("session/{access_key}").into_bytes()
+}
+
 /// A record the gateway stores: a first byte naming its format, then postcard. A record
 /// whose fields change takes the next format, and reads the ones before in [`Record::earlier`].
 pub trait Record: Serialize + for<'de> Deserialize<'de> {
@@ -220,6 +225,7 @@ impl Record for User {
     }
 }
 impl Record for BucketInfo {}
+impl Record for Session {}
 impl Record for Sse {}
 impl Record for Head {}
 impl Record for Tags {}
@@ -269,6 +275,23 @@ pub struct User {
     /// The user's own (inline) policies, by name, in name order: each document as it was
     /// given (`crate::policy::Policy::parse_identity` reads it).
     pub policies: Vec<(String, String)>,
+}
+
+/// Temporary credentials of a user (STS's GetSessionToken): they act as the user, with the
+/// user's policies as they are at each request, until `expires_ns`, and only with `token`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Session {
+    pub user: String,
+    pub secret_key: String,
+    pub token: String,
+    pub expires_ns: u64,
+}
+
+impl Session {
+    /// Whether the session is over at `now_ns`: it lasts until `expires_ns`, excluded.
+    pub fn is_expired(&self, now_ns: u64) -> bool {
+        now_ns >= self.expires_ns
+    }
 }
 
 /// A user as format 1 stored it, before policies.
@@ -794,6 +817,19 @@ pub fn past(prefix: &[u8]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_session_lasts_until_its_expiry_and_reads_back() {
+        let session = Session {
+            user: "ann".into(),
+            secret_key: "s".into(),
+            token: "t".into(),
+            expires_ns: 1_000,
+        };
+        assert!(!session.is_expired(999));
+        assert!(session.is_expired(1_000));
+        assert_eq!(decode::<Session>(&encode(&session)), Ok(session));
+    }
 
     #[test]
     fn a_user_of_the_first_format_reads_with_no_policies() {

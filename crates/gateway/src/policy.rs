@@ -88,6 +88,8 @@ pub enum Action {
     GetUserPolicy,
     ListUserPolicies,
     DeleteUserPolicy,
+    /// STS's temporary credentials of the user who asks, on the resource `*`.
+    GetSessionToken,
 }
 
 impl Action {
@@ -152,6 +154,7 @@ impl Action {
             GetUserPolicy => "iam:GetUserPolicy",
             ListUserPolicies => "iam:ListUserPolicies",
             DeleteUserPolicy => "iam:DeleteUserPolicy",
+            GetSessionToken => "sts:GetSessionToken",
         }
     }
 
@@ -374,7 +377,7 @@ const PINNING_KEYS: &[&str] = &[
 enum Kind {
     /// A bucket's: each statement names its principals; S3 actions only.
     Bucket,
-    /// A user's own: no principals, distinct `Sid`s, S3 and IAM actions.
+    /// A user's own: no principals, distinct `Sid`s, S3, IAM and STS actions.
     Identity,
 }
 
@@ -738,7 +741,8 @@ fn statement(value: &serde_json::Value, kind: Kind) -> Result<Statement, String>
                     let lower = action.to_ascii_lowercase();
                     let known = action == "*"
                         || lower.starts_with("s3:")
-                        || (kind == Kind::Identity && lower.starts_with("iam:"));
+                        || (kind == Kind::Identity
+                            && (lower.starts_with("iam:") || lower.starts_with("sts:")));
                     if !known {
                         return Err(format!("Policy has an invalid action {action:?}"));
                     }

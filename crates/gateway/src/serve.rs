@@ -126,7 +126,7 @@ pub(crate) struct Peer {
 /// "Unknown" without one), and the operator finds the request in the gateway's log by its id.
 /// With the `pool` of the buckets, CORS too: preflight requests answered, and the responses
 /// to web pages' requests carrying what their bucket's rules allow (`crate::cors`); and
-/// requests signed for IAM answered by `crate::iam`.
+/// requests signed for IAM or STS answered by `crate::iam`.
 pub(crate) fn annotated(
     service: S3Service,
     pool: Option<client::Pool>,
@@ -153,19 +153,19 @@ pub(crate) fn annotated(
             {
                 *request.uri_mut() = with_path(request.uri(), &path);
             }
-            let mut response = match &pool {
-                Some(pool) if crate::iam::is_iam(request.headers()) => {
-                    slot.note("IAM");
-                    let mut response = crate::iam::answer(pool, request, &id).await;
-                    let status = response.status();
-                    if let Ok(value) = hyper::http::HeaderValue::from_str(&id) {
-                        response.headers_mut().insert("x-amz-request-id", value);
-                    }
-                    let sent = content_length(response.headers());
-                    let elapsed = started.elapsed();
-                    crate::metrics::request(&slot, status.as_u16(), elapsed, received, sent);
-                    return Ok(response);
+            if let (Some(pool), Some(service)) = (&pool, crate::iam::service(request.headers())) {
+                slot.note(&format!("{service:?}").to_uppercase());
+                let mut response = crate::iam::answer(pool, service, request, &id).await;
+                let status = response.status();
+                if let Ok(value) = hyper::http::HeaderValue::from_str(&id) {
+                    response.headers_mut().insert("x-amz-request-id", value);
                 }
+                let sent = content_length(response.headers());
+                let elapsed = started.elapsed();
+                crate::metrics::request(&slot, status.as_u16(), elapsed, received, sent);
+                return Ok(response);
+            }
+            let mut response = match &pool {
                 Some(pool) if request.method() == hyper::Method::OPTIONS => {
                     slot.note("CorsPreflight");
                     let path = request.uri().path();

@@ -5,7 +5,7 @@ use bytes::Bytes;
 use client::{ObjectOp, Pool};
 use rand::Rng;
 
-use crate::layout::{self, User};
+use crate::layout::{self, Session, User};
 use crate::omap::Pages;
 use crate::policy::Policy;
 use crate::Error;
@@ -16,6 +16,13 @@ pub const POLICY_NAME_BYTES_MAX: usize = 128;
 /// The most bytes of policy documents one user holds, all together: the user's record,
 /// policies included, is read for every request the user signs.
 pub const USER_POLICIES_BYTES_MAX: usize = 20 * 1024;
+/// The shortest and longest life of a session, and its life when none is asked (STS's).
+pub const SESSION_SECONDS_MIN: u64 = 900;
+pub const SESSION_SECONDS_MAX: u64 = 129_600;
+pub const SESSION_SECONDS_DEFAULT: u64 = 43_200;
+/// The alphabet of access keys (AWS's).
+const ACCESS_KEY_ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
+const SECRET_ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
 /// How many times a change to a user's record is tried while others change it too.
 const UPDATE_TRIES: usize = 8;
 
@@ -66,11 +73,8 @@ pub async fn create(pool: &Pool, name: &str) -> Result<User, Error> {
     }
     let user = User {
         name: name.into(),
-        access_key: format!("CK{}", random_text(18, b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567")),
-        secret_key: random_text(
-            40,
-            b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789",
-        ),
+        access_key: format!("CK{}", random_text(18, ACCESS_KEY_ALPHABET)),
+        secret_key: random_text(40, SECRET_ALPHABET),
         created_ns: layout::now_ns(),
         policies: Vec::new(),
     };
@@ -88,8 +92,11 @@ pub async fn create(pool: &Pool, name: &str) -> Result<User, Error> {
     Ok(user)
 }
 
-async fn lookup(pool: &Pool, key: Vec<u8>) -> Result<Option<User>, Error> {
-    match pool.omap_get(layout::USERS, vec![key]).await {
+pub async fn get(pool: &Pool, name: &str) -> Result<Option<User>, Error> {
+    match pool
+        .omap_get(layout::USERS, vec![layout::user_key(name)])
+        .await
+    {
         Ok(found) => match found.into_iter().next().and_then(|(_, value)| value) {
             Some(bytes) => Ok(Some(layout::decode(&bytes).map_err(Error::Corrupt)?)),
             None => Ok(None),
@@ -99,12 +106,108 @@ async fn lookup(pool: &Pool, key: Vec<u8>) -> Result<Option<User>, Error> {
     }
 }
 
-pub async fn get(pool: &Pool, name: &str) -> Result<Option<User>, Error> {
-    lookup(pool, layout::user_key(name)).await
+/// Who holds an access key: a user, or a session of one.
+pub enum Holder {
+    User(User),
+    Session { session: Session, user: User },
 }
 
-pub async fn by_access_key(pool: &Pool, access_key: &str) -> Result<Option<User>, Error> {
-    lookup(pool, layout::access_key_key(access_key)).await
+impl Holder {
+    /// The user the key acts as.
+    pub fn user(&self) -> &User {
+        match self {
+            Holder::User(user) | Holder::Session { user, .. } => user,
+        }
+    }
+
+    /// The secret the key signs with.
+    pub fn secret_key(&self) -> &str {
+        match self {
+            Holder::User(user) => &user.secret_key,
+            Holder::Session { session, .. } => &session.secret_key,
+        }
+    }
+
+    /// The session, for a session's key.
+    pub fn session(&self) -> Option<&Session> {
+        match self {
+            Holder::User(_) => None,
+            Holder::Session { session, .. } => Some(session),
+        }
+    }
+}
+
+/// Who holds access key `key`, a user or a session (whose user is read too); `None` when no
+/// one does, or a session's user is gone. An expired session is still answered: the caller
+/// refuses it as such.
+pub async fn holder(pool: &Pool, key: &str) -> Result<Option<Holder>, Error> {
+    let asked = vec![layout::access_key_key(key), layout::session_key(key)];
+    let found = match pool.omap_get(layout::USERS, asked).await {
+        Ok(found) => found,
+        Err(client::Error::NotFound) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    let (mut user, mut session) = (None, None);
+    for (found_key, value) in found {
+        if found_key == layout::access_key_key(key) {
+            user = value;
+        } else if found_key == layout::session_key(key) {
+            session = value;
+        }
+    }
+    if let Some(bytes) = user {
+        return Ok(Some(Holder::User(
+            layout::decode(&bytes).map_err(Error::Corrupt)?,
+        )));
+    }
+    let Some(bytes) = session else {
+        return Ok(None);
+    };
+    let session: Session = layout::decode(&bytes).map_err(Error::Corrupt)?;
+    Ok(get(pool, &session.user)
+        .await?
+        .map(|user| Holder::Session { session, user }))
+}
+
+/// New temporary credentials of `user` for `seconds` (between [`SESSION_SECONDS_MIN`] and
+/// [`SESSION_SECONDS_MAX`]) from `now_ns`: the access key and the session.
+pub async fn create_session(
+    pool: &Pool,
+    user: &str,
+    seconds: u64,
+    now_ns: u64,
+) -> Result<(String, Session), Error> {
+    if !(SESSION_SECONDS_MIN..=SESSION_SECONDS_MAX).contains(&seconds) {
+        return Err(Error::Invalid(format!(
+            "DurationSeconds {seconds}: from {SESSION_SECONDS_MIN} to {SESSION_SECONDS_MAX}"
+        )));
+    }
+    let access_key = format!("CS{}", random_text(18, ACCESS_KEY_ALPHABET));
+    let session = Session {
+        user: user.into(),
+        secret_key: random_text(40, SECRET_ALPHABET),
+        token: random_text(64, SECRET_ALPHABET),
+        expires_ns: now_ns.saturating_add(seconds * 1_000_000_000),
+    };
+    let ops = vec![
+        ObjectOp::Create { exclusive: false },
+        ObjectOp::OmapSet {
+            entries: vec![(layout::session_key(&access_key), layout::encode(&session))],
+        },
+    ];
+    pool.operate(layout::USERS, ops, Bytes::new()).await?;
+    Ok((access_key, session))
+}
+
+/// Forgets the session of access key `key` (once it has expired).
+pub async fn remove_session(pool: &Pool, key: &str) -> Result<(), Error> {
+    match pool
+        .omap_remove(layout::USERS, vec![layout::session_key(key)])
+        .await
+    {
+        Ok(_) | Err(client::Error::NotFound) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Every user, by name.

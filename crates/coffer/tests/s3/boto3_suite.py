@@ -3385,6 +3385,91 @@ class Suite:
             self.coffer("user", "policy", "rm", me, "iam-admin")
         self.empty_and_delete(mine)
 
+    def sts(self, access, secret, token=None):
+        """An STS client of the gateway."""
+        return boto3.client(
+            "sts", endpoint_url=ENDPOINT, region_name=REGION, aws_access_key_id=access,
+            aws_secret_access_key=secret, aws_session_token=token, verify=CA,
+            config=Config(retries={"mode": "standard", "max_attempts": 1}))
+
+    def sessions(self):
+        """STS: GetCallerIdentity names the signer; GetSessionToken gives keys that act as
+        the user, only with their token, with `sts:authentication` true in the condition
+        keys; a session's keys reach neither GetSessionToken nor IAM."""
+        me = self.s3.list_buckets()["Owner"]["ID"]
+        other = self.other.list_buckets()["Owner"]["ID"]
+        sts = self.sts(os.environ["S3_ACCESS"], os.environ["S3_SECRET"])
+        caller = sts.get_caller_identity()
+        expect("get_caller_identity", (caller["Arn"], caller["UserId"]),
+               (f"arn:aws:iam:::user/{me}", me))
+        started = datetime.datetime.now(datetime.timezone.utc)
+        credentials = sts.get_session_token(DurationSeconds=900)["Credentials"]
+        left = (credentials["Expiration"] - started).total_seconds()
+        if not 880 <= left <= 910:
+            raise AssertionError(f"a session of 900 s expires in {left} s")
+        keys = {"aws_access_key_id": credentials["AccessKeyId"],
+                "aws_secret_access_key": credentials["SecretAccessKey"]}
+        session = boto3.client(
+            "s3", endpoint_url=ENDPOINT, region_name=REGION, verify=CA,
+            aws_session_token=credentials["SessionToken"], **keys,
+            config=Config(s3={"addressing_style": "path"},
+                          retries={"mode": "standard", "max_attempts": 1}))
+        expect("list_buckets with a session's keys", session.list_buckets()["Owner"]["ID"], me)
+        session_sts = self.sts(credentials["AccessKeyId"], credentials["SecretAccessKey"],
+                               credentials["SessionToken"])
+        expect("get_caller_identity with a session's keys",
+               session_sts.get_caller_identity()["UserId"], me)
+        for what, token in [("no token", None), ("another token", "x" * 64)]:
+            stranger = boto3.client(
+                "s3", endpoint_url=ENDPOINT, region_name=REGION, verify=CA, aws_session_token=token,
+                **keys, config=Config(retries={"mode": "standard", "max_attempts": 1}))
+            expect_error(f"a session's keys with {what}", ["InvalidToken"], stranger.list_buckets)
+        expect_error("get_session_token with a session's keys", ["AccessDenied"],
+                     session_sts.get_session_token)
+        unchecked = boto3.client(
+            "sts", endpoint_url=ENDPOINT, region_name=REGION, verify=CA,
+            aws_access_key_id=os.environ["S3_ACCESS"], aws_secret_access_key=os.environ["S3_SECRET"],
+            config=Config(parameter_validation=False, retries={"mode": "standard", "max_attempts": 1}))
+        expect_error("get_session_token of 100 s (botocore would refuse it itself)", ["ValidationError"],
+                     unchecked.get_session_token, DurationSeconds=100)
+        session_iam = boto3.client(
+            "iam", endpoint_url=ENDPOINT, region_name=REGION, verify=CA,
+            aws_session_token=credentials["SessionToken"], **keys,
+            config=Config(retries={"mode": "standard", "max_attempts": 1}))
+        expect_error("IAM with a session's keys", ["AccessDenied"],
+                     session_iam.list_user_policies, UserName=me)
+        ok("get_caller_identity names the signer; get_session_token's keys act as the user, only"
+           " with their token, and reach neither STS's get_session_token nor IAM")
+
+        admin = json.dumps({"Version": "2012-10-17", "Statement": {
+            "Effect": "Allow", "Action": "iam:*", "Resource": "arn:aws:iam:::user/*"}})
+        self.coffer("user", "policy", "put", me, "iam-admin", "-", stdin=admin)
+        iam = self.iam(os.environ["S3_ACCESS"], os.environ["S3_SECRET"])
+        try:
+            only_sessions = json.dumps({"Version": "2012-10-17", "Statement": [
+                {"Effect": "Deny", "Action": "s3:*", "Resource": ["*"],
+                 "Condition": {"BoolIfExists": {"sts:authentication": "false"}}},
+                {"Effect": "Allow", "Action": "sts:GetSessionToken", "Resource": "*",
+                 "Condition": {"BoolIfExists": {"sts:authentication": "false"}}}]})
+            iam.put_user_policy(UserName=other, PolicyName="only-sessions", PolicyDocument=only_sessions)
+            expect_error("list_buckets with a user's own keys, denied but to sessions", ["AccessDenied"],
+                         self.other.list_buckets)
+            theirs = self.sts(os.environ["S3_OTHER_ACCESS"], os.environ["S3_OTHER_SECRET"])
+            granted = theirs.get_session_token()["Credentials"]
+            their_session = boto3.client(
+                "s3", endpoint_url=ENDPOINT, region_name=REGION, verify=CA,
+                aws_access_key_id=granted["AccessKeyId"],
+                aws_secret_access_key=granted["SecretAccessKey"],
+                aws_session_token=granted["SessionToken"],
+                config=Config(retries={"mode": "standard", "max_attempts": 1}))
+            expect("list_buckets with a session's keys under the same policy",
+                   their_session.list_buckets()["Owner"]["ID"], other)
+            iam.delete_user_policy(UserName=other, PolicyName="only-sessions")
+        finally:
+            self.coffer("user", "policy", "rm", me, "iam-admin")
+        ok("a user policy that denies all but sessions (sts:authentication) lets the user's"
+           " session in and their own keys not")
+
     def acls(self):
         """Canned ACLs and grants on buckets and objects share them with another user or
         with anyone; an object belongs to its writer; a public access block refuses or
@@ -3894,6 +3979,7 @@ def main():
         suite.lifecycle,
         suite.policies,
         suite.user_policies,
+        suite.sessions,
         suite.acls,
         suite.cors,
         suite.checksums,

@@ -14,6 +14,10 @@ pub(crate) enum Refusal {
     Unsigned,
     #[error("the access key id is not known")]
     UnknownAccessKey,
+    #[error("the session of this access key has expired")]
+    ExpiredToken,
+    #[error("the request does not carry its session's token")]
+    InvalidToken,
     #[error("{} may not {action} on {resource}", who.as_deref().map_or("an anonymous request".into(), |user| format!("user {user}")))]
     Denied {
         who: Option<String>,
@@ -160,6 +164,8 @@ impl Refusal {
             | Refusal::BadDate(_) => C::AccessDenied,
             Refusal::Skewed(_) => C::RequestTimeTooSkewed,
             Refusal::UnknownAccessKey => C::InvalidAccessKeyId,
+            Refusal::ExpiredToken => C::ExpiredToken,
+            Refusal::InvalidToken => C::InvalidToken,
             Refusal::NoBucket(_) => C::NoSuchBucket,
             Refusal::NoKey { .. } | Refusal::Deleted { .. } => C::NoSuchKey,
             Refusal::NoVersion { .. } => C::NoSuchVersion,

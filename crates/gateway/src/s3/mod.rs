@@ -169,13 +169,28 @@ impl Gateway {
             return Err(Refusal::Unsigned.into());
         };
         let key = &credentials.access_key;
-        if let Some((_, signer)) = self.signers_lock().by_key.get(key) {
-            return Ok(signer.clone());
+        let kept = self.signers_lock().by_key.get(key).map(|(_, s)| s.clone());
+        let signer = match kept {
+            Some(signer) => signer,
+            None => match self.read_signer(key).await? {
+                (_, Some(signer)) => signer,
+                (_, None) => return Err(Refusal::UnknownAccessKey.into()),
+            },
+        };
+        if let Some(token) = &signer.token {
+            // A session's key signs only with its token, in the header or, presigned, the
+            // query (both signed).
+            let given = req
+                .headers
+                .get("x-amz-security-token")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+                .or_else(|| policy::query(req, "X-Amz-Security-Token"));
+            if given.as_deref() != Some(token.as_str()) {
+                return Err(Refusal::InvalidToken.into());
+            }
         }
-        match self.read_signer(key).await? {
-            (_, Some(signer)) => Ok(signer),
-            (_, None) => Err(Refusal::UnknownAccessKey.into()),
-        }
+        Ok(signer)
     }
 
     /// Reads the holder of access key `key` anew and keeps them, unless a read begun later
@@ -187,17 +202,31 @@ impl Gateway {
             signers.reads += 1;
             signers.reads
         };
-        let Some(user) = users::by_access_key(&self.pool, key).await? else {
+        let Some(holder) = users::holder(&self.pool, key).await? else {
             return Ok((String::new(), None));
+        };
+        if let Some(session) = holder.session() {
+            if session.is_expired(layout::now_ns()) {
+                users::remove_session(&self.pool, key).await?;
+                self.signers_lock().by_key.remove(key);
+                return Err(Refusal::ExpiredToken.into());
+            }
+        }
+        let secret = holder.secret_key().to_owned();
+        let token = holder.session().map(|session| session.token.clone());
+        let user = match holder {
+            users::Holder::User(user) | users::Holder::Session { user, .. } => user,
         };
         let mut signers = self.signers_lock();
         let kept = signers.by_key.get(key);
         if let Some((_, newer)) = kept.filter(|(read, _)| *read > begun) {
-            return Ok((user.secret_key, Some(newer.clone())));
+            return Ok((secret, Some(newer.clone())));
         }
         let signer = match kept {
             // The same policies as last read: kept as they were read then.
-            Some((_, signer)) if signer.texts == user.policies => signer.clone(),
+            Some((_, signer)) if signer.texts == user.policies && signer.token == token => {
+                signer.clone()
+            }
             _ => {
                 let policies = users::policies_of(&user).map_err(|e| {
                     tracing::error!("{e}");
@@ -207,11 +236,12 @@ impl Gateway {
                     name: user.name,
                     texts: user.policies,
                     policies,
+                    token,
                 })
             }
         };
         signers.by_key.insert(key.into(), (begun, signer.clone()));
-        Ok((user.secret_key, Some(signer)))
+        Ok((secret, Some(signer)))
     }
 
     fn signers_lock(&self) -> std::sync::MutexGuard<'_, Signers> {
@@ -417,6 +447,9 @@ pub(crate) struct Signer {
     pub name: String,
     texts: Vec<(String, String)>,
     pub policies: Vec<crate::policy::Policy>,
+    /// A session's token, which its requests must carry (`sts:authentication` is then
+    /// true in their condition keys).
+    pub token: Option<String>,
 }
 
 /// The holders of access keys, each with the number of the read that found them.

@@ -54,7 +54,7 @@ impl Gateway {
         if signer.policies.is_empty() {
             return Ok(());
         }
-        let context = request_context(req, Some(&signer.name));
+        let context = signed_context(req, &signer);
         let asked = Asked {
             principal: Some(&signer.name),
             action,
@@ -131,7 +131,10 @@ impl Gateway {
             None if identity.is_empty() && principal == Some(owner) => Decision::Allow,
             None if identity.is_empty() => Decision::AskAcl,
             found => {
-                context = request_context(req, principal);
+                context = match &signer {
+                    Some(signer) => signed_context(req, signer),
+                    None => request_context(req, principal),
+                };
                 let reads_tags = found
                     .iter()
                     .chain(identity)
@@ -282,6 +285,16 @@ pub(super) fn query<T>(req: &S3Request<T>, name: &str) -> Option<String> {
     form_urlencoded::parse(query.as_bytes())
         .find(|(given, _)| given == name)
         .map(|(_, value)| value.into_owned())
+}
+
+/// The condition keys of `req`, signed by `signer`: with `sts:authentication` true for a
+/// session's request.
+fn signed_context<T>(req: &S3Request<T>, signer: &Signer) -> Context {
+    let mut context = request_context(req, Some(&signer.name));
+    if signer.token.is_some() {
+        context.insert("sts:authentication".into(), vec!["true".into()]);
+    }
+    context
 }
 
 /// The condition keys of `req` from `principal`.
