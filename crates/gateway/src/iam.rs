@@ -439,7 +439,7 @@ async fn sts(
                 None => users::SESSION_SECONDS_DEFAULT,
             };
             let (access_key, session) =
-                users::create_session(pool, &user.name, seconds, crate::layout::now_ns()).await?;
+                users::create_session(pool, user, seconds, crate::layout::now_ns()).await?;
             Ok(Answered::Session {
                 access_key,
                 session,
@@ -508,7 +508,11 @@ async fn signed_by(
             .headers
             .get("x-amz-security-token")
             .map(|v| v.as_bytes());
-        if token != Some(session.token.as_bytes()) {
+        let matches = token.is_some_and(|token| {
+            aws_lc_rs::constant_time::verify_slices_are_equal(token, session.token.as_bytes())
+                .is_ok()
+        });
+        if !matches {
             return Err(IamRefusal::Token(
                 "the request does not carry its session's token".into(),
             ));
@@ -564,6 +568,7 @@ mod tests {
             access_key: "CSKEY".into(),
             session: Session {
                 user: "ann".into(),
+                user_created_ns: 1,
                 secret_key: "SECRET".into(),
                 token: "TOKEN".into(),
                 expires_ns: 1_796_040_000_000_000_000,

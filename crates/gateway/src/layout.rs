@@ -282,6 +282,9 @@ pub struct User {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Session {
     pub user: String,
+    /// When the user was created: a session of a removed user names no user made since
+    /// under the same name.
+    pub user_created_ns: u64,
     pub secret_key: String,
     pub token: String,
     pub expires_ns: u64,
@@ -822,6 +825,7 @@ mod tests {
     fn a_session_lasts_until_its_expiry_and_reads_back() {
         let session = Session {
             user: "ann".into(),
+            user_created_ns: 3,
             secret_key: "s".into(),
             token: "t".into(),
             expires_ns: 1_000,

@@ -138,8 +138,8 @@ impl Holder {
 }
 
 /// Who holds access key `key`, a user or a session (whose user is read too); `None` when no
-/// one does, or a session's user is gone. An expired session is still answered: the caller
-/// refuses it as such.
+/// one does, or a session's user is gone (removed, even if a user of that name was made
+/// since). An expired session is still answered: the caller refuses it as such.
 pub async fn holder(pool: &Pool, key: &str) -> Result<Option<Holder>, Error> {
     let asked = vec![layout::access_key_key(key), layout::session_key(key)];
     let found = match pool.omap_get(layout::USERS, asked).await {
@@ -166,6 +166,7 @@ pub async fn holder(pool: &Pool, key: &str) -> Result<Option<Holder>, Error> {
     let session: Session = layout::decode(&bytes).map_err(Error::Corrupt)?;
     Ok(get(pool, &session.user)
         .await?
+        .filter(|user| user.created_ns == session.user_created_ns)
         .map(|user| Holder::Session { session, user }))
 }
 
@@ -173,7 +174,7 @@ pub async fn holder(pool: &Pool, key: &str) -> Result<Option<Holder>, Error> {
 /// [`SESSION_SECONDS_MAX`]) from `now_ns`: the access key and the session.
 pub async fn create_session(
     pool: &Pool,
-    user: &str,
+    user: &User,
     seconds: u64,
     now_ns: u64,
 ) -> Result<(String, Session), Error> {
@@ -184,7 +185,8 @@ pub async fn create_session(
     }
     let access_key = format!("CS{}", random_text(18, ACCESS_KEY_ALPHABET));
     let session = Session {
-        user: user.into(),
+        user: user.name.clone(),
+        user_created_ns: user.created_ns,
         secret_key: random_text(40, SECRET_ALPHABET),
         token: random_text(64, SECRET_ALPHABET),
         expires_ns: now_ns.saturating_add(seconds * 1_000_000_000),

@@ -3470,6 +3470,23 @@ class Suite:
         ok("a user policy that denies all but sessions (sts:authentication) lets the user's"
            " session in and their own keys not")
 
+        name = f"{self.bucket}-carol"
+        made = json.loads(self.coffer("user", "create", name, "--json"))
+        carol = self.sts(made["access_key"], made["secret_key"]).get_session_token()["Credentials"]
+        self.coffer("user", "rm", name)
+        self.coffer("user", "create", name, "--json")
+        try:
+            stale = boto3.client(
+                "s3", endpoint_url=ENDPOINT, region_name=REGION, verify=CA,
+                aws_access_key_id=carol["AccessKeyId"], aws_secret_access_key=carol["SecretAccessKey"],
+                aws_session_token=carol["SessionToken"],
+                config=Config(retries={"mode": "standard", "max_attempts": 1}))
+            expect_error("a removed user's session, a user of that name made since", ["InvalidAccessKeyId"],
+                         stale.list_buckets)
+        finally:
+            self.coffer("user", "rm", name)
+        ok("a removed user's session does not act as a user made since under the same name")
+
     def acls(self):
         """Canned ACLs and grants on buckets and objects share them with another user or
         with anyone; an object belongs to its writer; a public access block refuses or

@@ -183,10 +183,17 @@ impl Gateway {
             let given = req
                 .headers
                 .get("x-amz-security-token")
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned)
-                .or_else(|| policy::query(req, "X-Amz-Security-Token"));
-            if given.as_deref() != Some(token.as_str()) {
+                .map(|v| v.as_bytes().to_vec())
+                .or_else(|| {
+                    let query = req.uri.query()?;
+                    form_urlencoded::parse(query.as_bytes())
+                        .find(|(name, _)| name.eq_ignore_ascii_case("x-amz-security-token"))
+                        .map(|(_, value)| value.as_bytes().to_vec())
+                });
+            let matches = given.is_some_and(|given| {
+                aws_lc_rs::constant_time::verify_slices_are_equal(&given, token.as_bytes()).is_ok()
+            });
+            if !matches {
                 return Err(Refusal::InvalidToken.into());
             }
         }
@@ -203,12 +210,15 @@ impl Gateway {
             signers.reads
         };
         let Some(holder) = users::holder(&self.pool, key).await? else {
+            self.signers_lock().by_key.remove(key);
             return Ok((String::new(), None));
         };
         if let Some(session) = holder.session() {
             if session.is_expired(layout::now_ns()) {
-                users::remove_session(&self.pool, key).await?;
                 self.signers_lock().by_key.remove(key);
+                if let Err(e) = users::remove_session(&self.pool, key).await {
+                    tracing::warn!("removing an expired session: {e}");
+                }
                 return Err(Refusal::ExpiredToken.into());
             }
         }
