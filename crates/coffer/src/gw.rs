@@ -389,6 +389,11 @@ pub fn command(who: &Who, command: GwCommand) -> Result<(), String> {
             "{verb} {} multipart completions cut after their commit",
             found.completions
         );
+        let verb = if dry_run { "would remove" } else { "removed" };
+        println!(
+            "{verb} {} sessions that expired or whose user or role is gone",
+            found.sessions
+        );
         Ok(())
     })
 }
@@ -608,7 +613,7 @@ async fn user_policy(pool: &client::Pool, command: UserPolicyCommand) -> Result<
                 std::fs::read_to_string(&file)
             }
             .map_err(|e| format!("{}: {e}", file.display()))?;
-            gateway::users::put_policy(pool, &user, &name, &document)
+            gateway::users::set_policy(pool, &user, &name, Some(&document))
                 .await
                 .map_err(|e| e.to_string())?;
             println!(
@@ -617,13 +622,10 @@ async fn user_policy(pool: &client::Pool, command: UserPolicyCommand) -> Result<
             );
         }
         UserPolicyCommand::Get { user, name } => {
-            let document = found(user.clone())
-                .await?
-                .policies
-                .into_iter()
-                .find(|(given, _)| *given == name)
-                .ok_or_else(|| format!("user {user} has no policy {name}"))?
-                .1;
+            let found = found(user.clone()).await?;
+            let document = found
+                .policy(&name)
+                .ok_or_else(|| format!("user {user} has no policy {name}"))?;
             println!("{document}");
         }
         UserPolicyCommand::Ls { user } => {
@@ -632,7 +634,7 @@ async fn user_policy(pool: &client::Pool, command: UserPolicyCommand) -> Result<
             }
         }
         UserPolicyCommand::Rm { user, name } => {
-            gateway::users::delete_policy(pool, &user, &name)
+            gateway::users::set_policy(pool, &user, &name, None)
                 .await
                 .map_err(|e| e.to_string())?;
             println!("policy {name} of user {user} removed");

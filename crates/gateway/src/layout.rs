@@ -185,6 +185,11 @@ pub fn session_key(access_key: &str) -> Vec<u8> {
     format!("session/{access_key}").into_bytes()
 }
 
+/// The key of a role's record (IAM's roles).
+pub fn role_key(name: &str) -> Vec<u8> {
+    format!("role/{name}").into_bytes()
+}
+
 /// A record the gateway stores: a first byte naming its format, then postcard. A record
 /// whose fields change takes the next format, and reads the ones before in [`Record::earlier`].
 pub trait Record: Serialize + for<'de> Deserialize<'de> {
@@ -225,7 +230,18 @@ impl Record for User {
     }
 }
 impl Record for BucketInfo {}
-impl Record for Session {}
+/// Format 2 added the role a session acts as.
+impl Record for Session {
+    const FORMAT: u8 = 2;
+
+    fn earlier(format: u8, bytes: &[u8]) -> Result<Self, String> {
+        match format {
+            1 => Ok(read::<SessionV1>(bytes)?.into()),
+            _ => Err(format!("session format {format} is not known here")),
+        }
+    }
+}
+impl Record for Role {}
 impl Record for Sse {}
 impl Record for Head {}
 impl Record for Tags {}
@@ -277,8 +293,20 @@ pub struct User {
     pub policies: Vec<(String, String)>,
 }
 
+impl User {
+    /// The document of the user's own policy `name`, if the user has one by that name.
+    pub fn policy(&self, name: &str) -> Option<&str> {
+        self.policies
+            .iter()
+            .find(|(given, _)| given == name)
+            .map(|(_, document)| document.as_str())
+    }
+}
+
 /// Temporary credentials of a user (STS's GetSessionToken): they act as the user, with the
 /// user's policies as they are at each request, until `expires_ns`, and only with `token`.
+/// A session of a role (STS's AssumeRole) acts with the role's policies instead, and owns
+/// what it makes for the user who took the role on.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Session {
     pub user: String,
@@ -288,6 +316,69 @@ pub struct Session {
     pub secret_key: String,
     pub token: String,
     pub expires_ns: u64,
+    pub role: Option<RoleTaken>,
+}
+
+/// The role a session acts as.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RoleTaken {
+    pub name: String,
+    /// The role's id: a session of a removed role names no role made since under its name.
+    pub id: String,
+    /// The name the caller gave the session (STS's RoleSessionName).
+    pub session_name: String,
+}
+
+/// A session as format 1 stored it, before roles.
+#[derive(Deserialize)]
+struct SessionV1 {
+    user: String,
+    user_created_ns: u64,
+    secret_key: String,
+    token: String,
+    expires_ns: u64,
+}
+
+impl From<SessionV1> for Session {
+    fn from(first: SessionV1) -> Session {
+        Session {
+            user: first.user,
+            user_created_ns: first.user_created_ns,
+            secret_key: first.secret_key,
+            token: first.token,
+            expires_ns: first.expires_ns,
+            role: None,
+        }
+    }
+}
+
+/// An IAM role: who may take it on (its trust policy, IAM's AssumeRolePolicyDocument) and
+/// what its sessions may do (its own policies, by name, in name order).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Role {
+    pub name: String,
+    /// `/`, or `/a/b/`: part of the role's ARN.
+    pub path: String,
+    /// IAM's RoleId (`AROA…`).
+    pub id: String,
+    pub created_ns: u64,
+    pub trust: String,
+    pub description: String,
+    /// The longest session AssumeRole gives.
+    pub max_session_seconds: u64,
+    /// The role's tags, in the order given.
+    pub tags: Vec<(String, String)>,
+    pub policies: Vec<(String, String)>,
+}
+
+impl Role {
+    /// The document of the role's own policy `name`, if it has one by that name.
+    pub fn policy(&self, name: &str) -> Option<&str> {
+        self.policies
+            .iter()
+            .find(|(given, _)| given == name)
+            .map(|(_, document)| document.as_str())
+    }
 }
 
 impl Session {
@@ -829,10 +920,28 @@ mod tests {
             secret_key: "s".into(),
             token: "t".into(),
             expires_ns: 1_000,
+            role: Some(RoleTaken {
+                name: "r".into(),
+                id: "AROA1".into(),
+                session_name: "n".into(),
+            }),
         };
         assert!(!session.is_expired(999));
         assert!(session.is_expired(1_000));
         assert_eq!(decode::<Session>(&encode(&session)), Ok(session));
+    }
+
+    #[test]
+    fn a_session_of_the_first_format_reads_as_its_user_s() {
+        #[derive(Serialize)]
+        struct First<'a>(&'a str, u64, &'a str, &'a str, u64);
+        let mut bytes = vec![1];
+        bytes.extend(postcard::to_allocvec(&First("ann", 3, "s", "t", 9)).expect("encoded"));
+        let session: Session = decode(&bytes).expect("decoded");
+        assert_eq!(
+            (session.user.as_str(), session.expires_ns, session.role),
+            ("ann", 9, None)
+        );
     }
 
     #[test]

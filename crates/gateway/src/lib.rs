@@ -29,6 +29,7 @@ mod omap;
 pub mod policy;
 pub mod pools;
 mod readers;
+pub mod roles;
 mod s3;
 pub mod serve;
 mod sigv4;
@@ -79,7 +80,10 @@ pub enum Error {
     Internal(String),
     #[error("cluster: {0}")]
     Cluster(#[from] client::Error),
-    /// A user's policy refused, for a reason IAM names.
+    /// A user's or a role's policy refused, for a reason IAM names.
     #[error("{0}")]
-    UserPolicy(users::PolicyRefusal),
+    IamPolicy(users::PolicyRefusal),
+    /// The thing is in use and cannot be removed yet (a role that has policies).
+    #[error("{0}")]
+    Conflict(String),
 }

@@ -230,13 +230,17 @@ pub struct Collected {
     /// Completions cut after their object committed, now finished: the upload is no longer
     /// listed and the parts the object does not use are removed.
     pub completions: u64,
+    /// Session records (STS's temporary keys) that can act no more: expired, or of a user
+    /// or role that is gone.
+    pub sessions: u64,
 }
 
 /// Finds the stripes that no object entry and no part of a listed upload names, whose
 /// newest stripe is older than `older_than`, and removes them (unless `dry_run`); likewise
 /// upload records no bucket lists, and completions cut after their commit (finished). These are what a gateway killed mid-request leaves: the
 /// stripes of a PUT whose entry never committed, or of an overwritten object whose old
-/// content was not yet removed.
+/// content was not yet removed. Sessions that can act no more go too
+/// ([`crate::users::sweep_sessions`]).
 ///
 /// A write in progress is not yet named by any record; `older_than` spares it, so it must be
 /// longer than any single PUT or part upload takes. Uploads are read before objects: a
@@ -378,6 +382,7 @@ pub async fn collect(
             remove(pool, &name).await?;
         }
     }
+    out.sessions = crate::users::sweep_sessions(pool, layout::now_ns(), dry_run).await?;
     Ok(out)
 }
 

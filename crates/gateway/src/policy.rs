@@ -90,6 +90,19 @@ pub enum Action {
     DeleteUserPolicy,
     /// STS's temporary credentials of the user who asks, on the resource `*`.
     GetSessionToken,
+    /// The IAM verbs on roles, on the resource [`role_resource`].
+    CreateRole,
+    GetRole,
+    ListRoles,
+    DeleteRole,
+    UpdateAssumeRolePolicy,
+    PutRolePolicy,
+    GetRolePolicy,
+    ListRolePolicies,
+    DeleteRolePolicy,
+    /// STS's session of a role, on the role's ARN: asked of the caller's own policies and
+    /// of the role's trust policy.
+    AssumeRole,
 }
 
 impl Action {
@@ -155,6 +168,16 @@ impl Action {
             ListUserPolicies => "iam:ListUserPolicies",
             DeleteUserPolicy => "iam:DeleteUserPolicy",
             GetSessionToken => "sts:GetSessionToken",
+            CreateRole => "iam:CreateRole",
+            GetRole => "iam:GetRole",
+            ListRoles => "iam:ListRoles",
+            DeleteRole => "iam:DeleteRole",
+            UpdateAssumeRolePolicy => "iam:UpdateAssumeRolePolicy",
+            PutRolePolicy => "iam:PutRolePolicy",
+            GetRolePolicy => "iam:GetRolePolicy",
+            ListRolePolicies => "iam:ListRolePolicies",
+            DeleteRolePolicy => "iam:DeleteRolePolicy",
+            AssumeRole => "sts:AssumeRole",
         }
     }
 
@@ -220,6 +243,16 @@ pub const ALL_BUCKETS: &str = "arn:aws:s3:::";
 /// The ARN of user `name`, which the IAM verbs on its policies act on.
 pub fn user_resource(name: &str) -> String {
     format!("arn:aws:iam:::user/{name}")
+}
+
+/// The ARN of role `name` under `path` (`/` or `/a/b/`).
+pub fn role_resource(path: &str, name: &str) -> String {
+    format!("arn:aws:iam:::role{path}{name}")
+}
+
+/// The ARN of a role's session (STS's assumed-role ARN).
+pub fn role_session_resource(role: &str, session: &str) -> String {
+    format!("arn:aws:sts:::assumed-role/{role}/{session}")
 }
 
 /// The ARN of a bucket, or of one of its objects.
@@ -379,6 +412,12 @@ enum Kind {
     Bucket,
     /// A user's own: no principals, distinct `Sid`s, S3, IAM and STS actions.
     Identity,
+    /// A role's own: as a user's, but a `Principal` of everyone is taken (and means
+    /// nothing: the policy is the role's), as Ceph's gateway takes it.
+    Role,
+    /// A role's trust policy: who may take the role on; principals, STS actions, and
+    /// no resource needed (it is the role).
+    Trust,
 }
 
 impl Policy {
@@ -390,6 +429,16 @@ impl Policy {
     /// Reads a user's own policy document (IAM's grammar for identity policies).
     pub fn parse_identity(text: &str) -> Result<Policy, String> {
         Policy::read(text, Kind::Identity)
+    }
+
+    /// Reads a role's own policy document.
+    pub fn parse_role(text: &str) -> Result<Policy, String> {
+        Policy::read(text, Kind::Role)
+    }
+
+    /// Reads a role's trust policy (IAM's AssumeRolePolicyDocument).
+    pub fn parse_trust(text: &str) -> Result<Policy, String> {
+        Policy::read(text, Kind::Trust)
     }
 
     fn read(text: &str, kind: Kind) -> Result<Policy, String> {
@@ -420,7 +469,8 @@ impl Policy {
                     };
                     for item in listed {
                         let sid = item.get("Sid").map(|sid| sid.to_string());
-                        if kind == Kind::Identity && sid.is_some_and(|sid| !sids.insert(sid)) {
+                        let named = matches!(kind, Kind::Identity | Kind::Role);
+                        if named && sid.is_some_and(|sid| !sids.insert(sid)) {
                             return Err("two Statements have the same Sid".into());
                         }
                         statements.push(statement(item, kind)?);
@@ -516,6 +566,31 @@ pub fn judge_all(identity: &[Policy], asked: &Asked) -> Verdict {
         }
     }
     verdict
+}
+
+/// What `asked`, from a role's session, gets under the bucket's `policy` and `block` and
+/// the role's policies (`role`): only what the role allows or the bucket's policy grants,
+/// unless either denies it. A role owns nothing and ACLs grant to users, so neither
+/// ownership nor an ACL lets a role's session in.
+pub fn decide_role(
+    asked: &Asked,
+    policy: Option<&Policy>,
+    block: PublicBlock,
+    role: &[Policy],
+) -> Decision {
+    let mine = judge_all(role, asked);
+    let verdict = policy.map_or(Verdict::Silent, |p| p.judge(asked));
+    match (mine, verdict) {
+        (Verdict::Denied, _) | (_, Verdict::Denied) => Decision::Deny,
+        (Verdict::Allowed, _) => Decision::Allow,
+        (_, Verdict::Allowed)
+            if block.restrict_buckets && policy.is_some_and(Policy::is_public) =>
+        {
+            Decision::Deny
+        }
+        (_, Verdict::Allowed) => Decision::Allow,
+        (Verdict::Silent, Verdict::Silent) => Decision::Deny,
+    }
 }
 
 /// What `asked`, on a bucket that `owner` owns, gets under its `policy` and `block` and
@@ -730,6 +805,16 @@ fn statement(value: &serde_json::Value, kind: Kind) -> Result<Statement, String>
             "Principal" | "NotPrincipal" if kind == Kind::Identity => {
                 return Err(format!("a user's policy names no {name}: it is the user's"))
             }
+            "Principal" if kind == Kind::Role => {
+                if principal(value)? != Principals::Anyone {
+                    return Err(
+                        "a role's policy names no Principal but \"*\": it is the role's".into(),
+                    );
+                }
+            }
+            "NotPrincipal" if kind == Kind::Role => {
+                return Err("a role's policy names no NotPrincipal: it is the role's".into())
+            }
             "Principal" | "NotPrincipal" => {
                 not_principal = name == "NotPrincipal";
                 principals = Some(principal(value)?);
@@ -739,10 +824,14 @@ fn statement(value: &serde_json::Value, kind: Kind) -> Result<Statement, String>
                 let given = strings(value, name)?;
                 for action in &given {
                     let lower = action.to_ascii_lowercase();
-                    let known = action == "*"
-                        || lower.starts_with("s3:")
-                        || (kind == Kind::Identity
-                            && (lower.starts_with("iam:") || lower.starts_with("sts:")));
+                    let known = match kind {
+                        Kind::Bucket => action == "*" || lower.starts_with("s3:"),
+                        Kind::Identity | Kind::Role => {
+                            action == "*"
+                                || ["s3:", "iam:", "sts:"].iter().any(|p| lower.starts_with(p))
+                        }
+                        Kind::Trust => lower.starts_with("sts:"),
+                    };
                     if !known {
                         return Err(format!("Policy has an invalid action {action:?}"));
                     }
@@ -763,7 +852,13 @@ fn statement(value: &serde_json::Value, kind: Kind) -> Result<Statement, String>
     }
     let principals = match kind {
         Kind::Bucket => principals.ok_or("a bucket policy Statement needs a Principal")?,
-        Kind::Identity => Principals::Anyone,
+        Kind::Trust => principals.ok_or("a trust policy Statement needs a Principal")?,
+        Kind::Identity | Kind::Role => Principals::Anyone,
+    };
+    // A trust policy is the role's: its statements are about the role alone.
+    let resources = match (kind, resources) {
+        (Kind::Trust, None) => Some(vec!["*".to_owned()]),
+        (_, resources) => resources,
     };
     Ok(Statement {
         effect,
@@ -1266,5 +1361,76 @@ mod tests {
                 "Action": "s3:ListBucket", "Resource": "arn:aws:s3:::b"}"#
         )
         .is_public());
+    }
+
+    #[test]
+    fn a_roles_session_gets_what_its_role_or_the_bucket_allows_and_nothing_for_owning() {
+        let trust = Policy::parse_trust(
+            r#"{"Version": "2012-10-17", "Statement": [{"Effect": "Allow",
+                "Principal": {"AWS": ["arn:aws:iam:::user/ann"]}, "Action": ["sts:AssumeRole"]}]}"#,
+        )
+        .expect("a trust policy");
+        let context = Context::new();
+        let ask = |principal, action, resource| Asked {
+            principal,
+            action,
+            resource,
+            context: &context,
+        };
+        let role_arn = role_resource("/", "reader");
+        assert_eq!(role_arn, "arn:aws:iam:::role/reader");
+        let by = |who| ask(Some(who), Action::AssumeRole, &role_arn);
+        assert_eq!(trust.judge(&by("ann")), Verdict::Allowed);
+        assert_eq!(trust.judge(&by("bob")), Verdict::Silent);
+        for (bad, why) in [
+            (
+                r#"{"Effect": "Allow", "Action": "sts:AssumeRole"}"#,
+                "no Principal",
+            ),
+            (
+                r#"{"Effect": "Allow", "Principal": "*", "Action": "s3:GetObject"}"#,
+                "an S3 action",
+            ),
+        ] {
+            let text = format!(r#"{{"Version": "2012-10-17", "Statement": {bad}}}"#);
+            assert!(Policy::parse_trust(&text).is_err(), "{why}");
+        }
+        // A role's policy may say Principal "*", as Ceph's gateway takes it; no other.
+        let role = Policy::parse_role(
+            r#"{"Version": "2012-10-17", "Statement": {"Effect": "Allow",
+                "Action": "s3:GetObject", "Principal": "*", "Resource": "arn:aws:s3:::b/*"}}"#,
+        )
+        .expect("a role's policy");
+        assert!(Policy::parse_role(
+            r#"{"Version": "2012-10-17", "Statement": {"Effect": "Allow", "Action": "s3:*",
+                "Principal": {"AWS": "arn:aws:iam:::user/ann"}, "Resource": "*"}}"#
+        )
+        .is_err());
+        let session = role_session_resource("reader", "nightly");
+        let none = PublicBlock::default();
+        let get = ask(Some(&session), Action::GetObject, "arn:aws:s3:::b/k");
+        let roles = std::slice::from_ref(&role);
+        assert_eq!(decide_role(&get, None, none, roles), Decision::Allow);
+        // No ACL and no ownership counts: what the role does not allow is refused.
+        let put = ask(Some(&session), Action::PutObject, "arn:aws:s3:::b/k");
+        assert_eq!(decide_role(&put, None, none, roles), Decision::Deny);
+        assert_eq!(decide_role(&get, None, none, &[]), Decision::Deny);
+        let bucket = Policy::parse(&format!(
+            r#"{{"Version": "2012-10-17", "Statement": [
+                {{"Effect": "Allow", "Principal": {{"AWS": "{session}"}}, "Action": "s3:PutObject",
+                  "Resource": "arn:aws:s3:::b/*"}},
+                {{"Effect": "Deny", "Principal": "*", "Action": "s3:GetObject",
+                  "Resource": "arn:aws:s3:::b/secret"}}]}}"#
+        ))
+        .expect("a bucket policy");
+        assert_eq!(
+            decide_role(&put, Some(&bucket), none, roles),
+            Decision::Allow
+        );
+        let secret = ask(Some(&session), Action::GetObject, "arn:aws:s3:::b/secret");
+        assert_eq!(
+            decide_role(&secret, Some(&bucket), none, roles),
+            Decision::Deny
+        );
     }
 }

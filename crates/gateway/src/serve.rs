@@ -335,10 +335,12 @@ fn default_message(code: &str) -> Option<&'static str> {
     })
 }
 
-fn escape(text: &str) -> String {
+/// `text` made safe inside an XML element or a quoted attribute.
+pub(crate) fn escape(text: &str) -> String {
     text.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
+        .replace('"', "&quot;")
 }
 
 #[cfg(test)]

@@ -1,12 +1,14 @@
 //! S3 users: a name, an access key, a secret key and the user's own policies, kept in the
-//! gateway's pool.
+//! gateway's pool; and the sessions (temporary keys) of users and of roles.
 
 use bytes::Bytes;
 use client::{ObjectOp, Pool};
 use rand::Rng;
 
-use crate::layout::{self, Session, User};
-use crate::omap::Pages;
+use crate::layout::{self, Record, Role, RoleTaken, Session, User};
+use std::collections::HashMap;
+
+use crate::omap::{self, Pages};
 use crate::policy::Policy;
 use crate::Error;
 
@@ -21,12 +23,13 @@ pub const SESSION_SECONDS_MIN: u64 = 900;
 pub const SESSION_SECONDS_MAX: u64 = 129_600;
 pub const SESSION_SECONDS_DEFAULT: u64 = 43_200;
 /// The alphabet of access keys (AWS's).
-const ACCESS_KEY_ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
+pub(crate) const ACCESS_KEY_ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
 const SECRET_ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-/// How many times a change to a user's record is tried while others change it too.
+/// How many times a change to a user's or a role's record is tried while others change it
+/// too.
 const UPDATE_TRIES: usize = 8;
 
-/// Why a user's policy is refused, as IAM tells these apart.
+/// Why a user's or a role's policy is refused, as IAM tells these apart.
 #[derive(Debug, thiserror::Error)]
 pub enum PolicyRefusal {
     /// The policy's name (IAM's ValidationError).
@@ -35,11 +38,10 @@ pub enum PolicyRefusal {
     /// The document (IAM's MalformedPolicyDocument).
     #[error("{0}")]
     Document(String),
-    /// The user's policies would be too large together (IAM's LimitExceeded).
-    #[error(
-        "user {user}'s policies would take {bytes} bytes, more than {USER_POLICIES_BYTES_MAX}"
-    )]
-    TooLarge { user: String, bytes: usize },
+    /// The holder's policies would be too large together (IAM's LimitExceeded); `holder`
+    /// is "user NAME" or "role NAME".
+    #[error("{holder}'s policies would take {bytes} bytes, more than {USER_POLICIES_BYTES_MAX}")]
+    TooLarge { holder: String, bytes: usize },
 }
 
 fn check_name(name: &str) -> Result<(), Error> {
@@ -57,7 +59,7 @@ fn check_name(name: &str) -> Result<(), Error> {
     }
 }
 
-fn random_text(len: usize, alphabet: &[u8]) -> String {
+pub(crate) fn random_text(len: usize, alphabet: &[u8]) -> String {
     let mut rng = rand::rng();
     (0..len)
         .map(|_| char::from(alphabet[rng.random_range(0..alphabet.len())]))
@@ -93,30 +95,54 @@ pub async fn create(pool: &Pool, name: &str) -> Result<User, Error> {
 }
 
 pub async fn get(pool: &Pool, name: &str) -> Result<Option<User>, Error> {
-    match pool
-        .omap_get(layout::USERS, vec![layout::user_key(name)])
-        .await
-    {
-        Ok(found) => match found.into_iter().next().and_then(|(_, value)| value) {
-            Some(bytes) => Ok(Some(layout::decode(&bytes).map_err(Error::Corrupt)?)),
-            None => Ok(None),
-        },
-        Err(client::Error::NotFound) => Ok(None),
-        Err(e) => Err(e.into()),
+    Ok(read_record(pool, layout::user_key(name))
+        .await?
+        .map(|(_, user)| user))
+}
+
+/// The record under `key` in the users' object, if there is one, with its bytes as stored
+/// (which a compare-and-swap asserts).
+pub(crate) async fn read_record<R: Record>(
+    pool: &Pool,
+    key: Vec<u8>,
+) -> Result<Option<(Vec<u8>, R)>, Error> {
+    let found = match pool.omap_get(layout::USERS, vec![key]).await {
+        Ok(found) => found.into_iter().next().and_then(|(_, value)| value),
+        Err(client::Error::NotFound) => None,
+        Err(e) => return Err(e.into()),
+    };
+    match found {
+        Some(bytes) => {
+            let record = layout::decode(&bytes).map_err(Error::Corrupt)?;
+            Ok(Some((bytes, record)))
+        }
+        None => Ok(None),
     }
 }
 
-/// Who holds an access key: a user, or a session of one.
+/// Who holds an access key: a user, or a session of one (of a role, for a role's session).
 pub enum Holder {
     User(User),
-    Session { session: Session, user: User },
+    Session {
+        session: Session,
+        user: User,
+        role: Option<Box<Role>>,
+    },
 }
 
 impl Holder {
-    /// The user the key acts as.
+    /// The user the key acts as (the one who took the role on, for a role's session).
     pub fn user(&self) -> &User {
         match self {
             Holder::User(user) | Holder::Session { user, .. } => user,
+        }
+    }
+
+    /// The role, for a role's session.
+    pub fn role(&self) -> Option<&Role> {
+        match self {
+            Holder::User(_) => None,
+            Holder::Session { role, .. } => role.as_deref(),
         }
     }
 
@@ -137,9 +163,10 @@ impl Holder {
     }
 }
 
-/// Who holds access key `key`, a user or a session (whose user is read too); `None` when no
-/// one does, or a session's user is gone (removed, even if a user of that name was made
-/// since). An expired session is still answered: the caller refuses it as such.
+/// Who holds access key `key`, a user or a session (whose user, and role, are read too);
+/// `None` when no one does, or a session's user or role is gone (removed, even if one of
+/// that name was made since). An expired session is still answered: the caller refuses it
+/// as such.
 pub async fn holder(pool: &Pool, key: &str) -> Result<Option<Holder>, Error> {
     let asked = vec![layout::access_key_key(key), layout::session_key(key)];
     let found = match pool.omap_get(layout::USERS, asked).await {
@@ -164,25 +191,69 @@ pub async fn holder(pool: &Pool, key: &str) -> Result<Option<Holder>, Error> {
         return Ok(None);
     };
     let session: Session = layout::decode(&bytes).map_err(Error::Corrupt)?;
-    Ok(get(pool, &session.user)
-        .await?
-        .filter(|user| user.created_ns == session.user_created_ns)
-        .map(|user| Holder::Session { session, user }))
+    let mut asked = vec![layout::user_key(&session.user)];
+    asked.extend(
+        session
+            .role
+            .iter()
+            .map(|taken| layout::role_key(&taken.name)),
+    );
+    let found = pool.omap_get(layout::USERS, asked).await?;
+    let (mut user, mut role) = (None, None);
+    for (found_key, value) in found {
+        let Some(value) = value else { continue };
+        if found_key == layout::user_key(&session.user) {
+            user = Some(layout::decode::<User>(&value).map_err(Error::Corrupt)?);
+        } else {
+            role = Some(layout::decode::<Role>(&value).map_err(Error::Corrupt)?);
+        }
+    }
+    let Some(user) = user.filter(|user| user.created_ns == session.user_created_ns) else {
+        return Ok(None);
+    };
+    let role = match &session.role {
+        None => None,
+        Some(taken) => match role.filter(|role| role.id == taken.id) {
+            Some(role) => Some(Box::new(role)),
+            None => return Ok(None),
+        },
+    };
+    Ok(Some(Holder::Session {
+        session,
+        user,
+        role,
+    }))
 }
 
-/// New temporary credentials of `user` for `seconds` (between [`SESSION_SECONDS_MIN`] and
-/// [`SESSION_SECONDS_MAX`]) from `now_ns`: the access key and the session.
+/// The life of a session asked for `asked` seconds (`None`: the default), of `user`'s own
+/// or of `role` taken on: from [`SESSION_SECONDS_MIN`] to [`SESSION_SECONDS_MAX`] (the
+/// role's longest for a role, an hour by default, as STS's).
+pub fn session_seconds(asked: Option<u64>, role: Option<&Role>) -> Result<u64, Error> {
+    let (longest, default) = match role {
+        Some(role) => (
+            role.max_session_seconds,
+            crate::roles::SESSION_SECONDS_DEFAULT,
+        ),
+        None => (SESSION_SECONDS_MAX, SESSION_SECONDS_DEFAULT),
+    };
+    let seconds = asked.unwrap_or(default.min(longest));
+    if !(SESSION_SECONDS_MIN..=longest).contains(&seconds) {
+        return Err(Error::Invalid(format!(
+            "DurationSeconds {seconds}: from {SESSION_SECONDS_MIN} to {longest}"
+        )));
+    }
+    Ok(seconds)
+}
+
+/// New temporary credentials of `user` for `seconds` (see [`session_seconds`]) from
+/// `now_ns`, acting as `role` if given: the access key and the session.
 pub async fn create_session(
     pool: &Pool,
     user: &User,
+    role: Option<RoleTaken>,
     seconds: u64,
     now_ns: u64,
 ) -> Result<(String, Session), Error> {
-    if !(SESSION_SECONDS_MIN..=SESSION_SECONDS_MAX).contains(&seconds) {
-        return Err(Error::Invalid(format!(
-            "DurationSeconds {seconds}: from {SESSION_SECONDS_MIN} to {SESSION_SECONDS_MAX}"
-        )));
-    }
     let access_key = format!("CS{}", random_text(18, ACCESS_KEY_ALPHABET));
     let session = Session {
         user: user.name.clone(),
@@ -190,6 +261,7 @@ pub async fn create_session(
         secret_key: random_text(40, SECRET_ALPHABET),
         token: random_text(64, SECRET_ALPHABET),
         expires_ns: now_ns.saturating_add(seconds * 1_000_000_000),
+        role,
     };
     let ops = vec![
         ObjectOp::Create { exclusive: false },
@@ -210,6 +282,65 @@ pub async fn remove_session(pool: &Pool, key: &str) -> Result<(), Error> {
         Ok(_) | Err(client::Error::NotFound) => Ok(()),
         Err(e) => Err(e.into()),
     }
+}
+
+/// Finds the session records that can act no more at `now_ns` (expired, or of a user or a
+/// role removed since, or made again under its name) and removes them unless `dry_run`;
+/// how many. An unused session keeps its record until this runs (`coffer gw gc`).
+pub async fn sweep_sessions(pool: &Pool, now_ns: u64, dry_run: bool) -> Result<u64, Error> {
+    // Sessions first: any read here was made while its user (and role) existed, so a user
+    // or role missing from the lists read next is gone.
+    let mut sessions = Vec::new();
+    let mut pages = Pages::new(pool, layout::USERS, layout::before(b"session/"));
+    'pages: while let Some(page) = pages.next().await? {
+        for (key, value) in page {
+            if !key.starts_with(b"session/") {
+                break 'pages;
+            }
+            let session: Session = layout::decode(&value).map_err(Error::Corrupt)?;
+            sessions.push((key, session));
+        }
+    }
+    let users: HashMap<String, u64> = list(pool)
+        .await?
+        .into_iter()
+        .map(|user| (user.name, user.created_ns))
+        .collect();
+    let roles: HashMap<String, String> = crate::roles::list(pool, "/")
+        .await?
+        .into_iter()
+        .map(|role| (role.name, role.id))
+        .collect();
+    let stale: Vec<Vec<u8>> = sessions
+        .into_iter()
+        .filter(|(_, session)| !session_lives(session, now_ns, &users, &roles))
+        .map(|(key, _)| key)
+        .collect();
+    if !dry_run {
+        for keys in stale.chunks(omap::PAGE as usize) {
+            match pool.omap_remove(layout::USERS, keys.to_vec()).await {
+                Ok(_) | Err(client::Error::NotFound) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    Ok(stale.len() as u64)
+}
+
+/// Whether `session` may still act at `now_ns`, given the users' creation times and the
+/// roles' ids by name: unexpired, and its user and role the ones it names.
+fn session_lives(
+    session: &Session,
+    now_ns: u64,
+    users: &HashMap<String, u64>,
+    roles: &HashMap<String, String>,
+) -> bool {
+    let user = users.get(&session.user) == Some(&session.user_created_ns);
+    let role = session
+        .role
+        .as_ref()
+        .is_none_or(|taken| roles.get(&taken.name) == Some(&taken.id));
+    !session.is_expired(now_ns) && user && role
 }
 
 /// Every user, by name.
@@ -253,8 +384,32 @@ pub async fn remove(pool: &Pool, name: &str) -> Result<(), Error> {
     Ok(())
 }
 
-/// `user` with policy `name` set to `document` (replacing one of that name), or why not.
-fn with_policy(mut user: User, name: &str, document: &str) -> Result<User, PolicyRefusal> {
+/// `policies` (of `holder`, "user NAME" or "role NAME") with policy `name` set to
+/// `document` (as `parse` reads it) or, without one, removed; or why not.
+pub(crate) fn change_policy(
+    policies: &mut Vec<(String, String)>,
+    holder: &str,
+    name: &str,
+    document: Option<&str>,
+    parse: fn(&str) -> Result<Policy, String>,
+) -> Result<(), Error> {
+    match document {
+        Some(document) => {
+            with_policy(policies, holder, name, document, parse).map_err(Error::IamPolicy)
+        }
+        None => without_policy(policies, holder, name),
+    }
+}
+
+/// `policies` (of `holder`) with policy `name` set to `document` as `parse` reads it
+/// (replacing one of that name), or why not.
+fn with_policy(
+    policies: &mut Vec<(String, String)>,
+    holder: &str,
+    name: &str,
+    document: &str,
+    parse: fn(&str) -> Result<Policy, String>,
+) -> Result<(), PolicyRefusal> {
     let named = !name.is_empty()
         && name.len() <= POLICY_NAME_BYTES_MAX
         && name
@@ -263,22 +418,35 @@ fn with_policy(mut user: User, name: &str, document: &str) -> Result<User, Polic
     if !named {
         return Err(PolicyRefusal::Name(name.into()));
     }
-    Policy::parse_identity(document).map_err(PolicyRefusal::Document)?;
-    match user
-        .policies
-        .binary_search_by(|(given, _)| given.as_str().cmp(name))
-    {
-        Ok(at) => user.policies[at].1 = document.into(),
-        Err(at) => user.policies.insert(at, (name.into(), document.into())),
+    parse(document).map_err(PolicyRefusal::Document)?;
+    let mut changed = policies.clone();
+    match changed.binary_search_by(|(given, _)| given.as_str().cmp(name)) {
+        Ok(at) => changed[at].1 = document.into(),
+        Err(at) => changed.insert(at, (name.into(), document.into())),
     }
-    let bytes = user.policies.iter().map(|(_, text)| text.len()).sum();
+    let bytes = changed.iter().map(|(_, text)| text.len()).sum();
     if bytes > USER_POLICIES_BYTES_MAX {
         return Err(PolicyRefusal::TooLarge {
-            user: user.name,
+            holder: holder.into(),
             bytes,
         });
     }
-    Ok(user)
+    *policies = changed;
+    Ok(())
+}
+
+/// `policies` (of `holder`) without policy `name`, which must be there.
+fn without_policy(
+    policies: &mut Vec<(String, String)>,
+    holder: &str,
+    name: &str,
+) -> Result<(), Error> {
+    let before = policies.len();
+    policies.retain(|(given, _)| given != name);
+    if policies.len() == before {
+        return Err(Error::NotFound(format!("policy {name} of {holder}")));
+    }
+    Ok(())
 }
 
 /// `user`'s own policies, read.
@@ -290,57 +458,57 @@ pub fn policies_of(user: &User) -> Result<Vec<Policy>, Error> {
     user.policies.iter().map(read).collect()
 }
 
-/// Sets user `user`'s policy `name` to `document`.
-pub async fn put_policy(pool: &Pool, user: &str, name: &str, document: &str) -> Result<(), Error> {
-    update(pool, user, |found| {
-        with_policy(found, name, document).map_err(Error::UserPolicy)
-    })
-    .await
-}
-
-/// Removes user `user`'s policy `name`.
-pub async fn delete_policy(pool: &Pool, user: &str, name: &str) -> Result<(), Error> {
-    update(pool, user, |mut found| {
-        let before = found.policies.len();
-        found.policies.retain(|(given, _)| given != name);
-        if found.policies.len() == before {
-            return Err(Error::NotFound(format!("policy {name} of user {user}")));
-        }
+/// Sets user `user`'s policy `name` to `document`, or removes it without one.
+pub async fn set_policy(
+    pool: &Pool,
+    user: &str,
+    name: &str,
+    document: Option<&str>,
+) -> Result<(), Error> {
+    let holder = format!("user {user}");
+    update(pool, user, |mut found: User| {
+        let parse = Policy::parse_identity;
+        change_policy(&mut found.policies, &holder, name, document, parse)?;
         Ok(found)
     })
     .await
 }
 
-/// Rewrites user `name`'s record as `change` makes it, under both its keys, provided no one
-/// changed or removed it meanwhile (else it reads it again).
+/// Rewrites user `name`'s record as `change` makes it, under both its keys.
 async fn update(
     pool: &Pool,
     name: &str,
     change: impl Fn(User) -> Result<User, Error>,
 ) -> Result<(), Error> {
-    let key = layout::user_key(name);
+    let what = format!("user {name}");
+    let also = |user: &User| vec![layout::access_key_key(&user.access_key)];
+    update_record(pool, layout::user_key(name), &what, change, also).await
+}
+
+/// Rewrites the record under `key` (`what` it is, for errors) as `change` makes it, there
+/// and under the keys `also` names, provided no one changed or removed it meanwhile (else
+/// it reads it again).
+pub(crate) async fn update_record<R: Record>(
+    pool: &Pool,
+    key: Vec<u8>,
+    what: &str,
+    change: impl Fn(R) -> Result<R, Error>,
+    also: impl Fn(&R) -> Vec<Vec<u8>>,
+) -> Result<(), Error> {
     for _ in 0..UPDATE_TRIES {
-        let found = match pool.omap_get(layout::USERS, vec![key.clone()]).await {
-            Ok(found) => found.into_iter().next().and_then(|(_, value)| value),
-            Err(client::Error::NotFound) => None,
-            Err(e) => return Err(e.into()),
+        let Some((bytes, found)) = read_record(pool, key.clone()).await? else {
+            return Err(Error::NotFound(what.into()));
         };
-        let Some(bytes) = found else {
-            return Err(Error::NotFound(format!("user {name}")));
-        };
-        let user = change(layout::decode(&bytes).map_err(Error::Corrupt)?)?;
-        let record = layout::encode(&user);
+        let changed = change(found)?;
+        let record = layout::encode(&changed);
+        let mut entries = vec![(key.clone(), record.clone())];
+        entries.extend(also(&changed).into_iter().map(|k| (k, record.clone())));
         let ops = vec![
             ObjectOp::AssertOmap {
                 key: key.clone(),
                 value: Some(bytes),
             },
-            ObjectOp::OmapSet {
-                entries: vec![
-                    (key.clone(), record.clone()),
-                    (layout::access_key_key(&user.access_key), record),
-                ],
-            },
+            ObjectOp::OmapSet { entries },
         ];
         match pool.operate(layout::USERS, ops, Bytes::new()).await {
             Ok(_) => return Ok(()),
@@ -348,46 +516,49 @@ async fn update(
             Err(e) => return Err(e.into()),
         }
     }
-    Err(Error::Busy(format!(
-        "user {name} is being changed by others"
-    )))
+    Err(Error::Busy(format!("{what} is being changed by others")))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn user() -> User {
-        User {
-            name: "ann".into(),
-            access_key: "CKA".into(),
-            secret_key: "s".into(),
-            created_ns: 1,
-            policies: Vec::new(),
-        }
-    }
-
     const ALL: &str = r#"{"Version": "2012-10-17",
         "Statement": {"Effect": "Allow", "Action": "*", "Resource": "*"}}"#;
 
+    fn set(
+        policies: &mut Vec<(String, String)>,
+        name: &str,
+        document: &str,
+    ) -> Result<(), PolicyRefusal> {
+        with_policy(policies, "user ann", name, document, Policy::parse_identity)
+    }
+
     #[test]
     fn policies_are_kept_by_name_and_refused_with_the_reason() {
-        let one = with_policy(user(), "b", ALL).expect("set");
-        let two = with_policy(one, "a", ALL).expect("set");
-        let again = with_policy(two, "b", ALL).expect("replaced");
-        let names: Vec<_> = again.policies.iter().map(|(n, _)| n.as_str()).collect();
+        let mut policies = Vec::new();
+        set(&mut policies, "b", ALL).expect("set");
+        set(&mut policies, "a", ALL).expect("set");
+        set(&mut policies, "b", ALL).expect("replaced");
+        let names: Vec<_> = policies.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(names, ["a", "b"]);
         let long = "P".repeat(POLICY_NAME_BYTES_MAX + 1);
         for bad in ["", "a b", long.as_str()] {
             assert!(matches!(
-                with_policy(user(), bad, ALL),
+                set(&mut policies, bad, ALL),
                 Err(PolicyRefusal::Name(_))
             ));
         }
         assert!(matches!(
-            with_policy(user(), "a", r#"{"Version": "2012-10-17"}"#),
+            set(&mut policies, "a", r#"{"Version": "2012-10-17"}"#),
             Err(PolicyRefusal::Document(_))
         ));
+        assert!(matches!(
+            without_policy(&mut policies, "user ann", "never"),
+            Err(Error::NotFound(_))
+        ));
+        without_policy(&mut policies, "user ann", "a").expect("removed");
+        assert_eq!(policies.len(), 1);
         let statement = r#"{"Effect": "Allow", "Action": "*", "Resource": "*"}"#;
         // Two documents of about 10 KiB each: the first fits, the second not beside it.
         let half = format!(
@@ -395,10 +566,83 @@ mod tests {
             vec![statement; 200].join(",")
         );
         assert!(half.len() < USER_POLICIES_BYTES_MAX && 2 * half.len() > USER_POLICIES_BYTES_MAX);
-        let once = with_policy(user(), "a", &half).expect("under the limit");
+        let mut policies = Vec::new();
+        set(&mut policies, "a", &half).expect("under the limit");
         assert!(matches!(
-            with_policy(once, "b", &half),
+            set(&mut policies, "b", &half),
             Err(PolicyRefusal::TooLarge { .. })
         ));
+        assert_eq!(
+            policies.len(),
+            1,
+            "a refused policy leaves the others as they were"
+        );
+    }
+
+    #[test]
+    fn a_session_lives_until_it_expires_or_its_user_or_role_is_gone() {
+        let mut session = Session {
+            user: "ann".into(),
+            user_created_ns: 1,
+            secret_key: "s".into(),
+            token: "t".into(),
+            expires_ns: 100,
+            role: None,
+        };
+        let users = HashMap::from([("ann".to_owned(), 1)]);
+        let roles = HashMap::from([("r".to_owned(), "AROA1".to_owned())]);
+        assert!(session_lives(&session, 99, &users, &roles));
+        assert!(!session_lives(&session, 100, &users, &roles), "expired");
+        let again = HashMap::from([("ann".to_owned(), 2)]);
+        assert!(
+            !session_lives(&session, 99, &again, &roles),
+            "ann made again"
+        );
+        assert!(
+            !session_lives(&session, 99, &HashMap::new(), &roles),
+            "ann gone"
+        );
+        session.role = Some(RoleTaken {
+            name: "r".into(),
+            id: "AROA1".into(),
+            session_name: "n".into(),
+        });
+        assert!(session_lives(&session, 99, &users, &roles));
+        let remade = HashMap::from([("r".to_owned(), "AROA2".to_owned())]);
+        assert!(
+            !session_lives(&session, 99, &users, &remade),
+            "r made again"
+        );
+        assert!(
+            !session_lives(&session, 99, &users, &HashMap::new()),
+            "r gone"
+        );
+    }
+
+    #[test]
+    fn sessions_last_as_asked_within_their_bounds() {
+        assert_eq!(
+            session_seconds(None, None).expect("default"),
+            SESSION_SECONDS_DEFAULT
+        );
+        assert!(session_seconds(Some(899), None).is_err());
+        assert!(session_seconds(Some(SESSION_SECONDS_MAX + 1), None).is_err());
+        let role = Role {
+            name: "r".into(),
+            path: "/".into(),
+            id: "AROA".into(),
+            created_ns: 1,
+            trust: String::new(),
+            description: String::new(),
+            max_session_seconds: 7200,
+            tags: Vec::new(),
+            policies: Vec::new(),
+        };
+        assert_eq!(session_seconds(None, Some(&role)).expect("default"), 3600);
+        assert_eq!(
+            session_seconds(Some(7200), Some(&role)).expect("longest"),
+            7200
+        );
+        assert!(session_seconds(Some(7201), Some(&role)).is_err());
     }
 }

@@ -33,6 +33,7 @@ import http.client
 import io
 import json
 import os
+import re
 import secrets
 import ssl
 import subprocess
@@ -334,6 +335,7 @@ class Suite:
         self.cors_bucket = f"boto3-{run_id}-cors"
         self.checksum_bucket = f"boto3-{run_id}-checksums"
         self.user_policy_buckets = [f"boto3-{run_id}-user-policy-{who}" for who in ["first", "other"]]
+        self.role_buckets = [f"boto3-{run_id}-role-{which}" for which in ["made", "other"]]
         self.lifecycle_buckets = [f"boto3-{run_id}-lc-{kind}" for kind in ["plain", "versions", "locked"]]
         # Deleted by the first user with an upload in progress, then created by the other.
         self.reused_bucket = f"boto3-{run_id}-reused"
@@ -3373,7 +3375,26 @@ class Suite:
                              {"Effect": "Allow", "Action": "*", "Resource": "*", "Principal": "*"}))
             expect_error("a policy name of 129 characters", ["ValidationError"],
                          iam.put_user_policy, UserName=other, PolicyName="p" * 129, PolicyDocument=allow)
-            for name in ["no-reads", "read-shared"]:
+            racers = [f"race-{i}" for i in range(8)]
+            refusals = []
+
+            def race(name):
+                try:
+                    iam.put_user_policy(UserName=other, PolicyName=name, PolicyDocument=allow)
+                except ClientError as error:
+                    refusals.append(error.response.get("Error", {}).get("Code"))
+
+            threads = [threading.Thread(target=race, args=(name,)) for name in racers]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            expect("put_user_policy by 8 at once: refusals", refusals, [])
+            expect("list_user_policies after 8 at once",
+                   iam.list_user_policies(UserName=other)["PolicyNames"],
+                   ["no-reads"] + racers + ["read-shared"])
+            ok("8 policies put at once on one user are all kept")
+            for name in ["no-reads", "read-shared"] + racers:
                 iam.delete_user_policy(UserName=other, PolicyName=name)
             expect("list_user_policies after removals",
                    iam.list_user_policies(UserName=other)["PolicyNames"], [])
@@ -3391,6 +3412,136 @@ class Suite:
             "sts", endpoint_url=ENDPOINT, region_name=REGION, aws_access_key_id=access,
             aws_secret_access_key=secret, aws_session_token=token, verify=CA,
             config=Config(retries={"mode": "standard", "max_attempts": 1}))
+
+    def session_s3(self, credentials):
+        """An S3 client with temporary credentials, as STS answers them."""
+        return boto3.client(
+            "s3", endpoint_url=ENDPOINT, region_name=REGION, verify=CA,
+            aws_access_key_id=credentials["AccessKeyId"],
+            aws_secret_access_key=credentials["SecretAccessKey"],
+            aws_session_token=credentials["SessionToken"],
+            config=Config(s3={"addressing_style": "path"},
+                          retries={"mode": "standard", "max_attempts": 1}))
+
+    def roles(self):
+        """IAM roles and STS's AssumeRole: a role's session acts with the role's policies
+        alone (not its user's, not as an owner), only for a user the role's trust policy
+        names; what it makes is its user's; a deny on the role holds at once; a role with
+        policies is not removed, and a removed role's sessions end with it."""
+        role_bucket, other_bucket = self.role_buckets
+        mine = self.user_policy_buckets[0]
+        me = self.s3.list_buckets()["Owner"]["ID"]
+        other = self.other.list_buckets()["Owner"]["ID"]
+        document = lambda *statements: json.dumps({"Version": "2012-10-17", "Statement": list(statements)})
+        admin = document({"Effect": "Allow", "Action": "iam:*",
+                          "Resource": ["arn:aws:iam:::user/*", "arn:aws:iam:::role/*"]})
+        self.coffer("user", "policy", "put", me, "iam-admin", "-", stdin=admin)
+        iam = self.iam(os.environ["S3_ACCESS"], os.environ["S3_SECRET"])
+        name = f"{self.bucket}-reader"
+        trust = document({"Effect": "Allow", "Principal": {"AWS": [f"arn:aws:iam:::user/{other}"]},
+                          "Action": ["sts:AssumeRole"]})
+        try:
+            made = iam.create_role(Path="/", RoleName=name, AssumeRolePolicyDocument=trust,
+                                   Description="reads the shared tree", Tags=[{"Key": "team", "Value": "a"}])
+            arn = made["Role"]["Arn"]
+            expect("create_role's ARN", arn, f"arn:aws:iam:::role/{name}")
+            expect_error("create_role of a name taken", ["EntityAlreadyExists"], iam.create_role,
+                         RoleName=name, AssumeRolePolicyDocument=trust)
+            got = iam.get_role(RoleName=name)["Role"]
+            expect("get_role", (got["AssumeRolePolicyDocument"], got["Description"], got["MaxSessionDuration"],
+                                got["Tags"]),
+                   (json.loads(trust), "reads the shared tree", 3600, [{"Key": "team", "Value": "a"}]))
+            expect("list_roles names it", [r["RoleName"] for r in iam.list_roles()["Roles"] if r["RoleName"] == name],
+                   [name])
+            expect_error("create_role with a trust policy naming no principal", ["MalformedPolicyDocument"],
+                         iam.create_role, RoleName=f"{name}-x", AssumeRolePolicyDocument=document(
+                             {"Effect": "Allow", "Action": "sts:AssumeRole"}))
+            ok("create_role, get_role and list_roles keep and give back a role's trust policy,"
+               " description, tags and longest session; a name taken is EntityAlreadyExists")
+
+            self.s3.create_bucket(Bucket=mine)
+            self.s3.put_object(Bucket=mine, Key="shared/a", Body=b"a")
+            self.other.create_bucket(Bucket=other_bucket)
+            iam.put_role_policy(RoleName=name, PolicyName="work", PolicyDocument=document(
+                {"Effect": "Allow", "Action": "s3:*",
+                 "Resource": [f"arn:aws:s3:::{role_bucket}", f"arn:aws:s3:::{role_bucket}/*"]},
+                {"Effect": "Allow", "Action": "s3:GetObject", "Principal": "*",
+                 "Resource": f"arn:aws:s3:::{mine}/shared/*"}))
+            expect("list_role_policies", iam.list_role_policies(RoleName=name)["PolicyNames"], ["work"])
+            expect_error("assume_role by a user the trust policy does not name", ["AccessDenied"],
+                         self.sts(os.environ["S3_ACCESS"], os.environ["S3_SECRET"]).assume_role,
+                         RoleArn=arn, RoleSessionName="mine")
+            their_sts = self.sts(os.environ["S3_OTHER_ACCESS"], os.environ["S3_OTHER_SECRET"])
+            expect_error("assume_role longer than the role's longest session", ["ValidationError"],
+                         their_sts.assume_role, RoleArn=arn, RoleSessionName="long", DurationSeconds=3601)
+            assumed = their_sts.assume_role(RoleArn=arn, RoleSessionName="nightly", DurationSeconds=900)
+            expect("assume_role's user", assumed["AssumedRoleUser"]["Arn"],
+                   f"arn:aws:sts:::assumed-role/{name}/nightly")
+            credentials = assumed["Credentials"]
+            role_sts = self.sts(credentials["AccessKeyId"], credentials["SecretAccessKey"],
+                                credentials["SessionToken"])
+            expect("get_caller_identity of a role's session", role_sts.get_caller_identity()["Arn"],
+                   f"arn:aws:sts:::assumed-role/{name}/nightly")
+            session = self.session_s3(credentials)
+            session.create_bucket(Bucket=role_bucket)
+            session.put_object(Bucket=role_bucket, Key="k", Body=b"made by a role")
+            expect_body("a role's session reads what it wrote",
+                        session.get_object(Bucket=role_bucket, Key="k")["Body"].read(), b"made by a role")
+            owned = [b["Name"] for b in self.other.list_buckets()["Buckets"]]
+            if role_bucket not in owned:
+                raise AssertionError(f"the role's bucket is not its user's: {owned}")
+            expect_body("a role's session reads another user's object its policy names",
+                        session.get_object(Bucket=mine, Key="shared/a")["Body"].read(), b"a")
+            status = None
+            try:
+                session.head_object(Bucket=mine, Key="shared/missing")
+            except ClientError as error:
+                status = error.response["ResponseMetadata"]["HTTPStatusCode"]
+            expect("head_object of a missing key the role may read but not list", status, 403)
+            expect_error("a role's session writes where its policy does not let it", ["AccessDenied"],
+                         session.put_object, Bucket=mine, Key="shared/b", Body=b"b")
+            expect_error("a role's session lists its own user's bucket, which the role does not name",
+                         ["AccessDenied"], session.list_objects_v2, Bucket=other_bucket)
+            ok("assume_role gives a session for a user the trust policy names only; it acts with the"
+               " role's policies alone, owns what it makes for its user, and a missing key it may not"
+               " list is 403")
+
+            iam.put_role_policy(RoleName=name, PolicyName="no-reads", PolicyDocument=document(
+                {"Effect": "Deny", "Action": "s3:GetObject", "Resource": "*"}))
+            expect_error("a read the role's second policy denies", ["AccessDenied"],
+                         session.get_object, Bucket=role_bucket, Key="k")
+            expect_error("delete_role of a role with policies", ["DeleteConflict"], iam.delete_role,
+                         RoleName=name)
+            for policy in ["no-reads", "work"]:
+                iam.delete_role_policy(RoleName=name, PolicyName=policy)
+            expect_error("a role's session once its policies are gone", ["AccessDenied"],
+                         session.get_object, Bucket=role_bucket, Key="k")
+            iam.delete_role(RoleName=name)
+            expect_error("get_role of a removed role", ["NoSuchEntity"], iam.get_role, RoleName=name)
+            expect_error("a removed role's session", ["InvalidAccessKeyId"], session.list_buckets)
+            swept = re.search(r"removed (\d+) sessions", self.coffer("gw", "gc"))
+            if swept is None or int(swept.group(1)) < 1:
+                raise AssertionError(f"gw gc removed no session of the removed role: {swept}")
+            again = re.search(r"would remove (\d+) sessions", self.coffer("gw", "gc", "--dry-run"))
+            expect("sessions left to sweep after gw gc", again and int(again.group(1)), 0)
+            ok("a deny on the role holds at once; a role with policies is not removed; a removed"
+               " role's sessions end with it, and gw gc removes their records")
+        finally:
+            for policy in ["no-reads", "work"]:
+                try:
+                    iam.delete_role_policy(RoleName=name, PolicyName=policy)
+                except ClientError:
+                    pass
+            try:
+                iam.delete_role(RoleName=name)
+            except ClientError:
+                pass
+            self.coffer("user", "policy", "rm", me, "iam-admin")
+            for bucket, s3 in [(role_bucket, self.other), (other_bucket, self.other), (mine, self.s3)]:
+                try:
+                    self.empty_and_delete(bucket, s3)
+                except ClientError:
+                    pass
 
     def sessions(self):
         """STS: GetCallerIdentity names the signer; GetSessionToken gives keys that act as
@@ -3967,6 +4118,7 @@ class Suite:
             (self.other, f"{self.policy_bucket}-other"),
             (self.s3, self.user_policy_buckets[0]),
             (self.other, self.user_policy_buckets[1]),
+            *[(self.other, bucket) for bucket in self.role_buckets],
             *[(self.s3, bucket) for bucket in self.lifecycle_buckets],
             (self.s3, self.reused_bucket),
             (self.other, self.reused_bucket),
@@ -3997,6 +4149,7 @@ def main():
         suite.policies,
         suite.user_policies,
         suite.sessions,
+        suite.roles,
         suite.acls,
         suite.cors,
         suite.checksums,

@@ -224,29 +224,47 @@ impl Gateway {
         }
         let secret = holder.secret_key().to_owned();
         let token = holder.session().map(|session| session.token.clone());
-        let user = match holder {
-            users::Holder::User(user) | users::Holder::Session { user, .. } => user,
+        // A role's session acts with the role's policies, under the session's ARN.
+        let (user, role) = match holder {
+            users::Holder::User(user) => (user, None),
+            users::Holder::Session {
+                user,
+                role,
+                session,
+            } => {
+                let taken = session.role.zip(role);
+                (user, taken)
+            }
         };
         let mut signers = self.signers_lock();
         let kept = signers.by_key.get(key);
         if let Some((_, newer)) = kept.filter(|(read, _)| *read > begun) {
             return Ok((secret, Some(newer.clone())));
         }
+        let texts = match &role {
+            Some((_, role)) => &role.policies,
+            None => &user.policies,
+        };
         let signer = match kept {
             // The same policies as last read: kept as they were read then.
-            Some((_, signer)) if signer.texts == user.policies && signer.token == token => {
-                signer.clone()
-            }
+            Some((_, signer)) if signer.texts == *texts && signer.token == token => signer.clone(),
             _ => {
-                let policies = users::policies_of(&user).map_err(|e| {
+                let policies = match &role {
+                    Some((_, role)) => crate::roles::policies_of(role),
+                    None => users::policies_of(&user),
+                }
+                .map_err(|e| {
                     tracing::error!("{e}");
                     Error::Internal("a policy of the signer cannot be read".into())
                 })?;
                 std::sync::Arc::new(Signer {
+                    texts: texts.clone(),
                     name: user.name,
-                    texts: user.policies,
                     policies,
                     token,
+                    role: role.map(|(taken, role)| {
+                        crate::policy::role_session_resource(&role.name, &taken.session_name)
+                    }),
                 })
             }
         };
@@ -452,14 +470,18 @@ impl Gateway {
 }
 
 /// A user as the gateway decides the requests they sign: their name and their own
-/// policies, as given and read.
+/// policies, as given and read (a role's, for a role's session).
 pub(crate) struct Signer {
+    /// The user: the owner of what the signer makes.
     pub name: String,
     texts: Vec<(String, String)>,
     pub policies: Vec<crate::policy::Policy>,
     /// A session's token, which its requests must carry (`sts:authentication` is then
     /// true in their condition keys).
     pub token: Option<String>,
+    /// A role's session's ARN (`arn:aws:sts:::assumed-role/ROLE/SESSION`): its requests
+    /// are decided as the role's, with `policy::decide_role`.
+    pub role: Option<String>,
 }
 
 /// The holders of access keys, each with the number of the read that found them.

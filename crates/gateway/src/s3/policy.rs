@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use s3s::dto::*;
-use s3s::{S3Request, S3Response, S3Result};
+use s3s::{S3ErrorCode, S3Request, S3Response, S3Result};
 
 use super::error::Refusal;
 use super::{in_bucket, Gateway, Signer};
@@ -40,8 +40,9 @@ impl Gateway {
         }
     }
 
-    /// Refuses `req` where its signer's own policies deny `action` on `resource`: for the
-    /// verbs that act on no bucket yet (ListBuckets, CreateBucket).
+    /// Refuses `req` where its signer's own policies deny `action` on `resource` (a role's
+    /// session: unless the role's allow it): for the verbs that act on no bucket yet
+    /// (ListBuckets, CreateBucket).
     pub(super) async fn check_identity<T>(
         &self,
         req: &S3Request<T>,
@@ -51,24 +52,24 @@ impl Gateway {
         let Some(signer) = self.identity(req).await? else {
             return Ok(());
         };
-        if signer.policies.is_empty() {
+        if signer.policies.is_empty() && signer.role.is_none() {
             return Ok(());
         }
         let context = signed_context(req, &signer);
         let asked = Asked {
-            principal: Some(&signer.name),
+            principal: Some(signer.role.as_deref().unwrap_or(&signer.name)),
             action,
             resource,
             context: &context,
         };
-        match policy::judge_all(&signer.policies, &asked) {
-            Verdict::Denied => Err(Refusal::Denied {
-                who: Some(signer.name.clone()),
+        match (policy::judge_all(&signer.policies, &asked), &signer.role) {
+            (Verdict::Denied, _) | (Verdict::Silent, Some(_)) => Err(Refusal::Denied {
+                who: Some(signer.role.clone().unwrap_or_else(|| signer.name.clone())),
                 action: action.name(),
                 resource: resource.into(),
             }
             .into()),
-            Verdict::Allowed | Verdict::Silent => Ok(()),
+            (Verdict::Allowed | Verdict::Silent, _) => Ok(()),
         }
     }
 
@@ -125,11 +126,20 @@ impl Gateway {
         let block = bucket.public_block.unwrap_or_default();
         let signer = self.identity(req).await?;
         let identity = signer.as_ref().map_or(&[][..], |s| &s.policies[..]);
+        // A role's session is judged under its own ARN, by the role's policies and the
+        // bucket's alone.
+        let role = signer.as_ref().and_then(|s| s.role.as_deref());
+        let judged = role.or(principal);
+        let decide = |asked: &Asked| match role {
+            Some(_) => policy::decide_role(asked, bucket.policy.as_ref(), block, identity),
+            None => policy::decide(owner, asked, bucket.policy.as_ref(), block, identity),
+        };
         // No policy: nothing of the request needs reading for its owner.
         let mut context = Context::new();
+        let plain = role.is_none() && identity.is_empty();
         let decision = match &bucket.policy {
-            None if identity.is_empty() && principal == Some(owner) => Decision::Allow,
-            None if identity.is_empty() => Decision::AskAcl,
+            None if plain && principal == Some(owner) => Decision::Allow,
+            None if plain => Decision::AskAcl,
             found => {
                 context = match &signer {
                     Some(signer) => signed_context(req, signer),
@@ -149,16 +159,50 @@ impl Gateway {
                     }
                 }
                 let asked = Asked {
-                    principal,
+                    principal: judged,
                     action,
                     resource: &resource,
                     context: &context,
                 };
-                policy::decide(owner, &asked, found.as_ref(), block, identity)
+                decide(&asked)
+            }
+        };
+        let reads = key.filter(|_| matches!(action, Action::GetObject | Action::GetObjectVersion));
+        // Whether the caller may list `key` (s3:ListBucket with the key as prefix): only then
+        // do they learn that it is missing (404), as in S3; anyone else gets 403 either way.
+        let bucket_resource = policy::resource(name, None);
+        let may_list = |context: &mut Context, key: &str| {
+            context.insert("s3:prefix".into(), vec![key.into()]);
+            let list = Asked {
+                principal: judged,
+                action: Action::ListBucket,
+                resource: &bucket_resource,
+                context,
+            };
+            match decide(&list) {
+                Decision::Allow => true,
+                Decision::Deny => false,
+                Decision::AskAcl => acl_grants(bucket, None, principal, Action::ListBucket),
             }
         };
         match decision {
-            Decision::Allow => return Ok(()),
+            Decision::Allow => {
+                let stranger = role.is_some() || principal != Some(owner);
+                match reads.filter(|key| stranger && !may_list(&mut context, key)) {
+                    Some(key) => match self.object(name, key, version).await {
+                        Err(e)
+                            if matches!(
+                                e.code(),
+                                S3ErrorCode::NoSuchKey | S3ErrorCode::NoSuchVersion
+                            ) =>
+                        {
+                            return Err(denied().into())
+                        }
+                        _ => return Ok(()),
+                    },
+                    None => return Ok(()),
+                }
+            }
             Decision::Deny => return Err(denied().into()),
             Decision::AskAcl => {}
         }
@@ -171,27 +215,10 @@ impl Gateway {
         if acl_grants(bucket, entry.as_ref(), principal, action) {
             return Ok(());
         }
-        // A caller who may list the key (s3:ListBucket with the key as prefix) learns that
-        // it is missing (404), as in S3; anyone else gets 403 either way.
-        let Some(key) =
-            key.filter(|_| matches!(action, Action::GetObject | Action::GetObjectVersion))
-        else {
+        let Some(key) = reads else {
             return Err(denied().into());
         };
-        let bucket_resource = policy::resource(name, None);
-        context.insert("s3:prefix".into(), vec![key.into()]);
-        let list = Asked {
-            principal,
-            action: Action::ListBucket,
-            resource: &bucket_resource,
-            context: &context,
-        };
-        let may_list = match policy::decide(owner, &list, bucket.policy.as_ref(), block, identity) {
-            Decision::Allow => true,
-            Decision::Deny => false,
-            Decision::AskAcl => acl_grants(bucket, None, principal, Action::ListBucket),
-        };
-        if may_list && entry.is_none() {
+        if may_list(&mut context, key) && entry.is_none() {
             self.object(name, key, version).await?;
         }
         Err(denied().into())

@@ -1,13 +1,15 @@
 //! The IAM query API, as far as users' own (inline) policies go (PutUserPolicy,
-//! GetUserPolicy, ListUserPolicies and DeleteUserPolicy), and STS's GetCallerIdentity and
-//! GetSessionToken, as aws-cli, boto3 and the SDKs send them: a form-encoded POST to `/`,
-//! signed with SigV4 for the service `iam` or `sts`. s3s checks signatures for S3 alone,
-//! so this module checks these itself (`crate::sigv4`) and answers in IAM's and STS's XML,
-//! with their error codes chosen in [`IamRefusal`].
+//! GetUserPolicy, ListUserPolicies and DeleteUserPolicy) and roles ([`roles`]), and STS's
+//! GetCallerIdentity, GetSessionToken and AssumeRole, as aws-cli, boto3 and the SDKs send
+//! them: a form-encoded POST to `/`, signed with SigV4 for the service `iam` or `sts`. s3s
+//! checks signatures for S3 alone, so this module checks these itself (`crate::sigv4`) and
+//! answers in IAM's and STS's XML, with their error codes chosen in [`IamRefusal`].
 //!
 //! A caller may use a verb on user U when their own policies allow `iam:VERB` on
-//! `arn:aws:iam:::user/U`; the operator attaches the first such policy with
-//! `coffer user policy put`.
+//! `arn:aws:iam:::user/U` (on role R: `arn:aws:iam:::role/PATH/R`); the operator attaches
+//! the first such policy with `coffer user policy put`.
+
+mod roles;
 
 use std::collections::BTreeMap;
 
@@ -15,9 +17,9 @@ use client::Pool;
 use hyper::{HeaderMap, StatusCode};
 use s3s::HttpResponse;
 
-use crate::layout::{Session, User};
+use crate::layout::{Role, Session, User};
 use crate::policy::{self, Action, Asked, Verdict};
-use crate::serve::Peer;
+use crate::serve::{escape, Peer};
 use crate::sigv4::{Authorization, SigError, Signed};
 use crate::users::Holder;
 use crate::{users, Error};
@@ -64,6 +66,10 @@ enum IamRefusal {
     Signature(String),
     /// Another change to the user was under way each time (IAM's ConcurrentModification).
     Busy(String),
+    /// IAM's EntityAlreadyExists.
+    Exists(String),
+    /// IAM's DeleteConflict: a role that still has policies.
+    Conflict(String),
     /// A session's request without its token.
     Token(String),
     /// A session's request after it expired.
@@ -87,6 +93,12 @@ impl IamRefusal {
         match self {
             Incomplete(why) => (StatusCode::BAD_REQUEST, "IncompleteSignature", why.clone()),
             Busy(why) => (StatusCode::CONFLICT, "ConcurrentModification", why.clone()),
+            Exists(what) => (
+                StatusCode::CONFLICT,
+                "EntityAlreadyExists",
+                format!("{what} exists"),
+            ),
+            Conflict(why) => (StatusCode::CONFLICT, "DeleteConflict", why.clone()),
             Token(why) => (StatusCode::FORBIDDEN, "InvalidClientTokenId", why.clone()),
             Expired => (
                 StatusCode::BAD_REQUEST,
@@ -149,12 +161,14 @@ impl From<Error> for IamRefusal {
         match e {
             Error::NotFound(what) => IamRefusal::NoSuchEntity(what),
             Error::Busy(why) => IamRefusal::Busy(why),
+            Error::Exists(what) => IamRefusal::Exists(what),
+            Error::Conflict(why) => IamRefusal::Conflict(why),
             Error::Invalid(why) => IamRefusal::Invalid(why),
-            Error::UserPolicy(name @ users::PolicyRefusal::Name(_)) => {
+            Error::IamPolicy(name @ users::PolicyRefusal::Name(_)) => {
                 IamRefusal::Invalid(name.to_string())
             }
-            Error::UserPolicy(users::PolicyRefusal::Document(why)) => IamRefusal::Document(why),
-            Error::UserPolicy(too_large) => IamRefusal::TooLarge(too_large.to_string()),
+            Error::IamPolicy(users::PolicyRefusal::Document(why)) => IamRefusal::Document(why),
+            Error::IamPolicy(too_large) => IamRefusal::TooLarge(too_large.to_string()),
             e => {
                 tracing::warn!("IAM: {e}");
                 IamRefusal::Internal(e.to_string())
@@ -199,89 +213,161 @@ pub(crate) async fn answer(
 enum Answered {
     /// A verb with no result (Put, Delete).
     Done(&'static str),
+    /// GetUserPolicy's or GetRolePolicy's.
     Policy {
-        user: String,
+        of: Holding,
+        holder: String,
         name: String,
         document: String,
     },
-    Names(Vec<String>),
-    /// GetCallerIdentity's: the user a key acts as.
-    Caller(String),
+    /// ListUserPolicies' or ListRolePolicies'.
+    Names(Holding, Vec<String>),
+    /// GetCallerIdentity's: the ARN a key acts as, and its id.
+    Caller {
+        arn: String,
+        id: String,
+    },
     /// GetSessionToken's: the new session and its access key.
     Session {
         access_key: String,
         session: Session,
     },
+    /// CreateRole's or GetRole's.
+    Role(&'static str, Role),
+    Roles(Vec<Role>),
+    /// AssumeRole's: the new session of `role` and its access key.
+    Assumed {
+        access_key: String,
+        session: Session,
+        role: Role,
+    },
+}
+
+/// Whose policies a policy verb is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Holding {
+    User,
+    Role,
+}
+
+impl Holding {
+    fn word(self) -> &'static str {
+        match self {
+            Holding::User => "User",
+            Holding::Role => "Role",
+        }
+    }
+}
+
+/// `ns` nanoseconds since the epoch, as IAM and STS write times (ISO 8601, UTC).
+fn iso_time(ns: u64) -> String {
+    time::OffsetDateTime::from_unix_timestamp((ns / 1_000_000_000) as i64)
+        .ok()
+        .and_then(|at| {
+            at.format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
+        .unwrap_or_default()
+}
+
+/// A session's credentials, as GetSessionToken and AssumeRole answer them.
+fn credentials_xml(access_key: &str, session: &Session) -> String {
+    format!(
+        "<Credentials><AccessKeyId>{access_key}</AccessKeyId><SecretAccessKey>{}\
+         </SecretAccessKey><SessionToken>{}</SessionToken><Expiration>{}</Expiration>\
+         </Credentials>",
+        session.secret_key,
+        session.token,
+        iso_time(session.expires_ns)
+    )
 }
 
 impl Answered {
     fn xml(&self, namespace: &str, id: &str) -> String {
         let (verb, result) = match self {
-            Answered::Caller(user) => (
-                "GetCallerIdentity",
+            Answered::Caller { arn, id } => (
+                "GetCallerIdentity".to_owned(),
                 format!(
                     "<GetCallerIdentityResult><Arn>{}</Arn><UserId>{}</UserId>\
                      </GetCallerIdentityResult>",
-                    escape(&policy::user_resource(user)),
-                    escape(user)
+                    escape(arn),
+                    escape(id)
                 ),
             ),
             Answered::Session {
                 access_key,
                 session,
-            } => {
-                let expires = session.expires_ns / 1_000_000_000;
-                let expiration = time::OffsetDateTime::from_unix_timestamp(expires as i64)
-                    .ok()
-                    .and_then(|at| {
-                        at.format(&time::format_description::well_known::Rfc3339)
-                            .ok()
-                    })
-                    .unwrap_or_default();
-                (
-                    "GetSessionToken",
-                    format!(
-                        "<GetSessionTokenResult><Credentials><AccessKeyId>{access_key}\
-                         </AccessKeyId><SecretAccessKey>{}</SecretAccessKey><SessionToken>{}\
-                         </SessionToken><Expiration>{expiration}</Expiration></Credentials>\
-                         </GetSessionTokenResult>",
-                        session.secret_key, session.token
-                    ),
-                )
-            }
-            Answered::Done(verb) => (*verb, String::new()),
+            } => (
+                "GetSessionToken".to_owned(),
+                format!(
+                    "<GetSessionTokenResult>{}</GetSessionTokenResult>",
+                    credentials_xml(access_key, session)
+                ),
+            ),
+            Answered::Done(verb) => ((*verb).to_owned(), String::new()),
             Answered::Policy {
-                user,
+                of,
+                holder,
                 name,
                 document,
             } => {
-                let encoded: String =
-                    form_urlencoded::byte_serialize(document.as_bytes()).collect();
+                let word = of.word();
                 let inner = format!(
-                    "<UserName>{}</UserName><PolicyName>{}</PolicyName>\
+                    "<{word}Name>{}</{word}Name><PolicyName>{}</PolicyName>\
                      <PolicyDocument>{}</PolicyDocument>",
-                    escape(user),
+                    escape(holder),
                     escape(name),
-                    encoded.replace('+', "%20")
+                    url_encoded(document)
                 );
-                (
-                    "GetUserPolicy",
-                    format!("<GetUserPolicyResult>{inner}</GetUserPolicyResult>"),
-                )
+                let verb = format!("Get{word}Policy");
+                let result = format!("<{verb}Result>{inner}</{verb}Result>");
+                (verb, result)
             }
-            Answered::Names(names) => {
+            Answered::Names(of, names) => {
                 let members: String = names
                     .iter()
                     .map(|n| format!("<member>{}</member>", escape(n)))
                     .collect();
+                let verb = format!("List{}Policies", of.word());
+                let result = format!(
+                    "<{verb}Result><PolicyNames>{members}</PolicyNames>\
+                     <IsTruncated>false</IsTruncated></{verb}Result>"
+                );
+                (verb, result)
+            }
+            Answered::Role(verb, role) => (
+                (*verb).to_owned(),
+                format!(
+                    "<{verb}Result><Role>{}</Role></{verb}Result>",
+                    roles::role_xml(role)
+                ),
+            ),
+            Answered::Roles(found) => {
+                let members: String = found
+                    .iter()
+                    .map(|role| format!("<member>{}</member>", roles::role_xml(role)))
+                    .collect();
                 (
-                    "ListUserPolicies",
+                    "ListRoles".to_owned(),
                     format!(
-                        "<ListUserPoliciesResult><PolicyNames>{members}</PolicyNames>\
-                         <IsTruncated>false</IsTruncated></ListUserPoliciesResult>"
+                        "<ListRolesResult><Roles>{members}</Roles>\
+                         <IsTruncated>false</IsTruncated></ListRolesResult>"
                     ),
                 )
             }
+            Answered::Assumed {
+                access_key,
+                session,
+                role,
+            } => (
+                "AssumeRole".to_owned(),
+                format!(
+                    "<AssumeRoleResult>{}{}<PackedPolicySize>0</PackedPolicySize>\
+                     </AssumeRoleResult>",
+                    credentials_xml(access_key, session),
+                    roles::assumed_xml(role, session)
+                ),
+            ),
         };
         format!(
             "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<{verb}Response xmlns=\"{namespace}\">\
@@ -289,6 +375,12 @@ impl Answered {
              </{verb}Response>"
         )
     }
+}
+
+/// A policy document as IAM answers it: URL-encoded, spaces as `%20` (botocore decodes it).
+fn url_encoded(document: &str) -> String {
+    let encoded: String = form_urlencoded::byte_serialize(document.as_bytes()).collect();
+    encoded.replace('+', "%20")
 }
 
 /// IAM's and STS's error body: the fault is the sender's, or the gateway's (`Receiver`) for
@@ -305,13 +397,6 @@ fn error_xml(namespace: &str, status: StatusCode, code: &str, message: &str, id:
          <RequestId>{id}</RequestId></ErrorResponse>",
         escape(message)
     )
-}
-
-fn escape(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
 }
 
 /// The verbs served.
@@ -331,24 +416,19 @@ async fn act(
     body: &[u8],
 ) -> Result<Answered, IamRefusal> {
     let holder = signed_by(pool, parts, body, time::OffsetDateTime::now_utc()).await?;
-    let mut params: BTreeMap<String, String> = BTreeMap::new();
+    let mut params = Params::new();
     let query = parts.uri.query().unwrap_or("").as_bytes();
     for (name, value) in form_urlencoded::parse(query).chain(form_urlencoded::parse(body)) {
         params.insert(name.into_owned(), value.into_owned());
     }
-    let param = |name: &'static str| {
-        params
-            .get(name)
-            .map(String::as_str)
-            .ok_or(IamRefusal::Missing(name))
-    };
+    let param = |name: &'static str| param(&params, name);
     let verb = param("Action")?;
     let from = parts
         .extensions
         .get::<Peer>()
         .map(|peer| (peer.secure, peer.address.ip()));
     if service == Service::Sts {
-        return sts(pool, &holder, verb, param("DurationSeconds").ok(), from).await;
+        return sts(pool, &holder, verb, &params, from).await;
     }
     // As in AWS, a session's keys do not reach IAM.
     let Holder::User(signer) = holder else {
@@ -357,6 +437,9 @@ async fn act(
             action: "IAM's API with a session's keys",
         });
     };
+    if roles::VERBS.contains(&verb) {
+        return roles::act(pool, &signer, verb, &params, from).await;
+    }
     let (verb, action) = match verb {
         "PutUserPolicy" => (Verb::Put, Action::PutUserPolicy),
         "GetUserPolicy" => (Verb::Get, Action::GetUserPolicy),
@@ -373,29 +456,30 @@ async fn act(
     };
     Ok(match verb {
         Verb::Put => {
-            users::put_policy(pool, user, param("PolicyName")?, param("PolicyDocument")?).await?;
+            let document = param("PolicyDocument")?;
+            users::set_policy(pool, user, param("PolicyName")?, Some(document)).await?;
             Answered::Done("PutUserPolicy")
         }
         Verb::Delete => {
-            users::delete_policy(pool, user, param("PolicyName")?).await?;
+            users::set_policy(pool, user, param("PolicyName")?, None).await?;
             Answered::Done("DeleteUserPolicy")
         }
         Verb::Get => {
             let name = param("PolicyName")?;
             let found = target().await?;
             let document = found
-                .policies
-                .into_iter()
-                .find(|(given, _)| given == name)
-                .map(|(_, document)| document)
-                .ok_or_else(|| IamRefusal::NoSuchEntity(format!("policy {name} of user {user}")))?;
+                .policy(name)
+                .ok_or_else(|| IamRefusal::NoSuchEntity(format!("policy {name} of user {user}")))?
+                .to_owned();
             Answered::Policy {
-                user: user.into(),
+                of: Holding::User,
+                holder: user.into(),
                 name: name.into(),
                 document,
             }
         }
         Verb::List => Answered::Names(
+            Holding::User,
             target()
                 .await?
                 .policies
@@ -406,18 +490,50 @@ async fn act(
     })
 }
 
+/// A request's parameters, by name.
+type Params = BTreeMap<String, String>;
+
+/// Where a request came from: over TLS or not, and from which address.
+type Origin = Option<(bool, std::net::IpAddr)>;
+
+/// Parameter `name` of `params`, which the verb needs.
+fn param<'a>(params: &'a Params, name: &'static str) -> Result<&'a str, IamRefusal> {
+    params
+        .get(name)
+        .map(String::as_str)
+        .ok_or(IamRefusal::Missing(name))
+}
+
+/// Parameter `name` of `params` as a number of seconds, if given.
+fn seconds(params: &Params, name: &'static str) -> Result<Option<u64>, IamRefusal> {
+    params
+        .get(name)
+        .map(|text| {
+            text.parse()
+                .map_err(|_| IamRefusal::Invalid(format!("{name} {text:?} is not a number")))
+        })
+        .transpose()
+}
+
 /// STS's verbs: GetCallerIdentity for any signer, GetSessionToken for a user (not a
-/// session) whose own policies do not deny it, for `seconds` (STS's default without).
+/// session) whose own policies do not deny it, AssumeRole ([`roles::assume`]).
 async fn sts(
     pool: &Pool,
     holder: &Holder,
     verb: &str,
-    seconds: Option<&str>,
-    from: Option<(bool, std::net::IpAddr)>,
+    params: &Params,
+    from: Origin,
 ) -> Result<Answered, IamRefusal> {
     let user = holder.user();
     match verb {
-        "GetCallerIdentity" => Ok(Answered::Caller(user.name.clone())),
+        "GetCallerIdentity" => Ok(match (holder.role(), holder.session()) {
+            (Some(role), Some(session)) => roles::caller(role, session),
+            _ => Answered::Caller {
+                arn: policy::user_resource(&user.name),
+                id: user.name.clone(),
+            },
+        }),
+        "AssumeRole" => roles::assume(pool, holder, params, from).await,
         "GetSessionToken" => {
             if holder.session().is_some() {
                 return Err(IamRefusal::Denied {
@@ -432,14 +548,10 @@ async fn sts(
                     action: action.name(),
                 });
             }
-            let seconds = match seconds {
-                Some(text) => text.parse().map_err(|_| {
-                    IamRefusal::Invalid(format!("DurationSeconds {text:?} is not a number"))
-                })?,
-                None => users::SESSION_SECONDS_DEFAULT,
-            };
+            let seconds = users::session_seconds(seconds(params, "DurationSeconds")?, None)?;
+            let now = crate::layout::now_ns();
             let (access_key, session) =
-                users::create_session(pool, user, seconds, crate::layout::now_ns()).await?;
+                users::create_session(pool, user, None, seconds, now).await?;
             Ok(Answered::Session {
                 access_key,
                 session,
@@ -454,7 +566,7 @@ fn verdict(
     signer: &User,
     action: Action,
     resource: &str,
-    from: Option<(bool, std::net::IpAddr)>,
+    from: Origin,
 ) -> Result<Verdict, IamRefusal> {
     let policies = users::policies_of(signer)?;
     let context = policy::common_context(time::OffsetDateTime::now_utc(), from, Some(&signer.name));
@@ -468,12 +580,7 @@ fn verdict(
 }
 
 /// Refuses `action` on `resource` unless the signer's own policies allow it.
-fn may(
-    signer: &User,
-    action: Action,
-    resource: &str,
-    from: Option<(bool, std::net::IpAddr)>,
-) -> Result<(), IamRefusal> {
+fn may(signer: &User, action: Action, resource: &str, from: Origin) -> Result<(), IamRefusal> {
     match verdict(signer, action, resource, from)? {
         Verdict::Allowed => Ok(()),
         Verdict::Denied | Verdict::Silent => Err(IamRefusal::Denied {
@@ -531,7 +638,8 @@ mod tests {
     #[test]
     fn answers_are_iam_s_xml_with_the_document_url_encoded() {
         let got = Answered::Policy {
-            user: "bob".into(),
+            of: Holding::User,
+            holder: "bob".into(),
             name: "all".into(),
             document: r#"{"a": "b&c"}"#.into(),
         }
@@ -560,7 +668,11 @@ mod tests {
             (status, code),
             (StatusCode::CONFLICT, "ConcurrentModification")
         );
-        let caller = Answered::Caller("ann".into()).xml(STS_NAMESPACE, "ID");
+        let caller = Answered::Caller {
+            arn: policy::user_resource("ann"),
+            id: "ann".into(),
+        }
+        .xml(STS_NAMESPACE, "ID");
         assert!(caller.contains(
             "<GetCallerIdentityResult><Arn>arn:aws:iam:::user/ann</Arn><UserId>ann</UserId>"
         ));
@@ -572,6 +684,7 @@ mod tests {
                 secret_key: "SECRET".into(),
                 token: "TOKEN".into(),
                 expires_ns: 1_796_040_000_000_000_000,
+                role: None,
             },
         }
         .xml(STS_NAMESPACE, "ID");

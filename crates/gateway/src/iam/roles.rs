@@ -1,0 +1,359 @@
+//! IAM's verbs on roles (CreateRole, GetRole, ListRoles, DeleteRole,
+//! UpdateAssumeRolePolicy, Put/Get/List/DeleteRolePolicy) and STS's AssumeRole.
+//!
+//! A role's session acts with the role's policies alone: the role's trust policy must name
+//! the user who asks (`{"AWS": "arn:aws:iam:::user/NAME"}`) for `sts:AssumeRole`, and the
+//! user's own policies must not deny it. What the session makes is owned by that user.
+
+use client::Pool;
+
+use super::{
+    escape, iso_time, may, param, seconds, url_encoded, verdict, Answered, Holding, IamRefusal,
+    Origin, Params,
+};
+use crate::layout::{Role, RoleTaken, Session, User};
+use crate::policy::{self, Action, Asked, Verdict};
+use crate::roles::{self, NewRole};
+use crate::users::{self, Holder};
+
+/// The IAM verbs served here.
+pub(super) const VERBS: &[&str] = &[
+    "CreateRole",
+    "GetRole",
+    "ListRoles",
+    "DeleteRole",
+    "UpdateAssumeRolePolicy",
+    "PutRolePolicy",
+    "GetRolePolicy",
+    "ListRolePolicies",
+    "DeleteRolePolicy",
+];
+
+/// The longest RoleSessionName (STS's).
+const SESSION_NAME_BYTES_MAX: usize = 64;
+
+/// Does IAM's role verb `verb` for `signer`, whose own policies must allow `iam:VERB` on
+/// the role's ARN.
+pub(super) async fn act(
+    pool: &Pool,
+    signer: &User,
+    verb: &str,
+    params: &Params,
+    from: Origin,
+) -> Result<Answered, IamRefusal> {
+    if verb == "ListRoles" {
+        let prefix = params.get("PathPrefix").map_or("/", String::as_str);
+        let resource = policy::role_resource(prefix, "*");
+        may(signer, Action::ListRoles, &resource, from)?;
+        return Ok(Answered::Roles(roles::list(pool, prefix).await?));
+    }
+    let name = param(params, "RoleName")?;
+    if verb == "CreateRole" {
+        let path = params.get("Path").map(String::as_str);
+        let resource = policy::role_resource(path.unwrap_or("/"), name);
+        may(signer, Action::CreateRole, &resource, from)?;
+        let asked = NewRole {
+            name,
+            path,
+            trust: param(params, "AssumeRolePolicyDocument")?,
+            description: params.get("Description").map_or("", String::as_str),
+            max_session_seconds: seconds(params, "MaxSessionDuration")?,
+            tags: tags(params),
+        };
+        return Ok(Answered::Role(
+            "CreateRole",
+            roles::create(pool, asked).await?,
+        ));
+    }
+    // The caller is judged on the role's ARN (with its path) before learning whether the
+    // role exists.
+    let found = roles::get(pool, name).await?;
+    let path = found.as_ref().map_or("/", |role| role.path.as_str());
+    let resource = policy::role_resource(path, name);
+    let action = match verb {
+        "GetRole" => Action::GetRole,
+        "DeleteRole" => Action::DeleteRole,
+        "UpdateAssumeRolePolicy" => Action::UpdateAssumeRolePolicy,
+        "PutRolePolicy" => Action::PutRolePolicy,
+        "GetRolePolicy" => Action::GetRolePolicy,
+        "ListRolePolicies" => Action::ListRolePolicies,
+        "DeleteRolePolicy" => Action::DeleteRolePolicy,
+        other => return Err(IamRefusal::UnknownAction(other.into())),
+    };
+    may(signer, action, &resource, from)?;
+    let found = || {
+        found
+            .clone()
+            .ok_or_else(|| IamRefusal::NoSuchEntity(format!("role {name}")))
+    };
+    Ok(match action {
+        Action::GetRole => Answered::Role("GetRole", found()?),
+        Action::DeleteRole => {
+            roles::remove(pool, name).await?;
+            Answered::Done("DeleteRole")
+        }
+        Action::UpdateAssumeRolePolicy => {
+            roles::put_trust(pool, name, param(params, "PolicyDocument")?).await?;
+            Answered::Done("UpdateAssumeRolePolicy")
+        }
+        Action::PutRolePolicy => {
+            let (policy, document) = (
+                param(params, "PolicyName")?,
+                param(params, "PolicyDocument")?,
+            );
+            roles::set_policy(pool, name, policy, Some(document)).await?;
+            Answered::Done("PutRolePolicy")
+        }
+        Action::DeleteRolePolicy => {
+            roles::set_policy(pool, name, param(params, "PolicyName")?, None).await?;
+            Answered::Done("DeleteRolePolicy")
+        }
+        Action::GetRolePolicy => {
+            let policy = param(params, "PolicyName")?;
+            let role = found()?;
+            let document = role
+                .policy(policy)
+                .ok_or_else(|| IamRefusal::NoSuchEntity(format!("policy {policy} of role {name}")))?
+                .to_owned();
+            Answered::Policy {
+                of: Holding::Role,
+                holder: name.into(),
+                name: policy.into(),
+                document,
+            }
+        }
+        _ => Answered::Names(
+            Holding::Role,
+            found()?
+                .policies
+                .into_iter()
+                .map(|(name, _)| name)
+                .collect(),
+        ),
+    })
+}
+
+/// The tags a request gives (`Tags.member.N.Key` and `.Value`, from 1 on), in order.
+fn tags(params: &Params) -> Vec<(String, String)> {
+    let mut tags = Vec::new();
+    for n in 1.. {
+        let Some(key) = params.get(&format!("Tags.member.{n}.Key")) else {
+            break;
+        };
+        let value = params
+            .get(&format!("Tags.member.{n}.Value"))
+            .cloned()
+            .unwrap_or_default();
+        tags.push((key.clone(), value));
+    }
+    tags
+}
+
+/// STS's AssumeRole: a session of the role `RoleArn` names, for a user (or a user's own
+/// session) whom the role's trust policy lets in and whose own policies do not deny it.
+pub(super) async fn assume(
+    pool: &Pool,
+    holder: &Holder,
+    params: &Params,
+    from: Origin,
+) -> Result<Answered, IamRefusal> {
+    let user = holder.user();
+    let denied = |action: &'static str| IamRefusal::Denied {
+        who: user.name.clone(),
+        action,
+    };
+    if holder.role().is_some() {
+        return Err(denied("AssumeRole with a role's session (role chaining)"));
+    }
+    let arn = param(params, "RoleArn")?;
+    let session_name = param(params, "RoleSessionName")?;
+    check_session_name(session_name)?;
+    if params.contains_key("Policy") || params.keys().any(|k| k.starts_with("PolicyArns")) {
+        return Err(IamRefusal::Invalid(
+            "session policies (Policy, PolicyArns) are not served: a role's session acts \
+             with the role's own policies"
+                .into(),
+        ));
+    }
+    // The role an ARN names, whatever account it gives: Coffer has none.
+    let named = arn
+        .strip_prefix("arn:aws:iam::")
+        .and_then(|rest| rest.split_once(":role/"))
+        .map(|(_, path_name)| path_name);
+    let Some(path_name) = named else {
+        return Err(IamRefusal::Invalid(format!(
+            "RoleArn {arn:?} names no role"
+        )));
+    };
+    let name = path_name.rsplit('/').next().unwrap_or(path_name);
+    // A role that does not exist is refused as one that does not trust the caller: the
+    // answer tells nothing of which roles exist.
+    let role = roles::get(pool, name)
+        .await?
+        .filter(|role| format!("/{path_name}") == format!("{}{}", role.path, role.name))
+        .ok_or_else(|| denied("sts:AssumeRole on that role"))?;
+    let resource = policy::role_resource(&role.path, &role.name);
+    if verdict(user, Action::AssumeRole, &resource, from)? == Verdict::Denied {
+        return Err(denied("sts:AssumeRole on that role"));
+    }
+    let trust = roles::trust_of(&role)?;
+    let context = policy::common_context(time::OffsetDateTime::now_utc(), from, Some(&user.name));
+    let asked = Asked {
+        principal: Some(&user.name),
+        action: Action::AssumeRole,
+        resource: &resource,
+        context: &context,
+    };
+    if trust.judge(&asked) != Verdict::Allowed {
+        return Err(denied("sts:AssumeRole on that role"));
+    }
+    let seconds = users::session_seconds(seconds(params, "DurationSeconds")?, Some(&role))?;
+    let taken = RoleTaken {
+        name: role.name.clone(),
+        id: role.id.clone(),
+        session_name: session_name.into(),
+    };
+    let now = crate::layout::now_ns();
+    let (access_key, session) =
+        users::create_session(pool, user, Some(taken), seconds, now).await?;
+    Ok(Answered::Assumed {
+        access_key,
+        session,
+        role,
+    })
+}
+
+fn check_session_name(name: &str) -> Result<(), IamRefusal> {
+    let ok = (2..=SESSION_NAME_BYTES_MAX).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"+=,.@_-".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(IamRefusal::Invalid(format!(
+            "RoleSessionName {name:?}: use 2 to {SESSION_NAME_BYTES_MAX} letters, digits or \
+             '+=,.@_-'"
+        )))
+    }
+}
+
+/// The ARN and the id of `session`, of `role`.
+fn session_identity(role: &Role, session: &Session) -> (String, String) {
+    let session_name = session
+        .role
+        .as_ref()
+        .map_or("", |taken| taken.session_name.as_str());
+    (
+        policy::role_session_resource(&role.name, session_name),
+        format!("{}:{session_name}", role.id),
+    )
+}
+
+/// GetCallerIdentity's answer for a session of `role`.
+pub(super) fn caller(role: &Role, session: &Session) -> Answered {
+    let (arn, id) = session_identity(role, session);
+    Answered::Caller { arn, id }
+}
+
+/// A role as IAM describes it (inside `<Role>` or a list's `<member>`).
+pub(super) fn role_xml(role: &Role) -> String {
+    let tags: String = role
+        .tags
+        .iter()
+        .map(|(key, value)| {
+            format!(
+                "<member><Key>{}</Key><Value>{}</Value></member>",
+                escape(key),
+                escape(value)
+            )
+        })
+        .collect();
+    format!(
+        "<Path>{}</Path><RoleName>{}</RoleName><RoleId>{}</RoleId><Arn>{}</Arn>\
+         <CreateDate>{}</CreateDate><AssumeRolePolicyDocument>{}</AssumeRolePolicyDocument>\
+         <Description>{}</Description><MaxSessionDuration>{}</MaxSessionDuration>\
+         <Tags>{tags}</Tags>",
+        escape(&role.path),
+        escape(&role.name),
+        escape(&role.id),
+        escape(&policy::role_resource(&role.path, &role.name)),
+        iso_time(role.created_ns),
+        url_encoded(&role.trust),
+        escape(&role.description),
+        role.max_session_seconds
+    )
+}
+
+/// AssumeRole's `<AssumedRoleUser>`: the session's id and ARN.
+pub(super) fn assumed_xml(role: &Role, session: &Session) -> String {
+    let (arn, id) = session_identity(role, session);
+    format!(
+        "<AssumedRoleUser><AssumedRoleId>{}</AssumedRoleId><Arn>{}</Arn></AssumedRoleUser>",
+        escape(&id),
+        escape(&arn)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn role() -> Role {
+        Role {
+            name: "reader".into(),
+            path: "/team/".into(),
+            id: "AROAX".into(),
+            created_ns: 1_796_040_000_000_000_000,
+            trust: r#"{"a": 1}"#.into(),
+            description: "reads & lists".into(),
+            max_session_seconds: 3600,
+            tags: vec![("k".into(), "v".into())],
+            policies: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn roles_and_their_sessions_are_described_as_iam_and_sts_do() {
+        let got = role_xml(&role());
+        assert!(
+            got.starts_with(
+                "<Path>/team/</Path><RoleName>reader</RoleName><RoleId>AROAX</RoleId>\
+                 <Arn>arn:aws:iam:::role/team/reader</Arn><CreateDate>2026-11-30T12:00:00Z\
+                 </CreateDate><AssumeRolePolicyDocument>%7B%22a%22%3A%201%7D\
+                 </AssumeRolePolicyDocument><Description>reads &amp; lists</Description>"
+            ),
+            "{got}"
+        );
+        assert!(got.ends_with("<Tags><member><Key>k</Key><Value>v</Value></member></Tags>"));
+        let session = Session {
+            user: "ann".into(),
+            user_created_ns: 1,
+            secret_key: "S".into(),
+            token: "T".into(),
+            expires_ns: 2,
+            role: Some(RoleTaken {
+                name: "reader".into(),
+                id: "AROAX".into(),
+                session_name: "nightly".into(),
+            }),
+        };
+        assert_eq!(
+            assumed_xml(&role(), &session),
+            "<AssumedRoleUser><AssumedRoleId>AROAX:nightly</AssumedRoleId>\
+             <Arn>arn:aws:sts:::assumed-role/reader/nightly</Arn></AssumedRoleUser>"
+        );
+        for bad in ["a", "a b", &"n".repeat(65)] {
+            assert!(check_session_name(bad).is_err(), "{bad}");
+        }
+        let mut params = Params::new();
+        params.insert("Tags.member.1.Key".into(), "a".into());
+        params.insert("Tags.member.1.Value".into(), "1".into());
+        params.insert("Tags.member.2.Key".into(), "b".into());
+        params.insert("Tags.member.3.Value".into(), "lost".into());
+        assert_eq!(
+            tags(&params),
+            [("a".into(), "1".into()), ("b".into(), String::new())]
+        );
+    }
+}

@@ -1,0 +1,295 @@
+//! IAM roles, kept in the gateway's pool beside the users: a role's trust policy says who
+//! may take it on (STS's AssumeRole), and its own policies what its sessions may do. The
+//! sessions themselves are kept as users' are ([`crate::users::create_session`]).
+
+use bytes::Bytes;
+use client::{ObjectOp, Pool};
+
+use crate::layout::{self, Role};
+use crate::omap::Pages;
+use crate::policy::Policy;
+use crate::users::{self, PolicyRefusal};
+use crate::Error;
+
+/// A role session's life when none is asked (STS's), and the range of a role's longest.
+pub const SESSION_SECONDS_DEFAULT: u64 = 3600;
+pub const MAX_SESSION_SECONDS_MIN: u64 = 3600;
+pub const MAX_SESSION_SECONDS_MAX: u64 = 43_200;
+/// IAM's limits on a role's name, path, description and tags.
+const NAME_BYTES_MAX: usize = 64;
+const PATH_BYTES_MAX: usize = 512;
+const DESCRIPTION_CHARS_MAX: usize = 1000;
+const TAGS_MAX: usize = 50;
+const TAG_KEY_CHARS_MAX: usize = 128;
+const TAG_VALUE_CHARS_MAX: usize = 256;
+
+/// What CreateRole asks for.
+pub struct NewRole<'a> {
+    pub name: &'a str,
+    /// `None`: `/`.
+    pub path: Option<&'a str>,
+    pub trust: &'a str,
+    pub description: &'a str,
+    /// `None`: an hour.
+    pub max_session_seconds: Option<u64>,
+    pub tags: Vec<(String, String)>,
+}
+
+/// The role `asked` describes, with id `id`, made at `now_ns`, or why it cannot be.
+pub fn role(asked: NewRole, id: String, now_ns: u64) -> Result<Role, Error> {
+    let invalid = |why: String| Err(Error::Invalid(why));
+    let name = asked.name;
+    let named = !name.is_empty()
+        && name.len() <= NAME_BYTES_MAX
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"+=,.@_-".contains(&b));
+    if !named {
+        return invalid(format!(
+            "role name {name:?}: use 1 to {NAME_BYTES_MAX} letters, digits or '+=,.@_-'"
+        ));
+    }
+    let path = asked.path.unwrap_or("/");
+    let pathed = path.starts_with('/')
+        && path.ends_with('/')
+        && path.len() <= PATH_BYTES_MAX
+        && path.bytes().all(|b| (0x21..=0x7e).contains(&b));
+    if !pathed {
+        return invalid(format!(
+            "path {path:?}: '/', or printable characters between two '/', at most \
+             {PATH_BYTES_MAX}"
+        ));
+    }
+    if asked.description.chars().count() > DESCRIPTION_CHARS_MAX {
+        return invalid(format!(
+            "the description is longer than {DESCRIPTION_CHARS_MAX} characters"
+        ));
+    }
+    let max_session_seconds = asked.max_session_seconds.unwrap_or(MAX_SESSION_SECONDS_MIN);
+    if !(MAX_SESSION_SECONDS_MIN..=MAX_SESSION_SECONDS_MAX).contains(&max_session_seconds) {
+        return invalid(format!(
+            "MaxSessionDuration {max_session_seconds}: from {MAX_SESSION_SECONDS_MIN} to \
+             {MAX_SESSION_SECONDS_MAX}"
+        ));
+    }
+    check_tags(&asked.tags)?;
+    Policy::parse_trust(asked.trust)
+        .map_err(|why| Error::IamPolicy(PolicyRefusal::Document(why)))?;
+    Ok(Role {
+        name: name.into(),
+        path: path.into(),
+        id,
+        created_ns: now_ns,
+        trust: asked.trust.into(),
+        description: asked.description.into(),
+        max_session_seconds,
+        tags: asked.tags,
+        policies: Vec::new(),
+    })
+}
+
+fn check_tags(tags: &[(String, String)]) -> Result<(), Error> {
+    if tags.len() > TAGS_MAX {
+        return Err(Error::Invalid(format!(
+            "{} tags, more than {TAGS_MAX}",
+            tags.len()
+        )));
+    }
+    for (at, (key, value)) in tags.iter().enumerate() {
+        let keyed = !key.is_empty() && key.chars().count() <= TAG_KEY_CHARS_MAX;
+        if !keyed || value.chars().count() > TAG_VALUE_CHARS_MAX {
+            return Err(Error::Invalid(format!(
+                "tag {key:?}: a key of 1 to {TAG_KEY_CHARS_MAX} characters and a value of at \
+                 most {TAG_VALUE_CHARS_MAX}"
+            )));
+        }
+        if tags[..at].iter().any(|(earlier, _)| earlier == key) {
+            return Err(Error::Invalid(format!("tag {key:?} is given twice")));
+        }
+    }
+    Ok(())
+}
+
+/// Creates the role `asked` describes, unless one of its name exists.
+pub async fn create(pool: &Pool, asked: NewRole<'_>) -> Result<Role, Error> {
+    let id = format!("AROA{}", users::random_text(17, users::ACCESS_KEY_ALPHABET));
+    let role = role(asked, id, layout::now_ns())?;
+    let key = layout::role_key(&role.name);
+    let ops = vec![
+        ObjectOp::Create { exclusive: false },
+        ObjectOp::AssertOmap {
+            key: key.clone(),
+            value: None,
+        },
+        ObjectOp::OmapSet {
+            entries: vec![(key, layout::encode(&role))],
+        },
+    ];
+    match pool.operate(layout::USERS, ops, Bytes::new()).await {
+        Ok(_) => Ok(role),
+        Err(client::Error::Mismatch(_)) => Err(Error::Exists(format!("role {}", role.name))),
+        Err(e) => Err(e.into()),
+    }
+}
+
+pub async fn get(pool: &Pool, name: &str) -> Result<Option<Role>, Error> {
+    Ok(users::read_record(pool, layout::role_key(name))
+        .await?
+        .map(|(_, role)| role))
+}
+
+/// Every role whose path starts with `prefix`, by name.
+pub async fn list(pool: &Pool, prefix: &str) -> Result<Vec<Role>, Error> {
+    let mut roles = Vec::new();
+    let mut pages = Pages::new(pool, layout::USERS, layout::before(b"role/"));
+    while let Some(page) = pages.next().await? {
+        for (key, value) in page {
+            if !key.starts_with(b"role/") {
+                return Ok(roles);
+            }
+            let role: Role = layout::decode(&value).map_err(Error::Corrupt)?;
+            if role.path.starts_with(prefix) {
+                roles.push(role);
+            }
+        }
+    }
+    Ok(roles)
+}
+
+/// Removes role `name`; refused while it has policies (IAM's DeleteConflict). Its
+/// sessions end with it.
+pub async fn remove(pool: &Pool, name: &str) -> Result<(), Error> {
+    let key = layout::role_key(name);
+    let Some((bytes, role)) = users::read_record::<Role>(pool, key.clone()).await? else {
+        return Err(Error::NotFound(format!("role {name}")));
+    };
+    if !role.policies.is_empty() {
+        return Err(Error::Conflict(format!(
+            "role {name} has policies; remove them first"
+        )));
+    }
+    let ops = vec![
+        ObjectOp::AssertOmap {
+            key: key.clone(),
+            value: Some(bytes),
+        },
+        ObjectOp::OmapRemove { keys: vec![key] },
+    ];
+    match pool.operate(layout::USERS, ops, Bytes::new()).await {
+        Ok(_) => Ok(()),
+        Err(client::Error::Mismatch(_)) => Err(Error::Busy(format!(
+            "role {name} is being changed by others"
+        ))),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Sets role `role`'s policy `name` to `document`, or removes it without one.
+pub async fn set_policy(
+    pool: &Pool,
+    role: &str,
+    name: &str,
+    document: Option<&str>,
+) -> Result<(), Error> {
+    let holder = format!("role {role}");
+    update(pool, role, |mut found| {
+        let parse = Policy::parse_role;
+        users::change_policy(&mut found.policies, &holder, name, document, parse)?;
+        Ok(found)
+    })
+    .await
+}
+
+/// Sets role `role`'s trust policy to `document`.
+pub async fn put_trust(pool: &Pool, role: &str, document: &str) -> Result<(), Error> {
+    Policy::parse_trust(document).map_err(|why| Error::IamPolicy(PolicyRefusal::Document(why)))?;
+    update(pool, role, |mut found| {
+        found.trust = document.into();
+        Ok(found)
+    })
+    .await
+}
+
+async fn update(
+    pool: &Pool,
+    name: &str,
+    change: impl Fn(Role) -> Result<Role, Error>,
+) -> Result<(), Error> {
+    let what = format!("role {name}");
+    users::update_record(pool, layout::role_key(name), &what, change, |_| Vec::new()).await
+}
+
+/// `role`'s own policies, read.
+pub fn policies_of(role: &Role) -> Result<Vec<Policy>, Error> {
+    let read = |(name, text): &(String, String)| {
+        Policy::parse_role(text)
+            .map_err(|e| Error::Corrupt(format!("policy {name} of role {}: {e}", role.name)))
+    };
+    role.policies.iter().map(read).collect()
+}
+
+/// `role`'s trust policy, read.
+pub fn trust_of(role: &Role) -> Result<Policy, Error> {
+    Policy::parse_trust(&role.trust)
+        .map_err(|e| Error::Corrupt(format!("trust policy of role {}: {e}", role.name)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TRUST: &str = r#"{"Version": "2012-10-17", "Statement": [{"Effect": "Allow",
+        "Principal": {"AWS": ["arn:aws:iam:::user/ann"]}, "Action": ["sts:AssumeRole"]}]}"#;
+
+    fn asked(name: &str) -> NewRole<'_> {
+        NewRole {
+            name,
+            path: None,
+            trust: TRUST,
+            description: "",
+            max_session_seconds: None,
+            tags: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_role_is_made_with_iams_defaults_and_refused_with_the_reason() {
+        let made = role(asked("reader"), "AROA1".into(), 5).expect("made");
+        assert_eq!((made.path.as_str(), made.max_session_seconds), ("/", 3600));
+        for bad in ["", "a b", &"r".repeat(65)] {
+            assert!(matches!(
+                role(asked(bad), "A".into(), 5),
+                Err(Error::Invalid(_))
+            ));
+        }
+        for path in ["a/", "/a", "/a b/"] {
+            let pathed = NewRole {
+                path: Some(path),
+                ..asked("r")
+            };
+            assert!(
+                matches!(role(pathed, "A".into(), 5), Err(Error::Invalid(_))),
+                "{path}"
+            );
+        }
+        let long = NewRole {
+            max_session_seconds: Some(43_201),
+            ..asked("r")
+        };
+        assert!(matches!(role(long, "A".into(), 5), Err(Error::Invalid(_))));
+        let twice = NewRole {
+            tags: vec![("k".into(), "1".into()), ("k".into(), "2".into())],
+            ..asked("r")
+        };
+        assert!(matches!(role(twice, "A".into(), 5), Err(Error::Invalid(_))));
+        let nobody = NewRole {
+            trust: r#"{"Version": "2012-10-17", "Statement": {"Effect": "Allow",
+                "Action": "sts:AssumeRole"}}"#,
+            ..asked("r")
+        };
+        assert!(matches!(
+            role(nobody, "A".into(), 5),
+            Err(Error::IamPolicy(PolicyRefusal::Document(_)))
+        ));
+    }
+}
