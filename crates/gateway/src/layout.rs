@@ -327,6 +327,8 @@ pub struct RoleTaken {
     pub id: String,
     /// The name the caller gave the session (STS's RoleSessionName).
     pub session_name: String,
+    /// The session's own policy (AssumeRole's `Policy`), which bounds the role's.
+    pub policy: Option<String>,
 }
 
 /// A session as format 1 stored it, before roles.
@@ -924,6 +926,7 @@ mod tests {
                 name: "r".into(),
                 id: "AROA1".into(),
                 session_name: "n".into(),
+                policy: Some("{}".into()),
             }),
         };
         assert!(!session.is_expired(999));

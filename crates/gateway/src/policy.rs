@@ -568,17 +568,28 @@ pub fn judge_all(identity: &[Policy], asked: &Asked) -> Verdict {
     verdict
 }
 
-/// What `asked`, from a role's session, gets under the bucket's `policy` and `block` and
-/// the role's policies (`role`): only what the role allows or the bucket's policy grants,
-/// unless either denies it. A role owns nothing and ACLs grant to users, so neither
-/// ownership nor an ACL lets a role's session in.
+/// What a role's policies (`role`) say of `asked` for one of its sessions, bounded by the
+/// session's own policy (`session`, if AssumeRole was given one): that can only take away.
+pub fn judge_role(role: &[Policy], session: Option<&Policy>, asked: &Asked) -> Verdict {
+    let mine = judge_all(role, asked);
+    match session.map(|p| p.judge(asked)) {
+        None | Some(Verdict::Allowed) => mine,
+        Some(Verdict::Denied) => Verdict::Denied,
+        Some(Verdict::Silent) if mine == Verdict::Denied => Verdict::Denied,
+        Some(Verdict::Silent) => Verdict::Silent,
+    }
+}
+
+/// What `asked`, from a role's session, gets under the bucket's `policy` and `block`, given
+/// what the role says of it (`mine`, from [`judge_role`]): only what the role allows or the
+/// bucket's policy grants, unless either denies it. A role owns nothing and ACLs grant to
+/// users, so neither ownership nor an ACL lets a role's session in.
 pub fn decide_role(
     asked: &Asked,
     policy: Option<&Policy>,
     block: PublicBlock,
-    role: &[Policy],
+    mine: Verdict,
 ) -> Decision {
-    let mine = judge_all(role, asked);
     let verdict = policy.map_or(Verdict::Silent, |p| p.judge(asked));
     match (mine, verdict) {
         (Verdict::Denied, _) | (_, Verdict::Denied) => Decision::Deny,
@@ -1410,11 +1421,27 @@ mod tests {
         let none = PublicBlock::default();
         let get = ask(Some(&session), Action::GetObject, "arn:aws:s3:::b/k");
         let roles = std::slice::from_ref(&role);
-        assert_eq!(decide_role(&get, None, none, roles), Decision::Allow);
+        let mine = |asked: &Asked| judge_role(roles, None, asked);
+        assert_eq!(decide_role(&get, None, none, mine(&get)), Decision::Allow);
         // No ACL and no ownership counts: what the role does not allow is refused.
         let put = ask(Some(&session), Action::PutObject, "arn:aws:s3:::b/k");
-        assert_eq!(decide_role(&put, None, none, roles), Decision::Deny);
-        assert_eq!(decide_role(&get, None, none, &[]), Decision::Deny);
+        assert_eq!(decide_role(&put, None, none, mine(&put)), Decision::Deny);
+        let nothing = judge_role(&[], None, &get);
+        assert_eq!(decide_role(&get, None, none, nothing), Decision::Deny);
+        // A session's own policy only takes away from the role's.
+        let bound = Policy::parse_identity(
+            r#"{"Version": "2012-10-17", "Statement": {"Effect": "Allow",
+                "Action": ["s3:GetObject", "s3:PutObject"], "Resource": "arn:aws:s3:::b/public/*"}}"#,
+        )
+        .expect("a session policy");
+        let public = ask(Some(&session), Action::GetObject, "arn:aws:s3:::b/public/k");
+        assert_eq!(judge_role(roles, Some(&bound), &public), Verdict::Allowed);
+        assert_eq!(judge_role(roles, Some(&bound), &get), Verdict::Silent);
+        let put_public = ask(Some(&session), Action::PutObject, "arn:aws:s3:::b/public/k");
+        assert_eq!(
+            judge_role(roles, Some(&bound), &put_public),
+            Verdict::Silent
+        );
         let bucket = Policy::parse(&format!(
             r#"{{"Version": "2012-10-17", "Statement": [
                 {{"Effect": "Allow", "Principal": {{"AWS": "{session}"}}, "Action": "s3:PutObject",
@@ -1424,12 +1451,12 @@ mod tests {
         ))
         .expect("a bucket policy");
         assert_eq!(
-            decide_role(&put, Some(&bucket), none, roles),
+            decide_role(&put, Some(&bucket), none, mine(&put)),
             Decision::Allow
         );
         let secret = ask(Some(&session), Action::GetObject, "arn:aws:s3:::b/secret");
         assert_eq!(
-            decide_role(&secret, Some(&bucket), none, roles),
+            decide_role(&secret, Some(&bucket), none, mine(&secret)),
             Decision::Deny
         );
     }

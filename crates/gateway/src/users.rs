@@ -25,6 +25,8 @@ pub const SESSION_SECONDS_DEFAULT: u64 = 43_200;
 /// The alphabet of access keys (AWS's).
 pub(crate) const ACCESS_KEY_ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
 const SECRET_ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+/// How long past its expiry a session's record is kept by [`sweep_sessions`].
+pub const SWEEP_GRACE: std::time::Duration = std::time::Duration::from_secs(3600);
 /// How many times a change to a user's or a role's record is tried while others change it
 /// too.
 const UPDATE_TRIES: usize = 8;
@@ -284,12 +286,14 @@ pub async fn remove_session(pool: &Pool, key: &str) -> Result<(), Error> {
     }
 }
 
-/// Finds the session records that can act no more at `now_ns` (expired, or of a user or a
-/// role removed since, or made again under its name) and removes them unless `dry_run`;
-/// how many. An unused session keeps its record until this runs (`coffer gw gc`).
+/// Finds the session records that can act no more at `now_ns` (expired [`SWEEP_GRACE`]
+/// ago, or of a user or a role removed since, or made again under its name) and removes
+/// them unless `dry_run`; how many. An unused session keeps its record until this runs
+/// (`coffer gw gc`).
 pub async fn sweep_sessions(pool: &Pool, now_ns: u64, dry_run: bool) -> Result<u64, Error> {
-    // Sessions first: any read here was made while its user (and role) existed, so a user
-    // or role missing from the lists read next is gone.
+    // Sessions first: a user (or role) missing from the lists read next was removed after
+    // the session was made (or the session was made as it was being removed, and holds
+    // nothing either way).
     let mut sessions = Vec::new();
     let mut pages = Pages::new(pool, layout::USERS, layout::before(b"session/"));
     'pages: while let Some(page) = pages.next().await? {
@@ -297,8 +301,15 @@ pub async fn sweep_sessions(pool: &Pool, now_ns: u64, dry_run: bool) -> Result<u
             if !key.starts_with(b"session/") {
                 break 'pages;
             }
-            let session: Session = layout::decode(&value).map_err(Error::Corrupt)?;
-            sessions.push((key, session));
+            // A record this gateway cannot read (damaged, or of a newer format) is left
+            // alone: the gateways that can read it judge it.
+            match layout::decode::<Session>(&value) {
+                Ok(session) => sessions.push((key, session)),
+                Err(e) => tracing::warn!(
+                    "session record {} left alone: {e}",
+                    String::from_utf8_lossy(&key)
+                ),
+            }
         }
     }
     let users: HashMap<String, u64> = list(pool)
@@ -311,6 +322,8 @@ pub async fn sweep_sessions(pool: &Pool, now_ns: u64, dry_run: bool) -> Result<u
         .into_iter()
         .map(|role| (role.name, role.id))
         .collect();
+    // The clock of the host that sweeps may run ahead of the gateways'.
+    let now_ns = now_ns.saturating_sub(SWEEP_GRACE.as_nanos() as u64);
     let stale: Vec<Vec<u8>> = sessions
         .into_iter()
         .filter(|(_, session)| !session_lives(session, now_ns, &users, &roles))
@@ -606,6 +619,7 @@ mod tests {
             name: "r".into(),
             id: "AROA1".into(),
             session_name: "n".into(),
+            policy: None,
         });
         assert!(session_lives(&session, 99, &users, &roles));
         let remade = HashMap::from([("r".to_owned(), "AROA2".to_owned())]);

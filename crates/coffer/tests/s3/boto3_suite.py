@@ -3506,6 +3506,24 @@ class Suite:
                " role's policies alone, owns what it makes for its user, and a missing key it may not"
                " list is 403")
 
+            bounded = their_sts.assume_role(
+                RoleArn=arn, RoleSessionName="bounded", Policy=document(
+                    {"Effect": "Allow", "Action": ["s3:GetObject", "s3:PutObject"],
+                     "Resource": f"arn:aws:s3:::{role_bucket}/*"}))["Credentials"]
+            narrow = self.session_s3(bounded)
+            expect_body("a read both the role and the session's policy allow",
+                        narrow.get_object(Bucket=role_bucket, Key="k")["Body"].read(), b"made by a role")
+            narrow.put_object(Bucket=role_bucket, Key="narrow", Body=b"n")
+            expect_error("a listing the role allows and the session's policy does not", ["AccessDenied"],
+                         narrow.list_objects_v2, Bucket=role_bucket)
+            expect_error("a write with an ACL the session's policy does not allow", ["AccessDenied"],
+                         narrow.put_object, Bucket=role_bucket, Key="public", Body=b"p", ACL="public-read")
+            expect_error("assume_role with a malformed session policy", ["MalformedPolicyDocument"],
+                         their_sts.assume_role, RoleArn=arn, RoleSessionName="bad",
+                         Policy=json.dumps({"Version": "2012-10-17"}))
+            ok("a session policy bounds the role's: what both allow, and no ACL on a write that"
+               " it does not allow")
+
             iam.put_role_policy(RoleName=name, PolicyName="no-reads", PolicyDocument=document(
                 {"Effect": "Deny", "Action": "s3:GetObject", "Resource": "*"}))
             expect_error("a read the role's second policy denies", ["AccessDenied"],

@@ -12,7 +12,7 @@ use super::{
     Origin, Params,
 };
 use crate::layout::{Role, RoleTaken, Session, User};
-use crate::policy::{self, Action, Asked, Verdict};
+use crate::policy::{self, Action, Asked, Policy, Verdict};
 use crate::roles::{self, NewRole};
 use crate::users::{self, Holder};
 
@@ -31,6 +31,8 @@ pub(super) const VERBS: &[&str] = &[
 
 /// The longest RoleSessionName (STS's).
 const SESSION_NAME_BYTES_MAX: usize = 64;
+/// The longest session policy (STS's).
+const SESSION_POLICY_CHARS_MAX: usize = 2048;
 
 /// Does IAM's role verb `verb` for `signer`, whose own policies must allow `iam:VERB` on
 /// the role's ARN.
@@ -49,6 +51,11 @@ pub(super) async fn act(
     }
     let name = param(params, "RoleName")?;
     if verb == "CreateRole" {
+        if params.contains_key("PermissionsBoundary") {
+            return Err(IamRefusal::Invalid(
+                "permissions boundaries are not served: a role's own policies bound it".into(),
+            ));
+        }
         let path = params.get("Path").map(String::as_str);
         let resource = policy::role_resource(path.unwrap_or("/"), name);
         may(signer, Action::CreateRole, &resource, from)?;
@@ -168,13 +175,17 @@ pub(super) async fn assume(
     let arn = param(params, "RoleArn")?;
     let session_name = param(params, "RoleSessionName")?;
     check_session_name(session_name)?;
-    if params.contains_key("Policy") || params.keys().any(|k| k.starts_with("PolicyArns")) {
+    if params.keys().any(|k| k.starts_with("PolicyArns")) {
         return Err(IamRefusal::Invalid(
-            "session policies (Policy, PolicyArns) are not served: a role's session acts \
-             with the role's own policies"
+            "managed session policies (PolicyArns) are not served: give the policy itself \
+             (Policy)"
                 .into(),
         ));
     }
+    let bound = params
+        .get("Policy")
+        .map(|text| session_policy(text))
+        .transpose()?;
     // The role an ARN names, whatever account it gives: Coffer has none.
     let named = arn
         .strip_prefix("arn:aws:iam::")
@@ -197,7 +208,12 @@ pub(super) async fn assume(
         return Err(denied("sts:AssumeRole on that role"));
     }
     let trust = roles::trust_of(&role)?;
-    let context = policy::common_context(time::OffsetDateTime::now_utc(), from, Some(&user.name));
+    let mut context =
+        policy::common_context(time::OffsetDateTime::now_utc(), from, Some(&user.name));
+    context.insert("sts:rolesessionname".into(), vec![session_name.into()]);
+    if let Some(external) = params.get("ExternalId") {
+        context.insert("sts:externalid".into(), vec![external.clone()]);
+    }
     let asked = Asked {
         principal: Some(&user.name),
         action: Action::AssumeRole,
@@ -212,6 +228,7 @@ pub(super) async fn assume(
         name: role.name.clone(),
         id: role.id.clone(),
         session_name: session_name.into(),
+        policy: bound,
     };
     let now = crate::layout::now_ns();
     let (access_key, session) =
@@ -221,6 +238,19 @@ pub(super) async fn assume(
         session,
         role,
     })
+}
+
+/// AssumeRole's `Policy`, the session's own: IAM's grammar of a user's policy, in at most
+/// [`SESSION_POLICY_CHARS_MAX`] characters (STS's limit).
+fn session_policy(text: &str) -> Result<String, IamRefusal> {
+    let chars = text.chars().count();
+    if chars > SESSION_POLICY_CHARS_MAX {
+        return Err(IamRefusal::Invalid(format!(
+            "the session policy has {chars} characters, more than {SESSION_POLICY_CHARS_MAX}"
+        )));
+    }
+    Policy::parse_identity(text).map_err(IamRefusal::Document)?;
+    Ok(text.into())
 }
 
 fn check_session_name(name: &str) -> Result<(), IamRefusal> {
@@ -336,6 +366,7 @@ mod tests {
                 name: "reader".into(),
                 id: "AROAX".into(),
                 session_name: "nightly".into(),
+                policy: None,
             }),
         };
         assert_eq!(

@@ -52,11 +52,12 @@ pub(super) async fn get_object_attributes(
     gw: &Gateway,
     req: S3Request<GetObjectAttributesInput>,
 ) -> S3Result<S3Response<GetObjectAttributesOutput>> {
-    allowed!(gw, req, object GetObjectAttributes / GetObjectVersionAttributes);
-    let input = req.input;
+    let bucket = allowed!(gw, req, object GetObjectAttributes / GetObjectVersionAttributes);
+    let (name, key, version) = (&req.input.bucket, &req.input.key, &req.input.version_id);
     let entry = gw
-        .object(&input.bucket, &input.key, input.version_id.as_deref())
+        .readable(&req, &bucket, name, key, version.as_deref())
         .await?;
+    let input = req.input;
     let customer = customer_key!(input)?;
     encryption::check_customer(&entry.sse, customer.as_ref())?;
     // One header, its names joined by commas, which s3s leaves as one value.

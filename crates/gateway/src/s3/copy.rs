@@ -107,6 +107,23 @@ pub(super) async fn copy_object(
     let bucket = allowed!(gw, req, object PutObject);
     readable_source(gw, &req, &req.input.copy_source).await?;
     let writer = gw.principal(&req).await?;
+    let asked = asked_lock!(req.input)?;
+    let replaces_tags = req.input.tagging.is_some()
+        && req
+            .input
+            .tagging_directive
+            .as_ref()
+            .is_some_and(|d| d.as_str() == TaggingDirective::REPLACE);
+    let (name, key) = (&req.input.bucket, &req.input.key);
+    gw.check_settings(
+        &req,
+        name,
+        key,
+        &asked_acl!(req.input),
+        replaces_tags,
+        &asked,
+    )
+    .await?;
     let input = req.input;
     check_key(&input.key)?;
     let CopySource::Bucket {
@@ -118,7 +135,6 @@ pub(super) async fn copy_object(
         return Err(Refusal::NotServed("copy from an access point").into());
     };
     // The copy's own lock and ACL, never its source's.
-    let asked = asked_lock!(input)?;
     lock::check_allowed(&bucket, &asked)?;
     let acl = gw
         .object_acl(writer.as_deref(), asked_acl!(input), &bucket)

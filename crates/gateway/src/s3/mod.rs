@@ -249,21 +249,32 @@ impl Gateway {
             // The same policies as last read: kept as they were read then.
             Some((_, signer)) if signer.texts == *texts && signer.token == token => signer.clone(),
             _ => {
+                let unreadable = |e: Error| {
+                    tracing::error!("{e}");
+                    Error::Internal("a policy of the signer cannot be read".into())
+                };
                 let policies = match &role {
                     Some((_, role)) => crate::roles::policies_of(role),
                     None => users::policies_of(&user),
                 }
-                .map_err(|e| {
-                    tracing::error!("{e}");
-                    Error::Internal("a policy of the signer cannot be read".into())
-                })?;
+                .map_err(unreadable)?;
+                let bound = role.as_ref().and_then(|(taken, _)| taken.policy.as_deref());
+                let session_policy = bound
+                    .map(|text| {
+                        crate::policy::Policy::parse_identity(text).map_err(|e| {
+                            unreadable(Error::Corrupt(format!("a session's policy: {e}")))
+                        })
+                    })
+                    .transpose()?;
                 std::sync::Arc::new(Signer {
                     texts: texts.clone(),
                     name: user.name,
                     policies,
+                    session_policy,
                     token,
-                    role: role.map(|(taken, role)| {
-                        crate::policy::role_session_resource(&role.name, &taken.session_name)
+                    role: role.map(|(taken, role)| AssumedRole {
+                        arn: crate::policy::role_session_resource(&role.name, &taken.session_name),
+                        id: format!("{}:{}", role.id, taken.session_name),
                     }),
                 })
             }
@@ -479,9 +490,37 @@ pub(crate) struct Signer {
     /// A session's token, which its requests must carry (`sts:authentication` is then
     /// true in their condition keys).
     pub token: Option<String>,
-    /// A role's session's ARN (`arn:aws:sts:::assumed-role/ROLE/SESSION`): its requests
-    /// are decided as the role's, with `policy::decide_role`.
-    pub role: Option<String>,
+    /// For a role's session: its requests are decided as the role's, with
+    /// `policy::decide_role`.
+    pub role: Option<AssumedRole>,
+    /// A role's session's own policy, which bounds the role's (`policy::judge_role`).
+    pub session_policy: Option<crate::policy::Policy>,
+}
+
+/// A role's session, as its requests are judged.
+pub(crate) struct AssumedRole {
+    /// `arn:aws:sts:::assumed-role/ROLE/SESSION`: the principal its requests are judged as.
+    pub arn: String,
+    /// `ROLEID:SESSION` (`aws:userid` in its condition keys).
+    pub id: String,
+}
+
+impl Signer {
+    /// Who the signer's requests are judged as: the user, or a role's session's ARN.
+    pub fn principal(&self) -> &str {
+        self.role.as_ref().map_or(&self.name, |role| &role.arn)
+    }
+
+    /// What the signer's own policies say of `asked`: a user's, or a role's bounded by its
+    /// session's.
+    pub fn judge(&self, asked: &crate::policy::Asked) -> crate::policy::Verdict {
+        match &self.role {
+            Some(_) => {
+                crate::policy::judge_role(&self.policies, self.session_policy.as_ref(), asked)
+            }
+            None => crate::policy::judge_all(&self.policies, asked),
+        }
+    }
 }
 
 /// The holders of access keys, each with the number of the read that found them.

@@ -301,15 +301,17 @@ pub(super) async fn put_object(
     let bucket = allowed!(gw, req, object PutObject);
     let writer = gw.principal(&req).await?;
     let md5 = content_md5(&req.headers)?;
+    check_key(&req.input.key)?;
+    let tags = tagging::from_header(req.input.tagging.as_deref())?;
+    let asked = asked_lock!(req.input)?;
+    lock::check_allowed(&bucket, &asked)?;
+    let asked_acl = asked_acl!(req.input);
+    let (name, key) = (&req.input.bucket, &req.input.key);
+    gw.check_settings(&req, name, key, &asked_acl, !tags.is_empty(), &asked)
+        .await?;
     let input = req.input;
     let conditions = (input.if_match.clone(), input.if_none_match.clone());
-    check_key(&input.key)?;
-    let tags = tagging::from_header(input.tagging.as_deref())?;
-    let asked = asked_lock!(input)?;
-    lock::check_allowed(&bucket, &asked)?;
-    let acl = gw
-        .object_acl(writer.as_deref(), asked_acl!(input), &bucket)
-        .await?;
+    let acl = gw.object_acl(writer.as_deref(), asked_acl, &bucket).await?;
     let checksum = asked_checksum!(input, &req.headers)?;
     let (customer, sse) = write_encryption!(gw, input);
     let sealing = gw.sealing(&sse, customer.as_ref()).await?;
@@ -359,10 +361,11 @@ pub(super) async fn get_object(
 ) -> S3Result<S3Response<GetObjectOutput>> {
     let bucket = allowed!(gw, req, object GetObject / GetObjectVersion);
     refuse_encryption_headers(&req.headers)?;
-    let input = req.input;
+    let (name, key, version) = (&req.input.bucket, &req.input.key, &req.input.version_id);
     let entry = gw
-        .object(&input.bucket, &input.key, input.version_id.as_deref())
+        .readable(&req, &bucket, name, key, version.as_deref())
         .await?;
+    let input = req.input;
     // At once: the data key may take a round trip to the KMS.
     let hold = gw.readers.hold(&entry);
     conditions!(input).check(&entry)?;
@@ -425,10 +428,11 @@ pub(super) async fn head_object(
 ) -> S3Result<S3Response<HeadObjectOutput>> {
     let bucket = allowed!(gw, req, object GetObject / GetObjectVersion);
     refuse_encryption_headers(&req.headers)?;
-    let input = req.input;
+    let (name, key, version) = (&req.input.bucket, &req.input.key, &req.input.version_id);
     let entry = gw
-        .object(&input.bucket, &input.key, input.version_id.as_deref())
+        .readable(&req, &bucket, name, key, version.as_deref())
         .await?;
+    let input = req.input;
     conditions!(input).check(&entry)?;
     let (range, content_range) = span(&entry, input.range.as_ref(), input.part_number)?;
     let customer = customer_key!(input)?;

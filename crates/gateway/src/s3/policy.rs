@@ -57,20 +57,52 @@ impl Gateway {
         }
         let context = signed_context(req, &signer);
         let asked = Asked {
-            principal: Some(signer.role.as_deref().unwrap_or(&signer.name)),
+            principal: Some(signer.principal()),
             action,
             resource,
             context: &context,
         };
-        match (policy::judge_all(&signer.policies, &asked), &signer.role) {
+        match (signer.judge(&asked), &signer.role) {
             (Verdict::Denied, _) | (Verdict::Silent, Some(_)) => Err(Refusal::Denied {
-                who: Some(signer.role.clone().unwrap_or_else(|| signer.name.clone())),
+                who: Some(signer.principal().to_owned()),
                 action: action.name(),
                 resource: resource.into(),
             }
             .into()),
             (Verdict::Allowed | Verdict::Silent, _) => Ok(()),
         }
+    }
+
+    /// Refuses a write (PutObject, CopyObject, CreateMultipartUpload) of `key` in bucket
+    /// `name` whose settings beyond the object (an ACL, tags, a retention, a legal hold) the
+    /// signer's own policies do not let them set, as the verbs that set them later are asked:
+    /// a user's deny of `s3:PutObjectAcl` and the like refuses, and a role's session needs
+    /// the role's allow. (A bucket's ACL lets its grantees write objects with their ACL, as
+    /// in S3.)
+    pub(super) async fn check_settings<T>(
+        &self,
+        req: &S3Request<T>,
+        name: &str,
+        key: &str,
+        acl: &super::acl::AskedAcl,
+        tags: bool,
+        lock: &crate::lock::Lock,
+    ) -> S3Result<()> {
+        let resource = policy::resource(name, Some(key));
+        for (setting, action) in [
+            (
+                acl.canned.is_some() || !acl.grants.is_empty(),
+                Action::PutObjectAcl,
+            ),
+            (tags, Action::PutObjectTagging),
+            (lock.retention.is_some(), Action::PutObjectRetention),
+            (lock.legal_hold.is_some(), Action::PutObjectLegalHold),
+        ] {
+            if setting {
+                self.check_identity(req, action, &resource).await?;
+            }
+        }
+        Ok(())
     }
 
     /// Bucket `name`, if `req` may do `action` on it (on its object `object`, if given).
@@ -114,40 +146,31 @@ impl Gateway {
         let version = object.and_then(|o| o.version);
         let owner = bucket.info.owner.as_str();
         let resource = policy::resource(name, key);
-        let denied = || Refusal::Denied {
-            who: principal.map(str::to_owned),
-            action: action.name(),
-            resource: resource.clone(),
-        };
         let expected = req.headers.get("x-amz-expected-bucket-owner");
         if expected.is_some_and(|expected| expected.as_bytes() != owner.as_bytes()) {
             return Err(Refusal::UnexpectedOwner(name.into()).into());
         }
-        let block = bucket.public_block.unwrap_or_default();
         let signer = self.identity(req).await?;
+        let denied = || Refusal::Denied {
+            who: judged(principal, signer.as_deref()).map(str::to_owned),
+            action: action.name(),
+            resource: resource.clone(),
+        };
         let identity = signer.as_ref().map_or(&[][..], |s| &s.policies[..]);
         // A role's session is judged under its own ARN, by the role's policies and the
         // bucket's alone.
-        let role = signer.as_ref().and_then(|s| s.role.as_deref());
-        let judged = role.or(principal);
-        let decide = |asked: &Asked| match role {
-            Some(_) => policy::decide_role(asked, bucket.policy.as_ref(), block, identity),
-            None => policy::decide(owner, asked, bucket.policy.as_ref(), block, identity),
-        };
-        // No policy: nothing of the request needs reading for its owner.
-        let mut context = Context::new();
-        let plain = role.is_none() && identity.is_empty();
+        let plain = signer.as_ref().is_none_or(|s| s.role.is_none()) && identity.is_empty();
         let decision = match &bucket.policy {
+            // No policy: nothing of the request needs reading for its owner.
             None if plain && principal == Some(owner) => Decision::Allow,
             None if plain => Decision::AskAcl,
             found => {
-                context = match &signer {
-                    Some(signer) => signed_context(req, signer),
-                    None => request_context(req, principal),
-                };
+                let mut context = context(req, principal, signer.as_deref());
+                let bound = signer.as_ref().and_then(|s| s.session_policy.as_ref());
                 let reads_tags = found
                     .iter()
                     .chain(identity)
+                    .chain(bound)
                     .any(|p| p.reads("s3:existingobjecttag/"));
                 if let Some(key) = key.filter(|_| reads_tags) {
                     // An object that is not there has no tags; the verb answers for it.
@@ -159,50 +182,16 @@ impl Gateway {
                     }
                 }
                 let asked = Asked {
-                    principal: judged,
+                    principal: judged(principal, signer.as_deref()),
                     action,
                     resource: &resource,
                     context: &context,
                 };
-                decide(&asked)
-            }
-        };
-        let reads = key.filter(|_| matches!(action, Action::GetObject | Action::GetObjectVersion));
-        // Whether the caller may list `key` (s3:ListBucket with the key as prefix): only then
-        // do they learn that it is missing (404), as in S3; anyone else gets 403 either way.
-        let bucket_resource = policy::resource(name, None);
-        let may_list = |context: &mut Context, key: &str| {
-            context.insert("s3:prefix".into(), vec![key.into()]);
-            let list = Asked {
-                principal: judged,
-                action: Action::ListBucket,
-                resource: &bucket_resource,
-                context,
-            };
-            match decide(&list) {
-                Decision::Allow => true,
-                Decision::Deny => false,
-                Decision::AskAcl => acl_grants(bucket, None, principal, Action::ListBucket),
+                decide(bucket, signer.as_deref(), &asked)
             }
         };
         match decision {
-            Decision::Allow => {
-                let stranger = role.is_some() || principal != Some(owner);
-                match reads.filter(|key| stranger && !may_list(&mut context, key)) {
-                    Some(key) => match self.object(name, key, version).await {
-                        Err(e)
-                            if matches!(
-                                e.code(),
-                                S3ErrorCode::NoSuchKey | S3ErrorCode::NoSuchVersion
-                            ) =>
-                        {
-                            return Err(denied().into())
-                        }
-                        _ => return Ok(()),
-                    },
-                    None => return Ok(()),
-                }
-            }
+            Decision::Allow => return Ok(()),
             Decision::Deny => return Err(denied().into()),
             Decision::AskAcl => {}
         }
@@ -215,13 +204,104 @@ impl Gateway {
         if acl_grants(bucket, entry.as_ref(), principal, action) {
             return Ok(());
         }
-        let Some(key) = reads else {
+        let reads = matches!(action, Action::GetObject | Action::GetObjectVersion);
+        let Some(key) = key.filter(|_| reads) else {
             return Err(denied().into());
         };
-        if may_list(&mut context, key) && entry.is_none() {
+        if entry.is_none() && self.may_list(req, bucket, name, key).await? {
             self.object(name, key, version).await?;
         }
         Err(denied().into())
+    }
+
+    /// Whether the caller of `req` may list `key` in `bucket` (named `name`): s3:ListBucket
+    /// with the key as prefix. Only such a caller learns that a key is missing (404), as in
+    /// S3; anyone else gets 403 either way.
+    async fn may_list<T>(
+        &self,
+        req: &S3Request<T>,
+        bucket: &buckets::Bucket,
+        name: &str,
+        key: &str,
+    ) -> S3Result<bool> {
+        let principal = self.principal(req).await?;
+        let signer = self.identity(req).await?;
+        let mut context = context(req, principal.as_deref(), signer.as_deref());
+        context.insert("s3:prefix".into(), vec![key.into()]);
+        let list = Asked {
+            principal: judged(principal.as_deref(), signer.as_deref()),
+            action: Action::ListBucket,
+            resource: &policy::resource(name, None),
+            context: &context,
+        };
+        Ok(match decide(bucket, signer.as_deref(), &list) {
+            Decision::Allow => true,
+            Decision::Deny => false,
+            Decision::AskAcl => acl_grants(bucket, None, principal.as_deref(), Action::ListBucket),
+        })
+    }
+
+    /// Version `version` of `key` (else its current version) in `bucket` (named `name`),
+    /// for a verb that reads it and that `req` may use: a missing one is refused as denied
+    /// (403) unless the caller may list it (404).
+    pub(super) async fn readable<T>(
+        &self,
+        req: &S3Request<T>,
+        bucket: &buckets::Bucket,
+        name: &str,
+        key: &str,
+        version: Option<&str>,
+    ) -> S3Result<ObjectEntry> {
+        match self.object(name, key, version).await {
+            Err(e)
+                if matches!(
+                    e.code(),
+                    S3ErrorCode::NoSuchKey | S3ErrorCode::NoSuchVersion
+                ) && !self.may_list(req, bucket, name, key).await? =>
+            {
+                let signer = self.identity(req).await?;
+                let principal = self.principal(req).await?;
+                Err(Refusal::Denied {
+                    who: judged(principal.as_deref(), signer.as_deref()).map(str::to_owned),
+                    action: Action::GetObject.name(),
+                    resource: policy::resource(name, Some(key)),
+                }
+                .into())
+            }
+            found => found,
+        }
+    }
+}
+
+/// Who a request is judged as: a role's session's ARN, else the user who signed it.
+fn judged<'a>(principal: Option<&'a str>, signer: Option<&'a Signer>) -> Option<&'a str> {
+    match signer {
+        Some(signer) if signer.role.is_some() => Some(signer.principal()),
+        _ => principal,
+    }
+}
+
+/// The condition keys of `req`, signed by `signer` or from `principal`.
+fn context<T>(req: &S3Request<T>, principal: Option<&str>, signer: Option<&Signer>) -> Context {
+    match signer {
+        Some(signer) => signed_context(req, signer),
+        None => request_context(req, principal),
+    }
+}
+
+/// What the bucket's owner and policy and the signer's own policies say of `asked`; a
+/// role's session by [`policy::decide_role`].
+fn decide(bucket: &buckets::Bucket, signer: Option<&Signer>, asked: &Asked) -> Decision {
+    let block = bucket.public_block.unwrap_or_default();
+    match signer {
+        Some(signer) if signer.role.is_some() => {
+            policy::decide_role(asked, bucket.policy.as_ref(), block, signer.judge(asked))
+        }
+        _ => {
+            let identity = signer.map_or(&[][..], |s| &s.policies[..]);
+            let owner = &bucket.info.owner;
+            policy::decide(owner, asked, bucket.policy.as_ref(), block, identity)
+        }
     }
 }
 
@@ -320,6 +400,12 @@ fn signed_context<T>(req: &S3Request<T>, signer: &Signer) -> Context {
     let mut context = request_context(req, Some(&signer.name));
     if signer.token.is_some() {
         context.insert("sts:authentication".into(), vec!["true".into()]);
+    }
+    if let Some(role) = &signer.role {
+        // A role's session is not its user: no user name, the session's id, as in AWS.
+        context.remove("aws:username");
+        context.insert("aws:userid".into(), vec![role.id.clone()]);
+        context.insert("aws:principaltype".into(), vec!["AssumedRole".into()]);
     }
     context
 }

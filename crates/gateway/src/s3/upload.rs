@@ -147,12 +147,22 @@ pub(super) async fn create_multipart_upload(
 ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
     let writer = gw.principal(&req).await?;
     let bucket = allowed!(gw, req, object PutObject);
-    let input = req.input;
-    check_key(&input.key)?;
-    let tags = tagging::from_header(input.tagging.as_deref())?;
+    check_key(&req.input.key)?;
+    let tags = tagging::from_header(req.input.tagging.as_deref())?;
     // The bucket's default retention is added at completion.
-    let lock = asked_lock!(input)?;
+    let lock = asked_lock!(req.input)?;
     lock::check_allowed(&bucket, &lock)?;
+    let (name, key) = (&req.input.bucket, &req.input.key);
+    gw.check_settings(
+        &req,
+        name,
+        key,
+        &asked_acl!(req.input),
+        !tags.is_empty(),
+        &lock,
+    )
+    .await?;
+    let input = req.input;
     let acl = gw
         .object_acl(writer.as_deref(), asked_acl!(input), &bucket)
         .await?;
