@@ -121,6 +121,106 @@ fn fsynced_files_survive_the_mds_and_an_osd_killed_mid_workload() {
     assert!(acknowledged.len() >= 80, "{} files", acknowledged.len());
 }
 
+/// The writer of the test below: at each line on its input, first creates the file named
+/// by its argument, then writes and fsyncs it; it reports each step.
+const REPLAYED_WRITER: &str = "
+import os, sys
+sys.stdin.readline()
+fd = os.open(sys.argv[1], os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+print('created', flush=True)
+sys.stdin.readline()
+os.write(fd, b'answered before the MDS died, synced after\\n' * 1000)
+os.fsync(fd)
+os.close(fd)
+print('synced', flush=True)
+";
+
+/// A create the MDS answered but never journaled survives the MDS: with every OSD stopped
+/// (SIGSTOP), the MDS answers a create from memory while its journal write waits; then the
+/// MDS and every OSD are killed (SIGKILL), so that write is gone for good. The next MDS's
+/// journal lacks the file; the mount replays the create (with the inode number it was
+/// answered with) when its session reopens, and the writer's fsync succeeds. A fresh mount
+/// reads the file whole.
+#[test]
+fn a_create_answered_but_never_journaled_is_replayed_to_the_next_mds() {
+    let _serial = serial();
+    let mut cluster = LocalCluster::start(3, &["--fs", "fs", "--nbd", "none", "--gw", "none"]);
+    let mount = FsMount::new(&cluster, "fs", &[]);
+    std::fs::create_dir(mount.join("work")).expect("mkdir");
+    // Loads the directory and reserves inode numbers, so the create needs no OSD.
+    std::fs::write(mount.join("work/first"), b"journaled").expect("write");
+    let mut writer = Command::new("python3")
+        .args(["-c", REPLAYED_WRITER])
+        .arg(mount.join("work/lost"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let mut input = writer.stdin.take().expect("writer's stdin");
+    let (said, lines) = std::sync::mpsc::channel();
+    let stdout = writer.stdout.take().expect("writer's stdout");
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = said.send(line);
+        }
+    });
+    let next_line = |what: &str| {
+        lines
+            .recv_timeout(Duration::from_secs(120))
+            .unwrap_or_else(|_| panic!("the writer never said {what:?}"))
+    };
+
+    for osd in 0..3 {
+        cluster.signal(&format!("osd.{osd}"), libc::SIGSTOP);
+    }
+    input.write_all(b"create\n").expect("to the writer");
+    input.flush().expect("to the writer");
+    assert_eq!(next_line("created"), "created");
+    cluster.kill_daemon("mds.a", libc::SIGKILL);
+    for osd in 0..3 {
+        cluster.kill(osd, libc::SIGKILL);
+    }
+    for osd in 0..3 {
+        cluster.restart_osd(osd);
+    }
+    cluster.restart_mds();
+    input.write_all(b"write\n").expect("to the writer");
+    input.flush().expect("to the writer");
+    let synced = lines.recv_timeout(Duration::from_secs(180));
+    if synced.is_err() {
+        let _ = writer.kill();
+    }
+    let status = writer.wait().expect("writer");
+    let mut stderr = String::new();
+    if let Some(mut pipe) = writer.stderr.take() {
+        let _ = std::io::Read::read_to_string(&mut pipe, &mut stderr);
+    }
+    assert!(
+        status.success() && synced.as_deref() == Ok("synced"),
+        "the writer failed ({status}): {stderr}\n== the mount's log\n{}\n{}",
+        mount.log(),
+        cluster.logs()
+    );
+    let logs = cluster.logs();
+    assert!(
+        logs.contains("applying a change the previous MDS answered but did not journal"),
+        "the new MDS never applied a replayed change:\n{logs}"
+    );
+    drop(mount);
+
+    let fresh = FsMount::new(&cluster, "fs", &[]);
+    let got = std::fs::read(fresh.join("work/lost")).expect("the replayed file");
+    assert_eq!(
+        got,
+        b"answered before the MDS died, synced after\n".repeat(1000)
+    );
+    assert_eq!(
+        std::fs::read(fresh.join("work/first")).expect("the first file"),
+        b"journaled"
+    );
+}
+
 fn cli_err(cluster: &LocalCluster, args: &[&str]) -> String {
     let output = cluster.cli(args);
     assert!(!output.status.success(), "coffer {args:?} succeeded");

@@ -586,13 +586,14 @@ impl Filesystem for Adapter {
     fn fsyncdir(
         &self,
         req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         _fh: FileHandle,
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
         let cred = cred_cheap(req);
-        self.spawn(|mount| async move { done(reply, mount.sync(&cred).await) });
+        let ino = self.cluster_ino(ino);
+        self.spawn(|mount| async move { done(reply, mount.sync(&cred, Some(ino)).await) });
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {

@@ -20,6 +20,12 @@ pub mod perm;
 pub mod proto;
 pub mod readahead;
 
+/// `mutex`'s guard, whether or not a holder panicked: what it guards stays consistent
+/// between statements.
+pub(crate) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// A failure as the kernel hears it: an `errno` value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Errno(pub i32);

@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -18,7 +18,7 @@ use crate::data::{Budget, FileData, Objects};
 use crate::link::{MdsLink, Mounted};
 use crate::proto::{Attr, Cred, DirEntry, Event, Ino, Kind, Op, Reply, SetAttr, READDIR_PAGE_MAX};
 use crate::readahead::{Readahead, Stream};
-use crate::Errno;
+use crate::{lock, Errno};
 
 /// Inodes whose last-seen attributes a mount remembers (to tell whether another mount
 /// changed a file it opens again); past this, the memory starts over.
@@ -65,10 +65,6 @@ pub fn now_ns() -> i64 {
 fn unexpected(reply: Reply) -> Errno {
     tracing::warn!(?reply, "unexpected reply from the MDS");
     Errno(libc::EIO)
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Mount {
@@ -447,7 +443,12 @@ impl Mount {
             end: flushed.end,
             mtime_ns: flushed.mtime_ns,
         };
-        self.call_done(cred, op).await?;
+        // The file's inode is held while it is open: it is missing only if its creation was
+        // lost with a replaced MDS, which for this file is an I/O error.
+        self.call_done(cred, op).await.map_err(|e| match e {
+            Errno(libc::ENOENT) => Errno(libc::EIO),
+            e => e,
+        })?;
         data.recorded(&flushed);
         Ok(())
     }
@@ -464,13 +465,15 @@ impl Mount {
     /// `fsync`: as `close`, and durable: the MDS's journal holds every change it answered
     /// (the file's creation, its size) before this returns.
     pub async fn fsync(&self, cred: &Cred, fh: u64) -> Result<(), Errno> {
+        let ino = self.handle(fh)?.ino;
         self.flush(cred, fh).await?;
-        self.sync(cred).await
+        self.sync(cred, Some(ino)).await
     }
 
-    /// Every namespace change the MDS answered is durable (`fsync` of a directory).
-    pub async fn sync(&self, cred: &Cred) -> Result<(), Errno> {
-        self.call_done(cred, Op::Sync).await
+    /// Every namespace change the MDS answered is durable (`fsync` of directory `ino`, or of
+    /// the whole mount without one).
+    pub async fn sync(&self, cred: &Cred, ino: Option<Ino>) -> Result<(), Errno> {
+        self.link.sync(cred, ino).await
     }
 
     /// The last close of a handle: flushes once more (writes through a shared mapping may
@@ -596,7 +599,7 @@ impl Mount {
     /// At unmount: flushes everything and ends the session.
     pub async fn unmount(&self) {
         self.writeback(true).await;
-        if let Err(e) = self.sync(&Cred::default()).await {
+        if let Err(e) = self.sync(&Cred::default(), None).await {
             tracing::warn!(errno = e.0, "making the namespace durable");
         }
         if let Err(e) = self.call_done(&Cred::default(), Op::Unmount).await {

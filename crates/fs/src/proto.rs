@@ -237,9 +237,40 @@ pub enum Op {
     /// waits for (changes are answered as soon as they are decided and queued). Added last,
     /// so the other ops keep their numbers on the wire.
     Sync,
+    /// A change this session had answered, sent again (with its first sequence number)
+    /// after the session reopened on another MDS: applied only if the journal of the MDS
+    /// that answered it lost it, and then as the inode it was answered with. The op travels
+    /// encoded ([`Op::replay`]), so decoding a request never recurses. Added after `Sync`,
+    /// so the other ops keep their numbers on the wire.
+    Replay {
+        tag: Tag,
+        op: Vec<u8>,
+    },
+}
+
+/// Where an answered change stands: the MDS that answered it (its instance) and the
+/// number of its journal entry, and the inode it created or changed. Changes in a journal
+/// are a prefix of those an MDS answered, so a successor that knows where that MDS's
+/// journal ended knows whether the change survived it. `proof` is the file system's MDSs'
+/// MAC of the tag with the session and sequence number: a mount cannot make up a tag (and
+/// so claim an inode number it was never given).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tag {
+    pub incarnation: u64,
+    pub entry: u64,
+    pub ino: Option<Ino>,
+    pub proof: [u8; 16],
 }
 
 impl Op {
+    /// `op`, answered with `tag`, to be replayed.
+    pub fn replay(tag: Tag, op: &Op) -> Op {
+        Op::Replay {
+            tag,
+            op: postcard::to_allocvec(op).expect("encoding into a Vec cannot fail"),
+        }
+    }
+
     /// The op's name, as metrics label it.
     pub fn name(&self) -> &'static str {
         match self {
@@ -266,6 +297,7 @@ impl Op {
             Op::Unmount => "unmount",
             Op::Sessions => "sessions",
             Op::Sync => "sync",
+            Op::Replay { .. } => "replay",
         }
     }
 
@@ -284,6 +316,7 @@ impl Op {
                 | Op::Written { .. }
                 | Op::SetXattr { .. }
                 | Op::RemoveXattr { .. }
+                | Op::Replay { .. }
         )
     }
 }
@@ -354,6 +387,13 @@ pub enum Reply {
     /// This daemon does not serve the file system (any more): look its MDS up in the map
     /// again.
     NotHere(String),
+    /// The answer to a change that was journaled (or queued for the journal): `reply`, and
+    /// the change's `tag`, which the mount keeps until a `Sync` to replay the change should
+    /// this MDS die before its journal holds it. Added last, as `Op::Replay`.
+    Changed {
+        tag: Tag,
+        reply: Box<Reply>,
+    },
 }
 
 /// Object names in a file system's pools. The file system's number keeps two file systems

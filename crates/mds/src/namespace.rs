@@ -8,9 +8,10 @@
 //! - a shard or directory with puts not yet applied to the pool (dirty) is never evicted.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::ops::Range;
 
 use client::Pool;
-use fs::proto::Ino;
+use fs::proto::{Ino, ROOT_INO};
 
 use crate::record::{self, Dentry, Inode, Names, Put, INODES_PER_SHARD};
 
@@ -59,6 +60,9 @@ pub struct Namespace {
     /// journal lost is never handed out again.
     pub next_ino: Ino,
     pub reserved_ino: Ino,
+    /// The numbers the MDS this one replaced may have handed out in answers its journal
+    /// lost (its last two reservations): a mount replaying such a create may claim its own.
+    pub replayable: Range<Ino>,
     /// Unlinked inodes waiting to be purged.
     pub purge: HashSet<Ino>,
     /// The last journal entry that touched each dirty shard or directory.
@@ -70,6 +74,9 @@ pub struct Namespace {
     used_dirs: HashMap<Ino, u64>,
     dentries: usize,
 }
+
+/// Inode numbers reserved (journaled) at a time.
+pub const INOS_RESERVED: u64 = 4096;
 
 pub fn shard_of(ino: Ino) -> u64 {
     ino / INODES_PER_SHARD
@@ -84,6 +91,9 @@ impl Namespace {
             dirs: HashMap::new(),
             next_ino: reserved_ino,
             reserved_ino,
+            replayable: reserved_ino
+                .saturating_sub(2 * INOS_RESERVED)
+                .max(ROOT_INO + 1)..reserved_ino,
             purge,
             dirty_shards: HashMap::new(),
             dirty_dirs: HashMap::new(),

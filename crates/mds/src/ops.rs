@@ -255,6 +255,8 @@ pub struct NewInode<'a> {
     pub perm: u16,
     pub rdev: u32,
     pub target: Option<&'a [u8]>,
+    /// The inode number a replayed create was answered with (see `Op::Replay`).
+    pub claim: Option<Ino>,
 }
 
 pub fn create(
@@ -271,7 +273,7 @@ pub fn create(
     need(&dir.attr, ctx, MAY_EXEC, "search")?;
     if let Some(existing) = ns.dir(parent)?.get(name) {
         let attr = get(ns, existing.ino)?.attr.clone();
-        if exclusive || new.kind != Kind::File || attr.kind != Kind::File {
+        if exclusive || new.claim.is_some() || new.kind != Kind::File || attr.kind != Kind::File {
             return Err(errno(libc::EEXIST, "the name exists"));
         }
         return Ok(Change::read(Reply::Attr(attr)));
@@ -285,11 +287,29 @@ pub fn create(
             ));
         }
     }
-    let ino = ns.next_ino;
-    if ino >= ns.reserved_ino {
-        return Err(Missing::Inos.into());
-    }
-    ns.shard_loaded(ino)?;
+    let ino = match new.claim {
+        Some(ino) => {
+            if !ns.replayable.contains(&ino) || ns.purge.contains(&ino) {
+                return Err(errno(
+                    libc::EINVAL,
+                    format!("inode {ino} is not one the replaced MDS may have handed out"),
+                ));
+            }
+            ns.shard_loaded(ino)?;
+            if ns.inode(ino)?.is_some() {
+                return Err(errno(libc::EEXIST, format!("inode {ino} exists")));
+            }
+            ino
+        }
+        None => {
+            let ino = ns.next_ino;
+            if ino >= ns.reserved_ino {
+                return Err(Missing::Inos.into());
+            }
+            ns.shard_loaded(ino)?;
+            ino
+        }
+    };
     let cred = ctx.cred;
     let inherit = dir.attr.perm & S_ISGID != 0;
     let gid = if inherit { dir.attr.gid } else { cred.gid };
@@ -847,7 +867,12 @@ mod tests {
 
     /// A namespace with an empty root directory, as a new file system starts.
     fn namespace() -> (Namespace, u64) {
-        let mut ns = Namespace::new(Names { fs_id: 1 }, ROOT_INO + 1, HashSet::new());
+        namespace_reserved(ROOT_INO + 1)
+    }
+
+    /// The same, as an MDS finds it that starts at reservation `reserved`.
+    fn namespace_reserved(reserved: Ino) -> (Namespace, u64) {
+        let mut ns = Namespace::new(Names { fs_id: 1 }, reserved, HashSet::new());
         ns.assume_empty_shard(0);
         ns.new_dir(ROOT_INO);
         let mut root = crate::server::tests_root();
@@ -919,6 +944,7 @@ mod tests {
                 perm: 0o755,
                 rdev: 0,
                 target: None,
+                claim: None,
             };
             create(ns, &ctx(cred), parent, name.as_bytes(), new, true)
         })
@@ -930,6 +956,70 @@ mod tests {
 
     /// Link counts follow POSIX: a file has one per name, a directory two plus one per
     /// subdirectory; the last unlink queues the inode for purge and keeps its record.
+    /// A create replayed to a new MDS takes the number its lost answer gave: once, for a
+    /// name that is free, and only a number the replaced MDS may have handed out.
+    #[test]
+    fn a_replayed_create_claims_its_number_within_the_replaced_mds_reservations() {
+        use crate::namespace::INOS_RESERVED;
+        let reserved = 3 * INOS_RESERVED;
+        let (mut ns, mut seq) = namespace_reserved(reserved);
+        assert_eq!(ns.replayable, INOS_RESERVED..reserved);
+        let claim = |ns: &mut Namespace, seq: &mut u64, name: &str, ino: Ino| {
+            run(ns, seq, |ns| {
+                let new = NewInode {
+                    kind: Kind::File,
+                    perm: 0o644,
+                    rdev: 0,
+                    target: None,
+                    claim: Some(ino),
+                };
+                create(ns, &ctx(&ROOT), ROOT_INO, name.as_bytes(), new, false)
+            })
+        };
+        let lost = reserved - 5;
+        assert_eq!(attr(claim(&mut ns, &mut seq, "lost", lost)).ino, lost);
+        assert_eq!(get_attr(&ns, lost).kind, Kind::File);
+        assert_eq!(
+            ns.next_ino, reserved,
+            "new numbers still start at the reservation"
+        );
+        assert_eq!(
+            claim(&mut ns, &mut seq, "again", lost),
+            Err(libc::EEXIST),
+            "a number is claimed once"
+        );
+        assert_eq!(
+            claim(&mut ns, &mut seq, "lost", lost - 1),
+            Err(libc::EEXIST),
+            "a replay never takes over a file of the same name"
+        );
+        assert_eq!(
+            claim(&mut ns, &mut seq, "old", INOS_RESERVED - 1),
+            Err(libc::EINVAL),
+            "older than the replaced MDS's reservations"
+        );
+        assert_eq!(
+            claim(&mut ns, &mut seq, "new", reserved),
+            Err(libc::EINVAL),
+            "not handed out yet"
+        );
+        ns.purge.insert(lost - 2);
+        assert_eq!(
+            claim(&mut ns, &mut seq, "purged", lost - 2),
+            Err(libc::EINVAL),
+            "an unlinked file's number"
+        );
+        let fresh = attr(make(
+            &mut ns,
+            &mut seq,
+            &ROOT,
+            ROOT_INO,
+            "fresh",
+            Kind::File,
+        ));
+        assert_eq!(fresh.ino, reserved);
+    }
+
     #[test]
     fn links_are_counted_and_the_last_unlink_queues_a_purge() {
         let (mut ns, mut seq) = namespace();

@@ -7,6 +7,10 @@
 //!   fsN.d.INO       omap: name → Dentry                          directory INO's entries
 //!   fsN.super       omap: "next_ino" → u64                        no inode number at or
 //!                                                                above it was handed out
+//!                         "incarnations" → Incarnations           the MDSs that served it
+//!                                                                and where their journals
+//!                                                                ended
+//!                         "replay_key" → 32 bytes                 the key of tags' MACs
 //!   fsN.purge       omap: ino → ()                                unlinked inodes to purge
 //!   fsN.journal     omap: seq (8 bytes, big-endian) → Entry      changes, in order
 //!                   attr "applied": seq                          entries at or below it are
@@ -20,7 +24,7 @@
 
 use std::collections::BTreeMap;
 
-use fs::proto::{Attr, Ino, Kind};
+use fs::proto::{Attr, Ino, Kind, Tag};
 use serde::{Deserialize, Serialize};
 
 /// Inodes per inode-table object.
@@ -142,6 +146,51 @@ impl Names {
 }
 
 pub const NEXT_INO_KEY: &[u8] = b"next_ino";
+pub const INCARNATIONS_KEY: &[u8] = b"incarnations";
+/// The key of the MACs of tags (`fs::proto::Tag::proof`): 32 random bytes, made by the
+/// first MDS.
+pub const REPLAY_KEY: &[u8] = b"replay_key";
+/// Earlier MDSs whose journal's end is remembered.
+pub const INCARNATIONS_KEPT: usize = 8;
+
+/// The MDSs that served a file system, each named by its client instance, with where the
+/// journal ended when the next one took over. A change an MDS answered is in the journal if
+/// and only if its entry is at or below that end, since the journal holds a prefix of the
+/// entries an MDS numbered.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Incarnations {
+    /// The MDS serving now; 0 before the first.
+    pub current: u64,
+    /// Earlier MDSs and the last entry of the journal when each was replaced, oldest first.
+    pub ended: Vec<(u64, u64)>,
+}
+
+impl Incarnations {
+    /// MDS `next` takes over from the current one, whose journal ends at entry `last`.
+    pub fn succeed(mut self, next: u64, last: u64) -> Incarnations {
+        if self.current != 0 && self.current != next {
+            self.ended.push((self.current, last));
+            if self.ended.len() > INCARNATIONS_KEPT {
+                self.ended.remove(0);
+            }
+        }
+        self.current = next;
+        self
+    }
+
+    /// Whether the change `tag` names is in effect: answered by the MDS serving now (which
+    /// journals it or stops), or within the journal an earlier one left. `None` if the MDS
+    /// that answered it is none this remembers.
+    pub fn kept(&self, tag: &Tag) -> Option<bool> {
+        if tag.incarnation == self.current {
+            return Some(true);
+        }
+        self.ended
+            .iter()
+            .find(|(incarnation, _)| *incarnation == tag.incarnation)
+            .map(|(_, end)| tag.entry <= *end)
+    }
+}
 /// The journal object's attribute holding the last applied entry.
 pub const APPLIED_ATTR: &str = "applied";
 
@@ -165,4 +214,58 @@ pub fn be_u64(what: &str, bytes: &[u8]) -> Result<u64, String> {
 /// positions `.` and `..` take.
 pub fn cookie(name: &[u8]) -> u64 {
     (xxhash_rust::xxh3::xxh3_64(name) >> 1).max(3)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tag(incarnation: u64, entry: u64) -> Tag {
+        Tag {
+            incarnation,
+            entry,
+            ino: None,
+            proof: [0; 16],
+        }
+    }
+
+    #[test]
+    fn a_change_is_kept_if_its_entry_is_within_the_journal_its_mds_left() {
+        let first = Incarnations::default().succeed(7, 0);
+        assert!(first.ended.is_empty(), "the first MDS replaces none");
+        let second = first.succeed(9, 100);
+        assert_eq!(second.kept(&tag(7, 100)), Some(true));
+        assert_eq!(
+            second.kept(&tag(7, 101)),
+            Some(false),
+            "answered, then lost"
+        );
+        assert_eq!(
+            second.kept(&tag(9, 5_000)),
+            Some(true),
+            "answered by this MDS"
+        );
+        assert_eq!(second.kept(&tag(3, 1)), None, "an MDS it never knew");
+        // The numbers after 100 are handed out again by MDS 9: a change MDS 7 numbered 101
+        // stays lost whatever MDS 9 journaled.
+        let third = second.succeed(11, 400);
+        assert_eq!(third.kept(&tag(7, 101)), Some(false));
+        assert_eq!(third.kept(&tag(9, 400)), Some(true));
+        assert_eq!(third.kept(&tag(9, 401)), Some(false));
+    }
+
+    #[test]
+    fn a_restart_of_the_same_mds_ends_nothing_and_old_ones_are_forgotten() {
+        let mut incarnations = Incarnations::default().succeed(1, 0).succeed(1, 50);
+        assert!(incarnations.ended.is_empty());
+        for next in 2..(INCARNATIONS_KEPT as u64 + 4) {
+            incarnations = incarnations.succeed(next, next * 10);
+        }
+        assert_eq!(incarnations.ended.len(), INCARNATIONS_KEPT);
+        assert_eq!(
+            incarnations.kept(&tag(1, 1)),
+            None,
+            "the oldest is forgotten"
+        );
+    }
 }

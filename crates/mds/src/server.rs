@@ -1,16 +1,20 @@
 //! One file system's service: its namespace, journal and sessions, and the requests of its
-//! mounts. A change is decided under the namespace lock (pure, in `ops`), journaled and
-//! applied to memory there, in one order; every reply then waits until the journal holds
-//! everything this MDS had changed when the request was decided, so no mount is ever told of
-//! a change a crash could take back.
+//! mounts. A change is decided under the namespace lock (pure, in `ops`), queued for the
+//! journal and applied to memory there, in one order, and answered with its tag (this MDS
+//! and its journal entry). A mount keeps what it was answered until a `Sync` says the journal
+//! holds it; if this MDS dies first, the next one applies what its journal lost again when
+//! the mount replays it (`Op::Replay`), judged by the tag against where this MDS's journal
+//! ended (`record::Incarnations`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use aws_lc_rs::hmac;
 use client::{Cluster, Pool};
 use fs::proto::{
-    objects, Attr, Cred, Event, Ino, Kind, Op, Reply, Request, LEASE_MS, ROOT_INO, WATCH_HOLD_MS,
+    objects, Attr, Cred, Event, Ino, Kind, Op, Reply, Request, Tag, LEASE_MS, ROOT_INO,
+    WATCH_HOLD_MS,
 };
 use map::auth::{Access, Caps};
 use map::filesystem::FsInfo;
@@ -18,10 +22,13 @@ use tokio::sync::{watch, Mutex, Notify};
 use tokio::task::JoinHandle;
 
 use crate::journal::{self, Journal};
-use crate::namespace::{self, Missing, Namespace};
+use crate::namespace::{self, Missing, Namespace, INOS_RESERVED};
 use crate::ops::{self, Change, Ctx, NewInode, Refusal, RenameArgs};
-use crate::record::{self, Entry, Inode, Names, Put, APPLIED_ATTR, NEXT_INO_KEY};
-use crate::sessions::{Session, Sessions};
+use crate::record::{
+    self, Entry, Incarnations, Inode, Names, Put, APPLIED_ATTR, INCARNATIONS_KEY, NEXT_INO_KEY,
+    REPLAY_KEY,
+};
+use crate::sessions::{self, Completed, Session, Sessions};
 
 /// Entries the journal may hold unapplied before new changes wait for the flusher.
 pub const UNFLUSHED_ENTRIES_MAX: usize = 65_536;
@@ -31,10 +38,12 @@ pub const RECLAIM_GRACE: Duration = Duration::from_secs(30);
 /// Objects past a purged file's recorded size probed for data a mount wrote but never
 /// recorded (it crashed first).
 const PURGE_PROBE_OBJECTS: u64 = 8;
+/// How long a new MDS that replaced another serves only the mounts' replays of what the
+/// other answered: long enough for every live mount to reconnect (its watch notices the
+/// replacement at once), so that no other change gets in between.
+const REPLAY_WINDOW: Duration = Duration::from_secs(8);
 /// Unlinked files purged per round.
 const PURGE_BATCH: usize = 64;
-/// Inode numbers reserved (journaled) at a time.
-const INOS_RESERVED: u64 = 4096;
 
 struct State {
     ns: Namespace,
@@ -47,6 +56,13 @@ pub struct FsServer {
     meta: Pool,
     data: Pool,
     journal: Arc<Journal>,
+    /// This MDS (its client instance, `incarnations.current`) and where its predecessors'
+    /// journals ended: what a replayed change is judged by.
+    incarnations: Incarnations,
+    /// The key of tags' MACs.
+    replay_key: hmac::Key,
+    /// Until when only replays are served, if this MDS replaced another.
+    replays_until: Option<Instant>,
     state: Mutex<State>,
     events: watch::Receiver<u64>,
     purge_wake: Notify,
@@ -135,19 +151,49 @@ impl FsServer {
         let (journal, entries) = replay(&meta, &names).await?;
         let mut sessions = Sessions::default();
         for entry in &entries {
-            sessions.complete(entry.session, entry.request, entry.ino);
+            let done = Completed {
+                entry: entry.seq,
+                ino: entry.ino,
+            };
+            sessions.complete(entry.session, entry.request, done);
         }
-        let next_ino = match meta
-            .omap_get(&names.super_object(), vec![NEXT_INO_KEY.to_vec()])
-            .await
-        {
-            Ok(found) => match found.into_iter().next().and_then(|(_, v)| v) {
-                Some(value) => record::be_u64("next inode", &value)?,
-                None => ROOT_INO + 1,
-            },
-            Err(client::Error::NotFound) => ROOT_INO + 1,
+        let keys = vec![
+            NEXT_INO_KEY.to_vec(),
+            INCARNATIONS_KEY.to_vec(),
+            REPLAY_KEY.to_vec(),
+        ];
+        let found = match meta.omap_get(&names.super_object(), keys).await {
+            Ok(found) => found.into_iter().collect::<HashMap<_, _>>(),
+            Err(client::Error::NotFound) => HashMap::new(),
             Err(e) => return Err(format!("reading {}: {e}", names.super_object())),
         };
+        let next_ino = match found.get(NEXT_INO_KEY).cloned().flatten() {
+            Some(value) => record::be_u64("next inode", &value)?,
+            None => ROOT_INO + 1,
+        };
+        let incarnations = match found.get(INCARNATIONS_KEY).cloned().flatten() {
+            Some(value) => record::decode::<Incarnations>("incarnations", &value)?,
+            None => Incarnations::default(),
+        };
+        let replaces = incarnations.current != 0 && incarnations.current != cluster.instance();
+        let replay_key = match found.get(REPLAY_KEY).cloned().flatten() {
+            Some(key) => key,
+            None => {
+                let mut key = vec![0; 32];
+                aws_lc_rs::rand::fill(&mut key).map_err(|_| "no random bytes for a key")?;
+                key
+            }
+        };
+        // Where the journal ends now is where the previous MDS's ended: recorded before this
+        // one answers anything, so that its mounts' replays can be judged by it.
+        let incarnations = incarnations.succeed(cluster.instance(), journal.last_assigned());
+        let record = vec![
+            (INCARNATIONS_KEY.to_vec(), record::encode(&incarnations)),
+            (REPLAY_KEY.to_vec(), replay_key.clone()),
+        ];
+        meta.omap_set(&names.super_object(), record)
+            .await
+            .map_err(|e| format!("recording this MDS in {}: {e}", names.super_object()))?;
         let purge = namespace::list_all(&meta, &names.purge())
             .await?
             .into_iter()
@@ -178,6 +224,9 @@ impl FsServer {
             meta,
             data,
             journal,
+            incarnations,
+            replay_key: hmac::Key::new(hmac::HMAC_SHA256, &replay_key),
+            replays_until: replaces.then(|| Instant::now() + REPLAY_WINDOW),
             state: Mutex::new(State { ns, sessions }),
             events,
             purge_wake: Notify::new(),
@@ -273,10 +322,24 @@ impl FsServer {
                 }
                 Reply::Sessions(self.state.lock().await.sessions.list(Instant::now()))
             }
-            Op::Sync => match self.journal.wait(self.journal.last_assigned()).await {
-                Ok(()) => Reply::Done,
-                Err(why) => failed(libc::EIO, why),
-            },
+            Op::Sync => {
+                // A session this MDS does not know reopens first, and so replays what an
+                // earlier MDS answered it: only then is waiting for this journal enough.
+                {
+                    let mut state = self.state.lock().await;
+                    let Some(known) = state.sessions.get_mut(session) else {
+                        return Reply::StaleSession;
+                    };
+                    if known.entity != entity {
+                        return failed(libc::EACCES, "the session belongs to another entity");
+                    }
+                    known.last_seen = Instant::now();
+                }
+                match self.journal.wait(self.journal.last_assigned()).await {
+                    Ok(()) => Reply::Done,
+                    Err(why) => failed(libc::EIO, why),
+                }
+            }
             op => self.operate(entity, caps, session, seq, cred, op).await,
         }
     }
@@ -386,6 +449,17 @@ impl FsServer {
         op: Op,
     ) -> Reply {
         let fs = &self.info.name;
+        // While mounts replay what the previous MDS answered, nothing else gets in between;
+        // a session this MDS does not know hears so at once, to reopen and replay.
+        if let Some(until) = self
+            .replays_until
+            .filter(|_| !matches!(op, Op::Replay { .. }))
+        {
+            if self.state.lock().await.sessions.get_mut(session).is_none() {
+                return Reply::StaleSession;
+            }
+            tokio::time::sleep_until(until.into()).await;
+        }
         // Backpressure: a flusher far behind holds new changes back, not memory.
         for _ in 0..1000 {
             if !op.is_change() || self.journal.unflushed() < UNFLUSHED_ENTRIES_MAX {
@@ -424,11 +498,69 @@ impl FsServer {
         if op.is_change() && read_only {
             return failed(libc::EROFS, "this mount may only read");
         }
+        let (op, replay) = match op {
+            Op::Replay { tag, op } => match record::decode::<Op>("replayed op", &op) {
+                Ok(op) => (op, Some(tag)),
+                Err(why) => return failed(libc::EINVAL, why),
+            },
+            op => (op, None),
+        };
+        if replay.is_some() && (!op.is_change() || matches!(op, Op::Replay { .. })) {
+            return failed(libc::EINVAL, "only a change is replayed, once");
+        }
         let resend = if op.is_change() {
             state.sessions.completed(session, seq)
         } else {
             None
         };
+        let mut claim = None;
+        if let Some(tag) = &replay {
+            if !sessions::proves(&self.replay_key, session, seq, tag) {
+                return failed(
+                    libc::EINVAL,
+                    "the replayed change's tag is not one this file system's MDSs gave",
+                );
+            }
+            if let Some(done) = resend {
+                return self.changed(session, seq, done, Reply::Done);
+            }
+            match self.incarnations.kept(tag) {
+                Some(true) => {
+                    // In a journal this MDS replayed: entry 0 is within every journal's end.
+                    let kept = Completed {
+                        entry: 0,
+                        ino: tag.ino,
+                    };
+                    return self.changed(session, seq, kept, Reply::Done);
+                }
+                Some(false) if self.replays_until.is_some_and(|t| Instant::now() < t) => {
+                    tracing::info!(
+                        fs = %fs,
+                        session = format!("{session:016x}"),
+                        seq,
+                        "applying a change the previous MDS answered but did not journal"
+                    );
+                    claim = tag.ino;
+                }
+                Some(false) => {
+                    return failed(
+                        libc::EIO,
+                        "the change the previous MDS answered and lost came back after the \
+                         window for replays: other mounts may have changed what it changes",
+                    )
+                }
+                None => {
+                    return failed(
+                        libc::EIO,
+                        format!(
+                            "the change was answered by MDS instance {:016x}, too many \
+                             replacements ago to tell whether its journal kept it",
+                            tag.incarnation
+                        ),
+                    )
+                }
+            }
+        }
         let ctx = Ctx {
             cred: &cred,
             root,
@@ -436,8 +568,8 @@ impl FsServer {
         };
         let change = loop {
             let decided = match resend {
-                Some(ino) => Ok(answer_resend(&state.ns, &ctx, &op, ino)),
-                None => decide(&state.ns, &ctx, &op),
+                Some(done) => answer_resend(&state.ns, &ctx, &op, done.ino),
+                None => decide(&state.ns, &ctx, &op, claim),
             };
             match decided {
                 Ok(change) => break change,
@@ -459,9 +591,11 @@ impl FsServer {
             (Op::Create { open: true, .. }, Reply::Attr(attr)) => Some(attr.ino),
             _ => None,
         };
-        if let Some(ino) = opened.filter(|_| resend.is_none()) {
+        // A replayed open was counted when the session reopened with what it holds.
+        if let Some(ino) = opened.filter(|_| resend.is_none() && replay.is_none()) {
             state.sessions.open(session, ino);
         }
+        let mut done = resend;
         if !change.puts.is_empty() {
             let entry = self
                 .journal
@@ -470,7 +604,12 @@ impl FsServer {
             if let Some(dir) = change.new_dir {
                 state.ns.new_dir(dir);
             }
-            state.sessions.complete(session, seq, change.ino);
+            let completed = Completed {
+                entry,
+                ino: change.ino,
+            };
+            state.sessions.complete(session, seq, completed);
+            done = Some(completed);
             state.sessions.publish(session, change.events);
             if change
                 .puts
@@ -480,8 +619,28 @@ impl FsServer {
                 self.purge_wake.notify_one();
             }
         }
-        // Answered now, before the journal holds it: `Sync` (fsync) waits for that.
-        change.reply
+        // Answered now, before the journal holds it: `Sync` (fsync) waits for that, and the
+        // tag lets the mount replay the change should this MDS die first.
+        match (done, change.reply) {
+            (_, reply @ Reply::Failed { .. }) | (None, reply) => reply,
+            (Some(done), reply) => self.changed(session, seq, done, reply),
+        }
+    }
+
+    /// `reply` to request `seq` of `session`, a change that took effect as `done`, with the
+    /// tag the mount keeps until a `Sync`.
+    fn changed(&self, session: u64, seq: u64, done: Completed, reply: Reply) -> Reply {
+        let mut tag = Tag {
+            incarnation: self.incarnations.current,
+            entry: done.entry,
+            ino: done.ino,
+            proof: [0; 16],
+        };
+        tag.proof = sessions::proof(&self.replay_key, session, seq, &tag);
+        Reply::Changed {
+            tag,
+            reply: Box::new(reply),
+        }
     }
 
     /// Reserves the next [`INOS_RESERVED`] inode numbers, durably, before any is handed out.
@@ -580,7 +739,8 @@ impl FsServer {
 }
 
 /// The change a request decides, on the namespace as it is.
-fn decide(ns: &Namespace, ctx: &Ctx, op: &Op) -> Result<Change, Refusal> {
+/// `claim` is the inode number a replayed create was answered with.
+fn decide(ns: &Namespace, ctx: &Ctx, op: &Op, claim: Option<Ino>) -> Result<Change, Refusal> {
     match op {
         Op::Lookup { parent, name } => ops::lookup(ns, ctx, *parent, name),
         Op::GetAttr { ino } => ops::getattr(ns, ctx, *ino),
@@ -605,6 +765,7 @@ fn decide(ns: &Namespace, ctx: &Ctx, op: &Op) -> Result<Change, Refusal> {
                 perm: *perm,
                 rdev: *rdev,
                 target: None,
+                claim,
             };
             ops::create(ns, ctx, *parent, name, new, *exclusive)
         }
@@ -618,6 +779,7 @@ fn decide(ns: &Namespace, ctx: &Ctx, op: &Op) -> Result<Change, Refusal> {
                 perm: 0o777,
                 rdev: 0,
                 target: Some(target),
+                claim,
             };
             ops::create(ns, ctx, *parent, name, new, true)
         }
@@ -659,7 +821,8 @@ fn decide(ns: &Namespace, ctx: &Ctx, op: &Op) -> Result<Change, Refusal> {
         | Op::Release { .. }
         | Op::Unmount
         | Op::Sessions
-        | Op::Sync => Err(Refusal::Errno(
+        | Op::Sync
+        | Op::Replay { .. } => Err(Refusal::Errno(
             libc::EINVAL,
             "handled before deciding".into(),
         )),
@@ -667,8 +830,8 @@ fn decide(ns: &Namespace, ctx: &Ctx, op: &Op) -> Result<Change, Refusal> {
 }
 
 /// The answer to a change resent after it took effect: the inode it made or changed as it is
-/// now, or done.
-fn answer_resend(ns: &Namespace, ctx: &Ctx, op: &Op, ino: Option<Ino>) -> Change {
+/// now (once its shard is loaded), or done.
+fn answer_resend(ns: &Namespace, ctx: &Ctx, op: &Op, ino: Option<Ino>) -> Result<Change, Refusal> {
     let wants_attr = matches!(
         op,
         Op::SetAttr { .. } | Op::Create { .. } | Op::Symlink { .. } | Op::Link { .. }
@@ -676,12 +839,12 @@ fn answer_resend(ns: &Namespace, ctx: &Ctx, op: &Op, ino: Option<Ino>) -> Change
     let reply = match ino.filter(|_| wants_attr) {
         Some(ino) => match ops::getattr(ns, ctx, ino) {
             Ok(change) => change.reply,
-            Err(Refusal::Missing(missing)) => failed(libc::EAGAIN, format!("{missing:?}")),
+            Err(Refusal::Missing(missing)) => return Err(Refusal::Missing(missing)),
             Err(Refusal::Errno(errno, why)) => failed(errno, why),
         },
         None => Reply::Done,
     };
-    Change::read(reply)
+    Ok(Change::read(reply))
 }
 
 /// Reads the journal at start: applies what the objects lack, and returns the journal to

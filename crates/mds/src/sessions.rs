@@ -5,7 +5,8 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use fs::proto::{Event, Ino, SessionInfo};
+use aws_lc_rs::{constant_time, hmac};
+use fs::proto::{Event, Ino, SessionInfo, Tag};
 use tokio::sync::watch;
 
 /// A session that sends nothing (not even its watch) for this long is ended: its opens are
@@ -31,7 +32,39 @@ pub struct Sessions {
     events: VecDeque<(u64, u64, Event)>,
     last_event: u64,
     changed: watch::Sender<u64>,
-    completed: HashMap<u64, BTreeMap<u64, Option<Ino>>>,
+    completed: HashMap<u64, BTreeMap<u64, Completed>>,
+}
+
+/// The MAC of `tag` given to request `seq` of session `session` (`Tag::proof`), under the
+/// file system's replay key.
+pub fn proof(key: &hmac::Key, session: u64, seq: u64, tag: &Tag) -> [u8; 16] {
+    let mut message = Vec::with_capacity(41);
+    for n in [session, seq, tag.incarnation, tag.entry] {
+        message.extend_from_slice(&n.to_be_bytes());
+    }
+    match tag.ino {
+        Some(ino) => {
+            message.push(1);
+            message.extend_from_slice(&ino.to_be_bytes());
+        }
+        None => message.push(0),
+    }
+    let mac = hmac::sign(key, &message);
+    let mut proof = [0; 16];
+    proof.copy_from_slice(&mac.as_ref()[..16]);
+    proof
+}
+
+/// Whether `tag` is one an MDS of the file system gave request `seq` of session `session`.
+pub fn proves(key: &hmac::Key, session: u64, seq: u64, tag: &Tag) -> bool {
+    constant_time::verify_slices_are_equal(&proof(key, session, seq, tag), &tag.proof).is_ok()
+}
+
+/// A request that took effect: its journal entry and the inode it created or changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Completed {
+    pub entry: u64,
+    pub ino: Option<Ino>,
 }
 
 impl Default for Sessions {
@@ -140,16 +173,16 @@ impl Sessions {
         before - self.map.len()
     }
 
-    /// The answer recorded for request `seq` of session `id`, if it was answered.
-    pub fn completed(&self, id: u64, seq: u64) -> Option<Option<Ino>> {
+    /// What request `seq` of session `id` did, if it took effect.
+    pub fn completed(&self, id: u64, seq: u64) -> Option<Completed> {
         self.completed.get(&id)?.get(&seq).copied()
     }
 
-    pub fn complete(&mut self, id: u64, seq: u64, ino: Option<Ino>) {
-        let done = self.completed.entry(id).or_default();
-        done.insert(seq, ino);
-        while done.len() > COMPLETED_PER_SESSION_MAX {
-            done.pop_first();
+    pub fn complete(&mut self, id: u64, seq: u64, done: Completed) {
+        let requests = self.completed.entry(id).or_default();
+        requests.insert(seq, done);
+        while requests.len() > COMPLETED_PER_SESSION_MAX {
+            requests.pop_first();
         }
     }
 
@@ -218,13 +251,48 @@ mod tests {
     }
 
     #[test]
+    fn a_tag_proves_itself_only_for_its_request_and_unchanged() {
+        let key = hmac::Key::new(hmac::HMAC_SHA256, &[7; 32]);
+        let mut tag = Tag {
+            incarnation: 3,
+            entry: 40,
+            ino: Some(9),
+            proof: [0; 16],
+        };
+        tag.proof = proof(&key, 1, 2, &tag);
+        assert!(proves(&key, 1, 2, &tag));
+        assert!(!proves(&key, 5, 2, &tag), "another session");
+        assert!(!proves(&key, 1, 3, &tag), "another request");
+        let other_key = hmac::Key::new(hmac::HMAC_SHA256, &[8; 32]);
+        assert!(!proves(&other_key, 1, 2, &tag), "another file system");
+        for changed in [
+            Tag {
+                ino: Some(10),
+                ..tag
+            },
+            Tag { ino: None, ..tag },
+            Tag { entry: 41, ..tag },
+            Tag {
+                incarnation: 4,
+                ..tag
+            },
+        ] {
+            assert!(!proves(&key, 1, 2, &changed), "{changed:?}");
+        }
+    }
+
+    #[test]
     fn completed_requests_are_remembered_within_a_bound() {
         let mut sessions = Sessions::default();
+        let done = |seq| Completed {
+            entry: seq + 100,
+            ino: Some(seq),
+        };
         for seq in 0..(COMPLETED_PER_SESSION_MAX as u64 + 10) {
-            sessions.complete(1, seq, Some(seq));
+            sessions.complete(1, seq, done(seq));
         }
         assert_eq!(sessions.completed(1, 5), None, "the oldest are forgotten");
         let newest = COMPLETED_PER_SESSION_MAX as u64 + 9;
-        assert_eq!(sessions.completed(1, newest), Some(Some(newest)));
+        assert_eq!(sessions.completed(1, newest), Some(done(newest)));
     }
 }

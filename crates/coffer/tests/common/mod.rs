@@ -186,12 +186,18 @@ impl LocalCluster {
         self.kill_daemon(&format!("osd.{osd}"), signal);
     }
 
-    /// Sends `signal` to a daemon and waits until its process is gone.
-    pub fn kill_daemon(&self, daemon: &str, signal: i32) {
+    /// Sends `signal` to a daemon (`SIGSTOP`, `SIGCONT`); returns its pid.
+    pub fn signal(&self, daemon: &str, signal: i32) -> i32 {
         let pid = self.pid_of(daemon);
         // SAFETY: kill(2) on the pid a daemon of this test's cluster wrote.
-        let killed = unsafe { libc::kill(pid, signal) };
-        assert_eq!(killed, 0, "kill {daemon} (pid {pid})");
+        let sent = unsafe { libc::kill(pid, signal) };
+        assert_eq!(sent, 0, "kill -{signal} {daemon} (pid {pid})");
+        pid
+    }
+
+    /// Sends `signal` to a daemon and waits until its process is gone.
+    pub fn kill_daemon(&self, daemon: &str, signal: i32) {
+        let pid = self.signal(daemon, signal);
         // Wait until the process is gone (it is `coffer up`'s child or ours).
         let deadline = Instant::now() + Duration::from_secs(20);
         while Path::new(&format!("/proc/{pid}/stat")).exists()
