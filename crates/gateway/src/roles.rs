@@ -12,7 +12,7 @@ use crate::users::{self, PolicyRefusal};
 use crate::Error;
 
 /// A role session's life when none is asked (STS's), and the range of a role's longest.
-pub const SESSION_SECONDS_DEFAULT: u64 = 3600;
+pub const ROLE_SESSION_SECONDS_DEFAULT: u64 = 3600;
 pub const MAX_SESSION_SECONDS_MIN: u64 = 3600;
 pub const MAX_SESSION_SECONDS_MAX: u64 = 43_200;
 /// IAM's limits on a role's name, path, description and tags.
@@ -156,11 +156,13 @@ pub async fn list(pool: &Pool, prefix: &str) -> Result<Vec<Role>, Error> {
     Ok(roles)
 }
 
-/// Removes role `name`; refused while it has policies (IAM's DeleteConflict). Its
-/// sessions end with it.
-pub async fn remove(pool: &Pool, name: &str) -> Result<(), Error> {
+/// Removes role `judged` (the role a caller was judged on: not one of the same name made
+/// since); refused while it has policies (IAM's DeleteConflict). Its sessions end with it.
+pub async fn remove(pool: &Pool, judged: &Role) -> Result<(), Error> {
+    let name = &judged.name;
     let key = layout::role_key(name);
-    let Some((bytes, role)) = users::read_record::<Role>(pool, key.clone()).await? else {
+    let found = users::read_record::<Role>(pool, key.clone()).await?;
+    let Some((bytes, role)) = found.filter(|(_, role)| role.id == judged.id) else {
         return Err(Error::NotFound(format!("role {name}")));
     };
     if !role.policies.is_empty() {
@@ -184,15 +186,15 @@ pub async fn remove(pool: &Pool, name: &str) -> Result<(), Error> {
     }
 }
 
-/// Sets role `role`'s policy `name` to `document`, or removes it without one.
+/// Sets role `judged`'s policy `name` to `document`, or removes it without one.
 pub async fn set_policy(
     pool: &Pool,
-    role: &str,
+    judged: &Role,
     name: &str,
     document: Option<&str>,
 ) -> Result<(), Error> {
-    let holder = format!("role {role}");
-    update(pool, role, |mut found| {
+    let holder = format!("role {}", judged.name);
+    update(pool, judged, |mut found| {
         let parse = Policy::parse_role;
         users::change_policy(&mut found.policies, &holder, name, document, parse)?;
         Ok(found)
@@ -200,23 +202,30 @@ pub async fn set_policy(
     .await
 }
 
-/// Sets role `role`'s trust policy to `document`.
-pub async fn put_trust(pool: &Pool, role: &str, document: &str) -> Result<(), Error> {
+/// Sets role `judged`'s trust policy to `document`.
+pub async fn put_trust(pool: &Pool, judged: &Role, document: &str) -> Result<(), Error> {
     Policy::parse_trust(document).map_err(|why| Error::IamPolicy(PolicyRefusal::Document(why)))?;
-    update(pool, role, |mut found| {
+    update(pool, judged, |mut found| {
         found.trust = document.into();
         Ok(found)
     })
     .await
 }
 
+/// Changes role `judged`, unless a role of the same name replaced it since it was read (the
+/// caller was judged on its path).
 async fn update(
     pool: &Pool,
-    name: &str,
+    judged: &Role,
     change: impl Fn(Role) -> Result<Role, Error>,
 ) -> Result<(), Error> {
-    let what = format!("role {name}");
-    users::update_record(pool, layout::role_key(name), &what, change, |_| Vec::new()).await
+    let what = format!("role {}", judged.name);
+    let same = |found: Role| match found.id == judged.id {
+        true => change(found),
+        false => Err(Error::NotFound(what.clone())),
+    };
+    let key = layout::role_key(&judged.name);
+    users::update_record(pool, key, &what, same, |_| Vec::new()).await
 }
 
 /// `role`'s own policies, read.

@@ -21,7 +21,7 @@ pub const USER_POLICIES_BYTES_MAX: usize = 20 * 1024;
 /// The shortest and longest life of a session, and its life when none is asked (STS's).
 pub const SESSION_SECONDS_MIN: u64 = 900;
 pub const SESSION_SECONDS_MAX: u64 = 129_600;
-pub const SESSION_SECONDS_DEFAULT: u64 = 43_200;
+pub const TOKEN_SESSION_SECONDS_DEFAULT: u64 = 43_200;
 /// The alphabet of access keys (AWS's).
 pub(crate) const ACCESS_KEY_ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
 const SECRET_ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
@@ -234,9 +234,9 @@ pub fn session_seconds(asked: Option<u64>, role: Option<&Role>) -> Result<u64, E
     let (longest, default) = match role {
         Some(role) => (
             role.max_session_seconds,
-            crate::roles::SESSION_SECONDS_DEFAULT,
+            crate::roles::ROLE_SESSION_SECONDS_DEFAULT,
         ),
-        None => (SESSION_SECONDS_MAX, SESSION_SECONDS_DEFAULT),
+        None => (SESSION_SECONDS_MAX, TOKEN_SESSION_SECONDS_DEFAULT),
     };
     let seconds = asked.unwrap_or(default.min(longest));
     if !(SESSION_SECONDS_MIN..=longest).contains(&seconds) {
@@ -637,7 +637,7 @@ mod tests {
     fn sessions_last_as_asked_within_their_bounds() {
         assert_eq!(
             session_seconds(None, None).expect("default"),
-            SESSION_SECONDS_DEFAULT
+            TOKEN_SESSION_SECONDS_DEFAULT
         );
         assert!(session_seconds(Some(899), None).is_err());
         assert!(session_seconds(Some(SESSION_SECONDS_MAX + 1), None).is_err());

@@ -96,11 +96,11 @@ pub(super) async fn act(
     Ok(match action {
         Action::GetRole => Answered::Role("GetRole", found()?),
         Action::DeleteRole => {
-            roles::remove(pool, name).await?;
+            roles::remove(pool, &found()?).await?;
             Answered::Done("DeleteRole")
         }
         Action::UpdateAssumeRolePolicy => {
-            roles::put_trust(pool, name, param(params, "PolicyDocument")?).await?;
+            roles::put_trust(pool, &found()?, param(params, "PolicyDocument")?).await?;
             Answered::Done("UpdateAssumeRolePolicy")
         }
         Action::PutRolePolicy => {
@@ -108,11 +108,12 @@ pub(super) async fn act(
                 param(params, "PolicyName")?,
                 param(params, "PolicyDocument")?,
             );
-            roles::set_policy(pool, name, policy, Some(document)).await?;
+            roles::set_policy(pool, &found()?, policy, Some(document)).await?;
             Answered::Done("PutRolePolicy")
         }
         Action::DeleteRolePolicy => {
-            roles::set_policy(pool, name, param(params, "PolicyName")?, None).await?;
+            let policy = param(params, "PolicyName")?;
+            roles::set_policy(pool, &found()?, policy, None).await?;
             Answered::Done("DeleteRolePolicy")
         }
         Action::GetRolePolicy => {

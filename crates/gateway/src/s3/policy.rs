@@ -49,28 +49,42 @@ impl Gateway {
         action: Action,
         resource: &str,
     ) -> S3Result<()> {
+        self.check_own(req, &[action], resource).await
+    }
+
+    /// [`Gateway::check_identity`] for each of `actions`, with the signer read once.
+    async fn check_own<T>(
+        &self,
+        req: &S3Request<T>,
+        actions: &[Action],
+        resource: &str,
+    ) -> S3Result<()> {
         let Some(signer) = self.identity(req).await? else {
             return Ok(());
         };
-        if signer.policies.is_empty() && signer.role.is_none() {
+        if actions.is_empty() || (signer.policies.is_empty() && signer.role.is_none()) {
             return Ok(());
         }
         let context = signed_context(req, &signer);
-        let asked = Asked {
-            principal: Some(signer.principal()),
-            action,
-            resource,
-            context: &context,
-        };
-        match (signer.judge(&asked), &signer.role) {
-            (Verdict::Denied, _) | (Verdict::Silent, Some(_)) => Err(Refusal::Denied {
-                who: Some(signer.principal().to_owned()),
-                action: action.name(),
-                resource: resource.into(),
+        for &action in actions {
+            let asked = Asked {
+                principal: Some(signer.principal()),
+                action,
+                resource,
+                context: &context,
+            };
+            if let (Verdict::Denied, _) | (Verdict::Silent, Some(_)) =
+                (signer.judge(&asked), &signer.role)
+            {
+                return Err(Refusal::Denied {
+                    who: Some(signer.principal().to_owned()),
+                    action: action.name(),
+                    resource: resource.into(),
+                }
+                .into());
             }
-            .into()),
-            (Verdict::Allowed | Verdict::Silent, _) => Ok(()),
         }
+        Ok(())
     }
 
     /// Refuses a write (PutObject, CopyObject, CreateMultipartUpload) of `key` in bucket
@@ -88,8 +102,7 @@ impl Gateway {
         tags: bool,
         lock: &crate::lock::Lock,
     ) -> S3Result<()> {
-        let resource = policy::resource(name, Some(key));
-        for (setting, action) in [
+        let settings = [
             (
                 acl.canned.is_some() || !acl.grants.is_empty(),
                 Action::PutObjectAcl,
@@ -97,12 +110,13 @@ impl Gateway {
             (tags, Action::PutObjectTagging),
             (lock.retention.is_some(), Action::PutObjectRetention),
             (lock.legal_hold.is_some(), Action::PutObjectLegalHold),
-        ] {
-            if setting {
-                self.check_identity(req, action, &resource).await?;
-            }
-        }
-        Ok(())
+        ];
+        let actions: Vec<Action> = settings
+            .into_iter()
+            .filter_map(|(set, action)| set.then_some(action))
+            .collect();
+        self.check_own(req, &actions, &policy::resource(name, Some(key)))
+            .await
     }
 
     /// Bucket `name`, if `req` may do `action` on it (on its object `object`, if given).
