@@ -7,7 +7,7 @@
 //! write loses nothing a mount was told.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -53,6 +53,18 @@ pub struct MdsLink {
     /// Counts reopens. Requests hold it shared while they are sent and a reopen holds it
     /// alone, so nothing reaches a new MDS before the replays.
     reopens: tokio::sync::RwLock<u64>,
+    /// The session reopened and not every change was replayed yet (the link failed
+    /// meanwhile): every request finishes the replay first.
+    unreplayed: AtomicBool,
+}
+
+/// How a replay ended.
+enum Replayed {
+    All,
+    /// The MDS does not know the session (it was replaced again): reopen first.
+    Stale,
+    /// The link failed: try again.
+    Cut,
 }
 
 /// An answered change, as it would be replayed.
@@ -112,6 +124,7 @@ impl MdsLink {
             lost: Mutex::new(HashSet::new()),
             met: Mutex::new(Vec::new()),
             reopens: tokio::sync::RwLock::new(0),
+            unreplayed: AtomicBool::new(false),
         };
         let mounted = link.open_session().await.map_err(|(errno, why)| {
             format!(
@@ -246,6 +259,18 @@ impl MdsLink {
         let deadline = tokio::time::Instant::now() + REQUEST_TIMEOUT;
         let mut pause = Duration::from_millis(20);
         loop {
+            if remount && self.unreplayed.load(Ordering::SeqCst) {
+                let _alone = self.reopens.write().await;
+                if !Box::pin(self.replay_pending()).await {
+                    let why = "the changes the replaced MDS answered are not all replayed yet";
+                    if tokio::time::Instant::now() >= deadline {
+                        return Err((libc::EIO, why.into()));
+                    }
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(1));
+                    continue;
+                }
+            }
             // A watch may be held long and orders nothing: it does not hold a reopen back.
             let (reopens, sending) = if remount {
                 let gate = self.reopens.read().await;
@@ -279,10 +304,7 @@ impl MdsLink {
                                 tag: *tag,
                             };
                             self.unsafe_changes().insert(request.seq, answered);
-                            let mut met = lock(&self.met);
-                            if !met.contains(&tag.incarnation) {
-                                met.push(tag.incarnation);
-                            }
+                            self.met(tag.incarnation);
                         }
                         return Ok(reply);
                     }
@@ -318,17 +340,42 @@ impl MdsLink {
         }
         tracing::info!(fs = %self.fs, "the MDS did not know this session; reopening it");
         self.open_session().await?;
-        if self.replay().await {
-            *reopens += 1;
-        }
+        *reopens += 1;
+        self.unreplayed.store(true, Ordering::SeqCst);
+        self.replay_pending().await;
         Ok(())
     }
 
+    /// Replays what the reopened session has not replayed yet, reopening it again if the
+    /// MDS was replaced meanwhile; returns whether nothing is left. The caller holds the gate
+    /// alone.
+    async fn replay_pending(&self) -> bool {
+        for _ in 0..2 {
+            if !self.unreplayed.load(Ordering::SeqCst) {
+                return true;
+            }
+            match self.replay().await {
+                Replayed::All => {
+                    self.unreplayed.store(false, Ordering::SeqCst);
+                    return true;
+                }
+                Replayed::Stale => {
+                    if let Err((errno, why)) = self.open_session().await {
+                        tracing::info!(fs = %self.fs, errno, %why, "reopening the session to replay");
+                        return false;
+                    }
+                }
+                Replayed::Cut => return false,
+            }
+        }
+        false
+    }
+
     /// Sends the changes no `Sync` covered again, in the order the MDSs applied them, with
-    /// their tags; the MDS applies those its predecessor's journal lost. Returns false if the
-    /// link failed meanwhile (the request that reopened tries again, and so does the
-    /// replay). A change the MDS refuses is lost: its inodes' `fsync` fails from then on.
-    async fn replay(&self) -> bool {
+    /// their tags; the MDS applies those its predecessor's journal lost. A change the MDS
+    /// refuses is lost: its inodes' `fsync` fails from then on. One the MDS already has is
+    /// sent again harmlessly if the replay is cut short and starts over.
+    async fn replay(&self) -> Replayed {
         let mut pending: Vec<(u64, Cred, Op, Tag)> = self
             .unsafe_changes()
             .iter()
@@ -353,6 +400,7 @@ impl MdsLink {
                     if let Some(change) = self.unsafe_changes().get_mut(seq) {
                         change.tag = tag;
                     }
+                    self.met(tag.incarnation);
                 }
                 Ok(Reply::Failed { errno, why }) => {
                     tracing::warn!(fs = %self.fs, seq, errno, %why, ?op, "a change the replaced MDS answered could not be applied again; its fsync fails");
@@ -360,20 +408,27 @@ impl MdsLink {
                     lock(&self.lost).extend(changed_inodes(op).chain(tag.ino));
                     lost += 1;
                 }
-                Ok(reply) => {
-                    tracing::info!(fs = %self.fs, ?reply, "the replay was cut short");
-                    return false;
-                }
+                Ok(Reply::StaleSession) => return Replayed::Stale,
+                // Applied, and nothing to keep (a change decided anew as none).
+                Ok(_) => {}
                 Err((errno, why)) => {
                     tracing::info!(fs = %self.fs, errno, %why, "the replay was cut short");
-                    return false;
+                    return Replayed::Cut;
                 }
             }
         }
         if !pending.is_empty() {
             tracing::info!(fs = %self.fs, replayed = pending.len(), lost, "replayed the changes no sync had covered");
         }
-        true
+        Replayed::All
+    }
+
+    /// Notes MDS `incarnation` as met, after those met before.
+    fn met(&self, incarnation: u64) {
+        let mut met = lock(&self.met);
+        if !met.contains(&incarnation) {
+            met.push(incarnation);
+        }
     }
 
     /// The MDS the map names for this file system: its entity and address.

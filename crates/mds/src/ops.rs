@@ -10,7 +10,7 @@
 
 use fs::perm::{self, MAY_EXEC, MAY_READ, MAY_WRITE, S_ISGID, S_ISUID, S_ISVTX};
 use fs::proto::{
-    Attr, Cred, DirEntry, Event, Ino, Kind, Reply, SetAttr, SetTime, NAME_BYTES_MAX,
+    Attr, Cred, DirEntry, Event, Ino, Kind, Op, Reply, SetAttr, SetTime, NAME_BYTES_MAX,
     RENAME_EXCHANGE, RENAME_NOREPLACE, ROOT_INO, TARGET_BYTES_MAX, XATTRS_BYTES_MAX, XATTR_CREATE,
     XATTR_NAME_BYTES_MAX, XATTR_REPLACE,
 };
@@ -43,6 +43,28 @@ impl From<Missing> for Refusal {
 
 fn errno(code: i32, why: impl Into<String>) -> Refusal {
     Refusal::Errno(code, why.into())
+}
+
+/// For a replayed unlink, rmdir or rename, that its name still names `named`, the inode it
+/// named when the replaced MDS answered: replays from several mounts may come in another
+/// order than that MDS applied them, and a name that now means another file is left alone.
+pub fn still_names(ns: &Namespace, op: &Op, named: Option<Ino>) -> Result<(), Refusal> {
+    let Some(named) = named else {
+        return Ok(());
+    };
+    let (Op::Unlink { parent, name }
+    | Op::Rmdir { parent, name }
+    | Op::Rename { parent, name, .. }) = op
+    else {
+        return Ok(());
+    };
+    match ns.dir(*parent)?.get(name) {
+        Some(dentry) if dentry.ino == named => Ok(()),
+        _ => Err(errno(
+            libc::ESTALE,
+            format!("the name no longer names inode {named}"),
+        )),
+    }
 }
 
 /// What an operation decided.

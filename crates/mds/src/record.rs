@@ -178,6 +178,12 @@ impl Incarnations {
         self
     }
 
+    /// The MDS the serving one replaced: the only one whose lost changes it may apply
+    /// again, in its window for replays, before any change of its own.
+    pub fn predecessor(&self) -> Option<u64> {
+        self.ended.last().map(|(incarnation, _)| *incarnation)
+    }
+
     /// Whether the change `tag` names is in effect: answered by the MDS serving now (which
     /// journals it or stops), or within the journal an earlier one left. `None` if the MDS
     /// that answered it is none this remembers.
@@ -234,6 +240,7 @@ mod tests {
         let first = Incarnations::default().succeed(7, 0);
         assert!(first.ended.is_empty(), "the first MDS replaces none");
         let second = first.succeed(9, 100);
+        assert_eq!(second.predecessor(), Some(7));
         assert_eq!(second.kept(&tag(7, 100)), Some(true));
         assert_eq!(
             second.kept(&tag(7, 101)),
@@ -249,6 +256,7 @@ mod tests {
         // The numbers after 100 are handed out again by MDS 9: a change MDS 7 numbered 101
         // stays lost whatever MDS 9 journaled.
         let third = second.succeed(11, 400);
+        assert_eq!(third.predecessor(), Some(9));
         assert_eq!(third.kept(&tag(7, 101)), Some(false));
         assert_eq!(third.kept(&tag(9, 400)), Some(true));
         assert_eq!(third.kept(&tag(9, 401)), Some(false));

@@ -175,7 +175,12 @@ impl FsServer {
             Some(value) => record::decode::<Incarnations>("incarnations", &value)?,
             None => Incarnations::default(),
         };
-        let replaces = incarnations.current != 0 && incarnations.current != cluster.instance();
+        // A number of its own for this tenure (a process may serve a file system, lose it and
+        // take it back): answers before and after are told apart.
+        let mut tenure = [0; 8];
+        aws_lc_rs::rand::fill(&mut tenure).map_err(|_| "no random bytes for a tenure")?;
+        let tenure = u64::from_be_bytes(tenure).max(1);
+        let replaces = incarnations.current != 0;
         let replay_key = match found.get(REPLAY_KEY).cloned().flatten() {
             Some(key) => key,
             None => {
@@ -186,7 +191,7 @@ impl FsServer {
         };
         // Where the journal ends now is where the previous MDS's ended: recorded before this
         // one answers anything, so that its mounts' replays can be judged by it.
-        let incarnations = incarnations.succeed(cluster.instance(), journal.last_assigned());
+        let incarnations = incarnations.succeed(tenure, journal.last_assigned());
         let record = vec![
             (INCARNATIONS_KEY.to_vec(), record::encode(&incarnations)),
             (REPLAY_KEY.to_vec(), replay_key.clone()),
@@ -513,16 +518,23 @@ impl FsServer {
         } else {
             None
         };
-        let mut claim = None;
+        let (mut claim, mut named) = (None, None);
         if let Some(tag) = &replay {
-            if !sessions::proves(&self.replay_key, session, seq, tag) {
+            if !sessions::proves(&self.replay_key, session, seq, tag, &record::encode(&op)) {
                 return failed(
                     libc::EINVAL,
                     "the replayed change's tag is not one this file system's MDSs gave",
                 );
             }
             if let Some(done) = resend {
-                return self.changed(session, seq, done, Reply::Done);
+                return self.changed(session, seq, &op, done, Reply::Done);
+            }
+            if tag.incarnation == self.incarnations.current {
+                // Answered by this MDS, which journals it or stops: the tag stands.
+                return Reply::Changed {
+                    tag: *tag,
+                    reply: Box::new(Reply::Done),
+                };
             }
             match self.incarnations.kept(tag) {
                 Some(true) => {
@@ -531,7 +543,14 @@ impl FsServer {
                         entry: 0,
                         ino: tag.ino,
                     };
-                    return self.changed(session, seq, kept, Reply::Done);
+                    return self.changed(session, seq, &op, kept, Reply::Done);
+                }
+                Some(false) if self.incarnations.predecessor() != Some(tag.incarnation) => {
+                    return failed(
+                        libc::EIO,
+                        "the change was lost by an MDS before the one this replaced, which \
+                         served other changes since",
+                    )
                 }
                 Some(false) if self.replays_until.is_some_and(|t| Instant::now() < t) => {
                     tracing::info!(
@@ -540,7 +559,9 @@ impl FsServer {
                         seq,
                         "applying a change the previous MDS answered but did not journal"
                     );
-                    claim = tag.ino;
+                    let creates = matches!(op, Op::Create { .. } | Op::Symlink { .. });
+                    claim = tag.ino.filter(|_| creates);
+                    named = tag.ino;
                 }
                 Some(false) => {
                     return failed(
@@ -569,7 +590,8 @@ impl FsServer {
         let change = loop {
             let decided = match resend {
                 Some(done) => answer_resend(&state.ns, &ctx, &op, done.ino),
-                None => decide(&state.ns, &ctx, &op, claim),
+                None => ops::still_names(&state.ns, &op, named)
+                    .and_then(|()| decide(&state.ns, &ctx, &op, claim)),
             };
             match decided {
                 Ok(change) => break change,
@@ -623,20 +645,20 @@ impl FsServer {
         // tag lets the mount replay the change should this MDS die first.
         match (done, change.reply) {
             (_, reply @ Reply::Failed { .. }) | (None, reply) => reply,
-            (Some(done), reply) => self.changed(session, seq, done, reply),
+            (Some(done), reply) => self.changed(session, seq, &op, done, reply),
         }
     }
 
-    /// `reply` to request `seq` of `session`, a change that took effect as `done`, with the
-    /// tag the mount keeps until a `Sync`.
-    fn changed(&self, session: u64, seq: u64, done: Completed, reply: Reply) -> Reply {
+    /// `reply` to request `seq` of `session`, change `op` that took effect as `done`, with
+    /// the tag the mount keeps until a `Sync`.
+    fn changed(&self, session: u64, seq: u64, op: &Op, done: Completed, reply: Reply) -> Reply {
         let mut tag = Tag {
             incarnation: self.incarnations.current,
             entry: done.entry,
             ino: done.ino,
             proof: [0; 16],
         };
-        tag.proof = sessions::proof(&self.replay_key, session, seq, &tag);
+        tag.proof = sessions::proof(&self.replay_key, session, seq, &tag, &record::encode(op));
         Reply::Changed {
             tag,
             reply: Box::new(reply),

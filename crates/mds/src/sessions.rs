@@ -35,10 +35,10 @@ pub struct Sessions {
     completed: HashMap<u64, BTreeMap<u64, Completed>>,
 }
 
-/// The MAC of `tag` given to request `seq` of session `session` (`Tag::proof`), under the
-/// file system's replay key.
-pub fn proof(key: &hmac::Key, session: u64, seq: u64, tag: &Tag) -> [u8; 16] {
-    let mut message = Vec::with_capacity(41);
+/// The MAC of `tag` given to request `seq` of session `session` for `op` (encoded), under
+/// the file system's replay key (`Tag::proof`).
+pub fn proof(key: &hmac::Key, session: u64, seq: u64, tag: &Tag, op: &[u8]) -> [u8; 16] {
+    let mut message = Vec::with_capacity(41 + op.len());
     for n in [session, seq, tag.incarnation, tag.entry] {
         message.extend_from_slice(&n.to_be_bytes());
     }
@@ -49,15 +49,18 @@ pub fn proof(key: &hmac::Key, session: u64, seq: u64, tag: &Tag) -> [u8; 16] {
         }
         None => message.push(0),
     }
+    message.extend_from_slice(op);
     let mac = hmac::sign(key, &message);
     let mut proof = [0; 16];
     proof.copy_from_slice(&mac.as_ref()[..16]);
     proof
 }
 
-/// Whether `tag` is one an MDS of the file system gave request `seq` of session `session`.
-pub fn proves(key: &hmac::Key, session: u64, seq: u64, tag: &Tag) -> bool {
-    constant_time::verify_slices_are_equal(&proof(key, session, seq, tag), &tag.proof).is_ok()
+/// Whether `tag` is one an MDS of the file system gave request `seq` of session `session`,
+/// for `op`.
+pub fn proves(key: &hmac::Key, session: u64, seq: u64, tag: &Tag, op: &[u8]) -> bool {
+    let want = proof(key, session, seq, tag, op);
+    constant_time::verify_slices_are_equal(&want, &tag.proof).is_ok()
 }
 
 /// A request that took effect: its journal entry and the inode it created or changed.
@@ -259,12 +262,14 @@ mod tests {
             ino: Some(9),
             proof: [0; 16],
         };
-        tag.proof = proof(&key, 1, 2, &tag);
-        assert!(proves(&key, 1, 2, &tag));
-        assert!(!proves(&key, 5, 2, &tag), "another session");
-        assert!(!proves(&key, 1, 3, &tag), "another request");
+        let op = b"setattr 9";
+        tag.proof = proof(&key, 1, 2, &tag, op);
+        assert!(proves(&key, 1, 2, &tag, op));
+        assert!(!proves(&key, 5, 2, &tag, op), "another session");
+        assert!(!proves(&key, 1, 3, &tag, op), "another request");
+        assert!(!proves(&key, 1, 2, &tag, b"create 9"), "another op");
         let other_key = hmac::Key::new(hmac::HMAC_SHA256, &[8; 32]);
-        assert!(!proves(&other_key, 1, 2, &tag), "another file system");
+        assert!(!proves(&other_key, 1, 2, &tag, op), "another file system");
         for changed in [
             Tag {
                 ino: Some(10),
@@ -277,7 +282,7 @@ mod tests {
                 ..tag
             },
         ] {
-            assert!(!proves(&key, 1, 2, &changed), "{changed:?}");
+            assert!(!proves(&key, 1, 2, &changed, op), "{changed:?}");
         }
     }
 
