@@ -274,6 +274,10 @@ impl MdsLink {
             // A watch may be held long and orders nothing: it does not hold a reopen back.
             let (reopens, sending) = if remount {
                 let gate = self.reopens.read().await;
+                if self.unreplayed.load(Ordering::SeqCst) {
+                    // A reopen left its replay unfinished while this waited for the gate.
+                    continue;
+                }
                 let reopens = *gate;
                 (
                     reopens,

@@ -641,6 +641,14 @@ impl FsServer {
                 self.purge_wake.notify_one();
             }
         }
+        // A replay decided anew as no change is in effect as it is: entry 0 of this tenure,
+        // within any journal's end.
+        if replay.is_some() {
+            done = done.or(Some(Completed {
+                entry: 0,
+                ino: change.ino,
+            }));
+        }
         // Answered now, before the journal holds it: `Sync` (fsync) waits for that, and the
         // tag lets the mount replay the change should this MDS die first.
         match (done, change.reply) {
