@@ -56,8 +56,8 @@ pub struct FsServer {
     meta: Pool,
     data: Pool,
     journal: Arc<Journal>,
-    /// This MDS (its client instance, `incarnations.current`) and where its predecessors'
-    /// journals ended: what a replayed change is judged by.
+    /// This MDS's tenure (`incarnations.current`, a random number per `open`) and where its
+    /// predecessors' journals ended: what a replayed change is judged by.
     incarnations: Incarnations,
     /// The key of tags' MACs.
     replay_key: hmac::Key,
