@@ -526,6 +526,107 @@ pub fn serve(who: &Who, args: GwArgs) -> Result<(), String> {
 }
 
 #[derive(clap::Args)]
+pub struct AccountCli {
+    /// The gateway's pool, where its accounts are [default: the configuration's [gw] pool,
+    /// else s3].
+    #[arg(long, global = true)]
+    pool: Option<String>,
+    #[command(subcommand)]
+    command: AccountCommand,
+}
+
+#[derive(clap::Subcommand)]
+pub enum AccountCommand {
+    /// Creates an account and prints its id and its root's access and secret keys. The
+    /// root makes the account's users through IAM's API.
+    Create {
+        name: String,
+        /// The account's email address.
+        #[arg(long, default_value = "")]
+        email: String,
+        #[arg(long)]
+        json: bool,
+    },
+    Ls {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Removes an account, by id (refused while it has users or buckets).
+    Rm { id: String },
+}
+
+pub fn account(who: &Who, cli: AccountCli) -> Result<(), String> {
+    let (conf, runtime, cluster) = connect(who)?;
+    let configured = pool_name(&conf, None);
+    let pool_name = pool_name(&conf, cli.pool);
+    runtime.block_on(async {
+        let pool = open_pool(&cluster, &pool_name).await?;
+        match cli.command {
+            AccountCommand::Create {
+                name,
+                email,
+                json: as_json,
+            } => {
+                let root = gateway::accounts::create(&pool, &name, &email)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let key = root
+                    .first_key()
+                    .ok_or("the new account's root has no key")?;
+                if as_json {
+                    return json(&serde_json::json!({
+                        "account": root.name,
+                        "name": name,
+                        "access_key": key.id,
+                        "secret_key": key.secret,
+                    }));
+                }
+                println!("account:    {} ({name})", root.name);
+                println!("root:       {}", gateway::accounts::root_arn(&root.name));
+                print_key(&conf, pool_name == configured, key);
+                Ok(())
+            }
+            AccountCommand::Ls { json: as_json } => {
+                let roots = gateway::accounts::roots(&pool)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let about = |root: &gateway::layout::User| {
+                    let account = root.account.as_ref();
+                    (
+                        account.map_or("", |a| a.name.as_str()).to_owned(),
+                        account.map_or("", |a| a.email.as_str()).to_owned(),
+                    )
+                };
+                if as_json {
+                    let listed: Vec<_> = roots
+                        .iter()
+                        .map(|root| {
+                            let (name, email) = about(root);
+                            serde_json::json!({"account": root.name, "name": name,
+                                "email": email, "access_key": key_ids(root)})
+                        })
+                        .collect();
+                    return json(&listed);
+                }
+                for root in &roots {
+                    let (name, email) = about(root);
+                    println!("{}  {name}  {email}  {}", root.name, key_ids(root));
+                }
+                println!("{} accounts", roots.len());
+                Ok(())
+            }
+            AccountCommand::Rm { id } => {
+                gateway::accounts::remove(&pool, &id)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                println!("account {id} removed");
+                Ok(())
+            }
+        }
+    })
+}
+
+#[derive(clap::Args)]
 pub struct UserCli {
     /// The gateway's pool, where its users are [default: the configuration's [gw] pool,
     /// else s3].
@@ -533,6 +634,31 @@ pub struct UserCli {
     pool: Option<String>,
     #[command(subcommand)]
     command: UserCommand,
+}
+
+/// Prints a new access key and, for the gateway of the configuration's pool (`ours`), the
+/// settings of the usual clients.
+fn print_key(conf: &Conf, ours: bool, key: &gateway::layout::AccessKey) {
+    println!("access key: {}", key.id);
+    println!("secret key: {}", key.secret);
+    if let Some(gw) = conf.gw.as_ref().filter(|_| ours) {
+        let ca = conf.dir.join(GW_DIR).join(gateway::tls::CA_FILE);
+        let endpoint = format!("https://{}", gw.listen);
+        print!("{}", client_settings(&endpoint, &ca, &key.id, &key.secret));
+    }
+}
+
+/// A user's access keys, as listings show them: comma-separated, inactive ones marked.
+pub fn key_ids(user: &gateway::layout::User) -> String {
+    let shown: Vec<String> = user
+        .keys
+        .iter()
+        .map(|k| match k.active {
+            true => k.id.clone(),
+            false => format!("{} (inactive)", k.id),
+        })
+        .collect();
+    shown.join(",")
 }
 
 pub fn user(who: &Who, cli: UserCli) -> Result<(), String> {
@@ -550,24 +676,16 @@ pub fn user(who: &Who, cli: UserCli) -> Result<(), String> {
                 let user = gateway::users::create(&pool, &name)
                     .await
                     .map_err(|e| e.to_string())?;
+                let key = user.first_key().ok_or("the new user has no key")?;
                 if as_json {
                     return json(&serde_json::json!({
                         "user": user.name,
-                        "access_key": user.access_key,
-                        "secret_key": user.secret_key,
+                        "access_key": key.id,
+                        "secret_key": key.secret,
                     }));
                 }
                 println!("user:       {}", user.name);
-                println!("access key: {}", user.access_key);
-                println!("secret key: {}", user.secret_key);
-                if let Some(gw) = conf.gw.as_ref().filter(|_| pool_name == configured) {
-                    let ca = conf.dir.join(GW_DIR).join(gateway::tls::CA_FILE);
-                    let endpoint = format!("https://{}", gw.listen);
-                    print!(
-                        "{}",
-                        client_settings(&endpoint, &ca, &user.access_key, &user.secret_key)
-                    );
-                }
+                print_key(&conf, pool_name == configured, key);
                 Ok(())
             }
             UserCommand::Ls { json: as_json } => {
@@ -577,12 +695,12 @@ pub fn user(who: &Who, cli: UserCli) -> Result<(), String> {
                 if as_json {
                     let listed: Vec<_> = users
                         .iter()
-                        .map(|u| serde_json::json!({"user": u.name, "access_key": u.access_key}))
+                        .map(|u| serde_json::json!({"user": u.name, "access_key": key_ids(u)}))
                         .collect();
                     return json(&listed);
                 }
                 for user in users {
-                    println!("{}  {}", user.name, user.access_key);
+                    println!("{}  {}", user.name, key_ids(&user));
                 }
                 Ok(())
             }

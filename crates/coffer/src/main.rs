@@ -103,6 +103,8 @@ enum Command {
     Gw(gw::GwCli),
     /// Users of the S3 gateway: create (prints their keys), ls, rm.
     User(gw::UserCli),
+    /// Accounts of the S3 gateway, as IAM's: create (prints the root's keys), ls, rm.
+    Account(gw::AccountCli),
     /// The monitors' KMS: keys for the gateway's server-side encryption.
     #[command(subcommand)]
     Kms(gw::KmsCommand),
@@ -242,6 +244,7 @@ fn main() -> ExitCode {
                 Command::Fs(command) => files::command(&who, command),
                 Command::Mount(args) => files::mount(&who, args),
                 Command::User(command) => gw::user(&who, command),
+                Command::Account(command) => gw::account(&who, command),
                 Command::Kms(command) => gw::kms(&who, command),
                 Command::Gw(gw::GwCli {
                     command: Some(command),

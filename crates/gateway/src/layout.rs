@@ -219,12 +219,14 @@ pub fn decode<T: Record>(bytes: &[u8]) -> Result<T, String> {
 }
 
 /// Format 2 added the user's policies.
+/// Format 2 added policies; format 3 several keys and accounts.
 impl Record for User {
-    const FORMAT: u8 = 2;
+    const FORMAT: u8 = 3;
 
     fn earlier(format: u8, bytes: &[u8]) -> Result<Self, String> {
         match format {
-            1 => Ok(read::<UserV1>(bytes)?.into()),
+            1 => Ok(UserV2::from(read::<UserV1>(bytes)?).into()),
+            2 => Ok(read::<UserV2>(bytes)?.into()),
             _ => Err(format!("user format {format} is not known here")),
         }
     }
@@ -282,18 +284,68 @@ impl Record for Version {
     }
 }
 
+/// A user: one of the operator's (`coffer user create`), an account's root (`coffer
+/// account create`) or a user an account made through IAM's API.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct User {
+    /// The record's name: the operator's user's own, an account's id for its root, and
+    /// `ACCOUNT$name` (the name in lower case) for an account's user (see
+    /// [`member_name`]).
     pub name: String,
-    pub access_key: String,
-    pub secret_key: String,
+    /// The user's access keys, oldest first: at most [`crate::users::KEYS_MAX`].
+    pub keys: Vec<AccessKey>,
     pub created_ns: u64,
     /// The user's own (inline) policies, by name, in name order: each document as it was
     /// given (`crate::policy::Policy::parse_identity` reads it).
     pub policies: Vec<(String, String)>,
+    /// The account the user is of, for an account's root or user.
+    pub account: Option<InAccount>,
+}
+
+/// An access key of a user, with the secret it signs with.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AccessKey {
+    pub id: String,
+    pub secret: String,
+    pub created_ns: u64,
+    /// An inactive key (IAM's UpdateAccessKey) signs nothing until made active again.
+    pub active: bool,
+}
+
+/// What an account's root or user is in its account.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct InAccount {
+    /// The account's id (`RGW` and 17 digits, as Ceph's gateway makes them).
+    pub account: String,
+    /// The root's account's name, or the user's name as given (IAM's UserName).
+    pub name: String,
+    /// IAM's Path of a user (`/`, `/a/b/`); `/` for the root.
+    pub path: String,
+    /// IAM's UserId (`AIDA…`); the account's id for the root.
+    pub id: String,
+    /// The account's root, which may do anything in its account.
+    pub root: bool,
+    /// The account's email address (the root's; empty for a user).
+    pub email: String,
+}
+
+/// The record name of an account's user `name`: names are unique in their account whatever
+/// their case, as in IAM.
+pub fn member_name(account: &str, name: &str) -> String {
+    format!("{account}${}", name.to_lowercase())
 }
 
 impl User {
+    /// The active key `id` of the user, if they have it.
+    pub fn active_key(&self, id: &str) -> Option<&AccessKey> {
+        self.keys.iter().find(|key| key.id == id && key.active)
+    }
+
+    /// The user's first key: the one `coffer user create` and `coffer account create` made.
+    pub fn first_key(&self) -> Option<&AccessKey> {
+        self.keys.first()
+    }
+
     /// The document of the user's own policy `name`, if the user has one by that name.
     pub fn policy(&self, name: &str) -> Option<&str> {
         self.policies
@@ -399,14 +451,41 @@ struct UserV1 {
     created_ns: u64,
 }
 
-impl From<UserV1> for User {
-    fn from(first: UserV1) -> User {
-        User {
+/// A user as format 2 stored it, before several keys and accounts.
+#[derive(Deserialize)]
+struct UserV2 {
+    name: String,
+    access_key: String,
+    secret_key: String,
+    created_ns: u64,
+    policies: Vec<(String, String)>,
+}
+
+impl From<UserV1> for UserV2 {
+    fn from(first: UserV1) -> UserV2 {
+        UserV2 {
             name: first.name,
             access_key: first.access_key,
             secret_key: first.secret_key,
             created_ns: first.created_ns,
             policies: Vec::new(),
+        }
+    }
+}
+
+impl From<UserV2> for User {
+    fn from(second: UserV2) -> User {
+        User {
+            name: second.name,
+            keys: vec![AccessKey {
+                id: second.access_key,
+                secret: second.secret_key,
+                created_ns: second.created_ns,
+                active: true,
+            }],
+            created_ns: second.created_ns,
+            policies: second.policies,
+            account: None,
         }
     }
 }
@@ -948,7 +1027,7 @@ mod tests {
     }
 
     #[test]
-    fn a_user_of_the_first_format_reads_with_no_policies() {
+    fn users_of_earlier_formats_read_with_their_one_key() {
         #[derive(Serialize)]
         struct First<'a>(&'a str, &'a str, &'a str, u64);
         let mut bytes = vec![1];
@@ -956,16 +1035,27 @@ mod tests {
         let user: User = decode(&bytes).expect("decoded");
         let want = User {
             name: "ann".into(),
-            access_key: "CKA".into(),
-            secret_key: "secret".into(),
+            keys: vec![AccessKey {
+                id: "CKA".into(),
+                secret: "secret".into(),
+                created_ns: 5,
+                active: true,
+            }],
             created_ns: 5,
             policies: Vec::new(),
+            account: None,
         };
         assert_eq!(user, want);
+        #[derive(Serialize)]
+        struct Second<'a>(&'a str, &'a str, &'a str, u64, Vec<(&'a str, &'a str)>);
+        let mut bytes = vec![2];
+        let second = Second("ann", "CKA", "secret", 5, vec![("all", "{}")]);
+        bytes.extend(postcard::to_allocvec(&second).expect("encoded"));
         let with_one = User {
             policies: vec![("all".into(), "{}".into())],
             ..want
         };
+        assert_eq!(decode::<User>(&bytes), Ok(with_one.clone()));
         assert_eq!(decode::<User>(&encode(&with_one)), Ok(with_one));
     }
 

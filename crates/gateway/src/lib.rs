@@ -7,6 +7,7 @@
 //!
 //! Must never depend on: `osd`, `store` (checked by scripts/check-deps.py).
 
+pub mod accounts;
 pub mod acl;
 pub mod buckets;
 pub mod checksum;
@@ -86,4 +87,7 @@ pub enum Error {
     /// The thing is in use and cannot be removed yet (a role that has policies).
     #[error("{0}")]
     Conflict(String),
+    /// A limit on how many there may be (a user's access keys).
+    #[error("{0}")]
+    Limit(String),
 }

@@ -103,6 +103,19 @@ pub enum Action {
     /// STS's session of a role, on the role's ARN: asked of the caller's own policies and
     /// of the role's trust policy.
     AssumeRole,
+    /// The IAM verbs on an account's users and their keys, on the user's ARN
+    /// (`crate::accounts::member_arn`).
+    CreateUser,
+    GetUser,
+    UpdateUser,
+    DeleteUser,
+    ListUsers,
+    CreateAccessKey,
+    UpdateAccessKey,
+    DeleteAccessKey,
+    ListAccessKeys,
+    /// IAM's counts of what the caller's account holds, on the resource `*`.
+    GetAccountSummary,
 }
 
 impl Action {
@@ -178,6 +191,16 @@ impl Action {
             ListRolePolicies => "iam:ListRolePolicies",
             DeleteRolePolicy => "iam:DeleteRolePolicy",
             AssumeRole => "sts:AssumeRole",
+            CreateUser => "iam:CreateUser",
+            GetUser => "iam:GetUser",
+            UpdateUser => "iam:UpdateUser",
+            DeleteUser => "iam:DeleteUser",
+            ListUsers => "iam:ListUsers",
+            CreateAccessKey => "iam:CreateAccessKey",
+            UpdateAccessKey => "iam:UpdateAccessKey",
+            DeleteAccessKey => "iam:DeleteAccessKey",
+            ListAccessKeys => "iam:ListAccessKeys",
+            GetAccountSummary => "iam:GetAccountSummary",
         }
     }
 
@@ -604,6 +627,30 @@ pub fn decide_role(
     }
 }
 
+/// What `asked` from an account's user, on a bucket of another account (or of an
+/// operator's user), gets under the bucket's `policy` and `block`, given what the user's
+/// own policies say (`mine`): both sides must let it in, the bucket by its policy or an
+/// ACL grant to the user's account, and a deny from either wins (AWS's cross-account
+/// access).
+pub fn decide_elsewhere(
+    asked: &Asked,
+    policy: Option<&Policy>,
+    block: PublicBlock,
+    mine: Verdict,
+) -> Decision {
+    let verdict = policy.map_or(Verdict::Silent, |p| p.judge(asked));
+    match (mine, verdict) {
+        (Verdict::Denied, _) | (_, Verdict::Denied) | (Verdict::Silent, _) => Decision::Deny,
+        (Verdict::Allowed, Verdict::Allowed)
+            if block.restrict_buckets && policy.is_some_and(Policy::is_public) =>
+        {
+            Decision::Deny
+        }
+        (Verdict::Allowed, Verdict::Allowed) => Decision::Allow,
+        (Verdict::Allowed, Verdict::Silent) => Decision::AskAcl,
+    }
+}
+
 /// What `asked`, on a bucket that `owner` owns, gets under its `policy` and `block` and
 /// the policies of the user who asks (`identity`, none for an anonymous request).
 pub fn decide(
@@ -637,7 +684,10 @@ impl Statement {
     fn applies(&self, asked: &Asked) -> bool {
         let principal = match (&self.principals, asked.principal) {
             (Principals::Anyone, _) => true,
-            (Principals::Users(users), Some(user)) => users.iter().any(|u| u == user),
+            // An account (its id) names its root and each of its users.
+            (Principals::Users(users), Some(user)) => users
+                .iter()
+                .any(|u| u == user || crate::accounts::is_member_of(user, u)),
             (Principals::Users(_), None) => false,
         };
         let action = asked.action.name().to_ascii_lowercase();
@@ -904,12 +954,27 @@ fn principal(value: &serde_json::Value) -> Result<Principals, String> {
     Ok(Principals::Users(users))
 }
 
-/// The user an AWS principal names: `arn:aws:iam::ACCOUNT:user/NAME` or a bare name. Any
-/// other ARN (an account's root) is kept whole, and so names no user.
+/// The user an AWS principal names, as requests are judged: an account's root by the
+/// account's id (`arn:aws:iam::ID:root`, or the bare id), an account's user by its record
+/// name (`arn:aws:iam::ID:user/PATH/NAME`), an operator's user by name
+/// (`arn:aws:iam:::user/NAME`, with any other account, or a bare name). Any other ARN is
+/// kept whole, and so names no user.
 fn user_name(principal: &str) -> String {
-    match principal.strip_prefix("arn:aws:iam::") {
-        Some(rest) => match rest.split_once(":user/") {
-            Some((_, name)) => name.into(),
+    use crate::accounts::is_account_id;
+    let Some(rest) = principal.strip_prefix("arn:aws:iam::") else {
+        return principal.into();
+    };
+    match rest.split_once(':') {
+        Some((account, "root")) if is_account_id(account) => account.into(),
+        Some((account, user)) if is_account_id(account) => match user.strip_prefix("user/") {
+            Some(path_name) => {
+                let name = path_name.rsplit('/').next().unwrap_or(path_name);
+                crate::layout::member_name(account, name)
+            }
+            None => principal.into(),
+        },
+        Some((_, user)) => match user.strip_prefix("user/") {
+            Some(name) => name.into(),
             None => principal.into(),
         },
         None => principal.into(),
@@ -1026,6 +1091,55 @@ mod tests {
         assert!(in_network("::1", "::1"));
         assert!(!in_network("::1", "10.0.0.0/8"));
         assert!(!in_network("10.0.0.1", "10.0.0.0/33"));
+    }
+
+    #[test]
+    fn an_account_names_its_root_and_its_users_and_its_user_needs_both_sides_elsewhere() {
+        const A: &str = "RGW00000000000000001";
+        let p = policy(&format!(
+            r#"{{"Effect": "Allow", "Principal": {{"AWS": "arn:aws:iam::{A}:root"}},
+                 "Action": "s3:GetObject", "Resource": "arn:aws:s3:::b/*"}},
+               {{"Effect": "Allow", "Principal": {{"AWS": "arn:aws:iam::{A}:user/team/Ann"}},
+                 "Action": "s3:PutObject", "Resource": "arn:aws:s3:::b/*"}}"#
+        ));
+        let ann = crate::layout::member_name(A, "Ann");
+        let get = |who: &str| judge(&p, Some(who), Action::GetObject, "arn:aws:s3:::b/k");
+        let put = |who: &str| judge(&p, Some(who), Action::PutObject, "arn:aws:s3:::b/k");
+        assert_eq!(get(A), Verdict::Allowed, "the account's root");
+        assert_eq!(get(&ann), Verdict::Allowed, "a user of the account");
+        assert_eq!(put(&ann), Verdict::Allowed, "the user named, path and all");
+        assert_eq!(put(A), Verdict::Silent, "a user's grant is not its root's");
+        let other = crate::layout::member_name("RGW00000000000000002", "Ann");
+        assert_eq!(get(&other), Verdict::Silent, "another account's user");
+        assert_eq!(
+            get("Ann"),
+            Verdict::Silent,
+            "an operator's user of that name"
+        );
+
+        let asked = Asked {
+            principal: Some(&ann),
+            action: Action::GetObject,
+            resource: "arn:aws:s3:::b/k",
+            context: &Context::new(),
+        };
+        let block = PublicBlock::default();
+        let decide = |policy: Option<&Policy>, mine| decide_elsewhere(&asked, policy, block, mine);
+        assert_eq!(decide(Some(&p), Verdict::Allowed), Decision::Allow);
+        assert_eq!(
+            decide(Some(&p), Verdict::Silent),
+            Decision::Deny,
+            "its own must allow"
+        );
+        assert_eq!(
+            decide(None, Verdict::Allowed),
+            Decision::AskAcl,
+            "or an ACL grant"
+        );
+        let deny =
+            policy(r#"{"Effect": "Deny", "Principal": "*", "Action": "s3:*", "Resource": "*"}"#);
+        assert_eq!(decide(Some(&deny), Verdict::Allowed), Decision::Deny);
+        assert_eq!(decide(Some(&p), Verdict::Denied), Decision::Deny);
     }
 
     #[test]

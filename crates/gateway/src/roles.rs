@@ -35,31 +35,34 @@ pub struct NewRole<'a> {
     pub tags: Vec<(String, String)>,
 }
 
+/// Refuses an IAM path (of a role or a user) other than `/` or printable characters
+/// between two `/`.
+pub(crate) fn check_path(path: &str) -> Result<(), Error> {
+    let pathed = path.starts_with('/')
+        && path.ends_with('/')
+        && path.len() <= PATH_BYTES_MAX
+        && path.bytes().all(|b| (0x21..=0x7e).contains(&b));
+    if pathed {
+        Ok(())
+    } else {
+        Err(Error::Invalid(format!(
+            "path {path:?}: '/', or printable characters between two '/', at most \
+             {PATH_BYTES_MAX}"
+        )))
+    }
+}
+
 /// The role `asked` describes, with id `id`, made at `now_ns`, or why it cannot be.
 pub fn role(asked: NewRole, id: String, now_ns: u64) -> Result<Role, Error> {
     let invalid = |why: String| Err(Error::Invalid(why));
     let name = asked.name;
-    let named = !name.is_empty()
-        && name.len() <= NAME_BYTES_MAX
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"+=,.@_-".contains(&b));
-    if !named {
+    if !users::is_iam_name(name, NAME_BYTES_MAX) {
         return invalid(format!(
             "role name {name:?}: use 1 to {NAME_BYTES_MAX} letters, digits or '+=,.@_-'"
         ));
     }
     let path = asked.path.unwrap_or("/");
-    let pathed = path.starts_with('/')
-        && path.ends_with('/')
-        && path.len() <= PATH_BYTES_MAX
-        && path.bytes().all(|b| (0x21..=0x7e).contains(&b));
-    if !pathed {
-        return invalid(format!(
-            "path {path:?}: '/', or printable characters between two '/', at most \
-             {PATH_BYTES_MAX}"
-        ));
-    }
+    check_path(path)?;
     if asked.description.chars().count() > DESCRIPTION_CHARS_MAX {
         return invalid(format!(
             "the description is longer than {DESCRIPTION_CHARS_MAX} characters"

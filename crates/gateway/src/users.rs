@@ -5,7 +5,7 @@ use bytes::Bytes;
 use client::{ObjectOp, Pool};
 use rand::Rng;
 
-use crate::layout::{self, Record, Role, RoleTaken, Session, User};
+use crate::layout::{self, AccessKey, Record, Role, RoleTaken, Session, User};
 use std::collections::HashMap;
 
 use crate::omap::{self, Pages};
@@ -27,6 +27,8 @@ pub(crate) const ACCESS_KEY_ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567
 const SECRET_ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
 /// How long past its expiry a session's record is kept by [`sweep_sessions`].
 pub const SWEEP_GRACE: std::time::Duration = std::time::Duration::from_secs(3600);
+/// The most access keys a user holds at once (IAM's).
+pub const KEYS_MAX: usize = 2;
 /// How many times a change to a user's or a role's record is tried while others change it
 /// too.
 const UPDATE_TRIES: usize = 8;
@@ -44,6 +46,16 @@ pub enum PolicyRefusal {
     /// is "user NAME" or "role NAME".
     #[error("{holder}'s policies would take {bytes} bytes, more than {USER_POLICIES_BYTES_MAX}")]
     TooLarge { holder: String, bytes: usize },
+}
+
+/// Whether `name` is an IAM name of at most `most` bytes (of a user in an account, a role,
+/// a policy): letters, digits and `+=,.@_-`.
+pub(crate) fn is_iam_name(name: &str, most: usize) -> bool {
+    !name.is_empty()
+        && name.len() <= most
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"+=,.@_-".contains(&b))
 }
 
 fn check_name(name: &str) -> Result<(), Error> {
@@ -68,32 +80,58 @@ pub(crate) fn random_text(len: usize, alphabet: &[u8]) -> String {
         .collect()
 }
 
-/// Creates user `name` with fresh keys (20 characters of access key, as AWS's, and 40 of
-/// secret: 238 random bits).
+/// A fresh access key, made at `now_ns`: 20 characters of id, as AWS's, and 40 of secret
+/// (238 random bits).
+pub(crate) fn new_key(now_ns: u64) -> AccessKey {
+    AccessKey {
+        id: format!("CK{}", random_text(18, ACCESS_KEY_ALPHABET)),
+        secret: random_text(40, SECRET_ALPHABET),
+        created_ns: now_ns,
+        active: true,
+    }
+}
+
+/// Creates user `name` with a fresh key.
 pub async fn create(pool: &Pool, name: &str) -> Result<User, Error> {
     check_name(name)?;
-    if get(pool, name).await?.is_some() {
-        return Err(Error::Exists(format!("user {name}")));
+    if crate::accounts::is_account_id(name) {
+        return Err(Error::Invalid(format!(
+            "user name {name:?} has the form of an account's id"
+        )));
     }
+    let now = layout::now_ns();
     let user = User {
         name: name.into(),
-        access_key: format!("CK{}", random_text(18, ACCESS_KEY_ALPHABET)),
-        secret_key: random_text(40, SECRET_ALPHABET),
-        created_ns: layout::now_ns(),
+        keys: vec![new_key(now)],
+        created_ns: now,
         policies: Vec::new(),
+        account: None,
     };
-    let record = layout::encode(&user);
+    insert(pool, &user).await?;
+    Ok(user)
+}
+
+/// Stores the new record `user`, under its name and each of its keys, unless a user of
+/// that name exists.
+pub(crate) async fn insert(pool: &Pool, user: &User) -> Result<(), Error> {
+    let record = layout::encode(user);
+    let key = layout::user_key(&user.name);
+    let mut entries = vec![(key.clone(), record.clone())];
+    entries.extend(
+        user.keys
+            .iter()
+            .map(|k| (layout::access_key_key(&k.id), record.clone())),
+    );
     let ops = vec![
         ObjectOp::Create { exclusive: false },
-        ObjectOp::OmapSet {
-            entries: vec![
-                (layout::user_key(name), record.clone()),
-                (layout::access_key_key(&user.access_key), record),
-            ],
-        },
+        ObjectOp::AssertOmap { key, value: None },
+        ObjectOp::OmapSet { entries },
     ];
-    pool.operate(layout::USERS, ops, Bytes::new()).await?;
-    Ok(user)
+    match pool.operate(layout::USERS, ops, Bytes::new()).await {
+        Ok(_) => Ok(()),
+        Err(client::Error::Mismatch(_)) => Err(Error::Exists(format!("user {}", user.name))),
+        Err(e) => Err(e.into()),
+    }
 }
 
 pub async fn get(pool: &Pool, name: &str) -> Result<Option<User>, Error> {
@@ -122,9 +160,13 @@ pub(crate) async fn read_record<R: Record>(
     }
 }
 
-/// Who holds an access key: a user, or a session of one (of a role, for a role's session).
+/// Who holds an access key: a user (with the secret of that key), or a session of one (of a
+/// role, for a role's session).
 pub enum Holder {
-    User(User),
+    User {
+        user: User,
+        secret: String,
+    },
     Session {
         session: Session,
         user: User,
@@ -136,14 +178,14 @@ impl Holder {
     /// The user the key acts as (the one who took the role on, for a role's session).
     pub fn user(&self) -> &User {
         match self {
-            Holder::User(user) | Holder::Session { user, .. } => user,
+            Holder::User { user, .. } | Holder::Session { user, .. } => user,
         }
     }
 
     /// The role, for a role's session.
     pub fn role(&self) -> Option<&Role> {
         match self {
-            Holder::User(_) => None,
+            Holder::User { .. } => None,
             Holder::Session { role, .. } => role.as_deref(),
         }
     }
@@ -151,7 +193,7 @@ impl Holder {
     /// The secret the key signs with.
     pub fn secret_key(&self) -> &str {
         match self {
-            Holder::User(user) => &user.secret_key,
+            Holder::User { secret, .. } => secret,
             Holder::Session { session, .. } => &session.secret_key,
         }
     }
@@ -159,16 +201,16 @@ impl Holder {
     /// The session, for a session's key.
     pub fn session(&self) -> Option<&Session> {
         match self {
-            Holder::User(_) => None,
+            Holder::User { .. } => None,
             Holder::Session { session, .. } => Some(session),
         }
     }
 }
 
 /// Who holds access key `key`, a user or a session (whose user, and role, are read too);
-/// `None` when no one does, or a session's user or role is gone (removed, even if one of
-/// that name was made since). An expired session is still answered: the caller refuses it
-/// as such.
+/// `None` when no one does, the key is inactive, or a session's user or role is gone
+/// (removed, even if one of that name was made since). An expired session is still
+/// answered: the caller refuses it as such.
 pub async fn holder(pool: &Pool, key: &str) -> Result<Option<Holder>, Error> {
     let asked = vec![layout::access_key_key(key), layout::session_key(key)];
     let found = match pool.omap_get(layout::USERS, asked).await {
@@ -185,9 +227,11 @@ pub async fn holder(pool: &Pool, key: &str) -> Result<Option<Holder>, Error> {
         }
     }
     if let Some(bytes) = user {
-        return Ok(Some(Holder::User(
-            layout::decode(&bytes).map_err(Error::Corrupt)?,
-        )));
+        let user: User = layout::decode(&bytes).map_err(Error::Corrupt)?;
+        let Some(secret) = user.active_key(key).map(|k| k.secret.clone()) else {
+            return Ok(None);
+        };
+        return Ok(Some(Holder::User { user, secret }));
     }
     let Some(bytes) = session else {
         return Ok(None);
@@ -356,13 +400,19 @@ fn session_lives(
     !session.is_expired(now_ns) && user && role
 }
 
-/// Every user, by name.
+/// The operator's users (not accounts' roots and users), by name.
 pub async fn list(pool: &Pool) -> Result<Vec<User>, Error> {
+    let every = listed(pool, b"name/").await?;
+    Ok(every.into_iter().filter(|u| u.account.is_none()).collect())
+}
+
+/// Every user whose record's key starts with `prefix` (`name/…`), by record name.
+pub(crate) async fn listed(pool: &Pool, prefix: &[u8]) -> Result<Vec<User>, Error> {
     let mut users = Vec::new();
-    let mut pages = Pages::new(pool, layout::USERS, layout::before(b"name/"));
+    let mut pages = Pages::new(pool, layout::USERS, layout::before(prefix));
     while let Some(page) = pages.next().await? {
         for (key, value) in page {
-            if !key.starts_with(b"name/") {
+            if !key.starts_with(prefix) {
                 return Ok(users);
             }
             users.push(layout::decode(&value).map_err(Error::Corrupt)?);
@@ -377,6 +427,11 @@ pub async fn remove(pool: &Pool, name: &str) -> Result<(), Error> {
     let Some(user) = get(pool, name).await? else {
         return Err(Error::NotFound(format!("user {name}")));
     };
+    if user.account.is_some() {
+        return Err(Error::Invalid(format!(
+            "{name} is an account's: remove it with IAM's DeleteUser, or `coffer account rm`"
+        )));
+    }
     let owned: Vec<String> = crate::buckets::list(pool)
         .await?
         .into_iter()
@@ -389,10 +444,8 @@ pub async fn remove(pool: &Pool, name: &str) -> Result<(), Error> {
             owned.join(", ")
         )));
     }
-    let keys = vec![
-        layout::user_key(name),
-        layout::access_key_key(&user.access_key),
-    ];
+    let mut keys = vec![layout::user_key(name)];
+    keys.extend(user.keys.iter().map(|k| layout::access_key_key(&k.id)));
     pool.omap_remove(layout::USERS, keys).await?;
     Ok(())
 }
@@ -423,12 +476,7 @@ fn with_policy(
     document: &str,
     parse: fn(&str) -> Result<Policy, String>,
 ) -> Result<(), PolicyRefusal> {
-    let named = !name.is_empty()
-        && name.len() <= POLICY_NAME_BYTES_MAX
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"+=,.@_-".contains(&b));
-    if !named {
+    if !is_iam_name(name, POLICY_NAME_BYTES_MAX) {
         return Err(PolicyRefusal::Name(name.into()));
     }
     parse(document).map_err(PolicyRefusal::Document)?;
@@ -484,18 +532,68 @@ pub async fn set_policy(
         change_policy(&mut found.policies, &holder, name, document, parse)?;
         Ok(found)
     })
-    .await
+    .await?;
+    Ok(())
 }
 
-/// Rewrites user `name`'s record as `change` makes it, under both its keys.
-async fn update(
+/// Rewrites user `name`'s record as `change` makes it, under its name and each of its keys,
+/// provided no one changed or removed it meanwhile (else it reads it again): the records
+/// of keys it no longer has are removed, and a change of name moves it (refused if that
+/// name is taken). Returns the record written.
+pub(crate) async fn update(
     pool: &Pool,
     name: &str,
     change: impl Fn(User) -> Result<User, Error>,
-) -> Result<(), Error> {
-    let what = format!("user {name}");
-    let also = |user: &User| vec![layout::access_key_key(&user.access_key)];
-    update_record(pool, layout::user_key(name), &what, change, also).await
+) -> Result<User, Error> {
+    let key = layout::user_key(name);
+    for _ in 0..UPDATE_TRIES {
+        let Some((bytes, found)) = read_record::<User>(pool, key.clone()).await? else {
+            return Err(Error::NotFound(format!("user {name}")));
+        };
+        let changed = change(found.clone())?;
+        let record = layout::encode(&changed);
+        let new_key = layout::user_key(&changed.name);
+        let mut asserts = vec![ObjectOp::AssertOmap {
+            key: key.clone(),
+            value: Some(bytes),
+        }];
+        let mut gone: Vec<Vec<u8>> = found
+            .keys
+            .iter()
+            .filter(|k| !changed.keys.iter().any(|c| c.id == k.id))
+            .map(|k| layout::access_key_key(&k.id))
+            .collect();
+        if new_key != key {
+            if read_record::<User>(pool, new_key.clone()).await?.is_some() {
+                return Err(Error::Exists(format!("user {}", changed.name)));
+            }
+            asserts.push(ObjectOp::AssertOmap {
+                key: new_key.clone(),
+                value: None,
+            });
+            gone.push(key.clone());
+        }
+        let mut entries = vec![(new_key, record.clone())];
+        entries.extend(
+            changed
+                .keys
+                .iter()
+                .map(|k| (layout::access_key_key(&k.id), record.clone())),
+        );
+        let mut ops = asserts;
+        if !gone.is_empty() {
+            ops.push(ObjectOp::OmapRemove { keys: gone });
+        }
+        ops.push(ObjectOp::OmapSet { entries });
+        match pool.operate(layout::USERS, ops, Bytes::new()).await {
+            Ok(_) => return Ok(changed),
+            Err(client::Error::Mismatch(_)) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(Error::Busy(format!(
+        "user {name} is being changed by others"
+    )))
 }
 
 /// Rewrites the record under `key` (`what` it is, for errors) as `change` makes it, there

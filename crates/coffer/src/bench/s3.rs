@@ -477,7 +477,8 @@ struct Front {
     https: Option<BenchGateway>,
     http_addr: String,
     http: BenchGateway,
-    user: gateway::layout::User,
+    /// The bench user's access key.
+    key: gateway::layout::AccessKey,
 }
 
 impl Front {
@@ -528,13 +529,14 @@ impl Front {
         let user = gateway::users::create(&pool, "bench")
             .await
             .map_err(|e| e.to_string())?;
+        let key = user.first_key().ok_or("the bench user has no key")?.clone();
         Ok(Front {
             data_pool,
             https_addr: https_addr.to_string(),
             https,
             http_addr,
             http,
-            user,
+            key,
         })
     }
 
@@ -672,8 +674,8 @@ pub fn run(args: S3Args) -> Result<(), String> {
                     }
                     .clone(),
                     tls: config.tls.then(|| tls.clone()),
-                    access_key: front.user.access_key.clone(),
-                    secret_key: front.user.secret_key.clone(),
+                    access_key: front.key.id.clone(),
+                    secret_key: front.key.secret.clone(),
                     customer: (
                         b64.encode(customer_key),
                         b64.encode(md5::Md5::digest(customer_key)),

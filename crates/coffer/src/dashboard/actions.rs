@@ -200,19 +200,15 @@ pub async fn run(cluster: &Cluster, conf: &Conf, action: &Action) -> Done {
             };
             match gateway::users::create(&pool, name).await {
                 Ok(user) => {
-                    let mut keys = format!(
-                        "access key: {}\nsecret key: {}\n",
-                        user.access_key, user.secret_key
-                    );
+                    let (id, secret) = user
+                        .first_key()
+                        .map(|k| (k.id.as_str(), k.secret.as_str()))
+                        .unwrap_or_default();
+                    let mut keys = format!("access key: {id}\nsecret key: {secret}\n");
                     if let Some(gw) = &conf.gw {
                         let ca = conf.dir.join(crate::gw::GW_DIR).join(gateway::tls::CA_FILE);
                         let endpoint = format!("https://{}", gw.listen);
-                        keys.push_str(&crate::gw::client_settings(
-                            &endpoint,
-                            &ca,
-                            &user.access_key,
-                            &user.secret_key,
-                        ));
+                        keys.push_str(&crate::gw::client_settings(&endpoint, &ca, id, secret));
                     }
                     Done {
                         outcome: Ok(format!("S3 user {name} created")),

@@ -779,7 +779,7 @@ async fn s3(state: &State, frame: &Frame<'_>) -> Result<String, String> {
         .map_err(|e| e.to_string())?;
     let rows: Vec<Vec<String>> = users
         .iter()
-        .map(|u| vec![escape(&u.name), escape(&u.access_key)])
+        .map(|u| vec![escape(&u.name), escape(&crate::gw::key_ids(u))])
         .collect();
     let mut body = String::from("<h2>Users</h2>");
     body.push_str(&table("s3-users", &["user", "access key"], &rows));

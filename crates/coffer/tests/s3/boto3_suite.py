@@ -3656,6 +3656,125 @@ class Suite:
             self.coffer("user", "rm", name)
         ok("a removed user's session does not act as a user made since under the same name")
 
+    def accounts(self):
+        """Accounts, as IAM's: `coffer account create` makes an account and its root, whose
+        GetUser ARN ends in `:root`; the root makes users (names unique whatever their case,
+        paths, pages of ListUsers) and their access keys over IAM's API. An account's user
+        does only what its own policies or a bucket's policy allow, in its account; in
+        another account's bucket both must allow it. What it makes is its account's. An
+        inactive key signs nothing; a user with keys is not removed; an account with users
+        is not removed; the operator's users have no IAM users to manage."""
+        tag = self.bucket[-12:]
+        made = [json.loads(self.coffer("account", "create", f"{tag}-{side}", "--email",
+                                       f"{side}-{tag}@example.com", "--json"))
+                for side in ["a", "b"]]
+        roots = [self.iam(m["access_key"], m["secret_key"]) for m in made]
+        (root, alt_root), (account, alt_account) = roots, [m["account"] for m in made]
+        bucket = f"{self.bucket}-acct"
+        root_s3 = client(made[0]["access_key"], made[0]["secret_key"])
+        alt_root_s3 = client(made[1]["access_key"], made[1]["secret_key"])
+        try:
+            expect("GetUser of an account's root", root.get_user()["User"]["Arn"],
+                   f"arn:aws:iam::{account}:root")
+            created = root.create_user(UserName="Ann", Path="/team/")["User"]
+            expect("the new user's ARN", created["Arn"], f"arn:aws:iam::{account}:user/team/Ann")
+            expect_error("a name taken in another case", ["EntityAlreadyExists"],
+                         root.create_user, UserName="ann")
+            expect("get_user in another case", root.get_user(UserName="ANN")["User"], created)
+            for name in ["bo", "Cy"]:
+                root.create_user(UserName=name)
+            expect("list_users in pages of one",
+                   [u["UserName"] for page in root.get_paginator("list_users").paginate(
+                       PaginationConfig={"PageSize": 1}) for u in page["Users"]],
+                   ["Ann", "bo", "Cy"])
+            expect("list_users by path", [u["UserName"] for u in
+                                          root.list_users(PathPrefix="/team/")["Users"]], ["Ann"])
+            root.update_user(UserName="Cy", NewUserName="Dee", NewPath="/ops/")
+            expect("a renamed user", root.get_user(UserName="Dee")["User"]["Arn"],
+                   f"arn:aws:iam::{account}:user/ops/Dee")
+            expect_error("the old name", ["NoSuchEntity"], root.get_user, UserName="Cy")
+            ok("an account's root makes, lists, renames and finds its users, names whatever their case")
+
+            key = root.create_access_key(UserName="Ann")["AccessKey"]
+            ann = client(key["AccessKeyId"], key["SecretAccessKey"])
+            root_s3.create_bucket(Bucket=bucket)
+            expect_error("an account's user with no policy", ["AccessDenied"],
+                         ann.list_objects_v2, Bucket=bucket)
+            expect_error("an account's user with no policy creates a bucket", ["AccessDenied"],
+                         ann.create_bucket, Bucket=f"{bucket}-ann")
+            root.put_user_policy(UserName="Ann", PolicyName="s3", PolicyDocument=json.dumps(
+                {"Version": "2012-10-17",
+                 "Statement": {"Effect": "Allow", "Action": "s3:*", "Resource": "*"}}))
+            ann.put_object(Bucket=bucket, Key="by-ann", Body=b"ann")
+            expect("the account's object read by its root",
+                   root_s3.get_object(Bucket=bucket, Key="by-ann")["Body"].read(), b"ann")
+            expect("the owner of an account's bucket", root_s3.get_bucket_acl(Bucket=bucket)["Owner"]["ID"],
+                   account)
+            ok("an account's user acts as its own policies allow, for its account")
+
+            alt_root.create_user(UserName="Eve")
+            alt_key = alt_root.create_access_key(UserName="Eve")["AccessKey"]
+            eve = client(alt_key["AccessKeyId"], alt_key["SecretAccessKey"])
+            alt_root.put_user_policy(UserName="Eve", PolicyName="s3", PolicyDocument=json.dumps(
+                {"Version": "2012-10-17",
+                 "Statement": {"Effect": "Allow", "Action": "s3:*", "Resource": "*"}}))
+            expect_error("another account's user allowed by its own policy alone", ["AccessDenied"],
+                         eve.get_object, Bucket=bucket, Key="by-ann")
+            root_s3.put_bucket_policy(Bucket=bucket, Policy=json.dumps(
+                {"Version": "2012-10-17",
+                 "Statement": {"Effect": "Allow", "Principal": {"AWS": f"arn:aws:iam::{alt_account}:root"},
+                               "Action": "s3:GetObject", "Resource": f"arn:aws:s3:::{bucket}/*"}}))
+            expect("another account's user allowed by both sides",
+                   eve.get_object(Bucket=bucket, Key="by-ann")["Body"].read(), b"ann")
+            alt_root.delete_user_policy(UserName="Eve", PolicyName="s3")
+            expect_error("another account's user allowed by the bucket alone", ["AccessDenied"],
+                         eve.get_object, Bucket=bucket, Key="by-ann")
+            expect("the other account's root, which the bucket's policy names",
+                   alt_root_s3.get_object(Bucket=bucket, Key="by-ann")["Body"].read(), b"ann")
+            ok("in another account's bucket, the bucket's policy and the user's own must both allow")
+
+            root.update_access_key(UserName="Ann", AccessKeyId=key["AccessKeyId"], Status="Inactive")
+            expect_error("an inactive key", ["InvalidAccessKeyId"], ann.list_objects_v2, Bucket=bucket)
+            expect("list_access_keys shows it inactive",
+                   [k["Status"] for k in root.list_access_keys(UserName="Ann")["AccessKeyMetadata"]],
+                   ["Inactive"])
+            root.update_access_key(UserName="Ann", AccessKeyId=key["AccessKeyId"], Status="Active")
+            expect("an active key again", ann.get_object(Bucket=bucket, Key="by-ann")["Body"].read(), b"ann")
+            root.create_access_key(UserName="Ann")
+            expect_error("a third key", ["LimitExceeded"], root.create_access_key, UserName="Ann")
+            expect_error("removing a user with keys and a policy", ["DeleteConflict"],
+                         root.delete_user, UserName="Ann")
+            ok("an inactive key signs nothing; two keys at most; a user with keys is kept")
+
+            expect_error("CreateUser by an operator's user", ["ValidationError"],
+                         self.iam(os.environ["S3_ACCESS"], os.environ["S3_SECRET"]).create_user,
+                         UserName="nobody")
+            try:
+                self.coffer("account", "rm", account)
+                raise AssertionError("coffer account rm removed an account that has users")
+            except AssertionError as e:
+                if "has 3 users" not in str(e):
+                    raise
+            ok("the operator's users make no IAM users; an account with users is kept")
+        finally:
+            try:
+                self.empty_and_delete(bucket, root_s3)
+            except botocore.exceptions.ClientError:
+                pass  # not made: the failure that got here is the one to report
+            for iam in roots:
+                for user in iam.list_users()["Users"]:
+                    name = user["UserName"]
+                    for k in iam.list_access_keys(UserName=name)["AccessKeyMetadata"]:
+                        iam.delete_access_key(UserName=name, AccessKeyId=k["AccessKeyId"])
+                    for policy in iam.list_user_policies(UserName=name)["PolicyNames"]:
+                        iam.delete_user_policy(UserName=name, PolicyName=policy)
+                    iam.delete_user(UserName=name)
+            for m in made:
+                self.coffer("account", "rm", m["account"])
+        listed = self.coffer("account", "ls")
+        expect("accounts left", [m["account"] for m in made if m["account"] in listed], [])
+        ok("an account's users, keys and policies removed over IAM's API, then the account")
+
     def acls(self):
         """Canned ACLs and grants on buckets and objects share them with another user or
         with anyone; an object belongs to its writer; a public access block refuses or
@@ -4168,6 +4287,7 @@ def main():
         suite.user_policies,
         suite.sessions,
         suite.roles,
+        suite.accounts,
         suite.acls,
         suite.cors,
         suite.checksums,

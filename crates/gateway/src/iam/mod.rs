@@ -9,6 +9,7 @@
 //! `arn:aws:iam:::user/U` (on role R: `arn:aws:iam:::role/PATH/R`); the operator attaches
 //! the first such policy with `coffer user policy put`.
 
+mod members;
 mod roles;
 
 use std::collections::BTreeMap;
@@ -17,7 +18,7 @@ use client::Pool;
 use hyper::{HeaderMap, StatusCode};
 use s3s::HttpResponse;
 
-use crate::layout::{Role, Session, User};
+use crate::layout::{AccessKey, Role, Session, User};
 use crate::policy::{self, Action, Asked, Verdict};
 use crate::serve::{escape, Peer};
 use crate::sigv4::{Authorization, SigError, Signed};
@@ -163,6 +164,7 @@ impl From<Error> for IamRefusal {
             Error::Busy(why) => IamRefusal::Busy(why),
             Error::Exists(what) => IamRefusal::Exists(what),
             Error::Conflict(why) => IamRefusal::Conflict(why),
+            Error::Limit(why) => IamRefusal::TooLarge(why),
             Error::Invalid(why) => IamRefusal::Invalid(why),
             Error::IamPolicy(name @ users::PolicyRefusal::Name(_)) => {
                 IamRefusal::Invalid(name.to_string())
@@ -222,10 +224,11 @@ enum Answered {
     },
     /// ListUserPolicies' or ListRolePolicies'.
     Names(Holding, Vec<String>),
-    /// GetCallerIdentity's: the ARN a key acts as, and its id.
+    /// GetCallerIdentity's: the ARN a key acts as, its id, and its account's id.
     Caller {
         arn: String,
         id: String,
+        account: Option<String>,
     },
     /// GetSessionToken's: the new session and its access key.
     Session {
@@ -241,6 +244,18 @@ enum Answered {
         session: Session,
         role: Role,
     },
+    /// CreateUser's or GetUser's.
+    User(&'static str, User),
+    /// ListUsers' page, and the marker of the next when there is one.
+    Users(Vec<User>, Option<String>),
+    /// CreateAccessKey's: the new key of the user named.
+    Key(String, AccessKey),
+    /// ListAccessKeys': the keys of the user named.
+    Keys(String, Vec<AccessKey>),
+    /// A list verb's answer of nothing: the verb and its list's element.
+    Empty(&'static str, &'static str),
+    /// GetAccountSummary's counts and limits, by IAM's names.
+    Summary(Vec<(&'static str, usize)>),
 }
 
 /// Whose policies a policy verb is about.
@@ -285,13 +300,85 @@ fn credentials_xml(access_key: &str, session: &Session) -> String {
 impl Answered {
     fn xml(&self, namespace: &str, id: &str) -> String {
         let (verb, result) = match self {
-            Answered::Caller { arn, id } => (
+            Answered::Caller { arn, id, account } => (
                 "GetCallerIdentity".to_owned(),
                 format!(
-                    "<GetCallerIdentityResult><Arn>{}</Arn><UserId>{}</UserId>\
+                    "<GetCallerIdentityResult><Arn>{}</Arn><UserId>{}</UserId>{}\
                      </GetCallerIdentityResult>",
                     escape(arn),
-                    escape(id)
+                    escape(id),
+                    account
+                        .as_ref()
+                        .map(|a| format!("<Account>{}</Account>", escape(a)))
+                        .unwrap_or_default()
+                ),
+            ),
+            Answered::User(verb, user) => (
+                (*verb).to_owned(),
+                format!(
+                    "<{verb}Result><User>{}</User></{verb}Result>",
+                    members::user_xml(user)
+                ),
+            ),
+            Answered::Users(users, marker) => {
+                let members: String = users
+                    .iter()
+                    .map(|user| format!("<member>{}</member>", members::user_xml(user)))
+                    .collect();
+                let more = match marker {
+                    Some(marker) => format!(
+                        "<IsTruncated>true</IsTruncated><Marker>{}</Marker>",
+                        escape(marker)
+                    ),
+                    None => "<IsTruncated>false</IsTruncated>".into(),
+                };
+                (
+                    "ListUsers".to_owned(),
+                    format!("<ListUsersResult><Users>{members}</Users>{more}</ListUsersResult>"),
+                )
+            }
+            Answered::Key(user, key) => (
+                "CreateAccessKey".to_owned(),
+                format!(
+                    "<CreateAccessKeyResult><AccessKey>{}<SecretAccessKey>{}</SecretAccessKey>\
+                     </AccessKey></CreateAccessKeyResult>",
+                    members::key_xml(user, key),
+                    escape(&key.secret)
+                ),
+            ),
+            Answered::Keys(user, keys) => {
+                let members: String = keys
+                    .iter()
+                    .map(|key| format!("<member>{}</member>", members::key_xml(user, key)))
+                    .collect();
+                (
+                    "ListAccessKeys".to_owned(),
+                    format!(
+                        "<ListAccessKeysResult><AccessKeyMetadata>{members}</AccessKeyMetadata>\
+                         <IsTruncated>false</IsTruncated></ListAccessKeysResult>"
+                    ),
+                )
+            }
+            Answered::Summary(entries) => {
+                let entries: String = entries
+                    .iter()
+                    .map(|(key, value)| {
+                        format!("<entry><key>{key}</key><value>{value}</value></entry>")
+                    })
+                    .collect();
+                (
+                    "GetAccountSummary".to_owned(),
+                    format!(
+                        "<GetAccountSummaryResult><SummaryMap>{entries}</SummaryMap>\
+                         </GetAccountSummaryResult>"
+                    ),
+                )
+            }
+            Answered::Empty(verb, list) => (
+                (*verb).to_owned(),
+                format!(
+                    "<{verb}Result><{list}></{list}><IsTruncated>false</IsTruncated>\
+                     </{verb}Result>"
                 ),
             ),
             Answered::Session {
@@ -431,14 +518,24 @@ async fn act(
         return sts(pool, &holder, verb, &params, from).await;
     }
     // As in AWS, a session's keys do not reach IAM.
-    let Holder::User(signer) = holder else {
+    let Holder::User { user: signer, .. } = holder else {
         return Err(IamRefusal::Denied {
             who: holder.user().name.clone(),
             action: "IAM's API with a session's keys",
         });
     };
+    if members::VERBS.contains(&verb) {
+        return members::act(pool, &signer, verb, &params, from).await;
+    }
     if roles::VERBS.contains(&verb) {
-        return roles::act(pool, &signer, verb, &params, from).await;
+        return match (&signer.account, verb) {
+            (None, _) => roles::act(pool, &signer, verb, &params, from).await,
+            // Roles are the operator's users' alone: an account holds none.
+            (Some(_), "ListRoles") => Ok(Answered::Roles(Vec::new())),
+            (Some(_), _) => Err(IamRefusal::Invalid(
+                "roles are not served in accounts yet: only the operator's users use them".into(),
+            )),
+        };
     }
     let (verb, action) = match verb {
         "PutUserPolicy" => (Verb::Put, Action::PutUserPolicy),
@@ -448,20 +545,41 @@ async fn act(
         other => return Err(IamRefusal::UnknownAction(other.into())),
     };
     let user = param("UserName")?;
-    may(&signer, action, &policy::user_resource(user), from)?;
+    // An account's root or user acts on its account's users; the operator's users on
+    // theirs. The caller is judged before learning whether the user exists.
+    let (record, resource) = match &signer.account {
+        Some(member) => {
+            let account = member.account.as_str();
+            let found = crate::accounts::member(pool, account, user).await?;
+            let resource = match &found {
+                Some(found) => crate::accounts::arn(found),
+                None => crate::accounts::member_arn(account, "/", user),
+            };
+            (crate::layout::member_name(account, user), resource)
+        }
+        None => (user.to_owned(), policy::user_resource(user)),
+    };
+    may(&signer, action, &resource, from)?;
+    let record = record.as_str();
     let target = || async {
-        users::get(pool, user)
+        users::get(pool, record)
             .await?
             .ok_or_else(|| Error::NotFound(format!("user {user}")))
+    };
+    let no_user = |e: Error| match e {
+        Error::NotFound(_) => Error::NotFound(format!("user {user}")),
+        e => e,
     };
     Ok(match verb {
         Verb::Put => {
             let document = param("PolicyDocument")?;
-            users::set_policy(pool, user, param("PolicyName")?, Some(document)).await?;
+            users::set_policy(pool, record, param("PolicyName")?, Some(document))
+                .await
+                .map_err(no_user)?;
             Answered::Done("PutUserPolicy")
         }
         Verb::Delete => {
-            users::set_policy(pool, user, param("PolicyName")?, None).await?;
+            users::set_policy(pool, record, param("PolicyName")?, None).await?;
             Answered::Done("DeleteUserPolicy")
         }
         Verb::Get => {
@@ -529,8 +647,13 @@ async fn sts(
         "GetCallerIdentity" => Ok(match (holder.role(), holder.session()) {
             (Some(role), Some(session)) => roles::caller(role, session),
             _ => Answered::Caller {
-                arn: policy::user_resource(&user.name),
-                id: user.name.clone(),
+                arn: crate::accounts::arn(user),
+                id: user
+                    .account
+                    .as_ref()
+                    .map_or(&user.name, |member| &member.id)
+                    .clone(),
+                account: user.account.as_ref().map(|member| member.account.clone()),
             },
         }),
         "AssumeRole" => roles::assume(pool, holder, params, from).await,
@@ -569,7 +692,8 @@ fn verdict(
     from: Origin,
 ) -> Result<Verdict, IamRefusal> {
     let policies = users::policies_of(signer)?;
-    let context = policy::common_context(time::OffsetDateTime::now_utc(), from, Some(&signer.name));
+    let shown = members::shown_name(signer);
+    let context = policy::common_context(time::OffsetDateTime::now_utc(), from, Some(&shown));
     let asked = Asked {
         principal: Some(&signer.name),
         action,
@@ -579,8 +703,12 @@ fn verdict(
     Ok(policy::judge_all(&policies, &asked))
 }
 
-/// Refuses `action` on `resource` unless the signer's own policies allow it.
+/// Refuses `action` on `resource` unless the signer's own policies allow it; an account's
+/// root may do anything (the resources of the verbs it reaches are its account's).
 fn may(signer: &User, action: Action, resource: &str, from: Origin) -> Result<(), IamRefusal> {
+    if signer.account.as_ref().is_some_and(|member| member.root) {
+        return Ok(());
+    }
     match verdict(signer, action, resource, from)? {
         Verdict::Allowed => Ok(()),
         Verdict::Denied | Verdict::Silent => Err(IamRefusal::Denied {
@@ -671,6 +799,7 @@ mod tests {
         let caller = Answered::Caller {
             arn: policy::user_resource("ann"),
             id: "ann".into(),
+            account: None,
         }
         .xml(STS_NAMESPACE, "ID");
         assert!(caller.contains(

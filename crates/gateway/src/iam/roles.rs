@@ -284,7 +284,11 @@ fn session_identity(role: &Role, session: &Session) -> (String, String) {
 /// GetCallerIdentity's answer for a session of `role`.
 pub(super) fn caller(role: &Role, session: &Session) -> Answered {
     let (arn, id) = session_identity(role, session);
-    Answered::Caller { arn, id }
+    Answered::Caller {
+        arn,
+        id,
+        account: None,
+    }
 }
 
 /// A role as IAM describes it (inside `<Role>` or a list's `<member>`).

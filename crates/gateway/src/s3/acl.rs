@@ -11,7 +11,7 @@ use super::policy::allowed;
 use super::{in_bucket, Gateway};
 use crate::acl::{self, Acl, Named, Ownership};
 use crate::versions::Amend;
-use crate::{buckets, users};
+use crate::{accounts, buckets, users};
 
 /// The ACL a request asks for, as given: a canned ACL, or grants by permission, each a
 /// header's text.
@@ -138,13 +138,20 @@ impl Gateway {
     /// The grantee a request names: a user of the cluster, or a group.
     async fn grantee(&self, named: Named) -> S3Result<acl::Grantee> {
         match named {
+            // A user, or an account (by its id); an account's users are granted through
+            // their account.
             Named::Id(id) => match users::get(&self.pool, &id).await? {
-                Some(_) => Ok(acl::Grantee::User(id)),
-                None => Err(Refusal::Invalid(format!("no user {id} to grant to")).into()),
+                Some(user) if user.account.as_ref().is_none_or(|a| a.root) => {
+                    Ok(acl::Grantee::User(id))
+                }
+                _ => Err(Refusal::Invalid(format!("no user {id} to grant to")).into()),
             },
             Named::Uri(uri) => acl::Grantee::group(&uri)
                 .ok_or_else(|| Refusal::Invalid(format!("no group {uri} to grant to")).into()),
-            Named::Email(address) => Err(Refusal::GrantByEmail(address).into()),
+            Named::Email(address) => match accounts::by_email(&self.pool, &address).await? {
+                Some(account) => Ok(acl::Grantee::User(account)),
+                None => Err(Refusal::GrantByEmail(address).into()),
+            },
         }
     }
 

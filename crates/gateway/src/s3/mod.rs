@@ -226,7 +226,7 @@ impl Gateway {
         let token = holder.session().map(|session| session.token.clone());
         // A role's session acts with the role's policies, under the session's ARN.
         let (user, role) = match holder {
-            users::Holder::User(user) => (user, None),
+            users::Holder::User { user, .. } => (user, None),
             users::Holder::Session {
                 user,
                 role,
@@ -245,9 +245,32 @@ impl Gateway {
             Some((_, role)) => &role.policies,
             None => &user.policies,
         };
+        // An account's user is judged as itself, under its own policies alone.
+        let member = user.account.as_ref().filter(|a| !a.root);
+        let bounded = match (&role, member) {
+            (Some((taken, role)), _) => Some(Bounded {
+                principal: crate::policy::role_session_resource(&role.name, &taken.session_name),
+                id: format!("{}:{}", role.id, taken.session_name),
+                username: None,
+            }),
+            (None, Some(member)) => Some(Bounded {
+                principal: user.name.clone(),
+                id: member.id.clone(),
+                username: Some(member.name.clone()),
+            }),
+            (None, None) => None,
+        };
+        let name = crate::accounts::owner(&user);
         let signer = match kept {
-            // The same policies as last read: kept as they were read then.
-            Some((_, signer)) if signer.texts == *texts && signer.token == token => signer.clone(),
+            // The same signer and policies as last read: kept as they were read then.
+            Some((_, signer))
+                if signer.texts == *texts
+                    && signer.token == token
+                    && signer.name == name
+                    && signer.bounded == bounded =>
+            {
+                signer.clone()
+            }
             _ => {
                 let unreadable = |e: Error| {
                     tracing::error!("{e}");
@@ -268,14 +291,11 @@ impl Gateway {
                     .transpose()?;
                 std::sync::Arc::new(Signer {
                     texts: texts.clone(),
-                    name: user.name,
+                    name: name.to_owned(),
                     policies,
                     session_policy,
                     token,
-                    role: role.map(|(taken, role)| AssumedRole {
-                        arn: crate::policy::role_session_resource(&role.name, &taken.session_name),
-                        id: format!("{}:{}", role.id, taken.session_name),
-                    }),
+                    bounded,
                 })
             }
         };
@@ -483,38 +503,43 @@ impl Gateway {
 /// A user as the gateway decides the requests they sign: their name and their own
 /// policies, as given and read (a role's, for a role's session).
 pub(crate) struct Signer {
-    /// The user: the owner of what the signer makes.
+    /// The owner of what the signer makes: the user, or their account (its root's name).
     pub name: String,
     texts: Vec<(String, String)>,
     pub policies: Vec<crate::policy::Policy>,
     /// A session's token, which its requests must carry (`sts:authentication` is then
     /// true in their condition keys).
     pub token: Option<String>,
-    /// For a role's session: its requests are decided as the role's, with
-    /// `policy::decide_role`.
-    pub role: Option<AssumedRole>,
+    /// For a role's session and an account's user: its requests are decided under its own
+    /// policies and the bucket's alone, with `policy::decide_role`.
+    pub bounded: Option<Bounded>,
     /// A role's session's own policy, which bounds the role's (`policy::judge_role`).
     pub session_policy: Option<crate::policy::Policy>,
 }
 
-/// A role's session, as its requests are judged.
-pub(crate) struct AssumedRole {
-    /// `arn:aws:sts:::assumed-role/ROLE/SESSION`: the principal its requests are judged as.
-    pub arn: String,
-    /// `ROLEID:SESSION` (`aws:userid` in its condition keys).
+/// A role's session or an account's user, as its requests are judged.
+#[derive(PartialEq)]
+pub(crate) struct Bounded {
+    /// The principal its requests are judged as: `arn:aws:sts:::assumed-role/ROLE/SESSION`,
+    /// or an account's user's record name (`ACCOUNT$name`, which a policy names by ARN).
+    pub principal: String,
+    /// `ROLEID:SESSION`, or the user's id (`aws:userid` in its condition keys).
     pub id: String,
+    /// An account's user's name (`aws:username`); none for a role's session.
+    pub username: Option<String>,
 }
 
 impl Signer {
-    /// Who the signer's requests are judged as: the user, or a role's session's ARN.
+    /// Who the signer's requests are judged as: the user, a role's session's ARN or an
+    /// account's user.
     pub fn principal(&self) -> &str {
-        self.role.as_ref().map_or(&self.name, |role| &role.arn)
+        self.bounded.as_ref().map_or(&self.name, |b| &b.principal)
     }
 
     /// What the signer's own policies say of `asked`: a user's, or a role's bounded by its
     /// session's.
     pub fn judge(&self, asked: &crate::policy::Asked) -> crate::policy::Verdict {
-        match &self.role {
+        match &self.bounded {
             Some(_) => {
                 crate::policy::judge_role(&self.policies, self.session_policy.as_ref(), asked)
             }

@@ -62,7 +62,7 @@ impl Gateway {
         let Some(signer) = self.identity(req).await? else {
             return Ok(());
         };
-        if actions.is_empty() || (signer.policies.is_empty() && signer.role.is_none()) {
+        if actions.is_empty() || (signer.policies.is_empty() && signer.bounded.is_none()) {
             return Ok(());
         }
         let context = signed_context(req, &signer);
@@ -74,7 +74,7 @@ impl Gateway {
                 context: &context,
             };
             if let (Verdict::Denied, _) | (Verdict::Silent, Some(_)) =
-                (signer.judge(&asked), &signer.role)
+                (signer.judge(&asked), &signer.bounded)
             {
                 return Err(Refusal::Denied {
                     who: Some(signer.principal().to_owned()),
@@ -171,9 +171,9 @@ impl Gateway {
             resource: resource.clone(),
         };
         let identity = signer.as_ref().map_or(&[][..], |s| &s.policies[..]);
-        // A role's session is judged under its own ARN, by the role's policies and the
-        // bucket's alone.
-        let plain = signer.as_ref().is_none_or(|s| s.role.is_none()) && identity.is_empty();
+        // A role's session (or an account's user) is judged as itself, by its own policies
+        // and the bucket's alone.
+        let plain = signer.as_ref().is_none_or(|s| s.bounded.is_none()) && identity.is_empty();
         let decision = match &bucket.policy {
             // No policy: nothing of the request needs reading for its owner.
             None if plain && principal == Some(owner) => Decision::Allow,
@@ -287,10 +287,11 @@ impl Gateway {
     }
 }
 
-/// Who a request is judged as: a role's session's ARN, else the user who signed it.
+/// Who a request is judged as: a role's session's ARN or an account's user, else the user
+/// who signed it.
 fn judged<'a>(principal: Option<&'a str>, signer: Option<&'a Signer>) -> Option<&'a str> {
     match signer {
-        Some(signer) if signer.role.is_some() => Some(signer.principal()),
+        Some(signer) if signer.bounded.is_some() => Some(signer.principal()),
         _ => principal,
     }
 }
@@ -303,19 +304,24 @@ fn context<T>(req: &S3Request<T>, principal: Option<&str>, signer: Option<&Signe
     }
 }
 
-/// What the bucket's owner and policy and the signer's own policies say of `asked`; a
-/// role's session by [`policy::decide_role`].
+/// What the bucket's owner and policy and the signer's own policies say of `asked`: a
+/// role's session, and an account's user in its account, by [`policy::decide_role`]; an
+/// account's user elsewhere by [`policy::decide_elsewhere`].
 fn decide(bucket: &buckets::Bucket, signer: Option<&Signer>, asked: &Asked) -> Decision {
     let block = bucket.public_block.unwrap_or_default();
+    let policy = bucket.policy.as_ref();
     match signer {
-        Some(signer) if signer.role.is_some() => {
-            policy::decide_role(asked, bucket.policy.as_ref(), block, signer.judge(asked))
-        }
-        _ => {
-            let identity = signer.map_or(&[][..], |s| &s.policies[..]);
-            let owner = &bucket.info.owner;
-            policy::decide(owner, asked, bucket.policy.as_ref(), block, identity)
-        }
+        Some(signer) => match &signer.bounded {
+            Some(bounded) if bounded.username.is_some() && signer.name != bucket.info.owner => {
+                policy::decide_elsewhere(asked, policy, block, signer.judge(asked))
+            }
+            Some(_) => policy::decide_role(asked, policy, block, signer.judge(asked)),
+            None => {
+                let owner = &bucket.info.owner;
+                policy::decide(owner, asked, policy, block, &signer.policies)
+            }
+        },
+        None => policy::decide(&bucket.info.owner, asked, policy, block, &[]),
     }
 }
 
@@ -415,11 +421,19 @@ fn signed_context<T>(req: &S3Request<T>, signer: &Signer) -> Context {
     if signer.token.is_some() {
         context.insert("sts:authentication".into(), vec!["true".into()]);
     }
-    if let Some(role) = &signer.role {
-        // A role's session is not its user: no user name, the session's id, as in AWS.
+    if let Some(bounded) = &signer.bounded {
+        // A role's session is not its user: no user name, the session's id, as in AWS. An
+        // account's user has its own name and id.
         context.remove("aws:username");
-        context.insert("aws:userid".into(), vec![role.id.clone()]);
-        context.insert("aws:principaltype".into(), vec!["AssumedRole".into()]);
+        context.insert("aws:userid".into(), vec![bounded.id.clone()]);
+        let kind = match &bounded.username {
+            Some(name) => {
+                context.insert("aws:username".into(), vec![name.clone()]);
+                "User"
+            }
+            None => "AssumedRole",
+        };
+        context.insert("aws:principaltype".into(), vec![kind.into()]);
     }
     context
 }
