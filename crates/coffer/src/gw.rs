@@ -731,7 +731,7 @@ async fn user_policy(pool: &client::Pool, command: UserPolicyCommand) -> Result<
                 std::fs::read_to_string(&file)
             }
             .map_err(|e| format!("{}: {e}", file.display()))?;
-            gateway::users::set_policy(pool, &user, &name, Some(&document))
+            gateway::users::set_policy(pool, &user, &user, &name, Some(&document))
                 .await
                 .map_err(|e| e.to_string())?;
             println!(
@@ -752,7 +752,7 @@ async fn user_policy(pool: &client::Pool, command: UserPolicyCommand) -> Result<
             }
         }
         UserPolicyCommand::Rm { user, name } => {
-            gateway::users::set_policy(pool, &user, &name, None)
+            gateway::users::set_policy(pool, &user, &user, &name, None)
                 .await
                 .map_err(|e| e.to_string())?;
             println!("policy {name} of user {user} removed");

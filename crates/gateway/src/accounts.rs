@@ -39,14 +39,6 @@ pub fn owner(user: &User) -> &str {
     user.account.as_ref().map_or(&user.name, |a| &a.account)
 }
 
-/// Whether `principal` (a record name) is a user of account `account`.
-pub fn is_member_of(principal: &str, account: &str) -> bool {
-    is_account_id(account)
-        && principal
-            .strip_prefix(account)
-            .is_some_and(|rest| rest.starts_with('$'))
-}
-
 /// The account whose email address is `address` (its id), if one has it.
 pub async fn by_email(pool: &Pool, address: &str) -> Result<Option<String>, Error> {
     let roots = roots(pool).await?;
@@ -89,12 +81,16 @@ pub async fn create(pool: &Pool, name: &str, email: &str) -> Result<User, Error>
     if !mailed {
         return Err(Error::Invalid(format!("email address {email:?}")));
     }
-    if roots(pool)
-        .await?
-        .iter()
-        .any(|root| root.account.as_ref().is_some_and(|a| a.name == name))
-    {
-        return Err(Error::Exists(format!("account {name}")));
+    for root in roots(pool).await? {
+        let Some(other) = root.account else { continue };
+        if other.name == name {
+            return Err(Error::Exists(format!("account {name}")));
+        }
+        if !email.is_empty() && other.email.eq_ignore_ascii_case(email) {
+            return Err(Error::Exists(format!(
+                "an account with email address {email}"
+            )));
+        }
     }
     let id = {
         let mut rng = rand::rng();
@@ -134,8 +130,9 @@ pub async fn roots(pool: &Pool) -> Result<Vec<User>, Error> {
 /// Removes account `id`, with its root and the root's keys; refused while it has users or
 /// owns buckets.
 pub async fn remove(pool: &Pool, id: &str) -> Result<(), Error> {
-    let root = users::get(pool, id).await?;
-    let Some(root) = root.filter(|u| u.account.as_ref().is_some_and(|a| a.root)) else {
+    let found = users::read_record::<User>(pool, layout::user_key(id)).await?;
+    let Some((bytes, root)) = found.filter(|(_, u)| u.account.as_ref().is_some_and(|a| a.root))
+    else {
         return Err(Error::NotFound(format!("account {id}")));
     };
     let members = members(pool, id, "/").await?;
@@ -155,10 +152,23 @@ pub async fn remove(pool: &Pool, id: &str) -> Result<(), Error> {
             "account {id} owns {owned} buckets; empty and remove them first"
         )));
     }
+    // The root as read: a key made meanwhile fails the removal rather than outlive it.
     let mut keys = vec![layout::user_key(id)];
     keys.extend(root.keys.iter().map(|k| layout::access_key_key(&k.id)));
-    pool.omap_remove(layout::USERS, keys).await?;
-    Ok(())
+    let ops = vec![
+        client::ObjectOp::AssertOmap {
+            key: layout::user_key(id),
+            value: Some(bytes),
+        },
+        client::ObjectOp::OmapRemove { keys },
+    ];
+    match pool.operate(layout::USERS, ops, bytes::Bytes::new()).await {
+        Ok(_) => Ok(()),
+        Err(client::Error::Mismatch(_)) => Err(Error::Busy(format!(
+            "account {id} is being changed by others"
+        ))),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Account `account`'s users whose path starts with `prefix`, by name in lower case.

@@ -225,6 +225,10 @@ pub struct Asked<'a> {
     /// `arn:aws:s3:::bucket` or `arn:aws:s3:::bucket/key`.
     pub resource: &'a str,
     pub context: &'a Context,
+    /// The account of an account's user asking in another account's bucket, where its
+    /// own policies must allow too: a `Principal` naming the account names the user then
+    /// (as in AWS; in its own account such a grant leaves the user to its own policies).
+    pub account: Option<&'a str>,
 }
 
 /// The condition keys of any request: the time `now`, how it came (`from`: over TLS or
@@ -684,10 +688,11 @@ impl Statement {
     fn applies(&self, asked: &Asked) -> bool {
         let principal = match (&self.principals, asked.principal) {
             (Principals::Anyone, _) => true,
-            // An account (its id) names its root and each of its users.
-            (Principals::Users(users), Some(user)) => users
-                .iter()
-                .any(|u| u == user || crate::accounts::is_member_of(user, u)),
+            // An account (its id) names its users where they ask of another account, but
+            // never in a NotPrincipal, which then spares its root alone.
+            (Principals::Users(users), Some(user)) => users.iter().any(|u| {
+                u == user || (!self.not_principal && asked.account.is_some_and(|a| a == u))
+            }),
             (Principals::Users(_), None) => false,
         };
         let action = asked.action.name().to_ascii_lowercase();
@@ -955,10 +960,9 @@ fn principal(value: &serde_json::Value) -> Result<Principals, String> {
 }
 
 /// The user an AWS principal names, as requests are judged: an account's root by the
-/// account's id (`arn:aws:iam::ID:root`, or the bare id), an account's user by its record
-/// name (`arn:aws:iam::ID:user/PATH/NAME`), an operator's user by name
-/// (`arn:aws:iam:::user/NAME`, with any other account, or a bare name). Any other ARN is
-/// kept whole, and so names no user.
+/// account's id (`arn:aws:iam::ID:root`, or the bare id), an operator's user by name
+/// (`arn:aws:iam:::user/NAME`, with any other account, or a bare name). Any other ARN (an
+/// account's user's, `arn:aws:iam::ID:user/PATH/NAME`, path and all) is kept whole.
 fn user_name(principal: &str) -> String {
     use crate::accounts::is_account_id;
     let Some(rest) = principal.strip_prefix("arn:aws:iam::") else {
@@ -966,13 +970,7 @@ fn user_name(principal: &str) -> String {
     };
     match rest.split_once(':') {
         Some((account, "root")) if is_account_id(account) => account.into(),
-        Some((account, user)) if is_account_id(account) => match user.strip_prefix("user/") {
-            Some(path_name) => {
-                let name = path_name.rsplit('/').next().unwrap_or(path_name);
-                crate::layout::member_name(account, name)
-            }
-            None => principal.into(),
-        },
+        Some((account, _)) if is_account_id(account) => principal.into(),
         Some((_, user)) => match user.strip_prefix("user/") {
             Some(name) => name.into(),
             None => principal.into(),
@@ -1067,6 +1065,7 @@ mod tests {
             action,
             resource,
             context: &Context::new(),
+            account: None,
         })
     }
 
@@ -1102,19 +1101,59 @@ mod tests {
                {{"Effect": "Allow", "Principal": {{"AWS": "arn:aws:iam::{A}:user/team/Ann"}},
                  "Action": "s3:PutObject", "Resource": "arn:aws:s3:::b/*"}}"#
         ));
-        let ann = crate::layout::member_name(A, "Ann");
-        let get = |who: &str| judge(&p, Some(who), Action::GetObject, "arn:aws:s3:::b/k");
-        let put = |who: &str| judge(&p, Some(who), Action::PutObject, "arn:aws:s3:::b/k");
-        assert_eq!(get(A), Verdict::Allowed, "the account's root");
-        assert_eq!(get(&ann), Verdict::Allowed, "a user of the account");
-        assert_eq!(put(&ann), Verdict::Allowed, "the user named, path and all");
-        assert_eq!(put(A), Verdict::Silent, "a user's grant is not its root's");
-        let other = crate::layout::member_name("RGW00000000000000002", "Ann");
-        assert_eq!(get(&other), Verdict::Silent, "another account's user");
+        let ann = format!("arn:aws:iam::{A}:user/team/Ann");
+        let ask = |who: &str, action, account| {
+            p.judge(&Asked {
+                principal: Some(who),
+                action,
+                resource: "arn:aws:s3:::b/k",
+                context: &Context::new(),
+                account,
+            })
+        };
         assert_eq!(
-            get("Ann"),
+            ask(A, Action::GetObject, None),
+            Verdict::Allowed,
+            "the root"
+        );
+        assert_eq!(
+            ask(&ann, Action::GetObject, Some(A)),
+            Verdict::Allowed,
+            "a user of the account, from another account's bucket"
+        );
+        assert_eq!(
+            ask(&ann, Action::GetObject, None),
             Verdict::Silent,
-            "an operator's user of that name"
+            "in its own account: its own policies decide"
+        );
+        assert_eq!(ask(&ann, Action::PutObject, None), Verdict::Allowed);
+        let moved = format!("arn:aws:iam::{A}:user/other/Ann");
+        assert_eq!(
+            ask(&moved, Action::PutObject, None),
+            Verdict::Silent,
+            "the path counts"
+        );
+        assert_eq!(
+            ask(A, Action::PutObject, None),
+            Verdict::Silent,
+            "not the root's"
+        );
+        assert_eq!(ask("Ann", Action::GetObject, None), Verdict::Silent);
+        let only_root = policy(&format!(
+            r#"{{"Effect": "Deny", "NotPrincipal": {{"AWS": "arn:aws:iam::{A}:root"}},
+                 "Action": "s3:*", "Resource": "*"}}"#
+        ));
+        let denied = only_root.judge(&Asked {
+            principal: Some(&ann),
+            action: Action::GetObject,
+            resource: "arn:aws:s3:::b/k",
+            context: &Context::new(),
+            account: Some(A),
+        });
+        assert_eq!(
+            denied,
+            Verdict::Denied,
+            "a NotPrincipal of the account spares its root alone"
         );
 
         let asked = Asked {
@@ -1122,6 +1161,7 @@ mod tests {
             action: Action::GetObject,
             resource: "arn:aws:s3:::b/k",
             context: &Context::new(),
+            account: Some(A),
         };
         let block = PublicBlock::default();
         let decide = |policy: Option<&Policy>, mine| decide_elsewhere(&asked, policy, block, mine);
@@ -1196,6 +1236,7 @@ mod tests {
             action,
             resource: "arn:aws:s3:::b/public/secret",
             context: &empty,
+            account: None,
         };
         // The owner needs no allow, but a deny holds it too, except over the policy.
         let none = PublicBlock::default();
@@ -1231,6 +1272,7 @@ mod tests {
             action: Action::GetObject,
             resource: "arn:aws:s3:::b/k",
             context: &context,
+            account: None,
         };
         let open = PublicBlock::default();
         let restricted = PublicBlock {
@@ -1278,6 +1320,7 @@ mod tests {
             action,
             resource,
             context: &context,
+            account: None,
         };
         let none = PublicBlock::default();
         let delete = ask(Some("owner"), Action::DeleteBucket, "arn:aws:s3:::b");
@@ -1377,6 +1420,7 @@ mod tests {
                 action,
                 resource,
                 context: &context,
+                account: None,
             })
         };
         let put = |keys: &[(&str, &str)]| verdict(Action::PutObject, "arn:aws:s3:::b/k", keys);
@@ -1501,6 +1545,7 @@ mod tests {
             action,
             resource,
             context: &context,
+            account: None,
         };
         let role_arn = role_resource("/", "reader");
         assert_eq!(role_arn, "arn:aws:iam:::role/reader");

@@ -356,7 +356,7 @@ pub async fn sweep_sessions(pool: &Pool, now_ns: u64, dry_run: bool) -> Result<u
             }
         }
     }
-    let users: HashMap<String, u64> = list(pool)
+    let users: HashMap<String, u64> = listed(pool, b"name/")
         .await?
         .into_iter()
         .map(|user| (user.name, user.created_ns))
@@ -519,14 +519,16 @@ pub fn policies_of(user: &User) -> Result<Vec<Policy>, Error> {
     user.policies.iter().map(read).collect()
 }
 
-/// Sets user `user`'s policy `name` to `document`, or removes it without one.
+/// Sets user `user`'s policy `name` to `document`, or removes it without one; errors name
+/// the user as `shown` (an account's user by its name, not its record's).
 pub async fn set_policy(
     pool: &Pool,
     user: &str,
+    shown: &str,
     name: &str,
     document: Option<&str>,
 ) -> Result<(), Error> {
-    let holder = format!("user {user}");
+    let holder = format!("user {shown}");
     update(pool, user, |mut found: User| {
         let parse = Policy::parse_identity;
         change_policy(&mut found.policies, &holder, name, document, parse)?;

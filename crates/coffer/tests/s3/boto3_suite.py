@@ -3712,6 +3712,17 @@ class Suite:
                    account)
             ok("an account's user acts as its own policies allow, for its account")
 
+            token = self.sts(key["AccessKeyId"], key["SecretAccessKey"]).get_session_token(
+                DurationSeconds=900)["Credentials"]
+            ann_session = self.session_s3(token)
+            self.coffer("gw", "gc")
+            expect("an account's user's session, after gw gc",
+                   ann_session.get_object(Bucket=bucket, Key="by-ann")["Body"].read(), b"ann")
+            expect("get_caller_identity of an account's user's session",
+                   self.sts(token["AccessKeyId"], token["SecretAccessKey"],
+                            token["SessionToken"]).get_caller_identity()["Account"], account)
+            ok("an account's user's session acts as the user and outlives gw gc")
+
             alt_root.create_user(UserName="Eve")
             alt_key = alt_root.create_access_key(UserName="Eve")["AccessKey"]
             eve = client(alt_key["AccessKeyId"], alt_key["SecretAccessKey"])
@@ -3746,16 +3757,30 @@ class Suite:
                          root.delete_user, UserName="Ann")
             ok("an inactive key signs nothing; two keys at most; a user with keys is kept")
 
+            operator_iam = self.iam(os.environ["S3_ACCESS"], os.environ["S3_SECRET"])
             expect_error("CreateUser by an operator's user", ["ValidationError"],
-                         self.iam(os.environ["S3_ACCESS"], os.environ["S3_SECRET"]).create_user,
-                         UserName="nobody")
+                         operator_iam.create_user, UserName="nobody")
+            me = self.s3.list_buckets()["Owner"]["ID"]
+            everything = json.dumps({"Version": "2012-10-17", "Statement": [
+                {"Effect": "Allow", "Action": ["iam:*", "s3:*"], "Resource": "*"}]})
+            self.coffer("user", "policy", "put", me, "everything", "-", stdin=everything)
+            try:
+                expect_error("an operator's user's policy on an account's user", ["NoSuchEntity"],
+                             operator_iam.put_user_policy, UserName=f"{account}$ann",
+                             PolicyName="p", PolicyDocument=everything)
+                expect_error("an operator's user allowed everything by its own policy, in an"
+                             " account's bucket", ["AccessDenied"],
+                             self.s3.get_object, Bucket=bucket, Key="by-ann")
+            finally:
+                self.coffer("user", "policy", "rm", me, "everything")
             try:
                 self.coffer("account", "rm", account)
                 raise AssertionError("coffer account rm removed an account that has users")
             except AssertionError as e:
                 if "has 3 users" not in str(e):
                     raise
-            ok("the operator's users make no IAM users; an account with users is kept")
+            ok("the operator's users make no IAM users and reach no account's users or buckets by"
+               " their own policies; an account with users is kept")
         finally:
             try:
                 self.empty_and_delete(bucket, root_s3)

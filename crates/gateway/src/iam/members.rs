@@ -114,6 +114,17 @@ pub(super) async fn act(
     };
     may(signer, action, &resource, from)?;
     let target = target.ok_or_else(|| IamRefusal::NoSuchEntity(format!("user {name}")))?;
+    if let (Action::UpdateUser, Some(member)) = (action, &target.account) {
+        // Where the user goes is judged too.
+        let path = params.get("NewPath").unwrap_or(&member.path);
+        let to = params.get("NewUserName").unwrap_or(&member.name);
+        may(
+            signer,
+            action,
+            &accounts::member_arn(account, path, to),
+            from,
+        )?;
+    }
     Ok(match action {
         Action::GetUser => Answered::User("GetUser", target),
         Action::UpdateUser => {

@@ -115,7 +115,7 @@ impl IamRefusal {
             Denied { who, action } => (
                 StatusCode::FORBIDDEN,
                 "AccessDenied",
-                format!("user {who} is not allowed {action}"),
+                format!("{who} is not allowed {action}"),
             ),
             UnknownAction(action) => (
                 StatusCode::BAD_REQUEST,
@@ -520,7 +520,7 @@ async fn act(
     // As in AWS, a session's keys do not reach IAM.
     let Holder::User { user: signer, .. } = holder else {
         return Err(IamRefusal::Denied {
-            who: holder.user().name.clone(),
+            who: crate::accounts::arn(holder.user()),
             action: "IAM's API with a session's keys",
         });
     };
@@ -560,12 +560,13 @@ async fn act(
         None => (user.to_owned(), policy::user_resource(user)),
     };
     may(&signer, action, &resource, from)?;
-    let record = record.as_str();
-    let target = || async {
-        users::get(pool, record)
-            .await?
-            .ok_or_else(|| Error::NotFound(format!("user {user}")))
+    // An operator's user reaches the operator's users alone, whatever name it gives.
+    let found = users::get(pool, &record).await?;
+    let reached = found.filter(|found| found.account.is_some() == signer.account.is_some());
+    let Some(target) = reached else {
+        return Err(IamRefusal::NoSuchEntity(format!("user {user}")));
     };
+    let record = record.as_str();
     let no_user = |e: Error| match e {
         Error::NotFound(_) => Error::NotFound(format!("user {user}")),
         e => e,
@@ -573,19 +574,18 @@ async fn act(
     Ok(match verb {
         Verb::Put => {
             let document = param("PolicyDocument")?;
-            users::set_policy(pool, record, param("PolicyName")?, Some(document))
+            users::set_policy(pool, record, user, param("PolicyName")?, Some(document))
                 .await
                 .map_err(no_user)?;
             Answered::Done("PutUserPolicy")
         }
         Verb::Delete => {
-            users::set_policy(pool, record, param("PolicyName")?, None).await?;
+            users::set_policy(pool, record, user, param("PolicyName")?, None).await?;
             Answered::Done("DeleteUserPolicy")
         }
         Verb::Get => {
             let name = param("PolicyName")?;
-            let found = target().await?;
-            let document = found
+            let document = target
                 .policy(name)
                 .ok_or_else(|| IamRefusal::NoSuchEntity(format!("policy {name} of user {user}")))?
                 .to_owned();
@@ -598,12 +598,7 @@ async fn act(
         }
         Verb::List => Answered::Names(
             Holding::User,
-            target()
-                .await?
-                .policies
-                .into_iter()
-                .map(|(name, _)| name)
-                .collect(),
+            target.policies.into_iter().map(|(name, _)| name).collect(),
         ),
     })
 }
@@ -660,14 +655,14 @@ async fn sts(
         "GetSessionToken" => {
             if holder.session().is_some() {
                 return Err(IamRefusal::Denied {
-                    who: user.name.clone(),
+                    who: crate::accounts::arn(user),
                     action: "GetSessionToken with a session's keys",
                 });
             }
             let action = Action::GetSessionToken;
             if verdict(user, action, "*", from)? == Verdict::Denied {
                 return Err(IamRefusal::Denied {
-                    who: user.name.clone(),
+                    who: crate::accounts::arn(user),
                     action: action.name(),
                 });
             }
@@ -699,6 +694,7 @@ fn verdict(
         action,
         resource,
         context: &context,
+        account: None,
     };
     Ok(policy::judge_all(&policies, &asked))
 }
@@ -712,7 +708,7 @@ fn may(signer: &User, action: Action, resource: &str, from: Origin) -> Result<()
     match verdict(signer, action, resource, from)? {
         Verdict::Allowed => Ok(()),
         Verdict::Denied | Verdict::Silent => Err(IamRefusal::Denied {
-            who: signer.name.clone(),
+            who: crate::accounts::arn(signer),
             action: action.name(),
         }),
     }

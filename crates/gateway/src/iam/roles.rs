@@ -167,11 +167,16 @@ pub(super) async fn assume(
 ) -> Result<Answered, IamRefusal> {
     let user = holder.user();
     let denied = |action: &'static str| IamRefusal::Denied {
-        who: user.name.clone(),
+        who: crate::accounts::arn(user),
         action,
     };
     if holder.role().is_some() {
         return Err(denied("AssumeRole with a role's session (role chaining)"));
+    }
+    if user.account.is_some() {
+        return Err(IamRefusal::Invalid(
+            "roles are not served in accounts yet: only the operator's users take them on".into(),
+        ));
     }
     let arn = param(params, "RoleArn")?;
     let session_name = param(params, "RoleSessionName")?;
@@ -220,6 +225,7 @@ pub(super) async fn assume(
         action: Action::AssumeRole,
         resource: &resource,
         context: &context,
+        account: None,
     };
     if trust.judge(&asked) != Verdict::Allowed {
         return Err(denied("sts:AssumeRole on that role"));

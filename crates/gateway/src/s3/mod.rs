@@ -254,7 +254,7 @@ impl Gateway {
                 username: None,
             }),
             (None, Some(member)) => Some(Bounded {
-                principal: user.name.clone(),
+                principal: crate::accounts::arn(&user),
                 id: member.id.clone(),
                 username: Some(member.name.clone()),
             }),
@@ -521,7 +521,7 @@ pub(crate) struct Signer {
 #[derive(PartialEq)]
 pub(crate) struct Bounded {
     /// The principal its requests are judged as: `arn:aws:sts:::assumed-role/ROLE/SESSION`,
-    /// or an account's user's record name (`ACCOUNT$name`, which a policy names by ARN).
+    /// or an account's user's ARN (`arn:aws:iam::ID:user/PATH/NAME`).
     pub principal: String,
     /// `ROLEID:SESSION`, or the user's id (`aws:userid` in its condition keys).
     pub id: String,

@@ -10,6 +10,7 @@ use s3s::{S3ErrorCode, S3Request, S3Response, S3Result};
 
 use super::error::Refusal;
 use super::{in_bucket, Gateway, Signer};
+use crate::accounts::is_account_id;
 use crate::acl::{self, Ownership, Scope};
 use crate::layout::ObjectEntry;
 use crate::policy::{self, Action, Asked, Context, Decision, Policy, PublicBlock, Verdict};
@@ -72,6 +73,7 @@ impl Gateway {
                 action,
                 resource,
                 context: &context,
+                account: None,
             };
             if let (Verdict::Denied, _) | (Verdict::Silent, Some(_)) =
                 (signer.judge(&asked), &signer.bounded)
@@ -200,6 +202,7 @@ impl Gateway {
                     action,
                     resource: &resource,
                     context: &context,
+                    account: None,
                 };
                 decide(bucket, signer.as_deref(), &asked)
             }
@@ -247,6 +250,7 @@ impl Gateway {
             action: Action::ListBucket,
             resource: &policy::resource(name, None),
             context: &context,
+            account: None,
         };
         Ok(match decide(bucket, signer.as_deref(), &list) {
             Decision::Allow => true,
@@ -306,22 +310,35 @@ fn context<T>(req: &S3Request<T>, principal: Option<&str>, signer: Option<&Signe
 
 /// What the bucket's owner and policy and the signer's own policies say of `asked`: a
 /// role's session, and an account's user in its account, by [`policy::decide_role`]; an
-/// account's user elsewhere by [`policy::decide_elsewhere`].
+/// account's user elsewhere by [`policy::decide_elsewhere`], with both sides' allow. An
+/// account's root elsewhere, and an operator's user in an account's bucket, need the
+/// bucket's allow (its policy or an ACL) and no deny of their own: what their own policies
+/// allow opens no other account's bucket.
 fn decide(bucket: &buckets::Bucket, signer: Option<&Signer>, asked: &Asked) -> Decision {
     let block = bucket.public_block.unwrap_or_default();
     let policy = bucket.policy.as_ref();
-    match signer {
-        Some(signer) => match &signer.bounded {
-            Some(bounded) if bounded.username.is_some() && signer.name != bucket.info.owner => {
-                policy::decide_elsewhere(asked, policy, block, signer.judge(asked))
-            }
-            Some(_) => policy::decide_role(asked, policy, block, signer.judge(asked)),
-            None => {
-                let owner = &bucket.info.owner;
-                policy::decide(owner, asked, policy, block, &signer.policies)
-            }
-        },
-        None => policy::decide(&bucket.info.owner, asked, policy, block, &[]),
+    let owner = &bucket.info.owner;
+    let Some(signer) = signer else {
+        return policy::decide(owner, asked, policy, block, &[]);
+    };
+    let elsewhere = signer.name != *owner;
+    match &signer.bounded {
+        Some(bounded) if bounded.username.is_some() && elsewhere => {
+            let asked = Asked {
+                account: Some(&signer.name),
+                ..*asked
+            };
+            policy::decide_elsewhere(&asked, policy, block, signer.judge(&asked))
+        }
+        Some(_) => policy::decide_role(asked, policy, block, signer.judge(asked)),
+        None if elsewhere && (is_account_id(owner) || is_account_id(&signer.name)) => {
+            let mine = match signer.judge(asked) {
+                Verdict::Denied => Verdict::Denied,
+                _ => Verdict::Allowed,
+            };
+            policy::decide_elsewhere(asked, policy, block, mine)
+        }
+        None => policy::decide(owner, asked, policy, block, &signer.policies),
     }
 }
 
