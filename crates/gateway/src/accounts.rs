@@ -251,7 +251,7 @@ pub async fn update_member(
         crate::roles::check_path(new_path)?;
     }
     let record = layout::member_name(account, name);
-    let changed = users::update(pool, &record, |mut user| {
+    let changed = users::update(pool, &record, name, |mut user: User| {
         let member = user.account.as_mut().ok_or_else(|| no_user(name))?;
         if let Some(new_name) = new_name {
             member.name = new_name.into();
@@ -304,11 +304,11 @@ pub async fn remove_member(pool: &Pool, account: &str, name: &str) -> Result<(),
     }
 }
 
-/// Gives user `record` (a record's name) a fresh key; refused when they have
-/// [`KEYS_MAX`] already (IAM's LimitExceeded).
-pub async fn create_key(pool: &Pool, record: &str) -> Result<AccessKey, Error> {
+/// Gives `user` a fresh key; refused when they have [`KEYS_MAX`] already (IAM's
+/// LimitExceeded).
+pub async fn create_key(pool: &Pool, user: &User) -> Result<AccessKey, Error> {
     let key = users::new_key(layout::now_ns());
-    users::update(pool, record, |mut user| {
+    users::update(pool, &user.name, &shown(user), |mut user| {
         if user.keys.len() >= KEYS_MAX {
             return Err(Error::Limit(format!(
                 "a user has at most {KEYS_MAX} access keys"
@@ -321,14 +321,9 @@ pub async fn create_key(pool: &Pool, record: &str) -> Result<AccessKey, Error> {
     Ok(key)
 }
 
-/// Makes user `record`'s key `id` active or inactive.
-pub async fn set_key_active(
-    pool: &Pool,
-    record: &str,
-    id: &str,
-    active: bool,
-) -> Result<(), Error> {
-    users::update(pool, record, |mut user| {
+/// Makes `user`'s key `id` active or inactive.
+pub async fn set_key_active(pool: &Pool, user: &User, id: &str, active: bool) -> Result<(), Error> {
+    users::update(pool, &user.name, &shown(user), |mut user| {
         let key = user.keys.iter_mut().find(|k| k.id == id);
         key.ok_or_else(|| no_key(id))?.active = active;
         Ok(user)
@@ -337,9 +332,9 @@ pub async fn set_key_active(
     Ok(())
 }
 
-/// Removes user `record`'s key `id`.
-pub async fn remove_key(pool: &Pool, record: &str, id: &str) -> Result<(), Error> {
-    users::update(pool, record, |mut user| {
+/// Removes `user`'s key `id`.
+pub async fn remove_key(pool: &Pool, user: &User, id: &str) -> Result<(), Error> {
+    users::update(pool, &user.name, &shown(user), |mut user| {
         let before = user.keys.len();
         user.keys.retain(|k| k.id != id);
         if user.keys.len() == before {
@@ -349,6 +344,14 @@ pub async fn remove_key(pool: &Pool, record: &str, id: &str) -> Result<(), Error
     })
     .await?;
     Ok(())
+}
+
+/// The name IAM shows for `user`: an account's user's as given, else the record's.
+pub fn shown(user: &User) -> String {
+    match &user.account {
+        Some(member) => member.name.clone(),
+        None => user.name.clone(),
+    }
 }
 
 fn no_key(id: &str) -> Error {

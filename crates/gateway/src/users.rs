@@ -529,7 +529,7 @@ pub async fn set_policy(
     document: Option<&str>,
 ) -> Result<(), Error> {
     let holder = format!("user {shown}");
-    update(pool, user, |mut found: User| {
+    update(pool, user, shown, |mut found: User| {
         let parse = Policy::parse_identity;
         change_policy(&mut found.policies, &holder, name, document, parse)?;
         Ok(found)
@@ -541,16 +541,17 @@ pub async fn set_policy(
 /// Rewrites user `name`'s record as `change` makes it, under its name and each of its keys,
 /// provided no one changed or removed it meanwhile (else it reads it again): the records
 /// of keys it no longer has are removed, and a change of name moves it (refused if that
-/// name is taken). Returns the record written.
+/// name is taken). Errors name the user as `shown`. Returns the record written.
 pub(crate) async fn update(
     pool: &Pool,
     name: &str,
+    shown: &str,
     change: impl Fn(User) -> Result<User, Error>,
 ) -> Result<User, Error> {
     let key = layout::user_key(name);
     for _ in 0..UPDATE_TRIES {
         let Some((bytes, found)) = read_record::<User>(pool, key.clone()).await? else {
-            return Err(Error::NotFound(format!("user {name}")));
+            return Err(Error::NotFound(format!("user {shown}")));
         };
         let changed = change(found.clone())?;
         let record = layout::encode(&changed);
@@ -594,7 +595,7 @@ pub(crate) async fn update(
         }
     }
     Err(Error::Busy(format!(
-        "user {name} is being changed by others"
+        "user {shown} is being changed by others"
     )))
 }
 

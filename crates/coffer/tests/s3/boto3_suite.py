@@ -3771,6 +3771,21 @@ class Suite:
                 expect_error("an operator's user allowed everything by its own policy, in an"
                              " account's bucket", ["AccessDenied"],
                              self.s3.get_object, Bucket=bucket, Key="by-ann")
+                role = f"{tag}-reader"
+                trust = json.dumps({"Version": "2012-10-17", "Statement": {
+                    "Effect": "Allow", "Principal": {"AWS": f"arn:aws:iam:::user/{me}"},
+                    "Action": "sts:AssumeRole"}})
+                role_arn = operator_iam.create_role(RoleName=role, AssumeRolePolicyDocument=trust)["Role"]["Arn"]
+                try:
+                    operator_iam.put_role_policy(RoleName=role, PolicyName="all", PolicyDocument=everything)
+                    taken = self.sts(os.environ["S3_ACCESS"], os.environ["S3_SECRET"]).assume_role(
+                        RoleArn=role_arn, RoleSessionName="reader")["Credentials"]
+                    expect_error("an operator's role's session allowed everything, in an account's"
+                                 " bucket", ["AccessDenied"],
+                                 self.session_s3(taken).get_object, Bucket=bucket, Key="by-ann")
+                finally:
+                    operator_iam.delete_role_policy(RoleName=role, PolicyName="all")
+                    operator_iam.delete_role(RoleName=role)
             finally:
                 self.coffer("user", "policy", "rm", me, "everything")
             try:
@@ -3780,7 +3795,7 @@ class Suite:
                 if "has 3 users" not in str(e):
                     raise
             ok("the operator's users make no IAM users and reach no account's users or buckets by"
-               " their own policies; an account with users is kept")
+               " their own or their roles' policies; an account with users is kept")
         finally:
             try:
                 self.empty_and_delete(bucket, root_s3)

@@ -148,8 +148,8 @@ pub(super) async fn act(
             Answered::Done("DeleteUser")
         }
         Action::CreateAccessKey => {
-            let key = accounts::create_key(pool, &target.name).await?;
-            Answered::Key(shown_name(&target), key)
+            let key = accounts::create_key(pool, &target).await?;
+            Answered::Key(accounts::shown(&target), key)
         }
         Action::UpdateAccessKey => {
             let active = match param(params, "Status")? {
@@ -162,24 +162,16 @@ pub(super) async fn act(
                 }
             };
             let id = param(params, "AccessKeyId")?;
-            accounts::set_key_active(pool, &target.name, id, active).await?;
+            accounts::set_key_active(pool, &target, id, active).await?;
             Answered::Done("UpdateAccessKey")
         }
         Action::DeleteAccessKey => {
             let id = param(params, "AccessKeyId")?;
-            accounts::remove_key(pool, &target.name, id).await?;
+            accounts::remove_key(pool, &target, id).await?;
             Answered::Done("DeleteAccessKey")
         }
-        _ => Answered::Keys(shown_name(&target), target.keys),
+        _ => Answered::Keys(accounts::shown(&target), target.keys),
     })
-}
-
-/// The name IAM shows for `user`: an account's user's as given, else the record's.
-pub(super) fn shown_name(user: &User) -> String {
-    match &user.account {
-        Some(member) => member.name.clone(),
-        None => user.name.clone(),
-    }
 }
 
 /// ListUsers' page of `found` (by record name) after `Marker`, at most `MaxItems`.
@@ -217,7 +209,7 @@ pub(super) fn user_xml(user: &User) -> String {
         "<Path>{}</Path><UserName>{}</UserName><UserId>{}</UserId><Arn>{}</Arn>\
          <CreateDate>{}</CreateDate>",
         escape(path),
-        escape(&shown_name(user)),
+        escape(&accounts::shown(user)),
         escape(id),
         escape(&accounts::arn(user)),
         iso_time(user.created_ns)

@@ -687,7 +687,7 @@ fn verdict(
     from: Origin,
 ) -> Result<Verdict, IamRefusal> {
     let policies = users::policies_of(signer)?;
-    let shown = members::shown_name(signer);
+    let shown = crate::accounts::shown(signer);
     let context = policy::common_context(time::OffsetDateTime::now_utc(), from, Some(&shown));
     let asked = Asked {
         principal: Some(&signer.name),

@@ -310,7 +310,8 @@ fn context<T>(req: &S3Request<T>, principal: Option<&str>, signer: Option<&Signe
 
 /// What the bucket's owner and policy and the signer's own policies say of `asked`: a
 /// role's session, and an account's user in its account, by [`policy::decide_role`]; an
-/// account's user elsewhere by [`policy::decide_elsewhere`], with both sides' allow. An
+/// account's user, and a role's session in an account's bucket, elsewhere by
+/// [`policy::decide_elsewhere`], with both sides' allow. An
 /// account's root elsewhere, and an operator's user in an account's bucket, need the
 /// bucket's allow (its policy or an ACL) and no deny of their own: what their own policies
 /// allow opens no other account's bucket.
@@ -329,6 +330,14 @@ fn decide(bucket: &buckets::Bucket, signer: Option<&Signer>, asked: &Asked) -> D
                 ..*asked
             };
             policy::decide_elsewhere(&asked, policy, block, signer.judge(&asked))
+        }
+        // A role's session (roles are the operator's users') in an account's bucket: both
+        // sides must allow it, and ACLs grant to no role.
+        Some(bounded) if bounded.username.is_none() && is_account_id(owner) => {
+            match policy::decide_elsewhere(asked, policy, block, signer.judge(asked)) {
+                Decision::AskAcl => Decision::Deny,
+                decided => decided,
+            }
         }
         Some(_) => policy::decide_role(asked, policy, block, signer.judge(asked)),
         None if elsewhere && (is_account_id(owner) || is_account_id(&signer.name)) => {
