@@ -128,7 +128,7 @@ pub async fn roots(pool: &Pool) -> Result<Vec<User>, Error> {
 }
 
 /// Removes account `id`, with its root and the root's keys; refused while it has users or
-/// owns buckets.
+/// roles, or owns buckets.
 pub async fn remove(pool: &Pool, id: &str) -> Result<(), Error> {
     let found = users::read_record::<User>(pool, layout::user_key(id)).await?;
     let Some((bytes, root)) = found.filter(|(_, u)| u.account.as_ref().is_some_and(|a| a.root))
@@ -140,6 +140,13 @@ pub async fn remove(pool: &Pool, id: &str) -> Result<(), Error> {
         return Err(Error::Conflict(format!(
             "account {id} has {} users; remove them first",
             members.len()
+        )));
+    }
+    let roles = crate::roles::list(pool, Some(id), "/").await?;
+    if !roles.is_empty() {
+        return Err(Error::Conflict(format!(
+            "account {id} has {} roles; remove them first",
+            roles.len()
         )));
     }
     let owned = crate::buckets::list(pool)

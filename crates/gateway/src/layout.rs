@@ -243,7 +243,17 @@ impl Record for Session {
         }
     }
 }
-impl Record for Role {}
+/// Format 2 added the role's account.
+impl Record for Role {
+    const FORMAT: u8 = 2;
+
+    fn earlier(format: u8, bytes: &[u8]) -> Result<Self, String> {
+        match format {
+            1 => Ok(read::<RoleV1>(bytes)?.into()),
+            _ => Err(format!("role format {format} is not known here")),
+        }
+    }
+}
 impl Record for Sse {}
 impl Record for Head {}
 impl Record for Tags {}
@@ -423,9 +433,56 @@ pub struct Role {
     /// The role's tags, in the order given.
     pub tags: Vec<(String, String)>,
     pub policies: Vec<(String, String)>,
+    /// The account the role is of (its id); none for the operator's users' roles.
+    pub account: Option<String>,
+}
+
+/// A role as format 1 stored it, before accounts.
+#[derive(Deserialize)]
+struct RoleV1 {
+    name: String,
+    path: String,
+    id: String,
+    created_ns: u64,
+    trust: String,
+    description: String,
+    max_session_seconds: u64,
+    tags: Vec<(String, String)>,
+    policies: Vec<(String, String)>,
+}
+
+impl From<RoleV1> for Role {
+    fn from(first: RoleV1) -> Role {
+        Role {
+            name: first.name,
+            path: first.path,
+            id: first.id,
+            created_ns: first.created_ns,
+            trust: first.trust,
+            description: first.description,
+            max_session_seconds: first.max_session_seconds,
+            tags: first.tags,
+            policies: first.policies,
+            account: None,
+        }
+    }
+}
+
+/// The record name of role `name` of `account` (none: the operator's users'): an account's
+/// roles are named as its users are ([`member_name`]).
+pub fn role_record(account: Option<&str>, name: &str) -> String {
+    match account {
+        Some(account) => member_name(account, name),
+        None => name.into(),
+    }
 }
 
 impl Role {
+    /// The role's record name ([`role_record`]).
+    pub fn record(&self) -> String {
+        role_record(self.account.as_deref(), &self.name)
+    }
+
     /// The document of the role's own policy `name`, if it has one by that name.
     pub fn policy(&self, name: &str) -> Option<&str> {
         self.policies
@@ -1057,6 +1114,44 @@ mod tests {
         };
         assert_eq!(decode::<User>(&bytes), Ok(with_one.clone()));
         assert_eq!(decode::<User>(&encode(&with_one)), Ok(with_one));
+    }
+
+    #[test]
+    fn a_role_of_the_first_format_reads_as_the_operator_s() {
+        #[derive(Serialize)]
+        struct First<'a>(
+            &'a str,
+            &'a str,
+            &'a str,
+            u64,
+            &'a str,
+            &'a str,
+            u64,
+            Vec<(&'a str, &'a str)>,
+            Vec<(&'a str, &'a str)>,
+        );
+        let first = First(
+            "r",
+            "/",
+            "AROA",
+            1,
+            "{}",
+            "d",
+            3600,
+            vec![],
+            vec![("p", "{}")],
+        );
+        let mut bytes = vec![1];
+        bytes.extend(postcard::to_allocvec(&first).expect("encoded"));
+        let role: Role = decode(&bytes).expect("decoded");
+        assert_eq!((role.record(), role.account), ("r".to_owned(), None));
+        let theirs = Role {
+            account: Some("RGW00000000000000001".into()),
+            name: "Mover".into(),
+            ..role
+        };
+        assert_eq!(theirs.record(), "RGW00000000000000001$mover");
+        assert_eq!(decode::<Role>(&encode(&theirs)), Ok(theirs));
     }
 
     #[test]

@@ -90,7 +90,7 @@ pub enum Action {
     DeleteUserPolicy,
     /// STS's temporary credentials of the user who asks, on the resource `*`.
     GetSessionToken,
-    /// The IAM verbs on roles, on the resource [`role_resource`].
+    /// The IAM verbs on roles, on the resource `crate::roles::arn`.
     CreateRole,
     GetRole,
     ListRoles,
@@ -100,6 +100,7 @@ pub enum Action {
     GetRolePolicy,
     ListRolePolicies,
     DeleteRolePolicy,
+    UpdateRole,
     /// STS's session of a role, on the role's ARN: asked of the caller's own policies and
     /// of the role's trust policy.
     AssumeRole,
@@ -190,6 +191,7 @@ impl Action {
             GetRolePolicy => "iam:GetRolePolicy",
             ListRolePolicies => "iam:ListRolePolicies",
             DeleteRolePolicy => "iam:DeleteRolePolicy",
+            UpdateRole => "iam:UpdateRole",
             AssumeRole => "sts:AssumeRole",
             CreateUser => "iam:CreateUser",
             GetUser => "iam:GetUser",
@@ -270,16 +272,6 @@ pub const ALL_BUCKETS: &str = "arn:aws:s3:::";
 /// The ARN of user `name`, which the IAM verbs on its policies act on.
 pub fn user_resource(name: &str) -> String {
     format!("arn:aws:iam:::user/{name}")
-}
-
-/// The ARN of role `name` under `path` (`/` or `/a/b/`).
-pub fn role_resource(path: &str, name: &str) -> String {
-    format!("arn:aws:iam:::role{path}{name}")
-}
-
-/// The ARN of a role's session (STS's assumed-role ARN).
-pub fn role_session_resource(role: &str, session: &str) -> String {
-    format!("arn:aws:sts:::assumed-role/{role}/{session}")
 }
 
 /// The ARN of a bucket, or of one of its objects.
@@ -1547,7 +1539,7 @@ mod tests {
             context: &context,
             account: None,
         };
-        let role_arn = role_resource("/", "reader");
+        let role_arn = crate::roles::arn_in(None, "/", "reader");
         assert_eq!(role_arn, "arn:aws:iam:::role/reader");
         let by = |who| ask(Some(who), Action::AssumeRole, &role_arn);
         assert_eq!(trust.judge(&by("ann")), Verdict::Allowed);
@@ -1576,7 +1568,7 @@ mod tests {
                 "Principal": {"AWS": "arn:aws:iam:::user/ann"}, "Resource": "*"}}"#
         )
         .is_err());
-        let session = role_session_resource("reader", "nightly");
+        let session = "arn:aws:sts:::assumed-role/reader/nightly".to_owned();
         let none = PublicBlock::default();
         let get = ask(Some(&session), Action::GetObject, "arn:aws:s3:::b/k");
         let roles = std::slice::from_ref(&role);

@@ -25,6 +25,8 @@ const TAG_VALUE_CHARS_MAX: usize = 256;
 
 /// What CreateRole asks for.
 pub struct NewRole<'a> {
+    /// The account the role is to be of; none for the operator's users' roles.
+    pub account: Option<&'a str>,
     pub name: &'a str,
     /// `None`: `/`.
     pub path: Option<&'a str>,
@@ -69,12 +71,7 @@ pub fn role(asked: NewRole, id: String, now_ns: u64) -> Result<Role, Error> {
         ));
     }
     let max_session_seconds = asked.max_session_seconds.unwrap_or(MAX_SESSION_SECONDS_MIN);
-    if !(MAX_SESSION_SECONDS_MIN..=MAX_SESSION_SECONDS_MAX).contains(&max_session_seconds) {
-        return invalid(format!(
-            "MaxSessionDuration {max_session_seconds}: from {MAX_SESSION_SECONDS_MIN} to \
-             {MAX_SESSION_SECONDS_MAX}"
-        ));
-    }
+    check_max_session(max_session_seconds)?;
     check_tags(&asked.tags)?;
     Policy::parse_trust(asked.trust)
         .map_err(|why| Error::IamPolicy(PolicyRefusal::Document(why)))?;
@@ -88,7 +85,40 @@ pub fn role(asked: NewRole, id: String, now_ns: u64) -> Result<Role, Error> {
         max_session_seconds,
         tags: asked.tags,
         policies: Vec::new(),
+        account: asked.account.map(str::to_owned),
     })
+}
+
+/// Refuses a longest session out of IAM's range.
+fn check_max_session(seconds: u64) -> Result<(), Error> {
+    if (MAX_SESSION_SECONDS_MIN..=MAX_SESSION_SECONDS_MAX).contains(&seconds) {
+        Ok(())
+    } else {
+        Err(Error::Invalid(format!(
+            "MaxSessionDuration {seconds}: from {MAX_SESSION_SECONDS_MIN} to \
+             {MAX_SESSION_SECONDS_MAX}"
+        )))
+    }
+}
+
+/// The ARN of role `name` under `path` (`/` or `/a/b/`) of `account` (none: the operator's
+/// users').
+pub fn arn_in(account: Option<&str>, path: &str, name: &str) -> String {
+    format!("arn:aws:iam::{}:role{path}{name}", account.unwrap_or(""))
+}
+
+/// The ARN of `role`.
+pub fn arn(role: &Role) -> String {
+    arn_in(role.account.as_deref(), &role.path, &role.name)
+}
+
+/// The ARN of a session named `session` of `role` (STS's assumed-role ARN).
+pub fn session_arn(role: &Role, session: &str) -> String {
+    let account = role.account.as_deref().unwrap_or("");
+    format!(
+        "arn:aws:sts::{account}:assumed-role/{}/{session}",
+        role.name
+    )
 }
 
 fn check_tags(tags: &[(String, String)]) -> Result<(), Error> {
@@ -117,7 +147,7 @@ fn check_tags(tags: &[(String, String)]) -> Result<(), Error> {
 pub async fn create(pool: &Pool, asked: NewRole<'_>) -> Result<Role, Error> {
     let id = format!("AROA{}", users::random_text(17, users::ACCESS_KEY_ALPHABET));
     let role = role(asked, id, layout::now_ns())?;
-    let key = layout::role_key(&role.name);
+    let key = layout::role_key(&role.record());
     let ops = vec![
         ObjectOp::Create { exclusive: false },
         ObjectOp::AssertOmap {
@@ -135,25 +165,36 @@ pub async fn create(pool: &Pool, asked: NewRole<'_>) -> Result<Role, Error> {
     }
 }
 
-pub async fn get(pool: &Pool, name: &str) -> Result<Option<Role>, Error> {
-    Ok(users::read_record(pool, layout::role_key(name))
+/// Role `name` of `account` (none: of the operator's users), in any case for an account's.
+pub async fn get(pool: &Pool, account: Option<&str>, name: &str) -> Result<Option<Role>, Error> {
+    let key = layout::role_key(&layout::role_record(account, name));
+    Ok(users::read_record::<Role>(pool, key)
         .await?
-        .map(|(_, role)| role))
+        .map(|(_, role)| role)
+        .filter(|role| role.account.as_deref() == account))
 }
 
-/// Every role whose path starts with `prefix`, by name.
-pub async fn list(pool: &Pool, prefix: &str) -> Result<Vec<Role>, Error> {
+/// Every role of `account` (none: of the operator's users) whose path starts with
+/// `prefix`, by record name.
+pub async fn list(pool: &Pool, account: Option<&str>, prefix: &str) -> Result<Vec<Role>, Error> {
+    let every = every(pool, account.map(|a| format!("{a}$")).as_deref()).await?;
+    Ok(every
+        .into_iter()
+        .filter(|role| role.account.as_deref() == account && role.path.starts_with(prefix))
+        .collect())
+}
+
+/// Every role whose record name starts with `start` (none: every role), by record name.
+pub async fn every(pool: &Pool, start: Option<&str>) -> Result<Vec<Role>, Error> {
+    let prefix = format!("role/{}", start.unwrap_or("")).into_bytes();
     let mut roles = Vec::new();
-    let mut pages = Pages::new(pool, layout::USERS, layout::before(b"role/"));
+    let mut pages = Pages::new(pool, layout::USERS, layout::before(&prefix));
     while let Some(page) = pages.next().await? {
         for (key, value) in page {
-            if !key.starts_with(b"role/") {
+            if !key.starts_with(&prefix) {
                 return Ok(roles);
             }
-            let role: Role = layout::decode(&value).map_err(Error::Corrupt)?;
-            if role.path.starts_with(prefix) {
-                roles.push(role);
-            }
+            roles.push(layout::decode(&value).map_err(Error::Corrupt)?);
         }
     }
     Ok(roles)
@@ -163,7 +204,7 @@ pub async fn list(pool: &Pool, prefix: &str) -> Result<Vec<Role>, Error> {
 /// since); refused while it has policies (IAM's DeleteConflict). Its sessions end with it.
 pub async fn remove(pool: &Pool, judged: &Role) -> Result<(), Error> {
     let name = &judged.name;
-    let key = layout::role_key(name);
+    let key = layout::role_key(&judged.record());
     let found = users::read_record::<Role>(pool, key.clone()).await?;
     let Some((bytes, role)) = found.filter(|(_, role)| role.id == judged.id) else {
         return Err(Error::NotFound(format!("role {name}")));
@@ -205,6 +246,33 @@ pub async fn set_policy(
     .await
 }
 
+/// Sets role `judged`'s description and longest session, where given (IAM's UpdateRole).
+pub async fn update_role(
+    pool: &Pool,
+    judged: &Role,
+    description: Option<&str>,
+    max_session_seconds: Option<u64>,
+) -> Result<(), Error> {
+    if description.is_some_and(|d| d.chars().count() > DESCRIPTION_CHARS_MAX) {
+        return Err(Error::Invalid(format!(
+            "the description is longer than {DESCRIPTION_CHARS_MAX} characters"
+        )));
+    }
+    if let Some(seconds) = max_session_seconds {
+        check_max_session(seconds)?;
+    }
+    update(pool, judged, |mut found| {
+        if let Some(description) = description {
+            found.description = description.into();
+        }
+        if let Some(seconds) = max_session_seconds {
+            found.max_session_seconds = seconds;
+        }
+        Ok(found)
+    })
+    .await
+}
+
 /// Sets role `judged`'s trust policy to `document`.
 pub async fn put_trust(pool: &Pool, judged: &Role, document: &str) -> Result<(), Error> {
     Policy::parse_trust(document).map_err(|why| Error::IamPolicy(PolicyRefusal::Document(why)))?;
@@ -227,7 +295,7 @@ async fn update(
         true => change(found),
         false => Err(Error::NotFound(what.clone())),
     };
-    let key = layout::role_key(&judged.name);
+    let key = layout::role_key(&judged.record());
     users::update_record(pool, key, &what, same, |_| Vec::new()).await
 }
 
@@ -255,6 +323,7 @@ mod tests {
 
     fn asked(name: &str) -> NewRole<'_> {
         NewRole {
+            account: None,
             name,
             path: None,
             trust: TRUST,
@@ -276,6 +345,7 @@ mod tests {
         }
         for path in ["a/", "/a", "/a b/"] {
             let pathed = NewRole {
+                account: None,
                 path: Some(path),
                 ..asked("r")
             };
@@ -285,16 +355,19 @@ mod tests {
             );
         }
         let long = NewRole {
+            account: None,
             max_session_seconds: Some(43_201),
             ..asked("r")
         };
         assert!(matches!(role(long, "A".into(), 5), Err(Error::Invalid(_))));
         let twice = NewRole {
+            account: None,
             tags: vec![("k".into(), "1".into()), ("k".into(), "2".into())],
             ..asked("r")
         };
         assert!(matches!(role(twice, "A".into(), 5), Err(Error::Invalid(_))));
         let nobody = NewRole {
+            account: None,
             trust: r#"{"Version": "2012-10-17", "Statement": {"Effect": "Allow",
                 "Action": "sts:AssumeRole"}}"#,
             ..asked("r")

@@ -361,10 +361,10 @@ pub async fn sweep_sessions(pool: &Pool, now_ns: u64, dry_run: bool) -> Result<u
         .into_iter()
         .map(|user| (user.name, user.created_ns))
         .collect();
-    let roles: HashMap<String, String> = crate::roles::list(pool, "/")
+    let roles: HashMap<String, String> = crate::roles::every(pool, None)
         .await?
         .into_iter()
-        .map(|role| (role.name, role.id))
+        .map(|role| (role.record(), role.id))
         .collect();
     // The clock of the host that sweeps may run ahead of the gateways'.
     let now_ns = now_ns.saturating_sub(SWEEP_GRACE.as_nanos() as u64);
@@ -752,6 +752,7 @@ mod tests {
             max_session_seconds: 7200,
             tags: Vec::new(),
             policies: Vec::new(),
+            account: None,
         };
         assert_eq!(session_seconds(None, Some(&role)).expect("default"), 3600);
         assert_eq!(

@@ -3815,6 +3815,109 @@ class Suite:
         expect("accounts left", [m["account"] for m in made if m["account"] in listed], [])
         ok("an account's users, keys and policies removed over IAM's API, then the account")
 
+    def account_roles(self):
+        """An account's roles: its root makes them (names unique whatever their case); a
+        user of another account the trust policy names takes one on; the session acts for
+        the role's account, with the role's policies: what it makes is that account's, and
+        in the other account's bucket the bucket's policy must let the role's account in
+        too. An operator's role is not an account user's to take on."""
+        tag = self.bucket[-12:]
+        made = [json.loads(self.coffer("account", "create", f"{tag}-r{side}", "--json"))
+                for side in ["a", "b"]]
+        (root, alt_root) = [self.iam(m["access_key"], m["secret_key"]) for m in made]
+        account, alt_account = [m["account"] for m in made]
+        alt_root_s3 = client(made[1]["access_key"], made[1]["secret_key"])
+        root_s3 = client(made[0]["access_key"], made[0]["secret_key"])
+        role_bucket, alt_bucket = f"{self.bucket}-role-a", f"{self.bucket}-role-b"
+        try:
+            eve_arn = alt_root.create_user(UserName="Eve")["User"]["Arn"]
+            eve_key = alt_root.create_access_key(UserName="Eve")["AccessKey"]
+            trust = json.dumps({"Version": "2012-10-17", "Statement": {
+                "Effect": "Allow", "Principal": {"AWS": eve_arn}, "Action": "sts:AssumeRole"}})
+            role = root.create_role(RoleName="Mover", Path="/ops/", AssumeRolePolicyDocument=trust)["Role"]
+            expect("an account's role's ARN", role["Arn"], f"arn:aws:iam::{account}:role/ops/Mover")
+            expect_error("a role name taken in another case", ["EntityAlreadyExists"],
+                         root.create_role, RoleName="mover", AssumeRolePolicyDocument=trust)
+            root.update_role(RoleName="MOVER", Description="moves", MaxSessionDuration=7200)
+            got = root.get_role(RoleName="mover")["Role"]
+            expect("an updated role", (got["RoleId"], got["Description"], got["MaxSessionDuration"]),
+                   (role["RoleId"], "moves", 7200))
+            expect("list_roles of the account", [r["RoleName"] for r in root.list_roles()["Roles"]],
+                   ["Mover"])
+            expect("list_roles of the other account", alt_root.list_roles()["Roles"], [])
+            ok("an account's root makes, finds in any case, updates and lists the account's roles")
+
+            eve_sts = self.sts(eve_key["AccessKeyId"], eve_key["SecretAccessKey"])
+            taken = eve_sts.assume_role(RoleArn=role["Arn"], RoleSessionName="move")
+            expect("the session's ARN", taken["AssumedRoleUser"]["Arn"],
+                   f"arn:aws:sts::{account}:assumed-role/Mover/move")
+            session = self.session_s3(taken["Credentials"])
+            expect_error("a session of a role with no policy", ["AccessDenied"],
+                         session.create_bucket, Bucket=role_bucket)
+            root.put_role_policy(RoleName="Mover", PolicyName="s3", PolicyDocument=json.dumps(
+                {"Version": "2012-10-17",
+                 "Statement": {"Effect": "Allow", "Action": "s3:*", "Resource": "*"}}))
+            session.create_bucket(Bucket=role_bucket)
+            session.put_object(Bucket=role_bucket, Key="k", Body=b"moved")
+            expect("the owner of what the session made",
+                   root_s3.get_bucket_acl(Bucket=role_bucket)["Owner"]["ID"], account)
+            expect("the session's caller identity", self.sts(
+                taken["Credentials"]["AccessKeyId"], taken["Credentials"]["SecretAccessKey"],
+                taken["Credentials"]["SessionToken"]).get_caller_identity()["Account"], account)
+            ok("another account's user the trust names takes the role on; the session acts for"
+               " the role's account, with the role's policies")
+
+            alt_root_s3.create_bucket(Bucket=alt_bucket)
+            expect_error("the session in the other account's bucket", ["AccessDenied"],
+                         session.list_objects_v2, Bucket=alt_bucket)
+            alt_root_s3.put_bucket_policy(Bucket=alt_bucket, Policy=json.dumps(
+                {"Version": "2012-10-17", "Statement": {
+                    "Effect": "Allow", "Principal": {"AWS": f"arn:aws:iam::{account}:root"},
+                    "Action": "s3:ListBucket", "Resource": f"arn:aws:s3:::{alt_bucket}"}}))
+            expect("the session in the other account's bucket that lets its account in",
+                   session.list_objects_v2(Bucket=alt_bucket)["KeyCount"], 0)
+            ok("in another account's bucket, the bucket's policy must let the role's account in")
+
+            me = self.s3.list_buckets()["Owner"]["ID"]
+            operator_iam = self.iam(os.environ["S3_ACCESS"], os.environ["S3_SECRET"])
+            self.coffer("user", "policy", "put", me, "roles", "-", stdin=json.dumps(
+                {"Version": "2012-10-17",
+                 "Statement": {"Effect": "Allow", "Action": "iam:*", "Resource": "*"}}))
+            try:
+                anyone = json.dumps({"Version": "2012-10-17", "Statement": {
+                    "Effect": "Allow", "Principal": {"AWS": "*"}, "Action": "sts:AssumeRole"}})
+                theirs = operator_iam.create_role(RoleName=f"{tag}-open",
+                                                  AssumeRolePolicyDocument=anyone)["Role"]
+                try:
+                    expect_error("an account's user takes on an operator's role", ["AccessDenied"],
+                                 eve_sts.assume_role, RoleArn=theirs["Arn"], RoleSessionName="x1")
+                finally:
+                    operator_iam.delete_role(RoleName=f"{tag}-open")
+                expect_error("an operator's user finds an account's role", ["NoSuchEntity"],
+                             operator_iam.get_role, RoleName=f"{account}$mover")
+            finally:
+                self.coffer("user", "policy", "rm", me, "roles")
+            ok("an operator's role is no account's to take on; an account's role is no operator's"
+               " user's to reach")
+        finally:
+            for s3, bucket in [(root_s3, role_bucket), (alt_root_s3, alt_bucket)]:
+                try:
+                    self.empty_and_delete(bucket, s3)
+                except botocore.exceptions.ClientError:
+                    pass  # not made: the failure that got here is the one to report
+            for iam in [root, alt_root]:
+                for r in iam.list_roles()["Roles"]:
+                    for policy in iam.list_role_policies(RoleName=r["RoleName"])["PolicyNames"]:
+                        iam.delete_role_policy(RoleName=r["RoleName"], PolicyName=policy)
+                    iam.delete_role(RoleName=r["RoleName"])
+                for user in iam.list_users()["Users"]:
+                    for k in iam.list_access_keys(UserName=user["UserName"])["AccessKeyMetadata"]:
+                        iam.delete_access_key(UserName=user["UserName"], AccessKeyId=k["AccessKeyId"])
+                    iam.delete_user(UserName=user["UserName"])
+            for m in made:
+                self.coffer("account", "rm", m["account"])
+        ok("the accounts' roles, users and buckets removed, then the accounts")
+
     def acls(self):
         """Canned ACLs and grants on buckets and objects share them with another user or
         with anyone; an object belongs to its writer; a public access block refuses or
@@ -4328,6 +4431,7 @@ def main():
         suite.sessions,
         suite.roles,
         suite.accounts,
+        suite.account_roles,
         suite.acls,
         suite.cors,
         suite.checksums,

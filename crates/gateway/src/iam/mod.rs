@@ -528,14 +528,7 @@ async fn act(
         return members::act(pool, &signer, verb, &params, from).await;
     }
     if roles::VERBS.contains(&verb) {
-        return match (&signer.account, verb) {
-            (None, _) => roles::act(pool, &signer, verb, &params, from).await,
-            // Roles are the operator's users' alone: an account holds none.
-            (Some(_), "ListRoles") => Ok(Answered::Roles(Vec::new())),
-            (Some(_), _) => Err(IamRefusal::Invalid(
-                "roles are not served in accounts yet: only the operator's users use them".into(),
-            )),
-        };
+        return roles::act(pool, &signer, verb, &params, from).await;
     }
     let (verb, action) = match verb {
         "PutUserPolicy" => (Verb::Put, Action::PutUserPolicy),

@@ -27,6 +27,7 @@ pub(super) const VERBS: &[&str] = &[
     "GetRolePolicy",
     "ListRolePolicies",
     "DeleteRolePolicy",
+    "UpdateRole",
 ];
 
 /// The longest RoleSessionName (STS's).
@@ -35,7 +36,8 @@ const SESSION_NAME_BYTES_MAX: usize = 64;
 const SESSION_POLICY_CHARS_MAX: usize = 2048;
 
 /// Does IAM's role verb `verb` for `signer`, whose own policies must allow `iam:VERB` on
-/// the role's ARN.
+/// the role's ARN (an account's root may do anything in its account): on the roles of the
+/// signer's account, or the operator's users' roles for one of them.
 pub(super) async fn act(
     pool: &Pool,
     signer: &User,
@@ -43,11 +45,12 @@ pub(super) async fn act(
     params: &Params,
     from: Origin,
 ) -> Result<Answered, IamRefusal> {
+    let account = signer.account.as_ref().map(|a| a.account.as_str());
     if verb == "ListRoles" {
         let prefix = params.get("PathPrefix").map_or("/", String::as_str);
-        let resource = policy::role_resource(prefix, "*");
+        let resource = roles::arn_in(account, prefix, "*");
         may(signer, Action::ListRoles, &resource, from)?;
-        return Ok(Answered::Roles(roles::list(pool, prefix).await?));
+        return Ok(Answered::Roles(roles::list(pool, account, prefix).await?));
     }
     let name = param(params, "RoleName")?;
     if verb == "CreateRole" {
@@ -57,9 +60,10 @@ pub(super) async fn act(
             ));
         }
         let path = params.get("Path").map(String::as_str);
-        let resource = policy::role_resource(path.unwrap_or("/"), name);
+        let resource = roles::arn_in(account, path.unwrap_or("/"), name);
         may(signer, Action::CreateRole, &resource, from)?;
         let asked = NewRole {
+            account,
             name,
             path,
             trust: param(params, "AssumeRolePolicyDocument")?,
@@ -74,11 +78,14 @@ pub(super) async fn act(
     }
     // The caller is judged on the role's ARN (with its path) before learning whether the
     // role exists.
-    let found = roles::get(pool, name).await?;
-    let path = found.as_ref().map_or("/", |role| role.path.as_str());
-    let resource = policy::role_resource(path, name);
+    let found = roles::get(pool, account, name).await?;
+    let resource = match &found {
+        Some(role) => roles::arn(role),
+        None => roles::arn_in(account, "/", name),
+    };
     let action = match verb {
         "GetRole" => Action::GetRole,
+        "UpdateRole" => Action::UpdateRole,
         "DeleteRole" => Action::DeleteRole,
         "UpdateAssumeRolePolicy" => Action::UpdateAssumeRolePolicy,
         "PutRolePolicy" => Action::PutRolePolicy,
@@ -95,6 +102,12 @@ pub(super) async fn act(
     };
     Ok(match action {
         Action::GetRole => Answered::Role("GetRole", found()?),
+        Action::UpdateRole => {
+            let description = params.get("Description").map(String::as_str);
+            let longest = seconds(params, "MaxSessionDuration")?;
+            roles::update_role(pool, &found()?, description, longest).await?;
+            Answered::Done("UpdateRole")
+        }
         Action::DeleteRole => {
             roles::remove(pool, &found()?).await?;
             Answered::Done("DeleteRole")
@@ -173,11 +186,6 @@ pub(super) async fn assume(
     if holder.role().is_some() {
         return Err(denied("AssumeRole with a role's session (role chaining)"));
     }
-    if user.account.is_some() {
-        return Err(IamRefusal::Invalid(
-            "roles are not served in accounts yet: only the operator's users take them on".into(),
-        ));
-    }
     let arn = param(params, "RoleArn")?;
     let session_name = param(params, "RoleSessionName")?;
     check_session_name(session_name)?;
@@ -192,36 +200,46 @@ pub(super) async fn assume(
         .get("Policy")
         .map(|text| session_policy(text))
         .transpose()?;
-    // The role an ARN names, whatever account it gives: Coffer has none.
+    // The role an ARN names: of the account it gives, or of the operator's users when it
+    // gives none (or one that is no account's).
     let named = arn
         .strip_prefix("arn:aws:iam::")
-        .and_then(|rest| rest.split_once(":role/"))
-        .map(|(_, path_name)| path_name);
-    let Some(path_name) = named else {
+        .and_then(|rest| rest.split_once(":role/"));
+    let Some((role_account, path_name)) = named else {
         return Err(IamRefusal::Invalid(format!(
             "RoleArn {arn:?} names no role"
         )));
     };
+    let role_account = Some(role_account).filter(|a| crate::accounts::is_account_id(a));
     let name = path_name.rsplit('/').next().unwrap_or(path_name);
     // A role that does not exist is refused as one that does not trust the caller: the
-    // answer tells nothing of which roles exist.
-    let role = roles::get(pool, name)
-        .await?
-        .filter(|role| format!("/{path_name}") == format!("{}{}", role.path, role.name))
-        .ok_or_else(|| denied("sts:AssumeRole on that role"))?;
-    let resource = policy::role_resource(&role.path, &role.name);
+    // answer tells nothing of which roles exist. An account's root or user takes on
+    // accounts' roles alone.
+    let role = match (role_account, &user.account) {
+        (None, Some(_)) => None,
+        _ => roles::get(pool, role_account, name).await?,
+    }
+    .filter(|role| format!("/{path_name}") == format!("{}{}", role.path, role.name))
+    .ok_or_else(|| denied("sts:AssumeRole on that role"))?;
+    let resource = roles::arn(&role);
     if verdict(user, Action::AssumeRole, &resource, from)? == Verdict::Denied {
         return Err(denied("sts:AssumeRole on that role"));
     }
     let trust = roles::trust_of(&role)?;
-    let mut context =
-        policy::common_context(time::OffsetDateTime::now_utc(), from, Some(&user.name));
+    let shown = crate::accounts::shown(user);
+    let mut context = policy::common_context(time::OffsetDateTime::now_utc(), from, Some(&shown));
     context.insert("sts:rolesessionname".into(), vec![session_name.into()]);
     if let Some(external) = params.get("ExternalId") {
         context.insert("sts:externalid".into(), vec![external.clone()]);
     }
+    // A trust policy names an account's root by the account, its user by its ARN.
+    let principal = match &user.account {
+        Some(member) if member.root => member.account.clone(),
+        Some(_) => crate::accounts::arn(user),
+        None => user.name.clone(),
+    };
     let asked = Asked {
-        principal: Some(&user.name),
+        principal: Some(&principal),
         action: Action::AssumeRole,
         resource: &resource,
         context: &context,
@@ -232,7 +250,7 @@ pub(super) async fn assume(
     }
     let seconds = users::session_seconds(seconds(params, "DurationSeconds")?, Some(&role))?;
     let taken = RoleTaken {
-        name: role.name.clone(),
+        name: role.record(),
         id: role.id.clone(),
         session_name: session_name.into(),
         policy: bound,
@@ -282,7 +300,7 @@ fn session_identity(role: &Role, session: &Session) -> (String, String) {
         .as_ref()
         .map_or("", |taken| taken.session_name.as_str());
     (
-        policy::role_session_resource(&role.name, session_name),
+        roles::session_arn(role, session_name),
         format!("{}:{session_name}", role.id),
     )
 }
@@ -293,7 +311,7 @@ pub(super) fn caller(role: &Role, session: &Session) -> Answered {
     Answered::Caller {
         arn,
         id,
-        account: None,
+        account: role.account.clone(),
     }
 }
 
@@ -318,7 +336,7 @@ pub(super) fn role_xml(role: &Role) -> String {
         escape(&role.path),
         escape(&role.name),
         escape(&role.id),
-        escape(&policy::role_resource(&role.path, &role.name)),
+        escape(&roles::arn(role)),
         iso_time(role.created_ns),
         url_encoded(&role.trust),
         escape(&role.description),
@@ -351,6 +369,7 @@ mod tests {
             max_session_seconds: 3600,
             tags: vec![("k".into(), "v".into())],
             policies: Vec::new(),
+            account: None,
         }
     }
 

@@ -249,7 +249,7 @@ impl Gateway {
         let member = user.account.as_ref().filter(|a| !a.root);
         let bounded = match (&role, member) {
             (Some((taken, role)), _) => Some(Bounded {
-                principal: crate::policy::role_session_resource(&role.name, &taken.session_name),
+                principal: crate::roles::session_arn(role, &taken.session_name),
                 id: format!("{}:{}", role.id, taken.session_name),
                 username: None,
             }),
@@ -260,7 +260,13 @@ impl Gateway {
             }),
             (None, None) => None,
         };
-        let name = crate::accounts::owner(&user);
+        // What an account's role's session makes is the role's account's; what an operator's
+        // role's session makes, its user's.
+        let name = match &role {
+            Some((_, role)) => role.account.as_deref(),
+            None => None,
+        }
+        .unwrap_or(crate::accounts::owner(&user));
         let signer = match kept {
             // The same signer and policies as last read: kept as they were read then.
             Some((_, signer))

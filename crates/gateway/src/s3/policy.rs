@@ -308,13 +308,18 @@ fn context<T>(req: &S3Request<T>, principal: Option<&str>, signer: Option<&Signe
     }
 }
 
-/// What the bucket's owner and policy and the signer's own policies say of `asked`: a
-/// role's session, and an account's user in its account, by [`policy::decide_role`]; an
-/// account's user, and a role's session in an account's bucket, elsewhere by
-/// [`policy::decide_elsewhere`], with both sides' allow. An
-/// account's root elsewhere, and an operator's user in an account's bucket, need the
-/// bucket's allow (its policy or an ACL) and no deny of their own: what their own policies
-/// allow opens no other account's bucket.
+/// What the bucket's owner and policy and the signer's own policies say of `asked`:
+/// - an account's user, or a session of an account's role: in the account's buckets by
+///   [`policy::decide_role`] (its own policies or the bucket's allow it), elsewhere by
+///   [`policy::decide_elsewhere`] (both sides allow it, the bucket by its policy or an ACL
+///   grant to the account);
+/// - a session of an operator's role: by [`policy::decide_role`], but in an account's bucket
+///   both sides must allow it (ACLs grant to no role);
+/// - an account's root elsewhere, and an operator's user in an account's bucket: by the
+///   bucket's allow (its policy or an ACL), their own policies only denying, so that what
+///   they allow themselves opens no other account's bucket;
+/// - else (the owner, anonymous requests, the operator's users among theirs) by
+///   [`policy::decide`].
 fn decide(bucket: &buckets::Bucket, signer: Option<&Signer>, asked: &Asked) -> Decision {
     let block = bucket.public_block.unwrap_or_default();
     let policy = bucket.policy.as_ref();
@@ -323,24 +328,23 @@ fn decide(bucket: &buckets::Bucket, signer: Option<&Signer>, asked: &Asked) -> D
         return policy::decide(owner, asked, policy, block, &[]);
     };
     let elsewhere = signer.name != *owner;
+    let of_account = is_account_id(&signer.name);
     match &signer.bounded {
-        Some(bounded) if bounded.username.is_some() && elsewhere => {
+        Some(_) if of_account && elsewhere => {
             let asked = Asked {
                 account: Some(&signer.name),
                 ..*asked
             };
             policy::decide_elsewhere(&asked, policy, block, signer.judge(&asked))
         }
-        // A role's session (roles are the operator's users') in an account's bucket: both
-        // sides must allow it, and ACLs grant to no role.
-        Some(bounded) if bounded.username.is_none() && is_account_id(owner) => {
+        Some(_) if !of_account && is_account_id(owner) => {
             match policy::decide_elsewhere(asked, policy, block, signer.judge(asked)) {
                 Decision::AskAcl => Decision::Deny,
                 decided => decided,
             }
         }
         Some(_) => policy::decide_role(asked, policy, block, signer.judge(asked)),
-        None if elsewhere && (is_account_id(owner) || is_account_id(&signer.name)) => {
+        None if elsewhere && (is_account_id(owner) || of_account) => {
             let mine = match signer.judge(asked) {
                 Verdict::Denied => Verdict::Denied,
                 _ => Verdict::Allowed,
