@@ -3292,6 +3292,13 @@ class Suite:
             raise AssertionError(f"{' '.join(command)} failed: {done.stderr}")
         return done.stdout
 
+    def coffer_refused(self, what, why, *args):
+        """A `coffer` command on the suite's cluster that must fail, saying `why`."""
+        command = [os.environ["COFFER_BIN"], "--conf", os.environ["COFFER_CONF"], *args]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        if done.returncode == 0 or why not in done.stderr:
+            raise AssertionError(f"{what}: {' '.join(command)} gave {done.returncode}: {done.stderr}")
+
     def iam(self, access, secret):
         """An IAM client of the gateway, as boto3 makes one for IAM's API."""
         return boto3.client(
@@ -3788,12 +3795,8 @@ class Suite:
                     operator_iam.delete_role(RoleName=role)
             finally:
                 self.coffer("user", "policy", "rm", me, "everything")
-            try:
-                self.coffer("account", "rm", account)
-                raise AssertionError("coffer account rm removed an account that has users")
-            except AssertionError as e:
-                if "has 3 users" not in str(e):
-                    raise
+            self.coffer_refused("coffer account rm of an account with users", "has 3 users",
+                                "account", "rm", account)
             ok("the operator's users make no IAM users and reach no account's users or buckets by"
                " their own or their roles' policies; an account with users is kept")
         finally:
@@ -3844,11 +3847,20 @@ class Suite:
                    (role["RoleId"], "moves", 7200))
             expect("list_roles of the account", [r["RoleName"] for r in root.list_roles()["Roles"]],
                    ["Mover"])
-            expect("list_roles of the other account", alt_root.list_roles()["Roles"], [])
-            ok("an account's root makes, finds in any case, updates and lists the account's roles")
+            alt_root.create_role(RoleName="Mover", AssumeRolePolicyDocument=trust)
+            expect("list_roles of the other account, which has a role of that name too",
+                   [r["Arn"] for r in alt_root.list_roles()["Roles"]],
+                   [f"arn:aws:iam::{alt_account}:role/Mover"])
+            expect("the other account's role", alt_root.get_role(RoleName="Mover")["Role"]["RoleId"]
+                   != role["RoleId"], True)
+            self.coffer_refused("coffer account rm of an account with a role", "has 1 roles",
+                                "account", "rm", account)
+            ok("an account's root makes, finds in any case, updates and lists the account's roles;"
+               " another account's of the same name are its own; an account with roles is kept")
 
             eve_sts = self.sts(eve_key["AccessKeyId"], eve_key["SecretAccessKey"])
-            taken = eve_sts.assume_role(RoleArn=role["Arn"], RoleSessionName="move")
+            taken = eve_sts.assume_role(RoleArn=role["Arn"].replace("Mover", "MOVER"),
+                                        RoleSessionName="move")
             expect("the session's ARN", taken["AssumedRoleUser"]["Arn"],
                    f"arn:aws:sts::{account}:assumed-role/Mover/move")
             session = self.session_s3(taken["Credentials"])

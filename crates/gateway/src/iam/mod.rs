@@ -215,6 +215,8 @@ pub(crate) async fn answer(
 enum Answered {
     /// A verb with no result (Put, Delete).
     Done(&'static str),
+    /// A verb whose result is empty (UpdateRole's: SDKs look for it).
+    Nothing(&'static str),
     /// GetUserPolicy's or GetRolePolicy's.
     Policy {
         of: Holding,
@@ -392,6 +394,7 @@ impl Answered {
                 ),
             ),
             Answered::Done(verb) => ((*verb).to_owned(), String::new()),
+            Answered::Nothing(verb) => ((*verb).to_owned(), format!("<{verb}Result/>")),
             Answered::Policy {
                 of,
                 holder,

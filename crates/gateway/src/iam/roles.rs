@@ -106,7 +106,7 @@ pub(super) async fn act(
             let description = params.get("Description").map(String::as_str);
             let longest = seconds(params, "MaxSessionDuration")?;
             roles::update_role(pool, &found()?, description, longest).await?;
-            Answered::Done("UpdateRole")
+            Answered::Nothing("UpdateRole")
         }
         Action::DeleteRole => {
             roles::remove(pool, &found()?).await?;
@@ -219,7 +219,15 @@ pub(super) async fn assume(
         (None, Some(_)) => None,
         _ => roles::get(pool, role_account, name).await?,
     }
-    .filter(|role| format!("/{path_name}") == format!("{}{}", role.path, role.name))
+    .filter(|role| {
+        // An account's role's name in any case, as the account finds it.
+        let (path, given) = path_name.rsplit_once('/').unwrap_or(("", path_name));
+        let same = match role.account {
+            Some(_) => given.eq_ignore_ascii_case(&role.name),
+            None => given == role.name,
+        };
+        format!("/{path}/").replace("//", "/") == role.path && same
+    })
     .ok_or_else(|| denied("sts:AssumeRole on that role"))?;
     let resource = roles::arn(&role);
     if verdict(user, Action::AssumeRole, &resource, from)? == Verdict::Denied {
