@@ -551,7 +551,7 @@ pub enum AccountCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Removes an account, by id (refused while it has users, roles or buckets).
+    /// Removes an account, by id (refused while it has users, groups, roles or buckets).
     Rm { id: String },
 }
 

@@ -71,12 +71,7 @@ pub fn member_arn(account: &str, path: &str, name: &str) -> String {
 
 /// Creates an account named `name`, with its root and the root's first key.
 pub async fn create(pool: &Pool, name: &str, email: &str) -> Result<User, Error> {
-    if !users::is_iam_name(name, ACCOUNT_NAME_BYTES_MAX) {
-        return Err(Error::Invalid(format!(
-            "account name {name:?}: use 1 to {ACCOUNT_NAME_BYTES_MAX} letters, digits or \
-             '+=,.@_-'"
-        )));
-    }
+    users::check_iam_name("account", name, ACCOUNT_NAME_BYTES_MAX)?;
     let mailed = email.len() <= EMAIL_BYTES_MAX && email.bytes().all(|b| b.is_ascii_graphic());
     if !mailed {
         return Err(Error::Invalid(format!("email address {email:?}")));
@@ -113,6 +108,8 @@ pub async fn create(pool: &Pool, name: &str, email: &str) -> Result<User, Error>
             root: true,
             email: email.into(),
         }),
+        attached: Vec::new(),
+        groups: Vec::new(),
     };
     users::insert(pool, &root).await?;
     Ok(root)
@@ -127,8 +124,8 @@ pub async fn roots(pool: &Pool) -> Result<Vec<User>, Error> {
         .collect())
 }
 
-/// Removes account `id`, with its root and the root's keys; refused while it has users or
-/// roles, or owns buckets.
+/// Removes account `id`, with its root and the root's keys; refused while it has users,
+/// groups or roles, or owns buckets.
 pub async fn remove(pool: &Pool, id: &str) -> Result<(), Error> {
     let found = users::read_record::<User>(pool, layout::user_key(id)).await?;
     let Some((bytes, root)) = found.filter(|(_, u)| u.account.as_ref().is_some_and(|a| a.root))
@@ -140,6 +137,13 @@ pub async fn remove(pool: &Pool, id: &str) -> Result<(), Error> {
         return Err(Error::Conflict(format!(
             "account {id} has {} users; remove them first",
             members.len()
+        )));
+    }
+    let groups = crate::groups::list(pool, id, "/").await?;
+    if !groups.is_empty() {
+        return Err(Error::Conflict(format!(
+            "account {id} has {} groups; remove them first",
+            groups.len()
         )));
     }
     let roles = crate::roles::list(pool, Some(id), "/").await?;
@@ -162,20 +166,14 @@ pub async fn remove(pool: &Pool, id: &str) -> Result<(), Error> {
     // The root as read: a key made meanwhile fails the removal rather than outlive it.
     let mut keys = vec![layout::user_key(id)];
     keys.extend(root.keys.iter().map(|k| layout::access_key_key(&k.id)));
-    let ops = vec![
-        client::ObjectOp::AssertOmap {
-            key: layout::user_key(id),
-            value: Some(bytes),
-        },
-        client::ObjectOp::OmapRemove { keys },
-    ];
-    match pool.operate(layout::USERS, ops, bytes::Bytes::new()).await {
-        Ok(_) => Ok(()),
-        Err(client::Error::Mismatch(_)) => Err(Error::Busy(format!(
-            "account {id} is being changed by others"
-        ))),
-        Err(e) => Err(e.into()),
-    }
+    users::remove_as_read(
+        pool,
+        layout::user_key(id),
+        bytes,
+        keys,
+        &format!("account {id}"),
+    )
+    .await
 }
 
 /// Account `account`'s users whose path starts with `prefix`, by name in lower case.
@@ -193,13 +191,7 @@ pub async fn members(pool: &Pool, account: &str, prefix: &str) -> Result<Vec<Use
 
 /// Refuses a user name IAM would not take.
 fn check_user_name(name: &str) -> Result<(), Error> {
-    if users::is_iam_name(name, USER_NAME_BYTES_MAX) {
-        Ok(())
-    } else {
-        Err(Error::Invalid(format!(
-            "user name {name:?}: use 1 to {USER_NAME_BYTES_MAX} letters, digits or '+=,.@_-'"
-        )))
-    }
+    users::check_iam_name("user", name, USER_NAME_BYTES_MAX)
 }
 
 /// Creates user `name` under `path` (`None`: `/`) in account `account`, with no key.
@@ -230,6 +222,8 @@ pub async fn create_member(
             root: false,
             email: String::new(),
         }),
+        attached: Vec::new(),
+        groups: Vec::new(),
     };
     match users::insert(pool, &user).await {
         Err(Error::Exists(_)) => Err(Error::Exists(format!("user {name}"))),
@@ -282,33 +276,20 @@ fn no_user(name: &str) -> Error {
 }
 
 /// Removes account `account`'s user `name`; refused while they have keys or policies
-/// (IAM's DeleteConflict). Their sessions end with them.
+/// (IAM's DeleteConflict). Their sessions end with them, and they leave their groups.
 pub async fn remove_member(pool: &Pool, account: &str, name: &str) -> Result<(), Error> {
     let record = layout::member_name(account, name);
     let Some((bytes, user)) = users::read_record::<User>(pool, layout::user_key(&record)).await?
     else {
         return Err(no_user(name));
     };
-    if !user.keys.is_empty() || !user.policies.is_empty() {
+    if !user.keys.is_empty() || !user.policies.is_empty() || !user.attached.is_empty() {
         return Err(Error::Conflict(format!(
             "user {name} has access keys or policies: remove them first"
         )));
     }
     let key = layout::user_key(&record);
-    let ops = vec![
-        client::ObjectOp::AssertOmap {
-            key: key.clone(),
-            value: Some(bytes),
-        },
-        client::ObjectOp::OmapRemove { keys: vec![key] },
-    ];
-    match pool.operate(layout::USERS, ops, bytes::Bytes::new()).await {
-        Ok(_) => Ok(()),
-        Err(client::Error::Mismatch(_)) => Err(Error::Busy(format!(
-            "user {name} is being changed by others"
-        ))),
-        Err(e) => Err(e.into()),
-    }
+    users::remove_as_read(pool, key.clone(), bytes, vec![key], &format!("user {name}")).await
 }
 
 /// Gives `user` a fresh key; refused when they have [`KEYS_MAX`] already (IAM's
@@ -388,6 +369,8 @@ mod tests {
                 root: false,
                 email: String::new(),
             }),
+            attached: Vec::new(),
+            groups: Vec::new(),
         };
         assert_eq!(member.name, "RGW00000000000000001$ann");
         assert_eq!(arn(&member), "arn:aws:iam::RGW00000000000000001:user/a/Ann");

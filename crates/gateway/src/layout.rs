@@ -190,6 +190,18 @@ pub fn role_key(name: &str) -> Vec<u8> {
     format!("role/{name}").into_bytes()
 }
 
+/// The key of a group's record, by its id (IAM's GroupId): users name their groups by id,
+/// so that a group renamed keeps its users.
+pub fn group_key(id: &str) -> Vec<u8> {
+    format!("group/{id}").into_bytes()
+}
+
+/// The key that holds the id of group `name` of `account`: names are unique in an account
+/// whatever their case ([`member_name`]).
+pub fn group_name_key(account: &str, name: &str) -> Vec<u8> {
+    format!("groupname/{}", member_name(account, name)).into_bytes()
+}
+
 /// A record the gateway stores: a first byte naming its format, then postcard. A record
 /// whose fields change takes the next format, and reads the ones before in [`Record::earlier`].
 pub trait Record: Serialize + for<'de> Deserialize<'de> {
@@ -218,15 +230,16 @@ pub fn decode<T: Record>(bytes: &[u8]) -> Result<T, String> {
     }
 }
 
-/// Format 2 added the user's policies.
-/// Format 2 added policies; format 3 several keys and accounts.
+/// Format 2 added policies; format 3 several keys and accounts; format 4 managed policies
+/// and groups.
 impl Record for User {
-    const FORMAT: u8 = 3;
+    const FORMAT: u8 = 4;
 
     fn earlier(format: u8, bytes: &[u8]) -> Result<Self, String> {
         match format {
-            1 => Ok(UserV2::from(read::<UserV1>(bytes)?).into()),
-            2 => Ok(read::<UserV2>(bytes)?.into()),
+            1 => Ok(UserV3::from(UserV2::from(read::<UserV1>(bytes)?)).into()),
+            2 => Ok(UserV3::from(read::<UserV2>(bytes)?).into()),
+            3 => Ok(read::<UserV3>(bytes)?.into()),
             _ => Err(format!("user format {format} is not known here")),
         }
     }
@@ -243,17 +256,19 @@ impl Record for Session {
         }
     }
 }
-/// Format 2 added the role's account.
+/// Format 2 added the role's account; format 3 its managed policies.
 impl Record for Role {
-    const FORMAT: u8 = 2;
+    const FORMAT: u8 = 3;
 
     fn earlier(format: u8, bytes: &[u8]) -> Result<Self, String> {
         match format {
-            1 => Ok(read::<RoleV1>(bytes)?.into()),
+            1 => Ok(RoleV2::from(read::<RoleV1>(bytes)?).into()),
+            2 => Ok(read::<RoleV2>(bytes)?.into()),
             _ => Err(format!("role format {format} is not known here")),
         }
     }
 }
+impl Record for Group {}
 impl Record for Sse {}
 impl Record for Head {}
 impl Record for Tags {}
@@ -310,6 +325,35 @@ pub struct User {
     pub policies: Vec<(String, String)>,
     /// The account the user is of, for an account's root or user.
     pub account: Option<InAccount>,
+    /// The managed policies attached to the user (IAM's AttachUserPolicy), by ARN, in the
+    /// order attached ([`crate::managed`]).
+    pub attached: Vec<String>,
+    /// The ids of the groups the user is in (an account's user), in the order joined.
+    pub groups: Vec<String>,
+}
+
+/// A user as format 3 stored it, before managed policies and groups.
+#[derive(Deserialize)]
+struct UserV3 {
+    name: String,
+    keys: Vec<AccessKey>,
+    created_ns: u64,
+    policies: Vec<(String, String)>,
+    account: Option<InAccount>,
+}
+
+impl From<UserV3> for User {
+    fn from(third: UserV3) -> User {
+        User {
+            name: third.name,
+            keys: third.keys,
+            created_ns: third.created_ns,
+            policies: third.policies,
+            account: third.account,
+            attached: Vec::new(),
+            groups: Vec::new(),
+        }
+    }
 }
 
 /// An access key of a user, with the secret it signs with.
@@ -339,6 +383,14 @@ pub struct InAccount {
     pub email: String,
 }
 
+/// The document of policy `name` among `policies` (by name), if there is one.
+fn named<'a>(policies: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    policies
+        .iter()
+        .find(|(given, _)| given == name)
+        .map(|(_, document)| document.as_str())
+}
+
 /// The record name of an account's user `name`: names are unique in their account whatever
 /// their case, as in IAM.
 pub fn member_name(account: &str, name: &str) -> String {
@@ -358,10 +410,7 @@ impl User {
 
     /// The document of the user's own policy `name`, if the user has one by that name.
     pub fn policy(&self, name: &str) -> Option<&str> {
-        self.policies
-            .iter()
-            .find(|(given, _)| given == name)
-            .map(|(_, document)| document.as_str())
+        named(&self.policies, name)
     }
 }
 
@@ -435,6 +484,59 @@ pub struct Role {
     pub policies: Vec<(String, String)>,
     /// The account the role is of (its id); none for the operator's users' roles.
     pub account: Option<String>,
+    /// The managed policies attached to the role, by ARN, in the order attached.
+    pub attached: Vec<String>,
+}
+
+/// A role as format 2 stored it, before managed policies.
+#[derive(Deserialize)]
+struct RoleV2 {
+    name: String,
+    path: String,
+    id: String,
+    created_ns: u64,
+    trust: String,
+    description: String,
+    max_session_seconds: u64,
+    tags: Vec<(String, String)>,
+    policies: Vec<(String, String)>,
+    account: Option<String>,
+}
+
+impl From<RoleV2> for Role {
+    fn from(second: RoleV2) -> Role {
+        Role {
+            name: second.name,
+            path: second.path,
+            id: second.id,
+            created_ns: second.created_ns,
+            trust: second.trust,
+            description: second.description,
+            max_session_seconds: second.max_session_seconds,
+            tags: second.tags,
+            policies: second.policies,
+            account: second.account,
+            attached: Vec::new(),
+        }
+    }
+}
+
+/// An IAM group of an account: its users act with its policies besides their own.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Group {
+    /// The name as given (IAM's GroupName); unique in the account whatever its case.
+    pub name: String,
+    /// `/`, or `/a/b/`: part of the group's ARN.
+    pub path: String,
+    /// IAM's GroupId (`AGPA…`), which names the group in its users' records.
+    pub id: String,
+    /// The account's id.
+    pub account: String,
+    pub created_ns: u64,
+    /// The group's own (inline) policies, by name, in name order.
+    pub policies: Vec<(String, String)>,
+    /// The managed policies attached to the group, by ARN, in the order attached.
+    pub attached: Vec<String>,
 }
 
 /// A role as format 1 stored it, before accounts.
@@ -451,9 +553,9 @@ struct RoleV1 {
     policies: Vec<(String, String)>,
 }
 
-impl From<RoleV1> for Role {
-    fn from(first: RoleV1) -> Role {
-        Role {
+impl From<RoleV1> for RoleV2 {
+    fn from(first: RoleV1) -> RoleV2 {
+        RoleV2 {
             name: first.name,
             path: first.path,
             id: first.id,
@@ -485,10 +587,14 @@ impl Role {
 
     /// The document of the role's own policy `name`, if it has one by that name.
     pub fn policy(&self, name: &str) -> Option<&str> {
-        self.policies
-            .iter()
-            .find(|(given, _)| given == name)
-            .map(|(_, document)| document.as_str())
+        named(&self.policies, name)
+    }
+}
+
+impl Group {
+    /// The document of the group's own policy `name`, if it has one by that name.
+    pub fn policy(&self, name: &str) -> Option<&str> {
+        named(&self.policies, name)
     }
 }
 
@@ -530,9 +636,9 @@ impl From<UserV1> for UserV2 {
     }
 }
 
-impl From<UserV2> for User {
-    fn from(second: UserV2) -> User {
-        User {
+impl From<UserV2> for UserV3 {
+    fn from(second: UserV2) -> UserV3 {
+        UserV3 {
             name: second.name,
             keys: vec![AccessKey {
                 id: second.access_key,
@@ -1101,6 +1207,8 @@ mod tests {
             created_ns: 5,
             policies: Vec::new(),
             account: None,
+            attached: Vec::new(),
+            groups: Vec::new(),
         };
         assert_eq!(user, want);
         #[derive(Serialize)]
@@ -1113,7 +1221,24 @@ mod tests {
             ..want
         };
         assert_eq!(decode::<User>(&bytes), Ok(with_one.clone()));
-        assert_eq!(decode::<User>(&encode(&with_one)), Ok(with_one));
+        #[derive(Serialize)]
+        struct Third<'a>(
+            &'a str,
+            Vec<AccessKey>,
+            u64,
+            Vec<(&'a str, &'a str)>,
+            Option<InAccount>,
+        );
+        let third = Third("ann", with_one.keys.clone(), 5, vec![("all", "{}")], None);
+        let mut bytes = vec![3];
+        bytes.extend(postcard::to_allocvec(&third).expect("encoded"));
+        assert_eq!(decode::<User>(&bytes), Ok(with_one.clone()));
+        let grouped = User {
+            attached: vec!["arn:aws:iam::aws:policy/AmazonS3FullAccess".into()],
+            groups: vec!["AGPA1".into()],
+            ..with_one
+        };
+        assert_eq!(decode::<User>(&encode(&grouped)), Ok(grouped));
     }
 
     #[test]
@@ -1145,9 +1270,11 @@ mod tests {
         bytes.extend(postcard::to_allocvec(&first).expect("encoded"));
         let role: Role = decode(&bytes).expect("decoded");
         assert_eq!((role.record(), role.account), ("r".to_owned(), None));
+        assert!(role.attached.is_empty());
         let theirs = Role {
             account: Some("RGW00000000000000001".into()),
             name: "Mover".into(),
+            attached: vec!["arn:aws:iam::aws:policy/IAMReadOnlyAccess".into()],
             ..role
         };
         assert_eq!(theirs.record(), "RGW00000000000000001$mover");

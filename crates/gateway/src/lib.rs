@@ -17,6 +17,7 @@ pub mod data;
 
 #[cfg(any(test, fuzzing))]
 pub mod fuzz;
+pub mod groups;
 mod iam;
 pub mod kmip;
 pub mod kms;
@@ -24,6 +25,7 @@ pub mod layout;
 pub mod lifecycle;
 pub mod lock;
 pub mod maintenance;
+pub mod managed;
 pub mod metrics;
 pub mod multipart;
 mod omap;

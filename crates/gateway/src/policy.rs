@@ -117,6 +117,30 @@ pub enum Action {
     ListAccessKeys,
     /// IAM's counts of what the caller's account holds, on the resource `*`.
     GetAccountSummary,
+    /// The managed policies of a user or a role, on its ARN.
+    AttachUserPolicy,
+    DetachUserPolicy,
+    ListAttachedUserPolicies,
+    AttachRolePolicy,
+    DetachRolePolicy,
+    ListAttachedRolePolicies,
+    /// The groups a user is in, on the user's ARN.
+    ListGroupsForUser,
+    /// The IAM verbs on an account's groups, on the group's ARN (`crate::groups::arn`).
+    CreateGroup,
+    GetGroup,
+    UpdateGroup,
+    DeleteGroup,
+    ListGroups,
+    AddUserToGroup,
+    RemoveUserFromGroup,
+    PutGroupPolicy,
+    GetGroupPolicy,
+    ListGroupPolicies,
+    DeleteGroupPolicy,
+    AttachGroupPolicy,
+    DetachGroupPolicy,
+    ListAttachedGroupPolicies,
 }
 
 impl Action {
@@ -203,6 +227,27 @@ impl Action {
             DeleteAccessKey => "iam:DeleteAccessKey",
             ListAccessKeys => "iam:ListAccessKeys",
             GetAccountSummary => "iam:GetAccountSummary",
+            AttachUserPolicy => "iam:AttachUserPolicy",
+            DetachUserPolicy => "iam:DetachUserPolicy",
+            ListAttachedUserPolicies => "iam:ListAttachedUserPolicies",
+            AttachRolePolicy => "iam:AttachRolePolicy",
+            DetachRolePolicy => "iam:DetachRolePolicy",
+            ListAttachedRolePolicies => "iam:ListAttachedRolePolicies",
+            ListGroupsForUser => "iam:ListGroupsForUser",
+            CreateGroup => "iam:CreateGroup",
+            GetGroup => "iam:GetGroup",
+            UpdateGroup => "iam:UpdateGroup",
+            DeleteGroup => "iam:DeleteGroup",
+            ListGroups => "iam:ListGroups",
+            AddUserToGroup => "iam:AddUserToGroup",
+            RemoveUserFromGroup => "iam:RemoveUserFromGroup",
+            PutGroupPolicy => "iam:PutGroupPolicy",
+            GetGroupPolicy => "iam:GetGroupPolicy",
+            ListGroupPolicies => "iam:ListGroupPolicies",
+            DeleteGroupPolicy => "iam:DeleteGroupPolicy",
+            AttachGroupPolicy => "iam:AttachGroupPolicy",
+            DetachGroupPolicy => "iam:DetachGroupPolicy",
+            ListAttachedGroupPolicies => "iam:ListAttachedGroupPolicies",
         }
     }
 
@@ -214,6 +259,9 @@ impl Action {
         )
     }
 }
+
+/// How a kind of policy document is read ([`Policy::parse_identity`], [`Policy::parse_role`]).
+pub type Parse = fn(&str) -> Result<Policy, String>;
 
 /// The condition keys of a request, by lower-cased name (condition keys are not
 /// case-sensitive); a key may have several values.

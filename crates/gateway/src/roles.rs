@@ -58,11 +58,7 @@ pub(crate) fn check_path(path: &str) -> Result<(), Error> {
 pub fn role(asked: NewRole, id: String, now_ns: u64) -> Result<Role, Error> {
     let invalid = |why: String| Err(Error::Invalid(why));
     let name = asked.name;
-    if !users::is_iam_name(name, NAME_BYTES_MAX) {
-        return invalid(format!(
-            "role name {name:?}: use 1 to {NAME_BYTES_MAX} letters, digits or '+=,.@_-'"
-        ));
-    }
+    users::check_iam_name("role", name, NAME_BYTES_MAX)?;
     let path = asked.path.unwrap_or("/");
     check_path(path)?;
     if asked.description.chars().count() > DESCRIPTION_CHARS_MAX {
@@ -86,6 +82,7 @@ pub fn role(asked: NewRole, id: String, now_ns: u64) -> Result<Role, Error> {
         tags: asked.tags,
         policies: Vec::new(),
         account: asked.account.map(str::to_owned),
+        attached: Vec::new(),
     })
 }
 
@@ -209,25 +206,12 @@ pub async fn remove(pool: &Pool, judged: &Role) -> Result<(), Error> {
     let Some((bytes, role)) = found.filter(|(_, role)| role.id == judged.id) else {
         return Err(Error::NotFound(format!("role {name}")));
     };
-    if !role.policies.is_empty() {
+    if !role.policies.is_empty() || !role.attached.is_empty() {
         return Err(Error::Conflict(format!(
             "role {name} has policies; remove them first"
         )));
     }
-    let ops = vec![
-        ObjectOp::AssertOmap {
-            key: key.clone(),
-            value: Some(bytes),
-        },
-        ObjectOp::OmapRemove { keys: vec![key] },
-    ];
-    match pool.operate(layout::USERS, ops, Bytes::new()).await {
-        Ok(_) => Ok(()),
-        Err(client::Error::Mismatch(_)) => Err(Error::Busy(format!(
-            "role {name} is being changed by others"
-        ))),
-        Err(e) => Err(e.into()),
-    }
+    users::remove_as_read(pool, key.clone(), bytes, vec![key], &format!("role {name}")).await
 }
 
 /// Sets role `judged`'s policy `name` to `document`, or removes it without one.
@@ -299,13 +283,22 @@ async fn update(
     users::update_record(pool, key, &what, same, |_| Vec::new()).await
 }
 
-/// `role`'s own policies, read.
-pub fn policies_of(role: &Role) -> Result<Vec<Policy>, Error> {
-    let read = |(name, text): &(String, String)| {
-        Policy::parse_role(text)
-            .map_err(|e| Error::Corrupt(format!("policy {name} of role {}: {e}", role.name)))
-    };
-    role.policies.iter().map(read).collect()
+/// The documents of `role`'s policies, own and attached, each with what it is.
+pub fn documents(role: &Role) -> Result<Vec<(String, String)>, Error> {
+    let holder = format!("role {}", role.name);
+    let mut documents = users::own(&role.policies, &holder);
+    documents.extend(crate::managed::documents(&role.attached, &holder)?);
+    Ok(documents)
+}
+
+/// Attaches managed policy `arn` to role `judged` (`attach`), or detaches it.
+pub async fn attach(pool: &Pool, judged: &Role, arn: &str, attach: bool) -> Result<(), Error> {
+    let holder = format!("role {}", judged.name);
+    update(pool, judged, |mut found| {
+        crate::managed::change(&mut found.attached, &holder, arn, attach)?;
+        Ok(found)
+    })
+    .await
 }
 
 /// `role`'s trust policy, read.

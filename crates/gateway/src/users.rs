@@ -5,7 +5,7 @@ use bytes::Bytes;
 use client::{ObjectOp, Pool};
 use rand::Rng;
 
-use crate::layout::{self, AccessKey, Record, Role, RoleTaken, Session, User};
+use crate::layout::{self, AccessKey, Group, Record, Role, RoleTaken, Session, User};
 use std::collections::HashMap;
 
 use crate::omap::{self, Pages};
@@ -29,9 +29,9 @@ const SECRET_ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstu
 pub const SWEEP_GRACE: std::time::Duration = std::time::Duration::from_secs(3600);
 /// The most access keys a user holds at once (IAM's).
 pub const KEYS_MAX: usize = 2;
-/// How many times a change to a user's or a role's record is tried while others change it
-/// too.
-const UPDATE_TRIES: usize = 8;
+/// How many times a change to a user's, a role's or a group's record is tried while others
+/// change it too.
+pub(crate) const UPDATE_TRIES: usize = 8;
 
 /// Why a user's or a role's policy is refused, as IAM tells these apart.
 #[derive(Debug, thiserror::Error)]
@@ -56,6 +56,18 @@ pub(crate) fn is_iam_name(name: &str, most: usize) -> bool {
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"+=,.@_-".contains(&b))
+}
+
+/// Refuses `what`'s name `name` (an account's, a user's in an account, a group's, a
+/// role's) unless [`is_iam_name`] takes it.
+pub(crate) fn check_iam_name(what: &str, name: &str, most: usize) -> Result<(), Error> {
+    if is_iam_name(name, most) {
+        Ok(())
+    } else {
+        Err(Error::Invalid(format!(
+            "{what} name {name:?}: use 1 to {most} letters, digits or '+=,.@_-'"
+        )))
+    }
 }
 
 fn check_name(name: &str) -> Result<(), Error> {
@@ -106,6 +118,8 @@ pub async fn create(pool: &Pool, name: &str) -> Result<User, Error> {
         created_ns: now,
         policies: Vec::new(),
         account: None,
+        attached: Vec::new(),
+        groups: Vec::new(),
     };
     insert(pool, &user).await?;
     Ok(user)
@@ -157,6 +171,31 @@ pub(crate) async fn read_record<R: Record>(
             Ok(Some((bytes, record)))
         }
         None => Ok(None),
+    }
+}
+
+/// Removes `keys` provided the record under `key` is still `bytes`, as the caller read it
+/// (else `Busy`, naming `what`): nothing is removed on a decision made on a stale record.
+pub(crate) async fn remove_as_read(
+    pool: &Pool,
+    key: Vec<u8>,
+    bytes: Vec<u8>,
+    keys: Vec<Vec<u8>>,
+    what: &str,
+) -> Result<(), Error> {
+    let ops = vec![
+        ObjectOp::AssertOmap {
+            key,
+            value: Some(bytes),
+        },
+        ObjectOp::OmapRemove { keys },
+    ];
+    match pool.operate(layout::USERS, ops, Bytes::new()).await {
+        Ok(_) => Ok(()),
+        Err(client::Error::Mismatch(_)) => {
+            Err(Error::Busy(format!("{what} is being changed by others")))
+        }
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -510,13 +549,56 @@ fn without_policy(
     Ok(())
 }
 
-/// `user`'s own policies, read.
-pub fn policies_of(user: &User) -> Result<Vec<Policy>, Error> {
-    let read = |(name, text): &(String, String)| {
-        Policy::parse_identity(text)
-            .map_err(|e| Error::Corrupt(format!("policy {name} of user {}: {e}", user.name)))
-    };
-    user.policies.iter().map(read).collect()
+/// The documents of every policy `user` acts with, each with what it is (for errors): its
+/// own, those attached to it, and those of `groups` (its groups), own and attached.
+pub fn documents(user: &User, groups: &[Group]) -> Result<Vec<(String, String)>, Error> {
+    let holder = format!("user {}", user.name);
+    let mut documents = own(&user.policies, &holder);
+    documents.extend(crate::managed::documents(&user.attached, &holder)?);
+    for group in groups {
+        let holder = format!("group {}", group.name);
+        documents.extend(own(&group.policies, &holder));
+        documents.extend(crate::managed::documents(&group.attached, &holder)?);
+    }
+    Ok(documents)
+}
+
+/// `policies` (of `holder`), each with what it is.
+pub(crate) fn own(policies: &[(String, String)], holder: &str) -> Vec<(String, String)> {
+    policies
+        .iter()
+        .map(|(name, text)| (format!("policy {name} of {holder}"), text.clone()))
+        .collect()
+}
+
+/// `documents` (from [`documents`] or [`crate::roles::documents`]), read as `parse` reads
+/// them.
+pub fn read_documents(
+    documents: &[(String, String)],
+    parse: crate::policy::Parse,
+) -> Result<Vec<Policy>, Error> {
+    documents
+        .iter()
+        .map(|(what, text)| parse(text).map_err(|e| Error::Corrupt(format!("{what}: {e}"))))
+        .collect()
+}
+
+/// Attaches managed policy `arn` to user `user` (`attach`), or detaches it; errors name the
+/// user as `shown`.
+pub async fn attach(
+    pool: &Pool,
+    user: &str,
+    shown: &str,
+    arn: &str,
+    attach: bool,
+) -> Result<(), Error> {
+    let holder = format!("user {shown}");
+    update(pool, user, shown, |mut found: User| {
+        crate::managed::change(&mut found.attached, &holder, arn, attach)?;
+        Ok(found)
+    })
+    .await
+    .map(drop)
 }
 
 /// Sets user `user`'s policy `name` to `document`, or removes it without one; errors name
@@ -753,6 +835,7 @@ mod tests {
             tags: Vec::new(),
             policies: Vec::new(),
             account: None,
+            attached: Vec::new(),
         };
         assert_eq!(session_seconds(None, Some(&role)).expect("default"), 3600);
         assert_eq!(

@@ -1,7 +1,7 @@
 //! IAM's verbs on an account's users and access keys (CreateUser, GetUser, UpdateUser,
 //! DeleteUser, ListUsers, CreateAccessKey, UpdateAccessKey, DeleteAccessKey,
-//! ListAccessKeys), and the lists of what Coffer's accounts do not hold (groups, OIDC
-//! providers), which answer empty.
+//! ListAccessKeys), GetAccountSummary, and the list of what Coffer's accounts do not hold
+//! (OIDC providers), which answers empty.
 //!
 //! An account's root may use them on its account's users; an account's user when its own
 //! policies allow `iam:VERB` on the user's ARN (`arn:aws:iam::ACCOUNT:user/PATH/NAME`),
@@ -10,7 +10,7 @@
 
 use client::Pool;
 
-use super::{escape, iso_time, may, param, Answered, IamRefusal, Origin, Params};
+use super::{escape, iso_time, may, page, param, Answered, Caller, IamRefusal, Origin, Params};
 use crate::accounts;
 use crate::layout::{AccessKey, User};
 use crate::policy::Action;
@@ -26,25 +26,19 @@ pub(super) const VERBS: &[&str] = &[
     "UpdateAccessKey",
     "DeleteAccessKey",
     "ListAccessKeys",
-    "ListGroups",
     "ListOpenIDConnectProviders",
     "GetAccountSummary",
 ];
 
-/// The most users ListUsers answers at once, and when not asked (IAM's).
-const LIST_MAX: usize = 1000;
-const LIST_DEFAULT: usize = 100;
-
 /// Does IAM's verb `verb` on users or keys for `signer`.
 pub(super) async fn act(
     pool: &Pool,
-    signer: &User,
+    signer: &Caller,
     verb: &str,
     params: &Params,
     from: Origin,
 ) -> Result<Answered, IamRefusal> {
     match verb {
-        "ListGroups" => return Ok(Answered::Empty("ListGroups", "Groups")),
         "ListOpenIDConnectProviders" => {
             return Ok(Answered::Empty(
                 "ListOpenIDConnectProviders",
@@ -52,11 +46,11 @@ pub(super) async fn act(
             ))
         }
         "GetUser" if !params.contains_key("UserName") => {
-            return Ok(Answered::User("GetUser", signer.clone()))
+            return Ok(Answered::User("GetUser", signer.user.clone()))
         }
         _ => {}
     }
-    let Some(member) = &signer.account else {
+    let Some(member) = &signer.user.account else {
         return Err(IamRefusal::Invalid(format!(
             "{verb} acts in an account: an account's root or user may use it (the operator \
              makes accounts with `coffer account create`, and its own users with `coffer \
@@ -67,12 +61,20 @@ pub(super) async fn act(
     if verb == "GetAccountSummary" {
         may(signer, Action::GetAccountSummary, "*", from)?;
         let users = accounts::members(pool, account, "/").await?.len();
+        let groups = crate::groups::list(pool, account, "/").await?.len();
         let user_policies = crate::users::USER_POLICIES_BYTES_MAX;
         return Ok(Answered::Summary(vec![
             ("Users", users),
             ("UsersQuota", accounts::USERS_MAX),
-            ("Groups", 0),
-            ("GroupsQuota", 0),
+            ("Groups", groups),
+            ("GroupsQuota", crate::groups::GROUPS_MAX),
+            ("GroupsPerUserQuota", crate::groups::GROUPS_PER_USER_MAX),
+            ("AttachedPoliciesPerUserQuota", crate::managed::ATTACHED_MAX),
+            (
+                "AttachedPoliciesPerGroupQuota",
+                crate::managed::ATTACHED_MAX,
+            ),
+            ("AttachedPoliciesPerRoleQuota", crate::managed::ATTACHED_MAX),
             ("AccessKeysPerUserQuota", crate::users::KEYS_MAX),
             ("UserPolicySizeQuota", user_policies),
         ]));
@@ -82,7 +84,8 @@ pub(super) async fn act(
         let resource = accounts::member_arn(account, prefix, "*");
         may(signer, Action::ListUsers, &resource, from)?;
         let found = accounts::members(pool, account, prefix).await?;
-        return listed(found, params);
+        let (users, marker) = page(found, |user| user.name.clone(), params)?;
+        return Ok(Answered::Users(users, marker));
     }
     if verb == "CreateUser" {
         let name = param(params, "UserName")?;
@@ -106,7 +109,7 @@ pub(super) async fn act(
     // learning whether it exists.
     let (name, target) = match params.get("UserName") {
         Some(name) => (name.as_str(), accounts::member(pool, account, name).await?),
-        None => (member.name.as_str(), Some(signer.clone())),
+        None => (member.name.as_str(), Some(signer.user.clone())),
     };
     let resource = match &target {
         Some(user) => accounts::arn(user),
@@ -172,31 +175,6 @@ pub(super) async fn act(
         }
         _ => Answered::Keys(accounts::shown(&target), target.keys),
     })
-}
-
-/// ListUsers' page of `found` (by record name) after `Marker`, at most `MaxItems`.
-fn listed(found: Vec<User>, params: &Params) -> Result<Answered, IamRefusal> {
-    let most = match params.get("MaxItems") {
-        None => LIST_DEFAULT,
-        Some(text) => match text.parse::<usize>() {
-            Ok(n) if (1..=LIST_MAX).contains(&n) => n,
-            _ => {
-                return Err(IamRefusal::Invalid(format!(
-                    "MaxItems {text:?}: from 1 to {LIST_MAX}"
-                )))
-            }
-        },
-    };
-    let after = params.get("Marker");
-    let mut page: Vec<User> = found
-        .into_iter()
-        .filter(|user| after.is_none_or(|marker| user.name.as_str() > marker.as_str()))
-        .take(most + 1)
-        .collect();
-    let more = page.len() > most;
-    page.truncate(most);
-    let marker = more.then(|| page.last().map(|u| u.name.clone())).flatten();
-    Ok(Answered::Users(page, marker))
 }
 
 /// A user as IAM's answers describe it.

@@ -1,14 +1,17 @@
-//! The IAM query API, as far as users' own (inline) policies go (PutUserPolicy,
-//! GetUserPolicy, ListUserPolicies and DeleteUserPolicy) and roles ([`roles`]), and STS's
-//! GetCallerIdentity, GetSessionToken and AssumeRole, as aws-cli, boto3 and the SDKs send
-//! them: a form-encoded POST to `/`, signed with SigV4 for the service `iam` or `sts`. s3s
-//! checks signatures for S3 alone, so this module checks these itself (`crate::sigv4`) and
-//! answers in IAM's and STS's XML, with their error codes chosen in [`IamRefusal`].
+//! The IAM query API, as far as users' policies go (PutUserPolicy, GetUserPolicy,
+//! ListUserPolicies and DeleteUserPolicy; AttachUserPolicy, DetachUserPolicy and
+//! ListAttachedUserPolicies for managed policies), an account's users ([`members`]), groups
+//! ([`groups`]) and roles ([`roles`]), and STS's GetCallerIdentity, GetSessionToken and
+//! AssumeRole, as aws-cli, boto3 and the SDKs send them: a form-encoded POST to `/`, signed
+//! with SigV4 for the service `iam` or `sts`. s3s checks signatures for S3 alone, so this
+//! module checks these itself (`crate::sigv4`) and answers in IAM's and STS's XML, with
+//! their error codes chosen in [`IamRefusal`].
 //!
-//! A caller may use a verb on user U when their own policies allow `iam:VERB` on
-//! `arn:aws:iam:::user/U` (on role R: `arn:aws:iam:::role/PATH/R`); the operator attaches
-//! the first such policy with `coffer user policy put`.
+//! A caller may use a verb on user U when their policies (their own and their groups')
+//! allow `iam:VERB` on `arn:aws:iam:::user/U` (on role R: `arn:aws:iam:::role/PATH/R`); the
+//! operator attaches the first such policy with `coffer user policy put`.
 
+mod groups;
 mod members;
 mod roles;
 
@@ -18,8 +21,8 @@ use client::Pool;
 use hyper::{HeaderMap, StatusCode};
 use s3s::HttpResponse;
 
-use crate::layout::{AccessKey, Role, Session, User};
-use crate::policy::{self, Action, Asked, Verdict};
+use crate::layout::{AccessKey, Group, Role, Session, User};
+use crate::policy::{self, Action, Asked, Policy, Verdict};
 use crate::serve::{escape, Peer};
 use crate::sigv4::{Authorization, SigError, Signed};
 use crate::users::Holder;
@@ -224,8 +227,11 @@ enum Answered {
         name: String,
         document: String,
     },
-    /// ListUserPolicies' or ListRolePolicies'.
+    /// ListUserPolicies', ListGroupPolicies' or ListRolePolicies'.
     Names(Holding, Vec<String>),
+    /// ListAttachedUserPolicies', ListAttachedGroupPolicies' or ListAttachedRolePolicies':
+    /// the managed policies' ARNs.
+    Attached(Holding, Vec<String>),
     /// GetCallerIdentity's: the ARN a key acts as, its id, and its account's id.
     Caller {
         arn: String,
@@ -250,6 +256,11 @@ enum Answered {
     User(&'static str, User),
     /// ListUsers' page, and the marker of the next when there is one.
     Users(Vec<User>, Option<String>),
+    /// CreateGroup's or UpdateGroup's group, or GetGroup's with its users.
+    Group(&'static str, Group, Option<Vec<User>>),
+    /// ListGroups' page (with the marker of the next when there is one), or
+    /// ListGroupsForUser's.
+    Groups(&'static str, Vec<Group>, Option<String>),
     /// CreateAccessKey's: the new key of the user named.
     Key(String, AccessKey),
     /// ListAccessKeys': the keys of the user named.
@@ -264,6 +275,7 @@ enum Answered {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Holding {
     User,
+    Group,
     Role,
 }
 
@@ -271,8 +283,20 @@ impl Holding {
     fn word(self) -> &'static str {
         match self {
             Holding::User => "User",
+            Holding::Group => "Group",
             Holding::Role => "Role",
         }
+    }
+}
+
+/// A list's `IsTruncated`, and its `Marker` for the next page when there is one.
+fn truncated_xml(marker: &Option<String>) -> String {
+    match marker {
+        Some(marker) => format!(
+            "<IsTruncated>true</IsTruncated><Marker>{}</Marker>",
+            escape(marker)
+        ),
+        None => "<IsTruncated>false</IsTruncated>".into(),
     }
 }
 
@@ -327,17 +351,61 @@ impl Answered {
                     .iter()
                     .map(|user| format!("<member>{}</member>", members::user_xml(user)))
                     .collect();
-                let more = match marker {
-                    Some(marker) => format!(
-                        "<IsTruncated>true</IsTruncated><Marker>{}</Marker>",
-                        escape(marker)
-                    ),
-                    None => "<IsTruncated>false</IsTruncated>".into(),
-                };
+                let more = truncated_xml(marker);
                 (
                     "ListUsers".to_owned(),
                     format!("<ListUsersResult><Users>{members}</Users>{more}</ListUsersResult>"),
                 )
+            }
+            Answered::Group(verb, group, users) => {
+                let users = users
+                    .as_ref()
+                    .map(|users| {
+                        let members: String = users
+                            .iter()
+                            .map(|user| format!("<member>{}</member>", members::user_xml(user)))
+                            .collect();
+                        format!("<Users>{members}</Users><IsTruncated>false</IsTruncated>")
+                    })
+                    .unwrap_or_default();
+                (
+                    (*verb).to_owned(),
+                    format!(
+                        "<{verb}Result><Group>{}</Group>{users}</{verb}Result>",
+                        groups::group_xml(group)
+                    ),
+                )
+            }
+            Answered::Groups(verb, found, marker) => {
+                let members: String = found
+                    .iter()
+                    .map(|group| format!("<member>{}</member>", groups::group_xml(group)))
+                    .collect();
+                let more = truncated_xml(marker);
+                (
+                    (*verb).to_owned(),
+                    format!("<{verb}Result><Groups>{members}</Groups>{more}</{verb}Result>"),
+                )
+            }
+            Answered::Attached(of, arns) => {
+                let members: String = arns
+                    .iter()
+                    .map(|arn| {
+                        let name = crate::managed::find(arn).map_or("", |(name, _)| name);
+                        format!(
+                            "<member><PolicyName>{}</PolicyName><PolicyArn>{}</PolicyArn>\
+                             </member>",
+                            escape(name),
+                            escape(arn)
+                        )
+                    })
+                    .collect();
+                let verb = format!("ListAttached{}Policies", of.word());
+                let result = format!(
+                    "<{verb}Result><AttachedPolicies>{members}</AttachedPolicies>\
+                     <IsTruncated>false</IsTruncated></{verb}Result>"
+                );
+                (verb, result)
             }
             Answered::Key(user, key) => (
                 "CreateAccessKey".to_owned(),
@@ -489,13 +557,38 @@ fn error_xml(namespace: &str, status: StatusCode, code: &str, message: &str, id:
     )
 }
 
-/// The verbs served.
+/// The verbs served on a user's policies.
 #[derive(Clone, Copy)]
 enum Verb {
     Put,
     Get,
     List,
     Delete,
+    Attach,
+    Detach,
+    ListAttached,
+}
+
+/// The signer of an IAM or STS request, with the policies it acts with: its own and its
+/// groups'.
+pub(super) struct Caller {
+    pub user: User,
+    policies: Vec<Policy>,
+}
+
+impl Caller {
+    /// `user`, with its policies read: one that cannot be read (a managed policy no longer
+    /// served) is the gateway's failure, not the request's.
+    async fn read(pool: &Pool, user: User) -> Result<Caller, IamRefusal> {
+        let groups = crate::groups::of_user(pool, &user).await?;
+        let policies = users::documents(&user, &groups)
+            .and_then(|documents| users::read_documents(&documents, Policy::parse_identity))
+            .map_err(|e| {
+                tracing::error!("{e}");
+                IamRefusal::Internal("a policy of the signer cannot be read".into())
+            })?;
+        Ok(Caller { user, policies })
+    }
 }
 
 /// Checks the request's signature and whether its signer may do what it asks, then does it.
@@ -527,8 +620,12 @@ async fn act(
             action: "IAM's API with a session's keys",
         });
     };
+    let signer = Caller::read(pool, signer).await?;
     if members::VERBS.contains(&verb) {
         return members::act(pool, &signer, verb, &params, from).await;
+    }
+    if groups::VERBS.contains(&verb) {
+        return groups::act(pool, &signer, verb, &params, from).await;
     }
     if roles::VERBS.contains(&verb) {
         return roles::act(pool, &signer, verb, &params, from).await;
@@ -538,12 +635,15 @@ async fn act(
         "GetUserPolicy" => (Verb::Get, Action::GetUserPolicy),
         "ListUserPolicies" => (Verb::List, Action::ListUserPolicies),
         "DeleteUserPolicy" => (Verb::Delete, Action::DeleteUserPolicy),
+        "AttachUserPolicy" => (Verb::Attach, Action::AttachUserPolicy),
+        "DetachUserPolicy" => (Verb::Detach, Action::DetachUserPolicy),
+        "ListAttachedUserPolicies" => (Verb::ListAttached, Action::ListAttachedUserPolicies),
         other => return Err(IamRefusal::UnknownAction(other.into())),
     };
     let user = param("UserName")?;
     // An account's root or user acts on its account's users; the operator's users on
     // theirs. The caller is judged before learning whether the user exists.
-    let (record, resource) = match &signer.account {
+    let (record, resource) = match &signer.user.account {
         Some(member) => {
             let account = member.account.as_str();
             let found = crate::accounts::member(pool, account, user).await?;
@@ -558,7 +658,7 @@ async fn act(
     may(&signer, action, &resource, from)?;
     // An operator's user reaches the operator's users alone, whatever name it gives.
     let found = users::get(pool, &record).await?;
-    let reached = found.filter(|found| found.account.is_some() == signer.account.is_some());
+    let reached = found.filter(|found| found.account.is_some() == signer.user.account.is_some());
     let Some(target) = reached else {
         return Err(IamRefusal::NoSuchEntity(format!("user {user}")));
     };
@@ -596,7 +696,49 @@ async fn act(
             Holding::User,
             target.policies.into_iter().map(|(name, _)| name).collect(),
         ),
+        Verb::Attach | Verb::Detach => {
+            let attach = matches!(verb, Verb::Attach);
+            users::attach(pool, record, user, param("PolicyArn")?, attach).await?;
+            Answered::Done(if attach {
+                "AttachUserPolicy"
+            } else {
+                "DetachUserPolicy"
+            })
+        }
+        Verb::ListAttached => Answered::Attached(Holding::User, target.attached),
     })
+}
+
+/// The page of `found` (in the order of `key`) after `Marker`, at most `MaxItems` (IAM's
+/// default 100, at most 1,000), with the marker of the next page when there is one.
+fn page<T>(
+    found: Vec<T>,
+    key: impl Fn(&T) -> String,
+    params: &Params,
+) -> Result<(Vec<T>, Option<String>), IamRefusal> {
+    const LIST_MAX: usize = 1000;
+    const LIST_DEFAULT: usize = 100;
+    let most = match params.get("MaxItems") {
+        None => LIST_DEFAULT,
+        Some(text) => match text.parse::<usize>() {
+            Ok(n) if (1..=LIST_MAX).contains(&n) => n,
+            _ => {
+                return Err(IamRefusal::Invalid(format!(
+                    "MaxItems {text:?}: from 1 to {LIST_MAX}"
+                )))
+            }
+        },
+    };
+    let after = params.get("Marker");
+    let mut page: Vec<T> = found
+        .into_iter()
+        .filter(|item| after.is_none_or(|marker| key(item).as_str() > marker.as_str()))
+        .take(most + 1)
+        .collect();
+    let more = page.len() > most;
+    page.truncate(most);
+    let marker = more.then(|| page.last().map(&key)).flatten();
+    Ok((page, marker))
 }
 
 /// A request's parameters, by name.
@@ -656,7 +798,8 @@ async fn sts(
                 });
             }
             let action = Action::GetSessionToken;
-            if verdict(user, action, "*", from)? == Verdict::Denied {
+            let caller = Caller::read(pool, user.clone()).await?;
+            if verdict(&caller, action, "*", from)? == Verdict::Denied {
                 return Err(IamRefusal::Denied {
                     who: crate::accounts::arn(user),
                     action: action.name(),
@@ -675,14 +818,14 @@ async fn sts(
     }
 }
 
-/// What `signer`'s own policies say of `action` on `resource`.
+/// What `caller`'s policies say of `action` on `resource`.
 fn verdict(
-    signer: &User,
+    caller: &Caller,
     action: Action,
     resource: &str,
     from: Origin,
 ) -> Result<Verdict, IamRefusal> {
-    let policies = users::policies_of(signer)?;
+    let signer = &caller.user;
     let shown = crate::accounts::shown(signer);
     let context = policy::common_context(time::OffsetDateTime::now_utc(), from, Some(&shown));
     let asked = Asked {
@@ -692,19 +835,24 @@ fn verdict(
         context: &context,
         account: None,
     };
-    Ok(policy::judge_all(&policies, &asked))
+    Ok(policy::judge_all(&caller.policies, &asked))
 }
 
-/// Refuses `action` on `resource` unless the signer's own policies allow it; an account's
-/// root may do anything (the resources of the verbs it reaches are its account's).
-fn may(signer: &User, action: Action, resource: &str, from: Origin) -> Result<(), IamRefusal> {
-    if signer.account.as_ref().is_some_and(|member| member.root) {
+/// Refuses `action` on `resource` unless the signer's policies allow it; an account's root
+/// may do anything (the resources of the verbs it reaches are its account's).
+fn may(signer: &Caller, action: Action, resource: &str, from: Origin) -> Result<(), IamRefusal> {
+    if signer
+        .user
+        .account
+        .as_ref()
+        .is_some_and(|member| member.root)
+    {
         return Ok(());
     }
     match verdict(signer, action, resource, from)? {
         Verdict::Allowed => Ok(()),
         Verdict::Denied | Verdict::Silent => Err(IamRefusal::Denied {
-            who: crate::accounts::arn(signer),
+            who: crate::accounts::arn(&signer.user),
             action: action.name(),
         }),
     }

@@ -1,5 +1,6 @@
-//! IAM's verbs on roles (CreateRole, GetRole, ListRoles, DeleteRole,
-//! UpdateAssumeRolePolicy, Put/Get/List/DeleteRolePolicy) and STS's AssumeRole.
+//! IAM's verbs on roles (CreateRole, GetRole, ListRoles, DeleteRole, UpdateRole,
+//! UpdateAssumeRolePolicy, Put/Get/List/DeleteRolePolicy, Attach/Detach/ListAttached-
+//! RolePolicies) and STS's AssumeRole.
 //!
 //! A role's session acts with the role's policies alone: the role's trust policy must name
 //! the user who asks (`{"AWS": "arn:aws:iam:::user/NAME"}`) for `sts:AssumeRole`, and the
@@ -8,10 +9,10 @@
 use client::Pool;
 
 use super::{
-    escape, iso_time, may, param, seconds, url_encoded, verdict, Answered, Holding, IamRefusal,
-    Origin, Params,
+    escape, iso_time, may, param, seconds, url_encoded, verdict, Answered, Caller, Holding,
+    IamRefusal, Origin, Params,
 };
-use crate::layout::{Role, RoleTaken, Session, User};
+use crate::layout::{Role, RoleTaken, Session};
 use crate::policy::{self, Action, Asked, Policy, Verdict};
 use crate::roles::{self, NewRole};
 use crate::users::{self, Holder};
@@ -28,6 +29,9 @@ pub(super) const VERBS: &[&str] = &[
     "ListRolePolicies",
     "DeleteRolePolicy",
     "UpdateRole",
+    "AttachRolePolicy",
+    "DetachRolePolicy",
+    "ListAttachedRolePolicies",
 ];
 
 /// The longest RoleSessionName (STS's).
@@ -40,12 +44,12 @@ const SESSION_POLICY_CHARS_MAX: usize = 2048;
 /// signer's account, or the operator's users' roles for one of them.
 pub(super) async fn act(
     pool: &Pool,
-    signer: &User,
+    signer: &Caller,
     verb: &str,
     params: &Params,
     from: Origin,
 ) -> Result<Answered, IamRefusal> {
-    let account = signer.account.as_ref().map(|a| a.account.as_str());
+    let account = signer.user.account.as_ref().map(|a| a.account.as_str());
     if verb == "ListRoles" {
         let prefix = params.get("PathPrefix").map_or("/", String::as_str);
         let resource = roles::arn_in(account, prefix, "*");
@@ -92,6 +96,9 @@ pub(super) async fn act(
         "GetRolePolicy" => Action::GetRolePolicy,
         "ListRolePolicies" => Action::ListRolePolicies,
         "DeleteRolePolicy" => Action::DeleteRolePolicy,
+        "AttachRolePolicy" => Action::AttachRolePolicy,
+        "DetachRolePolicy" => Action::DetachRolePolicy,
+        "ListAttachedRolePolicies" => Action::ListAttachedRolePolicies,
         other => return Err(IamRefusal::UnknownAction(other.into())),
     };
     may(signer, action, &resource, from)?;
@@ -129,6 +136,15 @@ pub(super) async fn act(
             roles::set_policy(pool, &found()?, policy, None).await?;
             Answered::Done("DeleteRolePolicy")
         }
+        Action::AttachRolePolicy => {
+            roles::attach(pool, &found()?, param(params, "PolicyArn")?, true).await?;
+            Answered::Done("AttachRolePolicy")
+        }
+        Action::DetachRolePolicy => {
+            roles::attach(pool, &found()?, param(params, "PolicyArn")?, false).await?;
+            Answered::Done("DetachRolePolicy")
+        }
+        Action::ListAttachedRolePolicies => Answered::Attached(Holding::Role, found()?.attached),
         Action::GetRolePolicy => {
             let policy = param(params, "PolicyName")?;
             let role = found()?;
@@ -230,7 +246,8 @@ pub(super) async fn assume(
     })
     .ok_or_else(|| denied("sts:AssumeRole on that role"))?;
     let resource = roles::arn(&role);
-    if verdict(user, Action::AssumeRole, &resource, from)? == Verdict::Denied {
+    let caller = Caller::read(pool, user.clone()).await?;
+    if verdict(&caller, Action::AssumeRole, &resource, from)? == Verdict::Denied {
         return Err(denied("sts:AssumeRole on that role"));
     }
     let trust = roles::trust_of(&role)?;
@@ -378,6 +395,7 @@ mod tests {
             tags: vec![("k".into(), "v".into())],
             policies: Vec::new(),
             account: None,
+            attached: Vec::new(),
         }
     }
 

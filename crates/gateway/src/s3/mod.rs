@@ -236,15 +236,30 @@ impl Gateway {
                 (user, taken)
             }
         };
+        let unreadable = |e: Error| {
+            tracing::error!("{e}");
+            Error::Internal("a policy of the signer cannot be read".into())
+        };
+        // The policies it acts with: a role's, or a user's with its groups'.
+        let (texts, parse): (_, crate::policy::Parse) = match &role {
+            Some((_, role)) => (
+                crate::roles::documents(role),
+                crate::policy::Policy::parse_role,
+            ),
+            None => {
+                let groups = crate::groups::of_user(&self.pool, &user).await?;
+                (
+                    users::documents(&user, &groups),
+                    crate::policy::Policy::parse_identity,
+                )
+            }
+        };
+        let texts = texts.map_err(unreadable)?;
         let mut signers = self.signers_lock();
         let kept = signers.by_key.get(key);
         if let Some((_, newer)) = kept.filter(|(read, _)| *read > begun) {
             return Ok((secret, Some(newer.clone())));
         }
-        let texts = match &role {
-            Some((_, role)) => &role.policies,
-            None => &user.policies,
-        };
         // An account's user is judged as itself, under its own policies alone.
         let member = user.account.as_ref().filter(|a| !a.root);
         let bounded = match (&role, member) {
@@ -270,7 +285,7 @@ impl Gateway {
         let signer = match kept {
             // The same signer and policies as last read: kept as they were read then.
             Some((_, signer))
-                if signer.texts == *texts
+                if signer.texts == texts
                     && signer.token == token
                     && signer.name == name
                     && signer.bounded == bounded =>
@@ -278,15 +293,7 @@ impl Gateway {
                 signer.clone()
             }
             _ => {
-                let unreadable = |e: Error| {
-                    tracing::error!("{e}");
-                    Error::Internal("a policy of the signer cannot be read".into())
-                };
-                let policies = match &role {
-                    Some((_, role)) => crate::roles::policies_of(role),
-                    None => users::policies_of(&user),
-                }
-                .map_err(unreadable)?;
+                let policies = users::read_documents(&texts, parse).map_err(unreadable)?;
                 let bound = role.as_ref().and_then(|(taken, _)| taken.policy.as_deref());
                 let session_policy = bound
                     .map(|text| {
@@ -296,7 +303,7 @@ impl Gateway {
                     })
                     .transpose()?;
                 std::sync::Arc::new(Signer {
-                    texts: texts.clone(),
+                    texts,
                     name: name.to_owned(),
                     policies,
                     session_policy,
@@ -506,11 +513,13 @@ impl Gateway {
     }
 }
 
-/// A user as the gateway decides the requests they sign: their name and their own
-/// policies, as given and read (a role's, for a role's session).
+/// A user as the gateway decides the requests they sign: their name and the policies they
+/// act with (their own and their groups', or a role's for a role's session), as given and
+/// read.
 pub(crate) struct Signer {
     /// The owner of what the signer makes: the user, or their account (its root's name).
     pub name: String,
+    /// The policies' documents, each with what it is ([`users::documents`]).
     texts: Vec<(String, String)>,
     pub policies: Vec<crate::policy::Policy>,
     /// A session's token, which its requests must carry (`sts:authentication` is then
