@@ -296,7 +296,7 @@ pub async fn remove_member(pool: &Pool, account: &str, name: &str) -> Result<(),
 /// LimitExceeded).
 pub async fn create_key(pool: &Pool, user: &User) -> Result<AccessKey, Error> {
     let key = users::new_key(layout::now_ns());
-    users::update(pool, &user.name, &shown(user), |mut user| {
+    users::update(pool, &user.name, shown(user), |mut user| {
         if user.keys.len() >= KEYS_MAX {
             return Err(Error::Limit(format!(
                 "a user has at most {KEYS_MAX} access keys"
@@ -311,7 +311,7 @@ pub async fn create_key(pool: &Pool, user: &User) -> Result<AccessKey, Error> {
 
 /// Makes `user`'s key `id` active or inactive.
 pub async fn set_key_active(pool: &Pool, user: &User, id: &str, active: bool) -> Result<(), Error> {
-    users::update(pool, &user.name, &shown(user), |mut user| {
+    users::update(pool, &user.name, shown(user), |mut user| {
         let key = user.keys.iter_mut().find(|k| k.id == id);
         key.ok_or_else(|| no_key(id))?.active = active;
         Ok(user)
@@ -322,7 +322,7 @@ pub async fn set_key_active(pool: &Pool, user: &User, id: &str, active: bool) ->
 
 /// Removes `user`'s key `id`.
 pub async fn remove_key(pool: &Pool, user: &User, id: &str) -> Result<(), Error> {
-    users::update(pool, &user.name, &shown(user), |mut user| {
+    users::update(pool, &user.name, shown(user), |mut user| {
         let before = user.keys.len();
         user.keys.retain(|k| k.id != id);
         if user.keys.len() == before {
@@ -335,10 +335,10 @@ pub async fn remove_key(pool: &Pool, user: &User, id: &str) -> Result<(), Error>
 }
 
 /// The name IAM shows for `user`: an account's user's as given, else the record's.
-pub fn shown(user: &User) -> String {
+pub fn shown(user: &User) -> &str {
     match &user.account {
-        Some(member) => member.name.clone(),
-        None => user.name.clone(),
+        Some(member) => &member.name,
+        None => &user.name,
     }
 }
 

@@ -279,6 +279,10 @@ pub struct Asked<'a> {
     /// own policies must allow too: a `Principal` naming the account names the user then
     /// (as in AWS; in its own account such a grant leaves the user to its own policies).
     pub account: Option<&'a str>,
+    /// For a role's session, the role's ARN: a `Principal` naming the role names its
+    /// sessions (as in AWS), though never in a NotPrincipal, which then spares the session
+    /// it names alone.
+    pub role: Option<&'a str>,
 }
 
 /// The condition keys of any request: the time `now`, how it came (`from`: over TLS or
@@ -728,10 +732,14 @@ impl Statement {
     fn applies(&self, asked: &Asked) -> bool {
         let principal = match (&self.principals, asked.principal) {
             (Principals::Anyone, _) => true,
-            // An account (its id) names its users where they ask of another account, but
-            // never in a NotPrincipal, which then spares its root alone.
+            // An account (its id) names its users where they ask of another account, and a
+            // role its sessions, but never in a NotPrincipal, which then spares its root (the
+            // session it names) alone.
             (Principals::Users(users), Some(user)) => users.iter().any(|u| {
-                u == user || (!self.not_principal && asked.account.is_some_and(|a| a == u))
+                u == user
+                    || (!self.not_principal
+                        && (asked.account.is_some_and(|a| a == u)
+                            || asked.role.is_some_and(|r| r == u)))
             }),
             (Principals::Users(_), None) => false,
         };
@@ -1106,6 +1114,7 @@ mod tests {
             resource,
             context: &Context::new(),
             account: None,
+            role: None,
         })
     }
 
@@ -1149,6 +1158,7 @@ mod tests {
                 resource: "arn:aws:s3:::b/k",
                 context: &Context::new(),
                 account,
+                role: None,
             })
         };
         assert_eq!(
@@ -1189,6 +1199,7 @@ mod tests {
             resource: "arn:aws:s3:::b/k",
             context: &Context::new(),
             account: Some(A),
+            role: None,
         });
         assert_eq!(
             denied,
@@ -1202,6 +1213,7 @@ mod tests {
             resource: "arn:aws:s3:::b/k",
             context: &Context::new(),
             account: Some(A),
+            role: None,
         };
         let block = PublicBlock::default();
         let decide = |policy: Option<&Policy>, mine| decide_elsewhere(&asked, policy, block, mine);
@@ -1277,6 +1289,7 @@ mod tests {
             resource: "arn:aws:s3:::b/public/secret",
             context: &empty,
             account: None,
+            role: None,
         };
         // The owner needs no allow, but a deny holds it too, except over the policy.
         let none = PublicBlock::default();
@@ -1313,6 +1326,7 @@ mod tests {
             resource: "arn:aws:s3:::b/k",
             context: &context,
             account: None,
+            role: None,
         };
         let open = PublicBlock::default();
         let restricted = PublicBlock {
@@ -1361,6 +1375,7 @@ mod tests {
             resource,
             context: &context,
             account: None,
+            role: None,
         };
         let none = PublicBlock::default();
         let delete = ask(Some("owner"), Action::DeleteBucket, "arn:aws:s3:::b");
@@ -1461,6 +1476,7 @@ mod tests {
                 resource,
                 context: &context,
                 account: None,
+                role: None,
             })
         };
         let put = |keys: &[(&str, &str)]| verdict(Action::PutObject, "arn:aws:s3:::b/k", keys);
@@ -1586,6 +1602,7 @@ mod tests {
             resource,
             context: &context,
             account: None,
+            role: None,
         };
         let role_arn = crate::roles::arn_in(None, "/", "reader");
         assert_eq!(role_arn, "arn:aws:iam:::role/reader");
@@ -1657,6 +1674,44 @@ mod tests {
         assert_eq!(
             decide_role(&secret, Some(&bucket), none, mine(&secret)),
             Decision::Deny
+        );
+    }
+
+    #[test]
+    fn a_principal_naming_a_role_names_its_sessions_but_spares_none_in_a_not_principal() {
+        let role = "arn:aws:iam::RGW00000000000000001:role/ops/Mover";
+        let session = "arn:aws:sts::RGW00000000000000001:assumed-role/Mover/nightly";
+        let bucket = Policy::parse(&format!(
+            r#"{{"Version": "2012-10-17", "Statement": [
+                {{"Effect": "Allow", "Principal": {{"AWS": "{role}"}}, "Action": "s3:GetObject",
+                  "Resource": "arn:aws:s3:::b/*"}},
+                {{"Effect": "Deny", "NotPrincipal": {{"AWS": "{role}"}}, "Action": "s3:PutObject",
+                  "Resource": "arn:aws:s3:::b/*"}}]}}"#
+        ))
+        .expect("a bucket policy");
+        let context = Context::new();
+        let ask = |action, role| Asked {
+            principal: Some(session),
+            action,
+            resource: "arn:aws:s3:::b/k",
+            context: &context,
+            account: None,
+            role,
+        };
+        assert_eq!(
+            bucket.judge(&ask(Action::GetObject, Some(role))),
+            Verdict::Allowed
+        );
+        assert_eq!(bucket.judge(&ask(Action::GetObject, None)), Verdict::Silent);
+        let other = "arn:aws:iam::RGW00000000000000001:role/ops/Other";
+        assert_eq!(
+            bucket.judge(&ask(Action::GetObject, Some(other))),
+            Verdict::Silent
+        );
+        assert_eq!(
+            bucket.judge(&ask(Action::PutObject, Some(role))),
+            Verdict::Denied,
+            "a NotPrincipal naming the role does not spare its sessions"
         );
     }
 }

@@ -3299,11 +3299,12 @@ class Suite:
         if done.returncode == 0 or why not in done.stderr:
             raise AssertionError(f"{what}: {' '.join(command)} gave {done.returncode}: {done.stderr}")
 
-    def iam(self, access, secret):
-        """An IAM client of the gateway, as boto3 makes one for IAM's API."""
+    def iam(self, access, secret, token=None):
+        """An IAM client of the gateway, as boto3 makes one for IAM's API (with a session's
+        token for a session's keys)."""
         return boto3.client(
             "iam", endpoint_url=ENDPOINT, region_name=REGION, aws_access_key_id=access,
-            aws_secret_access_key=secret, verify=CA,
+            aws_secret_access_key=secret, aws_session_token=token, verify=CA,
             config=Config(retries={"mode": "standard", "max_attempts": 1}))
 
     def user_policies(self):
@@ -3879,6 +3880,50 @@ class Suite:
             ok("another account's user the trust names takes the role on; the session acts for"
                " the role's account, with the role's policies")
 
+            credentials = taken["Credentials"]
+            session_iam = self.iam(credentials["AccessKeyId"], credentials["SecretAccessKey"],
+                                   credentials["SessionToken"])
+            expect_error("GetRole by a role's session with no IAM policy", ["AccessDenied"],
+                         session_iam.get_role, RoleName="Mover")
+            root.put_role_policy(RoleName="Mover", PolicyName="iam", PolicyDocument=json.dumps(
+                {"Version": "2012-10-17", "Statement": {
+                    "Effect": "Allow", "Action": ["iam:GetRole", "iam:ListRoles"], "Resource": "*"}}))
+            expect("GetRole by the role's session",
+                   session_iam.get_role(RoleName="mover")["Role"]["RoleId"], role["RoleId"])
+            expect("ListRoles by the role's session: its role's account's",
+                   [r["Arn"] for r in session_iam.list_roles()["Roles"]], [role["Arn"]])
+            expect_error("CreateRole the role's policies do not allow", ["AccessDenied"],
+                         session_iam.create_role, RoleName="Other", AssumeRolePolicyDocument=trust)
+            expect_error("GetUser of no one by a role's session", ["ValidationError"],
+                         session_iam.get_user)
+            s3_only = json.dumps({"Version": "2012-10-17", "Statement": {
+                "Effect": "Allow", "Action": "s3:ListBucket", "Resource": "*"}})
+            bounded = eve_sts.assume_role(RoleArn=role["Arn"], RoleSessionName="bounded",
+                                          Policy=s3_only)["Credentials"]
+            expect_error("GetRole by a session whose own policy does not allow it", ["AccessDenied"],
+                         self.iam(bounded["AccessKeyId"], bounded["SecretAccessKey"],
+                                  bounded["SessionToken"]).get_role, RoleName="Mover")
+            ok("a role's session reaches IAM as the role's policies allow, bounded by its own, in"
+               " the role's account")
+
+            root_s3.put_bucket_policy(Bucket=role_bucket, Policy=json.dumps(
+                {"Version": "2012-10-17", "Statement": {
+                    "Effect": "Allow", "Principal": {"AWS": role["Arn"]},
+                    "Action": "s3:GetObject", "Resource": f"arn:aws:s3:::{role_bucket}/*"}}))
+            bounded_s3 = self.session_s3(bounded)
+            expect_error("a bucket's grant to the role, past its session's own policy",
+                         ["AccessDenied"], bounded_s3.get_object, Bucket=role_bucket, Key="k")
+            root_s3.put_bucket_policy(Bucket=role_bucket, Policy=json.dumps(
+                {"Version": "2012-10-17", "Statement": {
+                    "Effect": "Allow",
+                    "Principal": {"AWS": f"arn:aws:sts::{account}:assumed-role/Mover/bounded"},
+                    "Action": "s3:GetObject", "Resource": f"arn:aws:s3:::{role_bucket}/*"}}))
+            expect("a bucket's grant to the session itself, which its own policy does not bound",
+                   bounded_s3.get_object(Bucket=role_bucket, Key="k")["Body"].read(), b"moved")
+            root_s3.delete_bucket_policy(Bucket=role_bucket)
+            ok("a bucket's grant to a role is bounded by its session's policy, one to the session"
+               " is not")
+
             alt_root_s3.create_bucket(Bucket=alt_bucket)
             expect_error("the session in the other account's bucket", ["AccessDenied"],
                          session.list_objects_v2, Bucket=alt_bucket)
@@ -3888,7 +3933,20 @@ class Suite:
                     "Action": "s3:ListBucket", "Resource": f"arn:aws:s3:::{alt_bucket}"}}))
             expect("the session in the other account's bucket that lets its account in",
                    session.list_objects_v2(Bucket=alt_bucket)["KeyCount"], 0)
-            ok("in another account's bucket, the bucket's policy must let the role's account in")
+            alt_root_s3.put_bucket_policy(Bucket=alt_bucket, Policy=json.dumps(
+                {"Version": "2012-10-17", "Statement": {
+                    "Effect": "Allow", "Principal": {"AWS": role["Arn"]},
+                    "Action": "s3:ListBucket", "Resource": f"arn:aws:s3:::{alt_bucket}"}}))
+            expect("the session in the other account's bucket whose policy names the role",
+                   session.list_objects_v2(Bucket=alt_bucket)["KeyCount"], 0)
+            alt_root_s3.put_bucket_policy(Bucket=alt_bucket, Policy=json.dumps(
+                {"Version": "2012-10-17", "Statement": {
+                    "Effect": "Allow", "Principal": {"AWS": f"arn:aws:iam::{account}:role/ops/Other"},
+                    "Action": "s3:ListBucket", "Resource": f"arn:aws:s3:::{alt_bucket}"}}))
+            expect_error("the session in the other account's bucket whose policy names another role",
+                         ["AccessDenied"], session.list_objects_v2, Bucket=alt_bucket)
+            ok("in another account's bucket, the bucket's policy must let the role's account, or"
+               " the role, in")
 
             me = self.s3.list_buckets()["Owner"]["ID"]
             operator_iam = self.iam(os.environ["S3_ACCESS"], os.environ["S3_SECRET"])

@@ -43,7 +43,7 @@ pub(super) async fn act(
     params: &Params,
     from: Origin,
 ) -> Result<Answered, IamRefusal> {
-    let Some(member) = &signer.user.account else {
+    let Some(account) = signer.account() else {
         if verb == "ListGroups" {
             // The operator's users are in no group: the list is what there is.
             return Ok(Answered::Groups("ListGroups", Vec::new(), None));
@@ -53,7 +53,6 @@ pub(super) async fn act(
              makes accounts with `coffer account create`)"
         )));
     };
-    let account = member.account.as_str();
     match verb {
         "ListGroups" => {
             let prefix = params.get("PathPrefix").map_or("/", String::as_str);

@@ -46,18 +46,20 @@ pub(super) async fn act(
             ))
         }
         "GetUser" if !params.contains_key("UserName") => {
-            return Ok(Answered::User("GetUser", signer.user.clone()))
+            let me = signer
+                .signing_user()
+                .ok_or(IamRefusal::Missing("UserName"))?;
+            return Ok(Answered::User("GetUser", me.clone()));
         }
         _ => {}
     }
-    let Some(member) = &signer.user.account else {
+    let Some(account) = signer.account() else {
         return Err(IamRefusal::Invalid(format!(
             "{verb} acts in an account: an account's root or user may use it (the operator \
              makes accounts with `coffer account create`, and its own users with `coffer \
              user create`)"
         )));
     };
-    let account = member.account.as_str();
     if verb == "GetAccountSummary" {
         may(signer, Action::GetAccountSummary, "*", from)?;
         let users = accounts::members(pool, account, "/").await?.len();
@@ -105,11 +107,12 @@ pub(super) async fn act(
         "ListAccessKeys" => Action::ListAccessKeys,
         other => return Err(IamRefusal::UnknownAction(other.into())),
     };
-    // The user the verb names, or the caller; judged on its ARN (with its path) before
-    // learning whether it exists.
-    let (name, target) = match params.get("UserName") {
-        Some(name) => (name.as_str(), accounts::member(pool, account, name).await?),
-        None => (member.name.as_str(), Some(signer.user.clone())),
+    // The user the verb names, or the user who signed; judged on its ARN (with its path)
+    // before learning whether it exists.
+    let (name, target) = match (params.get("UserName"), signer.signing_user()) {
+        (Some(name), _) => (name.as_str(), accounts::member(pool, account, name).await?),
+        (None, Some(me)) => (accounts::shown(me), Some(me.clone())),
+        (None, None) => return Err(IamRefusal::Missing("UserName")),
     };
     let resource = match &target {
         Some(user) => accounts::arn(user),
@@ -152,7 +155,7 @@ pub(super) async fn act(
         }
         Action::CreateAccessKey => {
             let key = accounts::create_key(pool, &target).await?;
-            Answered::Key(accounts::shown(&target), key)
+            Answered::Key(accounts::shown(&target).into(), key)
         }
         Action::UpdateAccessKey => {
             let active = match param(params, "Status")? {
@@ -173,7 +176,7 @@ pub(super) async fn act(
             accounts::remove_key(pool, &target, id).await?;
             Answered::Done("DeleteAccessKey")
         }
-        _ => Answered::Keys(accounts::shown(&target), target.keys),
+        _ => Answered::Keys(accounts::shown(&target).into(), target.keys),
     })
 }
 
@@ -187,7 +190,7 @@ pub(super) fn user_xml(user: &User) -> String {
         "<Path>{}</Path><UserName>{}</UserName><UserId>{}</UserId><Arn>{}</Arn>\
          <CreateDate>{}</CreateDate>",
         escape(path),
-        escape(&accounts::shown(user)),
+        escape(accounts::shown(user)),
         escape(id),
         escape(&accounts::arn(user)),
         iso_time(user.created_ns)

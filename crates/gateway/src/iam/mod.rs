@@ -21,7 +21,7 @@ use client::Pool;
 use hyper::{HeaderMap, StatusCode};
 use s3s::HttpResponse;
 
-use crate::layout::{AccessKey, Group, Role, Session, User};
+use crate::layout::{AccessKey, Group, Role, RoleTaken, Session, User};
 use crate::policy::{self, Action, Asked, Policy, Verdict};
 use crate::serve::{escape, Peer};
 use crate::sigv4::{Authorization, SigError, Signed};
@@ -569,25 +569,103 @@ enum Verb {
     ListAttached,
 }
 
-/// The signer of an IAM or STS request, with the policies it acts with: its own and its
-/// groups'.
+/// The signer of an IAM or STS request, with the policies it acts with: a user's own and
+/// its groups', or a role's for a role's session.
 pub(super) struct Caller {
-    pub user: User,
+    /// The user who signed, or whose session signed.
+    user: User,
+    /// For a role's session: the role, and the session.
+    role: Option<Assumed>,
     policies: Vec<Policy>,
+    /// A role's session's own policy, which bounds the role's.
+    session_policy: Option<Policy>,
+}
+
+/// A role's session, as its IAM requests are judged.
+struct Assumed {
+    role: Role,
+    /// The session's ARN (`arn:aws:sts::ID:assumed-role/ROLE/SESSION`).
+    arn: String,
+    /// `ROLEID:SESSION` (`aws:userid`).
+    id: String,
+}
+
+/// A policy of the signer that cannot be read (a managed policy no longer served) is the
+/// gateway's failure, not the request's.
+fn unreadable(e: Error) -> IamRefusal {
+    tracing::error!("{e}");
+    IamRefusal::Internal("a policy of the signer cannot be read".into())
 }
 
 impl Caller {
-    /// `user`, with its policies read: one that cannot be read (a managed policy no longer
-    /// served) is the gateway's failure, not the request's.
+    /// `user`, with its policies read.
     async fn read(pool: &Pool, user: User) -> Result<Caller, IamRefusal> {
         let groups = crate::groups::of_user(pool, &user).await?;
         let policies = users::documents(&user, &groups)
             .and_then(|documents| users::read_documents(&documents, Policy::parse_identity))
-            .map_err(|e| {
-                tracing::error!("{e}");
-                IamRefusal::Internal("a policy of the signer cannot be read".into())
-            })?;
-        Ok(Caller { user, policies })
+            .map_err(unreadable)?;
+        Ok(Caller {
+            user,
+            role: None,
+            policies,
+            session_policy: None,
+        })
+    }
+
+    /// A session of `role` taken on by `user` as `taken` says, with the role's policies.
+    fn of_role(user: User, role: Role, taken: &RoleTaken) -> Result<Caller, IamRefusal> {
+        let policies = crate::roles::documents(&role)
+            .and_then(|documents| users::read_documents(&documents, Policy::parse_role))
+            .map_err(unreadable)?;
+        let session_policy = taken
+            .policy
+            .as_deref()
+            .map(|text| {
+                Policy::parse_identity(text)
+                    .map_err(|e| unreadable(Error::Corrupt(format!("a session's policy: {e}"))))
+            })
+            .transpose()?;
+        let assumed = Assumed {
+            arn: crate::roles::session_arn(&role, &taken.session_name),
+            id: format!("{}:{}", role.id, taken.session_name),
+            role,
+        };
+        Ok(Caller {
+            user,
+            role: Some(assumed),
+            policies,
+            session_policy,
+        })
+    }
+
+    /// The account the caller acts in (its id): a role's session's role's, else the
+    /// user's; none for the operator's users and their roles' sessions.
+    fn account(&self) -> Option<&str> {
+        match &self.role {
+            Some(assumed) => assumed.role.account.as_deref(),
+            None => self.user.account.as_ref().map(|a| a.account.as_str()),
+        }
+    }
+
+    /// The user who signed, unless a role's session did (the verbs that act on the caller
+    /// act on them).
+    fn signing_user(&self) -> Option<&User> {
+        self.role.is_none().then_some(&self.user)
+    }
+
+    /// Whether the caller is an account's root, who may do anything in its account.
+    fn is_root(&self) -> bool {
+        self.signing_user()
+            .and_then(|user| user.account.as_ref())
+            .is_some_and(|member| member.root)
+    }
+
+    /// The ARN the caller acts as: the user's, or the role's session's.
+    fn arn(&self) -> String {
+        match &self.role {
+            Some(assumed) => assumed.arn.clone(),
+            None => crate::accounts::arn(&self.user),
+        }
     }
 }
 
@@ -613,14 +691,24 @@ async fn act(
     if service == Service::Sts {
         return sts(pool, &holder, verb, &params, from).await;
     }
-    // As in AWS, a session's keys do not reach IAM.
-    let Holder::User { user: signer, .. } = holder else {
-        return Err(IamRefusal::Denied {
-            who: crate::accounts::arn(holder.user()),
-            action: "IAM's API with a session's keys",
-        });
+    // As in AWS, a role's session reaches IAM with the role's policies, a user's session
+    // (GetSessionToken's, with no MFA) does not.
+    let signer = match holder {
+        Holder::User { user, .. } => Caller::read(pool, user).await?,
+        Holder::Session {
+            user,
+            role: Some(role),
+            session: Session {
+                role: Some(taken), ..
+            },
+        } => Caller::of_role(user, *role, &taken)?,
+        Holder::Session { user, .. } => {
+            return Err(IamRefusal::Denied {
+                who: crate::accounts::arn(&user),
+                action: "IAM's API with a user's session's keys",
+            })
+        }
     };
-    let signer = Caller::read(pool, signer).await?;
     if members::VERBS.contains(&verb) {
         return members::act(pool, &signer, verb, &params, from).await;
     }
@@ -643,9 +731,8 @@ async fn act(
     let user = param("UserName")?;
     // An account's root or user acts on its account's users; the operator's users on
     // theirs. The caller is judged before learning whether the user exists.
-    let (record, resource) = match &signer.user.account {
-        Some(member) => {
-            let account = member.account.as_str();
+    let (record, resource) = match signer.account() {
+        Some(account) => {
             let found = crate::accounts::member(pool, account, user).await?;
             let resource = match &found {
                 Some(found) => crate::accounts::arn(found),
@@ -658,7 +745,7 @@ async fn act(
     may(&signer, action, &resource, from)?;
     // An operator's user reaches the operator's users alone, whatever name it gives.
     let found = users::get(pool, &record).await?;
-    let reached = found.filter(|found| found.account.is_some() == signer.user.account.is_some());
+    let reached = found.filter(|found| found.account.is_some() == signer.account().is_some());
     let Some(target) = reached else {
         return Err(IamRefusal::NoSuchEntity(format!("user {user}")));
     };
@@ -825,34 +912,51 @@ fn verdict(
     resource: &str,
     from: Origin,
 ) -> Result<Verdict, IamRefusal> {
-    let signer = &caller.user;
-    let shown = crate::accounts::shown(signer);
-    let context = policy::common_context(time::OffsetDateTime::now_utc(), from, Some(&shown));
-    let asked = Asked {
-        principal: Some(&signer.name),
-        action,
-        resource,
-        context: &context,
-        account: None,
-    };
-    Ok(policy::judge_all(&caller.policies, &asked))
+    let now = time::OffsetDateTime::now_utc();
+    Ok(match &caller.role {
+        Some(assumed) => {
+            // As S3 judges the session: no user name, the session's id, `AssumedRole`.
+            let mut context = policy::common_context(now, from, None);
+            context.insert("aws:userid".into(), vec![assumed.id.clone()]);
+            context.insert("aws:principaltype".into(), vec!["AssumedRole".into()]);
+            context.insert("sts:authentication".into(), vec!["true".into()]);
+            let asked = Asked {
+                principal: Some(&assumed.arn),
+                action,
+                resource,
+                context: &context,
+                account: None,
+                role: None,
+            };
+            policy::judge_role(&caller.policies, caller.session_policy.as_ref(), &asked)
+        }
+        None => {
+            let signer = &caller.user;
+            let shown = crate::accounts::shown(signer);
+            let context = policy::common_context(now, from, Some(shown));
+            let asked = Asked {
+                principal: Some(&signer.name),
+                action,
+                resource,
+                context: &context,
+                account: None,
+                role: None,
+            };
+            policy::judge_all(&caller.policies, &asked)
+        }
+    })
 }
 
 /// Refuses `action` on `resource` unless the signer's policies allow it; an account's root
 /// may do anything (the resources of the verbs it reaches are its account's).
 fn may(signer: &Caller, action: Action, resource: &str, from: Origin) -> Result<(), IamRefusal> {
-    if signer
-        .user
-        .account
-        .as_ref()
-        .is_some_and(|member| member.root)
-    {
+    if signer.is_root() {
         return Ok(());
     }
     match verdict(signer, action, resource, from)? {
         Verdict::Allowed => Ok(()),
         Verdict::Denied | Verdict::Silent => Err(IamRefusal::Denied {
-            who: crate::accounts::arn(&signer.user),
+            who: signer.arn(),
             action: action.name(),
         }),
     }

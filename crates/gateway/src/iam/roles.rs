@@ -49,7 +49,7 @@ pub(super) async fn act(
     params: &Params,
     from: Origin,
 ) -> Result<Answered, IamRefusal> {
-    let account = signer.user.account.as_ref().map(|a| a.account.as_str());
+    let account = signer.account();
     if verb == "ListRoles" {
         let prefix = params.get("PathPrefix").map_or("/", String::as_str);
         let resource = roles::arn_in(account, prefix, "*");
@@ -252,7 +252,7 @@ pub(super) async fn assume(
     }
     let trust = roles::trust_of(&role)?;
     let shown = crate::accounts::shown(user);
-    let mut context = policy::common_context(time::OffsetDateTime::now_utc(), from, Some(&shown));
+    let mut context = policy::common_context(time::OffsetDateTime::now_utc(), from, Some(shown));
     context.insert("sts:rolesessionname".into(), vec![session_name.into()]);
     if let Some(external) = params.get("ExternalId") {
         context.insert("sts:externalid".into(), vec![external.clone()]);
@@ -269,6 +269,7 @@ pub(super) async fn assume(
         resource: &resource,
         context: &context,
         account: None,
+        role: None,
     };
     if trust.judge(&asked) != Verdict::Allowed {
         return Err(denied("sts:AssumeRole on that role"));

@@ -267,11 +267,13 @@ impl Gateway {
                 principal: crate::roles::session_arn(role, &taken.session_name),
                 id: format!("{}:{}", role.id, taken.session_name),
                 username: None,
+                role: Some(crate::roles::arn(role)),
             }),
             (None, Some(member)) => Some(Bounded {
                 principal: crate::accounts::arn(&user),
                 id: member.id.clone(),
                 username: Some(member.name.clone()),
+                role: None,
             }),
             (None, None) => None,
         };
@@ -542,6 +544,8 @@ pub(crate) struct Bounded {
     pub id: String,
     /// An account's user's name (`aws:username`); none for a role's session.
     pub username: Option<String>,
+    /// A role's session's role's ARN, which a bucket policy may name for all its sessions.
+    pub role: Option<String>,
 }
 
 impl Signer {

@@ -74,6 +74,7 @@ impl Gateway {
                 resource,
                 context: &context,
                 account: None,
+                role: None,
             };
             if let (Verdict::Denied, _) | (Verdict::Silent, Some(_)) =
                 (signer.judge(&asked), &signer.bounded)
@@ -203,6 +204,7 @@ impl Gateway {
                     resource: &resource,
                     context: &context,
                     account: None,
+                    role: None,
                 };
                 decide(bucket, signer.as_deref(), &asked)
             }
@@ -251,6 +253,7 @@ impl Gateway {
             resource: &policy::resource(name, None),
             context: &context,
             account: None,
+            role: None,
         };
         Ok(match decide(bucket, signer.as_deref(), &list) {
             Decision::Allow => true,
@@ -327,6 +330,9 @@ fn decide(bucket: &buckets::Bucket, signer: Option<&Signer>, asked: &Asked) -> D
     let Some(signer) = signer else {
         return policy::decide(owner, asked, policy, block, &[]);
     };
+    // A role's session is named by its role's ARN too.
+    let role = signer.bounded.as_ref().and_then(|b| b.role.as_deref());
+    let asked = &Asked { role, ..*asked };
     let elsewhere = signer.name != *owner;
     let of_account = is_account_id(&signer.name);
     match &signer.bounded {
@@ -343,7 +349,27 @@ fn decide(bucket: &buckets::Bucket, signer: Option<&Signer>, asked: &Asked) -> D
                 decided => decided,
             }
         }
-        Some(_) => policy::decide_role(asked, policy, block, signer.judge(asked)),
+        Some(_) => {
+            let decided = policy::decide_role(asked, policy, block, signer.judge(asked));
+            // What a bucket grants a role is bounded by its session's policy, as in AWS:
+            // only a grant to the session itself is not.
+            match (&signer.session_policy, decided) {
+                (Some(session), Decision::Allow) if asked.role.is_some() => {
+                    let itself = Asked {
+                        role: None,
+                        ..*asked
+                    };
+                    let by_itself =
+                        policy::decide_role(&itself, policy, block, signer.judge(&itself));
+                    if by_itself == Decision::Allow || session.judge(asked) == Verdict::Allowed {
+                        Decision::Allow
+                    } else {
+                        Decision::Deny
+                    }
+                }
+                (_, decided) => decided,
+            }
+        }
         None if elsewhere && (is_account_id(owner) || of_account) => {
             let mine = match signer.judge(asked) {
                 Verdict::Denied => Verdict::Denied,
