@@ -4,7 +4,7 @@
 //! with the statements AWS publishes for them, less the actions of services it does not
 //! serve; an account's own managed policies (IAM's CreatePolicy) are not served.
 
-use crate::users::PolicyRefusal;
+use crate::users::{Document, PolicyRefusal};
 use crate::Error;
 
 /// AWS's prefix of its own managed policies' ARNs.
@@ -92,19 +92,23 @@ pub fn change(
     }
 }
 
-/// The documents of the managed policies `attached` (to `holder`), each with what it is
-/// (for errors): a policy no longer served is an error, not a silent loss of what it
-/// allowed or denied.
-pub fn documents(attached: &[String], holder: &str) -> Result<Vec<(String, String)>, Error> {
+/// The documents of the managed policies `attached` to `holder` (its kind and name): a
+/// policy no longer served is an error, not a silent loss of what it allowed or denied.
+pub fn documents<'a>(
+    attached: &'a [String],
+    holder: (&'static str, &'a str),
+) -> Result<Vec<Document<'a>>, Error> {
     attached
         .iter()
         .map(|arn| match find(arn) {
-            Some((_, document)) => Ok((
-                format!("policy {arn} attached to {holder}"),
-                document.into(),
-            )),
+            Some((_, text)) => Ok(Document {
+                holder,
+                name: arn,
+                text,
+            }),
             None => Err(Error::IamPolicy(PolicyRefusal::Document(format!(
-                "{holder} has managed policy {arn} attached, which is not served"
+                "{} {} has managed policy {arn} attached, which is not served",
+                holder.0, holder.1
             )))),
         })
         .collect()
@@ -151,7 +155,8 @@ mod tests {
         let mut full_up: Vec<String> = (0..ATTACHED_MAX).map(|n| format!("{n}")).collect();
         let over = change(&mut full_up, "user u", full, true);
         assert!(matches!(over, Err(Error::Limit(_))), "{over:?}");
-        let gone = documents(&["arn:aws:iam::aws:policy/Nope".to_owned()], "user u");
+        let unserved = ["arn:aws:iam::aws:policy/Nope".to_owned()];
+        let gone = documents(&unserved, ("user", "u"));
         assert!(gone.is_err());
     }
 }

@@ -283,11 +283,11 @@ async fn update(
     users::update_record(pool, key, &what, same, |_| Vec::new()).await
 }
 
-/// The documents of `role`'s policies, own and attached, each with what it is.
-pub fn documents(role: &Role) -> Result<Vec<(String, String)>, Error> {
-    let holder = format!("role {}", role.name);
-    let mut documents = users::own(&role.policies, &holder);
-    documents.extend(crate::managed::documents(&role.attached, &holder)?);
+/// The documents of `role`'s policies, own and attached.
+pub fn documents(role: &Role) -> Result<Vec<users::Document<'_>>, Error> {
+    let holder = ("role", role.name.as_str());
+    let mut documents: Vec<users::Document> = users::own(&role.policies, holder).collect();
+    documents.extend(crate::managed::documents(&role.attached, holder)?);
     Ok(documents)
 }
 

@@ -549,37 +549,54 @@ fn without_policy(
     Ok(())
 }
 
-/// The documents of every policy `user` acts with, each with what it is (for errors): its
-/// own, those attached to it, and those of `groups` (its groups), own and attached.
-pub fn documents(user: &User, groups: &[Group]) -> Result<Vec<(String, String)>, Error> {
-    let holder = format!("user {}", user.name);
-    let mut documents = own(&user.policies, &holder);
-    documents.extend(crate::managed::documents(&user.attached, &holder)?);
+/// A policy document a signer acts with, borrowed from the records it was read with (a
+/// signature compares these with the last it parsed without copying them).
+pub struct Document<'a> {
+    /// Whose it is: "user", "group" or "role", and the holder's name (for errors).
+    pub holder: (&'static str, &'a str),
+    /// The policy's name, or a managed policy's ARN.
+    pub name: &'a str,
+    pub text: &'a str,
+}
+
+/// The documents of every policy `user` acts with: its own, those attached to it, and
+/// those of `groups` (its groups), own and attached.
+pub fn documents<'a>(user: &'a User, groups: &'a [Group]) -> Result<Vec<Document<'a>>, Error> {
+    let holder = ("user", user.name.as_str());
+    let mut documents: Vec<Document> = own(&user.policies, holder).collect();
+    documents.extend(crate::managed::documents(&user.attached, holder)?);
     for group in groups {
-        let holder = format!("group {}", group.name);
-        documents.extend(own(&group.policies, &holder));
-        documents.extend(crate::managed::documents(&group.attached, &holder)?);
+        let holder = ("group", group.name.as_str());
+        documents.extend(own(&group.policies, holder));
+        documents.extend(crate::managed::documents(&group.attached, holder)?);
     }
     Ok(documents)
 }
 
-/// `policies` (of `holder`), each with what it is.
-pub(crate) fn own(policies: &[(String, String)], holder: &str) -> Vec<(String, String)> {
+/// `policies`, `holder`'s own.
+pub(crate) fn own<'a>(
+    policies: &'a [(String, String)],
+    holder: (&'static str, &'a str),
+) -> impl Iterator<Item = Document<'a>> {
     policies
         .iter()
-        .map(|(name, text)| (format!("policy {name} of {holder}"), text.clone()))
-        .collect()
+        .map(move |(name, text)| Document { holder, name, text })
 }
 
 /// `documents` (from [`documents`] or [`crate::roles::documents`]), read as `parse` reads
 /// them.
 pub fn read_documents(
-    documents: &[(String, String)],
+    documents: &[Document],
     parse: crate::policy::Parse,
 ) -> Result<Vec<Policy>, Error> {
     documents
         .iter()
-        .map(|(what, text)| parse(text).map_err(|e| Error::Corrupt(format!("{what}: {e}"))))
+        .map(|d| {
+            parse(d.text).map_err(|e| {
+                let (kind, holder) = d.holder;
+                Error::Corrupt(format!("policy {} of {kind} {holder}: {e}", d.name))
+            })
+        })
         .collect()
 }
 

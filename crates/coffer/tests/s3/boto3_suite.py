@@ -3664,6 +3664,35 @@ class Suite:
             self.coffer("user", "rm", name)
         ok("a removed user's session does not act as a user made since under the same name")
 
+    def remove_account(self, iam, account):
+        """Removes what account `account`'s root (`iam`, its IAM client) made over IAM's
+        API, users (with their keys and policies), roles and groups (with their policies),
+        then the account with `coffer account rm`."""
+        for user in iam.list_users()["Users"]:
+            name = user["UserName"]
+            for k in iam.list_access_keys(UserName=name)["AccessKeyMetadata"]:
+                iam.delete_access_key(UserName=name, AccessKeyId=k["AccessKeyId"])
+            for policy in iam.list_user_policies(UserName=name)["PolicyNames"]:
+                iam.delete_user_policy(UserName=name, PolicyName=policy)
+            for p in iam.list_attached_user_policies(UserName=name)["AttachedPolicies"]:
+                iam.detach_user_policy(UserName=name, PolicyArn=p["PolicyArn"])
+            iam.delete_user(UserName=name)
+        for r in iam.list_roles()["Roles"]:
+            name = r["RoleName"]
+            for policy in iam.list_role_policies(RoleName=name)["PolicyNames"]:
+                iam.delete_role_policy(RoleName=name, PolicyName=policy)
+            for p in iam.list_attached_role_policies(RoleName=name)["AttachedPolicies"]:
+                iam.detach_role_policy(RoleName=name, PolicyArn=p["PolicyArn"])
+            iam.delete_role(RoleName=name)
+        for g in iam.list_groups()["Groups"]:
+            name = g["GroupName"]
+            for policy in iam.list_group_policies(GroupName=name)["PolicyNames"]:
+                iam.delete_group_policy(GroupName=name, PolicyName=policy)
+            for p in iam.list_attached_group_policies(GroupName=name)["AttachedPolicies"]:
+                iam.detach_group_policy(GroupName=name, PolicyArn=p["PolicyArn"])
+            iam.delete_group(GroupName=name)
+        self.coffer("account", "rm", account)
+
     def accounts(self):
         """Accounts, as IAM's: `coffer account create` makes an account and its root, whose
         GetUser ARN ends in `:root`; the root makes users (names unique whatever their case,
@@ -3805,16 +3834,8 @@ class Suite:
                 self.empty_and_delete(bucket, root_s3)
             except botocore.exceptions.ClientError:
                 pass  # not made: the failure that got here is the one to report
-            for iam in roots:
-                for user in iam.list_users()["Users"]:
-                    name = user["UserName"]
-                    for k in iam.list_access_keys(UserName=name)["AccessKeyMetadata"]:
-                        iam.delete_access_key(UserName=name, AccessKeyId=k["AccessKeyId"])
-                    for policy in iam.list_user_policies(UserName=name)["PolicyNames"]:
-                        iam.delete_user_policy(UserName=name, PolicyName=policy)
-                    iam.delete_user(UserName=name)
-            for m in made:
-                self.coffer("account", "rm", m["account"])
+            for iam, m in zip(roots, made):
+                self.remove_account(iam, m["account"])
         listed = self.coffer("account", "ls")
         expect("accounts left", [m["account"] for m in made if m["account"] in listed], [])
         ok("an account's users, keys and policies removed over IAM's API, then the account")
@@ -3975,17 +3996,8 @@ class Suite:
                     self.empty_and_delete(bucket, s3)
                 except botocore.exceptions.ClientError:
                     pass  # not made: the failure that got here is the one to report
-            for iam in [root, alt_root]:
-                for r in iam.list_roles()["Roles"]:
-                    for policy in iam.list_role_policies(RoleName=r["RoleName"])["PolicyNames"]:
-                        iam.delete_role_policy(RoleName=r["RoleName"], PolicyName=policy)
-                    iam.delete_role(RoleName=r["RoleName"])
-                for user in iam.list_users()["Users"]:
-                    for k in iam.list_access_keys(UserName=user["UserName"])["AccessKeyMetadata"]:
-                        iam.delete_access_key(UserName=user["UserName"], AccessKeyId=k["AccessKeyId"])
-                    iam.delete_user(UserName=user["UserName"])
-            for m in made:
-                self.coffer("account", "rm", m["account"])
+            for iam, m in zip([root, alt_root], made):
+                self.remove_account(iam, m["account"])
         ok("the accounts' roles, users and buckets removed, then the accounts")
 
     def account_groups(self):
@@ -4134,25 +4146,7 @@ class Suite:
                 self.empty_and_delete(bucket, root_s3)
             except botocore.exceptions.ClientError:
                 pass  # not made: the failure that got here is the one to report
-            for user in root.list_users()["Users"]:
-                name = user["UserName"]
-                for k in root.list_access_keys(UserName=name)["AccessKeyMetadata"]:
-                    root.delete_access_key(UserName=name, AccessKeyId=k["AccessKeyId"])
-                for p in root.list_attached_user_policies(UserName=name)["AttachedPolicies"]:
-                    root.detach_user_policy(UserName=name, PolicyArn=p["PolicyArn"])
-                root.delete_user(UserName=name)
-            for r in root.list_roles()["Roles"]:
-                for p in root.list_attached_role_policies(RoleName=r["RoleName"])["AttachedPolicies"]:
-                    root.detach_role_policy(RoleName=r["RoleName"], PolicyArn=p["PolicyArn"])
-                root.delete_role(RoleName=r["RoleName"])
-            for g in root.list_groups()["Groups"]:
-                name = g["GroupName"]
-                for policy in root.list_group_policies(GroupName=name)["PolicyNames"]:
-                    root.delete_group_policy(GroupName=name, PolicyName=policy)
-                for p in root.list_attached_group_policies(GroupName=name)["AttachedPolicies"]:
-                    root.detach_group_policy(GroupName=name, PolicyArn=p["PolicyArn"])
-                root.delete_group(GroupName=name)
-            self.coffer("account", "rm", account)
+            self.remove_account(root, account)
         ok("the account's groups, users and bucket removed, then the account")
 
     def acls(self):

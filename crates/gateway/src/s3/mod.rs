@@ -241,20 +241,22 @@ impl Gateway {
             Error::Internal("a policy of the signer cannot be read".into())
         };
         // The policies it acts with: a role's, or a user's with its groups'.
-        let (texts, parse): (_, crate::policy::Parse) = match &role {
+        let groups = match &role {
+            Some(_) => Vec::new(),
+            None => crate::groups::by_ids(&self.pool, &user.groups).await?,
+        };
+        let (documents, parse): (_, crate::policy::Parse) = match &role {
             Some((_, role)) => (
                 crate::roles::documents(role),
                 crate::policy::Policy::parse_role,
             ),
-            None => {
-                let groups = crate::groups::of_user(&self.pool, &user).await?;
-                (
-                    users::documents(&user, &groups),
-                    crate::policy::Policy::parse_identity,
-                )
-            }
+            None => (
+                users::documents(&user, &groups),
+                crate::policy::Policy::parse_identity,
+            ),
         };
-        let texts = texts.map_err(unreadable)?;
+        let documents = documents.map_err(unreadable)?;
+        let texts = documents.iter().map(|d| d.text);
         let mut signers = self.signers_lock();
         let kept = signers.by_key.get(key);
         if let Some((_, newer)) = kept.filter(|(read, _)| *read > begun) {
@@ -287,7 +289,7 @@ impl Gateway {
         let signer = match kept {
             // The same signer and policies as last read: kept as they were read then.
             Some((_, signer))
-                if signer.texts == texts
+                if signer.texts.iter().map(String::as_str).eq(texts)
                     && signer.token == token
                     && signer.name == name
                     && signer.bounded == bounded =>
@@ -295,7 +297,7 @@ impl Gateway {
                 signer.clone()
             }
             _ => {
-                let policies = users::read_documents(&texts, parse).map_err(unreadable)?;
+                let policies = users::read_documents(&documents, parse).map_err(unreadable)?;
                 let bound = role.as_ref().and_then(|(taken, _)| taken.policy.as_deref());
                 let session_policy = bound
                     .map(|text| {
@@ -305,7 +307,7 @@ impl Gateway {
                     })
                     .transpose()?;
                 std::sync::Arc::new(Signer {
-                    texts,
+                    texts: documents.iter().map(|d| d.text.to_owned()).collect(),
                     name: name.to_owned(),
                     policies,
                     session_policy,
@@ -521,8 +523,9 @@ impl Gateway {
 pub(crate) struct Signer {
     /// The owner of what the signer makes: the user, or their account (its root's name).
     pub name: String,
-    /// The policies' documents, each with what it is ([`users::documents`]).
-    texts: Vec<(String, String)>,
+    /// The texts of the policies' documents, in order ([`users::documents`]): a signer
+    /// read again with the same is kept.
+    texts: Vec<String>,
     pub policies: Vec<crate::policy::Policy>,
     /// A session's token, which its requests must carry (`sts:authentication` is then
     /// true in their condition keys).
