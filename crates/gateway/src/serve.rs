@@ -46,8 +46,12 @@ pub async fn serve(
     gateway: crate::Gateway,
     tls: Option<Arc<rustls::ServerConfig>>,
 ) -> std::io::Result<()> {
-    let pool = gateway.pool().clone();
-    serve_with(listener, tls, annotated(gateway.service(), Some(pool))).await
+    serve_with(
+        listener,
+        tls,
+        annotated(gateway.clone().service(), Some(gateway)),
+    )
+    .await
 }
 
 /// Serves any HTTP `service` as the gateway serves S3: HTTP/1.1 with keep-alive, a task per
@@ -124,12 +128,13 @@ pub(crate) struct Peer {
 /// `service`, with a request id on every response (`x-amz-request-id`), and every error
 /// body carrying a `Message` and that `RequestId`: clients print the message (aws-cli says
 /// "Unknown" without one), and the operator finds the request in the gateway's log by its id.
-/// With the `pool` of the buckets, CORS too: preflight requests answered, and the responses
-/// to web pages' requests carrying what their bucket's rules allow (`crate::cors`); and
-/// requests signed for IAM or STS answered by `crate::iam`.
+/// With the `gateway` whose service it is, CORS too: preflight requests answered, and the
+/// responses to web pages' requests carrying what their bucket's rules allow
+/// (`crate::cors`); forms posted to a bucket answered by `crate::s3::post`; and requests
+/// signed for IAM or STS answered by `crate::iam`.
 pub(crate) fn annotated(
     service: S3Service,
-    pool: Option<client::Pool>,
+    gateway: Option<crate::Gateway>,
 ) -> impl hyper::service::Service<
     hyper::Request<hyper::body::Incoming>,
     Response = HttpResponse,
@@ -138,8 +143,9 @@ pub(crate) fn annotated(
 > + Clone {
     hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
         let service = service.clone();
-        let pool = pool.clone();
+        let gateway = gateway.clone();
         async move {
+            let pool = gateway.as_ref().map(|gateway| gateway.pool().clone());
             let started = std::time::Instant::now();
             let id = format!("{:016X}", rand::random::<u64>());
             let (method, path) = (request.method().clone(), request.uri().path().to_owned());
@@ -185,7 +191,20 @@ pub(crate) fn annotated(
                         )?;
                         Some(crate::s3::cors::allowing(pool, asked))
                     });
-                    let answered = answer(&service, request);
+                    let posted = gateway.as_ref().zip(crate::s3::post::form_bucket(&request));
+                    let answered = async {
+                        match posted {
+                            Some((gateway, bucket)) => {
+                                match crate::s3::post::answer(gateway, bucket, request).await {
+                                    Ok(response) => Ok(response),
+                                    Err(refused) => refused
+                                        .to_http_response()
+                                        .map_err(|e| HttpError::new(Box::new(e))),
+                                }
+                            }
+                            None => answer(&service, request).await,
+                        }
+                    };
                     match cors {
                         Some(cors) => {
                             let (response, headers) = tokio::join!(answered, cors);

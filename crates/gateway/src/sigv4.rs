@@ -258,9 +258,6 @@ fn uri_encode(text: &str) -> String {
 
 /// The signature, in hex, of `canonical` dated `stamp` under `authorization`'s scope.
 fn signature(secret: &str, stamp: &str, authorization: &Authorization, canonical: &str) -> String {
-    let sign = |key: &[u8], data: &str| {
-        hmac::sign(&hmac::Key::new(hmac::HMAC_SHA256, key), data.as_bytes())
-    };
     let scope = format!(
         "{}/{}/{}/aws4_request",
         authorization.date, authorization.region, authorization.service
@@ -269,11 +266,25 @@ fn signature(secret: &str, stamp: &str, authorization: &Authorization, canonical
         "AWS4-HMAC-SHA256\n{stamp}\n{scope}\n{}",
         hex(digest::digest(&digest::SHA256, canonical.as_bytes()).as_ref())
     );
-    let day = sign(format!("AWS4{secret}").as_bytes(), authorization.date);
-    let region = sign(day.as_ref(), authorization.region);
-    let service = sign(region.as_ref(), authorization.service);
+    let key = signing_key(
+        secret,
+        authorization.date,
+        authorization.region,
+        authorization.service,
+    );
+    hex(hmac::sign(&key, to_sign.as_bytes()).as_ref())
+}
+
+/// SigV4's signing key of `secret` for a day (`YYYYMMDD`), a region and a service.
+pub(crate) fn signing_key(secret: &str, day: &str, region: &str, service: &str) -> hmac::Key {
+    let sign = |key: &[u8], data: &str| {
+        hmac::sign(&hmac::Key::new(hmac::HMAC_SHA256, key), data.as_bytes())
+    };
+    let day = sign(format!("AWS4{secret}").as_bytes(), day);
+    let region = sign(day.as_ref(), region);
+    let service = sign(region.as_ref(), service);
     let key = sign(service.as_ref(), "aws4_request");
-    hex(sign(key.as_ref(), &to_sign).as_ref())
+    hmac::Key::new(hmac::HMAC_SHA256, key.as_ref())
 }
 
 #[cfg(test)]

@@ -1,9 +1,9 @@
 """The S3 gateway through boto3, as applications use it: buckets, objects of many sizes, user
 metadata, ranged reads, copies, multi-delete, multipart uploads (by hand, part by part, and
 through boto3's managed transfers), server-side encryption (SSE-S3, SSE-KMS, SSE-C and a
-bucket's default), both listing APIs page by page, presigned URLs, bucket policies and public
-access blocks, ACLs, and the error codes clients act on, including those that keep one user out of
-another's buckets.
+bucket's default), both listing APIs page by page, presigned URLs, uploads by HTML forms,
+bucket policies and public access blocks, ACLs, and the error codes clients act on, including
+those that keep one user out of another's buckets.
 
 Run by crates/coffer/tests/s3_clients.rs with the Python of the venv that scripts/test makes
 (`ensure_s3_tools` in scripts/setup.sh). Configured by the environment:
@@ -53,6 +53,7 @@ import botocore.credentials
 from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
 from botocore.exceptions import ClientError
+import urllib3
 
 ENDPOINT = os.environ["S3_ENDPOINT"]
 CA = os.environ["S3_CA"]
@@ -312,6 +313,14 @@ def https_request(method, url, headers=None, body=None):
         connection.close()
 
 
+def expect_refusal(what, answer, status_code, code):
+    """`answer` (of `https_request`) is the S3 error `code` with `status_code`."""
+    got_status, _, body = answer
+    expect(f"{what}: status", got_status, status_code)
+    if f"<Code>{code}</Code>".encode() not in body:
+        raise AssertionError(f"{what}: wanted error {code}, got {body!r}")
+
+
 def https_get(url):
     """GET, as `https_request`: (status, body)."""
     code, _, body = https_request("GET", url)
@@ -333,6 +342,7 @@ class Suite:
         self.policy_bucket = f"boto3-{run_id}-policy"
         self.acl_bucket = f"boto3-{run_id}-acl"
         self.cors_bucket = f"boto3-{run_id}-cors"
+        self.post_bucket = f"boto3-{run_id}-post"
         self.checksum_bucket = f"boto3-{run_id}-checksums"
         self.user_policy_buckets = [f"boto3-{run_id}-user-policy-{who}" for who in ["first", "other"]]
         self.role_buckets = [f"boto3-{run_id}-role-{which}" for which in ["made", "other"]]
@@ -4348,15 +4358,9 @@ class Suite:
                      "Access-Control-Request-Headers": headers}
             return https_request("OPTIONS", url, {k: v for k, v in asked.items() if v is not None})
 
-        def refused(what, answer, status_code, code):
-            got_status, _, body = answer
-            expect(f"{what}: status", got_status, status_code)
-            if f"<Code>{code}</Code>".encode() not in body:
-                raise AssertionError(f"{what}: wanted error {code}, got {body!r}")
-
         expect_error("get_bucket_cors of a bucket without rules", ["NoSuchCORSConfiguration"],
                      self.s3.get_bucket_cors, Bucket=bucket)
-        refused("preflight before the bucket has rules", preflight(app, "GET"), 403, "AccessForbidden")
+        expect_refusal("preflight before the bucket has rules", preflight(app, "GET"), 403, "AccessForbidden")
         rules = [
             {"ID": "app", "AllowedOrigins": [app], "AllowedMethods": ["GET", "PUT"],
              "AllowedHeaders": ["content-type", "x-amz-*"], "ExposeHeaders": ["ETag"],
@@ -4381,13 +4385,13 @@ class Suite:
         status_code, headers, _ = preflight(evil, "HEAD")
         expect("preflight of HEAD from any origin", (status_code, headers.get("access-control-allow-origin"),
                                                      headers.get("access-control-allow-credentials")), (200, "*", None))
-        refused("preflight from an origin no rule allows", preflight(evil, "GET"), 403, "AccessForbidden")
-        refused("preflight of a method no rule allows", preflight(app, "DELETE"), 403, "AccessForbidden")
-        refused("preflight of a header no rule allows", preflight(app, "PUT", "authorization"), 403,
+        expect_refusal("preflight from an origin no rule allows", preflight(evil, "GET"), 403, "AccessForbidden")
+        expect_refusal("preflight of a method no rule allows", preflight(app, "DELETE"), 403, "AccessForbidden")
+        expect_refusal("preflight of a header no rule allows", preflight(app, "PUT", "authorization"), 403,
                 "AccessForbidden")
-        refused("preflight without an origin", preflight(None, "GET"), 400, "BadRequest")
-        refused("preflight without a method", preflight(app), 400, "BadRequest")
-        refused("preflight to a missing bucket", preflight(app, "GET", url=f"{ENDPOINT}/{self.missing_bucket}/x"),
+        expect_refusal("preflight without an origin", preflight(None, "GET"), 400, "BadRequest")
+        expect_refusal("preflight without a method", preflight(app), 400, "BadRequest")
+        expect_refusal("preflight to a missing bucket", preflight(app, "GET", url=f"{ENDPOINT}/{self.missing_bucket}/x"),
                 403, "AccessForbidden")
         ok("preflight requests answered by the first rule that allows them, refused otherwise")
 
@@ -4418,8 +4422,120 @@ class Suite:
         self.s3.delete_bucket_cors(Bucket=bucket)
         expect_error("get_bucket_cors after delete_bucket_cors", ["NoSuchCORSConfiguration"],
                      self.s3.get_bucket_cors, Bucket=bucket)
-        refused("preflight once the rules are removed", preflight(app, "GET"), 403, "AccessForbidden")
+        expect_refusal("preflight once the rules are removed", preflight(app, "GET"), 403, "AccessForbidden")
         ok("CORS rules checked as S3 checks them, and removed")
+
+    # POST Object ------------------------------------------------------------------------
+
+    def post_form(self, url, fields, file=("note.txt", b"posted", "text/plain")):
+        """Posts an HTML form's fields, then its file (name, content, type) unless None, as
+        a browser does: (status, headers, body)."""
+        parts = list(fields.items()) + ([("file", file)] if file else [])
+        body, content_type = urllib3.encode_multipart_formdata(parts)
+        return https_request("POST", url, {"Content-Type": content_type}, body)
+
+    def post_object(self):
+        """Uploads by HTML forms, as boto3's generate_presigned_post signs them: the policy's
+        conditions met, ${filename} naming the key, and the answer a 201 or a
+        redirection as the form asks; a form the policy does not allow (a field it does not
+        name, a key outside its prefix, a file outside its length range, an altered policy,
+        an expired one, another bucket), one a bucket policy denies, an unsigned one to a
+        private bucket, one without a file, with too much before its file, or cut short, is
+        refused and writes nothing."""
+        bucket = self.post_bucket
+        self.s3.create_bucket(Bucket=bucket)
+        other_name = self.other.list_buckets()["Owner"]["ID"]
+        self.s3.put_bucket_policy(Bucket=bucket, Policy=json.dumps({"Version": "2012-10-17", "Statement": [
+            {"Effect": "Deny", "Principal": "*", "Action": "s3:PutObject", "Resource": f"arn:aws:s3:::{bucket}/*",
+             "Condition": {"StringEquals": {"s3:x-amz-acl": "public-read"}}},
+            {"Effect": "Allow", "Principal": {"AWS": other_name}, "Action": "s3:PutObject",
+             "Resource": f"arn:aws:s3:::{bucket}/*",
+             "Condition": {"StringEquals": {"s3:x-amz-acl": "bucket-owner-full-control", "s3:authType": "POST"}}},
+        ]}))
+        def presigned(key="uploads/${filename}", fields=None, extra=(), expires=300, s3=self.s3, size_max=1024):
+            conditions = [["starts-with", "$key", "uploads/"], ["content-length-range", 1, size_max],
+                          {"success_action_status": "201"}]
+            return s3.generate_presigned_post(
+                Bucket=bucket, Key=key, Fields={"success_action_status": "201", **(fields or {})},
+                Conditions=conditions + list(extra), ExpiresIn=expires)
+
+        form = presigned(fields={"Content-Type": "text/plain"}, extra=[["starts-with", "$Content-Type", "text/"]])
+        status_code, headers, body = self.post_form(form["url"], form["fields"], ("cat.txt", b"meow", "text/plain"))
+        expect("form upload: status", status_code, 201)
+        etag = quoted_md5(b"meow")
+        for tag, want in [("Bucket", bucket), ("Key", "uploads/cat.txt"), ("ETag", etag)]:
+            if f"<{tag}>{want}</{tag}>".encode() not in body.replace(b"&quot;", b'"'):
+                raise AssertionError(f"form upload: no <{tag}>{want}</{tag}> in {body!r}")
+        expect("form upload: ETag header", headers.get("etag"), etag)
+        response = self.s3.get_object(Bucket=bucket, Key="uploads/cat.txt")
+        data = response["Body"].read()
+        expect("form upload read back", (data, response["ContentType"]), (b"meow", "text/plain"))
+        ok("a form signed by generate_presigned_post uploads its file under ${filename}, answered 201")
+        form = presigned("uploads/shared", {"acl": "bucket-owner-full-control"}, [{"acl": "bucket-owner-full-control"}],
+                         s3=self.other)
+        status_code, _, _ = self.post_form(form["url"], form["fields"], ("page.html", b"<p>", "text/html"))
+        response = self.s3.get_object(Bucket=bucket, Key="uploads/shared")
+        expect("another user's form the bucket policy allows: status, content and type",
+               (status_code, response["Body"].read(), response["ContentType"]), (201, b"<p>", "binary/octet-stream"))
+        ok("a bucket policy judges a form's acl and its POST; a file's own type is not the object's")
+        big = secrets.token_bytes(STRIPE_BYTES + 5)
+        form = presigned("uploads/big", size_max=2 * STRIPE_BYTES)
+        status_code, _, _ = self.post_form(form["url"], form["fields"], ("big.bin", big, "application/octet-stream"))
+        response = self.s3.get_object(Bucket=bucket, Key="uploads/big")
+        expect("a form's file over a stripe: status and content", (status_code, sha256(response["Body"].read())),
+               (201, sha256(big)))
+        ok("a form's file over a 4 MiB stripe streams whole")
+
+        form = presigned("uploads/redirected", {"success_action_redirect": "https://app.example/done?x=1"},
+                         [{"success_action_redirect": "https://app.example/done?x=1"}])
+        status_code, headers, _ = self.post_form(form["url"], form["fields"])
+        location = urllib.parse.urlsplit(headers.get("location", ""))
+        expect("redirected upload: status and target", (status_code, location.netloc, location.path),
+               (303, "app.example", "/done"))
+        expect("redirected upload: query", urllib.parse.parse_qs(location.query),
+               {"x": ["1"], "bucket": [bucket], "key": ["uploads/redirected"], "etag": [quoted_md5(b"posted")]})
+        ok("success_action_redirect answers 303 to the page, with the object's bucket, key and ETag")
+
+        form = presigned("uploads/public", {"acl": "public-read"}, [{"acl": "public-read"}])
+        expect_refusal("a form with an acl the bucket policy denies", self.post_form(form["url"], form["fields"]), 403,
+                       "AccessDenied")
+        form = presigned("uploads/meta")
+        expect_refusal("a field the policy does not name", self.post_form(form["url"], {**form["fields"],
+                "x-amz-meta-note": "smuggled"}), 403, "AccessDenied")
+        form = presigned("private/escape")
+        expect_refusal("a key outside the policy's prefix", self.post_form(form["url"], form["fields"]), 403,
+                "AccessDenied")
+        form = presigned("uploads/large")
+        expect_refusal("a file over the length range", self.post_form(form["url"], form["fields"],
+                ("big.bin", b"x" * 2048, "application/octet-stream")), 400, "EntityTooLarge")
+        expect_refusal("an empty file under the length range", self.post_form(form["url"], form["fields"],
+                ("empty.bin", b"", "application/octet-stream")), 400, "EntityTooSmall")
+        policy = json.loads(base64.b64decode(form["fields"]["policy"]))
+        policy["conditions"] = [c for c in policy["conditions"]
+                                if not (isinstance(c, list) and c[0] == "content-length-range")]
+        altered = {**form["fields"], "policy": base64.b64encode(json.dumps(policy).encode()).decode()}
+        expect_refusal("an altered policy", self.post_form(form["url"], altered), 403, "SignatureDoesNotMatch")
+        form = presigned("uploads/late", expires=-60)
+        expect_refusal("an expired policy", self.post_form(form["url"], form["fields"]), 403, "AccessDenied")
+        form = presigned("uploads/elsewhere")
+        expect_refusal("a form naming another bucket", self.post_form(form["url"], {"bucket": self.cors_bucket,
+                **form["fields"]}), 403, "AccessDenied")
+        expect_refusal("a form without a file", self.post_form(form["url"], form["fields"], None), 400,
+                "IncorrectNumberOfFilesInPostRequest")
+        expect_refusal("a form with 100 KiB of fields before its file", self.post_form(form["url"], {
+                       **form["fields"], "x-ignore-padding": "p" * (100 << 10)}), 400, "MaxPostPreDataLengthExceededError")
+        form = presigned("uploads/cut")
+        body, content_type = urllib3.encode_multipart_formdata(
+            list(form["fields"].items()) + [("file", ("cut.bin", b"y" * 512, "application/octet-stream"))])
+        expect_refusal("a form cut short in its file", https_request("POST", form["url"], {"Content-Type": content_type},
+                body[:-100]), 400, "MalformedPOSTRequest")
+        expect_refusal("an unsigned form to a private bucket", self.post_form(form["url"], {"key": "uploads/anon"}),
+                403, "AccessDenied")
+        form = presigned("uploads/other", s3=self.other)
+        expect_refusal("another user's form", self.post_form(form["url"], form["fields"]), 403, "AccessDenied")
+        keys = [o["Key"] for o in self.s3.list_objects_v2(Bucket=bucket).get("Contents", [])]
+        expect("objects after refused forms", keys, ["uploads/big", "uploads/cat.txt", "uploads/redirected", "uploads/shared"])
+        ok("forms the policy does not allow, unsigned, foreign, fileless or cut short ones write nothing")
 
     # Checksums --------------------------------------------------------------------------
 
@@ -4605,7 +4721,8 @@ class Suite:
 
     def clean_up(self):
         buckets = [self.bucket, self.listing_bucket, self.encrypted_bucket, self.versioned_bucket,
-                   self.policy_bucket, self.acl_bucket, self.cors_bucket, self.checksum_bucket]
+                   self.policy_bucket, self.acl_bucket, self.cors_bucket, self.post_bucket,
+                   self.checksum_bucket]
         for bucket in buckets:
             self.empty_and_delete(bucket)
         listed = {b["Name"] for b in self.s3.list_buckets()["Buckets"]}
@@ -4625,6 +4742,7 @@ class Suite:
             (self.s3, self.policy_bucket),
             (self.s3, self.acl_bucket),
             (self.s3, self.cors_bucket),
+            (self.s3, self.post_bucket),
             (self.s3, self.checksum_bucket),
             (self.other, f"{self.policy_bucket}-other"),
             (self.s3, self.user_policy_buckets[0]),
@@ -4666,6 +4784,7 @@ def main():
         suite.account_groups,
         suite.acls,
         suite.cors,
+        suite.post_object,
         suite.checksums,
         suite.multipart_part_copies,
         suite.multipart_errors,

@@ -139,6 +139,25 @@ pub(crate) enum Refusal {
     NoCors(String),
     #[error("a preflight request names its {0}")]
     PreflightUnasked(&'static str),
+    /// A POST form's policy that cannot be read.
+    #[error("{0}")]
+    PostPolicy(String),
+    /// A POST form its policy does not allow.
+    #[error("Invalid according to Policy: {0}")]
+    PostDenied(String),
+    /// A POST body that is not a form.
+    #[error("{0}")]
+    PostForm(String),
+    #[error("the fields before the file are over {0} bytes")]
+    PostFields(usize),
+    #[error("POST requires exactly one file upload per request")]
+    PostFile,
+    #[error("the upload is over the {0} bytes its policy allows")]
+    PostTooLarge(u64),
+    #[error("the upload is under the {0} bytes its policy asks")]
+    PostTooSmall(u64),
+    #[error("the signature is not the policy's under that access key")]
+    SignatureMismatch,
     #[error("CORSResponse: CORS is not enabled for bucket {0}")]
     CorsOff(String),
     #[error("CORSResponse: no CORS rule of bucket {bucket} allows origin {origin:?} to {method}{}", if headers.is_empty() { String::new() } else { format!(" with headers {headers}") })]
@@ -213,6 +232,14 @@ impl Refusal {
             Refusal::ChecksumMismatch(_) | Refusal::PartChecksum { .. } => C::BadDigest,
             Refusal::NoCors(_) => C::NoSuchCORSConfiguration,
             Refusal::PreflightUnasked(_) => C::Custom("BadRequest".into()),
+            Refusal::PostPolicy(_) => C::InvalidPolicyDocument,
+            Refusal::PostDenied(_) => C::AccessDenied,
+            Refusal::PostForm(_) => C::MalformedPOSTRequest,
+            Refusal::PostFields(_) => C::MaxPostPreDataLengthExceededError,
+            Refusal::PostFile => C::IncorrectNumberOfFilesInPostRequest,
+            Refusal::PostTooLarge(_) => C::EntityTooLarge,
+            Refusal::PostTooSmall(_) => C::EntityTooSmall,
+            Refusal::SignatureMismatch => C::SignatureDoesNotMatch,
             Refusal::CorsOff(_) | Refusal::CorsDenied { .. } => C::Custom("AccessForbidden".into()),
         }
     }

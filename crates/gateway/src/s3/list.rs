@@ -37,7 +37,7 @@ impl Gateway {
 
 /// Percent-encodes `text` as S3 does for `encoding-type=url` (all but unreserved characters
 /// and '/').
-fn url_encode(text: &str) -> String {
+pub(super) fn url_encode(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for byte in text.bytes() {
         if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.' | b'~' | b'/') {

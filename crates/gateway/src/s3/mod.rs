@@ -20,6 +20,7 @@ mod list;
 mod lock;
 mod object;
 mod policy;
+pub(crate) mod post;
 mod tagging;
 mod upload;
 

@@ -533,19 +533,21 @@ fn request_context<T>(req: &S3Request<T>, principal: Option<&str>) -> Context {
         .headers
         .get(hyper::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
-    let signature = match (authorization, query(req, "X-Amz-Algorithm")) {
-        (Some(header), _) if header.starts_with("AWS4-") => Some("AWS4-HMAC-SHA256"),
-        (Some(_), _) => Some("AWS"),
-        (None, Some(_)) => Some("AWS4-HMAC-SHA256"),
-        (None, None) => query(req, "Signature").map(|_| "AWS"),
+    let signed = match (authorization, query(req, "X-Amz-Algorithm")) {
+        (Some(header), _) if header.starts_with("AWS4-") => {
+            Some(("AWS4-HMAC-SHA256", "REST-HEADER"))
+        }
+        (Some(_), _) => Some(("AWS", "REST-HEADER")),
+        (None, Some(_)) => Some(("AWS4-HMAC-SHA256", "REST-QUERY-STRING")),
+        (None, None) => query(req, "Signature").map(|_| ("AWS", "REST-QUERY-STRING")),
     };
-    if let Some(signature) = signature {
+    let posted = req.extensions.get::<super::post::Posted>();
+    let signed = match posted {
+        Some(posted) => posted.signature.map(|signature| (signature, "POST")),
+        None => signed,
+    };
+    if let Some((signature, how)) = signed {
         put("s3:signatureversion", signature.into());
-        let how = if authorization.is_some() {
-            "REST-HEADER"
-        } else {
-            "REST-QUERY-STRING"
-        };
         put("s3:authType", how.into());
     }
     for (parameter, key) in [
