@@ -191,20 +191,7 @@ pub(crate) fn annotated(
                         )?;
                         Some(crate::s3::cors::allowing(pool, asked))
                     });
-                    let posted = gateway.as_ref().zip(crate::s3::post::form_bucket(&request));
-                    let answered = async {
-                        match posted {
-                            Some((gateway, bucket)) => {
-                                match crate::s3::post::answer(gateway, bucket, request).await {
-                                    Ok(response) => Ok(response),
-                                    Err(refused) => refused
-                                        .to_http_response()
-                                        .map_err(|e| HttpError::new(Box::new(e))),
-                                }
-                            }
-                            None => answer(&service, request).await,
-                        }
-                    };
+                    let answered = answer(&service, gateway.as_ref(), request);
                     match cors {
                         Some(cors) => {
                             let (response, headers) = tokio::join!(answered, cors);
@@ -249,20 +236,32 @@ pub(crate) fn annotated(
 /// The response of `service` to `request`, or the refusal of a presigned URL's life or a
 /// SigV2 date that s3s would let through; on the way, a SigV4 request dated by `Date` alone
 /// given the `x-amz-date` s3s reads, and an anonymous request's aws-chunked body decoded.
+/// A form posted to a bucket is `gateway`'s own to answer (`crate::s3::post`).
 async fn answer(
     service: &S3Service,
+    gateway: Option<&crate::Gateway>,
     mut request: hyper::Request<hyper::body::Incoming>,
 ) -> Result<HttpResponse, HttpError> {
-    crate::s3::date_sigv4_by_date(request.headers_mut());
-    let checked = crate::s3::check_presigned_life(request.uri().query())
-        .and_then(|()| crate::s3::check_v2_date(request.headers(), time::OffsetDateTime::now_utc()))
-        .and_then(|()| crate::s3::unchunked(request.map(s3s::Body::from)));
-    match checked {
-        Ok(request) => service.call(request).await,
-        Err(refused) => refused
+    let answered = match gateway.zip(crate::s3::post::form_bucket(&request)) {
+        Some((gateway, bucket)) => crate::s3::post::answer(gateway, bucket, request).await,
+        None => {
+            crate::s3::date_sigv4_by_date(request.headers_mut());
+            let checked = crate::s3::check_presigned_life(request.uri().query())
+                .and_then(|()| {
+                    crate::s3::check_v2_date(request.headers(), time::OffsetDateTime::now_utc())
+                })
+                .and_then(|()| crate::s3::unchunked(request.map(s3s::Body::from)));
+            match checked {
+                Ok(request) => return service.call(request).await,
+                Err(refused) => Err(refused),
+            }
+        }
+    };
+    answered.or_else(|refused| {
+        refused
             .to_http_response()
-            .map_err(|e| HttpError::new(Box::new(e))),
-    }
+            .map_err(|e| HttpError::new(Box::new(e)))
+    })
 }
 
 /// `response` with `headers` added.

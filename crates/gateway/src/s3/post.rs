@@ -120,12 +120,14 @@ pub(crate) async fn answer(
         most: most.min(super::PUT_BYTES_MAX),
         cut: cut.clone(),
     };
-    let input = form.input(bucket, StreamingBlob::wrap(body))?;
+    // The policy judged the tagging field as given; the upload takes it as a header says it.
+    let tagging = form.get("tagging").map(tags_query).transpose()?;
+    let input = form.input(bucket, StreamingBlob::wrap(body), tagging.clone())?;
     let (bucket, key) = (input.bucket.clone(), input.key.clone());
     if let Some(slot) = parts.extensions.get::<crate::metrics::VerbSlot>() {
         slot.note("PostObject");
     }
-    let headers = form.headers(&parts.headers)?;
+    let headers = form.headers(&parts.headers, tagging);
     let secure = parts
         .extensions
         .get::<crate::serve::Peer>()
@@ -268,7 +270,12 @@ impl Form {
     }
 
     /// The PutObject the form asks for, of `body` into `bucket`.
-    fn input(&self, bucket: String, body: StreamingBlob) -> S3Result<PutObjectInput> {
+    fn input(
+        &self,
+        bucket: String,
+        body: StreamingBlob,
+        tagging: Option<String>,
+    ) -> S3Result<PutObjectInput> {
         let text = |name: &str| self.get(name).map(str::to_owned);
         let Some(key) = text("key") else {
             return Err(
@@ -314,7 +321,7 @@ impl Form {
             sse_customer_key_md5: text("x-amz-server-side-encryption-customer-key-md5"),
             bucket_key_enabled: bucket_key,
             storage_class: text("x-amz-storage-class").map(Into::into),
-            tagging: self.get("tagging").map(tags_query).transpose()?,
+            tagging,
             website_redirect_location: text("x-amz-website-redirect-location"),
             object_lock_mode: text("x-amz-object-lock-mode").map(Into::into),
             object_lock_retain_until_date: date(
@@ -336,8 +343,8 @@ impl Form {
     /// them besides its input: the request's own (`Referer`, `User-Agent`, …) but those of
     /// its body and signature and any `x-amz-` one, then the fields of the object and the
     /// `x-amz-` ones but the signature's (a session's token among them), `acl` as
-    /// `x-amz-acl` and `tagging` as `x-amz-tagging`.
-    fn headers(&self, request: &hyper::HeaderMap) -> S3Result<hyper::HeaderMap> {
+    /// `x-amz-acl` and the tags (`tagging`, as a header says them) as `x-amz-tagging`.
+    fn headers(&self, request: &hyper::HeaderMap, tagging: Option<String>) -> hyper::HeaderMap {
         use hyper::header::{HeaderName, HeaderValue};
         let signature = [
             "x-amz-signature",
@@ -375,17 +382,14 @@ impl Form {
         let acl = self
             .get("acl")
             .map(|acl| ("x-amz-acl".into(), acl.to_owned()));
-        let tags = match self.get("tagging") {
-            Some(xml) => Some(("x-amz-tagging".into(), tags_query(xml)?)),
-            None => None,
-        };
+        let tags = tagging.map(|query| ("x-amz-tagging".to_owned(), query));
         for (name, value) in fields.chain(acl).chain(tags) {
             let name = HeaderName::from_bytes(name.as_bytes());
             if let (Ok(name), Ok(value)) = (name, HeaderValue::from_str(&value)) {
                 headers.insert(name, value);
             }
         }
-        Ok(headers)
+        headers
     }
 
     /// The answer to the form that wrote `key` into `bucket` (`output`) on the gateway at
