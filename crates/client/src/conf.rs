@@ -127,6 +127,10 @@ pub struct GwSection {
     /// rules, as Ceph's rgw_lc_debug_interval.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lifecycle_day_seconds: Option<u64>,
+    /// How long access log lines wait before a request to their bucket delivers them, in
+    /// seconds (300).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access_log_roll_seconds: Option<u64>,
 }
 
 /// An external KMS: the transit engine of Vault or OpenBao (`vault`, `token_file`), or a

@@ -14,6 +14,8 @@ pub const LISTEN_DEFAULT: &str = "127.0.0.1:7480";
 /// The directory, beside the configuration, of the gateway `coffer up` runs: its
 /// certificate, log and pid file.
 pub const GW_DIR: &str = "gw";
+/// How long a stopping gateway takes, at most, to deliver the access log lines it holds.
+const LOG_DELIVERY_ON_STOP: Duration = Duration::from_secs(10);
 
 #[derive(clap::Args)]
 #[command(args_conflicts_with_subcommands = true)]
@@ -113,6 +115,10 @@ pub struct GwArgs {
     /// 1d].
     #[arg(long, value_parser = parse_age)]
     lifecycle_day: Option<Duration>,
+    /// How long access log lines wait before a request to their bucket delivers them (s, m,
+    /// h or d) [default: the configuration's [gw] access_log_roll_seconds, else 5m].
+    #[arg(long, value_parser = parse_age)]
+    access_log_roll: Option<Duration>,
 }
 
 #[derive(clap::Subcommand)]
@@ -510,18 +516,41 @@ pub fn serve(who: &Who, args: GwArgs) -> Result<(), String> {
             })
             .unwrap_or(Duration::from_secs(86_400));
         gateway.expire_on_schedule(day);
+        let roll = args
+            .access_log_roll
+            .or_else(|| {
+                conf.gw
+                    .as_ref()
+                    .and_then(|gw| gw.access_log_roll_seconds)
+                    .map(Duration::from_secs)
+            })
+            .unwrap_or(Duration::from_secs(
+                gateway::access_log::ROLL_SECONDS_DEFAULT,
+            ));
+        if roll.is_zero() {
+            return Err("--access-log-roll: give a time longer than zero".into());
+        }
+        gateway.deliver_logs_on_schedule(roll);
         crate::scrape::start(args.metrics.as_ref(), |registry| {
             messenger::metrics::register(registry);
             gateway::metrics::register(registry);
         });
-        let serving = tokio::spawn(gateway::serve::serve(listener, gateway, tls));
-        tokio::select! {
+        let serving = tokio::spawn(gateway::serve::serve(listener, gateway.clone(), tls));
+        let stopped = tokio::select! {
             result = crate::daemon::stop_signal() => result,
             result = serving => Err(match result {
                 Ok(Err(e)) => format!("serving stopped: {e}"),
                 _ => "serving stopped".into(),
             }),
+        };
+        // The access log lines it holds would be lost with the process.
+        if tokio::time::timeout(LOG_DELIVERY_ON_STOP, gateway.deliver_all_logs())
+            .await
+            .is_err()
+        {
+            eprintln!("coffer gw: access logs not all delivered in {LOG_DELIVERY_ON_STOP:?}");
         }
+        stopped
     })
 }
 

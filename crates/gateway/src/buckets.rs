@@ -3,6 +3,7 @@
 use bytes::Bytes;
 use client::{ObjectOp, Pool};
 
+use crate::access_log::Logging;
 use crate::acl::{Acl, Ownership};
 use crate::cors::Cors;
 use crate::layout::{self, BucketInfo, Head, IndexKey, ObjectEntry, Order, Sse, Version};
@@ -40,10 +41,12 @@ pub struct Bucket {
     pub acl: Option<Acl>,
     pub ownership: Option<Ownership>,
     pub cors: Option<Cors>,
+    /// Where its access logs go.
+    pub logging: Option<Logging>,
 }
 
 /// The owner, creation time, versioning, object lock, lifecycle, policy, public access
-/// block, ACL, object ownership and CORS rules of `bucket`.
+/// block, ACL, object ownership, CORS rules and logging of `bucket`.
 pub async fn info(pool: &Pool, bucket: &str) -> Result<Bucket, Error> {
     let attrs = pool
         .attrs(&layout::index_object(bucket))
@@ -62,6 +65,7 @@ pub async fn info(pool: &Pool, bucket: &str) -> Result<Bucket, Error> {
         acl: decoded(attrs.get(layout::ACL_ATTR).map(Vec::as_slice))?,
         ownership: decoded(attrs.get(layout::OWNERSHIP_ATTR).map(Vec::as_slice))?,
         cors: decoded(attrs.get(layout::CORS_ATTR).map(Vec::as_slice))?,
+        logging: decoded(attrs.get(layout::LOGGING_ATTR).map(Vec::as_slice))?,
     })
 }
 
@@ -238,6 +242,16 @@ pub async fn set_ownership(
 pub async fn set_cors(pool: &Pool, bucket: &str, cors: Option<&Cors>) -> Result<(), Error> {
     let value = cors.map(layout::encode);
     set_bucket_attr(pool, bucket, layout::CORS_ATTR, value).await
+}
+
+/// Sets where `bucket`'s access logs go (`None`: nowhere).
+pub async fn set_logging(
+    pool: &Pool,
+    bucket: &str,
+    logging: Option<&Logging>,
+) -> Result<(), Error> {
+    let value = logging.map(layout::encode);
+    set_bucket_attr(pool, bucket, layout::LOGGING_ATTR, value).await
 }
 
 /// Sets `bucket`'s public access block (`None` removes it).

@@ -59,6 +59,8 @@ pub const OWNERSHIP_ATTR: &str = "ownership";
 /// The attribute of a bucket's index object that holds its CORS rules
 /// (`crate::cors::Cors`).
 pub const CORS_ATTR: &str = "cors";
+/// Where a bucket's access logs go ([`crate::access_log::Logging`]).
+pub const LOGGING_ATTR: &str = "logging";
 /// The attribute set on a bucket's index object while the bucket is being deleted: index
 /// updates require it absent.
 pub const DELETING_ATTR: &str = "deleting";

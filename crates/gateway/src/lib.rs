@@ -7,6 +7,7 @@
 //!
 //! Must never depend on: `osd`, `store` (checked by scripts/check-deps.py).
 
+pub mod access_log;
 pub mod accounts;
 pub mod acl;
 pub mod buckets;

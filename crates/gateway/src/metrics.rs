@@ -11,7 +11,10 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 use s3s::access::{S3Access, S3AccessContext};
+use s3s::path::S3Path;
 use s3s::S3Result;
+
+use crate::s3::logging::Noted;
 
 /// The verb of a request that never reached one: its signature or its route failed.
 const NO_VERB: &str = "None";
@@ -56,7 +59,8 @@ impl VerbSlot {
     }
 }
 
-/// Notes each routed request's verb in its [`VerbSlot`]. Unsigned requests go on: each
+/// Notes each routed request's verb in its [`VerbSlot`], and its bucket and key in its
+/// `Noted` for its access log line. Unsigned requests go on: each
 /// verb decides whether an anonymous request may do what it asks (`crate::policy`).
 pub(crate) struct NoteVerb;
 
@@ -66,6 +70,14 @@ impl S3Access for NoteVerb {
         let verb = cx.s3_op().name().to_owned();
         if let Some(slot) = cx.extensions_mut().get::<VerbSlot>() {
             slot.note(&verb);
+        }
+        let (bucket, key) = match cx.s3_path() {
+            S3Path::Root => (None, None),
+            S3Path::Bucket { bucket } => (Some(bucket.to_string()), None),
+            S3Path::Object { bucket, key } => (Some(bucket.to_string()), Some(key.to_string())),
+        };
+        if let (Some(noted), Some(bucket)) = (cx.extensions_mut().get::<Noted>(), bucket) {
+            noted.routed(&bucket, key.as_deref());
         }
         Ok(())
     }

@@ -54,6 +54,8 @@ pub enum Action {
     PutBucketOwnershipControls,
     /// Reading a bucket's CORS rules.
     GetBucketCors,
+    PutBucketLogging,
+    GetBucketLogging,
     /// Setting or removing them.
     PutBucketCors,
     GetObject,
@@ -174,6 +176,8 @@ impl Action {
             GetBucketOwnershipControls => "s3:GetBucketOwnershipControls",
             PutBucketOwnershipControls => "s3:PutBucketOwnershipControls",
             GetBucketCors => "s3:GetBucketCORS",
+            PutBucketLogging => "s3:PutBucketLogging",
+            GetBucketLogging => "s3:GetBucketLogging",
             PutBucketCors => "s3:PutBucketCORS",
             GetObject => "s3:GetObject",
             GetObjectVersion => "s3:GetObjectVersion",
@@ -599,6 +603,30 @@ impl Policy {
             .iter()
             .flat_map(|s| &s.conditions)
             .any(|c| c.key.starts_with(prefix))
+    }
+
+    /// What the policy says of `asked` from a service (`Service:NAME`), which only a
+    /// statement naming it can allow: one that allows anyone lets no service in, as S3
+    /// judges the delivery of logs. A deny from any statement wins.
+    pub fn judge_named(&self, asked: &Asked) -> Verdict {
+        let mut verdict = Verdict::Silent;
+        for statement in &self.statements {
+            if !statement.applies(asked) {
+                continue;
+            }
+            let named = match &statement.principals {
+                Principals::Users(users) => {
+                    users.iter().any(|u| Some(u.as_str()) == asked.principal)
+                }
+                Principals::Anyone => false,
+            };
+            match statement.effect {
+                Effect::Deny => return Verdict::Denied,
+                Effect::Allow if named => verdict = Verdict::Allowed,
+                Effect::Allow => {}
+            }
+        }
+        verdict
     }
 
     /// What the policy says of `asked`: a deny from any statement wins.

@@ -81,14 +81,17 @@ where
         let _ = stream.set_nodelay(true);
         let service = service.clone();
         let acceptor = acceptor.clone();
-        let secure = acceptor.is_some();
-        let service = hyper::service::service_fn(move |mut request: hyper::Request<_>| {
-            request.extensions_mut().insert(Peer {
+        let with_peer = move |tls: Option<Tls>| {
+            let peer = Peer {
                 address: peer,
-                secure,
-            });
-            hyper::service::Service::call(&service, request)
-        });
+                secure: tls.is_some(),
+                tls,
+            };
+            hyper::service::service_fn(move |mut request: hyper::Request<_>| {
+                request.extensions_mut().insert(peer);
+                hyper::service::Service::call(&service, request)
+            })
+        };
         tokio::spawn(async move {
             let mut http = hyper::server::conn::http1::Builder::new();
             http.timer(TokioTimer::new())
@@ -97,7 +100,10 @@ where
             let served = match acceptor {
                 Some(acceptor) => {
                     match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                        Ok(Ok(tls)) => http.serve_connection(TokioIo::new(tls), service).await,
+                        Ok(Ok(tls)) => {
+                            let service = with_peer(Some(Tls::of(tls.get_ref().1)));
+                            http.serve_connection(TokioIo::new(tls), service).await
+                        }
                         Ok(Err(e)) => {
                             tracing::debug!("{peer}: TLS handshake failed: {e}");
                             return;
@@ -108,7 +114,10 @@ where
                         }
                     }
                 }
-                None => http.serve_connection(TokioIo::new(stream), service).await,
+                None => {
+                    http.serve_connection(TokioIo::new(stream), with_peer(None))
+                        .await
+                }
             };
             if let Err(e) = served {
                 tracing::debug!("{peer}: {e}");
@@ -117,12 +126,44 @@ where
     }
 }
 
-/// Where a request came from, as its policy conditions see it (a request extension).
+/// Where a request came from, as its policy conditions and its access log line see it (a
+/// request extension).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Peer {
     pub address: std::net::SocketAddr,
     /// Whether it came over TLS.
     pub secure: bool,
+    pub tls: Option<Tls>,
+}
+
+/// What a TLS connection agreed on.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Tls {
+    /// `TLSv1.3`.
+    pub version: &'static str,
+    /// The cipher suite's IANA name (`TLS_AES_256_GCM_SHA384`).
+    pub suite: &'static str,
+}
+
+impl Tls {
+    fn of(connection: &rustls::ServerConnection) -> Tls {
+        let version = match connection.protocol_version() {
+            Some(rustls::ProtocolVersion::TLSv1_3) => "TLSv1.3",
+            Some(rustls::ProtocolVersion::TLSv1_2) => "TLSv1.2",
+            _ => "-",
+        };
+        let suite = connection
+            .negotiated_cipher_suite()
+            .and_then(|s| s.suite().as_str())
+            .map_or("-", |name| match name {
+                // rustls names TLS 1.3's suites apart; IANA's names are these.
+                "TLS13_AES_128_GCM_SHA256" => "TLS_AES_128_GCM_SHA256",
+                "TLS13_AES_256_GCM_SHA384" => "TLS_AES_256_GCM_SHA384",
+                "TLS13_CHACHA20_POLY1305_SHA256" => "TLS_CHACHA20_POLY1305_SHA256",
+                name => name,
+            });
+        Tls { version, suite }
+    }
 }
 
 /// `service`, with a request id on every response (`x-amz-request-id`), and every error
@@ -130,8 +171,9 @@ pub(crate) struct Peer {
 /// "Unknown" without one), and the operator finds the request in the gateway's log by its id.
 /// With the `gateway` whose service it is, CORS too: preflight requests answered, and the
 /// responses to web pages' requests carrying what their bucket's rules allow
-/// (`crate::cors`); forms posted to a bucket answered by `crate::s3::post`; and requests
-/// signed for IAM or STS answered by `crate::iam`.
+/// (`crate::cors`); forms posted to a bucket answered by `crate::s3::post`; requests
+/// signed for IAM or STS answered by `crate::iam`; and the requests to logged buckets
+/// written to their access logs (`crate::s3::logging`).
 pub(crate) fn annotated(
     service: S3Service,
     gateway: Option<crate::Gateway>,
@@ -151,8 +193,11 @@ pub(crate) fn annotated(
             let (method, path) = (request.method().clone(), request.uri().path().to_owned());
             let received = content_length(request.headers());
             let slot = crate::metrics::VerbSlot::default();
+            let noted = crate::s3::logging::Noted::default();
+            let asked = crate::s3::logging::Asked::of(&request);
             let mut request = request;
             request.extensions_mut().insert(slot.clone());
+            request.extensions_mut().insert(noted.clone());
             let authorization = request.headers().get(hyper::header::AUTHORIZATION);
             if let Some(path) =
                 crate::s3::signed_path(authorization.map(|v| v.as_bytes()), request.uri().path())
@@ -227,7 +272,11 @@ pub(crate) fn annotated(
                 tracing::debug!(request_id = %id, %method, path, status = status.as_u16(), "S3 error");
             }
             let sent = content_length(response.headers());
-            crate::metrics::request(&slot, status.as_u16(), started.elapsed(), received, sent);
+            let took = started.elapsed();
+            crate::metrics::request(&slot, status.as_u16(), took, received, sent);
+            if let Some(gateway) = &gateway {
+                gateway.log(&noted, asked, &response, &id, took);
+            }
             Ok(response)
         }
     })

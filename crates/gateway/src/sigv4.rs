@@ -245,7 +245,7 @@ impl<'a> Authorization<'a> {
 }
 
 /// RFC 3986 encoding as SigV4 wants it: everything but unreserved characters.
-fn uri_encode(text: &str) -> String {
+pub(crate) fn uri_encode(text: &str) -> String {
     text.bytes()
         .map(|b| match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {

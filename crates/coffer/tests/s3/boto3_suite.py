@@ -2,7 +2,8 @@
 metadata, ranged reads, copies, multi-delete, multipart uploads (by hand, part by part, and
 through boto3's managed transfers), server-side encryption (SSE-S3, SSE-KMS, SSE-C and a
 bucket's default), both listing APIs page by page, presigned URLs, uploads by HTML forms,
-bucket policies and public access blocks, ACLs, and the error codes clients act on, including
+bucket policies and public access blocks, ACLs, server access logs, and the error codes clients
+act on, including
 those that keep one user out of another's buckets.
 
 Run by crates/coffer/tests/s3_clients.rs with the Python of the venv that scripts/test makes
@@ -35,6 +36,7 @@ import json
 import os
 import re
 import secrets
+import shlex
 import ssl
 import subprocess
 import sys
@@ -344,6 +346,8 @@ class Suite:
         self.cors_bucket = f"boto3-{run_id}-cors"
         self.post_bucket = f"boto3-{run_id}-post"
         self.checksum_bucket = f"boto3-{run_id}-checksums"
+        self.logged_bucket = f"boto3-{run_id}-logged"
+        self.log_bucket = f"boto3-{run_id}-logs"
         self.user_policy_buckets = [f"boto3-{run_id}-user-policy-{who}" for who in ["first", "other"]]
         self.role_buckets = [f"boto3-{run_id}-role-{which}" for which in ["made", "other"]]
         self.lifecycle_buckets = [f"boto3-{run_id}-lc-{kind}" for kind in ["plain", "versions", "locked"]]
@@ -2805,6 +2809,109 @@ class Suite:
         self.s3.delete_object(Bucket=self.bucket, Key="dated/by-date")
         ok("SigV4 requests dated by their Date header work; a wrong secret or a Date changed after signing is refused")
 
+    # Access logs ------------------------------------------------------------------------
+
+    def gateway_restart(self):
+        """`coffer daemon restart gw`, once the gateway answers again."""
+        command = [os.environ["COFFER_BIN"], "--conf", os.environ["COFFER_CONF"], "daemon", "restart", "gw"]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        if done.returncode != 0:
+            raise AssertionError(f"{' '.join(command)} failed: {done.stderr}")
+        deadline = time.monotonic() + HTTP_TIMEOUT_SECONDS
+        while True:
+            try:
+                self.s3.list_buckets()
+                return
+            except (botocore.exceptions.EndpointConnectionError, botocore.exceptions.ConnectionClosedError,
+                    urllib3.exceptions.HTTPError):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+
+    def access_logs(self):
+        """Server access logs: a bucket's logging set (refused without a target, to itself,
+        with a key format S3 does not have, by another user, or while the target's policy
+        does not let the log service in), read back, removed; its requests, a refused one
+        and each key of a multi-object delete among them (and the GetBucketLogging that read
+        the logging back), delivered to the target as one
+        object of lines in S3's format when the gateway stops."""
+        s3, other = self.s3, self.other
+        source, target = self.logged_bucket, self.log_bucket
+        s3.create_bucket(Bucket=source)
+        s3.create_bucket(Bucket=target)
+        owner = s3.list_buckets()["Owner"]["ID"]
+        other_id = other.list_buckets()["Owner"]["ID"]
+        logging = {"TargetBucket": target, "TargetPrefix": "logs/"}
+
+        def put_logging(client=s3, bucket=source, **enabled):
+            return client.put_bucket_logging(Bucket=bucket, BucketLoggingStatus={"LoggingEnabled": {**logging, **enabled}})
+
+        expect_error("put_bucket_logging before the target's policy lets logs in", ["AccessDenied"], put_logging)
+        policy = {"Version": "2012-10-17", "Statement": [{
+            "Effect": "Allow", "Principal": {"Service": "logging.s3.amazonaws.com"}, "Action": "s3:PutObject",
+            "Resource": f"arn:aws:s3:::{target}/logs/*",
+            "Condition": {"ArnLike": {"aws:SourceArn": f"arn:aws:s3:::{source}"},
+                          "StringEquals": {"aws:SourceAccount": owner}}}]}
+        s3.put_bucket_policy(Bucket=target, Policy=json.dumps(policy))
+        expect_error("put_bucket_logging to a missing bucket", ["NoSuchKey"], put_logging,
+                     TargetBucket=self.missing_bucket)
+        expect_error("put_bucket_logging to the bucket itself", ["InvalidArgument"], put_logging, TargetBucket=source)
+        expect_error("put_bucket_logging with a partition date source S3 does not have", ["MalformedXML"],
+                     put_logging, TargetObjectKeyFormat={"PartitionedPrefix": {"PartitionDateSource": "Tomorrow"}})
+        expect_error("put_bucket_logging by another user", ["AccessDenied"], put_logging, client=other)
+        expect_error("put_bucket_logging under a prefix the policy does not name", ["AccessDenied"], put_logging,
+                     TargetPrefix="elsewhere/")
+        expect("put_bucket_logging", status(put_logging()), 200)
+        expect("get_bucket_logging", s3.get_bucket_logging(Bucket=source).get("LoggingEnabled"),
+               {**logging, "TargetObjectKeyFormat": {"SimplePrefix": {}}})
+        expect_error("put_bucket_logging on the log bucket of a logged one", ["InvalidArgument"], put_logging,
+                     bucket=target, TargetBucket=source)
+        ok("put_bucket_logging: S3's refusals, then set and read back")
+
+        put = s3.put_object(Bucket=source, Key="one", Body=b"1")
+        s3.put_object(Bucket=source, Key="two", Body=b"22")
+        s3.put_object(Bucket=source, Key="dir/a b", Body=b"333")
+        s3.get_object(Bucket=source, Key="one")["Body"].read()
+        s3.head_object(Bucket=source, Key="dir/a b")
+        s3.list_objects_v2(Bucket=source)
+        expect_error("get_object by another user", ["AccessDenied"], other.get_object, Bucket=source, Key="one")
+        s3.delete_objects(Bucket=source, Delete={"Objects": [{"Key": "one"}, {"Key": "two"}]})
+        expect("log objects before delivery", s3.list_objects_v2(Bucket=target)["KeyCount"], 0)
+        self.gateway_restart()
+        keys = [o["Key"] for o in s3.list_objects_v2(Bucket=target).get("Contents", [])]
+        expect("log objects once the gateway stopped", len(keys), 1)
+        if not re.fullmatch(r"logs/\d{4}(-\d{2}){5}-[0-9A-F]{16}", keys[0]):
+            raise AssertionError(f"log object key {keys[0]!r} is not logs/YYYY-MM-DD-hh-mm-ss-UNIQUE")
+        body = s3.get_object(Bucket=target, Key=keys[0])["Body"].read().decode()
+        lines = [shlex.split(line.replace("[", '"').replace("]", '"')) for line in body.splitlines()]
+        for fields in lines:
+            expect(f"fields of a log line {fields}", len(fields), 26)
+        expect("what the log lines tell: operation, key, status, error code, requester",
+               [(f[6], f[7], f[9], f[10], f[4]) for f in lines], [
+                   ("REST.GET.LOGGING_STATUS", "-", "200", "-", owner),
+                   ("REST.PUT.OBJECT", "one", "200", "-", owner),
+                   ("REST.PUT.OBJECT", "two", "200", "-", owner),
+                   ("REST.PUT.OBJECT", "dir/a%20b", "200", "-", owner),
+                   ("REST.GET.OBJECT", "one", "200", "-", owner),
+                   ("REST.HEAD.OBJECT", "dir/a%20b", "200", "-", owner),
+                   ("REST.GET.BUCKET", "-", "200", "-", owner),
+                   ("REST.GET.OBJECT", "one", "403", "AccessDenied", other_id),
+                   ("REST.POST.DELETE_MULTI_OBJECT", "one", "200", "-", owner),
+                   ("REST.POST.DELETE_MULTI_OBJECT", "two", "200", "-", owner),
+               ])
+        first = lines[1]
+        expect("the first PUT's owner, bucket, request id, object size, signature, auth and TLS",
+               (first[0], first[1], first[5], first[12], first[19], first[21], first[23]),
+               (owner, source, put["ResponseMetadata"]["RequestId"], "1", "SigV4", "AuthHeader", "TLSv1.3"))
+        ok("a stopping gateway delivers the bucket's requests as one log object, one line each")
+
+        expect("put_bucket_logging without LoggingEnabled",
+               status(s3.put_bucket_logging(Bucket=source, BucketLoggingStatus={})), 200)
+        expect("get_bucket_logging once removed", "LoggingEnabled" in s3.get_bucket_logging(Bucket=source), False)
+        self.empty_and_delete(source)
+        self.empty_and_delete(target)
+        ok("logging removed; the buckets deleted")
+
     # Errors -----------------------------------------------------------------------------
 
     def with_headers(self, operation, headers, send, **params):
@@ -4744,6 +4851,8 @@ class Suite:
             (self.s3, self.cors_bucket),
             (self.s3, self.post_bucket),
             (self.s3, self.checksum_bucket),
+            (self.s3, self.logged_bucket),
+            (self.s3, self.log_bucket),
             (self.other, f"{self.policy_bucket}-other"),
             (self.s3, self.user_policy_buckets[0]),
             (self.other, self.user_policy_buckets[1]),
@@ -4801,6 +4910,7 @@ def main():
         suite.presigned,
         suite.sigv2_headers,
         suite.sigv4_dated_by_date,
+        suite.access_logs,
         suite.errors,
         suite.isolation,
         suite.clean_up,

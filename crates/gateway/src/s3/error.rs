@@ -158,6 +158,12 @@ pub(crate) enum Refusal {
     PostTooSmall(u64),
     #[error("the signature is not the policy's under that access key")]
     SignatureMismatch,
+    /// A logging configuration's target that is not there: NoSuchKey, as Ceph's gateway
+    /// answers and s3-tests expects (AWS answers InvalidTargetBucketForLogging).
+    #[error("the target bucket for logging, {0}, does not exist")]
+    NoLogTarget(String),
+    #[error("Logging bucket {target} does not take the access logs of bucket {bucket}: its policy must allow the service principal logging.s3.amazonaws.com to s3:PutObject under the target prefix, for this bucket (aws:SourceArn) and owner (aws:SourceAccount)")]
+    LogDenied { target: String, bucket: String },
     #[error("CORSResponse: CORS is not enabled for bucket {0}")]
     CorsOff(String),
     #[error("CORSResponse: no CORS rule of bucket {bucket} allows origin {origin:?} to {method}{}", if headers.is_empty() { String::new() } else { format!(" with headers {headers}") })]
@@ -180,13 +186,16 @@ impl Refusal {
             | Refusal::UnexpectedOwner(_)
             | Refusal::NoKmsKey(_)
             | Refusal::PresignedLife(_)
-            | Refusal::BadDate(_) => C::AccessDenied,
+            | Refusal::BadDate(_)
+            | Refusal::LogDenied { .. } => C::AccessDenied,
             Refusal::Skewed(_) => C::RequestTimeTooSkewed,
             Refusal::UnknownAccessKey => C::InvalidAccessKeyId,
             Refusal::ExpiredToken => C::ExpiredToken,
             Refusal::InvalidToken => C::InvalidToken,
             Refusal::NoBucket(_) => C::NoSuchBucket,
-            Refusal::NoKey { .. } | Refusal::Deleted { .. } => C::NoSuchKey,
+            Refusal::NoKey { .. } | Refusal::Deleted { .. } | Refusal::NoLogTarget(_) => {
+                C::NoSuchKey
+            }
             Refusal::NoVersion { .. } => C::NoSuchVersion,
             Refusal::MarkerVersion { .. } => C::MethodNotAllowed,
             Refusal::VersionId(_) => C::InvalidArgument,

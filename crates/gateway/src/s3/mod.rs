@@ -18,6 +18,7 @@ mod error;
 mod lifecycle;
 mod list;
 mod lock;
+pub(crate) mod logging;
 mod object;
 mod policy;
 pub(crate) mod post;
@@ -64,6 +65,8 @@ pub struct Gateway {
     cache: KeyCache,
     /// Content being streamed, and its removals waiting for that.
     readers: crate::readers::Readers,
+    /// Access log lines waiting for delivery ([`logging`]).
+    logs: std::sync::Arc<Mutex<crate::access_log::Batches>>,
 }
 
 /// How often the gateway asks the KMS which keys exist, to forget the data keys of removed
@@ -94,6 +97,7 @@ impl Gateway {
             signers: Default::default(),
             kms: kms.clone(),
             cache: KeyCache::default(),
+            logs: Default::default(),
         };
         let cache = gateway.cache.clone();
         tokio::spawn(async move {
@@ -974,6 +978,8 @@ verbs! {
     cors::put_bucket_cors(PutBucketCorsInput) -> PutBucketCorsOutput;
     cors::get_bucket_cors(GetBucketCorsInput) -> GetBucketCorsOutput;
     cors::delete_bucket_cors(DeleteBucketCorsInput) -> DeleteBucketCorsOutput;
+    logging::put_bucket_logging(PutBucketLoggingInput) -> PutBucketLoggingOutput;
+    logging::get_bucket_logging(GetBucketLoggingInput) -> GetBucketLoggingOutput;
     policy::put_bucket_policy(PutBucketPolicyInput) -> PutBucketPolicyOutput;
     policy::get_bucket_policy(GetBucketPolicyInput) -> GetBucketPolicyOutput;
     policy::delete_bucket_policy(DeleteBucketPolicyInput) -> DeleteBucketPolicyOutput;

@@ -168,6 +168,8 @@ impl Gateway {
             return Err(Refusal::UnexpectedOwner(name.into()).into());
         }
         let signer = self.identity(req).await?;
+        self.note_checked(req, name, bucket, judged(principal, signer.as_deref()))
+            .await?;
         let denied = || Refusal::Denied {
             who: judged(principal, signer.as_deref()).map(str::to_owned),
             action: action.name(),
@@ -221,6 +223,7 @@ impl Gateway {
             _ => None,
         };
         if acl_grants(bucket, entry.as_ref(), principal, action) {
+            self.note_acl_required(req, name);
             return Ok(());
         }
         let reads = matches!(action, Action::GetObject | Action::GetObjectVersion);
