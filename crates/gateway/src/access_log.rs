@@ -21,6 +21,12 @@ pub const LOG_SERVICE: &str = "logging.s3.amazonaws.com";
 /// A batch this large is delivered at the next request to one of its buckets, whatever its
 /// age: it bounds the memory a busy bucket's logs take between deliveries.
 pub const BATCH_BYTES_MAX: usize = 8 << 20;
+/// A batch holds no more than this: lines past it (requests faster than deliveries) are
+/// counted and dropped, so that no burst of requests takes the gateway's memory.
+pub const BATCH_BYTES_HELD_MAX: usize = 8 * BATCH_BYTES_MAX;
+/// The longest text a line takes from a request (its request line, user agent, referrer,
+/// host, version id); longer ones are cut.
+pub const TEXT_BYTES_MAX: usize = 1024;
 /// The roll time of a gateway that is not told one (Ceph's default).
 pub const ROLL_SECONDS_DEFAULT: u64 = 300;
 /// The least time a batch waits for a request before the sweep delivers it: the sweep is
@@ -210,7 +216,8 @@ pub struct Entry {
 impl Entry {
     /// The line S3 writes for it: 26 fields separated by spaces, `-` for an empty one, the
     /// time in brackets, the request line, referrer and user agent in quotes; the key URL
-    /// encoded; no field holds a space, quote, bracket or control character of its own.
+    /// encoded; no field holds a space, quote, bracket, control character or anything not
+    /// ASCII of its own.
     pub fn line(&self) -> String {
         let dash = |text: Option<&str>| bare(text.unwrap_or(""));
         let number = |n: Option<u64>| n.map_or("-".to_owned(), |n| n.to_string());
@@ -259,8 +266,8 @@ fn log_time(at: time::OffsetDateTime) -> String {
     at.format(&format).unwrap_or_else(|_| "-".into())
 }
 
-/// `text` as one field: `-` if empty; spaces, quotes, brackets and control characters
-/// percent-encoded.
+/// `text` as one field: `-` if empty; spaces, quotes, brackets, control characters and
+/// anything not ASCII (Unicode has line and word separators of its own) percent-encoded.
 fn bare(text: &str) -> String {
     if text.is_empty() {
         return "-".into();
@@ -268,8 +275,8 @@ fn bare(text: &str) -> String {
     escaped(text, true)
 }
 
-/// `text` in quotes, its quotes, brackets, backslashes and control characters
-/// percent-encoded.
+/// `text` in quotes, its quotes, brackets, backslashes, control characters and anything
+/// not ASCII percent-encoded.
 fn quoted(text: &str) -> String {
     format!("\"{}\"", escaped(text, false))
 }
@@ -277,7 +284,7 @@ fn quoted(text: &str) -> String {
 fn escaped(text: &str, spaces: bool) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
-        let special = matches!(c, '"' | '[' | ']' | '\\') || c.is_control();
+        let special = matches!(c, '"' | '[' | ']' | '\\') || !c.is_ascii() || c.is_control();
         if special || (spaces && c == ' ') {
             let mut bytes = [0; 4];
             for b in c.encode_utf8(&mut bytes).bytes() {
@@ -288,6 +295,18 @@ fn escaped(text: &str, spaces: bool) -> String {
         }
     }
     out
+}
+
+/// `text` cut to [`TEXT_BYTES_MAX`] bytes at most, on a character's bound.
+pub fn clip(mut text: String) -> String {
+    if text.len() > TEXT_BYTES_MAX {
+        let mut end = TEXT_BYTES_MAX;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+    }
+    text
 }
 
 /// The stem of the keys of the log objects of `source` under `logging`: the prefix, and
@@ -316,6 +335,8 @@ pub struct Batch {
     pub lines: Vec<(Source, String)>,
     /// The bytes of its lines, with their newlines.
     pub bytes: usize,
+    /// Lines dropped because it held [`BATCH_BYTES_HELD_MAX`].
+    pub dropped: u64,
 }
 
 impl Batch {
@@ -360,10 +381,13 @@ impl Batch {
     }
 }
 
-/// The batches a gateway holds, by target bucket and key stem, and its roll time.
+/// Where a batch goes: its target bucket, prefix and key stem.
+type Slot = (String, String, String);
+
+/// The batches a gateway holds, by target bucket, prefix and key stem, and its roll time.
 #[derive(Debug)]
 pub struct Batches {
-    open: BTreeMap<(String, String), Batch>,
+    open: BTreeMap<Slot, Batch>,
     roll_ns: u64,
 }
 
@@ -394,7 +418,8 @@ impl Batches {
         self.roll_ns = roll_ns;
     }
 
-    /// Adds `line`, which logs `source` under `logging` with key stem `stem`, at `now_ns`.
+    /// Adds `line`, which logs `source` under `logging` with key stem `stem`, at `now_ns`;
+    /// drops it if its batch holds [`BATCH_BYTES_HELD_MAX`] already.
     pub fn add(
         &mut self,
         logging: &Logging,
@@ -403,26 +428,50 @@ impl Batches {
         line: String,
         now_ns: u64,
     ) {
-        let batch = self
-            .open
-            .entry((logging.target.clone(), stem.clone()))
-            .or_insert_with(|| Batch {
-                target: logging.target.clone(),
-                prefix: logging.prefix.clone(),
-                stem,
-                format: logging.format,
-                started_ns: now_ns,
-                lines: Vec::new(),
-                bytes: 0,
-            });
+        let slot = (logging.target.clone(), logging.prefix.clone(), stem.clone());
+        let batch = self.open.entry(slot).or_insert_with(|| Batch {
+            target: logging.target.clone(),
+            prefix: logging.prefix.clone(),
+            stem,
+            format: logging.format,
+            started_ns: now_ns,
+            lines: Vec::new(),
+            bytes: 0,
+            dropped: 0,
+        });
+        if batch.bytes + line.len() + 1 > BATCH_BYTES_HELD_MAX {
+            batch.dropped += 1;
+            return;
+        }
         batch.bytes += line.len() + 1;
         batch.lines.push((source, line));
     }
 
-    /// The batch bound for `target` under `stem`, taken out for delivery if it is due at
-    /// `now_ns`: as old as the roll time, or [`BATCH_BYTES_MAX`] large.
-    pub fn take_due(&mut self, target: &str, stem: &str, now_ns: u64) -> Option<Batch> {
-        let slot = (target.to_owned(), stem.to_owned());
+    /// Puts back a batch whose delivery failed, before the lines added since.
+    pub fn put_back(&mut self, mut batch: Batch) {
+        let slot = (
+            batch.target.clone(),
+            batch.prefix.clone(),
+            batch.stem.clone(),
+        );
+        if let Some(newer) = self.open.remove(&slot) {
+            batch.lines.extend(newer.lines);
+            batch.bytes += newer.bytes;
+            batch.dropped += newer.dropped;
+        }
+        self.open.insert(slot, batch);
+    }
+
+    /// The batch bound for `target` under `prefix` and `stem`, taken out for delivery if it
+    /// is due at `now_ns`: as old as the roll time, or [`BATCH_BYTES_MAX`] large.
+    pub fn take_due(
+        &mut self,
+        target: &str,
+        prefix: &str,
+        stem: &str,
+        now_ns: u64,
+    ) -> Option<Batch> {
+        let slot = (target.to_owned(), prefix.to_owned(), stem.to_owned());
         let batch = self.open.get(&slot)?;
         let old = now_ns.saturating_sub(batch.started_ns) >= self.roll_ns;
         if old || batch.bytes >= BATCH_BYTES_MAX {
@@ -435,7 +484,7 @@ impl Batches {
     /// with no request to deliver them, taken out.
     pub fn take_idle(&mut self, now_ns: u64) -> Vec<Batch> {
         let idle_ns = self.roll_ns.saturating_mul(2).max(IDLE_NS_MIN);
-        let slots: Vec<(String, String)> = self
+        let slots: Vec<Slot> = self
             .open
             .iter()
             .filter(|(_, b)| now_ns.saturating_sub(b.started_ns) >= idle_ns)
@@ -553,6 +602,67 @@ mod tests {
     }
 
     #[test]
+    fn texts_are_cut_and_unicode_separators_encoded() {
+        let long = "é".repeat(TEXT_BYTES_MAX);
+        let cut = clip(long);
+        assert!(cut.len() <= TEXT_BYTES_MAX && cut.len() > TEXT_BYTES_MAX - 2);
+        assert_eq!(clip("short".into()), "short");
+        let odd = Entry {
+            user_agent: Some("a\u{2028}b\u{a0}c\nd".into()),
+            version_id: Some("v\u{2029}w".into()),
+            ..entry()
+        };
+        let line = odd.line();
+        assert!(line.is_ascii(), "{line}");
+        let got = fields(&line);
+        assert_eq!(got.len(), 26, "{line}");
+        assert_eq!(got[16], "a%E2%80%A8b%C2%A0c%0Ad");
+        assert_eq!(got[17], "v%E2%80%A9w");
+    }
+
+    #[test]
+    fn a_full_batch_drops_lines_and_a_failed_delivery_goes_back_first() {
+        let mut batches = Batches::default();
+        let logging = logging(KeyFormat::Simple);
+        let a = source("a", "alice");
+        let line = "x".repeat(BATCH_BYTES_MAX - 1);
+        for _ in 0..9 {
+            batches.add(&logging, a.clone(), "log/".into(), line.clone(), 0);
+        }
+        let full = batches.take_all().pop().expect("a batch");
+        assert_eq!((full.lines.len(), full.dropped), (8, 1));
+        assert!(full.bytes <= BATCH_BYTES_HELD_MAX);
+
+        batches.add(&logging, a.clone(), "log/".into(), "old".into(), 0);
+        let failed = batches
+            .take_due("logs", "log/", "log/", u64::MAX)
+            .expect("due");
+        batches.add(&logging, a.clone(), "log/".into(), "new".into(), 5);
+        batches.put_back(failed);
+        let back = batches.take_all().pop().expect("one batch");
+        assert_eq!(
+            (back.body(|_| true), back.started_ns),
+            ("old\nnew\n".to_owned(), 0)
+        );
+        let other = Logging {
+            prefix: "log/alice/us-east-1/a/".into(),
+            ..logging.clone()
+        };
+        let partitioned = Logging {
+            format: KeyFormat::Partitioned { event_time: false },
+            ..logging.clone()
+        };
+        let stem = stem(&partitioned, &a, "us-east-1");
+        batches.add(&other, a.clone(), stem.clone(), "simple".into(), 0);
+        batches.add(&partitioned, a, stem, "partitioned".into(), 0);
+        assert_eq!(
+            batches.take_all().len(),
+            2,
+            "a prefix keeps its batch apart"
+        );
+    }
+
+    #[test]
     fn requests_are_named_as_s3s_logs_name_them() {
         let cases = [
             ("PUT", "", true, "REST.PUT.OBJECT"),
@@ -633,25 +743,25 @@ mod tests {
             t0 + SECOND_NS,
         );
         assert!(batches
-            .take_due("logs", "log/", t0 + 4 * SECOND_NS)
+            .take_due("logs", "log/", "log/", t0 + 4 * SECOND_NS)
             .is_none());
         assert!(batches
-            .take_due("other", "log/", t0 + 9 * SECOND_NS)
+            .take_due("other", "log/", "log/", t0 + 9 * SECOND_NS)
             .is_none());
         let due = batches
-            .take_due("logs", "log/", t0 + 5 * SECOND_NS)
+            .take_due("logs", "log/", "log/", t0 + 5 * SECOND_NS)
             .expect("due at the roll time");
         assert_eq!(due.sources().len(), 2);
         assert_eq!(due.body(|s| *s == b), "two\n");
         assert_eq!(due.body(|_| true), "one\ntwo\n");
         assert!(batches
-            .take_due("logs", "log/", t0 + 60 * SECOND_NS)
+            .take_due("logs", "log/", "log/", t0 + 60 * SECOND_NS)
             .is_none());
 
         let big = "x".repeat(BATCH_BYTES_MAX);
         batches.add(&logging, a.clone(), "log/".into(), big, t0);
         assert!(
-            batches.take_due("logs", "log/", t0).is_some(),
+            batches.take_due("logs", "log/", "log/", t0).is_some(),
             "due when large"
         );
 

@@ -25,9 +25,10 @@ const REGION: &str = "us-east-1";
 const SWEEP_MAX: Duration = Duration::from_secs(10);
 
 /// What a request's log line needs that only routing and the verbs learn (a request
-/// extension): its bucket and key (`crate::metrics::NoteVerb`), and from the check of what
-/// it may do ([`Gateway::note_checked`]) its bucket's logging and owner, the user it was
-/// judged as, and whether only an ACL grant let it in.
+/// extension): its bucket and key (`crate::metrics::NoteVerb`, `crate::s3::post`), and from
+/// the check of what it may do ([`Gateway::note_checked`]) its bucket's logging and owner,
+/// the user it was judged as, and whether only an ACL grant let it in; and whether the
+/// delivery of its bucket's due batch was tried ([`Gateway::deliver_due`]).
 #[derive(Clone, Default)]
 pub(crate) struct Noted(Arc<Mutex<Note>>);
 
@@ -41,6 +42,11 @@ struct Note {
     logged: Option<(Logging, String)>,
     requester: Option<String>,
     acl_required: bool,
+    /// Whether the due batch was looked for (once is enough).
+    delivered: bool,
+    /// The target that refused the bucket's logs then: every check of the request after
+    /// that is refused too (each key of a multi-object delete).
+    refused: Option<String>,
 }
 
 impl Noted {
@@ -79,16 +85,17 @@ impl Asked {
             headers
                 .get(name)
                 .and_then(|v| v.to_str().ok())
-                .map(str::to_owned)
+                .map(|v| access_log::clip(v.to_owned()))
         };
         let uri = request.uri();
         let query = uri.query().unwrap_or("").to_owned();
         Asked {
             at: time::OffsetDateTime::now_utc(),
             method: request.method().as_str().to_owned(),
-            target: uri
-                .path_and_query()
-                .map_or_else(|| uri.path().to_owned(), |p| p.as_str().to_owned()),
+            target: access_log::clip(
+                uri.path_and_query()
+                    .map_or_else(|| uri.path().to_owned(), |p| p.as_str().to_owned()),
+            ),
             version: match request.version() {
                 hyper::Version::HTTP_10 => "HTTP/1.0",
                 hyper::Version::HTTP_2 => "HTTP/2.0",
@@ -116,42 +123,65 @@ impl Asked {
 
 impl Gateway {
     /// Notes, for `req` to bucket `name` (its record `bucket`), judged as `requester`, what
-    /// its log line needs; and if the bucket is logged and its batch is due, delivers that
-    /// first: a target that refuses this bucket's logs refuses the request, which does
-    /// nothing then (as in Ceph's gateway).
-    pub(super) async fn note_checked<T>(
+    /// its log line needs.
+    pub(super) fn note_checked<T>(
         &self,
         req: &S3Request<T>,
         name: &str,
         bucket: &buckets::Bucket,
         requester: Option<&str>,
-    ) -> S3Result<()> {
+    ) {
+        let Some(noted) = req.extensions.get::<Noted>() else {
+            return;
+        };
+        let mut note = noted.lock();
+        if note.checked || note.bucket.as_deref() != Some(name) {
+            return;
+        }
+        note.checked = true;
+        note.requester = requester.map(str::to_owned);
+        note.logged = bucket
+            .logging
+            .clone()
+            .map(|logging| (logging, bucket.info.owner.clone()));
+    }
+
+    /// For `req`, allowed on bucket `name`: if the bucket is logged and its batch is due,
+    /// delivers that first. A target that refuses this bucket's logs refuses the request,
+    /// which does nothing then (as in Ceph's gateway), and every later check of it.
+    pub(super) async fn deliver_due<T>(&self, req: &S3Request<T>, name: &str) -> S3Result<()> {
         let Some(noted) = req.extensions.get::<Noted>() else {
             return Ok(());
         };
-        let logging = {
+        let (logging, source) = {
             let mut note = noted.lock();
-            if note.checked || note.bucket.as_deref() != Some(name) {
+            if note.bucket.as_deref() != Some(name) {
                 return Ok(());
             }
-            note.checked = true;
-            note.requester = requester.map(str::to_owned);
-            let Some(logging) = &bucket.logging else {
+            if let Some(target) = &note.refused {
+                return Err(Refusal::LogDenied {
+                    target: target.clone(),
+                    bucket: name.to_owned(),
+                }
+                .into());
+            }
+            let Some((logging, owner)) = note.logged.clone().filter(|_| !note.delivered) else {
                 return Ok(());
             };
-            note.logged = Some((logging.clone(), bucket.info.owner.clone()));
-            logging.clone()
-        };
-        let source = Source {
-            bucket: name.to_owned(),
-            owner: bucket.info.owner.clone(),
+            note.delivered = true;
+            let source = Source {
+                bucket: name.to_owned(),
+                owner,
+            };
+            (logging, source)
         };
         let stem = access_log::stem(&logging, &source, REGION);
-        let due = self
-            .logs_lock()
-            .take_due(&logging.target, &stem, layout::now_ns());
+        let due =
+            self.logs_lock()
+                .take_due(&logging.target, &logging.prefix, &stem, layout::now_ns());
         if let Some(batch) = due {
             if self.deliver(batch).await.contains(&source) {
+                noted.lock().refused = Some(logging.target.clone());
                 return Err(Refusal::LogDenied {
                     target: logging.target,
                     bucket: source.bucket,
@@ -195,24 +225,35 @@ impl Gateway {
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_owned)
         };
-        let sent = header("content-length").and_then(|v| v.parse().ok());
         let body = response.body().bytes();
+        let length = header("content-length")
+            .and_then(|v| v.parse().ok())
+            .or_else(|| body.as_ref().map(|b| b.len() as u64));
+        let sent = match asked.method.as_str() {
+            "HEAD" => 0,
+            _ => length.unwrap_or(0),
+        };
         let error_code = body
             .as_deref()
             .filter(|_| status.is_client_error() || status.is_server_error())
             .and_then(|body| xml_values(body, "Code").into_iter().next());
         let operation = access_log::operation(&asked.method, &asked.query, note.key.is_some());
+        // A ranged read's Content-Range ends with the object's size.
+        let whole = header("content-range")
+            .and_then(|range| range.rsplit_once('/').and_then(|(_, n)| n.parse().ok()));
         let object_size = match asked.method.as_str() {
             _ if note.key.is_none() || !status.is_success() => None,
-            "GET" | "HEAD" => sent,
+            "GET" | "HEAD" => whole.or(length),
             "PUT" => asked.received,
             _ => None,
         };
-        let version_id = header("x-amz-version-id").or_else(|| {
-            form_urlencoded::parse(asked.query.as_bytes())
-                .find(|(name, _)| name == "versionId")
-                .map(|(_, value)| value.into_owned())
-        });
+        let version_id = header("x-amz-version-id")
+            .or_else(|| {
+                form_urlencoded::parse(asked.query.as_bytes())
+                    .find(|(name, _)| name == "versionId")
+                    .map(|(_, value)| value.into_owned())
+            })
+            .map(access_log::clip);
         let keys = match operation.ends_with(".DELETE_MULTI_OBJECT") {
             true => body
                 .as_deref()
@@ -227,36 +268,44 @@ impl Gateway {
         };
         let stem = access_log::stem(logging, &source, REGION);
         let tls = asked.peer.and_then(|peer| peer.tls);
+        let lines: Vec<String> = keys
+            .into_iter()
+            .map(|key| {
+                Entry {
+                    owner: owner.clone(),
+                    bucket: bucket.clone(),
+                    at: asked.at,
+                    remote_ip: asked
+                        .peer
+                        .map(|p| p.address.ip().to_canonical().to_string()),
+                    requester: note.requester.clone(),
+                    request_id: id.to_owned(),
+                    operation: operation.clone(),
+                    key,
+                    request_line: format!("{} {} {}", asked.method, asked.target, asked.version),
+                    status: status.as_u16(),
+                    error_code: error_code.clone(),
+                    bytes_sent: sent,
+                    object_size,
+                    total_ms: u64::try_from(took.as_millis()).unwrap_or(u64::MAX),
+                    referrer: asked.referrer.clone(),
+                    user_agent: asked.user_agent.clone(),
+                    version_id: version_id.clone(),
+                    auth: asked.auth,
+                    cipher_suite: tls.map(|t| t.suite),
+                    host: asked.host.clone(),
+                    tls_version: tls.map(|t| t.version),
+                    acl_required: note.acl_required,
+                }
+                .line()
+            })
+            .collect();
+        let logging = logging.clone();
+        drop(note);
         let now_ns = layout::now_ns();
         let mut logs = self.logs_lock();
-        for key in keys {
-            let entry = Entry {
-                owner: owner.clone(),
-                bucket: bucket.clone(),
-                at: asked.at,
-                remote_ip: asked
-                    .peer
-                    .map(|p| p.address.ip().to_canonical().to_string()),
-                requester: note.requester.clone(),
-                request_id: id.to_owned(),
-                operation: operation.clone(),
-                key,
-                request_line: format!("{} {} {}", asked.method, asked.target, asked.version),
-                status: status.as_u16(),
-                error_code: error_code.clone(),
-                bytes_sent: sent.unwrap_or(0),
-                object_size,
-                total_ms: u64::try_from(took.as_millis()).unwrap_or(u64::MAX),
-                referrer: asked.referrer.clone(),
-                user_agent: asked.user_agent.clone(),
-                version_id: version_id.clone(),
-                auth: asked.auth,
-                cipher_suite: tls.map(|t| t.suite),
-                host: asked.host.clone(),
-                tls_version: tls.map(|t| t.version),
-                acl_required: note.acl_required,
-            };
-            logs.add(logging, source.clone(), stem.clone(), entry.line(), now_ns);
+        for line in lines {
+            logs.add(&logging, source.clone(), stem.clone(), line, now_ns);
         }
     }
 
@@ -266,22 +315,39 @@ impl Gateway {
 
     /// Delivers `batch` to its target bucket as one object, with the lines of the buckets
     /// the target's policy lets in; returns the buckets it refuses, whose lines are
-    /// dropped (all of them if the target is gone).
+    /// dropped. Lines for a target that is gone are dropped too; a target that cannot be
+    /// read now gets them at the next delivery.
     async fn deliver(&self, batch: Batch) -> BTreeSet<Source> {
         let sources: BTreeSet<Source> = batch.sources().into_iter().cloned().collect();
         let names = |sources: &BTreeSet<Source>| {
             let names: Vec<&str> = sources.iter().map(|s| s.bucket.as_str()).collect();
             names.join(", ")
         };
+        if batch.dropped > 0 {
+            tracing::warn!(
+                "{} access log lines for bucket {} were dropped: requests came faster than \
+                 the gateway delivers them",
+                batch.dropped,
+                batch.target
+            );
+        }
         let target = match buckets::info(&self.pool, &batch.target).await {
             Ok(target) => target,
-            Err(e) => {
+            Err(Error::NotFound(_)) => {
                 tracing::warn!(
-                    "access logs of {} not delivered to bucket {}: {e}",
+                    "access logs of {} not delivered: their target bucket {} is gone",
                     names(&sources),
                     batch.target
                 );
-                return sources;
+                return BTreeSet::new();
+            }
+            Err(e) => {
+                tracing::warn!(
+                    "access logs for bucket {} kept for the next delivery: {e}",
+                    batch.target
+                );
+                self.logs_lock().put_back(batch);
+                return BTreeSet::new();
             }
         };
         let refused: BTreeSet<Source> = sources
@@ -311,7 +377,8 @@ impl Gateway {
         refused
     }
 
-    /// Writes `body` as object `key` of bucket `name` (its record `target`), as its owner's.
+    /// Writes `body` as object `key` of bucket `name` (its record `target`), as its owner's,
+    /// with the bucket's default retention if it has one.
     async fn write_log(
         &self,
         target: &buckets::Bucket,
@@ -321,7 +388,7 @@ impl Gateway {
     ) -> S3Result<()> {
         let content = futures::stream::iter([Ok::<_, Error>(Bytes::from(body))]);
         let written = data::write(&self.data, content, None, None).await?;
-        let entry = new_entry(
+        let mut entry = new_entry(
             &written,
             Some("text/plain".into()),
             Vec::new(),
@@ -330,6 +397,7 @@ impl Gateway {
             None,
             None,
         );
+        entry.lock = super::lock::for_new(target, Default::default(), entry.mtime_ns);
         self.commit(target, name, key, &entry, |_| Ok(())).await?;
         Ok(())
     }

@@ -168,8 +168,7 @@ impl Gateway {
             return Err(Refusal::UnexpectedOwner(name.into()).into());
         }
         let signer = self.identity(req).await?;
-        self.note_checked(req, name, bucket, judged(principal, signer.as_deref()))
-            .await?;
+        self.note_checked(req, name, bucket, judged(principal, signer.as_deref()));
         let denied = || Refusal::Denied {
             who: judged(principal, signer.as_deref()).map(str::to_owned),
             action: action.name(),
@@ -212,7 +211,7 @@ impl Gateway {
             }
         };
         match decision {
-            Decision::Allow => return Ok(()),
+            Decision::Allow => return self.deliver_due(req, name).await,
             Decision::Deny => return Err(denied().into()),
             Decision::AskAcl => {}
         }
@@ -224,7 +223,7 @@ impl Gateway {
         };
         if acl_grants(bucket, entry.as_ref(), principal, action) {
             self.note_acl_required(req, name);
-            return Ok(());
+            return self.deliver_due(req, name).await;
         }
         let reads = matches!(action, Action::GetObject | Action::GetObjectVersion);
         let Some(key) = key.filter(|_| reads) else {

@@ -127,6 +127,9 @@ pub(crate) async fn answer(
     if let Some(slot) = parts.extensions.get::<crate::metrics::VerbSlot>() {
         slot.note("PostObject");
     }
+    if let Some(noted) = parts.extensions.get::<super::logging::Noted>() {
+        noted.routed(&bucket, Some(&key));
+    }
     let headers = form.headers(&parts.headers, tagging);
     let secure = parts
         .extensions
