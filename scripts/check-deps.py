@@ -11,12 +11,13 @@ import subprocess
 import sys
 
 # crate -> packages it must never reach. A front end must not see the messenger, the OSD or
-# the store; the store must not see the network; map, keys and metrics stay free of IO
-# runtimes; the binary never reaches the simulator.
+# the store; the store must not see the network; map, keys, metrics, ec and select stay
+# free of IO runtimes; the binary never reaches the simulator.
 NEVER = {
     "coffer-metrics": ["tokio", "coffer-map", "coffer-keys", "coffer-store", "coffer-messenger"],
     "coffer-map": ["tokio", "coffer-keys", "coffer-store", "redb"],
     "coffer-ec": ["tokio", "coffer-map", "coffer-keys", "coffer-store", "coffer-messenger"],
+    "coffer-select": ["tokio", "coffer-map", "coffer-keys", "coffer-store", "coffer-messenger"],
     "coffer-keys": ["tokio", "coffer-map", "coffer-store", "redb"],
     "coffer-store": ["tokio", "coffer-messenger", "coffer-osd", "coffer-mon", "coffer-client"],
     "coffer-messenger": ["coffer-store", "coffer-osd", "coffer-mon"],

@@ -36,6 +36,7 @@ pub fn seeds() -> Vec<(&'static str, Vec<Vec<u8>>)> {
         ("nbd_requests", block::nbd::fuzz::request_seeds()),
         ("s3_http", gateway::fuzz::http_seeds()),
         ("s3_xml", gateway::fuzz::xml_seeds()),
+        ("select", select::fuzz::seeds()),
         ("store_records", store::fuzz::record_seeds()),
     ]
 }

@@ -1,7 +1,7 @@
 //! The S3 gateway against the clients people use, each over TLS trusting only the gateway's
 //! CA, each as a user made with `coffer user create`: boto3 (the suite in
 //! tests/s3/boto3_suite.py: buckets, objects, metadata, ranges, copies, multipart uploads,
-//! server-side encryption, listings, presigned URLs, error codes, and a second user kept
+//! server-side encryption, listings, presigned URLs, S3 Select, error codes, and a second user kept
 //! out), aws-cli and s3cmd (whole files up and down, in parts as each client cuts them by
 //! default, and encrypted by the server as each client asks for it), rclone (a tree synced
 //! with checksums, then again copying nothing) and restic (a tree backed up and restored).

@@ -2,7 +2,8 @@
 metadata, ranged reads, copies, multi-delete, multipart uploads (by hand, part by part, and
 through boto3's managed transfers), server-side encryption (SSE-S3, SSE-KMS, SSE-C and a
 bucket's default), both listing APIs page by page, presigned URLs, uploads by HTML forms,
-bucket policies and public access blocks, ACLs, server access logs, and the error codes clients
+bucket policies and public access blocks, ACLs, server access logs, S3 Select, and the error
+codes clients
 act on, including
 those that keep one user out of another's buckets.
 
@@ -54,7 +55,7 @@ import botocore.awsrequest
 import botocore.credentials
 from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
-from botocore.exceptions import ClientError
+from botocore.exceptions import ClientError, EventStreamError
 import urllib3
 
 ENDPOINT = os.environ["S3_ENDPOINT"]
@@ -346,6 +347,7 @@ class Suite:
         self.cors_bucket = f"boto3-{run_id}-cors"
         self.post_bucket = f"boto3-{run_id}-post"
         self.checksum_bucket = f"boto3-{run_id}-checksums"
+        self.select_bucket = f"boto3-{run_id}-select"
         self.logged_bucket = f"boto3-{run_id}-logged"
         self.log_bucket = f"boto3-{run_id}-logs"
         self.user_policy_buckets = [f"boto3-{run_id}-user-policy-{who}" for who in ["first", "other"]]
@@ -4826,6 +4828,103 @@ class Suite:
             params = {"KeyMarker": listing["NextKeyMarker"], "VersionIdMarker": listing["NextVersionIdMarker"]}
         s3.delete_bucket(Bucket=bucket)
 
+    # S3 Select ----------------------------------------------------------------------------
+
+    def selected(self, key, expression, input_serialization, output=None, s3=None, **params):
+        """The records and the other events of a SelectObjectContent, as (bytes, events)."""
+        response = (s3 or self.s3).select_object_content(
+            Bucket=self.select_bucket, Key=key, ExpressionType="SQL", Expression=expression,
+            InputSerialization=input_serialization,
+            OutputSerialization=output or {"CSV": {}}, **params)
+        records, events = b"", []
+        for event in response["Payload"]:
+            if "Records" in event:
+                records += event["Records"]["Payload"]
+            else:
+                events.append(event)
+        return records, events
+
+    def select(self):
+        """SelectObjectContent over CSV (header used or not, delimiters, quotes), JSON
+        documents and an SSE-C object: projections, WHERE, LIMIT, aggregates that match
+        Python's over an object of many Records events, Progress, Stats and End, and the
+        refusals: SQL that cannot be read, a column that is not there (an error event in
+        the stream), another user, a missing key, a missing SSE-C key, Parquet."""
+        bucket, s3 = self.select_bucket, self.s3
+        s3.create_bucket(Bucket=bucket)
+        csv_in = {"CSV": {"FileHeaderInfo": "USE"}, "CompressionType": "NONE"}
+        table = b"name,city,age\nada,london,36\n\"smith, jo\",paris,41\nlin,\"new\nyork\",29\n"
+        s3.put_object(Bucket=bucket, Key="people.csv", Body=table)
+        records, events = self.selected(
+            "people.csv", "SELECT s.name, age FROM S3Object s WHERE CAST(age AS INT) > 30", csv_in)
+        expect("select with a header, a WHERE and a quoted field", records,
+               b"ada,36\n\"smith, jo\",41\n")
+        expect("the events after the records", [list(e) for e in events], [["Stats"], ["End"]])
+        records, _ = self.selected("people.csv", "select upper(city) from s3object limit 2", csv_in)
+        expect("select with a function and a LIMIT", records, b"LONDON\nPARIS\n")
+        records, _ = self.selected("people.csv", "select city from s3object where name = 'lin'", csv_in,
+                                   output={"JSON": {}})
+        expect("select answered in JSON", records, b'{"city":"new\\nyork"}\n')
+        ok("select over CSV with its header: columns, WHERE, LIMIT, quotes, JSON output")
+
+        rows = [(i, (i * 7919) % 1000, f"n{i % 13}") for i in range(60_000)]
+        big = "".join(f"{a}|{b}|{c}\t" for a, b, c in rows).encode()
+        s3.put_object(Bucket=bucket, Key="big.csv", Body=big)
+        piped = {"CSV": {"FieldDelimiter": "|", "RecordDelimiter": "\t"}}
+        records, events = self.selected(
+            "big.csv", "select count(*), sum(cast(_2 as int)), min(int(_2)), max(int(_1)) from s3object "
+            "where _3 = 'n5'", piped, RequestProgress={"Enabled": True})
+        chosen = [r for r in rows if r[2] == "n5"]
+        want = f"{len(chosen)},{sum(r[1] for r in chosen)},{min(r[1] for r in chosen)},{max(r[0] for r in chosen)}\n"
+        expect("aggregates over a piped CSV", records.decode(), want)
+        kinds = [list(e)[0] for e in events]
+        expect("Progress, then Stats and End", (kinds[0], kinds[-2:]), ("Progress", ["Stats", "End"]))
+        stats = events[-2]["Stats"]["Details"]
+        expect("Stats: bytes scanned and returned", (stats["BytesScanned"], stats["BytesReturned"]),
+               (len(big), len(records)))
+        records, _ = self.selected("big.csv", "select _3, _1 from s3object where int(_2) < 500", piped)
+        want = "".join(f"{c},{a}\n" for a, b, c in rows if b < 500).encode()
+        expect_body("a projection over many Records events", records, want)
+        ok(f"select over {len(big)} bytes: aggregates equal Python's, {len(want)} bytes of records, "
+           "Progress, Stats and End")
+
+        lines = b"".join(json.dumps({"id": i, "tags": {"colour": ["red", "blue"][i % 2]}}).encode() + b"\n"
+                         for i in range(10))
+        s3.put_object(Bucket=bucket, Key="items.json", Body=lines)
+        records, _ = self.selected(
+            "items.json", "select s.id from S3Object[*] s where s.tags.colour = 'blue' and s.id > 5",
+            {"JSON": {"Type": "LINES"}}, output={"JSON": {}})
+        expect("select over JSON lines", [json.loads(line) for line in records.splitlines()],
+               [{"id": 7}, {"id": 9}])
+        ok("select over JSON lines with a nested path")
+
+        key = os.urandom(32)
+        s3.put_object(Bucket=bucket, Key="sealed.csv", Body=b"1,2\n3,4\n", **customer_key_args(key))
+        records, _ = self.selected("sealed.csv", "select sum(int(_2)) from s3object", {"CSV": {}},
+                                   **customer_key_args(key))
+        expect("select over an SSE-C object with its key", records, b"6\n")
+        expect_error("select over an SSE-C object without its key", ["InvalidRequest", "InvalidArgument"],
+                     self.selected, key="sealed.csv", expression="select * from s3object",
+                     input_serialization={"CSV": {}})
+        ok("select over an SSE-C object needs its key")
+
+        expect_error("select with SQL that cannot be read", ["ParseUnexpectedToken"], self.selected,
+                     key="people.csv", expression="select from s3object", input_serialization=csv_in)
+        expect_error("select by another user", ["AccessDenied"], self.selected, key="people.csv",
+                     expression="select * from s3object", input_serialization=csv_in, s3=self.other)
+        expect_error("select of a missing key", ["NoSuchKey"], self.selected, key="missing.csv",
+                     expression="select * from s3object", input_serialization=csv_in)
+        expect_error("select over Parquet", ["NotImplemented"], self.selected, key="people.csv",
+                     expression="select * from s3object", input_serialization={"Parquet": {}})
+        try:
+            self.selected("people.csv", "select name, int(height) from s3object", csv_in)
+            raise AssertionError("select of a column the header does not name: no error")
+        except EventStreamError as error:
+            expect("the error event's code", error.response["Error"]["Code"], "ProcessingTimeError")
+        ok("select refusals: bad SQL, another user, a missing key, Parquet, an unknown column")
+        self.empty_and_delete(bucket)
+        ok("select bucket removed")
+
     def clean_up(self):
         buckets = [self.bucket, self.listing_bucket, self.encrypted_bucket, self.versioned_bucket,
                    self.policy_bucket, self.acl_bucket, self.cors_bucket, self.post_bucket,
@@ -4851,6 +4950,7 @@ class Suite:
             (self.s3, self.cors_bucket),
             (self.s3, self.post_bucket),
             (self.s3, self.checksum_bucket),
+            (self.s3, self.select_bucket),
             (self.s3, self.logged_bucket),
             (self.s3, self.log_bucket),
             (self.other, f"{self.policy_bucket}-other"),
@@ -4911,6 +5011,7 @@ def main():
         suite.sigv2_headers,
         suite.sigv4_dated_by_date,
         suite.access_logs,
+        suite.select,
         suite.errors,
         suite.isolation,
         suite.clean_up,

@@ -164,6 +164,9 @@ pub(crate) enum Refusal {
     NoLogTarget(String),
     #[error("Logging bucket {target} does not take the access logs of bucket {bucket}: its policy must allow the service principal logging.s3.amazonaws.com to s3:PutObject under the target prefix, for this bucket (aws:SourceArn) and owner (aws:SourceAccount)")]
     LogDenied { target: String, bucket: String },
+    /// A query S3 Select cannot run, under S3 Select's own codes.
+    #[error("{0}")]
+    Select(#[from] select::Error),
     #[error("CORSResponse: CORS is not enabled for bucket {0}")]
     CorsOff(String),
     #[error("CORSResponse: no CORS rule of bucket {bucket} allows origin {origin:?} to {method}{}", if headers.is_empty() { String::new() } else { format!(" with headers {headers}") })]
@@ -250,6 +253,7 @@ impl Refusal {
             Refusal::PostTooSmall(_) => C::EntityTooSmall,
             Refusal::SignatureMismatch => C::SignatureDoesNotMatch,
             Refusal::CorsOff(_) | Refusal::CorsDenied { .. } => C::Custom("AccessForbidden".into()),
+            Refusal::Select(e) => C::Custom(e.code().into()),
         }
     }
 }

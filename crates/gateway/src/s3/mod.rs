@@ -22,6 +22,7 @@ pub(crate) mod logging;
 mod object;
 mod policy;
 pub(crate) mod post;
+mod select;
 mod tagging;
 mod upload;
 
@@ -940,6 +941,7 @@ verbs! {
     object::get_object(GetObjectInput) -> GetObjectOutput;
     object::head_object(HeadObjectInput) -> HeadObjectOutput;
     attributes::get_object_attributes(GetObjectAttributesInput) -> GetObjectAttributesOutput;
+    select::select_object_content(SelectObjectContentInput) -> SelectObjectContentOutput;
     object::delete_object(DeleteObjectInput) -> DeleteObjectOutput;
     object::delete_objects(DeleteObjectsInput) -> DeleteObjectsOutput;
     copy::copy_object(CopyObjectInput) -> CopyObjectOutput;

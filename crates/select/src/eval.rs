@@ -1,0 +1,1037 @@
+//! A parsed query made ready to run ([`Plan`]), and its expressions evaluated against
+//! one record ([`Row`]).
+
+use std::cmp::Ordering;
+use std::sync::Arc;
+
+use time::OffsetDateTime;
+
+use crate::sql::{Aggregate, BinaryOp, Expr, Query, Step, Type, DEPTH_MAX};
+use crate::value::{arithmetic, compare, read_number, Arith};
+use crate::{Error, Value};
+
+/// How many aliases deep a name may lead before the query is taken as circular.
+const ALIAS_DEPTH_MAX: usize = 32;
+/// The most expression nodes a query may grow to once its aliases are written out.
+const NODES_MAX: usize = 100_000;
+
+/// One input record.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Row {
+    /// A CSV record's fields (an empty field is NULL), with the header's names under `USE`.
+    Csv {
+        fields: Vec<String>,
+        names: Option<Arc<Vec<String>>>,
+    },
+    Json(serde_json::Value),
+}
+
+/// A column of the answer: its name (for JSON output) and its expression.
+struct Column {
+    name: String,
+    expr: Expr,
+}
+
+/// A query's running state: its columns with aliases written out, and the aggregates so far.
+pub(crate) struct Plan {
+    /// `None` for `SELECT *`.
+    columns: Option<Vec<Column>>,
+    filter: Option<Expr>,
+    limit: Option<u64>,
+    from: Vec<Step>,
+    /// Alias names that stand for an expression somewhere; a header may not also name them.
+    used_aliases: Vec<String>,
+    header_checked: bool,
+    /// The aggregates by slot: what each reads, and its state.
+    aggregates: Vec<Option<(Aggregate, Option<Expr>, Accumulator)>>,
+    now: OffsetDateTime,
+}
+
+#[derive(Debug, Default)]
+struct Accumulator {
+    count: u64,
+    sum: Option<Value>,
+    best: Option<Value>,
+}
+
+impl Plan {
+    pub(crate) fn new(query: Query, now: OffsetDateTime) -> Result<Plan, Error> {
+        let aliases: Vec<(String, Expr)> = query
+            .columns
+            .iter()
+            .flatten()
+            .filter_map(|c| Some((c.alias.clone()?.to_ascii_lowercase(), c.expr.clone())))
+            .collect();
+        let mut inliner = Inliner {
+            aliases: &aliases,
+            used: Vec::new(),
+            nodes: 0,
+        };
+        let columns = match query.columns {
+            None => None,
+            Some(projected) => {
+                let mut columns = Vec::with_capacity(projected.len());
+                for (i, p) in projected.into_iter().enumerate() {
+                    let own = p.alias.as_ref().map(|a| a.to_ascii_lowercase());
+                    let name = p.alias.clone().unwrap_or_else(|| match &p.expr {
+                        Expr::Name(n) => n.clone(),
+                        Expr::Column(steps) => match steps.last() {
+                            Some(Step::Name(n, _)) => n.clone(),
+                            _ => format!("_{}", i + 1),
+                        },
+                        _ => format!("_{}", i + 1),
+                    });
+                    let expr = inliner.inline(p.expr, own.as_deref(), 0, 0)?;
+                    columns.push(Column { name, expr });
+                }
+                Some(columns)
+            }
+        };
+        let filter = query
+            .filter
+            .map(|f| inliner.inline(f, None, 0, 0))
+            .transpose()?;
+        let mut slots: Vec<Option<(Aggregate, Option<Expr>, Accumulator)>> = Vec::new();
+        for column in columns.iter().flatten() {
+            crate::sql::walk(&column.expr, &mut |e| {
+                if let Expr::Aggregate { kind, arg, slot } = e {
+                    if slots.len() <= *slot {
+                        slots.resize_with(slot + 1, || None);
+                    }
+                    slots[*slot].get_or_insert_with(|| {
+                        (*kind, arg.as_deref().cloned(), Accumulator::default())
+                    });
+                }
+            });
+        }
+        if let Some(columns) = &columns {
+            let aggregated = columns
+                .iter()
+                .filter(|c| crate::sql::contains_aggregate(&c.expr))
+                .count();
+            if aggregated > 0 && aggregated < columns.len() {
+                return Err(Error::Parse(
+                    "a projection cannot mix aggregates and plain columns".into(),
+                ));
+            }
+        }
+        let mut used_aliases = inliner.used;
+        used_aliases.sort();
+        used_aliases.dedup();
+        Ok(Plan {
+            columns,
+            filter,
+            limit: query.limit,
+            from: query.from,
+            used_aliases,
+            header_checked: false,
+            aggregates: slots,
+            now,
+        })
+    }
+
+    pub(crate) fn aggregates(&self) -> bool {
+        !self.aggregates.is_empty()
+    }
+
+    pub(crate) fn limit(&self) -> Option<u64> {
+        self.limit
+    }
+
+    /// The records the `FROM` path makes of an input record: JSON goes down the path, and
+    /// an array found there gives one record per element. `None` when the path leads
+    /// nowhere.
+    pub(crate) fn from(&self, row: Row) -> Option<Vec<Row>> {
+        let Row::Json(mut json) = row else {
+            return Some(vec![row]);
+        };
+        for step in &self.from {
+            json = match (step, json) {
+                (Step::Name(name, quoted), serde_json::Value::Object(mut map)) => {
+                    member(&mut map, name, *quoted)?
+                }
+                (Step::Position(n), serde_json::Value::Array(mut items)) if *n <= items.len() => {
+                    items.swap_remove(n - 1)
+                }
+                _ => return None,
+            };
+        }
+        Some(match json {
+            serde_json::Value::Array(items) if !self.from.is_empty() => {
+                items.into_iter().map(Row::Json).collect()
+            }
+            other => vec![Row::Json(other)],
+        })
+    }
+
+    /// The answer's columns for `row`, or `None` when `WHERE` drops it or the query
+    /// aggregates (then the row is counted in).
+    pub(crate) fn row(&mut self, row: &Row) -> Result<Option<Vec<(String, Value)>>, Error> {
+        self.check_header(row)?;
+        let cx = Context {
+            row: Some(row),
+            results: &[],
+            now: self.now,
+        };
+        if let Some(filter) = &self.filter {
+            if cx.eval(filter)?.truth()? != Some(true) {
+                return Ok(None);
+            }
+        }
+        if self.aggregates() {
+            for (kind, arg, acc) in self.aggregates.iter_mut().flatten() {
+                let value = match arg {
+                    Some(arg) => cx.eval(arg)?,
+                    None => Value::Int(1),
+                };
+                acc.add(*kind, value)?;
+            }
+            return Ok(None);
+        }
+        Ok(Some(match &self.columns {
+            None => whole(row),
+            Some(columns) => columns
+                .iter()
+                .map(|c| Ok((c.name.clone(), cx.eval(&c.expr)?)))
+                .collect::<Result<_, Error>>()?,
+        }))
+    }
+
+    /// The aggregates' one record, once every row is in.
+    pub(crate) fn aggregated(&self) -> Result<Vec<(String, Value)>, Error> {
+        let results: Vec<Value> = self
+            .aggregates
+            .iter()
+            .map(|slot| match slot {
+                Some((kind, _, acc)) => acc.result(*kind),
+                None => Value::Null,
+            })
+            .collect();
+        let cx = Context {
+            row: None,
+            results: &results,
+            now: self.now,
+        };
+        self.columns
+            .iter()
+            .flatten()
+            .map(|c| Ok((c.name.clone(), cx.eval(&c.expr)?)))
+            .collect()
+    }
+
+    /// A header may not name a column as an alias the query uses does.
+    fn check_header(&mut self, row: &Row) -> Result<(), Error> {
+        if self.header_checked {
+            return Ok(());
+        }
+        self.header_checked = true;
+        if let Row::Csv {
+            names: Some(names), ..
+        } = row
+        {
+            if let Some(both) = self
+                .used_aliases
+                .iter()
+                .find(|alias| names.iter().any(|n| n.eq_ignore_ascii_case(alias)))
+            {
+                return Err(Error::Schema(format!(
+                    "multiple definition of column {{{both}}} as schema-column and alias"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `SELECT *`: the record as it came.
+fn whole(row: &Row) -> Vec<(String, Value)> {
+    match row {
+        Row::Csv { fields, names } => fields
+            .iter()
+            .enumerate()
+            .map(|(i, field)| {
+                let name = names
+                    .as_ref()
+                    .and_then(|n| n.get(i).cloned())
+                    .unwrap_or_else(|| format!("_{}", i + 1));
+                (name, field_value(field))
+            })
+            .collect(),
+        Row::Json(serde_json::Value::Object(map)) => map
+            .iter()
+            .map(|(k, v)| (k.clone(), Value::from_json(v)))
+            .collect(),
+        Row::Json(other) => vec![("_1".into(), Value::from_json(other))],
+    }
+}
+
+fn field_value(field: &str) -> Value {
+    if field.is_empty() {
+        Value::Null
+    } else {
+        Value::Str(field.to_owned())
+    }
+}
+
+/// A JSON object's member: by its exact name, or, unquoted, whatever its case.
+fn member(
+    map: &mut serde_json::Map<String, serde_json::Value>,
+    name: &str,
+    quoted: bool,
+) -> Option<serde_json::Value> {
+    if let Some(v) = map.remove(name) {
+        return Some(v);
+    }
+    if quoted {
+        return None;
+    }
+    let key = map.keys().find(|k| k.eq_ignore_ascii_case(name))?.clone();
+    map.remove(&key)
+}
+
+/// Writes projection aliases out where they are named.
+struct Inliner<'a> {
+    aliases: &'a [(String, Expr)],
+    used: Vec<String>,
+    nodes: usize,
+}
+
+impl Inliner<'_> {
+    /// `expr` with every name of an alias (but the alias `own` being defined) replaced by
+    /// its expression.
+    /// `depth` counts the aliases gone through, `level` how deep `expr` sits in the result,
+    /// which stays within [`DEPTH_MAX`] as the parser keeps every query.
+    fn inline(
+        &mut self,
+        expr: Expr,
+        own: Option<&str>,
+        depth: usize,
+        level: usize,
+    ) -> Result<Expr, Error> {
+        self.nodes += 1;
+        if self.nodes > NODES_MAX {
+            return Err(Error::Parse(format!(
+                "the query grows past {NODES_MAX} terms once its aliases are written out"
+            )));
+        }
+        if level > DEPTH_MAX {
+            return Err(Error::Parse(format!(
+                "the query nests deeper than {DEPTH_MAX} once its aliases are written out"
+            )));
+        }
+        let mut go = |e: Box<Expr>| -> Result<Box<Expr>, Error> {
+            Ok(Box::new(self.inline(*e, own, depth, level + 1)?))
+        };
+        Ok(match expr {
+            Expr::Name(name) => {
+                let lower = name.to_ascii_lowercase();
+                let found = self
+                    .aliases
+                    .iter()
+                    .find(|(alias, _)| *alias == lower && Some(alias.as_str()) != own);
+                match found {
+                    None => Expr::Name(name),
+                    Some((alias, aliased)) => {
+                        if depth >= ALIAS_DEPTH_MAX {
+                            return Err(Error::Schema(
+                                "number of calls exceed maximum size, probably a cyclic reference to alias".into(),
+                            ));
+                        }
+                        self.used.push(alias.clone());
+                        let (alias, aliased) = (alias.clone(), aliased.clone());
+                        self.inline(aliased, Some(&alias), depth + 1, level)?
+                    }
+                }
+            }
+            Expr::Literal(_) | Expr::Column(_) | Expr::Record => expr,
+            Expr::Not(e) => Expr::Not(go(e)?),
+            Expr::Negate(e) => Expr::Negate(go(e)?),
+            Expr::IsNull(e, negated) => Expr::IsNull(go(e)?, negated),
+            Expr::Cast(e, ty) => Expr::Cast(go(e)?, ty),
+            Expr::Binary(op, a, b) => Expr::Binary(op, go(a)?, go(b)?),
+            Expr::Like {
+                value,
+                pattern,
+                escape,
+                negated,
+            } => Expr::Like {
+                value: go(value)?,
+                pattern: go(pattern)?,
+                escape: escape.map(&mut go).transpose()?,
+                negated,
+            },
+            Expr::Between {
+                value,
+                low,
+                high,
+                negated,
+            } => Expr::Between {
+                value: go(value)?,
+                low: go(low)?,
+                high: go(high)?,
+                negated,
+            },
+            Expr::In {
+                value,
+                list,
+                negated,
+            } => Expr::In {
+                value: go(value)?,
+                list: list
+                    .into_iter()
+                    .map(|e| go(Box::new(e)).map(|e| *e))
+                    .collect::<Result<_, _>>()?,
+                negated,
+            },
+            Expr::Case {
+                operand,
+                whens,
+                otherwise,
+            } => Expr::Case {
+                operand: operand.map(&mut go).transpose()?,
+                whens: whens
+                    .into_iter()
+                    .map(|(w, t)| Ok((*go(Box::new(w))?, *go(Box::new(t))?)))
+                    .collect::<Result<_, Error>>()?,
+                otherwise: otherwise.map(&mut go).transpose()?,
+            },
+            Expr::Call(name, args) => Expr::Call(
+                name,
+                args.into_iter()
+                    .map(|e| go(Box::new(e)).map(|e| *e))
+                    .collect::<Result<_, _>>()?,
+            ),
+            Expr::Aggregate { kind, arg, slot } => Expr::Aggregate {
+                kind,
+                arg: arg.map(&mut go).transpose()?,
+                slot,
+            },
+        })
+    }
+}
+
+impl Accumulator {
+    fn add(&mut self, kind: Aggregate, value: Value) -> Result<(), Error> {
+        if value.is_null() {
+            return Ok(());
+        }
+        self.count += 1;
+        match kind {
+            Aggregate::Count => {}
+            Aggregate::Sum | Aggregate::Avg => {
+                let Some(number) = value.number() else {
+                    return Err(Error::Eval(format!(
+                        "{} is not a number to add up",
+                        value.shown()
+                    )));
+                };
+                self.sum = Some(match self.sum.take() {
+                    None => number,
+                    Some(sum) => arithmetic(Arith::Add, &sum, &number)?,
+                });
+            }
+            Aggregate::Min | Aggregate::Max => {
+                let value = value.number().unwrap_or(value);
+                let replace = match &self.best {
+                    None => true,
+                    Some(best) => {
+                        let order = compare(&value, best)?;
+                        if kind == Aggregate::Min {
+                            order == Some(Ordering::Less)
+                        } else {
+                            order == Some(Ordering::Greater)
+                        }
+                    }
+                };
+                if replace {
+                    self.best = Some(value);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn result(&self, kind: Aggregate) -> Value {
+        match kind {
+            Aggregate::Count => Value::Int(self.count as i64),
+            Aggregate::Sum => self.sum.clone().unwrap_or(Value::Null),
+            Aggregate::Min | Aggregate::Max => self.best.clone().unwrap_or(Value::Null),
+            Aggregate::Avg => match self.sum.as_ref().and_then(Value::float) {
+                Some(sum) if self.count > 0 => Value::Float(sum / self.count as f64),
+                _ => Value::Null,
+            },
+        }
+    }
+}
+
+/// What an expression is evaluated against: a record, or the aggregates' results.
+struct Context<'a> {
+    row: Option<&'a Row>,
+    results: &'a [Value],
+    now: OffsetDateTime,
+}
+
+impl Context<'_> {
+    fn eval(&self, expr: &Expr) -> Result<Value, Error> {
+        Ok(match expr {
+            Expr::Literal(v) => v.clone(),
+            Expr::Name(name) => self.field(&[Step::Name(name.clone(), false)])?,
+            Expr::Column(steps) => self.field(steps)?,
+            Expr::Record => match self.row {
+                Some(Row::Json(json)) => Value::from_json(json),
+                Some(Row::Csv { fields, .. }) => Value::Str(fields.join(",")),
+                None => Value::Null,
+            },
+            Expr::Not(e) => match self.eval(e)?.truth()? {
+                Some(b) => Value::Bool(!b),
+                None => Value::Null,
+            },
+            Expr::Negate(e) => arithmetic(Arith::Sub, &Value::Int(0), &self.eval(e)?)?,
+            Expr::Binary(op, a, b) => self.binary(*op, a, b)?,
+            Expr::IsNull(e, negated) => Value::Bool(self.eval(e)?.is_null() != *negated),
+            Expr::Like {
+                value,
+                pattern,
+                escape,
+                negated,
+            } => {
+                let value = self.eval(value)?;
+                let pattern = self.eval(pattern)?;
+                let escape = escape.as_ref().map(|e| self.eval(e)).transpose()?;
+                if value.is_null() || pattern.is_null() {
+                    return Ok(Value::Null);
+                }
+                let escape = match escape.map(|e| e.text()) {
+                    None => None,
+                    Some(e) => {
+                        let mut chars = e.chars();
+                        match (chars.next(), chars.next()) {
+                            (Some(c), None) => Some(c),
+                            _ => {
+                                return Err(Error::Eval(format!(
+                                    "the ESCAPE of LIKE is one character, not '{e}'"
+                                )))
+                            }
+                        }
+                    }
+                };
+                Value::Bool(like(&value.text(), &pattern.text(), escape)? != *negated)
+            }
+            Expr::Between {
+                value,
+                low,
+                high,
+                negated,
+            } => {
+                let value = self.eval(value)?;
+                let above = compare(&value, &self.eval(low)?)?.map(|o| o != Ordering::Less);
+                let below = compare(&value, &self.eval(high)?)?.map(|o| o != Ordering::Greater);
+                match and(above, below) {
+                    Some(inside) => Value::Bool(inside != *negated),
+                    None => Value::Null,
+                }
+            }
+            Expr::In {
+                value,
+                list,
+                negated,
+            } => {
+                let value = self.eval(value)?;
+                let mut found = Some(false);
+                for item in list {
+                    match compare(&value, &self.eval(item)?)? {
+                        Some(Ordering::Equal) => {
+                            found = Some(true);
+                            break;
+                        }
+                        Some(_) => {}
+                        None => found = None,
+                    }
+                }
+                match found {
+                    Some(found) => Value::Bool(found != *negated),
+                    None => Value::Null,
+                }
+            }
+            Expr::Case {
+                operand,
+                whens,
+                otherwise,
+            } => {
+                let operand = operand.as_ref().map(|o| self.eval(o)).transpose()?;
+                for (when, then) in whens {
+                    let when = self.eval(when)?;
+                    let hit = match &operand {
+                        Some(operand) => compare(operand, &when)? == Some(Ordering::Equal),
+                        None => when.truth()? == Some(true),
+                    };
+                    if hit {
+                        return self.eval(then);
+                    }
+                }
+                match otherwise {
+                    Some(e) => self.eval(e)?,
+                    None => Value::Null,
+                }
+            }
+            Expr::Cast(e, ty) => cast(self.eval(e)?, *ty)?,
+            Expr::Call(name, args) => {
+                let args = args
+                    .iter()
+                    .map(|a| self.eval(a))
+                    .collect::<Result<Vec<_>, _>>()?;
+                call(name, args, self.now)?
+            }
+            Expr::Aggregate { slot, .. } => match self.row {
+                None => self.results.get(*slot).cloned().unwrap_or(Value::Null),
+                Some(_) => {
+                    return Err(Error::Parse(
+                        "an aggregate stands beside plain columns".into(),
+                    ))
+                }
+            },
+        })
+    }
+
+    fn binary(&self, op: BinaryOp, a: &Expr, b: &Expr) -> Result<Value, Error> {
+        let logic = |v: Value| v.truth();
+        match op {
+            BinaryOp::And => {
+                let left = logic(self.eval(a)?)?;
+                if left == Some(false) {
+                    return Ok(Value::Bool(false));
+                }
+                let right = logic(self.eval(b)?)?;
+                return Ok(match (left, right) {
+                    (_, Some(false)) => Value::Bool(false),
+                    (Some(true), Some(true)) => Value::Bool(true),
+                    _ => Value::Null,
+                });
+            }
+            BinaryOp::Or => {
+                let left = logic(self.eval(a)?)?;
+                if left == Some(true) {
+                    return Ok(Value::Bool(true));
+                }
+                let right = logic(self.eval(b)?)?;
+                return Ok(match (left, right) {
+                    (_, Some(true)) => Value::Bool(true),
+                    (Some(false), Some(false)) => Value::Bool(false),
+                    _ => Value::Null,
+                });
+            }
+            _ => {}
+        }
+        let (x, y) = (self.eval(a)?, self.eval(b)?);
+        let arith = |op| arithmetic(op, &x, &y);
+        let ordered = |test: fn(Ordering) -> bool| -> Result<Value, Error> {
+            Ok(match compare(&x, &y)? {
+                Some(order) => Value::Bool(test(order)),
+                None => Value::Null,
+            })
+        };
+        match op {
+            BinaryOp::Add => arith(Arith::Add),
+            BinaryOp::Sub => arith(Arith::Sub),
+            BinaryOp::Mul => arith(Arith::Mul),
+            BinaryOp::Div => arith(Arith::Div),
+            BinaryOp::Mod => arith(Arith::Mod),
+            BinaryOp::Concat => Ok(if x.is_null() || y.is_null() {
+                Value::Null
+            } else {
+                Value::Str(x.text() + &y.text())
+            }),
+            BinaryOp::Eq => ordered(|o| o == Ordering::Equal),
+            BinaryOp::Ne => ordered(|o| o != Ordering::Equal),
+            BinaryOp::Lt => ordered(|o| o == Ordering::Less),
+            BinaryOp::Le => ordered(|o| o != Ordering::Greater),
+            BinaryOp::Gt => ordered(|o| o == Ordering::Greater),
+            BinaryOp::Ge => ordered(|o| o != Ordering::Less),
+            BinaryOp::And | BinaryOp::Or => unreachable!("logic is answered above"),
+        }
+    }
+
+    /// A field of the record by its path.
+    fn field(&self, steps: &[Step]) -> Result<Value, Error> {
+        let Some(row) = self.row else {
+            return Err(Error::Parse(
+                "a column stands beside aggregates outside of them".into(),
+            ));
+        };
+        match row {
+            Row::Csv { fields, names } => {
+                let (first, rest) = steps
+                    .split_first()
+                    .ok_or_else(|| Error::Parse("an empty column path".into()))?;
+                let value = match first {
+                    Step::Position(n) => fields.get(n - 1).map_or(Value::Null, |f| field_value(f)),
+                    Step::Name(name, quoted) => {
+                        let index = names.as_ref().and_then(|names| {
+                            names.iter().position(|n| {
+                                if *quoted {
+                                    n == name
+                                } else {
+                                    n.eq_ignore_ascii_case(name)
+                                }
+                            })
+                        });
+                        match index {
+                            Some(i) => fields.get(i).map_or(Value::Null, |f| field_value(f)),
+                            None if *quoted => Value::Str(name.clone()),
+                            None => {
+                                return Err(Error::Schema(format!(
+                                    "alias {{{name}}} or column not exist in schema"
+                                )))
+                            }
+                        }
+                    }
+                    Step::Index(_) => Value::Null,
+                };
+                Ok(if rest.is_empty() { value } else { Value::Null })
+            }
+            Row::Json(json) => {
+                // Ceph names the record `_1` in JSON: `_1.a` is the record's `a`.
+                let steps = match steps.split_first() {
+                    Some((Step::Position(1), rest)) if !rest.is_empty() => rest,
+                    _ => steps,
+                };
+                let mut at = json;
+                for (i, step) in steps.iter().enumerate() {
+                    let next = match (step, at) {
+                        (Step::Name(name, quoted), serde_json::Value::Object(map)) => {
+                            map.get(name.as_str()).or_else(|| {
+                                (!quoted)
+                                    .then(|| {
+                                        map.iter()
+                                            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+                                            .map(|(_, v)| v)
+                                    })
+                                    .flatten()
+                            })
+                        }
+                        (Step::Index(Some(n)), serde_json::Value::Array(items)) => items.get(*n),
+                        (Step::Position(n), serde_json::Value::Array(items)) => items.get(n - 1),
+                        _ => None,
+                    };
+                    match next {
+                        Some(next) => at = next,
+                        None => {
+                            return Ok(match step {
+                                Step::Name(name, true) if i == 0 && steps.len() == 1 => {
+                                    Value::Str(name.clone())
+                                }
+                                _ => Value::Null,
+                            })
+                        }
+                    }
+                }
+                Ok(Value::from_json(at))
+            }
+        }
+    }
+}
+
+fn and(a: Option<bool>, b: Option<bool>) -> Option<bool> {
+    match (a, b) {
+        (Some(false), _) | (_, Some(false)) => Some(false),
+        (Some(true), Some(true)) => Some(true),
+        _ => None,
+    }
+}
+
+fn cast(value: Value, ty: Type) -> Result<Value, Error> {
+    if value.is_null() {
+        return Ok(Value::Null);
+    }
+    let failed = || Error::Eval(format!("{} cannot be cast to {ty:?}", value.shown()));
+    Ok(match ty {
+        Type::Int => match &value {
+            Value::Bool(b) => Value::Int(i64::from(*b)),
+            Value::Timestamp(_) | Value::Json(_) => return Err(failed()),
+            _ => match value.number().ok_or_else(failed)? {
+                Value::Float(f) if f.is_finite() => Value::Int(f.trunc() as i64),
+                Value::Int(n) => Value::Int(n),
+                _ => return Err(failed()),
+            },
+        },
+        Type::Float | Type::Decimal => match &value {
+            Value::Bool(b) => Value::Float(f64::from(u8::from(*b))),
+            _ => Value::Float(value.float().ok_or_else(failed)?),
+        },
+        Type::String => Value::Str(value.text()),
+        Type::Bool => match &value {
+            Value::Bool(_) => value,
+            Value::Int(n) => Value::Bool(*n != 0),
+            Value::Float(f) => Value::Bool(*f != 0.0),
+            Value::Str(s) => match read_number(s) {
+                Some(n) => cast(n, Type::Bool)?,
+                None => Value::Bool(value.truth().map_err(|_| failed())?.ok_or_else(failed)?),
+            },
+            _ => return Err(failed()),
+        },
+        Type::Timestamp => match &value {
+            Value::Timestamp(_) => value,
+            Value::Str(s) => Value::Timestamp(crate::time::parse(s)?),
+            _ => return Err(failed()),
+        },
+    })
+}
+
+/// The scalar functions.
+fn call(name: &str, args: Vec<Value>, now: OffsetDateTime) -> Result<Value, Error> {
+    let arity = |n: std::ops::RangeInclusive<usize>| -> Result<(), Error> {
+        if n.contains(&args.len()) {
+            Ok(())
+        } else {
+            Err(Error::Eval(format!(
+                "{name}() takes {} arguments, not {}",
+                if n.start() == n.end() {
+                    n.start().to_string()
+                } else {
+                    format!("{} to {}", n.start(), n.end())
+                },
+                args.len()
+            )))
+        }
+    };
+    let text = |v: &Value| -> Option<String> { (!v.is_null()).then(|| v.text()) };
+    Ok(match name {
+        "int" | "integer" => {
+            arity(1..=1)?;
+            cast(args[0].clone(), Type::Int)?
+        }
+        "float" => {
+            arity(1..=1)?;
+            cast(args[0].clone(), Type::Float)?
+        }
+        "string" => {
+            arity(1..=1)?;
+            cast(args[0].clone(), Type::String)?
+        }
+        "nullif" => {
+            arity(2..=2)?;
+            match compare(&args[0], &args[1])? {
+                Some(Ordering::Equal) => Value::Null,
+                _ if args[0].is_null() && args[1].is_null() => Value::Null,
+                _ => args[0].clone(),
+            }
+        }
+        "coalesce" => {
+            arity(1..=usize::MAX)?;
+            args.into_iter()
+                .find(|v| !v.is_null())
+                .unwrap_or(Value::Null)
+        }
+        "lower" | "upper" => {
+            arity(1..=1)?;
+            match text(&args[0]) {
+                None => Value::Null,
+                Some(t) if name == "lower" => Value::Str(t.to_lowercase()),
+                Some(t) => Value::Str(t.to_uppercase()),
+            }
+        }
+        "char_length" | "character_length" => {
+            arity(1..=1)?;
+            match text(&args[0]) {
+                None => Value::Null,
+                Some(t) => Value::Int(t.chars().count() as i64),
+            }
+        }
+        "substring" => {
+            arity(2..=3)?;
+            let Some(t) = text(&args[0]) else {
+                return Ok(Value::Null);
+            };
+            let whole = |v: &Value| match v.number() {
+                Some(Value::Int(n)) => Ok(n),
+                Some(Value::Float(f)) => Ok(f as i64),
+                _ => Err(Error::Eval(format!(
+                    "substring() takes a position, not {}",
+                    v.shown()
+                ))),
+            };
+            let start = whole(&args[1])?;
+            let end = match args.get(2) {
+                Some(len) => start.saturating_add(whole(len)?.max(0)),
+                None => i64::MAX,
+            };
+            let from = start.max(1);
+            Value::Str(
+                t.chars()
+                    .enumerate()
+                    .filter(|(i, _)| {
+                        let position = *i as i64 + 1;
+                        position >= from && position < end
+                    })
+                    .map(|(_, c)| c)
+                    .collect(),
+            )
+        }
+        "trim" => {
+            arity(2..=3)?;
+            let Some(t) = text(&args[1]) else {
+                return Ok(Value::Null);
+            };
+            let chars: Vec<char> = match args.get(2) {
+                Some(v) => v.text().chars().collect(),
+                None => vec![' '],
+            };
+            let side = args[0].text();
+            let cut = |c: char| chars.contains(&c);
+            Value::Str(match side.as_str() {
+                "leading" => t.trim_start_matches(cut).to_owned(),
+                "trailing" => t.trim_end_matches(cut).to_owned(),
+                _ => t.trim_matches(cut).to_owned(),
+            })
+        }
+        "utcnow" => {
+            arity(0..=0)?;
+            Value::Timestamp(now)
+        }
+        "to_timestamp" => {
+            arity(1..=1)?;
+            cast(args[0].clone(), Type::Timestamp)?
+        }
+        "to_string" => {
+            arity(2..=2)?;
+            match (&args[0], text(&args[1])) {
+                (Value::Null, _) | (_, None) => Value::Null,
+                (Value::Timestamp(t), Some(pattern)) => {
+                    Value::Str(crate::time::format(t, &pattern)?)
+                }
+                (other, _) => {
+                    return Err(Error::Eval(format!(
+                        "to_string() takes a timestamp, not {}",
+                        other.shown()
+                    )))
+                }
+            }
+        }
+        "extract" | "date_add" | "date_diff" => crate::time::call(name, &args)?,
+        _ => return Err(Error::Parse(format!("no function {name}()"))),
+    })
+}
+
+/// SQL's LIKE: `%` any run, `_` any one character, and `[a-z]` a class (as Ceph's gateway
+/// reads it); `escape` makes the next character plain.
+fn like(text: &str, pattern: &str, escape: Option<char>) -> Result<bool, Error> {
+    #[derive(Debug)]
+    enum Part {
+        Any,
+        One,
+        Class(Vec<(char, char)>, bool),
+        Char(char),
+    }
+    let mut parts = Vec::new();
+    let mut chars = pattern.chars().peekable();
+    while let Some(c) = chars.next() {
+        if Some(c) == escape {
+            match chars.next() {
+                Some(next) => parts.push(Part::Char(next)),
+                None => {
+                    return Err(Error::Eval(format!(
+                        "the LIKE pattern '{pattern}' ends with its escape"
+                    )))
+                }
+            }
+            continue;
+        }
+        parts.push(match c {
+            '%' => Part::Any,
+            '_' => Part::One,
+            '[' => {
+                let negated = chars.next_if_eq(&'^').is_some();
+                let mut ranges = Vec::new();
+                loop {
+                    match chars.next() {
+                        None => {
+                            return Err(Error::Eval(format!(
+                                "a [ is never closed in the LIKE pattern '{pattern}'"
+                            )))
+                        }
+                        Some(']') => break,
+                        Some(low) => {
+                            if chars.next_if_eq(&'-').is_some() {
+                                match chars.next() {
+                                    Some(high) if high != ']' => ranges.push((low, high)),
+                                    _ => {
+                                        return Err(Error::Eval(format!(
+                                            "a range is not closed in the LIKE pattern '{pattern}'"
+                                        )))
+                                    }
+                                }
+                            } else {
+                                ranges.push((low, low));
+                            }
+                        }
+                    }
+                }
+                Part::Class(ranges, negated)
+            }
+            other => Part::Char(other),
+        });
+    }
+    // Matching by the classic two-pointer walk with one backtrack point per `%`.
+    let text: Vec<char> = text.chars().collect();
+    let (mut t, mut p) = (0usize, 0usize);
+    let mut star: Option<(usize, usize)> = None;
+    let fits = |part: &Part, c: char| match part {
+        Part::One => true,
+        Part::Char(x) => *x == c,
+        Part::Class(ranges, negated) => {
+            ranges.iter().any(|(lo, hi)| (*lo..=*hi).contains(&c)) != *negated
+        }
+        Part::Any => false,
+    };
+    while t < text.len() {
+        if p < parts.len() && !matches!(parts[p], Part::Any) && fits(&parts[p], text[t]) {
+            t += 1;
+            p += 1;
+        } else if p < parts.len() && matches!(parts[p], Part::Any) {
+            star = Some((p, t));
+            p += 1;
+        } else if let Some((sp, st)) = star {
+            p = sp + 1;
+            t = st + 1;
+            star = Some((sp, st + 1));
+        } else {
+            return Ok(false);
+        }
+    }
+    Ok(parts[p..].iter().all(|part| matches!(part, Part::Any)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn like_matches_wildcards_classes_and_escapes() {
+        let yes = |t, p, e| assert!(like(t, p, e).expect("a pattern"), "{t} like {p}");
+        let no = |t, p, e| assert!(!like(t, p, e).expect("a pattern"), "{t} not like {p}");
+        yes("cbcdavwxyz", "%yz", None);
+        yes("cbcdavwxyz", "c%z", None);
+        yes("abcxyz", "%y[y-z]", None);
+        no("abcxyy", "%y[a-c]", None);
+        yes("x3", "_3", None);
+        no("x33", "_3", None);
+        yes("aeio_", "%aeio$_", Some('$'));
+        no("aeiox", "%aeio$_", Some('$'));
+        yes("_ar", "%_ar", Some('%'));
+        no("xar", "%_ar", Some('%'));
+        yes("", "%", None);
+        no("", "_", None);
+        yes("aaa", "%a%a%", None);
+        assert!(like("x", "[a", None).is_err());
+        assert!(like("x", "a$", Some('$')).is_err());
+    }
+
+    #[test]
+    fn cast_reads_text_and_refuses_what_is_not_a_number() {
+        assert_eq!(cast(Value::Str("05".into()), Type::Int), Ok(Value::Int(5)));
+        assert_eq!(cast(Value::Str("2.7".into()), Type::Int), Ok(Value::Int(2)));
+        assert_eq!(cast(Value::Int(3), Type::Bool), Ok(Value::Bool(true)));
+        assert_eq!(cast(Value::Null, Type::Int), Ok(Value::Null));
+        assert!(cast(Value::Str("abc".into()), Type::Int).is_err());
+    }
+}

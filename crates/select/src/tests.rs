@@ -1,0 +1,400 @@
+//! Whole queries over whole inputs, fed in pieces of every size so that no record's reading
+//! depends on where a chunk ends.
+
+use super::*;
+
+fn now() -> ::time::OffsetDateTime {
+    ::time::macros::datetime!(2026-12-02 12:00 UTC)
+}
+
+/// The answer of `query` over `input`, fed `chunk` bytes at a time.
+fn run_in(
+    query: &str,
+    kind: Input,
+    output: Output,
+    input: &str,
+    chunk: usize,
+) -> Result<String, Error> {
+    let mut select = Select::new(query, kind, output, now())?;
+    let mut out = Vec::new();
+    for piece in input.as_bytes().chunks(chunk.max(1)) {
+        select.feed(piece, &mut out)?;
+        if select.done() {
+            break;
+        }
+    }
+    select.finish(&mut out)?;
+    assert_eq!(select.counts().returned, out.len() as u64);
+    Ok(String::from_utf8(out).expect("UTF-8"))
+}
+
+/// The answer, checked to be the same whatever the chunk size.
+fn run(query: &str, kind: Input, output: Output, input: &str) -> Result<String, Error> {
+    let whole = run_in(query, kind.clone(), output.clone(), input, input.len());
+    for chunk in [1, 2, 3, 7, 64] {
+        assert_eq!(
+            run_in(query, kind.clone(), output.clone(), input, chunk),
+            whole,
+            "{query} fed {chunk} bytes at a time"
+        );
+    }
+    whole
+}
+
+fn csv(query: &str, input: &str) -> Result<String, Error> {
+    run(
+        query,
+        Input::Csv(CsvInput::default()),
+        Output::Csv(CsvOutput::default()),
+        input,
+    )
+}
+
+fn csv_with_header(query: &str, input: &str) -> Result<String, Error> {
+    let header = CsvInput {
+        header: Header::Use,
+        ..CsvInput::default()
+    };
+    run(
+        query,
+        Input::Csv(header),
+        Output::Csv(CsvOutput::default()),
+        input,
+    )
+}
+
+const NUMBERS: &str = "1,2,3,\n4,5,6,\n7,8,9,\n10,11,,\n";
+
+#[test]
+fn projections_filters_and_limits_answer_record_by_record() {
+    assert_eq!(
+        csv("select _1, _3 from s3object;", NUMBERS).as_deref(),
+        Ok("1,3\n4,6\n7,9\n10,\n")
+    );
+    assert_eq!(
+        csv(
+            "select _2 from s3object where int(_1) > 3 and _3 is not null",
+            NUMBERS
+        )
+        .as_deref(),
+        Ok("5\n8\n")
+    );
+    assert_eq!(
+        csv("select * from s3object limit 1", NUMBERS).as_deref(),
+        Ok("1,2,3,\n")
+    );
+    assert_eq!(
+        csv(
+            "select int(_1) * 2 + 1, _1 || '-' || _2 from s3object s where s._2 = '5'",
+            NUMBERS
+        )
+        .as_deref(),
+        Ok("9,4-5\n")
+    );
+    assert_eq!(
+        csv(
+            "select ((12.0+7.0)*3.0)/(5.0-2.0) from s3object limit 1",
+            NUMBERS
+        )
+        .as_deref(),
+        Ok("19\n")
+    );
+}
+
+#[test]
+fn aggregates_answer_one_record_and_skip_nulls() {
+    assert_eq!(
+        csv(
+            "select count(*), sum(int(_1)), min(int(_3)), max(_2), avg(int(_1)) from s3object",
+            NUMBERS
+        )
+        .as_deref(),
+        Ok("4,22,3,11,5.5\n")
+    );
+    assert_eq!(
+        csv("select count(_3) from s3object", NUMBERS).as_deref(),
+        Ok("3\n")
+    );
+    assert_eq!(
+        csv(
+            "select count(0), sum(int(_1)) from s3object where _1 = 'none'",
+            NUMBERS
+        )
+        .as_deref(),
+        Ok("0,\n")
+    );
+    assert_eq!(
+        csv("select sum(int(_1)) + 1 as s, s * 2 from s3object", NUMBERS).as_deref(),
+        Ok("23,46\n")
+    );
+}
+
+#[test]
+fn quotes_escapes_and_delimiters_are_read_as_ceph_reads_them() {
+    let line = r#",first,,third="c31,c32,c33",fifth=a\"b\" \, c,"x""y""#;
+    let ceph = CsvInput {
+        escape: Some(b'\\'),
+        ..CsvInput::default()
+    };
+    let out = Output::Csv(CsvOutput::default());
+    assert_eq!(
+        run(
+            "select _4, _5, _6, _1 is null from s3object",
+            Input::Csv(ceph),
+            out,
+            line
+        )
+        .as_deref(),
+        Ok("\"third=c31,c32,c33\",\"fifth=a\"\"b\"\" , c\",\"x\"\"y\",true\n")
+    );
+    let pipes = CsvInput {
+        field: b'|',
+        record: b"\t".to_vec(),
+        ..CsvInput::default()
+    };
+    assert_eq!(
+        run(
+            "select _2 from s3object",
+            Input::Csv(pipes),
+            Output::Csv(CsvOutput::default()),
+            "a|b\tc|d\t"
+        )
+        .as_deref(),
+        Ok("b\nd\n")
+    );
+    let crlf = CsvInput {
+        record: b"\r\n".to_vec(),
+        comment: Some(b'#'),
+        ..CsvInput::default()
+    };
+    assert_eq!(
+        run(
+            "select _1 from s3object",
+            Input::Csv(crlf),
+            Output::Csv(CsvOutput::default()),
+            "#note\r\na\r\n\r\nb"
+        )
+        .as_deref(),
+        Ok("a\nb\n")
+    );
+    assert!(matches!(
+        csv("select _1 from s3object", "\"open"),
+        Err(Error::Input(_))
+    ));
+    assert!(matches!(
+        csv("select count(*), _1 from s3object", NUMBERS),
+        Err(Error::Parse(_))
+    ));
+}
+
+#[test]
+fn header_names_columns_and_may_not_clash_with_an_alias_in_use() {
+    let table = "c1,c2,c3\n1,2,3\n4,5,6\n";
+    assert_eq!(
+        csv_with_header("select c3, C1 from s3object", table).as_deref(),
+        Ok("3,1\n6,4\n")
+    );
+    assert_eq!(
+        csv_with_header(
+            "select int(c1) + int(c2) as total from s3object where total > 5",
+            table
+        )
+        .as_deref(),
+        Ok("9\n")
+    );
+    let missing = csv_with_header("select c1, int(c11) from s3object", table);
+    assert!(
+        matches!(&missing, Err(Error::Schema(m)) if m.contains("alias {c11} or column not exist in schema"))
+    );
+    let clash = csv_with_header("select int(c1)+int(c2) as c3, c3 from s3object", table);
+    assert!(
+        matches!(&clash, Err(Error::Schema(m)) if m.contains("multiple definition of column {c3}"))
+    );
+    assert_eq!(
+        csv_with_header("select c1 as c1 from s3object", table).as_deref(),
+        Ok("1\n4\n")
+    );
+    assert_eq!(
+        csv_with_header("select \"c2\", \"no such\" from s3object limit 1", table).as_deref(),
+        Ok("2,no such\n")
+    );
+}
+
+#[test]
+fn aliases_written_out_stay_within_the_depth_bound() {
+    // Each alias is 20 calls deep, which the parser takes; written out, g is 140 deep.
+    let nest = |inner: &str| "lower(".repeat(20) + inner + &")".repeat(20);
+    let mut columns = vec![format!("{} as a", nest("_1"))];
+    for (name, inner) in ["b", "c", "d", "e", "f", "g"]
+        .iter()
+        .zip(["a", "b", "c", "d", "e", "f"])
+    {
+        columns.push(format!("{} as {name}", nest(inner)));
+    }
+    let query = format!("select {} from s3object", columns.join(", "));
+    assert!(
+        matches!(csv(&query, NUMBERS), Err(Error::Parse(m)) if m.contains("aliases are written out"))
+    );
+    let shallow = format!(
+        "select {} as a, {} as b from s3object limit 1",
+        nest("_1"),
+        nest("a")
+    );
+    assert_eq!(csv(&shallow, NUMBERS).as_deref(), Ok("1,1\n"));
+}
+
+#[test]
+fn circular_aliases_are_refused() {
+    let cyclic = csv(
+        "select int(_1) as a1, int(_2) as a2, a1+a4 as a3, a5+a1 as a4, int(_3)+a3 as a5 from s3object",
+        NUMBERS,
+    );
+    assert!(matches!(&cyclic, Err(Error::Schema(m)) if m.contains("cyclic reference to alias")));
+}
+
+#[test]
+fn functions_and_three_valued_logic() {
+    let one = "AB12cd$$,   aeiou    ,19230512T051230Z,5\n";
+    let q = |projection: &str| csv(&format!("select {projection} from stdin"), one);
+    assert_eq!(q("lower(_1), upper('ab')").as_deref(), Ok("ab12cd$$,AB\n"));
+    assert_eq!(
+        q("trim(_2), trim(leading from _2), char_length(trim(trailing from _2))").as_deref(),
+        Ok("aeiou,aeiou    ,8\n")
+    );
+    assert_eq!(
+        q("substring(_1, 3, 2), substring(_1 from 5)").as_deref(),
+        Ok("12,cd$$\n")
+    );
+    assert_eq!(
+        q("extract(year from to_timestamp(_3)), date_diff(day, to_timestamp(_3), date_add(month, 1, to_timestamp(_3)))").as_deref(),
+        Ok("1923,31\n")
+    );
+    assert_eq!(
+        q("cast(to_string(to_timestamp(_3), 'x') as int)").as_deref(),
+        Ok("0\n")
+    );
+    assert_eq!(
+        q("nullif(_4, '5') is null, coalesce(null, _4), nullif(_4, 6)").as_deref(),
+        Ok("true,5,5\n")
+    );
+    assert_eq!(
+        q("case when int(_4) > 3 then 'big' else 'small' end, case int(_4) when 5 then 'five' end").as_deref(),
+        Ok("big,five\n")
+    );
+    assert_eq!(
+        q("(null and false), (null or true), (null and true) is null, int(_4) in (1, 5), _4 between 4 and 6").as_deref(),
+        Ok("false,true,true,true,true\n")
+    );
+    assert_eq!(q("_1 like '%cd$$'").as_deref(), Ok("true\n"));
+    assert_eq!(
+        q("cast(int(_4) as bool) = true = true").as_deref(),
+        Ok("true\n")
+    );
+    assert!(matches!(q("int(_1)"), Err(Error::Eval(_))));
+    assert!(matches!(q("no_such(_1)"), Err(Error::Parse(_))));
+}
+
+#[test]
+fn json_documents_are_records_and_from_paths_go_through_arrays() {
+    let doc = "{\"root\" : [\n{\"c1\": 1,\"c2\": 2},\n{\"c1\": 3,\"c2\": 4},\n{\"c1\": 5,\"c2\": null}\n]}";
+    let json = |query: &str, input: &str| {
+        run(
+            query,
+            Input::Json,
+            Output::Json {
+                record: "\n".into(),
+            },
+            input,
+        )
+    };
+    assert_eq!(
+        json("select count(*) from s3object[*]", doc).as_deref(),
+        Ok("{\"_1\":1}\n")
+    );
+    assert_eq!(
+        json(
+            "select count(0), sum(_1.c1), max(_1.c2) from s3object[*].root",
+            doc
+        )
+        .as_deref(),
+        Ok("{\"_1\":3,\"_2\":9,\"_3\":4}\n")
+    );
+    assert_eq!(
+        json(
+            "select s.c1 as one, s.c2 from s3object[*].root[*] s where s.c2 is not null",
+            doc
+        )
+        .as_deref(),
+        Ok("{\"c2\":2,\"one\":1}\n{\"c2\":4,\"one\":3}\n")
+    );
+    let lines = "{\"a\": \"x}\\\"\"}\n{\"a\": [1, {\"b\": 2}]}\n7\n";
+    assert_eq!(
+        run(
+            "select * from s3object",
+            Input::Json,
+            Output::Csv(CsvOutput::default()),
+            lines
+        )
+        .as_deref(),
+        Ok("\"x}\"\"\"\n\"[1,{\"\"b\"\":2}]\"\n7\n")
+    );
+    assert!(matches!(
+        json("select * from s3object", "{\"a\": 1} }"),
+        Err(Error::Input(_))
+    ));
+    assert!(matches!(
+        json("select * from s3object", "{\"a\": "),
+        Err(Error::Input(_))
+    ));
+}
+
+#[test]
+fn a_record_past_the_bound_is_refused_not_held() {
+    let mut select = Select::new(
+        "select count(*) from s3object",
+        Input::Csv(CsvInput::default()),
+        Output::Csv(CsvOutput::default()),
+        now(),
+    )
+    .expect("a query");
+    let chunk = vec![b'x'; 1024 * 1024];
+    let mut out = Vec::new();
+    let mut refused = None;
+    for _ in 0..=RECORD_BYTES_MAX / chunk.len() {
+        if let Err(e) = select.feed(&chunk, &mut out) {
+            refused = Some(e);
+            break;
+        }
+    }
+    assert_eq!(refused, Some(Error::RecordTooLarge));
+}
+
+#[test]
+fn output_quoting_follows_the_request() {
+    let always = CsvOutput {
+        always: true,
+        field: ";".into(),
+        ..CsvOutput::default()
+    };
+    assert_eq!(
+        run(
+            "select _1, _2 from s3object",
+            Input::Csv(CsvInput::default()),
+            Output::Csv(always),
+            "a,\n"
+        )
+        .as_deref(),
+        Ok("\"a\";\n")
+    );
+    let bad = CsvOutput {
+        record: String::new(),
+        ..CsvOutput::default()
+    };
+    assert!(Select::new(
+        "select * from s3object",
+        Input::Json,
+        Output::Csv(bad),
+        now()
+    )
+    .is_err());
+}
