@@ -609,35 +609,26 @@ impl Policy {
     /// statement naming it can allow: one that allows anyone lets no service in, as S3
     /// judges the delivery of logs. A deny from any statement wins.
     pub fn judge_named(&self, asked: &Asked) -> Verdict {
-        let mut verdict = Verdict::Silent;
-        for statement in &self.statements {
-            if !statement.applies(asked) {
-                continue;
-            }
-            let named = match &statement.principals {
-                Principals::Users(users) => {
-                    users.iter().any(|u| Some(u.as_str()) == asked.principal)
-                }
-                Principals::Anyone => false,
-            };
-            match statement.effect {
-                Effect::Deny => return Verdict::Denied,
-                Effect::Allow if named => verdict = Verdict::Allowed,
-                Effect::Allow => {}
-            }
-        }
-        verdict
+        self.verdict(asked, |statement| match &statement.principals {
+            Principals::Users(users) => users.iter().any(|u| Some(u.as_str()) == asked.principal),
+            Principals::Anyone => false,
+        })
     }
 
     /// What the policy says of `asked`: a deny from any statement wins.
     pub fn judge(&self, asked: &Asked) -> Verdict {
+        self.verdict(asked, |_| true)
+    }
+
+    /// The statements that apply to `asked`: a deny from any wins, and without one an allow
+    /// from any that `may_allow` lets allow.
+    fn verdict(&self, asked: &Asked, may_allow: impl Fn(&Statement) -> bool) -> Verdict {
         let mut verdict = Verdict::Silent;
-        for statement in &self.statements {
-            if statement.applies(asked) {
-                match statement.effect {
-                    Effect::Deny => return Verdict::Denied,
-                    Effect::Allow => verdict = Verdict::Allowed,
-                }
+        for statement in self.statements.iter().filter(|s| s.applies(asked)) {
+            match statement.effect {
+                Effect::Deny => return Verdict::Denied,
+                Effect::Allow if may_allow(statement) => verdict = Verdict::Allowed,
+                Effect::Allow => {}
             }
         }
         verdict

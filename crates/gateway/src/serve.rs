@@ -348,10 +348,11 @@ fn content_length(headers: &hyper::HeaderMap) -> u64 {
 fn fill_error(body: &[u8], id: &str, reason: Option<&str>) -> Option<String> {
     let text = std::str::from_utf8(body).ok()?;
     let end = text.rfind("</Error>")?;
-    let code = text
-        .split_once("<Code>")
-        .and_then(|(_, rest)| rest.split_once("</Code>"))
-        .map_or("", |(code, _)| code);
+    let code = xml_texts(body, "Code")
+        .into_iter()
+        .next()
+        .unwrap_or_default();
+    let code = code.as_str();
     let mut out = text[..end].to_string();
     let has_message = out
         .split_once("<Message>")
@@ -374,6 +375,26 @@ fn fill_error(body: &[u8], id: &str, reason: Option<&str>) -> Option<String> {
     }
     out.push_str(&text[end..]);
     Some(out)
+}
+
+/// The texts of the elements `name` of an XML document, unescaped.
+pub(crate) fn xml_texts(body: &[u8], name: &str) -> Vec<String> {
+    let Ok(text) = std::str::from_utf8(body) else {
+        return Vec::new();
+    };
+    let (open, close) = (format!("<{name}>"), format!("</{name}>"));
+    text.split(open.as_str())
+        .skip(1)
+        .filter_map(|rest| rest.split_once(close.as_str()))
+        .map(|(value, _)| {
+            value
+                .replace("&lt;", "<")
+                .replace("&gt;", ">")
+                .replace("&quot;", "\"")
+                .replace("&apos;", "'")
+                .replace("&amp;", "&")
+        })
+        .collect()
 }
 
 /// What S3 says for the codes whose errors may come without a message of ours.

@@ -8,7 +8,7 @@ use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result};
 
 use super::error::Refusal;
-use super::{in_bucket, timestamp, Gateway};
+use super::{http_date, in_bucket, timestamp, Gateway};
 use crate::buckets::{self, Bucket};
 use crate::layout::{self, ObjectEntry};
 use crate::lifecycle::{self, Expiration, Filter, Lifecycle, Noncurrent, Rule, ID_CHARS_MAX};
@@ -277,11 +277,7 @@ pub(super) fn expiration(bucket: &Bucket, key: &str, entry: &ObjectEntry) -> Opt
         .lifecycle
         .as_ref()?
         .expiry(key, entry, lifecycle::DAY_NS)?;
-    let mut date = Vec::new();
-    timestamp(at)
-        .format(s3s::dto::TimestampFormat::HttpDate, &mut date)
-        .ok()?;
-    let date = String::from_utf8(date).ok()?;
+    let date = http_date(at)?;
     Some(format!("expiry-date=\"{date}\", rule-id=\"{}\"", rule.id))
 }
 

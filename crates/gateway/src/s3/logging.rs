@@ -13,10 +13,11 @@ use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result};
 
 use super::error::Refusal;
-use super::{in_bucket, new_entry, timestamp, Gateway};
+use super::{http_date, in_bucket, new_entry, Gateway};
 use crate::access_log::{self, Batch, Batches, Entry, KeyFormat, Logging, Source};
 use crate::layout::{self, ContentHeaders};
 use crate::policy::{self, Action};
+use crate::serve::xml_texts;
 use crate::{buckets, data, Error};
 
 /// The region a Coffer cluster answers as, which partitioned log keys name.
@@ -236,7 +237,7 @@ impl Gateway {
         let error_code = body
             .as_deref()
             .filter(|_| status.is_client_error() || status.is_server_error())
-            .and_then(|body| xml_values(body, "Code").into_iter().next());
+            .and_then(|body| xml_texts(body, "Code").into_iter().next());
         let operation = access_log::operation(&asked.method, &asked.query, note.key.is_some());
         // A ranged read's Content-Range ends with the object's size.
         let whole = header("content-range")
@@ -257,7 +258,7 @@ impl Gateway {
         let keys = match operation.ends_with(".DELETE_MULTI_OBJECT") {
             true => body
                 .as_deref()
-                .map(|body| xml_values(body, "Key"))
+                .map(|body| xml_texts(body, "Key"))
                 .filter(|keys| !keys.is_empty())
                 .map_or(vec![None], |keys| keys.into_iter().map(Some).collect()),
             false => vec![note.key.clone()],
@@ -430,26 +431,6 @@ impl Gateway {
     }
 }
 
-/// The texts of the elements `name` of an XML document, unescaped.
-fn xml_values(body: &[u8], name: &str) -> Vec<String> {
-    let Ok(text) = std::str::from_utf8(body) else {
-        return Vec::new();
-    };
-    let (open, close) = (format!("<{name}>"), format!("</{name}>"));
-    text.split(open.as_str())
-        .skip(1)
-        .filter_map(|rest| rest.split_once(close.as_str()))
-        .map(|(value, _)| {
-            value
-                .replace("&lt;", "<")
-                .replace("&gt;", ">")
-                .replace("&quot;", "\"")
-                .replace("&apos;", "'")
-                .replace("&amp;", "&")
-        })
-        .collect()
-}
-
 /// The key format PutBucketLogging gives: simple unless partitioned.
 fn key_format(given: Option<&TargetObjectKeyFormat>) -> S3Result<KeyFormat> {
     let Some(given) = given else {
@@ -606,14 +587,8 @@ pub(super) async fn get_bucket_logging(
             target_prefix: logging.prefix,
         }),
     });
-    let mut date = Vec::new();
-    if timestamp(logging.set_ns)
-        .format(TimestampFormat::HttpDate, &mut date)
-        .is_ok()
-    {
-        if let Ok(value) = hyper::http::HeaderValue::from_bytes(&date) {
-            response.headers.insert(hyper::header::LAST_MODIFIED, value);
-        }
+    if let Some(value) = http_date(logging.set_ns).and_then(|d| d.parse().ok()) {
+        response.headers.insert(hyper::header::LAST_MODIFIED, value);
     }
     Ok(response)
 }
@@ -626,9 +601,9 @@ mod tests {
     fn a_multi_delete_answer_names_its_keys() {
         let body = b"<DeleteResult><Deleted><Key>a&amp;b</Key></Deleted>\
                      <Error><Key>c&lt;d</Key><Code>AccessDenied</Code></Error></DeleteResult>";
-        assert_eq!(xml_values(body, "Key"), ["a&b", "c<d"]);
-        assert_eq!(xml_values(body, "Code"), ["AccessDenied"]);
-        assert!(xml_values(b"\xff", "Key").is_empty());
+        assert_eq!(xml_texts(body, "Key"), ["a&b", "c<d"]);
+        assert_eq!(xml_texts(body, "Code"), ["AccessDenied"]);
+        assert!(xml_texts(b"\xff", "Key").is_empty());
     }
 
     #[test]

@@ -602,6 +602,15 @@ fn timestamp(ns: u64) -> Timestamp {
     Timestamp::from(std::time::UNIX_EPOCH + std::time::Duration::from_nanos(ns))
 }
 
+/// `ns` as an HTTP date (`Wed, 02 Dec 2026 12:00:00 GMT`), as headers give times.
+fn http_date(ns: u64) -> Option<String> {
+    let mut date = Vec::new();
+    timestamp(ns)
+        .format(s3s::dto::TimestampFormat::HttpDate, &mut date)
+        .ok()?;
+    String::from_utf8(date).ok()
+}
+
 fn modified(entry: &ObjectEntry) -> Timestamp {
     timestamp(entry.mtime_ns)
 }
