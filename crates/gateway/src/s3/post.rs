@@ -15,7 +15,7 @@ use std::task::{ready, Context, Poll};
 use aws_lc_rs::{constant_time, hmac};
 use base64::Engine;
 use bytes::Bytes;
-use futures::Stream;
+use futures::{Stream, StreamExt};
 use s3s::auth::{Credentials, S3Auth};
 use s3s::dto::{
     PutObjectInput, PutObjectOutput, StreamingBlob, Tagging, Timestamp, TimestampFormat,
@@ -184,6 +184,7 @@ async fn read_form(
         body,
         read: 0,
         file_begun: file_begun.clone(),
+        ended: false,
     };
     let mut multipart = multer::Multipart::new(body, boundary);
     let mut form = Form::default();
@@ -223,10 +224,46 @@ async fn read_form(
 
 /// A form's body, failing with `Overweight` once it has passed `PRELUDE_BYTES_MAX` bytes
 /// before the file begins (`file_begun`); the file is measured by `Measured`.
+///
+/// A form refused before its body is all read (fields too long, a file too large) would
+/// leave the client still sending when the connection closes, and the client would lose
+/// the answer to the reset (the refusal's code never reaches it). So a body dropped unread
+/// is read on, and thrown away, for at most [`LINGER_BYTES`] and [`LINGER`], as web
+/// servers linger, while the answer goes out.
 struct Prelude {
     body: s3s::Body,
     read: u64,
     file_begun: Arc<AtomicBool>,
+    ended: bool,
+}
+
+/// How much of a refused form's body is read on, and for how long, before its connection
+/// is closed.
+const LINGER_BYTES: u64 = 8 << 20;
+const LINGER: std::time::Duration = std::time::Duration::from_secs(5);
+
+impl Drop for Prelude {
+    fn drop(&mut self) {
+        if self.ended {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let mut body = std::mem::replace(&mut self.body, s3s::Body::empty());
+        runtime.spawn(async move {
+            let drain = async {
+                let mut read = 0u64;
+                while let Some(Ok(chunk)) = body.next().await {
+                    read += chunk.len() as u64;
+                    if read > LINGER_BYTES {
+                        break;
+                    }
+                }
+            };
+            let _ = tokio::time::timeout(LINGER, drain).await;
+        });
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -238,6 +275,7 @@ impl Stream for Prelude {
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let chunk = ready!(Pin::new(&mut self.body).poll_next(cx));
+        self.ended = chunk.is_none();
         if let Some(Ok(bytes)) = &chunk {
             self.read += bytes.len() as u64;
             if self.read > PRELUDE_BYTES_MAX && !self.file_begun.load(Ordering::Relaxed) {
