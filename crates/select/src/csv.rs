@@ -1,13 +1,15 @@
 //! CSV records read from bytes as they arrive. A quote opens a quoted run anywhere in a
 //! field (`a="b,c"` is the field `a=b,c`), a doubled quote inside one is a quote, and the
 //! escape character makes the next character plain inside quotes or out (Ceph's reading,
-//! which covers RFC 4180's). A record delimiter at the very end makes no empty record, and
-//! empty lines are skipped.
+//! which covers RFC 4180's). A record delimiter inside quotes ends the record unless the
+//! request allows quoted record delimiters (S3's default), so a stray quote costs one
+//! record, not the rest of the object. A record delimiter at the very end makes no empty
+//! record, and empty lines are skipped.
 
 use std::sync::Arc;
 
 use crate::eval::Row;
-use crate::{CsvInput, Error, Header, RECORD_BYTES_MAX};
+use crate::{CsvInput, Error, Header, FIELD_BYTES, RECORD_BYTES_MAX};
 
 pub(crate) struct Records {
     options: CsvInput,
@@ -60,6 +62,14 @@ impl Records {
                 "the field delimiter, record delimiter and quote character must differ".into(),
             ));
         }
+        if options
+            .escape
+            .is_some_and(|e| e == options.field || e == terminator)
+        {
+            return Err(Error::Options(
+                "the escape character must differ from the delimiters".into(),
+            ));
+        }
         if options.comment.is_some() && specials.contains(&options.comment) {
             return Err(Error::Options(
                 "the comment character must differ from the delimiters and the quote".into(),
@@ -99,6 +109,15 @@ impl Records {
             let escape = self.options.escape;
             // A doubled quote inside quotes wins over an escape that is the quote itself.
             self.state = match self.state {
+                State::Escaped { quoted: true } | State::Quoted
+                    if b == self.terminator && !self.options.quoted_records =>
+                {
+                    if self.crlf && self.field.last() == Some(&b'\r') {
+                        self.field.pop();
+                    }
+                    self.end_record(rows)?;
+                    State::Plain
+                }
                 State::Escaped { quoted } => {
                     self.field.push(b);
                     if quoted {
@@ -123,7 +142,7 @@ impl Records {
                     } else if Some(b) == escape {
                         State::Escaped { quoted: false }
                     } else if b == self.options.field {
-                        self.end_field();
+                        self.end_field()?;
                         State::Plain
                     } else if b == self.terminator {
                         if self.crlf && self.field.last() == Some(&b'\r') {
@@ -152,12 +171,17 @@ impl Records {
         }
     }
 
-    fn end_field(&mut self) {
+    fn end_field(&mut self) -> Result<(), Error> {
+        self.size += FIELD_BYTES;
+        if self.size > RECORD_BYTES_MAX {
+            return Err(Error::RecordTooLarge);
+        }
         let bytes = std::mem::take(&mut self.field);
         self.fields.push(match String::from_utf8(bytes) {
             Ok(text) => text,
             Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
         });
+        Ok(())
     }
 
     fn reset(&mut self) {
@@ -168,7 +192,7 @@ impl Records {
     }
 
     fn end_record(&mut self, rows: &mut Vec<Row>) -> Result<(), Error> {
-        self.end_field();
+        self.end_field()?;
         let fields = std::mem::take(&mut self.fields);
         let empty = fields.len() == 1 && fields[0].is_empty();
         self.reset();

@@ -33,10 +33,19 @@ mod value;
 pub use output::{CsvOutput, Output};
 pub use value::Value;
 
+use std::collections::VecDeque;
+
 use eval::{Plan, Row};
 
-/// The largest record read, or a JSON document: S3 Select refuses larger ones too.
-pub const RECORD_BYTES_MAX: usize = 16 * 1024 * 1024;
+/// The largest record read or written, a JSON document included, as S3 Select's own limit;
+/// each CSV field counts [`FIELD_BYTES`] more, for what holding it costs.
+pub const RECORD_BYTES_MAX: usize = 1024 * 1024;
+/// What a CSV field costs beyond its bytes, against [`RECORD_BYTES_MAX`].
+pub const FIELD_BYTES: usize = 32;
+/// How much answer a call gives before it returns, so that the caller sends it on.
+pub const FLUSH_BYTES: usize = 256 * 1024;
+/// The longest error message, so that an error shows a value without carrying all of it.
+const MESSAGE_BYTES_MAX: usize = 1024;
 
 /// Why a query could not run, by S3 Select's error codes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,17 +80,15 @@ impl Error {
 
 impl std::fmt::Display for Error {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Error::Parse(m) => write!(f, "the query cannot be read: {m}"),
-            Error::Eval(m) | Error::Schema(m) | Error::Options(m) | Error::Input(m) => {
-                f.write_str(m)
-            }
-            Error::RecordTooLarge => write!(
-                f,
+        let message = match self {
+            Error::Parse(m) => format!("the query cannot be read: {m}"),
+            Error::Eval(m) | Error::Schema(m) | Error::Options(m) | Error::Input(m) => m.clone(),
+            Error::RecordTooLarge => format!(
                 "a record is larger than {} MiB",
                 RECORD_BYTES_MAX / (1024 * 1024)
             ),
-        }
+        };
+        f.write_str(value::cut(&message, MESSAGE_BYTES_MAX))
     }
 }
 
@@ -108,6 +115,9 @@ pub struct CsvInput {
     /// Lines starting with it are skipped.
     pub comment: Option<u8>,
     pub header: Header,
+    /// A record delimiter inside quotes is part of the field (S3's
+    /// `AllowQuotedRecordDelimiter`); else it ends the record, quotes or not.
+    pub quoted_records: bool,
 }
 
 impl Default for CsvInput {
@@ -119,6 +129,7 @@ impl Default for CsvInput {
             escape: Some(b'"'),
             comment: None,
             header: Header::None,
+            quoted_records: false,
         }
     }
 }
@@ -147,6 +158,10 @@ pub struct Select {
     counts: Counts,
     /// Records written, for LIMIT.
     written: u64,
+    /// Records read and not yet answered.
+    pending: VecDeque<Row>,
+    /// The input has ended.
+    ended: bool,
 }
 
 enum Reader {
@@ -174,6 +189,8 @@ impl Select {
             output,
             counts: Counts::default(),
             written: 0,
+            pending: VecDeque::new(),
+            ended: false,
         })
     }
 
@@ -183,62 +200,84 @@ impl Select {
         !self.plan.aggregates() && self.plan.limit().is_some_and(|limit| self.written >= limit)
     }
 
+    /// Whether records read are still to be answered: [`Select::drain`] them (after taking
+    /// the answer so far) before feeding more.
+    pub fn pending(&self) -> bool {
+        !self.pending.is_empty() && !self.done()
+    }
+
     pub fn counts(&self) -> Counts {
         self.counts
     }
 
     /// Reads `bytes`, the object's next, and appends the answer's records they complete to
-    /// `out`.
+    /// `out`, up to [`FLUSH_BYTES`] of it; the rest waits ([`Select::pending`]).
     pub fn feed(&mut self, bytes: &[u8], out: &mut Vec<u8>) -> Result<(), Error> {
+        assert!(
+            !self.pending() && !self.ended,
+            "a query is fed only once what it read is answered, and before it is finished"
+        );
         self.counts.scanned += bytes.len() as u64;
         self.counts.processed += bytes.len() as u64;
-        let before = out.len();
         let mut rows = Vec::new();
         match &mut self.reader {
             Reader::Csv(records) => records.feed(bytes, &mut rows)?,
             Reader::Json(documents) => documents.feed(bytes, &mut rows)?,
         }
-        self.take(rows, out)?;
+        self.queue(rows);
+        self.drain(out)
+    }
+
+    /// Answers records read, until none is left or `out` holds [`FLUSH_BYTES`].
+    pub fn drain(&mut self, out: &mut Vec<u8>) -> Result<(), Error> {
+        let before = out.len();
+        while out.len() < FLUSH_BYTES && !self.done() {
+            let Some(row) = self.pending.pop_front() else {
+                break;
+            };
+            if let Some(columns) = self.plan.row(&row)? {
+                self.output.record(&columns, out);
+                self.written += 1;
+            }
+        }
         self.counts.returned += (out.len() - before) as u64;
         Ok(())
     }
 
-    /// Ends the input: the last record without its delimiter, and the aggregates' record.
-    pub fn finish(&mut self, out: &mut Vec<u8>) -> Result<(), Error> {
-        let before = out.len();
-        let mut rows = Vec::new();
-        match &mut self.reader {
-            Reader::Csv(records) => records.finish(&mut rows)?,
-            Reader::Json(documents) => documents.finish(&mut rows)?,
+    /// Ends the input: the last record without its delimiter, then, once every record is
+    /// answered, the aggregates' record. True when the answer is complete; until then the
+    /// caller takes the answer so far and calls again.
+    pub fn finish(&mut self, out: &mut Vec<u8>) -> Result<bool, Error> {
+        if !self.ended {
+            self.ended = true;
+            let mut rows = Vec::new();
+            match &mut self.reader {
+                Reader::Csv(records) => records.finish(&mut rows)?,
+                Reader::Json(documents) => documents.finish(&mut rows)?,
+            }
+            self.queue(rows);
         }
-        self.take(rows, out)?;
+        self.drain(out)?;
+        if self.pending() {
+            return Ok(false);
+        }
         if self.plan.aggregates() {
+            let before = out.len();
             let columns = self.plan.aggregated()?;
             self.output.record(&columns, out);
+            self.counts.returned += (out.len() - before) as u64;
         }
-        self.counts.returned += (out.len() - before) as u64;
-        Ok(())
+        self.pending.clear();
+        Ok(true)
     }
 
-    fn take(&mut self, rows: Vec<Row>, out: &mut Vec<u8>) -> Result<(), Error> {
+    /// Records read, as the `FROM` path makes them.
+    fn queue(&mut self, rows: Vec<Row>) {
         for row in rows {
-            if self.done() {
-                return Ok(());
-            }
-            let Some(row) = self.plan.from(row) else {
-                continue;
-            };
-            for row in row {
-                if self.done() {
-                    return Ok(());
-                }
-                if let Some(columns) = self.plan.row(&row)? {
-                    self.output.record(&columns, out);
-                    self.written += 1;
-                }
+            if let Some(rows) = self.plan.from(row) {
+                self.pending.extend(rows);
             }
         }
-        Ok(())
     }
 }
 

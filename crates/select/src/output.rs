@@ -60,12 +60,23 @@ impl Output {
                 }
                 out.extend_from_slice(csv.record.as_bytes());
             }
+            // Written in the projection's order, each name as given (a map would sort them
+            // and fold equal names into one).
             Output::Json { record } => {
-                let object: serde_json::Map<String, serde_json::Value> = columns
-                    .iter()
-                    .map(|(name, value)| (name.clone(), value.json()))
-                    .collect();
-                out.extend_from_slice(serde_json::Value::Object(object).to_string().as_bytes());
+                out.push(b'{');
+                for (i, (name, value)) in columns.iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    out.extend_from_slice(
+                        serde_json::Value::from(name.as_str())
+                            .to_string()
+                            .as_bytes(),
+                    );
+                    out.push(b':');
+                    out.extend_from_slice(value.json().to_string().as_bytes());
+                }
+                out.push(b'}');
                 out.extend_from_slice(record.as_bytes());
             }
         }

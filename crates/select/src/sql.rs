@@ -47,9 +47,7 @@ fn tokens(text: &str) -> Result<Vec<Token>, Error> {
             });
             rest = after;
         } else if c.is_ascii_digit() {
-            let end = rest
-                .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-                .unwrap_or(rest.len());
+            let end = number_end(rest);
             out.push(Token::Number(rest[..end].to_owned()));
             rest = &rest[end..];
         } else if c.is_alphabetic() || c == '_' {
@@ -66,6 +64,29 @@ fn tokens(text: &str) -> Result<Vec<Token>, Error> {
         }
     }
     Ok(out)
+}
+
+/// Where the number that starts `text` ends: digits, a fraction, an exponent (`1.5e-3`).
+fn number_end(text: &str) -> usize {
+    let bytes = text.as_bytes();
+    let digits = |from: usize| {
+        from + bytes[from..]
+            .iter()
+            .take_while(|b| b.is_ascii_digit())
+            .count()
+    };
+    let mut end = digits(0);
+    if bytes.get(end) == Some(&b'.') {
+        end = digits(end + 1);
+    }
+    if matches!(bytes.get(end), Some(b'e' | b'E')) {
+        let sign = usize::from(matches!(bytes.get(end + 1), Some(b'+' | b'-')));
+        let exponent = digits(end + 1 + sign);
+        if exponent > end + 1 + sign {
+            end = exponent;
+        }
+    }
+    end
 }
 
 /// The text of a quoted token up to its closing `quote` (doubled inside), and what follows.
@@ -109,8 +130,6 @@ pub enum Aggregate {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BinaryOp {
-    Or,
-    And,
     Eq,
     Ne,
     Lt,
@@ -144,6 +163,10 @@ pub enum Expr {
     /// The whole record (`*`, or the alias alone).
     Record,
     Not(Box<Expr>),
+    /// Terms joined by AND, kept flat so that a long chain nests no deeper.
+    All(Vec<Expr>),
+    /// Terms joined by OR.
+    Any(Vec<Expr>),
     Negate(Box<Expr>),
     Binary(BinaryOp, Box<Expr>, Box<Expr>),
     IsNull(Box<Expr>, bool),
@@ -220,49 +243,42 @@ pub(crate) fn contains_aggregate(expr: &Expr) -> bool {
 /// Calls `visit` on `expr` and every expression inside it.
 pub(crate) fn walk(expr: &Expr, visit: &mut dyn FnMut(&Expr)) {
     visit(expr);
-    let mut each = |e: &Expr| walk(e, visit);
+    for child in children(expr) {
+        walk(child, visit);
+    }
+}
+
+/// The expressions directly inside `expr`, in the order they are written.
+pub(crate) fn children(expr: &Expr) -> Vec<&Expr> {
     match expr {
-        Expr::Literal(_) | Expr::Column(_) | Expr::Record | Expr::Name(_) => {}
-        Expr::Not(e) | Expr::Negate(e) | Expr::IsNull(e, _) | Expr::Cast(e, _) => each(e),
-        Expr::Binary(_, a, b) => {
-            each(a);
-            each(b);
-        }
+        Expr::Literal(_) | Expr::Column(_) | Expr::Record | Expr::Name(_) => Vec::new(),
+        Expr::Not(e) | Expr::Negate(e) | Expr::IsNull(e, _) | Expr::Cast(e, _) => vec![e],
+        Expr::Binary(_, a, b) => vec![a, b],
+        Expr::All(terms) | Expr::Any(terms) | Expr::Call(_, terms) => terms.iter().collect(),
         Expr::Like {
             value,
             pattern,
             escape,
             ..
-        } => {
-            each(value);
-            each(pattern);
-            escape.iter().for_each(|e| each(e));
-        }
+        } => [Some(&**value), Some(&**pattern), escape.as_deref()]
+            .into_iter()
+            .flatten()
+            .collect(),
         Expr::Between {
             value, low, high, ..
-        } => {
-            each(value);
-            each(low);
-            each(high);
-        }
-        Expr::In { value, list, .. } => {
-            each(value);
-            list.iter().for_each(&mut each);
-        }
+        } => vec![value, low, high],
+        Expr::In { value, list, .. } => std::iter::once(&**value).chain(list).collect(),
         Expr::Case {
             operand,
             whens,
             otherwise,
-        } => {
-            operand.iter().for_each(|e| each(e));
-            for (when, then) in whens {
-                each(when);
-                each(then);
-            }
-            otherwise.iter().for_each(|e| each(e));
-        }
-        Expr::Call(_, args) => args.iter().for_each(&mut each),
-        Expr::Aggregate { arg, .. } => arg.iter().for_each(|e| each(e)),
+        } => operand
+            .as_deref()
+            .into_iter()
+            .chain(whens.iter().flat_map(|(when, then)| [when, then]))
+            .chain(otherwise.as_deref())
+            .collect(),
+        Expr::Aggregate { arg, .. } => arg.as_deref().into_iter().collect(),
     }
 }
 
@@ -350,6 +366,9 @@ impl Parser {
 
     fn query(&mut self) -> Result<Query, Error> {
         self.expect_keyword("select")?;
+        if matches!(self.peek(), Some(Token::Word(w)) if w.eq_ignore_ascii_case("from")) {
+            return Err(Error::Parse("SELECT names no column before FROM".into()));
+        }
         // The FROM clause names the alias the projection may use: read it first.
         let start = self.at;
         let mut depth = 0usize;
@@ -430,13 +449,7 @@ impl Parser {
             }
         }
         let path = self.path_rest(Vec::new())?;
-        let mut steps: Vec<Step> = path
-            .into_iter()
-            .filter(|s| !matches!(s, Step::Index(None)))
-            .collect();
-        if steps.iter().any(|s| matches!(s, Step::Index(Some(_)))) {
-            steps.retain(|s| !matches!(s, Step::Index(_)));
-        }
+        let steps = names_only(path)?;
         self.keyword("as");
         if let Some(Token::Word(w)) = self.peek() {
             if !["where", "limit"].iter().any(|k| w.eq_ignore_ascii_case(k)) {
@@ -547,25 +560,25 @@ impl Parser {
     }
 
     fn or(&mut self) -> Result<Expr, Error> {
-        let mut left = self.and()?;
-        let mut links = 0;
+        let mut terms = vec![self.and()?];
         while self.keyword("or") {
-            self.link(&mut links)?;
-            left = binary(BinaryOp::Or, left, self.and()?);
+            terms.push(self.and()?);
         }
-        self.depth -= links;
-        Ok(left)
+        Ok(match terms.len() {
+            1 => terms.remove(0),
+            _ => Expr::Any(terms),
+        })
     }
 
     fn and(&mut self) -> Result<Expr, Error> {
-        let mut left = self.not()?;
-        let mut links = 0;
+        let mut terms = vec![self.not()?];
         while self.keyword("and") {
-            self.link(&mut links)?;
-            left = binary(BinaryOp::And, left, self.not()?);
+            terms.push(self.not()?);
         }
-        self.depth -= links;
-        Ok(left)
+        Ok(match terms.len() {
+            1 => terms.remove(0),
+            _ => Expr::All(terms),
+        })
     }
 
     fn not(&mut self) -> Result<Expr, Error> {
@@ -760,11 +773,7 @@ impl Parser {
         // The FROM alias (or S3Object itself) before a path is the record.
         let is_alias = lower == "s3object" || self.alias.as_deref() == Some(lower.as_str());
         if is_alias {
-            let steps = self.path_rest(Vec::new())?;
-            let steps: Vec<Step> = steps
-                .into_iter()
-                .filter(|s| !matches!(s, Step::Index(None)))
-                .collect();
+            let steps = names_only(self.path_rest(Vec::new())?)?;
             return Ok(if steps.is_empty() {
                 Expr::Record
             } else {
@@ -922,6 +931,23 @@ impl Parser {
     }
 }
 
+/// A path after `S3Object` or its alias: `[*]` may open it (`S3Object[*].a`) and close it
+/// (`S3Object[*].a[*]`, each element a record); anything else but names is refused.
+fn names_only(mut steps: Vec<Step>) -> Result<Vec<Step>, Error> {
+    if steps.first() == Some(&Step::Index(None)) {
+        steps.remove(0);
+    }
+    if steps.last() == Some(&Step::Index(None)) {
+        steps.pop();
+    }
+    if steps.iter().any(|s| matches!(s, Step::Index(_))) {
+        return Err(Error::Parse(
+            "a path after S3Object may only open and close with [*]; [n] and a [*] between names are not served".into(),
+        ));
+    }
+    Ok(steps)
+}
+
 fn binary(op: BinaryOp, left: Expr, right: Expr) -> Expr {
     Expr::Binary(op, Box::new(left), Box::new(right))
 }
@@ -936,7 +962,7 @@ fn name_step(word: &str, quoted: bool) -> Step {
 
 fn number(text: &str) -> Result<Expr, Error> {
     let bad = || Error::Parse(format!("{text} is not a number"));
-    if text.contains('.') {
+    if text.contains(['.', 'e', 'E']) {
         text.parse()
             .map(|f| Expr::Literal(Value::Float(f)))
             .map_err(|_| bad())
@@ -972,10 +998,13 @@ mod tests {
                 binary(BinaryOp::Mul, column(2), Expr::Literal(Value::Int(3)))
             )
         );
-        let Some(Expr::Binary(BinaryOp::Or, _, right)) = query.filter else {
+        let Some(Expr::Any(terms)) = query.filter else {
             panic!("OR at the top");
         };
-        assert!(matches!(*right, Expr::Binary(BinaryOp::And, _, _)));
+        assert!(matches!(
+            terms.as_slice(),
+            [Expr::Binary(BinaryOp::Eq, _, _), Expr::All(_)]
+        ));
     }
 
     #[test]
@@ -995,6 +1024,27 @@ mod tests {
         )
         .expect("parses");
         assert_eq!(query.from, vec![Step::Name("root".into(), false)]);
+        assert_eq!(
+            parse("select 1.5e3, 2E-1, 7e from s3object")
+                .expect("parses")
+                .columns
+                .expect("columns")[..2]
+                .iter()
+                .map(|c| c.expr.clone())
+                .collect::<Vec<_>>(),
+            [
+                Expr::Literal(Value::Float(1500.0)),
+                Expr::Literal(Value::Float(0.2))
+            ]
+        );
+        for path in ["s3object[*].a[0]", "s3object[*].a[*].b", "s3object[1]"] {
+            assert!(parse(&format!("select * from {path}")).is_err(), "{path}");
+        }
+        let ors = (0..2000)
+            .map(|i| format!("_1 = {i}"))
+            .collect::<Vec<_>>()
+            .join(" or ");
+        assert!(parse(&format!("select * from s3object where {ors}")).is_ok());
         assert!(query.aggregates());
         let Some(Expr::Like { value, .. }) = query.filter else {
             panic!("a LIKE");

@@ -19,11 +19,14 @@ fn run_in(
     let mut out = Vec::new();
     for piece in input.as_bytes().chunks(chunk.max(1)) {
         select.feed(piece, &mut out)?;
+        while select.pending() {
+            select.drain(&mut out)?;
+        }
         if select.done() {
             break;
         }
     }
-    select.finish(&mut out)?;
+    while !select.finish(&mut out)? {}
     assert_eq!(select.counts().returned, out.len() as u64);
     Ok(String::from_utf8(out).expect("UTF-8"))
 }
@@ -325,7 +328,7 @@ fn json_documents_are_records_and_from_paths_go_through_arrays() {
             doc
         )
         .as_deref(),
-        Ok("{\"c2\":2,\"one\":1}\n{\"c2\":4,\"one\":3}\n")
+        Ok("{\"one\":1,\"c2\":2}\n{\"one\":3,\"c2\":4}\n")
     );
     let lines = "{\"a\": \"x}\\\"\"}\n{\"a\": [1, {\"b\": 2}]}\n7\n";
     assert_eq!(
@@ -397,4 +400,107 @@ fn output_quoting_follows_the_request() {
         now()
     )
     .is_err());
+}
+
+#[test]
+fn an_answer_far_larger_than_its_input_comes_in_bounded_pieces() {
+    // Each one-byte record answers 200 KiB: a call gives about FLUSH_BYTES, never all.
+    let wide = "x".repeat(200 * 1024);
+    let query = format!("select '{wide}' from s3object");
+    let mut select = Select::new(
+        &query,
+        Input::Csv(CsvInput::default()),
+        Output::Csv(CsvOutput::default()),
+        now(),
+    )
+    .expect("a query");
+    let mut out = Vec::new();
+    select.feed(&b"a\n".repeat(1000), &mut out).expect("fed");
+    let (mut calls, mut total) = (1, 0);
+    while select.pending() {
+        assert!(
+            out.len() < FLUSH_BYTES + wide.len() + 1,
+            "a call stops once it has enough"
+        );
+        total += std::mem::take(&mut out).len();
+        select.drain(&mut out).expect("drained");
+        calls += 1;
+    }
+    assert!(select.finish(&mut out).expect("finished"));
+    total += out.len();
+    assert_eq!(total, 1000 * (wide.len() + 1));
+    assert!(calls >= 500, "{calls} calls");
+}
+
+#[test]
+fn values_and_records_past_the_bound_are_refused() {
+    let doubled = "select _1 || _1 as a, a || a as b, b || b as c, c || c as d from s3object";
+    let field = "y".repeat(300 * 1024);
+    assert_eq!(csv(doubled, &field), Err(Error::RecordTooLarge));
+    let columns = ["_1"; 8].join(", ");
+    assert_eq!(
+        csv(&format!("select {columns} from s3object"), &field),
+        Err(Error::RecordTooLarge)
+    );
+    let commas = ",".repeat(RECORD_BYTES_MAX / FIELD_BYTES + 1);
+    assert_eq!(
+        csv("select count(*) from s3object", &commas),
+        Err(Error::RecordTooLarge)
+    );
+}
+
+#[test]
+fn what_no_record_could_mend_is_refused_before_any_is_read() {
+    let refused = |query: &str| {
+        assert!(
+            matches!(
+                Select::new(
+                    query,
+                    Input::Csv(CsvInput::default()),
+                    Output::Csv(CsvOutput::default()),
+                    now()
+                ),
+                Err(Error::Parse(_))
+            ),
+            "{query}"
+        )
+    };
+    refused("select no_such(_1) from s3object");
+    refused("select lower(_1, _2) from s3object");
+    refused("select extract(week from utcnow()) from s3object");
+    refused("select date_add(timezone_hour, 1, utcnow()) from s3object");
+    refused("select count(*) as c from s3object where c > 1");
+    refused("select sum(int(_1)) + int(_2) from s3object");
+    assert_eq!(
+        csv("select count(*), 1 from s3object", NUMBERS).as_deref(),
+        Ok("4,1\n")
+    );
+}
+
+#[test]
+fn arithmetic_and_dates_past_their_range_are_errors_not_panics() {
+    let min = "-9223372036854775808\n";
+    let divided = csv("select int(_1) / -1 from s3object", min).expect("divides");
+    assert!(divided.starts_with("92233720368547"), "{divided}");
+    assert!(csv("select int(_1) % -1 from s3object", min).is_ok());
+    for query in [
+        "select date_add(day, 200000000000000, utcnow()) from s3object",
+        "select date_add(month, 9223372036854775807, utcnow()) from s3object",
+        "select date_add(year, -3000, utcnow()) from s3object",
+    ] {
+        assert!(matches!(csv(query, "a\n"), Err(Error::Eval(_))), "{query}");
+    }
+}
+
+#[test]
+fn json_records_keep_the_projections_order_and_names() {
+    let out = run(
+        "select s.b, s.a, s.a from s3object s",
+        Input::Json,
+        Output::Json {
+            record: "\n".into(),
+        },
+        "{\"a\": 1, \"b\": 2}",
+    );
+    assert_eq!(out.as_deref(), Ok("{\"b\":2,\"a\":1,\"a\":1}\n"));
 }

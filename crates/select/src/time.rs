@@ -6,6 +6,9 @@ use time::{Date, Duration, Month, OffsetDateTime, PrimitiveDateTime, Time, UtcOf
 
 use crate::{Error, Value};
 
+/// Timestamps are of years 0 to 9999, as ISO 8601 writes them without a sign.
+const YEAR_MAX: i32 = 9999;
+
 /// Reads an ISO 8601 timestamp; without an offset it is UTC.
 pub(crate) fn parse(text: &str) -> Result<OffsetDateTime, Error> {
     let bad = || Error::Eval(format!("'{text}' is not an ISO 8601 timestamp"));
@@ -44,6 +47,9 @@ pub(crate) fn parse(text: &str) -> Result<OffsetDateTime, Error> {
         }
         _ => return Err(bad()),
     };
+    if year > YEAR_MAX as u32 {
+        return Err(bad());
+    }
     let month = Month::try_from(u8::try_from(month).map_err(|_| bad())?).map_err(|_| bad())?;
     let date = Date::from_calendar_date(year as i32, month, u8::try_from(day).map_err(|_| bad())?)
         .map_err(|_| bad())?;
@@ -137,19 +143,18 @@ pub(crate) fn format(t: &OffsetDateTime, pattern: &str) -> Result<String, Error>
                 2 => out += &format!("{sign}{:02}{om:02}", oh.abs()),
                 _ => out += &format!("{sign}{:02}:{om:02}", oh.abs()),
             },
+            // '' is a quote; 'text' is the text as it is.
             '\'' => {
-                let end = chars[i..].iter().position(|x| *x == '\'');
-                match end {
-                    Some(0) if run == 1 => out.push('\''),
-                    Some(end) => {
-                        out.extend(&chars[i..i + end]);
-                        i += end + 1;
-                    }
-                    None => {
+                out.extend(std::iter::repeat_n('\'', run / 2));
+                if run % 2 == 1 {
+                    let end = chars[i..].iter().position(|x| *x == '\'');
+                    let Some(end) = end else {
                         return Err(Error::Eval(format!(
                             "a quote is never closed in the pattern '{pattern}'"
-                        )))
-                    }
+                        )));
+                    };
+                    out.extend(&chars[i..i + end]);
+                    i += end + 1;
                 }
             }
             c if c.is_ascii_alphabetic() => {
@@ -220,17 +225,21 @@ pub(crate) fn call(name: &str, args: &[Value]) -> Result<Value, Error> {
                     )))
                 }
             };
-            let overflow = || Error::Eval("date_add() goes past the calendar".into());
+            let overflow = || Error::Eval("date_add() goes past the year 9999 or before 0".into());
+            let seconds = |per: i64| n.checked_mul(per).map(Duration::seconds);
             let added = match part.as_str() {
-                "year" => add_months(t, n.checked_mul(12).ok_or_else(overflow)?),
+                "year" => n.checked_mul(12).and_then(|months| add_months(t, months)),
                 "month" => add_months(t, n),
-                "day" => t.checked_add(Duration::days(n)),
-                "hour" => t.checked_add(Duration::hours(n)),
-                "minute" => t.checked_add(Duration::minutes(n)),
-                "second" => t.checked_add(Duration::seconds(n)),
+                "day" => seconds(86_400).and_then(|d| t.checked_add(d)),
+                "hour" => seconds(3_600).and_then(|d| t.checked_add(d)),
+                "minute" => seconds(60).and_then(|d| t.checked_add(d)),
+                "second" => seconds(1).and_then(|d| t.checked_add(d)),
                 _ => return Err(unknown(&part)),
             };
-            Ok(Value::Timestamp(added.ok_or_else(overflow)?))
+            let added = added
+                .filter(|t| (0..=YEAR_MAX).contains(&t.year()))
+                .ok_or_else(overflow)?;
+            Ok(Value::Timestamp(added))
         }
         "date_diff" => {
             want(3)?;
@@ -258,7 +267,7 @@ fn unknown(part: &str) -> Error {
 
 /// `t` moved by `n` months, its day kept or cut to the month's last.
 fn add_months(t: OffsetDateTime, n: i64) -> Option<OffsetDateTime> {
-    let index = i64::from(t.year()) * 12 + i64::from(u8::from(t.month())) - 1 + n;
+    let index = (i64::from(t.year()) * 12 + i64::from(u8::from(t.month())) - 1).checked_add(n)?;
     let year = i32::try_from(index.div_euclid(12)).ok()?;
     let month = Month::try_from(u8::try_from(index.rem_euclid(12) + 1).ok()?).ok()?;
     let day = t.day().min(time::util::days_in_month(month, year));

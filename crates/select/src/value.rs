@@ -73,12 +73,22 @@ impl Value {
         }
     }
 
-    /// The value for an error message.
+    /// The value for an error message, cut to its first hundred bytes or so.
     pub(crate) fn shown(&self) -> String {
         match self {
             Value::Null => "NULL".into(),
+            Value::Str(s) if s.len() > SHOWN_BYTES => format!("'{}...'", cut(s, SHOWN_BYTES)),
             Value::Str(s) => format!("'{s}'"),
-            other => other.text(),
+            other => cut(&other.text(), SHOWN_BYTES).to_owned(),
+        }
+    }
+
+    /// About how many bytes the value takes written out.
+    pub(crate) fn size(&self) -> usize {
+        match self {
+            Value::Str(s) => s.len(),
+            Value::Json(j) => j.to_string().len(),
+            _ => 32,
         }
     }
 
@@ -108,6 +118,21 @@ impl Value {
             other => Value::Json(other.clone()),
         }
     }
+}
+
+/// How much of a value an error message shows.
+const SHOWN_BYTES: usize = 100;
+
+/// `text` cut to at most `max` bytes, at a character's boundary.
+pub(crate) fn cut(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
 }
 
 /// Text that reads as a number: an integer when it has no point or exponent.
@@ -140,8 +165,10 @@ fn float_text(f: f64) -> String {
     }
 }
 
+/// A timestamp in RFC 3339; the date functions keep every timestamp within its years
+/// (0 to 9999), so this never falls back.
 pub(crate) fn timestamp_text(t: &OffsetDateTime) -> String {
-    t.format(&Rfc3339).unwrap_or_default()
+    t.format(&Rfc3339).unwrap_or_else(|_| format!("{t}"))
 }
 
 /// Compares two values; `None` when either is NULL or they cannot be compared.
@@ -211,9 +238,13 @@ pub(crate) fn arithmetic(op: Arith, a: &Value, b: &Value) -> Result<Value, Error
             Arith::Sub => x.checked_sub(y),
             Arith::Mul => x.checked_mul(y),
             Arith::Div if y == 0 => return Err(Error::Eval("division by zero".into())),
-            Arith::Div => (x % y == 0).then(|| x / y),
+            // i64::MIN / -1 does not fit: the float path below answers it.
+            Arith::Div => x
+                .checked_rem(y)
+                .filter(|r| *r == 0)
+                .and_then(|_| x.checked_div(y)),
             Arith::Mod if y == 0 => return Err(Error::Eval("modulo by zero".into())),
-            Arith::Mod => Some(x % y),
+            Arith::Mod => x.checked_rem(y),
         };
         if let Some(n) = done {
             return Ok(Value::Int(n));
@@ -255,6 +286,15 @@ mod tests {
             Value::Int(4)
         );
         assert!(arithmetic(Arith::Add, &Value::Str("x".into()), &Value::Int(1)).is_err());
+        let min = Value::Int(i64::MIN);
+        assert_eq!(
+            arithmetic(Arith::Div, &min, &Value::Int(-1)).expect("divides"),
+            Value::Float(-(i64::MIN as f64))
+        );
+        assert_eq!(
+            arithmetic(Arith::Mod, &min, &Value::Int(-1)).expect("divides"),
+            Value::Float(-0.0)
+        );
         assert!(arithmetic(Arith::Div, &Value::Int(1), &Value::Int(0)).is_err());
         assert_eq!(
             arithmetic(Arith::Mul, &Value::Null, &Value::Int(1)).expect("null"),

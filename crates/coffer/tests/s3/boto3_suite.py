@@ -4852,7 +4852,8 @@ class Suite:
         the stream), another user, a missing key, a missing SSE-C key, Parquet."""
         bucket, s3 = self.select_bucket, self.s3
         s3.create_bucket(Bucket=bucket)
-        csv_in = {"CSV": {"FileHeaderInfo": "USE"}, "CompressionType": "NONE"}
+        csv_in = {"CSV": {"FileHeaderInfo": "USE", "AllowQuotedRecordDelimiter": True},
+                  "CompressionType": "NONE"}
         table = b"name,city,age\nada,london,36\n\"smith, jo\",paris,41\nlin,\"new\nyork\",29\n"
         s3.put_object(Bucket=bucket, Key="people.csv", Body=table)
         records, events = self.selected(
@@ -4910,6 +4911,9 @@ class Suite:
 
         expect_error("select with SQL that cannot be read", ["ParseUnexpectedToken"], self.selected,
                      key="people.csv", expression="select from s3object", input_serialization=csv_in)
+        expect_error("select calling no function", ["ParseUnexpectedToken"], self.selected,
+                     key="people.csv", expression="select no_such(name) from s3object",
+                     input_serialization=csv_in)
         expect_error("select by another user", ["AccessDenied"], self.selected, key="people.csv",
                      expression="select * from s3object", input_serialization=csv_in, s3=self.other)
         expect_error("select of a missing key", ["NoSuchKey"], self.selected, key="missing.csv",
@@ -4921,7 +4925,17 @@ class Suite:
             raise AssertionError("select of a column the header does not name: no error")
         except EventStreamError as error:
             expect("the error event's code", error.response["Error"]["Code"], "ProcessingTimeError")
-        ok("select refusals: bad SQL, another user, a missing key, Parquet, an unknown column")
+        s3.put_object(Bucket=bucket, Key="wide.csv", Body=b"x" * 1000 + b"\n")
+        try:
+            # Each alias four times the one before: f is 4,096 times the 1,000-byte field.
+            self.selected("wide.csv", "select _1 || _1 || _1 || _1 as a, a || a || a || a as b, "
+                          "b || b || b || b as c, c || c || c || c as d, d || d || d || d as e, "
+                          "e || e || e || e as f from s3object", {"CSV": {}})
+            raise AssertionError("select of a record over 1 MiB: no error")
+        except EventStreamError as error:
+            expect("the error event's code", error.response["Error"]["Code"], "OverMaxRecordSize")
+        ok("select refusals: bad SQL, no such function, another user, a missing key, Parquet, "
+           "an unknown column, a record over 1 MiB")
         self.empty_and_delete(bucket)
         ok("select bucket removed")
 

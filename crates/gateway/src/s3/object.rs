@@ -195,7 +195,7 @@ impl DeleteIf {
 
 /// A GET or HEAD that names a server-side encryption is refused, as S3 does: an object is
 /// read with the encryption it was stored with (only SSE-C's key is the client's to give).
-fn refuse_encryption_headers(headers: &hyper::HeaderMap) -> S3Result<()> {
+pub(super) fn refuse_encryption_headers(headers: &hyper::HeaderMap) -> S3Result<()> {
     let named = [
         "x-amz-server-side-encryption",
         "x-amz-server-side-encryption-aws-kms-key-id",

@@ -1,10 +1,12 @@
 //! SelectObjectContent (S3 Select): SQL over one object's CSV or JSON records, answered as
 //! an event stream. The query runs in `coffer-select`; this verb reads the object as
 //! GetObject does (its policy action, SSE-C key and data keys included), feeds it through
-//! the query a slice at a time on a task of its own, and streams Records events as the
-//! answer grows, Progress events when asked, then Stats and End. A query that cannot be
-//! read is refused before anything is streamed; a record that makes it fail later ends the
-//! stream with an error event carrying S3 Select's code.
+//! the query a slice at a time on the blocking pool (a query's work per slice is bounded
+//! by the answer it may hold, not by the runtime's patience), and streams Records events as
+//! the answer grows, Progress events when asked, Cont events while a long scan finds
+//! nothing, then Stats and End. A query that cannot be read is refused before anything is
+//! streamed; a record that makes it fail later, or a failure of the gateway itself, ends
+//! the stream with an error event, so that no answer ever looks complete when it is not.
 
 use bytes::Bytes;
 use futures::StreamExt;
@@ -15,26 +17,31 @@ use tokio::sync::mpsc;
 
 use super::encryption::customer_key;
 use super::error::Refusal;
+use super::object::refuse_encryption_headers;
 use super::policy::allowed;
 use super::{encryption, Gateway};
 use crate::data;
 
-/// How much of the answer is sent in one Records event.
-const RECORDS_BYTES: usize = 256 * 1024;
 /// How much of the object the query reads before the task yields to others.
 const SLICE_BYTES: usize = 256 * 1024;
 /// How often, in bytes read, a Progress event goes out when the request asks for them.
 const PROGRESS_BYTES: u64 = 8 * 1024 * 1024;
 /// Events held for a client that reads the answer slowly.
 const EVENTS_QUEUED: usize = 4;
+/// The longest a client waits without an event: then a Cont event tells it the scan goes
+/// on (clients give up on a silent connection after a minute or so).
+const QUIET_MAX: std::time::Duration = std::time::Duration::from_secs(10);
 
 pub(super) async fn select_object_content(
     gw: &Gateway,
     req: S3Request<SelectObjectContentInput>,
 ) -> S3Result<S3Response<SelectObjectContentOutput>> {
     let bucket = allowed!(gw, req, object GetObject);
+    refuse_encryption_headers(&req.headers)?;
     let (name, key) = (&req.input.bucket, &req.input.key);
     let entry = gw.readable(&req, &bucket, name, key, None).await?;
+    // At once, as GetObject: what the object's content is must not be collected under it.
+    let hold = gw.readers.hold(&entry);
     let input = req.input;
     let asked = &input.request;
     if asked.expression_type.as_str() != ExpressionType::SQL {
@@ -61,11 +68,21 @@ pub(super) async fn select_object_content(
         .unwrap_or(false);
     let customer = customer_key!(input)?;
     encryption::check_customer(&entry.sse, customer.as_ref())?;
-    let hold = gw.readers.hold(&entry);
     let keys = gw.keys(&entry, customer.as_ref()).await?;
     let body = data::read(&gw.data, &entry, 0..entry.size, keys, hold);
     let (send, receive) = mpsc::channel(EVENTS_QUEUED);
-    tokio::spawn(run(query, body, progress, send));
+    let running = tokio::spawn(run(query, body, progress, send.clone()));
+    // Should the run fail (a panic in a query), the stream still ends with an error.
+    tokio::spawn(async move {
+        if let Err(e) = running.await {
+            tracing::error!("S3 Select failed: {e}");
+            let failed = S3Error::with_message(
+                S3ErrorCode::InternalError,
+                "the query failed in the gateway".to_owned(),
+            );
+            let _ = send.send(Err(failed)).await;
+        }
+    });
     let events = futures::stream::unfold(receive, |mut receive| async move {
         receive.recv().await.map(|event| (event, receive))
     });
@@ -76,57 +93,116 @@ pub(super) async fn select_object_content(
 
 type Event = S3Result<SelectObjectContentEvent>;
 
+/// The query and the answer it has not sent yet, handed to the blocking pool and back.
+struct Work {
+    query: Select,
+    out: Vec<u8>,
+}
+
+/// Why an answer ended before its End event.
+enum Stop {
+    /// The client went away: nothing more to send.
+    Gone,
+    /// An error to send the client as the stream's last event.
+    Failed(S3Error),
+}
+
+impl From<select::Error> for Stop {
+    fn from(e: select::Error) -> Stop {
+        Stop::Failed(Refusal::from(e).into())
+    }
+}
+
+impl Work {
+    /// Runs `step` on the blocking pool, so that the query's work never holds a runtime
+    /// thread; the answer it made is kept even when it fails. Only a panic loses it.
+    async fn step(
+        mut self,
+        step: impl FnOnce(&mut Select, &mut Vec<u8>) -> Result<bool, select::Error> + Send + 'static,
+    ) -> Result<(Work, Result<bool, select::Error>), Stop> {
+        tokio::task::spawn_blocking(move || {
+            let done = step(&mut self.query, &mut self.out);
+            (self, done)
+        })
+        .await
+        .map_err(|e| {
+            tracing::error!("S3 Select failed: {e}");
+            Stop::Failed(S3Error::with_message(
+                S3ErrorCode::InternalError,
+                "the query failed in the gateway".to_owned(),
+            ))
+        })
+    }
+}
+
 /// Feeds the object through the query and sends the answer's events; stops when the client
 /// goes away or the query's LIMIT is met.
-async fn run(mut query: Select, mut body: data::Reader, progress: bool, send: mpsc::Sender<Event>) {
-    let mut out = Vec::new();
-    let mut reported = 0u64;
-    let failed = 'read: {
-        while let Some(piece) = body.next().await {
-            let piece = match piece {
-                Ok(piece) => piece,
-                Err(e) => {
-                    tracing::warn!("S3 Select could not read the object: {e}");
-                    let message = format!("the object could not be read: {e}");
-                    break 'read Some(S3Error::with_message(S3ErrorCode::InternalError, message));
-                }
-            };
-            for slice in piece.chunks(SLICE_BYTES) {
-                if let Err(e) = query.feed(slice, &mut out) {
-                    break 'read Some(Refusal::from(e).into());
-                }
-                if out.len() >= RECORDS_BYTES && !records(&send, &mut out).await {
-                    return;
-                }
-                if query.done() {
-                    break 'read None;
-                }
-                tokio::task::yield_now().await;
-            }
-            let scanned = query.counts().scanned;
-            if progress && scanned >= reported + PROGRESS_BYTES {
-                reported = scanned;
-                if !sent(&send, progress_event(&query)).await {
-                    return;
-                }
-            }
-        }
-        query
-            .finish(&mut out)
-            .err()
-            .map(|e| Refusal::from(e).into())
+async fn run(query: Select, body: data::Reader, progress: bool, send: mpsc::Sender<Event>) {
+    let mut events = Events {
+        send,
+        progress,
+        reported: 0,
+        last: tokio::time::Instant::now(),
     };
-    if !records(&send, &mut out).await {
-        return;
+    let work = Work {
+        query,
+        out: Vec::new(),
+    };
+    if let Err(Stop::Failed(e)) = answer(work, body, &mut events).await {
+        let _ = events.send.send(Err(e)).await;
     }
-    if let Some(e) = failed {
-        let _ = send.send(Err(e)).await;
-        return;
+}
+
+/// What goes to the client, and when it last got something.
+struct Events {
+    send: mpsc::Sender<Event>,
+    progress: bool,
+    /// Bytes scanned at the last Progress event.
+    reported: u64,
+    last: tokio::time::Instant,
+}
+
+async fn answer(mut work: Work, mut body: data::Reader, events: &mut Events) -> Result<(), Stop> {
+    'read: while let Some(piece) = body.next().await {
+        let piece = piece.map_err(|e| {
+            tracing::warn!("S3 Select could not read the object: {e}");
+            let message = format!("the object could not be read: {e}");
+            Stop::Failed(S3Error::with_message(S3ErrorCode::InternalError, message))
+        })?;
+        let mut at = 0;
+        while at < piece.len() {
+            let slice = piece.slice(at..(at + SLICE_BYTES).min(piece.len()));
+            at += slice.len();
+            let (fed, result) = work
+                .step(move |q, out| q.feed(&slice, out).map(|()| true))
+                .await?;
+            work = fed;
+            events.records(&mut work.out).await?;
+            result?;
+            while work.query.pending() {
+                let (drained, result) = work.step(|q, out| q.drain(out).map(|()| true)).await?;
+                work = drained;
+                events.records(&mut work.out).await?;
+                result?;
+            }
+            if work.query.done() {
+                break 'read;
+            }
+            events.alive(&work.query).await?;
+        }
     }
-    if progress && !sent(&send, progress_event(&query)).await {
-        return;
+    loop {
+        let (finished, done) = work.step(|q, out| q.finish(out)).await?;
+        work = finished;
+        events.records(&mut work.out).await?;
+        if done? {
+            break;
+        }
     }
-    let counts = query.counts();
+    if events.progress {
+        events.sent(progress_event(&work.query)).await?;
+    }
+    let counts = work.query.counts();
     let stats = SelectObjectContentEvent::Stats(StatsEvent {
         details: Some(Stats {
             bytes_processed: Some(counts.processed as i64),
@@ -134,10 +210,46 @@ async fn run(mut query: Select, mut body: data::Reader, progress: bool, send: mp
             bytes_scanned: Some(counts.scanned as i64),
         }),
     });
-    if sent(&send, stats).await {
-        let _ = send
-            .send(Ok(SelectObjectContentEvent::End(EndEvent {})))
-            .await;
+    events.sent(stats).await?;
+    events
+        .sent(SelectObjectContentEvent::End(EndEvent {}))
+        .await
+}
+
+impl Events {
+    /// Sends what the answer holds as one Records event.
+    async fn records(&mut self, out: &mut Vec<u8>) -> Result<(), Stop> {
+        if out.is_empty() {
+            return Ok(());
+        }
+        let payload = Bytes::from(std::mem::take(out));
+        self.sent(SelectObjectContentEvent::Records(RecordsEvent {
+            payload: Some(payload),
+        }))
+        .await
+    }
+
+    /// After each slice: a Progress event when one is due, a Cont event when the client has
+    /// heard nothing for a while; a client gone stops the scan here, not at the object's end.
+    async fn alive(&mut self, query: &Select) -> Result<(), Stop> {
+        if self.send.is_closed() {
+            return Err(Stop::Gone);
+        }
+        let scanned = query.counts().scanned;
+        if self.progress && scanned >= self.reported + PROGRESS_BYTES {
+            self.reported = scanned;
+            self.sent(progress_event(query)).await?;
+        }
+        if self.last.elapsed() >= QUIET_MAX {
+            self.sent(SelectObjectContentEvent::Cont(ContinuationEvent {}))
+                .await?;
+        }
+        Ok(())
+    }
+
+    async fn sent(&mut self, event: SelectObjectContentEvent) -> Result<(), Stop> {
+        self.last = tokio::time::Instant::now();
+        self.send.send(Ok(event)).await.map_err(|_| Stop::Gone)
     }
 }
 
@@ -150,25 +262,6 @@ fn progress_event(query: &Select) -> SelectObjectContentEvent {
             bytes_scanned: Some(counts.scanned as i64),
         }),
     })
-}
-
-/// Sends what the answer holds as one Records event; false when the client is gone.
-async fn records(send: &mpsc::Sender<Event>, out: &mut Vec<u8>) -> bool {
-    if out.is_empty() {
-        return true;
-    }
-    let payload = Bytes::from(std::mem::take(out));
-    sent(
-        send,
-        SelectObjectContentEvent::Records(RecordsEvent {
-            payload: Some(payload),
-        }),
-    )
-    .await
-}
-
-async fn sent(send: &mpsc::Sender<Event>, event: SelectObjectContentEvent) -> bool {
-    send.send(Ok(event)).await.is_ok()
 }
 
 /// The query's input, as the request describes it.
@@ -213,6 +306,7 @@ fn input_of(asked: &InputSerialization) -> S3Result<Input> {
         .or(defaults.escape),
         comment: byte(csv.comments.as_deref(), "Comments")?,
         header,
+        quoted_records: csv.allow_quoted_record_delimiter.unwrap_or(false),
     }))
 }
 
