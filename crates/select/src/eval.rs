@@ -1,7 +1,9 @@
 //! A parsed query made ready to run ([`Plan`]), and its expressions evaluated against
 //! one record ([`Row`]).
 
+use std::cell::Cell;
 use std::cmp::Ordering;
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use time::OffsetDateTime;
@@ -12,9 +14,13 @@ use crate::{Error, Value, RECORD_BYTES_MAX};
 
 /// How many aliases deep a name may lead before the query is taken as circular.
 const ALIAS_DEPTH_MAX: usize = 32;
-/// The most expression nodes a query may grow to once its aliases are written out, a text
-/// literal counting one more for each 64 bytes it holds (so at most about 6 MiB of them).
+/// The most expression nodes a query may grow to once its aliases are written out, a node
+/// counting one more for each 64 bytes of text it holds (so at most about 6 MiB of them).
 const NODES_MAX: usize = 100_000;
+/// The most work one record may cost: one step per expression evaluated, per 64 bytes of
+/// text or JSON it gives, per step of a LIKE. Past it the query fails, so that no query
+/// can hold a thread for long over one record (a second or so).
+const ROW_STEPS_MAX: u64 = 1 << 28;
 
 /// One input record.
 #[derive(Debug, Clone, PartialEq)]
@@ -46,6 +52,11 @@ pub(crate) struct Plan {
     /// The aggregates by slot: what each reads, and its state.
     aggregates: Vec<Option<(Aggregate, Option<Expr>, Accumulator)>>,
     now: OffsetDateTime,
+    /// The input's field delimiter, which joins a CSV record's fields when the record is
+    /// one value.
+    delimiter: char,
+    /// The work done so far, in [`ROW_STEPS_MAX`]'s steps.
+    spent: u64,
 }
 
 #[derive(Debug, Default)]
@@ -56,13 +67,16 @@ struct Accumulator {
 }
 
 impl Plan {
-    pub(crate) fn new(query: Query, now: OffsetDateTime) -> Result<Plan, Error> {
-        let aliases: Vec<(String, Expr)> = query
-            .columns
-            .iter()
-            .flatten()
-            .filter_map(|c| Some((c.alias.clone()?.to_ascii_lowercase(), c.expr.clone())))
-            .collect();
+    pub(crate) fn new(query: Query, now: OffsetDateTime, delimiter: char) -> Result<Plan, Error> {
+        let mut aliases: HashMap<String, Expr> = HashMap::new();
+        for column in query.columns.iter().flatten() {
+            if let Some(alias) = &column.alias {
+                // The first column of a name is the one it stands for.
+                aliases
+                    .entry(alias.to_ascii_lowercase())
+                    .or_insert_with(|| column.expr.clone());
+            }
+        }
         let mut inliner = Inliner {
             aliases: &aliases,
             used: Vec::new(),
@@ -127,6 +141,8 @@ impl Plan {
             header_checked: false,
             aggregates: slots,
             now,
+            delimiter,
+            spent: 0,
         })
     }
 
@@ -136,6 +152,21 @@ impl Plan {
 
     pub(crate) fn limit(&self) -> Option<u64> {
         self.limit
+    }
+
+    /// The work done so far, in steps as [`ROW_STEPS_MAX`] counts them.
+    pub(crate) fn spent(&self) -> u64 {
+        self.spent
+    }
+
+    fn context<'a>(&self, row: Option<&'a Row>, results: &'a [Value]) -> Context<'a> {
+        Context {
+            row,
+            results,
+            now: self.now,
+            delimiter: self.delimiter,
+            left: Cell::new(ROW_STEPS_MAX),
+        }
     }
 
     /// The records the `FROM` path makes of an input record: JSON goes down the path, and
@@ -167,18 +198,15 @@ impl Plan {
     /// The answer's columns for `row`, or `None` when `WHERE` drops it or the query
     /// aggregates (then the row is counted in).
     pub(crate) fn row(&mut self, row: &Row) -> Result<Option<Vec<(String, Value)>>, Error> {
-        self.check_header(row)?;
-        let cx = Context {
-            row: Some(row),
-            results: &[],
-            now: self.now,
-        };
+        self.check_names(row)?;
+        let cx = self.context(Some(row), &[]);
         if let Some(filter) = &self.filter {
             if cx.eval(filter)?.truth()? != Some(true) {
+                self.spent += cx.spent();
                 return Ok(None);
             }
         }
-        if self.aggregates() {
+        let answer = if self.aggregates() {
             for (kind, arg, acc) in self.aggregates.iter_mut().flatten() {
                 let value = match arg {
                     Some(arg) => cx.eval(arg)?,
@@ -186,12 +214,16 @@ impl Plan {
                 };
                 acc.add(*kind, value)?;
             }
-            return Ok(None);
-        }
-        Ok(Some(match &self.columns {
-            None => whole(row),
-            Some(columns) => bounded(columns, &cx)?,
-        }))
+            None
+        } else {
+            Some(match &self.columns {
+                None => whole(row),
+                Some(columns) => bounded(columns, &cx)?,
+            })
+        };
+        // A query that fails ends, so only the work of records that did not is counted.
+        self.spent += cx.spent();
+        Ok(answer)
     }
 
     /// The aggregates' one record, once every row is in.
@@ -204,35 +236,40 @@ impl Plan {
                 None => Value::Null,
             })
             .collect();
-        let cx = Context {
-            row: None,
-            results: &results,
-            now: self.now,
-        };
+        let cx = self.context(None, &results);
         bounded(self.columns.as_deref().unwrap_or_default(), &cx)
     }
 
-    /// A header may not name a column as an alias the query uses does.
-    fn check_header(&mut self, row: &Row) -> Result<(), Error> {
-        if self.header_checked {
+    /// A record may not name a field as an alias the query uses does: a CSV header (read
+    /// once), a JSON record's members (each record; the aliases are few and sorted).
+    fn check_names(&mut self, row: &Row) -> Result<(), Error> {
+        if self.used_aliases.is_empty() {
             return Ok(());
         }
-        self.header_checked = true;
-        if let Row::Csv {
-            names: Some(names), ..
-        } = row
-        {
-            if let Some(both) = self
-                .used_aliases
-                .iter()
-                .find(|alias| names.iter().any(|n| n.eq_ignore_ascii_case(alias)))
-            {
-                return Err(Error::Schema(format!(
-                    "multiple definition of column {{{both}}} as schema-column and alias"
-                )));
+        let clash = match row {
+            Row::Csv {
+                names: Some(names), ..
+            } if !self.header_checked => {
+                self.header_checked = true;
+                names.iter().find(|n| self.uses_alias(n))
             }
+            Row::Json(serde_json::Value::Object(members)) => {
+                members.keys().find(|n| self.uses_alias(n))
+            }
+            _ => None,
+        };
+        match clash {
+            Some(both) => Err(Error::Schema(format!(
+                "multiple definition of column {{{both}}} as schema-column and alias"
+            ))),
+            None => Ok(()),
         }
-        Ok(())
+    }
+
+    fn uses_alias(&self, name: &str) -> bool {
+        self.used_aliases
+            .binary_search(&name.to_ascii_lowercase())
+            .is_ok()
     }
 }
 
@@ -298,9 +335,25 @@ fn member(
     map.remove(&key)
 }
 
+/// The bytes of text an expression node holds itself (a literal's, a name's, a path's, a
+/// function's name), which copying it copies.
+fn held_bytes(expr: &Expr) -> usize {
+    match expr {
+        Expr::Literal(Value::Str(text)) | Expr::Name(text) | Expr::Call(text, _) => text.len(),
+        Expr::Column(steps) => steps
+            .iter()
+            .map(|step| match step {
+                Step::Name(name, _) => name.len(),
+                Step::Position(_) | Step::Index(_) => 0,
+            })
+            .sum(),
+        _ => 0,
+    }
+}
+
 /// Writes projection aliases out where they are named.
 struct Inliner<'a> {
-    aliases: &'a [(String, Expr)],
+    aliases: &'a HashMap<String, Expr>,
     used: Vec<String>,
     nodes: usize,
 }
@@ -317,10 +370,7 @@ impl Inliner<'_> {
         depth: usize,
         level: usize,
     ) -> Result<Expr, Error> {
-        self.nodes += 1;
-        if let Expr::Literal(Value::Str(text)) = &expr {
-            self.nodes += text.len() / 64;
-        }
+        self.nodes += 1 + held_bytes(&expr) / 64;
         if self.nodes > NODES_MAX {
             return Err(Error::Parse(format!(
                 "the query grows past {NODES_MAX} terms once its aliases are written out"
@@ -339,8 +389,8 @@ impl Inliner<'_> {
                 let lower = name.to_ascii_lowercase();
                 let found = self
                     .aliases
-                    .iter()
-                    .find(|(alias, _)| *alias == lower && Some(alias.as_str()) != own);
+                    .get_key_value(&lower)
+                    .filter(|(alias, _)| Some(alias.as_str()) != own);
                 match found {
                     None => Expr::Name(name),
                     Some((alias, aliased)) => {
@@ -493,17 +543,47 @@ struct Context<'a> {
     row: Option<&'a Row>,
     results: &'a [Value],
     now: OffsetDateTime,
+    /// Joins a CSV record's fields when the record is one value.
+    delimiter: char,
+    /// The work this record may still cost, in [`ROW_STEPS_MAX`]'s steps.
+    left: Cell<u64>,
 }
 
 impl Context<'_> {
+    /// The work done in this context so far.
+    fn spent(&self) -> u64 {
+        ROW_STEPS_MAX - self.left.get()
+    }
+
+    fn spend(&self, steps: u64) -> Result<(), Error> {
+        match self.left.get().checked_sub(steps) {
+            Some(left) => {
+                self.left.set(left);
+                Ok(())
+            }
+            None => Err(Error::Eval(format!(
+                "the query takes more than {ROW_STEPS_MAX} steps over one record"
+            ))),
+        }
+    }
+
     fn eval(&self, expr: &Expr) -> Result<Value, Error> {
+        self.spend(1)?;
+        let value = self.value(expr)?;
+        self.spend(weight(&value))?;
+        Ok(value)
+    }
+
+    fn value(&self, expr: &Expr) -> Result<Value, Error> {
         Ok(match expr {
             Expr::Literal(v) => v.clone(),
             Expr::Name(name) => self.field(&[Step::Name(name.clone(), false)])?,
             Expr::Column(steps) => self.field(steps)?,
             Expr::Record => match self.row {
                 Some(Row::Json(json)) => Value::from_json(json),
-                Some(Row::Csv { fields, .. }) => Value::Str(fields.join(",")),
+                Some(Row::Csv { fields, .. }) => {
+                    Value::Str(fields.join(self.delimiter.encode_utf8(&mut [0; 4])))
+                }
                 None => Value::Null,
             },
             Expr::Not(e) => match self.eval(e)?.truth()? {
@@ -544,7 +624,9 @@ impl Context<'_> {
                         }
                     }
                 };
-                Value::Bool(like(&value.text(), &pattern.text(), escape)? != *negated)
+                let (matched, steps) = like(&value.text(), &pattern.text(), escape)?;
+                self.spend(steps)?;
+                Value::Bool(matched != *negated)
             }
             Expr::Between {
                 value,
@@ -604,6 +686,16 @@ impl Context<'_> {
                 }
             }
             Expr::Cast(e, ty) => cast(self.eval(e)?, *ty)?,
+            // Lazily: the first value that is not NULL, the rest never evaluated.
+            Expr::Call(name, args) if name == "coalesce" => {
+                for arg in args {
+                    let value = self.eval(arg)?;
+                    if !value.is_null() {
+                        return Ok(value);
+                    }
+                }
+                Value::Null
+            }
             Expr::Call(name, args) => {
                 let args = args
                     .iter()
@@ -752,6 +844,26 @@ impl Context<'_> {
             }
         }
     }
+}
+
+/// What holding `value` costs in steps: one per 64 bytes of its text.
+fn weight(value: &Value) -> u64 {
+    fn bytes(json: &serde_json::Value) -> usize {
+        8 + match json {
+            serde_json::Value::String(s) => s.len(),
+            serde_json::Value::Array(items) => items.iter().map(bytes).sum(),
+            serde_json::Value::Object(members) => {
+                members.iter().map(|(k, v)| k.len() + bytes(v)).sum()
+            }
+            _ => 0,
+        }
+    }
+    let size = match value {
+        Value::Str(s) => s.len(),
+        Value::Json(json) => bytes(json),
+        _ => 0,
+    };
+    (size / 64) as u64
 }
 
 fn and(a: Option<bool>, b: Option<bool>) -> Option<bool> {
@@ -907,10 +1019,6 @@ fn call(name: &str, args: Vec<Value>, now: OffsetDateTime) -> Result<Value, Erro
             _ if args[0].is_null() && args[1].is_null() => Value::Null,
             _ => args[0].clone(),
         },
-        "coalesce" => args
-            .into_iter()
-            .find(|v| !v.is_null())
-            .unwrap_or(Value::Null),
         "lower" | "upper" => match text(&args[0]) {
             None => Value::Null,
             Some(t) if name == "lower" => Value::Str(t.to_lowercase()),
@@ -992,8 +1100,9 @@ const LIKE_PATTERN_MAX: usize = 1024;
 const LIKE_STEPS_MAX: u64 = 1 << 26;
 
 /// SQL's LIKE, as S3 reads it: `%` any run, `_` any one character, `escape` makes the next
-/// character plain; every other character (`[` included) is itself.
-fn like(text: &str, pattern: &str, escape: Option<char>) -> Result<bool, Error> {
+/// character plain; every other character (`[` included) is itself. Answers whether `text`
+/// matches, and the steps that took.
+fn like(text: &str, pattern: &str, escape: Option<char>) -> Result<(bool, u64), Error> {
     #[derive(Debug, PartialEq)]
     enum Part {
         Any,
@@ -1058,11 +1167,11 @@ fn like(text: &str, pattern: &str, escape: Option<char>) -> Result<bool, Error> 
                     t = st + 1;
                     star = Some((sp, st + 1));
                 }
-                None => return Ok(false),
+                None => return Ok((false, steps)),
             },
         }
     }
-    Ok(parts[p..].iter().all(|part| *part == Part::Any))
+    Ok((parts[p..].iter().all(|part| *part == Part::Any), steps))
 }
 
 #[cfg(test)]
@@ -1071,8 +1180,8 @@ mod tests {
 
     #[test]
     fn like_matches_wildcards_and_escapes_and_brackets_are_plain() {
-        let yes = |t, p, e| assert!(like(t, p, e).expect("a pattern"), "{t} like {p}");
-        let no = |t, p, e| assert!(!like(t, p, e).expect("a pattern"), "{t} not like {p}");
+        let yes = |t, p, e| assert!(like(t, p, e).expect("a pattern").0, "{t} like {p}");
+        let no = |t, p, e| assert!(!like(t, p, e).expect("a pattern").0, "{t} not like {p}");
         yes("cbcdavwxyz", "%yz", None);
         yes("cbcdavwxyz", "c%z", None);
         yes("[ERROR] disk", "%[ERROR]%", None);

@@ -44,6 +44,10 @@ pub const RECORD_BYTES_MAX: usize = 1024 * 1024;
 pub const FIELD_BYTES: usize = 32;
 /// How much answer a call gives before it returns, so that the caller sends it on.
 pub const FLUSH_BYTES: usize = 256 * 1024;
+/// How much work a call does before it returns (after its record in hand), in steps of
+/// expressions evaluated, so that the caller can see whether its client is still there
+/// (tens of milliseconds).
+const DRAIN_STEPS: u64 = 1 << 26;
 /// The longest error message, so that an error shows a value without carrying all of it.
 const MESSAGE_BYTES_MAX: usize = 1024;
 
@@ -146,7 +150,6 @@ pub enum Input {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counts {
     pub scanned: u64,
-    pub processed: u64,
     pub returned: u64,
 }
 
@@ -179,12 +182,15 @@ impl Select {
     ) -> Result<Select, Error> {
         let parsed = sql::parse(query)?;
         output.check()?;
-        let reader = match input {
-            Input::Csv(csv) => Reader::Csv(csv::Records::new(csv)?),
-            Input::Json => Reader::Json(json::Documents::new()),
+        let (reader, delimiter) = match input {
+            Input::Csv(csv) => {
+                let delimiter = char::from(csv.field);
+                (Reader::Csv(csv::Records::new(csv)?), delimiter)
+            }
+            Input::Json => (Reader::Json(json::Documents::new()), ','),
         };
         Ok(Select {
-            plan: Plan::new(parsed, now)?,
+            plan: Plan::new(parsed, now, delimiter)?,
             reader,
             output,
             counts: Counts::default(),
@@ -218,7 +224,6 @@ impl Select {
             "a query is fed only once what it read is answered, and before it is finished"
         );
         self.counts.scanned += bytes.len() as u64;
-        self.counts.processed += bytes.len() as u64;
         let mut rows = Vec::new();
         match &mut self.reader {
             Reader::Csv(records) => records.feed(bytes, &mut rows)?,
@@ -228,10 +233,12 @@ impl Select {
         self.drain(out)
     }
 
-    /// Answers records read, until none is left or `out` holds [`FLUSH_BYTES`].
+    /// Answers records read, until none is left, `out` holds [`FLUSH_BYTES`] or the work
+    /// done passes [`DRAIN_STEPS`]; what is left waits ([`Select::pending`]).
     pub fn drain(&mut self, out: &mut Vec<u8>) -> Result<(), Error> {
         let before = out.len();
-        while out.len() < FLUSH_BYTES && !self.done() {
+        let budget = self.plan.spent() + DRAIN_STEPS;
+        while out.len() < FLUSH_BYTES && self.plan.spent() < budget && !self.done() {
             let Some(row) = self.pending.pop_front() else {
                 break;
             };

@@ -248,6 +248,11 @@ pub(crate) fn walk(expr: &Expr, visit: &mut dyn FnMut(&Expr)) {
     }
 }
 
+/// How many expressions deep `expr` goes, itself counted.
+pub(crate) fn height(expr: &Expr) -> usize {
+    1 + children(expr).into_iter().map(height).max().unwrap_or(0)
+}
+
 /// The expressions directly inside `expr`, in the order they are written.
 pub(crate) fn children(expr: &Expr) -> Vec<&Expr> {
     match expr {
@@ -530,8 +535,18 @@ impl Parser {
         }
     }
 
+    /// An expression, refused when its tree is taller than [`DEPTH_MAX`]. The parser's own
+    /// nesting is given back as each operator chain ends, so a parenthesised operand's
+    /// height would not be charged to the chain after it; measured here, every expression
+    /// returned is at most that tall, and one being built at most about twice that.
     fn expr(&mut self) -> Result<Expr, Error> {
-        self.nested(Self::or)
+        let expr = self.nested(Self::or)?;
+        if height(&expr) > DEPTH_MAX {
+            return Err(Error::Parse(format!(
+                "the query nests deeper than {DEPTH_MAX}"
+            )));
+        }
+        Ok(expr)
     }
 
     /// One more operator in a chain (`a + b + c` nests to the left): one level deeper.
@@ -1079,5 +1094,21 @@ mod tests {
         assert!(parse(&deep).is_err());
         let negated = format!("select {}1 from s3object", "-".repeat(500));
         assert!(parse(&negated).is_err());
+        // Each parenthesised chain is shallow for the parser, the tree they make is tall:
+        // refused on a thread of the blocking pool's size, even unoptimised.
+        let tall = |levels: usize, links: usize| {
+            (0..levels).fold("1".to_owned(), |inner, _| {
+                format!("({inner}{})", "+1".repeat(links))
+            })
+        };
+        let refused = std::thread::Builder::new()
+            .stack_size(2 * 1024 * 1024)
+            .spawn(move || parse(&format!("select {} from s3object", tall(30, 50))).is_err())
+            .expect("a thread")
+            .join()
+            .expect("no overflow");
+        assert!(refused);
+        let query = parse(&format!("select {} from s3object", tall(3, 20))).expect("parses");
+        assert!(height(&query.columns.expect("columns")[0].expr) > 60);
     }
 }

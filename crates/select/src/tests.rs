@@ -45,9 +45,14 @@ fn run(query: &str, kind: Input, output: Output, input: &str) -> Result<String, 
 }
 
 fn csv(query: &str, input: &str) -> Result<String, Error> {
+    csv_as(CsvInput::default(), query, input)
+}
+
+/// The CSV answer over CSV read as `options` say.
+fn csv_as(options: CsvInput, query: &str, input: &str) -> Result<String, Error> {
     run(
         query,
-        Input::Csv(CsvInput::default()),
+        Input::Csv(options),
         Output::Csv(CsvOutput::default()),
         input,
     )
@@ -58,10 +63,16 @@ fn csv_with_header(query: &str, input: &str) -> Result<String, Error> {
         header: Header::Use,
         ..CsvInput::default()
     };
+    csv_as(header, query, input)
+}
+
+fn json(query: &str, input: &str) -> Result<String, Error> {
     run(
         query,
-        Input::Csv(header),
-        Output::Csv(CsvOutput::default()),
+        Input::Json,
+        Output::Json {
+            record: "\n".into(),
+        },
         input,
     )
 }
@@ -156,13 +167,7 @@ fn quotes_escapes_and_delimiters_are_read_as_ceph_reads_them() {
         ..CsvInput::default()
     };
     assert_eq!(
-        run(
-            "select _2 from s3object",
-            Input::Csv(pipes),
-            Output::Csv(CsvOutput::default()),
-            "a|b\tc|d\t"
-        )
-        .as_deref(),
+        csv_as(pipes, "select _2 from s3object", "a|b\tc|d\t").as_deref(),
         Ok("b\nd\n")
     );
     let crlf = CsvInput {
@@ -171,13 +176,7 @@ fn quotes_escapes_and_delimiters_are_read_as_ceph_reads_them() {
         ..CsvInput::default()
     };
     assert_eq!(
-        run(
-            "select _1 from s3object",
-            Input::Csv(crlf),
-            Output::Csv(CsvOutput::default()),
-            "#note\r\na\r\n\r\nb"
-        )
-        .as_deref(),
+        csv_as(crlf, "select _1 from s3object", "#note\r\na\r\n\r\nb").as_deref(),
         Ok("a\nb\n")
     );
     assert!(matches!(
@@ -300,16 +299,6 @@ fn functions_and_three_valued_logic() {
 #[test]
 fn json_documents_are_records_and_from_paths_go_through_arrays() {
     let doc = "{\"root\" : [\n{\"c1\": 1,\"c2\": 2},\n{\"c1\": 3,\"c2\": 4},\n{\"c1\": 5,\"c2\": null}\n]}";
-    let json = |query: &str, input: &str| {
-        run(
-            query,
-            Input::Json,
-            Output::Json {
-                record: "\n".into(),
-            },
-            input,
-        )
-    };
     assert_eq!(
         json("select count(*) from s3object[*]", doc).as_deref(),
         Ok("{\"_1\":1}\n")
@@ -494,13 +483,119 @@ fn arithmetic_and_dates_past_their_range_are_errors_not_panics() {
 
 #[test]
 fn json_records_keep_the_projections_order_and_names() {
-    let out = run(
+    let out = json(
         "select s.b, s.a, s.a from s3object s",
-        Input::Json,
-        Output::Json {
-            record: "\n".into(),
-        },
         "{\"a\": 1, \"b\": 2}",
     );
     assert_eq!(out.as_deref(), Ok("{\"b\":2,\"a\":1,\"a\":1}\n"));
+}
+
+#[test]
+fn a_query_is_weighed_by_the_names_it_copies_and_bounded_in_work() {
+    // A long name copied by every use of its alias would grow without bound.
+    let name = "n".repeat(128 * 1024);
+    let copies = vec!["a"; 2000].join(", ");
+    let copied = Select::new(
+        &format!("select \"{name}\" as a, {copies} from s3object"),
+        Input::Csv(CsvInput::default()),
+        Output::Csv(CsvOutput::default()),
+        now(),
+    );
+    assert!(matches!(copied, Err(Error::Parse(m)) if m.contains("written out")));
+    // Every LIKE is bounded; many of them over one record are bounded together.
+    // Each of these takes about 6 * 10^7 steps, under a LIKE's own bound.
+    let likes = vec![format!("_1 like '%{}b'", "a".repeat(400)); 40].join(" or ");
+    let long = "a".repeat(150_000);
+    let costly = run_in(
+        &format!("select count(*) from s3object where {likes}"),
+        Input::Csv(CsvInput::default()),
+        Output::Csv(CsvOutput::default()),
+        &long,
+        long.len(),
+    );
+    assert!(matches!(costly, Err(Error::Eval(m)) if m.contains("steps over one record")));
+}
+
+#[test]
+fn a_call_returns_after_bounded_work_with_the_rest_pending() {
+    let mut select = Select::new(
+        &format!(
+            "select _1 from s3object where _1 like '%{}b'",
+            "a".repeat(200)
+        ),
+        Input::Csv(CsvInput::default()),
+        Output::Csv(CsvOutput::default()),
+        now(),
+    )
+    .expect("a query");
+    let record = "a".repeat(2000) + "\n";
+    let mut out = Vec::new();
+    select
+        .feed(record.repeat(400).as_bytes(), &mut out)
+        .expect("fed");
+    assert!(
+        select.pending(),
+        "400 costly records are not all answered in one call"
+    );
+    let mut calls = 1;
+    while select.pending() {
+        select.drain(&mut out).expect("drained");
+        calls += 1;
+    }
+    assert!(select.finish(&mut out).expect("finished"));
+    assert!(calls > 2, "{calls}");
+    assert!(out.is_empty());
+}
+
+#[test]
+fn coalesce_stops_at_its_first_value_and_patterns_are_bounded() {
+    assert_eq!(
+        csv("select coalesce(_1, int(_2)) from s3object", "x,y\n").as_deref(),
+        Ok("x\n")
+    );
+    assert!(matches!(
+        csv("select coalesce(_3, int(_2)) from s3object", "x,y\n"),
+        Err(Error::Eval(_))
+    ));
+    let pattern = format!(
+        "select to_string(utcnow(), '{}') from s3object",
+        "y".repeat(70_000)
+    );
+    assert!(matches!(csv(&pattern, "x\n"), Err(Error::Eval(m)) if m.contains("at most 9")));
+    assert_eq!(
+        csv(
+            "select to_string(utcnow(), 'yyyyMMdd') from s3object",
+            "x\n"
+        )
+        .as_deref(),
+        Ok("20261202\n")
+    );
+}
+
+#[test]
+fn json_members_may_not_clash_with_an_alias_in_use_and_records_join_by_their_delimiter() {
+    let clash = json(
+        "select s.price * 2 as price from s3object s where price > 1",
+        "{\"price\": 3}",
+    );
+    assert!(
+        matches!(&clash, Err(Error::Schema(m)) if m.contains("{price}")),
+        "{clash:?}"
+    );
+    assert_eq!(
+        json(
+            "select s.price * 2 as double from s3object s where double > 1",
+            "{\"price\": 3}"
+        )
+        .as_deref(),
+        Ok("{\"double\":6}\n")
+    );
+    let semicolons = CsvInput {
+        field: b';',
+        ..CsvInput::default()
+    };
+    assert_eq!(
+        csv_as(semicolons, "select s, _2 from s3object s", "a;b\n").as_deref(),
+        Ok("a;b,b\n")
+    );
 }

@@ -54,12 +54,25 @@ pub(super) async fn select_object_content(
     if asked.scan_range.is_some() {
         return Err(Refusal::NotServed("S3 Select over a ScanRange").into());
     }
-    let query = Select::new(
-        &asked.expression,
+    let (expression, input_format) = (
+        asked.expression.clone(),
         input_of(&asked.input_serialization)?,
-        output_of(&asked.output_serialization)?,
-        time::OffsetDateTime::now_utc(),
-    )
+    );
+    let output_format = output_of(&asked.output_serialization)?;
+    // Reading a query of 256 KiB with its aliases written out is work for the blocking pool.
+    let query = tokio::task::spawn_blocking(move || {
+        Select::new(
+            &expression,
+            input_format,
+            output_format,
+            time::OffsetDateTime::now_utc(),
+        )
+    })
+    .await
+    .map_err(|e| {
+        tracing::error!("S3 Select failed: {e}");
+        failed_in_gateway()
+    })?
     .map_err(Refusal::from)?;
     let progress = asked
         .request_progress
@@ -71,16 +84,12 @@ pub(super) async fn select_object_content(
     let keys = gw.keys(&entry, customer.as_ref()).await?;
     let body = data::read(&gw.data, &entry, 0..entry.size, keys, hold);
     let (send, receive) = mpsc::channel(EVENTS_QUEUED);
-    let running = tokio::spawn(run(query, body, progress, send.clone()));
+    let running = tokio::spawn(run(query, body, entry.size, progress, send.clone()));
     // Should the run fail (a panic in a query), the stream still ends with an error.
     tokio::spawn(async move {
         if let Err(e) = running.await {
             tracing::error!("S3 Select failed: {e}");
-            let failed = S3Error::with_message(
-                S3ErrorCode::InternalError,
-                "the query failed in the gateway".to_owned(),
-            );
-            let _ = send.send(Err(failed)).await;
+            let _ = send.send(Err(failed_in_gateway())).await;
         }
     });
     let events = futures::stream::unfold(receive, |mut receive| async move {
@@ -92,6 +101,15 @@ pub(super) async fn select_object_content(
 }
 
 type Event = S3Result<SelectObjectContentEvent>;
+
+/// What the client is told when the query broke in the gateway (a panic): never a
+/// complete-looking answer.
+fn failed_in_gateway() -> S3Error {
+    S3Error::with_message(
+        S3ErrorCode::InternalError,
+        "the query failed in the gateway".to_owned(),
+    )
+}
 
 /// The query and the answer it has not sent yet, handed to the blocking pool and back.
 struct Work {
@@ -127,17 +145,20 @@ impl Work {
         .await
         .map_err(|e| {
             tracing::error!("S3 Select failed: {e}");
-            Stop::Failed(S3Error::with_message(
-                S3ErrorCode::InternalError,
-                "the query failed in the gateway".to_owned(),
-            ))
+            Stop::Failed(failed_in_gateway())
         })
     }
 }
 
 /// Feeds the object through the query and sends the answer's events; stops when the client
 /// goes away or the query's LIMIT is met.
-async fn run(query: Select, body: data::Reader, progress: bool, send: mpsc::Sender<Event>) {
+async fn run(
+    query: Select,
+    body: data::Reader,
+    size: u64,
+    progress: bool,
+    send: mpsc::Sender<Event>,
+) {
     let mut events = Events {
         send,
         progress,
@@ -148,7 +169,7 @@ async fn run(query: Select, body: data::Reader, progress: bool, send: mpsc::Send
         query,
         out: Vec::new(),
     };
-    if let Err(Stop::Failed(e)) = answer(work, body, &mut events).await {
+    if let Err(Stop::Failed(e)) = answer(work, body, size, &mut events).await {
         let _ = events.send.send(Err(e)).await;
     }
 }
@@ -162,7 +183,13 @@ struct Events {
     last: tokio::time::Instant,
 }
 
-async fn answer(mut work: Work, mut body: data::Reader, events: &mut Events) -> Result<(), Stop> {
+/// The answer to the query over the object's `size` bytes in `body`, sent as events.
+async fn answer(
+    mut work: Work,
+    mut body: data::Reader,
+    size: u64,
+    events: &mut Events,
+) -> Result<(), Stop> {
     'read: while let Some(piece) = body.next().await {
         let piece = piece.map_err(|e| {
             tracing::warn!("S3 Select could not read the object: {e}");
@@ -184,12 +211,22 @@ async fn answer(mut work: Work, mut body: data::Reader, events: &mut Events) -> 
                 work = drained;
                 events.records(&mut work.out).await?;
                 result?;
+                events.alive(&work.query).await?;
             }
             if work.query.done() {
                 break 'read;
             }
             events.alive(&work.query).await?;
         }
+    }
+    let scanned = work.query.counts().scanned;
+    if !work.query.done() && scanned != size {
+        tracing::warn!("S3 Select read {scanned} bytes of an object of {size}");
+        let message = format!("the object could not be read: {scanned} bytes of {size}");
+        return Err(Stop::Failed(S3Error::with_message(
+            S3ErrorCode::InternalError,
+            message,
+        )));
     }
     loop {
         let (finished, done) = work.step(|q, out| q.finish(out)).await?;
@@ -198,14 +235,16 @@ async fn answer(mut work: Work, mut body: data::Reader, events: &mut Events) -> 
         if done? {
             break;
         }
+        events.alive(&work.query).await?;
     }
     if events.progress {
         events.sent(progress_event(&work.query)).await?;
     }
+    // No compressed input is read: what was processed is what was scanned.
     let counts = work.query.counts();
     let stats = SelectObjectContentEvent::Stats(StatsEvent {
         details: Some(Stats {
-            bytes_processed: Some(counts.processed as i64),
+            bytes_processed: Some(counts.scanned as i64),
             bytes_returned: Some(counts.returned as i64),
             bytes_scanned: Some(counts.scanned as i64),
         }),
@@ -257,7 +296,7 @@ fn progress_event(query: &Select) -> SelectObjectContentEvent {
     let counts = query.counts();
     SelectObjectContentEvent::Progress(ProgressEvent {
         details: Some(Progress {
-            bytes_processed: Some(counts.processed as i64),
+            bytes_processed: Some(counts.scanned as i64),
             bytes_returned: Some(counts.returned as i64),
             bytes_scanned: Some(counts.scanned as i64),
         }),
