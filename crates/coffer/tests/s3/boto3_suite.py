@@ -4849,7 +4849,8 @@ class Suite:
         documents and an SSE-C object: projections, WHERE, LIMIT, aggregates that match
         Python's over an object of many Records events, Progress, Stats and End, and the
         refusals: SQL that cannot be read, a column that is not there (an error event in
-        the stream), another user, a missing key, a missing SSE-C key, Parquet."""
+        the stream), another user, a missing key, a missing SSE-C key, Parquet, a query
+        nested too deep, a query whose work over one record passes its bound."""
         bucket, s3 = self.select_bucket, self.s3
         s3.create_bucket(Bucket=bucket)
         csv_in = {"CSV": {"FileHeaderInfo": "USE", "AllowQuotedRecordDelimiter": True},
@@ -4934,8 +4935,23 @@ class Suite:
             raise AssertionError("select of a record over 1 MiB: no error")
         except EventStreamError as error:
             expect("the error event's code", error.response["Error"]["Code"], "OverMaxRecordSize")
+        # Parentheses the parser reads shallowly, making a tree 1,500 deep.
+        tall = "1"
+        for _ in range(30):
+            tall = f"({tall}{'+1' * 50})"
+        expect_error("select of a tree past the nesting bound", ["ParseUnexpectedToken"], self.selected,
+                     key="people.csv", expression=f"select {tall} from s3object", input_serialization=csv_in)
+        s3.put_object(Bucket=bucket, Key="long.csv", Body=b"a" * 150_000 + b"\n")
+        likes = " or ".join([f"_1 like '%{'a' * 400}b'"] * 40)
+        try:
+            self.selected("long.csv", f"select count(*) from s3object where {likes}", {"CSV": {}})
+            raise AssertionError("select past its work bound: no error")
+        except EventStreamError as error:
+            expect("the error event's code", error.response["Error"]["Code"], "EvaluatorInvalidArguments")
+        records, _ = self.selected("people.csv", "select count(*) from s3object", csv_in)
+        expect("select after a costly one", records, b"3\n")
         ok("select refusals: bad SQL, no such function, another user, a missing key, Parquet, "
-           "an unknown column, a record over 1 MiB")
+           "an unknown column, a record over 1 MiB, a tree too tall, a record's work past its bound")
         self.empty_and_delete(bucket)
         ok("select bucket removed")
 
