@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use crate::eval::Row;
+use crate::eval::{Names, Row};
 use crate::{CsvInput, Error, Header, FIELD_BYTES, RECORD_BYTES_MAX};
 
 pub(crate) struct Records {
@@ -26,7 +26,7 @@ pub(crate) struct Records {
     /// The record's first byte has been seen.
     started: bool,
     header_seen: bool,
-    names: Option<Arc<Vec<String>>>,
+    names: Option<Arc<Names>>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -202,7 +202,7 @@ impl Records {
         if !self.header_seen && self.options.header != Header::None {
             self.header_seen = true;
             if self.options.header == Header::Use {
-                self.names = Some(Arc::new(fields));
+                self.names = Some(Arc::new(Names::new(fields)));
             }
             return Ok(());
         }

@@ -15,11 +15,12 @@ use crate::{Error, Value, RECORD_BYTES_MAX};
 /// How many aliases deep a name may lead before the query is taken as circular.
 const ALIAS_DEPTH_MAX: usize = 32;
 /// The most expression nodes a query may grow to once its aliases are written out, a node
-/// counting one more for each 64 bytes of text it holds (so at most about 6 MiB of them).
+/// counting one more for each 64 bytes it holds (so at most about 6 MiB of them).
 const NODES_MAX: usize = 100_000;
-/// The most work one record may cost: one step per expression evaluated, per 64 bytes of
-/// text or JSON it gives, per step of a LIKE. Past it the query fails, so that no query
-/// can hold a thread for long over one record (a second or so).
+/// The most work one record may cost: one step per expression evaluated, per 8 bytes of
+/// text it makes or name it looks up, per JSON value it makes, per JSON member passed in
+/// a lookup whatever the case, per step of a LIKE. Past it the query fails, so that no
+/// query can hold a thread for long over one record (a second or so).
 const ROW_STEPS_MAX: u64 = 1 << 28;
 
 /// One input record.
@@ -28,9 +29,40 @@ pub(crate) enum Row {
     /// A CSV record's fields (an empty field is NULL), with the header's names under `USE`.
     Csv {
         fields: Vec<String>,
-        names: Option<Arc<Vec<String>>>,
+        names: Option<Arc<Names>>,
     },
     Json(serde_json::Value),
+}
+
+/// A CSV header's names, found by name in one lookup: exactly (a quoted name), or whatever
+/// its case; the first of two alike is the one found.
+#[derive(Debug, PartialEq)]
+pub(crate) struct Names {
+    names: Vec<String>,
+    exact: HashMap<String, usize>,
+    folded: HashMap<String, usize>,
+}
+
+impl Names {
+    pub(crate) fn new(names: Vec<String>) -> Names {
+        let (mut exact, mut folded) = (HashMap::new(), HashMap::new());
+        for (i, name) in names.iter().enumerate() {
+            exact.entry(name.clone()).or_insert(i);
+            folded.entry(name.to_ascii_lowercase()).or_insert(i);
+        }
+        Names {
+            names,
+            exact,
+            folded,
+        }
+    }
+
+    fn find(&self, name: &str, quoted: bool) -> Option<usize> {
+        match quoted {
+            true => self.exact.get(name).copied(),
+            false => self.folded.get(&name.to_ascii_lowercase()).copied(),
+        }
+    }
 }
 
 /// A column of the answer: its name (for JSON output) and its expression.
@@ -251,7 +283,7 @@ impl Plan {
                 names: Some(names), ..
             } if !self.header_checked => {
                 self.header_checked = true;
-                names.iter().find(|n| self.uses_alias(n))
+                names.names.iter().find(|n| self.uses_alias(n))
             }
             Row::Json(serde_json::Value::Object(members)) => {
                 members.keys().find(|n| self.uses_alias(n))
@@ -298,7 +330,7 @@ fn whole(row: &Row) -> Vec<(String, Value)> {
             .map(|(i, field)| {
                 let name = names
                     .as_ref()
-                    .and_then(|n| n.get(i).cloned())
+                    .and_then(|n| n.names.get(i).cloned())
                     .unwrap_or_else(|| format!("_{}", i + 1));
                 (name, field_value(field))
             })
@@ -335,16 +367,19 @@ fn member(
     map.remove(&key)
 }
 
-/// The bytes of text an expression node holds itself (a literal's, a name's, a path's, a
-/// function's name), which copying it copies.
+/// What a path's step holds besides its name's text.
+const STEP_BYTES: usize = std::mem::size_of::<Step>();
+
+/// The bytes an expression node holds itself (a literal's text, a name's, a path's steps,
+/// a function's name), which copying it copies.
 fn held_bytes(expr: &Expr) -> usize {
     match expr {
         Expr::Literal(Value::Str(text)) | Expr::Name(text) | Expr::Call(text, _) => text.len(),
         Expr::Column(steps) => steps
             .iter()
             .map(|step| match step {
-                Step::Name(name, _) => name.len(),
-                Step::Position(_) | Step::Index(_) => 0,
+                Step::Name(name, _) => STEP_BYTES + name.len(),
+                Step::Position(_) | Step::Index(_) => STEP_BYTES,
             })
             .sum(),
         _ => 0,
@@ -538,6 +573,24 @@ impl Accumulator {
     }
 }
 
+/// A step of a path, borrowed.
+#[derive(Clone, Copy)]
+enum Key<'a> {
+    Position(usize),
+    Name(&'a str, bool),
+    Index(Option<usize>),
+}
+
+impl<'a> From<&'a Step> for Key<'a> {
+    fn from(step: &'a Step) -> Key<'a> {
+        match step {
+            Step::Position(n) => Key::Position(*n),
+            Step::Name(name, quoted) => Key::Name(name, *quoted),
+            Step::Index(n) => Key::Index(*n),
+        }
+    }
+}
+
 /// What an expression is evaluated against: a record, or the aggregates' results.
 struct Context<'a> {
     row: Option<&'a Row>,
@@ -577,8 +630,11 @@ impl Context<'_> {
     fn value(&self, expr: &Expr) -> Result<Value, Error> {
         Ok(match expr {
             Expr::Literal(v) => v.clone(),
-            Expr::Name(name) => self.field(&[Step::Name(name.clone(), false)])?,
-            Expr::Column(steps) => self.field(steps)?,
+            Expr::Name(name) => self.field(Key::Name(name, false), &[])?,
+            Expr::Column(steps) => match steps.split_first() {
+                Some((first, rest)) => self.field(Key::from(first), rest)?,
+                None => return Err(Error::Parse("an empty column path".into())),
+            },
             Expr::Record => match self.row {
                 Some(Row::Json(json)) => Value::from_json(json),
                 Some(Row::Csv { fields, .. }) => {
@@ -766,33 +822,29 @@ impl Context<'_> {
         }
     }
 
-    /// A field of the record by its path.
-    fn field(&self, steps: &[Step]) -> Result<Value, Error> {
+    /// A field of the record by its path, `first` and the steps after it; a lookup by name
+    /// costs a step per 8 bytes of the name, a JSON member sought whatever its case a step
+    /// per member passed.
+    fn field(&self, first: Key, rest: &[Step]) -> Result<Value, Error> {
         let Some(row) = self.row else {
             return Err(Error::Parse(
                 "a column stands beside aggregates outside of them".into(),
             ));
         };
+        let path = std::iter::once(first).chain(rest.iter().map(Key::from));
+        for key in path.clone() {
+            if let Key::Name(name, _) = key {
+                self.spend(name.len() as u64 / 8)?;
+            }
+        }
         match row {
             Row::Csv { fields, names } => {
-                let (first, rest) = steps
-                    .split_first()
-                    .ok_or_else(|| Error::Parse("an empty column path".into()))?;
                 let value = match first {
-                    Step::Position(n) => fields.get(n - 1).map_or(Value::Null, |f| field_value(f)),
-                    Step::Name(name, quoted) => {
-                        let index = names.as_ref().and_then(|names| {
-                            names.iter().position(|n| {
-                                if *quoted {
-                                    n == name
-                                } else {
-                                    n.eq_ignore_ascii_case(name)
-                                }
-                            })
-                        });
-                        match index {
+                    Key::Position(n) => fields.get(n - 1).map_or(Value::Null, |f| field_value(f)),
+                    Key::Name(name, quoted) => {
+                        match names.as_ref().and_then(|names| names.find(name, quoted)) {
                             Some(i) => fields.get(i).map_or(Value::Null, |f| field_value(f)),
-                            None if *quoted => Value::Str(name.clone()),
+                            None if quoted => Value::Str(name.to_owned()),
                             None => {
                                 return Err(Error::Schema(format!(
                                     "alias {{{name}}} or column not exist in schema"
@@ -800,40 +852,45 @@ impl Context<'_> {
                             }
                         }
                     }
-                    Step::Index(_) => Value::Null,
+                    Key::Index(_) => Value::Null,
                 };
                 Ok(if rest.is_empty() { value } else { Value::Null })
             }
             Row::Json(json) => {
                 // Ceph names the record `_1` in JSON: `_1.a` is the record's `a`.
-                let steps = match steps.split_first() {
-                    Some((Step::Position(1), rest)) if !rest.is_empty() => rest,
-                    _ => steps,
+                let (first, rest) = match (first, rest.split_first()) {
+                    (Key::Position(1), Some((second, rest))) => (Key::from(second), rest),
+                    _ => (first, rest),
                 };
+                let alone = rest.is_empty();
                 let mut at = json;
-                for (i, step) in steps.iter().enumerate() {
-                    let next = match (step, at) {
-                        (Step::Name(name, quoted), serde_json::Value::Object(map)) => {
-                            map.get(name.as_str()).or_else(|| {
-                                (!quoted)
-                                    .then(|| {
-                                        map.iter()
-                                            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-                                            .map(|(_, v)| v)
-                                    })
-                                    .flatten()
-                            })
+                for (i, key) in std::iter::once(first)
+                    .chain(rest.iter().map(Key::from))
+                    .enumerate()
+                {
+                    let next = match (key, at) {
+                        (Key::Name(name, quoted), serde_json::Value::Object(map)) => {
+                            match map.get(name) {
+                                Some(found) => Some(found),
+                                None if quoted => None,
+                                None => {
+                                    self.spend(map.len() as u64)?;
+                                    map.iter()
+                                        .find(|(k, _)| k.eq_ignore_ascii_case(name))
+                                        .map(|(_, v)| v)
+                                }
+                            }
                         }
-                        (Step::Index(Some(n)), serde_json::Value::Array(items)) => items.get(*n),
-                        (Step::Position(n), serde_json::Value::Array(items)) => items.get(n - 1),
+                        (Key::Index(Some(n)), serde_json::Value::Array(items)) => items.get(n),
+                        (Key::Position(n), serde_json::Value::Array(items)) => items.get(n - 1),
                         _ => None,
                     };
                     match next {
                         Some(next) => at = next,
                         None => {
-                            return Ok(match step {
-                                Step::Name(name, true) if i == 0 && steps.len() == 1 => {
-                                    Value::Str(name.clone())
+                            return Ok(match key {
+                                Key::Name(name, true) if i == 0 && alone => {
+                                    Value::Str(name.to_owned())
                                 }
                                 _ => Value::Null,
                             })
@@ -846,10 +903,13 @@ impl Context<'_> {
     }
 }
 
-/// What holding `value` costs in steps: one per 64 bytes of its text.
+/// What making `value` costs in steps: one per 8 bytes of its text, one per JSON value
+/// and 8 bytes of its text. Every function reads its arguments in time linear in their
+/// size (TRIM's characters are searched, not scanned), so charging each value as it is
+/// made charges the work done with it.
 fn weight(value: &Value) -> u64 {
     fn bytes(json: &serde_json::Value) -> usize {
-        8 + match json {
+        64 + match json {
             serde_json::Value::String(s) => s.len(),
             serde_json::Value::Array(items) => items.iter().map(bytes).sum(),
             serde_json::Value::Object(members) => {
@@ -863,7 +923,7 @@ fn weight(value: &Value) -> u64 {
         Value::Json(json) => bytes(json),
         _ => 0,
     };
-    (size / 64) as u64
+    (size / 8) as u64
 }
 
 fn and(a: Option<bool>, b: Option<bool>) -> Option<bool> {
@@ -1064,12 +1124,14 @@ fn call(name: &str, args: Vec<Value>, now: OffsetDateTime) -> Result<Value, Erro
             let Some(t) = text(&args[1]) else {
                 return Ok(Value::Null);
             };
-            let chars: Vec<char> = match args.get(2) {
+            let mut chars: Vec<char> = match args.get(2) {
                 Some(v) => v.text().chars().collect(),
                 None => vec![' '],
             };
+            chars.sort_unstable();
+            chars.dedup();
             let side = args[0].text();
-            let cut = |c: char| chars.contains(&c);
+            let cut = |c: char| chars.binary_search(&c).is_ok();
             Value::Str(match side.as_str() {
                 "leading" => t.trim_start_matches(cut).to_owned(),
                 "trailing" => t.trim_end_matches(cut).to_owned(),

@@ -255,8 +255,8 @@ impl Select {
     /// answered, the aggregates' record. True when the answer is complete; until then the
     /// caller takes the answer so far and calls again.
     pub fn finish(&mut self, out: &mut Vec<u8>) -> Result<bool, Error> {
-        if !self.ended {
-            self.ended = true;
+        // A LIMIT met may leave a record half read: it is not wanted.
+        if !self.ended && !self.done() {
             let mut rows = Vec::new();
             match &mut self.reader {
                 Reader::Csv(records) => records.finish(&mut rows)?,
@@ -264,6 +264,7 @@ impl Select {
             }
             self.queue(rows);
         }
+        self.ended = true;
         self.drain(out)?;
         if self.pending() {
             return Ok(false);

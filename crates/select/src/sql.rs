@@ -12,6 +12,8 @@ pub const QUERY_BYTES_MAX: usize = 256 * 1024;
 /// How deep expressions may nest before the query is refused, so that no query can
 /// exhaust the stack (reading, evaluating or dropping it).
 pub(crate) const DEPTH_MAX: usize = 100;
+/// The longest path: JSON is read nested at most 128 deep, so a longer one finds nothing.
+const PATH_STEPS_MAX: usize = 128;
 
 #[derive(Debug, Clone, PartialEq)]
 enum Token {
@@ -468,6 +470,11 @@ impl Parser {
     /// Path steps after a name: `.name`, `."Name"`, `[*]`, `[n]`.
     fn path_rest(&mut self, mut steps: Vec<Step>) -> Result<Vec<Step>, Error> {
         loop {
+            if steps.len() > PATH_STEPS_MAX {
+                return Err(Error::Parse(format!(
+                    "a path is at most {PATH_STEPS_MAX} steps long (JSON nests no deeper)"
+                )));
+            }
             if self.symbol(".") {
                 match self.tokens.get(self.at).cloned() {
                     Some(Token::Word(w)) => steps.push(name_step(&w, false)),
@@ -538,7 +545,8 @@ impl Parser {
     /// An expression, refused when its tree is taller than [`DEPTH_MAX`]. The parser's own
     /// nesting is given back as each operator chain ends, so a parenthesised operand's
     /// height would not be charged to the chain after it; measured here, every expression
-    /// returned is at most that tall, and one being built at most about twice that.
+    /// returned is at most that tall, and one being built a few times that (each chain of
+    /// one precedence level counts again, above one parenthesised operand).
     fn expr(&mut self) -> Result<Expr, Error> {
         let expr = self.nested(Self::or)?;
         if height(&expr) > DEPTH_MAX {

@@ -599,3 +599,59 @@ fn json_members_may_not_clash_with_an_alias_in_use_and_records_join_by_their_del
         Ok("a;b,b\n")
     );
 }
+
+#[test]
+fn a_limit_met_leaves_the_rest_of_the_input_unread() {
+    let lines = "{\"a\":1}\n{\"a\":2}\n{\"a\":3}\n";
+    assert_eq!(
+        json("select s.a from s3object s limit 1", lines).as_deref(),
+        Ok("{\"a\":1}\n")
+    );
+    assert_eq!(
+        csv("select _1 from s3object limit 1", "1\n\"2\n3\n").as_deref(),
+        Ok("1\n")
+    );
+}
+
+#[test]
+fn paths_names_and_trims_cost_what_they_hold() {
+    let deep = format!("select s{} from s3object s", ".a".repeat(200));
+    assert!(matches!(json(&deep, "{}"), Err(Error::Parse(m)) if m.contains("128 steps")));
+    let path = format!("_1{}", "[0]".repeat(100));
+    let copied = Select::new(
+        &format!(
+            "select {path} as a, {} from s3object",
+            vec!["a"; 3000].join(", ")
+        ),
+        Input::Json,
+        Output::Csv(CsvOutput::default()),
+        now(),
+    );
+    assert!(matches!(copied, Err(Error::Parse(m)) if m.contains("written out")));
+    // Many header names, found at once whatever their case.
+    let header: Vec<String> = (0..5000).map(|i| format!("c{i}")).collect();
+    let table = format!(
+        "{}\n{}\n",
+        header.join(","),
+        (0..5000)
+            .map(|i| i.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    assert_eq!(
+        csv_with_header("select C4999, c0, \"c17\" from s3object", &table).as_deref(),
+        Ok("4999,0,17\n")
+    );
+    let long = "a".repeat(100_000) + "b";
+    let trimmed = run_in(
+        &format!(
+            "select char_length(trim(both '{}a' from _1)) from s3object",
+            "c".repeat(100_000)
+        ),
+        Input::Csv(CsvInput::default()),
+        Output::Csv(CsvOutput::default()),
+        &long,
+        long.len(),
+    );
+    assert_eq!(trimmed.as_deref(), Ok("1\n"));
+}
