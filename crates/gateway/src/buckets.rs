@@ -43,10 +43,19 @@ pub struct Bucket {
     pub cors: Option<Cors>,
     /// Where its access logs go.
     pub logging: Option<Logging>,
+    /// Whether its requesters pay (PutBucketRequestPayment): then anyone but its owner
+    /// must say they do, with `x-amz-request-payer: requester`.
+    pub requester_pays: bool,
 }
 
+/// The mark of a bucket whose requesters pay.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RequesterPays;
+
+impl layout::Record for RequesterPays {}
+
 /// The owner, creation time, versioning, object lock, lifecycle, policy, public access
-/// block, ACL, object ownership, CORS rules and logging of `bucket`.
+/// block, ACL, object ownership, CORS rules, logging and request payment of `bucket`.
 pub async fn info(pool: &Pool, bucket: &str) -> Result<Bucket, Error> {
     let attrs = pool
         .attrs(&layout::index_object(bucket))
@@ -66,6 +75,10 @@ pub async fn info(pool: &Pool, bucket: &str) -> Result<Bucket, Error> {
         ownership: decoded(attrs.get(layout::OWNERSHIP_ATTR).map(Vec::as_slice))?,
         cors: decoded(attrs.get(layout::CORS_ATTR).map(Vec::as_slice))?,
         logging: decoded(attrs.get(layout::LOGGING_ATTR).map(Vec::as_slice))?,
+        requester_pays: decoded::<RequesterPays>(
+            attrs.get(layout::REQUEST_PAYMENT_ATTR).map(Vec::as_slice),
+        )?
+        .is_some(),
     })
 }
 
@@ -252,6 +265,12 @@ pub async fn set_logging(
 ) -> Result<(), Error> {
     let value = logging.map(layout::encode);
     set_bucket_attr(pool, bucket, layout::LOGGING_ATTR, value).await
+}
+
+/// Makes `bucket`'s requesters pay, or (`false`) its owner.
+pub async fn set_requester_pays(pool: &Pool, bucket: &str, requester: bool) -> Result<(), Error> {
+    let value = requester.then(|| layout::encode(&RequesterPays));
+    set_bucket_attr(pool, bucket, layout::REQUEST_PAYMENT_ATTR, value).await
 }
 
 /// Sets `bucket`'s public access block (`None` removes it).

@@ -61,6 +61,9 @@ pub const OWNERSHIP_ATTR: &str = "ownership";
 pub const CORS_ATTR: &str = "cors";
 /// Where a bucket's access logs go ([`crate::access_log::Logging`]).
 pub const LOGGING_ATTR: &str = "logging";
+/// Set on a bucket whose requesters pay ([`crate::buckets::RequesterPays`]); absent, its
+/// owner does.
+pub const REQUEST_PAYMENT_ATTR: &str = "request-payment";
 /// The attribute set on a bucket's index object while the bucket is being deleted: index
 /// updates require it absent.
 pub const DELETING_ATTR: &str = "deleting";

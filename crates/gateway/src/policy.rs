@@ -56,6 +56,8 @@ pub enum Action {
     GetBucketCors,
     PutBucketLogging,
     GetBucketLogging,
+    PutBucketRequestPayment,
+    GetBucketRequestPayment,
     /// Setting or removing them.
     PutBucketCors,
     GetObject,
@@ -178,6 +180,8 @@ impl Action {
             GetBucketCors => "s3:GetBucketCORS",
             PutBucketLogging => "s3:PutBucketLogging",
             GetBucketLogging => "s3:GetBucketLogging",
+            PutBucketRequestPayment => "s3:PutBucketRequestPayment",
+            GetBucketRequestPayment => "s3:GetBucketRequestPayment",
             PutBucketCors => "s3:PutBucketCORS",
             GetObject => "s3:GetObject",
             GetObjectVersion => "s3:GetObjectVersion",

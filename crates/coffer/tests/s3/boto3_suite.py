@@ -2832,11 +2832,11 @@ class Suite:
 
     def access_logs(self):
         """Server access logs: a bucket's logging set (refused without a target, to itself,
-        with a key format S3 does not have, by another user, or while the target's policy
-        does not let the log service in), read back, removed; its requests, a refused one
-        and each key of a multi-object delete among them (and the GetBucketLogging that read
-        the logging back), delivered to the target as one
-        object of lines in S3's format when the gateway stops."""
+        with a key format S3 does not have, by another user, to a bucket whose requesters
+        pay, or while the target's policy does not let the log service in), read back,
+        removed; its requests, a refused one and each key of a multi-object delete among
+        them (and the GetBucketLogging that read the logging back), delivered to the target
+        as one object of lines in S3's format when the gateway stops."""
         s3, other = self.s3, self.other
         source, target = self.logged_bucket, self.log_bucket
         s3.create_bucket(Bucket=source)
@@ -2863,6 +2863,9 @@ class Suite:
         expect_error("put_bucket_logging by another user", ["AccessDenied"], put_logging, client=other)
         expect_error("put_bucket_logging under a prefix the policy does not name", ["AccessDenied"], put_logging,
                      TargetPrefix="elsewhere/")
+        s3.put_bucket_request_payment(Bucket=target, RequestPaymentConfiguration={"Payer": "Requester"})
+        expect_error("put_bucket_logging to a bucket whose requesters pay", ["InvalidArgument"], put_logging)
+        s3.put_bucket_request_payment(Bucket=target, RequestPaymentConfiguration={"Payer": "BucketOwner"})
         expect("put_bucket_logging", status(put_logging()), 200)
         expect("get_bucket_logging", s3.get_bucket_logging(Bucket=source).get("LoggingEnabled"),
                {**logging, "TargetObjectKeyFormat": {"SimplePrefix": {}}})
@@ -3232,7 +3235,8 @@ class Suite:
     def policies(self):
         """Bucket policies open a bucket to another user or to anyone, by action, resource
         and condition; a deny holds the owner too; a public access block refuses public
-        policies or shuts them."""
+        policies or shuts them; once a bucket's requesters pay, others get in only saying
+        they do."""
         bucket, other = self.policy_bucket, self.other
         anonymous = client(None, None, signature_version=botocore.UNSIGNED)
         other_name = other.list_buckets()["Owner"]["ID"]
@@ -3384,6 +3388,31 @@ class Suite:
                      self.s3.get_public_access_block, Bucket=bucket)
         ok("public access block: RestrictPublicBuckets lets only the owner in, BlockPublicPolicy"
            " refuses a public policy but not one for a named user")
+
+        expect("get_bucket_request_payment of a new bucket",
+               self.s3.get_bucket_request_payment(Bucket=bucket)["Payer"], "BucketOwner")
+        self.s3.put_bucket_request_payment(Bucket=bucket, RequestPaymentConfiguration={"Payer": "Requester"})
+        expect("get_bucket_request_payment once set",
+               self.s3.get_bucket_request_payment(Bucket=bucket)["Payer"], "Requester")
+        expect_error("other user: get_object without saying it pays", ["AccessDenied"],
+                     other.get_object, Bucket=bucket, Key="public/a")
+        body = other.get_object(Bucket=bucket, Key="public/a", RequestPayer="requester")["Body"].read()
+        expect_body("other user: get_object saying it pays", body, b"public/a")
+        expect_error("anonymous: get_object of a bucket whose requesters pay", ["AccessDenied"],
+                     anonymous.get_object, Bucket=bucket, Key="public/a", RequestPayer="requester")
+        body = self.s3.get_object(Bucket=bucket, Key="public/a")["Body"].read()
+        expect_body("owner: get_object without saying it pays", body, b"public/a")
+        expect_error("other user: put_bucket_request_payment", ["AccessDenied"],
+                     other.put_bucket_request_payment, Bucket=bucket,
+                     RequestPaymentConfiguration={"Payer": "BucketOwner"})
+        expect_error("put_bucket_request_payment naming no payer S3 has", ["MalformedXML"],
+                     self.s3.put_bucket_request_payment, Bucket=bucket,
+                     RequestPaymentConfiguration={"Payer": "Nobody"})
+        self.s3.put_bucket_request_payment(Bucket=bucket, RequestPaymentConfiguration={"Payer": "BucketOwner"})
+        body = other.get_object(Bucket=bucket, Key="public/a")["Body"].read()
+        expect_body("other user: get_object once the owner pays again", body, b"public/a")
+        ok("request payment: once requesters pay, others must say they do and anonymous requests are"
+           " refused; the owner never needs to; only the owner sets it")
 
         lockout = json.dumps({"Statement": [{
             "Effect": "Deny", "Principal": "*", "Action": ["s3:GetBucketPolicy", "s3:ListBucket"],

@@ -1,5 +1,5 @@
 //! The bucket verbs: list, create (with object lock if asked), delete, head, location,
-//! default encryption and versioning.
+//! default encryption, versioning and request payment.
 
 use super::policy::allowed;
 use s3s::dto::*;
@@ -260,5 +260,45 @@ pub(super) async fn get_bucket_versioning(
     Ok(S3Response::new(GetBucketVersioningOutput {
         status: status.map(BucketVersioningStatus::from_static),
         ..Default::default()
+    }))
+}
+
+/// Who pays for requests to the bucket. Nothing is billed; a bucket whose requesters pay
+/// refuses every request of anyone but its owner that does not say it pays (S3's rule,
+/// which clients meet with `x-amz-request-payer: requester`), and takes no access logs.
+pub(super) async fn put_bucket_request_payment(
+    gw: &Gateway,
+    req: S3Request<PutBucketRequestPaymentInput>,
+) -> S3Result<S3Response<PutBucketRequestPaymentOutput>> {
+    allowed!(gw, req, PutBucketRequestPayment);
+    let payer = &req.input.request_payment_configuration.payer;
+    let requester = match payer.as_str() {
+        Payer::REQUESTER => true,
+        Payer::BUCKET_OWNER => false,
+        other => {
+            return Err(Refusal::Malformed(format!(
+                "Payer {other} is not Requester or BucketOwner"
+            ))
+            .into())
+        }
+    };
+    let name = &req.input.bucket;
+    buckets::set_requester_pays(&gw.pool, name, requester)
+        .await
+        .map_err(|e| in_bucket(e, name))?;
+    Ok(S3Response::new(PutBucketRequestPaymentOutput::default()))
+}
+
+pub(super) async fn get_bucket_request_payment(
+    gw: &Gateway,
+    req: S3Request<GetBucketRequestPaymentInput>,
+) -> S3Result<S3Response<GetBucketRequestPaymentOutput>> {
+    let bucket = allowed!(gw, req, GetBucketRequestPayment);
+    let payer = match bucket.requester_pays {
+        true => Payer::REQUESTER,
+        false => Payer::BUCKET_OWNER,
+    };
+    Ok(S3Response::new(GetBucketRequestPaymentOutput {
+        payer: Some(Payer::from_static(payer)),
     }))
 }

@@ -122,6 +122,8 @@ pub(crate) enum Refusal {
     NoOwnershipControls(String),
     #[error("bucket {0} does not belong to the x-amz-expected-bucket-owner")]
     UnexpectedOwner(String),
+    #[error("bucket {0}'s requesters pay: send x-amz-request-payer: requester to say you do")]
+    RequesterPays(String),
     #[error("bucket {0}'s ACL grants to others than its owner: make it private first")]
     SharedAcl(String),
     #[error("{0}")]
@@ -187,6 +189,7 @@ impl Refusal {
             | Refusal::Denied { .. }
             | Refusal::Blocked(_)
             | Refusal::UnexpectedOwner(_)
+            | Refusal::RequesterPays(_)
             | Refusal::NoKmsKey(_)
             | Refusal::PresignedLife(_)
             | Refusal::BadDate(_)

@@ -523,6 +523,12 @@ pub(super) async fn put_bucket_logging(
         Err(Error::NotFound(_)) => return Err(Refusal::NoLogTarget(target_name.into()).into()),
         Err(e) => return Err(in_bucket(e, target_name)),
     };
+    if target.requester_pays {
+        return Err(Refusal::Invalid(format!(
+            "bucket {target_name}'s requesters pay, so it cannot take access logs"
+        ))
+        .into());
+    }
     if target.logging.is_some() {
         return Err(Refusal::Invalid(format!(
             "bucket {target_name} is logged itself, so it cannot take access logs"

@@ -991,6 +991,8 @@ verbs! {
     cors::delete_bucket_cors(DeleteBucketCorsInput) -> DeleteBucketCorsOutput;
     logging::put_bucket_logging(PutBucketLoggingInput) -> PutBucketLoggingOutput;
     logging::get_bucket_logging(GetBucketLoggingInput) -> GetBucketLoggingOutput;
+    bucket::put_bucket_request_payment(PutBucketRequestPaymentInput) -> PutBucketRequestPaymentOutput;
+    bucket::get_bucket_request_payment(GetBucketRequestPaymentInput) -> GetBucketRequestPaymentOutput;
     policy::put_bucket_policy(PutBucketPolicyInput) -> PutBucketPolicyOutput;
     policy::get_bucket_policy(GetBucketPolicyInput) -> GetBucketPolicyOutput;
     policy::delete_bucket_policy(DeleteBucketPolicyInput) -> DeleteBucketPolicyOutput;

@@ -167,6 +167,14 @@ impl Gateway {
         if expected.is_some_and(|expected| expected.as_bytes() != owner.as_bytes()) {
             return Err(Refusal::UnexpectedOwner(name.into()).into());
         }
+        let pays = req
+            .headers
+            .get("x-amz-request-payer")
+            .is_some_and(|payer| payer.as_bytes().eq_ignore_ascii_case(b"requester"));
+        // As S3: anyone but the owner says it pays; no one anonymous may.
+        if bucket.requester_pays && principal != Some(owner) && (!pays || principal.is_none()) {
+            return Err(Refusal::RequesterPays(name.into()).into());
+        }
         let signer = self.identity(req).await?;
         self.note_checked(req, name, bucket, judged(principal, signer.as_deref()));
         let denied = || Refusal::Denied {
