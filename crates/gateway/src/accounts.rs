@@ -153,6 +153,13 @@ pub async fn remove(pool: &Pool, id: &str) -> Result<(), Error> {
             roles.len()
         )));
     }
+    let providers = crate::oidc::list(pool, id).await?;
+    if !providers.is_empty() {
+        return Err(Error::Conflict(format!(
+            "account {id} trusts {} OpenID Connect providers; remove them first",
+            providers.len()
+        )));
+    }
     let owned = crate::buckets::list(pool)
         .await?
         .into_iter()

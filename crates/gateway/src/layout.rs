@@ -207,6 +207,11 @@ pub fn group_name_key(account: &str, name: &str) -> Vec<u8> {
     format!("groupname/{}", member_name(account, name)).into_bytes()
 }
 
+/// The key of OpenID Connect provider `name` (its URL without the scheme) of `account`.
+pub fn oidc_key(account: &str, name: &str) -> Vec<u8> {
+    format!("oidc/{account}${name}").into_bytes()
+}
+
 /// A record the gateway stores: a first byte naming its format, then postcard. A record
 /// whose fields change takes the next format, and reads the ones before in [`Record::earlier`].
 pub trait Record: Serialize + for<'de> Deserialize<'de> {
@@ -525,6 +530,22 @@ impl From<RoleV2> for Role {
         }
     }
 }
+
+/// An OpenID Connect identity provider an account trusts (IAM's OpenIDConnectProvider).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OidcProvider {
+    /// The account's id.
+    pub account: String,
+    /// As given, scheme included (`https://issuer.example.com/realm`).
+    pub url: String,
+    /// The audiences (OAuth client ids) its tokens may name, in the order added.
+    pub client_ids: Vec<String>,
+    /// SHA-1 thumbprints, in hex, of the certificates its keys are served under.
+    pub thumbprints: Vec<String>,
+    pub created_ns: u64,
+}
+
+impl Record for OidcProvider {}
 
 /// An IAM group of an account: its users act with its policies besides their own.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -29,6 +29,7 @@ pub mod maintenance;
 pub mod managed;
 pub mod metrics;
 pub mod multipart;
+pub mod oidc;
 mod omap;
 pub mod policy;
 pub mod pools;

@@ -145,6 +145,15 @@ pub enum Action {
     AttachGroupPolicy,
     DetachGroupPolicy,
     ListAttachedGroupPolicies,
+    /// The IAM verbs on an account's OpenID Connect providers, on the provider's ARN
+    /// (`crate::oidc::arn`).
+    CreateOpenIDConnectProvider,
+    GetOpenIDConnectProvider,
+    ListOpenIDConnectProviders,
+    DeleteOpenIDConnectProvider,
+    AddClientIDToOpenIDConnectProvider,
+    RemoveClientIDFromOpenIDConnectProvider,
+    UpdateOpenIDConnectProviderThumbprint,
 }
 
 impl Action {
@@ -256,6 +265,15 @@ impl Action {
             AttachGroupPolicy => "iam:AttachGroupPolicy",
             DetachGroupPolicy => "iam:DetachGroupPolicy",
             ListAttachedGroupPolicies => "iam:ListAttachedGroupPolicies",
+            CreateOpenIDConnectProvider => "iam:CreateOpenIDConnectProvider",
+            GetOpenIDConnectProvider => "iam:GetOpenIDConnectProvider",
+            ListOpenIDConnectProviders => "iam:ListOpenIDConnectProviders",
+            DeleteOpenIDConnectProvider => "iam:DeleteOpenIDConnectProvider",
+            AddClientIDToOpenIDConnectProvider => "iam:AddClientIDToOpenIDConnectProvider",
+            RemoveClientIDFromOpenIDConnectProvider => {
+                "iam:RemoveClientIDFromOpenIDConnectProvider"
+            }
+            UpdateOpenIDConnectProviderThumbprint => "iam:UpdateOpenIDConnectProviderThumbprint",
         }
     }
 

@@ -2,8 +2,7 @@
 //! may take it on (STS's AssumeRole), and its own policies what its sessions may do. The
 //! sessions themselves are kept as users' are ([`crate::users::create_session`]).
 
-use bytes::Bytes;
-use client::{ObjectOp, Pool};
+use client::Pool;
 
 use crate::layout::{self, Role};
 use crate::omap::Pages;
@@ -145,20 +144,9 @@ pub async fn create(pool: &Pool, asked: NewRole<'_>) -> Result<Role, Error> {
     let id = format!("AROA{}", users::random_text(17, users::ACCESS_KEY_ALPHABET));
     let role = role(asked, id, layout::now_ns())?;
     let key = layout::role_key(&role.record());
-    let ops = vec![
-        ObjectOp::Create { exclusive: false },
-        ObjectOp::AssertOmap {
-            key: key.clone(),
-            value: None,
-        },
-        ObjectOp::OmapSet {
-            entries: vec![(key, layout::encode(&role))],
-        },
-    ];
-    match pool.operate(layout::USERS, ops, Bytes::new()).await {
-        Ok(_) => Ok(role),
-        Err(client::Error::Mismatch(_)) => Err(Error::Exists(format!("role {}", role.name))),
-        Err(e) => Err(e.into()),
+    match users::create_record(pool, key, layout::encode(&role)).await? {
+        true => Ok(role),
+        false => Err(Error::Exists(format!("role {}", role.name))),
     }
 }
 

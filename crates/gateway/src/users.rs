@@ -154,6 +154,30 @@ pub async fn get(pool: &Pool, name: &str) -> Result<Option<User>, Error> {
         .map(|(_, user)| user))
 }
 
+/// Writes `value` under `key` in the users' object unless a record is there already:
+/// false, and nothing written, when one is.
+pub(crate) async fn create_record(
+    pool: &Pool,
+    key: Vec<u8>,
+    value: Vec<u8>,
+) -> Result<bool, Error> {
+    let ops = vec![
+        ObjectOp::Create { exclusive: false },
+        ObjectOp::AssertOmap {
+            key: key.clone(),
+            value: None,
+        },
+        ObjectOp::OmapSet {
+            entries: vec![(key, value)],
+        },
+    ];
+    match pool.operate(layout::USERS, ops, Bytes::new()).await {
+        Ok(_) => Ok(true),
+        Err(client::Error::Mismatch(_)) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// The record under `key` in the users' object, if there is one, with its bytes as stored
 /// (which a compare-and-swap asserts).
 pub(crate) async fn read_record<R: Record>(

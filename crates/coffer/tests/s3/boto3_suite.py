@@ -4297,6 +4297,83 @@ class Suite:
             self.remove_account(root, account)
         ok("the account's groups, users and bucket removed, then the account")
 
+    def oidc_providers(self):
+        """An account's OpenID Connect providers: its root makes one per URL, reads it back,
+        lists them, adds and removes client ids, replaces thumbprints and removes it; a URL
+        taken, a URL that is not one, a thumbprint that is not one, another account's root,
+        a user without IAM policies and the operator's users (in no account, they list
+        none) are refused; an account that still trusts a provider is not removed."""
+        tag = self.bucket[-12:]
+        made = json.loads(self.coffer("account", "create", f"{tag}-o", "--json"))
+        root, account = self.iam(made["access_key"], made["secret_key"]), made["account"]
+        url, thumb = "https://id.example.com/realms/coffer", "3768084dfb3d2b68b7897bf5f565da8efEXAMPLE"
+        arn = f"arn:aws:iam::{account}:oidc-provider/id.example.com/realms/coffer"
+        try:
+            created = root.create_open_id_connect_provider(
+                Url=url, ClientIDList=["app-a", "app-b", "app-a"], ThumbprintList=[thumb])
+            expect("the new provider's ARN", created["OpenIDConnectProviderArn"], arn)
+            got = root.get_open_id_connect_provider(OpenIDConnectProviderArn=arn)
+            expect("get_open_id_connect_provider", (got["Url"], got["ClientIDList"], got["ThumbprintList"]),
+                   (url, ["app-a", "app-b"], [thumb]))
+            expect("list_open_id_connect_providers",
+                   [p["Arn"] for p in root.list_open_id_connect_providers()["OpenIDConnectProviderList"]], [arn])
+            root.add_client_id_to_open_id_connect_provider(OpenIDConnectProviderArn=arn, ClientID="app-c")
+            root.add_client_id_to_open_id_connect_provider(OpenIDConnectProviderArn=arn, ClientID="app-a")
+            root.remove_client_id_from_open_id_connect_provider(OpenIDConnectProviderArn=arn, ClientID="app-b")
+            other_thumb = "0123456789abcdef0123456789abcdef01234567"
+            root.update_open_id_connect_provider_thumbprint(OpenIDConnectProviderArn=arn,
+                                                            ThumbprintList=[other_thumb])
+            got = root.get_open_id_connect_provider(OpenIDConnectProviderArn=arn)
+            expect("client ids and thumbprints changed", (got["ClientIDList"], got["ThumbprintList"]),
+                   (["app-a", "app-c"], [other_thumb]))
+            ok("OpenID Connect providers: made, read back, listed, client ids added and removed, thumbprints"
+               " replaced")
+
+            expect_error("a provider at a URL taken", ["EntityAlreadyExists"],
+                         root.create_open_id_connect_provider, Url=url, ThumbprintList=[thumb])
+            expect_error("a provider at no URL", ["ValidationError"],
+                         root.create_open_id_connect_provider, Url="id.example.com", ThumbprintList=[thumb])
+            expect_error("a thumbprint that is no SHA-1", ["ValidationError"],
+                         root.create_open_id_connect_provider, Url="https://b.example.com",
+                         ThumbprintList=["0123456789abcdef0123456789abcdef0123456-"])
+            other = json.loads(self.coffer("account", "create", f"{tag}-o2", "--json"))
+            try:
+                other_root = self.iam(other["access_key"], other["secret_key"])
+                expect_error("another account's root names the provider", ["NoSuchEntity"],
+                             other_root.get_open_id_connect_provider, OpenIDConnectProviderArn=arn)
+                expect("another account's providers",
+                       other_root.list_open_id_connect_providers()["OpenIDConnectProviderList"], [])
+            finally:
+                self.coffer("account", "rm", other["account"])
+            root.create_user(UserName="Oscar")
+            key = root.create_access_key(UserName="Oscar")["AccessKey"]
+            try:
+                oscar = self.iam(key["AccessKeyId"], key["SecretAccessKey"])
+                expect_error("a user without IAM policies", ["AccessDenied"],
+                             oscar.delete_open_id_connect_provider, OpenIDConnectProviderArn=arn)
+            finally:
+                root.delete_access_key(UserName="Oscar", AccessKeyId=key["AccessKeyId"])
+                root.delete_user(UserName="Oscar")
+            operator_iam = self.iam(os.environ["S3_ACCESS"], os.environ["S3_SECRET"])
+            expect("an operator's user's providers",
+                   operator_iam.list_open_id_connect_providers()["OpenIDConnectProviderList"], [])
+            expect_error("the operator's user, in no account", ["ValidationError"],
+                         operator_iam.create_open_id_connect_provider, Url=url, ThumbprintList=[thumb])
+            self.coffer_refused("removing an account that trusts a provider", "OpenID Connect providers",
+                                "account", "rm", account)
+            ok("OpenID Connect providers: a URL taken, bad URLs and thumbprints, other accounts, users"
+               " without policies and the operator's users refused; an account trusting one stays")
+            root.delete_open_id_connect_provider(OpenIDConnectProviderArn=arn)
+            expect_error("get_open_id_connect_provider once removed", ["NoSuchEntity"],
+                         root.get_open_id_connect_provider, OpenIDConnectProviderArn=arn)
+            expect_error("delete_open_id_connect_provider once removed", ["NoSuchEntity"],
+                         root.delete_open_id_connect_provider, OpenIDConnectProviderArn=arn)
+        finally:
+            for provider in root.list_open_id_connect_providers()["OpenIDConnectProviderList"]:
+                root.delete_open_id_connect_provider(OpenIDConnectProviderArn=provider["Arn"])
+            self.coffer("account", "rm", account)
+        ok("OpenID Connect provider removed, then its account")
+
     def acls(self):
         """Canned ACLs and grants on buckets and objects share them with another user or
         with anyone; an object belongs to its writer; a public access block refuses or
@@ -5050,6 +5127,7 @@ def main():
         suite.accounts,
         suite.account_roles,
         suite.account_groups,
+        suite.oidc_providers,
         suite.acls,
         suite.cors,
         suite.post_object,

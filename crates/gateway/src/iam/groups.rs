@@ -10,7 +10,8 @@
 use client::Pool;
 
 use super::{
-    escape, iso_time, may, page, param, Answered, Caller, Holding, IamRefusal, Origin, Params,
+    escape, iso_time, may, outside_accounts, page, param, Answered, Caller, Holding, IamRefusal,
+    Origin, Params,
 };
 use crate::layout::Group;
 use crate::policy::Action;
@@ -48,10 +49,7 @@ pub(super) async fn act(
             // The operator's users are in no group: the list is what there is.
             return Ok(Answered::Groups("ListGroups", Vec::new(), None));
         }
-        return Err(IamRefusal::Invalid(format!(
-            "{verb} acts in an account: an account's root or user may use it (the operator \
-             makes accounts with `coffer account create`)"
-        )));
+        return Err(outside_accounts(verb));
     };
     match verb {
         "ListGroups" => {

@@ -26,7 +26,6 @@ pub(super) const VERBS: &[&str] = &[
     "UpdateAccessKey",
     "DeleteAccessKey",
     "ListAccessKeys",
-    "ListOpenIDConnectProviders",
     "GetAccountSummary",
 ];
 
@@ -39,12 +38,6 @@ pub(super) async fn act(
     from: Origin,
 ) -> Result<Answered, IamRefusal> {
     match verb {
-        "ListOpenIDConnectProviders" => {
-            return Ok(Answered::Empty(
-                "ListOpenIDConnectProviders",
-                "OpenIDConnectProviderList",
-            ))
-        }
         "GetUser" if !params.contains_key("UserName") => {
             let me = signer
                 .signing_user()

@@ -13,6 +13,7 @@
 
 mod groups;
 mod members;
+mod oidc;
 mod roles;
 
 use std::collections::BTreeMap;
@@ -269,6 +270,8 @@ enum Answered {
     Empty(&'static str, &'static str),
     /// GetAccountSummary's counts and limits, by IAM's names.
     Summary(Vec<(&'static str, usize)>),
+    /// A verb's result, its elements written by the verb's module.
+    Result(&'static str, String),
 }
 
 /// Whose policies a policy verb is about.
@@ -462,6 +465,10 @@ impl Answered {
                 ),
             ),
             Answered::Done(verb) => ((*verb).to_owned(), String::new()),
+            Answered::Result(verb, inner) => (
+                (*verb).to_owned(),
+                format!("<{verb}Result>{inner}</{verb}Result>"),
+            ),
             Answered::Nothing(verb) => ((*verb).to_owned(), format!("<{verb}Result/>")),
             Answered::Policy {
                 of,
@@ -718,6 +725,9 @@ async fn act(
     if roles::VERBS.contains(&verb) {
         return roles::act(pool, &signer, verb, &params, from).await;
     }
+    if oidc::VERBS.contains(&verb) {
+        return oidc::act(pool, &signer, verb, &params, from).await;
+    }
     let (verb, action) = match verb {
         "PutUserPolicy" => (Verb::Put, Action::PutUserPolicy),
         "GetUserPolicy" => (Verb::Get, Action::GetUserPolicy),
@@ -835,6 +845,14 @@ type Params = BTreeMap<String, String>;
 type Origin = Option<(bool, std::net::IpAddr)>;
 
 /// Parameter `name` of `params`, which the verb needs.
+/// The refusal of `verb`, which acts in an account, to a user in none (the operator's).
+fn outside_accounts(verb: &str) -> IamRefusal {
+    IamRefusal::Invalid(format!(
+        "{verb} acts in an account: an account's root or user may use it (the operator makes \
+         accounts with `coffer account create`)"
+    ))
+}
+
 fn param<'a>(params: &'a Params, name: &'static str) -> Result<&'a str, IamRefusal> {
     params
         .get(name)
