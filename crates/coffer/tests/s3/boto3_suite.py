@@ -3402,6 +3402,15 @@ class Suite:
                      anonymous.get_object, Bucket=bucket, Key="public/a", RequestPayer="requester")
         body = self.s3.get_object(Bucket=bucket, Key="public/a")["Body"].read()
         expect_body("owner: get_object without saying it pays", body, b"public/a")
+        # SigV4 presigning signs the payer's header, which the URL's user then sends.
+        signer = client(os.environ["S3_OTHER_ACCESS"], os.environ["S3_OTHER_SECRET"], signature_version="s3v4")
+        for pays in [False, True]:
+            params = {"Bucket": bucket, "Key": "public/a", **({"RequestPayer": "requester"} if pays else {})}
+            url = signer.generate_presigned_url("get_object", Params=params, ExpiresIn=300)
+            code, _, body = https_request("GET", url, headers={"x-amz-request-payer": "requester"} if pays else {})
+            expect(f"other user: a presigned GET, saying it pays: {pays}", code, 200 if pays else 403)
+        expect_error("other user: delete_objects without saying it pays, refused whole", ["AccessDenied"],
+                     other.delete_objects, Bucket=bucket, Delete={"Objects": [{"Key": "public/a"}]})
         expect_error("other user: put_bucket_request_payment", ["AccessDenied"],
                      other.put_bucket_request_payment, Bucket=bucket,
                      RequestPaymentConfiguration={"Payer": "BucketOwner"})
@@ -3411,8 +3420,8 @@ class Suite:
         self.s3.put_bucket_request_payment(Bucket=bucket, RequestPaymentConfiguration={"Payer": "BucketOwner"})
         body = other.get_object(Bucket=bucket, Key="public/a")["Body"].read()
         expect_body("other user: get_object once the owner pays again", body, b"public/a")
-        ok("request payment: once requesters pay, others must say they do and anonymous requests are"
-           " refused; the owner never needs to; only the owner sets it")
+        ok("request payment: once requesters pay, others must say they do (presigned URLs too) and"
+           " anonymous requests are refused; the owner never needs to; only the owner sets it")
 
         lockout = json.dumps({"Statement": [{
             "Effect": "Deny", "Principal": "*", "Action": ["s3:GetBucketPolicy", "s3:ListBucket"],

@@ -844,7 +844,6 @@ type Params = BTreeMap<String, String>;
 /// Where a request came from: over TLS or not, and from which address.
 type Origin = Option<(bool, std::net::IpAddr)>;
 
-/// Parameter `name` of `params`, which the verb needs.
 /// The refusal of `verb`, which acts in an account, to a user in none (the operator's).
 fn outside_accounts(verb: &str) -> IamRefusal {
     IamRefusal::Invalid(format!(
@@ -853,6 +852,7 @@ fn outside_accounts(verb: &str) -> IamRefusal {
     ))
 }
 
+/// Parameter `name` of `params`, which the verb needs.
 fn param<'a>(params: &'a Params, name: &'static str) -> Result<&'a str, IamRefusal> {
     params
         .get(name)

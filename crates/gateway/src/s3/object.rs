@@ -528,6 +528,8 @@ pub(super) async fn delete_objects(
     let principal = principal.as_deref();
     let name = req.input.bucket.clone();
     let bucket = gw.bucket(&name).await?;
+    // Refused whole, as S3 does, not key by key.
+    super::policy::refuse_unpaid(&req, principal, &bucket, &name)?;
     let objects = std::mem::take(&mut req.input.delete.objects);
     let input = &req.input;
     if objects.len() > DELETE_KEYS_MAX {

@@ -167,14 +167,7 @@ impl Gateway {
         if expected.is_some_and(|expected| expected.as_bytes() != owner.as_bytes()) {
             return Err(Refusal::UnexpectedOwner(name.into()).into());
         }
-        let pays = req
-            .headers
-            .get("x-amz-request-payer")
-            .is_some_and(|payer| payer.as_bytes().eq_ignore_ascii_case(b"requester"));
-        // As S3: anyone but the owner says it pays; no one anonymous may.
-        if bucket.requester_pays && principal != Some(owner) && (!pays || principal.is_none()) {
-            return Err(Refusal::RequesterPays(name.into()).into());
-        }
+        refuse_unpaid(req, principal, bucket, name)?;
         let signer = self.identity(req).await?;
         self.note_checked(req, name, bucket, judged(principal, signer.as_deref()));
         let denied = || Refusal::Denied {
@@ -473,6 +466,29 @@ pub(super) fn versioned<V>(version: &Option<V>, plain: Action, version_action: A
 }
 
 /// The value of query parameter `name` of `req`, decoded.
+/// S3's rule for a bucket whose requesters pay: anyone but its owner says it pays
+/// (`x-amz-request-payer: requester`, in the headers or a presigned URL's query); no one
+/// anonymous may.
+pub(super) fn refuse_unpaid<T>(
+    req: &S3Request<T>,
+    principal: Option<&str>,
+    bucket: &buckets::Bucket,
+    name: &str,
+) -> S3Result<()> {
+    if !bucket.requester_pays || principal == Some(bucket.info.owner.as_str()) {
+        return Ok(());
+    }
+    let pays = match req.headers.get("x-amz-request-payer") {
+        Some(payer) => payer.as_bytes().eq_ignore_ascii_case(b"requester"),
+        None => query(req, "x-amz-request-payer")
+            .is_some_and(|payer| payer.eq_ignore_ascii_case("requester")),
+    };
+    match pays && principal.is_some() {
+        true => Ok(()),
+        false => Err(Refusal::RequesterPays(name.into()).into()),
+    }
+}
+
 pub(super) fn query<T>(req: &S3Request<T>, name: &str) -> Option<String> {
     let query = req.uri.query()?;
     form_urlencoded::parse(query.as_bytes())
