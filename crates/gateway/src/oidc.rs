@@ -8,8 +8,7 @@
 //! provider's ARN (`arn:aws:iam::ACCOUNT:oidc-provider/NAME`): an account has one provider
 //! per URL.
 
-use bytes::Bytes;
-use client::{ObjectOp, Pool};
+use client::Pool;
 
 use crate::layout::{self, OidcProvider};
 use crate::omap::Pages;
@@ -174,40 +173,14 @@ pub async fn list(pool: &Pool, account: &str) -> Result<Vec<OidcProvider>, Error
 }
 
 /// Changes provider `judged` as `change` makes it, unless it was removed since it was read.
-pub async fn update(
+async fn update(
     pool: &Pool,
     judged: &OidcProvider,
     change: impl Fn(OidcProvider) -> Result<OidcProvider, Error>,
-) -> Result<OidcProvider, Error> {
+) -> Result<(), Error> {
     let key = layout::oidc_key(&judged.account, name(&judged.url));
     let what = format!("OpenID Connect provider {}", arn(judged));
-    for _ in 0..users::UPDATE_TRIES {
-        let Some((bytes, found)) = users::read_record::<OidcProvider>(pool, key.clone()).await?
-        else {
-            return Err(Error::NotFound(what));
-        };
-        let changed = change(found.clone())?;
-        debug_assert_eq!(
-            (&changed.account, &changed.url),
-            (&found.account, &found.url),
-            "a provider keeps its account and URL"
-        );
-        let ops = vec![
-            ObjectOp::AssertOmap {
-                key: key.clone(),
-                value: Some(bytes),
-            },
-            ObjectOp::OmapSet {
-                entries: vec![(key.clone(), layout::encode(&changed))],
-            },
-        ];
-        match pool.operate(layout::USERS, ops, Bytes::new()).await {
-            Ok(_) => return Ok(changed),
-            Err(client::Error::Mismatch(_)) => continue,
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Err(Error::Busy(format!("{what} is being changed by others")))
+    users::update_record(pool, key, &what, change, |_| Vec::new()).await
 }
 
 /// Adds client id `id` to provider `judged` (nothing if it has it), or takes it away.
@@ -216,7 +189,7 @@ pub async fn set_client_id(
     judged: &OidcProvider,
     id: &str,
     add: bool,
-) -> Result<OidcProvider, Error> {
+) -> Result<(), Error> {
     check_client_id(id)?;
     update(pool, judged, |mut provider| {
         let has = provider.client_ids.iter().any(|c| c == id);
@@ -241,7 +214,7 @@ pub async fn set_thumbprints(
     pool: &Pool,
     judged: &OidcProvider,
     thumbprints: Vec<String>,
-) -> Result<OidcProvider, Error> {
+) -> Result<(), Error> {
     let thumbprints = once_each(thumbprints);
     check_thumbprints(&thumbprints)?;
     update(pool, judged, |mut provider| {

@@ -54,10 +54,8 @@ pub(super) async fn select_object_content(
     if asked.scan_range.is_some() {
         return Err(Refusal::NotServed("S3 Select over a ScanRange").into());
     }
-    let (expression, input_format) = (
-        asked.expression.clone(),
-        input_of(&asked.input_serialization)?,
-    );
+    let expression = asked.expression.clone();
+    let input_format = input_of(&asked.input_serialization)?;
     let output_format = output_of(&asked.output_serialization)?;
     // Reading a query of 256 KiB with its aliases written out is work for the blocking pool.
     let query = tokio::task::spawn_blocking(move || {
