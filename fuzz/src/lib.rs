@@ -30,6 +30,7 @@ pub fn seeds() -> Vec<(&'static str, Vec<Vec<u8>>)> {
         ("frame_secure", messenger::fuzz::secure_seeds()),
         ("hello", messenger::fuzz::hello_seeds()),
         ("iam_sigv4", gateway::fuzz::iam_sigv4_seeds()),
+        ("web_identity", gateway::fuzz::web_identity_seeds()),
         ("kmip_answers", gateway::fuzz::kmip_seeds()),
         ("messages", messenger::fuzz::message_seeds()),
         ("nbd_negotiation", block::nbd::fuzz::negotiation_seeds()),

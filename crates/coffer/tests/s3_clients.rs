@@ -1,15 +1,16 @@
 //! The S3 gateway against the clients people use, each over TLS trusting only the gateway's
 //! CA, each as a user made with `coffer user create`: boto3 (the suite in
 //! tests/s3/boto3_suite.py: buckets, objects, metadata, ranges, copies, multipart uploads,
-//! server-side encryption, listings, presigned URLs, S3 Select, error codes, and a second user kept
-//! out), aws-cli and s3cmd (whole files up and down, in parts as each client cuts them by
+//! server-side encryption, listings, presigned URLs, S3 Select, web identities from a
+//! Keycloak started here, error codes, and a second user kept out), aws-cli and s3cmd (whole files up and down, in parts as each client cuts them by
 //! default, and encrypted by the server as each client asks for it), rclone (a tree synced
 //! with checksums, then again copying nothing) and restic (a tree backed up and restored).
 //! And the users themselves: one who owns a bucket cannot be removed, and once removed, its
 //! keys stop working.
 //!
 //! The clients come from `scripts/test` (`ensure_s3_tools` in scripts/setup.sh): s3cmd,
-//! rclone and restic from Debian, aws-cli and boto3 in the Python venv that COFFER_S3_VENV names. Without them these
+//! rclone and restic from Debian, aws-cli and boto3 in the Python venv that COFFER_S3_VENV names,
+//! Keycloak where COFFER_KEYCLOAK says (`ensure_keycloak`). Without them these
 //! tests fail and say so: a test that passes without running would prove nothing.
 
 mod common;
@@ -345,6 +346,7 @@ fn run_boto3_suite(
     user: &User,
     other: &User,
     kms_key: &str,
+    keycloak: &common::Keycloak,
 ) {
     let suite = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/s3/boto3_suite.py");
     // Files that do not exist: botocore then reads no configuration but what the suite gives.
@@ -365,6 +367,9 @@ fn run_boto3_suite(
         .env("S3_OTHER_ACCESS", &other.access_key)
         .env("S3_OTHER_SECRET", &other.secret_key)
         .env("S3_KMS_KEY", kms_key)
+        .env("S3_IDP_URL", &keycloak.url)
+        .env("S3_IDP_ADMIN_USER", "admin")
+        .env("S3_IDP_ADMIN_PASSWORD", &keycloak.admin_password)
         // For `coffer gw lifecycle run`.
         .env("COFFER_BIN", common::COFFER)
         .env("COFFER_CONF", &cluster.conf);
@@ -722,6 +727,9 @@ fn s3cmd_has_files_encrypted_by_the_server(s3cmd: &S3cmd, aws: &AwsCli, dir: &Pa
 fn boto3_aws_cli_s3cmd_rclone_and_restic_store_and_fetch_through_the_gateway() {
     let _serial = serial();
     let venv = s3_venv();
+    // Keycloak takes a while to start: it does so beside the cluster.
+    let idp = tempfile::tempdir().expect("tempdir");
+    let keycloak = common::Keycloak::start(idp.path());
     let cluster = LocalCluster::start(3, &[]);
     let gateway = Gateway::of(&cluster);
     let alice = create_user(&cluster, "alice");
@@ -733,7 +741,8 @@ fn boto3_aws_cli_s3cmd_rclone_and_restic_store_and_fetch_through_the_gateway() {
 
     cluster.ok(&["kms", "key", "create", KMS_KEY]);
 
-    run_boto3_suite(&cluster, &venv, &gateway, &alice, &bob, KMS_KEY);
+    keycloak.wait();
+    run_boto3_suite(&cluster, &venv, &gateway, &alice, &bob, KMS_KEY, &keycloak);
     let dir = tempfile::tempdir().expect("tempdir");
     aws_cli_moves_a_file_up_and_down(&aws, dir.path());
     aws_cli_has_files_encrypted_by_the_server(&aws, dir.path());

@@ -22,10 +22,10 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{serial, LocalCluster};
+use common::{serial, Daemon, LocalCluster};
 use gateway::layout;
 
 #[test]
@@ -305,36 +305,6 @@ impl Bao {
             .env("BAO_TOKEN", &self.token)
             .output()
             .expect("run bao")
-    }
-}
-
-/// A server a test started in a process group of its own, which is killed whole when it is
-/// dropped: PyKMIP's server forks a process of its own (multiprocessing's manager), which
-/// outlives a kill of the server alone.
-struct Daemon(Child);
-
-impl Daemon {
-    fn start(command: &mut Command, what: &str) -> Daemon {
-        use std::os::unix::process::CommandExt;
-        Daemon(
-            command
-                .process_group(0)
-                .spawn()
-                .unwrap_or_else(|e| panic!("start {what}: {e}")),
-        )
-    }
-
-    fn stop(&mut self) {
-        let group = i32::try_from(self.0.id()).expect("a pid");
-        // SAFETY: kill(2) on the process group this test made for its own server.
-        unsafe { libc::kill(-group, libc::SIGKILL) };
-        let _ = self.0.wait();
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        self.stop();
     }
 }
 

@@ -263,6 +263,45 @@ pub fn iam_sigv4_seeds() -> Vec<Vec<u8>> {
     vec![request(body), request(b"Action=DeleteUserPolicy")]
 }
 
+/// Reads `bytes` as STS's AssumeRoleWithWebIdentity reads a token and a provider's keys
+/// (`crate::web_identity`): its first line the token, its second the thumbprint the
+/// provider lists, the rest the provider's JWK set. Returns whether the token verified.
+pub fn web_identity(bytes: &[u8]) -> bool {
+    let mut lines = bytes.splitn(3, |&b| b == b'\n');
+    let (token, thumbprint) = (lines.next().unwrap_or(b""), lines.next().unwrap_or(b""));
+    let Ok(token) = std::str::from_utf8(token) else {
+        return false;
+    };
+    let Ok(token) = crate::web_identity::Token::read(token) else {
+        return false;
+    };
+    let keys = serde_json::from_slice(lines.next().unwrap_or(b"")).unwrap_or_default();
+    let thumbprint = String::from_utf8_lossy(thumbprint).into_owned();
+    token.verify(&keys, &[thumbprint]).is_ok()
+}
+
+/// Inputs for [`web_identity`]: a token signed as a provider signs one, with its key set
+/// and thumbprint, and the same with a claim changed after signing.
+pub fn web_identity_seeds() -> Vec<Vec<u8>> {
+    let claims = serde_json::json!({
+        "iss": "https://idp.test/realms/r", "sub": "ann", "aud": "coffer-app",
+        "exp": 1_800_000_000,
+    });
+    let (token, certificate) = crate::web_identity::es256_sample(&claims);
+    let keys = crate::web_identity::sample_keys(&certificate);
+    let thumbprint = crate::web_identity::thumbprint(&certificate);
+    let seed = |token: &str| format!("{token}\n{thumbprint}\n{keys}").into_bytes();
+    let (head, rest) = token.split_once('.').unwrap_or_default();
+    let (_, signature) = rest.split_once('.').unwrap_or_default();
+    let forged = serde_json::json!({"iss": "https://idp.test/realms/r", "sub": "root",
+                                    "exp": 1_800_000_000});
+    let forged = base64::Engine::encode(
+        &base64::engine::general_purpose::URL_SAFE_NO_PAD,
+        forged.to_string(),
+    );
+    vec![seed(&token), seed(&format!("{head}.{forged}.{signature}"))]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -293,6 +332,16 @@ mod tests {
         let seed = &iam_sigv4_seeds()[0];
         for cut in [0, 10, seed.len() - 1] {
             assert!(!iam_sigv4(&seed[..cut]), "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn a_token_verifies_under_its_key_and_a_changed_one_not() {
+        let seeds = web_identity_seeds();
+        let verified: Vec<bool> = seeds.iter().map(|seed| web_identity(seed)).collect();
+        assert_eq!(verified, vec![true, false]);
+        for cut in [0, 10, seeds[0].len() - 1] {
+            assert!(!web_identity(&seeds[0][..cut]), "cut at {cut}");
         }
     }
 

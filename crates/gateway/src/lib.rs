@@ -43,6 +43,7 @@ pub mod tls;
 pub mod users;
 pub mod vault;
 pub mod versions;
+pub mod web_identity;
 
 pub use pools::Pools;
 pub use s3::Gateway;

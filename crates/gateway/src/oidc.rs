@@ -6,7 +6,8 @@
 //! One record per provider in the users' object, under `oidc/ACCOUNT$NAME`
 //! ([`layout::oidc_key`]), where the name is the URL without its scheme, as in the
 //! provider's ARN (`arn:aws:iam::ACCOUNT:oidc-provider/NAME`): an account has one provider
-//! per URL.
+//! per URL. The operator's users' providers are kept under the empty account
+//! (`oidc/$NAME`, `arn:aws:iam:::oidc-provider/NAME`).
 
 use client::Pool;
 

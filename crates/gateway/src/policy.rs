@@ -108,6 +108,9 @@ pub enum Action {
     /// STS's session of a role, on the role's ARN: asked of the caller's own policies and
     /// of the role's trust policy.
     AssumeRole,
+    /// STS's session of a role for a web identity, on the role's ARN: asked of the
+    /// role's trust policy, for the provider (`Federated`).
+    AssumeRoleWithWebIdentity,
     /// The IAM verbs on an account's users and their keys, on the user's ARN
     /// (`crate::accounts::member_arn`).
     CreateUser,
@@ -234,6 +237,7 @@ impl Action {
             DeleteRolePolicy => "iam:DeleteRolePolicy",
             UpdateRole => "iam:UpdateRole",
             AssumeRole => "sts:AssumeRole",
+            AssumeRoleWithWebIdentity => "sts:AssumeRoleWithWebIdentity",
             CreateUser => "iam:CreateUser",
             GetUser => "iam:GetUser",
             UpdateUser => "iam:UpdateUser",

@@ -204,7 +204,10 @@ pub(crate) fn annotated(
             {
                 *request.uri_mut() = with_path(request.uri(), &path);
             }
-            if let (Some(pool), Some(service)) = (&pool, crate::iam::service(request.headers())) {
+            if let (Some(pool), Some(service)) = (
+                &pool,
+                crate::iam::service(request.method(), request.uri().path(), request.headers()),
+            ) {
                 slot.note(&format!("{service:?}").to_uppercase());
                 let mut response = crate::iam::answer(pool, service, request, &id).await;
                 let status = response.status();

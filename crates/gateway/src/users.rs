@@ -148,6 +148,48 @@ pub(crate) async fn insert(pool: &Pool, user: &User) -> Result<(), Error> {
     }
 }
 
+/// The user kept for web identity `subject` of provider `provider` (its name, the URL
+/// without the scheme), whose sessions of the operator's roles act as it: made, with no
+/// key, on first use. Named `oidc.` and 24 hex digits of the SHA-256 of both, so that any
+/// subject fits a user name and two identities do not meet in one. A user of that name
+/// the operator made by hand, with keys, is refused rather than taken for the identity.
+pub async fn federated(pool: &Pool, provider: &str, subject: &str) -> Result<User, Error> {
+    let digest = aws_lc_rs::digest::digest(
+        &aws_lc_rs::digest::SHA256,
+        format!("{provider}\n{subject}").as_bytes(),
+    );
+    let name = format!("oidc.{}", layout::hex(&digest.as_ref()[..12]));
+    let kept = |user: User| match user.keys.is_empty() {
+        true => Ok(user),
+        false => Err(Error::Conflict(format!(
+            "user {name} has access keys: it is not the one kept for web identity {subject} \
+             of {provider}"
+        ))),
+    };
+    if let Some(user) = get(pool, &name).await? {
+        return kept(user);
+    }
+    let user = User {
+        name: name.clone(),
+        keys: Vec::new(),
+        created_ns: layout::now_ns(),
+        policies: Vec::new(),
+        account: None,
+        attached: Vec::new(),
+        groups: Vec::new(),
+    };
+    match insert(pool, &user).await {
+        Ok(()) => Ok(user),
+        // Made by a request beside this one.
+        Err(Error::Exists(_)) => kept(
+            get(pool, &name)
+                .await?
+                .ok_or_else(|| Error::Busy(format!("user {name}")))?,
+        ),
+        Err(e) => Err(e),
+    }
+}
+
 pub async fn get(pool: &Pool, name: &str) -> Result<Option<User>, Error> {
     Ok(read_record(pool, layout::user_key(name))
         .await?

@@ -710,6 +710,131 @@ pub fn contains(haystack: &[u8], needle: &[u8]) -> bool {
         .any(|window| window == needle)
 }
 
+/// A server a test started in a process group of its own, which is killed whole when it is
+/// dropped: PyKMIP's server forks a process of its own (multiprocessing's manager), which
+/// outlives a kill of the server alone.
+pub struct Daemon(Child);
+
+impl Daemon {
+    pub fn start(command: &mut Command, what: &str) -> Daemon {
+        use std::os::unix::process::CommandExt;
+        Daemon(
+            command
+                .process_group(0)
+                .spawn()
+                .unwrap_or_else(|e| panic!("start {what}: {e}")),
+        )
+    }
+
+    pub fn stop(&mut self) {
+        let group = i32::try_from(self.0.id()).expect("a pid");
+        // SAFETY: kill(2) on the process group this test made for its own server.
+        unsafe { libc::kill(-group, libc::SIGKILL) };
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Keycloak, the OpenID Connect provider the web identity tests use, started in dev mode
+/// from the copy `ensure_keycloak` (scripts/setup.sh) unpacks, at COFFER_KEYCLOAK: with its
+/// database in the test's directory, on a loopback port, under `/auth` (as Ceph's s3-tests expect it), with a
+/// bootstrap admin whose password is made here.
+pub struct Keycloak {
+    server: Daemon,
+    /// Its base URL (`http://127.0.0.1:PORT/auth`).
+    pub url: String,
+    pub admin_password: String,
+    log: PathBuf,
+}
+
+impl Keycloak {
+    /// Starts one; [`Keycloak::wait`] waits for it to serve.
+    pub fn start(dir: &Path) -> Keycloak {
+        let home = std::env::var_os("COFFER_KEYCLOAK").unwrap_or_else(|| {
+            panic!(
+                "COFFER_KEYCLOAK is not set: run the tests through scripts/test (ensure_keycloak)"
+            )
+        });
+        let kc = PathBuf::from(home).join("bin/kc.sh");
+        std::fs::create_dir_all(dir).expect("keycloak dir");
+        let port = free_port();
+        let admin_password = format!("{:016x}", rand::random::<u64>());
+        let log = dir.join("keycloak.log");
+        let out = std::fs::File::create(&log).expect("keycloak log");
+        let server = Daemon::start(
+            Command::new(&kc)
+                // Its own database in `dir`: dev-mem's loses its tables once its pool
+                // has sat idle a while, as the suite's earlier steps let it.
+                .args(["start-dev", "--db=dev-file", "--http-relative-path=/auth"])
+                .arg(format!(
+                    "--db-url=jdbc:h2:file:{}/keycloakdb;NON_KEYWORDS=VALUE",
+                    dir.display()
+                ))
+                .arg("--http-host=127.0.0.1")
+                .arg(format!("--http-port={port}"))
+                .arg(format!("--http-management-port={}", free_port()))
+                .env("KC_BOOTSTRAP_ADMIN_USERNAME", "admin")
+                .env("KC_BOOTSTRAP_ADMIN_PASSWORD", &admin_password)
+                .stdout(out.try_clone().expect("log"))
+                .stderr(out),
+            &format!("{} (did ensure_keycloak unpack it?)", kc.display()),
+        );
+        Keycloak {
+            server,
+            url: format!("http://127.0.0.1:{port}/auth"),
+            admin_password,
+            log,
+        }
+    }
+
+    /// Waits until the master realm's discovery document is served.
+    pub fn wait(&self) {
+        use std::io::{Read, Write};
+        let address = self.url["http://".len()..]
+            .split('/')
+            .next()
+            .expect("host")
+            .to_owned();
+        let deadline = Instant::now() + Duration::from_secs(300);
+        loop {
+            let answer = std::net::TcpStream::connect(&address)
+                .ok()
+                .and_then(|mut stream| {
+                    let asked = format!(
+                        "GET /auth/realms/master/.well-known/openid-configuration HTTP/1.0\r\n\
+                     Host: {address}\r\n\r\n"
+                    );
+                    stream.write_all(asked.as_bytes()).ok()?;
+                    let mut answer = String::new();
+                    stream.read_to_string(&mut answer).ok()?;
+                    Some(answer)
+                });
+            if answer
+                .is_some_and(|a| a.starts_with("HTTP/1.1 200") || a.starts_with("HTTP/1.0 200"))
+            {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "Keycloak did not come up:\n{}",
+                std::fs::read_to_string(&self.log).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+}
+
+impl Drop for Keycloak {
+    fn drop(&mut self) {
+        self.server.stop();
+    }
+}
+
 /// The Python of the venv `scripts/test` makes for the S3 tests (COFFER_S3_VENV), with
 /// boto3 in it.
 pub fn s3_python() -> PathBuf {

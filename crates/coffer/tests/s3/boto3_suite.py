@@ -16,6 +16,9 @@ Run by crates/coffer/tests/s3_clients.rs with the Python of the venv that script
     S3_OTHER_ACCESS, S3_OTHER_SECRET  a second user's, who must not reach the first one's data
     S3_KMS_KEY                        a key of the cluster's KMS (`coffer kms key create NAME`)
                                       for SSE-KMS
+    S3_IDP_URL                        Keycloak's base URL (http://127.0.0.1:PORT/auth), for the
+    S3_IDP_ADMIN_USER,                web identity step; its bootstrap admin's name and
+    S3_IDP_ADMIN_PASSWORD             password (scripts/keycloak.py starts one)
     S3_STEPS                          the steps to run, by name, comma-separated (default:
                                       all), in the suite's order; later steps may need
                                       earlier ones (`buckets` makes the buckets)
@@ -57,6 +60,10 @@ from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
 from botocore.exceptions import ClientError, EventStreamError
 import urllib3
+
+# The boto3 suite's web identity step drives Keycloak through the repository's own helper.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../../../scripts"))
+import keycloak  # noqa: E402
 
 ENDPOINT = os.environ["S3_ENDPOINT"]
 CA = os.environ["S3_CA"]
@@ -4364,14 +4371,14 @@ class Suite:
                 root.delete_access_key(UserName="Oscar", AccessKeyId=key["AccessKeyId"])
                 root.delete_user(UserName="Oscar")
             operator_iam = self.iam(os.environ["S3_ACCESS"], os.environ["S3_SECRET"])
-            expect("an operator's user's providers",
-                   operator_iam.list_open_id_connect_providers()["OpenIDConnectProviderList"], [])
-            expect_error("the operator's user, in no account", ["ValidationError"],
+            expect_error("the operator's user without IAM policies lists", ["AccessDenied"],
+                         operator_iam.list_open_id_connect_providers)
+            expect_error("the operator's user without IAM policies makes one", ["AccessDenied"],
                          operator_iam.create_open_id_connect_provider, Url=url, ThumbprintList=[thumb])
             self.coffer_refused("removing an account that trusts a provider", "OpenID Connect providers",
                                 "account", "rm", account)
-            ok("OpenID Connect providers: a URL taken, bad URLs and thumbprints, other accounts, users"
-               " without policies and the operator's users refused; an account trusting one stays")
+            ok("OpenID Connect providers: a URL taken, bad URLs and thumbprints, other accounts and users"
+               " without policies refused; an account trusting one stays")
             root.delete_open_id_connect_provider(OpenIDConnectProviderArn=arn)
             expect_error("get_open_id_connect_provider once removed", ["NoSuchEntity"],
                          root.get_open_id_connect_provider, OpenIDConnectProviderArn=arn)
@@ -4382,6 +4389,192 @@ class Suite:
                 root.delete_open_id_connect_provider(OpenIDConnectProviderArn=provider["Arn"])
             self.coffer("account", "rm", account)
         ok("OpenID Connect provider removed, then its account")
+
+    def web_identity(self):
+        """STS's AssumeRoleWithWebIdentity with tokens from a real OpenID Connect provider
+        (Keycloak, started by the test): an operator's user and an account's root trust the
+        provider and make roles whose trust policies name it; unsigned requests with the
+        provider's tokens get sessions that act with the role's policies, as the operator's
+        user kept for the identity or as the account. Refused: a token altered after signing,
+        one for a client the provider does not list, a provider whose thumbprint is not the
+        signing certificate's, a trust condition on another subject, a role that does not
+        exist, a provider no one trusts, and a provider that cannot be reached."""
+        idp = keycloak.Keycloak(os.environ["S3_IDP_URL"], os.environ["S3_IDP_ADMIN_USER"],
+                                os.environ["S3_IDP_ADMIN_PASSWORD"])
+        tag = self.bucket[-12:]
+        realm, client_id, secret = f"coffer-{tag}", "coffer-app", secrets.token_hex(16)
+        issuer = idp.make_realm(realm, client_id, secret, "ann", token_seconds=3600)
+        name = issuer.split("://", 1)[1]
+        document = lambda *statements: json.dumps({"Version": "2012-10-17", "Statement": list(statements)})
+        me = self.s3.list_buckets()["Owner"]["ID"]
+        unsigned = boto3.client("sts", endpoint_url=ENDPOINT, region_name=REGION, verify=CA,
+                                config=Config(signature_version=botocore.UNSIGNED,
+                                              retries={"mode": "standard", "max_attempts": 1}))
+        claims = keycloak.claims
+        made_roles, made_account = [], None
+        try:
+            service, person = idp.tokens(realm, client_id, secret, "ann")
+            ann = claims(person)["sub"]
+            thumb = idp.thumbprint(realm)
+
+            admin = document({"Effect": "Allow", "Action": "iam:*", "Resource": "*"})
+            self.coffer("user", "policy", "put", me, "web-identity", "-", stdin=admin)
+            iam = self.iam(os.environ["S3_ACCESS"], os.environ["S3_SECRET"])
+            arn = iam.create_open_id_connect_provider(
+                Url=issuer, ClientIDList=[client_id], ThumbprintList=[thumb])["OpenIDConnectProviderArn"]
+            expect("the operator's provider's ARN", arn, f"arn:aws:iam:::oidc-provider/{name}")
+            trust = lambda condition: document({
+                "Effect": "Allow", "Principal": {"Federated": [arn]},
+                "Action": ["sts:AssumeRoleWithWebIdentity"], "Condition": {"StringEquals": condition}})
+            role_bucket = f"{self.bucket}-web"
+            reader, person_role = f"{self.bucket}-web-app", f"{self.bucket}-web-ann"
+            for role, condition in [(reader, {f"{name}:app_id": client_id}), (person_role, {f"{name}:sub": ann})]:
+                iam.create_role(RoleName=role, AssumeRolePolicyDocument=trust(condition))
+                made_roles.append(role)
+                iam.put_role_policy(RoleName=role, PolicyName="work", PolicyDocument=document(
+                    {"Effect": "Allow", "Action": "s3:*",
+                     "Resource": [f"arn:aws:s3:::{role_bucket}", f"arn:aws:s3:::{role_bucket}/*"]}))
+            role_arn = lambda role: f"arn:aws:iam:::role/{role}"
+
+            assumed = unsigned.assume_role_with_web_identity(
+                RoleArn=role_arn(reader), RoleSessionName="nightly", WebIdentityToken=service,
+                DurationSeconds=900)
+            expect("the session's subject, provider and audience",
+                   (assumed["SubjectFromWebIdentityToken"], assumed["Provider"], assumed["Audience"]),
+                   (claims(service)["sub"], issuer, client_id))
+            expect("the session's role", assumed["AssumedRoleUser"]["Arn"],
+                   f"arn:aws:sts:::assumed-role/{reader}/nightly")
+            credentials = assumed["Credentials"]
+            expect("get_caller_identity of a web identity's session",
+                   self.sts(credentials["AccessKeyId"], credentials["SecretAccessKey"],
+                            credentials["SessionToken"]).get_caller_identity()["Arn"],
+                   f"arn:aws:sts:::assumed-role/{reader}/nightly")
+            session = self.session_s3(credentials)
+            session.create_bucket(Bucket=role_bucket)
+            session.put_object(Bucket=role_bucket, Key="a", Body=b"from a web identity")
+            expect("the session reads back", session.get_object(Bucket=role_bucket, Key="a")["Body"].read(),
+                   b"from a web identity")
+            expect_error("the session outside its role's policy", ["AccessDenied"],
+                         session.list_objects_v2, Bucket=self.bucket)
+            ok("assume_role_with_web_identity: an unsigned request with a Keycloak token gets a session"
+               " of an operator's role, which acts with the role's policy")
+            person_session = unsigned.assume_role_with_web_identity(
+                RoleArn=role_arn(person_role), RoleSessionName="ann", WebIdentityToken=person)
+            expect("a person's token's subject", person_session["SubjectFromWebIdentityToken"], ann)
+            self.session_s3(person_session["Credentials"]).put_object(Bucket=role_bucket, Key="b", Body=b"b")
+            listed = session.list_objects_v2(Bucket=role_bucket, FetchOwner=True)["Contents"]
+            owners = [o["Owner"]["ID"] for o in listed]
+            expect("each identity's objects belong to a user kept for it",
+                   (len(set(owners)), all(o.startswith("oidc.") for o in owners)), (2, True))
+            users = self.coffer("user", "ls").split()
+            expect("the identities' users are the operator's", [o for o in owners if o in users], owners)
+            ok("a person's token (password grant) takes on a role whose trust names its subject; what"
+               " an identity makes belongs to a user kept for it")
+
+            header, payload, signature = service.split(".")
+            forged = json.dumps({**claims(service), "sub": ann}).encode()
+            altered = ".".join([header, base64.urlsafe_b64encode(forged).decode().rstrip("="), signature])
+            expect_error("a token altered after signing", ["InvalidIdentityToken"],
+                         unsigned.assume_role_with_web_identity, RoleArn=role_arn(person_role),
+                         RoleSessionName="forged", WebIdentityToken=altered)
+            expect_error("a trust condition on another subject", ["AccessDenied"],
+                         unsigned.assume_role_with_web_identity, RoleArn=role_arn(person_role),
+                         RoleSessionName="app", WebIdentityToken=service)
+            expect_error("a role that does not exist", ["AccessDenied"],
+                         unsigned.assume_role_with_web_identity, RoleArn=role_arn(f"{reader}-none"),
+                         RoleSessionName="none", WebIdentityToken=service)
+            expect_error("a role that does not exist, with a token altered", ["InvalidIdentityToken"],
+                         unsigned.assume_role_with_web_identity, RoleArn=role_arn(f"{reader}-none"),
+                         RoleSessionName="none", WebIdentityToken=altered)
+            expect_error("a token that is no JWT", ["InvalidIdentityToken"],
+                         unsigned.assume_role_with_web_identity, RoleArn=role_arn(reader),
+                         RoleSessionName="junk", WebIdentityToken="abcdef")
+            iam.update_open_id_connect_provider_thumbprint(OpenIDConnectProviderArn=arn,
+                                                          ThumbprintList=["0" * 40])
+            expect_error("a provider whose thumbprint is not the signing certificate's",
+                         ["InvalidIdentityToken"], unsigned.assume_role_with_web_identity,
+                         RoleArn=role_arn(reader), RoleSessionName="thumb", WebIdentityToken=service)
+            iam.update_open_id_connect_provider_thumbprint(OpenIDConnectProviderArn=arn, ThumbprintList=[thumb])
+            iam.add_client_id_to_open_id_connect_provider(OpenIDConnectProviderArn=arn, ClientID="other-app")
+            iam.remove_client_id_from_open_id_connect_provider(OpenIDConnectProviderArn=arn, ClientID=client_id)
+            expect_error("a token for a client the provider does not list", ["InvalidIdentityToken"],
+                         unsigned.assume_role_with_web_identity, RoleArn=role_arn(reader),
+                         RoleSessionName="client", WebIdentityToken=service)
+            iam.add_client_id_to_open_id_connect_provider(OpenIDConnectProviderArn=arn, ClientID=client_id)
+            ok("refused: a token altered after signing, a subject the trust does not name, a role that does"
+               " not exist (told only to a good token), a token that is no JWT, a thumbprint of no signing certificate, a client not"
+               " listed")
+
+            # A provider that cannot be reached: the token names an issuer at a closed port,
+            # which the operator's user trusts; no signature is looked at before the keys.
+            lost = "http://127.0.0.1:9/realms/lost"
+            lost_arn = iam.create_open_id_connect_provider(Url=lost, ThumbprintList=[thumb])["OpenIDConnectProviderArn"]
+            try:
+                unreachable = ".".join([header, base64.urlsafe_b64encode(json.dumps(
+                    {**claims(service), "iss": lost}).encode()).decode().rstrip("="), signature])
+                expect_error("a provider that cannot be reached", ["IDPCommunicationError"],
+                             unsigned.assume_role_with_web_identity, RoleArn=role_arn(reader),
+                             RoleSessionName="lost", WebIdentityToken=unreachable)
+            finally:
+                iam.delete_open_id_connect_provider(OpenIDConnectProviderArn=lost_arn)
+
+            # An account trusts the same provider: its role's sessions act as the account.
+            made_account = json.loads(self.coffer("account", "create", f"{tag}-w", "--json"))
+            root = self.iam(made_account["access_key"], made_account["secret_key"])
+            account = made_account["account"]
+            account_arn = f"arn:aws:iam::{account}:oidc-provider/{name}"
+            root.create_role(RoleName="Web", AssumeRolePolicyDocument=document({
+                "Effect": "Allow", "Principal": {"Federated": account_arn},
+                "Action": "sts:AssumeRoleWithWebIdentity",
+                "Condition": {"StringEquals": {f"{name}:aud": client_id}}}))
+            expect_error("a role of an account that trusts no provider", ["InvalidIdentityToken"],
+                         unsigned.assume_role_with_web_identity,
+                         RoleArn=f"arn:aws:iam::{account}:role/Web", RoleSessionName="none",
+                         WebIdentityToken=service)
+            made = root.create_open_id_connect_provider(
+                Url=issuer, ClientIDList=[client_id], ThumbprintList=[thumb])["OpenIDConnectProviderArn"]
+            expect("the account's provider's ARN", made, account_arn)
+            root.put_role_policy(RoleName="Web", PolicyName="all", PolicyDocument=document(
+                {"Effect": "Allow", "Action": "s3:*", "Resource": "*"}))
+            account_bucket = f"{self.bucket}-webacct"
+            in_account = self.session_s3(unsigned.assume_role_with_web_identity(
+                RoleArn=f"arn:aws:iam::{account}:role/Web", RoleSessionName="acct",
+                WebIdentityToken=service)["Credentials"])
+            in_account.create_bucket(Bucket=account_bucket)
+            root_s3 = client(made_account["access_key"], made_account["secret_key"])
+            expect("the account's root owns what the session made",
+                   [b["Name"] for b in root_s3.list_buckets()["Buckets"]], [account_bucket])
+            in_account.delete_bucket(Bucket=account_bucket)
+            root.delete_role_policy(RoleName="Web", PolicyName="all")
+            root.delete_role(RoleName="Web")
+            root.delete_open_id_connect_provider(OpenIDConnectProviderArn=account_arn)
+            ok("an account's role takes a web identity on for the account: what its session makes is"
+               " the account's")
+
+            iam.delete_open_id_connect_provider(OpenIDConnectProviderArn=arn)
+            expect_error("a token of a provider no longer trusted", ["InvalidIdentityToken"],
+                         unsigned.assume_role_with_web_identity, RoleArn=role_arn(reader),
+                         RoleSessionName="gone", WebIdentityToken=service)
+            session.delete_objects(Bucket=role_bucket, Delete={"Objects": [{"Key": "a"}, {"Key": "b"}]})
+            session.delete_bucket(Bucket=role_bucket)
+            ok("a provider removed is trusted no more")
+        finally:
+            # Each undoing on its own: one that fails must not hide what failed before it.
+            iam = self.iam(os.environ["S3_ACCESS"], os.environ["S3_SECRET"])
+            undo = [lambda: [iam.delete_open_id_connect_provider(OpenIDConnectProviderArn=p["Arn"])
+                             for p in iam.list_open_id_connect_providers()["OpenIDConnectProviderList"]]]
+            for role in made_roles:
+                undo.append(lambda role=role: iam.delete_role_policy(RoleName=role, PolicyName="work"))
+                undo.append(lambda role=role: iam.delete_role(RoleName=role))
+            undo.append(lambda: self.coffer("user", "policy", "rm", me, "web-identity"))
+            if made_account:
+                undo.append(lambda: self.coffer("account", "rm", made_account["account"]))
+            undo.append(lambda: idp.remove_realm(realm))
+            for step in undo:
+                try:
+                    step()
+                except Exception as e:  # noqa: BLE001 (reported, then the next one)
+                    print(f"web_identity: clean-up step failed: {e}", flush=True)
 
     def acls(self):
         """Canned ACLs and grants on buckets and objects share them with another user or
@@ -5137,6 +5330,7 @@ def main():
         suite.account_roles,
         suite.account_groups,
         suite.oidc_providers,
+        suite.web_identity,
         suite.acls,
         suite.cors,
         suite.post_object,

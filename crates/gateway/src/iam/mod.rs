@@ -3,7 +3,8 @@
 //! ListAttachedUserPolicies for managed policies), an account's users ([`members`]), groups
 //! ([`groups`]) and roles ([`roles`]), and STS's GetCallerIdentity, GetSessionToken and
 //! AssumeRole, as aws-cli, boto3 and the SDKs send them: a form-encoded POST to `/`, signed
-//! with SigV4 for the service `iam` or `sts`. s3s checks signatures for S3 alone, so this
+//! with SigV4 for the service `iam` or `sts`; and STS's AssumeRoleWithWebIdentity, which is
+//! posted unsigned (`roles::assume_with_web_identity`). s3s checks signatures for S3 alone, so this
 //! module checks these itself (`crate::sigv4`) and answers in IAM's and STS's XML, with
 //! their error codes chosen in [`IamRefusal`].
 //!
@@ -27,7 +28,7 @@ use crate::policy::{self, Action, Asked, Policy, Verdict};
 use crate::serve::{escape, Peer};
 use crate::sigv4::{Authorization, SigError, Signed};
 use crate::users::Holder;
-use crate::{users, Error};
+use crate::{users, web_identity, Error};
 
 /// The largest request body taken: a policy of 20 KiB, form-encoded, and the rest.
 const BODY_BYTES_MAX: usize = 128 * 1024;
@@ -51,12 +52,22 @@ impl Service {
     }
 }
 
-/// The service that `headers` carry a SigV4 signature for, if it is IAM or STS.
-pub(crate) fn service(headers: &HeaderMap) -> Option<Service> {
-    let authorization = headers
-        .get(hyper::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())?;
-    match Authorization::parse(authorization).ok()?.service {
+/// The service that `headers` carry a SigV4 signature for, if it is IAM or STS; STS for an
+/// unsigned form posted to `/` (AssumeRoleWithWebIdentity's).
+pub(crate) fn service(method: &hyper::Method, path: &str, headers: &HeaderMap) -> Option<Service> {
+    let Some(authorization) = headers.get(hyper::header::AUTHORIZATION) else {
+        // STS's AssumeRoleWithWebIdentity is sent unsigned: a form posted to `/`, which
+        // is no S3 request (S3's browser uploads post multipart forms to a bucket).
+        let form = headers
+            .get(hyper::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("application/x-www-form-urlencoded"));
+        return (*method == hyper::Method::POST && path == "/" && form).then_some(Service::Sts);
+    };
+    match Authorization::parse(authorization.to_str().ok()?)
+        .ok()?
+        .service
+    {
         "iam" => Some(Service::Iam),
         "sts" => Some(Service::Sts),
         _ => None,
@@ -83,6 +94,9 @@ enum IamRefusal {
         who: String,
         action: &'static str,
     },
+    /// A web identity token refused (STS's InvalidIdentityToken, ExpiredTokenException
+    /// or IDPCommunicationError).
+    WebIdentity(web_identity::Refusal),
     UnknownAction(String),
     Missing(&'static str),
     Invalid(String),
@@ -121,6 +135,16 @@ impl IamRefusal {
                 "AccessDenied",
                 format!("{who} is not allowed {action}"),
             ),
+            WebIdentity(refused) => {
+                let code = match refused {
+                    web_identity::Refusal::Invalid(_) | web_identity::Refusal::UnknownKey(_) => {
+                        "InvalidIdentityToken"
+                    }
+                    web_identity::Refusal::Expired(_) => "ExpiredTokenException",
+                    web_identity::Refusal::Unreachable(_) => "IDPCommunicationError",
+                };
+                (StatusCode::BAD_REQUEST, code, refused.to_string())
+            }
             UnknownAction(action) => (
                 StatusCode::BAD_REQUEST,
                 "InvalidAction",
@@ -149,6 +173,12 @@ impl IamRefusal {
                 why.clone(),
             ),
         }
+    }
+}
+
+impl From<web_identity::Refusal> for IamRefusal {
+    fn from(e: web_identity::Refusal) -> IamRefusal {
+        IamRefusal::WebIdentity(e)
     }
 }
 
@@ -266,8 +296,6 @@ enum Answered {
     Key(String, AccessKey),
     /// ListAccessKeys': the keys of the user named.
     Keys(String, Vec<AccessKey>),
-    /// A list verb's answer of nothing: the verb and its list's element.
-    Empty(&'static str, &'static str),
     /// GetAccountSummary's counts and limits, by IAM's names.
     Summary(Vec<(&'static str, usize)>),
     /// A verb's result, its elements written by the verb's module.
@@ -447,13 +475,6 @@ impl Answered {
                     ),
                 )
             }
-            Answered::Empty(verb, list) => (
-                (*verb).to_owned(),
-                format!(
-                    "<{verb}Result><{list}></{list}><IsTruncated>false</IsTruncated>\
-                     </{verb}Result>"
-                ),
-            ),
             Answered::Session {
                 access_key,
                 session,
@@ -683,7 +704,6 @@ async fn act(
     parts: &hyper::http::request::Parts,
     body: &[u8],
 ) -> Result<Answered, IamRefusal> {
-    let holder = signed_by(pool, parts, body, time::OffsetDateTime::now_utc()).await?;
     let mut params = Params::new();
     let query = parts.uri.query().unwrap_or("").as_bytes();
     for (name, value) in form_urlencoded::parse(query).chain(form_urlencoded::parse(body)) {
@@ -695,6 +715,10 @@ async fn act(
         .extensions
         .get::<Peer>()
         .map(|peer| (peer.secure, peer.address.ip()));
+    if service == Service::Sts && verb == "AssumeRoleWithWebIdentity" {
+        return roles::assume_with_web_identity(pool, &params, from).await;
+    }
+    let holder = signed_by(pool, parts, body, time::OffsetDateTime::now_utc()).await?;
     if service == Service::Sts {
         return sts(pool, &holder, verb, &params, from).await;
     }

@@ -6,13 +6,13 @@
 //! An account's root may use them on its account's providers; an account's user when its
 //! policies allow `iam:VERB` on the provider's ARN
 //! (`arn:aws:iam::ACCOUNT:oidc-provider/HOST/PATH`), judged before the answer says whether
-//! the provider exists. An ARN of another account's provider names none here.
+//! the provider exists. An ARN of another account's provider names none here. The
+//! operator's users, when their policies allow, keep providers of their own
+//! (`arn:aws:iam:::oidc-provider/HOST/PATH`), which the operator's roles trust.
 
 use client::Pool;
 
-use super::{
-    escape, iso_time, may, outside_accounts, param, Answered, Caller, IamRefusal, Origin, Params,
-};
+use super::{escape, iso_time, may, param, Answered, Caller, IamRefusal, Origin, Params};
 use crate::layout::OidcProvider;
 use crate::oidc;
 use crate::policy::Action;
@@ -36,16 +36,8 @@ pub(super) async fn act(
     params: &Params,
     from: Origin,
 ) -> Result<Answered, IamRefusal> {
-    let Some(account) = signer.account() else {
-        if verb == "ListOpenIDConnectProviders" {
-            // The operator's users are in no account, which trusts no provider.
-            return Ok(Answered::Empty(
-                "ListOpenIDConnectProviders",
-                "OpenIDConnectProviderList",
-            ));
-        }
-        return Err(outside_accounts(verb));
-    };
+    // The operator's users' providers are kept under no account, for their roles.
+    let account = signer.account().unwrap_or_default();
     match verb {
         "ListOpenIDConnectProviders" => {
             may(

@@ -16,6 +16,7 @@ use crate::layout::{Role, RoleTaken, Session};
 use crate::policy::{self, Action, Asked, Policy, Verdict};
 use crate::roles::{self, NewRole};
 use crate::users::{self, Holder};
+use crate::{oidc, web_identity};
 
 /// The IAM verbs served here.
 pub(super) const VERBS: &[&str] = &[
@@ -203,48 +204,11 @@ pub(super) async fn assume(
         return Err(denied("AssumeRole with a role's session (role chaining)"));
     }
     let arn = param(params, "RoleArn")?;
-    let session_name = param(params, "RoleSessionName")?;
-    check_session_name(session_name)?;
-    if params.keys().any(|k| k.starts_with("PolicyArns")) {
-        return Err(IamRefusal::Invalid(
-            "managed session policies (PolicyArns) are not served: give the policy itself \
-             (Policy)"
-                .into(),
-        ));
-    }
-    let bound = params
-        .get("Policy")
-        .map(|text| session_policy(text))
-        .transpose()?;
-    // The role an ARN names: of the account it gives, or of the operator's users when it
-    // gives none (or one that is no account's).
-    let named = arn
-        .strip_prefix("arn:aws:iam::")
-        .and_then(|rest| rest.split_once(":role/"));
-    let Some((role_account, path_name)) = named else {
-        return Err(IamRefusal::Invalid(format!(
-            "RoleArn {arn:?} names no role"
-        )));
-    };
-    let role_account = Some(role_account).filter(|a| crate::accounts::is_account_id(a));
-    let name = path_name.rsplit('/').next().unwrap_or(path_name);
-    // A role that does not exist is refused as one that does not trust the caller: the
-    // answer tells nothing of which roles exist. An account's root or user takes on
-    // accounts' roles alone.
-    let role = match (role_account, &user.account) {
-        (None, Some(_)) => None,
-        _ => roles::get(pool, role_account, name).await?,
-    }
-    .filter(|role| {
-        // An account's role's name in any case, as the account finds it.
-        let (path, given) = path_name.rsplit_once('/').unwrap_or(("", path_name));
-        let same = match role.account {
-            Some(_) => given.eq_ignore_ascii_case(&role.name),
-            None => given == role.name,
-        };
-        format!("/{path}/").replace("//", "/") == role.path && same
-    })
-    .ok_or_else(|| denied("sts:AssumeRole on that role"))?;
+    let (session_name, bound) = session_params(params)?;
+    // An account's root or user takes on accounts' roles alone.
+    let role = named_role(pool, arn, user.account.is_some())
+        .await?
+        .ok_or_else(|| denied("sts:AssumeRole on that role"))?;
     let resource = roles::arn(&role);
     let caller = Caller::read(pool, user.clone()).await?;
     if verdict(&caller, Action::AssumeRole, &resource, from)? == Verdict::Denied {
@@ -289,6 +253,176 @@ pub(super) async fn assume(
         session,
         role,
     })
+}
+
+/// STS's AssumeRoleWithWebIdentity, which no key signs: a session of the role `RoleArn`
+/// names for whom an OpenID Connect provider vouches in `WebIdentityToken`. The account
+/// the ARN gives (the operator's users' for their roles) must trust the provider that
+/// issued the token ([`crate::oidc`]); the token must be for it and verify under a key it
+/// publishes with a certificate the provider record lists ([`web_identity`]); the role must
+/// exist; and its trust
+/// policy must let the provider's identity in (`"Federated": PROVIDER-ARN`, with the
+/// token's claims as `NAME:sub`, `NAME:aud`, `NAME:app_id` and `NAME:azp`). The session
+/// acts as the account's root in an account, or as a user kept for the identity
+/// ([`users::federated`]) for the operator's roles: what it makes is theirs.
+pub(super) async fn assume_with_web_identity(
+    pool: &Pool,
+    params: &Params,
+    from: Origin,
+) -> Result<Answered, IamRefusal> {
+    let arn = param(params, "RoleArn")?;
+    let (session_name, bound) = session_params(params)?;
+    if params.contains_key("ProviderId") {
+        return Err(IamRefusal::Invalid(
+            "ProviderId names an OAuth 2.0 provider, which is not served: OpenID Connect \
+             tokens name their issuer"
+                .into(),
+        ));
+    }
+    let token = web_identity::Token::read(param(params, "WebIdentityToken")?)?;
+    let claims = &token.claims;
+    // The token is judged before the role is looked up: who cannot show a good token
+    // learns nothing of which roles exist.
+    let (role_account, _) = role_named(arn)?;
+    let name = oidc::name(&claims.iss);
+    let provider = oidc::get(pool, role_account.unwrap_or_default(), name)
+        .await?
+        .ok_or_else(|| {
+            web_identity::Refusal::Invalid(format!(
+                "no OpenID Connect provider for {} is trusted where the role is",
+                claims.iss
+            ))
+        })?;
+    let now = time::OffsetDateTime::now_utc();
+    let audience = token.check(&provider, now.unix_timestamp())?;
+    let keys = web_identity::keys(&provider.url, false).await?;
+    match token.verify(&keys, &provider.thumbprints) {
+        Err(web_identity::Refusal::UnknownKey(_)) => {
+            let keys = web_identity::keys(&provider.url, true).await?;
+            token.verify(&keys, &provider.thumbprints)?;
+        }
+        verified => verified?,
+    }
+    let denied = || IamRefusal::Denied {
+        who: format!("{} of {}", claims.sub, claims.iss),
+        action: "sts:AssumeRoleWithWebIdentity on that role",
+    };
+    let role = named_role(pool, arn, false).await?.ok_or_else(denied)?;
+    let principal = format!("Federated:{}", oidc::arn(&provider));
+    let mut context = policy::common_context(now, from, None);
+    // Not an anonymous request: the provider vouches for the caller.
+    context.remove("aws:principaltype");
+    context.insert("sts:rolesessionname".into(), vec![session_name.into()]);
+    let key = |claim: &str| format!("{name}:{claim}").to_ascii_lowercase();
+    context.insert(key("sub"), vec![claims.sub.clone()]);
+    context.insert(key("aud"), claims.aud.clone());
+    // Ceph's gateway's name for the audience.
+    context.insert(key("app_id"), claims.aud.clone());
+    if let Some(azp) = &claims.azp {
+        context.insert(key("azp"), vec![azp.clone()]);
+    }
+    let resource = roles::arn(&role);
+    let asked = Asked {
+        principal: Some(&principal),
+        action: Action::AssumeRoleWithWebIdentity,
+        resource: &resource,
+        context: &context,
+        account: None,
+        role: None,
+    };
+    if roles::trust_of(&role)?.judge(&asked) != Verdict::Allowed {
+        return Err(denied());
+    }
+    let seconds = users::session_seconds(seconds(params, "DurationSeconds")?, Some(&role))?;
+    let owner = match &role.account {
+        Some(account) => users::get(pool, account)
+            .await?
+            .ok_or_else(|| IamRefusal::NoSuchEntity(format!("account {account}")))?,
+        None => users::federated(pool, name, &claims.sub).await?,
+    };
+    let taken = RoleTaken {
+        name: role.record(),
+        id: role.id.clone(),
+        session_name: session_name.into(),
+        policy: bound,
+    };
+    let (access_key, session) =
+        users::create_session(pool, &owner, Some(taken), seconds, crate::layout::now_ns()).await?;
+    Ok(Answered::Result(
+        "AssumeRoleWithWebIdentity",
+        format!(
+            "{}<SubjectFromWebIdentityToken>{}</SubjectFromWebIdentityToken>{}\
+             <Provider>{}</Provider><Audience>{}</Audience>\
+             <PackedPolicySize>0</PackedPolicySize>",
+            super::credentials_xml(&access_key, &session),
+            escape(&claims.sub),
+            assumed_xml(&role, &session),
+            escape(&claims.iss),
+            escape(&audience)
+        ),
+    ))
+}
+
+/// The RoleSessionName and the session policy (`Policy`) that AssumeRole and
+/// AssumeRoleWithWebIdentity take; managed session policies are refused.
+fn session_params(params: &Params) -> Result<(&str, Option<String>), IamRefusal> {
+    let session_name = param(params, "RoleSessionName")?;
+    check_session_name(session_name)?;
+    if params.keys().any(|k| k.starts_with("PolicyArns")) {
+        return Err(IamRefusal::Invalid(
+            "managed session policies (PolicyArns) are not served: give the policy itself \
+             (Policy)"
+                .into(),
+        ));
+    }
+    let bound = params
+        .get("Policy")
+        .map(|text| session_policy(text))
+        .transpose()?;
+    Ok((session_name, bound))
+}
+
+/// The role `arn` names: of the account it gives, or of the operator's users when it gives
+/// none (or one that is no account's); none of the operator's when `accounts_only`. A
+/// role that does not exist is answered as one that does not trust the caller: the answer
+/// tells nothing of which roles exist.
+async fn named_role(
+    pool: &Pool,
+    arn: &str,
+    accounts_only: bool,
+) -> Result<Option<Role>, IamRefusal> {
+    let (role_account, path_name) = role_named(arn)?;
+    if role_account.is_none() && accounts_only {
+        return Ok(None);
+    }
+    let name = path_name.rsplit('/').next().unwrap_or(path_name);
+    let found = roles::get(pool, role_account, name).await?;
+    Ok(found.filter(|role| {
+        // An account's role's name in any case, as the account finds it.
+        let (path, given) = path_name.rsplit_once('/').unwrap_or(("", path_name));
+        let same = match role.account {
+            Some(_) => given.eq_ignore_ascii_case(&role.name),
+            None => given == role.name,
+        };
+        format!("/{path}/").replace("//", "/") == role.path && same
+    }))
+}
+
+/// The account a role's ARN gives (none for the operator's: no account's id) and the
+/// role's path and name.
+fn role_named(arn: &str) -> Result<(Option<&str>, &str), IamRefusal> {
+    let named = arn
+        .strip_prefix("arn:aws:iam::")
+        .and_then(|rest| rest.split_once(":role/"));
+    let Some((account, path_name)) = named else {
+        return Err(IamRefusal::Invalid(format!(
+            "RoleArn {arn:?} names no role"
+        )));
+    };
+    Ok((
+        Some(account).filter(|a| crate::accounts::is_account_id(a)),
+        path_name,
+    ))
 }
 
 /// AssumeRole's `Policy`, the session's own: IAM's grammar of a user's policy, in at most
