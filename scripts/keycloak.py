@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Keycloak as the OpenID Connect provider of Coffer's web identities: a realm with one
-confidential client and one user, their tokens, and the thumbprint of the realm's signing
-certificate, through Keycloak's REST API (standard library only).
+confidential client and its users, their tokens (with the session tags an administrator
+gave a user), and the thumbprint of the realm's signing certificate, through Keycloak's
+REST API (standard library only).
 
 As a module, it is what the boto3 suite's `web_identity` step uses against the Keycloak its
 test starts. As a script, it starts Keycloak for trying web identities by hand or for Ceph's
@@ -10,8 +11,10 @@ s3-tests (whose `[webidentity]` section it prints):
     python3 scripts/keycloak.py [--port 8080] [--realm coffer] [--host localhost]
 
 It installs Keycloak first if needed (`ensure_keycloak` in scripts/setup.sh), runs it in dev
-mode (its database in a new temporary directory) on 127.0.0.1:PORT under /auth until Ctrl-C,
-with tokens that live 8 hours.
+mode (its database in a new temporary directory) on 127.0.0.1:PORT under /auth (its
+management interface on PORT+1000) until Ctrl-C, with tokens that live 8 hours. The user's
+token carries the session tags s3-tests' tag tests expect (Department: Engineering and
+Marketing).
 """
 
 import argparse
@@ -30,6 +33,10 @@ import urllib.parse
 import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The user attribute that holds a user's session tags, and the claim it becomes in tokens
+# (AWS's name; Keycloak reads an unescaped dot as nesting).
+TAGS_ATTRIBUTE = "aws_session_tags"
+TAGS_CLAIM = "https://aws.amazon.com/tags"
 
 
 class Keycloak:
@@ -63,10 +70,11 @@ class Keycloak:
             text = answer.read()
         return json.loads(text) if text else None
 
-    def make_realm(self, realm, client_id, secret, user, token_seconds=300):
+    def make_realm(self, realm, client_id, secret, user, token_seconds=300, tags=None):
         """A realm with a confidential client `client_id` (client credentials and password
-        grants, its id in its tokens' audience) and a user `user`; both with `secret` as
-        their secret. Its issuer URL."""
+        grants, its id in its tokens' audience, users' session tags in their tokens) and a
+        user `user` with session tags `tags` (see `add_user`); both with `secret` as their
+        secret. Its issuer URL."""
         self.call("POST", "/admin/realms", {
             "realm": realm, "enabled": True, "accessTokenLifespan": token_seconds,
             "clients": [{
@@ -77,12 +85,31 @@ class Keycloak:
                     "name": "audience", "protocol": "openid-connect",
                     "protocolMapper": "oidc-audience-mapper",
                     "config": {"included.client.audience": client_id, "access.token.claim": "true",
-                               "id.token.claim": "true"}}]}],
-            "users": [{
-                "username": user, "enabled": True, "email": f"{user}@example.com", "emailVerified": True,
-                "firstName": user.capitalize(), "lastName": "Test",
-                "credentials": [{"type": "password", "value": secret, "temporary": False}]}]})
+                               "id.token.claim": "true"}}, {
+                    "name": "session tags", "protocol": "openid-connect",
+                    "protocolMapper": "oidc-usermodel-attribute-mapper",
+                    "config": {"user.attribute": TAGS_ATTRIBUTE,
+                               "claim.name": TAGS_CLAIM.replace(".", "\\."),
+                               "jsonType.label": "JSON", "access.token.claim": "true",
+                               "id.token.claim": "true"}}]}]})
+        # Attributes the user profile does not declare, such as the tags, are kept when an
+        # administrator sets them; users cannot set their own.
+        profile = self.call("GET", f"/admin/realms/{realm}/users/profile")
+        profile["unmanagedAttributePolicy"] = "ADMIN_EDIT"
+        self.call("PUT", f"/admin/realms/{realm}/users/profile", profile)
+        self.add_user(realm, user, secret, tags)
         return f"{self.base}/realms/{realm}"
+
+    def add_user(self, realm, user, secret, tags=None):
+        """A user `user` of `realm` with password `secret`, whose tokens carry the session
+        tags `tags` ({KEY: [VALUE, ...]}) if given."""
+        attributes = {}
+        if tags:
+            attributes[TAGS_ATTRIBUTE] = [json.dumps({"principal_tags": tags})]
+        self.call("POST", f"/admin/realms/{realm}/users", {
+            "username": user, "enabled": True, "email": f"{user}@example.com", "emailVerified": True,
+            "firstName": user.capitalize(), "lastName": "Test", "attributes": attributes,
+            "credentials": [{"type": "password", "value": secret, "temporary": False}]})
 
     def remove_realm(self, realm):
         self.call("DELETE", f"/admin/realms/{realm}")
@@ -127,7 +154,8 @@ def main():
     server = subprocess.Popen(
         [f"{home}/bin/kc.sh", "start-dev", "--db=dev-file",
          f"--db-url=jdbc:h2:file:{database}/keycloakdb;NON_KEYWORDS=VALUE", "--http-relative-path=/auth",
-         "--http-host=127.0.0.1", f"--http-port={args.port}"],
+         "--http-host=127.0.0.1", f"--http-port={args.port}",
+         f"--http-management-port={args.port + 1000}"],
         env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = f"http://{args.host}:{args.port}/auth"
     try:
@@ -141,7 +169,8 @@ def main():
                     raise SystemExit(f"Keycloak did not come up at {base}")
                 time.sleep(1)
         client_id, secret, user = "coffer-app", secrets.token_hex(16), "tester"
-        keycloak.make_realm(args.realm, client_id, secret, user, token_seconds=8 * 3600)
+        keycloak.make_realm(args.realm, client_id, secret, user, token_seconds=8 * 3600,
+                            tags={"Department": ["Engineering", "Marketing"]})
         service, person = keycloak.tokens(args.realm, client_id, secret, user)
         own = claims(service)
         print(f"Keycloak {base}, admin password {password}; realm {args.realm}, client {client_id},"

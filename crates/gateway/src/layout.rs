@@ -255,13 +255,14 @@ impl Record for User {
     }
 }
 impl Record for BucketInfo {}
-/// Format 2 added the role a session acts as.
+/// Format 2 added the role a session acts as; format 3 its session tags.
 impl Record for Session {
-    const FORMAT: u8 = 2;
+    const FORMAT: u8 = 3;
 
     fn earlier(format: u8, bytes: &[u8]) -> Result<Self, String> {
         match format {
             1 => Ok(read::<SessionV1>(bytes)?.into()),
+            2 => Ok(read::<SessionV2>(bytes)?.into()),
             _ => Err(format!("session format {format} is not known here")),
         }
     }
@@ -450,6 +451,47 @@ pub struct RoleTaken {
     pub session_name: String,
     /// The session's own policy (AssumeRole's `Policy`), which bounds the role's.
     pub policy: Option<String>,
+    /// The session's tags (AssumeRole's `Tags`, a web identity token's), in the order
+    /// given; a key may come with several values.
+    pub tags: Vec<(String, String)>,
+}
+
+/// A session as format 2 stored it: its role without tags.
+#[derive(Deserialize)]
+struct SessionV2 {
+    user: String,
+    user_created_ns: u64,
+    secret_key: String,
+    token: String,
+    expires_ns: u64,
+    role: Option<RoleTakenV2>,
+}
+
+#[derive(Deserialize)]
+struct RoleTakenV2 {
+    name: String,
+    id: String,
+    session_name: String,
+    policy: Option<String>,
+}
+
+impl From<SessionV2> for Session {
+    fn from(second: SessionV2) -> Session {
+        Session {
+            user: second.user,
+            user_created_ns: second.user_created_ns,
+            secret_key: second.secret_key,
+            token: second.token,
+            expires_ns: second.expires_ns,
+            role: second.role.map(|role| RoleTaken {
+                name: role.name,
+                id: role.id,
+                session_name: role.session_name,
+                policy: role.policy,
+                tags: Vec::new(),
+            }),
+        }
+    }
 }
 
 /// A session as format 1 stored it, before roles.
@@ -1195,6 +1237,10 @@ mod tests {
                 id: "AROA1".into(),
                 session_name: "n".into(),
                 policy: Some("{}".into()),
+                tags: vec![
+                    ("team".into(), "red".into()),
+                    ("team".into(), "blue".into()),
+                ],
             }),
         };
         assert!(!session.is_expired(999));
@@ -1213,6 +1259,21 @@ mod tests {
             (session.user.as_str(), session.expires_ns, session.role),
             ("ann", 9, None)
         );
+    }
+
+    #[test]
+    fn a_role_s_session_of_the_second_format_reads_without_tags() {
+        #[derive(Serialize)]
+        struct Taken<'a>(&'a str, &'a str, &'a str, Option<&'a str>);
+        #[derive(Serialize)]
+        struct Second<'a>(&'a str, u64, &'a str, &'a str, u64, Option<Taken<'a>>);
+        let taken = Taken("r", "AROA1", "n", None);
+        let mut bytes = vec![2];
+        let second = Second("ann", 3, "s", "t", 9, Some(taken));
+        bytes.extend(postcard::to_allocvec(&second).expect("encoded"));
+        let session: Session = decode(&bytes).expect("decoded");
+        let role = session.role.expect("a role");
+        assert_eq!((role.session_name.as_str(), role.tags), ("n", Vec::new()));
     }
 
     #[test]

@@ -16,6 +16,7 @@
 //! as a bucket policy's does, over the owner too; their allow opens other users' buckets, as
 //! in Ceph's gateway, whose users are one account's.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
@@ -111,6 +112,9 @@ pub enum Action {
     /// STS's session of a role for a web identity, on the role's ARN: asked of the
     /// role's trust policy, for the provider (`Federated`).
     AssumeRoleWithWebIdentity,
+    /// Passing session tags with AssumeRole or in a web identity token: asked of the
+    /// role's trust policy beside the session itself.
+    TagSession,
     /// The IAM verbs on an account's users and their keys, on the user's ARN
     /// (`crate::accounts::member_arn`).
     CreateUser,
@@ -238,6 +242,7 @@ impl Action {
             UpdateRole => "iam:UpdateRole",
             AssumeRole => "sts:AssumeRole",
             AssumeRoleWithWebIdentity => "sts:AssumeRoleWithWebIdentity",
+            TagSession => "sts:TagSession",
             CreateUser => "iam:CreateUser",
             GetUser => "iam:GetUser",
             UpdateUser => "iam:UpdateUser",
@@ -346,6 +351,25 @@ pub fn common_context(
         None => put("aws:PrincipalType", "Anonymous".into()),
     }
     context
+}
+
+/// Puts `tags` in `context` under `prefix` (`aws:PrincipalTag/` gives
+/// `aws:PrincipalTag/KEY`); a key may have several values.
+pub fn put_tags(context: &mut Context, prefix: &str, tags: &[(String, String)]) {
+    for (key, value) in tags {
+        let key = format!("{prefix}{key}").to_ascii_lowercase();
+        context.entry(key).or_default().push(value.clone());
+    }
+}
+
+/// Puts the keys of `tags`, each once, in `context` as `aws:TagKeys`.
+pub fn put_tag_keys(context: &mut Context, tags: &[(String, String)]) {
+    let mut keys: Vec<String> = tags.iter().map(|(key, _)| key.clone()).collect();
+    keys.sort();
+    keys.dedup();
+    if !keys.is_empty() {
+        context.insert("aws:tagkeys".into(), keys);
+    }
 }
 
 /// The resource of ListBuckets: `arn:aws:s3:::*` and `*` match it.
@@ -463,6 +487,9 @@ struct Statement {
     resources: Vec<String>,
     not_resource: bool,
     conditions: Vec<Condition>,
+    /// Whether its resources and condition values hold policy variables
+    /// (`${aws:username}`): those of a policy of Version 2012-10-17, as in IAM.
+    variables: bool,
 }
 
 /// A bucket policy: the document as it was given (it is answered back byte for byte) and
@@ -556,10 +583,12 @@ impl Policy {
         };
         let mut statements = Vec::new();
         let mut sids = std::collections::BTreeSet::new();
+        let mut variables = false;
         for (name, value) in &document {
             match name.as_str() {
                 "Version" => match value.as_str() {
-                    Some("2012-10-17" | "2008-10-17") => {}
+                    Some("2012-10-17") => variables = true,
+                    Some("2008-10-17") => {}
                     _ => return Err(format!("unknown policy Version {value}")),
                 },
                 "Id" => {}
@@ -582,6 +611,9 @@ impl Policy {
         }
         if statements.is_empty() {
             return Err("the policy has no Statement".into());
+        }
+        for statement in &mut statements {
+            statement.variables = variables;
         }
         Ok(Policy {
             text: text.into(),
@@ -790,16 +822,87 @@ impl Statement {
         };
         let action = asked.action.name().to_ascii_lowercase();
         let action = self.actions.iter().any(|a| glob(a, &action));
-        let resource = self.resources.iter().any(|r| glob(r, asked.resource));
+        let context = asked.context;
+        let resource = self.resources.iter().any(|r| {
+            self.read(r, context)
+                .iter()
+                .any(|r| glob(r, asked.resource))
+        });
         principal != self.not_principal
             && action != self.not_action
             && resource != self.not_resource
-            && self.conditions.iter().all(|c| c.holds(asked.context))
+            && self
+                .conditions
+                .iter()
+                .all(|c| c.holds(context, |v| self.read(v, context)))
+    }
+
+    /// What `text` (a resource or a condition's value) stands for in `context`: itself,
+    /// or the texts its policy variables give.
+    fn read<'a>(&self, text: &'a str, context: &Context) -> Vec<Cow<'a, str>> {
+        match self.variables && text.contains("${") {
+            true => expand(text, context).into_iter().map(Cow::Owned).collect(),
+            false => vec![Cow::Borrowed(text)],
+        }
     }
 }
 
+/// The most texts one resource or condition value may stand for once its variables are
+/// replaced by a request's values (several variables of several values multiply).
+const EXPANSIONS_MAX: usize = 64;
+
+/// `text` with each policy variable replaced by the request's value of its key, as IAM
+/// reads them: `${aws:username}`, `${aws:PrincipalTag/team, 'none'}` (a default for a key
+/// the request lacks), and `${*}`, `${?}`, `${$}` for those characters. A key of several
+/// values gives a text for each (Ceph's gateway's multi-valued session tags); a key the
+/// request lacks, with no default, gives none, so that the value matches nothing.
+fn expand(text: &str, context: &Context) -> Vec<String> {
+    let mut texts = vec![String::new()];
+    let mut rest = text;
+    while let Some(start) = rest.find("${") {
+        let Some(length) = rest[start + 2..].find('}') else {
+            break;
+        };
+        let inside = &rest[start + 2..start + 2 + length];
+        let (key, default) = match inside.split_once(',') {
+            Some((key, default)) => {
+                let default = default.trim();
+                let quoted = default
+                    .strip_prefix('\'')
+                    .and_then(|d| d.strip_suffix('\''));
+                (key.trim(), Some(quoted.unwrap_or(default)))
+            }
+            None => (inside.trim(), None),
+        };
+        let values: Vec<&str> = match key {
+            "*" | "?" | "$" => vec![key],
+            _ => match context.get(&key.to_ascii_lowercase()) {
+                Some(values) if !values.is_empty() => values.iter().map(String::as_str).collect(),
+                _ => default.into_iter().collect(),
+            },
+        };
+        let before = &rest[..start];
+        texts = texts
+            .iter()
+            .flat_map(|text| {
+                values
+                    .iter()
+                    .map(move |value| format!("{text}{before}{value}"))
+            })
+            .take(EXPANSIONS_MAX)
+            .collect();
+        rest = &rest[start + 2 + length + 1..];
+    }
+    for text in &mut texts {
+        text.push_str(rest);
+    }
+    texts
+}
+
 impl Condition {
-    fn holds(&self, context: &Context) -> bool {
+    /// Whether the condition holds of `context`, its values read with `read` (which
+    /// replaces policy variables).
+    fn holds<'v>(&'v self, context: &Context, read: impl Fn(&'v str) -> Vec<Cow<'v, str>>) -> bool {
         let given = context.get(&self.key).filter(|values| !values.is_empty());
         if self.operator == Operator::Null {
             let absent = given.is_none();
@@ -811,7 +914,8 @@ impl Condition {
         let Some(given) = given else {
             return self.if_exists || self.negated || self.quantifier == Quantifier::AllValues;
         };
-        let matches = |value: &String| self.values.iter().any(|want| self.compare(value, want));
+        let wants: Vec<Cow<str>> = self.values.iter().flat_map(|v| read(v)).collect();
+        let matches = |value: &String| wants.iter().any(|want| self.compare(value, want));
         match self.quantifier {
             Quantifier::AllValues if self.negated => given.iter().all(|v| !matches(v)),
             Quantifier::AllValues => given.iter().all(matches),
@@ -1028,6 +1132,7 @@ fn statement(value: &serde_json::Value, kind: Kind) -> Result<Statement, String>
         resources: resources.ok_or("a Statement has no Resource")?,
         not_resource,
         conditions,
+        variables: false,
     })
 }
 
@@ -1054,14 +1159,19 @@ fn principal(value: &serde_json::Value) -> Result<Principals, String> {
 
 /// The user an AWS principal names, as requests are judged: an account's root by the
 /// account's id (`arn:aws:iam::ID:root`, or the bare id), an operator's user by name
-/// (`arn:aws:iam:::user/NAME`, with any other account, or a bare name). Any other ARN (an
-/// account's user's, `arn:aws:iam::ID:user/PATH/NAME`, path and all) is kept whole.
+/// (`arn:aws:iam:::user/NAME`, with any other account, or a bare name). A role's session
+/// named as Ceph's gateway names it (`arn:aws:iam::ID:assumed-role/ROLE/SESSION`) is its
+/// STS ARN. Any other ARN (an account's user's, `arn:aws:iam::ID:user/PATH/NAME`, path and
+/// all) is kept whole.
 fn user_name(principal: &str) -> String {
     use crate::accounts::is_account_id;
     let Some(rest) = principal.strip_prefix("arn:aws:iam::") else {
         return principal.into();
     };
     match rest.split_once(':') {
+        Some((account, session)) if session.starts_with("assumed-role/") => {
+            format!("arn:aws:sts::{account}:{session}")
+        }
         Some((account, "root")) if is_account_id(account) => account.into(),
         Some((account, _)) if is_account_id(account) => principal.into(),
         Some((_, user)) => match user.strip_prefix("user/") {
@@ -1758,5 +1868,85 @@ mod tests {
             Verdict::Denied,
             "a NotPrincipal naming the role does not spare its sessions"
         );
+    }
+
+    #[test]
+    fn variables_stand_for_the_request_s_values_in_policies_of_2012() {
+        let statement = r#"{"Effect": "Allow", "Principal": "*", "Action": "s3:GetObject",
+            "Resource": "arn:aws:s3:::b/${aws:username}/*",
+            "Condition": {"StringEquals": {"s3:ExistingObjectTag/team":
+                ["${aws:PrincipalTag/team}", "${aws:PrincipalTag/lead, 'nobody'}"]}}}"#;
+        let newer = policy(statement);
+        let older = Policy::parse(&format!(
+            r#"{{"Version": "2008-10-17", "Statement": [{statement}]}}"#
+        ))
+        .expect("a policy");
+        let ask = |p: &Policy, resource: &str, tags: &[(&str, &str)]| {
+            let mut context = Context::new();
+            context.insert("aws:username".into(), vec!["ann".into()]);
+            for (key, value) in tags {
+                context
+                    .entry(key.to_string())
+                    .or_default()
+                    .push(value.to_string());
+            }
+            p.judge(&Asked {
+                principal: Some("ann"),
+                action: Action::GetObject,
+                resource,
+                context: &context,
+                account: None,
+                role: None,
+            })
+        };
+        let team = [
+            ("s3:existingobjecttag/team", "red"),
+            ("aws:principaltag/team", "blue"),
+            ("aws:principaltag/team", "red"),
+        ];
+        assert_eq!(ask(&newer, "arn:aws:s3:::b/ann/k", &team), Verdict::Allowed);
+        assert_eq!(
+            ask(&newer, "arn:aws:s3:::b/bob/k", &team),
+            Verdict::Silent,
+            "another user's folder"
+        );
+        let other = [
+            ("s3:existingobjecttag/team", "red"),
+            ("aws:principaltag/team", "blue"),
+        ];
+        assert_eq!(ask(&newer, "arn:aws:s3:::b/ann/k", &other), Verdict::Silent);
+        let defaulted = [("s3:existingobjecttag/team", "nobody")];
+        assert_eq!(
+            ask(&newer, "arn:aws:s3:::b/ann/k", &defaulted),
+            Verdict::Allowed,
+            "the default of a key the request lacks"
+        );
+        let untagged = [("s3:existingobjecttag/team", "")];
+        assert_eq!(
+            ask(&newer, "arn:aws:s3:::b/ann/k", &untagged),
+            Verdict::Silent
+        );
+        assert_eq!(
+            ask(&older, "arn:aws:s3:::b/ann/k", &team),
+            Verdict::Silent,
+            "a 2008 policy reads variables as text"
+        );
+        assert_eq!(
+            expand("a${*}b${?}c${$}d${unclosed", &Context::new()),
+            ["a*b?c$d${unclosed"]
+        );
+    }
+
+    #[test]
+    fn a_session_named_by_ceph_s_iam_arn_is_its_sts_arn() {
+        let p = policy(
+            r#"{"Effect": "Allow", "Action": "s3:GetObject", "Resource": "arn:aws:s3:::b/*",
+                "Principal": {"AWS": "arn:aws:iam:::assumed-role/reader/nightly"}}"#,
+        );
+        for (session, verdict) in [("nightly", Verdict::Allowed), ("other", Verdict::Silent)] {
+            let principal = format!("arn:aws:sts:::assumed-role/reader/{session}");
+            let asked = judge(&p, Some(&principal), Action::GetObject, "arn:aws:s3:::b/k");
+            assert_eq!(asked, verdict, "{session}");
+        }
     }
 }

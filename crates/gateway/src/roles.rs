@@ -117,14 +117,44 @@ pub fn session_arn(role: &Role, session: &str) -> String {
     )
 }
 
-fn check_tags(tags: &[(String, String)]) -> Result<(), Error> {
+/// Refuses a role's tags out of IAM's limits, or a key given twice.
+pub fn check_tags(tags: &[(String, String)]) -> Result<(), Error> {
+    check_each_tag(tags)?;
+    for (at, (key, _)) in tags.iter().enumerate() {
+        if tags[..at].iter().any(|(earlier, _)| earlier == key) {
+            return Err(Error::Invalid(format!("tag {key:?} is given twice")));
+        }
+    }
+    Ok(())
+}
+
+/// Refuses session tags (AssumeRole's `Tags`, a web identity token's) out of STS's
+/// limits: as a role's tags, with no key under AWS's own `aws:`, but a key may be given
+/// with several values (Ceph's gateway's multi-valued tags), each counting as a tag.
+/// AssumeRole's, given by a caller, are held to [`check_tags`] too.
+pub fn check_session_tags(tags: &[(String, String)]) -> Result<(), Error> {
+    check_each_tag(tags)?;
+    match tags
+        .iter()
+        .find(|(key, _)| key.get(..4).is_some_and(|p| p.eq_ignore_ascii_case("aws:")))
+    {
+        Some((key, _)) => Err(Error::Invalid(format!(
+            "tag {key:?}: keys under \"aws:\" are AWS's own"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Refuses more than IAM's number of tags, or a tag whose key or value is out of its
+/// limits.
+fn check_each_tag(tags: &[(String, String)]) -> Result<(), Error> {
     if tags.len() > TAGS_MAX {
         return Err(Error::Invalid(format!(
             "{} tags, more than {TAGS_MAX}",
             tags.len()
         )));
     }
-    for (at, (key, value)) in tags.iter().enumerate() {
+    for (key, value) in tags {
         let keyed = !key.is_empty() && key.chars().count() <= TAG_KEY_CHARS_MAX;
         if !keyed || value.chars().count() > TAG_VALUE_CHARS_MAX {
             return Err(Error::Invalid(format!(
@@ -132,11 +162,16 @@ fn check_tags(tags: &[(String, String)]) -> Result<(), Error> {
                  most {TAG_VALUE_CHARS_MAX}"
             )));
         }
-        if tags[..at].iter().any(|(earlier, _)| earlier == key) {
-            return Err(Error::Invalid(format!("tag {key:?} is given twice")));
-        }
     }
     Ok(())
+}
+
+/// The tags a `role`'s session's requests carry (`aws:PrincipalTag/KEY`): the
+/// `session`'s, and the role's own under the keys the session's do not give, as in AWS.
+pub fn principal_tags(role: &Role, session: &[(String, String)]) -> Vec<(String, String)> {
+    let given = |key: &str| session.iter().any(|(k, _)| k.eq_ignore_ascii_case(key));
+    let own = role.tags.iter().filter(|(key, _)| !given(key));
+    session.iter().chain(own).cloned().collect()
 }
 
 /// Creates the role `asked` describes, unless one of its name exists.

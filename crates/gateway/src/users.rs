@@ -886,6 +886,7 @@ mod tests {
             id: "AROA1".into(),
             session_name: "n".into(),
             policy: None,
+            tags: Vec::new(),
         });
         assert!(session_lives(&session, 99, &users, &roles));
         let remade = HashMap::from([("r".to_owned(), "AROA2".to_owned())]);

@@ -20,6 +20,8 @@ use serde_json::Value;
 
 use crate::layout::OidcProvider;
 
+/// The claim a provider passes session tags in, as AWS names it.
+pub const TAGS_CLAIM: &str = "https://aws.amazon.com/tags";
 /// STS's longest WebIdentityToken.
 pub const TOKEN_CHARS_MAX: usize = 20_000;
 /// How far a token's `nbf` may lie ahead of this gateway's clock.
@@ -73,6 +75,9 @@ pub struct Claims {
     pub exp: i64,
     /// `nbf`, in seconds since the epoch.
     pub nbf: Option<i64>,
+    /// The session tags the provider passes ([`TAGS_CLAIM`]), a key with several values
+    /// once per value.
+    pub tags: Vec<(String, String)>,
 }
 
 /// A signed token, read but not yet trusted.
@@ -145,6 +150,7 @@ impl Token {
                 .or_else(|| text_claim("clientId")),
             exp: number("exp").ok_or_else(|| invalid("the web identity token has no exp claim"))?,
             nbf: number("nbf"),
+            tags: session_tags(payload.get(TAGS_CLAIM))?,
         };
         let signed_len = text.len() - text.rsplit('.').next().map_or(0, str::len) - 1;
         Ok(Token {
@@ -250,6 +256,52 @@ impl Token {
         }
         Err(why.map_or_else(|| Refusal::UnknownKey(self.kid.clone()), Refusal::Invalid))
     }
+}
+
+/// The session tags of a token's tags claim: `{"principal_tags": {KEY: [VALUE, …]}}` as
+/// AWS reads it (a value may be one string), a list of such objects (as Keycloak sends a
+/// multivalued attribute), or either as a JSON text. Its `transitive_tag_keys` matter to
+/// role chaining alone, which is not served.
+fn session_tags(claim: Option<&Value>) -> Result<Vec<(String, String)>, Refusal> {
+    let malformed = || {
+        invalid(format!(
+            "the web identity token's {TAGS_CLAIM} claim is not {{\"principal_tags\": \
+             {{KEY: [VALUE, …]}}}}"
+        ))
+    };
+    let parsed;
+    let claim = match claim {
+        None => return Ok(Vec::new()),
+        Some(Value::String(text)) => {
+            parsed = serde_json::from_str::<Value>(text).map_err(|_| malformed())?;
+            &parsed
+        }
+        Some(claim) => claim,
+    };
+    let objects = match claim {
+        Value::Array(items) => items.iter().collect(),
+        one => vec![one],
+    };
+    let mut tags = Vec::new();
+    for object in objects {
+        let object = object.as_object().ok_or_else(malformed)?;
+        let Some(principal) = object.get("principal_tags") else {
+            continue;
+        };
+        for (key, values) in principal.as_object().ok_or_else(malformed)? {
+            let values = match values {
+                Value::Array(many) => many.iter().collect(),
+                one => vec![one],
+            };
+            for value in values {
+                let value = value.as_str().ok_or_else(malformed)?;
+                tags.push((key.clone(), value.to_owned()));
+            }
+        }
+    }
+    crate::roles::check_session_tags(&tags)
+        .map_err(|e| invalid(format!("the web identity token's session tags: {e}")))?;
+    Ok(tags)
 }
 
 /// The SHA-1 thumbprint of a DER certificate, in lower-case hex.
@@ -567,5 +619,56 @@ mod tests {
         ] {
             assert!(Token::read(&bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn session_tags_are_read_in_aws_s_shape_and_keycloak_s() {
+        let tags = |claim: Value| {
+            let claims = serde_json::json!({
+                "iss": "http://idp.test/realms/r", "sub": "ann", "exp": 2_000, TAGS_CLAIM: claim,
+            });
+            Token::read(&token("RS256", &claims, |_| vec![1])).map(|t| {
+                let mut tags = t.claims.tags;
+                tags.sort();
+                tags
+            })
+        };
+        let pair = |k: &str, v: &str| (k.to_owned(), v.to_owned());
+        let aws = serde_json::json!({
+            "principal_tags": {"team": ["red"], "site": "lyon"}, "transitive_tag_keys": ["team"],
+        });
+        assert_eq!(
+            tags(aws.clone()).expect("read"),
+            [pair("site", "lyon"), pair("team", "red")]
+        );
+        assert_eq!(
+            tags(Value::String(aws.to_string())).expect("read"),
+            [pair("site", "lyon"), pair("team", "red")],
+            "a JSON text"
+        );
+        let keycloak = serde_json::json!([{"principal_tags": {"Department": ["Eng", "Sales"]}}]);
+        assert_eq!(
+            tags(keycloak).expect("read"),
+            [pair("Department", "Eng"), pair("Department", "Sales")],
+            "a multivalued attribute, one tag per value"
+        );
+        for bad in [
+            serde_json::json!(7),
+            serde_json::json!({"principal_tags": ["team"]}),
+            serde_json::json!({"principal_tags": {"team": [1]}}),
+            serde_json::json!({"principal_tags": {"aws:team": "red"}}),
+            serde_json::json!({"principal_tags": {"team": "x".repeat(257)}}),
+            Value::String("{".into()),
+        ] {
+            assert!(
+                matches!(tags(bad.clone()), Err(Refusal::Invalid(_))),
+                "{bad} is refused"
+            );
+        }
+        let many: serde_json::Map<String, Value> = (0..51)
+            .map(|n| (format!("k{n}"), Value::from("v")))
+            .collect();
+        let refused = tags(serde_json::json!({"principal_tags": many})).expect_err("refused");
+        assert!(refused.to_string().contains("more than 50"), "{refused}");
     }
 }

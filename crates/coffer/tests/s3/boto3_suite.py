@@ -3696,6 +3696,35 @@ class Suite:
             ok("a session policy bounds the role's: what both allow, and no ACL on a write that"
                " it does not allow")
 
+            lane = [{"Key": "lane", "Value": "fast"}]
+            expect_error("assume_role with tags, which the trust policy does not let pass", ["AccessDenied"],
+                         their_sts.assume_role, RoleArn=arn, RoleSessionName="tagged", Tags=lane)
+            iam.update_assume_role_policy(RoleName=name, PolicyDocument=document(
+                {"Effect": "Allow", "Principal": {"AWS": [f"arn:aws:iam:::user/{other}"]},
+                 "Action": ["sts:AssumeRole", "sts:TagSession"]}))
+            expect_error("assume_role with a tag under aws:", ["ValidationError"], their_sts.assume_role,
+                         RoleArn=arn, RoleSessionName="tagged", Tags=[{"Key": "aws:lane", "Value": "x"}])
+            tagged = self.session_s3(their_sts.assume_role(
+                RoleArn=arn, RoleSessionName="tagged", Tags=lane)["Credentials"])
+            # Writes only under the session's own lane (a policy variable), and reads only
+            # with the role's own tag team=a, which its sessions carry too.
+            iam.put_role_policy(RoleName=name, PolicyName="lanes", PolicyDocument=document(
+                {"Effect": "Deny", "Action": "s3:PutObject",
+                 "NotResource": f"arn:aws:s3:::{role_bucket}/${{aws:PrincipalTag/lane}}/*"},
+                {"Effect": "Deny", "Action": "s3:GetObject",
+                 "Condition": {"StringNotEquals": {"aws:PrincipalTag/team": "a"}}, "Resource": "*"}))
+            tagged.put_object(Bucket=role_bucket, Key="fast/k", Body=b"fast")
+            expect_error("a write outside the session's tag's folder", ["AccessDenied"],
+                         tagged.put_object, Bucket=role_bucket, Key="slow/k", Body=b"slow")
+            expect_error("a write by a session without the tag", ["AccessDenied"],
+                         session.put_object, Bucket=role_bucket, Key="fast/k2", Body=b"fast")
+            expect_body("a read under the role's own tag",
+                        tagged.get_object(Bucket=role_bucket, Key="fast/k")["Body"].read(), b"fast")
+            iam.delete_role_policy(RoleName=name, PolicyName="lanes")
+            tagged.delete_object(Bucket=role_bucket, Key="fast/k")
+            ok("assume_role's session tags pass only where the trust policy allows sts:TagSession; the"
+               " session's and its role's tags are aws:PrincipalTag, which policy variables read")
+
             iam.put_role_policy(RoleName=name, PolicyName="no-reads", PolicyDocument=document(
                 {"Effect": "Deny", "Action": "s3:GetObject", "Resource": "*"}))
             expect_error("a read the role's second policy denies", ["AccessDenied"],
@@ -3717,7 +3746,7 @@ class Suite:
             ok("a deny on the role holds at once; a role with policies is not removed; a removed"
                " role's sessions end with it, and gw gc removes their records")
         finally:
-            for policy in ["no-reads", "work"]:
+            for policy in ["no-reads", "work", "lanes"]:
                 try:
                     iam.delete_role_policy(RoleName=name, PolicyName=policy)
                 except ClientError:
@@ -4504,6 +4533,40 @@ class Suite:
             ok("refused: a token altered after signing, a subject the trust does not name, a role that does"
                " not exist (told only to a good token), a token that is no JWT, a thumbprint of no signing certificate, a client not"
                " listed")
+
+            # Session tags: an administrator gave bob tags in Keycloak, which his tokens carry.
+            idp.add_user(realm, "bob", secret, tags={"team": ["red", "blue"]})
+            bob = idp.tokens(realm, client_id, secret, "bob")[1]
+            expect("bob's token's tags", claims(bob)[keycloak.TAGS_CLAIM],
+                   {"principal_tags": {"team": ["red", "blue"]}})
+            expect_error("a tagged token under a trust that does not let tags pass (sts:TagSession)",
+                         ["AccessDenied"], unsigned.assume_role_with_web_identity,
+                         RoleArn=role_arn(reader), RoleSessionName="bob", WebIdentityToken=bob)
+            team_role = f"{self.bucket}-web-team"
+            iam.create_role(RoleName=team_role, Tags=[{"Key": "site", "Value": "lyon"}],
+                            AssumeRolePolicyDocument=document({
+                                "Effect": "Allow", "Principal": {"Federated": [arn]},
+                                "Action": ["sts:AssumeRoleWithWebIdentity", "sts:TagSession"],
+                                "Condition": {"StringEquals": {"aws:RequestTag/team": "red",
+                                                               "iam:ResourceTag/site": "lyon"}}}))
+            made_roles.append(team_role)
+            iam.put_role_policy(RoleName=team_role, PolicyName="work", PolicyDocument=document(
+                {"Effect": "Allow", "Action": "s3:*",
+                 "Resource": f"arn:aws:s3:::{role_bucket}/${{aws:PrincipalTag/team}}/*",
+                 "Condition": {"StringEquals": {"aws:PrincipalTag/site": "lyon"}}}))
+            expect_error("an untagged token where the trust asks for a tag", ["AccessDenied"],
+                         unsigned.assume_role_with_web_identity, RoleArn=role_arn(team_role),
+                         RoleSessionName="app", WebIdentityToken=service)
+            team = self.session_s3(unsigned.assume_role_with_web_identity(
+                RoleArn=role_arn(team_role), RoleSessionName="bob", WebIdentityToken=bob)["Credentials"])
+            for folder in ["red", "blue"]:
+                team.put_object(Bucket=role_bucket, Key=f"{folder}/x", Body=folder.encode())
+            expect_error("a write outside the folders of bob's tags", ["AccessDenied"],
+                         team.put_object, Bucket=role_bucket, Key="green/x", Body=b"green")
+            session.delete_objects(Bucket=role_bucket, Delete={"Objects": [{"Key": "red/x"}, {"Key": "blue/x"}]})
+            ok("a token's session tags pass where the trust allows sts:TagSession and its conditions on"
+               " aws:RequestTag and iam:ResourceTag hold; the session's policy reads them as"
+               " aws:PrincipalTag, a tag of two values as two")
 
             # A provider that cannot be reached: the token names an issuer at a closed port,
             # which the operator's user trusts; no signature is looked at before the keys.

@@ -205,6 +205,9 @@ pub(super) async fn assume(
     }
     let arn = param(params, "RoleArn")?;
     let (session_name, bound) = session_params(params)?;
+    let tags = tags(params);
+    roles::check_tags(&tags)?;
+    roles::check_session_tags(&tags)?;
     // An account's root or user takes on accounts' roles alone.
     let role = named_role(pool, arn, user.account.is_some())
         .await?
@@ -221,6 +224,7 @@ pub(super) async fn assume(
     if let Some(external) = params.get("ExternalId") {
         context.insert("sts:externalid".into(), vec![external.clone()]);
     }
+    tag_context(&mut context, &role, &tags);
     // A trust policy names an account's root by the account, its user by its ARN.
     let principal = match &user.account {
         Some(member) if member.root => member.account.clone(),
@@ -235,8 +239,10 @@ pub(super) async fn assume(
         account: None,
         role: None,
     };
-    if trust.judge(&asked) != Verdict::Allowed {
-        return Err(denied("sts:AssumeRole on that role"));
+    if !trusted(&trust, asked, !tags.is_empty()) {
+        return Err(denied(
+            "sts:AssumeRole (and sts:TagSession, with tags) on that role",
+        ));
     }
     let seconds = users::session_seconds(seconds(params, "DurationSeconds")?, Some(&role))?;
     let taken = RoleTaken {
@@ -244,6 +250,7 @@ pub(super) async fn assume(
         id: role.id.clone(),
         session_name: session_name.into(),
         policy: bound,
+        tags,
     };
     let now = crate::layout::now_ns();
     let (access_key, session) =
@@ -305,7 +312,7 @@ pub(super) async fn assume_with_web_identity(
     }
     let denied = || IamRefusal::Denied {
         who: format!("{} of {}", claims.sub, claims.iss),
-        action: "sts:AssumeRoleWithWebIdentity on that role",
+        action: "sts:AssumeRoleWithWebIdentity (and sts:TagSession, with tags) on that role",
     };
     let role = named_role(pool, arn, false).await?.ok_or_else(denied)?;
     let principal = format!("Federated:{}", oidc::arn(&provider));
@@ -321,6 +328,7 @@ pub(super) async fn assume_with_web_identity(
     if let Some(azp) = &claims.azp {
         context.insert(key("azp"), vec![azp.clone()]);
     }
+    tag_context(&mut context, &role, &claims.tags);
     let resource = roles::arn(&role);
     let asked = Asked {
         principal: Some(&principal),
@@ -330,7 +338,7 @@ pub(super) async fn assume_with_web_identity(
         account: None,
         role: None,
     };
-    if roles::trust_of(&role)?.judge(&asked) != Verdict::Allowed {
+    if !trusted(&roles::trust_of(&role)?, asked, !claims.tags.is_empty()) {
         return Err(denied());
     }
     let seconds = users::session_seconds(seconds(params, "DurationSeconds")?, Some(&role))?;
@@ -338,13 +346,22 @@ pub(super) async fn assume_with_web_identity(
         Some(account) => users::get(pool, account)
             .await?
             .ok_or_else(|| IamRefusal::NoSuchEntity(format!("account {account}")))?,
-        None => users::federated(pool, name, &claims.sub).await?,
+        // A user of that name with keys is someone else's: the identity is refused (and
+        // the operator told why).
+        None => match users::federated(pool, name, &claims.sub).await {
+            Err(crate::Error::Conflict(why)) => {
+                tracing::warn!("web identity refused: {why}");
+                return Err(denied());
+            }
+            found => found?,
+        },
     };
     let taken = RoleTaken {
         name: role.record(),
         id: role.id.clone(),
         session_name: session_name.into(),
         policy: bound,
+        tags: claims.tags.clone(),
     };
     let (access_key, session) =
         users::create_session(pool, &owner, Some(taken), seconds, crate::layout::now_ns()).await?;
@@ -361,6 +378,25 @@ pub(super) async fn assume_with_web_identity(
             escape(&audience)
         ),
     ))
+}
+
+/// Whether a role's `trust` policy lets `asked` in and, for a session to carry tags, lets
+/// them be passed (`sts:TagSession`) too.
+fn trusted(trust: &Policy, asked: Asked, tagged: bool) -> bool {
+    let tag = Asked {
+        action: Action::TagSession,
+        ..asked
+    };
+    trust.judge(&asked) == Verdict::Allowed && (!tagged || trust.judge(&tag) == Verdict::Allowed)
+}
+
+/// Puts a session's `tags` in `context` as a trust policy reads them
+/// (`aws:RequestTag/KEY`, `aws:TagKeys`), beside the tags of the `role` asked for
+/// (`iam:ResourceTag/KEY`).
+fn tag_context(context: &mut policy::Context, role: &Role, tags: &[(String, String)]) {
+    policy::put_tags(context, "aws:RequestTag/", tags);
+    policy::put_tag_keys(context, tags);
+    policy::put_tags(context, "iam:ResourceTag/", &role.tags);
 }
 
 /// The RoleSessionName and the session policy (`Policy`) that AssumeRole and
@@ -558,6 +594,7 @@ mod tests {
                 id: "AROAX".into(),
                 session_name: "nightly".into(),
                 policy: None,
+                tags: Vec::new(),
             }),
         };
         assert_eq!(

@@ -276,12 +276,14 @@ impl Gateway {
                 id: format!("{}:{}", role.id, taken.session_name),
                 username: None,
                 role: Some(crate::roles::arn(role)),
+                tags: crate::roles::principal_tags(role, &taken.tags),
             }),
             (None, Some(member)) => Some(Bounded {
                 principal: crate::accounts::arn(&user),
                 id: member.id.clone(),
                 username: Some(member.name.clone()),
                 role: None,
+                tags: Vec::new(),
             }),
             (None, None) => None,
         };
@@ -555,6 +557,8 @@ pub(crate) struct Bounded {
     pub username: Option<String>,
     /// A role's session's role's ARN, which a bucket policy may name for all its sessions.
     pub role: Option<String>,
+    /// A role's session's tags ([`crate::roles::principal_tags`]): `aws:PrincipalTag/KEY`.
+    pub tags: Vec<(String, String)>,
 }
 
 impl Signer {

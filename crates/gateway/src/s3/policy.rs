@@ -50,15 +50,17 @@ impl Gateway {
         action: Action,
         resource: &str,
     ) -> S3Result<()> {
-        self.check_own(req, &[action], resource).await
+        self.check_own(req, &[action], resource, None).await
     }
 
-    /// [`Gateway::check_identity`] for each of `actions`, with the signer read once.
+    /// [`Gateway::check_identity`] for each of `actions`, with the signer read once; the
+    /// tags of `bucket`, if given, are the resource's (`s3:ResourceTag`).
     async fn check_own<T>(
         &self,
         req: &S3Request<T>,
         actions: &[Action],
         resource: &str,
+        bucket: Option<&str>,
     ) -> S3Result<()> {
         let Some(signer) = self.identity(req).await? else {
             return Ok(());
@@ -66,7 +68,12 @@ impl Gateway {
         if actions.is_empty() || (signer.policies.is_empty() && signer.bounded.is_none()) {
             return Ok(());
         }
-        let context = signed_context(req, &signer);
+        let mut context = signed_context(req, &signer);
+        let mut own = signer.policies.iter().chain(&signer.session_policy);
+        if let Some(name) = bucket.filter(|_| own.any(|p| p.reads("s3:resourcetag/"))) {
+            let tags = self.bucket_tags(name).await?;
+            policy::put_tags(&mut context, "s3:ResourceTag/", &tags);
+        }
         for &action in actions {
             let asked = Asked {
                 principal: Some(signer.principal()),
@@ -118,8 +125,19 @@ impl Gateway {
             .into_iter()
             .filter_map(|(set, action)| set.then_some(action))
             .collect();
-        self.check_own(req, &actions, &policy::resource(name, Some(key)))
+        self.check_own(
+            req,
+            &actions,
+            &policy::resource(name, Some(key)),
+            Some(name),
+        )
+        .await
+    }
+
+    async fn bucket_tags(&self, name: &str) -> S3Result<Vec<(String, String)>> {
+        buckets::tags(&self.pool, name)
             .await
+            .map_err(|e| in_bucket(e, name))
     }
 
     /// Bucket `name`, if `req` may do `action` on it (on its object `object`, if given).
@@ -186,19 +204,34 @@ impl Gateway {
             found => {
                 let mut context = context(req, principal, signer.as_deref());
                 let bound = signer.as_ref().and_then(|s| s.session_policy.as_ref());
-                let reads_tags = found
-                    .iter()
-                    .chain(identity)
-                    .chain(bound)
-                    .any(|p| p.reads("s3:existingobjecttag/"));
-                if let Some(key) = key.filter(|_| reads_tags) {
+                let reads = |prefix: &str| {
+                    found
+                        .iter()
+                        .chain(identity)
+                        .chain(bound)
+                        .any(|p| p.reads(prefix))
+                };
+                // s3:ResourceTag is Ceph's gateway's (S3 has none): the object's tags for
+                // what is done to an object, the bucket's for the bucket and for writing
+                // into it.
+                let resource_tags = reads("s3:resourcetag/");
+                let writes = matches!(action, Action::PutObject | Action::PutObjectTagging);
+                let object_tags = match key
+                    .filter(|_| reads("s3:existingobjecttag/") || (resource_tags && !writes))
+                {
                     // An object that is not there has no tags; the verb answers for it.
-                    if let Ok(entry) = self.object(name, key, version).await {
-                        for (tag, value) in entry.tags {
-                            let key = format!("s3:existingobjecttag/{}", tag.to_ascii_lowercase());
-                            context.entry(key).or_default().push(value);
-                        }
-                    }
+                    Some(key) => (self.object(name, key, version).await)
+                        .map(|entry| entry.tags)
+                        .unwrap_or_default(),
+                    None => Vec::new(),
+                };
+                policy::put_tags(&mut context, "s3:ExistingObjectTag/", &object_tags);
+                if resource_tags {
+                    let tags = match key.filter(|_| !writes) {
+                        Some(_) => object_tags,
+                        None => self.bucket_tags(name).await?,
+                    };
+                    policy::put_tags(&mut context, "s3:ResourceTag/", &tags);
                 }
                 let asked = Asked {
                     principal: judged(principal, signer.as_deref()),
@@ -516,6 +549,10 @@ fn signed_context<T>(req: &S3Request<T>, signer: &Signer) -> Context {
             None => "AssumedRole",
         };
         context.insert("aws:principaltype".into(), vec![kind.into()]);
+        // Its tags, and their keys as aws:TagKeys (as Ceph's gateway gives them to a
+        // role's permission policy).
+        policy::put_tags(&mut context, "aws:PrincipalTag/", &bounded.tags);
+        policy::put_tag_keys(&mut context, &bounded.tags);
     }
     context
 }
