@@ -100,37 +100,49 @@ ensure_s3_tools() {
 
 # Keycloak, the OpenID Connect provider of the web identity tests (crates/coffer/tests/
 # s3_clients.rs starts it in dev mode): its server distribution from Maven Central, checked
-# against the SHA-1 published beside it and unpacked at $COFFER_KEYCLOAK (default
-# /var/tmp/coffer-keycloak/keycloak-VERSION), and Debian's Java runtime if there is none.
-# Keycloak is what Ceph's s3-tests run their web identity tests against.
+# against the SHA-256 pinned here and unpacked at $COFFER_KEYCLOAK (default
+# /var/tmp/coffer-keycloak/keycloak-VERSION), and Debian's Java 17 runtime if there is no
+# Java of 17 or later. Keycloak is what Ceph's s3-tests run their web identity tests
+# against. Each step fails the function (it may be called in a && list, where set -e
+# does not hold).
 KEYCLOAK_VERSION=26.0.5
+KEYCLOAK_SHA256=f3290d506f895d9e474e04d8d108290f12ee04b51e044289295c79d696838974
 ensure_keycloak() {
     local home="${COFFER_KEYCLOAK:-/var/tmp/coffer-keycloak/keycloak-$KEYCLOAK_VERSION}"
-    if ! command -v java >/dev/null 2>&1; then
-        echo "coffer: installing a Java runtime for Keycloak" >&2
-        apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless >/dev/null
+    local java
+    java="$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n1)"
+    if [ "${java:-0}" -lt 17 ]; then
+        echo "coffer: installing a Java 17 runtime for Keycloak" >&2
+        apt-get update -qq || return 1
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless curl \
+            ca-certificates >/dev/null || return 1
     fi
     if [ -x "$home/bin/kc.sh" ]; then
-        return
+        return 0
     fi
-    local parent url want got unpack
+    local parent url got unpack
     parent="$(dirname "$home")"
     url="https://repo.maven.apache.org/maven2/org/keycloak/keycloak-quarkus-dist/$KEYCLOAK_VERSION/keycloak-quarkus-dist-$KEYCLOAK_VERSION.tar.gz"
     echo "coffer: fetching Keycloak $KEYCLOAK_VERSION for the tests" >&2
-    mkdir -p "$parent"
-    unpack="$(mktemp -d "$parent/.unpack.XXXXXX")"
-    curl -fsSL --retry 3 -o "$unpack/dist.tar.gz" "$url"
-    want="$(curl -fsSL --retry 3 "$url.sha1" | cut -d' ' -f1)"
-    got="$(sha1sum "$unpack/dist.tar.gz" | cut -d' ' -f1)"
-    if [ "$want" != "$got" ]; then
-        echo "coffer: Keycloak's download has SHA-1 $got, not $want as published" >&2
+    mkdir -p "$parent" || return 1
+    unpack="$(mktemp -d "$parent/.unpack.XXXXXX")" || return 1
+    if ! curl -fsSL --retry 3 -o "$unpack/dist.tar.gz" "$url"; then
+        echo "coffer: could not fetch $url" >&2
         rm -rf "$unpack"
-        exit 1
+        return 1
     fi
-    tar -xzf "$unpack/dist.tar.gz" -C "$unpack"
+    got="$(sha256sum "$unpack/dist.tar.gz" | cut -d' ' -f1)"
+    if [ "$got" != "$KEYCLOAK_SHA256" ]; then
+        echo "coffer: Keycloak's download has SHA-256 $got, not $KEYCLOAK_SHA256" >&2
+        rm -rf "$unpack"
+        return 1
+    fi
+    if ! tar -xzf "$unpack/dist.tar.gz" -C "$unpack"; then
+        rm -rf "$unpack"
+        return 1
+    fi
     rm -rf "$home"
-    mv "$unpack/keycloak-$KEYCLOAK_VERSION" "$home"
+    mv "$unpack/keycloak-$KEYCLOAK_VERSION" "$home" || return 1
     rm -rf "$unpack"
 }
 

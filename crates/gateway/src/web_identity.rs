@@ -212,6 +212,19 @@ impl Token {
             if self.kid.is_some() && kid != self.kid.as_deref() {
                 continue;
             }
+            // A key published for encryption, or for another algorithm, never verifies.
+            let usage = key.get("use").and_then(Value::as_str);
+            let alg = key.get("alg").and_then(Value::as_str);
+            if usage.is_some_and(|u| u != "sig") || alg.is_some_and(|a| a != self.alg) {
+                why = Some(format!(
+                    "the provider's key is for {}, not for {} signatures",
+                    usage
+                        .filter(|u| *u != "sig")
+                        .unwrap_or_else(|| alg.unwrap_or("")),
+                    self.alg
+                ));
+                continue;
+            }
             let Some(der) = key
                 .get("x5c")
                 .and_then(Value::as_array)
@@ -350,50 +363,93 @@ fn algorithm(alg: &str) -> Result<&'static dyn VerificationAlgorithm, Refusal> {
 
 /// What was last fetched of a provider's keys, and when.
 struct Fetched {
+    /// When `keys` were fetched.
     at: Instant,
+    /// When they were last asked for again: a failed refresh keeps good keys.
+    tried: Instant,
     keys: Result<Arc<Value>, String>,
+}
+
+impl Fetched {
+    /// Whether these serve without fetching again: good keys for [`KEYS_KEPT`] (unless
+    /// `refresh` asks again and the last try is [`REFETCH_AFTER`] old), a failure for
+    /// [`FAILURE_KEPT`].
+    fn fresh(&self, refresh: bool) -> bool {
+        match &self.keys {
+            Ok(_) => {
+                self.at.elapsed() < KEYS_KEPT && !(refresh && self.tried.elapsed() >= REFETCH_AFTER)
+            }
+            Err(_) => self.at.elapsed() < FAILURE_KEPT,
+        }
+    }
+}
+
+/// One provider's kept keys, and the lock its one fetch at a time holds.
+#[derive(Default)]
+struct Kept {
+    fetching: tokio::sync::Mutex<()>,
+    last: Mutex<Option<Fetched>>,
+}
+
+impl Kept {
+    /// The kept keys, if they serve (see [`Fetched::fresh`]).
+    fn fresh(&self, refresh: bool) -> Option<Result<Arc<Value>, String>> {
+        let last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        last.as_ref()
+            .filter(|fetched| fetched.fresh(refresh))
+            .map(|fetched| fetched.keys.clone())
+    }
 }
 
 /// The provider at `issuer`'s JWK set, as its discovery document
 /// (`ISSUER/.well-known/openid-configuration`) names it (`jwks_uri`). Kept for
-/// [`KEYS_KEPT`] once fetched, and a failure for [`FAILURE_KEPT`], so that unsigned
-/// requests cannot make the gateway fetch more than that; `refresh` asks for them again
-/// (a token naming a key the kept set lacks, after a rotation) once they are
-/// [`REFETCH_AFTER`] old. What went wrong is logged; the caller is told only that the keys
-/// could not be fetched.
+/// [`KEYS_KEPT`] once fetched, and a failure for [`FAILURE_KEPT`], and fetched by one
+/// request at a time (the others wait for its keys), so that unsigned requests cannot make
+/// the gateway fetch more than that; `refresh` asks for them again (a token naming a key
+/// the kept set lacks, after a rotation) once the last try is [`REFETCH_AFTER`] old, and a
+/// refresh that fails keeps the good keys. What went wrong is logged; the caller is told
+/// only that the keys could not be fetched.
 pub async fn keys(issuer: &str, refresh: bool) -> Result<Arc<Value>, Refusal> {
-    static KEPT: OnceLock<Mutex<HashMap<String, Fetched>>> = OnceLock::new();
-    let kept = KEPT.get_or_init(Mutex::default);
-    let unreachable = || {
+    static KEPT: OnceLock<Mutex<HashMap<String, Arc<Kept>>>> = OnceLock::new();
+    let kept = {
+        let mut all = KEPT
+            .get_or_init(Mutex::default)
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        all.entry(issuer.to_owned()).or_default().clone()
+    };
+    let unreachable = |_| {
         Refusal::Unreachable(format!(
             "the keys of the provider at {issuer} could not be fetched"
         ))
     };
-    let fresh = |fetched: &Fetched| {
-        let age = fetched.at.elapsed();
-        match &fetched.keys {
-            Ok(_) => age < KEYS_KEPT && !(refresh && age >= REFETCH_AFTER),
-            Err(_) => age < FAILURE_KEPT,
-        }
-    };
-    if let Some(fetched) = kept.lock().unwrap_or_else(|p| p.into_inner()).get(issuer) {
-        if fresh(fetched) {
-            return fetched.keys.clone().map_err(|_| unreachable());
-        }
+    if let Some(keys) = kept.fresh(refresh) {
+        return keys.map_err(unreachable);
+    }
+    let _fetching = kept.fetching.lock().await;
+    // Another request may have fetched them while this one waited.
+    if let Some(keys) = kept.fresh(refresh) {
+        return keys.map_err(unreachable);
     }
     let keys = fetch_keys(issuer).await.map(Arc::new);
     if let Err(why) = &keys {
         tracing::warn!(issuer, "web identity: {why}");
     }
-    let mut kept = kept.lock().unwrap_or_else(|p| p.into_inner());
-    kept.insert(
-        issuer.to_owned(),
-        Fetched {
-            at: Instant::now(),
-            keys: keys.clone(),
+    let now = Instant::now();
+    let mut last = kept.last.lock().unwrap_or_else(|p| p.into_inner());
+    let keys = match (keys, last.take()) {
+        (Err(_), Some(good)) if good.keys.is_ok() && good.at.elapsed() < KEYS_KEPT => {
+            Fetched { tried: now, ..good }
+        }
+        (keys, _) => Fetched {
+            at: now,
+            tried: now,
+            keys,
         },
-    );
-    keys.map_err(|_| unreachable())
+    };
+    let answer = keys.keys.clone();
+    *last = Some(keys);
+    answer.map_err(unreachable)
 }
 
 async fn fetch_keys(issuer: &str) -> Result<Value, String> {
@@ -562,6 +618,15 @@ mod tests {
             let bare = serde_json::json!({"keys": [{"kid": "k1", "kty": "RSA"}]});
             let refused = read.verify(&bare, &listed).expect_err("refused");
             assert!(refused.to_string().contains("x5c"), "{refused}");
+            // The key is for encryption, or for another algorithm.
+            let mut misused = keys(cert);
+            misused["keys"][1]["use"] = "enc".into();
+            let refused = read.verify(&misused, &listed).expect_err("refused");
+            assert!(refused.to_string().contains("is for enc"), "{refused}");
+            let mut misused = keys(cert);
+            misused["keys"][1]["alg"] = "PS512".into();
+            let refused = read.verify(&misused, &listed).expect_err("refused");
+            assert!(refused.to_string().contains("is for PS512"), "{refused}");
             // The key is not in the set (rotated since): the caller fetches the set again.
             let other_key = serde_json::json!({"keys": [{"kid": "k2", "x5c": ["AA"]}]});
             assert!(matches!(

@@ -805,6 +805,9 @@ impl Keycloak {
             let answer = std::net::TcpStream::connect(&address)
                 .ok()
                 .and_then(|mut stream| {
+                    stream
+                        .set_read_timeout(Some(Duration::from_secs(10)))
+                        .ok()?;
                     let asked = format!(
                         "GET /auth/realms/master/.well-known/openid-configuration HTTP/1.0\r\n\
                      Host: {address}\r\n\r\n"

@@ -61,7 +61,10 @@ pub(crate) fn service(method: &hyper::Method, path: &str, headers: &HeaderMap) -
         let form = headers
             .get(hyper::header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.starts_with("application/x-www-form-urlencoded"));
+            .is_some_and(|v| {
+                v.to_ascii_lowercase()
+                    .starts_with("application/x-www-form-urlencoded")
+            });
         return (*method == hyper::Method::POST && path == "/" && form).then_some(Service::Sts);
     };
     match Authorization::parse(authorization.to_str().ok()?)
