@@ -16,7 +16,6 @@
 //! as a bucket policy's does, over the owner too; their allow opens other users' buckets, as
 //! in Ceph's gateway, whose users are one account's.
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
@@ -826,7 +825,7 @@ impl Statement {
         let resource = self.resources.iter().any(|r| {
             self.read(r, context)
                 .iter()
-                .any(|r| glob(r, asked.resource))
+                .any(|r| glob_marked(r, asked.resource))
         });
         principal != self.not_principal
             && action != self.not_action
@@ -838,13 +837,22 @@ impl Statement {
     }
 
     /// What `text` (a resource or a condition's value) stands for in `context`: itself,
-    /// or the texts its policy variables give.
-    fn read<'a>(&self, text: &'a str, context: &Context) -> Vec<Cow<'a, str>> {
+    /// or the patterns its policy variables give.
+    fn read(&self, text: &str, context: &Context) -> Vec<Marked> {
         match self.variables && text.contains("${") {
-            true => expand(text, context).into_iter().map(Cow::Owned).collect(),
-            false => vec![Cow::Borrowed(text)],
+            true => expand(text, context),
+            false => vec![text.chars().map(|c| (c, true)).collect()],
         }
     }
+}
+
+/// A pattern whose characters are each either the policy's (where `*` and `?` are
+/// wildcards: `true`) or a variable's value (which matches only itself: `false`).
+type Marked = Vec<(char, bool)>;
+
+/// The text of a pattern, wildcards as characters.
+fn unmarked(pattern: &Marked) -> String {
+    pattern.iter().map(|&(c, _)| c).collect()
 }
 
 /// The most texts one resource or condition value may stand for once its variables are
@@ -853,11 +861,13 @@ const EXPANSIONS_MAX: usize = 64;
 
 /// `text` with each policy variable replaced by the request's value of its key, as IAM
 /// reads them: `${aws:username}`, `${aws:PrincipalTag/team, 'none'}` (a default for a key
-/// the request lacks), and `${*}`, `${?}`, `${$}` for those characters. A key of several
-/// values gives a text for each (Ceph's gateway's multi-valued session tags); a key the
-/// request lacks, with no default, gives none, so that the value matches nothing.
-fn expand(text: &str, context: &Context) -> Vec<String> {
-    let mut texts = vec![String::new()];
+/// the request lacks), and `${*}`, `${?}`, `${$}` for those characters. What a variable
+/// gives matches only itself, never as a wildcard. A key of several values gives a pattern
+/// for each (Ceph's gateway's multi-valued session tags); a key the request lacks, with no
+/// default, gives none, so that the value matches nothing.
+fn expand(text: &str, context: &Context) -> Vec<Marked> {
+    let policy = |text: &str| text.chars().map(|c| (c, true)).collect::<Marked>();
+    let mut texts = vec![Marked::new()];
     let mut rest = text;
     while let Some(start) = rest.find("${") {
         let Some(length) = rest[start + 2..].find('}') else {
@@ -881,20 +891,22 @@ fn expand(text: &str, context: &Context) -> Vec<String> {
                 _ => default.into_iter().collect(),
             },
         };
-        let before = &rest[..start];
+        let before = policy(&rest[..start]);
         texts = texts
             .iter()
             .flat_map(|text| {
-                values
-                    .iter()
-                    .map(move |value| format!("{text}{before}{value}"))
+                let before = &before;
+                values.iter().map(move |value| {
+                    let value = value.chars().map(|c| (c, false));
+                    text.iter().chain(before).copied().chain(value).collect()
+                })
             })
             .take(EXPANSIONS_MAX)
             .collect();
         rest = &rest[start + 2 + length + 1..];
     }
     for text in &mut texts {
-        text.push_str(rest);
+        text.extend(policy(rest));
     }
     texts
 }
@@ -902,7 +914,7 @@ fn expand(text: &str, context: &Context) -> Vec<String> {
 impl Condition {
     /// Whether the condition holds of `context`, its values read with `read` (which
     /// replaces policy variables).
-    fn holds<'v>(&'v self, context: &Context, read: impl Fn(&'v str) -> Vec<Cow<'v, str>>) -> bool {
+    fn holds<'v>(&'v self, context: &Context, read: impl Fn(&'v str) -> Vec<Marked>) -> bool {
         let given = context.get(&self.key).filter(|values| !values.is_empty());
         if self.operator == Operator::Null {
             let absent = given.is_none();
@@ -914,8 +926,15 @@ impl Condition {
         let Some(given) = given else {
             return self.if_exists || self.negated || self.quantifier == Quantifier::AllValues;
         };
-        let wants: Vec<Cow<str>> = self.values.iter().flat_map(|v| read(v)).collect();
-        let matches = |value: &String| wants.iter().any(|want| self.compare(value, want));
+        let wants: Vec<(String, Marked)> = (self.values.iter())
+            .flat_map(|v| read(v))
+            .map(|want| (unmarked(&want), want))
+            .collect();
+        let matches = |value: &String| {
+            wants
+                .iter()
+                .any(|(text, pattern)| self.compare(value, text, pattern))
+        };
         match self.quantifier {
             Quantifier::AllValues if self.negated => given.iter().all(|v| !matches(v)),
             Quantifier::AllValues => given.iter().all(matches),
@@ -923,9 +942,9 @@ impl Condition {
         }
     }
 
-    /// Whether the request's `value` matches the policy's `want` under the positive
-    /// operator.
-    fn compare(&self, value: &str, want: &str) -> bool {
+    /// Whether the request's `value` matches the policy's `want` (as a glob, `pattern`)
+    /// under the positive operator.
+    fn compare(&self, value: &str, want: &str, pattern: &Marked) -> bool {
         use std::cmp::Ordering::*;
         use Operator::*;
         let numbers = || Some((value.parse::<f64>().ok()?, want.parse::<f64>().ok()?));
@@ -946,7 +965,7 @@ impl Condition {
         match self.operator {
             StringEquals => value == want,
             StringEqualsIgnoreCase => value.eq_ignore_ascii_case(want),
-            StringLike | ArnLike => glob(want, value),
+            StringLike | ArnLike => glob_marked(pattern, value),
             Bool => value.eq_ignore_ascii_case(want),
             IpAddress => in_network(value, want),
             NumericEquals | DateEquals => order == Some(Equal),
@@ -997,18 +1016,22 @@ fn in_network(value: &str, network: &str) -> bool {
 /// Whether `text` matches `pattern`, where `*` stands for any run of characters and `?`
 /// for one.
 pub fn glob(pattern: &str, text: &str) -> bool {
-    let (pattern, text): (Vec<char>, Vec<char>) =
-        (pattern.chars().collect(), text.chars().collect());
+    glob_marked(&pattern.chars().map(|c| (c, true)).collect(), text)
+}
+
+/// [`glob`], where a `*` or `?` marked `false` matches only itself.
+fn glob_marked(pattern: &Marked, text: &str) -> bool {
+    let text: Vec<char> = text.chars().collect();
     let (mut p, mut t) = (0, 0);
     // The last `*` seen, and where in the text its run ends so far.
     let mut star: Option<(usize, usize)> = None;
     while t < text.len() {
         match pattern.get(p) {
-            Some('*') => {
+            Some(('*', true)) => {
                 star = Some((p, t));
                 p += 1;
             }
-            Some(&c) if c == '?' || c == text[t] => {
+            Some(&(c, wild)) if (wild && c == '?') || c == text[t] => {
                 p += 1;
                 t += 1;
             }
@@ -1022,7 +1045,7 @@ pub fn glob(pattern: &str, text: &str) -> bool {
             },
         }
     }
-    pattern[p..].iter().all(|&c| c == '*')
+    pattern[p..].iter().all(|&c| c == ('*', true))
 }
 
 /// One or several strings (numbers and booleans read as their text).
@@ -1931,10 +1954,20 @@ mod tests {
             Verdict::Silent,
             "a 2008 policy reads variables as text"
         );
-        assert_eq!(
-            expand("a${*}b${?}c${$}d${unclosed", &Context::new()),
-            ["a*b?c$d${unclosed"]
+        let expanded = expand("a${*}b${?}c${$}d${unclosed", &Context::new());
+        let texts: Vec<String> = expanded.iter().map(unmarked).collect();
+        assert_eq!(texts, ["a*b?c$d${unclosed"]);
+        assert!(glob_marked(&expanded[0], "a*b?c$d${unclosed"));
+        assert!(
+            !glob_marked(&expanded[0], "axbyc$d${unclosed"),
+            "the variable for a star is a star alone"
         );
+        // A value brings no wildcard in: a tag "*" names the folder "*" alone.
+        let mut starred = Context::new();
+        starred.insert("aws:principaltag/team".into(), vec!["*".into()]);
+        let folder = &expand("b/${aws:PrincipalTag/team}/*", &starred)[0];
+        assert!(glob_marked(folder, "b/*/k"));
+        assert!(!glob_marked(folder, "b/red/k"));
     }
 
     #[test]

@@ -129,20 +129,30 @@ pub fn check_tags(tags: &[(String, String)]) -> Result<(), Error> {
 }
 
 /// Refuses session tags (AssumeRole's `Tags`, a web identity token's) out of STS's
-/// limits: as a role's tags, with no key under AWS's own `aws:`, but a key may be given
-/// with several values (Ceph's gateway's multi-valued tags), each counting as a tag.
-/// AssumeRole's, given by a caller, are held to [`check_tags`] too.
+/// limits: as a role's tags, with no key under AWS's own `aws:` and only STS's characters
+/// (letters, digits, spaces and `_.:/=+-@`: a tag's value, read into a policy by a
+/// variable, cannot bring a wildcard in), but a key may be given with several values
+/// (Ceph's gateway's multi-valued tags), each counting as a tag. AssumeRole's, given by a
+/// caller, are held to [`check_tags`] too.
 pub fn check_session_tags(tags: &[(String, String)]) -> Result<(), Error> {
     check_each_tag(tags)?;
-    match tags
-        .iter()
-        .find(|(key, _)| key.get(..4).is_some_and(|p| p.eq_ignore_ascii_case("aws:")))
-    {
-        Some((key, _)) => Err(Error::Invalid(format!(
-            "tag {key:?}: keys under \"aws:\" are AWS's own"
-        ))),
-        None => Ok(()),
+    let allowed = |text: &str| {
+        text.chars()
+            .all(|c| c.is_alphanumeric() || c.is_whitespace() || "_.:/=+-@".contains(c))
+    };
+    for (key, value) in tags {
+        if key.get(..4).is_some_and(|p| p.eq_ignore_ascii_case("aws:")) {
+            return Err(Error::Invalid(format!(
+                "tag {key:?}: keys under \"aws:\" are AWS's own"
+            )));
+        }
+        if !allowed(key) || !allowed(value) {
+            return Err(Error::Invalid(format!(
+                "tag {key:?}: keys and values of letters, digits, spaces and _.:/=+-@ only"
+            )));
+        }
     }
+    Ok(())
 }
 
 /// Refuses more than IAM's number of tags, or a tag whose key or value is out of its

@@ -723,6 +723,7 @@ mod tests {
             serde_json::json!({"principal_tags": {"team": [1]}}),
             serde_json::json!({"principal_tags": {"aws:team": "red"}}),
             serde_json::json!({"principal_tags": {"team": "x".repeat(257)}}),
+            serde_json::json!({"principal_tags": {"team": "*"}}),
             Value::String("{".into()),
         ] {
             assert!(
