@@ -24,6 +24,7 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -137,6 +138,10 @@ def claims(token):
     return json.loads(base64.urlsafe_b64decode(token.split(".")[1] + "=="))
 
 
+def interrupted(_signal, _frame):
+    raise KeyboardInterrupt
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--port", type=int, default=8080)
@@ -151,6 +156,8 @@ def main():
                    "KC_BOOTSTRAP_ADMIN_PASSWORD": password}
     # Its own database (dev-mem's loses its tables once its pool sits idle a while).
     database = tempfile.mkdtemp(prefix="coffer-keycloak-")
+    # Stopped by a signal as by Ctrl-C: Keycloak goes with it, and its database.
+    signal.signal(signal.SIGTERM, interrupted)
     server = subprocess.Popen(
         [f"{home}/bin/kc.sh", "start-dev", "--db=dev-file",
          f"--db-url=jdbc:h2:file:{database}/keycloakdb;NON_KEYWORDS=VALUE", "--http-relative-path=/auth",
