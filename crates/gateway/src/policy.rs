@@ -654,12 +654,16 @@ impl Policy {
     }
 
     /// Whether some condition of the policy reads a key starting with `prefix`
-    /// (lower-cased), so that the gateway looks up what it needs only then.
+    /// (lower-cased), or a variable names one, so that the gateway looks up what it needs
+    /// only then.
     pub fn reads(&self, prefix: &str) -> bool {
-        self.statements
-            .iter()
-            .flat_map(|s| &s.conditions)
-            .any(|c| c.key.starts_with(prefix))
+        let variable = format!("${{{prefix}");
+        let reads_in = |text: &String| text.to_ascii_lowercase().contains(&variable);
+        self.statements.iter().any(|s| {
+            s.conditions.iter().any(|c| {
+                c.key.starts_with(prefix) || (s.variables && c.values.iter().any(reads_in))
+            }) || (s.variables && s.resources.iter().any(reads_in))
+        })
     }
 
     /// What the policy says of `asked` from a service (`Service:NAME`), which only a
@@ -822,26 +826,36 @@ impl Statement {
         let action = asked.action.name().to_ascii_lowercase();
         let action = self.actions.iter().any(|a| glob(a, &action));
         let context = asked.context;
-        let resource = self.resources.iter().any(|r| {
-            self.read(r, context)
-                .iter()
-                .any(|r| glob_marked(r, asked.resource))
-        });
-        principal != self.not_principal
-            && action != self.not_action
+        let overflowed = std::cell::Cell::new(false);
+        let read = |text: &str| {
+            self.read(text, context).unwrap_or_else(|| {
+                overflowed.set(true);
+                Vec::new()
+            })
+        };
+        let resource = self
+            .resources
+            .iter()
+            .any(|r| read(r).iter().any(|r| glob_marked(r, asked.resource)));
+        let named = principal != self.not_principal && action != self.not_action;
+        let applies = named
             && resource != self.not_resource
-            && self
-                .conditions
-                .iter()
-                .all(|c| c.holds(context, |v| self.read(v, context)))
+            && self.conditions.iter().all(|c| c.holds(context, read));
+        // Variables that stand for more patterns than are read: a deny holds, an allow
+        // does not.
+        match overflowed.get() {
+            true => named && self.effect == Effect::Deny,
+            false => applies,
+        }
     }
 
     /// What `text` (a resource or a condition's value) stands for in `context`: itself,
-    /// or the patterns its policy variables give.
-    fn read(&self, text: &str, context: &Context) -> Vec<Marked> {
+    /// or the patterns its policy variables give; `None` if they are more than
+    /// [`EXPANSIONS_MAX`].
+    fn read(&self, text: &str, context: &Context) -> Option<Vec<Marked>> {
         match self.variables && text.contains("${") {
             true => expand(text, context),
-            false => vec![text.chars().map(|c| (c, true)).collect()],
+            false => Some(vec![text.chars().map(|c| (c, true)).collect()]),
         }
     }
 }
@@ -864,8 +878,9 @@ const EXPANSIONS_MAX: usize = 64;
 /// the request lacks), and `${*}`, `${?}`, `${$}` for those characters. What a variable
 /// gives matches only itself, never as a wildcard. A key of several values gives a pattern
 /// for each (Ceph's gateway's multi-valued session tags); a key the request lacks, with no
-/// default, gives none, so that the value matches nothing.
-fn expand(text: &str, context: &Context) -> Vec<Marked> {
+/// default, gives none, so that the value matches nothing. `None` past
+/// [`EXPANSIONS_MAX`] patterns.
+fn expand(text: &str, context: &Context) -> Option<Vec<Marked>> {
     let policy = |text: &str| text.chars().map(|c| (c, true)).collect::<Marked>();
     let mut texts = vec![Marked::new()];
     let mut rest = text;
@@ -891,6 +906,9 @@ fn expand(text: &str, context: &Context) -> Vec<Marked> {
                 _ => default.into_iter().collect(),
             },
         };
+        if texts.len() * values.len() > EXPANSIONS_MAX {
+            return None;
+        }
         let before = policy(&rest[..start]);
         texts = texts
             .iter()
@@ -901,20 +919,19 @@ fn expand(text: &str, context: &Context) -> Vec<Marked> {
                     text.iter().chain(before).copied().chain(value).collect()
                 })
             })
-            .take(EXPANSIONS_MAX)
             .collect();
         rest = &rest[start + 2 + length + 1..];
     }
     for text in &mut texts {
         text.extend(policy(rest));
     }
-    texts
+    Some(texts)
 }
 
 impl Condition {
     /// Whether the condition holds of `context`, its values read with `read` (which
     /// replaces policy variables).
-    fn holds<'v>(&'v self, context: &Context, read: impl Fn(&'v str) -> Vec<Marked>) -> bool {
+    fn holds(&self, context: &Context, read: impl Fn(&str) -> Vec<Marked>) -> bool {
         let given = context.get(&self.key).filter(|values| !values.is_empty());
         if self.operator == Operator::Null {
             let absent = given.is_none();
@@ -1954,7 +1971,7 @@ mod tests {
             Verdict::Silent,
             "a 2008 policy reads variables as text"
         );
-        let expanded = expand("a${*}b${?}c${$}d${unclosed", &Context::new());
+        let expanded = expand("a${*}b${?}c${$}d${unclosed", &Context::new()).expect("one");
         let texts: Vec<String> = expanded.iter().map(unmarked).collect();
         assert_eq!(texts, ["a*b?c$d${unclosed"]);
         assert!(glob_marked(&expanded[0], "a*b?c$d${unclosed"));
@@ -1965,9 +1982,42 @@ mod tests {
         // A value brings no wildcard in: a tag "*" names the folder "*" alone.
         let mut starred = Context::new();
         starred.insert("aws:principaltag/team".into(), vec!["*".into()]);
-        let folder = &expand("b/${aws:PrincipalTag/team}/*", &starred)[0];
+        let folder = &expand("b/${aws:PrincipalTag/team}/*", &starred).expect("one")[0];
         assert!(glob_marked(folder, "b/*/k"));
         assert!(!glob_marked(folder, "b/red/k"));
+        // Two keys of nine values each stand for 81 patterns, past the most read: a deny
+        // holds, an allow does not.
+        let mut many = Context::new();
+        for n in 0..9 {
+            many.entry("aws:principaltag/a".into())
+                .or_default()
+                .push(format!("a{n}"));
+            many.entry("aws:principaltag/b".into())
+                .or_default()
+                .push(format!("b{n}"));
+        }
+        let crossed = |effect: &str| {
+            policy(&format!(
+                r#"{{"Effect": "{effect}", "Principal": "*", "Action": "s3:GetObject",
+                    "Resource": "arn:aws:s3:::b/${{aws:PrincipalTag/a}}-${{aws:PrincipalTag/b}}"}}"#
+            ))
+        };
+        let asked = |p: &Policy| {
+            p.judge(&Asked {
+                principal: Some("ann"),
+                action: Action::GetObject,
+                resource: "arn:aws:s3:::b/a0-b0",
+                context: &many,
+                account: None,
+                role: None,
+            })
+        };
+        assert_eq!(asked(&crossed("Deny")), Verdict::Denied);
+        assert_eq!(asked(&crossed("Allow")), Verdict::Silent);
+        assert!(
+            crossed("Allow").reads("aws:principaltag/"),
+            "a variable reads its key"
+        );
     }
 
     #[test]

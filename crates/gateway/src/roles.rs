@@ -117,11 +117,15 @@ pub fn session_arn(role: &Role, session: &str) -> String {
     )
 }
 
-/// Refuses a role's tags out of IAM's limits, or a key given twice.
+/// Refuses a role's tags out of IAM's limits, or a key given twice (in any case: IAM's
+/// tag keys are not case-sensitive).
 pub fn check_tags(tags: &[(String, String)]) -> Result<(), Error> {
     check_each_tag(tags)?;
     for (at, (key, _)) in tags.iter().enumerate() {
-        if tags[..at].iter().any(|(earlier, _)| earlier == key) {
+        if tags[..at]
+            .iter()
+            .any(|(earlier, _)| earlier.eq_ignore_ascii_case(key))
+        {
             return Err(Error::Invalid(format!("tag {key:?} is given twice")));
         }
     }
@@ -132,15 +136,24 @@ pub fn check_tags(tags: &[(String, String)]) -> Result<(), Error> {
 /// limits: as a role's tags, with no key under AWS's own `aws:` and only STS's characters
 /// (letters, digits, spaces and `_.:/=+-@`: a tag's value, read into a policy by a
 /// variable, cannot bring a wildcard in), but a key may be given with several values
-/// (Ceph's gateway's multi-valued tags), each counting as a tag. AssumeRole's, given by a
-/// caller, are held to [`check_tags`] too.
+/// (Ceph's gateway's multi-valued tags), each counting as a tag, though never under two
+/// spellings of one key (`team` and `Team` would read as one key of both values).
+/// AssumeRole's, given by a caller, are held to [`check_tags`] too.
 pub fn check_session_tags(tags: &[(String, String)]) -> Result<(), Error> {
     check_each_tag(tags)?;
     let allowed = |text: &str| {
         text.chars()
             .all(|c| c.is_alphanumeric() || c.is_whitespace() || "_.:/=+-@".contains(c))
     };
-    for (key, value) in tags {
+    for (at, (key, value)) in tags.iter().enumerate() {
+        let respelled = tags[..at]
+            .iter()
+            .any(|(earlier, _)| earlier != key && earlier.eq_ignore_ascii_case(key));
+        if respelled {
+            return Err(Error::Invalid(format!(
+                "tag {key:?} is given under two spellings"
+            )));
+        }
         if key.get(..4).is_some_and(|p| p.eq_ignore_ascii_case("aws:")) {
             return Err(Error::Invalid(format!(
                 "tag {key:?}: keys under \"aws:\" are AWS's own"

@@ -426,12 +426,23 @@ pub async fn keys(issuer: &str, refresh: bool) -> Result<Arc<Value>, Refusal> {
     if let Some(keys) = kept.fresh(refresh) {
         return keys.map_err(unreachable);
     }
-    let _fetching = kept.fetching.lock().await;
-    // Another request may have fetched them while this one waited.
-    if let Some(keys) = kept.fresh(refresh) {
-        return keys.map_err(unreachable);
+    // The fetch runs on a task of its own: a request that goes away while it waits neither
+    // lets the next one fetch again nor loses what comes back.
+    let fetch = tokio::spawn(fetch_once(kept, issuer.to_owned(), refresh));
+    match fetch.await {
+        Ok(keys) => keys.map_err(unreachable),
+        Err(e) => Err(unreachable(e.to_string())),
     }
-    let keys = fetch_keys(issuer).await.map(Arc::new);
+}
+
+/// Fetches the keys of the provider at `issuer` into `kept`, one fetch at a time: unless
+/// another has brought them while this one waited. A refresh that fails keeps good keys.
+async fn fetch_once(kept: Arc<Kept>, issuer: String, refresh: bool) -> Result<Arc<Value>, String> {
+    let _fetching = kept.fetching.lock().await;
+    if let Some(keys) = kept.fresh(refresh) {
+        return keys;
+    }
+    let keys = fetch_keys(&issuer).await.map(Arc::new);
     if let Err(why) = &keys {
         tracing::warn!(issuer, "web identity: {why}");
     }
@@ -449,7 +460,7 @@ pub async fn keys(issuer: &str, refresh: bool) -> Result<Arc<Value>, Refusal> {
     };
     let answer = keys.keys.clone();
     *last = Some(keys);
-    answer.map_err(unreachable)
+    answer
 }
 
 async fn fetch_keys(issuer: &str) -> Result<Value, String> {
@@ -724,6 +735,7 @@ mod tests {
             serde_json::json!({"principal_tags": {"aws:team": "red"}}),
             serde_json::json!({"principal_tags": {"team": "x".repeat(257)}}),
             serde_json::json!({"principal_tags": {"team": "*"}}),
+            serde_json::json!({"principal_tags": {"team": "red", "Team": "admin"}}),
             Value::String("{".into()),
         ] {
             assert!(
@@ -736,5 +748,61 @@ mod tests {
             .collect();
         let refused = tags(serde_json::json!({"principal_tags": many})).expect_err("refused");
         assert!(refused.to_string().contains("more than 50"), "{refused}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn requests_at_once_fetch_a_provider_s_keys_once() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let issuer = format!(
+            "http://{}/realms/r",
+            listener.local_addr().expect("address")
+        );
+        let asked = Arc::new(AtomicUsize::new(0));
+        let counted = asked.clone();
+        let jwks = format!("{issuer}/certs");
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut stream, _)) = listener.accept().await else {
+                    return;
+                };
+                let (counted, jwks) = (counted.clone(), jwks.clone());
+                tokio::spawn(async move {
+                    let mut request = vec![0; 4096];
+                    let read = stream.read(&mut request).await.unwrap_or(0);
+                    let request = String::from_utf8_lossy(&request[..read]);
+                    let body = if request.contains("openid-configuration") {
+                        counted.fetch_add(1, Ordering::SeqCst);
+                        // Slow enough that the other requests arrive while it is asked.
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                        serde_json::json!({ "jwks_uri": jwks }).to_string()
+                    } else {
+                        serde_json::json!({"keys": []}).to_string()
+                    };
+                    let answer = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\
+                         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = stream.write_all(answer.as_bytes()).await;
+                });
+            }
+        });
+        let asks = (0..8).map(|_| {
+            let issuer = issuer.clone();
+            tokio::spawn(async move { super::keys(&issuer, false).await.map(|k| k.to_string()) })
+        });
+        for ask in asks.collect::<Vec<_>>() {
+            let got = ask.await.expect("task").expect("keys");
+            assert_eq!(got, r#"{"keys":[]}"#);
+        }
+        assert_eq!(
+            asked.load(Ordering::SeqCst),
+            1,
+            "one fetch for eight requests"
+        );
     }
 }

@@ -217,6 +217,11 @@ pub(super) async fn assume(
     if verdict(&caller, Action::AssumeRole, &resource, from)? == Verdict::Denied {
         return Err(denied("sts:AssumeRole on that role"));
     }
+    // Passing tags is the caller's to do too: its own deny of sts:TagSession holds.
+    if !tags.is_empty() && verdict(&caller, Action::TagSession, &resource, from)? == Verdict::Denied
+    {
+        return Err(denied("sts:TagSession on that role"));
+    }
     let trust = roles::trust_of(&role)?;
     let shown = crate::accounts::shown(user);
     let mut context = policy::common_context(time::OffsetDateTime::now_utc(), from, Some(shown));
