@@ -489,6 +489,8 @@ struct Statement {
     /// Whether its resources and condition values hold policy variables
     /// (`${aws:username}`): those of a policy of Version 2012-10-17, as in IAM.
     variables: bool,
+    /// The condition keys its variables name, lower-cased (none unless `variables`).
+    named: Vec<String>,
 }
 
 /// A bucket policy: the document as it was given (it is answered back byte for byte) and
@@ -613,6 +615,15 @@ impl Policy {
         }
         for statement in &mut statements {
             statement.variables = variables;
+            if variables {
+                let texts = statement.conditions.iter().flat_map(|c| &c.values);
+                let mut named: Vec<String> = (statement.resources.iter().chain(texts))
+                    .flat_map(|text| variable_keys(text))
+                    .collect();
+                named.sort();
+                named.dedup();
+                statement.named = named;
+            }
         }
         Ok(Policy {
             text: text.into(),
@@ -657,12 +668,9 @@ impl Policy {
     /// (lower-cased), or a variable names one, so that the gateway looks up what it needs
     /// only then.
     pub fn reads(&self, prefix: &str) -> bool {
-        let variable = format!("${{{prefix}");
-        let reads_in = |text: &String| text.to_ascii_lowercase().contains(&variable);
         self.statements.iter().any(|s| {
-            s.conditions.iter().any(|c| {
-                c.key.starts_with(prefix) || (s.variables && c.values.iter().any(reads_in))
-            }) || (s.variables && s.resources.iter().any(reads_in))
+            let mut keys = s.conditions.iter().map(|c| &c.key).chain(&s.named);
+            keys.any(|key| key.starts_with(prefix))
         })
     }
 
@@ -869,6 +877,48 @@ fn unmarked(pattern: &Marked) -> String {
     pattern.iter().map(|&(c, _)| c).collect()
 }
 
+/// A policy variable in a text: `before${key, 'default'}after`.
+struct Variable<'a> {
+    before: &'a str,
+    key: &'a str,
+    default: Option<&'a str>,
+    after: &'a str,
+}
+
+/// The first policy variable of `text`, if it has one.
+fn next_variable(text: &str) -> Option<Variable<'_>> {
+    let start = text.find("${")?;
+    let length = text[start + 2..].find('}')?;
+    let inside = &text[start + 2..start + 2 + length];
+    let (key, default) = match inside.split_once(',') {
+        Some((key, default)) => {
+            let default = default.trim();
+            let quoted = default
+                .strip_prefix('\'')
+                .and_then(|d| d.strip_suffix('\''));
+            (key.trim(), Some(quoted.unwrap_or(default)))
+        }
+        None => (inside.trim(), None),
+    };
+    Some(Variable {
+        before: &text[..start],
+        key,
+        default,
+        after: &text[start + 2 + length + 1..],
+    })
+}
+
+/// The condition keys the variables of `text` name, lower-cased.
+fn variable_keys(text: &str) -> Vec<String> {
+    let mut keys = Vec::new();
+    let mut rest = text;
+    while let Some(variable) = next_variable(rest) {
+        keys.push(variable.key.to_ascii_lowercase());
+        rest = variable.after;
+    }
+    keys
+}
+
 /// The most texts one resource or condition value may stand for once its variables are
 /// replaced by a request's values (several variables of several values multiply).
 const EXPANSIONS_MAX: usize = 64;
@@ -884,21 +934,13 @@ fn expand(text: &str, context: &Context) -> Option<Vec<Marked>> {
     let policy = |text: &str| text.chars().map(|c| (c, true)).collect::<Marked>();
     let mut texts = vec![Marked::new()];
     let mut rest = text;
-    while let Some(start) = rest.find("${") {
-        let Some(length) = rest[start + 2..].find('}') else {
-            break;
-        };
-        let inside = &rest[start + 2..start + 2 + length];
-        let (key, default) = match inside.split_once(',') {
-            Some((key, default)) => {
-                let default = default.trim();
-                let quoted = default
-                    .strip_prefix('\'')
-                    .and_then(|d| d.strip_suffix('\''));
-                (key.trim(), Some(quoted.unwrap_or(default)))
-            }
-            None => (inside.trim(), None),
-        };
+    while let Some(Variable {
+        before,
+        key,
+        default,
+        after,
+    }) = next_variable(rest)
+    {
         let values: Vec<&str> = match key {
             "*" | "?" | "$" => vec![key],
             _ => match context.get(&key.to_ascii_lowercase()) {
@@ -909,7 +951,7 @@ fn expand(text: &str, context: &Context) -> Option<Vec<Marked>> {
         if texts.len() * values.len() > EXPANSIONS_MAX {
             return None;
         }
-        let before = policy(&rest[..start]);
+        let before = policy(before);
         texts = texts
             .iter()
             .flat_map(|text| {
@@ -920,7 +962,7 @@ fn expand(text: &str, context: &Context) -> Option<Vec<Marked>> {
                 })
             })
             .collect();
-        rest = &rest[start + 2 + length + 1..];
+        rest = after;
     }
     for text in &mut texts {
         text.extend(policy(rest));
@@ -1173,6 +1215,7 @@ fn statement(value: &serde_json::Value, kind: Kind) -> Result<Statement, String>
         not_resource,
         conditions,
         variables: false,
+        named: Vec::new(),
     })
 }
 
