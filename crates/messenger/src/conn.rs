@@ -8,14 +8,15 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use bytes::Bytes;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::{oneshot, Semaphore};
 use tokio::task::JoinHandle;
 
 use crate::endpoint::Limits;
 use crate::entity::{EntityName, Mode};
 use crate::error::CallError;
 use crate::frame::{Header, Kind, Segment, DATA_BYTES_MAX, META_BYTES_MAX};
-use crate::link::{self, Link, Outgoing, Received};
+use crate::link::{self, Link, Received};
+use crate::outbox::{self, Outgoing};
 use crate::protect::SegmentCheck;
 
 /// A reply: the metadata segment (decode it with [`Incoming::decode`]) and the data segment.
@@ -89,10 +90,11 @@ pub struct Connection {
 struct ConnectionState {
     peer: EntityName,
     mode: Mode,
-    queue: mpsc::UnboundedSender<Outgoing>,
+    queue: outbox::Sender,
     shared: Arc<Shared>,
     next_tag: AtomicU64,
     slots: Semaphore,
+    in_flight_max: usize,
     reader: JoinHandle<()>,
 }
 
@@ -110,10 +112,10 @@ impl Connection {
             mode,
         } = link;
         let shared = Arc::new(Shared::default());
-        let (queue, outgoing) = mpsc::unbounded_channel();
+        let (queue, writer) = outbox::outbox(writer);
         let writer_shared = shared.clone();
         tokio::spawn(async move {
-            if let Err(e) = link::write_frames(writer, outgoing).await {
+            if let Err(e) = writer.run().await {
                 writer_shared.close(format!("writing: {e}"));
             }
         });
@@ -142,6 +144,7 @@ impl Connection {
                 shared,
                 next_tag: AtomicU64::new(1),
                 slots: Semaphore::new(limits.in_flight_max),
+                in_flight_max: limits.in_flight_max,
                 reader,
             }),
         }
@@ -210,7 +213,8 @@ impl Connection {
             data,
             check,
         };
-        if self.inner.queue.send(frame).is_err() {
+        let alone = self.inner.slots.available_permits() + 1 == self.inner.in_flight_max;
+        if !self.inner.queue.send(frame, alone) {
             self.inner.shared.close("the writer stopped".into());
         }
         reply

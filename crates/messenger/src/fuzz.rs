@@ -11,7 +11,8 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::frame::{Header, Kind, Segment};
-use crate::link::{self, FrameReader, Outgoing};
+use crate::link::{self, FrameReader};
+use crate::outbox::Outgoing;
 use crate::protect::{FrameKey, BOUND_BIT, PREFIX_BYTES, TAG_BYTES};
 use crate::{EntityName, Mode};
 
@@ -170,7 +171,7 @@ fn secure_frame_input(meta: &[u8], data: &[u8], segment: Segment) -> Vec<u8> {
         data,
         check: None,
     };
-    let wire = link::protect(&mut FrameKey::new(SECRET), &frame);
+    let wire = crate::outbox::protect(&mut FrameKey::new(SECRET), &frame);
     let protected_len = u32::from_le_bytes([wire[0], wire[1], wire[2], wire[3]]) as usize;
     let word = u32::from_le_bytes([wire[4], wire[5], wire[6], wire[7]]);
     let mut plain = wire[PREFIX_BYTES..PREFIX_BYTES + protected_len + TAG_BYTES].to_vec();

@@ -22,6 +22,7 @@ mod link;
 pub mod message;
 pub mod metrics;
 mod monc;
+mod outbox;
 mod protect;
 mod server;
 #[cfg(test)]

@@ -7,9 +7,9 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
-use tokio::sync::mpsc;
 
 use crate::endpoint::Endpoint;
 use crate::entity::{EntityName, Mode, ModePolicy};
@@ -26,8 +26,6 @@ use crate::protect::{
 pub(crate) const PROTOCOL_VERSION: u16 = 12;
 /// Largest hello or answer; the exchange carries names and modes only.
 const HELLO_BYTES_MAX: usize = 4096;
-/// Frames are coalesced into writes of up to this size; larger segments go straight through.
-const WRITE_BUFFER_BYTES: usize = 64 << 10;
 /// Reads from the socket fill a buffer of this size, so a small frame (a 4 KiB write, a
 /// reply) arrives in one system call rather than one per part (prefix, sealed part, data);
 /// reads at least this long go straight into the segment.
@@ -58,7 +56,6 @@ pub(crate) enum Answer {
 }
 
 pub(crate) type BoxRead = Box<dyn AsyncRead + Send + Unpin>;
-pub(crate) type BoxWrite = Box<dyn AsyncWrite + Send + Unpin>;
 
 /// An authenticated link, split for one reader and one writer.
 pub(crate) struct Link {
@@ -75,22 +72,12 @@ pub(crate) struct FrameReader {
     pub(crate) meter: Meter,
 }
 
-/// The write side of a link: the byte stream, and in secure mode the key that protects
-/// this end's frames.
+/// The write side of a link: the socket, and in secure mode the key that protects this
+/// end's frames.
 pub(crate) struct FrameWriter {
-    pub stream: BoxWrite,
+    pub stream: OwnedWriteHalf,
     pub(crate) key: Option<FrameKey>,
     pub(crate) meter: Meter,
-}
-
-/// One frame queued for the writer.
-pub(crate) struct Outgoing {
-    pub header: Header,
-    pub meta: Bytes,
-    pub data: Bytes,
-    /// The check an open segment arrived with, when it is passed on; else the writer makes
-    /// one.
-    pub check: Option<SegmentCheck>,
 }
 
 /// One frame read: its header and segments, and the check its open segment passed (on a
@@ -194,7 +181,7 @@ fn leave_tls<D>(
             meter: reading,
         },
         writer: FrameWriter {
-            stream: Box::new(writer),
+            stream: writer,
             key: seal,
             meter: writing,
         },
@@ -489,104 +476,11 @@ async fn read_into(
     Ok(segment.freeze())
 }
 
-/// Writes queued frames until every sender is gone, then closes the write side. Frames that
-/// queue up while one is written go out together, with one flush.
-pub(crate) async fn write_frames(
-    writer: FrameWriter,
-    mut queue: mpsc::UnboundedReceiver<Outgoing>,
-) -> std::io::Result<()> {
-    let FrameWriter {
-        stream,
-        mut key,
-        meter,
-    } = writer;
-    let mut stream = BufWriter::with_capacity(WRITE_BUFFER_BYTES, stream);
-    while let Some(frame) = queue.recv().await {
-        write_one(&mut stream, key.as_mut(), &meter, frame).await?;
-        while let Ok(frame) = queue.try_recv() {
-            write_one(&mut stream, key.as_mut(), &meter, frame).await?;
-        }
-        stream.flush().await?;
-    }
-    stream.shutdown().await
-}
-
-async fn write_one(
-    stream: &mut BufWriter<BoxWrite>,
-    key: Option<&mut FrameKey>,
-    meter: &Meter,
-    frame: Outgoing,
-) -> std::io::Result<()> {
-    meter.frame(HEADER_BYTES + frame.meta.len() + frame.data.len());
-    match key {
-        None => {
-            stream.write_all(&frame.header.encode()).await?;
-            stream.write_all(&frame.meta).await?;
-            stream.write_all(&frame.data).await
-        }
-        Some(key) => write_protected(stream, key, &frame).await,
-    }
-}
-
-/// A secure frame: the clear prefix (the open segment's length with its top bit set when the
-/// segment is bound by chunk records, [`Segment::Bound`]); the header, the segment check of
-/// an open segment ([`Segment::Open`]: the one it arrived with, or a new one), the metadata
-/// and (unless open) the data, encrypted, and the tag; then the open segment, if any, as
-/// raw bytes.
-pub(crate) async fn write_protected<W: AsyncWrite + Unpin>(
-    stream: &mut W,
-    key: &mut FrameKey,
-    frame: &Outgoing,
-) -> std::io::Result<()> {
-    let data: &[u8] = &frame.data;
-    let (inside, open, bound_bit): (&[u8], &[u8], u32) = match frame.header.segment {
-        Segment::Inside => (data, &[], 0),
-        Segment::Open => (&[], data, 0),
-        Segment::Bound => (&[], data, BOUND_BIT),
-    };
-    let check = (frame.header.segment == Segment::Open).then(|| match &frame.check {
-        Some(check) => check.encode(),
-        None => SegmentCheck::new(open).encode(),
-    });
-    let check: &[u8] = check.as_ref().map_or(&[], |c| &c[..]);
-    let protected_len = HEADER_BYTES + check.len() + frame.meta.len() + inside.len();
-    let mut prefix = [0u8; PREFIX_BYTES];
-    prefix[..4].copy_from_slice(&(protected_len as u32).to_le_bytes());
-    prefix[4..].copy_from_slice(&(open.len() as u32 | bound_bit).to_le_bytes());
-    let mut protected = Vec::with_capacity(protected_len + TAG_BYTES);
-    protected.extend_from_slice(&frame.header.encode());
-    protected.extend_from_slice(check);
-    protected.extend_from_slice(&frame.meta);
-    protected.extend_from_slice(inside);
-    let tag = key.sealing().seal(&mut protected);
-    metrics::crypto::sealed(metrics::crypto::Kind::Link, protected_len);
-    protected.extend_from_slice(&tag);
-    stream.write_all(&prefix).await?;
-    stream.write_all(&protected).await?;
-    stream.write_all(open).await
-}
-
-/// The bytes of one secure frame, as [`write_protected`] sends them.
-#[cfg(any(test, fuzzing))]
-pub(crate) fn protect(key: &mut FrameKey, frame: &Outgoing) -> Vec<u8> {
-    use std::future::Future;
-    use std::task::{Context, Poll, Waker};
-    let mut out = Vec::new();
-    let written = {
-        let mut write = std::pin::pin!(write_protected(&mut out, key, frame));
-        write.as_mut().poll(&mut Context::from_waker(Waker::noop()))
-    };
-    match written {
-        Poll::Ready(result) => result.expect("writing to memory cannot fail"),
-        Poll::Pending => unreachable!("writing to memory never waits"),
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::frame::Kind;
+    use crate::outbox::{protect, Outgoing};
 
     const SECRET: [u8; 32] = [3; 32];
 

@@ -9,7 +9,7 @@ use rustls::pki_types::CertificateDer;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::{JoinHandle, JoinSet};
 
 use crate::endpoint::Endpoint;
@@ -17,7 +17,8 @@ use crate::entity::ModePolicy;
 use crate::entity::{EntityName, Mode};
 use crate::error::ConnectError;
 use crate::frame::{Header, Kind, Segment, DATA_BYTES_MAX, META_BYTES_MAX};
-use crate::link::{self, Outgoing, Received};
+use crate::link::{self, Received};
+use crate::outbox::{self, Outgoing};
 use crate::protect::SegmentCheck;
 
 /// An authenticated peer, as the handler sees it.
@@ -188,8 +189,8 @@ async fn serve_link<H: Handler>(
         mode,
         grant,
     });
-    let (queue, outgoing) = mpsc::unbounded_channel();
-    let writer = link::write_frames(link.writer, outgoing);
+    let (queue, writer) = outbox::outbox(link.writer);
+    let writer = writer.run();
     let mut reader = link.reader;
     let slots = Arc::new(Semaphore::new(limits.in_flight_max));
     let read_requests = async move {
@@ -251,7 +252,7 @@ async fn serve_link<H: Handler>(
 /// Sends exactly one answer per request: the reply, or `Refused` if the handler never
 /// produced one (it panicked, or its reply broke the frame limits).
 struct Responder {
-    queue: Option<mpsc::UnboundedSender<Outgoing>>,
+    queue: Option<outbox::Sender>,
     tag: u64,
     mode: Mode,
     _slot: OwnedSemaphorePermit,
@@ -276,13 +277,19 @@ impl Responder {
     fn push(&mut self, kind: Kind, meta: Bytes, data: Bytes, segment: Segment) {
         if let Some(queue) = self.queue.take() {
             let header = Header::for_body(kind, self.tag, &meta, &data, self.mode, segment);
-            // The link may have closed meanwhile; then there is nobody to answer.
-            let _ = queue.send(Outgoing {
+            let frame = Outgoing {
                 header,
                 meta,
                 data,
                 check: None,
-            });
+            };
+            // Replies go to the writer task, which sends those that finish together in one
+            // system call: a server cannot tell whether another is about to finish (a
+            // quick read's reply often finds the others still being handled), and at high
+            // queue depths writing each where it is made cost a sixth of small reads'
+            // rate (docs/benchmarks.md, 2026-12-03). The link may have closed meanwhile;
+            // then there is nobody to answer.
+            let _ = queue.send(frame, false);
         }
     }
 }

@@ -544,7 +544,7 @@ fn protected_bytes(
 ) -> Vec<u8> {
     let (meta, data) = (Bytes::copy_from_slice(meta), Bytes::copy_from_slice(data));
     let header = Header::for_body(kind, 1, &meta, &data, Mode::Secure, segment);
-    let frame = link::Outgoing {
+    let frame = crate::outbox::Outgoing {
         header,
         meta,
         data,
@@ -555,7 +555,7 @@ fn protected_bytes(
         .key
         .as_mut()
         .expect("a secure link has a frame key");
-    link::protect(key, &frame)
+    crate::outbox::protect(key, &frame)
 }
 
 /// Waits for the server to close the link: end of file or a reset.

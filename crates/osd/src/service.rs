@@ -6,6 +6,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
+use futures::future::{AbortHandle, Abortable, Aborted, BoxFuture};
+use futures::stream::{FuturesUnordered, StreamExt};
 use map::auth::Caps;
 use map::cluster::{ClusterMap, Epoch, PoolInfo, Seal, Space};
 use map::placement::{OsdId, PgId};
@@ -17,9 +19,9 @@ use messenger::message::{
 use messenger::{
     CertificateDer, EntityKind, EntityName, Handler, Peer, Reply, Request, SegmentCheck,
 };
+use std::task::{Context, Poll, Waker};
 use store::{ReadError, Transaction, Via};
 use tokio::sync::{oneshot, watch, MutexGuard};
-use tokio::task::{AbortHandle, JoinSet};
 
 use crate::pg::write::{Action, Event};
 use crate::pg::{undo_to_drop, Core, Pg, Queued, Verdict, GROUP_STORE_OPS_MAX};
@@ -688,7 +690,7 @@ impl OsdService {
                     continue;
                 }
                 Action::Apply => {
-                    let applied = inner.apply_after_sends(std::mem::take(&mut txn)).await;
+                    let applied = inner.apply_here(std::mem::take(&mut txn)).await;
                     if let (Ok(()), Some(complete_to)) = (&applied, complete_to) {
                         core.undo_dropped = core.undo_dropped.max(complete_to);
                         core.position = core.position_of(inner.id);
@@ -1525,13 +1527,18 @@ fn replica_data(
     }
 }
 
-/// A write's requests to its replicas, answered one by one. One that the map marks down
+/// A write's requests to its replicas, answered one by one. Each is started where it is
+/// sent, on the PG's writer's own task: its frame goes out from this thread before the
+/// writer applies the group here, and its answer wakes the writer directly (a task per
+/// replica cost two wake-ups each way; docs/benchmarks.md). One that the map marks down
 /// meanwhile is given up on at once, not after [`crate::PEER_TIMEOUT`]: the PG's lock is
 /// held while the write waits, and a host cut off answers nothing.
 struct Replicas {
     inner: Arc<OsdState>,
-    tasks: JoinSet<Result<(), String>>,
-    osd_by_task: BTreeMap<tokio::task::Id, (OsdId, AbortHandle)>,
+    calls: FuturesUnordered<BoxFuture<'static, (OsdId, Result<(), String>)>>,
+    /// Answers that came as their requests were started.
+    answered: VecDeque<(OsdId, Result<(), String>)>,
+    aborts: Vec<(OsdId, AbortHandle)>,
     maps: watch::Receiver<Arc<ClusterMap>>,
 }
 
@@ -1539,52 +1546,65 @@ impl Replicas {
     fn new(inner: &Arc<OsdState>) -> Replicas {
         Replicas {
             inner: inner.clone(),
-            tasks: JoinSet::new(),
-            osd_by_task: BTreeMap::new(),
+            calls: FuturesUnordered::new(),
+            answered: VecDeque::new(),
+            aborts: Vec::new(),
             maps: inner.map.subscribe(),
         }
     }
 
     fn send(&mut self, osd: OsdId, request: OsdRequest, data: Bytes, check: Option<SegmentCheck>) {
         let inner = self.inner.clone();
-        let task = self.tasks.spawn(async move {
-            let sent = std::time::Instant::now();
-            match inner.call_peer(osd, &request, data, check).await {
-                Ok((OsdReply::Done, _)) => {
-                    crate::metrics::replica_answered(sent.elapsed());
-                    Ok(())
+        let (abort, registration) = AbortHandle::new_pair();
+        let call = Abortable::new(
+            async move {
+                let sent = std::time::Instant::now();
+                match inner.call_peer(osd, &request, data, check).await {
+                    Ok((OsdReply::Done, _)) => {
+                        crate::metrics::replica_answered(sent.elapsed());
+                        Ok(())
+                    }
+                    Ok((other, _)) => Err(format!("{other:?}")),
+                    Err(e) => Err(e),
                 }
-                Ok((other, _)) => Err(format!("{other:?}")),
-                Err(e) => Err(e),
-            }
-        });
-        self.osd_by_task.insert(task.id(), (osd, task));
+            },
+            registration,
+        );
+        self.calls.push(Box::pin(async move {
+            let answer = call
+                .await
+                .unwrap_or_else(|Aborted| Err("the map marks it down".into()));
+            (osd, answer)
+        }));
+        self.aborts.push((osd, abort));
+        // Started here: polled with no waker, since the writer's task polls them again
+        // (with its own) when it waits for their answers; what one does meanwhile is kept
+        // by `calls` until then.
+        let mut context = Context::from_waker(Waker::noop());
+        while let Poll::Ready(Some(answer)) = self.calls.poll_next_unpin(&mut context) {
+            self.answered.push_back(answer);
+        }
         self.give_up_on_down();
     }
 
     fn give_up_on_down(&mut self) {
         let map = self.maps.borrow_and_update();
-        for (osd, task) in self.osd_by_task.values() {
+        for (osd, abort) in &self.aborts {
             if !map.osds.get(osd).is_some_and(|o| o.up) {
-                task.abort();
+                abort.abort();
             }
         }
     }
 
     /// The next replica to answer, and whether it applied the write; `None` once all have.
     async fn next(&mut self) -> Option<(OsdId, Result<(), String>)> {
+        if let Some(answer) = self.answered.pop_front() {
+            return Some(answer);
+        }
         loop {
             tokio::select! {
                 biased;
-                joined = self.tasks.join_next_with_id() => {
-                    // A replica's task that panicked or was given up on did not apply the write.
-                    let (task, answer) = match joined? {
-                        Ok((task, answer)) => (task, answer),
-                        Err(e) if e.is_cancelled() => (e.id(), Err("the map marks it down".into())),
-                        Err(e) => (e.id(), Err(format!("its task ended: {e}"))),
-                    };
-                    return Some((self.osd_by_task[&task].0, answer));
-                }
+                answer = self.calls.next() => return answer,
                 Ok(()) = self.maps.changed() => self.give_up_on_down(),
             }
         }
