@@ -21,10 +21,10 @@ use crate::link::FrameWriter;
 use crate::metrics::Meter;
 use crate::protect::{FrameKey, SegmentCheck, BOUND_BIT, PREFIX_BYTES, TAG_BYTES};
 
-/// Frames whose data segment is at most this long may be sealed and written by their
+/// Frames whose segments come to at most this many bytes may be sealed and written by their
 /// sender; longer ones (whose sealing or copy into the socket takes hundreds of
 /// microseconds) go to the writer task, so that senders never wait long for the lock.
-const DIRECT_DATA_BYTES_MAX: usize = 64 << 10;
+const DIRECT_BYTES_MAX: usize = 64 << 10;
 /// Pieces handed to the socket in one vectored write.
 const SLICES_MAX: usize = 64;
 
@@ -160,7 +160,7 @@ impl Sender {
         if state.ended || state.failed.is_some() {
             return false;
         }
-        if !alone || state.busy || frame.data.len() > DIRECT_DATA_BYTES_MAX {
+        if !alone || state.busy || frame.meta.len() + frame.data.len() > DIRECT_BYTES_MAX {
             state.queue.push_back(frame);
             outbox.make_busy(&mut state);
             return true;
@@ -395,7 +395,7 @@ mod tests {
         for mode in [Mode::Crc, Mode::Secure] {
             let (sender, writer, mut reader) = pair(mode).await;
             let written = tokio::spawn(writer.run());
-            let lens = [100, 4096, DIRECT_DATA_BYTES_MAX + 1, 1 << 20, 0, 9000];
+            let lens = [100, 4096, DIRECT_BYTES_MAX + 1, 1 << 20, 0, 9000];
             let mut senders = Vec::new();
             for first in 0..4u64 {
                 let sender = sender.clone();
@@ -440,6 +440,38 @@ mod tests {
             for sent in senders {
                 sent.await.expect("a sender");
             }
+            let written = written.await.expect("the writer task");
+            written.expect("the writer wrote all");
+        }
+    }
+
+    /// A lone sender's direct writes fill the socket while the reader is stalled: the write
+    /// the socket takes only part of leaves the rest to the writer task, and the frames
+    /// after it queue behind it, so all arrive whole and in order.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_direct_write_the_socket_takes_in_part_is_finished_by_the_writer() {
+        for mode in [Mode::Crc, Mode::Secure] {
+            let (sender, writer, mut reader) = pair(mode).await;
+            let written = tokio::spawn(writer.run());
+            let len = DIRECT_BYTES_MAX - 1024;
+            // 32 MiB: more than a loopback socket's buffers hold.
+            let frames = (32 << 20) / len as u64;
+            for tag in 1..=frames {
+                assert!(sender.send(frame(mode, tag * 3 + 1, len), true));
+            }
+            drop(sender);
+            let mut want = 1;
+            while let Some(got) = read_frame(&mut reader, Duration::from_secs(10))
+                .await
+                .expect("whole frames")
+            {
+                assert_eq!(got.header.tag, want * 3 + 1, "{mode}: in order");
+                assert!(
+                    got.data.len() == len && got.data.iter().all(|b| *b == (want * 3 + 1) as u8)
+                );
+                want += 1;
+            }
+            assert_eq!(want, frames + 1, "{mode}: every frame arrived");
             let written = written.await.expect("the writer task");
             written.expect("the writer wrote all");
         }

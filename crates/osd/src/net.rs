@@ -13,7 +13,7 @@ use map::cluster::ClusterMap;
 use map::placement::OsdId;
 use messenger::message::{OsdReply, OsdRequest};
 use messenger::{Connection, DataSegment, Endpoint, EntityName, Mode, SegmentCheck};
-use tokio::sync::{watch, Mutex};
+use tokio::sync::watch;
 
 use crate::PEER_TIMEOUT;
 
@@ -39,10 +39,18 @@ pub struct MessengerNet {
     pub endpoint: Endpoint,
     pub modes: Vec<Mode>,
     pub map: watch::Receiver<Arc<ClusterMap>>,
-    pub links: Mutex<HashMap<OsdId, (String, Connection)>>,
+    /// Held only to look up or insert, never across an await: a PG's writer starts its
+    /// replicas' calls and may then apply a write before it polls them again, and a call
+    /// queued for an async lock meanwhile would hold every other call up.
+    pub links: std::sync::Mutex<HashMap<OsdId, (String, Connection)>>,
 }
 
 impl MessengerNet {
+    fn table(&self) -> std::sync::MutexGuard<'_, HashMap<OsdId, (String, Connection)>> {
+        // A panic while holding it leaves the table whole: take it anyway.
+        self.links.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     async fn connection(&self, osd: OsdId) -> Result<Connection, String> {
         let addr = self
             .map
@@ -51,7 +59,7 @@ impl MessengerNet {
             .get(&osd)
             .and_then(|o| o.addr.clone())
             .ok_or_else(|| format!("osd.{} has no address in the map", osd.0))?;
-        if let Some((known, conn)) = self.links.lock().await.get(&osd) {
+        if let Some((known, conn)) = self.table().get(&osd) {
             if *known == addr && !conn.is_closed() {
                 return Ok(conn.clone());
             }
@@ -65,7 +73,7 @@ impl MessengerNet {
             .connect(socket, &EntityName::osd(osd.0), &self.modes)
             .await
             .map_err(|e| format!("connecting to osd.{}: {e}", osd.0))?;
-        self.links.lock().await.insert(osd, (addr, conn.clone()));
+        self.table().insert(osd, (addr, conn.clone()));
         Ok(conn)
     }
 }

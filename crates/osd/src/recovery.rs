@@ -116,6 +116,20 @@ impl OsdState {
             .map_err(|e| e.to_string())
     }
 
+    /// [`OsdState::apply_here`] for a primary that has just started its replicas' calls:
+    /// when it is to apply here, it first yields, so that the requests left to their links'
+    /// writer tasks (woken on this thread, behind the caller) go out before this thread is
+    /// busy with the apply. A lone call's request was already written by the caller.
+    pub async fn apply_after_sends(&self, txn: Transaction) -> Result<(), String> {
+        let here = self.store_calls == crate::StoreCalls::Blocking
+            && !self.working_here.load(Ordering::Relaxed)
+            && !self.apply_waits(&txn);
+        if here {
+            tokio::task::yield_now().await;
+        }
+        self.apply_here(txn).await
+    }
+
     fn apply_waits(&self, txn: &Transaction) -> bool {
         txn.data_bytes() > APPLY_HERE_BYTES || self.store.apply_would_wait(txn)
     }

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use futures::future::{AbortHandle, Abortable, Aborted, BoxFuture};
+use futures::future::{AbortHandle, Abortable, Aborted, BoxFuture, FutureExt};
 use futures::stream::{FuturesUnordered, StreamExt};
 use map::auth::Caps;
 use map::cluster::{ClusterMap, Epoch, PoolInfo, Seal, Space};
@@ -19,6 +19,7 @@ use messenger::message::{
 use messenger::{
     CertificateDer, EntityKind, EntityName, Handler, Peer, Reply, Request, SegmentCheck,
 };
+use std::panic::AssertUnwindSafe;
 use std::task::{Context, Poll, Waker};
 use store::{ReadError, Transaction, Via};
 use tokio::sync::{oneshot, watch, MutexGuard};
@@ -690,7 +691,7 @@ impl OsdService {
                     continue;
                 }
                 Action::Apply => {
-                    let applied = inner.apply_here(std::mem::take(&mut txn)).await;
+                    let applied = inner.apply_after_sends(std::mem::take(&mut txn)).await;
                     if let (Ok(()), Some(complete_to)) = (&applied, complete_to) {
                         core.undo_dropped = core.undo_dropped.max(complete_to);
                         core.position = core.position_of(inner.id);
@@ -1528,9 +1529,10 @@ fn replica_data(
 }
 
 /// A write's requests to its replicas, answered one by one. Each is started where it is
-/// sent, on the PG's writer's own task: its frame goes out from this thread before the
-/// writer applies the group here, and its answer wakes the writer directly (a task per
-/// replica cost two wake-ups each way; docs/benchmarks.md). One that the map marks down
+/// sent, on the PG's writer's own task: a lone call's frame goes out from this thread
+/// before the writer applies the group (others when it yields first,
+/// [`crate::OsdState::apply_after_sends`]), and its answer wakes the writer directly (a
+/// task per replica cost two wake-ups each way; docs/benchmarks.md). One that the map marks down
 /// meanwhile is given up on at once, not after [`crate::PEER_TIMEOUT`]: the PG's lock is
 /// held while the write waits, and a host cut off answers nothing.
 struct Replicas {
@@ -1571,9 +1573,12 @@ impl Replicas {
             registration,
         );
         self.calls.push(Box::pin(async move {
-            let answer = call
-                .await
-                .unwrap_or_else(|Aborted| Err("the map marks it down".into()));
+            // A call that panicked did not apply the write (its replica is recovered).
+            let answer = match AssertUnwindSafe(call).catch_unwind().await {
+                Ok(Ok(answer)) => answer,
+                Ok(Err(Aborted)) => Err("the map marks it down".into()),
+                Err(_) => Err("its call panicked".into()),
+            };
             (osd, answer)
         }));
         self.aborts.push((osd, abort));
