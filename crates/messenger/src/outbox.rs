@@ -119,13 +119,14 @@ impl Outbox {
     /// Writes what the socket takes of `state.pending` now, without waiting.
     fn write_pending(&self, state: &mut State) -> std::io::Result<()> {
         while !state.pending.is_empty() {
-            let slices: Vec<IoSlice<'_>> = state
-                .pending
-                .iter()
-                .take(SLICES_MAX)
-                .map(|piece| IoSlice::new(piece))
-                .collect();
-            let mut written = match self.stream.try_write_vectored(&slices) {
+            // On the stack: every frame passes here, and a Vec would be allocated per write.
+            let mut slices = [IoSlice::new(&[]); SLICES_MAX];
+            let mut count = 0;
+            for (slot, piece) in slices.iter_mut().zip(state.pending.iter()) {
+                *slot = IoSlice::new(piece);
+                count += 1;
+            }
+            let mut written = match self.stream.try_write_vectored(&slices[..count]) {
                 Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
                 Ok(n) => n,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),

@@ -801,3 +801,91 @@ async fn a_peer_too_slow_to_handshake_is_cut_off_on_both_sides() {
         .err();
     assert!(matches!(err, Some(ConnectError::Timeout(_))), "{err:?}");
 }
+
+/// A connection over a loopback socket whose other end accepts and never reads nor
+/// answers, and the socket's file descriptor on the connection's side.
+async fn silent_peer_connection() -> (Connection, TcpStream, std::os::fd::RawFd) {
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a loopback port");
+    let addr = listener.local_addr().expect("its address");
+    let (client, accepted) = tokio::join!(TcpStream::connect(addr), listener.accept());
+    let client = client.expect("connected");
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&client);
+    let (read_half, write_half) = client.into_split();
+    let (meter_in, meter_out) = crate::metrics::link(Mode::Crc);
+    let link = link::Link {
+        reader: link::FrameReader {
+            stream: Box::new(read_half),
+            key: None,
+            meter: meter_in,
+        },
+        writer: link::FrameWriter {
+            stream: write_half,
+            key: None,
+            meter: meter_out,
+        },
+        mode: Mode::Crc,
+    };
+    let conn = Connection::start(link, name("osd.7"), test_limits());
+    (conn, accepted.expect("accepted").0, fd)
+}
+
+/// Makes every later write on `fd` fail (EPIPE) while its reads go on.
+fn break_writes(fd: std::os::fd::RawFd) {
+    // SAFETY: `fd` is the connection's open socket; shutting its write side down changes
+    // no memory and leaves the descriptor valid.
+    let done = unsafe { libc::shutdown(fd, libc::SHUT_WR) };
+    assert_eq!(done, 0, "shutdown: {}", std::io::Error::last_os_error());
+}
+
+/// A socket write that fails, whether a lone call wrote it itself or the link's writer
+/// task did, fails every call waiting on the connection at once (not when a reply would
+/// have come) and every later one, with the write's error as the reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_socket_write_fails_every_waiting_call_and_the_later_ones() {
+    let within = Duration::from_secs(5);
+    let failed_writing = |outcome: Result<Incoming, CallError>| match outcome {
+        Err(CallError::Closed(reason)) => assert!(reason.starts_with("writing"), "{reason}"),
+        other => panic!("expected the write's failure, got {other:?}"),
+    };
+
+    // A lone call: its caller writes the request itself, and that write fails.
+    let (conn, _peer, fd) = silent_peer_connection().await;
+    break_writes(fd);
+    let lone = tokio::time::timeout(within, conn.call(Bytes::from_static(b"one"), Bytes::new()))
+        .await
+        .expect("the lone call failed instead of waiting");
+    failed_writing(lone);
+    assert!(conn.is_closed());
+
+    // A call in flight when a queued request's write fails (the writer task writes it, as
+    // another call is in flight).
+    let (conn, _peer, fd) = silent_peer_connection().await;
+    let first = tokio::spawn({
+        let conn = conn.clone();
+        async move { conn.call(Bytes::from_static(b"first"), Bytes::new()).await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!first.is_finished(), "the silent peer answered nothing");
+    break_writes(fd);
+    let second = tokio::time::timeout(
+        within,
+        conn.call(Bytes::from_static(b"second"), pattern(100_000, 2)),
+    )
+    .await
+    .expect("the queued call failed instead of waiting");
+    failed_writing(second);
+    let first = tokio::time::timeout(within, first)
+        .await
+        .expect("the call in flight failed with the link")
+        .expect("its task");
+    failed_writing(first);
+    let later = tokio::time::timeout(
+        within,
+        conn.call(Bytes::from_static(b"later"), Bytes::new()),
+    )
+    .await
+    .expect("a later call fails at once");
+    failed_writing(later);
+}
