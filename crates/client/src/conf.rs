@@ -131,6 +131,9 @@ pub struct GwSection {
     /// seconds (300).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub access_log_roll_seconds: Option<u64>,
+    /// The region it answers as (us-east-1): every bucket's location.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
 }
 
 /// An external KMS: the transit engine of Vault or OpenBao (`vault`, `token_file`), or a

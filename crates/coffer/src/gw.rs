@@ -45,6 +45,21 @@ pub enum GwCommand {
     /// Buckets' lifecycle rules (the gateway applies them on its own every hour).
     #[command(subcommand)]
     Lifecycle(LifecycleCommand),
+    /// Buckets' policies, as the cluster's administrator.
+    #[command(subcommand)]
+    BucketPolicy(BucketPolicyCommand),
+}
+
+#[derive(clap::Subcommand)]
+pub enum BucketPolicyCommand {
+    /// Removes BUCKET's policy whoever it denies: the way back in when a policy put with
+    /// ConfirmRemoveSelfBucketAccess denies even the bucket's owner the policy verbs.
+    Rm {
+        bucket: String,
+        /// The gateway's pool [default: the configuration's [gw] pool, else s3].
+        #[arg(long)]
+        pool: Option<String>,
+    },
 }
 
 #[derive(clap::Subcommand)]
@@ -119,6 +134,10 @@ pub struct GwArgs {
     /// h or d) [default: the configuration's [gw] access_log_roll_seconds, else 5m].
     #[arg(long, value_parser = parse_age)]
     access_log_roll: Option<Duration>,
+    /// The region it answers as: every bucket's location, and the only location constraint
+    /// CreateBucket takes [default: the configuration's [gw] region, else us-east-1].
+    #[arg(long)]
+    region: Option<String>,
 }
 
 #[derive(clap::Subcommand)]
@@ -369,6 +388,9 @@ pub fn command(who: &Who, command: GwCommand) -> Result<(), String> {
         GwCommand::Lifecycle(LifecycleCommand::Run { day, pool }) => {
             return lifecycle_run(who, day, pool)
         }
+        GwCommand::BucketPolicy(BucketPolicyCommand::Rm { bucket, pool }) => {
+            return bucket_policy_rm(who, &bucket, pool)
+        }
     };
     let (conf, runtime, cluster) = connect(who)?;
     let pool_name = pool_name(&conf, pool);
@@ -429,6 +451,27 @@ fn lifecycle_run(who: &Who, day: Duration, pool: Option<String>) -> Result<(), S
     })
 }
 
+fn bucket_policy_rm(who: &Who, bucket: &str, pool: Option<String>) -> Result<(), String> {
+    let (conf, runtime, cluster) = connect(who)?;
+    let pool_name = pool_name(&conf, pool);
+    runtime.block_on(async {
+        let pool = open_pool(&cluster, &pool_name).await?;
+        let had = gateway::buckets::info(&pool, bucket)
+            .await
+            .map_err(|e| e.to_string())?
+            .policy
+            .is_some();
+        if !had {
+            return Err(format!("bucket {bucket} has no policy"));
+        }
+        gateway::buckets::set_policy(&pool, bucket, None)
+            .await
+            .map_err(|e| e.to_string())?;
+        println!("the policy of bucket {bucket} removed");
+        Ok(())
+    })
+}
+
 /// The gateway's pool: `explicit`, else the configuration's, else the default.
 pub fn pool_name(conf: &Conf, explicit: Option<String>) -> String {
     explicit
@@ -484,6 +527,11 @@ pub fn serve(who: &Who, args: GwArgs) -> Result<(), String> {
         }
         Some(gateway::serve::tls_config(&cert, &key)?)
     };
+    let region = args
+        .region
+        .or_else(|| conf.gw.as_ref().and_then(|gw| gw.region.clone()))
+        .unwrap_or_else(|| gateway::REGION_DEFAULT.to_owned());
+    gateway::region_name(&region).map_err(|e| format!("the gateway's region: {e}"))?;
     let pool_name = pool_name(&conf, args.pool);
     runtime.block_on(async {
         let pools = open_pools(&cluster, &pool_name, args.data_pool.as_deref()).await?;
@@ -505,7 +553,8 @@ pub fn serve(who: &Who, args: GwArgs) -> Result<(), String> {
         let kms = configured_kms(&conf, &cluster)?;
         let gateway = gateway::Gateway::with_kms(pools, kms)
             .await
-            .map_err(|e| format!("starting the gateway: {e}"))?;
+            .map_err(|e| format!("starting the gateway: {e}"))?
+            .in_region(&region)?;
         let day = args
             .lifecycle_day
             .or_else(|| {
@@ -672,8 +721,7 @@ fn print_key(conf: &Conf, ours: bool, key: &gateway::layout::AccessKey) {
     println!("secret key: {}", key.secret);
     if let Some(gw) = conf.gw.as_ref().filter(|_| ours) {
         let ca = conf.dir.join(GW_DIR).join(gateway::tls::CA_FILE);
-        let endpoint = format!("https://{}", gw.listen);
-        print!("{}", client_settings(&endpoint, &ca, &key.id, &key.secret));
+        print!("{}", client_settings(gw, &ca, &key.id, &key.secret));
     }
 }
 
@@ -791,27 +839,32 @@ async fn user_policy(pool: &client::Pool, command: UserPolicyCommand) -> Result<
 }
 
 /// The settings that point the usual S3 clients at a gateway, ready to paste: aws-cli,
-/// s3cmd, rclone and boto3, path-style, region `us-east-1`, trusting the cluster's
-/// authority `ca`.
-pub fn client_settings(endpoint: &str, ca: &Path, access: &str, secret: &str) -> String {
+/// s3cmd, rclone and boto3, path-style, in the gateway's region (`[gw] region`, else
+/// us-east-1), trusting the cluster's authority `ca`.
+pub fn client_settings(
+    gw: &client::conf::GwSection,
+    ca: &Path,
+    access: &str,
+    secret: &str,
+) -> String {
+    let endpoint = format!("https://{}", gw.listen);
+    let region = gw.region.as_deref().unwrap_or(gateway::REGION_DEFAULT);
     let ca = ca.display();
-    let host = endpoint
-        .split_once("://")
-        .map_or(endpoint, |(_, host)| host);
+    let host = &gw.listen;
     format!(
         "\nto use it (the gateway at {endpoint}, its certificates signed by {ca}):\n\
          aws-cli:\n  export AWS_ACCESS_KEY_ID={access} AWS_SECRET_ACCESS_KEY={secret} \
-         AWS_DEFAULT_REGION=us-east-1 AWS_ENDPOINT_URL={endpoint} AWS_CA_BUNDLE={ca}\n  \
+         AWS_DEFAULT_REGION={region} AWS_ENDPOINT_URL={endpoint} AWS_CA_BUNDLE={ca}\n  \
          aws s3 ls\n\
          s3cmd:\n  s3cmd --access_key={access} --secret_key={secret} --host={host} \
-         --host-bucket={host} --ca-certs={ca} --region=us-east-1 ls\n\
+         --host-bucket={host} --ca-certs={ca} --region={region} ls\n\
          rclone:\n  export RCLONE_CONFIG_COFFER_TYPE=s3 RCLONE_CONFIG_COFFER_PROVIDER=Other \
          RCLONE_CONFIG_COFFER_ACCESS_KEY_ID={access} RCLONE_CONFIG_COFFER_SECRET_ACCESS_KEY={secret} \
          RCLONE_CONFIG_COFFER_ENDPOINT={endpoint} RCLONE_CONFIG_COFFER_FORCE_PATH_STYLE=true \
          RCLONE_CA_CERT={ca}\n  env -u AWS_CA_BUNDLE rclone lsd coffer:   \
          # rclone 1.60's S3 backend fails while AWS_CA_BUNDLE is set\n\
          boto3:\n  s3 = boto3.client(\"s3\", endpoint_url=\"{endpoint}\", verify=\"{ca}\", \
-         region_name=\"us-east-1\", aws_access_key_id=\"{access}\", \
+         region_name=\"{region}\", aws_access_key_id=\"{access}\", \
          aws_secret_access_key=\"{secret}\")\n"
     )
 }

@@ -129,6 +129,7 @@ fn create(dir: &Path, args: &UpArgs) -> Result<Conf, String> {
         pool: GW_POOL_DEFAULT.into(),
         lifecycle_day_seconds: None,
         access_log_roll_seconds: None,
+        region: None,
     });
     conf.dashboard = (args.dashboard != "none").then(|| DashboardSection {
         listen: args.dashboard.clone(),

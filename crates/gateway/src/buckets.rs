@@ -48,6 +48,12 @@ pub struct Bucket {
     pub requester_pays: bool,
 }
 
+/// The mark of a bucket policy that binds the bucket's owner ([`Policy::binding_owner`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct BindsOwner;
+
+impl layout::Record for BindsOwner {}
+
 /// The mark of a bucket whose requesters pay.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RequesterPays;
@@ -64,12 +70,17 @@ pub async fn info(pool: &Pool, bucket: &str) -> Result<Bucket, Error> {
     let Some(info) = attrs.get(layout::BUCKET_ATTR) else {
         return Err(Error::NotFound(format!("bucket {bucket}")));
     };
+    let binds_owner = attrs
+        .get(layout::POLICY_BINDS_OWNER_ATTR)
+        .map(Vec::as_slice);
+    let binds_owner = decoded::<BindsOwner>(binds_owner)?.is_some();
     Ok(Bucket {
         info: layout::decode(info).map_err(Error::Corrupt)?,
         versioning: Versioning::from_attr(attrs.get(layout::VERSIONING_ATTR).map(Vec::as_slice))?,
         lock: decoded(attrs.get(layout::LOCK_ATTR).map(Vec::as_slice))?,
         lifecycle: decoded(attrs.get(layout::LIFECYCLE_ATTR).map(Vec::as_slice))?,
-        policy: decoded(attrs.get(layout::POLICY_ATTR).map(Vec::as_slice))?,
+        policy: decoded::<Policy>(attrs.get(layout::POLICY_ATTR).map(Vec::as_slice))?
+            .map(|policy| policy.binding_owner(binds_owner)),
         public_block: decoded(attrs.get(layout::PUBLIC_BLOCK_ATTR).map(Vec::as_slice))?,
         acl: decoded(attrs.get(layout::ACL_ATTR).map(Vec::as_slice))?,
         ownership: decoded(attrs.get(layout::OWNERSHIP_ATTR).map(Vec::as_slice))?,
@@ -230,10 +241,21 @@ pub async fn set_lifecycle(
     set_bucket_attr(pool, bucket, layout::LIFECYCLE_ATTR, value).await
 }
 
-/// Sets `bucket`'s policy (`None` removes it).
+/// Sets `bucket`'s policy, and whether it binds the bucket's owner, in one commit (`None`
+/// removes both).
 pub async fn set_policy(pool: &Pool, bucket: &str, policy: Option<&Policy>) -> Result<(), Error> {
-    let value = policy.map(layout::encode);
-    set_bucket_attr(pool, bucket, layout::POLICY_ATTR, value).await
+    let binds = policy
+        .filter(|p| p.binds_owner())
+        .map(|_| layout::encode(&BindsOwner));
+    let ops = vec![
+        ObjectOp::AssertExists,
+        attr_op(layout::POLICY_ATTR, policy.map(layout::encode)),
+        attr_op(layout::POLICY_BINDS_OWNER_ATTR, binds),
+    ];
+    pool.operate(&layout::index_object(bucket), ops, Bytes::new())
+        .await
+        .map_err(|e| missing(e, bucket))?;
+    Ok(())
 }
 
 /// Sets `bucket`'s ACL.
@@ -291,11 +313,7 @@ async fn set_bucket_attr(
     name: &str,
     value: Option<Vec<u8>>,
 ) -> Result<(), Error> {
-    let name = name.to_string();
-    let op = match value {
-        Some(value) => ObjectOp::SetAttr { name, value },
-        None => ObjectOp::RemoveAttr { name },
-    };
+    let op = attr_op(name, value);
     pool.operate(
         &layout::index_object(bucket),
         vec![ObjectOp::AssertExists, op],
@@ -304,6 +322,15 @@ async fn set_bucket_attr(
     .await
     .map_err(|e| missing(e, bucket))?;
     Ok(())
+}
+
+/// Sets attribute `name` to `value`, or removes it (`None`).
+fn attr_op(name: &str, value: Option<Vec<u8>>) -> ObjectOp {
+    let name = name.to_owned();
+    match value {
+        Some(value) => ObjectOp::SetAttr { name, value },
+        None => ObjectOp::RemoveAttr { name },
+    }
 }
 
 /// The tags of `bucket` (none if it has none).

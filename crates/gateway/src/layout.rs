@@ -47,6 +47,10 @@ pub const LIFECYCLE_ATTR: &str = "lifecycle";
 /// The attribute of a bucket's index object that holds its policy
 /// (`crate::policy::Policy`, kept as the text given).
 pub const POLICY_ATTR: &str = "policy";
+/// The attribute of a bucket's index object that marks its policy as binding its owner
+/// ([`crate::buckets::BindsOwner`]); absent for a policy put without
+/// ConfirmRemoveSelfBucketAccess.
+pub const POLICY_BINDS_OWNER_ATTR: &str = "policy-binds-owner";
 /// The attribute of a bucket's index object that holds its public access block
 /// (`crate::policy::PublicBlock`).
 pub const PUBLIC_BLOCK_ATTR: &str = "public-block";

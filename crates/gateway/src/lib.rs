@@ -46,7 +46,7 @@ pub mod versions;
 pub mod web_identity;
 
 pub use pools::Pools;
-pub use s3::Gateway;
+pub use s3::{region_name, Gateway, REGION_DEFAULT};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

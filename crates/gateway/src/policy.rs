@@ -500,6 +500,9 @@ struct Statement {
 pub struct Policy {
     text: String,
     statements: Vec<Statement>,
+    /// A bucket's policy put with ConfirmRemoveSelfBucketAccess: its denials hold its
+    /// owner out of the policy verbs too (kept beside the text, [`Policy::binding_owner`]).
+    binds_owner: bool,
 }
 
 impl crate::layout::Record for Policy {}
@@ -550,6 +553,20 @@ enum Kind {
 }
 
 impl Policy {
+    /// This bucket policy, holding the bucket's owner to its denials of the policy verbs
+    /// too (`binds`), as S3's ConfirmRemoveSelfBucketAccess asks: the owner may otherwise
+    /// always read, replace and delete its bucket's policy.
+    pub fn binding_owner(self, binds: bool) -> Policy {
+        Policy {
+            binds_owner: binds,
+            ..self
+        }
+    }
+
+    pub fn binds_owner(&self) -> bool {
+        self.binds_owner
+    }
+
     /// Reads a bucket policy document; the error says what is wrong with it.
     pub fn parse(text: &str) -> Result<Policy, String> {
         Policy::read(text, Kind::Bucket)
@@ -628,6 +645,7 @@ impl Policy {
         Ok(Policy {
             text: text.into(),
             statements,
+            binds_owner: false,
         })
     }
 
@@ -801,7 +819,7 @@ pub fn decide(
         return Decision::Deny;
     }
     let is_owner = asked.principal == Some(owner);
-    if is_owner && asked.action.on_policy() {
+    if is_owner && asked.action.on_policy() && !policy.is_some_and(Policy::binds_owner) {
         return Decision::Allow;
     }
     let verdict = policy.map_or(Verdict::Silent, |p| p.judge(asked));
@@ -1548,6 +1566,28 @@ mod tests {
         assert_eq!(
             decision(Some("bob"), Action::GetObject, None),
             Decision::AskAcl
+        );
+        // Put with ConfirmRemoveSelfBucketAccess, its denials of the policy verbs hold the
+        // owner too; what it does not deny, the owner may still do.
+        let locked_out = policy(
+            r#"{"Effect": "Deny", "Principal": "*", "Action": "s3:PutBucketPolicy",
+                "Resource": "arn:aws:s3:::b"}"#,
+        );
+        let binding = locked_out.clone().binding_owner(true);
+        assert!(binding.binds_owner() && !locked_out.binds_owner());
+        let on_bucket = |action, policy| {
+            let asked = Asked {
+                resource: "arn:aws:s3:::b",
+                ..ask(Some("owner"), action)
+            };
+            decide("owner", &asked, policy, none, &[])
+        };
+        let put = Action::PutBucketPolicy;
+        assert_eq!(on_bucket(put, Some(&locked_out)), Decision::Allow);
+        assert_eq!(on_bucket(put, Some(&binding)), Decision::Deny);
+        assert_eq!(
+            on_bucket(Action::GetBucketPolicy, Some(&binding)),
+            Decision::Allow
         );
     }
 

@@ -207,8 +207,7 @@ pub async fn run(cluster: &Cluster, conf: &Conf, action: &Action) -> Done {
                     let mut keys = format!("access key: {id}\nsecret key: {secret}\n");
                     if let Some(gw) = &conf.gw {
                         let ca = conf.dir.join(crate::gw::GW_DIR).join(gateway::tls::CA_FILE);
-                        let endpoint = format!("https://{}", gw.listen);
-                        keys.push_str(&crate::gw::client_settings(&endpoint, &ca, id, secret));
+                        keys.push_str(&crate::gw::client_settings(gw, &ca, id, secret));
                     }
                     Done {
                         outcome: Ok(format!("S3 user {name} created")),

@@ -404,13 +404,21 @@ class Suite:
                 break
         expect("list_buckets one a page", paged, ours)
         ok(f"list_buckets with MaxBuckets 1 and a prefix pages through {len(ours)} buckets")
-        # us-east-1 is reported as an empty LocationConstraint by AWS; accept it spelled out.
+        # The gateway answers as us-east-1 unless told another region: no LocationConstraint.
         location = self.s3.get_bucket_location(Bucket=self.bucket).get("LocationConstraint")
-        if location not in (None, "", REGION):
-            raise AssertionError(
-                f"get_bucket_location: expected {REGION} or empty, got {location!r}"
-            )
-        ok(f"get_bucket_location is {location!r}")
+        expect("get_bucket_location", location, None)
+        elsewhere = f"{self.scratch_bucket}-eu"
+        expect_error(
+            "create_bucket in eu-west-1",
+            ["IllegalLocationConstraintException"],
+            self.s3.create_bucket,
+            Bucket=elsewhere,
+            CreateBucketConfiguration={"LocationConstraint": "eu-west-1"},
+        )
+        expect_error(
+            "head_bucket of the bucket refused", ["404"], self.s3.head_bucket, Bucket=elsewhere
+        )
+        ok("get_bucket_location is us-east-1's (none); a bucket in another region is refused")
         self.put("recreated", b"still here")
         expect(
             "create_bucket of a bucket one already owns status",
@@ -3445,6 +3453,33 @@ class Suite:
         expect_error("anonymous: get_object public/a without a policy", ["AccessDenied"],
                      anonymous.get_object, Bucket=bucket, Key="public/a")
         ok("a deny holds the owner but never keeps it from its policy; delete_bucket_policy closes the bucket")
+
+        sealed = json.dumps({"Statement": [{
+            "Effect": "Deny", "Principal": "*",
+            "Action": ["s3:GetBucketPolicy", "s3:PutBucketPolicy", "s3:DeleteBucketPolicy"],
+            "Resource": arn}]})
+        self.s3.put_bucket_policy(Bucket=bucket, Policy=sealed, ConfirmRemoveSelfBucketAccess=True)
+        for verb, call, params in [
+            ("get_bucket_policy", self.s3.get_bucket_policy, {}),
+            ("put_bucket_policy", self.s3.put_bucket_policy, {"Policy": lockout}),
+            ("delete_bucket_policy", self.s3.delete_bucket_policy, {}),
+        ]:
+            expect_error(f"owner: {verb} once it confirmed removing its own access", ["AccessDenied"],
+                         call, Bucket=bucket, **params)
+        self.s3.list_objects_v2(Bucket=bucket)
+        self.coffer_refused("coffer gw bucket-policy rm of a bucket that does not exist",
+                            "does not exist", "gw", "bucket-policy", "rm", self.missing_bucket)
+        self.coffer("gw", "bucket-policy", "rm", bucket)
+        expect_error("get_bucket_policy after the administrator removed it", ["NoSuchBucketPolicy"],
+                     self.s3.get_bucket_policy, Bucket=bucket)
+        self.coffer_refused("coffer gw bucket-policy rm of a bucket without a policy",
+                            "has no policy", "gw", "bucket-policy", "rm", bucket)
+        self.s3.put_bucket_policy(Bucket=bucket, Policy=sealed)
+        expect("owner: get_bucket_policy of the same policy put without confirming",
+               self.s3.get_bucket_policy(Bucket=bucket)["Policy"], sealed)
+        self.s3.delete_bucket_policy(Bucket=bucket)
+        ok("a policy put with ConfirmRemoveSelfBucketAccess holds its owner out of the policy verbs"
+           " (and nothing else it allows); `coffer gw bucket-policy rm` lets the owner back in")
 
     # ACLs and object ownership -----------------------------------------------------------
 

@@ -86,6 +86,12 @@ pub(super) async fn create_bucket(
         })?),
         None => None,
     };
+    let constraint = req
+        .input
+        .create_bucket_configuration
+        .as_ref()
+        .and_then(|c| c.location_constraint.as_ref());
+    located(&gw.region, constraint.map(|c| c.as_str()))?;
     let asked = asked_acl!(req.input, bucket);
     let locked = req.input.object_lock_enabled_for_bucket.unwrap_or(false);
     // What the creation sets beyond the bucket, as the verbs that set it later are asked.
@@ -109,9 +115,8 @@ pub(super) async fn create_bucket(
     };
     match buckets::create(&gw.pool, bucket, &user, setup).await {
         Ok(()) => {}
-        // Asking again for one's own bucket succeeds, as in us-east-1, the one region a
-        // Coffer cluster answers as, unless it asks for another ACL than the bucket has
-        // (the ACL would not be applied).
+        // Asking again for one's own bucket succeeds, as in S3's us-east-1, unless it asks
+        // for another ACL than the bucket has (the ACL would not be applied).
         Err(Error::Exists(owner)) if owner == user && same_acl(gw, bucket, acl, &user).await? => {}
         Err(Error::Exists(_)) => return Err(Refusal::BucketTaken(bucket.clone()).into()),
         Err(e) => return Err(e.into()),
@@ -154,8 +159,42 @@ pub(super) async fn get_bucket_location(
     req: S3Request<GetBucketLocationInput>,
 ) -> S3Result<S3Response<GetBucketLocationOutput>> {
     allowed!(gw, req, GetBucketLocation);
-    // No constraint means us-east-1, the one region a Coffer cluster answers as.
-    Ok(S3Response::new(GetBucketLocationOutput::default()))
+    // Every bucket is in the gateway's region; S3 names us-east-1 by no constraint.
+    let location_constraint = (*gw.region != *super::REGION_DEFAULT)
+        .then(|| BucketLocationConstraint::from(gw.region.to_string()));
+    Ok(S3Response::new(GetBucketLocationOutput {
+        location_constraint,
+    }))
+}
+
+/// Whether `region` can name a gateway's region: 1 to 63 lowercase letters, digits and
+/// dashes, starting and ending with a letter or digit.
+pub fn region_name(region: &str) -> Result<(), String> {
+    let fits = (1..=63).contains(&region.len())
+        && region
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !region.starts_with('-')
+        && !region.ends_with('-');
+    match fits {
+        true => Ok(()),
+        false => Err(format!(
+            "{region:?} is not a region name: 1 to 63 lowercase letters, digits and dashes"
+        )),
+    }
+}
+
+/// Whether a bucket created with location `constraint` can be in `region`, the gateway's:
+/// no constraint, an empty one or the region's own name.
+fn located(region: &str, constraint: Option<&str>) -> Result<(), Refusal> {
+    match constraint {
+        None | Some("") => Ok(()),
+        Some(asked) if asked == region => Ok(()),
+        Some(asked) => Err(Refusal::Location {
+            asked: asked.to_owned(),
+            region: region.to_owned(),
+        }),
+    }
 }
 
 pub(super) async fn put_bucket_encryption(
@@ -301,4 +340,42 @@ pub(super) async fn get_bucket_request_payment(
     Ok(S3Response::new(GetBucketRequestPaymentOutput {
         payer: Some(Payer::from_static(payer)),
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use s3s::{S3Error, S3ErrorCode};
+
+    #[test]
+    fn region_names_are_lowercase_letters_digits_and_inner_dashes() {
+        for good in ["us-east-1", "default", "a", "eu-2", &"r".repeat(63)] {
+            assert!(region_name(good).is_ok(), "{good}");
+        }
+        for bad in [
+            "",
+            "US-EAST-1",
+            "-east",
+            "east-",
+            "eu_west",
+            "a b",
+            &"r".repeat(64),
+        ] {
+            assert!(region_name(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_bucket_may_be_located_only_in_the_gateways_region() {
+        assert!(located("default", None).is_ok());
+        assert!(located("default", Some("")).is_ok());
+        assert!(located("default", Some("default")).is_ok());
+        let refused = located("default", Some("us-east-1")).expect_err("another region");
+        assert_eq!(
+            S3Error::from(refused).code(),
+            &S3ErrorCode::IllegalLocationConstraintException
+        );
+        assert!(located("us-east-1", Some("eu-west-1")).is_err());
+        assert!(located("us-east-1", Some("us-east-1")).is_ok());
+    }
 }

@@ -47,6 +47,8 @@ pub(crate) enum Refusal {
     BucketName(String),
     #[error("bucket {0} belongs to another user")]
     BucketTaken(String),
+    #[error("location {asked} is not this endpoint's region {region}; ask for {region} or none")]
+    Location { asked: String, region: String },
     #[error("bucket {0} holds objects; delete them first")]
     BucketNotEmpty(String),
     #[error("bucket {0} has no default encryption")]
@@ -210,6 +212,7 @@ impl Refusal {
             Refusal::NoUpload(_) => C::NoSuchUpload,
             Refusal::BucketName(_) => C::InvalidBucketName,
             Refusal::BucketTaken(_) => C::BucketAlreadyExists,
+            Refusal::Location { .. } => C::IllegalLocationConstraintException,
             Refusal::BucketNotEmpty(_) => C::BucketNotEmpty,
             Refusal::NoDefaultEncryption(_) => C::ServerSideEncryptionConfigurationNotFoundError,
             Refusal::KeyLength(_) => C::KeyTooLongError,

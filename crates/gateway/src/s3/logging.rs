@@ -20,8 +20,6 @@ use crate::policy::{self, Action};
 use crate::serve::xml_texts;
 use crate::{buckets, data, Error};
 
-/// The region a Coffer cluster answers as, which partitioned log keys name.
-const REGION: &str = "us-east-1";
 /// How often, at most, the gateway looks for batches no request has delivered.
 const SWEEP_MAX: Duration = Duration::from_secs(10);
 
@@ -176,7 +174,7 @@ impl Gateway {
             };
             (logging, source)
         };
-        let stem = access_log::stem(&logging, &source, REGION);
+        let stem = access_log::stem(&logging, &source, &self.region);
         let due =
             self.logs_lock()
                 .take_due(&logging.target, &logging.prefix, &stem, layout::now_ns());
@@ -267,7 +265,7 @@ impl Gateway {
             bucket: bucket.clone(),
             owner: owner.clone(),
         };
-        let stem = access_log::stem(logging, &source, REGION);
+        let stem = access_log::stem(logging, &source, &self.region);
         let tls = asked.peer.and_then(|peer| peer.tls);
         let lines: Vec<String> = keys
             .into_iter()

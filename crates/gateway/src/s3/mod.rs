@@ -68,7 +68,14 @@ pub struct Gateway {
     readers: crate::readers::Readers,
     /// Access log lines waiting for delivery ([`logging`]).
     logs: std::sync::Arc<Mutex<crate::access_log::Batches>>,
+    /// The region the gateway answers as ([`Gateway::in_region`]).
+    region: std::sync::Arc<str>,
 }
+
+/// The region a gateway answers as unless given another: the one clients assume when
+/// told none.
+pub const REGION_DEFAULT: &str = "us-east-1";
+pub use bucket::region_name;
 
 /// How often the gateway asks the KMS which keys exist, to forget the data keys of removed
 /// ones, and lets its client do its upkeep.
@@ -99,6 +106,7 @@ impl Gateway {
             kms: kms.clone(),
             cache: KeyCache::default(),
             logs: Default::default(),
+            region: REGION_DEFAULT.into(),
         };
         let cache = gateway.cache.clone();
         tokio::spawn(async move {
@@ -114,6 +122,16 @@ impl Gateway {
             }
         });
         Ok(gateway)
+    }
+
+    /// The gateway answering as `region` (a name of 1 to 63 lowercase letters, digits and
+    /// dashes, such as `us-east-1` or Ceph's `default`): the location of every bucket, the
+    /// only location constraint CreateBucket takes, and the region partitioned access log
+    /// keys name. Clients may sign for any region.
+    pub fn in_region(mut self, region: &str) -> Result<Gateway, String> {
+        region_name(region)?;
+        self.region = region.into();
+        Ok(self)
     }
 
     /// Applies buckets' lifecycle rules from now on, with a day of `day` (shorter only in

@@ -636,7 +636,8 @@ pub(super) async fn put_bucket_policy(
         .await?;
     let given = Policy::parse(&req.input.policy)
         .and_then(|p| p.check_resources(name).map(|()| p))
-        .map_err(Refusal::MalformedPolicy)?;
+        .map_err(Refusal::MalformedPolicy)?
+        .binding_owner(req.input.confirm_remove_self_bucket_access == Some(true));
     let block = bucket.public_block.unwrap_or_default();
     if block.block_policy && given.is_public() {
         return Err(Refusal::Blocked("a policy that allows everyone").into());
