@@ -135,7 +135,8 @@ pub struct GwArgs {
     #[arg(long, value_parser = parse_age)]
     access_log_roll: Option<Duration>,
     /// The region it answers as: every bucket's location, and the only location constraint
-    /// CreateBucket takes [default: the configuration's [gw] region, else us-east-1].
+    /// CreateBucket takes [default: the configuration's [gw] region, else us-east-1]. The
+    /// client settings `coffer user create` prints name the configuration's.
     #[arg(long)]
     region: Option<String>,
 }
@@ -456,17 +457,12 @@ fn bucket_policy_rm(who: &Who, bucket: &str, pool: Option<String>) -> Result<(),
     let pool_name = pool_name(&conf, pool);
     runtime.block_on(async {
         let pool = open_pool(&cluster, &pool_name).await?;
-        let had = gateway::buckets::info(&pool, bucket)
-            .await
-            .map_err(|e| e.to_string())?
-            .policy
-            .is_some();
-        if !had {
-            return Err(format!("bucket {bucket} has no policy"));
-        }
-        gateway::buckets::set_policy(&pool, bucket, None)
+        let removed = gateway::buckets::remove_policy(&pool, bucket)
             .await
             .map_err(|e| e.to_string())?;
+        if !removed {
+            return Err(format!("bucket {bucket} has no policy"));
+        }
         println!("the policy of bucket {bucket} removed");
         Ok(())
     })

@@ -258,6 +258,23 @@ pub async fn set_policy(pool: &Pool, bucket: &str, policy: Option<&Policy>) -> R
     Ok(())
 }
 
+/// Removes `bucket`'s policy without reading it (the administrator's removal must work
+/// even where a policy no longer parses); `false` if it had none.
+pub async fn remove_policy(pool: &Pool, bucket: &str) -> Result<bool, Error> {
+    let attrs = pool
+        .attrs(&layout::index_object(bucket))
+        .await
+        .map_err(|e| missing(e, bucket))?;
+    if !attrs.contains_key(layout::BUCKET_ATTR) {
+        return Err(Error::NotFound(format!("bucket {bucket}")));
+    }
+    if !attrs.contains_key(layout::POLICY_ATTR) {
+        return Ok(false);
+    }
+    set_policy(pool, bucket, None).await?;
+    Ok(true)
+}
+
 /// Sets `bucket`'s ACL.
 pub async fn set_acl(pool: &Pool, bucket: &str, acl: &Acl) -> Result<(), Error> {
     set_bucket_attr(pool, bucket, layout::ACL_ATTR, Some(layout::encode(acl))).await

@@ -418,7 +418,12 @@ class Suite:
         expect_error(
             "head_bucket of the bucket refused", ["404"], self.s3.head_bucket, Bucket=elsewhere
         )
-        ok("get_bucket_location is us-east-1's (none); a bucket in another region is refused")
+        head = self.s3.head_bucket(Bucket=self.bucket)["ResponseMetadata"]["HTTPHeaders"]
+        expect("head_bucket x-amz-bucket-region", head.get("x-amz-bucket-region"), REGION)
+        regions = {b["Name"]: b.get("BucketRegion") for b in self.s3.list_buckets()["Buckets"]}
+        expect("list_buckets BucketRegion", regions.get(self.bucket), REGION)
+        ok("get_bucket_location is us-east-1's (none), as head_bucket and list_buckets say;"
+           " a bucket in another region is refused")
         self.put("recreated", b"still here")
         expect(
             "create_bucket of a bucket one already owns status",

@@ -48,7 +48,7 @@ pub(super) async fn list_buckets(
         .map(|(name, info)| Bucket {
             name: Some(name),
             creation_date: Some(timestamp(info.created_ns)),
-            ..Default::default()
+            bucket_region: Some(gw.region.to_string()),
         })
         .collect();
     let next = (owned.len() > max).then(|| {
@@ -151,7 +151,10 @@ pub(super) async fn head_bucket(
     req: S3Request<HeadBucketInput>,
 ) -> S3Result<S3Response<HeadBucketOutput>> {
     allowed!(gw, req, ListBucket);
-    Ok(S3Response::new(HeadBucketOutput::default()))
+    Ok(S3Response::new(HeadBucketOutput {
+        bucket_region: Some(gw.region.to_string()),
+        ..Default::default()
+    }))
 }
 
 pub(super) async fn get_bucket_location(
