@@ -207,6 +207,23 @@ fn a_disk_too_small_for_the_stores_ends_coffer_up_with_the_reason_and_no_orphans
     );
 }
 
+/// A daemon's stderr is its log; on a file system that filled, the reason it stops cannot
+/// be written, and it must still exit as a refusal (status 1), not as a crash (101, a
+/// panic while printing it), which the supervisor would count against it.
+#[test]
+fn a_refusal_that_cannot_be_written_to_a_full_log_still_exits_with_status_1() {
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .expect("/dev/full");
+    let status = std::process::Command::new(COFFER)
+        .args(["--conf", "/nonexistent/coffer.toml", "osd", "--id", "0"])
+        .stderr(full)
+        .status()
+        .expect("coffer runs");
+    assert_eq!(status.code(), Some(1), "{status}");
+}
+
 /// A tmpfs mounted for a test, unmounted when dropped (after the cluster using it stops).
 struct Tmpfs(std::path::PathBuf);
 
@@ -273,8 +290,9 @@ fn the_file_system_under_a_store_filling_refuses_writes_and_recovers_without_a_r
     // (lazily, under the running OSD) before the cluster's directory is removed, which a
     // mount point inside it would stop halfway, leaving every other store on the disk.
     let cluster: LocalCluster;
-    // 1 GiB for the store's data file, the rest for its metadata, keyring and log.
-    let disk = Tmpfs::mount(&dir.path().join("osd.2"), "1400m");
+    // 1 GiB for the store's data file, the rest for its metadata. The OSD's log stays on
+    // the host's disk: on the full file system it could not say why the OSD stopped.
+    let disk = Tmpfs::mount(&dir.path().join("osd.2").join("store"), "1400m");
     cluster = LocalCluster::start_in(dir, 3, &["--nbd", "none", "--gw", "none"], true);
     cluster.ok(&["obj", "put", "data", "before", "/etc/hostname"]);
 
@@ -343,7 +361,8 @@ fn the_file_system_under_a_store_filling_refuses_writes_and_recovers_without_a_r
         stopped["last_exit"]["log"]
             .as_str()
             .is_some_and(|log| log.contains("its store failed") && log.contains("No space")),
-        "{stopped:#}"
+        "{stopped:#}\n{}",
+        cluster.logs()
     );
     std::fs::remove_file(&filler).expect("free the room");
     cluster.wait_for(

@@ -44,6 +44,7 @@ use map::cluster::{PoolUsage, HOST_FULL_BYTES};
 use map::PoolId;
 use redb::{Database, ReadOnlyDatabase, ReadableDatabase, ReadableTable};
 use std::collections::BTreeMap;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -569,7 +570,9 @@ impl Drop for Store {
         let checkpoint =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.checkpoint()));
         if !matches!(checkpoint, Ok(Ok(()))) {
-            eprintln!(
+            // Not `eprintln!`, which panics when stderr (a daemon's log) is on a full disk.
+            let _ = writeln!(
+                std::io::stderr(),
                 "coffer store: the checkpoint at close failed; the next open replays the log"
             );
         }
@@ -657,7 +660,10 @@ impl Drop for MetaDb {
         if let Some(db) = self.0.take() {
             let closed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(db)));
             if closed.is_err() {
-                eprintln!("coffer store: closing a corrupt metadata database failed; its last commit stands");
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "coffer store: closing a corrupt metadata database failed; its last commit stands"
+                );
             }
         }
     }
