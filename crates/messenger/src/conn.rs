@@ -163,6 +163,12 @@ impl Connection {
         self.inner.shared.lock().closed.is_some()
     }
 
+    /// Whether requests sent on the link wait for its writer task: a task that means to keep
+    /// its thread busy for a while should let that task run first.
+    pub fn writer_busy(&self) -> bool {
+        self.inner.queue.writer_busy()
+    }
+
     /// Gives the link up (its peer stopped answering): every call waiting on it fails with
     /// `reason`, and so does every later one.
     pub fn close(&self, reason: &str) {

@@ -181,6 +181,12 @@ impl Sender {
         }
         true
     }
+
+    /// Whether frames wait for the writer task (sealing, or bytes the socket did not take):
+    /// a frame sent on the link goes out only once that task has run.
+    pub(crate) fn writer_busy(&self) -> bool {
+        self.outbox.lock().busy
+    }
 }
 
 impl Clone for Sender {

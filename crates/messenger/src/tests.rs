@@ -889,3 +889,38 @@ async fn a_failed_socket_write_fails_every_waiting_call_and_the_later_ones() {
     .expect("a later call fails at once");
     failed_writing(later);
 }
+
+/// Polls `call` once, as a primary starts its replicas' calls before it applies a write.
+fn start(call: &mut std::pin::Pin<Box<impl std::future::Future>>) {
+    let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+    assert!(
+        call.as_mut().poll(&mut context).is_pending(),
+        "the silent peer answered nothing"
+    );
+}
+
+/// A lone call's request is written by its caller, so the link's writer task has nothing
+/// to do; a request made while another call is in flight waits for that task (which, on
+/// this one thread, runs only once the caller lets it) and is written once it has run.
+#[tokio::test(flavor = "current_thread")]
+async fn the_writer_is_busy_only_while_a_request_waits_for_it() {
+    let (conn, _peer, _fd) = silent_peer_connection().await;
+    assert!(!conn.writer_busy(), "an idle link");
+    let mut lone = Box::pin(conn.call(Bytes::from_static(b"lone"), Bytes::new()));
+    start(&mut lone);
+    assert!(!conn.writer_busy(), "the lone call wrote its own request");
+    let mut queued = Box::pin(conn.call(Bytes::from_static(b"queued"), Bytes::new()));
+    start(&mut queued);
+    assert!(
+        conn.writer_busy(),
+        "the second request waits for the writer task"
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while conn.writer_busy() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the writer task never wrote the queued request"
+        );
+        tokio::task::yield_now().await;
+    }
+}

@@ -31,6 +31,10 @@ pub trait PeerNet: Send + Sync + 'static {
         data: Bytes,
         check: Option<SegmentCheck>,
     ) -> Call<'a>;
+
+    /// Whether requests started to `osd` still wait for a task of this OSD's own to send
+    /// them (its link's writer task, when other frames are in flight there).
+    fn sends_waiting(&self, osd: OsdId) -> bool;
 }
 
 /// Peers over the messenger: one link per OSD, at the address the map gives, reopened when
@@ -104,5 +108,11 @@ impl PeerNet for MessengerNet {
                 )),
             }
         })
+    }
+
+    fn sends_waiting(&self, osd: OsdId) -> bool {
+        // Not asked under the table's lock: the link's own lock may be held by a socket write.
+        let conn = self.table().get(&osd).map(|(_, conn)| conn.clone());
+        conn.is_some_and(|conn| conn.writer_busy())
     }
 }

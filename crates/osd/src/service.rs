@@ -691,7 +691,9 @@ impl OsdService {
                     continue;
                 }
                 Action::Apply => {
-                    let applied = inner.apply_after_sends(std::mem::take(&mut txn)).await;
+                    let applied = inner
+                        .apply_after_sends(std::mem::take(&mut txn), replicas.sends_waiting)
+                        .await;
                     if let (Ok(()), Some(complete_to)) = (&applied, complete_to) {
                         core.undo_dropped = core.undo_dropped.max(complete_to);
                         core.position = core.position_of(inner.id);
@@ -1542,6 +1544,8 @@ struct Replicas {
     answered: VecDeque<(OsdId, Result<(), String>)>,
     aborts: Vec<(OsdId, AbortHandle)>,
     maps: watch::Receiver<Arc<ClusterMap>>,
+    /// Some request started here waits for its link's writer task to go out.
+    sends_waiting: bool,
 }
 
 impl Replicas {
@@ -1552,6 +1556,7 @@ impl Replicas {
             answered: VecDeque::new(),
             aborts: Vec::new(),
             maps: inner.map.subscribe(),
+            sends_waiting: false,
         }
     }
 
@@ -1589,6 +1594,7 @@ impl Replicas {
         while let Poll::Ready(Some(answer)) = self.calls.poll_next_unpin(&mut context) {
             self.answered.push_back(answer);
         }
+        self.sends_waiting |= self.inner.net.sends_waiting(osd);
         self.give_up_on_down();
     }
 

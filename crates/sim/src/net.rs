@@ -378,4 +378,10 @@ impl PeerNet for Link {
     ) -> Call<'a> {
         Box::pin(self.net.call(Some(self.from), osd, request.clone(), data))
     }
+
+    /// A simulated call is handed to the world's courier as it starts: no task of the OSD's
+    /// own is left to send it.
+    fn sends_waiting(&self, _osd: OsdId) -> bool {
+        false
+    }
 }
