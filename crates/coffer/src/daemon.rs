@@ -70,6 +70,14 @@ pub fn runtime() -> Result<tokio::runtime::Runtime, String> {
         .map_err(|e| format!("starting the runtime: {e}"))
 }
 
+/// Writes `line` to stderr, which for a daemon (and `coffer up`) is its log, often on the
+/// disk whose filling it reports: there the line is lost, not the process (`eprintln!`
+/// panics when the write fails, and the exit would read as a crash, status 101).
+pub fn tell(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
+}
+
 /// Waits for SIGINT or SIGTERM.
 pub async fn stop_signal() -> Result<(), String> {
     use tokio::signal::unix::{signal, SignalKind};

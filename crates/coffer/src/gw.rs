@@ -593,7 +593,9 @@ pub fn serve(who: &Who, args: GwArgs) -> Result<(), String> {
             .await
             .is_err()
         {
-            eprintln!("coffer gw: access logs not all delivered in {LOG_DELIVERY_ON_STOP:?}");
+            crate::daemon::tell(&format!(
+                "coffer gw: access logs not all delivered in {LOG_DELIVERY_ON_STOP:?}"
+            ));
         }
         stopped
     })

@@ -454,11 +454,11 @@ pub fn nbd(who: &Who, command: NbdCommand) -> Result<(), String> {
         let _drained = export.drain().await;
         match tokio::time::timeout(RELEASE_WAIT, opened.close()).await {
             Ok(result) => result.map_err(|e| e.to_string())?,
-            Err(_) => eprintln!(
+            Err(_) => crate::daemon::tell(&format!(
                 "coffer nbd: the cluster did not answer within {RELEASE_WAIT:?}; the lock of {} \
                  stays until it goes stale",
                 args.image
-            ),
+            )),
         }
         if let Some(path) = &args.socket {
             let _ = std::fs::remove_file(path);

@@ -20,7 +20,6 @@ mod text;
 mod transfer;
 mod up;
 
-use std::io::Write;
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
@@ -266,9 +265,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
-            // A daemon's stderr is its log, which may sit on a file system that filled:
-            // `eprintln!` would panic there and the exit would read as a crash (101).
-            let _ = writeln!(std::io::stderr(), "coffer: {message}");
+            daemon::tell(&format!("coffer: {message}"));
             ExitCode::FAILURE
         }
     }

@@ -518,7 +518,9 @@ fn stop_children(mut children: Vec<(String, Child)>) {
                     std::thread::sleep(Duration::from_millis(50));
                 }
                 _ => {
-                    eprintln!("coffer up: {name} did not stop in {STOP_WAIT:?}; killing it");
+                    crate::daemon::tell(&format!(
+                        "coffer up: {name} did not stop in {STOP_WAIT:?}; killing it"
+                    ));
                     let _ = child.kill();
                     let _ = child.wait();
                     break;

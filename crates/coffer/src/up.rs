@@ -322,7 +322,7 @@ async fn supervise(daemons: &mut Supervisor, dir: &Path) -> Result<(), String> {
             }
             _ = tick.tick() => {
                 for news in daemons.tend() {
-                    eprintln!("{news}");
+                    daemon::tell(&news);
                 }
             }
         }
