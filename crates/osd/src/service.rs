@@ -691,8 +691,9 @@ impl OsdService {
                     continue;
                 }
                 Action::Apply => {
+                    let sends_waiting = replicas.sends_waiting();
                     let applied = inner
-                        .apply_after_sends(std::mem::take(&mut txn), replicas.sends_waiting)
+                        .apply_after_sends(std::mem::take(&mut txn), sends_waiting)
                         .await;
                     if let (Ok(()), Some(complete_to)) = (&applied, complete_to) {
                         core.undo_dropped = core.undo_dropped.max(complete_to);
@@ -1544,8 +1545,6 @@ struct Replicas {
     answered: VecDeque<(OsdId, Result<(), String>)>,
     aborts: Vec<(OsdId, AbortHandle)>,
     maps: watch::Receiver<Arc<ClusterMap>>,
-    /// Some request started here waits for its link's writer task to go out.
-    sends_waiting: bool,
 }
 
 impl Replicas {
@@ -1556,7 +1555,6 @@ impl Replicas {
             answered: VecDeque::new(),
             aborts: Vec::new(),
             maps: inner.map.subscribe(),
-            sends_waiting: false,
         }
     }
 
@@ -1594,7 +1592,6 @@ impl Replicas {
         while let Poll::Ready(Some(answer)) = self.calls.poll_next_unpin(&mut context) {
             self.answered.push_back(answer);
         }
-        self.sends_waiting |= self.inner.net.sends_waiting(osd);
         self.give_up_on_down();
     }
 
@@ -1605,6 +1602,13 @@ impl Replicas {
                 abort.abort();
             }
         }
+    }
+
+    /// Whether a request started here still waits for its link's writer task to go out.
+    fn sends_waiting(&self) -> bool {
+        self.aborts
+            .iter()
+            .any(|(osd, _)| self.inner.net.sends_waiting(*osd))
     }
 
     /// The next replica to answer, and whether it applied the write; `None` once all have.
