@@ -173,9 +173,11 @@ pub fn needed(action: Action) -> Option<(Scope, Permission)> {
         | ListMultipartUploadParts => (Scope::Bucket, Permission::Write),
         GetBucketAcl => (Scope::Bucket, Permission::ReadAcp),
         PutBucketAcl => (Scope::Bucket, Permission::WriteAcp),
-        GetObject | GetObjectVersion | GetObjectAttributes | GetObjectVersionAttributes => {
-            (Scope::Object, Permission::Read)
-        }
+        GetObject
+        | GetObjectVersion
+        | GetObjectAttributes
+        | GetObjectVersionAttributes
+        | GetObjectTorrent => (Scope::Object, Permission::Read),
         GetObjectAcl | GetObjectVersionAcl => (Scope::Object, Permission::ReadAcp),
         PutObjectAcl | PutObjectVersionAcl => (Scope::Object, Permission::WriteAcp),
         _ => return None,

@@ -337,6 +337,33 @@ def https_get(url):
     return code, body
 
 
+def bdecode(data):
+    """A bencoded value (BEP 3): integers, byte strings, lists and dictionaries; the whole
+    of `data` must be one value."""
+    def value(at):
+        kind = data[at:at + 1]
+        if kind == b"i":
+            end = data.index(b"e", at)
+            return int(data[at + 1:end]), end + 1
+        if kind in (b"l", b"d"):
+            items, at = [], at + 1
+            while data[at:at + 1] != b"e":
+                item, at = value(at)
+                items.append(item)
+            if kind == b"l":
+                return items, at + 1
+            keys = items[0::2]
+            if keys != sorted(keys):
+                raise AssertionError(f"bencoded dictionary keys out of order: {keys}")
+            return dict(zip(keys, items[1::2])), at + 1
+        colon = data.index(b":", at)
+        length = int(data[at:colon])
+        return data[colon + 1:colon + 1 + length], colon + 1 + length
+    decoded, end = value(0)
+    expect("bencoded bytes left over", len(data) - end, 0)
+    return decoded
+
+
 class Suite:
     def __init__(self):
         run_id = secrets.token_hex(4)
@@ -355,6 +382,7 @@ class Suite:
         self.post_bucket = f"boto3-{run_id}-post"
         self.checksum_bucket = f"boto3-{run_id}-checksums"
         self.select_bucket = f"boto3-{run_id}-select"
+        self.torrent_bucket = f"boto3-{run_id}-torrent"
         self.logged_bucket = f"boto3-{run_id}-logged"
         self.log_bucket = f"boto3-{run_id}-logs"
         self.user_policy_buckets = [f"boto3-{run_id}-user-policy-{who}" for who in ["first", "other"]]
@@ -5366,6 +5394,46 @@ class Suite:
         self.empty_and_delete(bucket)
         ok("select bucket removed")
 
+    def torrents(self):
+        """GetObjectTorrent: a metainfo file whose length, name and piece hashes are the
+        object's, whose web seed is the object's URL and serves its pieces to anyone the
+        object is public to; the same file twice; refused for another user, a missing key
+        and an SSE-C object."""
+        bucket, s3 = self.torrent_bucket, self.s3
+        s3.create_bucket(Bucket=bucket)
+        data = os.urandom(700 * 1024)
+        key = "films/reel 1.bin"
+        s3.put_object(Bucket=bucket, Key=key, Body=data, ACL="public-read")
+        torrent = s3.get_object_torrent(Bucket=bucket, Key=key)["Body"].read()
+        meta = bdecode(torrent)
+        info = meta[b"info"]
+        expect("the torrent's length and name", (info[b"length"], info[b"name"]),
+               (len(data), b"reel 1.bin"))
+        piece = info[b"piece length"]
+        expect("the torrent's piece length", piece, 256 * 1024)
+        want = b"".join(hashlib.sha1(data[at:at + piece]).digest() for at in range(0, len(data), piece))
+        expect("the torrent's piece hashes", info[b"pieces"], want)
+        url = meta[b"url-list"].decode()
+        expect("the web seed", url, f"{ENDPOINT}/{bucket}/{urllib.parse.quote(key)}")
+        expect("the same torrent again", s3.get_object_torrent(Bucket=bucket, Key=key)["Body"].read(),
+               torrent)
+        code, _, second = https_request("GET", url, headers={"Range": f"bytes={piece}-{2 * piece - 1}"})
+        expect("the web seed's answer to a piece, unsigned", code, 206)
+        expect("the second piece's hash", hashlib.sha1(second).digest(), want[20:40])
+        ok(f"a torrent of {len(data)} bytes: {len(want) // 20} pieces whose hashes are the content's, "
+           "and a web seed that serves them")
+        s3.put_object(Bucket=bucket, Key="private", Body=b"p")
+        expect_error("another user's torrent of a private object", ["AccessDenied"],
+                     self.other.get_object_torrent, Bucket=bucket, Key="private")
+        expect_error("the torrent of a missing key", ["NoSuchKey"], s3.get_object_torrent,
+                     Bucket=bucket, Key="missing")
+        s3.put_object(Bucket=bucket, Key="sealed", Body=b"s", **customer_key_args(os.urandom(32)))
+        expect_error("the torrent of an SSE-C object", ["InvalidRequest"], s3.get_object_torrent,
+                     Bucket=bucket, Key="sealed")
+        ok("torrent refusals: another user, a missing key, an SSE-C object")
+        self.empty_and_delete(bucket)
+        ok("torrent bucket removed")
+
     def clean_up(self):
         buckets = [self.bucket, self.listing_bucket, self.encrypted_bucket, self.versioned_bucket,
                    self.policy_bucket, self.acl_bucket, self.cors_bucket, self.post_bucket,
@@ -5392,6 +5460,7 @@ class Suite:
             (self.s3, self.post_bucket),
             (self.s3, self.checksum_bucket),
             (self.s3, self.select_bucket),
+            (self.s3, self.torrent_bucket),
             (self.s3, self.logged_bucket),
             (self.s3, self.log_bucket),
             (self.other, f"{self.policy_bucket}-other"),
@@ -5455,6 +5524,7 @@ def main():
         suite.sigv4_dated_by_date,
         suite.access_logs,
         suite.select,
+        suite.torrents,
         suite.errors,
         suite.isolation,
         suite.clean_up,

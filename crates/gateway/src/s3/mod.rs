@@ -24,6 +24,7 @@ mod policy;
 pub(crate) mod post;
 mod select;
 mod tagging;
+mod torrent;
 mod upload;
 
 use std::collections::HashMap;
@@ -973,6 +974,7 @@ verbs! {
     object::head_object(HeadObjectInput) -> HeadObjectOutput;
     attributes::get_object_attributes(GetObjectAttributesInput) -> GetObjectAttributesOutput;
     select::select_object_content(SelectObjectContentInput) -> SelectObjectContentOutput;
+    torrent::get_object_torrent(GetObjectTorrentInput) -> GetObjectTorrentOutput;
     object::delete_object(DeleteObjectInput) -> DeleteObjectOutput;
     object::delete_objects(DeleteObjectsInput) -> DeleteObjectsOutput;
     copy::copy_object(CopyObjectInput) -> CopyObjectOutput;
