@@ -4758,15 +4758,26 @@ class Suite:
         owners = {o["Key"]: o["Owner"]["ID"] for o in
                   self.s3.list_objects_v2(Bucket=bucket, FetchOwner=True)["Contents"]}
         expect("list_objects_v2 owners", owners, {"closed": me, "open": me, "theirs": other_name})
-        expect_body("the bucket owner reads an object another user wrote",
-                    self.s3.get_object(Bucket=bucket, Key="theirs")["Body"].read(), b"theirs")
+        for verb, call, codes in [("get_object", self.s3.get_object, ["AccessDenied"]),
+                                  ("head_object", self.s3.head_object, ["403"]),
+                                  ("get_object_acl", self.s3.get_object_acl, ["AccessDenied"])]:
+            expect_error(f"bucket owner: {verb} of an object another user wrote and shares with no one",
+                         codes, call, Bucket=bucket, Key="theirs")
+        expect_error("bucket owner: put_object_acl of an object another user wrote", ["AccessDenied"],
+                     self.s3.put_object_acl, Bucket=bucket, Key="theirs", ACL="public-read")
         other.put_object_acl(Bucket=bucket, Key="theirs", GrantRead=f'id="{me}"', GrantFullControl=f"id={other_name}")
         expect("put_object_acl by the object's owner with grants",
-               grants(self.s3.get_object_acl(Bucket=bucket, Key="theirs")),
+               grants(other.get_object_acl(Bucket=bucket, Key="theirs")),
                [(me, "READ"), (other_name, "FULL_CONTROL")])
+        expect_body("bucket owner: get_object of another user's object that grants it READ",
+                    self.s3.get_object(Bucket=bucket, Key="theirs")["Body"].read(), b"theirs")
+        expect_error("bucket owner: get_object_acl of another user's object with READ only", ["AccessDenied"],
+                     self.s3.get_object_acl, Bucket=bucket, Key="theirs")
         expect_error("other user: put_object_acl of an object it does not own", ["AccessDenied"],
                      other.put_object_acl, Bucket=bucket, Key="closed", ACL="public-read")
-        ok("an object belongs to its writer, who sets its ACL; listings name each object's owner")
+        other.put_object(Bucket=bucket, Key="unshared", Body=b"unshared")
+        ok("an object belongs to its writer, who sets its ACL; the bucket owner reads it only as"
+           " its ACL grants; listings name each object's owner")
 
         data = secrets.token_bytes(300 * 1024 + 7)
         anonymous.put_object(Bucket=bucket, Key="anonymous", Body=data)
@@ -4879,6 +4890,8 @@ class Suite:
         expect_error("put_bucket_acl under BucketOwnerEnforced", ["AccessControlListNotSupported"],
                      self.s3.put_bucket_acl, Bucket=bucket, ACL="public-read")
         self.s3.put_object(Bucket=bucket, Key="acl", Body=b"", ACL="bucket-owner-full-control")
+        expect_body("bucket owner: get_object of another user's unshared object under BucketOwnerEnforced",
+                    self.s3.get_object(Bucket=bucket, Key="unshared")["Body"].read(), b"unshared")
         expect_error("other user: put_object once ACLs are off", ["AccessDenied"],
                      other.put_object, Bucket=bucket, Key="x", Body=b"x")
         expect_error("anonymous: get_object of a public-read object once ACLs are off", ["AccessDenied"],

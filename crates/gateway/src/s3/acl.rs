@@ -7,9 +7,10 @@ use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result};
 
 use super::error::Refusal;
-use super::policy::allowed;
+use super::policy::{self, allowed};
 use super::{in_bucket, Gateway};
 use crate::acl::{self, Acl, Named, Ownership};
+use crate::policy::Action;
 use crate::versions::Amend;
 use crate::{accounts, buckets, users};
 
@@ -317,9 +318,10 @@ pub(super) async fn get_object_acl(
     req: S3Request<GetObjectAclInput>,
 ) -> S3Result<S3Response<GetObjectAclOutput>> {
     let bucket = allowed!(gw, req, object GetObjectAcl / GetObjectVersionAcl);
-    let input = req.input;
-    let entry = gw
-        .object(&input.bucket, &input.key, input.version_id.as_deref())
+    let (name, key, version) = (&req.input.bucket, &req.input.key, &req.input.version_id);
+    let entry = gw.object(name, key, version.as_deref()).await?;
+    let action = policy::versioned(version, Action::GetObjectAcl, Action::GetObjectVersionAcl);
+    gw.check_unowned(&req, &bucket, &entry, name, key, action)
         .await?;
     let acl = entry
         .acl
@@ -337,9 +339,13 @@ pub(super) async fn put_object_acl(
     req: S3Request<PutObjectAclInput>,
 ) -> S3Result<S3Response<PutObjectAclOutput>> {
     let bucket = allowed!(gw, req, object PutObjectAcl / PutObjectVersionAcl);
+    let (name, key, version) = (&req.input.bucket, &req.input.key, &req.input.version_id);
+    let entry = gw.object(name, key, version.as_deref()).await?;
+    let action = policy::versioned(version, Action::PutObjectAcl, Action::PutObjectVersionAcl);
+    gw.check_unowned(&req, &bucket, &entry, name, key, action)
+        .await?;
     let input = req.input;
     let version = input.version_id.as_deref();
-    let entry = gw.object(&input.bucket, &input.key, version).await?;
     let owner = entry
         .acl
         .map_or_else(|| bucket.info.owner.clone(), |acl| acl.owner);
