@@ -2,9 +2,15 @@
 //! content in an erasure-coded one, and reports every configuration it promises: numbers
 //! present and positive, the baseline at 100 % in each repetition, the gateway's CPU
 //! counted, each pool's raw space per byte stored.
-//! No timing is asserted.
+//! Pointed at a running server's endpoint instead, it measures that server with its
+//! processes' CPU, refuses a transport or encryption it cannot measure, and leaves nothing
+//! behind. No timing is asserted.
+
+mod common;
 
 use std::process::Command;
+
+use common::LocalCluster;
 
 #[test]
 fn bench_s3_reports_every_configuration() {
@@ -99,4 +105,104 @@ fn bench_s3_reports_every_configuration() {
         leftovers.is_empty(),
         "the bench removes its cluster: {leftovers:?}"
     );
+}
+
+/// `coffer bench s3 --endpoint`, as against radosgw, here against a running `coffer up`'s
+/// gateway: every configuration of its transport measured, the server's CPU counted from
+/// the pids given, and the buckets it made removed (the user can be removed after it).
+#[test]
+fn bench_s3_measures_a_running_endpoint_and_leaves_nothing() {
+    let cluster = LocalCluster::start(3, &[]);
+    cluster.wait_s3();
+    let printed = cluster.ok(&["user", "create", "bench-endpoint", "--json"]);
+    let user: serde_json::Value = serde_json::from_str(&printed).expect("user create --json");
+    let key = |field: &str| user[field].as_str().expect("a key").to_string();
+    let (access, secret) = (key("access_key"), key("secret_key"));
+    let endpoint = cluster.s3_endpoint();
+    let ca = cluster.s3_ca();
+    let gateway_pid = cluster.pid_of("gw").to_string();
+    let osd_pids = (0..3)
+        .map(|osd| cluster.pid(osd).to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let json = dir.path().join("cells.json");
+    let bench = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_coffer"))
+            .args(["bench", "s3", "--seconds", "0.3", "--io-sizes", "64k"])
+            .args([
+                "--clients",
+                "2",
+                "--endpoint",
+                &endpoint,
+                "--access-key",
+                &access,
+            ])
+            .args(["--secret-key", &secret])
+            .args(extra)
+            .output()
+            .expect("run coffer bench s3")
+    };
+    let ca_arg = ca.to_str().expect("a path in UTF-8");
+    let json_arg = json.to_str().expect("a path in UTF-8");
+    let output = bench(&[
+        "--ca",
+        ca_arg,
+        "--gateway-pid",
+        &gateway_pid,
+        "--cluster-pid",
+        &osd_pids,
+        "--json",
+        json_arg,
+    ]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "bench failed: {}\n{stdout}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("json written")).expect("json");
+    let cells = doc["cells"].as_array().expect("cells");
+    let configs: Vec<&str> = cells.iter().filter_map(|c| c["config"].as_str()).collect();
+    assert_eq!(
+        configs,
+        [
+            "https/none",
+            "https/none",
+            "https/sse-s3",
+            "https/sse-s3",
+            "https/sse-c",
+            "https/sse-c"
+        ],
+        "one https endpoint x 3 encryptions x put/get"
+    );
+    for cell in cells {
+        assert!(cell["ops"].as_u64().unwrap_or(0) > 0, "{cell}");
+        assert!(
+            cell["gateway_cpu_s_per_gib"].as_f64().unwrap_or(0.0) > 0.0,
+            "{cell}"
+        );
+        assert!(
+            cell["cluster_cpu_s_per_gib"].as_f64().unwrap_or(0.0) > 0.0,
+            "{cell}"
+        );
+    }
+
+    // What it cannot measure is refused before it writes anything.
+    let refused = bench(&[]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && stderr.contains("needs --ca"),
+        "an https endpoint without its authority: {stderr}"
+    );
+    let refused = bench(&["--ca", ca_arg, "--endpoint", &endpoint]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && stderr.contains("one https:// endpoint at most"),
+        "two https endpoints: {stderr}"
+    );
+
+    // Every bucket the bench made is gone, else the user could not be removed.
+    cluster.ok(&["user", "rm", "bench-endpoint"]);
 }

@@ -6,6 +6,10 @@
 //! with MiB/s, ops/s, latency and the gateway's CPU seconds per GiB, and each pool type's
 //! raw space per byte stored.
 //!
+//! With `--endpoint`, the same load goes to any S3 server instead (radosgw, another
+//! Coffer), over the transports its endpoints name, with the server's CPU counted from the
+//! processes `--gateway-pid` and `--cluster-pid` name; what the bench wrote is removed.
+//!
 //! The clients are this process: each holds one HTTP/1.1 keep-alive connection (TLS through
 //! rustls when the cell says so) and signs every request with SigV4 (aws-sigv4), as any S3
 //! SDK does.
@@ -64,6 +68,32 @@ pub struct S3Args {
     /// configuration is measured in each.
     #[arg(long, value_delimiter = ',', default_value = "replicated", value_parser = parse_pool_type)]
     pool_types: Vec<PoolType>,
+    /// Server-side encryption of the configurations, comma-separated: none, sse-s3, sse-c
+    /// (each measured over every transport; the first is the baseline's).
+    #[arg(long, value_delimiter = ',', default_value = "none,sse-s3,sse-c", value_parser = parse_sse)]
+    sse: Vec<Sse>,
+    /// Measures this S3 server instead of a fresh cluster: http://HOST:PORT and/or
+    /// https://HOST:PORT (one of each at most, comma-separated), each a transport of the
+    /// configurations, the first the baseline's. Needs --access-key and --secret-key.
+    #[arg(long, value_delimiter = ',', value_parser = parse_endpoint)]
+    endpoint: Vec<Endpoint>,
+    /// The access key of the user the bench signs as on --endpoint; it makes buckets.
+    #[arg(long, requires = "endpoint")]
+    access_key: Option<String>,
+    /// That user's secret key.
+    #[arg(long, requires = "endpoint")]
+    secret_key: Option<String>,
+    /// The authority (PEM) that signed an https --endpoint's certificate.
+    #[arg(long, requires = "endpoint")]
+    ca: Option<std::path::PathBuf>,
+    /// Processes of the --endpoint's gateway (radosgw), comma-separated pids: their CPU
+    /// seconds per GiB are the "gw s/GiB" column.
+    #[arg(long, value_delimiter = ',', requires = "endpoint")]
+    gateway_pid: Vec<u32>,
+    /// The other processes of the --endpoint's cluster (OSDs, monitors), comma-separated
+    /// pids: the "OSDs s/GiB" column.
+    #[arg(long, value_delimiter = ',', requires = "endpoint")]
+    cluster_pid: Vec<u32>,
 }
 
 fn parse_size(text: &str) -> Result<u64, String> {
@@ -74,6 +104,54 @@ fn parse_size(text: &str) -> Result<u64, String> {
     }
 }
 
+fn parse_sse(text: &str) -> Result<Sse, String> {
+    match text.to_ascii_lowercase().as_str() {
+        "none" => Ok(Sse::None),
+        "sse-s3" => Ok(Sse::S3),
+        "sse-c" => Ok(Sse::Customer),
+        other => Err(format!(
+            "unknown server-side encryption {other:?}; expected none, sse-s3 or sse-c"
+        )),
+    }
+}
+
+/// An S3 server's address, and whether it speaks TLS there.
+#[derive(Clone, Debug, PartialEq)]
+struct Endpoint {
+    tls: bool,
+    /// HOST:PORT, as connected to and as the Host header.
+    addr: String,
+}
+
+fn parse_endpoint(text: &str) -> Result<Endpoint, String> {
+    let (tls, rest) = match text.split_once("://") {
+        Some(("https", rest)) => (true, rest),
+        Some(("http", rest)) => (false, rest),
+        _ => {
+            return Err(format!(
+                "{text:?}: give http://HOST:PORT or https://HOST:PORT"
+            ))
+        }
+    };
+    let host_port = rest.strip_suffix('/').unwrap_or(rest);
+    if host_port.is_empty() || host_port.contains(['/', '?', '@']) {
+        return Err(format!(
+            "{text:?}: give the server alone (scheme, host and port), no path, query or user"
+        ));
+    }
+    // A bracketed IPv6 address without a port ends in ']'.
+    let has_port = !host_port.ends_with(']')
+        && host_port
+            .rsplit_once(':')
+            .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+    let addr = if has_port {
+        host_port.to_string()
+    } else {
+        format!("{host_port}:{}", if tls { 443 } else { 80 })
+    };
+    Ok(Endpoint { tls, addr })
+}
+
 /// One configuration: the transport and the server-side encryption.
 #[derive(Clone, Copy)]
 struct Config {
@@ -81,51 +159,37 @@ struct Config {
     sse: Sse,
 }
 
-#[derive(Clone, Copy, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 enum Sse {
     None,
     S3,
     Customer,
 }
 
-impl Config {
-    fn label(&self) -> String {
-        let sse = match self.sse {
+impl Sse {
+    fn name(self) -> &'static str {
+        match self {
             Sse::None => "none",
             Sse::S3 => "sse-s3",
             Sse::Customer => "sse-c",
-        };
-        format!("{}/{sse}", if self.tls { "https" } else { "http" })
+        }
     }
 }
 
-/// The configurations in order, the baseline (plain HTTP, no SSE) first.
-const CONFIGS: [Config; 6] = [
-    Config {
-        tls: false,
-        sse: Sse::None,
-    },
-    Config {
-        tls: true,
-        sse: Sse::None,
-    },
-    Config {
-        tls: false,
-        sse: Sse::S3,
-    },
-    Config {
-        tls: true,
-        sse: Sse::S3,
-    },
-    Config {
-        tls: false,
-        sse: Sse::Customer,
-    },
-    Config {
-        tls: true,
-        sse: Sse::Customer,
-    },
-];
+impl Config {
+    fn label(&self) -> String {
+        let transport = if self.tls { "https" } else { "http" };
+        format!("{transport}/{}", self.sse.name())
+    }
+}
+
+/// The configurations in order: each encryption over each transport, the baseline (the
+/// first of both) first.
+fn configs(transports: &[bool], sses: &[Sse]) -> Vec<Config> {
+    sses.iter()
+        .flat_map(|&sse| transports.iter().map(move |&tls| Config { tls, sse }))
+        .collect()
+}
 
 #[derive(Debug, Serialize)]
 struct Cell {
@@ -173,6 +237,7 @@ impl S3Client {
         let (send, connection) = match &target.tls {
             Some(config) => {
                 let host = target.addr.rsplit_once(':').map_or("", |(host, _)| host);
+                let host = host.trim_start_matches('[').trim_end_matches(']');
                 let name = rustls::pki_types::ServerName::try_from(host.to_string())
                     .map_err(|e| e.to_string())?;
                 let tls = tokio_rustls::TlsConnector::from(config.clone())
@@ -241,6 +306,22 @@ impl S3Client {
             Err(e) => return Err(format!("{method} {path}: {e}")),
         };
         let status = response.status();
+        // A server that ignores an SSE header stores the object as it came: its cell
+        // would measure no encryption under an encryption's name.
+        let said = |name: &str| response.headers().get(name).is_some_and(|v| v == "AES256");
+        let unsealed = match sse {
+            Sse::S3 if writing => !said("x-amz-server-side-encryption"),
+            Sse::Customer => !said("x-amz-server-side-encryption-customer-algorithm"),
+            _ => false,
+        };
+        if status.is_success() && unsealed {
+            return Err(format!(
+                "{method} {path}: the server answered without saying it applied {} (no \
+                 AES256 in its x-amz-server-side-encryption headers); leave {} out (--sse)",
+                sse.name(),
+                sse.name()
+            ));
+        }
         let mut body = response.into_body();
         let mut bytes = 0u64;
         let mut text = Vec::new();
@@ -574,12 +655,139 @@ async fn wait_listening(addr: &str, log: &std::path::Path) -> Result<(), String>
 }
 
 pub fn run(args: S3Args) -> Result<(), String> {
+    if args.endpoint.is_empty() {
+        run_fresh(&args)
+    } else {
+        run_endpoint(&args)
+    }
+}
+
+/// What every configuration is measured with.
+struct Load {
+    clients: usize,
+    sizes: Vec<u64>,
+    seconds: f64,
+}
+
+impl Load {
+    fn of(args: &S3Args) -> Load {
+        Load {
+            clients: args.clients.max(1),
+            sizes: args.io_sizes.clone(),
+            seconds: args.fresh.seconds(args.quick),
+        }
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "{} clients in this process, one keep-alive connection and one request in flight \
+             each, SigV4-signed; PUT then GET of {:?}; {} s per cell",
+            self.clients,
+            self.sizes
+                .iter()
+                .map(|s| size_label(*s))
+                .collect::<Vec<_>>(),
+            self.seconds
+        )
+    }
+}
+
+/// How a configuration's cells are named in the table and the JSON.
+struct Named {
+    repetition: usize,
+    config: String,
+    pool_type: String,
+}
+
+/// The CPU seconds a server has used so far, serving over TLS or not: the rest of its
+/// cluster's, then its gateway's.
+type ServerCpu<'a> = &'a dyn Fn(bool) -> (f64, f64);
+
+/// Measures `config` on `target`: PUT, then GET, of each of `load`'s sizes for its time,
+/// by its clients, in `bucket` (made first if `make_bucket`); one cell each.
+async fn measure(
+    target: &Target,
+    config: Config,
+    (bucket, make_bucket): (&str, bool),
+    load: &Load,
+    named: &Named,
+    server_cpu: ServerCpu<'_>,
+) -> Result<Vec<Cell>, String> {
+    let mut clients = Vec::new();
+    for _ in 0..load.clients {
+        clients.push(S3Client::connect(target).await?);
+    }
+    if make_bucket {
+        clients[0]
+            .call("PUT", &format!("/{bucket}"), Bytes::new(), Sse::None)
+            .await?;
+    }
+    let mut cells = Vec::new();
+    for &size in &load.sizes {
+        for put in [true, false] {
+            let ((cluster_before, gateway_before), client_before) =
+                (server_cpu(config.tls), cpu_seconds());
+            let started = Instant::now();
+            let (ops, hist) =
+                phase(&mut clients, bucket, put, size, config.sse, load.seconds).await?;
+            let elapsed = started.elapsed().as_secs_f64();
+            let (cluster_after, gateway_after) = server_cpu(config.tls);
+            let rates = Rates::new(
+                ops,
+                size,
+                elapsed,
+                &hist,
+                cluster_after - cluster_before,
+                cpu_seconds() - client_before,
+            );
+            let gib = rates.mib_s * elapsed / 1024.0;
+            let cell = Cell {
+                repetition: named.repetition,
+                config: named.config.clone(),
+                pool_type: named.pool_type.clone(),
+                transport: if config.tls { "https" } else { "http" }.into(),
+                sse: config.sse.name().into(),
+                object_size: size,
+                op: if put { "put" } else { "get" }.into(),
+                clients: load.clients,
+                rates,
+                gateway_cpu_s_per_gib: if gib > 0.0 {
+                    (gateway_after - gateway_before) / gib
+                } else {
+                    0.0
+                },
+                pct_of_baseline: 0.0,
+            };
+            eprintln!(
+                "{:<20} {:>3} {}: {:>7.0} ops/s {:>8.1} MiB/s, gateway CPU {:.2} s/GiB",
+                cell.config,
+                size_label(size),
+                cell.op,
+                cell.rates.ops_s,
+                cell.rates.mib_s,
+                cell.gateway_cpu_s_per_gib
+            );
+            cells.push(cell);
+        }
+    }
+    Ok(cells)
+}
+
+/// A fresh SSE-C key's headers: the key and its MD5, base64.
+fn customer_key() -> (String, String) {
+    let key: [u8; 32] = rand::random();
+    let b64 = base64::engine::general_purpose::STANDARD;
+    (b64.encode(key), b64.encode(md5::Md5::digest(key)))
+}
+
+/// The bench against a fresh `coffer up` cluster of its own.
+fn run_fresh(args: &S3Args) -> Result<(), String> {
     args.fresh.place()?;
     for pool_type in &args.pool_types {
         pool_type.check_osds(args.fresh.osds)?;
     }
-    let seconds = args.fresh.seconds(args.quick);
-    let clients = args.clients.max(1);
+    let load = Load::of(args);
+    let configs = configs(&[false, true], &args.sse);
     let pools = args
         .pool_types
         .iter()
@@ -594,8 +802,10 @@ pub fn run(args: S3Args) -> Result<(), String> {
             (
                 "configurations",
                 format!(
-                    "http|https x no SSE|SSE-S3|SSE-C, in each of {}; baseline http/none in {}",
+                    "http|https x SSE {}, in each of {}; baseline {} in {}",
+                    sse_names(&args.sse),
                     pools.join(", "),
+                    configs[0].label(),
                     args.pool_types[0].label()
                 ),
             ),
@@ -611,14 +821,7 @@ pub fn run(args: S3Args) -> Result<(), String> {
                     args.fresh.dir.display()
                 ),
             ),
-            (
-                "load",
-                format!(
-                    "{clients} clients in this process, one keep-alive connection and one \
-                     request in flight each, SigV4-signed; PUT then GET of {:?}; {seconds} s per cell",
-                    args.io_sizes.iter().map(|s| size_label(*s)).collect::<Vec<_>>()
-                ),
-            ),
+            ("load", load.describe()),
         ],
     );
     let dir = args.fresh.dir.join(format!("s3-{}", std::process::id()));
@@ -645,8 +848,7 @@ pub fn run(args: S3Args) -> Result<(), String> {
         super::fresh::wait_clean(&admin).await?;
         let https_log = cluster.dir().join(crate::gw::GW_DIR).join("log");
         wait_listening(&https_addr, &https_log).await?;
-        let customer_key: [u8; 32] = rand::random();
-        let b64 = base64::engine::general_purpose::STANDARD;
+        let customer = customer_key();
         let tls = tls_config(&conf.dir.join(crate::gw::GW_DIR).join(gateway::tls::CA_FILE))?;
         for pool_type in &args.pool_types {
             let https_addr = match pool_type {
@@ -663,8 +865,9 @@ pub fn run(args: S3Args) -> Result<(), String> {
                 args.seal == "edge",
             )
             .await?;
+            let server_cpu = |tls: bool| (cluster.cpu_seconds(), front.gateway_cpu(&cluster, tls));
             for (repetition, config) in
-                (0..args.repeat.max(1)).flat_map(|r| CONFIGS.iter().map(move |c| (r, *c)))
+                (0..args.repeat.max(1)).flat_map(|r| configs.iter().map(move |c| (r, *c)))
             {
                 let target = Target {
                     addr: if config.tls {
@@ -676,75 +879,20 @@ pub fn run(args: S3Args) -> Result<(), String> {
                     tls: config.tls.then(|| tls.clone()),
                     access_key: front.key.id.clone(),
                     secret_key: front.key.secret.clone(),
-                    customer: (
-                        b64.encode(customer_key),
-                        b64.encode(md5::Md5::digest(customer_key)),
-                    ),
+                    customer: customer.clone(),
                 };
-                let mut pool_of_clients = Vec::new();
-                for _ in 0..clients {
-                    pool_of_clients.push(S3Client::connect(&target).await?);
-                }
+                let named = Named {
+                    repetition,
+                    config: match pool_type {
+                        PoolType::Replicated => config.label(),
+                        other => format!("{} {}", config.label(), other.label()),
+                    },
+                    pool_type: pool_type.label(),
+                };
                 let bucket = config.label().replace('/', "-");
-                if repetition == 0 {
-                    pool_of_clients[0]
-                        .call("PUT", &format!("/{bucket}"), Bytes::new(), Sse::None)
-                        .await?;
-                }
-                for size in &args.io_sizes {
-                    for put in [true, false] {
-                        let gateway_cpu = || front.gateway_cpu(&cluster, config.tls);
-                        let (cpu_cluster, cpu_gateway, cpu_client) =
-                            (cluster.cpu_seconds(), gateway_cpu(), cpu_seconds());
-                        let started = Instant::now();
-                        let (ops, hist) = phase(
-                            &mut pool_of_clients,
-                            &bucket,
-                            put,
-                            *size,
-                            config.sse,
-                            seconds,
-                        )
-                        .await?;
-                        let elapsed = started.elapsed().as_secs_f64();
-                        let rates = Rates::new(
-                            ops,
-                            *size,
-                            elapsed,
-                            &hist,
-                            cluster.cpu_seconds() - cpu_cluster,
-                            cpu_seconds() - cpu_client,
-                        );
-                        let gib = rates.mib_s * elapsed / 1024.0;
-                        let gateway_s = gateway_cpu() - cpu_gateway;
-                        let cell = Cell {
-                            repetition,
-                            config: match pool_type {
-                                PoolType::Replicated => config.label(),
-                                other => format!("{} {}", config.label(), other.label()),
-                            },
-                            pool_type: pool_type.label(),
-                            transport: if config.tls { "https" } else { "http" }.into(),
-                            sse: config.label().split('/').nth(1).unwrap_or_default().into(),
-                            object_size: *size,
-                            op: if put { "put" } else { "get" }.into(),
-                            clients,
-                            rates,
-                            gateway_cpu_s_per_gib: if gib > 0.0 { gateway_s / gib } else { 0.0 },
-                            pct_of_baseline: 0.0,
-                        };
-                        eprintln!(
-                            "{:<20} {:>3} {}: {:>7.0} ops/s {:>8.1} MiB/s, gateway CPU {:.2} s/GiB",
-                            cell.config,
-                            size_label(*size),
-                            cell.op,
-                            cell.rates.ops_s,
-                            cell.rates.mib_s,
-                            cell.gateway_cpu_s_per_gib
-                        );
-                        cells.push(cell);
-                    }
-                }
+                let in_bucket = (bucket.as_str(), repetition == 0);
+                cells
+                    .extend(measure(&target, config, in_bucket, &load, &named, &server_cpu).await?);
             }
             // The OSDs report usage every few seconds: the last cells were reads.
             let usage = settled_usage(&admin, &front.data_pool, 1).await?;
@@ -761,14 +909,192 @@ pub fn run(args: S3Args) -> Result<(), String> {
         Ok::<_, String>(())
     })?;
     drop(cluster);
-    let baseline_label = CONFIGS[0].label();
-    let baseline_type = args.pool_types[0].label();
+    let config = serde_json::json!({
+        "seconds_per_cell": load.seconds,
+        "clients": load.clients,
+        "osds": args.fresh.osds,
+        "repeat": args.repeat.max(1),
+        "seal": args.seal,
+        "sse": args.sse.iter().map(|s| s.name()).collect::<Vec<_>>(),
+        "pool_types": args.pool_types.iter().map(PoolType::label).collect::<Vec<_>>(),
+        "space_raw_per_byte": spaces
+            .iter()
+            .map(|(t, r)| (t.clone(), *r))
+            .collect::<std::collections::BTreeMap<_, _>>(),
+    });
+    report(&mut cells, args.fresh.json.as_deref(), config)?;
+    for (pool_type, per_byte) in &spaces {
+        println!("space: {pool_type}: {per_byte:.2} raw bytes per byte stored");
+    }
+    Ok(())
+}
+
+/// The bench against `--endpoint`, a server it neither starts nor stops: in buckets of its
+/// own, removed with what it wrote at the end.
+fn run_endpoint(args: &S3Args) -> Result<(), String> {
+    let endpoints = &args.endpoint;
+    let https = endpoints.iter().filter(|e| e.tls).count();
+    if https > 1 || endpoints.len() - https > 1 {
+        return Err(
+            "--endpoint: give one http:// and one https:// endpoint at most, of one server".into(),
+        );
+    }
+    let (Some(access_key), Some(secret_key)) = (&args.access_key, &args.secret_key) else {
+        return Err(
+            "--endpoint needs --access-key and --secret-key: a user of that server who may \
+             create buckets"
+                .into(),
+        );
+    };
+    let tls = match (&args.ca, https > 0) {
+        (Some(ca), true) => Some(tls_config(ca)?),
+        (None, true) => {
+            return Err(
+                "an https --endpoint needs --ca FILE: the authority (PEM) that signed its \
+                 certificate"
+                    .into(),
+            )
+        }
+        (_, false) => None,
+    };
+    let load = Load::of(args);
+    let transports: Vec<bool> = endpoints.iter().map(|e| e.tls).collect();
+    let configs = configs(&transports, &args.sse);
+    let urls: Vec<String> = endpoints
+        .iter()
+        .map(|e| format!("{}://{}", if e.tls { "https" } else { "http" }, e.addr))
+        .collect();
+    let counted = if args.gateway_pid.is_empty() && args.cluster_pid.is_empty() {
+        "its CPU is not counted (--gateway-pid, --cluster-pid)".to_string()
+    } else {
+        format!(
+            "CPU of its gateway (pids {:?}) and of the rest of its cluster (pids {:?})",
+            args.gateway_pid, args.cluster_pid
+        )
+    };
+    print_header(
+        "coffer bench s3",
+        &[
+            (
+                "configurations",
+                format!(
+                    "{} x SSE {}; baseline {}",
+                    urls.join(" | "),
+                    sse_names(&args.sse),
+                    configs[0].label()
+                ),
+            ),
+            (
+                "server",
+                format!(
+                    "{} (the bench neither starts nor stops it); {counted}",
+                    urls.join(", ")
+                ),
+            ),
+            ("load", load.describe()),
+        ],
+    );
+    let sum = |pids: &[u32]| pids.iter().map(|&p| super::fresh::pid_cpu_seconds(p)).sum();
+    let server_cpu = |_tls: bool| (sum(&args.cluster_pid), sum(&args.gateway_pid));
+    let run_id = format!("coffer-bench-{}", std::process::id());
+    let customer = customer_key();
+    let runtime = crate::daemon::runtime()?;
+    let mut cells: Vec<Cell> = Vec::new();
+    let mut made: Vec<(Target, String)> = Vec::new();
+    runtime.block_on(async {
+        let measured = async {
+            for (repetition, config) in
+                (0..args.repeat.max(1)).flat_map(|r| configs.iter().map(move |c| (r, *c)))
+            {
+                let Some(endpoint) = endpoints.iter().find(|e| e.tls == config.tls) else {
+                    continue;
+                };
+                let target = Target {
+                    addr: endpoint.addr.clone(),
+                    tls: tls.clone().filter(|_| config.tls),
+                    access_key: access_key.clone(),
+                    secret_key: secret_key.clone(),
+                    customer: customer.clone(),
+                };
+                let bucket = format!("{run_id}-{}", config.label().replace('/', "-"));
+                if repetition == 0 {
+                    made.push((target.clone(), bucket.clone()));
+                }
+                let named = Named {
+                    repetition,
+                    config: config.label(),
+                    pool_type: "endpoint".into(),
+                };
+                let in_bucket = (bucket.as_str(), repetition == 0);
+                cells
+                    .extend(measure(&target, config, in_bucket, &load, &named, &server_cpu).await?);
+            }
+            Ok::<_, String>(())
+        }
+        .await;
+        remove_written(&made, &load).await;
+        measured
+    })?;
+    let config = serde_json::json!({
+        "seconds_per_cell": load.seconds,
+        "clients": load.clients,
+        "repeat": args.repeat.max(1),
+        "endpoints": urls,
+        "sse": args.sse.iter().map(|s| s.name()).collect::<Vec<_>>(),
+        "gateway_pids": args.gateway_pid,
+        "cluster_pids": args.cluster_pid,
+    });
+    report(&mut cells, args.fresh.json.as_deref(), config)
+}
+
+/// Deletes every object the bench may have written in `made`'s buckets, then the buckets;
+/// what cannot be removed is said, and the bench's result stands.
+async fn remove_written(made: &[(Target, String)], load: &Load) {
+    for (target, bucket) in made {
+        let removed = async {
+            let mut client = S3Client::connect(target).await?;
+            for &size in &load.sizes {
+                for c in 0..load.clients {
+                    for i in 0..KEYS_PER_CLIENT {
+                        let path = format!("/{bucket}/{}/c{c}-{i}", size_label(size));
+                        client
+                            .call("DELETE", &path, Bytes::new(), Sse::None)
+                            .await?;
+                    }
+                }
+            }
+            client
+                .call("DELETE", &format!("/{bucket}"), Bytes::new(), Sse::None)
+                .await
+        };
+        if let Err(e) = removed.await {
+            eprintln!("coffer bench s3: could not remove bucket {bucket} and its objects: {e}");
+        }
+    }
+}
+
+fn sse_names(sses: &[Sse]) -> String {
+    sses.iter().map(|s| s.name()).collect::<Vec<_>>().join("|")
+}
+
+/// Puts each cell as a percent of the baseline's (the first cell's configuration and pool
+/// type, in the same repetition, size and operation), prints the table, and writes the
+/// JSON to `json` if given, with `config`.
+fn report(
+    cells: &mut [Cell],
+    json: Option<&Path>,
+    config: serde_json::Value,
+) -> Result<(), String> {
+    let Some(first) = cells.first() else {
+        return Err("no cell was measured".into());
+    };
+    let (base_config, base_type) = (first.config.clone(), first.pool_type.clone());
     for i in 0..cells.len() {
         let baseline = cells
             .iter()
             .find(|c| {
-                c.config.split(' ').next() == Some(baseline_label.as_str())
-                    && c.pool_type == baseline_type
+                c.config == base_config
+                    && c.pool_type == base_type
                     && c.repetition == cells[i].repetition
                     && c.object_size == cells[i].object_size
                     && c.op == cells[i].op
@@ -776,24 +1102,9 @@ pub fn run(args: S3Args) -> Result<(), String> {
             .map_or(0.0, |c| c.rates.mib_s);
         cells[i].pct_of_baseline = percent_of(cells[i].rates.mib_s, baseline);
     }
-    print_table(&cells);
-    for (pool_type, per_byte) in &spaces {
-        println!("space: {pool_type}: {per_byte:.2} raw bytes per byte stored");
-    }
-    if let Some(path) = &args.fresh.json {
-        let config = serde_json::json!({
-            "seconds_per_cell": seconds,
-            "clients": clients,
-            "osds": args.fresh.osds,
-            "repeat": args.repeat.max(1),
-            "seal": args.seal,
-            "pool_types": args.pool_types.iter().map(PoolType::label).collect::<Vec<_>>(),
-            "space_raw_per_byte": spaces
-                .iter()
-                .map(|(t, r)| (t.clone(), *r))
-                .collect::<std::collections::BTreeMap<_, _>>(),
-        });
-        write_json(path, "s3", config, &cells)?;
+    print_table(cells);
+    if let Some(path) = json {
+        write_json(path, "s3", config, cells)?;
     }
     Ok(())
 }
