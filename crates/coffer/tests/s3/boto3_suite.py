@@ -4776,8 +4776,11 @@ class Suite:
         expect_error("other user: put_object_acl of an object it does not own", ["AccessDenied"],
                      other.put_object_acl, Bucket=bucket, Key="closed", ACL="public-read")
         other.put_object(Bucket=bucket, Key="unshared", Body=b"unshared")
-        ok("an object belongs to its writer, who sets its ACL; the bucket owner reads it only as"
-           " its ACL grants; listings name each object's owner")
+        expect_error("bucket owner: copy_object from another user's unshared object", ["AccessDenied"],
+                     self.s3.copy_object, Bucket=bucket, Key="copied-unshared",
+                     CopySource={"Bucket": bucket, "Key": "unshared"})
+        ok("an object belongs to its writer, who sets its ACL; the bucket owner reads or copies it"
+           " only as its ACL grants; listings name each object's owner")
 
         data = secrets.token_bytes(300 * 1024 + 7)
         anonymous.put_object(Bucket=bucket, Key="anonymous", Body=data)

@@ -321,8 +321,8 @@ pub(super) async fn get_object_acl(
     let (name, key, version) = (&req.input.bucket, &req.input.key, &req.input.version_id);
     let entry = gw.object(name, key, version.as_deref()).await?;
     let action = policy::versioned(version, Action::GetObjectAcl, Action::GetObjectVersionAcl);
-    gw.check_unowned(&req, &bucket, &entry, name, key, action)
-        .await?;
+    let principal = gw.principal(&req).await?;
+    policy::check_unowned(&bucket, &entry, principal.as_deref(), (name, key), action)?;
     let acl = entry
         .acl
         .unwrap_or_else(|| Acl::private(&bucket.info.owner));
@@ -342,8 +342,8 @@ pub(super) async fn put_object_acl(
     let (name, key, version) = (&req.input.bucket, &req.input.key, &req.input.version_id);
     let entry = gw.object(name, key, version.as_deref()).await?;
     let action = policy::versioned(version, Action::PutObjectAcl, Action::PutObjectVersionAcl);
-    gw.check_unowned(&req, &bucket, &entry, name, key, action)
-        .await?;
+    let principal = gw.principal(&req).await?;
+    policy::check_unowned(&bucket, &entry, principal.as_deref(), (name, key), action)?;
     let input = req.input;
     let version = input.version_id.as_deref();
     let owner = entry

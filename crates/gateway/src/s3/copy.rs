@@ -1,6 +1,6 @@
 //! The copy verbs: CopyObject, and UploadPartCopy, which copies into a part of an upload.
 
-use super::policy::{allowed, versioned, ObjectRef};
+use super::policy::{allowed, check_unowned, versioned, ObjectRef};
 use crate::policy::Action;
 use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result};
@@ -18,6 +18,7 @@ use super::{
     check_key, content_headers, encryption, etag, made_version, modified, new_entry,
     sorted_metadata, timestamp, Gateway,
 };
+use crate::buckets;
 use crate::checksum::Algorithm;
 use crate::data;
 use crate::layout::{self, ObjectEntry};
@@ -81,8 +82,12 @@ fn copy_range(text: Option<&str>, size: u64) -> S3Result<std::ops::Range<u64>> {
     }
 }
 
-/// Checks that `req` may read the source of its copy.
-async fn readable_source<T>(gw: &Gateway, req: &S3Request<T>, source: &CopySource) -> S3Result<()> {
+/// Checks that `req` may read the source of its copy; returns the source's bucket.
+async fn readable_source<T>(
+    gw: &Gateway,
+    req: &S3Request<T>,
+    source: &CopySource,
+) -> S3Result<buckets::Bucket> {
     let CopySource::Bucket {
         bucket,
         key,
@@ -96,8 +101,18 @@ async fn readable_source<T>(gw: &Gateway, req: &S3Request<T>, source: &CopySourc
         key,
         version: version_id.as_deref(),
     };
-    gw.allowed(req, action, bucket, Some(object)).await?;
-    Ok(())
+    gw.allowed(req, action, bucket, Some(object)).await
+}
+
+/// [`check_unowned`] for a copy's `source` version, read from `source_bucket`.
+fn check_source(
+    source_bucket: &buckets::Bucket,
+    source: &ObjectEntry,
+    principal: Option<&str>,
+    (name, key, version): (&str, &str, Option<&str>),
+) -> S3Result<()> {
+    let action = versioned(&version, Action::GetObject, Action::GetObjectVersion);
+    check_unowned(source_bucket, source, principal, (name, key), action)
 }
 
 pub(super) async fn copy_object(
@@ -105,7 +120,7 @@ pub(super) async fn copy_object(
     req: S3Request<CopyObjectInput>,
 ) -> S3Result<S3Response<CopyObjectOutput>> {
     let bucket = allowed!(gw, req, object PutObject);
-    readable_source(gw, &req, &req.input.copy_source).await?;
+    let from = readable_source(gw, &req, &req.input.copy_source).await?;
     let writer = gw.principal(&req).await?;
     let asked = asked_lock!(req.input)?;
     let replaces_tags = req.input.tagging.is_some()
@@ -142,6 +157,8 @@ pub(super) async fn copy_object(
     let source = gw
         .object(source_bucket, source_key, source_version.as_deref())
         .await?;
+    let named = (&**source_bucket, &**source_key, source_version.as_deref());
+    check_source(&from, &source, writer.as_deref(), named)?;
     source_conditions!(input).check(&source)?;
     let replace = input
         .metadata_directive
@@ -228,7 +245,8 @@ pub(super) async fn upload_part_copy(
     req: S3Request<UploadPartCopyInput>,
 ) -> S3Result<S3Response<UploadPartCopyOutput>> {
     allowed!(gw, req, object PutObject);
-    readable_source(gw, &req, &req.input.copy_source).await?;
+    let from = readable_source(gw, &req, &req.input.copy_source).await?;
+    let principal = gw.principal(&req).await?;
     let input = req.input;
     let number = part_number(input.part_number)?;
     let CopySource::Bucket {
@@ -247,6 +265,8 @@ pub(super) async fn upload_part_copy(
     let source = gw
         .object(source_bucket, source_key, source_version.as_deref())
         .await?;
+    let named = (&**source_bucket, &**source_key, source_version.as_deref());
+    check_source(&from, &source, principal.as_deref(), named)?;
     source_conditions!(input).check(&source)?;
     let range = copy_range(input.copy_source_range.as_deref(), source.size)?;
     let reader = gw

@@ -326,53 +326,54 @@ impl Gateway {
                 .into())
             }
             Ok(entry) => {
-                self.check_unowned(req, bucket, &entry, name, key, Action::GetObject)
-                    .await?;
+                let principal = self.principal(req).await?;
+                let object = (name, key);
+                check_unowned(
+                    bucket,
+                    &entry,
+                    principal.as_deref(),
+                    object,
+                    Action::GetObject,
+                )?;
                 Ok(entry)
             }
             refused => refused,
         }
     }
+}
 
-    /// S3's object ownership, seen from the bucket's owner: unless the bucket owner owns
-    /// every object in it (`BucketOwnerEnforced`), owning the bucket gives no right to
-    /// read an object that another user owns, to read its ACL or to change it; the
-    /// object's ACL must grant that (the owner may still delete it, as in S3). Asked by the
-    /// verbs once they have read `entry`, the version of `key` that `action` acts on, so
-    /// that no request reads anything more for it.
-    pub(super) async fn check_unowned<T>(
-        &self,
-        req: &S3Request<T>,
-        bucket: &buckets::Bucket,
-        entry: &ObjectEntry,
-        name: &str,
-        key: &str,
-        action: Action,
-    ) -> S3Result<()> {
-        let owner = bucket.info.owner.as_str();
-        let Some(acl) = entry.acl.as_ref().filter(|acl| acl.owner != owner) else {
-            return Ok(());
-        };
-        if bucket.ownership == Some(Ownership::BucketOwnerEnforced) {
-            return Ok(());
-        }
-        let principal = self.principal(req).await?;
-        if principal.as_deref() != Some(owner) {
-            return Ok(());
-        }
-        let ignore_public = bucket.public_block.is_some_and(|b| b.ignore_acls);
-        let granted = acl::needed(action)
-            .is_some_and(|(_, permission)| acl.allows(Some(owner), permission, ignore_public));
-        if granted {
-            return Ok(());
-        }
-        Err(Refusal::Denied {
-            who: Some(owner.to_owned()),
-            action: action.name(),
-            resource: policy::resource(name, Some(key)),
-        }
-        .into())
+/// S3's object ownership, seen from the bucket's owner: unless the bucket owner owns
+/// every object in it (`BucketOwnerEnforced`), owning the bucket gives no right to read
+/// an object that another user owns, to read its ACL or to change it; the object's ACL
+/// must grant that (the owner may still delete it, as in S3). Asked by the verbs once they
+/// have read `entry`, the version of `key` in `bucket` (named `name`) that `principal`
+/// does `action` on, so that no request reads anything more for it.
+pub(super) fn check_unowned(
+    bucket: &buckets::Bucket,
+    entry: &ObjectEntry,
+    principal: Option<&str>,
+    (name, key): (&str, &str),
+    action: Action,
+) -> S3Result<()> {
+    let owner = bucket.info.owner.as_str();
+    let Some(acl) = entry.acl.as_ref().filter(|acl| acl.owner != owner) else {
+        return Ok(());
+    };
+    if principal != Some(owner) || bucket.ownership == Some(Ownership::BucketOwnerEnforced) {
+        return Ok(());
     }
+    let ignore_public = bucket.public_block.is_some_and(|b| b.ignore_acls);
+    let granted = acl::needed(action)
+        .is_some_and(|(_, permission)| acl.allows(principal, permission, ignore_public));
+    if granted {
+        return Ok(());
+    }
+    Err(Refusal::Denied {
+        who: Some(owner.to_owned()),
+        action: action.name(),
+        resource: policy::resource(name, Some(key)),
+    }
+    .into())
 }
 
 /// Who a request is judged as: a role's session's ARN or an account's user, else the user
