@@ -183,11 +183,17 @@ impl Config {
     }
 }
 
-/// The configurations in order: each encryption over each transport, the baseline (the
-/// first of both) first.
+/// The configurations in order: each encryption (once, however often it is named) over
+/// each transport, the baseline (the first of both) first.
 fn configs(transports: &[bool], sses: &[Sse]) -> Vec<Config> {
-    sses.iter()
-        .flat_map(|&sse| transports.iter().map(move |&tls| Config { tls, sse }))
+    let mut once: Vec<Sse> = Vec::new();
+    for &sse in sses {
+        if !once.contains(&sse) {
+            once.push(sse);
+        }
+    }
+    once.into_iter()
+        .flat_map(|sse| transports.iter().map(move |&tls| Config { tls, sse }))
         .collect()
 }
 
@@ -1017,7 +1023,12 @@ fn run_endpoint(args: &S3Args) -> Result<(), String> {
                     customer: customer.clone(),
                 };
                 let bucket = format!("{run_id}-{}", config.label().replace('/', "-"));
+                // Only a bucket the bench made is emptied and removed at the end.
                 if repetition == 0 {
+                    S3Client::connect(&target)
+                        .await?
+                        .call("PUT", &format!("/{bucket}"), Bytes::new(), Sse::None)
+                        .await?;
                     made.push((target.clone(), bucket.clone()));
                 }
                 let named = Named {
@@ -1025,7 +1036,7 @@ fn run_endpoint(args: &S3Args) -> Result<(), String> {
                     config: config.label(),
                     pool_type: "endpoint".into(),
                 };
-                let in_bucket = (bucket.as_str(), repetition == 0);
+                let in_bucket = (bucket.as_str(), false);
                 cells
                     .extend(measure(&target, config, in_bucket, &load, &named, &server_cpu).await?);
             }

@@ -4779,8 +4779,17 @@ class Suite:
         expect_error("bucket owner: copy_object from another user's unshared object", ["AccessDenied"],
                      self.s3.copy_object, Bucket=bucket, Key="copied-unshared",
                      CopySource={"Bucket": bucket, "Key": "unshared"})
-        ok("an object belongs to its writer, who sets its ACL; the bucket owner reads or copies it"
-           " only as its ACL grants; listings name each object's owner")
+        public_read = {"Version": "2012-10-17", "Statement": [{
+            "Effect": "Allow", "Principal": "*", "Action": "s3:GetObject",
+            "Resource": f"arn:aws:s3:::{bucket}/*"}]}
+        self.s3.put_bucket_policy(Bucket=bucket, Policy=json.dumps(public_read))
+        expect_error("anonymous: get_object of another user's unshared object the bucket policy allows",
+                     ["AccessDenied"], anonymous.get_object, Bucket=bucket, Key="unshared")
+        expect_body("anonymous: get_object of the bucket owner's object the bucket policy allows",
+                    anonymous.get_object(Bucket=bucket, Key="closed")["Body"].read(), b"closed")
+        self.s3.delete_bucket_policy(Bucket=bucket)
+        ok("an object belongs to its writer, who sets its ACL; the bucket owner, and its bucket's"
+           " policy, open it only as its ACL grants; listings name each object's owner")
 
         data = secrets.token_bytes(300 * 1024 + 7)
         anonymous.put_object(Bucket=bucket, Key="anonymous", Body=data)

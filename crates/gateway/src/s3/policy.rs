@@ -342,12 +342,12 @@ impl Gateway {
     }
 }
 
-/// S3's object ownership, seen from the bucket's owner: unless the bucket owner owns
-/// every object in it (`BucketOwnerEnforced`), owning the bucket gives no right to read
-/// an object that another user owns, to read its ACL or to change it; the object's ACL
-/// must grant that (the owner may still delete it, as in S3). Asked by the verbs once they
-/// have read `entry`, the version of `key` in `bucket` (named `name`) that `principal`
-/// does `action` on, so that no request reads anything more for it.
+/// S3's object ownership: unless the bucket owner owns every object in it
+/// (`BucketOwnerEnforced`), an object another user owns is read, its ACL read or changed,
+/// only as that object's ACL grants, whatever the bucket's owner or policy allow; the
+/// bucket's owner may still delete it, as in S3, and its own owner needs no grant. Asked by the verbs once they have read `entry`, the version of `key` in `bucket`
+/// (named `name`) that `principal` does `action` on, so that no request reads anything
+/// more for it.
 pub(super) fn check_unowned(
     bucket: &buckets::Bucket,
     entry: &ObjectEntry,
@@ -359,7 +359,8 @@ pub(super) fn check_unowned(
     let Some(acl) = entry.acl.as_ref().filter(|acl| acl.owner != owner) else {
         return Ok(());
     };
-    if principal != Some(owner) || bucket.ownership == Some(Ownership::BucketOwnerEnforced) {
+    let enforced = bucket.ownership == Some(Ownership::BucketOwnerEnforced);
+    if enforced || principal == Some(acl.owner.as_str()) {
         return Ok(());
     }
     let ignore_public = bucket.public_block.is_some_and(|b| b.ignore_acls);
@@ -369,7 +370,7 @@ pub(super) fn check_unowned(
         return Ok(());
     }
     Err(Refusal::Denied {
-        who: Some(owner.to_owned()),
+        who: principal.map(str::to_owned),
         action: action.name(),
         resource: policy::resource(name, Some(key)),
     }
