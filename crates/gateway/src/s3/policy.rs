@@ -345,9 +345,9 @@ impl Gateway {
 /// S3's object ownership: unless the bucket owner owns every object in it
 /// (`BucketOwnerEnforced`), an object another user owns is read, its ACL read or changed,
 /// only as that object's ACL grants, whatever the bucket's owner or policy allow; the
-/// bucket's owner may still delete it, as in S3, and its own owner needs no grant. Asked by the verbs once they have read `entry`, the version of `key` in `bucket`
-/// (named `name`) that `principal` does `action` on, so that no request reads anything
-/// more for it.
+/// bucket's owner may still delete it, as in S3, and its own owner needs no grant. Asked
+/// by the verbs once they have read `entry`, the version of `key` in `bucket` (named
+/// `name`) that `principal` does `action` on, so that no request reads anything more.
 pub(super) fn check_unowned(
     bucket: &buckets::Bucket,
     entry: &ObjectEntry,
@@ -363,10 +363,7 @@ pub(super) fn check_unowned(
     if enforced || principal == Some(acl.owner.as_str()) {
         return Ok(());
     }
-    let ignore_public = bucket.public_block.is_some_and(|b| b.ignore_acls);
-    let granted = acl::needed(action)
-        .is_some_and(|(_, permission)| acl.allows(principal, permission, ignore_public));
-    if granted {
+    if acl_grants(bucket, Some(entry), principal, action) {
         return Ok(());
     }
     Err(Refusal::Denied {
