@@ -6,6 +6,12 @@
 //! on a fresh cluster per encryption configuration (none/crc against the default:
 //! edge-sealed data, gcm at rest, secure links). A fresh mount per cell, so no cell reads
 //! what the one before fetched.
+//!
+//! With `--directory`, the same cells run in a file system mounted there instead (CephFS
+//! through ceph-fuse from `scripts/peer-ceph up --cephfs`, another Coffer mount), with that
+//! mount's own readahead and caches, and the CPU of the processes `--client-pid` and
+//! `--cluster-pid` name; the bench's file is made in a directory of its own there and
+//! removed at the end.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
@@ -38,7 +44,26 @@ pub struct FsArgs {
     /// Runs of every cell, for means and spread.
     #[arg(long, default_value_t = 1)]
     repeat: usize,
+    /// Measures the file system mounted at this directory instead of a fresh cluster's
+    /// (CephFS through ceph-fuse, another Coffer mount), as it is mounted: one
+    /// configuration, the mount's own readahead.
+    #[arg(long, conflicts_with_all = ["configs", "readahead"])]
+    directory: Option<PathBuf>,
+    /// The --directory configuration's name in the table [default: the directory].
+    #[arg(long, requires = "directory")]
+    label: Option<String>,
+    /// The --directory mount's client processes (ceph-fuse), comma-separated pids: their
+    /// CPU is the mount's part of "CPU ms/op".
+    #[arg(long, value_delimiter = ',', requires = "directory")]
+    client_pid: Vec<u32>,
+    /// The processes of the cluster behind --directory (monitors, OSDs, metadata
+    /// servers), comma-separated pids: the cluster's part of "CPU ms/op".
+    #[arg(long, value_delimiter = ',', requires = "directory")]
+    cluster_pid: Vec<u32>,
 }
+
+/// The readahead column of a --directory cell: whatever the mount does.
+const AS_MOUNTED: &str = "mount";
 
 /// One sysbench test: its mode, block size, and whether it reads.
 #[derive(Clone, Copy)]
@@ -48,6 +73,8 @@ struct Test {
     read: bool,
 }
 
+/// The sequential write last: sysbench's `seqwr` truncates the file and writes it again
+/// from the start, so a cell after it would find the file only as long as that write got.
 const TESTS: [Test; 4] = [
     Test {
         mode: "seqrd",
@@ -60,21 +87,25 @@ const TESTS: [Test; 4] = [
         read: true,
     },
     Test {
-        mode: "seqwr",
-        block: MIB,
+        mode: "rndwr",
+        block: 4096,
         read: false,
     },
     Test {
-        mode: "rndwr",
-        block: 4096,
+        mode: "seqwr",
+        block: MIB,
         read: false,
     },
 ];
 
 #[derive(Clone, Debug, Serialize)]
 struct Cell {
-    at_rest: String,
-    in_transit: String,
+    /// AT-REST/IN-TRANSIT of a fresh cluster, or the --directory's label.
+    config: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    at_rest: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    in_transit: Option<String>,
     test: &'static str,
     block: u64,
     readahead: String,
@@ -203,7 +234,6 @@ fn common_args(file_size: u64) -> Vec<String> {
 
 pub fn run(args: FsArgs) -> Result<(), String> {
     args.fresh.place()?;
-    let configs = configs(&args)?;
     let seconds = args
         .fresh
         .seconds
@@ -211,22 +241,68 @@ pub fn run(args: FsArgs) -> Result<(), String> {
     let file_size = args
         .file_size
         .unwrap_or(if args.quick { 256 * MIB } else { 2048 * MIB });
+    let cells = match &args.directory {
+        Some(directory) => run_directory(&args, directory, seconds, file_size)?,
+        None => run_fresh(&args, seconds, file_size)?,
+    };
+    let configs: Vec<String> = cells.iter().fold(Vec::new(), |mut seen, cell| {
+        if !seen.contains(&cell.config) {
+            seen.push(cell.config.clone());
+        }
+        seen
+    });
+    let mut cells = cells;
+    let readahead = match args.directory {
+        Some(_) => vec![AS_MOUNTED.to_string()],
+        None => args.readahead.clone(),
+    };
+    compare(&mut cells, &configs[0], &readahead);
+    print_table(&cells);
+    print_verdict(&cells, &configs, &readahead[0]);
+    if let Some(path) = &args.fresh.json {
+        let config = serde_json::json!({
+            "seconds_per_cell": seconds,
+            "file_size": file_size,
+            "repeat": args.repeat,
+            "readahead": readahead,
+            "directory": args.directory,
+            "client_pids": args.client_pid,
+            "cluster_pids": args.cluster_pid,
+        });
+        write_json(path, "fs", config, &cells)?;
+    }
+    Ok(())
+}
+
+fn workload(file_size: u64, reads: &str, seconds: f64, repeat: usize) -> String {
+    format!(
+        "sysbench fileio, 1 thread, one {} file, O_DIRECT, sequential 1M and random 4K reads \
+         ({reads}) and writes (fsync every 100), {seconds} s per cell, {repeat} run(s)",
+        size_label(file_size)
+    )
+}
+
+/// Every configuration's cells on a fresh cluster of its own, a fresh mount per cell.
+fn run_fresh(args: &FsArgs, seconds: f64, file_size: u64) -> Result<Vec<Cell>, String> {
+    let configs = configs(args)?;
     print_header(
         "coffer bench fs",
         &[
             (
                 "configurations",
-                configs.iter().map(|(r, t)| format!("{r}/{t}")).collect::<Vec<_>>().join(", "),
+                configs
+                    .iter()
+                    .map(|(r, t)| format!("{r}/{t}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
             ),
             (
                 "workload",
-                format!(
-                    "sysbench fileio, 1 thread, one {} file, O_DIRECT, sequential 1M and random 4K \
-                     reads (readahead {}) and writes (readahead auto; fsync every 100), {seconds} s \
-                     per cell, {} run(s)",
-                    size_label(file_size),
-                    args.readahead.join(", "),
-                    args.repeat
+                workload(
+                    file_size,
+                    &format!("readahead {}; writes with auto", args.readahead.join(", ")),
+                    seconds,
+                    args.repeat,
                 ),
             ),
         ],
@@ -251,9 +327,7 @@ pub fn run(args: FsArgs) -> Result<(), String> {
         let mountpoint = dir.join("mnt");
         {
             let mount = CellMount::start(&cluster, &mountpoint, "auto")?;
-            let mut prepare = common_args(file_size);
-            prepare.push("prepare".into());
-            sysbench(&mount.dir, &prepare)?;
+            prepare(&mount.dir, file_size)?;
         }
         let mut plan: Vec<(Test, String)> = Vec::new();
         for test in TESTS {
@@ -263,83 +337,203 @@ pub fn run(args: FsArgs) -> Result<(), String> {
                 plan.push((test, "auto".into()));
             }
         }
+        let config = format!("{at_rest}/{in_transit}");
         for (test, readahead) in plan {
             let mut runs = Vec::new();
             for _ in 0..args.repeat {
                 let mount = CellMount::start(&cluster, &mountpoint, &readahead)?;
-                let mds_cpu = cluster.daemon_cpu_seconds("mds.a");
-                let (cluster_cpu, mount_cpu) =
-                    (cluster.cpu_seconds() + mds_cpu, mount.cpu_seconds());
-                let mut run = common_args(file_size);
-                run.extend([
-                    format!("--file-test-mode={}", test.mode),
-                    format!("--file-block-size={}", test.block),
-                    format!("--time={seconds}"),
-                    "--events=0".into(),
-                    "run".into(),
-                ]);
-                let report = sysbench(&mount.dir, &run)?;
-                let ops_s = figure(&report, if test.read { "reads/s:" } else { "writes/s:" });
-                let mib_s = figure(
-                    &report,
-                    if test.read {
-                        "read, MiB/s:"
-                    } else {
-                        "written, MiB/s:"
-                    },
-                );
-                let ops = (ops_s * seconds).max(1.0);
-                let cluster_used =
-                    cluster.cpu_seconds() + cluster.daemon_cpu_seconds("mds.a") - cluster_cpu;
-                let one = Run {
-                    ops_s,
-                    mib_s,
-                    lat_avg_ms: figure(&report, "avg:"),
-                    lat_p99_ms: figure(&report, "99th percentile:"),
-                    cluster_cpu_ms_per_op: 1000.0 * cluster_used / ops,
-                    mount_cpu_ms_per_op: 1000.0 * (mount.cpu_seconds() - mount_cpu) / ops,
+                let cpu = || {
+                    (
+                        cluster.cpu_seconds() + cluster.daemon_cpu_seconds("mds.a"),
+                        mount.cpu_seconds(),
+                    )
                 };
-                eprintln!(
-                    "{at_rest:>4}/{in_transit:<6} {} {:>3} readahead {readahead:<5}: {:>8.0} ops/s {:>8.1} MiB/s",
-                    test.mode,
-                    size_label(test.block),
-                    one.ops_s,
-                    one.mib_s
-                );
-                runs.push(one);
+                runs.push(measure(
+                    &mount.dir, test, seconds, file_size, &cpu, &config, &readahead,
+                )?);
             }
-            let (ops_s, ops_s_stddev) =
-                mean_and_stddev(&runs.iter().map(|r| r.ops_s).collect::<Vec<_>>());
-            let mib_s = mean_and_stddev(&runs.iter().map(|r| r.mib_s).collect::<Vec<_>>()).0;
-            cells.push(Cell {
-                at_rest: at_rest.clone(),
-                in_transit: in_transit.clone(),
-                test: test.mode,
-                block: test.block,
+            cells.push(Cell::of(
+                config.clone(),
+                Some((at_rest.clone(), in_transit.clone())),
+                test,
                 readahead,
                 runs,
-                ops_s,
-                ops_s_stddev,
-                mib_s,
-                pct_of_best_extreme: 0.0,
-                pct_of_baseline: 0.0,
-            });
+            ));
         }
         drop(cluster);
     }
-    compare(&mut cells, &configs[0], &args.readahead);
-    print_table(&cells);
-    print_verdict(&cells, &configs);
-    if let Some(path) = &args.fresh.json {
-        let config = serde_json::json!({
-            "seconds_per_cell": seconds,
-            "file_size": file_size,
-            "repeat": args.repeat,
-            "readahead": args.readahead,
-        });
-        write_json(path, "fs", config, &cells)?;
+    Ok(cells)
+}
+
+/// A directory of the bench's own in the --directory file system, removed with what
+/// sysbench made in it when dropped.
+struct WorkDir(PathBuf);
+
+impl Drop for WorkDir {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::remove_dir_all(&self.0) {
+            eprintln!(
+                "coffer bench fs: could not remove {}: {e}",
+                self.0.display()
+            );
+        }
     }
-    Ok(())
+}
+
+/// The cells in the file system mounted at `directory`, as it is mounted.
+fn run_directory(
+    args: &FsArgs,
+    directory: &Path,
+    seconds: f64,
+    file_size: u64,
+) -> Result<Vec<Cell>, String> {
+    if !directory.is_dir() {
+        return Err(format!(
+            "--directory {}: not a directory (mount the file system there first)",
+            directory.display()
+        ));
+    }
+    if let Some(pid) = args
+        .client_pid
+        .iter()
+        .chain(&args.cluster_pid)
+        .find(|pid| !Path::new(&format!("/proc/{pid}")).exists())
+    {
+        return Err(format!(
+            "pid {pid}: no such process (--client-pid, --cluster-pid)"
+        ));
+    }
+    let label = args
+        .label
+        .clone()
+        .unwrap_or_else(|| directory.display().to_string());
+    let counted = if args.client_pid.is_empty() && args.cluster_pid.is_empty() {
+        "its CPU is not counted (--client-pid, --cluster-pid)".to_string()
+    } else {
+        format!(
+            "CPU of its client (pids {:?}) and of its cluster (pids {:?})",
+            args.client_pid, args.cluster_pid
+        )
+    };
+    print_header(
+        "coffer bench fs",
+        &[
+            (
+                "configurations",
+                format!(
+                    "{label}: the file system mounted at {}; {counted}",
+                    directory.display()
+                ),
+            ),
+            (
+                "workload",
+                workload(file_size, "the mount's own readahead", seconds, args.repeat),
+            ),
+        ],
+    );
+    let path = directory.join(format!("coffer-bench-fs-{}", std::process::id()));
+    std::fs::create_dir(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let work = WorkDir(path);
+    prepare(&work.0, file_size)?;
+    let sum = |pids: &[u32]| pids.iter().map(|&pid| pid_cpu_seconds(pid)).sum::<f64>();
+    let cpu = || (sum(&args.cluster_pid), sum(&args.client_pid));
+    let mut cells = Vec::new();
+    for test in TESTS {
+        let runs = (0..args.repeat)
+            .map(|_| measure(&work.0, test, seconds, file_size, &cpu, &label, AS_MOUNTED))
+            .collect::<Result<Vec<_>, _>>()?;
+        cells.push(Cell::of(label.clone(), None, test, AS_MOUNTED.into(), runs));
+    }
+    Ok(cells)
+}
+
+/// sysbench's test file, made in `dir`.
+fn prepare(dir: &Path, file_size: u64) -> Result<(), String> {
+    let mut prepare = common_args(file_size);
+    prepare.push("prepare".into());
+    sysbench(dir, &prepare).map(drop)
+}
+
+/// One sysbench run of `test` on the file prepared in `dir`; `cpu` gives the cluster's
+/// and the mount's CPU seconds so far.
+fn measure(
+    dir: &Path,
+    test: Test,
+    seconds: f64,
+    file_size: u64,
+    cpu: &dyn Fn() -> (f64, f64),
+    config: &str,
+    readahead: &str,
+) -> Result<Run, String> {
+    let (cluster_cpu, mount_cpu) = cpu();
+    let mut run = common_args(file_size);
+    run.extend([
+        format!("--file-test-mode={}", test.mode),
+        format!("--file-block-size={}", test.block),
+        format!("--time={seconds}"),
+        "--events=0".into(),
+        "run".into(),
+    ]);
+    let report = sysbench(dir, &run)?;
+    let (cluster_used, mount_used) = {
+        let (cluster_now, mount_now) = cpu();
+        (cluster_now - cluster_cpu, mount_now - mount_cpu)
+    };
+    let ops_s = figure(&report, if test.read { "reads/s:" } else { "writes/s:" });
+    let mib_s = figure(
+        &report,
+        if test.read {
+            "read, MiB/s:"
+        } else {
+            "written, MiB/s:"
+        },
+    );
+    let ops = (ops_s * seconds).max(1.0);
+    let one = Run {
+        ops_s,
+        mib_s,
+        lat_avg_ms: figure(&report, "avg:"),
+        lat_p99_ms: figure(&report, "99th percentile:"),
+        cluster_cpu_ms_per_op: 1000.0 * cluster_used / ops,
+        mount_cpu_ms_per_op: 1000.0 * mount_used / ops,
+    };
+    eprintln!(
+        "{config:<12} {} {:>3} readahead {readahead:<5}: {:>8.0} ops/s {:>8.1} MiB/s",
+        test.mode,
+        size_label(test.block),
+        one.ops_s,
+        one.mib_s
+    );
+    Ok(one)
+}
+
+impl Cell {
+    fn of(
+        config: String,
+        parts: Option<(String, String)>,
+        test: Test,
+        readahead: String,
+        runs: Vec<Run>,
+    ) -> Cell {
+        let (ops_s, ops_s_stddev) =
+            mean_and_stddev(&runs.iter().map(|r| r.ops_s).collect::<Vec<_>>());
+        let mib_s = mean_and_stddev(&runs.iter().map(|r| r.mib_s).collect::<Vec<_>>()).0;
+        let (at_rest, in_transit) = parts.unzip();
+        Cell {
+            config,
+            at_rest,
+            in_transit,
+            test: test.mode,
+            block: test.block,
+            readahead,
+            runs,
+            ops_s,
+            ops_s_stddev,
+            mib_s,
+            pct_of_best_extreme: 0.0,
+            pct_of_baseline: 0.0,
+        }
+    }
 }
 
 /// The extremes of the readahead settings given: none, and the largest fixed size.
@@ -355,15 +549,13 @@ fn extremes(readahead: &[String]) -> Vec<String> {
     none.into_iter().chain(fixed.map(|(_, ra)| ra)).collect()
 }
 
-fn compare(cells: &mut [Cell], baseline: &(String, String), readahead: &[String]) {
+fn compare(cells: &mut [Cell], baseline: &str, readahead: &[String]) {
     let extremes = extremes(readahead);
     let snapshot = cells.to_vec();
     for cell in cells.iter_mut() {
         let best = snapshot
             .iter()
-            .filter(|c| {
-                (&c.at_rest, &c.in_transit, c.test) == (&cell.at_rest, &cell.in_transit, cell.test)
-            })
+            .filter(|c| (&c.config, c.test) == (&cell.config, cell.test))
             .filter(|c| extremes.contains(&c.readahead))
             .map(|c| c.ops_s)
             .fold(0.0, f64::max);
@@ -371,8 +563,7 @@ fn compare(cells: &mut [Cell], baseline: &(String, String), readahead: &[String]
         let base = snapshot
             .iter()
             .find(|c| {
-                (&c.at_rest, &c.in_transit) == (&baseline.0, &baseline.1)
-                    && (c.test, &c.readahead) == (cell.test, &cell.readahead)
+                c.config == baseline && (c.test, &c.readahead) == (cell.test, &cell.readahead)
             })
             .map_or(0.0, |c| c.ops_s);
         cell.pct_of_baseline = percent_of(cell.ops_s, base);
@@ -386,7 +577,7 @@ fn print_table(cells: &[Cell]) {
         "test",
         "bs",
         "ra",
-        "at-rest/wire",
+        "config",
         "ops/s",
         "±",
         "MiB/s",
@@ -404,7 +595,7 @@ fn print_table(cells: &[Cell]) {
             c.test,
             size_label(c.block),
             c.readahead,
-            format!("{}/{}", c.at_rest, c.in_transit),
+            c.config,
             c.ops_s,
             c.ops_s_stddev,
             c.mib_s,
@@ -423,31 +614,32 @@ fn print_table(cells: &[Cell]) {
 }
 
 /// One line per configuration: the default readahead against the best extreme, for both
-/// read patterns; and the default configuration against the baseline.
-fn print_verdict(cells: &[Cell], configs: &[(String, String)]) {
+/// read patterns; and each configuration against the baseline.
+fn print_verdict(cells: &[Cell], configs: &[String], readahead: &str) {
     println!();
-    for (at_rest, in_transit) in configs {
+    for config in configs {
         let find = |test: &str| {
-            cells.iter().find(|c| {
-                (&c.at_rest, &c.in_transit, c.test, c.readahead.as_str())
-                    == (at_rest, in_transit, test, "auto")
-            })
+            cells
+                .iter()
+                .find(|c| (&c.config, c.test, c.readahead.as_str()) == (config, test, readahead))
         };
         let Some((seq, rnd)) = find("seqrd").zip(find("rndrd")) else {
             continue;
         };
         let against = format!(
-            "against {}/{}: {:.0} % and {:.0} %",
-            configs[0].0, configs[0].1, seq.pct_of_baseline, rnd.pct_of_baseline
+            "against {}: {:.0} % and {:.0} %",
+            configs[0], seq.pct_of_baseline, rnd.pct_of_baseline
         );
         if seq.pct_of_best_extreme > 0.0 {
             println!(
-                "{at_rest}/{in_transit}, readahead auto: sequential 1M reads at {:.0} % and random \
+                "{config}, readahead {readahead}: sequential 1M reads at {:.0} % and random \
                  4K reads at {:.0} % of the best extreme (goal: 90 % or more, both); {against}",
                 seq.pct_of_best_extreme, rnd.pct_of_best_extreme
             );
         } else {
-            println!("{at_rest}/{in_transit}, readahead auto: sequential 1M and random 4K reads {against}");
+            println!(
+                "{config}, readahead {readahead}: sequential 1M and random 4K reads {against}"
+            );
         }
     }
 }
