@@ -12,6 +12,7 @@ mod files;
 mod gw;
 mod image;
 mod init;
+mod memcpy;
 mod progress;
 mod prometheus;
 mod scrape;
@@ -177,6 +178,7 @@ fn init_logging(default: tracing::Level) {
 }
 
 fn main() -> ExitCode {
+    memcpy::start();
     let cli = Cli::parse();
     let who = admin::Who {
         conf: cli.conf.clone(),

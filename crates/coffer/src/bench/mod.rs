@@ -10,6 +10,7 @@ mod fresh;
 mod image;
 mod latency;
 mod matrix;
+mod memcpy;
 mod pool_type;
 mod report;
 mod s3;
@@ -23,6 +24,10 @@ pub enum BenchCommand {
     /// and ring), sealing and opening 4 KiB and 64 KiB chunks on one core: the check of which
     /// one this CPU was given.
     Aead(aead::AeadArgs),
+    /// This process's memcpy by where the destination lies past the source modulo 64, on
+    /// one core: the check of copying without glibc's `rep movsb` on AMD (run it as well
+    /// with `GLIBC_TUNABLES=glibc.cpu.x86_rep_movsb_threshold=2048` for glibc's own choice).
+    Memcpy(memcpy::MemcpyArgs),
     /// The erasure code as an OSD runs it, on one core: 4 MiB objects encoded and rebuilt
     /// (one and m data shards lost) and 4 KiB overwrites' parity deltas, per profile (4+2 and
     /// 8+3) and stripe unit, with the space stored per GiB.
@@ -64,6 +69,7 @@ pub enum BenchCommand {
 pub fn run(command: BenchCommand) -> Result<(), String> {
     match command {
         BenchCommand::Aead(args) => aead::run(args),
+        BenchCommand::Memcpy(args) => memcpy::run(args),
         BenchCommand::Ec(args) => ec::run(args),
         BenchCommand::Store(args) => store::run(args),
         BenchCommand::Cluster(args) => cluster::run(args),

@@ -88,6 +88,8 @@ pub struct Machine {
     pub cpu: String,
     /// The library the data path's AES-256-GCM runs in on this CPU (`keys::gcm`).
     pub aes_gcm: String,
+    /// How glibc's memcpy copies in this process (`crate::memcpy`).
+    pub memcpy: String,
     pub commit: String,
     pub date_utc: String,
 }
@@ -119,6 +121,10 @@ pub fn machine() -> Machine {
         memory_gib: memory_kib / (1024.0 * 1024.0),
         cpu,
         aes_gcm: keys::gcm::Implementation::fastest().to_string(),
+        memcpy: match crate::memcpy::tuned() {
+            true => "without rep movsb".into(),
+            false => "as glibc chooses".into(),
+        },
         commit: option_env!("COFFER_COMMIT")
             .map(str::to_string)
             .or_else(|| run("git", &["rev-parse", "--short", "HEAD"]))
@@ -135,8 +141,8 @@ pub fn print_header(title: &str, config: &[(&str, String)]) {
         std::env::args().collect::<Vec<_>>().join(" ")
     );
     println!(
-        "machine: {} cores, {:.1} GiB, {}; AES-GCM in {}; commit {}; {} UTC",
-        m.cores, m.memory_gib, m.cpu, m.aes_gcm, m.commit, m.date_utc
+        "machine: {} cores, {:.1} GiB, {}; AES-GCM in {}; memcpy {}; commit {}; {} UTC",
+        m.cores, m.memory_gib, m.cpu, m.aes_gcm, m.memcpy, m.commit, m.date_utc
     );
     for (key, value) in config {
         println!("{key}: {value}");
