@@ -1,11 +1,11 @@
 //! glibc's memcpy without `rep movsb` on AMD CPUs, chosen once per process at its start.
 //!
-//! From 4 KiB up to its non-temporal threshold, glibc 2.36's memcpy copies with `rep movsb`.
+//! From about 2 KiB up to its non-temporal threshold, glibc 2.36's memcpy copies with `rep movsb`.
 //! On the AMD EPYC these machines run on, that instruction is ten times slower (0.31 against
 //! 0.03 s/GiB) whenever the destination lies 1 to 15 bytes past the source modulo 64, and
 //! rustls copies every TLS record's plaintext to 5 bytes past a fresh buffer's start: the
 //! gateway's HTTPS GETs spent a quarter of their CPU in that one copy (docs/benchmarks.md,
-//! "rep movsb"). glibc's own vector loop copies at 0.03-0.04 s/GiB at every alignment, so on
+//! "rep movsb"). glibc's own vector loop copies at 0.02-0.04 s/GiB at every alignment, so on
 //! AMD every Coffer process runs with glibc's `rep movsb` threshold above any copy's size:
 //! [`start`] executes the process again with that tunable in `GLIBC_TUNABLES` (glibc reads
 //! it only as a program starts), then gives the environment back as it was, so the programs
@@ -32,30 +32,32 @@ enum Plan {
     Exec { tunables: String },
     /// Already executed again: puts `GLIBC_TUNABLES` back as it was (None: unset).
     Restore { tunables: Option<OsString> },
-    /// Not AMD, or the operator chose the threshold.
+    /// Not AMD, or the operator chose the threshold (or set tunables that are not UTF-8,
+    /// which this leaves alone).
     Keep,
 }
 
-fn plan(amd: bool, tunables: Option<&str>, original: Option<&OsStr>) -> Plan {
+fn plan(amd: bool, tunables: Option<&OsStr>, original: Option<&OsStr>) -> Plan {
     if let Some(original) = original {
         return Plan::Restore {
             tunables: Some(original.to_owned()).filter(|o| !o.is_empty()),
         };
     }
-    let chosen = tunables.is_some_and(|t| {
-        t.split(':').any(|item| {
-            item.split_once('=')
-                .is_some_and(|(name, _)| name == THRESHOLD)
-        })
+    let Some(tunables) = tunables.map_or(Some(""), OsStr::to_str) else {
+        return Plan::Keep;
+    };
+    let chosen = tunables.split(':').any(|item| {
+        item.split_once('=')
+            .is_some_and(|(name, _)| name == THRESHOLD)
     });
     if !amd || chosen {
         return Plan::Keep;
     }
     let ours = format!("{THRESHOLD}={NEVER}");
     Plan::Exec {
-        tunables: match tunables.filter(|t| !t.is_empty()) {
-            Some(theirs) => format!("{theirs}:{ours}"),
-            None => ours,
+        tunables: match tunables {
+            "" => ours,
+            theirs => format!("{theirs}:{ours}"),
         },
     }
 }
@@ -72,7 +74,7 @@ pub fn tuned() -> bool {
 /// again with glibc's threshold set; in the process executed again, puts the environment
 /// back. If the program cannot be executed again, it goes on with glibc's defaults.
 pub fn start() {
-    let tunables = std::env::var(TUNABLES).ok();
+    let tunables = std::env::var_os(TUNABLES);
     let original = std::env::var_os(ORIGINAL);
     match plan(is_amd(), tunables.as_deref(), original.as_deref()) {
         Plan::Exec { tunables: ours } => {
@@ -117,24 +119,25 @@ fn is_amd() -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::ffi::OsStrExt;
+
+    fn os(value: &str) -> Option<&OsStr> {
+        Some(OsStr::new(value))
+    }
 
     #[test]
     fn amd_runs_again_with_the_threshold_added_to_what_was_set() {
         let ours = format!("{THRESHOLD}={NEVER}");
+        for unset in [None, os("")] {
+            assert_eq!(
+                plan(true, unset, None),
+                Plan::Exec {
+                    tunables: ours.clone()
+                }
+            );
+        }
         assert_eq!(
-            plan(true, None, None),
-            Plan::Exec {
-                tunables: ours.clone()
-            }
-        );
-        assert_eq!(
-            plan(true, Some(""), None),
-            Plan::Exec {
-                tunables: ours.clone()
-            }
-        );
-        assert_eq!(
-            plan(true, Some("glibc.malloc.check=3"), None),
+            plan(true, os("glibc.malloc.check=3"), None),
             Plan::Exec {
                 tunables: format!("glibc.malloc.check=3:{ours}")
             }
@@ -145,11 +148,16 @@ mod tests {
     fn nothing_changes_elsewhere_or_where_the_operator_chose() {
         assert_eq!(plan(false, None, None), Plan::Keep);
         assert_eq!(
-            plan(true, Some(&format!("a=1:{THRESHOLD}=8192")), None),
+            plan(true, os(&format!("a=1:{THRESHOLD}=8192")), None),
             Plan::Keep
         );
         assert_eq!(
-            plan(true, Some(&format!("{THRESHOLD}_x=1")), None),
+            plan(true, Some(OsStr::from_bytes(b"a=\xff")), None),
+            Plan::Keep,
+            "tunables that are not UTF-8 are not rewritten"
+        );
+        assert_eq!(
+            plan(true, os(&format!("{THRESHOLD}_x=1")), None),
             Plan::Exec {
                 tunables: format!("{THRESHOLD}_x=1:{THRESHOLD}={NEVER}")
             }
@@ -160,11 +168,11 @@ mod tests {
     fn the_process_run_again_gives_the_environment_back() {
         let ours = format!("{THRESHOLD}={NEVER}");
         assert_eq!(
-            plan(true, Some(&ours), Some(OsStr::new(""))),
+            plan(true, os(&ours), os("")),
             Plan::Restore { tunables: None }
         );
         assert_eq!(
-            plan(true, Some(&format!("a=1:{ours}")), Some(OsStr::new("a=1"))),
+            plan(true, os(&format!("a=1:{ours}")), os("a=1")),
             Plan::Restore {
                 tunables: Some("a=1".into())
             }
