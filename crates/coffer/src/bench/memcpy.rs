@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use clap::Args;
 use serde::Serialize;
+use store::{AlignedBuf, BLOCK_SIZE_BYTES};
 
 use super::report::{median, print_header, size_label};
 
@@ -39,7 +40,6 @@ struct Cell {
 
 /// The source the copies cycle through: larger than a core's L2, within a shared L3.
 const SOURCE_BYTES: usize = 4 << 20;
-const PAGE: usize = 4096;
 /// The offset classes the table shows: where the destination lies past the source.
 const CLASSES: [(&str, std::ops::Range<usize>); 3] =
     [("0", 0..1), ("1-15", 1..16), ("16-63", 16..64)];
@@ -136,40 +136,23 @@ pub fn run(args: MemcpyArgs) -> Result<(), String> {
     Ok(())
 }
 
-/// A buffer of `len` bytes that starts on a page, its pages in memory (all ones).
-fn aligned(len: usize) -> AlignedVec {
-    let bytes = vec![1u8; len + PAGE];
-    let start = bytes.as_ptr().align_offset(PAGE);
-    AlignedVec { bytes, start, len }
-}
-
-struct AlignedVec {
-    bytes: Vec<u8>,
-    start: usize,
-    len: usize,
-}
-
-impl AlignedVec {
-    fn slice(&self) -> &[u8] {
-        &self.bytes[self.start..self.start + self.len]
-    }
-
-    fn slice_mut(&mut self) -> &mut [u8] {
-        &mut self.bytes[self.start..self.start + self.len]
-    }
+/// A page-aligned buffer of at least `len` bytes, its pages in memory (all ones).
+fn aligned(len: usize) -> AlignedBuf {
+    let mut buffer = AlignedBuf::for_overwrite(len.div_ceil(BLOCK_SIZE_BYTES as usize));
+    buffer.fill(1);
+    buffer
 }
 
 /// Seconds per GiB to copy `mib` MiB in copies of `size` bytes, cycling through the source,
 /// each to `ahead` bytes past the destination's page.
 fn measure(
-    source: &AlignedVec,
-    destination: &mut AlignedVec,
+    source: &AlignedBuf,
+    destination: &mut AlignedBuf,
     size: usize,
     ahead: usize,
     mib: u64,
 ) -> f64 {
-    let source = source.slice();
-    let target = &mut destination.slice_mut()[ahead..ahead + size];
+    let target = &mut destination[ahead..ahead + size];
     let copies = ((mib << 20) / size as u64).max(1);
     let starts = SOURCE_BYTES / size;
     let begun = Instant::now();
