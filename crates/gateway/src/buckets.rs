@@ -1,7 +1,9 @@
 //! Buckets and their indexes: who owns a bucket, which objects it holds.
 
 use bytes::Bytes;
-use client::{ObjectOp, Pool};
+use std::collections::BTreeMap;
+
+use client::{ObjectOp, OpResult, Pool};
 
 use crate::access_log::Logging;
 use crate::acl::{Acl, Ownership};
@@ -67,6 +69,40 @@ pub async fn info(pool: &Pool, bucket: &str) -> Result<Bucket, Error> {
         .attrs(&layout::index_object(bucket))
         .await
         .map_err(|e| missing(e, bucket))?;
+    described(bucket, &attrs)
+}
+
+/// Bucket `bucket`, and the current object of `key` in it with the key's head, as
+/// [`info`] and [`current`] give them, read together in one request to the index object:
+/// what a GET or HEAD of an object's current version needs before its data.
+pub async fn info_and_current(
+    pool: &Pool,
+    bucket: &str,
+    key: &str,
+) -> Result<(Bucket, Current), Error> {
+    let ops = vec![
+        ObjectOp::GetAttrs,
+        ObjectOp::OmapGet {
+            keys: vec![key.as_bytes().to_vec(), layout::head_key(key)],
+        },
+    ];
+    let (results, _) = pool
+        .operate(&layout::index_object(bucket), ops, Bytes::new())
+        .await
+        .map_err(|e| missing(e, bucket))?;
+    let mut results = results.into_iter();
+    match (results.next(), results.next(), results.next()) {
+        (Some(OpResult::Attrs(attrs)), Some(OpResult::Omap(read)), None) => {
+            Ok((described(bucket, &attrs)?, current_of(read)?))
+        }
+        other => Err(Error::Internal(format!(
+            "bucket {bucket}: unexpected results {other:?}"
+        ))),
+    }
+}
+
+/// The bucket its index object's attributes `attrs` describe.
+fn described(bucket: &str, attrs: &BTreeMap<String, Vec<u8>>) -> Result<Bucket, Error> {
     let Some(info) = attrs.get(layout::BUCKET_ATTR) else {
         return Err(Error::NotFound(format!("bucket {bucket}")));
     };
@@ -595,12 +631,11 @@ async fn around(
     }
 }
 
-/// The current object of `key` in `bucket` and the key's head (where versions are kept).
-pub async fn current(
-    pool: &Pool,
-    bucket: &str,
-    key: &str,
-) -> Result<(Option<ObjectEntry>, Option<Head>), Error> {
+/// A key's current object and its head (where versions are kept), either absent.
+pub type Current = (Option<ObjectEntry>, Option<Head>);
+
+/// The current object of `key` in `bucket` and the key's head.
+pub async fn current(pool: &Pool, bucket: &str, key: &str) -> Result<Current, Error> {
     let read = pool
         .omap_get(
             &layout::index_object(bucket),
@@ -608,6 +643,12 @@ pub async fn current(
         )
         .await
         .map_err(|e| missing(e, bucket))?;
+    current_of(read)
+}
+
+/// The current object and head of a key, from the read of its two index entries (the
+/// key's, then its head's).
+fn current_of(read: Vec<(Vec<u8>, Option<Vec<u8>>)>) -> Result<Current, Error> {
     let mut values = read.into_iter().map(|(_, value)| value);
     let current = decoded(values.next().flatten().as_deref())?;
     let head = decoded(values.next().flatten().as_deref())?;

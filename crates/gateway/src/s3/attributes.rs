@@ -52,10 +52,11 @@ pub(super) async fn get_object_attributes(
     gw: &Gateway,
     req: S3Request<GetObjectAttributesInput>,
 ) -> S3Result<S3Response<GetObjectAttributesOutput>> {
-    let bucket = allowed!(gw, req, object GetObjectAttributes / GetObjectVersionAttributes);
+    let (bucket, current) =
+        allowed!(gw, req, read GetObjectAttributes / GetObjectVersionAttributes);
     let (name, key, version) = (&req.input.bucket, &req.input.key, &req.input.version_id);
     let entry = gw
-        .readable(&req, &bucket, name, key, version.as_deref())
+        .readable(&req, &bucket, name, key, version.as_deref(), current)
         .await?;
     let input = req.input;
     let customer = customer_key!(input)?;

@@ -359,24 +359,11 @@ impl Gateway {
         key: &str,
         version: Option<&str>,
     ) -> S3Result<ObjectEntry> {
-        let no_key = || Refusal::NoKey {
-            bucket: bucket.into(),
-            key: key.into(),
-        };
         let Some(version) = version else {
-            let (current, head) = buckets::current(&self.pool, bucket, key)
+            let current = buckets::current(&self.pool, bucket, key)
                 .await
                 .map_err(|e| in_bucket(e, bucket))?;
-            return match (current, head) {
-                (Some(entry), _) => Ok(entry),
-                // Versions but no current one: the newest is a delete marker.
-                (None, Some(head)) => Err(Refusal::Deleted {
-                    key: key.into(),
-                    version: versions::newest_id(&head).to_string(),
-                }
-                .into()),
-                (None, None) => Err(no_key().into()),
-            };
+            return current_entry(bucket, key, current);
         };
         let id = version_id(version)?;
         match buckets::version(&self.pool, bucket, key, id)
@@ -636,6 +623,25 @@ fn http_date(ns: u64) -> Option<String> {
 
 fn modified(entry: &ObjectEntry) -> Timestamp {
     timestamp(entry.mtime_ns)
+}
+
+/// The current object of `key` in `bucket`, from what the index holds of it: refused as
+/// a delete marker where its newest version is one, as missing where it has none.
+fn current_entry(bucket: &str, key: &str, current: buckets::Current) -> S3Result<ObjectEntry> {
+    match current {
+        (Some(entry), _) => Ok(entry),
+        // Versions but no current one: the newest is a delete marker.
+        (None, Some(head)) => Err(Refusal::Deleted {
+            key: key.into(),
+            version: versions::newest_id(&head).to_string(),
+        }
+        .into()),
+        (None, None) => Err(Refusal::NoKey {
+            bucket: bucket.into(),
+            key: key.into(),
+        }
+        .into()),
+    }
 }
 
 /// The error of a write to `bucket`'s records: the bucket may have gone meanwhile.

@@ -359,11 +359,11 @@ pub(super) async fn get_object(
     gw: &Gateway,
     req: S3Request<GetObjectInput>,
 ) -> S3Result<S3Response<GetObjectOutput>> {
-    let bucket = allowed!(gw, req, object GetObject / GetObjectVersion);
+    let (bucket, current) = allowed!(gw, req, read GetObject / GetObjectVersion);
     refuse_encryption_headers(&req.headers)?;
     let (name, key, version) = (&req.input.bucket, &req.input.key, &req.input.version_id);
     let entry = gw
-        .readable(&req, &bucket, name, key, version.as_deref())
+        .readable(&req, &bucket, name, key, version.as_deref(), current)
         .await?;
     let input = req.input;
     // At once: the data key may take a round trip to the KMS.
@@ -426,11 +426,11 @@ pub(super) async fn head_object(
     gw: &Gateway,
     req: S3Request<HeadObjectInput>,
 ) -> S3Result<S3Response<HeadObjectOutput>> {
-    let bucket = allowed!(gw, req, object GetObject / GetObjectVersion);
+    let (bucket, current) = allowed!(gw, req, read GetObject / GetObjectVersion);
     refuse_encryption_headers(&req.headers)?;
     let (name, key, version) = (&req.input.bucket, &req.input.key, &req.input.version_id);
     let entry = gw
-        .readable(&req, &bucket, name, key, version.as_deref())
+        .readable(&req, &bucket, name, key, version.as_deref(), current)
         .await?;
     let input = req.input;
     conditions!(input).check(&entry)?;

@@ -155,14 +155,44 @@ impl Gateway {
         Ok(bucket)
     }
 
+    /// [`Gateway::allowed`] for a verb that reads `object`, with the object's current
+    /// version and head when it names no version, read with the bucket in one request, for
+    /// [`Gateway::readable`]; `None` when it names one.
+    pub(super) async fn allowed_to_read<T>(
+        &self,
+        req: &S3Request<T>,
+        action: Action,
+        name: &str,
+        object: ObjectRef<'_>,
+    ) -> S3Result<(buckets::Bucket, Option<buckets::Current>)> {
+        let principal = self.principal(req).await?;
+        let (bucket, current) = match object.version {
+            None => {
+                let (bucket, current) = buckets::info_and_current(&self.pool, name, object.key)
+                    .await
+                    .map_err(|e| no_bucket(e, name))?;
+                (bucket, Some(current))
+            }
+            Some(_) => (self.bucket(name).await?, None),
+        };
+        self.check(
+            req,
+            principal.as_deref(),
+            &bucket,
+            action,
+            name,
+            Some(object),
+        )
+        .await?;
+        Ok((bucket, current))
+    }
+
     /// Bucket `name`, whoever asks: only for a verb that then checks each thing it does
     /// with [`Gateway::check`].
     pub(super) async fn bucket(&self, name: &str) -> S3Result<buckets::Bucket> {
-        match buckets::info(&self.pool, name).await {
-            Ok(found) => Ok(found),
-            Err(Error::NotFound(_)) => Err(Refusal::NoBucket(name.into()).into()),
-            Err(e) => Err(e.into()),
-        }
+        buckets::info(&self.pool, name)
+            .await
+            .map_err(|e| no_bucket(e, name))
     }
 
     /// Checks that `principal`, sending `req`, may do `action` on `bucket` (named `name`),
@@ -308,8 +338,13 @@ impl Gateway {
         name: &str,
         key: &str,
         version: Option<&str>,
+        current: Option<buckets::Current>,
     ) -> S3Result<ObjectEntry> {
-        match self.object(name, key, version).await {
+        let found = match current {
+            Some(current) => super::current_entry(name, key, current),
+            None => self.object(name, key, version).await,
+        };
+        match found {
             Err(e)
                 if matches!(
                     e.code(),
@@ -461,13 +496,23 @@ fn decide(bucket: &buckets::Bucket, signer: Option<&Signer>, asked: &Asked) -> D
     }
 }
 
+/// A bucket's read that failed, as S3 answers it: `NoSuchBucket` where there is none.
+fn no_bucket(e: Error, name: &str) -> s3s::S3Error {
+    match e {
+        Error::NotFound(_) => Refusal::NoBucket(name.into()).into(),
+        e => e.into(),
+    }
+}
+
 /// [`Gateway::allowed`] for a verb's request, whose input names the bucket (and key):
 /// `allowed!(gw, req, ListBucket)` on the bucket, `allowed!(gw, req, object PutObject)` on
 /// its object, `allowed!(gw, req, object GetObject / GetObjectVersion)` with the second
-/// action where the request names a version. `allowed!(gw, req, bypass)` is whether the
+/// action where the request names a version; `allowed!(gw, req, read GetObject /
+/// GetObjectVersion)` is that through [`Gateway::allowed_to_read`], with the object's
+/// current version for [`Gateway::readable`]. `allowed!(gw, req, bypass)` is whether the
 /// request asks to bypass governance retention, which it must then be allowed.
 macro_rules! allowed {
-    ($gw:ident, $req:ident, object $plain:ident / $version:ident) => {{
+    (@versioned $req:ident, $plain:ident / $version:ident) => {{
         let action = super::policy::versioned(
             &$req.input.version_id,
             crate::policy::Action::$plain,
@@ -477,6 +522,15 @@ macro_rules! allowed {
             key: &$req.input.key,
             version: $req.input.version_id.as_deref(),
         };
+        (action, object)
+    }};
+    ($gw:ident, $req:ident, read $plain:ident / $version:ident) => {{
+        let (action, object) = allowed!(@versioned $req, $plain / $version);
+        $gw.allowed_to_read(&$req, action, &$req.input.bucket, object)
+            .await?
+    }};
+    ($gw:ident, $req:ident, object $plain:ident / $version:ident) => {{
+        let (action, object) = allowed!(@versioned $req, $plain / $version);
         $gw.allowed(&$req, action, &$req.input.bucket, Some(object))
             .await?
     }};

@@ -178,7 +178,7 @@ pub(super) async fn get_object_torrent(
     let (name, key) = (&req.input.bucket, &req.input.key);
     let version = super::policy::query(&req, "versionId");
     let entry = gw
-        .readable(&req, &bucket, name, key, version.as_deref())
+        .readable(&req, &bucket, name, key, version.as_deref(), None)
         .await?;
     let hold = gw.readers.hold(&entry);
     if entry.size >= TORRENT_SIZE_MAX {
