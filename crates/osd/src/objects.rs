@@ -538,13 +538,13 @@ pub fn is_small_read(ops: &[ObjectOp]) -> bool {
     bytes <= SMALL_READ_BYTES
 }
 
-/// Runs read ops; read bytes are appended to `out` in order.
+/// Runs read ops: their results, and the bytes they read in order. A request with one data
+/// read (the usual one) replies with the store's own buffer, not a copy of it.
 pub fn read_ops(
     store: &Store,
     object: &ObjectRef,
     ops: &[ObjectOp],
-    out: &mut Vec<u8>,
-) -> Result<Vec<OpResult>, ReadError> {
+) -> Result<(Vec<OpResult>, Bytes), ReadError> {
     let requested = ops.iter().fold(0u64, |sum, op| match op {
         ObjectOp::Read { len, .. } => sum.saturating_add(*len),
         ObjectOp::ReadChunks { count, .. } => {
@@ -561,18 +561,18 @@ pub fn read_ops(
         });
     }
     let mut results = Vec::with_capacity(ops.len());
+    let mut pieces: Vec<Bytes> = Vec::new();
     for op in ops {
         let result = match op {
             ObjectOp::Read { offset, len } => {
                 let buf = store.read(object, *offset, *len)?;
-                out.extend_from_slice(&buf);
-                OpResult::Read {
-                    len: buf.len() as u64,
-                }
+                let len = buf.len() as u64;
+                pieces.push(buf.into());
+                OpResult::Read { len }
             }
             ObjectOp::ReadChunks { first, count } => {
                 let read = store.read_sealed(object, *first, u64::from(*count))?;
-                out.extend_from_slice(&read.data);
+                pieces.push(read.data.into());
                 OpResult::Chunks {
                     size: read.size_bytes,
                     seals: read.chunks.into_iter().map(|r| r.map(seal_of)).collect(),
@@ -612,7 +612,12 @@ pub fn read_ops(
         };
         results.push(result);
     }
-    Ok(results)
+    let data = match pieces.len() {
+        0 => Bytes::new(),
+        1 => pieces.pop().expect("one piece"),
+        _ => Bytes::from(pieces.concat()),
+    };
+    Ok((results, data))
 }
 
 /// Calls `each` with every object of `pg` (of `pg_num`) this store holds, with its
@@ -975,6 +980,46 @@ mod tests {
             [7; 4096][..]
         );
         assert!(!store.read_would_wait(&object));
+    }
+
+    /// A reply carries what each read op read, in the order of the ops: one read alone is
+    /// the store's buffer as it came back, several are joined, and records take no bytes.
+    #[test]
+    fn read_ops_reply_with_every_read_in_order() {
+        let (_dir, store) = scratch_store();
+        let object = ObjectRef::new(PoolId(1), ObjectName::new("reads").expect("a name"));
+        let data: Vec<u8> = (0..3 * 4096u32).map(|i| (i % 251) as u8).collect();
+        let mut txn = Transaction::new();
+        txn.write(&object, 0, &data);
+        store.apply(txn).expect("write");
+        let read = |offset, len| ObjectOp::Read { offset, len };
+
+        let (results, bytes) = read_ops(&store, &object, &[read(100, 5000)]).expect("one read");
+        assert_eq!(bytes[..], data[100..5100]);
+        assert!(matches!(results[..], [OpResult::Read { len: 5000 }]));
+
+        let ops = [
+            read(8192, 4096),
+            ObjectOp::Stat,
+            read(1, 10),
+            read(12000, 1000),
+        ];
+        let (results, bytes) = read_ops(&store, &object, &ops).expect("several reads");
+        let expected = [&data[8192..], &data[1..11], &data[12000..]].concat();
+        assert_eq!(bytes[..], expected[..]);
+        assert!(matches!(
+            results[..],
+            [
+                OpResult::Read { len: 4096 },
+                OpResult::Stat { size: 12288, .. },
+                OpResult::Read { len: 10 },
+                OpResult::Read { len: 288 }
+            ]
+        ));
+
+        let (results, bytes) = read_ops(&store, &object, &[ObjectOp::Stat]).expect("a stat");
+        assert!(bytes.is_empty());
+        assert_eq!(results.len(), 1);
     }
 
     /// A group counts each write's store operations before building it: never fewer than

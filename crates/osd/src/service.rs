@@ -365,21 +365,18 @@ impl OsdService {
             read => read,
         }
         .map_err(read_failure)?;
-        Ok(reply_with(OsdReply::Results(results), Bytes::from(bytes)))
+        Ok(reply_with(OsdReply::Results(results), bytes))
     }
 
     /// The read ops of `op` on this OSD's copy: their results and the bytes read.
     async fn read(
         &self,
         op: &ClientOp,
-    ) -> Result<Result<(Vec<OpResult>, Vec<u8>), ReadError>, OsdReply> {
+    ) -> Result<Result<(Vec<OpResult>, Bytes), ReadError>, OsdReply> {
         let object = objects::object_ref(op.pg, &op.object);
         let at = object.clone();
         let ops = op.ops.clone();
-        let read = move |store: &store::Store| {
-            let mut out = Vec::new();
-            objects::read_ops(store, &object, &ops, &mut out).map(|r| (r, out))
-        };
+        let read = move |store: &store::Store| objects::read_ops(store, &object, &ops);
         let read = match objects::is_small_read(&op.ops) {
             true => self.inner.small_read(&at, read).await,
             false => self.inner.blocking(read).await,

@@ -440,6 +440,20 @@ impl DerefMut for AlignedBuf {
     }
 }
 
+impl AsRef<[u8]> for AlignedBuf {
+    fn as_ref(&self) -> &[u8] {
+        self
+    }
+}
+
+/// The buffer handed on as `Bytes` without a copy: it goes back to the pool when the last
+/// clone of those bytes is dropped.
+impl From<AlignedBuf> for bytes::Bytes {
+    fn from(buffer: AlignedBuf) -> bytes::Bytes {
+        bytes::Bytes::from_owner(buffer)
+    }
+}
+
 impl std::fmt::Debug for AlignedBuf {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "AlignedBuf({} blocks)", self.blocks())

@@ -67,6 +67,20 @@ impl Deref for ReadBuf {
     }
 }
 
+impl AsRef<[u8]> for ReadBuf {
+    fn as_ref(&self) -> &[u8] {
+        self
+    }
+}
+
+/// The window handed on as `Bytes` without a copy, holding its buffer until the last clone
+/// is dropped.
+impl From<ReadBuf> for bytes::Bytes {
+    fn from(read: ReadBuf) -> bytes::Bytes {
+        bytes::Bytes::from_owner(read)
+    }
+}
+
 impl std::fmt::Debug for ReadBuf {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "ReadBuf({} bytes)", self.len)
