@@ -736,7 +736,7 @@ pub fn read_copy(
     offset: u64,
     len: u64,
     edge: bool,
-) -> Result<Option<(ObjectCopy, Vec<u8>)>, ReadError> {
+) -> Result<Option<(ObjectCopy, Bytes)>, ReadError> {
     let stat = match store.stat(object) {
         Ok(stat) => stat,
         Err(ReadError::NotFound { .. }) => return Ok(None),
@@ -761,10 +761,10 @@ pub fn read_copy(
             .div_ceil(CHUNK_BYTES);
         let read = store.read_sealed_via(object, first, end.saturating_sub(first), Via::Device)?;
         let seals = read.chunks.into_iter().map(|r| r.map(seal_of)).collect();
-        (read.data.to_vec(), Some(seals))
+        (read.data.into(), Some(seals))
     } else {
         (
-            store.read_via(object, offset, len, Via::Device)?.to_vec(),
+            store.read_via(object, offset, len, Via::Device)?.into(),
             None,
         )
     };

@@ -335,13 +335,11 @@ impl OsdState {
             Side::Local => {
                 let object = objects::object_ref(pg, name);
                 let edge = self.pool_is_edge(pg.pool);
-                let piece = self
-                    .blocking(move |store| {
-                        objects::read_copy(store, &object, offset, COPY_PIECE_BYTES, edge)
-                    })
-                    .await?
-                    .map_err(|e| e.to_string())?;
-                Ok(piece.map(|(copy, data)| (copy, Bytes::from(data))))
+                self.blocking(move |store| {
+                    objects::read_copy(store, &object, offset, COPY_PIECE_BYTES, edge)
+                })
+                .await?
+                .map_err(|e| e.to_string())
             }
             Side::Remote(osd) | Side::Target(osd, _) => {
                 let op = PeerOp::Pull {

@@ -1372,7 +1372,7 @@ impl OsdService {
                     .await?
                     .map_err(|e| e.to_string())?;
                 Ok(match piece {
-                    Some((copy, data)) => reply_with(OsdReply::Copy(Some(copy)), Bytes::from(data)),
+                    Some((copy, data)) => reply_with(OsdReply::Copy(Some(copy)), data),
                     None => reply(OsdReply::Copy(None)),
                 })
             }

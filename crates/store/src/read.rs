@@ -67,17 +67,10 @@ impl Deref for ReadBuf {
     }
 }
 
-impl AsRef<[u8]> for ReadBuf {
-    fn as_ref(&self) -> &[u8] {
-        self
-    }
-}
-
-/// The window handed on as `Bytes` without a copy, holding its buffer until the last clone
-/// is dropped.
+/// The window handed on as `Bytes` without a copy: a slice of its buffer's.
 impl From<ReadBuf> for bytes::Bytes {
     fn from(read: ReadBuf) -> bytes::Bytes {
-        bytes::Bytes::from_owner(read)
+        bytes::Bytes::from(read.buffer).slice(read.start..read.start + read.len)
     }
 }
 
