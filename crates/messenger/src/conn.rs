@@ -11,6 +11,7 @@ use serde::Serialize;
 use tokio::sync::{oneshot, Semaphore};
 use tokio::task::JoinHandle;
 
+use crate::data::Data;
 use crate::endpoint::Limits;
 use crate::entity::{EntityName, Mode};
 use crate::error::CallError;
@@ -212,6 +213,7 @@ impl Connection {
             DataSegment::Sealed => (Segment::Open, None),
             DataSegment::PassedOn(check) => (Segment::Open, Some(check)),
         };
+        let data = Data::from(data);
         let header = Header::for_body(Kind::Request, tag, &meta, &data, self.inner.mode, kind);
         let frame = Outgoing {
             header,

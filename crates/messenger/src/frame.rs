@@ -4,6 +4,7 @@
 use bytes::Bytes;
 use crc_fast::{CrcAlgorithm, Digest};
 
+use crate::data::Data;
 use crate::entity::Mode;
 
 pub const HEADER_BYTES: usize = 32;
@@ -122,10 +123,13 @@ fn crc32c(bytes: &[u8]) -> u32 {
     crc_fast::checksum(CrcAlgorithm::Crc32Iscsi, bytes) as u32
 }
 
-pub fn body_crc(meta: &[u8], data: &[u8]) -> u32 {
+/// CRC32C of the metadata, then of the data's pieces in order.
+pub fn body_crc(meta: &[u8], data: &Data) -> u32 {
     let mut digest = Digest::new(CrcAlgorithm::Crc32Iscsi);
     digest.update(meta);
-    digest.update(data);
+    for piece in data.pieces() {
+        digest.update(piece);
+    }
     digest.finalize() as u32
 }
 
@@ -135,7 +139,7 @@ impl Header {
         kind: Kind,
         tag: u64,
         meta: &Bytes,
-        data: &Bytes,
+        data: &Data,
         mode: Mode,
         segment: Segment,
     ) -> Self {
@@ -254,7 +258,7 @@ mod tests {
 
     fn sample() -> Header {
         let meta = Bytes::from_static(b"meta");
-        let data = Bytes::from_static(b"data");
+        let data = Bytes::from_static(b"data").into();
         Header::for_body(Kind::Reply, 7, &meta, &data, Mode::Crc, Segment::Inside)
     }
 

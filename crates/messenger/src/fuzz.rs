@@ -162,7 +162,7 @@ pub fn hello_seeds() -> Vec<Vec<u8>> {
 fn secure_frame_input(meta: &[u8], data: &[u8], segment: Segment) -> Vec<u8> {
     let (meta, data) = (
         bytes::Bytes::copy_from_slice(meta),
-        bytes::Bytes::copy_from_slice(data),
+        crate::Data::from(bytes::Bytes::copy_from_slice(data)),
     );
     let header = Header::for_body(Kind::Request, 1, &meta, &data, Mode::Secure, segment);
     let frame = Outgoing {
@@ -194,7 +194,8 @@ fn crc_frame(meta: &[u8], data: &[u8]) -> Vec<u8> {
         bytes::Bytes::copy_from_slice(meta),
         bytes::Bytes::copy_from_slice(data),
     );
-    let header = Header::for_body(Kind::Reply, 1, &meta, &data, Mode::Crc, Segment::Inside);
+    let body = crate::Data::from(data.clone());
+    let header = Header::for_body(Kind::Reply, 1, &meta, &body, Mode::Crc, Segment::Inside);
     [&header.encode()[..], &meta, &data].concat()
 }
 

@@ -11,6 +11,7 @@
 //! Must never depend on: `store`, `osd`, `mon` (checked by scripts/check-deps.py).
 
 mod conn;
+mod data;
 mod endpoint;
 mod entity;
 mod error;
@@ -29,6 +30,7 @@ mod server;
 mod tests;
 
 pub use conn::{Connection, DataSegment, Incoming};
+pub use data::Data;
 pub use endpoint::{Endpoint, Limits, FRAME_TIMEOUT, HANDSHAKE_TIMEOUT, IN_FLIGHT_MAX};
 pub use entity::{EntityKind, EntityName, EntityNameError, Mode, ModePolicy, ENTITY_ID_BYTES_MAX};
 pub use error::{CallError, ConnectError};

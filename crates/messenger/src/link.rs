@@ -481,12 +481,16 @@ mod tests {
     use super::*;
     use crate::frame::Kind;
     use crate::outbox::{protect, Outgoing};
+    use crate::Data;
 
     const SECRET: [u8; 32] = [3; 32];
 
     /// One secure frame of `segment` with a 64-byte data segment, as its sender writes it.
     fn frame_bytes(segment: Segment) -> Vec<u8> {
-        let (meta, data) = (Bytes::from_static(b"records"), Bytes::from(vec![7u8; 64]));
+        let (meta, data) = (
+            Bytes::from_static(b"records"),
+            Data::from(Bytes::from(vec![7u8; 64])),
+        );
         let header = Header::for_body(Kind::Reply, 9, &meta, &data, Mode::Secure, segment);
         let frame = Outgoing {
             header,
@@ -558,8 +562,9 @@ mod tests {
             Bytes::from_static(b"replicate"),
             Bytes::from(vec![5u8; 300]),
         );
-        let check = SegmentCheck::new(&data);
+        let check = SegmentCheck::new(&Data::from(data.clone()));
         let passed_on = |data: Bytes| {
+            let data = Data::from(data);
             let header =
                 Header::for_body(Kind::Request, 3, &meta, &data, Mode::Secure, Segment::Open);
             let frame = Outgoing {
@@ -588,8 +593,9 @@ mod tests {
         for len in [ALIGNED_SEGMENT_BYTES_MIN, 300 * 1024 + 5] {
             let data = Bytes::from((0..len).map(|i| (i % 251) as u8).collect::<Vec<u8>>());
             let crc = {
+                let body = Data::from(data.clone());
                 let header =
-                    Header::for_body(Kind::Request, 1, &meta, &data, Mode::Crc, Segment::Inside);
+                    Header::for_body(Kind::Request, 1, &meta, &body, Mode::Crc, Segment::Inside);
                 [&header.encode()[..], &meta[..], &data[..]].concat()
             };
             let mut received = Vec::new();
@@ -600,11 +606,12 @@ mod tests {
             };
             received.push(read_frame(&mut reader, Duration::from_secs(1)).await);
             for segment in [Segment::Open, Segment::Bound] {
-                let header = Header::for_body(Kind::Reply, 2, &meta, &data, Mode::Secure, segment);
+                let body = Data::from(data.clone());
+                let header = Header::for_body(Kind::Reply, 2, &meta, &body, Mode::Secure, segment);
                 let frame = Outgoing {
                     header,
                     meta: meta.clone(),
-                    data: data.clone(),
+                    data: body,
                     check: None,
                 };
                 received.push(receive(protect(&mut FrameKey::new(SECRET), &frame)).await);

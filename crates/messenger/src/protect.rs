@@ -15,6 +15,8 @@ use std::os::raw::c_int;
 use std::ptr::{null, null_mut};
 use zeroize::Zeroize;
 
+use crate::data::Data;
+
 /// The exporter label of the frame keys (RFC 8446, section 7.5).
 const EXPORTER_LABEL: &[u8] = b"EXPORTER-coffer-frames-v1";
 /// Derives a direction's next key from its current one.
@@ -164,13 +166,14 @@ impl std::fmt::Debug for SegmentCheck {
 }
 
 impl SegmentCheck {
-    /// A check of `segment` under a new key.
-    pub(crate) fn new(segment: &[u8]) -> SegmentCheck {
+    /// A check of `segment` (its pieces in order) under a new key.
+    pub(crate) fn new(segment: &Data) -> SegmentCheck {
         let mut key = [0u8; 32];
         aws_lc_rs::rand::fill(&mut key)
             .unwrap_or_else(|_| unreachable!("the system random source does not fail"));
         let mut gcm = Gcm::new(&key);
-        let hashed = gcm.start(&[0; NONCE_LEN], true) && gcm.aad(segment);
+        let hashed =
+            gcm.start(&[0; NONCE_LEN], true) && segment.pieces().iter().all(|piece| gcm.aad(piece));
         let tag = hashed.then(|| gcm.seal(&mut [])).flatten();
         let tag = tag.unwrap_or_else(|| unreachable!("segments are far below GMAC's limit"));
         SegmentCheck { key, tag }
@@ -404,7 +407,8 @@ mod tests {
     #[test]
     fn a_segment_checked_in_pieces_passes_as_when_checked_whole() {
         let segment: Vec<u8> = (0..100_003u32).map(|i| (i * 7 % 251) as u8).collect();
-        let check = SegmentCheck::decode(&SegmentCheck::new(&segment).encode());
+        let whole = Data::from(bytes::Bytes::from(segment.clone()));
+        let check = SegmentCheck::decode(&SegmentCheck::new(&whole).encode());
         // Pieces of every alignment to GCM's 16-byte blocks, an empty one among them.
         let splits: [&[usize]; 4] = [&[], &[1, 15, 16, 17, 0, 4096], &[65_536], &[3; 40]];
         for split in splits {
@@ -428,11 +432,21 @@ mod tests {
         };
         assert!(refused(&check, &tampered));
         assert!(refused(&check, &segment[1..]));
-        assert!(refused(&SegmentCheck::new(&segment), &tampered));
+        assert!(refused(&SegmentCheck::new(&whole), &tampered));
+        // A check made over the segment in pieces (a reply from an OSD's cache) is the
+        // segment's: it passes whole and refuses the tampered one.
+        let pieces: Data = whole
+            .joined()
+            .chunks(4099)
+            .map(bytes::Bytes::copy_from_slice)
+            .collect();
+        let made_in_pieces = SegmentCheck::new(&pieces);
+        assert!(!refused(&made_in_pieces, &segment));
+        assert!(refused(&made_in_pieces, &tampered));
         // Each check has a key of its own.
         assert_ne!(
-            SegmentCheck::new(&segment).encode(),
-            SegmentCheck::new(&segment).encode()
+            SegmentCheck::new(&whole).encode(),
+            SegmentCheck::new(&whole).encode()
         );
     }
 
@@ -458,7 +472,7 @@ mod tests {
         }
         // A segment check is GMAC: GCM with no text, the segment as the additional data.
         let segment: Vec<u8> = (0..70_001u32).map(|i| (i % 253) as u8).collect();
-        let check = SegmentCheck::new(&segment).encode();
+        let check = SegmentCheck::new(&Data::from(bytes::Bytes::from(segment.clone()))).encode();
         let key = LessSafeKey::new(UnboundKey::new(&AES_256_GCM, &check[..32]).expect("key"));
         let gmac = key
             .seal_in_place_separate_tag(

@@ -12,6 +12,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::{JoinHandle, JoinSet};
 
+use crate::data::Data;
 use crate::endpoint::Endpoint;
 use crate::entity::ModePolicy;
 use crate::entity::{EntityName, Mode};
@@ -46,24 +47,24 @@ impl Request {
 
 pub struct Reply {
     pub meta: Bytes,
-    pub data: Bytes,
+    pub data: Data,
     /// How the data crosses a secure link: `Open` or `Bound` when it is chunks already
     /// sealed by a client (docs/design/edge-sealing.md).
     pub segment: Segment,
 }
 
 impl Reply {
-    pub fn new<T: Serialize>(message: &T, data: Bytes) -> Self {
+    pub fn new<T: Serialize>(message: &T, data: impl Into<Data>) -> Self {
         Reply::with(message, data, Segment::Inside)
     }
 
     /// A reply whose data crosses a secure link as `segment` says.
-    pub fn with<T: Serialize>(message: &T, data: Bytes, segment: Segment) -> Self {
+    pub fn with<T: Serialize>(message: &T, data: impl Into<Data>, segment: Segment) -> Self {
         let meta = postcard::to_allocvec(message)
             .unwrap_or_else(|e| panic!("encoding a reply cannot fail for serde types: {e}"));
         Reply {
             meta: Bytes::from(meta),
-            data,
+            data: data.into(),
             segment,
         }
     }
@@ -268,13 +269,13 @@ impl Responder {
             self.push(
                 Kind::Refused,
                 Bytes::from_static(b"reply exceeds the frame limits"),
-                Bytes::new(),
+                Data::default(),
                 Segment::Inside,
             );
         }
     }
 
-    fn push(&mut self, kind: Kind, meta: Bytes, data: Bytes, segment: Segment) {
+    fn push(&mut self, kind: Kind, meta: Bytes, data: Data, segment: Segment) {
         if let Some(queue) = self.queue.take() {
             let header = Header::for_body(kind, self.tag, &meta, &data, self.mode, segment);
             let frame = Outgoing {
@@ -299,7 +300,7 @@ impl Drop for Responder {
         self.push(
             Kind::Refused,
             Bytes::from_static(b"the request handler failed"),
-            Bytes::new(),
+            Data::default(),
             Segment::Inside,
         );
     }

@@ -74,7 +74,8 @@ impl Node {
         inner.on_map(&map);
     }
 
-    /// Serves `request` from `caller` as the daemon's messenger would hand it over.
+    /// Serves `request` from `caller` as the daemon's messenger would hand it over; the
+    /// reply's data as its receiver gets it, in one buffer.
     pub async fn serve(
         &self,
         caller: &Caller,
@@ -84,7 +85,7 @@ impl Node {
         let reply = self.service.serve(caller, request, data, None).await;
         let message = postcard::from_bytes(&reply.meta)
             .unwrap_or_else(|e| OsdReply::Failed(format!("the OSD's reply does not decode: {e}")));
-        (message, reply.data)
+        (message, reply.data.joined())
     }
 
     /// Runs `task` as this node's own: [`Node::stop`] ends it.

@@ -16,7 +16,7 @@ use messenger::message::{
     ChunkSeal, CopyDigest, LogEntry, ObjectCopy, ObjectDigest, ObjectOp, OpResult, OsdReply,
     PgInfo, ShardHead, Version, Writers, CHUNK_BYTES,
 };
-use messenger::DATA_BYTES_MAX;
+use messenger::{Data, DATA_BYTES_MAX};
 use store::{ChunkRecord, ReadError, Store, Transaction, Via, OMAP_PAGE_ENTRIES_MAX};
 
 /// The attribute holding an object's version. Names starting with `.` are Coffer's own.
@@ -538,13 +538,13 @@ pub fn is_small_read(ops: &[ObjectOp]) -> bool {
     bytes <= SMALL_READ_BYTES
 }
 
-/// Runs read ops: their results, and the bytes they read in order. A request with one data
-/// read (the usual one) replies with the store's own buffer, not a copy of it.
+/// Runs read ops: their results, and the bytes they read in order, in pieces: the store's
+/// own buffers and the cache's blocks as they are, never copied into one.
 pub fn read_ops(
     store: &Store,
     object: &ObjectRef,
     ops: &[ObjectOp],
-) -> Result<(Vec<OpResult>, Bytes), ReadError> {
+) -> Result<(Vec<OpResult>, Data), ReadError> {
     let requested = ops.iter().fold(0u64, |sum, op| match op {
         ObjectOp::Read { len, .. } => sum.saturating_add(*len),
         ObjectOp::ReadChunks { count, .. } => {
@@ -572,7 +572,7 @@ pub fn read_ops(
             }
             ObjectOp::ReadChunks { first, count } => {
                 let read = store.read_sealed(object, *first, u64::from(*count))?;
-                pieces.push(read.data.into());
+                pieces.extend(read.data);
                 OpResult::Chunks {
                     size: read.size_bytes,
                     seals: read.chunks.into_iter().map(|r| r.map(seal_of)).collect(),
@@ -612,12 +612,7 @@ pub fn read_ops(
         };
         results.push(result);
     }
-    let data = match pieces.len() {
-        0 => Bytes::new(),
-        1 => pieces.pop().expect("one piece"),
-        _ => Bytes::from(pieces.concat()),
-    };
-    Ok((results, data))
+    Ok((results, pieces.into_iter().collect()))
 }
 
 /// Calls `each` with every object of `pg` (of `pg_num`) this store holds, with its
@@ -761,7 +756,7 @@ pub fn read_copy(
             .div_ceil(CHUNK_BYTES);
         let read = store.read_sealed_via(object, first, end.saturating_sub(first), Via::Device)?;
         let seals = read.chunks.into_iter().map(|r| r.map(seal_of)).collect();
-        (read.data.into(), Some(seals))
+        (Data::from_iter(read.data).joined(), Some(seals))
     } else {
         (
             store.read_via(object, offset, len, Via::Device)?.into(),
@@ -983,7 +978,8 @@ mod tests {
     }
 
     /// A reply carries what each read op read, in the order of the ops: one read alone is
-    /// the store's buffer as it came back, several are joined, and records take no bytes.
+    /// the store's buffer as it came back, several are pieces in order, and records take no
+    /// bytes.
     #[test]
     fn read_ops_reply_with_every_read_in_order() {
         let (_dir, store) = scratch_store();
@@ -995,7 +991,8 @@ mod tests {
         let read = |offset, len| ObjectOp::Read { offset, len };
 
         let (results, bytes) = read_ops(&store, &object, &[read(100, 5000)]).expect("one read");
-        assert_eq!(bytes[..], data[100..5100]);
+        assert_eq!(bytes.pieces().len(), 1);
+        assert_eq!(bytes.joined()[..], data[100..5100]);
         assert!(matches!(results[..], [OpResult::Read { len: 5000 }]));
 
         let ops = [
@@ -1006,7 +1003,7 @@ mod tests {
         ];
         let (results, bytes) = read_ops(&store, &object, &ops).expect("several reads");
         let expected = [&data[8192..], &data[1..11], &data[12000..]].concat();
-        assert_eq!(bytes[..], expected[..]);
+        assert_eq!(bytes.joined()[..], expected[..]);
         assert!(matches!(
             results[..],
             [

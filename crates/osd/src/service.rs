@@ -17,7 +17,7 @@ use messenger::message::{
     ReqId, Version, Writers, CHUNK_BYTES,
 };
 use messenger::{
-    CertificateDer, EntityKind, EntityName, Handler, Peer, Reply, Request, SegmentCheck,
+    CertificateDer, Data, EntityKind, EntityName, Handler, Peer, Reply, Request, SegmentCheck,
 };
 use std::panic::AssertUnwindSafe;
 use std::task::{Context, Poll, Waker};
@@ -39,7 +39,7 @@ fn reply(message: OsdReply) -> Reply {
 }
 
 /// A reply with data: open on a secure link when it is chunks sealed at the edge.
-fn reply_with(message: OsdReply, data: Bytes) -> Reply {
+fn reply_with(message: OsdReply, data: impl Into<Data>) -> Reply {
     let segment = message.data_segment();
     Reply::with(&message, data, segment)
 }
@@ -372,7 +372,7 @@ impl OsdService {
     async fn read(
         &self,
         op: &ClientOp,
-    ) -> Result<Result<(Vec<OpResult>, Bytes), ReadError>, OsdReply> {
+    ) -> Result<Result<(Vec<OpResult>, Data), ReadError>, OsdReply> {
         let object = objects::object_ref(op.pg, &op.object);
         let at = object.clone();
         let ops = op.ops.clone();

@@ -1,7 +1,8 @@
 //! The read cache: blocks of the data device as it holds them (sealed in every mode but
 //! `none`; an edge pool's chunks as its clients sealed them), kept in memory so a read
 //! served from it skips the device. Plaintext is never kept: a hit is opened in the read's
-//! own buffer, as a block read from the device is.
+//! own buffer, as a block read from the device is; a read of client-sealed chunks, which
+//! opens nothing, hands on the held blocks themselves (`ReadCache::blocks`).
 //!
 //! Blocks are grouped in pages of `PAGE_BLOCKS` aligned blocks, each block held or not, so
 //! a 4 MiB read costs 64 lookups rather than 1024 and a 4 KiB read one; memory is taken and
@@ -53,8 +54,9 @@ const STOCK_BLOCKS: usize = 16384;
 /// Blocks the stocking thread takes from the system between looks at whether to stop.
 const STOCK_BATCH_BLOCKS: usize = 256;
 
-/// A block's bytes. Shared, so a hit copies them after the shard's lock is let go.
-type Block = Arc<[u8]>;
+/// A block's bytes. Shared, so a hit copies them after the shard's lock is let go, or
+/// hands them on as they are (`ReadCache::blocks`).
+pub(crate) type Block = Arc<[u8]>;
 /// The default limit: this share of the memory this process may use...
 const DEFAULT_MEMORY_SHARE: u64 = 16;
 /// ...within these bounds.
@@ -290,12 +292,26 @@ impl ReadCache {
     /// found under the shards' locks and copied after.
     pub(crate) fn get(&self, first: u64, out: &mut [u8]) -> bool {
         debug_assert!(out.len().is_multiple_of(BLOCK));
-        if self.limit_bytes == 0 {
+        let Some(found) = self.blocks(first, (out.len() / BLOCK) as u64) else {
             return false;
+        };
+        for (block, into) in found.iter().zip(out.chunks_exact_mut(BLOCK)) {
+            into.copy_from_slice(block);
         }
-        let len_bytes = out.len() as u64;
-        let mut found: Vec<Block> = Vec::with_capacity(out.len() / BLOCK);
-        for (page, from, count) in pages_of(first, len_bytes / BLOCK as u64) {
+        true
+    }
+
+    /// The `len_blocks` blocks from device block `first` on, if every one is held (a hit);
+    /// None if the caller must read them (a miss). They are shared, not copied: a kept
+    /// block's bytes never change, and the memory of one let go while a read still holds
+    /// it is not reused (`keep_spare`).
+    pub(crate) fn blocks(&self, first: u64, len_blocks: u64) -> Option<Vec<Block>> {
+        if self.limit_bytes == 0 {
+            return None;
+        }
+        let len_bytes = len_blocks * BLOCK as u64;
+        let mut found: Vec<Block> = Vec::with_capacity(len_blocks as usize);
+        for (page, from, count) in pages_of(first, len_blocks) {
             let mut shard = self.shard(page);
             let whole = shard
                 .pages
@@ -304,17 +320,14 @@ impl ReadCache {
             let Some(held) = whole else {
                 self.miss_bytes.fetch_add(len_bytes, Ordering::Relaxed);
                 crate::metrics::cache_read(false, len_bytes);
-                return false;
+                return None;
             };
             held.used = true;
             found.extend(held.blocks[from..from + count].iter().flatten().cloned());
         }
-        for (block, into) in found.iter().zip(out.chunks_exact_mut(BLOCK)) {
-            into.copy_from_slice(block);
-        }
         self.hit_bytes.fetch_add(len_bytes, Ordering::Relaxed);
         crate::metrics::cache_read(true, len_bytes);
-        true
+        Some(found)
     }
 
     /// Keeps `bytes`, the blocks from device block `first` on as the device holds them.

@@ -4,6 +4,7 @@
 
 use crate::allocator::Run;
 use crate::apply::{slot_of, WRITE_BYTES_MAX};
+use crate::cache::Block;
 use crate::device::{AlignedBuf, IoPiece, BLOCK_SIZE_BYTES, IO_PIECE_BLOCKS_MAX};
 use crate::error::ReadError;
 use crate::metadata::{
@@ -17,6 +18,7 @@ use crate::pending::View;
 use crate::seal::{ChunkRecord, ExtentSeal};
 use crate::store::Store;
 use crate::undo::{undo_key, undo_key_version};
+use bytes::Bytes;
 use map::{ObjectHash, ObjectRef};
 use redb::{ReadTransaction, ReadableDatabase, ReadableTable};
 use std::collections::BTreeMap;
@@ -93,7 +95,9 @@ pub struct ObjectStat {
 /// `chunks[i]` is chunk i's seal record, or None for a hole.
 #[derive(Debug)]
 pub struct SealedRead {
-    pub data: AlignedBuf,
+    /// In pieces, in order: the cache's blocks as they are, slices of what was read from the
+    /// device, zeros.
+    pub data: Vec<Bytes>,
     pub chunks: Vec<Option<ChunkRecord>>,
     /// The object's size in the same snapshot as the chunks: a client merging a partial
     /// chunk zeroes what lies past it, so the two must agree.
@@ -277,29 +281,7 @@ impl Store {
         read_as: ReadAs,
         via: Via,
     ) -> Result<(), ReadError> {
-        let mut parts: Vec<(u64, Extent)> = Vec::with_capacity(pieces.len());
-        for (block, extent) in pieces {
-            let client_sealed = matches!(extent.seal, ExtentSeal::Edge { .. });
-            if read_as == ReadAs::Plaintext && client_sealed {
-                return Err(ReadError::EdgeSealed {
-                    object: object.to_string(),
-                    offset_bytes: block * BLOCK,
-                });
-            }
-            if read_as == ReadAs::ClientSealed && !client_sealed {
-                return Err(ReadError::Invalid {
-                    reason: format!(
-                        "object {object} chunk {block} was sealed by the store, not by a client"
-                    ),
-                });
-            }
-            let mut skip = 0;
-            while skip < extent.len_blocks {
-                let len = (extent.len_blocks - skip).min(IO_PIECE_BLOCKS_MAX);
-                parts.push((block + skip, extent.slice(skip, len)));
-                skip += len;
-            }
-        }
+        let parts = parts(object, pieces, read_as)?;
         // Opens part `index`, read into `bytes`; a part that fails its check is not kept.
         let open = |index: usize, bytes: &mut [u8]| -> Result<(), ReadError> {
             let (block, extent) = &parts[index];
@@ -464,14 +446,10 @@ impl Store {
         )?;
         drop(txn);
         let pieces = pieces(&extents, first_chunk, end);
-        let mut data = AlignedBuf::for_overwrite(count as usize);
-        self.read_pieces(
-            object,
-            &id,
-            &pieces,
+        let data = self.read_sealed_pieces(
+            &parts(object, &pieces, ReadAs::ClientSealed)?,
             first_chunk,
-            &mut data,
-            ReadAs::ClientSealed,
+            first_chunk + count,
             via,
         )?;
         let mut chunks = vec![None; count as usize];
@@ -487,6 +465,77 @@ impl Store {
             chunks,
             size_bytes: record.size_bytes,
         })
+    }
+
+    /// Client-sealed chunks `[first_block, end_block)` as stored, in pieces, for a reply:
+    /// a part the cache holds whole is its blocks as they are (not copied); the others are
+    /// read from the device into one buffer, all submitted at once, kept in the cache, and
+    /// handed on as slices of it; holes and what lies past the object are zeros.
+    fn read_sealed_pieces(
+        &self,
+        parts: &[(u64, Extent)],
+        first_block: u64,
+        end_block: u64,
+        via: Via,
+    ) -> Result<Vec<Bytes>, ReadError> {
+        let cached: Vec<Option<Vec<Block>>> = parts
+            .iter()
+            .map(|(_, extent)| match via {
+                Via::Cache => self.cache.blocks(extent.physical_block, extent.len_blocks),
+                Via::Device => None,
+            })
+            .collect();
+        let missed = parts
+            .iter()
+            .zip(&cached)
+            .filter(|(_, hit)| hit.is_none())
+            .map(|((_, extent), _)| extent.len_blocks)
+            .sum::<u64>();
+        let mut buffer = AlignedBuf::for_overwrite(missed as usize);
+        let mut io = Vec::new();
+        let mut from_device = Vec::new();
+        let mut rest: &mut [u8] = &mut buffer;
+        for (index, (_, extent)) in parts.iter().enumerate() {
+            if cached[index].is_none() {
+                let (mine, tail) =
+                    std::mem::take(&mut rest).split_at_mut((extent.len_blocks * BLOCK) as usize);
+                rest = tail;
+                io.push(IoPiece {
+                    offset_bytes: extent.physical_block * BLOCK,
+                    buffer: mine,
+                });
+                from_device.push(index);
+            }
+        }
+        self.device.read_each(&mut io, &mut |at, bytes| {
+            if via == Via::Cache {
+                self.cache
+                    .put(parts[from_device[at]].1.physical_block, bytes);
+            }
+            true
+        })?;
+        drop(io);
+        let read = Bytes::from(buffer);
+        let mut out = Vec::with_capacity(parts.len() + 1);
+        let (mut at_block, mut at_read) = (first_block, 0);
+        for ((block, extent), hit) in parts.iter().zip(cached) {
+            if *block > at_block {
+                out.push(zeros(block - at_block));
+            }
+            at_block = block + extent.len_blocks;
+            match hit {
+                Some(blocks) => out.extend(blocks.into_iter().map(Bytes::from_owner)),
+                None => {
+                    let len = (extent.len_blocks * BLOCK) as usize;
+                    out.push(read.slice(at_read..at_read + len));
+                    at_read += len;
+                }
+            }
+        }
+        if end_block > at_block {
+            out.push(zeros(end_block - at_block));
+        }
+        Ok(out)
     }
 
     /// Whether a read of `object`'s data or omap would wait: for a transaction holding the
@@ -695,4 +744,42 @@ impl Store {
         }
         Ok(out)
     }
+}
+
+/// `pieces` (logical block, extent) cut into parts of at most `IO_PIECE_BLOCKS_MAX` blocks,
+/// each checked to be sealed as `read_as` reads it.
+fn parts(
+    object: &ObjectRef,
+    pieces: &[(u64, Extent)],
+    read_as: ReadAs,
+) -> Result<Vec<(u64, Extent)>, ReadError> {
+    let mut parts: Vec<(u64, Extent)> = Vec::with_capacity(pieces.len());
+    for (block, extent) in pieces {
+        let client_sealed = matches!(extent.seal, ExtentSeal::Edge { .. });
+        if read_as == ReadAs::Plaintext && client_sealed {
+            return Err(ReadError::EdgeSealed {
+                object: object.to_string(),
+                offset_bytes: block * BLOCK,
+            });
+        }
+        if read_as == ReadAs::ClientSealed && !client_sealed {
+            return Err(ReadError::Invalid {
+                reason: format!(
+                    "object {object} chunk {block} was sealed by the store, not by a client"
+                ),
+            });
+        }
+        let mut skip = 0;
+        while skip < extent.len_blocks {
+            let len = (extent.len_blocks - skip).min(IO_PIECE_BLOCKS_MAX);
+            parts.push((block + skip, extent.slice(skip, len)));
+            skip += len;
+        }
+    }
+    Ok(parts)
+}
+
+/// `blocks` zero blocks (a hole, or chunks past the object's end).
+fn zeros(blocks: u64) -> Bytes {
+    Bytes::from(vec![0u8; (blocks * BLOCK) as usize])
 }

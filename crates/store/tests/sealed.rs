@@ -92,9 +92,10 @@ fn client_sealed_chunks_are_stored_and_returned_as_they_came_in_every_mode() {
         junk.fill(0xa5);
         drop(junk);
         let read = store.read_sealed(&o, 1, 5).expect("read sealed");
+        let bytes = read.data.concat();
         assert_eq!(read.chunks[0], None, "{mode}: chunk 1 is a hole");
         assert!(
-            read.data[..CHUNK].iter().all(|&b| b == 0),
+            bytes[..CHUNK].iter().all(|&b| b == 0),
             "{mode}: a hole reads as zeros"
         );
         assert_eq!(
@@ -102,10 +103,10 @@ fn client_sealed_chunks_are_stored_and_returned_as_they_came_in_every_mode() {
             &records.iter().copied().map(Some).collect::<Vec<_>>()[..]
         );
         assert!(
-            read.data[CHUNK..] == sealed[..],
+            bytes[CHUNK..] == sealed[..],
             "{mode}: bytes differ from what the client sent"
         );
-        let mut data = read.data[CHUNK..].to_vec();
+        let mut data = bytes[CHUNK..].to_vec();
         client.open("image.0", 2, &mut data, &read.chunks[1..]);
         assert!(data == plain);
 
@@ -189,7 +190,7 @@ fn plaintext_access_to_client_sealed_chunks_is_refused_clearly() {
     txn.write_sealed(&o, 1, Bytes::copy_from_slice(&again), records)
         .write(&obj(1, "plain"), 0, b"store sealed");
     store.apply(txn).expect("replace one chunk");
-    assert!(store.read_sealed(&o, 1, 1).expect("read").data[..] == again[..]);
+    assert!(store.read_sealed(&o, 1, 1).expect("read").data.concat() == again[..]);
     assert!(matches!(
         store.read_sealed(&obj(1, "plain"), 0, 1),
         Err(ReadError::Invalid { .. })
@@ -314,7 +315,10 @@ fn ranges_read_in_one_snapshot_agree_with_single_reads() {
         store.read_sealed(&o, 1, 2).expect("read"),
         store.read_sealed(&o, 5, 3).expect("read"),
     );
-    assert!(read.data[..2 * CHUNK] == first.data[..] && read.data[2 * CHUNK..] == second.data[..]);
+    assert!(
+        read.data[..2 * CHUNK] == first.data.concat()[..]
+            && read.data[2 * CHUNK..] == second.data.concat()[..]
+    );
     assert_eq!(
         read.chunks,
         [&first.chunks[..], &second.chunks[..]].concat()
@@ -365,4 +369,63 @@ fn ranges_read_in_one_snapshot_agree_with_single_reads() {
         store.read_ranges_via(&p, &[(0, u64::MAX), (0, 1)], false, Via::Cache),
         Err(ReadError::Invalid { .. })
     ));
+}
+
+/// A read of client-sealed chunks that the cache holds hands on the cached blocks
+/// themselves, one piece per block: what it returns is byte for byte what a read of the
+/// device returns, holes and chunks past the end as zeros, whether the cache holds all of
+/// the range, part of it or none of it.
+#[test]
+fn sealed_reads_in_pieces_from_the_cache_match_the_device() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = mkfs(dir.path(), Mode::Gcm, 1 << 20);
+    let client = Client::new();
+    let o = obj(1, "image.2");
+    let (front, front_records) = client.seal("image.2", 0, &pattern(11, 4 * CHUNK));
+    let (back, back_records) = client.seal("image.2", 6, &pattern(12, 4 * CHUNK));
+    let mut txn = Transaction::new();
+    txn.write_sealed(&o, 0, aligned(&front), front_records);
+    txn.write_sealed(&o, 6, aligned(&back), back_records);
+    store.apply(txn).expect("sealed writes");
+
+    let device = store
+        .read_sealed_via(&o, 0, 12, Via::Device)
+        .expect("read the device");
+    let want = device.data.concat();
+    assert!(want[..4 * CHUNK] == front[..] && want[6 * CHUNK..10 * CHUNK] == back[..]);
+    assert!(
+        want[4 * CHUNK..6 * CHUNK].iter().all(|&b| b == 0)
+            && want[10 * CHUNK..].iter().all(|&b| b == 0),
+        "the hole and the chunks past the end read as zeros"
+    );
+    assert_eq!(
+        store.cache_stats().held_bytes,
+        0,
+        "a device read keeps nothing"
+    );
+
+    store.read_sealed(&o, 6, 4).expect("keep the back chunks");
+    let hits = store.cache_stats().hit_bytes;
+    let part = store.read_sealed(&o, 0, 12).expect("part from the cache");
+    assert_eq!(
+        store.cache_stats().hit_bytes - hits,
+        4 * CHUNK as u64,
+        "the back chunks came from the cache"
+    );
+    let whole = store.read_sealed(&o, 0, 12).expect("all from the cache");
+    assert_eq!(
+        store.cache_stats().hit_bytes - hits,
+        12 * CHUNK as u64,
+        "then the front chunks did too"
+    );
+    assert_eq!(
+        whole.data.len(),
+        4 + 1 + 4 + 1,
+        "each cached block is a piece of its own, each run of zeros one"
+    );
+    for read in [&part, &whole] {
+        assert!(read.data.concat() == want, "the cache gave other bytes");
+        assert_eq!(read.chunks, device.chunks);
+        assert_eq!(read.size_bytes, device.size_bytes);
+    }
 }

@@ -386,7 +386,7 @@ fn read(
         Kind::At(_) => store.read(object, offset, len).map(|r| r.len()),
         Kind::Edge => store
             .read_sealed(object, offset / BLOCK_SIZE_BYTES, len / BLOCK_SIZE_BYTES)
-            .map(|r| r.data.len()),
+            .map(|r| r.data.iter().map(|piece| piece.len()).sum()),
     }
 }
 

@@ -517,7 +517,7 @@ impl LocalCluster {
                         let sealed = store
                             .read_sealed(&object, 0, size.div_ceil(4096))
                             .expect("read sealed");
-                        let mut copy = sealed.data.to_vec();
+                        let mut copy = sealed.data.concat();
                         for record in sealed.chunks.iter().flatten() {
                             copy.extend_from_slice(&record.key_id.to_be_bytes());
                             copy.extend_from_slice(&record.nonce);
