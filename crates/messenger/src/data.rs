@@ -6,10 +6,10 @@
 use bytes::Bytes;
 
 /// The bytes of a data segment, in order, in one piece or several.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default)]
 pub struct Data(Inner);
 
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default)]
 enum Inner {
     #[default]
     Empty,
@@ -93,11 +93,13 @@ mod tests {
         let one: Data = [Bytes::new(), Bytes::from_static(b"xyz")]
             .into_iter()
             .collect();
-        assert_eq!(one, Data::from(Bytes::from_static(b"xyz")));
-        assert_eq!(one.pieces().len(), 1);
+        assert_eq!(
+            one.pieces(),
+            Data::from(Bytes::from_static(b"xyz")).pieces()
+        );
 
         let none: Data = [Bytes::new()].into_iter().collect();
         assert!(none.is_empty() && none.pieces().is_empty());
-        assert_eq!(Data::from(Bytes::new()), none);
+        assert!(Data::from(Bytes::new()).pieces().is_empty());
     }
 }

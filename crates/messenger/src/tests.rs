@@ -95,8 +95,8 @@ impl Handler for Echo {
 }
 
 /// `data` as a reply sends it in pieces (an OSD's read served from its cache): the first
-/// 64 KiB in 97-byte pieces (more than one vectored write takes, none on a GCM block's
-/// edge), the rest in one. The receiver must get it whole, in every mode and segment.
+/// 64 KiB in 97-byte pieces (more than one vectored write takes, most of them ending inside
+/// a GCM block), the rest in one. The receiver must get it whole, in every mode and segment.
 fn in_pieces(data: Bytes) -> crate::Data {
     const SMALL: usize = 97;
     let small_end = data.len().min(64 << 10);

@@ -477,7 +477,7 @@ fn take_block(spare: &mut Vec<Block>, stocked: &mut Vec<Block>, bytes: &[u8]) ->
 }
 
 impl Shard {
-    /// Keeps aside the memory of blocks let go that no read is still copying, up to
+    /// Keeps aside the memory of blocks let go that no read or reply still holds, up to
     /// `SPARE_BLOCKS_MAX`.
     fn keep_spare(&mut self, blocks: impl IntoIterator<Item = Block>) {
         for mut block in blocks {

@@ -449,7 +449,7 @@ impl Store {
         let data = self.read_sealed_pieces(
             &parts(object, &pieces, ReadAs::ClientSealed)?,
             first_chunk,
-            first_chunk + count,
+            count,
             via,
         )?;
         let mut chunks = vec![None; count as usize];
@@ -467,15 +467,16 @@ impl Store {
         })
     }
 
-    /// Client-sealed chunks `[first_block, end_block)` as stored, in pieces, for a reply:
+    /// `count` client-sealed chunks from `first_block` on as stored, in pieces, for a reply:
     /// a part the cache holds whole is its blocks as they are (not copied); the others are
     /// read from the device into one buffer, all submitted at once, kept in the cache, and
-    /// handed on as slices of it; holes and what lies past the object are zeros.
+    /// handed on as slices of it, one per run of them with no hole or hit between; holes
+    /// and what lies past the object are zeros.
     fn read_sealed_pieces(
         &self,
         parts: &[(u64, Extent)],
         first_block: u64,
-        end_block: u64,
+        count: u64,
         via: Via,
     ) -> Result<Vec<Bytes>, ReadError> {
         let cached: Vec<Option<Vec<Block>>> = parts
@@ -517,23 +518,33 @@ impl Store {
         drop(io);
         let read = Bytes::from(buffer);
         let mut out = Vec::with_capacity(parts.len() + 1);
-        let (mut at_block, mut at_read) = (first_block, 0);
-        for ((block, extent), hit) in parts.iter().zip(cached) {
-            if *block > at_block {
-                out.push(zeros(block - at_block));
+        // Blocks from `first_block` placed so far, and the bytes of `read` not yet handed on
+        // (missed parts lie in `read` in the order they lie in the object).
+        let (mut placed, mut run) = (0, 0..0);
+        let hand_on = |out: &mut Vec<Bytes>, run: &mut std::ops::Range<usize>| {
+            if run.end > run.start {
+                out.push(read.slice(run.clone()));
             }
-            at_block = block + extent.len_blocks;
+            *run = run.end..run.end;
+        };
+        for ((block, extent), hit) in parts.iter().zip(cached) {
+            let at = block - first_block;
+            if at > placed {
+                hand_on(&mut out, &mut run);
+                out.push(zeros(at - placed));
+            }
+            placed = at + extent.len_blocks;
             match hit {
-                Some(blocks) => out.extend(blocks.into_iter().map(Bytes::from_owner)),
-                None => {
-                    let len = (extent.len_blocks * BLOCK) as usize;
-                    out.push(read.slice(at_read..at_read + len));
-                    at_read += len;
+                Some(blocks) => {
+                    hand_on(&mut out, &mut run);
+                    out.extend(blocks.into_iter().map(Bytes::from_owner));
                 }
+                None => run.end += (extent.len_blocks * BLOCK) as usize,
             }
         }
-        if end_block > at_block {
-            out.push(zeros(end_block - at_block));
+        hand_on(&mut out, &mut run);
+        if count > placed {
+            out.push(zeros(count - placed));
         }
         Ok(out)
     }

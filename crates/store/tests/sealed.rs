@@ -372,60 +372,81 @@ fn ranges_read_in_one_snapshot_agree_with_single_reads() {
 }
 
 /// A read of client-sealed chunks that the cache holds hands on the cached blocks
-/// themselves, one piece per block: what it returns is byte for byte what a read of the
-/// device returns, holes and chunks past the end as zeros, whether the cache holds all of
-/// the range, part of it or none of it.
+/// themselves, one piece per block, and what it reads from the device as one slice per run:
+/// what it returns is byte for byte what a read of the device returns, holes and chunks
+/// past the end as zeros, whether the cache holds none of the range, part of it (the front
+/// or the back) or all of it.
 #[test]
 fn sealed_reads_in_pieces_from_the_cache_match_the_device() {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = mkfs(dir.path(), Mode::Gcm, 1 << 20);
     let client = Client::new();
-    let o = obj(1, "image.2");
-    let (front, front_records) = client.seal("image.2", 0, &pattern(11, 4 * CHUNK));
-    let (back, back_records) = client.seal("image.2", 6, &pattern(12, 4 * CHUNK));
-    let mut txn = Transaction::new();
-    txn.write_sealed(&o, 0, aligned(&front), front_records);
-    txn.write_sealed(&o, 6, aligned(&back), back_records);
-    store.apply(txn).expect("sealed writes");
+    // Chunks 0 to 3 and 6 to 9 written, 4 and 5 a hole, 10 and 11 past the end; the cache
+    // is filled with the back run first, then with the front run first.
+    for (name, filled) in [("image.2", 6), ("image.3", 0)] {
+        let o = obj(1, name);
+        let (front, front_records) = client.seal(name, 0, &pattern(11, 4 * CHUNK));
+        let (back, back_records) = client.seal(name, 6, &pattern(12, 4 * CHUNK));
+        let mut txn = Transaction::new();
+        txn.write_sealed(&o, 0, aligned(&front), front_records);
+        txn.write_sealed(&o, 6, aligned(&back), back_records);
+        store.apply(txn).expect("sealed writes");
 
-    let device = store
-        .read_sealed_via(&o, 0, 12, Via::Device)
-        .expect("read the device");
-    let want = device.data.concat();
-    assert!(want[..4 * CHUNK] == front[..] && want[6 * CHUNK..10 * CHUNK] == back[..]);
-    assert!(
-        want[4 * CHUNK..6 * CHUNK].iter().all(|&b| b == 0)
-            && want[10 * CHUNK..].iter().all(|&b| b == 0),
-        "the hole and the chunks past the end read as zeros"
-    );
-    assert_eq!(
-        store.cache_stats().held_bytes,
-        0,
-        "a device read keeps nothing"
-    );
+        let held = store.cache_stats().held_bytes;
+        let device = store
+            .read_sealed_via(&o, 0, 12, Via::Device)
+            .expect("read the device");
+        let want = device.data.concat();
+        assert!(want[..4 * CHUNK] == front[..] && want[6 * CHUNK..10 * CHUNK] == back[..]);
+        assert!(
+            want[4 * CHUNK..6 * CHUNK].iter().all(|&b| b == 0)
+                && want[10 * CHUNK..].iter().all(|&b| b == 0),
+            "the hole and the chunks past the end read as zeros"
+        );
+        assert_eq!(
+            device.data.len(),
+            4,
+            "a slice per run read, a piece per run of zeros"
+        );
+        assert_eq!(
+            store.cache_stats().held_bytes,
+            held,
+            "a device read keeps nothing"
+        );
 
-    store.read_sealed(&o, 6, 4).expect("keep the back chunks");
-    let hits = store.cache_stats().hit_bytes;
-    let part = store.read_sealed(&o, 0, 12).expect("part from the cache");
-    assert_eq!(
-        store.cache_stats().hit_bytes - hits,
-        4 * CHUNK as u64,
-        "the back chunks came from the cache"
-    );
-    let whole = store.read_sealed(&o, 0, 12).expect("all from the cache");
-    assert_eq!(
-        store.cache_stats().hit_bytes - hits,
-        12 * CHUNK as u64,
-        "then the front chunks did too"
-    );
-    assert_eq!(
-        whole.data.len(),
-        4 + 1 + 4 + 1,
-        "each cached block is a piece of its own, each run of zeros one"
-    );
-    for read in [&part, &whole] {
-        assert!(read.data.concat() == want, "the cache gave other bytes");
-        assert_eq!(read.chunks, device.chunks);
-        assert_eq!(read.size_bytes, device.size_bytes);
+        let missed = store.read_sealed(&o, filled, 4).expect("fill the cache");
+        let at = filled as usize * CHUNK;
+        assert!(missed.data.concat() == want[at..at + 4 * CHUNK]);
+        let hits = store.cache_stats().hit_bytes;
+        let part = store.read_sealed(&o, 0, 12).expect("part from the cache");
+        assert_eq!(
+            store.cache_stats().hit_bytes - hits,
+            4 * CHUNK as u64,
+            "{name}: the chunks read first came from the cache"
+        );
+        let whole = store.read_sealed(&o, 0, 12).expect("all from the cache");
+        assert_eq!(
+            store.cache_stats().hit_bytes - hits,
+            12 * CHUNK as u64,
+            "{name}: then the others did too"
+        );
+        assert_eq!(
+            whole.data.len(),
+            4 + 1 + 4 + 1,
+            "each cached block is a piece of its own, each run of zeros one"
+        );
+        for read in [&part, &whole] {
+            assert!(
+                read.data.concat() == want,
+                "{name}: the cache gave other bytes"
+            );
+            assert_eq!(read.chunks, device.chunks);
+            assert_eq!(read.size_bytes, device.size_bytes);
+        }
     }
+    // A client may name any chunk: one far past the largest object reads as zeros.
+    let far = store
+        .read_sealed(&obj(1, "image.2"), u64::MAX - 1, 4)
+        .expect("chunks past the largest object");
+    assert!(far.data.concat() == vec![0; 4 * CHUNK] && far.chunks == [None; 4]);
 }
