@@ -565,9 +565,9 @@ pub fn read_ops(
     for op in ops {
         let result = match op {
             ObjectOp::Read { offset, len } => {
-                let buf = store.read(object, *offset, *len)?;
-                let len = buf.len() as u64;
-                pieces.push(buf.into());
+                let read = store.read_in_pieces(object, *offset, *len)?;
+                let len = read.iter().map(|piece| piece.len() as u64).sum();
+                pieces.extend(read);
                 OpResult::Read { len }
             }
             ObjectOp::ReadChunks { first, count } => {

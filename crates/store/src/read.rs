@@ -15,7 +15,7 @@ use crate::object::{
 };
 use crate::omap::{self, Row};
 use crate::pending::View;
-use crate::seal::{ChunkRecord, ExtentSeal};
+use crate::seal::{ChunkRecord, DataSealer, ExtentSeal};
 use crate::store::Store;
 use crate::undo::{undo_key, undo_key_version};
 use bytes::Bytes;
@@ -354,6 +354,82 @@ impl Store {
         len_bytes: u64,
         via: Via,
     ) -> Result<ReadBuf, ReadError> {
+        let empty = ReadBuf {
+            buffer: AlignedBuf::zeroed(0),
+            start: 0,
+            len: 0,
+        };
+        self.read_planned(
+            object,
+            offset_bytes,
+            len_bytes,
+            empty,
+            |id, pieces, window| {
+                let mut buffer = AlignedBuf::for_overwrite(window.blocks() as usize);
+                self.read_pieces(
+                    object,
+                    id,
+                    pieces,
+                    window.first_block,
+                    &mut buffer,
+                    ReadAs::Plaintext,
+                    via,
+                )?;
+                Ok(ReadBuf {
+                    buffer,
+                    start: window.start,
+                    len: window.len,
+                })
+            },
+        )
+    }
+
+    /// `read` for a reply, in pieces. A `none` store opens nothing, so there a part the
+    /// cache holds whole is its blocks as they are, the rest slices of one buffer read from
+    /// the device (as `read_sealed` gives them); every other mode opens the bytes in one
+    /// buffer, which is the one piece.
+    pub fn read_in_pieces(
+        &self,
+        object: &ObjectRef,
+        offset_bytes: u64,
+        len_bytes: u64,
+    ) -> Result<Vec<Bytes>, ReadError> {
+        if !matches!(self.data, DataSealer::None) {
+            let read = self.read(object, offset_bytes, len_bytes)?;
+            return Ok(if read.is_empty() {
+                Vec::new()
+            } else {
+                vec![read.into()]
+            });
+        }
+        self.read_planned(
+            object,
+            offset_bytes,
+            len_bytes,
+            Vec::new(),
+            |_, pieces, window| {
+                let stored = self.read_as_stored(
+                    &parts(object, pieces, ReadAs::Plaintext)?,
+                    window.first_block,
+                    window.blocks(),
+                    Via::Cache,
+                )?;
+                Ok(window.of(stored))
+            },
+        )
+    }
+
+    /// Plans a read of `len_bytes` from `offset_bytes` (shorter at the end of the object)
+    /// under the object's lock, held while `read` reads the extent pieces it is given:
+    /// `empty` if nothing lies there.
+    fn read_planned<T>(
+        &self,
+        object: &ObjectRef,
+        offset_bytes: u64,
+        len_bytes: u64,
+        empty: T,
+        read: impl FnOnce(&ObjectId, &[(u64, Extent)], ReadWindow) -> Result<T, ReadError>,
+    ) -> Result<T, ReadError> {
         if len_bytes > READ_BYTES_MAX {
             return Err(ReadError::Invalid {
                 reason: format!("read of {len_bytes} bytes; the limit is {READ_BYTES_MAX}"),
@@ -371,31 +447,19 @@ impl Store {
             .saturating_add(len_bytes)
             .min(record.size_bytes);
         if offset_bytes >= end_bytes {
-            return Ok(ReadBuf {
-                buffer: AlignedBuf::zeroed(0),
-                start: 0,
-                len: 0,
-            });
+            return Ok(empty);
         }
         let (first, end) = (offset_bytes / BLOCK, end_bytes.div_ceil(BLOCK));
         let table = txn.open_table(EXTENTS)?;
         let extents = self.load_extent_map(&View::committed(&table), object, &id, first, end)?;
         drop(txn);
-        let mut buffer = AlignedBuf::for_overwrite((end - first) as usize);
-        self.read_pieces(
-            object,
-            &id,
-            &pieces(&extents, first, end),
-            first,
-            &mut buffer,
-            ReadAs::Plaintext,
-            via,
-        )?;
-        Ok(ReadBuf {
-            buffer,
+        let window = ReadWindow {
+            first_block: first,
+            end_block: end,
             start: (offset_bytes - first * BLOCK) as usize,
             len: (end_bytes - offset_bytes) as usize,
-        })
+        };
+        read(&id, &pieces(&extents, first, end), window)
     }
 
     /// Returns chunks `[first_chunk, first_chunk + count)` exactly as a client sealed them.
@@ -446,7 +510,7 @@ impl Store {
         )?;
         drop(txn);
         let pieces = pieces(&extents, first_chunk, end);
-        let data = self.read_sealed_pieces(
+        let data = self.read_as_stored(
             &parts(object, &pieces, ReadAs::ClientSealed)?,
             first_chunk,
             count,
@@ -467,12 +531,13 @@ impl Store {
         })
     }
 
-    /// `count` client-sealed chunks from `first_block` on as stored, in pieces, for a reply:
-    /// a part the cache holds whole is its blocks as they are (not copied); the others are
-    /// read from the device into one buffer, all submitted at once, kept in the cache, and
-    /// handed on as slices of it, one per run of them with no hole or hit between; holes
-    /// and what lies past the object are zeros.
-    fn read_sealed_pieces(
+    /// `count` blocks from `first_block` on as the device holds them (chunks a client
+    /// sealed, or a `none` store's plaintext), in pieces, for a reply: a part the cache holds
+    /// whole is its blocks as they are (not copied); the others are read from the device
+    /// into one buffer, all submitted at once, kept in the cache, and handed on as slices of
+    /// it, one per run of them with no hole or hit between; holes and what lies past the
+    /// object are zeros.
+    fn read_as_stored(
         &self,
         parts: &[(u64, Extent)],
         first_block: u64,
@@ -788,6 +853,37 @@ fn parts(
         }
     }
     Ok(parts)
+}
+
+/// The blocks a read covers, and where its bytes lie in them.
+#[derive(Clone, Copy)]
+struct ReadWindow {
+    first_block: u64,
+    end_block: u64,
+    /// The read's first byte, from the first block's start.
+    start: usize,
+    len: usize,
+}
+
+impl ReadWindow {
+    fn blocks(&self) -> u64 {
+        self.end_block - self.first_block
+    }
+
+    /// The read's bytes of `pieces` (the window's blocks in order), as pieces.
+    fn of(&self, pieces: Vec<Bytes>) -> Vec<Bytes> {
+        let (start, end) = (self.start, self.start + self.len);
+        let mut out = Vec::with_capacity(pieces.len());
+        let mut at = 0;
+        for piece in pieces {
+            let (from, to) = (start.max(at), end.min(at + piece.len()));
+            if from < to {
+                out.push(piece.slice(from - at..to - at));
+            }
+            at += piece.len();
+        }
+        out
+    }
 }
 
 /// `blocks` zero blocks (a hole, or chunks past the object's end).
