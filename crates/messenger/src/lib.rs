@@ -36,6 +36,7 @@ pub use entity::{EntityKind, EntityName, EntityNameError, Mode, ModePolicy, ENTI
 pub use error::{CallError, ConnectError};
 pub use frame::{Segment, DATA_BYTES_MAX, HEADER_BYTES, META_BYTES_MAX};
 pub use identity::{CertError, ClusterCa, Identity};
+pub use link::RECEIVE_PIECE_BYTES;
 pub use monc::{MonAddr, MonClient, MonError, MON_RETRY_TIMEOUT};
 pub use protect::SegmentCheck;
 pub use rustls::pki_types::CertificateDer;

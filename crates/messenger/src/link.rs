@@ -34,7 +34,7 @@ const RECEIVE_BUFFER_BYTES: usize = 64 << 10;
 /// as soon as it is read, while it is in the CPU's cache (a core's L2 holds 0.5 to 1.25 MiB
 /// on these machines); checked in one pass over a whole 4 MiB segment, the bytes came back
 /// from memory.
-const RECEIVE_PIECE_BYTES: usize = 256 << 10;
+pub const RECEIVE_PIECE_BYTES: usize = 256 << 10;
 /// Data segments from `ALIGNED_SEGMENT_BYTES_MIN` long are received at an address that is a
 /// multiple of this, so a store writes their whole blocks with direct IO from where they are,
 /// without a copy. Shorter ones are not worth the longer allocation (a copy of a few blocks

@@ -9,6 +9,7 @@ mod files;
 mod fresh;
 mod image;
 mod latency;
+mod mac;
 mod matrix;
 mod memcpy;
 mod pool_type;
@@ -24,6 +25,10 @@ pub enum BenchCommand {
     /// and ring), sealing and opening 4 KiB and 64 KiB chunks on one core: the check of which
     /// one this CPU was given.
     Aead(aead::AeadArgs),
+    /// The check of a data segment sent open (edge-sealed chunks): GMAC as the messenger
+    /// makes it, against Poly1305 and keyed BLAKE3, and a `crc` link's CRC32C, over 4 KiB,
+    /// 64 KiB and 4 MiB segments on one core: the check of which MAC is fastest on this CPU.
+    Mac(mac::MacArgs),
     /// This process's memcpy by where the destination lies past the source modulo 64, on
     /// one core: the check of copying without glibc's `rep movsb` on AMD (run it as well
     /// with `GLIBC_TUNABLES=glibc.cpu.x86_rep_movsb_threshold=2048` for glibc's own choice).
@@ -69,6 +74,7 @@ pub enum BenchCommand {
 pub fn run(command: BenchCommand) -> Result<(), String> {
     match command {
         BenchCommand::Aead(args) => aead::run(args),
+        BenchCommand::Mac(args) => mac::run(args),
         BenchCommand::Memcpy(args) => memcpy::run(args),
         BenchCommand::Ec(args) => ec::run(args),
         BenchCommand::Store(args) => store::run(args),
