@@ -1,7 +1,8 @@
 //! Metrics as an operator's monitoring sees them: every daemon of a `coffer up` cluster
 //! passes `promtool check metrics`, Debian's Prometheus scrapes them all with the
 //! configuration `coffer up` writes, and after a bounded load of object and NBD writes and
-//! reads its queries move as that load says, as does `coffer df`.
+//! reads its queries move as that load says, as does `coffer df`; the OSDs' counts of
+//! operations show what an S3 PUT and GET ask of the cluster.
 
 mod common;
 
@@ -18,6 +19,8 @@ const OBJECTS: u64 = 8;
 const OBJECT_BYTES: u64 = 1 << 20;
 /// Bytes the load writes to the NBD export, then reads back.
 const NBD_BYTES: u64 = 8 << 20;
+/// S3 objects of 64 KiB the gateway's requests are counted over.
+const S3_OBJECTS: u32 = 50;
 /// How long Prometheus has to show what the load did (it scrapes every 5 s).
 const SCRAPED_WITHIN: Duration = Duration::from_secs(60);
 
@@ -202,15 +205,16 @@ fn prometheus_scrapes_every_daemon_and_the_figures_follow_a_bounded_load() {
     .map(|q| prometheus.value(q).unwrap_or(0.0))
     .collect();
 
-    let data_pool = |df: &serde_json::Value| -> serde_json::Value {
+    let pool = |df: &serde_json::Value, name: &str| -> serde_json::Value {
         df["pools"]
             .as_array()
             .expect("pools")
             .iter()
-            .find(|p| p["name"] == "data")
-            .expect("pool data in df")
+            .find(|p| p["name"] == name)
+            .unwrap_or_else(|| panic!("pool {name} in df: {df}"))
             .clone()
     };
+    let data_pool = |df: &serde_json::Value| pool(df, "data");
     let df = || -> serde_json::Value {
         serde_json::from_str(&cluster.ok(&["df", "--json"])).expect("df json")
     };
@@ -319,5 +323,47 @@ fn prometheus_scrapes_every_daemon_and_the_figures_follow_a_bounded_load() {
     assert!(
         table.starts_with("raw: ") && table.lines().any(|l| l.starts_with("data ")),
         "coffer df:\n{table}"
+    );
+
+    // What S3 requests ask of the cluster, as the OSDs count them in the gateway's pool: a
+    // PUT of a new key reads the signer's record and, in one request, the bucket with the
+    // key's index entries, then writes the data and the index's commit; a GET reads the
+    // signer's record, the bucket with the entries, and the data (docs/design/gateway.md,
+    // "Bucket policies"). A little room is left for the gateway's own upkeep.
+    let s3_pool = pool(&df(), "s3")["id"].as_u64().expect("pool id");
+    let ops = |kind: &str| {
+        cluster.osds_labelled(
+            "coffer_osd_ops_total",
+            &format!(r#"pool="{s3_pool}",kind="{kind}""#),
+        )
+    };
+    let user = cluster.s3_user("counted");
+    let step = |args: &[&str]| {
+        run_ok(
+            &format!("requests.py {}", args.join(" ")),
+            &mut cluster.s3_script(&user, "requests.py", args),
+        );
+    };
+    step(&["bucket", "counted"]);
+    let count = S3_OBJECTS.to_string();
+    let per_request = |args: &[&str]| -> (f64, f64) {
+        let before = (ops("read"), ops("write"));
+        step(args);
+        let n = f64::from(S3_OBJECTS);
+        ((ops("read") - before.0) / n, (ops("write") - before.1) / n)
+    };
+    let put = per_request(&["put", "counted", &count]);
+    assert!(
+        put.0 <= 2.2 && put.1 <= 2.2,
+        "a PUT of a new key made {:.2} reads and {:.2} writes, not 2 of each",
+        put.0,
+        put.1
+    );
+    let get = per_request(&["get", "counted", &count]);
+    assert!(
+        get.0 <= 3.2 && get.1 <= 0.2,
+        "a GET made {:.2} reads and {:.2} writes, not 3 reads",
+        get.0,
+        get.1
     );
 }

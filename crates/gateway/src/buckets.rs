@@ -45,6 +45,8 @@ pub struct Bucket {
     pub cors: Option<Cors>,
     /// Where its access logs go.
     pub logging: Option<Logging>,
+    /// The default encryption of its new objects.
+    pub encryption: Option<Sse>,
     /// Whether its requesters pay (PutBucketRequestPayment): then anyone but its owner
     /// must say they do, with `x-amz-request-payer: requester`.
     pub requester_pays: bool,
@@ -63,7 +65,8 @@ pub struct RequesterPays;
 impl layout::Record for RequesterPays {}
 
 /// The owner, creation time, versioning, object lock, lifecycle, policy, public access
-/// block, ACL, object ownership, CORS rules, logging and request payment of `bucket`.
+/// block, ACL, object ownership, CORS rules, logging, default encryption and request
+/// payment of `bucket`.
 pub async fn info(pool: &Pool, bucket: &str) -> Result<Bucket, Error> {
     let attrs = pool
         .attrs(&layout::index_object(bucket))
@@ -72,14 +75,43 @@ pub async fn info(pool: &Pool, bucket: &str) -> Result<Bucket, Error> {
     described(bucket, &attrs)
 }
 
-/// Bucket `bucket`, and the current object of `key` in it with the key's head, as
-/// [`info`] and [`current`] give them, read together in one request to the index object:
-/// what a GET or HEAD of an object's current version needs before its data.
-pub async fn info_and_current(
+/// What the index held of a key when it was read: its entry and its head as stored, which
+/// a commit made from that read asserts are still there.
+#[derive(Clone, Debug)]
+pub struct Stored {
+    entry: Option<Vec<u8>>,
+    head: Option<Vec<u8>>,
+}
+
+impl Stored {
+    /// From the read of a key's two index entries (the key's, then its head's).
+    fn of(read: Vec<(Vec<u8>, Option<Vec<u8>>)>) -> Stored {
+        let mut values = read.into_iter().map(|(_, value)| value);
+        let entry = values.next().flatten();
+        Stored {
+            entry,
+            head: values.next().flatten(),
+        }
+    }
+
+    /// The key's current object and head, decoded.
+    pub fn current(&self) -> Result<Current, Error> {
+        Ok((
+            decoded(self.entry.as_deref())?,
+            decoded(self.head.as_deref())?,
+        ))
+    }
+}
+
+/// Bucket `bucket`, and what its index holds of `key`, in one request to the index object:
+/// what a GET or HEAD of the key's current version needs before its data, and a PUT of
+/// the key before its data, so that its commit ([`apply`] from a [`Basis`] that carries
+/// it) need not read the index again.
+pub async fn info_and_stored(
     pool: &Pool,
     bucket: &str,
     key: &str,
-) -> Result<(Bucket, Current), Error> {
+) -> Result<(Bucket, Stored), Error> {
     let ops = vec![
         ObjectOp::GetAttrs,
         ObjectOp::OmapGet {
@@ -93,7 +125,7 @@ pub async fn info_and_current(
     let mut results = results.into_iter();
     match (results.next(), results.next(), results.next()) {
         (Some(OpResult::Attrs(attrs)), Some(OpResult::Omap(read)), None) => {
-            Ok((described(bucket, &attrs)?, current_of(read)?))
+            Ok((described(bucket, &attrs)?, Stored::of(read)))
         }
         other => Err(Error::Internal(format!(
             "bucket {bucket}: unexpected results {other:?}"
@@ -122,6 +154,7 @@ fn described(bucket: &str, attrs: &BTreeMap<String, Vec<u8>>) -> Result<Bucket, 
         ownership: decoded(attrs.get(layout::OWNERSHIP_ATTR).map(Vec::as_slice))?,
         cors: decoded(attrs.get(layout::CORS_ATTR).map(Vec::as_slice))?,
         logging: decoded(attrs.get(layout::LOGGING_ATTR).map(Vec::as_slice))?,
+        encryption: decoded(attrs.get(layout::ENCRYPTION_ATTR).map(Vec::as_slice))?,
         requester_pays: decoded::<RequesterPays>(
             attrs.get(layout::REQUEST_PAYMENT_ATTR).map(Vec::as_slice),
         )?
@@ -239,18 +272,6 @@ pub async fn remove(pools: &Pools, bucket: &str) -> Result<(), Error> {
     match pool.remove(&index).await {
         Ok(()) | Err(client::Error::NotFound) => Ok(()),
         Err(e) => Err(e.into()),
-    }
-}
-
-/// The default encryption of `bucket`'s new objects, if it has one.
-pub async fn encryption(pool: &Pool, bucket: &str) -> Result<Option<Sse>, Error> {
-    let attrs = pool
-        .attrs(&layout::index_object(bucket))
-        .await
-        .map_err(|e| missing(e, bucket))?;
-    match attrs.get(layout::ENCRYPTION_ATTR) {
-        Some(bytes) => Ok(Some(layout::decode(bytes).map_err(Error::Corrupt)?)),
-        None => Ok(None),
     }
 }
 
@@ -477,13 +498,32 @@ impl<'a> Judged<'a> {
     }
 }
 
+/// What a change of a key is first decided from: the bucket's versioning as the caller read
+/// it, and what the index held of the key if the caller read that with the bucket
+/// ([`info_and_stored`]); else [`apply`] reads it. A commit that finds either changed
+/// reads both again.
+#[derive(Clone, Debug)]
+pub struct Basis {
+    pub versioning: Versioning,
+    pub stored: Option<Stored>,
+}
+
+impl From<Versioning> for Basis {
+    fn from(versioning: Versioning) -> Basis {
+        Basis {
+            versioning,
+            stored: None,
+        }
+    }
+}
+
 /// Makes `change` of object `key` in `bucket`, atomically, if `check` accepts what it
 /// judges ([`Judged`]: S3's conditional writes and deletes; `|_| Ok(())` for none); returns
 /// what it did
 /// (see [`versions::plan`]), whose `freed` objects the caller removes. The change is
 /// committed on the condition that the key's entry and head, the bucket's versioning
-/// (`versioning`, as the caller read it) and the bucket itself are as read: a change in
-/// between makes it read and decide again. Fails with `NotFound` if the bucket is gone, and
+/// (as `basis` gives them) and the bucket itself are as read: a change in between makes it
+/// read and decide again. Fails with `NotFound` if the bucket is gone, and
 /// with `Busy` while it is being deleted.
 ///
 /// A multipart completion names its upload (`ends_upload`): the upload stops being listed
@@ -493,7 +533,7 @@ pub async fn apply(
     pool: &Pool,
     bucket: &str,
     key: &str,
-    mut versioning: Versioning,
+    basis: Basis,
     change: Change,
     ends_upload: Option<&str>,
     check: impl Fn(Judged) -> Result<(), Error>,
@@ -501,25 +541,34 @@ pub async fn apply(
     let index = layout::index_object(bucket);
     let head_key = layout::head_key(key);
     let upload_key = ends_upload.map(|id| layout::upload_key(key, id));
+    let Basis {
+        mut versioning,
+        stored: mut known,
+    } = basis;
     for _ in 0..COMMIT_TRIES {
-        let mut keys = vec![key.as_bytes().to_vec(), head_key.clone()];
-        keys.extend(upload_key.clone());
-        let read = pool
-            .omap_get(&index, keys)
-            .await
-            .map_err(|e| missing(e, bucket))?;
-        let stored = |at: &[u8]| {
-            read.iter()
-                .find(|(k, _)| k.as_slice() == at)
-                .and_then(|(_, v)| v.clone())
-        };
-        let (stored_entry, stored_head) = (stored(key.as_bytes()), stored(&head_key));
-        let stored_upload = match (&upload_key, ends_upload) {
-            (Some(at), Some(id)) => match stored(at) {
-                Some(record) => Some((at.clone(), record)),
-                None => return Err(crate::multipart::no_upload(id)),
-            },
-            _ => None,
+        let (stored_entry, stored_head, stored_upload) = match known.take() {
+            Some(Stored { entry, head }) if upload_key.is_none() => (entry, head, None),
+            _ => {
+                let mut keys = vec![key.as_bytes().to_vec(), head_key.clone()];
+                keys.extend(upload_key.clone());
+                let read = pool
+                    .omap_get(&index, keys)
+                    .await
+                    .map_err(|e| missing(e, bucket))?;
+                let stored = |at: &[u8]| {
+                    read.iter()
+                        .find(|(k, _)| k.as_slice() == at)
+                        .and_then(|(_, v)| v.clone())
+                };
+                let upload = match (&upload_key, ends_upload) {
+                    (Some(at), Some(id)) => match stored(at) {
+                        Some(record) => Some((at.clone(), record)),
+                        None => return Err(crate::multipart::no_upload(id)),
+                    },
+                    _ => None,
+                };
+                (stored(key.as_bytes()), stored(&head_key), upload)
+            }
         };
         let mut found = Found {
             current: decoded(stored_entry.as_deref())?,
@@ -643,16 +692,7 @@ pub async fn current(pool: &Pool, bucket: &str, key: &str) -> Result<Current, Er
         )
         .await
         .map_err(|e| missing(e, bucket))?;
-    current_of(read)
-}
-
-/// The current object and head of a key, from the read of its two index entries (the
-/// key's, then its head's).
-fn current_of(read: Vec<(Vec<u8>, Option<Vec<u8>>)>) -> Result<Current, Error> {
-    let mut values = read.into_iter().map(|(_, value)| value);
-    let current = decoded(values.next().flatten().as_deref())?;
-    let head = decoded(values.next().flatten().as_deref())?;
-    Ok((current, head))
+    Stored::of(read).current()
 }
 
 /// Version `id` of `key` in `bucket`, if it exists.

@@ -700,7 +700,7 @@ impl Pass<'_> {
             self.pool,
             self.bucket,
             key,
-            versioning,
+            versioning.into(),
             change,
             None,
             unchanged,

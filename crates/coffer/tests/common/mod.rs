@@ -372,6 +372,22 @@ impl LocalCluster {
 
     /// The sum over the cluster's OSDs of the counter `name` in their metrics.
     pub fn osds_counter(&self, name: &str) -> f64 {
+        self.osds_sum(|line| line.strip_prefix(name)?.strip_prefix(' '))
+    }
+
+    /// The sum over the cluster's OSDs of the series of counter `family` whose labels
+    /// include `label` (`kind="read"`), over every other label.
+    pub fn osds_labelled(&self, family: &str, label: &str) -> f64 {
+        self.osds_sum(|line| {
+            let labelled = line.strip_prefix(family)?.strip_prefix('{')?;
+            let (labels, value) = labelled.split_once("} ")?;
+            labels.contains(label).then_some(value)
+        })
+    }
+
+    /// The sum over the cluster's OSDs of the values `value` finds in their metrics'
+    /// lines.
+    fn osds_sum(&self, value: impl Fn(&str) -> Option<&str>) -> f64 {
         let conf = self.conf();
         conf.metrics
             .iter()
@@ -384,8 +400,9 @@ impl LocalCluster {
                 let mut text = String::new();
                 std::io::Read::read_to_string(&mut stream, &mut text).expect("metrics read");
                 text.lines()
-                    .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
-                    .map_or(0.0, |value| value.trim().parse().expect("a number"))
+                    .filter_map(&value)
+                    .map(|v| v.trim().parse::<f64>().expect("a number"))
+                    .sum::<f64>()
             })
             .sum()
     }

@@ -225,13 +225,9 @@ pub(super) async fn get_bucket_encryption(
     gw: &Gateway,
     req: S3Request<GetBucketEncryptionInput>,
 ) -> S3Result<S3Response<GetBucketEncryptionOutput>> {
-    allowed!(gw, req, GetEncryptionConfiguration);
-    let bucket = &req.input.bucket;
-    let Some(sse) = buckets::encryption(&gw.pool, bucket)
-        .await
-        .map_err(|e| in_bucket(e, bucket))?
-    else {
-        return Err(Refusal::NoDefaultEncryption(bucket.clone()).into());
+    let bucket = allowed!(gw, req, GetEncryptionConfiguration);
+    let Some(sse) = bucket.encryption else {
+        return Err(Refusal::NoDefaultEncryption(req.input.bucket.clone()).into());
     };
     let described = encryption::describe(&Some(sse), None);
     let rule = ServerSideEncryptionRule {

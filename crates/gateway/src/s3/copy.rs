@@ -186,13 +186,11 @@ pub(super) async fn copy_object(
         .source_reader(&source, 0..source.size, customer_key!(input, copy_source)?)
         .await?;
     let sse = encryption::for_write(
-        &gw.pool,
-        &input.bucket,
+        &bucket,
         &input.server_side_encryption,
         &input.ssekms_key_id,
         customer.as_ref(),
-    )
-    .await?;
+    )?;
     let sealing = gw.sealing(&sse, customer.as_ref()).await?;
     // The copy's checksum: the one asked for, else one of the source's algorithm, of the
     // whole content.
@@ -225,7 +223,7 @@ pub(super) async fn copy_object(
     entry.lock = lock::for_new(&bucket, asked, entry.mtime_ns);
     entry.acl = acl;
     let made = gw
-        .commit(&bucket, &input.bucket, &input.key, &entry, |_| Ok(()))
+        .commit(&bucket, &input.bucket, &input.key, None, &entry, |_| Ok(()))
         .await?;
     let described = encryption::describe(&entry.sse, customer.as_ref());
     Ok(S3Response::new(CopyObjectOutput {

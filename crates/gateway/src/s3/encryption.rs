@@ -5,7 +5,6 @@
 use std::sync::Arc;
 
 use base64::Engine;
-use client::Pool;
 use keys::{KeyEncryptionKey, SecretKey, WrappedKey};
 use md5::Digest;
 use s3s::dto::ServerSideEncryption;
@@ -51,16 +50,14 @@ pub(super) use customer_key;
 /// SSE-C key, and the encryption the new object gets (its headers', else the bucket's
 /// default), as `(customer, sse)`; returns from the verb if either is refused.
 macro_rules! write_encryption {
-    ($gw:expr, $input:expr) => {{
+    ($bucket:expr, $input:expr) => {{
         let customer = $crate::s3::encryption::customer_key!($input)?;
         let sse = $crate::s3::encryption::for_write(
-            &$gw.pool,
-            &$input.bucket,
+            $bucket,
             &$input.server_side_encryption,
             &$input.ssekms_key_id,
             customer.as_ref(),
-        )
-        .await?;
+        )?;
         (customer, sse)
     }};
 }
@@ -103,11 +100,10 @@ pub fn customer_key_of(
     }))
 }
 
-/// The encryption of a new object: what the request's headers ask, else the bucket's
-/// default, else none.
-pub async fn for_write(
-    pool: &Pool,
-    bucket: &str,
+/// The encryption of a new object in `bucket`: what the request's headers ask, else the
+/// bucket's default, else none.
+pub fn for_write(
+    bucket: &buckets::Bucket,
     asked: &Option<ServerSideEncryption>,
     kms_key: &Option<String>,
     customer: Option<&CustomerKey>,
@@ -136,9 +132,7 @@ pub async fn for_write(
     }
     match asked {
         Some(sse) => Ok(Some(requested(sse, kms_key)?)),
-        None => Ok(buckets::encryption(pool, bucket)
-            .await
-            .map_err(|e| super::in_bucket(e, bucket))?),
+        None => Ok(bucket.encryption.clone()),
     }
 }
 

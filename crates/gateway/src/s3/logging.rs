@@ -397,7 +397,8 @@ impl Gateway {
             None,
         );
         entry.lock = super::lock::for_new(target, Default::default(), entry.mtime_ns);
-        self.commit(target, name, key, &entry, |_| Ok(())).await?;
+        self.commit(target, name, key, None, &entry, |_| Ok(()))
+            .await?;
         Ok(())
     }
 
@@ -533,10 +534,7 @@ pub(super) async fn put_bucket_logging(
         ))
         .into());
     }
-    let encryption = buckets::encryption(&gw.pool, target_name)
-        .await
-        .map_err(|e| in_bucket(e, target_name))?;
-    if encryption.is_some() {
+    if target.encryption.is_some() {
         return Err(Refusal::Invalid(format!(
             "bucket {target_name} has a default encryption, which log objects do not take \
              (they are sealed at rest like every object)"

@@ -410,28 +410,24 @@ impl Gateway {
 
     /// Commits a written upload as `key` of `bucket` (a new version where versions are
     /// kept) if `check` accepts its current object (see [`buckets::apply`]), and frees the
-    /// content it replaces; returns the version made. If the commit fails, the upload's own
-    /// stripes are freed.
+    /// content it replaces; returns the version made. `stored` is what the index held of
+    /// the key when `bucket` was read, if it was read with it. If the commit fails, the
+    /// upload's own stripes are freed.
     async fn commit(
         &self,
         bucket: &buckets::Bucket,
         name: &str,
         key: &str,
+        stored: Option<buckets::Stored>,
         entry: &ObjectEntry,
         check: impl Fn(buckets::Judged) -> Result<(), Error>,
     ) -> S3Result<Option<VersionId>> {
         let change = Change::Put(entry.clone());
-        match buckets::apply(
-            &self.pool,
-            name,
-            key,
-            bucket.versioning,
-            change,
-            None,
-            check,
-        )
-        .await
-        {
+        let basis = buckets::Basis {
+            versioning: bucket.versioning,
+            stored,
+        };
+        match buckets::apply(&self.pool, name, key, basis, change, None, check).await {
             Ok(plan) => {
                 self.free(plan.freed, Some(entry)).await;
                 Ok(plan.version)
@@ -465,7 +461,7 @@ impl Gateway {
             &self.pool,
             name,
             key,
-            bucket.versioning,
+            bucket.versioning.into(),
             change,
             None,
             check,
@@ -495,7 +491,7 @@ impl Gateway {
             &self.pool,
             name,
             key,
-            bucket.versioning,
+            bucket.versioning.into(),
             change,
             None,
             |_| Ok(()),

@@ -298,7 +298,7 @@ pub(super) async fn put_object(
     gw: &Gateway,
     req: S3Request<PutObjectInput>,
 ) -> S3Result<S3Response<PutObjectOutput>> {
-    let bucket = allowed!(gw, req, object PutObject);
+    let (bucket, stored) = allowed!(gw, req, write PutObject);
     let writer = gw.principal(&req).await?;
     let md5 = content_md5(&req.headers)?;
     check_key(&req.input.key)?;
@@ -313,7 +313,7 @@ pub(super) async fn put_object(
     let conditions = (input.if_match.clone(), input.if_none_match.clone());
     let acl = gw.object_acl(writer.as_deref(), asked_acl, &bucket).await?;
     let checksum = asked_checksum!(input, &req.headers)?;
-    let (customer, sse) = write_encryption!(gw, input);
+    let (customer, sse) = write_encryption!(&bucket, input);
     let sealing = gw.sealing(&sse, customer.as_ref()).await?;
     let trailers = Trailers::of(req.trailing_headers.as_ref(), &req.extensions);
     let checked = checksum.as_ref().map(|c| (c, trailers.as_ref()));
@@ -336,6 +336,7 @@ pub(super) async fn put_object(
             &bucket,
             &input.bucket,
             &input.key,
+            Some(stored),
             &entry,
             replacing(&conditions),
         )

@@ -165,16 +165,30 @@ impl Gateway {
         name: &str,
         object: ObjectRef<'_>,
     ) -> S3Result<(buckets::Bucket, Option<buckets::Current>)> {
-        let principal = self.principal(req).await?;
-        let (bucket, current) = match object.version {
+        match object.version {
             None => {
-                let (bucket, current) = buckets::info_and_current(&self.pool, name, object.key)
-                    .await
-                    .map_err(|e| no_bucket(e, name))?;
-                (bucket, Some(current))
+                let (bucket, stored) = self.allowed_to_write(req, action, name, object).await?;
+                let current = stored.current().map_err(|e| no_bucket(e, name))?;
+                Ok((bucket, Some(current)))
             }
-            Some(_) => (self.bucket(name).await?, None),
-        };
+            Some(_) => Ok((self.allowed(req, action, name, Some(object)).await?, None)),
+        }
+    }
+
+    /// [`Gateway::allowed`] for a verb that writes `key`, with what the index holds of the
+    /// key read with the bucket in one request, for its commit ([`buckets::Basis`]); for
+    /// a verb that reads the key's current version, through [`Gateway::allowed_to_read`].
+    pub(super) async fn allowed_to_write<T>(
+        &self,
+        req: &S3Request<T>,
+        action: Action,
+        name: &str,
+        object: ObjectRef<'_>,
+    ) -> S3Result<(buckets::Bucket, buckets::Stored)> {
+        let principal = self.principal(req).await?;
+        let (bucket, stored) = buckets::info_and_stored(&self.pool, name, object.key)
+            .await
+            .map_err(|e| no_bucket(e, name))?;
         self.check(
             req,
             principal.as_deref(),
@@ -184,7 +198,7 @@ impl Gateway {
             Some(object),
         )
         .await?;
-        Ok((bucket, current))
+        Ok((bucket, stored))
     }
 
     /// Bucket `name`, whoever asks: only for a verb that then checks each thing it does
@@ -509,7 +523,9 @@ fn no_bucket(e: Error, name: &str) -> s3s::S3Error {
 /// its object, `allowed!(gw, req, object GetObject / GetObjectVersion)` with the second
 /// action where the request names a version; `allowed!(gw, req, read GetObject /
 /// GetObjectVersion)` is that through [`Gateway::allowed_to_read`], with the object's
-/// current version for [`Gateway::readable`]. `allowed!(gw, req, bypass)` is whether the
+/// current version for [`Gateway::readable`]; `allowed!(gw, req, write PutObject)` is the
+/// object's through [`Gateway::allowed_to_write`], with what the index holds of the key for
+/// the commit. `allowed!(gw, req, bypass)` is whether the
 /// request asks to bypass governance retention, which it must then be allowed.
 macro_rules! allowed {
     (@versioned $req:ident, $plain:ident / $version:ident) => {{
@@ -542,6 +558,16 @@ macro_rules! allowed {
         };
         let action = crate::policy::Action::$action;
         $gw.allowed(&$req, action, &$req.input.bucket, Some(object))
+            .await?
+    }};
+    ($gw:ident, $req:ident, write $action:ident) => {{
+        let version = super::policy::query(&$req, "versionId");
+        let object = super::policy::ObjectRef {
+            key: &$req.input.key,
+            version: version.as_deref(),
+        };
+        let action = crate::policy::Action::$action;
+        $gw.allowed_to_write(&$req, action, &$req.input.bucket, object)
             .await?
     }};
     ($gw:ident, $req:ident, bypass) => {{

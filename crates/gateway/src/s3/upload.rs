@@ -166,7 +166,7 @@ pub(super) async fn create_multipart_upload(
     let acl = gw
         .object_acl(writer.as_deref(), asked_acl!(input), &bucket)
         .await?;
-    let (customer, sse) = write_encryption!(gw, input);
+    let (customer, sse) = write_encryption!(&bucket, input);
     if let Some(Sse::Kms { key }) = &sse {
         encryption::check_kms_key(gw.kms.as_ref(), key).await?;
     }
@@ -328,7 +328,7 @@ pub(super) async fn complete_multipart_upload(
         &gw.pool,
         &input.bucket,
         &input.key,
-        bucket.versioning,
+        bucket.versioning.into(),
         change,
         Some(&input.upload_id),
         check,
