@@ -87,9 +87,8 @@ impl Stored {
     /// From the read of a key's two index entries (the key's, then its head's).
     fn of(read: Vec<(Vec<u8>, Option<Vec<u8>>)>) -> Stored {
         let mut values = read.into_iter().map(|(_, value)| value);
-        let entry = values.next().flatten();
         Stored {
-            entry,
+            entry: values.next().flatten(),
             head: values.next().flatten(),
         }
     }
@@ -545,9 +544,13 @@ pub async fn apply(
         mut versioning,
         stored: mut known,
     } = basis;
+    assert!(
+        known.is_none() || upload_key.is_none(),
+        "a completion reads its upload's record with the key's entries"
+    );
     for _ in 0..COMMIT_TRIES {
         let (stored_entry, stored_head, stored_upload) = match known.take() {
-            Some(Stored { entry, head }) if upload_key.is_none() => (entry, head, None),
+            Some(Stored { entry, head }) => (entry, head, None),
             _ => {
                 let mut keys = vec![key.as_bytes().to_vec(), head_key.clone()];
                 keys.extend(upload_key.clone());

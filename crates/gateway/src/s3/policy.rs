@@ -167,7 +167,7 @@ impl Gateway {
     ) -> S3Result<(buckets::Bucket, Option<buckets::Current>)> {
         match object.version {
             None => {
-                let (bucket, stored) = self.allowed_to_write(req, action, name, object).await?;
+                let (bucket, stored) = self.allowed_with_entries(req, action, name, object).await?;
                 let current = stored.current().map_err(|e| no_bucket(e, name))?;
                 Ok((bucket, Some(current)))
             }
@@ -175,10 +175,10 @@ impl Gateway {
         }
     }
 
-    /// [`Gateway::allowed`] for a verb that writes `key`, with what the index holds of the
-    /// key read with the bucket in one request, for its commit ([`buckets::Basis`]); for
-    /// a verb that reads the key's current version, through [`Gateway::allowed_to_read`].
-    pub(super) async fn allowed_to_write<T>(
+    /// [`Gateway::allowed`] for a verb on `object`'s key, with what the index holds of the
+    /// key read with the bucket in one request: for a PUT's commit ([`buckets::Basis`]),
+    /// and for a read of the key's current version ([`Gateway::allowed_to_read`]).
+    pub(super) async fn allowed_with_entries<T>(
         &self,
         req: &S3Request<T>,
         action: Action,
@@ -524,7 +524,7 @@ fn no_bucket(e: Error, name: &str) -> s3s::S3Error {
 /// action where the request names a version; `allowed!(gw, req, read GetObject /
 /// GetObjectVersion)` is that through [`Gateway::allowed_to_read`], with the object's
 /// current version for [`Gateway::readable`]; `allowed!(gw, req, write PutObject)` is the
-/// object's through [`Gateway::allowed_to_write`], with what the index holds of the key for
+/// object's through [`Gateway::allowed_with_entries`], with what the index holds of the key for
 /// the commit. `allowed!(gw, req, bypass)` is whether the
 /// request asks to bypass governance retention, which it must then be allowed.
 macro_rules! allowed {
@@ -567,7 +567,7 @@ macro_rules! allowed {
             version: version.as_deref(),
         };
         let action = crate::policy::Action::$action;
-        $gw.allowed_to_write(&$req, action, &$req.input.bucket, object)
+        $gw.allowed_with_entries(&$req, action, &$req.input.bucket, object)
             .await?
     }};
     ($gw:ident, $req:ident, bypass) => {{
