@@ -155,6 +155,77 @@ fn a_write_the_store_would_refuse_is_refused_alone_beside_the_writes_grouped_wit
     );
 }
 
+/// Many writers committing to one object's omap, as S3 PUTs commit to their bucket's
+/// index: each a compare-and-swap of its own key. Those that judge no key another changes
+/// share a group, so the index takes them several at a time; two racing on one key never
+/// do, so exactly one of them wins and the other is told.
+#[test]
+fn racing_commits_to_one_index_share_groups_and_one_racer_per_key_wins() {
+    let _serial = serial();
+    let cluster = LocalCluster::start(3, &["--nbd", "none"]);
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let (groups, grouped) = runtime.block_on(async {
+        let admin = cluster.admin().await;
+        let pool = admin.pool("data").await.expect("pool");
+        pool.create("index", false).await.expect("create");
+        let counters = || {
+            (
+                cluster.osds_counter("coffer_osd_write_groups_total"),
+                cluster.osds_counter("coffer_osd_write_group_writes_total"),
+            )
+        };
+        let before = counters();
+        for round in 0..4 {
+            let racers = (0..32).flat_map(|k| {
+                let key = format!("key-{round}-{k}").into_bytes();
+                [b'x', b'y'].map(|racer| {
+                    let (pool, key) = (pool.clone(), key.clone());
+                    async move {
+                        let ops = vec![
+                            ObjectOp::AssertExists,
+                            ObjectOp::AssertOmap {
+                                key: key.clone(),
+                                value: None,
+                            },
+                            ObjectOp::OmapSet {
+                                entries: vec![(key, vec![racer])],
+                            },
+                        ];
+                        pool.operate("index", ops, Bytes::new())
+                            .await
+                            .map(|_| racer)
+                    }
+                })
+            });
+            let answers = futures::future::join_all(racers).await;
+            for (k, pair) in answers.chunks(2).enumerate() {
+                let key = format!("key-{round}-{k}").into_bytes();
+                let won: Vec<u8> = pair
+                    .iter()
+                    .filter_map(|a| a.as_ref().ok())
+                    .copied()
+                    .collect();
+                assert_eq!(won.len(), 1, "two racers for one key, one winner: {pair:?}");
+                assert!(
+                    pair.iter().any(|a| matches!(a, Err(Error::Mismatch(_)))),
+                    "the loser is told: {pair:?}"
+                );
+                let stored = pool
+                    .omap_get("index", vec![key.clone()])
+                    .await
+                    .expect("get");
+                assert_eq!(stored, vec![(key, Some(won))]);
+            }
+        }
+        let after = counters();
+        (after.0 - before.0, after.1 - before.1)
+    });
+    assert!(
+        grouped >= 2.0 * groups,
+        "{grouped} writes in {groups} groups: 64 commits at once to one object make groups of several"
+    );
+}
+
 #[test]
 fn conditional_writes_apply_only_when_their_conditions_hold() {
     let _serial = serial();

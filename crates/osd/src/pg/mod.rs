@@ -189,15 +189,16 @@ pub struct Queued {
     pub answer: oneshot::Sender<Result<OsdReply, OsdReply>>,
 }
 
-/// Takes the next group off `queue`: from its front, every write whose object and request
-/// no write before it in the queue has, up to [`GROUP_WRITES_MAX`] writes,
-/// [`GROUP_BYTES_MAX`] data bytes, [`GROUP_META_BYTES_MAX`] bytes of ops and
-/// [`GROUP_STORE_OPS_MAX`] store operations (the first write always); with `alone`, the
-/// first write only. A write left keeps its place, so
-/// the writes to one object go in the order they came.
+/// Takes the next group off `queue`: from its front, every write whose request no write
+/// before it in the queue has, and whose object none has either unless each write to it
+/// before it is [`independent`] of it (and it of each one left); up to
+/// [`GROUP_WRITES_MAX`] writes, [`GROUP_BYTES_MAX`] data bytes, [`GROUP_META_BYTES_MAX`]
+/// bytes of ops and [`GROUP_STORE_OPS_MAX`] store operations (the first write always);
+/// with `alone`, the first write only. A write left keeps its place, so the writes to one
+/// object go in the order they came wherever their order matters.
 fn take_group(queue: &mut VecDeque<Queued>, alone: bool) -> Vec<Queued> {
     let mut group: Vec<Queued> = Vec::new();
-    let mut objects: HashSet<ObjectName> = HashSet::new();
+    let mut held: HashSet<ObjectName> = HashSet::new();
     let mut reqids: HashSet<ReqId> = HashSet::new();
     let (mut bytes, mut meta_bytes, mut store_ops) = (0usize, 0usize, 0usize);
     let mut left = VecDeque::new();
@@ -212,22 +213,75 @@ fn take_group(queue: &mut VecDeque<Queued>, alone: bool) -> Vec<Queued> {
             queue.push_front(write);
             break;
         }
-        // Both noted either way: a later write to an object, or of a request, left behind
-        // stays behind it.
-        let new_object = objects.insert(write.object.clone());
+        // A request is noted either way: a later write of it stays behind. So is an object
+        // once a write to it is left: a later one passes those left only where the order
+        // of the two cannot matter.
         let new_request = reqids.insert(write.reqid);
-        if new_object && new_request {
+        let same_object = |other: &&Queued| other.object == write.object;
+        let joins = new_request
+            && group
+                .iter()
+                .filter(same_object)
+                .all(|earlier| independent(&earlier.ops, &write.ops))
+            && (!held.contains(&write.object)
+                || left.iter().filter(same_object).all(|behind| {
+                    independent(&behind.ops, &write.ops) && independent(&write.ops, &behind.ops)
+                }));
+        if joins {
             bytes += write.data.len();
             meta_bytes = meta_bytes.saturating_add(write.meta_bytes);
             store_ops = store_ops.saturating_add(write.store_ops);
             group.push(write);
         } else {
+            held.insert(write.object.clone());
             left.push_back(write);
         }
     }
     left.append(queue);
     *queue = left;
     group
+}
+
+/// Whether a write of `later` may go in one group after a write of `earlier` to the same
+/// object: both only judge and change its omap by keys (an index, such as a bucket's that
+/// every S3 PUT commits to), and `later` judges and changes no key that `earlier` changes,
+/// nor asserts that the object exists unless `earlier` does too (an omap write makes its
+/// object). Then `later`'s conditions, checked before the group is applied, judge what they
+/// would after `earlier`, and the group's transaction applies both in their order. Any
+/// other second write to an object waits for the next group.
+fn independent(earlier: &[ObjectOp], later: &[ObjectOp]) -> bool {
+    let by_keys = |ops: &[ObjectOp]| {
+        ops.iter().all(|op| {
+            matches!(
+                op,
+                ObjectOp::AssertExists
+                    | ObjectOp::AssertAttr { .. }
+                    | ObjectOp::AssertOmap { .. }
+                    | ObjectOp::OmapSet { .. }
+                    | ObjectOp::OmapRemove { .. }
+            )
+        })
+    };
+    if !by_keys(earlier) || !by_keys(later) {
+        return false;
+    }
+    let changed: HashSet<&[u8]> = earlier.iter().flat_map(changed_keys).collect();
+    let mut touched = later.iter().flat_map(|op| match op {
+        ObjectOp::AssertOmap { key, .. } => vec![key.as_slice()],
+        op => changed_keys(op),
+    });
+    let asserts_existence = |ops: &[ObjectOp]| ops.contains(&ObjectOp::AssertExists);
+    !touched.any(|key| changed.contains(key))
+        && (!asserts_existence(later) || asserts_existence(earlier))
+}
+
+/// The omap keys `op` sets or removes.
+fn changed_keys(op: &ObjectOp) -> Vec<&[u8]> {
+    match op {
+        ObjectOp::OmapSet { entries } => entries.iter().map(|(key, _)| key.as_slice()).collect(),
+        ObjectOp::OmapRemove { keys } => keys.iter().map(Vec::as_slice).collect(),
+        _ => Vec::new(),
+    }
 }
 
 /// Whether a state worked out in the interval that began at `interval` may be published
@@ -244,12 +298,21 @@ mod tests {
     /// A queued write of `len` data bytes to `object` from request `seq`.
     fn queued(seq: u64, object: &str, len: usize) -> Queued {
         Queued {
+            ops: vec![ObjectOp::WriteFull { len: len as u64 }],
+            data: Bytes::from(vec![0; len]),
+            ..omap_write(seq, object, Vec::new())
+        }
+    }
+
+    /// A queued write of `ops`, with no data, to `object` from request `seq`.
+    fn omap_write(seq: u64, object: &str, ops: Vec<ObjectOp>) -> Queued {
+        Queued {
             reqid: super::core::tests::reqid(seq),
             object: super::core::tests::name(object),
-            ops: Vec::new(),
+            ops,
             meta_bytes: 100,
             store_ops: 4,
-            data: Bytes::from(vec![0; len]),
+            data: Bytes::new(),
             check: None,
             answer: oneshot::channel().0,
         }
@@ -312,6 +375,76 @@ mod tests {
         queue.extend([keys(1, "a"), keys(2, "b"), queued(3, "c", 1)]);
         assert_eq!(seqs(&take_group(&mut queue, false)), [1]);
         assert_eq!(seqs(&take_group(&mut queue, false)), [2, 3]);
+    }
+
+    #[test]
+    fn writes_to_one_object_share_a_group_only_where_none_judges_what_another_changes() {
+        let key = |k: &str| k.as_bytes().to_vec();
+        let set = |k: &str| ObjectOp::OmapSet {
+            entries: vec![(key(k), b"v".to_vec())],
+        };
+        let absent = |k: &str| ObjectOp::AssertOmap {
+            key: key(k),
+            value: None,
+        };
+        // A commit as the gateway makes it: the index exists, the key is as read, then set.
+        let commit = |seq, k: &str| {
+            omap_write(
+                seq,
+                "index",
+                vec![ObjectOp::AssertExists, absent(k), set(k)],
+            )
+        };
+        let mut queue: VecDeque<Queued> = [
+            commit(1, "a"),
+            commit(2, "b"),
+            // Judges "a", which 1 sets: the next group.
+            commit(3, "a"),
+            // Independent of 1, 2 and 3 either way: it passes 3.
+            commit(4, "c"),
+            Queued {
+                object: super::core::tests::name("other"),
+                ..commit(5, "d")
+            },
+        ]
+        .into();
+        assert_eq!(seqs(&take_group(&mut queue, false)), [1, 2, 4, 5]);
+        assert_eq!(seqs(&take_group(&mut queue, false)), [3]);
+        // Removing a key another judges, or writing data beside the omap, keeps them apart.
+        let remove = omap_write(
+            6,
+            "index",
+            vec![ObjectOp::OmapRemove {
+                keys: vec![key("e")],
+            }],
+        );
+        queue.extend([remove, commit(7, "e"), commit(8, "f")]);
+        assert_eq!(seqs(&take_group(&mut queue, false)), [6]);
+        assert_eq!(seqs(&take_group(&mut queue, false)), [7, 8]);
+        queue.extend([commit(9, "g"), queued(10, "index", 1)]);
+        assert_eq!(seqs(&take_group(&mut queue, false)), [9]);
+        assert_eq!(seqs(&take_group(&mut queue, false)), [10]);
+        // A write that may make the object goes before one that asserts it exists.
+        queue.extend([omap_write(11, "index", vec![set("h")]), commit(12, "i")]);
+        assert_eq!(seqs(&take_group(&mut queue, false)), [11]);
+        assert_eq!(seqs(&take_group(&mut queue, false)), [12]);
+        queue.extend([commit(13, "j"), omap_write(14, "index", vec![set("k")])]);
+        assert_eq!(seqs(&take_group(&mut queue, false)), [13, 14]);
+        // A write passes one left behind only where neither judges what the other changes.
+        let judges_p_sets_r = omap_write(
+            16,
+            "index",
+            vec![ObjectOp::AssertExists, absent("p"), set("r")],
+        );
+        queue.extend([
+            commit(15, "p"),
+            judges_p_sets_r,
+            commit(17, "r"),
+            commit(18, "s"),
+        ]);
+        assert_eq!(seqs(&take_group(&mut queue, false)), [15, 18]);
+        assert_eq!(seqs(&take_group(&mut queue, false)), [16]);
+        assert_eq!(seqs(&take_group(&mut queue, false)), [17]);
     }
 
     #[test]

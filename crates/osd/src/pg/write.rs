@@ -9,8 +9,9 @@
 //! is ordered at the next version and prepared in turn, then the group goes to the
 //! replicas in one message and into one transaction here and on each of them, so a PG
 //! that many writes wait on takes them all in one round instead of one round each. The
-//! shell groups only distinct objects and requests (`take_group` in mod.rs), so no write
-//! of a group depends on another.
+//! shell groups only distinct requests, and writes to one object only where none judges
+//! what another changes (`take_group` in mod.rs), so no write of a group depends on
+//! another.
 //!
 //! ```text
 //! Write (starts a group) / Join ─ a retried request ───────► Reply(Written, its version)
@@ -51,8 +52,8 @@ pub enum Event {
         object: ObjectName,
         blocklisted: bool,
     },
-    /// Another write joins the group before it is closed: its object and request are not
-    /// in the group already.
+    /// Another write joins the group before it is closed: its request is not in the group
+    /// already (its object may be, for a write independent of those before it).
     Join {
         reqid: ReqId,
         object: ObjectName,
@@ -144,11 +145,8 @@ impl Core {
                     "a write joins a group being ordered, after the last one's Prepared"
                 );
                 assert!(
-                    write
-                        .entries
-                        .iter()
-                        .all(|e| e.reqid != reqid && e.object != object),
-                    "a group holds each object and request once"
+                    write.entries.iter().all(|e| e.reqid != reqid),
+                    "a group holds each request once"
                 );
                 self.order(reqid, &object, blocklisted)
             }
