@@ -9,8 +9,10 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use common::load::{check_all, content, kill_under_writers_of, paused_put};
+use bytes::Bytes;
+use common::load::{check_all, content, kill_under_load, kill_under_writers_of, paused_put};
 use common::{all_clean, serial, LocalCluster};
+use messenger::message::ObjectOp;
 
 #[test]
 fn kill_one_osd_during_writes_then_it_catches_up() {
@@ -56,6 +58,22 @@ fn same_on_every_osd(
     }
 }
 
+/// A cluster of three OSDs with a pool of one PG (`one`), and its admin's handle on it: the
+/// writes below all queue in that PG.
+fn one_pg_cluster() -> (
+    LocalCluster,
+    tokio::runtime::Runtime,
+    client::Cluster,
+    client::Pool,
+) {
+    let cluster = LocalCluster::start(3, &[]);
+    cluster.ok(&["pool", "create", "one", "--pg-num", "1"]);
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let admin = runtime.block_on(cluster.admin());
+    let pool = runtime.block_on(admin.pool("one")).expect("pool");
+    (cluster, runtime, admin, pool)
+}
+
 /// Writes that queue in a PG behind the one in flight go to the replicas together, in one
 /// transaction each: with sixteen writers rewriting 512 objects of a pool of one PG, its
 /// primaries' groups hold several writes each, killing one of its three OSDs (the primary
@@ -64,11 +82,7 @@ fn same_on_every_osd(
 #[test]
 fn writes_queued_in_one_pg_go_as_groups_and_survive_a_kill() {
     let _serial = serial();
-    let mut cluster = LocalCluster::start(3, &[]);
-    cluster.ok(&["pool", "create", "one", "--pg-num", "1"]);
-    let runtime = tokio::runtime::Runtime::new().expect("runtime");
-    let admin = runtime.block_on(cluster.admin());
-    let pool = runtime.block_on(admin.pool("one")).expect("pool");
+    let (mut cluster, runtime, admin, pool) = one_pg_cluster();
     let acked = kill_under_writers_of(&mut cluster, &runtime, &pool, (16, Some(512)), 1, 2);
     runtime.block_on(check_all(&pool, &acked));
 
@@ -83,6 +97,65 @@ fn writes_queued_in_one_pg_go_as_groups_and_survive_a_kill() {
     );
     drop(admin);
     same_on_every_osd(&cluster, &runtime, pool.id(), &acked);
+}
+
+/// Sixteen writers committing entries to one object's omap, each a compare-and-swap of
+/// keys of its own as S3 PUTs commit to their bucket's index (512 keys, each rewritten
+/// from the value its writer last committed): the commits go as groups of several, killing
+/// one of the three OSDs under them loses no acknowledged entry, and once it is back every
+/// entry reads as last acknowledged.
+#[test]
+fn commits_to_one_index_go_as_groups_and_survive_a_kill() {
+    let _serial = serial();
+    let (mut cluster, runtime, _admin, pool) = one_pg_cluster();
+    runtime
+        .block_on(pool.create("index", false))
+        .expect("create");
+    const KEYS: u64 = 512;
+    let entry = |n: u64| (format!("key-{}", n % KEYS), n.to_be_bytes().to_vec());
+    let commits = pool.clone();
+    let acked = kill_under_load(&mut cluster, &runtime, 16, 1, 2, move |n| {
+        let pool = commits.clone();
+        async move {
+            let (key, value) = entry(n);
+            // The key's writer committed n - KEYS last (16 divides KEYS).
+            let last = n.checked_sub(KEYS).map(|last| entry(last).1);
+            let ops = vec![
+                ObjectOp::AssertExists,
+                ObjectOp::AssertOmap {
+                    key: key.clone().into_bytes(),
+                    value: last,
+                },
+                ObjectOp::OmapSet {
+                    entries: vec![(key.clone().into_bytes(), value)],
+                },
+            ];
+            let committed = pool.operate("index", ops, Bytes::new()).await;
+            committed.expect("a commit of a key of its own must succeed");
+            key
+        }
+    });
+    let check = || async {
+        let keys: Vec<Vec<u8>> = acked.keys().map(|k| k.clone().into_bytes()).collect();
+        for chunk in keys.chunks(256) {
+            let found = pool.omap_get("index", chunk.to_vec()).await.expect("get");
+            for (key, value) in found {
+                let key = String::from_utf8(key).expect("key");
+                let (n, _) = acked[&key];
+                assert_eq!(value, Some(entry(n).1), "{key} as acknowledged");
+            }
+        }
+    };
+    runtime.block_on(check());
+    cluster.restart_osd(1);
+    cluster.wait_for("every PG clean again", Duration::from_secs(90), all_clean);
+    runtime.block_on(check());
+    let groups = cluster.osds_counter("coffer_osd_write_groups_total");
+    let grouped = cluster.osds_counter("coffer_osd_write_group_writes_total");
+    assert!(
+        groups > 0.0 && grouped >= 2.0 * groups,
+        "{grouped} writes in {groups} groups: sixteen writers on one object make groups of several"
+    );
 }
 
 #[test]

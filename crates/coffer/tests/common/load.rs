@@ -49,16 +49,43 @@ pub fn kill_under_writers_of(
         names.is_none_or(|names| names % writers == 0),
         "each object has one writer"
     );
+    let writes = pool.clone();
+    kill_under_load(cluster, runtime, writers, osd, up, move |n| {
+        let pool = writes.clone();
+        async move {
+            let name = format!("obj-{}", names.map_or(n, |names| n % names));
+            pool.put(&name, content(n)).await.expect("put must succeed");
+            name
+        }
+    })
+}
+
+/// Kills `osd` with SIGKILL under `writers` writers, each making write after write with
+/// `write(n)` (writer w's n are w, w + writers, w + 2 writers, ...: each n once), which
+/// returns the name it wrote once acknowledged; waits until the monitors mark the OSD down
+/// (`up` OSDs left), lets the writers go on for 2 s more, and stops them: the last number
+/// acknowledged for each name, and when, some of them after the kill.
+pub fn kill_under_load<F, W>(
+    cluster: &mut LocalCluster,
+    runtime: &tokio::runtime::Runtime,
+    writers: u64,
+    osd: u32,
+    up: u64,
+    write: W,
+) -> BTreeMap<String, (u64, Instant)>
+where
+    W: Fn(u64) -> F + Clone + Send + 'static,
+    F: std::future::Future<Output = String> + Send,
+{
     let stop = Arc::new(AtomicBool::new(false));
     let acked: Acked = Arc::new(Mutex::new(BTreeMap::new()));
     let tasks: Vec<_> = (0..writers)
         .map(|w| {
-            let (pool, stop, acked) = (pool.clone(), stop.clone(), acked.clone());
+            let (write, stop, acked) = (write.clone(), stop.clone(), acked.clone());
             runtime.spawn(async move {
                 let mut n = w;
                 while !stop.load(Ordering::Relaxed) {
-                    let name = format!("obj-{}", names.map_or(n, |names| n % names));
-                    pool.put(&name, content(n)).await.expect("put must succeed");
+                    let name = write(n).await;
                     acked
                         .lock()
                         .expect("acked")
