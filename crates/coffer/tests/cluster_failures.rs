@@ -103,7 +103,9 @@ fn writes_queued_in_one_pg_go_as_groups_and_survive_a_kill() {
 /// keys of its own as S3 PUTs commit to their bucket's index (512 keys, each rewritten
 /// from the value its writer last committed): the commits go as groups of several, killing
 /// one of the three OSDs under them loses no acknowledged entry, and once it is back every
-/// entry reads as last acknowledged.
+/// entry reads as last acknowledged. The index already holds 1.4 MiB of entries, as a
+/// bucket of a few thousand objects does: more than one frame can carry, so recovery copies
+/// it in pages, and scrub finds the copies alike.
 #[test]
 fn commits_to_one_index_go_as_groups_and_survive_a_kill() {
     let _serial = serial();
@@ -111,6 +113,14 @@ fn commits_to_one_index_go_as_groups_and_survive_a_kill() {
     runtime
         .block_on(pool.create("index", false))
         .expect("create");
+    let filled = |n: u64| (format!("fill-{n:05}").into_bytes(), vec![n as u8; 700]);
+    const FILLED: u64 = 2000;
+    for batch in 0..FILLED / 250 {
+        let entries = (batch * 250..(batch + 1) * 250).map(filled).collect();
+        runtime
+            .block_on(pool.omap_set("index", entries))
+            .expect("fill the index");
+    }
     const KEYS: u64 = 512;
     let entry = |n: u64| (format!("key-{}", n % KEYS), n.to_be_bytes().to_vec());
     let commits = pool.clone();
@@ -150,6 +160,22 @@ fn commits_to_one_index_go_as_groups_and_survive_a_kill() {
     cluster.restart_osd(1);
     cluster.wait_for("every PG clean again", Duration::from_secs(90), all_clean);
     runtime.block_on(check());
+    let mut after = None;
+    let mut fills = Vec::new();
+    loop {
+        let page = runtime
+            .block_on(pool.omap_list("index", after.clone(), 1000))
+            .expect("list");
+        let Some((last, _)) = page.last() else { break };
+        after = Some(last.clone());
+        fills.extend(
+            page.into_iter()
+                .filter(|(key, _)| key.starts_with(b"fill-")),
+        );
+    }
+    assert_eq!(fills, (0..FILLED).map(filled).collect::<Vec<_>>());
+    let (out, err, ok) = common::scrub(&cluster, "one", &[]);
+    assert!(ok && out.contains(", 0 inconsistent"), "{out}{err}");
     let groups = cluster.osds_counter("coffer_osd_write_groups_total");
     let grouped = cluster.osds_counter("coffer_osd_write_group_writes_total");
     assert!(

@@ -13,11 +13,11 @@ use map::cluster::Epoch;
 use map::placement::{pg_of, PgId};
 use map::{ObjectName, ObjectRef, PoolId};
 use messenger::message::{
-    ChunkSeal, CopyDigest, LogEntry, ObjectCopy, ObjectDigest, ObjectOp, OpResult, OsdReply,
-    PgInfo, ShardHead, Version, Writers, CHUNK_BYTES,
+    ChunkSeal, CopyAt, CopyDigest, LogEntry, ObjectCopy, ObjectDigest, ObjectOp, OmapAt, OpResult,
+    OsdReply, PgInfo, ShardHead, Version, Writers, CHUNK_BYTES,
 };
-use messenger::{Data, DATA_BYTES_MAX};
-use store::{ChunkRecord, ReadError, Store, Transaction, Via, OMAP_PAGE_ENTRIES_MAX};
+use messenger::{Data, DATA_BYTES_MAX, META_BYTES_MAX};
+use store::{ChunkRecord, OmapEntry, ReadError, Store, Transaction, Via, OMAP_PAGE_ENTRIES_MAX};
 
 /// The attribute holding an object's version. Names starting with `.` are Coffer's own.
 pub const VERSION_ATTR: &str = ".v";
@@ -720,15 +720,24 @@ fn record_of(seal: ChunkSeal) -> ChunkRecord {
     }
 }
 
-/// `len` bytes from `offset` of an object, with its version, attributes and omap (`None`
-/// if it does not exist). In a pool sealed at the edge (`edge`), the piece is whole chunks
-/// as stored, with their records: recovery moves them without opening them. Read from the
+/// The most bytes of metadata a piece of a copy holds besides its omap page (the object's
+/// name, the claim, the version and the wire's framing), within a frame's limit.
+const PIECE_HEAD_BYTES: usize = 16 << 10;
+/// Bytes an omap entry adds to a piece beyond its key and value: their length prefixes.
+const OMAP_ENTRY_PREFIX_BYTES: usize = 6;
+
+/// The piece of an object's copy that begins `at` (`None` if the object does not exist): up
+/// to `len` bytes of its data, the attributes in the first piece, and as much of its omap
+/// from `at.omap` as fits beside them in a frame's metadata. A piece that would carry
+/// nothing else holds at least one entry, so every piece moves the copy on
+/// ([`next_piece`]). In a pool sealed at the edge (`edge`), the data is whole chunks as
+/// stored, with their records: recovery moves them without opening them. Read from the
 /// device, never the store's read cache: scrub checks what the disk holds, and the sweeps
 /// of scrub and recovery would only push out of the cache what clients read.
 pub fn read_copy(
     store: &Store,
     object: &ObjectRef,
-    offset: u64,
+    at: &CopyAt,
     len: u64,
     edge: bool,
 ) -> Result<Option<(ObjectCopy, Bytes)>, ReadError> {
@@ -737,17 +746,12 @@ pub fn read_copy(
         Err(ReadError::NotFound { .. }) => return Ok(None),
         Err(e) => return Err(e),
     };
-    let attrs = store.attrs(object)?;
-    let mut omap = Vec::new();
-    if offset == 0 {
-        let mut after: Option<Vec<u8>> = None;
-        loop {
-            let page = store.omap_list(object, after.as_deref(), OMAP_PAGE_ENTRIES_MAX)?;
-            let Some(last) = page.last() else { break };
-            after = Some(last.0.clone());
-            omap.extend(page);
-        }
+    let mut attrs = store.attrs(object)?;
+    let version = version_of(&attrs);
+    if !at.first {
+        attrs.clear();
     }
+    let offset = at.offset;
     let (data, chunks) = if edge {
         let first = offset / CHUNK_BYTES;
         let end = offset
@@ -757,20 +761,82 @@ pub fn read_copy(
         let read = store.read_sealed_via(object, first, end.saturating_sub(first), Via::Device)?;
         let seals = read.chunks.into_iter().map(|r| r.map(seal_of)).collect();
         (Data::from_iter(read.data).joined(), Some(seals))
-    } else {
+    } else if offset < stat.size_bytes {
         (
             store.read_via(object, offset, len, Via::Device)?.into(),
             None,
         )
+    } else {
+        (Bytes::new(), None)
     };
+    let beside = PIECE_HEAD_BYTES + encode(&attrs).len() + encode(&chunks).len();
+    let room = (META_BYTES_MAX as usize).saturating_sub(beside);
+    let at_least_one = !at.first && data.is_empty();
+    let (omap, omap_more) = omap_page(store, object, &at.omap, room, at_least_one)?;
+    assert!(
+        !at_least_one || !omap.is_empty() || !omap_more,
+        "a piece after the first moves the copy on"
+    );
     let copy = ObjectCopy {
-        version: version_of(&attrs),
+        version,
         size: stat.size_bytes,
         attrs,
         omap,
+        omap_more,
         chunks,
     };
     Ok(Some((copy, data)))
+}
+
+/// The entries of `object`'s omap from `at`, of `room` bytes at most on the wire (but one
+/// entry at least with `at_least_one`), and whether more follow.
+fn omap_page(
+    store: &Store,
+    object: &ObjectRef,
+    at: &OmapAt,
+    room: usize,
+    at_least_one: bool,
+) -> Result<(Vec<OmapEntry>, bool), ReadError> {
+    let mut after = match at {
+        OmapAt::Done => return Ok((Vec::new(), false)),
+        OmapAt::Start => None,
+        OmapAt::After(key) => Some(key.clone()),
+    };
+    let mut page = Vec::new();
+    let mut bytes = 0;
+    loop {
+        let entries = store.omap_list(object, after.as_deref(), OMAP_PAGE_ENTRIES_MAX)?;
+        let Some(last) = entries.last() else {
+            return Ok((page, false));
+        };
+        after = Some(last.0.clone());
+        for (key, value) in entries {
+            let size = key.len() + value.len() + OMAP_ENTRY_PREFIX_BYTES;
+            if bytes + size > room && !(page.is_empty() && at_least_one) {
+                return Ok((page, true));
+            }
+            bytes += size;
+            page.push((key, value));
+        }
+    }
+}
+
+/// Where the piece after `copy` (which began `at` and read `read` bytes of data) begins,
+/// or `None` when it was the last: the data and the omap are both copied.
+pub fn next_piece(at: &CopyAt, copy: &ObjectCopy, read: u64) -> Option<CopyAt> {
+    let end = at.offset + read;
+    let offset = if read == 0 { copy.size.max(end) } else { end };
+    let omap = match copy.omap.last() {
+        _ if !copy.omap_more => OmapAt::Done,
+        Some((key, _)) => OmapAt::After(key.clone()),
+        None => at.omap.clone(),
+    };
+    let done = offset >= copy.size && omap == OmapAt::Done;
+    (!done).then_some(CopyAt {
+        first: false,
+        offset,
+        omap,
+    })
 }
 
 /// Bytes read at once while digesting an object.
@@ -782,17 +848,21 @@ const DIGEST_PIECE_BYTES: u64 = 8 << 20;
 pub fn digest(store: &Store, object: &ObjectRef, edge: bool) -> (CopyDigest, u64) {
     let mut meta = xxhash_rust::xxh3::Xxh3::new();
     let mut data = xxhash_rust::xxh3::Xxh3::new();
-    let mut offset = 0;
+    let mut at = CopyAt::FIRST;
     let mut read = 0;
     loop {
-        let (copy, bytes) = match read_copy(store, object, offset, DIGEST_PIECE_BYTES, edge) {
+        let (copy, bytes) = match read_copy(store, object, &at, DIGEST_PIECE_BYTES, edge) {
             Ok(Some(piece)) => piece,
             // Removed between pieces cannot happen under the PG's lock; absent is absent.
             Ok(None) => return (CopyDigest::Absent, read),
             Err(e) => return (CopyDigest::Unreadable(e.to_string()), read),
         };
-        if offset == 0 {
-            meta.update(&encode(&(&copy.attrs, &copy.omap)));
+        if at.first {
+            meta.update(&encode(&copy.attrs));
+        }
+        // Entry by entry, so the digest does not depend on where the pages break.
+        for entry in &copy.omap {
+            meta.update(&encode(entry));
         }
         for seal in copy.chunks.iter().flatten() {
             match seal {
@@ -807,15 +877,17 @@ pub fn digest(store: &Store, object: &ObjectRef, edge: bool) -> (CopyDigest, u64
         }
         data.update(&bytes);
         read += bytes.len() as u64;
-        offset += bytes.len() as u64;
-        if offset >= copy.size || bytes.is_empty() {
-            let digest = ObjectDigest {
-                version: copy.version,
-                size: copy.size,
-                meta: meta.digest128(),
-                data: data.digest128(),
-            };
-            return (CopyDigest::Present(digest), read);
+        match next_piece(&at, &copy, bytes.len() as u64) {
+            Some(next) => at = next,
+            None => {
+                let digest = ObjectDigest {
+                    version: copy.version,
+                    size: copy.size,
+                    meta: meta.digest128(),
+                    data: data.digest128(),
+                };
+                return (CopyDigest::Present(digest), read);
+            }
         }
     }
 }
@@ -832,20 +904,20 @@ pub fn digest(store: &Store, object: &ObjectRef, edge: bool) -> (CopyDigest, u64
 pub fn push_shard(
     object: &ObjectRef,
     copy: Option<&ObjectCopy>,
-    (offset, data, last): (u64, &Bytes, bool),
+    (at, data): (PieceAt, &Bytes),
     undoable: bool,
     records: &[u64],
 ) -> (Transaction, Transaction) {
     let (mut before, mut txn) = (Transaction::new(), Transaction::new());
     let seq = copy.filter(|_| undoable).map(|copy| copy.version.seq);
-    if let Some(seq) = seq.filter(|_| offset == 0) {
+    if let Some(seq) = seq.filter(|_| at.first) {
         for record in records.iter().rev().take_while(|r| **r >= seq) {
             before.rollback(object, *record);
         }
     }
-    write_copy(&mut txn, object, copy, (offset, data, last));
+    write_copy(&mut txn, object, copy, (at, data));
     match seq {
-        Some(seq) if offset == 0 => {
+        Some(seq) if at.first => {
             txn.keep_undo(object, seq);
         }
         // The first piece's record, unless the holder lost it (a restart between pieces).
@@ -857,29 +929,43 @@ pub fn push_shard(
     (before, txn)
 }
 
-/// Adds to `txn` one piece of a recovered object: the first piece (offset 0) replaces the
-/// object with its size, attributes (but the version) and omap; the last sets its version,
-/// so an interrupted copy never looks current.
+/// Where a piece of a copy goes: the first replaces the object, the last sets its version;
+/// its data at `offset`.
+#[derive(Clone, Copy, Debug)]
+pub struct PieceAt {
+    pub first: bool,
+    pub offset: u64,
+    pub last: bool,
+}
+
+/// Adds to `txn` one piece of a recovered object: the first piece replaces the object with
+/// its size and attributes (but the version); each piece adds its data and its page of the
+/// omap; the last sets the version, so an interrupted copy never looks current.
 pub fn write_copy(
     txn: &mut Transaction,
     object: &ObjectRef,
     copy: Option<&ObjectCopy>,
-    (offset, data, last): (u64, &Bytes, bool),
+    (at, data): (PieceAt, &Bytes),
 ) {
     let Some(copy) = copy else {
         txn.remove(object);
         return;
     };
-    if offset == 0 {
+    let PieceAt {
+        first,
+        offset,
+        last,
+    } = at;
+    if first {
         txn.remove(object).touch(object).truncate(object, copy.size);
         for (name, value) in &copy.attrs {
             if name != VERSION_ATTR {
                 txn.set_attr(object, name, value);
             }
         }
-        for (key, value) in &copy.omap {
-            txn.omap_set(object, key, value);
-        }
+    }
+    for (key, value) in &copy.omap {
+        txn.omap_set(object, key, value);
     }
     match &copy.chunks {
         None if !data.is_empty() => {
@@ -926,12 +1012,86 @@ mod tests {
         let kek = keys::KeyEncryptionKey::from_bytes([5; 32]);
         let options = store::MkfsOptions {
             mode: store::Mode::Gcm,
-            size_bytes: 8 << 20,
+            size_bytes: 64 << 20,
             device: None,
         };
         Store::mkfs(dir.path(), &options, &kek).expect("mkfs");
         let store = Store::open(dir.path(), &kek).expect("open");
         (dir, store)
+    }
+
+    /// An object whose attributes, omap and data are each too large for one piece (an
+    /// omap of 2.2 MiB, one entry of 900 KiB, 200 KiB of attributes) is copied in pieces
+    /// whose metadata each fits a frame beside the request's own, and the copy digests
+    /// alike; a copy that stops before its last piece is at no version.
+    #[test]
+    fn an_omap_larger_than_a_frame_is_copied_in_pages() {
+        let (_dir, source) = scratch_store();
+        let (_other, target) = scratch_store();
+        let pg = PgId {
+            pool: PoolId(1),
+            number: 0,
+        };
+        let object = object_ref(pg, &ObjectName::new("index").expect("name"));
+        let version = Version { epoch: 4, seq: 9 };
+        let mut txn = Transaction::new();
+        txn.touch(&object)
+            .write_bytes(&object, 0, Bytes::from(vec![3; 12 << 20]))
+            .set_attr(&object, VERSION_ATTR, &encode(&version))
+            .set_attr(&object, "big", &vec![1; 200 << 10]);
+        source.apply(txn).expect("written");
+        for batch in 0..3 {
+            let mut txn = Transaction::new();
+            for n in 0..1000 {
+                let key = format!("key-{batch}-{n:04}");
+                txn.omap_set(&object, key.as_bytes(), &[batch as u8; 750]);
+            }
+            source.apply(txn).expect("omap written");
+        }
+        let mut txn = Transaction::new();
+        txn.omap_set(&object, b"key-1-0500x", &vec![7; 900 << 10]);
+        source.apply(txn).expect("large entry written");
+
+        let mut at = CopyAt::FIRST;
+        let mut pieces = 0;
+        loop {
+            let (copy, data) = read_copy(&source, &object, &at, 8 << 20, false)
+                .expect("read")
+                .expect("present");
+            let meta = encode(&copy).len();
+            assert!(
+                meta + PIECE_HEAD_BYTES <= META_BYTES_MAX as usize,
+                "piece {pieces}: {meta} bytes of metadata"
+            );
+            assert_eq!(copy.version, version);
+            assert_eq!(copy.attrs.is_empty(), !at.first);
+            let next = next_piece(&at, &copy, data.len() as u64);
+            let piece = PieceAt {
+                first: at.first,
+                offset: at.offset,
+                last: next.is_none(),
+            };
+            let mut txn = Transaction::new();
+            write_copy(&mut txn, &object, Some(&copy), (piece, &data));
+            target.apply(txn).expect("piece written");
+            pieces += 1;
+            let Some(next) = next else { break };
+            if pieces == 1 {
+                let attrs = target.attrs(&object).expect("attrs");
+                assert_eq!(version_of(&attrs), Version::default());
+            }
+            at = next;
+        }
+        assert!(pieces >= 5, "{pieces} pieces");
+        let (copied, _) = digest(&target, &object, false);
+        let (original, read) = digest(&source, &object, false);
+        assert_eq!(read, 12 << 20);
+        assert!(matches!(original, CopyDigest::Present(_)));
+        assert_eq!(copied, original);
+        let mut differ = Transaction::new();
+        differ.omap_set(&object, b"key-2-0999", b"other");
+        target.apply(differ).expect("changed");
+        assert_ne!(digest(&target, &object, false).0, original);
     }
 
     /// Up to four data and record reads of up to 64 KiB in all are served on a network
@@ -1117,13 +1277,19 @@ mod tests {
             size: 8192,
             attrs,
             omap: Vec::new(),
+            omap_more: false,
             chunks: None,
         };
         let pushed = Bytes::from(vec![0xc; 4096]);
         let push = |undoable| {
             for (offset, last) in [(0, false), (4096, true)] {
                 let records = store.undo_versions(&object).expect("records");
-                let piece = (offset, &pushed, last);
+                let at = PieceAt {
+                    first: offset == 0,
+                    offset,
+                    last,
+                };
+                let piece = (at, &pushed);
                 let (before, txn) = push_shard(&object, Some(&copy), piece, undoable, &records);
                 if !before.is_empty() {
                     store.apply(before).expect("taken back");

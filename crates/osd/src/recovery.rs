@@ -17,12 +17,13 @@ use bytes::Bytes;
 use map::placement::{OsdId, PgId};
 use map::{ObjectName, PoolId};
 use messenger::message::{
-    Claim, LogEntry, ObjectCopy, OsdReply, OsdRequest, PeerOp, PgInfo, Version, LIST_PAGE_MAX,
+    Claim, CopyAt, LogEntry, ObjectCopy, OmapAt, OsdReply, OsdRequest, PeerOp, PgInfo, Version,
+    LIST_PAGE_MAX,
 };
 use store::Transaction;
 use tokio::task::JoinSet;
 
-use crate::objects;
+use crate::objects::{self, PieceAt};
 use crate::pg::peering::{self, Answer, Placement};
 use crate::pg::recovery as recovering;
 use crate::pg::{undo_to_drop, Core, Pg, Serving};
@@ -47,18 +48,20 @@ pub enum Side {
 /// One piece of an object being copied (`copy: None` removes it).
 struct Piece {
     copy: Option<ObjectCopy>,
-    offset: u64,
+    at: PieceAt,
     data: Bytes,
-    last: bool,
 }
 
 impl Piece {
     fn removal() -> Piece {
         Piece {
             copy: None,
-            offset: 0,
+            at: PieceAt {
+                first: true,
+                offset: 0,
+                last: true,
+            },
             data: Bytes::new(),
-            last: true,
         }
     }
 }
@@ -329,14 +332,15 @@ impl OsdState {
         side: Side,
         pg: PgId,
         name: &ObjectName,
-        offset: u64,
+        at: &CopyAt,
     ) -> Result<Option<(ObjectCopy, Bytes)>, String> {
         match side {
             Side::Local => {
                 let object = objects::object_ref(pg, name);
                 let edge = self.pool_is_edge(pg.pool);
+                let at = at.clone();
                 self.blocking(move |store| {
-                    objects::read_copy(store, &object, offset, COPY_PIECE_BYTES, edge)
+                    objects::read_copy(store, &object, &at, COPY_PIECE_BYTES, edge)
                 })
                 .await?
                 .map_err(|e| e.to_string())
@@ -344,7 +348,7 @@ impl OsdState {
             Side::Remote(osd) | Side::Target(osd, _) => {
                 let op = PeerOp::Pull {
                     object: name.clone(),
-                    offset,
+                    at: at.clone(),
                     len: COPY_PIECE_BYTES,
                 };
                 match self.peer_op(osd, pg, op, Bytes::new()).await? {
@@ -366,7 +370,7 @@ impl OsdState {
             Side::Local => {
                 let mut txn = Transaction::new();
                 let object = objects::object_ref(pg, name);
-                let at = (piece.offset, &piece.data, piece.last);
+                let at = (piece.at, &piece.data);
                 objects::write_copy(&mut txn, &object, piece.copy.as_ref(), at);
                 self.apply(txn).await
             }
@@ -379,8 +383,9 @@ impl OsdState {
                     claim,
                     object: name.clone(),
                     copy: piece.copy,
-                    offset: piece.offset,
-                    last: piece.last,
+                    offset: piece.at.offset,
+                    first: piece.at.first,
+                    last: piece.at.last,
                 };
                 self.peer_op(osd, pg, op, piece.data).await.map(|_| ())
             }
@@ -402,25 +407,29 @@ impl OsdState {
                 .rebuild_shard(pg, name, profile, from, to, &BTreeSet::new())
                 .await;
         }
-        let mut offset = 0;
+        let mut at = CopyAt::FIRST;
+        let mut copied = 0;
         loop {
-            let Some((copy, data)) = self.read_piece(from, pg, name, offset).await? else {
+            let Some((copy, data)) = self.read_piece(from, pg, name, &at).await? else {
                 self.write_piece(to, pg, name, Piece::removal()).await?;
-                return Ok(offset);
+                return Ok(copied);
             };
-            let end = offset + data.len() as u64;
-            let last = end >= copy.size || data.is_empty();
+            copied += data.len() as u64;
+            let next = objects::next_piece(&at, &copy, data.len() as u64);
             let piece = Piece {
                 copy: Some(copy),
-                offset,
+                at: PieceAt {
+                    first: at.first,
+                    offset: at.offset,
+                    last: next.is_none(),
+                },
                 data,
-                last,
             };
             self.write_piece(to, pg, name, piece).await?;
-            if last {
-                return Ok(end);
+            match next {
+                Some(next) => at = next,
+                None => return Ok(copied),
             }
-            offset = end;
         }
     }
 
@@ -476,7 +485,10 @@ impl OsdState {
             Side::Remote(osd) | Side::Target(osd, _) => {
                 let op = PeerOp::Pull {
                     object: name.clone(),
-                    offset: 0,
+                    at: CopyAt {
+                        omap: OmapAt::Done,
+                        ..CopyAt::FIRST
+                    },
                     len: 0,
                 };
                 match self.peer_op(osd, pg, op, Bytes::new()).await? {
@@ -512,6 +524,7 @@ impl OsdState {
             size: len,
             attrs,
             omap: Vec::new(),
+            omap_more: false,
             chunks: None,
         };
         let mut offset = 0;
@@ -537,9 +550,12 @@ impl OsdState {
                     chunks,
                     ..copy.clone()
                 }),
-                offset,
+                at: PieceAt {
+                    first: offset == 0,
+                    offset,
+                    last: end >= len,
+                },
                 data: Bytes::from(bytes),
-                last: end >= len,
             };
             self.write_piece(to, pg, name, piece).await?;
             if end >= len {

@@ -1359,16 +1359,12 @@ impl OsdService {
                 let (entries, more) = self.inner.page(id, after, limit, position).await?;
                 Ok(reply(OsdReply::PeerListing { entries, more }))
             }
-            PeerOp::Pull {
-                object,
-                offset,
-                len,
-            } => {
+            PeerOp::Pull { object, at, len } => {
                 let object = objects::object_ref(id, &object);
                 let len = len.min(store::READ_BYTES_MAX);
                 let edge = inner.pool_is_edge(id.pool);
                 let piece = inner
-                    .blocking(move |store| objects::read_copy(store, &object, offset, len, edge))
+                    .blocking(move |store| objects::read_copy(store, &object, &at, len, edge))
                     .await?
                     .map_err(|e| e.to_string())?;
                 Ok(match piece {
@@ -1381,6 +1377,7 @@ impl OsdService {
                 object,
                 copy,
                 offset,
+                first,
                 last,
             } => {
                 // Under the PG's lock, so a newer recovery's query (which raises the fence)
@@ -1410,7 +1407,12 @@ impl OsdService {
                 } else {
                     Vec::new()
                 };
-                let piece = (offset, &data, last);
+                let at = objects::PieceAt {
+                    first,
+                    offset,
+                    last,
+                };
+                let piece = (at, &data);
                 let (mut before, txn) = if erasure {
                     objects::push_shard(&object, copy.as_ref(), piece, undoable, &records)
                 } else {
@@ -1432,7 +1434,7 @@ impl OsdService {
                 }
                 core.unsettled |= unsettle;
                 inner.apply(txn).await?;
-                if let Some(copy) = copy.filter(|_| erasure && undoable && offset == 0) {
+                if let Some(copy) = copy.filter(|_| erasure && undoable && first) {
                     core.pushed_undo.insert(object.name.clone(), copy.version);
                 }
                 Ok(reply(OsdReply::Done))

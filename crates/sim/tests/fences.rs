@@ -84,9 +84,9 @@ fn is_a_later_piece_pulled(request: &OsdRequest) -> bool {
     matches!(
         request,
         OsdRequest::Peer {
-            op: PeerOp::Pull { offset, .. },
+            op: PeerOp::Pull { at, .. },
             ..
-        } if *offset > 0
+        } if at.offset > 0
     )
 }
 

@@ -83,6 +83,7 @@ mod tests {
                 size: 9,
                 attrs: BTreeMap::new(),
                 omap: Vec::new(),
+                omap_more: false,
                 chunks,
             };
             assert_eq!(round_trip(&copy).0, copy);

@@ -515,19 +515,22 @@ pub enum PeerOp {
         limit: u32,
         position: Option<u8>,
     },
-    /// Your copy of `object`, `len` bytes of data from `offset`.
+    /// The piece of your copy of `object` that begins `at`: up to `len` bytes of its data,
+    /// and a page of its omap.
     Pull {
         object: ObjectName,
-        offset: u64,
+        at: CopyAt,
         len: u64,
     },
-    /// Take this copy of `object` (`None`: remove it). A copy comes in pieces from offset 0;
-    /// the first replaces the object, the `last` sets its version.
+    /// Take this piece of a copy of `object` (`None`: remove it), its data at `offset`. A
+    /// copy comes in pieces in order: the `first` replaces the object, the `last` sets its
+    /// version.
     Push {
         claim: Claim,
         object: ObjectName,
         copy: Option<ObjectCopy>,
         offset: u64,
+        first: bool,
         last: bool,
     },
     /// You now hold all of the PG: take this log and join the acting set's writes. In an
@@ -651,13 +654,46 @@ pub struct ScrubPage {
     pub next: Option<ObjectName>,
 }
 
-/// An object's state as recovery copies it; data travels in the data segment.
+/// Where a piece of an object's copy begins: its data at `offset`, its omap at `omap`.
+/// The `first` piece carries the object's attributes, and replaces the object where it is
+/// written.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CopyAt {
+    pub first: bool,
+    pub offset: u64,
+    pub omap: OmapAt,
+}
+
+impl CopyAt {
+    pub const FIRST: CopyAt = CopyAt {
+        first: true,
+        offset: 0,
+        omap: OmapAt::Start,
+    };
+}
+
+/// Where a piece's page of an object's omap begins: at its first key, after a key, or
+/// nowhere (the omap is copied, or not wanted).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OmapAt {
+    Start,
+    After(Vec<u8>),
+    Done,
+}
+
+/// One piece of an object's state as recovery copies it (`PeerOp::Pull`); data travels in
+/// the data segment. The omap comes in pages, so a piece fits a frame's metadata however
+/// large the omap.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ObjectCopy {
     pub version: Version,
     pub size: u64,
+    /// In the first piece only (empty in the others).
     pub attrs: BTreeMap<String, Vec<u8>>,
+    /// A page of the omap, in key order.
     pub omap: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Entries follow the page's last.
+    pub omap_more: bool,
     /// In an edge-sealed pool, the records of the piece's chunks (the data segment holds
     /// the chunks as stored); `None` elsewhere, where the data is plaintext.
     #[serde(with = "maybe_seal_options")]
