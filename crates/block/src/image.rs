@@ -290,22 +290,22 @@ pub async fn list(pool: &Pool) -> Result<Vec<String>, Error> {
     let mut names = Vec::new();
     let mut after = None;
     loop {
-        let page = match pool
+        let (page, more) = match pool
             .omap_list(DIRECTORY_OBJECT, after.take(), LIST_PAGE_ENTRIES)
             .await
         {
-            Ok(page) => page,
+            Ok(listed) => listed,
             Err(client::Error::NotFound) => return Ok(names),
             Err(e) => return Err(Error::cluster(pool.name())(e)),
         };
-        let Some((last, _)) = page.last() else {
-            return Ok(names);
-        };
-        after = Some(last.clone());
+        after = page.last().map(|(key, _)| key.clone());
         names.extend(
             page.into_iter()
                 .map(|(key, _)| String::from_utf8_lossy(&key).into_owned()),
         );
+        if !more {
+            return Ok(names);
+        }
     }
 }
 

@@ -1216,13 +1216,14 @@ impl Pool {
         }
     }
 
-    /// Omap entries in key order after `after`, at most `limit`.
+    /// Omap entries in key order after `after`: `limit` at most (1 to 1,000), fewer where
+    /// they would not fit one reply; and whether more follow (list on after the last).
     pub async fn omap_list(
         &self,
         name: &str,
         after: Option<Vec<u8>>,
         limit: u32,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, Error> {
+    ) -> Result<(Vec<(Vec<u8>, Vec<u8>)>, bool), Error> {
         match self
             .operate(
                 name,
@@ -1233,7 +1234,7 @@ impl Pool {
             .0
             .pop()
         {
-            Some(OpResult::OmapList(entries)) => Ok(entries),
+            Some(OpResult::OmapList { entries, more }) => Ok((entries, more)),
             other => Err(Error::Failed(format!("unexpected result {other:?}"))),
         }
     }

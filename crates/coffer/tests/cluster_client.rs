@@ -65,14 +65,14 @@ fn object_operations_through_the_library() {
         );
         assert_eq!(
             pool.omap_list("r", None, 10).await.expect("omap list"),
-            entries
+            (entries.clone(), false)
         );
         pool.omap_remove("r", vec![b"k1".to_vec()])
             .await
             .expect("omap remove");
         assert_eq!(
             pool.omap_list("r", None, 10).await.expect("omap list"),
-            entries[1..].to_vec()
+            (entries[1..].to_vec(), false)
         );
 
         assert!(matches!(pool.create("r", true).await, Err(Error::Exists)));

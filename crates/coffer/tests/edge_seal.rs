@@ -331,7 +331,7 @@ fn the_s3_gateway_seals_plain_and_sse_objects_at_the_edge() {
         let admin = cluster.admin().await;
         let pool = admin.pool("s3").await.expect("pool");
         let index = gateway::layout::index_object("markers");
-        let entries = pool.omap_list(&index, None, 100).await.expect("index");
+        let (entries, _) = pool.omap_list(&index, None, 100).await.expect("index");
         let stripe_of = |key: &[u8]| {
             let (_, value) = entries
                 .iter()

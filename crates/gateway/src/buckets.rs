@@ -250,7 +250,7 @@ pub async fn remove(pools: &Pools, bucket: &str) -> Result<(), Error> {
             client::Error::NotFound => Error::NotFound(format!("bucket {bucket}")),
             e => e.into(),
         })?;
-    let first = pool.omap_list(&index, None, 1).await?;
+    let (first, _) = pool.omap_list(&index, None, 1).await?;
     let holds_objects = first
         .first()
         .is_some_and(|(key, _)| key.first() != Some(&layout::UPLOADS));
@@ -663,7 +663,7 @@ async fn around(
     order: &Order,
 ) -> Result<(Option<Version>, Option<(Order, Version)>), Error> {
     let at = layout::version_key(key, order);
-    let page = pool.omap_list(index, layout::before(&at), 2).await?;
+    let (page, _) = pool.omap_list(index, layout::before(&at), 2).await?;
     let mut entries = page.into_iter();
     match entries.next() {
         Some((found, value)) if found == at => {
@@ -788,13 +788,14 @@ pub async fn set_lock(pool: &Pool, bucket: &str, lock: &BucketLock) -> Result<()
     }
 }
 
-/// Index entries of `bucket` after `after` (exclusive), in key order, at most `limit`.
+/// Index entries of `bucket` after `after` (exclusive), in key order, at most `limit` (fewer
+/// where they would not fit one reply), and whether more follow.
 pub async fn page(
     pool: &Pool,
     bucket: &str,
     after: Option<Vec<u8>>,
     limit: u32,
-) -> Result<Vec<(Vec<u8>, Vec<u8>)>, Error> {
+) -> Result<(Vec<(Vec<u8>, Vec<u8>)>, bool), Error> {
     Ok(pool
         .omap_list(&layout::index_object(bucket), after, limit)
         .await?)
@@ -834,8 +835,7 @@ pub async fn listing(
     let delimiter = delimiter.filter(|d| !d.is_empty());
     let mut count = 0;
     loop {
-        let page = page(pool, bucket, bound.clone(), PAGE).await?;
-        let full = page.len() == PAGE as usize;
+        let (page, more) = page(pool, bucket, bound.clone(), PAGE).await?;
         let mut jumped = false;
         for (key_bytes, value) in page {
             if !matches!(layout::parse_index_key(&key_bytes), IndexKey::Object(_)) {
@@ -872,7 +872,7 @@ pub async fn listing(
                 .push((key, layout::decode(&value).map_err(Error::Corrupt)?));
             count += 1;
         }
-        if !full && !jumped {
+        if !more && !jumped {
             return Ok(out);
         }
     }
@@ -968,11 +968,11 @@ impl<'a> Region<'a> {
     /// The next entry of the region, without taking it; `None` at its end.
     async fn peek(&mut self) -> Result<Option<&(Vec<u8>, Vec<u8>)>, Error> {
         while self.page.is_empty() && !self.done {
-            let page = self
+            let (page, more) = self
                 .pool
                 .omap_list(self.index, self.after.clone(), PAGE)
                 .await?;
-            self.done = page.len() < PAGE as usize;
+            self.done = !more;
             if let Some((last, _)) = page.last() {
                 self.after = Some(last.clone());
             }

@@ -125,30 +125,33 @@ pub async fn put_part(
     }
 }
 
-/// Parts of upload `id` numbered above `after`, in order, at most `limit`.
+/// Parts of upload `id` numbered above `after`, in order, at most `limit` (fewer where they
+/// would not fit one reply), and whether more follow.
 pub async fn parts(
     pool: &Pool,
     id: &str,
     after: u32,
     limit: u32,
-) -> Result<Vec<(u32, PartRecord)>, Error> {
+) -> Result<(Vec<(u32, PartRecord)>, bool), Error> {
     let after = (after > 0).then(|| layout::part_key(after));
-    let page = match pool
+    let (page, more) = match pool
         .omap_list(&layout::upload_object(id), after, limit)
         .await
     {
-        Ok(page) => page,
+        Ok(listed) => listed,
         Err(client::Error::NotFound) => return Err(no_upload(id)),
         Err(e) => return Err(e.into()),
     };
-    page.into_iter()
+    let parts = page
+        .into_iter()
         .map(|(key, value)| {
             let number = <[u8; 4]>::try_from(key.as_slice())
                 .map(u32::from_be_bytes)
                 .map_err(|_| Error::Corrupt(format!("part key {key:?}")))?;
             Ok((number, layout::decode(&value).map_err(Error::Corrupt)?))
         })
-        .collect()
+        .collect::<Result<_, Error>>()?;
+    Ok((parts, more))
 }
 
 /// Every part of upload `id`.
@@ -156,10 +159,9 @@ pub async fn all_parts(pool: &Pool, id: &str) -> Result<Vec<(u32, PartRecord)>, 
     let mut out = Vec::new();
     loop {
         let after = out.last().map_or(0, |(number, _)| *number);
-        let page = parts(pool, id, after, PAGE).await?;
-        let full = page.len() == PAGE as usize;
+        let (page, more) = parts(pool, id, after, PAGE).await?;
         out.extend(page);
-        if !full {
+        if !more {
             return Ok(out);
         }
     }
@@ -285,15 +287,14 @@ pub async fn list(
     }
     let mut out = Vec::new();
     loop {
-        let page = match pool
+        let (page, more) = match pool
             .omap_list(&layout::index_object(bucket), bound.clone(), PAGE)
             .await
         {
-            Ok(page) => page,
+            Ok(listed) => listed,
             Err(client::Error::NotFound) => return Ok((out, false)),
             Err(e) => return Err(e.into()),
         };
-        let full = page.len() == PAGE as usize;
         for (entry_key, value) in page {
             bound = Some(entry_key.clone());
             let Some((key, id)) = layout::parse_upload_key(&entry_key) else {
@@ -310,7 +311,7 @@ pub async fn list(
             }
             out.push((key, id, layout::decode(&value).map_err(Error::Corrupt)?));
         }
-        if !full {
+        if !more {
             return Ok((out, false));
         }
     }

@@ -30,16 +30,16 @@ impl<'a> Pages<'a> {
         if self.done {
             return Ok(None);
         }
-        let page = match self
+        let (page, more) = match self
             .pool
             .omap_list(self.object, self.after.clone(), PAGE)
             .await
         {
-            Ok(page) => page,
-            Err(client::Error::NotFound) => Vec::new(),
+            Ok(listed) => listed,
+            Err(client::Error::NotFound) => (Vec::new(), false),
             Err(e) => return Err(e.into()),
         };
-        self.done = page.len() < PAGE as usize;
+        self.done = !more;
         self.after = page.last().map(|(key, _)| key.clone());
         Ok((!page.is_empty()).then_some(page))
     }

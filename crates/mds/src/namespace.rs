@@ -282,15 +282,14 @@ pub async fn list_all(pool: &Pool, object: &str) -> Result<Vec<(Vec<u8>, Vec<u8>
     let mut out = Vec::new();
     let mut after = None;
     loop {
-        let page = match pool.omap_list(object, after.clone(), LOAD_PAGE).await {
-            Ok(page) => page,
+        let (page, more) = match pool.omap_list(object, after.clone(), LOAD_PAGE).await {
+            Ok(listed) => listed,
             Err(client::Error::NotFound) => return Ok(out),
             Err(e) => return Err(format!("reading {object}: {e}")),
         };
-        let full = page.len() == LOAD_PAGE as usize;
         after = page.last().map(|(key, _)| key.clone());
         out.extend(page);
-        if !full {
+        if !more {
             return Ok(out);
         }
     }

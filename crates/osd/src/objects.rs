@@ -45,6 +45,12 @@ const UNSETTLED_ATTR: &str = ".unsettled";
 pub const LOG_ENTRIES_MAX: usize = 2000;
 /// Entries trimmed at once when the log passes its limit.
 const LOG_TRIM_BATCH: usize = 100;
+/// The most bytes of entries a PG's log keeps on the wire (`LogEntry::wire_bytes_max`), so
+/// that a peering's answer carries it, beside as many of the shards held, in one frame's
+/// 1 MiB of metadata whatever the objects' names (2,000 entries of names up to 150 bytes).
+pub const LOG_BYTES_MAX: usize = 384 << 10;
+/// Bytes over [`LOG_BYTES_MAX`] that make the log trim (to its limit again).
+const LOG_TRIM_BYTES: usize = 16 << 10;
 
 pub fn is_internal_attr(name: &str) -> bool {
     name.starts_with('.')
@@ -196,13 +202,14 @@ fn corrupt(what: &str, e: postcard::Error) -> ReadError {
 }
 
 /// Adds to `txn` the new log entries (in version order, at least one) and the PG's new
-/// info, and trims the oldest entries once the log is past its limit. Returns how many
-/// entries the caller drops from the front of `log` once the transaction is applied.
+/// info, and trims the oldest entries once the log (`log`, of `log_bytes` on the wire) is
+/// past its limit of entries or of bytes. Returns how many entries the caller drops from
+/// the front of `log` once the transaction is applied.
 pub fn log_append(
     txn: &mut Transaction,
     pg: PgId,
     entries: &[LogEntry],
-    log: &VecDeque<LogEntry>,
+    (log, log_bytes): (&VecDeque<LogEntry>, usize),
 ) -> usize {
     let last = entries.last().expect("a log takes at least one entry");
     let meta = meta_ref(pg);
@@ -211,15 +218,20 @@ pub fn log_append(
     }
     txn.set_attr(&meta, INFO_ATTR, &encode(&PgInfo { last: last.version }));
     let len = log.len() + entries.len();
-    if len > LOG_ENTRIES_MAX + LOG_TRIM_BATCH {
-        let trim = (len - LOG_ENTRIES_MAX).min(log.len());
-        for old in log.iter().take(trim) {
-            txn.omap_remove(&meta, &log_key(old.version));
-        }
-        trim
-    } else {
-        0
+    let bytes = log_bytes + entries.iter().map(LogEntry::wire_bytes_max).sum::<usize>();
+    if len <= LOG_ENTRIES_MAX + LOG_TRIM_BATCH && bytes <= LOG_BYTES_MAX + LOG_TRIM_BYTES {
+        return 0;
     }
+    let (mut trim, mut trimmed) = (0, 0);
+    for old in log {
+        if len - trim <= LOG_ENTRIES_MAX && bytes - trimmed <= LOG_BYTES_MAX {
+            break;
+        }
+        txn.omap_remove(&meta, &log_key(old.version));
+        trim += 1;
+        trimmed += old.wire_bytes_max();
+    }
+    trim
 }
 
 /// Replaces a PG's info, log and notes (a replica taking its primary's after recovery),
@@ -599,8 +611,10 @@ pub fn read_ops(
                 OpResult::Omap(found)
             }
             ObjectOp::OmapList { after, limit } => {
-                let page = store.omap_list(object, after.as_deref(), *limit as usize)?;
-                OpResult::OmapList(page)
+                let limit = (*limit as usize).clamp(1, OMAP_PAGE_ENTRIES_MAX);
+                let bounds = (limit, OMAP_LIST_BYTES_MAX);
+                let (entries, more) = omap_page(store, object, after.as_deref(), bounds, true)?;
+                OpResult::OmapList { entries, more }
             }
             write => {
                 return Err(ReadError::Invalid {
@@ -657,7 +671,8 @@ pub fn list_pg(
 }
 
 /// The shards this store holds of `pg` (an erasure-coded PG of `pg_num`) written above
-/// `above`, by object, version and position: the newest [`LOG_ENTRIES_MAX`].
+/// `above`, by object, version and position: the newest [`LOG_ENTRIES_MAX`], of
+/// [`LOG_BYTES_MAX`] at most on the wire (as the log).
 pub fn shards_above(
     store: &Store,
     pg: PgId,
@@ -673,12 +688,32 @@ pub fn shards_above(
         }
     })?;
     held.sort_by_key(|(_, version, _)| std::cmp::Reverse(*version));
-    held.truncate(LOG_ENTRIES_MAX);
+    let mut bytes = 0;
+    let fit = held
+        .iter()
+        .take(LOG_ENTRIES_MAX)
+        .take_while(|(name, ..)| {
+            bytes += named_version_bytes_max(name) + 1;
+            bytes <= LOG_BYTES_MAX
+        })
+        .count();
+    held.truncate(fit);
     Ok(held)
 }
 
+/// The most bytes of names with their versions one page of a PG's listing carries, so
+/// that its answer fits a frame's 1 MiB of metadata whatever the names (1,000 names of up
+/// to about 500 bytes).
+const LIST_PAGE_BYTES_MAX: usize = 512 << 10;
+
+/// The most bytes an object's name and a version take on the wire: the name with its
+/// length prefix, and the version's two numbers as varints.
+fn named_version_bytes_max(name: &ObjectName) -> usize {
+    name.as_str().len() + 2 + 2 * 10
+}
+
 /// A page of `pg`'s objects in (hash, name) order after `after`, with their versions, and
-/// whether more follow.
+/// whether more follow: `limit` at most, and [`LIST_PAGE_BYTES_MAX`] on the wire.
 pub fn list_pg_page(
     store: &Store,
     pg: PgId,
@@ -687,19 +722,23 @@ pub fn list_pg_page(
     limit: usize,
     position: Option<u8>,
 ) -> Result<(Vec<(ObjectName, Version)>, bool), ReadError> {
-    let (entries, more) = store.list_after(
+    let (entries, mut more) = store.list_after(
         pg.pool,
         |hash| pg_of(hash.0, pg_num) == pg.number,
         after,
         limit,
     )?;
-    let page = entries
-        .into_iter()
-        .map(|entry| {
-            let version = listed_version(&entry.attrs, position);
-            (entry.name, version)
-        })
-        .collect();
+    let mut bytes = 0;
+    let mut page = Vec::with_capacity(entries.len());
+    for entry in entries {
+        bytes += named_version_bytes_max(&entry.name);
+        if bytes > LIST_PAGE_BYTES_MAX && !page.is_empty() {
+            more = true;
+            break;
+        }
+        let version = listed_version(&entry.attrs, position);
+        page.push((entry.name, version));
+    }
     Ok((page, more))
 }
 
@@ -725,6 +764,9 @@ fn record_of(seal: ChunkSeal) -> ChunkRecord {
 const PIECE_HEAD_BYTES: usize = 16 << 10;
 /// Bytes an omap entry adds to a piece beyond its key and value: their length prefixes.
 const OMAP_ENTRY_PREFIX_BYTES: usize = 6;
+/// The most bytes of entries one page of a client's `OmapList` carries: half a frame's
+/// metadata, so a page fits one reply whatever the sizes of its entries.
+const OMAP_LIST_BYTES_MAX: usize = 512 << 10;
 
 /// The piece of an object's copy that begins `at` (`None` if the object does not exist): up
 /// to `len` bytes of its data, the attributes in the first piece, and as much of its omap
@@ -772,7 +814,13 @@ pub fn read_copy(
     let beside = PIECE_HEAD_BYTES + encode(&attrs).len() + encode(&chunks).len();
     let room = (META_BYTES_MAX as usize).saturating_sub(beside);
     let at_least_one = !at.first && data.is_empty();
-    let (omap, omap_more) = omap_page(store, object, &at.omap, room, at_least_one)?;
+    let (omap, omap_more) = match &at.omap {
+        OmapAt::Done => (Vec::new(), false),
+        OmapAt::Start => omap_page(store, object, None, (usize::MAX, room), at_least_one)?,
+        OmapAt::After(key) => {
+            omap_page(store, object, Some(key), (usize::MAX, room), at_least_one)?
+        }
+    };
     assert!(
         !at_least_one || !omap.is_empty() || !omap_more,
         "a piece after the first moves the copy on"
@@ -788,35 +836,35 @@ pub fn read_copy(
     Ok(Some((copy, data)))
 }
 
-/// The entries of `object`'s omap from `at`, of `room` bytes at most on the wire (but one
-/// entry at least with `at_least_one`), and whether more follow.
+/// The entries of `object`'s omap after `after` (from the first without): `limit` at most,
+/// of `room` bytes at most on the wire (but one at least with `at_least_one`), and whether
+/// more follow.
 fn omap_page(
     store: &Store,
     object: &ObjectRef,
-    at: &OmapAt,
-    room: usize,
+    after: Option<&[u8]>,
+    (limit, room): (usize, usize),
     at_least_one: bool,
 ) -> Result<(Vec<OmapEntry>, bool), ReadError> {
-    let mut after = match at {
-        OmapAt::Done => return Ok((Vec::new(), false)),
-        OmapAt::Start => None,
-        OmapAt::After(key) => Some(key.clone()),
-    };
+    let mut after = after.map(<[u8]>::to_vec);
     let mut page = Vec::new();
     let mut bytes = 0;
     loop {
-        let entries = store.omap_list(object, after.as_deref(), OMAP_PAGE_ENTRIES_MAX)?;
+        // One entry past the limit tells whether more follow.
+        let wanted = (limit - page.len()).saturating_add(1);
+        let entries = store.omap_list(object, after.as_deref(), wanted)?;
         let Some(last) = entries.last() else {
             return Ok((page, false));
         };
         after = Some(last.0.clone());
-        for (key, value) in entries {
-            let size = key.len() + value.len() + OMAP_ENTRY_PREFIX_BYTES;
-            if bytes + size > room && !(page.is_empty() && at_least_one) {
+        for entry in entries {
+            let size = entry.0.len() + entry.1.len() + OMAP_ENTRY_PREFIX_BYTES;
+            let full = page.len() == limit || bytes + size > room;
+            if full && !(page.is_empty() && at_least_one) {
                 return Ok((page, true));
             }
             bytes += size;
-            page.push((key, value));
+            page.push(entry);
         }
     }
 }
@@ -1007,6 +1055,14 @@ pub fn write_copy(
 mod tests {
     use super::*;
 
+    /// The first PG of pool 1.
+    fn pool_one_pg() -> PgId {
+        PgId {
+            pool: PoolId(1),
+            number: 0,
+        }
+    }
+
     fn scratch_store() -> (tempfile::TempDir, Store) {
         let dir = tempfile::tempdir().expect("tempdir");
         let kek = keys::KeyEncryptionKey::from_bytes([5; 32]);
@@ -1028,10 +1084,7 @@ mod tests {
     fn an_omap_larger_than_a_frame_is_copied_in_pages() {
         let (_dir, source) = scratch_store();
         let (_other, target) = scratch_store();
-        let pg = PgId {
-            pool: PoolId(1),
-            number: 0,
-        };
+        let pg = pool_one_pg();
         let object = object_ref(pg, &ObjectName::new("index").expect("name"));
         let version = Version { epoch: 4, seq: 9 };
         let mut txn = Transaction::new();
@@ -1092,6 +1145,126 @@ mod tests {
         differ.omap_set(&object, b"key-2-0999", b"other");
         target.apply(differ).expect("changed");
         assert_ne!(digest(&target, &object, false).0, original);
+    }
+
+    /// A page of omap entries for a client holds what it asked (1,000 at most), fewer where
+    /// they would pass half a frame, one at least, and says whether more follow.
+    #[test]
+    fn omap_pages_for_clients_fit_a_frame_and_say_whether_more_follow() {
+        let (_dir, store) = scratch_store();
+        let object = ObjectRef::new(PoolId(1), ObjectName::new("index").expect("a name"));
+        let mut txn = Transaction::new();
+        for n in 0..6u8 {
+            let size = if n == 3 { 1000 << 10 } else { 200 << 10 };
+            txn.omap_set(&object, &[n], &vec![n; size]);
+        }
+        store.apply(txn).expect("written");
+        let list = |after: Option<u8>, limit| {
+            let op = ObjectOp::OmapList {
+                after: after.map(|a| vec![a]),
+                limit,
+            };
+            match read_ops(&store, &object, &[op])
+                .expect("listed")
+                .0
+                .remove(0)
+            {
+                OpResult::OmapList { entries, more } => {
+                    let keys: Vec<u8> = entries.iter().map(|(key, _)| key[0]).collect();
+                    (keys, more)
+                }
+                other => panic!("{other:?}"),
+            }
+        };
+        assert_eq!(list(None, 1000), (vec![0, 1], true));
+        assert_eq!(list(Some(1), 1000), (vec![2], true));
+        assert_eq!(
+            list(Some(2), 1000),
+            (vec![3], true),
+            "one entry past the bound"
+        );
+        assert_eq!(list(Some(3), 1000), (vec![4, 5], false));
+        assert_eq!(list(None, 1), (vec![0], true));
+        assert_eq!(list(Some(4), 1), (vec![5], false));
+        assert_eq!(list(Some(5), 1000), (vec![], false));
+    }
+
+    /// The log keeps 2,000 entries, or fewer where their names would pass its bytes: each
+    /// append past a bound trims the oldest back to it, in batches.
+    #[test]
+    fn the_log_is_trimmed_by_entries_and_by_bytes() {
+        let pg = pool_one_pg();
+        let entry = |seq: u64, name_bytes: usize| LogEntry {
+            version: Version { epoch: 1, seq },
+            object: ObjectName::new(format!("{seq:08}").repeat(name_bytes / 8)).expect("name"),
+            reqid: messenger::message::ReqId { client: 1, seq },
+        };
+        let append = |log: &mut VecDeque<LogEntry>, bytes: &mut usize, new: LogEntry| {
+            let logged = (&*log, *bytes);
+            let trim = log_append(
+                &mut Transaction::new(),
+                pg,
+                std::slice::from_ref(&new),
+                logged,
+            );
+            for old in log.drain(..trim) {
+                *bytes -= old.wire_bytes_max();
+            }
+            *bytes += new.wire_bytes_max();
+            log.push_back(new);
+        };
+        let (mut log, mut bytes) = (VecDeque::new(), 0);
+        for seq in 1..=2200 {
+            append(&mut log, &mut bytes, entry(seq, 16));
+            assert!(log.len() <= LOG_ENTRIES_MAX + LOG_TRIM_BATCH);
+        }
+        assert!(log.len() >= LOG_ENTRIES_MAX, "{}", log.len());
+        for seq in 2201..=3000 {
+            append(&mut log, &mut bytes, entry(seq, 2000));
+            assert!(bytes <= LOG_BYTES_MAX + LOG_TRIM_BYTES, "{bytes}");
+        }
+        assert!(
+            log.len() <= 200 && bytes > LOG_BYTES_MAX - 4096,
+            "{}",
+            log.len()
+        );
+        assert_eq!(log.back().map(|e| e.version.seq), Some(3000));
+        let encoded = encode(&log.iter().collect::<Vec<_>>()).len();
+        assert!(
+            encoded <= bytes,
+            "{encoded} bytes on the wire, {bytes} counted"
+        );
+    }
+
+    /// A page of a PG's listing stops where its names would pass its bytes, and says so.
+    #[test]
+    fn listing_pages_fit_a_frame_whatever_the_names() {
+        let (_dir, store) = scratch_store();
+        let pg = pool_one_pg();
+        let mut txn = Transaction::new();
+        for n in 0..400 {
+            let name = ObjectName::new(format!("{n:04}").repeat(500)).expect("name");
+            txn.touch(&object_ref(pg, &name));
+        }
+        store.apply(txn).expect("written");
+        let mut after = None;
+        let mut pages = Vec::new();
+        loop {
+            let (page, more) =
+                list_pg_page(&store, pg, 1, after.as_ref(), 1000, None).expect("listed");
+            let bytes: usize = page
+                .iter()
+                .map(|(name, _)| named_version_bytes_max(name))
+                .sum();
+            assert!(bytes <= LIST_PAGE_BYTES_MAX, "{bytes}");
+            after = page.last().map(|(name, _)| name.clone());
+            pages.push(page.len());
+            if !more {
+                break;
+            }
+        }
+        assert_eq!(pages.iter().sum::<usize>(), 400);
+        assert!(pages.len() == 2, "{pages:?}");
     }
 
     /// Up to four data and record reads of up to 64 KiB in all are served on a network
@@ -1238,10 +1411,7 @@ mod tests {
     #[test]
     fn a_pushed_shard_is_taken_back_to_what_its_holder_had() {
         let (_dir, store) = scratch_store();
-        let pg = PgId {
-            pool: PoolId(1),
-            number: 0,
-        };
+        let pg = pool_one_pg();
         let object = object_ref(pg, &ObjectName::new("x").expect("name"));
         let version = |seq| Version { epoch: 3, seq };
         let write = |seq, byte| {

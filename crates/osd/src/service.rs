@@ -623,7 +623,12 @@ impl OsdService {
                         true => 0,
                         false => {
                             crate::metrics::write_group(entries.len());
-                            objects::log_append(&mut txn, pg.id, &entries, &core.log)
+                            objects::log_append(
+                                &mut txn,
+                                pg.id,
+                                &entries,
+                                (&core.log, core.log_bytes),
+                            )
                         }
                     };
                     sent = Some(replica_data(&prepared));
@@ -1267,7 +1272,8 @@ impl OsdService {
                     let object = objects::object_ref(id, &entry.object);
                     objects::build_write(&mut txn, &object, ops, data, entry.version)?;
                 }
-                let mut trim = objects::log_append(&mut txn, id, &entries, &core.log);
+                let mut trim =
+                    objects::log_append(&mut txn, id, &entries, (&core.log, core.log_bytes));
                 inner.apply_here(txn).await?;
                 crate::metrics::replicated(entries.len(), data.len(), handled.elapsed());
                 for entry in entries {
@@ -1312,8 +1318,8 @@ impl OsdService {
                     size,
                     &drops,
                 )?;
-                let trim =
-                    objects::log_append(&mut txn, id, std::slice::from_ref(&entry), &core.log);
+                let logged = (&core.log, core.log_bytes);
+                let trim = objects::log_append(&mut txn, id, std::slice::from_ref(&entry), logged);
                 inner.apply_here(txn).await?;
                 crate::metrics::replicated(1, data.len(), handled.elapsed());
                 core.note_logged(entry, trim);

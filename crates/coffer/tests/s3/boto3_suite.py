@@ -2741,6 +2741,36 @@ class Suite:
         )
         ok("listings leave out an empty delimiter, give an empty Marker, and owners as asked")
 
+    def listing_large_entries(self):
+        """A bucket whose index entries take more than one reply of its OSD (600 objects with
+        1,800 bytes of metadata each) lists in full pages all the same."""
+        bucket = f"{self.listing_bucket}-large"
+        self.s3.create_bucket(Bucket=bucket)
+        object_names = [f"large/{n:04}/" + "k" * 200 for n in range(600)]
+        for object_name in object_names:
+            self.s3.put_object(
+                Bucket=bucket, Key=object_name, Body=b"x", Metadata={"pad": "p" * 1800}
+            )
+        page = self.s3.list_objects_v2(Bucket=bucket)
+        expect("list_objects_v2 of large entries IsTruncated", page["IsTruncated"], False)
+        expect(
+            "list_objects_v2 of large entries",
+            [o["Key"] for o in page["Contents"]],
+            object_names,
+        )
+        page = self.s3.list_objects(Bucket=bucket, MaxKeys=500)
+        expect("list_objects of large entries IsTruncated", page["IsTruncated"], True)
+        expect(
+            "list_objects of large entries, 500 keys",
+            [o["Key"] for o in page["Contents"]],
+            object_names[:500],
+        )
+        self.s3.delete_objects(
+            Bucket=bucket, Delete={"Objects": [{"Key": name} for name in object_names]}
+        )
+        self.s3.delete_bucket(Bucket=bucket)
+        ok("a bucket whose index entries pass one reply of its OSD lists in full pages")
+
     # Presigned URLs ---------------------------------------------------------------------
 
     def presigned(self):
@@ -5544,6 +5574,7 @@ def main():
         suite.encryption_errors,
         suite.bucket_default_encryption,
         suite.listing,
+        suite.listing_large_entries,
         suite.presigned,
         suite.sigv2_headers,
         suite.sigv4_dated_by_date,

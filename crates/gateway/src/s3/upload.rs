@@ -455,10 +455,10 @@ pub(super) async fn list_parts(
         .unwrap_or(MAX_KEYS_DEFAULT)
         .clamp(0, MAX_KEYS_DEFAULT);
     let after = input.part_number_marker.unwrap_or(0).max(0) as u32;
-    let mut page = multipart::parts(&gw.pool, &input.upload_id, after, max as u32 + 1)
+    let (mut page, more) = multipart::parts(&gw.pool, &input.upload_id, after, max as u32 + 1)
         .await
         .map_err(|e| gw.upload_error(e, &input.upload_id))?;
-    let truncated = page.len() > max as usize;
+    let truncated = page.len() > max as usize || more;
     page.truncate(max as usize);
     let next = page.last().map(|(number, _)| *number as i32);
     let parts: Parts = page

@@ -391,7 +391,12 @@ pub enum OpResult {
     },
     Attrs(BTreeMap<String, Vec<u8>>),
     Omap(Vec<(Vec<u8>, Option<Vec<u8>>)>),
-    OmapList(Vec<(Vec<u8>, Vec<u8>)>),
+    /// A page of `OmapList`: entries in key order, as many as asked (1,000 at most) that
+    /// fit half a frame's metadata (one at least), and whether more follow the last.
+    OmapList {
+        entries: Vec<(Vec<u8>, Vec<u8>)>,
+        more: bool,
+    },
     /// Sealed chunks read (in the data segment, zeros for holes), with the object's size. On a
     /// secure link the segment is bound only by these records ([`Segment::Bound`]): its
     /// receiver opens every chunk before using a byte of it.
@@ -706,6 +711,14 @@ pub struct LogEntry {
     pub version: Version,
     pub object: ObjectName,
     pub reqid: ReqId,
+}
+
+impl LogEntry {
+    /// The most bytes the entry takes on the wire: the name with its length prefix, and
+    /// the four numbers of its version and request id as varints.
+    pub fn wire_bytes_max(&self) -> usize {
+        self.object.as_str().len() + 2 + 4 * 10
+    }
 }
 
 /// What an OSD holds of a PG: every write up to `last`.

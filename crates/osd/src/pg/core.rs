@@ -56,6 +56,9 @@ pub struct Core {
     pub loaded: bool,
     pub info: PgInfo,
     pub log: VecDeque<LogEntry>,
+    /// The most bytes `log` takes on the wire (`LogEntry::wire_bytes_max`), which bounds
+    /// it beside its length (`objects::log_append`).
+    pub log_bytes: usize,
     /// Request ids in the log, for retried writes.
     pub reqids: HashMap<ReqId, Version>,
     pub interval: Interval,
@@ -213,6 +216,7 @@ impl Core {
             loaded: false,
             info: PgInfo::default(),
             log: VecDeque::new(),
+            log_bytes: 0,
             reqids: HashMap::new(),
             interval: Interval::default(),
             fence: Claim::default(),
@@ -444,6 +448,7 @@ impl Core {
     pub fn set_log(&mut self, info: PgInfo, log: VecDeque<LogEntry>) {
         self.reqids = log.iter().map(|e| (e.reqid, e.version)).collect();
         self.info = info;
+        self.log_bytes = log.iter().map(LogEntry::wire_bytes_max).sum();
         self.log = log;
     }
 
@@ -456,7 +461,10 @@ impl Core {
             self.info.last
         );
         self.info.last = entry.version;
-        self.log.drain(..trim.min(self.log.len()));
+        let trimmed: usize = (self.log.drain(..trim.min(self.log.len())))
+            .map(|old| old.wire_bytes_max())
+            .sum();
+        self.log_bytes = self.log_bytes - trimmed + entry.wire_bytes_max();
         self.reqids.insert(entry.reqid, entry.version);
         self.log.push_back(entry);
         if self.reqids.len() > self.log.len() {
