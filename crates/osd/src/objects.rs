@@ -814,12 +814,13 @@ pub fn read_copy(
     let beside = PIECE_HEAD_BYTES + encode(&attrs).len() + encode(&chunks).len();
     let room = (META_BYTES_MAX as usize).saturating_sub(beside);
     let at_least_one = !at.first && data.is_empty();
-    let (omap, omap_more) = match &at.omap {
+    let after = match &at.omap {
+        OmapAt::After(key) => Some(key.as_slice()),
+        OmapAt::Start | OmapAt::Done => None,
+    };
+    let (omap, omap_more) = match at.omap {
         OmapAt::Done => (Vec::new(), false),
-        OmapAt::Start => omap_page(store, object, None, (usize::MAX, room), at_least_one)?,
-        OmapAt::After(key) => {
-            omap_page(store, object, Some(key), (usize::MAX, room), at_least_one)?
-        }
+        _ => omap_page(store, object, after, (usize::MAX, room), at_least_one)?,
     };
     assert!(
         !at_least_one || !omap.is_empty() || !omap_more,
@@ -908,9 +909,13 @@ pub fn digest(store: &Store, object: &ObjectRef, edge: bool) -> (CopyDigest, u64
         if at.first {
             meta.update(&encode(&copy.attrs));
         }
-        // Entry by entry, so the digest does not depend on where the pages break.
-        for entry in &copy.omap {
-            meta.update(&encode(entry));
+        // Entry by entry, each part after its length, so the digest does not depend on
+        // where the pages break.
+        for (key, value) in &copy.omap {
+            for part in [key, value] {
+                meta.update(&(part.len() as u64).to_le_bytes());
+                meta.update(part);
+            }
         }
         for seal in copy.chunks.iter().flatten() {
             match seal {

@@ -461,9 +461,8 @@ impl Core {
             self.info.last
         );
         self.info.last = entry.version;
-        let trimmed: usize = (self.log.drain(..trim.min(self.log.len())))
-            .map(|old| old.wire_bytes_max())
-            .sum();
+        let trim = trim.min(self.log.len());
+        let trimmed: usize = self.log.drain(..trim).map(|old| old.wire_bytes_max()).sum();
         self.log_bytes = self.log_bytes - trimmed + entry.wire_bytes_max();
         self.reqids.insert(entry.reqid, entry.version);
         self.log.push_back(entry);
