@@ -134,6 +134,11 @@ pub struct GwSection {
     /// The region it answers as (us-east-1): every bucket's location.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub region: Option<String>,
+    /// The least size of every part of a multipart upload but the last, in bytes (S3's
+    /// 5 MiB): smaller only to test uploads of many parts, as Ceph's
+    /// rgw_multipart_min_part_size.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub part_min_bytes: Option<u64>,
 }
 
 /// An external KMS: the transit engine of Vault or OpenBao (`vault`, `token_file`), or a

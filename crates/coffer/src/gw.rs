@@ -139,6 +139,11 @@ pub struct GwArgs {
     /// client settings `coffer user create` prints name the configuration's.
     #[arg(long)]
     region: Option<String>,
+    /// The least size of every part of a multipart upload but the last: smaller only to
+    /// test uploads of many parts, as Ceph's rgw_multipart_min_part_size [default: the
+    /// configuration's [gw] part_min_bytes, else 5M, S3's].
+    #[arg(long, value_parser = crate::text::parse_size)]
+    part_min: Option<u64>,
 }
 
 #[derive(clap::Subcommand)]
@@ -356,9 +361,12 @@ async fn rewrap(
         }
         Err(e) => return Err(e.to_string()),
     };
+    let pools = gateway::Pools::open(pool, None)
+        .await
+        .map_err(|e| format!("the data pool of gateway pool {pool_name}: {e}"))?;
     let what = format!("rewrap of KMS key {name}");
     let progress = crate::progress::Progress::new(&what, 0, "buckets");
-    let rewrapped = gateway::maintenance::rewrap(&pool, kms, name, newest, &|done, total| {
+    let rewrapped = gateway::maintenance::rewrap(&pools, kms, name, newest, &|done, total| {
         progress.reached(done, total)
     })
     .await;
@@ -550,7 +558,12 @@ pub fn serve(who: &Who, args: GwArgs) -> Result<(), String> {
         let gateway = gateway::Gateway::with_kms(pools, kms)
             .await
             .map_err(|e| format!("starting the gateway: {e}"))?
-            .in_region(&region)?;
+            .in_region(&region)?
+            .with_part_min(
+                args.part_min
+                    .or_else(|| conf.gw.as_ref().and_then(|gw| gw.part_min_bytes))
+                    .unwrap_or(gateway::PART_MIN_BYTES_DEFAULT),
+            );
         let day = args
             .lifecycle_day
             .or_else(|| {

@@ -130,6 +130,7 @@ fn create(dir: &Path, args: &UpArgs) -> Result<Conf, String> {
         lifecycle_day_seconds: None,
         access_log_roll_seconds: None,
         region: None,
+        part_min_bytes: None,
     });
     conf.dashboard = (args.dashboard != "none").then(|| DashboardSection {
         listen: args.dashboard.clone(),

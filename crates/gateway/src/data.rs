@@ -305,11 +305,82 @@ pub async fn remove_segment(pool: &Pool, segment: &Segment) {
     remove_stripes(pool, &segment.instance, segment.stripes()).await;
 }
 
-/// Removes the content of `entry`.
+/// Removes the content of `entry`, which no record names, with its list of segments if
+/// it has one. A list that cannot be read leaves its segments behind as garbage, which
+/// `coffer gw gc` finds (no entry names them).
 pub async fn remove(pool: &Pool, entry: &ObjectEntry) {
-    for segment in &entry.segments {
+    let mut entry = entry.clone();
+    if let Err(e) = with_segments(pool, &mut entry).await {
+        tracing::warn!("{e}: its segments stay as garbage");
+    }
+    for segment in entry
+        .segments
+        .iter()
+        .chain(&entry.listed.map(|l| l.segment()))
+    {
         remove_segment(pool, segment).await;
     }
+}
+
+/// Keeps `entry`'s segments in a list of their own when they are too many for its index
+/// entry (`layout::SEGMENTS_INLINE_BYTES_MAX`): writes the list to a fresh instance, and
+/// leaves `entry` naming it, with no segments. The entry's content is `segments` either
+/// way.
+pub async fn list_segments(pool: &Pool, entry: &mut ObjectEntry) -> Result<(), Error> {
+    assert!(
+        entry.listed.is_none(),
+        "an entry's segments are listed once"
+    );
+    let list = layout::encode(&layout::SegmentList(entry.segments.clone()));
+    if list.len() <= layout::SEGMENTS_INLINE_BYTES_MAX {
+        return Ok(());
+    }
+    let listed = layout::Listed {
+        instance: layout::new_instance(),
+        count: entry.segments.len() as u32,
+        bytes: list.len() as u64,
+    };
+    let name = layout::stripe_object(&listed.instance, 0);
+    pool.put(&name, Bytes::from(list)).await?;
+    entry.segments.clear();
+    entry.listed = Some(listed);
+    Ok(())
+}
+
+/// Fills in `entry`'s segments from its list, if it keeps them out of line.
+pub async fn with_segments(pool: &Pool, entry: &mut ObjectEntry) -> Result<(), Error> {
+    let Some(listed) = &entry.listed else {
+        return Ok(());
+    };
+    if !entry.segments.is_empty() {
+        return Ok(());
+    }
+    let name = layout::stripe_object(&listed.instance, 0);
+    let bytes = match pool.read(&name, 0, listed.bytes).await {
+        Ok(bytes) => bytes,
+        Err(client::Error::NotFound) => {
+            return Err(Error::NotFound(format!("segment list {name}")))
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let corrupt = |why: String| Error::Corrupt(format!("segment list {name}: {why}"));
+    if bytes.len() as u64 != listed.bytes {
+        return Err(corrupt(format!(
+            "{} bytes, the entry says {}",
+            bytes.len(),
+            listed.bytes
+        )));
+    }
+    let layout::SegmentList(segments) = layout::decode(&bytes).map_err(corrupt)?;
+    if segments.len() != listed.count as usize {
+        return Err(corrupt(format!(
+            "{} segments, the entry says {}",
+            segments.len(),
+            listed.count
+        )));
+    }
+    entry.segments = segments;
+    Ok(())
 }
 
 /// Reads bytes `[from, to)` of the content of a plain segment, stripe by stripe.

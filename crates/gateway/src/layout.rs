@@ -310,15 +310,17 @@ impl<Entry: Into<ObjectEntry>> From<EarlierVersion<Entry>> for Version {
 }
 
 /// Formats: its object entry is of format 3 in format 1, of format 4 (the lock) in format
-/// 2, of format 5 (the ACL) in format 3, of format 6 (the checksum) in format 4.
+/// 2, of format 5 (the ACL) in format 3, of format 6 (the checksum) in format 4, of format
+/// 7 (the segments out of line) in format 5.
 impl Record for Version {
-    const FORMAT: u8 = 4;
+    const FORMAT: u8 = 5;
 
     fn earlier(format: u8, bytes: &[u8]) -> Result<Self, String> {
         match format {
             1 => Ok(read::<EarlierVersion<EntryV3>>(bytes)?.into()),
             2 => Ok(read::<EarlierVersion<EntryV4>>(bytes)?.into()),
             3 => Ok(read::<EarlierVersion<EntryV5>>(bytes)?.into()),
+            4 => Ok(read::<EarlierVersion<EntryV6>>(bytes)?.into()),
             _ => Err(format!("version format {format} is not known here")),
         }
     }
@@ -761,12 +763,52 @@ pub struct ObjectEntry {
     pub acl: Option<Acl>,
     /// The checksum the writer asked for (CRC32, SHA-256, ...), beside the MD5.
     pub checksum: Option<Checksum>,
+    /// Where the segments are kept when they are too many for the entry (a multipart
+    /// upload of thousands of parts): `segments` is then empty as stored, and filled by
+    /// `crate::data::with_segments` where the content is read or freed.
+    pub listed: Option<Listed>,
 }
 
+/// An object's segments kept out of its index entry, which must fit one request to the
+/// cluster with others beside it: as a [`SegmentList`] in stripe 0 of a data instance of
+/// their own, which is named and freed as a segment's instance is.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Listed {
+    pub instance: String,
+    /// How many segments, and the bytes of the list: to read it whole and check it.
+    pub count: u32,
+    pub bytes: u64,
+}
+
+impl Listed {
+    /// The list's own content, as a plain segment of one stripe, to hold and free as one.
+    pub fn segment(&self) -> Segment {
+        Segment {
+            instance: self.instance.clone(),
+            size: self.bytes,
+            stripe_bytes: self.bytes.max(1),
+            sealed: None,
+        }
+    }
+}
+
+/// The segments of an object whose entry lists them out of line ([`Listed`]).
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
+pub struct SegmentList(pub Vec<Segment>);
+
+impl Record for SegmentList {}
+
+/// The most bytes an entry's segments take in the entry itself; more go to a
+/// [`SegmentList`]. About 500 parts sealed by a KMS key, 1,500 plain: an index entry stays
+/// a small fraction of a request's 1 MiB of metadata, twice over in a versioned bucket
+/// (the key's copy and the version's).
+pub const SEGMENTS_INLINE_BYTES_MAX: usize = 64 << 10;
+
 /// Format 2 added the content headers and the upload id, format 3 the version and tags,
-/// format 4 the lock, format 5 the ACL, format 6 the checksum.
+/// format 4 the lock, format 5 the ACL, format 6 the checksum, format 7 the segments kept
+/// out of line.
 impl Record for ObjectEntry {
-    const FORMAT: u8 = 6;
+    const FORMAT: u8 = 7;
 
     fn earlier(format: u8, bytes: &[u8]) -> Result<Self, String> {
         let fifth = match format {
@@ -775,6 +817,7 @@ impl Record for ObjectEntry {
             3 => EntryV4::from(read::<EntryV3>(bytes)?).into(),
             4 => read::<EntryV4>(bytes)?.into(),
             5 => read::<EntryV5>(bytes)?,
+            6 => return Ok(read::<EntryV6>(bytes)?.into()),
             _ => return Err(format!("object entry format {format} is not known here")),
         };
         Ok(fifth.into())
@@ -850,6 +893,23 @@ struct EntryV5 {
     acl: Option<Acl>,
 }
 
+/// An object entry as format 6 stored it (and format 4 of [`Version`] inside it): format
+/// 5's, then the checksum.
+#[derive(Deserialize)]
+struct EntryV6 {
+    fifth: EntryV5,
+    checksum: Option<Checksum>,
+}
+
+impl From<EntryV6> for ObjectEntry {
+    fn from(sixth: EntryV6) -> ObjectEntry {
+        ObjectEntry {
+            checksum: sixth.checksum,
+            ..sixth.fifth.into()
+        }
+    }
+}
+
 impl From<EntryV3> for ObjectEntry {
     fn from(third: EntryV3) -> ObjectEntry {
         EntryV4::from(third).into()
@@ -901,6 +961,7 @@ impl From<EntryV5> for ObjectEntry {
             lock: fourth.lock,
             acl: fifth.acl,
             checksum: None,
+            listed: None,
         }
     }
 }
@@ -1410,9 +1471,10 @@ mod tests {
                 checksum::Algorithm::Crc32,
                 vec![1, 2, 3, 4],
             )),
+            listed: None,
         };
         let bytes = encode(&entry);
-        assert_eq!(bytes[0], 6);
+        assert_eq!(bytes[0], 7);
         assert_eq!(decode::<ObjectEntry>(&bytes), Ok(entry.clone()));
         let mut other = bytes.clone();
         other[0] = 9;
@@ -1510,6 +1572,31 @@ mod tests {
         let mut version = vec![3, 0];
         version.extend_from_slice(&fifth[1..]);
         assert_eq!(decode::<Version>(&version), Ok(Version::Object(read)));
+
+        // An entry written before segments out of line (format 6) reads with its checksum,
+        // its segments in it; so does a version of format 4 holding one.
+        let mut sixth = vec![6];
+        sixth.extend_from_slice(&fifth[1..]);
+        sixth.extend(postcard::to_allocvec(&entry.checksum).expect("serializes"));
+        assert_eq!(decode::<ObjectEntry>(&sixth), Ok(entry.clone()));
+        let mut version = vec![4, 0];
+        version.extend_from_slice(&sixth[1..]);
+        assert_eq!(
+            decode::<Version>(&version),
+            Ok(Version::Object(entry.clone()))
+        );
+        let listed = ObjectEntry {
+            segments: Vec::new(),
+            listed: Some(Listed {
+                instance: new_instance(),
+                count: 10_000,
+                bytes: 1 << 20,
+            }),
+            ..entry.clone()
+        };
+        assert_eq!(decode::<ObjectEntry>(&encode(&listed)), Ok(listed.clone()));
+        let listed = Version::Object(listed);
+        assert_eq!(decode::<Version>(&encode(&listed)), Ok(listed));
 
         // A part written before checksums (format 1) reads with none.
         let part = PartRecord {

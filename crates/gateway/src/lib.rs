@@ -46,7 +46,7 @@ pub mod versions;
 pub mod web_identity;
 
 pub use pools::Pools;
-pub use s3::{region_name, Gateway, REGION_DEFAULT};
+pub use s3::{region_name, Gateway, PART_MIN_BYTES_DEFAULT, REGION_DEFAULT};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

@@ -199,6 +199,7 @@ mod tests {
             lock: Default::default(),
             acl: None,
             checksum: None,
+            listed: None,
         }
     }
 

@@ -4,8 +4,9 @@
 //! lifecycle run`, and the gateway on its schedule).
 //!
 //! The records that name stripes are object index entries ([`ObjectEntry`]), the object
-//! versions of versioned buckets ([`Version`]) and the parts of multipart uploads in
-//! progress ([`PartRecord`]); see [`layout`].
+//! versions of versioned buckets ([`Version`]), the lists of segments such records keep
+//! out of line ([`layout::Listed`]) and the parts of multipart uploads in progress
+//! ([`PartRecord`]); see [`layout`].
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::time::Duration;
@@ -19,7 +20,7 @@ use crate::layout::{self, IndexKey, ObjectEntry, Order, PartRecord, SealedKey, S
 use crate::lifecycle::Lifecycle;
 use crate::omap::Pages;
 use crate::versions::{Change, VersionId, Versioning};
-use crate::{buckets, multipart, Error, Pools};
+use crate::{buckets, data, multipart, Error, Pools};
 
 /// Compare-and-swap attempts on one record that keeps changing under the walk.
 const SWAP_TRIES: usize = 3;
@@ -41,14 +42,17 @@ pub struct Rewrapped {
 /// Rewraps every data key that a version of KMS key `key` older than `newest` wraps, in
 /// object entries and in the parts of uploads in progress, so that only version `newest`
 /// wraps them. Data keys stay the same, so no data is re-encrypted. Each record is swapped
-/// only if it did not change meanwhile (a record rewritten by a client has fresh keys).
+/// only if it did not change meanwhile (a record rewritten by a client has fresh keys). An
+/// entry that keeps its segments out of line gets a new list; the old one is left to
+/// [`collect`], as no entry names it.
 pub async fn rewrap(
-    pool: &Pool,
+    pools: &Pools,
     kms: &dyn Kms,
     key: &str,
     newest: u32,
     progress: &(dyn Fn(u64, u64) + Sync),
 ) -> Result<Rewrapped, Error> {
+    let (pool, data) = (&pools.meta, &pools.data);
     let mut done = Rewrapped::default();
     let listing = object_names(pool).await?;
     let buckets = bucket_names(pool, &listing).await?;
@@ -62,14 +66,14 @@ pub async fn rewrap(
                 match layout::parse_index_key(&entry_key) {
                     IndexKey::Object(_) => {
                         let rewrap_entry = async |entry: &mut ObjectEntry| {
-                            rewrap_segments(kms, key, newest, entry.segments.iter_mut()).await
+                            rewrap_entry(data, kms, key, newest, entry).await
                         };
                         swap(pool, &index, &entry_key, value, rewrap_entry, &mut done).await?;
                     }
                     IndexKey::Version(..) => {
                         let rewrap_version = async |version: &mut Version| match version {
                             Version::Object(entry) => {
-                                rewrap_segments(kms, key, newest, entry.segments.iter_mut()).await
+                                rewrap_entry(data, kms, key, newest, entry).await
                             }
                             Version::Marker { .. } => Ok(0),
                         };
@@ -108,6 +112,33 @@ async fn rewrap_upload(
         }
     }
     Ok(())
+}
+
+/// Rewraps the data keys of `entry`'s segments that an older version of `key` wraps;
+/// returns how many. Segments kept out of line go to a new list.
+async fn rewrap_entry(
+    data: &Pool,
+    kms: &dyn Kms,
+    key: &str,
+    newest: u32,
+    entry: &mut ObjectEntry,
+) -> Result<u64, Error> {
+    if entry.listed.is_none() {
+        return rewrap_segments(kms, key, newest, entry.segments.iter_mut()).await;
+    }
+    match data::with_segments(data, entry).await {
+        Ok(()) => {}
+        // Freed since the entry was read: the entry is gone or changed, with fresh keys.
+        Err(Error::NotFound(_)) => return Ok(0),
+        Err(e) => return Err(e),
+    }
+    let count = rewrap_segments(kms, key, newest, entry.segments.iter_mut()).await?;
+    if count == 0 {
+        return Ok(0);
+    }
+    entry.listed = None;
+    data::list_segments(data, entry).await?;
+    Ok(count)
 }
 
 /// Rewraps the data keys of `segments` that an older version of `key` wraps; returns how
@@ -321,7 +352,7 @@ pub async fn collect(
                     IndexKey::Upload => break 'objects,
                     IndexKey::Head(_) | IndexKey::Unknown => continue,
                 };
-                named.extend(entry.segments.into_iter().map(|s| s.instance));
+                named.extend(named_instances(data, entry).await?);
             }
         }
     }
@@ -386,6 +417,23 @@ pub async fn collect(
     Ok(out)
 }
 
+/// The data instances `entry` names: its segments', and its list's where it keeps them
+/// out of line. A list gone since the entry was read was freed with its segments.
+async fn named_instances(data: &Pool, mut entry: ObjectEntry) -> Result<Vec<String>, Error> {
+    match data::with_segments(data, &mut entry).await {
+        Ok(()) => {}
+        Err(Error::NotFound(_)) => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    }
+    let list = entry.listed.map(|listed| listed.instance);
+    Ok(entry
+        .segments
+        .into_iter()
+        .map(|s| s.instance)
+        .chain(list)
+        .collect())
+}
+
 /// The names of every object of the pool.
 async fn object_names(pool: &Pool) -> Result<Vec<String>, Error> {
     let names = pool.list().await?;
@@ -430,9 +478,10 @@ async fn finish_cut_completion(
         Some(since) if since <= cutoff => {}
         _ => return Ok(false),
     }
-    let Some(entry) = buckets::entry(pool, bucket, key).await? else {
+    let Some(mut entry) = buckets::entry(pool, bucket, key).await? else {
         return Ok(false);
     };
+    data::with_segments(&pools.data, &mut entry).await?;
     let used: Vec<String> = entry.segments.into_iter().map(|s| s.instance).collect();
     if !parts
         .iter()

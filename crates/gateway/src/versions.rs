@@ -519,6 +519,7 @@ mod tests {
             lock: Lock::default(),
             acl: None,
             checksum: None,
+            listed: None,
         }
     }
 

@@ -30,6 +30,8 @@ upload still in progress in them.
 """
 
 import base64
+import concurrent.futures
+import contextlib
 import dataclasses
 import datetime
 import email.utils
@@ -82,6 +84,8 @@ HTTP_TIMEOUT_SECONDS = 60
 # part numbers run from 1 to PART_NUMBER_MAX.
 PART_BYTES_MIN = 5 * MIB
 PART_NUMBER_MAX = 10000
+# Parts sent at once by the step that uploads S3's most parts.
+PART_UPLOAD_THREADS = 8
 # boto3's managed transfer cuts this object into 5 MiB parts, the last one shorter.
 MANAGED_TRANSFER_BYTES = 23 * MIB
 # Server-side encryption seals content in chunks of 64 KiB, each authenticated on its own, so
@@ -383,6 +387,7 @@ class Suite:
         self.checksum_bucket = f"boto3-{run_id}-checksums"
         self.select_bucket = f"boto3-{run_id}-select"
         self.torrent_bucket = f"boto3-{run_id}-torrent"
+        self.many_parts_bucket = f"boto3-{run_id}-many-parts"
         self.logged_bucket = f"boto3-{run_id}-logged"
         self.log_bucket = f"boto3-{run_id}-logs"
         self.user_policy_buckets = [f"boto3-{run_id}-user-policy-{who}" for who in ["first", "other"]]
@@ -1792,6 +1797,98 @@ class Suite:
             self.abort(object_name, upload_id)
         expect("list_multipart_uploads after aborting all", self.list_uploads_pages(1000), [])
         ok("no upload is left in progress once all are completed or aborted")
+
+    @contextlib.contextmanager
+    def part_min(self, size_bytes):
+        """The gateway restarted with `part_min_bytes` in its configuration's [gw] section,
+        and restarted as it was after."""
+        path = os.environ["COFFER_CONF"]
+        with open(path) as f:
+            kept = f.read()
+        changed, found = re.subn(r"^\[gw\]$", f"[gw]\npart_min_bytes = {size_bytes}", kept, count=1,
+                                 flags=re.MULTILINE)
+        expect("[gw] sections in the configuration", found, 1)
+        with open(path, "w") as f:
+            f.write(changed)
+        try:
+            self.gateway_restart()
+            yield
+        finally:
+            with open(path, "w") as f:
+                f.write(kept)
+            self.gateway_restart()
+
+    def most_parts(self):
+        """A multipart upload of S3's 10,000 parts under SSE-KMS in a versioned bucket (the
+        gateway taking parts of any size, as `part_min_bytes` lets it): more segments than an
+        index entry holds, twice over as the key's and the version's. It completes; reads
+        back whole, by part and by GetObjectAttributes; stays whole through `coffer gw gc`,
+        an overwrite and a copy; and its removal frees all of it."""
+        s3, bucket, object_name = self.s3, self.many_parts_bucket, "many/parts"
+        parts = [f"part {n:05} ".encode() * 8 for n in range(1, PART_NUMBER_MAX + 1)]
+        whole = b"".join(parts)
+        with self.part_min(1):
+            s3.create_bucket(Bucket=bucket)
+            s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+            upload_id = s3.create_multipart_upload(
+                Bucket=bucket, Key=object_name, ServerSideEncryption="aws:kms", SSEKMSKeyId=self.kms_key
+            )["UploadId"]
+
+            def send(number):
+                response = s3.upload_part(
+                    Bucket=bucket, Key=object_name, UploadId=upload_id, PartNumber=number,
+                    Body=parts[number - 1],
+                )
+                return {"PartNumber": number, "ETag": response["ETag"]}
+
+            with concurrent.futures.ThreadPoolExecutor(PART_UPLOAD_THREADS) as pool:
+                completed = list(pool.map(send, range(1, PART_NUMBER_MAX + 1)))
+            done = s3.complete_multipart_upload(
+                Bucket=bucket, Key=object_name, UploadId=upload_id, MultipartUpload={"Parts": completed}
+            )
+            expect("ETag of 10,000 parts", done["ETag"].strip('"').split("-")[1], str(PART_NUMBER_MAX))
+            version = done["VersionId"]
+            expect_body("get_object of 10,000 parts", s3.get_object(Bucket=bucket, Key=object_name)["Body"].read(), whole)
+            for number in [1, 5000, PART_NUMBER_MAX]:
+                got = s3.get_object(Bucket=bucket, Key=object_name, PartNumber=number)
+                expect(f"PartsCount with part {number}", got["PartsCount"], PART_NUMBER_MAX)
+                expect_body(f"part {number} of 10,000", got["Body"].read(), parts[number - 1])
+            head = s3.head_object(Bucket=bucket, Key=object_name, PartNumber=PART_NUMBER_MAX)
+            expect("head_object of the last part ContentLength", head["ContentLength"], len(parts[-1]))
+            attributes = s3.get_object_attributes(
+                Bucket=bucket, Key=object_name, ObjectAttributes=["ObjectParts"], MaxParts=3,
+                PartNumberMarker=PART_NUMBER_MAX - 3,
+            )["ObjectParts"]
+            expect("get_object_attributes TotalPartsCount", attributes["TotalPartsCount"], PART_NUMBER_MAX)
+            expect(
+                "get_object_attributes of the last 3 parts",
+                [(p["PartNumber"], p["Size"]) for p in attributes["Parts"]],
+                [(n, len(parts[n - 1])) for n in range(PART_NUMBER_MAX - 2, PART_NUMBER_MAX + 1)],
+            )
+            # The collector names what the entry names out of line, and keeps it.
+            self.coffer("gw", "gc", "--older-than", "0s")
+            expect_body("10,000 parts after gw gc", s3.get_object(Bucket=bucket, Key=object_name)["Body"].read(), whole)
+            s3.put_object(Bucket=bucket, Key=object_name, Body=b"small")
+            expect_body(
+                "the version of 10,000 parts after an overwrite",
+                s3.get_object(Bucket=bucket, Key=object_name, VersionId=version)["Body"].read(),
+                whole,
+            )
+            source = {"Bucket": bucket, "Key": object_name, "VersionId": version}
+            s3.copy_object(Bucket=bucket, Key="many/copy", CopySource=source)
+            expect_body("a copy of 10,000 parts", s3.get_object(Bucket=bucket, Key="many/copy")["Body"].read(), whole)
+            s3.delete_object(Bucket=bucket, Key=object_name, VersionId=version)
+            expect_error(
+                "get_object of the removed version", ["NoSuchVersion"], s3.get_object,
+                Bucket=bucket, Key=object_name, VersionId=version,
+            )
+            # Its removal freed its list and every part: nothing is left for the collector.
+            left = re.search(r"would remove (\d+) stripe objects",
+                             self.coffer("gw", "gc", "--older-than", "0s", "--dry-run"))
+            expect("stripes no record names after the version's removal", left and int(left.group(1)), 0)
+            self.empty_and_delete(bucket)
+        ok("10,000 parts under SSE-KMS in a versioned bucket complete, read back whole and by part, "
+           "survive gw gc, an overwrite and a copy, and their removal frees them")
 
     def bucket_deleted_with_an_upload_in_progress(self):
         """A bucket deleted while an upload is in progress in it takes the upload with it: a
@@ -5516,6 +5613,7 @@ class Suite:
             (self.s3, self.checksum_bucket),
             (self.s3, self.select_bucket),
             (self.s3, self.torrent_bucket),
+            (self.s3, self.many_parts_bucket),
             (self.s3, self.logged_bucket),
             (self.s3, self.log_bucket),
             (self.other, f"{self.policy_bucket}-other"),
@@ -5565,6 +5663,7 @@ def main():
         suite.multipart_part_copies,
         suite.multipart_errors,
         suite.multipart_listing_and_abort,
+        suite.most_parts,
         suite.managed_transfer,
         suite.bucket_deleted_with_an_upload_in_progress,
         suite.encrypted_objects,

@@ -55,9 +55,10 @@ pub(super) async fn get_object_attributes(
     let (bucket, current) =
         allowed!(gw, req, read GetObjectAttributes / GetObjectVersionAttributes);
     let (name, key, version) = (&req.input.bucket, &req.input.key, &req.input.version_id);
-    let entry = gw
+    let mut entry = gw
         .readable(&req, &bucket, name, key, version.as_deref(), current)
         .await?;
+    gw.with_segments(&mut entry).await?;
     let input = req.input;
     let customer = customer_key!(input)?;
     encryption::check_customer(&entry.sse, customer.as_ref())?;

@@ -33,10 +33,12 @@ impl Gateway {
         range: std::ops::Range<u64>,
         customer: Option<CustomerKey>,
     ) -> S3Result<data::Reader> {
-        let hold = self.readers.hold(source);
+        let mut source = source.clone();
+        self.with_segments(&mut source).await?;
+        let hold = self.readers.hold(&source);
         encryption::check_customer(&source.sse, customer.as_ref())?;
-        let keys = self.keys(source, customer.as_ref()).await?;
-        Ok(data::read(&self.data, source, range, keys, hold))
+        let keys = self.keys(&source, customer.as_ref()).await?;
+        Ok(data::read(&self.data, &source, range, keys, hold))
     }
 }
 

@@ -38,7 +38,7 @@ use s3s::{S3Request, S3Response, S3Result, S3};
 
 use crate::chunked::Trailers;
 use crate::kms::{Kms, MonitorKms};
-use crate::layout::{self, ContentHeaders, ObjectEntry, Sse, Version};
+use crate::layout::{self, ContentHeaders, ObjectEntry, Segment, Sse, Version};
 use crate::sse::KeyCache;
 use crate::versions::{self, Amend, Change, VersionId, Versioning};
 use crate::{buckets, data, users, Error, Pools};
@@ -71,12 +71,16 @@ pub struct Gateway {
     logs: std::sync::Arc<Mutex<crate::access_log::Batches>>,
     /// The region the gateway answers as ([`Gateway::in_region`]).
     region: std::sync::Arc<str>,
+    /// The least size of every part of a multipart upload but the last
+    /// ([`Gateway::with_part_min`]).
+    part_min_bytes: u64,
 }
 
 /// The region a gateway answers as unless given another: the one clients assume when
 /// told none.
 pub const REGION_DEFAULT: &str = "us-east-1";
 pub use bucket::region_name;
+pub use upload::PART_MIN_BYTES_DEFAULT;
 
 /// How often the gateway asks the KMS which keys exist, to forget the data keys of removed
 /// ones, and lets its client do its upkeep.
@@ -108,6 +112,7 @@ impl Gateway {
             cache: KeyCache::default(),
             logs: Default::default(),
             region: REGION_DEFAULT.into(),
+            part_min_bytes: PART_MIN_BYTES_DEFAULT,
         };
         let cache = gateway.cache.clone();
         tokio::spawn(async move {
@@ -135,6 +140,14 @@ impl Gateway {
         Ok(self)
     }
 
+    /// Takes parts of a multipart upload as small as `bytes` (S3's least is 5 MiB, every
+    /// part but the last): smaller only to test uploads of many parts, as Ceph's
+    /// rgw_multipart_min_part_size.
+    pub fn with_part_min(mut self, bytes: u64) -> Gateway {
+        self.part_min_bytes = bytes;
+        self
+    }
+
     /// Applies buckets' lifecycle rules from now on, with a day of `day` (shorter only in
     /// tests): every hour, or four times a lifecycle day if that is shorter. Several
     /// gateways on one pool each do; their changes are conditional, so a rule applies once.
@@ -147,7 +160,7 @@ impl Gateway {
                 tokio::time::sleep(every).await;
                 let free = |freed| {
                     let gateway = gateway.clone();
-                    Box::pin(async move { gateway.free(freed, None).await }) as _
+                    Box::pin(async move { gateway.free(freed, &[]).await }) as _
                 };
                 match crate::maintenance::lifecycle(
                     &gateway.pools(),
@@ -392,19 +405,33 @@ impl Gateway {
         }
     }
 
-    /// Frees the content of `freed` that `entry` (the object a change made, if any) does
-    /// not use: a completion committed twice names the same instances.
-    async fn free(&self, freed: Vec<ObjectEntry>, entry: Option<&ObjectEntry>) {
-        for segment in freed.iter().flat_map(|old| &old.segments) {
-            let kept = entry.is_some_and(|entry| {
-                entry
-                    .segments
-                    .iter()
-                    .any(|s| s.instance == segment.instance)
-            });
-            if !kept {
-                self.readers.remove_segment(segment).await;
+    /// Frees the content of `freed` but the segments `kept` (those of the object a change
+    /// made: a completion committed twice names the same instances). A list of segments
+    /// that cannot be read leaves its segments as garbage for `coffer gw gc`.
+    async fn free(&self, freed: Vec<ObjectEntry>, kept: &[Segment]) {
+        for mut old in freed {
+            if let Err(e) = data::with_segments(&self.data, &mut old).await {
+                tracing::warn!("{e}: its segments stay as garbage");
             }
+            let list = old.listed.as_ref().map(|listed| listed.segment());
+            for segment in old.segments.iter().chain(&list) {
+                if !kept.iter().any(|s| s.instance == segment.instance) {
+                    self.readers.remove_segment(segment).await;
+                }
+            }
+        }
+    }
+
+    /// Fills in `entry`'s segments where it keeps them out of line, for a verb that reads
+    /// its content or its parts. A list gone meanwhile was freed by a change of the object:
+    /// the client may ask again.
+    async fn with_segments(&self, entry: &mut ObjectEntry) -> S3Result<()> {
+        match data::with_segments(&self.data, entry).await {
+            Err(Error::NotFound(what)) => Err(Error::Busy(format!(
+                "the object changed while it was read ({what} is gone)"
+            ))
+            .into()),
+            done => done.map_err(Into::into),
         }
     }
 
@@ -429,7 +456,7 @@ impl Gateway {
         };
         match buckets::apply(&self.pool, name, key, basis, change, None, check).await {
             Ok(plan) => {
-                self.free(plan.freed, Some(entry)).await;
+                self.free(plan.freed, &entry.segments).await;
                 Ok(plan.version)
             }
             Err(e) => {
@@ -471,7 +498,7 @@ impl Gateway {
             Error::NoObject(_) => Ok(versions::Plan::default()),
             e => Err(e),
         })?;
-        self.free(std::mem::take(&mut plan.freed), None).await;
+        self.free(std::mem::take(&mut plan.freed), &[]).await;
         Ok(plan)
     }
 
@@ -698,6 +725,7 @@ fn new_entry(
         lock: crate::lock::Lock::default(),
         acl: None,
         checksum: written.checksum.clone(),
+        listed: None,
     }
 }
 

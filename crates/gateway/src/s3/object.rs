@@ -363,9 +363,10 @@ pub(super) async fn get_object(
     let (bucket, current) = allowed!(gw, req, read GetObject / GetObjectVersion);
     refuse_encryption_headers(&req.headers)?;
     let (name, key, version) = (&req.input.bucket, &req.input.key, &req.input.version_id);
-    let entry = gw
+    let mut entry = gw
         .readable(&req, &bucket, name, key, version.as_deref(), current)
         .await?;
+    gw.with_segments(&mut entry).await?;
     let input = req.input;
     // At once: the data key may take a round trip to the KMS.
     let hold = gw.readers.hold(&entry);
@@ -430,9 +431,12 @@ pub(super) async fn head_object(
     let (bucket, current) = allowed!(gw, req, read GetObject / GetObjectVersion);
     refuse_encryption_headers(&req.headers)?;
     let (name, key, version) = (&req.input.bucket, &req.input.key, &req.input.version_id);
-    let entry = gw
+    let mut entry = gw
         .readable(&req, &bucket, name, key, version.as_deref(), current)
         .await?;
+    if req.input.part_number.is_some() {
+        gw.with_segments(&mut entry).await?;
+    }
     let input = req.input;
     conditions!(input).check(&entry)?;
     let (range, content_range) = span(&entry, input.range.as_ref(), input.part_number)?;

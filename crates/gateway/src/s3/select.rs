@@ -39,7 +39,8 @@ pub(super) async fn select_object_content(
     let bucket = allowed!(gw, req, object GetObject);
     refuse_encryption_headers(&req.headers)?;
     let (name, key) = (&req.input.bucket, &req.input.key);
-    let entry = gw.readable(&req, &bucket, name, key, None, None).await?;
+    let mut entry = gw.readable(&req, &bucket, name, key, None, None).await?;
+    gw.with_segments(&mut entry).await?;
     // At once, as GetObject: what the object's content is must not be collected under it.
     let hold = gw.readers.hold(&entry);
     let input = req.input;

@@ -177,9 +177,10 @@ pub(super) async fn get_object_torrent(
     refuse_encryption_headers(&req.headers)?;
     let (name, key) = (&req.input.bucket, &req.input.key);
     let version = super::policy::query(&req, "versionId");
-    let entry = gw
+    let mut entry = gw
         .readable(&req, &bucket, name, key, version.as_deref(), None)
         .await?;
+    gw.with_segments(&mut entry).await?;
     let hold = gw.readers.hold(&entry);
     if entry.size >= TORRENT_SIZE_MAX {
         return Err(Refusal::BadRequest("only objects under 5 GiB have a torrent").into());

@@ -27,7 +27,7 @@ use crate::{buckets, data, multipart, Error};
 
 /// S3's limits on multipart uploads: part numbers, and the size of every part but the last.
 const PART_NUMBER_MAX: i32 = 10_000;
-const PART_BYTES_MIN: u64 = 5 << 20;
+pub const PART_MIN_BYTES_DEFAULT: u64 = 5 << 20;
 
 impl Gateway {
     /// The record of an upload in progress, or `NoSuchUpload`.
@@ -83,6 +83,7 @@ impl Gateway {
 fn chosen_parts<'a>(
     asked: &[CompletedPart],
     stored: &'a HashMap<u32, PartRecord>,
+    part_min_bytes: u64,
 ) -> S3Result<Vec<&'a PartRecord>> {
     let mut chosen = Vec::with_capacity(asked.len());
     let mut previous = 0;
@@ -102,11 +103,11 @@ fn chosen_parts<'a>(
             ))
             .into());
         }
-        if i + 1 < asked.len() && stored.segment.size < PART_BYTES_MIN {
+        if i + 1 < asked.len() && stored.segment.size < part_min_bytes {
             return Err(Refusal::PartTooSmall {
                 number,
                 size: stored.segment.size,
-                least: PART_BYTES_MIN,
+                least: part_min_bytes,
             }
             .into());
         }
@@ -282,7 +283,7 @@ pub(super) async fn complete_multipart_upload(
         .await?
         .into_iter()
         .collect();
-    let chosen = chosen_parts(&asked, &stored).and_then(|chosen| {
+    let chosen = chosen_parts(&asked, &stored, gw.part_min_bytes).and_then(|chosen| {
         let checksum = checksum::completed(
             record.checksum,
             &asked,
@@ -307,7 +308,7 @@ pub(super) async fn complete_multipart_upload(
         mtime_ns: layout::now_ns(),
         content_type: record.content_type,
         metadata: record.metadata,
-        segments,
+        segments: segments.clone(),
         sse: record.sse,
         headers: record.headers,
         upload_id: Some(input.upload_id.clone()),
@@ -316,8 +317,20 @@ pub(super) async fn complete_multipart_upload(
         lock: record.lock,
         acl: record.acl,
         checksum,
+        listed: None,
     };
     entry.lock = lock::for_new(&bucket, record.lock, entry.mtime_ns);
+    if let Err(e) = data::list_segments(&gw.data, &mut entry).await {
+        multipart::unmark_completing(&gw.pool, &input.upload_id).await;
+        return Err(e.into());
+    }
+    // The list is the completion's own: freed with it if the commit is refused.
+    let list = entry.listed.as_ref().map(|listed| listed.segment());
+    let drop_list = async || {
+        if let Some(list) = &list {
+            data::remove_segment(&gw.data, list).await;
+        }
+    };
     // Not gw.commit: on failure the parts stay with the upload, to complete again. The
     // commit also stops listing the upload, so that a second completion cannot commit it
     // again (as a second version naming the same parts).
@@ -336,21 +349,24 @@ pub(super) async fn complete_multipart_upload(
     .await
     {
         Ok(plan) => {
-            gw.free(plan.freed, Some(&entry)).await;
+            gw.free(plan.freed, &segments).await;
             plan.version
         }
         Err(refused @ (Error::Precondition(_) | Error::NoObject(_))) => {
+            drop_list().await;
             multipart::unmark_completing(&gw.pool, &input.upload_id).await;
             return Err(refused.into());
         }
         Err(e) if multipart::is_no_upload(&e, &input.upload_id) => {
+            drop_list().await;
             let gone = Refusal::NoUpload(input.upload_id.clone()).into();
             let (bucket, key, id) = (input.bucket, input.key, input.upload_id);
             return completed_before(gw, bucket, key, &id, customer.as_ref(), gone).await;
         }
+        // Perhaps committed: a list no entry names is garbage for `coffer gw gc`.
         Err(e) => return Err(in_bucket(e, &input.bucket)),
     };
-    let used: Vec<String> = entry.segments.iter().map(|s| s.instance.clone()).collect();
+    let used: Vec<String> = segments.iter().map(|s| s.instance.clone()).collect();
     let parts: Vec<PartRecord> = stored.into_values().collect();
     multipart::finish(&gw.pools(), &input.upload_id, &parts, &used).await;
     Ok(completed(
