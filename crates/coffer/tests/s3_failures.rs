@@ -174,11 +174,17 @@ fn hostile_requests_get_their_errors_and_the_gateway_keeps_serving() {
 
 /// A GET streaming a 40 MiB object while another request deletes it, or overwrites it,
 /// reads the whole object it started with (the gateway removes the old stripes only when
-/// the GET is done); afterwards nothing is left as garbage.
+/// the GET is done); so does one of an object of 2,000 parts, whose segments its entry
+/// keeps out of line; afterwards nothing is left as garbage.
 #[test]
 fn a_get_raced_by_a_delete_or_an_overwrite_reads_what_it_started_with() {
     let _serial = serial();
     let cluster = LocalCluster::start(3, &[]);
+    // Parts of any size, for the object of 2,000 parts.
+    let mut conf = cluster.conf();
+    conf.gw.as_mut().expect("a gateway").part_min_bytes = Some(1);
+    conf.save(&cluster.conf).expect("save the configuration");
+    cluster.ok(&["daemon", "restart", "gw"]);
     cluster.wait_s3();
     let user = cluster.s3_user("racer");
     let report = run_ok(
@@ -191,6 +197,10 @@ fn a_get_raced_by_a_delete_or_an_overwrite_reads_what_it_started_with() {
     );
     assert!(
         report.contains("raced by overwrite reads the whole"),
+        "{report}"
+    );
+    assert!(
+        report.contains("of 2,000 parts raced by overwrite reads the whole"),
         "{report}"
     );
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);

@@ -481,7 +481,12 @@ async fn finish_cut_completion(
     let Some(mut entry) = buckets::entry(pool, bucket, key).await? else {
         return Ok(false);
     };
-    data::with_segments(&pools.data, &mut entry).await?;
+    match data::with_segments(&pools.data, &mut entry).await {
+        Ok(()) => {}
+        // Freed since the entry was read: the object changed, and this is for the next walk.
+        Err(Error::NotFound(_)) => return Ok(false),
+        Err(e) => return Err(e),
+    }
     let used: Vec<String> = entry.segments.into_iter().map(|s| s.instance).collect();
     if !parts
         .iter()

@@ -5,6 +5,10 @@
 //!
 //! Only this gateway process's readers are counted: a GET served by another gateway on the
 //! same pool is cut short by a removal here (with an error, never with other bytes).
+//!
+//! An object whose segments are kept out of line is held by its list's instance, taken
+//! before the list is read: its removal then waits, list and segments, for the readers of
+//! the list.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -24,8 +28,8 @@ pub struct Readers {
 #[derive(Default)]
 struct Held {
     readers: usize,
-    /// Stripes to remove once the last reader is done.
-    removal: Option<u64>,
+    /// What to remove once the last reader is done.
+    removals: Vec<Segment>,
 }
 
 impl Readers {
@@ -36,10 +40,14 @@ impl Readers {
         }
     }
 
-    /// Marks the content of `entry` as being read until the returned hold is dropped.
+    /// Marks the content of `entry` as being read until the returned hold is dropped: its
+    /// segments, or its list where it keeps them out of line (whether read yet or not).
     pub fn hold(&self, entry: &ObjectEntry) -> Hold {
         let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
-        let instances: Vec<String> = entry.segments.iter().map(|s| s.instance.clone()).collect();
+        let instances: Vec<String> = match &entry.listed {
+            Some(listed) => vec![listed.instance.clone()],
+            None => entry.segments.iter().map(|s| s.instance.clone()).collect(),
+        };
         for instance in &instances {
             held.entry(instance.clone()).or_default().readers += 1;
         }
@@ -55,11 +63,27 @@ impl Readers {
         {
             let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
             if let Some(reading) = held.get_mut(&segment.instance) {
-                reading.removal = Some(segment.stripes());
+                reading.removals.push(segment.clone());
                 return;
             }
         }
         data::remove_segment(&self.pool, segment).await;
+    }
+
+    /// Removes `segments` and their `list` (an entry's out of line), which no record names
+    /// any more: now, or when the readers of the list are done.
+    pub async fn remove_listed(&self, list: &Segment, segments: Vec<Segment>) {
+        {
+            let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(reading) = held.get_mut(&list.instance) {
+                reading.removals.extend(segments);
+                reading.removals.push(list.clone());
+                return;
+            }
+        }
+        for segment in segments.iter().chain([list]) {
+            self.remove_segment(segment).await;
+        }
     }
 }
 
@@ -81,11 +105,20 @@ impl Drop for Hold {
             if reading.readers > 0 {
                 continue;
             }
-            let removal = held.remove(instance).and_then(|h| h.removal);
-            if let (Some(stripes), Ok(runtime)) = (removal, tokio::runtime::Handle::try_current()) {
-                let pool = self.readers.pool.clone();
-                let instance = instance.clone();
-                runtime.spawn(async move { data::remove_stripes(&pool, &instance, stripes).await });
+            let removals = held
+                .remove(instance)
+                .map(|h| h.removals)
+                .unwrap_or_default();
+            if let (false, Ok(runtime)) =
+                (removals.is_empty(), tokio::runtime::Handle::try_current())
+            {
+                // Each as any removal: a segment another reader holds waits for it too.
+                let readers = self.readers.clone();
+                runtime.spawn(async move {
+                    for segment in &removals {
+                        readers.remove_segment(segment).await;
+                    }
+                });
             }
         }
     }

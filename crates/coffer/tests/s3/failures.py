@@ -21,6 +21,7 @@ Object content is derived from the key, so the check needs no record of what was
 """
 
 import base64
+import concurrent.futures
 import hashlib
 import os
 import random
@@ -344,16 +345,44 @@ def full(bucket, phase):
         fail(f"unknown phase {phase}")
 
 
+def many_parts(s3, bucket, key, parts):
+    """`parts` uploaded as one object `key` of that many parts (the gateway taking parts of
+    any size), a few at a time."""
+    upload_id = s3.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
+
+    def send(number):
+        response = s3.upload_part(
+            Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=parts[number - 1]
+        )
+        return {"PartNumber": number, "ETag": response["ETag"]}
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        completed = list(pool.map(send, range(1, len(parts) + 1)))
+    s3.complete_multipart_upload(
+        Bucket=bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": completed}
+    )
+
+
 def race(bucket):
     """GETs streaming an object while another request deletes or overwrites it: each GET
-    that started reads the object it started with, whole; a GET after the change does not."""
+    that started reads the object it started with, whole; a GET after the change does not.
+    The last is an object of 2,000 parts, whose segments its entry keeps out of line (the
+    gateway takes parts of any size here)."""
     s3 = client()
     s3.create_bucket(Bucket=bucket)
     rng = random.Random(7)
     old, new = rng.randbytes(40 * MIB), rng.randbytes(3 * MIB)
-    for change in ["delete", "overwrite"]:
-        key = f"raced-by-{change}"
-        s3.put_object(Bucket=bucket, Key=key, Body=old)
+    many = [old[n * 20480:(n + 1) * 20480] for n in range(2000)]
+    for key, change, what in [
+        ("raced-by-delete", "delete", "a GET raced by delete"),
+        ("raced-by-overwrite", "overwrite", "a GET raced by overwrite"),
+        ("parts-raced-by-overwrite", "overwrite", "a GET of 2,000 parts raced by overwrite"),
+    ]:
+        if key.startswith("parts"):
+            many_parts(s3, bucket, key, many)
+            old = b"".join(many)
+        else:
+            s3.put_object(Bucket=bucket, Key=key, Body=old)
         body = s3.get_object(Bucket=bucket, Key=key)["Body"]
         first = body.read(MIB)
         if change == "delete":
@@ -370,9 +399,10 @@ def race(bucket):
                 fail("a GET after an overwrite does not read the new object")
         rest = body.read()
         if first + rest != old:
-            fail(f"a GET raced by {change} read {len(first) + len(rest)} bytes that differ")
-        ok(f"a GET raced by {change} reads the whole object it started with")
-    s3.delete_object(Bucket=bucket, Key="raced-by-overwrite")
+            fail(f"{what} read {len(first) + len(rest)} bytes that differ")
+        ok(f"{what} reads the whole object it started with")
+        if change == "overwrite":
+            s3.delete_object(Bucket=bucket, Key=key)
 
 
 def main():

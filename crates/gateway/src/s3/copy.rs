@@ -34,8 +34,7 @@ impl Gateway {
         customer: Option<CustomerKey>,
     ) -> S3Result<data::Reader> {
         let mut source = source.clone();
-        self.with_segments(&mut source).await?;
-        let hold = self.readers.hold(&source);
+        let hold = self.hold(&mut source).await?;
         encryption::check_customer(&source.sse, customer.as_ref())?;
         let keys = self.keys(&source, customer.as_ref()).await?;
         Ok(data::read(&self.data, &source, range, keys, hold))

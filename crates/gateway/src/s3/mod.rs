@@ -413,13 +413,33 @@ impl Gateway {
             if let Err(e) = data::with_segments(&self.data, &mut old).await {
                 tracing::warn!("{e}: its segments stay as garbage");
             }
-            let list = old.listed.as_ref().map(|listed| listed.segment());
-            for segment in old.segments.iter().chain(&list) {
-                if !kept.iter().any(|s| s.instance == segment.instance) {
-                    self.readers.remove_segment(segment).await;
+            let segments: Vec<Segment> = old
+                .segments
+                .into_iter()
+                .filter(|segment| !kept.iter().any(|s| s.instance == segment.instance))
+                .collect();
+            match &old.listed {
+                Some(listed) => {
+                    self.readers
+                        .remove_listed(&listed.segment(), segments)
+                        .await
+                }
+                None => {
+                    for segment in &segments {
+                        self.readers.remove_segment(segment).await;
+                    }
                 }
             }
         }
+    }
+
+    /// Holds `entry`'s content for a verb that streams it ([`crate::readers`]), and fills
+    /// in its segments where it keeps them out of line: at once, before any round trip, as
+    /// the entry was read.
+    async fn hold(&self, entry: &mut ObjectEntry) -> S3Result<crate::readers::Hold> {
+        let hold = self.readers.hold(entry);
+        self.with_segments(entry).await?;
+        Ok(hold)
     }
 
     /// Fills in `entry`'s segments where it keeps them out of line, for a verb that reads

@@ -366,10 +366,9 @@ pub(super) async fn get_object(
     let mut entry = gw
         .readable(&req, &bucket, name, key, version.as_deref(), current)
         .await?;
-    gw.with_segments(&mut entry).await?;
     let input = req.input;
-    // At once: the data key may take a round trip to the KMS.
-    let hold = gw.readers.hold(&entry);
+    // At once: the list of segments and the data key may take round trips.
+    let hold = gw.hold(&mut entry).await?;
     conditions!(input).check(&entry)?;
     // The span first: a part that does not exist is InvalidPart, key or no key.
     let (range, content_range) = span(&entry, input.range.as_ref(), input.part_number)?;

@@ -40,9 +40,8 @@ pub(super) async fn select_object_content(
     refuse_encryption_headers(&req.headers)?;
     let (name, key) = (&req.input.bucket, &req.input.key);
     let mut entry = gw.readable(&req, &bucket, name, key, None, None).await?;
-    gw.with_segments(&mut entry).await?;
     // At once, as GetObject: what the object's content is must not be collected under it.
-    let hold = gw.readers.hold(&entry);
+    let hold = gw.hold(&mut entry).await?;
     let input = req.input;
     let asked = &input.request;
     if asked.expression_type.as_str() != ExpressionType::SQL {

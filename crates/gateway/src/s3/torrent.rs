@@ -180,8 +180,7 @@ pub(super) async fn get_object_torrent(
     let mut entry = gw
         .readable(&req, &bucket, name, key, version.as_deref(), None)
         .await?;
-    gw.with_segments(&mut entry).await?;
-    let hold = gw.readers.hold(&entry);
+    let hold = gw.hold(&mut entry).await?;
     if entry.size >= TORRENT_SIZE_MAX {
         return Err(Refusal::BadRequest("only objects under 5 GiB have a torrent").into());
     }
