@@ -196,10 +196,13 @@ impl Checksum {
 
     /// The value S3 shows: base64, with `-COUNT` after a composite one.
     pub fn shown(&self) -> String {
+        self.shown_of(self.parts.len())
+    }
+
+    /// The value S3 shows of this checksum of `parts` parts.
+    pub fn shown_of(&self, parts: usize) -> String {
         match self.kind {
-            Kind::Composite if !self.parts.is_empty() => {
-                format!("{}-{}", encode(&self.digest), self.parts.len())
-            }
+            Kind::Composite if parts > 0 => format!("{}-{parts}", encode(&self.digest)),
             _ => encode(&self.digest),
         }
     }

@@ -322,19 +322,18 @@ pub async fn remove(pool: &Pool, entry: &ObjectEntry) {
     }
 }
 
-/// Keeps `entry`'s segments in a list of their own when they are too many for its index
-/// entry (`layout::SEGMENTS_INLINE_BYTES_MAX`): writes the list to a fresh instance, and
-/// leaves `entry` naming it, with no segments. The entry's content is `segments` either
-/// way.
+/// Keeps `entry`'s segments, with its parts' digests, in a list of their own when they
+/// are too many for its index entry (`layout::SEGMENTS_INLINE_BYTES_MAX`): writes the
+/// list to a fresh instance, and leaves `entry` naming it, with neither. The entry's
+/// content is `segments` either way.
 pub async fn list_segments(pool: &Pool, entry: &mut ObjectEntry) -> Result<(), Error> {
     assert!(
         entry.listed.is_none(),
         "an entry's segments are listed once"
     );
-    let list = layout::encode(&layout::SegmentList(entry.segments.clone()));
-    if list.len() <= layout::SEGMENTS_INLINE_BYTES_MAX {
+    let Some(list) = entry.segment_list() else {
         return Ok(());
-    }
+    };
     let listed = layout::Listed {
         instance: layout::new_instance(),
         count: entry.segments.len() as u32,
@@ -342,12 +341,12 @@ pub async fn list_segments(pool: &Pool, entry: &mut ObjectEntry) -> Result<(), E
     };
     let name = layout::stripe_object(&listed.instance, 0);
     pool.put(&name, Bytes::from(list)).await?;
-    entry.segments.clear();
-    entry.listed = Some(listed);
+    entry.keep_listed(listed);
     Ok(())
 }
 
-/// Fills in `entry`'s segments from its list, if it keeps them out of line.
+/// Fills in `entry`'s segments, and its parts' digests, from its list, if it keeps them
+/// out of line.
 pub async fn with_segments(pool: &Pool, entry: &mut ObjectEntry) -> Result<(), Error> {
     let Some(listed) = &entry.listed else {
         return Ok(());
@@ -363,24 +362,9 @@ pub async fn with_segments(pool: &Pool, entry: &mut ObjectEntry) -> Result<(), E
         }
         Err(e) => return Err(e.into()),
     };
-    let corrupt = |why: String| Error::Corrupt(format!("segment list {name}: {why}"));
-    if bytes.len() as u64 != listed.bytes {
-        return Err(corrupt(format!(
-            "{} bytes, the entry says {}",
-            bytes.len(),
-            listed.bytes
-        )));
-    }
-    let layout::SegmentList(segments) = layout::decode(&bytes).map_err(corrupt)?;
-    if segments.len() != listed.count as usize {
-        return Err(corrupt(format!(
-            "{} segments, the entry says {}",
-            segments.len(),
-            listed.count
-        )));
-    }
-    entry.segments = segments;
-    Ok(())
+    entry
+        .fill_listed(&bytes)
+        .map_err(|why| Error::Corrupt(format!("segment list {name}: {why}")))
 }
 
 /// Reads bytes `[from, to)` of the content of a plain segment, stripe by stripe.

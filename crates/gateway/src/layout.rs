@@ -769,6 +769,90 @@ pub struct ObjectEntry {
     pub listed: Option<Listed>,
 }
 
+impl ObjectEntry {
+    /// The object's checksum and the value S3 shows of it ([`Checksum::shown`]), counting
+    /// the parts of one whose digests its list of segments keeps.
+    pub fn shown_checksum(&self) -> Option<(&Checksum, String)> {
+        let checksum = self.checksum.as_ref()?;
+        let parts = match &self.listed {
+            Some(listed) if checksum.parts.is_empty() => listed.count as usize,
+            _ => checksum.parts.len(),
+        };
+        Some((checksum, checksum.shown_of(parts)))
+    }
+
+    /// The bytes of a [`SegmentList`] of the entry's segments and its parts' digests, if
+    /// they are too many to keep in the entry ([`SEGMENTS_INLINE_BYTES_MAX`]).
+    pub fn segment_list(&self) -> Option<Vec<u8>> {
+        let part_digests = self
+            .checksum
+            .as_ref()
+            .map(|c| c.parts.clone())
+            .unwrap_or_default();
+        assert!(
+            part_digests.is_empty() || part_digests.len() == self.segments.len(),
+            "a multipart object's checksum has a digest for each part, and each part a segment"
+        );
+        let list = encode(&SegmentList {
+            segments: self.segments.clone(),
+            part_digests,
+        });
+        (list.len() > SEGMENTS_INLINE_BYTES_MAX).then_some(list)
+    }
+
+    /// Leaves the entry naming `listed`, which keeps its segments and parts' digests
+    /// ([`ObjectEntry::segment_list`]) in its stead.
+    pub fn keep_listed(&mut self, listed: Listed) {
+        assert_eq!(listed.count as usize, self.segments.len());
+        self.segments.clear();
+        if let Some(checksum) = &mut self.checksum {
+            checksum.parts.clear();
+        }
+        self.listed = Some(listed);
+    }
+
+    /// Fills in the segments, and the parts' digests, of an entry that keeps them out of
+    /// line, from `bytes` read of its list; refuses bytes that are not the list it names.
+    pub fn fill_listed(&mut self, bytes: &[u8]) -> Result<(), String> {
+        let listed = self
+            .listed
+            .as_ref()
+            .expect("the entry keeps its segments in a list");
+        if bytes.len() as u64 != listed.bytes {
+            return Err(format!(
+                "{} bytes, the entry says {}",
+                bytes.len(),
+                listed.bytes
+            ));
+        }
+        let list: SegmentList = decode(bytes)?;
+        if list.segments.len() != listed.count as usize {
+            return Err(format!(
+                "{} segments, the entry says {}",
+                list.segments.len(),
+                listed.count
+            ));
+        }
+        if !list.part_digests.is_empty() {
+            let digests = list.part_digests.len();
+            match &mut self.checksum {
+                Some(checksum) if checksum.parts.is_empty() && digests == list.segments.len() => {
+                    checksum.parts = list.part_digests;
+                }
+                _ => {
+                    return Err(format!(
+                        "{digests} parts' digests for {} segments, of an entry whose checksum \
+                         does not keep them there",
+                        list.segments.len()
+                    ))
+                }
+            }
+        }
+        self.segments = list.segments;
+        Ok(())
+    }
+}
+
 /// An object's segments kept out of its index entry, which must fit one request to the
 /// cluster with others beside it: as a [`SegmentList`] in stripe 0 of a data instance of
 /// their own, which is named and freed as a segment's instance is.
@@ -792,11 +876,29 @@ impl Listed {
     }
 }
 
-/// The segments of an object whose entry lists them out of line ([`Listed`]).
+/// The segments of an object whose entry lists them out of line ([`Listed`]), with the
+/// digests of its parts' checksums, as many (none if its parts have none): at 32 bytes a
+/// part, they would otherwise fill the entry as the segments would.
 #[derive(Debug, PartialEq, Serialize, Deserialize)]
-pub struct SegmentList(pub Vec<Segment>);
+pub struct SegmentList {
+    pub segments: Vec<Segment>,
+    pub part_digests: Vec<Vec<u8>>,
+}
 
-impl Record for SegmentList {}
+/// Format 2 added the parts' digests, which a list of format 1 leaves in its entry.
+impl Record for SegmentList {
+    const FORMAT: u8 = 2;
+
+    fn earlier(format: u8, bytes: &[u8]) -> Result<Self, String> {
+        match format {
+            1 => Ok(SegmentList {
+                segments: read(bytes)?,
+                part_digests: Vec::new(),
+            }),
+            _ => Err(format!("segment list format {format} is not known here")),
+        }
+    }
+}
 
 /// The most bytes an entry's segments take in the entry itself; more go to a
 /// [`SegmentList`]. About 500 parts sealed by a KMS key, 1,500 plain: an index entry stays
@@ -1682,6 +1784,107 @@ mod tests {
             ..read
         };
         assert_eq!(decode::<UploadRecord>(&encode(&checked)), Ok(checked));
+    }
+
+    /// An entry of `parts` multipart parts, each with a SHA-256 digest.
+    fn multipart_entry(parts: usize) -> ObjectEntry {
+        let segments: Vec<Segment> = (0..parts)
+            .map(|_| Segment {
+                instance: new_instance(),
+                size: 5 << 20,
+                stripe_bytes: STRIPE_BYTES,
+                sealed: None,
+            })
+            .collect();
+        let digests: Vec<(Vec<u8>, u64)> =
+            (0..parts).map(|n| (vec![n as u8; 32], 5 << 20)).collect();
+        ObjectEntry {
+            size: segments.iter().map(|s| s.size).sum(),
+            etag: format!("ab-{parts}"),
+            mtime_ns: 7,
+            content_type: None,
+            metadata: Vec::new(),
+            segments,
+            sse: None,
+            headers: ContentHeaders::default(),
+            upload_id: Some("0123".into()),
+            version: None,
+            tags: Vec::new(),
+            lock: Lock::default(),
+            acl: None,
+            checksum: Some(Checksum::of_parts(
+                checksum::Algorithm::Sha256,
+                checksum::Kind::Composite,
+                &digests,
+            )),
+            listed: None,
+        }
+    }
+
+    #[test]
+    fn an_entry_of_many_parts_keeps_them_in_a_list_that_must_be_its_own() {
+        let few = multipart_entry(3);
+        assert_eq!(few.segment_list(), None, "three parts stay in the entry");
+
+        let whole = multipart_entry(2_000);
+        let shown = whole.shown_checksum().map(|(_, shown)| shown);
+        assert!(shown.as_deref().is_some_and(|s| s.ends_with("-2000")));
+        let list = whole.segment_list().expect("2,000 parts go to a list");
+        let listed = Listed {
+            instance: new_instance(),
+            count: 2_000,
+            bytes: list.len() as u64,
+        };
+        let mut stored = whole.clone();
+        stored.keep_listed(listed.clone());
+        assert!(stored.segments.is_empty());
+        assert!(stored.checksum.as_ref().is_some_and(|c| c.parts.is_empty()));
+        assert!(
+            encode(&stored).len() < 1_000,
+            "the digests left the entry too"
+        );
+        assert_eq!(stored.shown_checksum().map(|(_, s)| s), shown);
+        let mut read = stored.clone();
+        assert_eq!(read.fill_listed(&list), Ok(()));
+        assert_eq!(
+            read,
+            ObjectEntry {
+                listed: Some(listed.clone()),
+                ..whole.clone()
+            }
+        );
+
+        // Bytes that are not the list the entry names are refused, and fill in nothing.
+        let refused = |bytes: &[u8], entry: &ObjectEntry| {
+            let mut entry = entry.clone();
+            let why = entry.fill_listed(bytes).expect_err("refused");
+            assert!(entry.segments.is_empty(), "{why}: nothing filled in");
+            why
+        };
+        assert!(refused(&list[..list.len() - 1], &stored).contains("bytes, the entry says"));
+        let mut flipped = list.clone();
+        flipped[0] ^= 0xff;
+        refused(&flipped, &stored);
+        let mut fewer = stored.clone();
+        fewer.listed.as_mut().expect("listed").count = 1_999;
+        assert!(refused(&list, &fewer).contains("2000 segments, the entry says 1999"));
+        let mut unchecked = stored.clone();
+        unchecked.checksum = None;
+        assert!(refused(&list, &unchecked).contains("digests"));
+
+        // A list of the first format holds segments only; the digests stayed in line.
+        let mut first = vec![1];
+        first.extend(postcard::to_allocvec(&whole.segments).expect("serializes"));
+        let mut inline = whole.clone();
+        inline.segments.clear();
+        inline.listed = Some(Listed {
+            bytes: first.len() as u64,
+            ..listed
+        });
+        let mut read = inline.clone();
+        assert_eq!(read.fill_listed(&first), Ok(()));
+        assert_eq!(read.segments, whole.segments);
+        assert_eq!(read.checksum, whole.checksum);
     }
 
     #[test]

@@ -1819,11 +1819,12 @@ class Suite:
             self.gateway_restart()
 
     def most_parts(self):
-        """A multipart upload of S3's 10,000 parts under SSE-KMS in a versioned bucket (the
-        gateway taking parts of any size, as `part_min_bytes` lets it): more segments than an
-        index entry holds, twice over as the key's and the version's. It completes; reads
-        back whole, by part and by GetObjectAttributes; stays whole through `coffer gw gc`,
-        an overwrite and a copy; and its removal frees all of it."""
+        """A multipart upload of S3's 10,000 parts under SSE-KMS in a versioned bucket, each
+        with a SHA-256 checksum (the gateway taking parts of any size, as `part_min_bytes`
+        lets it): more segments and digests than an index entry holds, twice over as the
+        key's and the version's. It completes; reads back whole, by part and by
+        GetObjectAttributes, with its checksums; stays whole through `coffer gw gc`, an
+        overwrite and a copy; and its removal frees all of it."""
         s3, bucket, object_name = self.s3, self.many_parts_bucket, "many/parts"
         parts = [f"part {n:05} ".encode() * 8 for n in range(1, PART_NUMBER_MAX + 1)]
         whole = b"".join(parts)
@@ -1831,15 +1832,16 @@ class Suite:
             s3.create_bucket(Bucket=bucket)
             s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
             upload_id = s3.create_multipart_upload(
-                Bucket=bucket, Key=object_name, ServerSideEncryption="aws:kms", SSEKMSKeyId=self.kms_key
+                Bucket=bucket, Key=object_name, ServerSideEncryption="aws:kms", SSEKMSKeyId=self.kms_key,
+                ChecksumAlgorithm="SHA256",
             )["UploadId"]
 
             def send(number):
                 response = s3.upload_part(
                     Bucket=bucket, Key=object_name, UploadId=upload_id, PartNumber=number,
-                    Body=parts[number - 1],
+                    Body=parts[number - 1], ChecksumAlgorithm="SHA256",
                 )
-                return {"PartNumber": number, "ETag": response["ETag"]}
+                return {"PartNumber": number, "ETag": response["ETag"], "ChecksumSHA256": response["ChecksumSHA256"]}
 
             with concurrent.futures.ThreadPoolExecutor(PART_UPLOAD_THREADS) as pool:
                 completed = list(pool.map(send, range(1, PART_NUMBER_MAX + 1)))
@@ -1847,12 +1849,21 @@ class Suite:
                 Bucket=bucket, Key=object_name, UploadId=upload_id, MultipartUpload={"Parts": completed}
             )
             expect("ETag of 10,000 parts", done["ETag"].strip('"').split("-")[1], str(PART_NUMBER_MAX))
+            composite = done["ChecksumSHA256"]
+            expect("the checksum of 10,000 parts counts them", composite.split("-")[-1], str(PART_NUMBER_MAX))
+            expect(
+                "head_object's checksum of 10,000 parts",
+                s3.head_object(Bucket=bucket, Key=object_name, ChecksumMode="ENABLED").get("ChecksumSHA256"),
+                composite,
+            )
             version = done["VersionId"]
             expect_body("get_object of 10,000 parts", s3.get_object(Bucket=bucket, Key=object_name)["Body"].read(), whole)
             for number in [1, 5000, PART_NUMBER_MAX]:
-                got = s3.get_object(Bucket=bucket, Key=object_name, PartNumber=number)
+                got = s3.get_object(Bucket=bucket, Key=object_name, PartNumber=number, ChecksumMode="ENABLED")
                 expect(f"PartsCount with part {number}", got["PartsCount"], PART_NUMBER_MAX)
                 expect_body(f"part {number} of 10,000", got["Body"].read(), parts[number - 1])
+                expect(f"the checksum of part {number} of 10,000", got.get("ChecksumSHA256"),
+                       completed[number - 1]["ChecksumSHA256"])
             head = s3.head_object(Bucket=bucket, Key=object_name, PartNumber=PART_NUMBER_MAX)
             expect("head_object of the last part ContentLength", head["ContentLength"], len(parts[-1]))
             attributes = s3.get_object_attributes(
@@ -1862,8 +1873,11 @@ class Suite:
             expect("get_object_attributes TotalPartsCount", attributes["TotalPartsCount"], PART_NUMBER_MAX)
             expect(
                 "get_object_attributes of the last 3 parts",
-                [(p["PartNumber"], p["Size"]) for p in attributes["Parts"]],
-                [(n, len(parts[n - 1])) for n in range(PART_NUMBER_MAX - 2, PART_NUMBER_MAX + 1)],
+                [(p["PartNumber"], p["Size"], p.get("ChecksumSHA256")) for p in attributes["Parts"]],
+                [
+                    (n, len(parts[n - 1]), completed[n - 1]["ChecksumSHA256"])
+                    for n in range(PART_NUMBER_MAX - 2, PART_NUMBER_MAX + 1)
+                ],
             )
             # The collector names what the entry names out of line, and keeps it.
             self.coffer("gw", "gc", "--older-than", "0s")
@@ -1887,8 +1901,8 @@ class Suite:
                              self.coffer("gw", "gc", "--older-than", "0s", "--dry-run"))
             expect("stripes no record names after the version's removal", left and int(left.group(1)), 0)
             self.empty_and_delete(bucket)
-        ok("10,000 parts under SSE-KMS in a versioned bucket complete, read back whole and by part, "
-           "survive gw gc, an overwrite and a copy, and their removal frees them")
+        ok("10,000 parts with SHA-256 checksums under SSE-KMS in a versioned bucket complete, read back "
+           "whole and by part, survive gw gc, an overwrite and a copy, and their removal frees them")
 
     def bucket_deleted_with_an_upload_in_progress(self):
         """A bucket deleted while an upload is in progress in it takes the upload with it: a

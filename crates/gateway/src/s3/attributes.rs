@@ -71,13 +71,9 @@ pub(super) async fn get_object_attributes(
         .collect();
     let wants = |name: &str| asked.contains(&name);
     let multipart = entry.upload_id.is_some();
-    let shown_checksum = entry
-        .checksum
-        .as_ref()
-        .filter(|_| wants(ObjectAttributes::CHECKSUM));
-    let checksum = shown_checksum.map(|c| {
+    let checksum = (entry.checksum.is_some() && wants(ObjectAttributes::CHECKSUM)).then(|| {
         let mut shown = Checksum::default();
-        show_checksum!(shown, Some(c));
+        show_checksum!(shown, entry);
         shown
     });
     let max = input

@@ -9,7 +9,7 @@ use s3s::S3Result;
 use super::error::Refusal;
 use crate::checksum::{self, Algorithm, Asked, Checksum, Kind};
 use crate::chunked::Trailers;
-use crate::layout::PartRecord;
+use crate::layout::{ObjectEntry, PartRecord};
 
 /// What a PutObject or UploadPart input (with the request's `headers`) asks to check.
 macro_rules! asked_checksum {
@@ -96,12 +96,12 @@ pub(super) fn shown_algorithm(algorithm: Algorithm) -> ChecksumAlgorithm {
 /// it (`x-amz-checksum-mode: ENABLED`): all of it for the whole object, a part's for one
 /// part (`partNumber`), none for a range (S3 has none to give).
 pub(super) fn read(
-    checksum: Option<&Checksum>,
+    entry: &ObjectEntry,
     mode: Option<&ChecksumMode>,
     part: Option<i32>,
     ranged: bool,
 ) -> Option<((Algorithm, String), Kind)> {
-    let checksum = checksum?;
+    let (checksum, whole) = entry.shown_checksum()?;
     let wanted = mode.is_some_and(|mode| mode.as_str().eq_ignore_ascii_case(ChecksumMode::ENABLED));
     if !wanted || ranged {
         return None;
@@ -113,7 +113,7 @@ pub(super) fn read(
                 .get(usize::try_from(number).ok()?.checked_sub(1)?)?;
             checksum::encode(digest)
         }
-        _ => checksum.shown(),
+        _ => whole,
     };
     Some(((checksum.algorithm, shown), checksum.kind))
 }
@@ -138,12 +138,12 @@ macro_rules! set_checksum {
 pub(super) use set_checksum;
 
 /// Sets the checksum fields and the `checksum_type` of an s3s output from an object's
-/// `Option<&Checksum>`.
+/// entry, if it has a checksum.
 macro_rules! show_checksum {
-    ($target:expr, $checksum:expr) => {
-        if let Some(checksum) = $checksum {
+    ($target:expr, $entry:expr) => {
+        if let Some((checksum, shown)) = $entry.shown_checksum() {
             $target.checksum_type = Some(super::checksum::shown_type(checksum.kind));
-            super::checksum::set_checksum!($target, Some((checksum.algorithm, checksum.shown())));
+            super::checksum::set_checksum!($target, Some((checksum.algorithm, shown)));
         }
     };
 }

@@ -36,8 +36,7 @@ impl Gateway {
         let mut source = source.clone();
         let hold = self.hold(&mut source).await?;
         encryption::check_customer(&source.sse, customer.as_ref())?;
-        let keys = self.keys(&source, customer.as_ref()).await?;
-        Ok(data::read(&self.data, &source, range, keys, hold))
+        self.read(&source, range, customer.as_ref(), hold).await
     }
 }
 
@@ -309,6 +308,6 @@ fn copy_result(entry: &ObjectEntry) -> CopyObjectResult {
         last_modified: Some(modified(entry)),
         ..Default::default()
     };
-    show_checksum!(result, entry.checksum.as_ref());
+    show_checksum!(result, entry);
     result
 }

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use base64::Engine;
+use futures::{StreamExt, TryStreamExt};
 use keys::{KeyEncryptionKey, SecretKey, WrappedKey};
 use md5::Digest;
 use s3s::dto::ServerSideEncryption;
@@ -14,7 +15,7 @@ use super::error::Refusal;
 use crate::buckets;
 use crate::data::Sealing;
 use crate::kms::Kms;
-use crate::layout::{ObjectEntry, SealedKey, Sse};
+use crate::layout::{ObjectEntry, SealedKey, Segment, Sse};
 use crate::sse::{self, KeyCache};
 
 /// What a customer key wraps a data key under.
@@ -216,44 +217,71 @@ pub async fn new_sealing(
     })
 }
 
-/// The data key of each segment of `entry` (none for plain segments), unwrapped: from the
-/// cache, the KMS, or the customer's key.
+/// How many data keys a read has the KMS unwrap at once.
+const UNWRAPS_IN_FLIGHT: usize = 16;
+
+/// The data keys of `entry`'s segments, in order: unwrapped for those that bytes `range`
+/// of its content lie in (from the cache, the KMS, several at once, or the customer's
+/// key), none for the others and for plain segments. A part of an object of thousands
+/// waits for its own key alone; an empty range asks for every key, so that an empty
+/// object whose KMS key is removed is refused as the others are.
 pub async fn segment_keys(
     kms: &dyn Kms,
     cache: &KeyCache,
     entry: &ObjectEntry,
     customer: Option<&CustomerKey>,
+    range: std::ops::Range<u64>,
 ) -> S3Result<Vec<Option<Arc<SecretKey<32>>>>> {
-    let mut out = Vec::with_capacity(entry.segments.len());
+    let mut unwraps = Vec::with_capacity(entry.segments.len());
+    let mut start = 0;
     for segment in &entry.segments {
-        let key = match &segment.sealed {
-            None => None,
-            Some(SealedKey::Kms {
-                key,
-                version,
-                wrapped,
-            }) => match cache.get(wrapped) {
-                Some(found) => Some(found),
-                None => {
-                    let opened = kms.decrypt(key, *version, wrapped).await?;
-                    let opened = Arc::new(opened);
-                    cache.put(wrapped, key, opened.clone());
-                    Some(opened)
-                }
-            },
-            Some(SealedKey::Customer { wrapped }) => {
-                let customer = customer.ok_or(Refusal::BadRequest(
-                    "the object is stored with SSE-C: give its key",
-                ))?;
-                let wrapped = WrappedKey::from_bytes(wrapped.clone());
-                let opened = keys::unwrap(&customer.key, &wrapped, CUSTOMER_CONTEXT)
-                    .map_err(|_| Refusal::WrongCustomerKey)?;
-                Some(Arc::new(opened))
+        let (from, to) = (start, start + segment.size);
+        start = to;
+        let read = range.is_empty() || (from < range.end && range.start < to);
+        unwraps.push(async move {
+            match read {
+                true => segment_key(kms, cache, segment, customer).await,
+                false => Ok(None),
             }
-        };
-        out.push(key);
+        });
     }
-    Ok(out)
+    futures::stream::iter(unwraps)
+        .buffered(UNWRAPS_IN_FLIGHT)
+        .try_collect()
+        .await
+}
+
+/// The data key of `segment`, unwrapped; none for a plain one.
+async fn segment_key(
+    kms: &dyn Kms,
+    cache: &KeyCache,
+    segment: &Segment,
+    customer: Option<&CustomerKey>,
+) -> S3Result<Option<Arc<SecretKey<32>>>> {
+    Ok(match &segment.sealed {
+        None => None,
+        Some(SealedKey::Kms {
+            key,
+            version,
+            wrapped,
+        }) => match cache.get(wrapped) {
+            Some(found) => Some(found),
+            None => {
+                let opened = Arc::new(kms.decrypt(key, *version, wrapped).await?);
+                cache.put(wrapped, key, opened.clone());
+                Some(opened)
+            }
+        },
+        Some(SealedKey::Customer { wrapped }) => {
+            let customer = customer.ok_or(Refusal::BadRequest(
+                "the object is stored with SSE-C: give its key",
+            ))?;
+            let wrapped = WrappedKey::from_bytes(wrapped.clone());
+            let opened = keys::unwrap(&customer.key, &wrapped, CUSTOMER_CONTEXT)
+                .map_err(|_| Refusal::WrongCustomerKey)?;
+            Some(Arc::new(opened))
+        }
+    })
 }
 
 /// What a customer key's ETags are keyed with, apart from its other uses.

@@ -565,12 +565,18 @@ impl Gateway {
         }
     }
 
-    async fn keys(
+    /// Reads bytes `range` of `entry`'s content, held by `hold`, with `customer`'s key
+    /// under SSE-C: once it has the data keys of the segments the range lies in.
+    async fn read(
         &self,
         entry: &ObjectEntry,
+        range: std::ops::Range<u64>,
         customer: Option<&CustomerKey>,
-    ) -> S3Result<Vec<Option<std::sync::Arc<keys::SecretKey<32>>>>> {
-        encryption::segment_keys(self.kms.as_ref(), &self.cache, entry, customer).await
+        hold: crate::readers::Hold,
+    ) -> S3Result<data::Reader> {
+        let (kms, cache) = (self.kms.as_ref(), &self.cache);
+        let keys = encryption::segment_keys(kms, cache, entry, customer, range.clone()).await?;
+        Ok(data::read(&self.data, entry, range, keys, hold))
     }
 }
 

@@ -23,7 +23,7 @@ use crate::buckets::Judged;
 use crate::chunked::Trailers;
 use crate::layout::ObjectEntry;
 use crate::versions::{self, VersionId};
-use crate::{data, Error};
+use crate::Error;
 
 /// The most keys one DeleteObjects may name (S3's limit).
 const DELETE_KEYS_MAX: usize = 1000;
@@ -352,7 +352,7 @@ pub(super) async fn put_object(
         sse_customer_key_md5: described.customer_key_md5,
         ..Default::default()
     };
-    show_checksum!(output, entry.checksum.as_ref());
+    show_checksum!(output, entry);
     Ok(S3Response::new(output))
 }
 
@@ -374,13 +374,14 @@ pub(super) async fn get_object(
     let (range, content_range) = span(&entry, input.range.as_ref(), input.part_number)?;
     let customer = customer_key!(input)?;
     encryption::check_customer(&entry.sse, customer.as_ref())?;
-    let keys = gw.keys(&entry, customer.as_ref()).await?;
-    let body = data::read(&gw.data, &entry, range.clone(), keys, hold);
+    let body = gw
+        .read(&entry, range.clone(), customer.as_ref(), hold)
+        .await?;
     let described = encryption::describe(&entry.sse, customer.as_ref());
     let locked = lock::shown(&entry.lock);
     let headers = &entry.headers;
     let shown_checksum = checksum::read(
-        entry.checksum.as_ref(),
+        &entry,
         input.checksum_mode.as_ref(),
         input.part_number,
         input.range.is_some(),
@@ -444,7 +445,7 @@ pub(super) async fn head_object(
     let described = encryption::describe(&entry.sse, customer.as_ref());
     let locked = lock::shown(&entry.lock);
     let shown_checksum = checksum::read(
-        entry.checksum.as_ref(),
+        &entry,
         input.checksum_mode.as_ref(),
         input.part_number,
         input.range.is_some(),

@@ -79,8 +79,9 @@ pub(super) async fn select_object_content(
         .unwrap_or(false);
     let customer = customer_key!(input)?;
     encryption::check_customer(&entry.sse, customer.as_ref())?;
-    let keys = gw.keys(&entry, customer.as_ref()).await?;
-    let body = data::read(&gw.data, &entry, 0..entry.size, keys, hold);
+    let body = gw
+        .read(&entry, 0..entry.size, customer.as_ref(), hold)
+        .await?;
     let (send, receive) = mpsc::channel(EVENTS_QUEUED);
     let running = tokio::spawn(run(query, body, entry.size, progress, send.clone()));
     // Should the run fail (a panic in a query), the stream still ends with an error.

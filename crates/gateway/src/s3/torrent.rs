@@ -14,7 +14,7 @@ use super::object::refuse_encryption_headers;
 use super::policy::allowed;
 use super::Gateway;
 use crate::layout::Sse;
-use crate::{data, Error};
+use crate::Error;
 
 /// The largest object with a torrent (S3's limit).
 const TORRENT_SIZE_MAX: u64 = 5 << 30;
@@ -190,8 +190,7 @@ pub(super) async fn get_object_torrent(
         )
         .into());
     }
-    let keys = gw.keys(&entry, None).await?;
-    let mut content = data::read(&gw.data, &entry, 0..entry.size, keys, hold);
+    let mut content = gw.read(&entry, 0..entry.size, None, hold).await?;
     let piece_length = piece_length(entry.size);
     let mut pieces = Pieces::new(piece_length);
     while let Some(read) = content.next().await {

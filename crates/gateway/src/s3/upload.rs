@@ -421,7 +421,7 @@ fn completed(
         version_id: version,
         ..Default::default()
     };
-    show_checksum!(output, entry.checksum.as_ref());
+    show_checksum!(output, entry);
     let mut response = S3Response::new(output);
     // As every other SSE-C answer does; s3s's CompleteMultipartUpload output has no fields
     // for them.
