@@ -95,18 +95,25 @@ struct Work {
 }
 
 impl Work {
-    /// Removes every omap entry the object has (before the transaction's later changes).
+    /// Removes every omap entry the object has (before the transaction's later changes):
+    /// the changes to it queued so far go, and `metadata_batch` removes the rows the
+    /// object had before the transaction, if it had any.
     fn clear_omap(&mut self) {
+        self.omap_ops.clear();
+        self.omap_keys.clear();
+        self.omap_cleared = true;
+    }
+
+    /// The change that removes the object's omap rows as they were before the transaction.
+    fn remove_omap_rows(&self) -> MetaOp {
         let table = match self.object.pool.is_pg_meta() {
             true => Table::Omap,
             false => Table::OmapPaged,
         };
-        self.omap_ops.push(MetaOp::RemovePrefix {
+        MetaOp::RemovePrefix {
             table,
             prefix: self.id.to_vec(),
-        });
-        self.omap_keys.clear();
-        self.omap_cleared = true;
+        }
     }
 
     fn record_mut(&mut self) -> &mut ObjectRecord {
@@ -1122,10 +1129,19 @@ impl Store {
     ) -> Result<Vec<MetaOp>, ApplyError> {
         let mut batch = Vec::new();
         let now = now_ns();
+        // A removed object without omap rows (most are) changes no key range: its group
+        // then waits for its commit with the others (pending.rs) instead of being
+        // committed at once.
+        let mut clears_rows = Vec::with_capacity(works.len());
         for w in works.iter_mut() {
-            self.undo_batch(w, space, &mut batch)?;
+            let clears = w.omap_cleared && self.has_omap(w)?;
+            self.undo_batch(w, clears, space, &mut batch)?;
+            clears_rows.push(clears);
         }
-        for w in works.iter_mut().filter(|w| w.touched) {
+        for (w, clears) in works.iter_mut().zip(clears_rows) {
+            if !w.touched {
+                continue;
+            }
             let key = object_key(w.object.pool, w.object.name.hash(), &w.id).to_vec();
             match w.record.as_mut() {
                 Some(record) => {
@@ -1172,6 +1188,9 @@ impl Store {
                     });
                 }
             }
+            if clears {
+                batch.push(w.remove_omap_rows());
+            }
             batch.append(&mut w.omap_ops);
             for (row, plain) in std::mem::take(&mut w.omap_keys).changes() {
                 let key = row.key(&w.id);
@@ -1196,11 +1215,12 @@ impl Store {
     fn undo_batch(
         &self,
         w: &mut Work,
+        clears_omap_rows: bool,
         space: &mut Space,
         batch: &mut Vec<MetaOp>,
     ) -> Result<(), ApplyError> {
         match w.keep {
-            Some(_) if w.omap_changed || (w.omap_cleared && self.has_omap(w)?) => {
+            Some(_) if w.omap_changed || clears_omap_rows => {
                 return Err(invalid(format!(
                     "object {} changes its omap and keeps an undo record, which does not \
                      cover omap",

@@ -171,11 +171,17 @@ mod tests {
         wait: Duration,
         writes: std::ops::Range<usize>,
     ) -> bool {
+        run_with_commits_held(store, wait, || writes.for_each(|n| write(store, n)))
+    }
+
+    /// Runs `work` on a thread of its own while the commit lock is held, and says whether
+    /// it returned within `wait` (the lock is let go before anything is asserted).
+    fn run_with_commits_held(store: &Store, wait: Duration, work: impl FnOnce() + Send) -> bool {
         let held = store.shared.commits.lock().expect("commit lock");
         std::thread::scope(|s| {
             let (done, finished) = std::sync::mpsc::channel();
             s.spawn(move || {
-                writes.for_each(|n| write(store, n));
+                work();
                 // The test may have stopped waiting.
                 let _ = done.send(());
             });
@@ -203,6 +209,70 @@ mod tests {
         let name = ObjectName::new(format!("object-{}", due - 1)).expect("a valid name");
         let read = store.read(&ObjectRef::new(PoolId(1), name), 0, 512);
         assert_eq!(read.expect("read")[..], [(due - 1) as u8; 512][..]);
+    }
+
+    /// Removing an object without omap rows changes no key range, so its group waits for
+    /// its commit like a write's; removing one with rows is committed at once (pending.rs)
+    /// and takes them. An object whose omap is set and removed in one transaction leaves
+    /// no rows and waits too.
+    #[test]
+    fn only_a_remove_of_omap_rows_is_committed_at_once() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = store(dir.path());
+        let object =
+            |name: &str| ObjectRef::new(PoolId(1), ObjectName::new(name).expect("a valid name"));
+        let (plain, mapped, brief) = (object("plain"), object("mapped"), object("brief"));
+        let apply = |txn: &mut Transaction| store.apply(std::mem::take(txn)).expect("apply");
+        apply(Transaction::new().write(&plain, 0, &[1; 512]));
+        apply(
+            Transaction::new()
+                .write(&mapped, 0, &[2; 512])
+                .omap_set(&mapped, b"k", b"v"),
+        );
+        store
+            .shared
+            .commit_waiting("the test's commit")
+            .expect("commit");
+
+        assert!(
+            run_with_commits_held(&store, Duration::from_secs(20), || {
+                apply(Transaction::new().remove(&plain));
+                apply(
+                    Transaction::new()
+                        .write(&brief, 0, &[3; 512])
+                        .omap_set(&brief, b"k", b"v")
+                        .remove(&brief),
+                );
+            }),
+            "a remove of an object without omap rows waited for a commit"
+        );
+        assert!(
+            !run_with_commits_held(&store, Duration::from_secs(1), || {
+                apply(Transaction::new().remove(&mapped));
+            }),
+            "a remove of omap rows returned with no commit made"
+        );
+        assert!(
+            store.shared.waiting().is_empty(),
+            "a remove of omap rows was committed without what waited before it"
+        );
+        drop(store);
+
+        let store = Store::open(dir.path(), &kek()).expect("open again");
+        for gone in [&plain, &mapped, &brief] {
+            assert!(
+                !store.exists(gone).expect("exists"),
+                "{gone} is still there"
+            );
+            let mut again = Transaction::new();
+            again.touch(gone);
+            store.apply(again).expect("made again");
+            let rows = store.omap_get(gone, b"k").expect("omap");
+            assert_eq!(
+                rows, None,
+                "{gone} made again has the omap of the one removed"
+            );
+        }
     }
 
     /// While the thread's commit cannot run, writes go on until the changes are overdue;

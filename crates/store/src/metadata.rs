@@ -244,7 +244,8 @@ pub(crate) enum MetaOp {
         table: Table,
         key: Vec<u8>,
     },
-    /// Removes every row whose key starts with `prefix` (an object's omap on removal).
+    /// Removes every row whose key starts with `prefix` (the omap rows of an object removed
+    /// or cleared, if it had any).
     RemovePrefix {
         table: Table,
         prefix: Vec<u8>,

@@ -19,8 +19,9 @@
 //!
 //! A crash loses only this memory: the records are in the log above `wal_applied`, and
 //! replay applies them in order, as it did for the one record a crash could leave before.
-//! Changes that remove a key range (`MetaOp::RemovePrefix`, an object's omap on removal) are
-//! not kept here: their group is committed at once, after what is here.
+//! Changes that remove a key range (`MetaOp::RemovePrefix`, the omap rows of an object
+//! removed or cleared; an object without rows has none) are not kept here: their group is
+//! committed at once, after what is here.
 
 use crate::metadata::{MetaOp, ObjectId, Table};
 use crate::usage::Delta;
