@@ -275,6 +275,48 @@ mod tests {
         }
     }
 
+    /// An omap entry is read as the changes waiting for their commit leave it, set or
+    /// removed, without committing them.
+    #[test]
+    fn an_omap_entry_is_read_without_committing_what_waits() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = store(dir.path());
+        let index = ObjectRef::new(PoolId(1), ObjectName::new("index").expect("a valid name"));
+        let mut txn = Transaction::new();
+        txn.omap_set(&index, b"old", b"1")
+            .omap_set(&index, b"gone", b"2");
+        store.apply(txn).expect("apply");
+        store
+            .shared
+            .commit_waiting("the test's commit")
+            .expect("commit");
+        let mut txn = Transaction::new();
+        txn.omap_set(&index, b"new", b"3")
+            .omap_remove(&index, b"gone");
+        store.apply(txn).expect("apply");
+        assert!(
+            !store.shared.waiting().is_empty(),
+            "the change was committed at once"
+        );
+
+        let (read, found) = std::sync::mpsc::channel();
+        assert!(
+            run_with_commits_held(&store, Duration::from_secs(20), || {
+                for key in [&b"old"[..], b"gone", b"new"] {
+                    read.send(store.omap_get(&index, key).expect("omap_get"))
+                        .expect("send");
+                }
+            }),
+            "a read of an omap entry waited for a commit"
+        );
+        let found: Vec<_> = found.try_iter().collect();
+        assert_eq!(found, [Some(b"1".to_vec()), None, Some(b"3".to_vec())]);
+        assert!(
+            !store.shared.waiting().is_empty(),
+            "the read committed what waits"
+        );
+    }
+
     /// While the thread's commit cannot run, writes go on until the changes are overdue;
     /// the write that finds them so commits them itself, once the commit under way is done.
     #[test]

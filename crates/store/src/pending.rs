@@ -8,12 +8,13 @@
 //! before a read that needs them.
 //!
 //! Who sees what:
-//! - The write path, and a record's reader, read through a [`View`]: the changes here over
-//!   the database, each key as its last change left it. A commit takes the changes out of
-//!   `Waiting::newer` into `Waiting::committing`, commits them without a lock on them, and
-//!   only then drops them (`Shared::commit_with_waiting`); a reader looks here under a read
-//!   lock and begins its database snapshot while holding it, so a change is seen in one
-//!   place or the other (or both, alike), never neither, and no reader waits for a commit.
+//! - The write path, a record's reader and `omap_get` read through a [`View`]: the changes
+//!   here over the database, each key as its last change left it. A commit takes the
+//!   changes out of `Waiting::newer` into `Waiting::committing`, commits them without a
+//!   lock on them, and only then drops them (`Shared::commit_with_waiting`); a reader
+//!   looks here under a read lock and begins its database snapshot while holding it, so a
+//!   change is seen in one place or the other (or both, alike), never neither, and no
+//!   reader waits for a commit.
 //! - Every other reader first has the changes of its object (or all of them, for listings)
 //!   committed (`Store::settle`), then reads the database as before.
 //!

@@ -14,7 +14,7 @@ use crate::object::{
     load_extents, pieces, Extent, ExtentMap, LoadError, ObjectRecord, OBJECT_BLOCKS_MAX,
 };
 use crate::omap::{self, Row};
-use crate::pending::View;
+use crate::pending::{View, Waiting};
 use crate::seal::{ChunkRecord, DataSealer, ExtentSeal};
 use crate::store::Store;
 use crate::undo::{undo_key, undo_key_version};
@@ -676,9 +676,21 @@ impl Store {
             .object_id(object.pool, object.name.as_str());
         let pending = self.shared.waiting();
         let txn = self.shared.db.begin_read()?;
+        self.record_as_waiting(&pending, &txn, object, &id)
+    }
+
+    /// The object's record as the changes waiting for their commit leave it, from `txn`
+    /// begun while `pending` was looked at.
+    fn record_as_waiting(
+        &self,
+        pending: &Waiting,
+        txn: &ReadTransaction,
+        object: &ObjectRef,
+        id: &ObjectId,
+    ) -> Result<ObjectRecord, ReadError> {
         let loaded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let objects = txn.open_table(OBJECTS)?;
-            self.load_record(&pending.view(Table::Objects, &objects), object, &id)
+            self.load_record(&pending.view(Table::Objects, &objects), object, id)
         }))
         .map_err(|_| ReadError::MetadataIntegrity {
             what: format!("{object} (the metadata database is damaged)"),
@@ -713,18 +725,26 @@ impl Store {
         }
     }
 
+    /// One omap entry, as the changes waiting for their commit leave it: the read does not
+    /// commit them (an S3 PUT reads the index entry of its key from the bucket's index,
+    /// which the PUT before it just changed).
     pub fn omap_get(&self, object: &ObjectRef, key: &[u8]) -> Result<Option<Vec<u8>>, ReadError> {
         let id = self
             .shared
             .meta
             .object_id(object.pool, object.name.as_str());
-        let (txn, _) = self.snapshot(object, &id)?;
+        let pending = self.shared.waiting();
+        let txn = self.shared.db.begin_read()?;
+        self.record_as_waiting(&pending, &txn, object, &id)?;
         if object.pool.is_pg_meta() {
+            let rows = txn.open_table(OMAP)?;
             let row = omap_key(&id, key);
-            return self.omap_row(&txn, Table::Omap, object, &row);
+            return self.omap_row(&pending.view(Table::Omap, &rows), Table::Omap, object, &row);
         }
+        let rows = txn.open_table(OMAP_PAGED)?;
+        let view = pending.view(Table::OmapPaged, &rows);
         let row = omap::entry_key(&id, &self.shared.meta.omap_slot(&id, key));
-        match self.omap_row(&txn, Table::OmapPaged, object, &row)? {
+        match self.omap_row(&view, Table::OmapPaged, object, &row)? {
             Some(entry) => omap::entry_value(entry, key)
                 .map(Some)
                 .map_err(|damaged| self.damaged_omap(object, damaged)),
@@ -732,24 +752,20 @@ impl Store {
         }
     }
 
-    /// The opened value of a row of `table` (`Omap` or `OmapPaged`).
-    fn omap_row(
+    /// The opened value of a row of `table` (`Omap` or `OmapPaged`), read through `rows`.
+    fn omap_row<T: ReadableTable<&'static [u8], &'static [u8]>>(
         &self,
-        txn: &ReadTransaction,
+        rows: &View<'_, T>,
         table: Table,
         object: &ObjectRef,
         row: &[u8],
     ) -> Result<Option<Vec<u8>>, ReadError> {
-        let rows = txn.open_table(match table {
-            Table::Omap => OMAP,
-            _ => OMAP_PAGED,
-        })?;
         let Some(stored) = rows.get(row)? else {
             return Ok(None);
         };
         self.shared
             .meta
-            .open(table, row, stored.value())
+            .open(table, row, &stored)
             .map(Some)
             .map_err(|_| ReadError::MetadataIntegrity {
                 what: format!("object {object}, an omap row"),
@@ -777,14 +793,16 @@ impl Store {
         let (txn, _) = self.snapshot(object, &id)?;
         let limit = limit.min(OMAP_PAGE_ENTRIES_MAX);
         if !object.pool.is_pg_meta() {
-            let load = |row: Row| self.omap_row(&txn, Table::OmapPaged, object, &row.key(&id));
+            let rows = txn.open_table(OMAP_PAGED)?;
+            let rows = View::committed(&rows);
+            let load = |row: Row| self.omap_row(&rows, Table::OmapPaged, object, &row.key(&id));
             let keys = omap::list(after, limit, load)?;
             return keys
                 .into_iter()
                 .map(|key| {
                     let row = omap::entry_key(&id, &self.shared.meta.omap_slot(&id, &key));
                     let entry = self
-                        .omap_row(&txn, Table::OmapPaged, object, &row)?
+                        .omap_row(&rows, Table::OmapPaged, object, &row)?
                         .ok_or(omap::Damaged("an omap entry its page names"))
                         .and_then(|entry| omap::entry_value(entry, &key))
                         .map_err(|damaged| self.damaged_omap(object, damaged))?;
