@@ -1263,7 +1263,8 @@ impl Store {
         Ok(())
     }
 
-    /// Whether `w` has omap entries, as committed.
+    /// Whether `w` had omap rows before this transaction (the changes waiting for their
+    /// commit over the database).
     fn has_omap(&self, w: &Work) -> Result<bool, ApplyError> {
         let pending = self.shared.waiting();
         let txn = self.shared.db.begin_read()?;

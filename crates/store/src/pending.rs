@@ -207,6 +207,11 @@ impl Waiting {
         &mut self.newer
     }
 
+    /// Whether a commit has taken changes and not yet put them in the database.
+    pub(crate) fn commit_under_way(&self) -> bool {
+        self.committing.is_some()
+    }
+
     /// Takes the newer changes to be committed; `None` if the last commit of changes
     /// failed (its changes stay in view: they are logged, and acknowledged).
     pub(crate) fn begin_commit(&mut self) -> Option<Arc<Pending>> {

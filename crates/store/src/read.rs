@@ -727,24 +727,46 @@ impl Store {
 
     /// One omap entry, as the changes waiting for their commit leave it: the read does not
     /// commit them (an S3 PUT reads the index entry of its key from the bucket's index,
-    /// which the PUT before it just changed).
+    /// which the PUT before it just changed). While a commit is under way the entry is read
+    /// as committed, after it, as other reads are: a commit that also makes a group's own
+    /// changes (one committed at once) would show, in a snapshot begun during it, under the
+    /// older values it is committing, and the record and the row could disagree.
     pub fn omap_get(&self, object: &ObjectRef, key: &[u8]) -> Result<Option<Vec<u8>>, ReadError> {
         let id = self
             .shared
             .meta
             .object_id(object.pool, object.name.as_str());
+        let table = match object.pool.is_pg_meta() {
+            true => Table::Omap,
+            false => Table::OmapPaged,
+        };
         let pending = self.shared.waiting();
+        if pending.commit_under_way() {
+            drop(pending);
+            let (txn, _) = self.snapshot(object, &id)?;
+            let rows = open_omap(&txn, table)?;
+            return self.omap_entry(&View::committed(&rows), table, object, &id, key);
+        }
         let txn = self.shared.db.begin_read()?;
         self.record_as_waiting(&pending, &txn, object, &id)?;
-        if object.pool.is_pg_meta() {
-            let rows = txn.open_table(OMAP)?;
-            let row = omap_key(&id, key);
-            return self.omap_row(&pending.view(Table::Omap, &rows), Table::Omap, object, &row);
+        let rows = open_omap(&txn, table)?;
+        self.omap_entry(&pending.view(table, &rows), table, object, &id, key)
+    }
+
+    /// The value of omap entry `key` of `object`, from `rows` of `table`.
+    fn omap_entry<T: ReadableTable<&'static [u8], &'static [u8]>>(
+        &self,
+        rows: &View<'_, T>,
+        table: Table,
+        object: &ObjectRef,
+        id: &ObjectId,
+        key: &[u8],
+    ) -> Result<Option<Vec<u8>>, ReadError> {
+        if matches!(table, Table::Omap) {
+            return self.omap_row(rows, table, object, &omap_key(id, key));
         }
-        let rows = txn.open_table(OMAP_PAGED)?;
-        let view = pending.view(Table::OmapPaged, &rows);
-        let row = omap::entry_key(&id, &self.shared.meta.omap_slot(&id, key));
-        match self.omap_row(&view, Table::OmapPaged, object, &row)? {
+        let row = omap::entry_key(id, &self.shared.meta.omap_slot(id, key));
+        match self.omap_row(rows, table, object, &row)? {
             Some(entry) => omap::entry_value(entry, key)
                 .map(Some)
                 .map_err(|damaged| self.damaged_omap(object, damaged)),
@@ -793,7 +815,7 @@ impl Store {
         let (txn, _) = self.snapshot(object, &id)?;
         let limit = limit.min(OMAP_PAGE_ENTRIES_MAX);
         if !object.pool.is_pg_meta() {
-            let rows = txn.open_table(OMAP_PAGED)?;
+            let rows = open_omap(&txn, Table::OmapPaged)?;
             let rows = View::committed(&rows);
             let load = |row: Row| self.omap_row(&rows, Table::OmapPaged, object, &row.key(&id));
             let keys = omap::list(after, limit, load)?;
@@ -838,6 +860,17 @@ impl Store {
         }
         Ok(out)
     }
+}
+
+/// The omap rows of `table` (`Omap` or `OmapPaged`) in `txn`.
+fn open_omap(
+    txn: &ReadTransaction,
+    table: Table,
+) -> Result<redb::ReadOnlyTable<&'static [u8], &'static [u8]>, redb::TableError> {
+    txn.open_table(match table {
+        Table::Omap => OMAP,
+        _ => OMAP_PAGED,
+    })
 }
 
 /// `pieces` (logical block, extent) cut into parts of at most `IO_PIECE_BLOCKS_MAX` blocks,

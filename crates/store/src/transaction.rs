@@ -123,8 +123,9 @@ impl Transaction {
         self.ops.len()
     }
 
-    /// Whether it removes a range of keys (an object or its omap; a rollback may remove
-    /// the object): its group is committed to the database at once, not kept waiting.
+    /// Whether it may remove a range of keys (the omap rows of an object it removes or
+    /// whose omap it clears, if there are any; a rollback may remove the object): if it
+    /// does, its group is committed to the database at once, not kept waiting.
     pub(crate) fn removes_ranges(&self) -> bool {
         self.ops.iter().any(|op| {
             matches!(
