@@ -25,8 +25,8 @@ use crate::device::{
 };
 use crate::error::{ApplyError, ReadError};
 use crate::metadata::{
-    extent_key, object_key, omap_key, prefix_end, MetaOp, ObjectId, Table, EXTENTS, OBJECTS, OMAP,
-    OMAP_PAGED, SUPERBLOCK, UNDO, WAL_APPLIED, WAL_START,
+    extent_key, object_key, omap_key, omap_table, open_omap, prefix_end, MetaOp, ObjectId, Table,
+    EXTENTS, OBJECTS, OMAP, OMAP_PAGED, SUPERBLOCK, UNDO, WAL_APPLIED, WAL_START,
 };
 use crate::object::{
     pieces, punch, Extent, ExtentMap, ObjectRecord, EXTENT_BLOCKS_MAX, OBJECT_BLOCKS_MAX,
@@ -106,12 +106,8 @@ impl Work {
 
     /// The change that removes the object's omap rows as they were before the transaction.
     fn remove_omap_rows(&self) -> MetaOp {
-        let table = match self.object.pool.is_pg_meta() {
-            true => Table::Omap,
-            false => Table::OmapPaged,
-        };
         MetaOp::RemovePrefix {
-            table,
+            table: omap_table(self.object.pool),
             prefix: self.id.to_vec(),
         }
     }
@@ -1268,10 +1264,8 @@ impl Store {
     fn has_omap(&self, w: &Work) -> Result<bool, ApplyError> {
         let pending = self.shared.waiting();
         let txn = self.shared.db.begin_read()?;
-        let (table, rows) = match w.object.pool.is_pg_meta() {
-            true => (Table::Omap, txn.open_table(OMAP)?),
-            false => (Table::OmapPaged, txn.open_table(OMAP_PAGED)?),
-        };
+        let table = omap_table(w.object.pool);
+        let rows = open_omap(&txn, table)?;
         let end = prefix_end(&w.id).expect("an object id is not all 0xff");
         let first = pending.view(table, &rows).rows(
             Bound::Included(&w.id[..]),

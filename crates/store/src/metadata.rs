@@ -33,6 +33,26 @@ pub(crate) const EXTENTS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("
 pub(crate) const OMAP: TableDefinition<&[u8], &[u8]> = TableDefinition::new("omap");
 /// Every omap but a PG log's, with its keys sealed (omap.rs); from format 4.
 pub(crate) const OMAP_PAGED: TableDefinition<&[u8], &[u8]> = TableDefinition::new("omap_paged");
+/// The table an object's omap rows are in: `Omap` in a PG metadata pool (a PG's log),
+/// `OmapPaged` elsewhere.
+pub(crate) fn omap_table(pool: PoolId) -> Table {
+    match pool.is_pg_meta() {
+        true => Table::Omap,
+        false => Table::OmapPaged,
+    }
+}
+
+/// The rows of `table` (`Omap` or `OmapPaged`) in `txn`.
+pub(crate) fn open_omap(
+    txn: &redb::ReadTransaction,
+    table: Table,
+) -> Result<redb::ReadOnlyTable<&'static [u8], &'static [u8]>, redb::TableError> {
+    txn.open_table(match table {
+        Table::Omap => OMAP,
+        _ => OMAP_PAGED,
+    })
+}
+
 /// Each pool's usage, kept by the group commit (usage.rs); from format 2.
 pub(crate) const POOL_USAGE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("pool_usage");
 /// The ways back from transactions that kept them (undo.rs); from format 5.

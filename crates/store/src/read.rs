@@ -8,7 +8,7 @@ use crate::cache::Block;
 use crate::device::{AlignedBuf, IoPiece, BLOCK_SIZE_BYTES, IO_PIECE_BLOCKS_MAX};
 use crate::error::ReadError;
 use crate::metadata::{
-    object_key, omap_key, ObjectId, Table, EXTENTS, OBJECTS, OMAP, OMAP_PAGED, UNDO,
+    object_key, omap_key, omap_table, open_omap, ObjectId, Table, EXTENTS, OBJECTS, OMAP, UNDO,
 };
 use crate::object::{
     load_extents, pieces, Extent, ExtentMap, LoadError, ObjectRecord, OBJECT_BLOCKS_MAX,
@@ -736,10 +736,7 @@ impl Store {
             .shared
             .meta
             .object_id(object.pool, object.name.as_str());
-        let table = match object.pool.is_pg_meta() {
-            true => Table::Omap,
-            false => Table::OmapPaged,
-        };
+        let table = omap_table(object.pool);
         let pending = self.shared.waiting();
         if pending.commit_under_way() {
             drop(pending);
@@ -860,17 +857,6 @@ impl Store {
         }
         Ok(out)
     }
-}
-
-/// The omap rows of `table` (`Omap` or `OmapPaged`) in `txn`.
-fn open_omap(
-    txn: &ReadTransaction,
-    table: Table,
-) -> Result<redb::ReadOnlyTable<&'static [u8], &'static [u8]>, redb::TableError> {
-    txn.open_table(match table {
-        Table::Omap => OMAP,
-        _ => OMAP_PAGED,
-    })
 }
 
 /// `pieces` (logical block, extent) cut into parts of at most `IO_PIECE_BLOCKS_MAX` blocks,
