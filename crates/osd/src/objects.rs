@@ -604,11 +604,8 @@ pub fn read_ops(
                 OpResult::Attrs(attrs)
             }
             ObjectOp::OmapGet { keys } => {
-                let mut found = Vec::with_capacity(keys.len());
-                for key in keys {
-                    found.push((key.clone(), store.omap_get(object, key)?));
-                }
-                OpResult::Omap(found)
+                let values = store.omap_entries(object, keys.iter().map(Vec::as_slice))?;
+                OpResult::Omap(keys.iter().cloned().zip(values).collect())
             }
             ObjectOp::OmapList { after, limit } => {
                 let limit = (*limit as usize).clamp(1, OMAP_PAGE_ENTRIES_MAX);

@@ -299,18 +299,20 @@ mod tests {
             "the change was committed at once"
         );
 
+        let keys = [&b"old"[..], b"gone", b"new"];
         let (read, found) = std::sync::mpsc::channel();
         assert!(
             run_with_commits_held(&store, Duration::from_secs(20), || {
-                for key in [&b"old"[..], b"gone", b"new"] {
-                    read.send(store.omap_get(&index, key).expect("omap_get"))
-                        .expect("send");
-                }
+                let one_by_one = keys.map(|key| store.omap_get(&index, key).expect("omap_get"));
+                read.send(one_by_one.to_vec()).expect("send");
+                let together = store.omap_entries(&index, keys).expect("omap_entries");
+                read.send(together).expect("send");
             }),
-            "a read of an omap entry waited for a commit"
+            "a read of omap entries waited for a commit"
         );
+        let expected = vec![Some(b"1".to_vec()), None, Some(b"3".to_vec())];
         let found: Vec<_> = found.try_iter().collect();
-        assert_eq!(found, [Some(b"1".to_vec()), None, Some(b"3".to_vec())]);
+        assert_eq!(found, [expected.clone(), expected]);
         assert!(
             !store.shared.waiting().is_empty(),
             "the read committed what waits"

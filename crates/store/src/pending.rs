@@ -8,7 +8,7 @@
 //! before a read that needs them.
 //!
 //! Who sees what:
-//! - The write path, a record's reader and `omap_get` read through a [`View`]: the changes
+//! - The write path, a record's reader and `omap_entries` read through a [`View`]: the changes
 //!   here over the database, each key as its last change left it. A commit takes the
 //!   changes out of `Waiting::newer` into `Waiting::committing`, commits them without a
 //!   lock on them, and only then drops them (`Shared::commit_with_waiting`); a reader
@@ -207,11 +207,6 @@ impl Waiting {
         &mut self.newer
     }
 
-    /// Whether a commit has taken changes and not yet put them in the database.
-    pub(crate) fn commit_under_way(&self) -> bool {
-        self.committing.is_some()
-    }
-
     /// Takes the newer changes to be committed; `None` if the last commit of changes
     /// failed (its changes stay in view: they are logged, and acknowledged).
     pub(crate) fn begin_commit(&mut self) -> Option<Arc<Pending>> {
@@ -233,19 +228,57 @@ impl Waiting {
     /// their commit is dropped from here only after it is made).
     pub(crate) fn usage(&self, in_snapshot: u64) -> BTreeMap<PoolId, Delta> {
         let committing = self
-            .committing
-            .as_ref()
-            .filter(|c| c.seq().is_some_and(|seq| seq > in_snapshot))
+            .committing_after(in_snapshot)
             .map(|c| c.usage_with(&BTreeMap::new()));
         self.newer.usage_with(&committing.unwrap_or_default())
     }
 
-    /// A view of `table` as the database `base` holds it with the changes waiting over it.
+    /// The changes being committed, unless the database snapshot that holds every log
+    /// record up to `in_snapshot` holds their commit.
+    fn committing_after(&self, in_snapshot: u64) -> Option<&Pending> {
+        self.committing
+            .as_deref()
+            .filter(|c| c.seq().is_some_and(|seq| seq > in_snapshot))
+    }
+
+    /// A view of `table` as the database snapshot `base` holds it with the changes waiting
+    /// and not in it over it, for a reader that does not hold the object's lock. While a
+    /// commit is under way, `in_snapshot` tells the last log record whose changes the
+    /// snapshot holds: once that is the commit's, the changes it took are left out, since
+    /// it may also have made a group's own changes over them (a group committed at once),
+    /// which the snapshot holds and those changes would hide.
+    pub(crate) fn view_of_snapshot<'a, T, E>(
+        &'a self,
+        table: Table,
+        base: &'a T,
+        in_snapshot: impl FnOnce() -> Result<u64, E>,
+    ) -> Result<View<'a, T>, E> {
+        let committing = match self.committing {
+            Some(_) => self.committing_after(in_snapshot()?),
+            None => None,
+        };
+        Ok(self.view_over(table, base, committing))
+    }
+
+    /// A view of `table` as the database `base` holds it with the changes waiting over it,
+    /// for the write path, which holds the locks of the objects it reads: a commit's own
+    /// changes are of objects their group holds locked, so none is under those waiting.
     pub(crate) fn view<'a, T>(&'a self, table: Table, base: &'a T) -> View<'a, T> {
+        self.view_over(table, base, self.committing.as_deref())
+    }
+
+    /// A view of `table` as `base` holds it with `committing`, then the newer changes, over
+    /// it.
+    fn view_over<'a, T>(
+        &'a self,
+        table: Table,
+        base: &'a T,
+        committing: Option<&'a Pending>,
+    ) -> View<'a, T> {
         let slot = table_slot(table);
         View {
             newer: Some(&self.newer.tables[slot]),
-            committing: self.committing.as_ref().map(|c| &c.tables[slot]),
+            committing: committing.map(|c| &c.tables[slot]),
             base,
         }
     }
@@ -546,6 +579,36 @@ mod tests {
             .rows(Bound::Unbounded, Bound::Included(&b"d"[..]), true, 1)
             .expect("rows");
         assert_eq!(last, [row(b"c", b"2")]);
+        let before_the_commit = waiting
+            .view_of_snapshot(Table::Objects, &rows, || Ok::<_, ()>(0))
+            .expect("view");
+        assert_eq!(
+            before_the_commit.get(b"a").expect("get"),
+            Some(b"1".to_vec())
+        );
+
+        // The commit lands with a change of its own to "a" (a group committed at once): a
+        // snapshot that holds it reads that, not what the commit took.
+        let txn = db.begin_write().expect("write");
+        {
+            let mut rows = txn.open_table(ROWS).expect("table");
+            rows.insert(&b"a"[..], &b"own"[..]).expect("insert");
+            rows.insert(&b"b"[..], &b"1"[..]).expect("insert");
+        }
+        txn.commit().expect("commit");
+        let later = db.begin_read().expect("read");
+        let later_rows = later.open_table(ROWS).expect("table");
+        let holding = waiting
+            .view_of_snapshot(Table::Objects, &later_rows, || Ok::<_, ()>(1))
+            .expect("view");
+        let all = holding
+            .all_rows(Bound::Unbounded, Bound::Unbounded)
+            .expect("rows");
+        assert_eq!(
+            all,
+            [row(b"a", b"own"), row(b"b", b"2"), row(b"c", b"2")],
+            "the commit's own change, under newer ones"
+        );
 
         waiting.end_commit();
         assert!(!waiting.touches(&[1u8; 16]) && waiting.touches(&[2u8; 16]));

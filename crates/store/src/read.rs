@@ -16,7 +16,7 @@ use crate::object::{
 use crate::omap::{self, Row};
 use crate::pending::{View, Waiting};
 use crate::seal::{ChunkRecord, DataSealer, ExtentSeal};
-use crate::store::Store;
+use crate::store::{log_in_snapshot, Store};
 use crate::undo::{undo_key, undo_key_version};
 use bytes::Bytes;
 use map::{ObjectHash, ObjectRef};
@@ -690,7 +690,9 @@ impl Store {
     ) -> Result<ObjectRecord, ReadError> {
         let loaded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let objects = txn.open_table(OBJECTS)?;
-            self.load_record(&pending.view(Table::Objects, &objects), object, id)
+            let objects =
+                pending.view_of_snapshot(Table::Objects, &objects, || log_in_snapshot(txn))?;
+            self.load_record(&objects, object, id)
         }))
         .map_err(|_| ReadError::MetadataIntegrity {
             what: format!("{object} (the metadata database is damaged)"),
@@ -725,29 +727,35 @@ impl Store {
         }
     }
 
-    /// One omap entry, as the changes waiting for their commit leave it: the read does not
-    /// commit them (an S3 PUT reads the index entry of its key from the bucket's index,
-    /// which the PUT before it just changed). While a commit is under way the entry is read
-    /// as committed, after it, as other reads are: a commit that also makes a group's own
-    /// changes (one committed at once) would show, in a snapshot begun during it, under the
-    /// older values it is committing, and the record and the row could disagree.
+    /// One omap entry, as [`Store::omap_entries`] reads it.
     pub fn omap_get(&self, object: &ObjectRef, key: &[u8]) -> Result<Option<Vec<u8>>, ReadError> {
+        let mut found = self.omap_entries(object, [key])?;
+        assert_eq!(found.len(), 1, "one key asked, one answer");
+        Ok(found.remove(0))
+    }
+
+    /// The values of omap entries `keys`, in their order, as the changes waiting for their
+    /// commit leave them, from one look at those changes and one snapshot: the read does
+    /// not commit them (an S3 PUT reads its key's entry and head from the bucket's index,
+    /// which the PUT before it just changed).
+    pub fn omap_entries<'k>(
+        &self,
+        object: &ObjectRef,
+        keys: impl IntoIterator<Item = &'k [u8]>,
+    ) -> Result<Vec<Option<Vec<u8>>>, ReadError> {
         let id = self
             .shared
             .meta
             .object_id(object.pool, object.name.as_str());
         let table = omap_table(object.pool);
         let pending = self.shared.waiting();
-        if pending.commit_under_way() {
-            drop(pending);
-            let (txn, _) = self.snapshot(object, &id)?;
-            let rows = open_omap(&txn, table)?;
-            return self.omap_entry(&View::committed(&rows), table, object, &id, key);
-        }
         let txn = self.shared.db.begin_read()?;
         self.record_as_waiting(&pending, &txn, object, &id)?;
         let rows = open_omap(&txn, table)?;
-        self.omap_entry(&pending.view(table, &rows), table, object, &id, key)
+        let rows = pending.view_of_snapshot(table, &rows, || log_in_snapshot(&txn))?;
+        keys.into_iter()
+            .map(|key| self.omap_entry(&rows, table, object, &id, key))
+            .collect()
     }
 
     /// The value of omap entry `key` of `object`, from `rows` of `table`.

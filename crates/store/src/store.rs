@@ -483,13 +483,7 @@ impl Store {
     fn usage_with_waiting(&self) -> Result<Vec<(PoolId, PoolUsage)>, ReadError> {
         let waiting = self.shared.waiting();
         let txn = self.shared.db.begin_read()?;
-        // The last log record whose changes the snapshot holds (a durable commit holds every
-        // record before `wal_start`).
-        let (wal_start, wal_applied) =
-            read_wal_rows(&txn).map_err(|e| ReadError::MetadataIntegrity {
-                what: e.to_string(),
-            })?;
-        let in_snapshot = wal_applied.max(wal_start.saturating_sub(1));
+        let in_snapshot = log_in_snapshot(&txn)?;
         let rows = txn.open_table(POOL_USAGE)?;
         let mut out = BTreeMap::new();
         for row in rows.iter()? {
@@ -849,6 +843,16 @@ fn read_wal_rows(txn: &redb::ReadTransaction) -> Result<(u64, u64), OpenError> {
             })
     };
     Ok((row(WAL_START)?, row(WAL_APPLIED)?))
+}
+
+/// The last log record whose changes the snapshot `txn` holds (a durable commit holds every
+/// record before `wal_start`).
+pub(crate) fn log_in_snapshot(txn: &redb::ReadTransaction) -> Result<u64, ReadError> {
+    let (wal_start, wal_applied) =
+        read_wal_rows(txn).map_err(|e| ReadError::MetadataIntegrity {
+            what: e.to_string(),
+        })?;
+    Ok(wal_applied.max(wal_start.saturating_sub(1)))
 }
 
 /// Every block that no committed extent and no undo record references is free.
