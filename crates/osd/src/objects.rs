@@ -604,8 +604,12 @@ pub fn read_ops(
                 OpResult::Attrs(attrs)
             }
             ObjectOp::OmapGet { keys } => {
-                let values = store.omap_entries(object, keys.iter().map(Vec::as_slice))?;
-                OpResult::Omap(keys.iter().cloned().zip(values).collect())
+                let mut found = Vec::with_capacity(keys.len());
+                for some in keys.chunks(OMAP_GET_KEYS_PER_READ) {
+                    let values = store.omap_entries(object, some.iter().map(Vec::as_slice))?;
+                    found.extend(some.iter().cloned().zip(values));
+                }
+                OpResult::Omap(found)
             }
             ObjectOp::OmapList { after, limit } => {
                 let limit = (*limit as usize).clamp(1, OMAP_PAGE_ENTRIES_MAX);
@@ -761,6 +765,10 @@ fn record_of(seal: ChunkSeal) -> ChunkRecord {
 const PIECE_HEAD_BYTES: usize = 16 << 10;
 /// Bytes an omap entry adds to a piece beyond its key and value: their length prefixes.
 const OMAP_ENTRY_PREFIX_BYTES: usize = 6;
+/// The most keys of an `OmapGet` read in one look at the store's waiting changes: the look
+/// holds a lock that their commits and the writes behind them wait for. An S3 request asks
+/// for two (its key's entry and head).
+const OMAP_GET_KEYS_PER_READ: usize = 16;
 /// The most bytes of entries one page of a client's `OmapList` carries: half a frame's
 /// metadata, so a page fits one reply whatever the sizes of its entries.
 const OMAP_LIST_BYTES_MAX: usize = 512 << 10;

@@ -178,7 +178,7 @@ pub(crate) struct Batch {
 
 /// How a metadata commit is made durable.
 #[derive(Clone, Copy, Debug)]
-enum Commit {
+pub(crate) enum Commit {
     /// Its log record `seq` is durable: commit without a sync and note `wal_applied`.
     Logged { seq: u64 },
     /// Durably, as a checkpoint: every record before `next_seq` is in the database.
@@ -1088,8 +1088,8 @@ impl Store {
         Ok(())
     }
 
-    /// A row of an object's paged omap as committed, opened (the object is locked, so no
-    /// commit can change it meanwhile).
+    /// A row of an object's paged omap as the changes waiting leave it, opened (the object
+    /// is locked, so no commit can change it meanwhile).
     fn load_omap_row(&self, id: &ObjectId, row: Row) -> Result<Option<Vec<u8>>, ApplyError> {
         let key = row.key(id);
         let pending = self.shared.waiting();
@@ -1604,13 +1604,13 @@ impl Shared {
         self.pending.read().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn waiting_mut(&self) -> RwLockWriteGuard<'_, Waiting> {
+    pub(crate) fn waiting_mut(&self) -> RwLockWriteGuard<'_, Waiting> {
         self.pending.write().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Applies the changes in `pending`, then `ops`, and the usage deltas of both in one
     /// database commit, made durable as `commit` says.
-    fn commit_metadata(
+    pub(crate) fn commit_metadata(
         &self,
         pending: &Pending,
         ops: Vec<MetaOp>,

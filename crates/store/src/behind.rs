@@ -319,6 +319,48 @@ mod tests {
         );
     }
 
+    /// Between a commit's landing in the database and its changes' leaving those waiting, a
+    /// reader without the object's lock reads what the database holds: the commit may have
+    /// made a group's own changes over those it took, as a removal of an object's omap rows
+    /// does.
+    #[test]
+    fn a_reader_reads_a_landed_commit_over_the_changes_it_took() {
+        use crate::apply::Commit;
+        use crate::metadata::{omap_table, MetaOp};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = store(dir.path());
+        let index = ObjectRef::new(PoolId(1), ObjectName::new("index").expect("a valid name"));
+        let mut txn = Transaction::new();
+        txn.omap_set(&index, b"k", b"1");
+        store.apply(txn).expect("apply");
+        let shared = &store.shared;
+        shared.commit_waiting("the test's commit").expect("commit");
+        let mut txn = Transaction::new();
+        txn.omap_set(&index, b"k", b"2");
+        store.apply(txn).expect("apply");
+
+        let _one_at_a_time = shared.commits.lock().expect("commit lock");
+        let changes = shared.waiting_mut().begin_commit().expect("none under way");
+        let seq = changes.seq().expect("the change waits");
+        let read = || store.omap_get(&index, b"k").expect("omap_get");
+        assert_eq!(
+            read(),
+            Some(b"2".to_vec()),
+            "taken, not yet in the database"
+        );
+        let id = shared.meta.object_id(index.pool, index.name.as_str());
+        let own = vec![MetaOp::RemovePrefix {
+            table: omap_table(index.pool),
+            prefix: id.to_vec(),
+        }];
+        shared
+            .commit_metadata(&changes, own, &Default::default(), Commit::Logged { seq })
+            .expect("commit");
+        assert_eq!(read(), None, "landed, under the change it took");
+        shared.waiting_mut().end_commit();
+        assert_eq!(read(), None, "landed and dropped");
+    }
+
     /// While the thread's commit cannot run, writes go on until the changes are overdue;
     /// the write that finds them so commits them itself, once the commit under way is done.
     #[test]

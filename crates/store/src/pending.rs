@@ -14,7 +14,9 @@
 //!   lock on them, and only then drops them (`Shared::commit_with_waiting`); a reader
 //!   looks here under a read lock and begins its database snapshot while holding it, so a
 //!   change is seen in one place or the other (or both, alike), never neither, and no
-//!   reader waits for a commit.
+//!   reader waits for a commit. Not alike where a commit also made a group's own changes
+//!   (one committed at once) over those it took: a reader without the object's lock leaves
+//!   those out once its snapshot holds the commit (`Waiting::view_of_snapshot`).
 //! - Every other reader first has the changes of its object (or all of them, for listings)
 //!   committed (`Store::settle`), then reads the database as before.
 //!
@@ -253,9 +255,9 @@ impl Waiting {
         base: &'a T,
         in_snapshot: impl FnOnce() -> Result<u64, E>,
     ) -> Result<View<'a, T>, E> {
-        let committing = match self.committing {
-            Some(_) => self.committing_after(in_snapshot()?),
-            None => None,
+        let committing = match self.committing.as_deref() {
+            Some(taken) if !taken.is_empty() => self.committing_after(in_snapshot()?),
+            _ => None,
         };
         Ok(self.view_over(table, base, committing))
     }
