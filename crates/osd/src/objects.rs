@@ -527,27 +527,38 @@ pub fn version_of(attrs: &BTreeMap<String, Vec<u8>>) -> Version {
 /// (`OsdState::small_read`).
 const SMALL_READ_BYTES: u64 = 64 << 10;
 
-/// The most ops such a request may hold: each costs a lookup, and a read of even one byte
-/// a device read.
-const SMALL_READ_OPS: usize = 4;
+/// The most lookups such a request may make: a data or record read costs one (and a read
+/// of even one byte a device read), an `OmapGet` one per key besides the object's record.
+const SMALL_READ_LOOKUPS: usize = 4;
 
 /// Whether the read `ops` are small enough to be served on a network thread: at most
-/// `SMALL_READ_OPS` data and record reads of at most `SMALL_READ_BYTES` in all (an omap's
-/// reads may scan pages).
+/// `SMALL_READ_LOOKUPS` data, record and omap entry reads, of at most `SMALL_READ_BYTES`
+/// of data in all (an omap's listing may scan pages: never small). An S3 request's read
+/// of its bucket's index (the bucket's record, its key's entry and head) is small.
 pub fn is_small_read(ops: &[ObjectOp]) -> bool {
-    if ops.len() > SMALL_READ_OPS {
-        return false;
-    }
-    let mut bytes = 0u64;
+    let (mut lookups, mut bytes) = (0usize, 0u64);
     for op in ops {
-        bytes = bytes.saturating_add(match op {
-            ObjectOp::Read { len, .. } => *len,
-            ObjectOp::ReadChunks { count, .. } => u64::from(*count).saturating_mul(CHUNK_BYTES),
-            ObjectOp::Stat | ObjectOp::GetAttrs => 0,
+        let (more, read) = match op {
+            ObjectOp::Read { len, .. } => (1, *len),
+            ObjectOp::ReadChunks { count, .. } => {
+                (1, u64::from(*count).saturating_mul(CHUNK_BYTES))
+            }
+            ObjectOp::Stat | ObjectOp::GetAttrs => (1, 0),
+            ObjectOp::OmapGet { keys } => (keys.len(), 0),
             _ => return false,
-        });
+        };
+        lookups = lookups.saturating_add(more);
+        bytes = bytes.saturating_add(read);
     }
-    bytes <= SMALL_READ_BYTES
+    lookups <= SMALL_READ_LOOKUPS && bytes <= SMALL_READ_BYTES
+}
+
+/// Whether `ops` read an object's data, which waits for a write holding the object and
+/// for its changes' commit (`Store::read_would_wait`); its record and omap entries are
+/// read through the changes waiting, without waiting.
+pub fn reads_data(ops: &[ObjectOp]) -> bool {
+    ops.iter()
+        .any(|op| matches!(op, ObjectOp::Read { .. } | ObjectOp::ReadChunks { .. }))
 }
 
 /// Runs read ops: their results, and the bytes they read in order, in pieces: the store's
@@ -1277,11 +1288,11 @@ mod tests {
         assert!(pages.len() == 2, "{pages:?}");
     }
 
-    /// Up to four data and record reads of up to 64 KiB in all are served on a network
-    /// thread; more ops, a larger read, or one of an omap (which may scan pages), go to the
-    /// blocking pool.
+    /// Up to four data, record and omap entry reads of up to 64 KiB in all are served on a
+    /// network thread; more lookups, a larger read, or an omap's listing (which may scan
+    /// pages), go to the blocking pool.
     #[test]
-    fn only_small_data_and_record_reads_are_small() {
+    fn only_small_data_record_and_entry_reads_are_small() {
         let read = |len| ObjectOp::Read { offset: 0, len };
         let chunks = |count| ObjectOp::ReadChunks { first: 0, count };
         assert!(is_small_read(&[
@@ -1299,7 +1310,19 @@ mod tests {
             read(1),
             read(1)
         ]));
-        assert!(!is_small_read(&[ObjectOp::OmapGet { keys: Vec::new() }]));
+        let get = |n| ObjectOp::OmapGet {
+            keys: (0..n).map(|k: u8| vec![k]).collect(),
+        };
+        assert!(is_small_read(&[ObjectOp::GetAttrs, get(2)]));
+        assert!(is_small_read(&[get(0)]));
+        assert!(!is_small_read(&[ObjectOp::GetAttrs, get(4)]));
+        let list = ObjectOp::OmapList {
+            after: None,
+            limit: 1,
+        };
+        assert!(!is_small_read(&[list]));
+        assert!(reads_data(&[ObjectOp::Stat, chunks(1)]));
+        assert!(!reads_data(&[ObjectOp::GetAttrs, get(2)]));
     }
 
     /// A written object's changes wait for their commit: a read of it would commit first,

@@ -94,17 +94,18 @@ impl OsdState {
     }
 
     /// Runs `work`, a read of `object` that `objects::is_small_read` lets through, on this
-    /// thread when the store says it would not wait (`Store::read_would_wait`: for a write
-    /// holding the object, or to commit its changes first); on the blocking pool otherwise.
-    /// At one read in flight the hand-off to a pool thread and back cost more than the
-    /// read's own work (docs/benchmarks.md).
+    /// thread unless it `reads_data` and the store says that would wait
+    /// (`Store::read_would_wait`: for a write holding the object, or to commit its changes
+    /// first); on the blocking pool otherwise. At one read in flight the hand-off to a pool
+    /// thread and back cost more than the read's own work (docs/benchmarks.md).
     pub async fn small_read<T: Send + 'static>(
         &self,
         object: &map::ObjectRef,
+        reads_data: bool,
         work: impl FnOnce(&store::Store) -> T + Send + 'static,
     ) -> Result<T, String> {
-        self.here_or_blocking(self.store.read_would_wait(object), work)
-            .await
+        let waits = reads_data && self.store.read_would_wait(object);
+        self.here_or_blocking(waits, work).await
     }
 
     /// Applies `txn` on this thread when it writes at most `APPLY_HERE_BYTES` and the store

@@ -378,7 +378,10 @@ impl OsdService {
         let ops = op.ops.clone();
         let read = move |store: &store::Store| objects::read_ops(store, &object, &ops);
         let read = match objects::is_small_read(&op.ops) {
-            true => self.inner.small_read(&at, read).await,
+            true => {
+                let reads_data = objects::reads_data(&op.ops);
+                self.inner.small_read(&at, reads_data, read).await
+            }
             false => self.inner.blocking(read).await,
         };
         read.map_err(OsdReply::Failed)
