@@ -617,9 +617,10 @@ impl Store {
     /// Whether a read of `object`'s data or omap listing would wait: for a transaction
     /// holding the object's lock (through its group commit), or to commit the changes
     /// waiting for it (pending.rs). Its record (`stat`, `attrs`) and its omap entries
-    /// (`omap_entries`) are read without waiting. A caller that should not wait (a network thread) hands such a read to
-    /// another thread. The answer holds as of the call: a write that begins just after
-    /// makes the read wait for its group commit, as it would anywhere.
+    /// (`omap_entries`) are read without waiting. A caller that should not wait (a network
+    /// thread) hands such a read to another thread. The answer holds as of the call: a
+    /// write that begins just after makes the read wait for its group commit, as it would
+    /// anywhere.
     pub fn read_would_wait(&self, object: &ObjectRef) -> bool {
         let id = self
             .shared
