@@ -1464,7 +1464,12 @@ impl Store {
                 Commit::Logged { seq: record.seq },
             )?;
         }
-        self.wal.restart_at(start + replayed);
+        // The database holds every record up to `applied`. The log holds fewer only if it
+        // lost some at its end on the disk (the scan takes that for a torn end) after a
+        // durable commit (a nonce reservation) put them in the database: the next record is
+        // numbered past both, so no number is used twice and a later replay does not take a
+        // new record for one the database holds.
+        self.wal.restart_at((start + replayed).max(applied + 1));
         self.checkpoint()?;
         Ok(replayed)
     }

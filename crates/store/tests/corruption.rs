@@ -422,18 +422,55 @@ fn the_superblock_mode_cannot_be_changed_behind_the_key() {
 }
 
 const LOG_CHILD: &str = "COFFER_LOG_CHILD";
+const LOG_ROUND: &str = "COFFER_LOG_ROUND";
 const LOG_WRITES: u64 = 4;
 
 /// Applies `LOG_WRITES` small writes one after the other to the store in `dir`, one log
-/// record each, and exits without closing it: the log keeps them, as after a crash.
-fn write_and_vanish(dir: &Path) -> ! {
+/// record each, to objects `{prefix}0`, `{prefix}1`, ... (write `i` is `pattern(seed + i)`),
+/// commits them to the database if `settle`, and exits without closing the store: the log
+/// keeps them, as after a crash.
+fn write_and_vanish(dir: &Path, prefix: &str, seed: u64, settle: bool) -> ! {
     let store = Store::open(dir, &kek(7)).expect("child open");
     for i in 0..LOG_WRITES {
         let mut txn = Transaction::new();
-        txn.write(&obj(1, &format!("o{i}")), 0, &pattern(i, 4096));
+        txn.write(
+            &obj(1, &format!("{prefix}{i}")),
+            0,
+            &pattern(seed + i, 4096),
+        );
         store.apply(txn).expect("child write");
     }
+    if settle {
+        store.count_pool_usage().expect("child settles its writes");
+    }
     std::process::exit(0)
+}
+
+/// Runs test `name` of this binary as a child with `LOG_CHILD` set to `dir` and `round`
+/// in `LOG_ROUND`, and checks that it exited well.
+fn run_log_child(name: &str, dir: &Path, round: &str) {
+    let status = std::process::Command::new(std::env::current_exe().expect("own path"))
+        .args(["--exact", name])
+        .env(LOG_CHILD, dir)
+        .env(LOG_ROUND, round)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("run the writer");
+    assert!(status.success(), "the writer ({round}) failed: {status}");
+}
+
+/// Reads back the `LOG_WRITES` writes `write_and_vanish(_, prefix, seed, _)` made.
+fn assert_log_writes(store: &Store, prefix: &str, seed: u64, mode: Mode) {
+    for i in 0..LOG_WRITES {
+        let got = store
+            .read(&obj(1, &format!("{prefix}{i}")), 0, 4096)
+            .unwrap_or_else(|e| panic!("{mode}: write {prefix}{i} lost: {e}"));
+        assert_eq!(
+            &got[..],
+            &pattern(seed + i, 4096)[..],
+            "{mode}: write {prefix}{i}"
+        );
+    }
 }
 
 /// A log record damaged on the disk while records after it hold acknowledged writes is not
@@ -441,22 +478,14 @@ fn write_and_vanish(dir: &Path) -> ! {
 /// in every mode, and changes nothing, so with the byte restored every write is there.
 #[test]
 fn a_damaged_log_record_before_later_ones_refuses_the_open() {
+    const NAME: &str = "a_damaged_log_record_before_later_ones_refuses_the_open";
     if let Some(dir) = std::env::var_os(LOG_CHILD) {
-        write_and_vanish(Path::new(&dir));
+        write_and_vanish(Path::new(&dir), "o", 0, false);
     }
     for mode in Mode::ALL {
         let dir = tempfile::tempdir().expect("tempdir");
         drop(mkfs(dir.path(), mode, 4 << 20));
-        let status = std::process::Command::new(std::env::current_exe().expect("own path"))
-            .args([
-                "--exact",
-                "a_damaged_log_record_before_later_ones_refuses_the_open",
-            ])
-            .env(LOG_CHILD, dir.path())
-            .stdout(std::process::Stdio::null())
-            .status()
-            .expect("run the writer");
-        assert!(status.success(), "{mode}: the writer failed: {status}");
+        run_log_child(NAME, dir.path(), "writes");
         let wal = dir.path().join("wal");
         let log = std::fs::read(&wal).expect("read the log");
         let mut damaged = log.clone();
@@ -476,11 +505,52 @@ fn a_damaged_log_record_before_later_ones_refuses_the_open() {
         );
         std::fs::write(&wal, &log).expect("restore the log");
         let store = Store::open(dir.path(), &kek(7)).expect("open with the log restored");
-        for i in 0..LOG_WRITES {
-            let got = store
-                .read(&obj(1, &format!("o{i}")), 0, 4096)
-                .unwrap_or_else(|e| panic!("{mode}: write {i} lost: {e}"));
-            assert_eq!(&got[..], &pattern(i, 4096)[..], "{mode}: write {i}");
+        assert_log_writes(&store, "o", 0, mode);
+    }
+}
+
+/// A database that holds log records the log no longer has (a commit of it survived while
+/// the log lost its end, which the scan takes for a torn end) opens, and the records logged
+/// after that are numbered past the database's: a later replay applies them instead of
+/// taking them for records it holds and dropping acknowledged writes.
+#[test]
+fn records_logged_after_the_database_are_numbered_past_it() {
+    const NAME: &str = "records_logged_after_the_database_are_numbered_past_it";
+    if let Some(dir) = std::env::var_os(LOG_CHILD) {
+        let round = std::env::var(LOG_ROUND).expect("round");
+        let seed = if round == "first" { 100 } else { 200 };
+        write_and_vanish(Path::new(&dir), &round, seed, false);
+    }
+    for mode in Mode::ALL {
+        let dir = tempfile::tempdir().expect("tempdir");
+        drop(mkfs(dir.path(), mode, 4 << 20));
+        run_log_child(NAME, dir.path(), "first");
+        drop(Store::open(dir.path(), &kek(7)).expect("replay the first writes"));
+        let db = redb::Database::open(dir.path().join("meta.redb")).expect("open metadata");
+        let txn = db.begin_write().expect("write txn");
+        {
+            let def: TableDefinition<&str, &[u8]> = TableDefinition::new("superblock");
+            let mut superblock = txn.open_table(def).expect("superblock");
+            let start = u64::from_be_bytes(
+                superblock
+                    .get("wal_start")
+                    .expect("read")
+                    .expect("wal_start")
+                    .value()
+                    .try_into()
+                    .expect("a u64"),
+            );
+            let applied = start + 2 * LOG_WRITES;
+            superblock
+                .insert("wal_applied", &applied.to_be_bytes()[..])
+                .expect("write");
         }
+        txn.commit().expect("commit");
+        drop(db);
+        drop(Store::open(dir.path(), &kek(7)).expect("open past the log's end"));
+        run_log_child(NAME, dir.path(), "second");
+        let store = Store::open(dir.path(), &kek(7)).expect("replay the second writes");
+        assert_log_writes(&store, "first", 100, mode);
+        assert_log_writes(&store, "second", 200, mode);
     }
 }
