@@ -17,7 +17,24 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a client has to send a request's headers once it has started.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// A TLS server configuration from a PEM certificate chain and its PEM private key.
+/// The crypto of the TLS servers that carry data to ordinary clients (the gateway's HTTPS,
+/// NBD over TLS, the dashboard): aws-lc-rs, with the records' AES-GCM from ring where
+/// `keys::gcm` finds ring the faster (a CPU with VAES and VPCLMULQDQ but no AVX-512, where
+/// aws-lc-rs runs 128-bit code at about half ring's speed; docs/benchmarks.md). The
+/// handshake's key exchange and signatures stay on aws-lc-rs either way.
+pub fn tls_provider() -> rustls::crypto::CryptoProvider {
+    let provider = rustls::crypto::aws_lc_rs::default_provider();
+    match keys::gcm::Implementation::fastest() {
+        keys::gcm::Implementation::Ring => rustls::crypto::CryptoProvider {
+            cipher_suites: rustls::crypto::ring::default_provider().cipher_suites,
+            ..provider
+        },
+        keys::gcm::Implementation::AwsLc => provider,
+    }
+}
+
+/// A TLS server configuration from a PEM certificate chain and its PEM private key, with
+/// [`tls_provider`]'s crypto.
 pub fn tls_config(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerConfig>, String> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -28,8 +45,7 @@ pub fn tls_config(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerConfig>, 
         return Err(format!("{}: no certificate in it", cert.display()));
     }
     let key = PrivateKeyDer::from_pem_file(key).map_err(|e| format!("{}: {e}", key.display()))?;
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+    let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(tls_provider()))
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?
         .with_no_client_auth()
@@ -437,6 +453,104 @@ pub(crate) fn escape(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rustls::pki_types::pem::PemObject;
+    use std::io::{Read, Write};
+
+    /// Moves every TLS record `from` has to send into `to`, and opens them there.
+    fn pump(from: &mut rustls::Connection, to: &mut rustls::Connection) {
+        let mut wire = Vec::new();
+        while from.wants_write() {
+            from.write_tls(&mut wire).expect("write records");
+        }
+        let mut unread = &wire[..];
+        while !unread.is_empty() {
+            to.read_tls(&mut unread).expect("read records");
+            to.process_new_packets().expect("the records open");
+        }
+    }
+
+    /// The servers' records in each AES-GCM suite (ring's on a CPU where `keys::gcm` takes
+    /// ring, aws-lc-rs's elsewhere) open in a client of aws-lc-rs alone, and its records
+    /// open in the server: the two libraries speak the same TLS.
+    #[test]
+    fn each_aes_gcm_suite_carries_data_both_ways_to_an_aws_lc_client() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let made = crate::tls::generate(&["localhost".into()]).expect("generate");
+        let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+        std::fs::write(&cert, &made.chain).expect("write");
+        std::fs::write(&key, &made.key).expect("write");
+        let server_config = tls_config(&cert, &key).expect("a server configuration");
+        let mut roots = rustls::RootCertStore::empty();
+        roots
+            .add(rustls::pki_types::CertificateDer::from_pem_slice(made.ca.as_bytes()).expect("ca"))
+            .expect("trust the authority");
+        let roots = Arc::new(roots);
+        let aws_lc = rustls::crypto::aws_lc_rs::default_provider();
+        let suites: Vec<_> = tls_provider()
+            .cipher_suites
+            .into_iter()
+            .filter(|s| {
+                let name = s.suite().as_str().unwrap_or_default();
+                name.contains("_AES_") && !name.contains("_RSA_")
+            })
+            .collect();
+        assert!(
+            suites.len() >= 4,
+            "TLS 1.3 and 1.2 (ECDSA, as the gateway's certificate) AES-GCM suites: {suites:?}"
+        );
+        for suite in suites {
+            let theirs = aws_lc
+                .cipher_suites
+                .iter()
+                .find(|s| s.suite() == suite.suite())
+                .copied()
+                .expect("aws-lc-rs has the suite");
+            let provider = rustls::crypto::CryptoProvider {
+                cipher_suites: vec![theirs],
+                ..rustls::crypto::aws_lc_rs::default_provider()
+            };
+            let client_config = rustls::ClientConfig::builder_with_provider(Arc::new(provider))
+                .with_protocol_versions(&[suite.version()])
+                .expect("versions")
+                .with_root_certificates(roots.clone())
+                .with_no_client_auth();
+            let name = rustls::pki_types::ServerName::try_from("localhost").expect("name");
+            let mut client = rustls::Connection::from(
+                rustls::ClientConnection::new(Arc::new(client_config), name).expect("client"),
+            );
+            let mut server = rustls::Connection::from(
+                rustls::ServerConnection::new(server_config.clone()).expect("server"),
+            );
+            for _ in 0..8 {
+                pump(&mut client, &mut server);
+                pump(&mut server, &mut client);
+            }
+            assert!(
+                !client.is_handshaking() && !server.is_handshaking(),
+                "{suite:?}"
+            );
+            assert_eq!(
+                server.negotiated_cipher_suite().map(|s| s.suite()),
+                Some(suite.suite())
+            );
+            for (round, seed) in (0..4u8).zip([3u8, 101, 200, 255]) {
+                let sent: Vec<u8> = (0..100_000u32).map(|i| (i as u8) ^ seed).collect();
+                let (from, to) = match round % 2 {
+                    0 => (&mut server, &mut client),
+                    _ => (&mut client, &mut server),
+                };
+                let mut got = Vec::new();
+                for piece in sent.chunks(16 << 10) {
+                    from.writer().write_all(piece).expect("send");
+                    pump(from, to);
+                    let mut received = vec![0; piece.len()];
+                    to.reader().read_exact(&mut received).expect("receive");
+                    got.extend(received);
+                }
+                assert!(got == sent, "{suite:?}: round {round} changed the data");
+            }
+        }
+    }
 
     const DECL: &str = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>";
 
