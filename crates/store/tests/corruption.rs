@@ -427,9 +427,8 @@ const LOG_WRITES: u64 = 4;
 
 /// Applies `LOG_WRITES` small writes one after the other to the store in `dir`, one log
 /// record each, to objects `{prefix}0`, `{prefix}1`, ... (write `i` is `pattern(seed + i)`),
-/// commits them to the database if `settle`, and exits without closing the store: the log
-/// keeps them, as after a crash.
-fn write_and_vanish(dir: &Path, prefix: &str, seed: u64, settle: bool) -> ! {
+/// and exits without closing the store: the log keeps them, as after a crash.
+fn write_and_vanish(dir: &Path, prefix: &str, seed: u64) -> ! {
     let store = Store::open(dir, &kek(7)).expect("child open");
     for i in 0..LOG_WRITES {
         let mut txn = Transaction::new();
@@ -439,9 +438,6 @@ fn write_and_vanish(dir: &Path, prefix: &str, seed: u64, settle: bool) -> ! {
             &pattern(seed + i, 4096),
         );
         store.apply(txn).expect("child write");
-    }
-    if settle {
-        store.count_pool_usage().expect("child settles its writes");
     }
     std::process::exit(0)
 }
@@ -459,7 +455,7 @@ fn run_log_child(name: &str, dir: &Path, round: &str) {
     assert!(status.success(), "the writer ({round}) failed: {status}");
 }
 
-/// Reads back the `LOG_WRITES` writes `write_and_vanish(_, prefix, seed, _)` made.
+/// Reads back the `LOG_WRITES` writes `write_and_vanish(_, prefix, seed)` made.
 fn assert_log_writes(store: &Store, prefix: &str, seed: u64, mode: Mode) {
     for i in 0..LOG_WRITES {
         let got = store
@@ -480,7 +476,7 @@ fn assert_log_writes(store: &Store, prefix: &str, seed: u64, mode: Mode) {
 fn a_damaged_log_record_before_later_ones_refuses_the_open() {
     const NAME: &str = "a_damaged_log_record_before_later_ones_refuses_the_open";
     if let Some(dir) = std::env::var_os(LOG_CHILD) {
-        write_and_vanish(Path::new(&dir), "o", 0, false);
+        write_and_vanish(Path::new(&dir), "o", 0);
     }
     for mode in Mode::ALL {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -519,7 +515,7 @@ fn records_logged_after_the_database_are_numbered_past_it() {
     if let Some(dir) = std::env::var_os(LOG_CHILD) {
         let round = std::env::var(LOG_ROUND).expect("round");
         let seed = if round == "first" { 100 } else { 200 };
-        write_and_vanish(Path::new(&dir), &round, seed, false);
+        write_and_vanish(Path::new(&dir), &round, seed);
     }
     for mode in Mode::ALL {
         let dir = tempfile::tempdir().expect("tempdir");
